@@ -1,0 +1,289 @@
+"""Batches that travel through the graph: ImageBatch (ragged images) and BoxBatch (packed boxes).
+
+Geometry is lazy: a geometric op does not touch pixels or boxes, it composes a per-sample matrix
+into the batch's pending :class:`Geometry`. The first consumer that needs pixels (a colour op,
+normalize, the output) materialises the whole chain as ONE warp, with normalisation, layout and
+dtype fused in when that consumer asks for them; the first consumer that needs boxes (clip/prune,
+pad, the output) transforms them ONCE with the composed matrix (DESIGN.md, "fusion").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from . import backend
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """A pending chain of geometric ops.
+
+    Attributes:
+        matrices: (B, 3, 3) float64, maps source coordinates to current coordinates.
+        sizes: (B, 2) int64 (H, W) of the current canvas.
+        fill: (B, C) float64 fill value for pixels the chain brings in from outside the source.
+        box_mode: 'corners' (enclosing box of the 4 mapped corners) or 'ellipse'.
+    """
+
+    matrices: np.ndarray
+    sizes: np.ndarray
+    fill: np.ndarray
+    box_mode: str = "corners"
+
+    def then(self, m_op, sizes, fill=None, box_mode=None) -> "Geometry":
+        fill = self.fill if fill is None else np.broadcast_to(
+            np.asarray(fill, np.float64).reshape(len(sizes), -1), self.fill.shape).copy()
+        mode = "ellipse" if (box_mode == "ellipse" or self.box_mode == "ellipse") else "corners"
+        return Geometry(np.einsum("bij,bjk->bik", m_op, self.matrices),
+                        np.asarray(sizes, np.int64).reshape(-1, 2), fill, mode)
+
+
+def _identity_geometry(sizes, channels) -> Geometry:
+    b = len(sizes)
+    return Geometry(np.tile(np.eye(3), (b, 1, 1)), np.asarray(sizes, np.int64).reshape(b, 2),
+                    np.zeros((b, channels)))
+
+
+class ImageBatch:
+    """B images on one device, HWC uint8 until normalised.
+
+    ``data`` is a dense (B, H, W, C) array (or (B, C, H, W) for layout 'CHW') or a list of B arrays
+    of their own sizes. ``geometry`` is the pending chain, if any.
+    """
+
+    def __init__(self, data, device: str, layout: str = "HWC", geometry: Geometry | None = None):
+        self.data, self.device, self.layout, self.geometry = data, device, layout, geometry
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.data)
+
+    def __len__(self) -> int:
+        return self.batch_size
+
+    @property
+    def is_dense(self) -> bool:
+        return not isinstance(self.data, list)
+
+    def samples(self) -> list:
+        return list(self.data)
+
+    @property
+    def channels(self) -> int:
+        if self.batch_size == 0:
+            return 3
+        s = self.data[0].shape
+        return s[0] if self.layout == "CHW" else s[-1]
+
+    def source_sizes(self) -> np.ndarray:
+        """(B, 2) int64 (H, W) of the stored pixels."""
+        axes = (1, 2) if self.layout == "CHW" else (0, 1)
+        return np.array([[a.shape[axes[0]], a.shape[axes[1]]] for a in self.data],
+                        np.int64).reshape(-1, 2)
+
+    def sizes(self) -> np.ndarray:
+        """(B, 2) int64 (H, W) of the images as the graph sees them now (pending chain applied)."""
+        return self.geometry.sizes if self.geometry is not None else self.source_sizes()
+
+    def pending(self) -> Geometry:
+        """The pending chain, or the identity on the stored pixels."""
+        if self.geometry is not None:
+            return self.geometry
+        return _identity_geometry(self.source_sizes(), self.channels)
+
+    def with_geometry(self, geometry: Geometry) -> "ImageBatch":
+        if self.layout != "HWC" or (self.batch_size and self.data[0].dtype != np.uint8):
+            raise ValueError("geometric ops take uint8 HWC images; put normalize/"
+                             "crop_mirror_normalize after the geometric ops")
+        return ImageBatch(self.data, self.device, self.layout, geometry)
+
+    def materialize(self, ctx, *, mean=None, std=None, dtype=None, layout="HWC") -> "ImageBatch":
+        """Run the pending chain (and the requested epilogue) as one warp per batch."""
+        if self.geometry is None and mean is None and dtype in (None, np.uint8) and layout == self.layout:
+            return self
+        if self.layout != "HWC":
+            raise ValueError("this batch is already normalised to CHW; normalise once, last")
+        g = self.pending()
+        from .kernels import warp
+
+        kwargs = dict(fill=g.fill, mean=mean, std=std, out_dtype=dtype or np.uint8, layout=layout)
+        if self.device == "gpu":
+            out = warp.warp_cupy(self.data, g.matrices, g.sizes, stream=ctx.stream, **kwargs)
+        else:
+            impl = warp.warp_numpy if backend.cpu_warp() == "reference" else warp.warp_cv2
+            out = ctx.map_samples(lambda i: impl([self.data[i]], g.matrices[i:i + 1],
+                                                 g.sizes[i:i + 1], **_row(kwargs, i))[0],
+                                  self.batch_size)
+            if self.batch_size and all(o.shape == out[0].shape for o in out):
+                out = np.stack(out)
+        return ImageBatch(out, self.device, layout, None)
+
+
+def _row(kwargs: dict, i: int) -> dict:
+    """Per-sample slice of the warp's per-sample keyword arrays."""
+    out = dict(kwargs)
+    for k in ("fill", "mean", "std"):
+        v = kwargs[k]
+        if v is not None and np.ndim(v) == 2:
+            out[k] = np.asarray(v)[i:i + 1]
+    return out
+
+
+class BoxBatch:
+    """The boxes of B images packed in one (N, 4) array, with per-box fields beside them.
+
+    Attributes:
+        boxes: (N, 4) float32 xyxy, in the coordinates of the source canvas when ``geometry`` is
+            pending, else of ``canvas``.
+        labels: (N,) int64, contiguous 0-based.
+        fields: name -> (N,) array (iscrowd, difficult, annotation_id, ...).
+        offsets: (B + 1,) int64 on the host: boxes of sample b are rows offsets[b]:offsets[b+1].
+        valid: (N,) bool or None (all valid). Dropping a box clears its flag, so that boxes, labels
+            and fields can never drift apart and no op needs sizes from the device mid-graph.
+        canvas: (B, 2) int64 (H, W) of the image the boxes refer to (after the pending chain).
+        geometry: pending chain shared with the ImageBatch it travels with.
+        host: on the GPU, the host copy of the same boxes, which host-side planning (random crops)
+            reads; it is never copied back from the device.
+    """
+
+    def __init__(self, boxes, labels, offsets, canvas, device="cpu", fields=None, valid=None,
+                 geometry=None, host=None, fmt="xyxy"):
+        self.boxes, self.labels, self.device = boxes, labels, device
+        self.offsets = np.asarray(offsets, np.int64)
+        self.canvas = np.asarray(canvas, np.int64).reshape(-1, 2)
+        self.fields = dict(fields or {})
+        self.valid, self.geometry, self.host, self.fmt = valid, geometry, host, fmt
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.offsets) - 1
+
+    def __len__(self) -> int:
+        return self.batch_size
+
+    @property
+    def num_boxes(self) -> int:
+        return int(self.offsets[-1])
+
+    def sample_index(self):
+        """(N,) int32 sample of each box, on the batch's device."""
+        idx = np.repeat(np.arange(self.batch_size, dtype=np.int32), np.diff(self.offsets))
+        return backend.xp_for(self.device).asarray(idx)
+
+    def replace(self, **kw) -> "BoxBatch":
+        attrs = dict(boxes=self.boxes, labels=self.labels, offsets=self.offsets, canvas=self.canvas,
+                     device=self.device, fields=self.fields, valid=self.valid,
+                     geometry=self.geometry, host=self.host, fmt=self.fmt)
+        attrs.update(kw)
+        return BoxBatch(**attrs)
+
+    def pending(self) -> Geometry:
+        """The pending chain, or the identity on the current canvas."""
+        return self.geometry if self.geometry is not None else _identity_geometry(self.canvas, 1)
+
+    def with_geometry(self, geometry: Geometry) -> "BoxBatch":
+        """Attach a chain that starts at this batch's current frame (see :meth:`pending`)."""
+        self._require_xyxy()
+        host = self.host.with_geometry(geometry) if self.host is not None else None
+        return self.replace(geometry=geometry, canvas=geometry.sizes, host=host)
+
+    def _require_xyxy(self):
+        if self.fmt != "xyxy":
+            raise ValueError(f"boxes were converted to {self.fmt!r}; geometric and box ops take "
+                             "xyxy boxes: convert formats last")
+
+    def materialize(self, ctx=None, *, clip=False, min_size=0.0, min_area=0.0,
+                    min_visibility=0.0) -> "BoxBatch":
+        """Transform the boxes once through the pending chain, then clip / prune (one kernel)."""
+        self._require_xyxy()
+        if self.geometry is None and not (clip or min_size or min_area or min_visibility):
+            return self
+        from .kernels import boxes as kb
+
+        m = self.geometry.matrices if self.geometry is not None else np.tile(
+            np.eye(3), (self.batch_size, 1, 1))
+        mode = self.geometry.box_mode if self.geometry is not None else "corners"
+        kw = dict(mode=mode, clip=clip, min_size=min_size, min_area=min_area,
+                  min_visibility=min_visibility, valid=self.valid)
+        canvas = self.canvas.astype(np.float64)
+        if self.device == "gpu":
+            out, keep = kb.box_transform_cupy(self.boxes, self.sample_index(), m, canvas,
+                                              stream=getattr(ctx, "stream", None), **kw)
+        else:
+            out, keep = kb.box_transform_numpy(self.boxes, self.sample_index(), m, canvas, **kw)
+        host = self.host.materialize(ctx, clip=clip, min_size=min_size, min_area=min_area,
+                                     min_visibility=min_visibility) if self.host is not None else None
+        return self.replace(boxes=out, valid=keep, geometry=None, host=host)
+
+    def host_view(self) -> "BoxBatch":
+        """The host copy (the batch itself on the CPU)."""
+        return self if self.device == "cpu" else self.host
+
+    def current_host_boxes(self):
+        """(boxes (N, 4) float64 in current coordinates, valid (N,) bool) on the host, for
+        planning; the enclosing boxes of the chain so far, not clipped."""
+        h = self.host_view()
+        from .kernels import boxes as kb
+
+        m = h.geometry.matrices if h.geometry is not None else np.tile(np.eye(3), (h.batch_size, 1, 1))
+        mode = h.geometry.box_mode if h.geometry is not None else "corners"
+        out, _ = kb.box_transform_numpy(h.boxes, h.sample_index(), m, h.canvas.astype(np.float64),
+                                        mode=mode, clip=False)
+        valid = np.ones(len(out), bool) if h.valid is None else np.asarray(h.valid, bool)
+        return out.astype(np.float64), valid
+
+    def drop(self, keep_host: np.ndarray) -> "BoxBatch":
+        """Clear the valid flag where ``keep_host`` (a host bool mask from planning) is False,
+        uploading the mask on the GPU (host-to-device only)."""
+        xp = backend.xp_for(self.device)
+        keep = xp.asarray(keep_host)
+        valid = keep if self.valid is None else (self.valid & keep)
+        host = self.host.drop(keep_host) if self.host is not None else None
+        return self.replace(valid=valid, host=host)
+
+    def to_device(self, ctx) -> "BoxBatch":
+        """Upload once (the mixed stage): boxes, labels, fields and mask; keep the host copy."""
+        if self.device == "gpu":
+            return self
+        import cupy as cp
+
+        with ctx.stream:
+            up = {k: cp.asarray(v) for k, v in self.fields.items()}
+            return BoxBatch(cp.asarray(self.boxes), cp.asarray(self.labels), self.offsets,
+                            self.canvas, "gpu", up,
+                            None if self.valid is None else cp.asarray(self.valid),
+                            self.geometry, self, self.fmt)
+
+    def per_sample(self) -> list:
+        """Host list of dicts {'boxes', 'labels', <fields>} of the valid boxes of each sample.
+        On the GPU this copies to the host: output stage only."""
+        b = self.materialize() if self.geometry is not None else self
+        boxes, labels = backend.to_host(b.boxes), backend.to_host(b.labels)
+        fields = {k: backend.to_host(v) for k, v in b.fields.items()}
+        valid = np.ones(len(boxes), bool) if b.valid is None else backend.to_host(b.valid)
+        out = []
+        for s in range(b.batch_size):
+            lo, hi = b.offsets[s], b.offsets[s + 1]
+            keep = valid[lo:hi]
+            d = {"boxes": boxes[lo:hi][keep], "labels": labels[lo:hi][keep]}
+            d.update({k: v[lo:hi][keep] for k, v in fields.items()})
+            out.append(d)
+        return out
+
+
+def concat_boxes(records_boxes, records_labels, records_fields, canvas) -> BoxBatch:
+    """Pack per-sample host arrays into one BoxBatch (host)."""
+    counts = [len(b) for b in records_boxes]
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    boxes = (np.concatenate(records_boxes).astype(np.float32) if counts
+             else np.zeros((0, 4), np.float32)).reshape(-1, 4)
+    labels = (np.concatenate(records_labels).astype(np.int64) if counts
+              else np.zeros((0,), np.int64))
+    names = set().union(*[f.keys() for f in records_fields]) if records_fields else set()
+    fields = {}
+    for name in sorted(names):
+        parts = [f[name] if name in f else np.zeros(n, np.int64)
+                 for f, n in zip(records_fields, counts)]
+        fields[name] = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    return BoxBatch(boxes, labels, offsets, canvas, "cpu", fields)

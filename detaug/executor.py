@@ -1,0 +1,85 @@
+"""Prefetching executor: a host stage in worker threads, a device stage in order on one stream.
+
+Batch k+1's host work (reading, CPU decode, CPU ops) runs in the host threads while batch k's
+device work is queued on the pipeline's stream. ``prefetch_queue_depth`` batches are in flight.
+Exceptions in a worker reach the caller through the batch's future (never a hang), with the
+sample's file named.
+"""
+from __future__ import annotations
+
+import collections
+import concurrent.futures as cf
+
+import numpy as np
+
+from .rng import SampleRNG
+
+
+class SampleError(Exception):
+    """A sample could not be produced (corrupt image, missing file). ``position`` is its place
+    in the batch and ``path`` its file; under ``on_error='skip'`` the executor replaces it."""
+
+    def __init__(self, message, position=None, path=None):
+        super().__init__(message)
+        self.position, self.path = position, path
+
+
+class BatchContext:
+    """Everything an op's apply step may look at for one batch."""
+
+    def __init__(self, pipeline, epoch, batch_index, sample_index, positions, stream, pool):
+        self.pipeline, self.epoch, self.batch_index = pipeline, epoch, batch_index
+        self.sample_index = np.asarray(sample_index, np.int64)
+        self.positions = positions
+        self.stream, self.pool = stream, pool
+        self.values = {}
+        self.batch_size = len(self.sample_index)
+
+    def rng(self, op) -> SampleRNG:
+        seed = op.args.get("seed")
+        return SampleRNG(self.pipeline.seed if seed is None else seed, op.id, self.epoch, self.sample_index)
+
+    def map_samples(self, fn, n):
+        """Run ``fn(i)`` for i < n on the host threads; results in order."""
+        if n <= 1 or self.pool is None:
+            return [fn(i) for i in range(n)]
+        return list(self.pool.map(fn, range(n)))
+
+
+class Executor:
+    def __init__(self, pipeline):
+        self.p = pipeline
+        self.pool = cf.ThreadPoolExecutor(max(1, pipeline.num_threads), thread_name_prefix="detaug-host")
+        self.batch_pool = cf.ThreadPoolExecutor(max(1, pipeline.prefetch_queue_depth),
+                                                thread_name_prefix="detaug-batch")
+        self.device_pool = (cf.ThreadPoolExecutor(1, thread_name_prefix="detaug-device")
+                            if pipeline.has_device_stage else None)
+        self.queue = collections.deque()
+
+    def submit(self, key):
+        """Queue batch ``key = (epoch, batch_index)``; source ops read in order here."""
+        prepared = self.p._prepare(key)
+        fut = self.batch_pool.submit(self.p._run_host, key, prepared, self.pool)
+        if self.device_pool is not None:
+            fut = self.device_pool.submit(lambda f=fut: self.p._run_device(f.result(), self.pool))
+        self.queue.append((key, fut))
+
+    def pop(self):
+        key, fut = self.queue.popleft()
+        return key, fut.result()
+
+    def clear(self):
+        for _, fut in self.queue:
+            fut.cancel()
+        for _, fut in self.queue:
+            try:
+                fut.result()
+            except BaseException:
+                pass
+        self.queue.clear()
+
+    def shutdown(self):
+        self.clear()
+        for pool in (self.batch_pool, self.device_pool, self.pool):
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)

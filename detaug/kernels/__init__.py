@@ -1,0 +1,1 @@
+"""Kernels: each CUDA source beside its NumPy reference twin (same signature, `xp`-free)."""

@@ -1,0 +1,179 @@
+"""Color kernels on uint8 HWC images: brightness/contrast and DALI's YIQ-space hsv.
+
+A batch is a dense array ``(B, H, W, C)`` or a list of B ``(H, W, C)`` arrays of their own
+sizes; the output has the same layout and dtype, always in new memory (inputs are never
+written). Per-sample parameters are ``(B,)`` arrays (a scalar is broadcast). Values are
+computed in floating point, rounded half up (``floor(x + 0.5)``) and clamped to ``[0, 255]``.
+
+``<name>_numpy`` is the reference (float64); ``<name>_cupy`` makes one launch of a kernel of
+``color.cu`` for the whole batch (float32 math, so results may differ from the twin by one
+grey level where a value lies within float32 rounding of a .5 tie). A ragged cupy batch is
+written into one flat buffer, returned as a list of views into it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .launch import get_kernel, launch
+
+_SRC = "color.cu"
+_BLOCK = 256
+_MAX_GRID_X = 1024     # grid-stride over a sample's elements beyond this
+_MAX_GRID_Y = 65535    # grid-stride over samples beyond this
+
+# NTSC RGB -> YIQ, the constants DALI uses; YIQ -> RGB is its exact inverse (as DALI computes
+# it), so hue 0 / saturation 1 / value 1 is the identity.
+RGB_TO_YIQ = np.array([[0.299, 0.587, 0.114],
+                       [0.596, -0.274, -0.321],
+                       [0.211, -0.523, 0.311]], dtype=np.float64)
+YIQ_TO_RGB = np.linalg.inv(RGB_TO_YIQ)
+
+
+# ----------------------------------------------------------------------------- batch helpers
+
+
+def _as_list(images, *, channels=None):
+    """(list of (H, W, C) arrays, dense?) after checking layout and dtype."""
+    dense = not isinstance(images, (list, tuple))
+    if dense and images.ndim != 4:
+        raise ValueError(f"a dense batch must be (B, H, W, C), got shape {images.shape}")
+    items = list(images) if not dense else [images[i] for i in range(images.shape[0])]
+    for i, im in enumerate(items):
+        if im.ndim != 3 or im.dtype != np.uint8:
+            raise ValueError(f"sample {i}: expected uint8 (H, W, C), got {im.dtype} {im.shape}")
+        if channels is not None and im.shape[2] != channels:
+            raise ValueError(f"sample {i}: expected {channels} channels, got {im.shape[2]}")
+    return items, dense
+
+
+def _per_sample(xp, value, batch_size, dtype):
+    a = xp.asarray(value, dtype=dtype)
+    if a.ndim > 1 or (a.ndim == 1 and a.shape[0] != batch_size):
+        raise ValueError(f"per-sample parameter must be a scalar or ({batch_size},), got {a.shape}")
+    return xp.ascontiguousarray(xp.broadcast_to(a, (batch_size,)))
+
+
+def _round_clamp_u8(x):
+    return np.clip(np.floor(x + 0.5), 0, 255).astype(np.uint8)
+
+
+def _pack_numpy(outs, dense, images):
+    if dense:
+        return np.stack(outs) if outs else np.empty_like(images)
+    return outs
+
+
+def hsv_matrices(hue, saturation, value, xp=np):
+    """Per-sample (B, 3, 3) float32 matrices ``value * YIQ_TO_RGB @ R @ RGB_TO_YIQ`` applied
+    to RGB column vectors, where R keeps Y and maps ``(I, Q) -> saturation * (cos h I + sin h Q,
+    -sin h I + cos h Q)``, h = hue in radians (DALI's hue_mat / sat_mat / val_mat).
+
+    ``xp`` is numpy or cupy; the parameters are (B,) arrays of that module."""
+    h = xp.deg2rad(xp.asarray(hue, dtype=xp.float64))
+    s = xp.asarray(saturation, dtype=xp.float64)
+    v = xp.asarray(value, dtype=xp.float64)
+    r = xp.zeros(h.shape + (3, 3), dtype=xp.float64)
+    r[:, 0, 0] = 1.0
+    r[:, 1, 1] = s * xp.cos(h)
+    r[:, 1, 2] = s * xp.sin(h)
+    r[:, 2, 1] = -s * xp.sin(h)
+    r[:, 2, 2] = s * xp.cos(h)
+    m = xp.asarray(YIQ_TO_RGB) @ r @ xp.asarray(RGB_TO_YIQ)
+    return (v[:, None, None] * m).astype(xp.float32)
+
+
+# ----------------------------------------------------------------------------- NumPy twins
+
+
+def brightness_contrast_numpy(images, brightness, contrast, *, contrast_center=128.0):
+    """``out = round_half_up(brightness * (center + contrast * (v - center)))`` clamped to
+    ``[0, 255]``, per sample (DALI's fn.brightness_contrast). Any channel count.
+
+    Args / Shape: images (B, H, W, C) uint8 or list of (H, W, C) uint8; brightness, contrast
+    (B,) or scalars. Returns: same layout, uint8, new arrays."""
+    items, dense = _as_list(images)
+    br = _per_sample(np, brightness, len(items), np.float64)
+    ct = _per_sample(np, contrast, len(items), np.float64)
+    c = float(contrast_center)
+    outs = [_round_clamp_u8(br[i] * (c + ct[i] * (im.astype(np.float64) - c)))
+            for i, im in enumerate(items)]
+    return _pack_numpy(outs, dense, images)
+
+
+def hsv_numpy(images, hue, saturation, value):
+    """DALI's fn.hsv as a linear map in YIQ space: each RGB pixel (0..255, float) becomes
+    ``M_b @ rgb`` with ``M_b = hsv_matrices(...)[b]`` (hue shift in degrees, saturation and value
+    multipliers), rounded half up and clamped. Images must have 3 channels (RGB).
+
+    Args / Shape: images (B, H, W, 3) uint8 or list of (H, W, 3) uint8; hue, saturation, value
+    (B,) or scalars. Returns: same layout, uint8, new arrays."""
+    items, dense = _as_list(images, channels=3)
+    b = len(items)
+    mats = hsv_matrices(_per_sample(np, hue, b, np.float64), _per_sample(np, saturation, b, np.float64),
+                        _per_sample(np, value, b, np.float64)).astype(np.float64)
+    outs = [_round_clamp_u8(np.einsum("ij,hwj->hwi", mats[i], im.astype(np.float64)))
+            for i, im in enumerate(items)]
+    return _pack_numpy(outs, dense, images)
+
+
+# ----------------------------------------------------------------------------- cupy
+
+
+def _launch_per_sample(cp, kernel_name, images, channels, unit, params, stream):
+    """Shared launcher: builds per-sample pointers and element counts (``unit`` = "byte" or
+    "pixel"), allocates the output (dense, or one flat buffer with views) and launches once."""
+    s = stream if stream is not None else cp.cuda.get_current_stream()
+    with s:
+        dense = not isinstance(images, (list, tuple))
+        if dense:
+            images = cp.ascontiguousarray(images)
+        items, _ = _as_list(images, channels=channels)
+        items = [cp.ascontiguousarray(im) for im in items]
+        sizes = [int(im.size) for im in items]
+        if dense:
+            out = cp.empty_like(images)
+            outs = [out[i] for i in range(out.shape[0])]
+        else:
+            flat = cp.empty((sum(sizes),), dtype=cp.uint8)
+            ends = np.cumsum([0] + sizes)
+            outs = [flat[ends[i]:ends[i + 1]].reshape(im.shape) for i, im in enumerate(items)]
+            out = outs
+        b = len(items)
+        if b == 0 or max(sizes) == 0:
+            return out
+        per = 1 if unit == "byte" else 3
+        meta = np.empty((3, b), dtype=np.uint64)
+        meta[0] = [im.data.ptr for im in items]
+        meta[1] = [o.data.ptr for o in outs]
+        meta[2] = [n // per for n in sizes]
+        meta_d = cp.asarray(meta)
+        grid = (max(1, min((max(sizes) // per + _BLOCK - 1) // _BLOCK, _MAX_GRID_X)),
+                min(b, _MAX_GRID_Y), 1)
+        args = (meta_d[0], meta_d[1], meta_d[2], np.int32(b)) + tuple(params(cp, b))
+        launch(get_kernel(_SRC, kernel_name), grid, (_BLOCK, 1, 1), args, stream=s,
+               name=kernel_name)
+    return out
+
+
+def brightness_contrast_cupy(images, brightness, contrast, *, contrast_center=128.0, stream=None):
+    """cupy twin of :func:`brightness_contrast_numpy` (one launch, float32 math)."""
+    import cupy as cp
+
+    def params(cp, b):
+        return (_per_sample(cp, brightness, b, cp.float32), _per_sample(cp, contrast, b, cp.float32),
+                np.float32(contrast_center))
+
+    return _launch_per_sample(cp, "brightness_contrast", images, None, "byte", params, stream)
+
+
+def hsv_cupy(images, hue, saturation, value, *, stream=None):
+    """cupy twin of :func:`hsv_numpy` (one launch; the (B, 3, 3) matrices are composed by
+    elementwise cupy ops from the per-sample parameters, host or device)."""
+    import cupy as cp
+
+    def params(cp, b):
+        m = hsv_matrices(_per_sample(cp, hue, b, cp.float64), _per_sample(cp, saturation, b, cp.float64),
+                         _per_sample(cp, value, b, cp.float64), xp=cp)
+        return (cp.ascontiguousarray(m),)
+
+    return _launch_per_sample(cp, "hsv", images, 3, "pixel", params, stream)

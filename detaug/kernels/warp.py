@@ -1,0 +1,403 @@
+"""Affine warp with antialiasing and a fused normalize / layout / dtype epilogue.
+
+Three implementations share one signature and one piece of math:
+
+* :func:`warp_numpy` -- the float64 reference twin (readable, slow);
+* :func:`warp_cv2`   -- the CPU backend's fast path (OpenCV), tested against the twin;
+* :func:`warp_cupy`  -- one CUDA launch per batch (``warp.cu``), tested against the twin.
+
+Math (DESIGN.md coordinates: an image of ``W x H`` covers ``[0, W] x [0, H]``, pixel ``(i, j)``
+has its centre at ``(j + 0.5, i + 0.5)``). ``matrices[b]`` maps INPUT coordinates to OUTPUT
+coordinates; the warp samples through its inverse. Let ``A`` be the 2x2 part of ``M`` and
+``sx = ||inv(A)[:, 0]||``, ``sy = ||inv(A)[:, 1]||`` (input pixels per output pixel step). With
+``antialias`` the taps per axis are ``nx = clamp(ceil(sx - 1e-3), 1, max_taps)`` (``ny`` alike),
+otherwise ``nx = ny = 1``. Output pixel ``(i, j)`` is the mean over ``a < nx, b < ny`` of the
+bilinear sample at the input point ``inv(M) @ (j + (a + 0.5) / nx, i + (b + 0.5) / ny, 1)``:
+with ``u = x - 0.5, v = y - 0.5`` the four taps are ``floor(u) + {0, 1}`` x ``floor(v) + {0, 1}``
+with the usual bilinear weights, and a tap outside the image takes ``fill`` (edges blend
+towards fill over half a pixel, as OpenCV's ``BORDER_CONSTANT``). Then, per channel,
+``out = (value - mean[c]) / std[c]`` when normalizing; a ``uint8`` output is
+``clip(floor(value + 0.5), 0, 255)`` (no normalize allowed with ``uint8``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+_OUT_DTYPES = (np.dtype(np.uint8), np.dtype(np.float32), np.dtype(np.float16))
+_LAYOUTS = ("HWC", "CHW")
+_BLOCK = 256
+
+
+# --------------------------------------------------------------------------- host preparation
+class _Spec:
+    """Validated, per-sample arrays shared by the three implementations."""
+
+    __slots__ = ("images", "B", "C", "inv", "taps", "out_sizes", "fill", "mean", "std",
+                 "out_dtype", "layout")
+
+
+def _per_sample_channels(value, B, C, name, default=None):
+    """Broadcast a scalar, ``(C,)`` or ``(B, C)`` argument to a ``(B, C)`` float64 array."""
+    if value is None:
+        if default is None:
+            return None
+        value = default
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.ndim == 0 or arr.shape == (C,) or arr.shape == (1,):
+        return np.broadcast_to(arr, (B, C)).copy()
+    if arr.shape == (B, C):
+        return arr.copy()
+    raise ValueError(f"{name} must be a scalar, shape ({C},) or ({B}, {C}); got {arr.shape}")
+
+
+def _as_image_list(images):
+    if hasattr(images, "ndim") and not isinstance(images, (list, tuple)):
+        if images.ndim != 4:
+            raise ValueError(f"a dense image batch must be (B, H, W, C); got {images.shape}")
+        return [images[b] for b in range(images.shape[0])]
+    return list(images)
+
+
+def taps_for(inv: np.ndarray, antialias: bool, max_taps: int) -> np.ndarray:
+    """Supersampling taps ``(nx, ny)`` per sample from the inverse matrices ``(B, 3, 3)``."""
+    B = inv.shape[0]
+    if not antialias:
+        return np.ones((B, 2), dtype=np.int64)
+    s = np.hypot(inv[:, 0, :2], inv[:, 1, :2])  # (B, 2): norms of inv(A)'s columns 0 and 1
+    return np.clip(np.ceil(s - 1e-3), 1, max_taps).astype(np.int64)
+
+
+def _prepare(images, matrices, out_sizes, fill, antialias, max_taps, mean, std, out_dtype,
+             layout) -> _Spec:
+    imgs = _as_image_list(images)
+    B = len(imgs)
+    C = None
+    for b, img in enumerate(imgs):
+        if img.ndim != 3 or img.shape[2] not in (1, 3) or img.shape[0] < 1 or img.shape[1] < 1:
+            raise ValueError(f"image {b} must be HxWxC with C in (1, 3), H, W >= 1; got {img.shape}")
+        if img.dtype != np.uint8:
+            raise TypeError(f"image {b} must be uint8; got {img.dtype}")
+        if C is not None and img.shape[2] != C:
+            raise ValueError(f"all images must have the same channel count; image {b} has "
+                             f"{img.shape[2]}, image 0 has {C}")
+        C = img.shape[2]
+    C = C or 1
+    mats = np.asarray(matrices, dtype=np.float64).reshape(-1, 3, 3) if B else np.zeros((0, 3, 3))
+    if mats.shape != (B, 3, 3):
+        raise ValueError(f"matrices must be ({B}, 3, 3); got {np.shape(matrices)}")
+    if not np.all(np.isfinite(mats)) or not np.allclose(mats[:, 2], [0.0, 0.0, 1.0], atol=1e-12):
+        raise ValueError("matrices must be finite affine 3x3 matrices (last row [0, 0, 1])")
+    det = mats[:, 0, 0] * mats[:, 1, 1] - mats[:, 0, 1] * mats[:, 1, 0]
+    if np.any(np.abs(det) < 1e-12):
+        raise ValueError(f"singular matrix for samples {np.nonzero(np.abs(det) < 1e-12)[0].tolist()}")
+    sizes = np.asarray(out_sizes, dtype=np.int64).reshape(-1, 2) if B else np.zeros((0, 2), np.int64)
+    if sizes.shape != (B, 2) or np.any(sizes < 1):
+        raise ValueError(f"out_sizes must be ({B}, 2) positive (H_out, W_out); got {np.shape(out_sizes)}")
+    if int(max_taps) < 1:
+        raise ValueError("max_taps must be >= 1")
+    out_dtype = np.dtype(out_dtype)
+    if out_dtype not in _OUT_DTYPES:
+        raise TypeError(f"out_dtype must be uint8, float32 or float16; got {out_dtype}")
+    if layout not in _LAYOUTS:
+        raise ValueError(f"layout must be 'HWC' or 'CHW'; got {layout!r}")
+    if out_dtype == np.uint8 and (mean is not None or std is not None):
+        raise ValueError("normalize (mean/std) needs a float out_dtype, not uint8")
+
+    spec = _Spec()
+    spec.images, spec.B, spec.C = imgs, B, C
+    spec.inv = np.linalg.inv(mats) if B else mats.copy()
+    spec.inv[:, 2] = (0.0, 0.0, 1.0)
+    spec.taps = taps_for(spec.inv, antialias, int(max_taps))
+    spec.out_sizes = sizes
+    spec.fill = _per_sample_channels(fill, B, C, "fill")
+    normalize = mean is not None or std is not None
+    spec.mean = _per_sample_channels(mean, B, C, "mean", default=0.0) if normalize else None
+    spec.std = _per_sample_channels(std, B, C, "std", default=1.0) if normalize else None
+    if normalize and np.any(spec.std == 0):
+        raise ValueError("std must be non-zero")
+    spec.out_dtype, spec.layout = out_dtype, layout
+    return spec
+
+
+def _out_shape(spec: _Spec, b: int) -> tuple:
+    h, w = (int(s) for s in spec.out_sizes[b])
+    return (h, w, spec.C) if spec.layout == "HWC" else (spec.C, h, w)
+
+
+def _is_dense(spec: _Spec) -> bool:
+    return spec.B > 0 and bool(np.all(spec.out_sizes == spec.out_sizes[0]))
+
+
+def _allocate_numpy(spec: _Spec):
+    """Dense ``(B, ...)`` buffer when all output sizes agree, else a list of arrays."""
+    if _is_dense(spec):
+        return np.empty((spec.B,) + _out_shape(spec, 0), dtype=spec.out_dtype)
+    return [np.empty(_out_shape(spec, b), dtype=spec.out_dtype) for b in range(spec.B)]
+
+
+def _finish(value: np.ndarray, spec: _Spec, b: int) -> np.ndarray:
+    """Epilogue on a float HWC ``value``: normalize, round/cast, layout."""
+    if spec.mean is not None:
+        value = (value - spec.mean[b]) / spec.std[b]
+    if spec.out_dtype == np.uint8:
+        value = np.clip(np.floor(value + 0.5), 0, 255)
+    if spec.layout == "CHW":
+        value = value.transpose(2, 0, 1)
+    return value.astype(spec.out_dtype)
+
+
+# --------------------------------------------------------------------------- NumPy twin
+def _bilinear(img: np.ndarray, fill: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Bilinear samples of ``img`` (H, W, C float64) at continuous points ``x, y`` (any shape);
+    taps outside the image take ``fill`` (C,)."""
+    H, W = img.shape[:2]
+    u, v = x - 0.5, y - 0.5
+    u0, v0 = np.floor(u), np.floor(v)
+    fu, fv = u - u0, v - v0
+    out = np.zeros(x.shape + (img.shape[2],))
+    for dv, wv in ((0, 1.0 - fv), (1, fv)):
+        for du, wu in ((0, 1.0 - fu), (1, fu)):
+            xi, yi = u0 + du, v0 + dv
+            inside = (xi >= 0) & (xi < W) & (yi >= 0) & (yi < H)
+            # clip as float before the int cast: far-away points must not overflow
+            xc = np.clip(xi, 0, W - 1).astype(np.intp)
+            yc = np.clip(yi, 0, H - 1).astype(np.intp)
+            tap = np.where(inside[..., None], img[yc, xc], fill)
+            out += (wu * wv)[..., None] * tap
+    return out
+
+
+def _warp_one_numpy(img, inv, nx, ny, out_hw, fill) -> np.ndarray:
+    h, w = out_hw
+    src = img.astype(np.float64)
+    jj, ii = np.meshgrid(np.arange(w, dtype=np.float64), np.arange(h, dtype=np.float64))
+    acc = np.zeros((h, w, img.shape[2]))
+    for b in range(ny):
+        oy = ii + (b + 0.5) / ny
+        for a in range(nx):
+            ox = jj + (a + 0.5) / nx
+            x = inv[0, 0] * ox + inv[0, 1] * oy + inv[0, 2]
+            y = inv[1, 0] * ox + inv[1, 1] * oy + inv[1, 2]
+            acc += _bilinear(src, fill, x, y)
+    return acc / (nx * ny)
+
+
+def warp_numpy(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=8,
+               mean=None, std=None, out_dtype=np.uint8, layout="HWC"):
+    """Reference twin of the warp (float64 throughout, then the epilogue).
+
+    Args:
+        images: list of B uint8 ``(H, W, C)`` arrays (sizes may differ, C in 1, 3) or one
+            dense ``(B, H, W, C)`` array.
+        matrices: ``(B, 3, 3)`` affine matrices mapping input to output coordinates.
+        out_sizes: ``(B, 2)`` ``(H_out, W_out)``.
+        fill: scalar, ``(C,)`` or ``(B, C)`` in input pixel units (before normalize).
+        antialias, max_taps: supersampling where the warp shrinks (see module docstring).
+        mean, std: optional scalar, ``(C,)`` or ``(B, C)``; ``out = (value - mean) / std``.
+        out_dtype: uint8 (round half up, clamp; no normalize), float32 or float16.
+        layout: "HWC" or "CHW".
+
+    Returns:
+        One dense ``(B, H, W, C)`` / ``(B, C, H, W)`` array when all output sizes are equal,
+        else a list of B arrays; ``[]`` for B = 0.
+    """
+    spec = _prepare(images, matrices, out_sizes, fill, antialias, max_taps, mean, std,
+                    out_dtype, layout)
+    out = _allocate_numpy(spec)
+    for b in range(spec.B):
+        value = _warp_one_numpy(spec.images[b], spec.inv[b], int(spec.taps[b, 0]),
+                                int(spec.taps[b, 1]), spec.out_sizes[b], spec.fill[b])
+        out[b][...] = _finish(value, spec, b)
+    return out
+
+
+# --------------------------------------------------------------------------- OpenCV path
+def _index_inverse(inv: np.ndarray, nx: int, ny: int) -> np.ndarray:
+    """Inverse map in OpenCV's pixel-index coordinates (centres at integers) for the
+    supersampled ``(ny * H, nx * W)`` grid: ``T(-0.5) @ inv(diag(nx, ny, 1) @ M) @ T(+0.5)``."""
+    t_minus = np.array([[1.0, 0, -0.5], [0, 1.0, -0.5], [0, 0, 1.0]])
+    t_plus = np.array([[1.0, 0, 0.5], [0, 1.0, 0.5], [0, 0, 1.0]])
+    big_inv = inv @ np.diag([1.0 / nx, 1.0 / ny, 1.0])
+    return t_minus @ big_inv @ t_plus
+
+
+def _put(target: np.ndarray, result: np.ndarray) -> None:
+    """Finish an OpenCV call made with ``dst=target``: OpenCV writes in place when ``target``
+    fits, else it returns a new array, which is copied (and cast) here."""
+    if result.ctypes.data != target.ctypes.data:
+        np.copyto(target, result.reshape(target.shape), casting="unsafe")
+
+
+def _cv2_one(cv2, img, inv, nx, ny, out_hw, fill, mean, std, out_dtype, layout, dst):
+    """Warp one sample into ``dst`` (its final layout and dtype). Large intermediates are
+    avoided where OpenCV can write into ``dst`` directly (fresh pages are slow to fault in)."""
+    h, w = (int(s) for s in out_hw)
+    C = img.shape[2]
+    # OpenCV saturates borderValue to the image depth: a fill that uint8 cannot hold exactly
+    # is warped in float32 instead (slower, rare).
+    exact_fill = all(float(f).is_integer() and 0 <= f <= 255 for f in fill)
+    src = img if exact_fill else img.astype(np.float32)
+    shrink = nx * ny > 1
+    direct = out_dtype == np.uint8 and layout == "HWC" and exact_fill and not shrink
+    kwargs = dict(flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_CONSTANT,
+                  borderValue=tuple(float(f) for f in fill) + (0.0,) * (4 - C))
+    if direct:
+        target = dst[:, :, 0] if C == 1 else dst
+        _put(target, cv2.warpAffine(src[:, :, 0] if C == 1 else src,
+                                    _index_inverse(inv, nx, ny)[:2], (w, h), dst=target, **kwargs))
+        return
+    big = cv2.warpAffine(src[:, :, 0] if C == 1 else src, _index_inverse(inv, nx, ny)[:2],
+                         (nx * w, ny * h), **kwargs)
+    if layout == "HWC":
+        _cv2_epilogue(cv2, big, (w, h), shrink, mean, std, out_dtype,
+                      dst[:, :, 0] if C == 1 else dst)
+    else:
+        for c, plane in enumerate(cv2.split(big) if C > 1 else [big]):
+            _cv2_epilogue(cv2, plane, (w, h), shrink, None if mean is None else mean[c:c + 1],
+                          None if std is None else std[c:c + 1], out_dtype, dst[c])
+
+
+def _cv2_epilogue(cv2, big, wh, shrink, mean, std, out_dtype, target):
+    """``big``: the supersampled grid as OpenCV returns it ((H, W) or (H, W, c), uint8 or
+    float32) -> block mean, normalize, cast, written into ``target`` (same channels)."""
+    c = 1 if big.ndim == 2 else big.shape[2]
+    if out_dtype == np.uint8:
+        if shrink:  # INTER_AREA with integer factors is the exact block mean
+            big = cv2.resize(big, wh, interpolation=cv2.INTER_AREA)
+        if big.dtype != np.uint8:
+            big = np.clip(np.floor(big + 0.5), 0, 255)
+        _put(target, big)
+        return
+    m = np.zeros(c) if mean is None else mean
+    s = np.ones(c) if std is None else std
+    if big.dtype == np.uint8:
+        # normalize through a lookup table: float64 math, one rounding, and fast
+        lut = (np.arange(256, dtype=np.float64)[:, None] - m) / s
+        lut = lut.reshape(256, 1, c) if c > 1 else lut
+        if not shrink and out_dtype == np.float16:
+            # cv2.LUT has no float16 table: copy the half bits through a uint16 table
+            lut16 = lut.astype(np.float16).view(np.uint16)
+            _put(target.view(np.uint16), cv2.LUT(big, lut16, dst=target.view(np.uint16)))
+            return
+        lut = lut.astype(np.float32)
+        final = out_dtype == np.float32 and not shrink
+        val = cv2.LUT(big, lut, dst=target) if final else cv2.LUT(big, lut)
+    else:
+        val = (big - m.astype(np.float32)) * (1.0 / s).astype(np.float32)
+    if shrink:  # normalize is affine per channel, so it commutes with the block mean
+        if out_dtype == np.float32:
+            val = cv2.resize(val, wh, dst=target, interpolation=cv2.INTER_AREA)
+        else:
+            val = cv2.resize(val, wh, interpolation=cv2.INTER_AREA)
+    _put(target, val)
+
+
+def warp_cv2(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=8,
+             mean=None, std=None, out_dtype=np.uint8, layout="HWC"):
+    """OpenCV implementation of :func:`warp_numpy` (same arguments and returns).
+
+    Per sample: ``cv2.warpAffine`` (bilinear, ``BORDER_CONSTANT``) onto the supersampled
+    ``(ny * H, nx * W)`` grid, whose pixel centres are exactly the twin's tap positions, then
+    ``cv2.resize(INTER_AREA)`` (exact block mean for integer factors), then the epilogue.
+    OpenCV quantises sub-pixel positions to 1/32 px and uses 15-bit fixed-point weights for
+    uint8, and rounds the supersampled grid to uint8, so results differ from the twin by up to a
+    few grey levels at sharp edges (tests/test_warp.py states the tolerances); constant images
+    and integer-coordinate maps (identity, flips, 90-degree turns, crops) are exact.
+    """
+    import cv2
+
+    spec = _prepare(images, matrices, out_sizes, fill, antialias, max_taps, mean, std,
+                    out_dtype, layout)
+    out = _allocate_numpy(spec)
+    for b in range(spec.B):
+        _cv2_one(cv2, spec.images[b], spec.inv[b], int(spec.taps[b, 0]), int(spec.taps[b, 1]),
+                 spec.out_sizes[b], spec.fill[b],
+                 None if spec.mean is None else spec.mean[b],
+                 None if spec.std is None else spec.std[b], spec.out_dtype, spec.layout, out[b])
+    return out
+
+
+# --------------------------------------------------------------------------- CUDA path
+_KERNEL_DTYPE = {np.dtype(np.uint8): "u8", np.dtype(np.float32): "f32", np.dtype(np.float16): "f16"}
+_META_INTS = 8  # in_h, in_w, in_pitch, out_h, out_w, nx, ny, out_offset
+
+
+def _device_inputs(cp, images):
+    """Contiguous uint8 device images and their data pointers (dense batches stay one array)."""
+    if hasattr(images, "ndim") and not isinstance(images, (list, tuple)):
+        dense = cp.ascontiguousarray(images)
+        stride = dense.strides[0]
+        ptrs = [dense.data.ptr + b * stride for b in range(dense.shape[0])]
+        return [dense], ptrs
+    keep = [cp.ascontiguousarray(img) for img in images]
+    return keep, [img.data.ptr for img in keep]
+
+
+def launch_plan(spec: _Spec) -> dict:
+    """Host-side metadata of the CUDA launch (see warp.cu's header for the layout): everything
+    but the input pointers. Kept apart from :func:`warp_cupy` so that tests can run the kernel's
+    source on the CPU with the very same metadata."""
+    B, C = spec.B, spec.C
+    npix = spec.out_sizes[:, 0] * spec.out_sizes[:, 1]
+    if int(npix.max()) * C >= 2**31 - 1:
+        raise ValueError("an output image is too large for 32-bit pixel indexing")
+    if B > 65535:
+        raise ValueError("warp_cupy handles at most 65535 samples per call")
+    offsets = np.zeros(B + 1, dtype=np.int64)
+    np.cumsum(npix * C, out=offsets[1:])
+    meta_i = np.empty((B, _META_INTS), dtype=np.int64)
+    meta_i[:, 0:2] = [img.shape[:2] for img in spec.images]
+    meta_i[:, 2] = meta_i[:, 1] * C  # rows of C-contiguous uint8 HWC images
+    meta_i[:, 3:5] = spec.out_sizes
+    meta_i[:, 5:7] = spec.taps
+    meta_i[:, 7] = offsets[:-1]
+    mean = spec.mean if spec.mean is not None else np.zeros((B, C))
+    std = spec.std if spec.std is not None else np.ones((B, C))
+    return dict(
+        meta_i=meta_i,
+        inv=np.ascontiguousarray(spec.inv[:, :2, :]).reshape(B, 6),
+        meta_f=np.concatenate([spec.fill, mean, std], axis=1).astype(np.float32),
+        offsets=offsets,
+        name=f"warp_{_KERNEL_DTYPE[spec.out_dtype]}_{spec.layout.lower()}_c{C}",
+        grid=((int(npix.max()) + _BLOCK - 1) // _BLOCK, B, 1),
+        block=(_BLOCK, 1, 1),
+    )
+
+
+def warp_cupy(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=8,
+              mean=None, std=None, out_dtype=np.uint8, layout="HWC", stream=None):
+    """CUDA implementation of :func:`warp_numpy`: ONE kernel launch for the whole batch.
+
+    ``images`` are cupy arrays (a list, ragged allowed, or one dense ``(B, H, W, C)``);
+    ``matrices``, ``out_sizes``, ``fill``, ``mean`` and ``std`` are host values. Per-sample
+    pointers, sizes, inverse matrices (float64), taps, output offsets and fill/mean/std are
+    uploaded as four small arrays on ``stream`` (default: the current stream); nothing is
+    copied back and nothing synchronises. A ragged result is a list of views into one flat
+    buffer. The coordinate transform is float64, weights and sums float32.
+    """
+    import cupy as cp
+
+    from .launch import get_kernel, launch
+
+    spec = _prepare(images, matrices, out_sizes, fill, antialias, max_taps, mean, std,
+                    out_dtype, layout)
+    if spec.B == 0:
+        return []
+    plan = launch_plan(spec)
+    offsets = plan["offsets"]
+    stream = stream if stream is not None else cp.cuda.get_current_stream()
+    with stream:
+        keep, ptrs = _device_inputs(cp, images)
+        args = (cp.asarray(np.asarray(ptrs, dtype=np.uint64)), cp.asarray(plan["meta_i"]),
+                cp.asarray(plan["inv"]), cp.asarray(plan["meta_f"]))
+        flat = cp.empty(int(offsets[-1]), dtype=spec.out_dtype)
+        out_arg = flat.view(cp.uint16) if spec.out_dtype == np.float16 else flat
+        launch(get_kernel("warp.cu", plan["name"]), plan["grid"], plan["block"], args + (out_arg,),
+               stream=stream, name=plan["name"])
+        # `keep` and the metadata may be freed now: cupy's pool hands memory out again in
+        # stream order, after this launch has read it.
+        del keep, args
+        if _is_dense(spec):
+            return flat.reshape((spec.B,) + _out_shape(spec, 0))
+        return [flat[offsets[b]:offsets[b + 1]].reshape(_out_shape(spec, b))
+                for b in range(spec.B)]

@@ -1,0 +1,104 @@
+"""Box post-processing: clip and prune (one fused kernel with the pending transform), format
+conversion at the edge, and padding to a dense (B, M, 4) tensor with counts."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from .. import backend
+from ..batch import BoxBatch
+from .registry import register
+
+BOX = dict(devices=("cpu", "gpu"), inputs=(1, 1), kind="box")
+
+
+def _boxes(op, v) -> BoxBatch:
+    if not isinstance(v, BoxBatch):
+        raise TypeError(f"{op.name}: takes boxes (a BoxBatch from a reader), got {type(v).__name__}")
+    return v
+
+
+@register("prune_boxes", **BOX, args={"clip": True, "min_size": 0.0, "min_area": 0.0,
+                                      "min_visibility": 0.0},
+          aliases=("bbox_prune",), output_spec="BoxBatch, dropped boxes (and fields) masked out",
+          doc="clip boxes to the canvas; drop boxes under min_size (w or h), min_area, or whose "
+              "visible fraction after clipping is under min_visibility; fields follow")
+def prune_boxes(ctx, op, inputs, args):
+    return _boxes(op, inputs[0]).materialize(ctx, clip=bool(args["clip"]),
+                                             min_size=float(args["min_size"]),
+                                             min_area=float(args["min_area"]),
+                                             min_visibility=float(args["min_visibility"]))
+
+
+@register("clip_boxes", **BOX, output_spec="BoxBatch clipped to the canvas; empty boxes dropped",
+          doc="clip boxes to [0, W] x [0, H]; boxes left with no area are dropped")
+def clip_boxes(ctx, op, inputs, args):
+    return _boxes(op, inputs[0]).materialize(ctx, clip=True)
+
+
+def convert_format(xp, boxes, canvas_per_box, fmt, normalized):
+    """xyxy -> fmt ('xyxy', 'xywh', 'cxcywh'), optionally divided by the canvas (W, H)."""
+    x0, y0, x1, y1 = (boxes[:, i] for i in range(4))
+    if fmt == "xyxy":
+        out = xp.stack([x0, y0, x1, y1], 1)
+    elif fmt == "xywh":
+        out = xp.stack([x0, y0, x1 - x0, y1 - y0], 1)
+    elif fmt == "cxcywh":
+        out = xp.stack([(x0 + x1) / 2, (y0 + y1) / 2, x1 - x0, y1 - y0], 1)
+    else:
+        raise ValueError(f"unknown box format {fmt!r}: expected xyxy, xywh or cxcywh")
+    if normalized:
+        wh = canvas_per_box[:, ::-1]
+        out = out / xp.concatenate([wh, wh], 1)
+    return out.astype(xp.float32)
+
+
+@register("box_convert", **BOX, args={"fmt": "xyxy", "normalized": False},
+          output_spec="BoxBatch in the given format (geometric ops refuse it afterwards)",
+          doc="convert boxes to xyxy / xywh / cxcywh, absolute or normalised to [0, 1]")
+def box_convert(ctx, op, inputs, args):
+    b = _boxes(op, inputs[0]).materialize(ctx)
+    xp = backend.xp_for(b.device)
+    per_box = np.repeat(b.canvas.astype(np.float32), np.diff(b.offsets), axis=0)
+    out = convert_format(xp, b.boxes, xp.asarray(per_box), args["fmt"], args["normalized"])
+    tag = args["fmt"] + ("_norm" if args["normalized"] else "")
+    host = None
+    if b.host is not None:
+        host = b.host.replace(boxes=convert_format(np, b.host.boxes, per_box, args["fmt"],
+                                                   args["normalized"]), fmt=tag)
+    return b.replace(boxes=out, fmt=tag, host=host)
+
+
+class PaddedBoxes(dict):
+    """Dense boxes: 'boxes' (B, M, 4) float32, 'labels' (B, M) and every field (B, M), padded
+    with ``fill`` / -1, plus 'counts' (B,) int32 of real boxes per sample. On the device where
+    the pipeline runs on the GPU."""
+
+
+@register("pad_boxes", **BOX, args={"max_boxes": None, "fill": 0.0},
+          output_spec="PaddedBoxes: boxes (B, M, 4), labels/fields (B, M), counts (B,)",
+          doc="pad to a fixed max_boxes, or to the batch's largest count, with counts")
+def pad_boxes(ctx, op, inputs, args):
+    b = _boxes(op, inputs[0]).materialize(ctx)
+    from ..kernels import boxes as kb
+
+    hv = b.host_view()
+    valid_h = np.ones(hv.num_boxes, bool) if hv.valid is None else np.asarray(hv.valid)
+    counts = np.add.reduceat(valid_h.astype(np.int64), hv.offsets[:-1]) if hv.num_boxes else \
+        np.zeros(b.batch_size, np.int64)
+    counts = np.where(np.diff(hv.offsets) > 0, counts, 0)
+    m = args["max_boxes"]
+    if m is None:
+        m = int(counts.max()) if len(counts) else 0
+    elif len(counts) and counts.max() > m:
+        warnings.warn(f"{op.name}: a sample has {int(counts.max())} boxes, more than max_boxes={m}; "
+                      "the first max_boxes are kept")
+    fields = {"labels": b.labels, **b.fields}
+    if b.device == "gpu":
+        boxes, fields, cnt = kb.pad_boxes_cupy(b.boxes, fields, b.valid, b.offsets, int(m),
+                                               fill=args["fill"], stream=ctx.stream)
+    else:
+        boxes, fields, cnt = kb.pad_boxes_numpy(b.boxes, fields, b.valid, b.offsets, int(m),
+                                                fill=args["fill"])
+    return PaddedBoxes(boxes=boxes, counts=cnt, **fields)

@@ -1,0 +1,152 @@
+"""Random crops that know about boxes: SSD's IoU-constrained crop and the random resized crop.
+
+Both sample all attempts' candidate windows for the whole batch in one vectorised draw, then
+pick, per sample, the first candidate that satisfies the constraint. Windows are integer pixel
+rectangles, so the crop moves pixels exactly and the boxes follow the same matrix.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import geometry as G
+from .geometry import GEO, apply_geometry, pair
+from .registry import register
+
+
+def window_iou(windows: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    """(T, N) IoU of candidate windows (T, 4) against boxes (N, 4), xyxy, float64."""
+    ix0 = np.maximum(windows[:, None, 0], boxes[None, :, 0])
+    iy0 = np.maximum(windows[:, None, 1], boxes[None, :, 1])
+    ix1 = np.minimum(windows[:, None, 2], boxes[None, :, 2])
+    iy1 = np.minimum(windows[:, None, 3], boxes[None, :, 3])
+    inter = np.clip(ix1 - ix0, 0, None) * np.clip(iy1 - iy0, 0, None)
+    aw = (windows[:, 2] - windows[:, 0]) * (windows[:, 3] - windows[:, 1])
+    ab = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    union = aw[:, None] + ab[None, :] - inter
+    return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
+
+
+def iou_crop_windows(u, sizes, boxes, offsets, valid, thresholds, allow_no_crop, scale, aspect):
+    """Choose SSD crops (torchvision's RandomIoUCrop rule) for a batch.
+
+    Args:
+        u: (B, 1 + 4T) uniforms: option choice, then per attempt (w, h, x, y).
+        sizes: (B, 2) (H, W); boxes: (N, 4) current boxes; offsets (B + 1,); valid (N,) bool.
+    Returns:
+        windows (B, 4) int [x0, y0, x1, y1] (the full image where no crop is taken) and keep
+        (N,) bool: boxes whose centre lies inside the chosen window.
+
+    A candidate of width W*sw and height H*sh (sw, sh uniform in ``scale``) with aspect ratio
+    w/h in ``aspect`` is accepted when at least one valid box has its centre inside it and the
+    largest IoU of those boxes with it is >= the sample's threshold. With no valid box, the first
+    candidate of allowed aspect is taken. If no attempt succeeds the image is not cropped.
+    """
+    b = len(sizes)
+    n_attempts = (u.shape[1] - 1) // 4
+    options = list(thresholds) + ([None] if allow_no_crop else [])
+    choice = np.minimum((u[:, 0] * len(options)).astype(int), len(options) - 1)
+    h, w = sizes[:, 0].astype(np.float64), sizes[:, 1].astype(np.float64)
+    a = u[:, 1:].reshape(b, n_attempts, 4)
+    lo, hi = scale
+    cw = np.maximum(np.round(w[:, None] * (lo + (hi - lo) * a[..., 0])), 1)
+    ch = np.maximum(np.round(h[:, None] * (lo + (hi - lo) * a[..., 1])), 1)
+    x0 = np.floor(a[..., 2] * (w[:, None] - cw + 1)).clip(0, None)
+    y0 = np.floor(a[..., 3] * (h[:, None] - ch + 1)).clip(0, None)
+    cand = np.stack([x0, y0, x0 + cw, y0 + ch], -1)
+    ar_ok = (cw / ch >= aspect[0]) & (cw / ch <= aspect[1])
+    windows = np.stack([np.zeros(b), np.zeros(b), w, h], -1)
+    keep = np.ones(len(boxes), bool)
+    for s in range(b):
+        thr = options[choice[s]]
+        if thr is None:
+            continue
+        lo_, hi_ = offsets[s], offsets[s + 1]
+        bx = boxes[lo_:hi_][valid[lo_:hi_]]
+        cx, cy = (bx[:, 0] + bx[:, 2]) / 2, (bx[:, 1] + bx[:, 3]) / 2
+        c = cand[s]
+        inside = ((cx[None] > c[:, None, 0]) & (cx[None] < c[:, None, 2]) &
+                  (cy[None] > c[:, None, 1]) & (cy[None] < c[:, None, 3]))
+        if len(bx):
+            iou = np.where(inside, window_iou(c, bx), -1.0)
+            ok = ar_ok[s] & inside.any(1) & (iou.max(1) >= thr)
+        else:
+            ok = ar_ok[s]
+        hit = np.flatnonzero(ok)
+        if len(hit):
+            windows[s] = c[hit[0]]
+            allc = (boxes[lo_:hi_, 0] + boxes[lo_:hi_, 2]) / 2, (boxes[lo_:hi_, 1] + boxes[lo_:hi_, 3]) / 2
+            win = windows[s]
+            keep[lo_:hi_] = ((allc[0] > win[0]) & (allc[0] < win[2]) &
+                             (allc[1] > win[1]) & (allc[1] < win[3]))
+    return windows, keep
+
+
+@register("random_iou_crop", **GEO,
+          args={"thresholds": (0.1, 0.3, 0.5, 0.7, 0.9), "allow_no_crop": True,
+                "scaling": (0.3, 1.0), "aspect_ratio": (0.5, 2.0), "num_attempts": 50},
+          aliases=("random_bbox_crop",),
+          doc="SSD crop: a window whose IoU with some box is >= a threshold drawn per sample; "
+              "boxes whose centre leaves the window are dropped (with their fields)")
+def random_iou_crop(ctx, op, inputs, args):
+    def plan(sizes, boxes):
+        b = len(sizes)
+        u = ctx.rng(op).uniform(1 + 4 * int(args["num_attempts"]))
+        if boxes is not None:
+            cur, valid = boxes.current_host_boxes()
+            offsets = boxes.offsets
+        else:
+            cur, valid, offsets = np.zeros((0, 4)), np.zeros(0, bool), np.zeros(b + 1, np.int64)
+        win, keep = iou_crop_windows(u, sizes, cur, offsets, valid, args["thresholds"],
+                                     args["allow_no_crop"], pair(args["scaling"], "scaling"),
+                                     pair(args["aspect_ratio"], "aspect_ratio"))
+        out = np.stack([win[:, 3] - win[:, 1], win[:, 2] - win[:, 0]], -1)
+        return G.translate(-win[:, 0], -win[:, 1]), out, keep if boxes is not None else None
+
+    return apply_geometry(ctx, op, inputs, plan)
+
+
+def resized_crop_windows(u, sizes, scale, ratio):
+    """torchvision's RandomResizedCrop window, vectorised over attempts; central crop fallback.
+    u: (B, 4T) uniforms (area fraction, log-ratio, x, y per attempt)."""
+    b = len(sizes)
+    t = u.shape[1] // 4
+    h, w = sizes[:, 0].astype(np.float64), sizes[:, 1].astype(np.float64)
+    a = u.reshape(b, t, 4)
+    area = (h * w)[:, None] * (scale[0] + (scale[1] - scale[0]) * a[..., 0])
+    logr = np.log(ratio[0]) + (np.log(ratio[1]) - np.log(ratio[0])) * a[..., 1]
+    r = np.exp(logr)
+    cw = np.round(np.sqrt(area * r))
+    ch = np.round(np.sqrt(area / r))
+    ok = (cw > 0) & (ch > 0) & (cw <= w[:, None]) & (ch <= h[:, None])
+    first = np.where(ok.any(1), ok.argmax(1), -1)
+    # fallback: central crop with the ratio clamped into range
+    in_r = w / h
+    fw = np.where(in_r < ratio[0], w, np.where(in_r > ratio[1], np.round(h * ratio[1]), w))
+    fh = np.where(in_r < ratio[0], np.round(w / ratio[0]), h)
+    idx = np.arange(b)
+    sel = np.maximum(first, 0)
+    cw_s = np.where(first >= 0, cw[idx, sel], fw)
+    ch_s = np.where(first >= 0, ch[idx, sel], fh)
+    x0 = np.where(first >= 0, np.floor(a[idx, sel, 2] * (w - cw_s + 1)).clip(0, None), np.floor((w - cw_s) / 2))
+    y0 = np.where(first >= 0, np.floor(a[idx, sel, 3] * (h - ch_s + 1)).clip(0, None), np.floor((h - ch_s) / 2))
+    return np.stack([x0, y0, x0 + cw_s, y0 + ch_s], -1)
+
+
+@register("random_resized_crop", **GEO,
+          args={"size": None, "random_area": (0.08, 1.0), "random_aspect_ratio": (3 / 4, 4 / 3),
+                "num_attempts": 10, "antialias": True},
+          doc="Inception-style crop (area and aspect ranges) resized to size=(h, w); boxes follow")
+def random_resized_crop(ctx, op, inputs, args):
+    if args["size"] is None:
+        raise ValueError(f"{op.name}: random_resized_crop needs size=(h, w)")
+    oh, ow = pair(args["size"], "size")
+
+    def plan(sizes, boxes):
+        u = ctx.rng(op).uniform(4 * int(args["num_attempts"]))
+        win = resized_crop_windows(u, sizes, pair(args["random_area"], "random_area"),
+                                   pair(args["random_aspect_ratio"], "random_aspect_ratio"))
+        cw, ch = win[:, 2] - win[:, 0], win[:, 3] - win[:, 1]
+        m = G.scale(ow / cw, oh / ch) @ G.translate(-win[:, 0], -win[:, 1])
+        return m, np.tile([oh, ow], (len(sizes), 1)), None
+
+    return apply_geometry(ctx, op, inputs, plan)

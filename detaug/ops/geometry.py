@@ -1,0 +1,233 @@
+"""Geometric ops. Each one only plans: it computes a per-sample matrix (input -> output
+continuous coordinates) and output size on the host, and composes them into the batch's pending
+chain; the image is warped and the boxes transformed once, where the chain ends (batch.py)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import geometry as G
+from ..batch import BoxBatch, ImageBatch
+from .registry import register
+
+GEO = dict(devices=("cpu", "gpu"), inputs=(1, 2), kind="geometric",
+           outputs=lambda n, a: n,
+           output_spec="same inputs: images (uint8 HWC, new sizes) and boxes (xyxy, same fields)")
+
+
+def per_sample(value, b, dtype=np.float64):
+    """A scalar or per-sample argument as a (B,) array."""
+    a = np.asarray(value, dtype=dtype)
+    return np.broadcast_to(a.reshape(-1) if a.ndim else a, (b,)).copy()
+
+
+def pair(value, name):
+    """(a, b) from a scalar or a 2-sequence."""
+    if np.ndim(value) == 0:
+        return float(value), float(value)
+    v = tuple(float(x) for x in value)
+    if len(v) != 2:
+        raise ValueError(f"{name} must be a number or a pair, got {value!r}")
+    return v
+
+
+def apply_geometry(ctx, op, inputs, plan, fill=None, box_mode=None):
+    """Shared body of every geometric op.
+
+    ``plan(sizes (B, 2) int (H, W), boxes: BoxBatch | None) -> (matrices (B, 3, 3),
+    out_sizes (B, 2), keep: host bool mask over the boxes or None)``.
+    Inputs: (images[, boxes]) or (boxes,) alone (then the boxes' canvas gives the sizes).
+    """
+    images = next((i for i in inputs if isinstance(i, ImageBatch)), None)
+    boxes = next((i for i in inputs if isinstance(i, BoxBatch)), None)
+    if images is None and boxes is None or len(inputs) != (images is not None) + (boxes is not None):
+        raise TypeError(f"{op.name}: takes (images), (images, boxes) or (boxes); got "
+                        f"{[type(i).__name__ for i in inputs]}")
+    sizes = images.sizes() if images is not None else boxes.canvas
+    if boxes is not None and images is not None and len(boxes.canvas) != len(sizes):
+        raise ValueError(f"{op.name}: {len(sizes)} images but boxes for {len(boxes.canvas)}")
+    m, out_sizes, keep = plan(np.asarray(sizes, np.int64), boxes)
+    out_sizes = np.maximum(np.asarray(out_sizes, np.int64).reshape(-1, 2), 1)
+    outs = []
+    for v in inputs:
+        if isinstance(v, ImageBatch):
+            f = None if fill is None else np.broadcast_to(
+                np.asarray(fill, np.float64).reshape(len(sizes), -1) if np.ndim(fill) == 2
+                else np.asarray(fill, np.float64), (len(sizes), v.channels))
+            outs.append(v.with_geometry(v.pending().then(m, out_sizes, f)))
+        else:
+            b = v.with_geometry(v.pending().then(m, out_sizes, box_mode=box_mode))
+            outs.append(b.drop(keep) if keep is not None else b)
+    return tuple(outs)
+
+
+# ---- flip -------------------------------------------------------------------------------------
+@register("flip", **GEO, args={"horizontal": 1, "vertical": 0},
+          per_sample=("horizontal", "vertical"), aliases=("bb_flip",),
+          doc="mirror horizontally and/or vertically, per sample (x -> W - x)")
+def flip(ctx, op, inputs, args):
+    def plan(sizes, boxes):
+        b = len(sizes)
+        return (G.flip(sizes[:, 1], sizes[:, 0], per_sample(args["horizontal"], b),
+                       per_sample(args["vertical"], b)), sizes, None)
+
+    return apply_geometry(ctx, op, inputs, plan)
+
+
+# ---- crop -------------------------------------------------------------------------------------
+def _crop_size(args, sizes):
+    b = len(sizes)
+    if args.get("crop") is not None:
+        ch, cw = pair(args["crop"], "crop")
+        return per_sample(ch, b), per_sample(cw, b)
+    ch = args.get("crop_h") or sizes[:, 0]
+    cw = args.get("crop_w") or sizes[:, 1]
+    return per_sample(ch, b), per_sample(cw, b)
+
+
+def crop_plan(args, sizes):
+    """Integer crop windows: anchor = round(pos * (in - crop)) (DALI's crop_pos_x/y), so that a
+    crop moves pixels exactly; a window reaching past the image is filled with ``fill``."""
+    b = len(sizes)
+    if args.get("window") is not None:
+        w = np.asarray(args["window"], np.float64).reshape(-1, 4)
+        w = np.broadcast_to(w, (b, 4))
+        x0, y0 = np.round(w[:, 0]), np.round(w[:, 1])
+        cw, ch = np.round(w[:, 2]) - x0, np.round(w[:, 3]) - y0
+    else:
+        ch, cw = (np.round(v) for v in _crop_size(args, sizes))
+        px = per_sample(args.get("crop_pos_x", 0.5), b)
+        py = per_sample(args.get("crop_pos_y", 0.5), b)
+        x0 = np.round(px * (sizes[:, 1] - cw))
+        y0 = np.round(py * (sizes[:, 0] - ch))
+    cw, ch = np.maximum(cw, 1), np.maximum(ch, 1)
+    return G.translate(-x0, -y0), np.stack([ch, cw], -1)
+
+
+@register("crop", **GEO, args={"crop": None, "crop_h": None, "crop_w": None, "crop_pos_x": 0.5,
+                               "crop_pos_y": 0.5, "window": None, "fill": 0.0},
+          per_sample=("crop_pos_x", "crop_pos_y", "crop_h", "crop_w", "window"),
+          doc="crop a window: crop=(h, w) at crop_pos_x/y in [0, 1], or window=(x0, y0, x1, y1)")
+def crop(ctx, op, inputs, args):
+    def plan(sizes, boxes):
+        m, out = crop_plan(args, sizes)
+        return m, out, None
+
+    return apply_geometry(ctx, op, inputs, plan, fill=args["fill"])
+
+
+# ---- resize / letterbox -------------------------------------------------------------------------
+def resize_sizes(args, sizes):
+    """Output (H, W) per sample, rounded to integers (the matrix then scales exactly onto them)."""
+    h, w = sizes[:, 0].astype(np.float64), sizes[:, 1].astype(np.float64)
+    size, shorter, longer = args.get("size"), args.get("resize_shorter"), args.get("resize_longer")
+    rx, ry = args.get("resize_x"), args.get("resize_y")
+    if size is not None or (rx and ry):
+        oh, ow = pair(size, "size") if size is not None else (float(ry), float(rx))
+        if args.get("keep_aspect"):
+            s = np.minimum(oh / h, ow / w)
+            oh, ow = h * s, w * s
+        else:
+            oh, ow = np.full_like(h, oh), np.full_like(w, ow)
+    elif shorter or longer or rx or ry:
+        if shorter:
+            s = float(shorter) / np.minimum(h, w)
+        elif longer:
+            s = float(longer) / np.maximum(h, w)
+        else:
+            s = float(rx) / w if rx else float(ry) / h
+        if args.get("max_size"):
+            s = np.minimum(s, float(args["max_size"]) / np.maximum(h, w))
+        oh, ow = h * s, w * s
+    else:
+        raise ValueError("resize needs size=, resize_shorter=, resize_longer= or resize_x/resize_y")
+    return np.maximum(np.round(np.stack([oh, ow], -1)), 1)
+
+
+@register("resize", **GEO, args={"size": None, "resize_shorter": None, "resize_longer": None,
+                                 "resize_x": None, "resize_y": None, "max_size": None,
+                                 "keep_aspect": False, "antialias": True},
+          doc="resize to size=(h, w) (stretch, or keep_aspect), resize_shorter/longer, max_size")
+def resize(ctx, op, inputs, args):
+    def plan(sizes, boxes):
+        out = resize_sizes(args, sizes)
+        return G.scale(out[:, 1] / sizes[:, 1], out[:, 0] / sizes[:, 0]), out, None
+
+    return apply_geometry(ctx, op, inputs, plan)
+
+
+@register("letterbox", **GEO, args={"size": None, "fill": 114.0},
+          doc="fit into size=(h, w) keeping the aspect ratio, centred, padding with fill")
+def letterbox(ctx, op, inputs, args):
+    def plan(sizes, boxes):
+        oh, ow = pair(args["size"], "size")
+        inner = resize_sizes({"size": (oh, ow), "keep_aspect": True}, sizes)
+        ox = np.floor((ow - inner[:, 1]) / 2)
+        oy = np.floor((oh - inner[:, 0]) / 2)
+        m = G.translate(ox, oy) @ G.scale(inner[:, 1] / sizes[:, 1], inner[:, 0] / sizes[:, 0])
+        return m, np.tile([oh, ow], (len(sizes), 1)), None
+
+    return apply_geometry(ctx, op, inputs, plan, fill=args["fill"])
+
+
+# ---- rotate / affine ---------------------------------------------------------------------------
+def _expanded_size(linear, sizes):
+    h, w = sizes[:, 0].astype(np.float64), sizes[:, 1].astype(np.float64)
+    ow = np.abs(linear[:, 0, 0]) * w + np.abs(linear[:, 0, 1]) * h
+    oh = np.abs(linear[:, 1, 0]) * w + np.abs(linear[:, 1, 1]) * h
+    return np.maximum(np.round(np.stack([oh, ow], -1) - 1e-6), 1)
+
+
+@register("rotate", **GEO, args={"angle": 0.0, "expand": False, "fill": 0.0, "box_mode": "corners"},
+          per_sample=("angle",),
+          doc="rotate by angle degrees counter-clockwise about the centre; keep canvas (fill 0) "
+              "or expand=True; boxes: 'corners' (enclosing box) or 'ellipse'")
+def rotate(ctx, op, inputs, args):
+    if args["box_mode"] not in ("corners", "ellipse"):
+        raise ValueError(f"{op.name}: box_mode must be 'corners' or 'ellipse'")
+
+    def plan(sizes, boxes):
+        lin = G.rotation_linear(per_sample(args["angle"], len(sizes)))
+        out = _expanded_size(lin, sizes) if args["expand"] else sizes.astype(np.float64)
+        m = G.linear_about(lin, sizes[:, ::-1] / 2.0, out[:, ::-1] / 2.0)
+        return m, out, None
+
+    return apply_geometry(ctx, op, inputs, plan, fill=args["fill"], box_mode=args["box_mode"])
+
+
+@register("affine", **GEO, args={"rotate": 0.0, "scale": 1.0, "scale_y": None, "translate_x": 0.0,
+                                 "translate_y": 0.0, "shear_x": 0.0, "shear_y": 0.0, "fill": 0.0,
+                                 "box_mode": "corners"},
+          per_sample=("rotate", "scale", "scale_y", "translate_x", "translate_y", "shear_x", "shear_y"),
+          doc="about the centre: x -> T(c + t) R(rotate) S(scale) Sh(shear) T(-c) x; canvas kept")
+def affine(ctx, op, inputs, args):
+    def plan(sizes, boxes):
+        b = len(sizes)
+        sx = per_sample(args["scale"], b)
+        sy = sx if args["scale_y"] is None else per_sample(args["scale_y"], b)
+        lin = (G.rotation_linear(per_sample(args["rotate"], b))
+               @ G.scale(sx, sy)[:, :2, :2]
+               @ G.shear_linear(per_sample(args["shear_x"], b), per_sample(args["shear_y"], b)))
+        c = sizes[:, ::-1] / 2.0
+        t = np.stack([per_sample(args["translate_x"], b), per_sample(args["translate_y"], b)], -1)
+        return G.linear_about(lin, c, c + t), sizes, None
+
+    return apply_geometry(ctx, op, inputs, plan, fill=args["fill"], box_mode=args["box_mode"])
+
+
+# ---- zoom out (SSD expand / DALI paste) -----------------------------------------------------------
+@register("zoom_out", **GEO, args={"ratio": (1.0, 4.0), "probability": 0.5, "fill": 0.0},
+          aliases=("bbox_paste",),
+          doc="SSD expand: paste into a canvas ratio x larger (ratio range per sample) at a random "
+              "integer position, with probability; boxes follow")
+def zoom_out(ctx, op, inputs, args):
+    def plan(sizes, boxes):
+        rng = ctx.rng(op)
+        u = rng.uniform(4)
+        lo, hi = pair(args["ratio"], "ratio")
+        r = np.where(u[:, 0] < float(args["probability"]), lo + (hi - lo) * u[:, 1], 1.0)
+        out = np.maximum(np.round(sizes * r[:, None]), sizes)
+        x0 = np.floor(u[:, 2] * (out[:, 1] - sizes[:, 1] + 1)).clip(0, out[:, 1] - sizes[:, 1])
+        y0 = np.floor(u[:, 3] * (out[:, 0] - sizes[:, 0] + 1)).clip(0, out[:, 0] - sizes[:, 0])
+        return G.translate(x0, y0), out, None
+
+    return apply_geometry(ctx, op, inputs, plan, fill=args["fill"])

@@ -1,0 +1,230 @@
+"""Source ops: readers (COCO, VOC, file lists) and external_source, plus the implicit upload."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..batch import BoxBatch, ImageBatch, concat_boxes
+from ..executor import SampleError
+from .registry import register
+
+_SHARDING = {"random_shuffle": False, "shard_id": None, "num_shards": None}
+
+
+class EncodedBatch:
+    """File bytes of B samples, with their paths and the sizes their annotations declare."""
+
+    def __init__(self, data, paths, sizes=None):
+        self.data, self.paths = data, paths
+        self.sizes = sizes  # (B, 2) (H, W) from the annotations, 0 where unknown
+
+    def __len__(self):
+        return len(self.data)
+
+
+class _Source:
+    """Protocol of a source: ``size`` (records, or None), ``shuffle``, ``shard`` (id, count),
+    ``prepare(key)`` in submission order on the caller's thread, ``read(ctx, payload)``."""
+
+    size = None
+    shuffle = False
+
+    def __init__(self, op, pipe):
+        self.op = op
+        a = op.args
+        self.shuffle = bool(a.get("random_shuffle", False))
+        sid = a.get("shard_id")
+        ns = a.get("num_shards")
+        self.shard = (pipe.shard_id if sid is None else int(sid), pipe.num_shards if ns is None else int(ns))
+        if not 0 <= self.shard[0] < self.shard[1]:
+            raise ValueError(f"{op.name}: shard_id {self.shard[0]} not in [0, {self.shard[1]})")
+
+    def prepare(self, key):
+        return None
+
+
+def _read_bytes(path, position):
+    try:
+        with open(path, "rb") as f:
+            return np.frombuffer(f.read(), np.uint8)
+    except OSError as e:
+        raise SampleError(f"{path}: cannot read image file ({e.strerror or e})", position, path) from None
+
+
+class _DetectionReader(_Source):
+    def __init__(self, op, pipe, dataset):
+        super().__init__(op, pipe)
+        self.dataset = dataset
+        self.size = len(dataset)
+        if dataset.skipped:
+            pipe.stats.setdefault("reader_skipped", []).extend(dataset.skipped)
+
+    def read(self, ctx, payload):
+        recs = [self.dataset.records[i] for i in ctx.sample_index]
+        data = ctx.map_samples(lambda k: _read_bytes(recs[k].path, k), len(recs))
+        sizes = np.array([[r.height, r.width] for r in recs], np.int64).reshape(-1, 2)
+        boxes = concat_boxes([r.boxes for r in recs], [r.labels for r in recs],
+                             [r.fields for r in recs], sizes)
+        return EncodedBatch(data, [r.path for r in recs], sizes), boxes
+
+
+def _coco_reader(op, pipe):
+    from readers.coco import read_coco
+
+    a = op.args
+    ds = read_coco(a["annotations_file"], a["file_root"], skip_empty=a["skip_empty"],
+                   include_iscrowd=a["include_iscrowd"], size_threshold=a["size_threshold"],
+                   categories=a["categories"], keep_original_ids=a["keep_original_ids"],
+                   on_error=a["on_error"])
+    return _DetectionReader(op, pipe, ds)
+
+
+def _voc_reader(op, pipe):
+    from readers.voc import read_voc
+
+    a = op.args
+    ds = read_voc(a["root"], split=a["split"], classes=a["classes"],
+                  skip_difficult=a["skip_difficult"], on_error=a["on_error"])
+    return _DetectionReader(op, pipe, ds)
+
+
+register("readers.coco", devices=("cpu",), inputs=(0, 0), outputs=2, kind="source",
+         args={"file_root": None, "annotations_file": None, "skip_empty": False,
+               "include_iscrowd": True, "size_threshold": 0.0, "categories": None,
+               "keep_original_ids": False, "on_error": "raise", **_SHARDING},
+         output_spec="(encoded bytes, BoxBatch with labels + iscrowd/annotation_id)",
+         doc="COCO instances JSON (pycocotools): encoded images and their boxes")(_coco_reader)
+register("readers.voc", devices=("cpu",), inputs=(0, 0), outputs=2, kind="source",
+         args={"root": None, "split": "trainval", "classes": None, "skip_difficult": False,
+               "on_error": "raise", **_SHARDING},
+         output_spec="(encoded bytes, BoxBatch with labels + difficult/truncated)",
+         doc="Pascal VOC XML (lxml, no entity expansion): encoded images and their boxes")(_voc_reader)
+
+
+class _FileReader(_Source):
+    def __init__(self, op, pipe):
+        super().__init__(op, pipe)
+        from readers import folder
+
+        a = op.args
+        if a["file_list"] is not None:
+            fd = folder.read_file_list(a["file_list"], a["file_root"])
+        elif a["files"] is not None:
+            fd = folder.FolderDataset([os.path.join(a["file_root"] or "", f) for f in a["files"]],
+                                      np.asarray(a["labels"] if a["labels"] is not None
+                                                 else np.zeros(len(a["files"])), np.int64), [])
+        else:
+            fd = folder.read_folder(a["file_root"])
+        self.paths, self.labels = list(fd.paths), np.asarray(fd.labels, np.int64)
+        self.size = len(self.paths)
+
+    def read(self, ctx, payload):
+        paths = [self.paths[i] for i in ctx.sample_index]
+        data = ctx.map_samples(lambda k: _read_bytes(paths[k], k), len(paths))
+        return EncodedBatch(data, paths), self.labels[ctx.sample_index]
+
+
+register("readers.file", devices=("cpu",), inputs=(0, 0), outputs=2, kind="source",
+         args={"file_root": None, "file_list": None, "files": None, "labels": None, **_SHARDING},
+         output_spec="(encoded bytes, int64 (B,) labels)",
+         doc="classification folders or DALI file lists: encoded images and labels")(_FileReader)
+
+
+@dataclass
+class SampleInfo:
+    """What a per-sample external source callable receives (as DALI's SampleInfo)."""
+    idx_in_epoch: int
+    idx_in_batch: int
+    iteration: int
+    epoch_idx: int
+
+
+def to_batch_value(samples: list, device="cpu", sizes=None):
+    """Turn a list of per-sample Python values into the graph's batch types."""
+    if samples and isinstance(samples[0], (bytes, bytearray)):
+        return EncodedBatch([np.frombuffer(s, np.uint8) for s in samples],
+                            [f"<external sample {i}>" for i in range(len(samples))])
+    if samples and isinstance(samples[0], dict) and "boxes" in samples[0]:
+        canvas = sizes if sizes is not None else np.zeros((len(samples), 2), np.int64)
+        return concat_boxes([np.asarray(s["boxes"], np.float32).reshape(-1, 4) for s in samples],
+                            [np.asarray(s.get("labels", np.zeros(len(s["boxes"]))), np.int64)
+                             for s in samples],
+                            [{k: np.asarray(v) for k, v in s.items() if k not in ("boxes", "labels")}
+                             for s in samples], canvas)
+    arrays = [np.asarray(s) for s in samples]
+    if arrays and arrays[0].dtype == np.uint8 and arrays[0].ndim == 3:
+        return ImageBatch([np.ascontiguousarray(a) for a in arrays], "cpu")
+    return np.stack(arrays) if arrays else np.zeros((0,))
+
+
+class _External(_Source):
+    def __init__(self, op, pipe):
+        super().__init__(op, pipe)
+        a = op.args
+        self.pipe, self.source, self.batch = pipe, a["source"], a["batch"]
+        self.n_out = a["num_outputs"] or 1
+        if callable(self.source) and not self.batch:
+            if a["size"] is None:
+                raise ValueError(f"{op.name}: a per-sample callable source needs size= (samples per epoch)")
+            self.size = int(a["size"])
+        elif self.source is not None:
+            self._iter = iter(self.source)
+        self.size = self.size if self.size is not None else a["size"]
+
+    def prepare(self, key):
+        if callable(self.source) and not self.batch:
+            return None
+        if self.source is None:
+            fed = self.pipe._fed.get(self.op.name) or []
+            if not fed:
+                raise RuntimeError(f"{self.op.name}: no data fed; call pipe.feed_input() in iter_setup()")
+            data = fed.pop(0)
+        else:
+            data = next(self._iter)
+        data = data if self.n_out > 1 else (data,)
+        return {"samples": data}
+
+    def read(self, ctx, payload):
+        if payload is None:
+            infos = [SampleInfo(int(p), k, ctx.batch_index, ctx.epoch)
+                     for k, p in enumerate(ctx.positions)]
+            rows = ctx.map_samples(lambda k: self.source(infos[k]), len(infos))
+            cols = list(zip(*rows)) if self.n_out > 1 else [rows]
+        else:
+            cols = payload["samples"]
+        outs, sizes = [], None
+        for col in cols:
+            v = to_batch_value(list(col), sizes=sizes)
+            if isinstance(v, ImageBatch):
+                sizes = v.sizes()
+            outs.append(v)
+        for k, v in enumerate(outs):
+            if isinstance(v, BoxBatch) and sizes is not None:
+                outs[k] = v.replace(canvas=sizes)
+        return tuple(outs)
+
+
+register("external_source", devices=("cpu",), inputs=(0, 0), kind="source",
+         outputs=lambda n, a: a["num_outputs"] or 1,
+         args={"source": None, "num_outputs": None, "batch": True, "size": None, **_SHARDING},
+         output_spec="images (uint8 HWC), encoded bytes, boxes dicts, or stacked arrays",
+         doc="data from Python: an iterable of batches, a per-sample callable (random access), "
+             "or feed_input")(_External)
+
+
+@register("_upload", devices=("mixed",), inputs=(1, 1), kind="other",
+          doc="host -> device copy (inserted by build)")
+def _upload(ctx, op, inputs, args):
+    v = inputs[0]
+    import cupy as cp
+
+    if isinstance(v, BoxBatch):
+        return v.to_device(ctx)
+    if isinstance(v, ImageBatch):
+        data = ([cp.asarray(a) for a in v.data] if not v.is_dense else cp.asarray(v.data))
+        return ImageBatch(data, "gpu", v.layout, v.geometry)
+    if isinstance(v, EncodedBatch):
+        return v
+    return cp.asarray(v)

@@ -1,0 +1,448 @@
+"""Pipeline: trace -> graph -> build -> run / iterate, epochs, shards, state."""
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import pickle
+import warnings
+
+import numpy as np
+
+from . import graph as _graph
+from .batch import BoxBatch, ImageBatch
+from .executor import BatchContext, Executor, SampleError
+from .rng import epoch_permutation
+
+_POLICIES = ("fill", "drop", "partial")
+
+
+class Pipeline:
+    """A graph of ops producing batches.
+
+    Args:
+        batch_size: samples per batch.
+        num_threads: host worker threads (decode, CPU warps) per pipeline.
+        device_id: CUDA device for 'mixed'/'gpu' ops; None for a CPU-only pipeline.
+        seed: pipeline seed; every random draw is keyed by (seed, op id, epoch, sample index).
+        prefetch_queue_depth: batches in flight (host stage of k+1.. while k is consumed).
+        last_batch_policy: 'fill' (pad the last batch by wrapping around the shard's order),
+            'drop' (drop an incomplete last batch) or 'partial' (a smaller last batch).
+        shard_id, num_shards: default sharding for readers that do not set their own.
+        on_error: 'raise' (default) or 'skip': a bad sample is replaced by the next one of the
+            same epoch order, with a warning and a count in ``pipe.stats``.
+    """
+
+    def __init__(self, batch_size=1, num_threads=1, device_id=None, seed=-1, prefetch_queue_depth=2,
+                 last_batch_policy="fill", shard_id=0, num_shards=1, on_error="raise"):
+        if last_batch_policy not in _POLICIES:
+            raise ValueError(f"last_batch_policy must be one of {_POLICIES}")
+        if on_error not in ("raise", "skip"):
+            raise ValueError("on_error must be 'raise' or 'skip'")
+        self.batch_size, self.num_threads, self.device_id = int(batch_size), int(num_threads), device_id
+        self.seed = int.from_bytes(os.urandom(4), "little") if seed in (None, -1) else int(seed)
+        self.prefetch_queue_depth = max(1, int(prefetch_queue_depth))
+        self.last_batch_policy, self.on_error = last_batch_policy, on_error
+        self.shard_id, self.num_shards = int(shard_id), int(num_shards)
+        self.graph = _graph.Graph()
+        self._outputs = None
+        self._built = False
+        self._epoch, self._batch = 0, 0
+        self._submitted = None
+        self._executor = None
+        self._fed = {}
+        self.stats = {"skipped": 0, "skipped_files": [], "batches": 0}
+        self._stream = None
+        self._definition = None
+
+    # ---- definition -------------------------------------------------------------------------
+    def __enter__(self):
+        _graph.push(self.graph)
+        return self
+
+    def __exit__(self, *exc):
+        _graph.pop()
+
+    def set_outputs(self, *outputs):
+        for o in outputs:
+            if not isinstance(o, _graph.DataNode):
+                raise TypeError(f"pipeline outputs must be DataNodes, got {type(o).__name__}")
+        self._outputs = list(outputs)
+
+    def define_graph(self):
+        """Override in a subclass (DALI's older style): create ``ops.X`` objects in ``__init__``,
+        wire them here and return the outputs."""
+        raise NotImplementedError("define the graph with @pipeline_def, `with pipe:` + "
+                                  "set_outputs, or a define_graph() override")
+
+    def iter_setup(self):
+        """Called before each batch is scheduled; override to ``feed_input`` external sources."""
+
+    def feed_input(self, node, data):
+        """Give an external source (without ``source=``) its next batch: a list of samples."""
+        name = node.op.name if isinstance(node, _graph.DataNode) else str(node)
+        self._fed.setdefault(name, []).append(data)
+
+    # ---- build ------------------------------------------------------------------------------
+    def build(self):
+        if self._built:
+            return self
+        if self._outputs is None:
+            with self:
+                out = self.define_graph()
+            self.set_outputs(*(out if isinstance(out, (tuple, list)) else (out,)))
+        self._validate()
+        sources = [op for op in self.graph.ops if op.schema.kind == "source"]
+        if not sources:
+            raise ValueError("the pipeline has no reader or external source")
+        self._sources = {op.id: op.schema.impl(op, self) for op in sources}
+        self._driver = self._sources[sources[0].id]
+        sizes = {s.size for s in self._sources.values() if s.size is not None}
+        if len(sizes) > 1:
+            raise ValueError(f"the pipeline's readers have different sizes {sorted(sizes)}")
+        self._host_ops = [op for op in self._needed_ops() if op.device == "cpu"]
+        self._device_ops = [op for op in self._needed_ops() if op.device != "cpu"]
+        self.has_device_stage = bool(self._device_ops)
+        if self.has_device_stage:
+            import cupy as cp
+
+            cp.cuda.Device(self.device_id or 0).use()
+            self._stream = cp.cuda.Stream(non_blocking=True)
+        self._built = True
+        return self
+
+    def _needed_ops(self):
+        need, stack = set(), [o.op for o in self._outputs]
+        while stack:
+            op = stack.pop()
+            if op.id in need:
+                continue
+            need.add(op.id)
+            stack.extend(i.op for i in op.inputs)
+            stack.extend(a.op for a in op.arg_inputs.values())
+        return [op for op in self.graph.ops if op.id in need]
+
+    def _validate(self):
+        """Data moves cpu -> mixed -> gpu only; a gpu op's cpu inputs are uploaded once (an
+        implicit mixed '_upload' op), and its per-sample arguments stay on the host."""
+        with self:
+            for op in list(self.graph.ops):
+                for k, inp in enumerate(op.inputs):
+                    if op.device == "cpu" and inp.device == "gpu":
+                        raise ValueError(f"{op.name} runs on the cpu but its input {inp.name} is on "
+                                         "the gpu: data moves cpu -> mixed -> gpu only")
+                    if op.device == "gpu" and inp.device == "cpu" and op.schema.name != "_upload":
+                        op.inputs[k] = inp.gpu()
+                for k, a in op.arg_inputs.items():
+                    if a.device != "cpu":
+                        raise ValueError(f"{op.name}: per-sample argument {k!r} must come from a "
+                                         "cpu op (random draws are made on the host)")
+
+    # ---- epochs and batches ------------------------------------------------------------------
+    def _shard_order(self, epoch):
+        src = self._driver
+        n = src.size
+        order = epoch_permutation(self.seed, epoch, n) if src.shuffle else np.arange(n, dtype=np.int64)
+        sid, ns = src.shard
+        return order[sid * n // ns:(sid + 1) * n // ns]
+
+    def epoch_size(self, name=None):
+        """Number of records the reader holds (all shards), as DALI's ``epoch_size``."""
+        self.build()
+        if name is None:
+            return {op.name: s.size for op_id, s in self._sources.items()
+                    for op in [self.graph.ops[op_id]]} if len(self._sources) > 1 else self._driver.size
+        for op_id, s in self._sources.items():
+            if self.graph.ops[op_id].name == name:
+                return s.size
+        raise KeyError(f"no reader named {name!r}")
+
+    def shard_size(self) -> int:
+        self.build()
+        n = self._driver.size
+        sid, ns = self._driver.shard
+        return (sid + 1) * n // ns - sid * n // ns
+
+    def __len__(self) -> int:
+        """Batches per epoch on this shard."""
+        self.build()
+        if self._driver.size is None:
+            raise TypeError("this pipeline's source has no size: give external_source a size")
+        n, b = self.shard_size(), self.batch_size
+        return n // b if self.last_batch_policy == "drop" else -(-n // b)
+
+    def _indices(self, epoch, batch_index):
+        """(record indices, positions in the shard order) of batch ``batch_index`` of ``epoch``."""
+        order = self._shard_order(epoch)
+        lo = batch_index * self.batch_size
+        pos = np.arange(lo, min(lo + self.batch_size, len(order)))
+        if self.last_batch_policy == "fill" and len(pos) < self.batch_size and len(order):
+            pos = np.concatenate([pos, np.arange(lo + len(pos), lo + self.batch_size) % len(order)])
+        return order[pos], pos
+
+    def _prepare(self, key):
+        self.iter_setup()
+        return {op_id: s.prepare(key) for op_id, s in self._sources.items()}
+
+    def _make_ctx(self, key, prepared, pool, indices=None):
+        epoch, b = key
+        if self._driver.size is None:
+            n = len(prepared[next(iter(prepared))]["samples"]) if prepared else self.batch_size
+            idx, pos = np.arange(b * self.batch_size, b * self.batch_size + n), None
+        else:
+            idx, pos = self._indices(epoch, b)
+        if indices is not None:
+            idx = indices
+        ctx = BatchContext(self, epoch, b, idx, pos, self._stream, pool)
+        ctx.prepared = prepared
+        return ctx
+
+    def _run_ops(self, ctx, ops):
+        for op in ops:
+            inputs = [ctx.values[(i.op.id, i.index)] for i in op.inputs]
+            args = {k: (ctx.values[(v.op.id, v.index)] if isinstance(v, _graph.DataNode) else v)
+                    for k, v in op.args.items()}
+            if op.schema.kind == "source":
+                outs = self._sources[op.id].read(ctx, ctx.prepared[op.id])
+            elif op.device != "cpu" and self._stream is not None:
+                with self._stream:
+                    outs = op.schema.impl(ctx, op, inputs, args)
+            else:
+                outs = op.schema.impl(ctx, op, inputs, args)
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            for k, v in enumerate(outs):
+                ctx.values[(op.id, k)] = v
+
+    def _with_retries(self, key, prepared, pool, stage, indices=None):
+        """Run ``stage(ctx)``; under on_error='skip' replace a failing sample by the next record
+        of the same epoch order and run the batch again."""
+        for _ in range(64):
+            ctx = self._make_ctx(key, prepared, pool, indices)
+            try:
+                stage(ctx)
+                return ctx
+            except SampleError as e:
+                indices = self._replacement(key, ctx, e)
+        raise RuntimeError(f"batch {key}: too many bad samples")
+
+    def _replacement(self, key, ctx, e):
+        """Record the skip and return the batch's indices with the bad one replaced."""
+        if self.on_error != "skip" or e.position is None or ctx.positions is None:
+            raise e
+        warnings.warn(f"skipping {e.path}: {e}")
+        self.stats["skipped"] += 1
+        self.stats["skipped_files"].append((e.path, str(e)))
+        order = self._shard_order(key[0])
+        indices = ctx.sample_index.copy()
+        cur = int(np.nonzero(order == indices[e.position])[0][0])
+        indices[e.position] = order[(cur + 1) % len(order)]
+        return indices
+
+    def _run_host(self, key, prepared, pool):
+        ctx = self._with_retries(key, prepared, pool, lambda c: self._run_ops(c, self._host_ops))
+        return (key, prepared, ctx) if self.has_device_stage else self._collect(ctx)
+
+    def _run_device(self, host_result, pool):
+        key, prepared, ctx = host_result
+        try:
+            self._run_ops(ctx, self._device_ops)
+        except SampleError as e:
+            both = lambda c: (self._run_ops(c, self._host_ops), self._run_ops(c, self._device_ops))
+            ctx = self._with_retries(key, prepared, pool, both, self._replacement(key, ctx, e))
+        return self._collect(ctx)
+
+    def _collect(self, ctx):
+        outs = []
+        for node in self._outputs:
+            v = ctx.values[(node.op.id, node.index)]
+            if isinstance(v, ImageBatch):
+                v = v.materialize(ctx)
+            elif isinstance(v, BoxBatch):
+                v = v.materialize(ctx)
+            outs.append(v)
+        if self._stream is not None:
+            import cupy as cp
+
+            ev = cp.cuda.Event(block=False, disable_timing=True)
+            ev.record(self._stream)
+            return tuple(outs), ev
+        return tuple(outs), None
+
+    # ---- running ------------------------------------------------------------------------------
+    def _executor_ready(self):
+        self.build()
+        if self._executor is None:
+            self._executor = Executor(self)
+            self._submitted = (self._epoch, self._batch)
+        return self._executor
+
+    def _fill_queue(self):
+        ex = self._executor_ready()
+        limit = len(self) if self._driver.size is not None else None
+        while len(ex.queue) < self.prefetch_queue_depth:
+            e, b = self._submitted
+            if e != self._epoch or (limit is not None and b >= limit):
+                break
+            ex.submit((e, b))
+            self._submitted = (e, b + 1)
+
+    def run(self):
+        """The next batch of the current epoch: a tuple with one value per output.
+        Raises StopIteration at the end of the epoch (then call ``reset()``)."""
+        self._fill_queue()
+        ex = self._executor
+        if not ex.queue:
+            raise StopIteration
+        (epoch, b), (outs, event) = ex.pop()
+        self._batch = b + 1
+        self.last_event = event
+        self.stats["batches"] += 1
+        self._fill_queue()
+        return outs
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self.run()
+
+    def reset(self):
+        """Move on to the next epoch (new shuffle)."""
+        self._start(self._epoch + 1, 0)
+
+    def _start(self, epoch, batch):
+        if self._executor is not None:
+            self._executor.clear()
+        self._epoch, self._batch = epoch, batch
+        self._submitted = (epoch, batch)
+
+    def run_batch(self, batch_index, epoch=None):
+        """Batch ``batch_index`` of ``epoch`` (default: the current one), computed on its own:
+        random access for Keras' Sequence. Does not move the iteration cursor."""
+        self.build()
+        if self._driver.size is None:
+            raise TypeError("random access needs a reader or a sized external source")
+        if not 0 <= batch_index < len(self):
+            raise IndexError(f"batch {batch_index} out of range (0..{len(self) - 1})")
+        ex = self._executor_ready()
+        key = (self._epoch if epoch is None else epoch, batch_index)
+        result = self._run_host(key, self._prepare(key), ex.pool)
+        if self.has_device_stage:
+            result = self._run_device(result, ex.pool)
+        return result[0]
+
+    def state_dict(self) -> dict:
+        """Where the iteration stands: resuming from it gives exactly the next batch."""
+        return {"epoch": self._epoch, "batch": self._batch, "seed": self.seed,
+                "batch_size": self.batch_size, "shard": (self.shard_id, self.num_shards)}
+
+    def load_state_dict(self, state: dict):
+        if state["seed"] != self.seed or state["batch_size"] != self.batch_size:
+            raise ValueError("state_dict comes from a pipeline with another seed or batch size")
+        self.build()
+        self._start(state["epoch"], state["batch"])
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def close(self):
+        if self._executor is not None:
+            self._executor.shutdown()
+            self._executor = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # ---- graph export -----------------------------------------------------------------------
+    def save_graph_to_dot_file(self, path):
+        """Write the graph in Graphviz dot: one box per op (name, device), one edge per input."""
+        self.build()
+        colors = {"cpu": "lightblue", "mixed": "plum", "gpu": "palegreen"}
+        lines = ["digraph detaug {", "  rankdir=LR;", "  node [shape=box, style=filled];"]
+        for op in self._needed_ops():
+            lines.append(f'  op{op.id} [label="{op.name}\\n{op.schema.name} ({op.device})", '
+                         f'fillcolor={colors[op.device]}];')
+            for i in op.inputs:
+                lines.append(f'  op{i.op.id} -> op{op.id} [label="{i.index}"];')
+            for k, a in op.arg_inputs.items():
+                lines.append(f'  op{a.op.id} -> op{op.id} [label="{k}", style=dashed];')
+        for k, o in enumerate(self._outputs):
+            lines.append(f'  out{k} [label="output {k}", shape=ellipse, fillcolor=white];')
+            lines.append(f"  op{o.op.id} -> out{k};")
+        lines.append("}")
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+    def serialize(self) -> bytes:
+        """The pipeline's parameters and traced graph as bytes (pickle); arguments such as an
+        external source's callable must be picklable."""
+        self.build()
+        ops = []
+        for op in self.graph.ops:
+            ref = lambda n: (n.op.id, n.index)
+            ops.append({"schema": op.schema.name, "name": op.name, "device": op.device,
+                        "inputs": [ref(i) for i in op.inputs],
+                        "args": {k: (("node", ref(v)) if isinstance(v, _graph.DataNode) else ("value", v))
+                                 for k, v in op.args.items()}})
+        params = dict(batch_size=self.batch_size, num_threads=self.num_threads,
+                      device_id=self.device_id, seed=self.seed,
+                      prefetch_queue_depth=self.prefetch_queue_depth,
+                      last_batch_policy=self.last_batch_policy, shard_id=self.shard_id,
+                      num_shards=self.num_shards, on_error=self.on_error)
+        return pickle.dumps({"format": "detaug-pipeline-1", "params": params, "ops": ops,
+                             "outputs": [(o.op.id, o.index) for o in self._outputs]})
+
+    @classmethod
+    def deserialize(cls, data: bytes, **overrides) -> "Pipeline":
+        from .ops.registry import schema_of
+
+        d = pickle.loads(data)
+        if d.get("format") != "detaug-pipeline-1":
+            raise ValueError("not a serialized detaug pipeline")
+        pipe = cls(**{**d["params"], **overrides})
+        nodes = {}
+        for desc in d["ops"]:
+            schema = schema_of(desc["schema"])
+            args = {k: (nodes[v] if kind == "node" else v) for k, (kind, v) in desc["args"].items()}
+            op = pipe.graph.add(schema, [nodes[r] for r in desc["inputs"]], args, desc["device"], desc["name"])
+            out_device = "gpu" if op.device in ("gpu", "mixed") else "cpu"
+            op.outputs = [_graph.DataNode(op, i, out_device)
+                          for i in range(schema.num_outputs(len(op.inputs), args))]
+            for i, o in enumerate(op.outputs):
+                nodes[(op.id, i)] = o
+        pipe.set_outputs(*[nodes[r] for r in d["outputs"]])
+        return pipe
+
+
+_PIPE_PARAMS = set(inspect.signature(Pipeline.__init__).parameters) - {"self"}
+
+
+def pipeline_def(fn=None, **defaults):
+    """Decorator turning a graph-definition function into a pipeline factory:
+
+        @pipeline_def(batch_size=8, num_threads=2, seed=0)
+        def det_pipe(root):
+            images, boxes = fn.readers.voc(root=root)
+            ...
+            return images, boxes
+
+        pipe = det_pipe("data/voc", batch_size=16)   # pipeline arguments may be given here too
+    """
+    def deco(f):
+        @functools.wraps(f)
+        def factory(*args, **kwargs):
+            params = {**defaults, **{k: v for k, v in kwargs.items() if k in _PIPE_PARAMS}}
+            fargs = {k: v for k, v in kwargs.items() if k not in _PIPE_PARAMS}
+            pipe = Pipeline(**params)
+            with pipe:
+                out = f(*args, **fargs)
+            pipe.set_outputs(*(out if isinstance(out, (tuple, list)) else (out,)))
+            return pipe
+
+        return factory
+
+    return deco(fn) if fn is not None else deco

@@ -1,0 +1,14 @@
+"""Dataset formats <-> canonical detection records. CPU only; imports neither detaug nor cupy."""
+from .coco import read_coco
+from .errors import DatasetError
+from .folder import FolderDataset, read_file_list, read_folder
+from .records import Dataset, DetectionRecord
+from .voc import VOC_CLASSES, read_voc
+from .writers import WriteReport, write_coco, write_voc, write_yolo
+from .yolo import read_yolo
+
+__all__ = [
+    "Dataset", "DetectionRecord", "DatasetError", "FolderDataset", "VOC_CLASSES", "WriteReport",
+    "read_coco", "read_voc", "read_yolo", "read_folder", "read_file_list",
+    "write_coco", "write_voc", "write_yolo",
+]

@@ -1,0 +1,151 @@
+"""Helpers every reader shares: the error policy, box validation and clipping, path safety,
+cheap image-existence checks and header-only image sizes. Each rule is written once, here."""
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+
+from .errors import DatasetError
+
+# A box may overshoot an edge by float noise (COCO's x + w is often 640.00001); clipping that is
+# not worth a count. Overshoot beyond this many pixels is counted in Dataset.clipped.
+CLIP_TOLERANCE_PX = 1e-3
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+
+
+class ErrorSink:
+    """The ``on_error`` policy of one read: raise at the first fault, or record and go on.
+
+    Args:
+        on_error: ``"raise"`` (raise DatasetError) or ``"skip"`` (record ``(file, reason)`` in
+            ``skipped`` and warn once, at :meth:`finish`, with the count).
+        who: name of the reader, for the warning.
+    """
+
+    def __init__(self, on_error: str, who: str):
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+        self.on_error = on_error
+        self.who = who
+        self.skipped: list = []
+
+    def fault(self, file, reason: str) -> None:
+        """Raise ``DatasetError(file, reason)``, or record it when skipping."""
+        if self.on_error == "raise":
+            raise DatasetError(file, reason)
+        self.skipped.append((str(file), reason))
+
+    def finish(self) -> list:
+        """Warn once naming how many items were skipped (the list has them all); return it."""
+        if self.skipped:
+            file, reason = self.skipped[0]
+            warnings.warn(
+                f"{self.who}: skipped {len(self.skipped)} bad item(s) under on_error='skip' "
+                f"(first: {file}: {reason}); every one is listed in Dataset.skipped",
+                stacklevel=3,
+            )
+        return self.skipped
+
+
+def validate_boxes(boxes, widths, heights):
+    """Find bad boxes and clip the rest to their images.
+
+    A box ``[x0, y0, x1, y1]`` is bad when a coordinate is not finite, when ``x1 <= x0`` or
+    ``y1 <= y0`` (reversed, zero or negative size), or when it lies wholly outside its image
+    ``[0, W] x [0, H]`` (``x0 >= W or x1 <= 0 or y0 >= H or y1 <= 0``). A good box is clipped to
+    ``[0, W] x [0, H]``; a size of 0 means unknown and disables the image checks on that axis.
+
+    Args:
+        boxes: (N, 4) xyxy, any float dtype.
+        widths, heights: (N,) or scalar image size of each box's image.
+
+    Returns:
+        ``(clipped, bad, n_clipped)``: float32 (N, 4) boxes clipped to their images (bad rows are
+        left as given), bool (N,) mask of bad boxes, and the number of good boxes moved by more
+        than ``CLIP_TOLERANCE_PX``.
+    """
+    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    w = np.broadcast_to(np.asarray(widths, dtype=np.float64), (len(b),))
+    h = np.broadcast_to(np.asarray(heights, dtype=np.float64), (len(b),))
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(b).all(axis=1)
+        bad |= (b[:, 2] <= b[:, 0]) | (b[:, 3] <= b[:, 1])
+        bad |= (w > 0) & ((b[:, 0] >= w) | (b[:, 2] <= 0))
+        bad |= (h > 0) & ((b[:, 1] >= h) | (b[:, 3] <= 0))
+        hi = np.stack([w, h, w, h], axis=1)
+        hi = np.where(hi > 0, hi, np.inf)
+        clipped = np.clip(b, 0.0, hi)
+        moved = (np.abs(clipped - b) > CLIP_TOLERANCE_PX).any(axis=1) & ~bad
+    clipped[bad] = b[bad]
+    return clipped.astype(np.float32), bad, int(moved.sum())
+
+
+def box_fault(box, width, height) -> str:
+    """Say in words why :func:`validate_boxes` called ``box`` bad (for error messages)."""
+    x0, y0, x1, y1 = (float(v) for v in box)
+    text = f"box [{x0:g}, {y0:g}, {x1:g}, {y1:g}]"
+    if not np.isfinite([x0, y0, x1, y1]).all():
+        return f"{text} has a non-finite coordinate (NaN or inf)"
+    if x1 < x0 or y1 < y0:
+        return f"{text} has x1 < x0 or y1 < y0"
+    if x1 == x0 or y1 == y0:
+        return f"{text} has zero width or height"
+    return f"{text} lies wholly outside the {width}x{height} image"
+
+
+def resolve_under(root: str, name: str):
+    """Join ``name`` to ``root`` and return the normalised path, or None if it leaves ``root``.
+
+    ``root`` must already be absolute and normalised (``os.path.realpath`` once per dataset).
+    The check is lexical (``..`` and absolute names are caught without a system call per file,
+    which matters for 100k images); symbolic links inside the root are the owner's choice and
+    are followed.
+    """
+    path = os.path.normpath(os.path.join(root, name))
+    if path == root or not path.startswith(root.rstrip(os.sep) + os.sep):
+        return None
+    return path
+
+
+def outside_root_reason(name: str, root: str) -> str:
+    return f"file name {name!r} points outside the dataset root {root}; refused"
+
+
+class FileIndex:
+    """Existence checks by one directory listing per folder, instead of one stat per file."""
+
+    def __init__(self):
+        self._dirs: dict = {}
+
+    def exists(self, path: str) -> bool:
+        folder, name = os.path.split(path)
+        names = self._dirs.get(folder)
+        if names is None:
+            try:
+                names = set(os.listdir(folder))
+            except OSError:
+                names = set()
+            self._dirs[folder] = names
+        return name in names
+
+
+def header_size(path: str):
+    """Return ``(width, height)`` from the image file's header (Pillow opens lazily: no decode).
+
+    Raises:
+        DatasetError: the file cannot be identified as an image.
+    """
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            return im.size
+    except Exception as exc:  # Pillow raises several types for a bad header
+        raise DatasetError(path, f"cannot read the image header ({exc})") from None
+
+
+def real_dir(path) -> str:
+    return os.path.realpath(os.fspath(path))

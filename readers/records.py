@@ -1,0 +1,92 @@
+"""Canonical detection records: what every reader produces and every writer consumes.
+
+Coordinates follow ../DESIGN: a box is float32 ``[x0, y0, x1, y1]`` in absolute pixels of the
+stored image grid, continuous coordinates (the image covers ``[0, W] x [0, H]``).
+Labels are contiguous and 0-based; ``Dataset.category_ids[label]`` is the dataset's own id.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class DetectionRecord:
+    """One image and its annotations.
+
+    Attributes:
+        path: absolute path of the image file.
+        width, height: stored image size in pixels (0 only where unknown).
+        boxes: float32 (N, 4) xyxy, absolute continuous pixel coordinates.
+        labels: int64 (N,), contiguous 0-based class indices.
+        fields: per-box arrays of length N, e.g. ``iscrowd`` (uint8), ``difficult`` (uint8),
+            ``truncated`` (uint8), ``annotation_id`` (int64). Every field stays aligned with
+            ``boxes``: whoever drops a box drops its fields in the same step.
+        image_id: the dataset's own image id (COCO int id, VOC file stem).
+        extra: anything the source held that has no canonical slot (e.g. COCO segmentation),
+            keyed by name; writers report what their target format cannot hold.
+    """
+
+    path: str
+    width: int
+    height: int
+    boxes: np.ndarray
+    labels: np.ndarray
+    fields: dict = field(default_factory=dict)
+    image_id: object = None
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.boxes = np.asarray(self.boxes, dtype=np.float32).reshape(-1, 4)
+        self.labels = np.asarray(self.labels, dtype=np.int64).reshape(-1)
+        n = len(self.boxes)
+        if len(self.labels) != n:
+            raise ValueError(f"{self.path}: {n} boxes but {len(self.labels)} labels")
+        for name, values in self.fields.items():
+            if len(values) != n:
+                raise ValueError(f"{self.path}: field {name!r} has {len(values)} values for {n} boxes")
+
+    @property
+    def num_boxes(self) -> int:
+        return len(self.boxes)
+
+
+@dataclass
+class Dataset:
+    """Records plus the class list.
+
+    Attributes:
+        records: one DetectionRecord per image, in a stable order (the sample index used by
+            detaug's random streams is the position in this list).
+        class_names: name of each 0-based label.
+        category_ids: the dataset's own id of each label (COCO category id; for VOC/YOLO the
+            label itself), so that writers and evaluators can map back.
+        root: the dataset root that every record path lies under.
+        skipped: (file, reason) for each item skipped under ``on_error="skip"``.
+        clipped: number of boxes that reached past an image edge and were clipped to it.
+        dropped: what the reader's own options removed (not faults), as ``{what: count}``,
+            e.g. ``{"empty images (skip_empty)": 3}``, so that nothing leaves without a count.
+    """
+
+    records: list
+    class_names: list
+    category_ids: list = None
+    root: str = ""
+    skipped: list = field(default_factory=list)
+    clipped: int = 0
+    dropped: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.category_ids is None:
+            self.category_ids = list(range(len(self.class_names)))
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, i) -> DetectionRecord:
+        return self.records[i]
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)

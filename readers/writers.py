@@ -1,0 +1,390 @@
+"""Canonical records -> COCO JSON, Pascal VOC XML, YOLO text. Used by ``detaug-convert``.
+
+Each writer inverts its reader's box mapping (DESIGN.md coordinates):
+COCO ``[x, y, w, h] = [x0, y0, x1 - x0, y1 - y0]``; VOC ``xmin = round(x0) + 1``,
+``ymin = round(y0) + 1``, ``xmax = round(x1)``, ``ymax = round(y1)``; YOLO
+``cx = (x0 + x1) / 2W``, ``cy = (y0 + y1) / 2H``, ``w = (x1 - x0) / W``, ``h = (y1 - y0) / H``.
+Images are never re-encoded: they are copied (``shutil.copy2``) or hard-linked (``link=True``).
+Each writer returns a :class:`WriteReport` that names everything the target could not hold.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+
+import numpy as np
+from lxml import etree
+
+from ._common import header_size
+from .errors import DatasetError
+
+# Digits kept in COCO JSON coordinates: a shift of at most 5e-5 px, and "10.5" stays "10.5"
+# instead of the float32 expansion "10.499999523162842".
+COCO_DECIMALS = 4
+YOLO_DECIMALS = 6
+# Per-box fields each target stores (anything else is reported as not held).
+_HELD_FIELDS = {"coco": None, "voc": {"difficult", "truncated"}, "yolo": set()}
+
+
+@dataclass
+class WriteReport:
+    """What a writer wrote, and what the target format could not hold.
+
+    Attributes:
+        format: "coco", "voc" or "yolo".
+        path: the file or folder written.
+        images, boxes, classes: counts written.
+        not_held: ``{description: count}`` of things left out or changed because the target
+            cannot hold them, e.g. ``{"segmentation on annotations": 123}``.
+        max_shift_px: largest distance, in pixels, that rounding moved any box coordinate.
+        notes: other facts a user should know (ids renumbered, boxes widened to 1 px, ...).
+    """
+
+    format: str
+    path: str
+    images: int = 0
+    boxes: int = 0
+    classes: int = 0
+    not_held: dict = field(default_factory=dict)
+    max_shift_px: float = 0.0
+    notes: list = field(default_factory=list)
+
+    def count(self, what: str, n: int) -> None:
+        if n:
+            self.not_held[what] = self.not_held.get(what, 0) + int(n)
+
+    def summary_lines(self) -> list:
+        """Human-readable lines for the converter's summary."""
+        name = self.format.upper()
+        lines = [f"wrote {self.images} images, {self.boxes} boxes, {self.classes} classes "
+                 f"as {name} to {self.path}",
+                 f"largest rounding shift: {self.max_shift_px:.4g} px"]
+        lines += [f"{what}: {n} not written as such: {name} cannot hold it"
+                  for what, n in self.not_held.items()]
+        return lines + self.notes
+
+
+def write_coco(dataset, path, *, images_dir=None, link=False, progress=None) -> WriteReport:
+    """Write a COCO instances JSON file.
+
+    Args:
+        dataset: a ``readers.Dataset`` with contiguous 0-based labels.
+        path: the JSON file to write.
+        images_dir: when given, images are copied there and ``file_name`` is relative to it;
+            otherwise ``file_name`` is relative to the folder all images share (named in notes).
+        link: hard-link instead of copying.
+        progress: optional ``callable(done, total)``.
+
+    Returns:
+        WriteReport. Categories keep ``dataset.category_ids`` and names; int image ids are kept
+        when unique, otherwise images are numbered 1..N (``file_name`` kept); annotations keep
+        their ``annotation_id`` when every box has a unique one, else are numbered 1..M;
+        ``area = w * h``; the fields ``difficult``/``truncated`` (and any other per-box field)
+        ride as extra annotation keys; ``extra["segmentation"]`` is written where present.
+    """
+    _check_labels(dataset)
+    report = WriteReport("coco", os.fspath(path), classes=dataset.num_classes)
+    base = _image_base(dataset)
+    image_ids = _coco_image_ids(dataset, report)
+    ann_ids = _coco_annotation_ids(dataset, report)
+    images, annotations, n = [], [], 0
+    for k, (record, image_id) in enumerate(zip(dataset.records, image_ids)):
+        name = _relname(record.path, base)
+        if images_dir is not None:
+            place_image(record.path, os.path.join(images_dir, name), link)
+        width, height = _size(record)
+        images.append({"id": image_id, "file_name": name.replace(os.sep, "/"),
+                       "width": width, "height": height})
+        annotations += _coco_annotations(record, image_id, ann_ids[n:n + record.num_boxes],
+                                         dataset.category_ids, report)
+        n += record.num_boxes
+        _unheld_extra(record, {"segmentation"}, report)
+        if progress is not None:
+            progress(k + 1, len(dataset))
+    if images_dir is None:
+        report.notes.append(f"file_name entries are relative to {base}")
+    categories = [{"id": int(i), "name": str(name)}
+                  for i, name in zip(dataset.category_ids, dataset.class_names)]
+    _write_json(path, {"images": images, "annotations": annotations, "categories": categories})
+    report.images, report.boxes = len(images), len(annotations)
+    return report
+
+
+def _coco_image_ids(dataset, report):
+    ids = [r.image_id for r in dataset.records]
+    if all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in ids) \
+            and len(set(ids)) == len(ids):
+        return [int(i) for i in ids]
+    report.notes.append(f"image ids renumbered 1..{len(ids)} (COCO ids are ints); "
+                        "file_name kept")
+    return list(range(1, len(ids) + 1))
+
+
+def _coco_annotation_ids(dataset, report):
+    have = [r.fields.get("annotation_id") for r in dataset.records]
+    total = sum(r.num_boxes for r in dataset.records)
+    if all(h is not None for h in have):
+        ids = np.concatenate([np.asarray(h, np.int64) for h in have] or [np.zeros(0, np.int64)])
+        if len(np.unique(ids)) == total and (ids >= 0).all():
+            return ids.tolist()
+    if total:
+        report.notes.append(f"annotation ids numbered 1..{total}")
+    return list(range(1, total + 1))
+
+
+def _coco_annotations(record, image_id, ann_ids, category_ids, report):
+    b = record.boxes.astype(np.float64)
+    xywh = np.round(np.concatenate([b[:, :2], b[:, 2:] - b[:, :2]], axis=1), COCO_DECIMALS)
+    _shift(report, np.concatenate([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]], axis=1) - b)
+    area = np.round(xywh[:, 2] * xywh[:, 3], COCO_DECIMALS)
+    crowd = record.fields.get("iscrowd", np.zeros(record.num_boxes, np.uint8))
+    others = {k: np.asarray(v).tolist() for k, v in record.fields.items()
+              if k not in ("iscrowd", "annotation_id")}
+    segmentation = record.extra.get("segmentation") or [None] * record.num_boxes
+    out = []
+    for i in range(record.num_boxes):
+        ann = {"id": ann_ids[i], "image_id": image_id,
+               "category_id": int(category_ids[record.labels[i]]), "bbox": xywh[i].tolist(),
+               "area": float(area[i]), "iscrowd": int(crowd[i])}
+        ann.update({k: v[i] for k, v in others.items()})
+        if segmentation[i] is not None:
+            ann["segmentation"] = segmentation[i]
+        out.append(ann)
+    return out
+
+
+def write_voc(dataset, root, *, split="trainval", link=False, progress=None) -> WriteReport:
+    """Write a Pascal VOC tree: ``Annotations/<id>.xml``, ``JPEGImages/``,
+    ``ImageSets/Main/<split>.txt``, and ``classes.txt`` (the class names in label order).
+
+    Args:
+        dataset: a ``readers.Dataset`` with contiguous 0-based labels.
+        root: the folder to write (created).
+        split: name of the id list written under ``ImageSets/Main``.
+        link: hard-link images instead of copying.
+        progress: optional ``callable(done, total)``.
+
+    Returns:
+        WriteReport. ``xmin = round(x0) + 1``, ``ymin = round(y0) + 1``, ``xmax = round(x1)``,
+        ``ymax = round(y1)`` (round half to even); a box that would round to zero size is
+        widened to 1 px (counted in notes); ``max_shift_px`` is the largest rounding move.
+        The id of an image is its ``image_id`` where that is a string, else its file stem.
+        Crowd boxes are written with ``difficult=1`` (VOC evaluation ignores them, as COCO
+        ignores crowds) and counted under ``not_held``; so are ids, segmentation, category ids.
+    """
+    _check_labels(dataset)
+    report = WriteReport("voc", os.fspath(root), classes=dataset.num_classes)
+    base, stems, widened = _image_base(dataset), {}, 0
+    for folder in ("Annotations", "JPEGImages", os.path.join("ImageSets", "Main")):
+        os.makedirs(os.path.join(root, folder), exist_ok=True)
+    for k, record in enumerate(dataset.records):
+        stem = _voc_stem(record, base)
+        if stem in stems:
+            raise DatasetError(record.path, f"VOC id {stem!r} is also the id of {stems[stem]}")
+        stems[stem] = record.path
+        filename = stem + os.path.splitext(record.path)[1]
+        place_image(record.path, os.path.join(root, "JPEGImages", filename), link)
+        xml, n_widened = _voc_xml(record, filename, dataset.class_names, report)
+        widened += n_widened
+        etree.ElementTree(xml).write(os.path.join(root, "Annotations", stem + ".xml"),
+                                     pretty_print=True, encoding="utf-8")
+        report.boxes += record.num_boxes
+        if progress is not None:
+            progress(k + 1, len(dataset))
+    with open(os.path.join(root, "ImageSets", "Main", f"{split}.txt"), "w") as f:
+        f.writelines(s + "\n" for s in stems)
+    # VOC files carry no class list; this sidecar lets detaug-convert read the tree back with
+    # the same classes in the same order (read_voc(root, classes=<its lines>)).
+    with open(os.path.join(root, "classes.txt"), "w", encoding="utf-8") as f:
+        f.writelines(f"{name}\n" for name in dataset.class_names)
+    report.images = len(stems)
+    if widened:
+        report.notes.append(f"{widened} boxes under 1 px widened to 1 px by integer rounding")
+    _unheld_common(dataset, report, "voc")
+    return report
+
+
+def _voc_stem(record, base):
+    if isinstance(record.image_id, str) and record.image_id:
+        return record.image_id.replace("/", "_").replace(os.sep, "_")
+    return os.path.splitext(_relname(record.path, base))[0].replace(os.sep, "_")
+
+
+def _voc_xml(record, filename, class_names, report):
+    width, height = _size(record)
+    ints, widened = voc_integer_boxes(record.boxes, width, height)
+    _shift(report, ints - np.array([1, 1, 0, 0]) - record.boxes.astype(np.float64))
+    ann = etree.Element("annotation")
+    _sub(ann, "folder", "JPEGImages")
+    _sub(ann, "filename", filename)
+    size = etree.SubElement(ann, "size")
+    for key, value in (("width", width), ("height", height), ("depth", 3)):
+        _sub(size, key, value)
+    crowd = record.fields.get("iscrowd", np.zeros(record.num_boxes, np.uint8))
+    difficult = record.fields.get("difficult", np.zeros(record.num_boxes, np.uint8))
+    truncated = record.fields.get("truncated", np.zeros(record.num_boxes, np.uint8))
+    for i in range(record.num_boxes):
+        obj = etree.SubElement(ann, "object")
+        _sub(obj, "name", class_names[record.labels[i]])
+        _sub(obj, "pose", "Unspecified")
+        _sub(obj, "truncated", int(truncated[i]))
+        _sub(obj, "difficult", int(difficult[i] or crowd[i]))
+        box = etree.SubElement(obj, "bndbox")
+        for key, value in zip(("xmin", "ymin", "xmax", "ymax"), ints[i]):
+            _sub(box, key, int(value))
+    return ann, widened
+
+
+def voc_integer_boxes(boxes, width, height):
+    """Continuous xyxy -> VOC 1-based inclusive ints, as the inverse of the VOC reader.
+
+    ``x0' = min(round(x0), W - 1)``, ``x1' = max(round(x1), x0' + 1)`` (same for y), so every
+    box keeps at least one pixel; returns ``([[x0' + 1, y0' + 1, x1', y1']], number widened)``.
+    """
+    b = np.rint(np.asarray(boxes, dtype=np.float64).reshape(-1, 4))
+    lo = np.minimum(b[:, :2], np.maximum(np.array([width, height]) - 1, 0))
+    hi = np.maximum(b[:, 2:], lo + 1)
+    widened = int(((hi != b[:, 2:]) | (lo != b[:, :2])).any(axis=1).sum())
+    return np.concatenate([lo + 1, hi], axis=1).astype(np.int64), widened
+
+
+def _sub(parent, tag, text):
+    etree.SubElement(parent, tag).text = str(text)
+
+
+def write_yolo(dataset, root, *, split=None, link=False, progress=None) -> WriteReport:
+    """Write a YOLO tree: ``images/[split/]``, ``labels/[split/]<stem>.txt``, ``classes.txt``.
+
+    Args:
+        dataset: a ``readers.Dataset`` with contiguous 0-based labels.
+        root: the folder to write (created).
+        split: optional sub-folder under ``images/`` and ``labels/``.
+        link: hard-link images instead of copying.
+        progress: optional ``callable(done, total)``.
+
+    Returns:
+        WriteReport. Each line is ``label cx cy w h`` normalised (6 decimals; ``max_shift_px``
+        is the largest move this rounding causes); an image without boxes gets an empty file.
+        Per-box fields, ids, segmentation and category ids are counted under ``not_held``.
+    """
+    _check_labels(dataset)
+    report = WriteReport("yolo", os.fspath(root), classes=dataset.num_classes)
+    images, labels = (os.path.join(root, d, split or "") for d in ("images", "labels"))
+    base = _image_base(dataset)
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, "classes.txt"), "w", encoding="utf-8") as f:
+        f.writelines(f"{name}\n" for name in dataset.class_names)
+    for k, record in enumerate(dataset.records):
+        rel = _relname(record.path, base)
+        place_image(record.path, os.path.join(images, rel), link)
+        label_file = os.path.join(labels, os.path.splitext(rel)[0] + ".txt")
+        os.makedirs(os.path.dirname(label_file), exist_ok=True)
+        with open(label_file, "w") as f:
+            f.writelines(_yolo_lines(record, report))
+        if record.image_id is not None and str(record.image_id) != os.path.splitext(rel)[0]:
+            report.count("image ids (YOLO keeps only file names)", 1)
+        report.boxes += record.num_boxes
+        if progress is not None:
+            progress(k + 1, len(dataset))
+    report.images = len(dataset)
+    _unheld_common(dataset, report, "yolo")
+    return report
+
+
+def _yolo_lines(record, report):
+    width, height = _size(record)
+    scale = np.array([width, height, width, height], dtype=np.float64)
+    b = record.boxes.astype(np.float64)
+    norm = np.concatenate([(b[:, :2] + b[:, 2:]) / 2, b[:, 2:] - b[:, :2]], axis=1) / scale
+    kept = np.round(norm, YOLO_DECIMALS)
+    back = np.concatenate([kept[:, :2] - kept[:, 2:] / 2, kept[:, :2] + kept[:, 2:] / 2], axis=1)
+    _shift(report, back * scale - b)
+    return [f"{label} " + " ".join(f"{v:.{YOLO_DECIMALS}f}" for v in row) + "\n"
+            for label, row in zip(record.labels.tolist(), kept)]
+
+
+def _unheld_common(dataset, report, fmt):
+    """Count per-box fields, extras and category ids that VOC / YOLO cannot hold."""
+    held = _HELD_FIELDS[fmt]
+    for record in dataset.records:
+        for name, values in record.fields.items():
+            if name in held:
+                continue
+            report.count(*_field_loss(name, np.asarray(values), fmt))
+        _unheld_extra(record, set(), report)
+    if list(dataset.category_ids) != list(range(dataset.num_classes)):
+        report.count(f"category ids (classes are numbered 0..{dataset.num_classes - 1}; "
+                     "names kept)", dataset.num_classes)
+
+
+def _field_loss(name, values, fmt):
+    """(description, count) for a per-box field the target drops: ids count every box,
+    flags count the boxes where they are set."""
+    if name == "annotation_id":
+        return "annotation ids", len(values)
+    if name == "iscrowd" and fmt == "voc":
+        return "iscrowd=1 on annotations (written as difficult=1)", np.count_nonzero(values)
+    return f"{name} (non-zero) on annotations", np.count_nonzero(values)
+
+
+def _unheld_extra(record, held, report):
+    for name, value in record.extra.items():
+        if name in held:
+            continue
+        n = sum(v is not None for v in value) if isinstance(value, list) else 1
+        report.count(f"{name} on annotations" if isinstance(value, list) else name, n)
+
+
+def _check_labels(dataset):
+    for record in dataset.records:
+        if record.num_boxes and (record.labels.min() < 0
+                                 or record.labels.max() >= dataset.num_classes):
+            raise DatasetError(record.path, f"labels must be 0..{dataset.num_classes - 1} "
+                                            "(read without keep_original_ids)")
+
+
+def _image_base(dataset):
+    """The folder all images share: file names are written relative to it."""
+    if not dataset.records:
+        return dataset.root or "."
+    return os.path.commonpath([os.path.dirname(r.path) for r in dataset.records])
+
+
+def _relname(path, base):
+    return os.path.relpath(path, base)
+
+
+def _size(record):
+    if record.width > 0 and record.height > 0:
+        return int(record.width), int(record.height)
+    return header_size(record.path)
+
+
+def _shift(report, delta):
+    if np.size(delta):
+        report.max_shift_px = max(report.max_shift_px, float(np.abs(delta).max()))
+
+
+def place_image(src, dst, link=False):
+    """Copy (``shutil.copy2``) or hard-link ``src`` to ``dst``, creating folders; a no-op when
+    both are the same file. A failed hard link (other file system) falls back to a copy."""
+    os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
+    if os.path.exists(dst) and os.path.samefile(src, dst):
+        return
+    if link:
+        try:
+            if os.path.exists(dst):
+                os.remove(dst)
+            os.link(src, dst)
+            return
+        except OSError:
+            pass
+    shutil.copy2(src, dst)
+
+
+def _write_json(path, data):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f)
