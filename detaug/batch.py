@@ -98,8 +98,9 @@ class ImageBatch:
                              "crop_mirror_normalize after the geometric ops")
         return ImageBatch(self.data, self.device, self.layout, geometry)
 
-    def materialize(self, ctx, *, mean=None, std=None, dtype=None, layout="HWC") -> "ImageBatch":
+    def materialize(self, ctx, *, mean=None, std=None, dtype=None, layout=None) -> "ImageBatch":
         """Run the pending chain (and the requested epilogue) as one warp per batch."""
+        layout = layout or self.layout
         if self.geometry is None and mean is None and dtype in (None, np.uint8) and layout == self.layout:
             return self
         if self.layout != "HWC":

@@ -5,7 +5,8 @@ Anchors
     ``(H, W)`` canvas has ``ceil(H / t_l) x ceil(W / t_l)`` cells. Cell ``(i, j)`` has its centre
     at ``((j + 0.5) t_l, (i + 0.5) t_l)`` and carries ``len(ratios) * len(scales)`` anchors,
     ratio-major (for each ratio, for each scale, as keras-retinanet's ``generate_anchors``): with
-    ``area = (s_l * scale)^2``, ``w = sqrt(area / ratio)``, ``h = w * ratio`` (ratio is h / w).
+    ``area = (s_l * scale)^2``, ``w = sqrt(area / ratio)``, ``h = w * ratio`` (ratio is h / w);
+    the half sizes ``w / 2``, ``h / 2`` are rounded to multiples of 2^-10 px (see base_anchors).
     Order: level by level, then cells row-major (i, then j), then the anchors of a cell.
     Boxes are ``float32 [x0, y0, x1, y1]`` in continuous pixel coordinates (DESIGN.md).
 
@@ -40,6 +41,7 @@ import numpy as np
 
 _BLOCK = 128  # threads per block; equals RN_BLOCK in kernels/retinanet.cu
 _SOURCE = "retinanet.cu"
+_GRID = 1024.0  # anchor half sizes are multiples of 1 / _GRID px
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +94,12 @@ def base_anchors(size: float, ratios, scales) -> np.ndarray:
     scale = np.tile(np.asarray(scales, np.float64), len(ratios))
     w = np.sqrt((size * scale) ** 2 / ratio)
     h = w * ratio
-    return np.stack([-0.5 * w, -0.5 * h, 0.5 * w, 0.5 * h], axis=1)
+    # Half sizes on a 2^-10 px grid (< 0.0005 px from keras-retinanet's values): every anchor
+    # coordinate is then exact in float32 for canvases below 16384 px, so all anchors of one
+    # shape have bit-identical widths and areas, and the IoU ties they create (a box inside
+    # several same-shape anchors) are exact ties on every backend, broken by lowest index.
+    hw, hh = np.round(0.5 * w * _GRID) / _GRID, np.round(0.5 * h * _GRID) / _GRID
+    return np.stack([-hw, -hh, hw, hh], axis=1)
 
 
 def feature_shapes(image_shape, config: AnchorConfig) -> list:

@@ -14,7 +14,7 @@
 //
 // Math: output pixel (i, j) is the mean over a < nx, b < ny of the bilinear sample at
 // inv(M) @ (j + (a + 0.5) / nx, i + (b + 0.5) / ny); with u = x - 0.5, v = y - 0.5 the taps are
-// floor(u) + {0, 1} x floor(v) + {0, 1}; a tap outside the image takes fill. Coordinates are
+// floor(u) + {0, 1} x floor(v) + {0, 1}, clamped to the image; a point outside [0,W)x[0,H) takes fill. Coordinates are
 // float64 (so tap positions equal the twin's), weights and sums float32.
 
 template <typename T> struct Store;
@@ -82,35 +82,35 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
             const double ox = j + (ta + 0.5) / nx;
             const double u = a00 * ox + a01 * oy + a02 - 0.5;
             const double v = a10 * ox + a11 * oy + a12 - 0.5;
-            double uf = floor(u);
-            double vf = floor(v);
+            // A point outside the source domain [0, W) x [0, H) takes fill as a whole; inside,
+            // the four taps are clamped to the image (edge pixels replicate).
+            const double xs = u + 0.5, ys = v + 0.5;
+            if (!(xs >= 0.0 && xs < static_cast<double>(in_w) && ys >= 0.0 &&
+                  ys < static_cast<double>(in_h))) {
+#pragma unroll
+                for (int c = 0; c < C; ++c) acc[c] += fill[c];
+                continue;
+            }
+            const double uf = floor(u);
+            const double vf = floor(v);
             const float fu = static_cast<float>(u - uf);
             const float fv = static_cast<float>(v - vf);
-            // Far-away points: clamp before the int cast (no overflow); all taps stay outside.
-            uf = fmin(fmax(uf, -2.0), static_cast<double>(in_w) + 1.0);
-            vf = fmin(fmax(vf, -2.0), static_cast<double>(in_h) + 1.0);
             const int x0 = static_cast<int>(uf);
             const int y0 = static_cast<int>(vf);
+            const int xa = max(x0, 0), xb = min(x0 + 1, in_w - 1);
+            const int ya = max(y0, 0), yb = min(y0 + 1, in_h - 1);
+            const unsigned char* ra = src + static_cast<long long>(ya) * pitch;
+            const unsigned char* rb = src + static_cast<long long>(yb) * pitch;
+            const unsigned char* p00 = ra + static_cast<long long>(xa) * C;
+            const unsigned char* p01 = ra + static_cast<long long>(xb) * C;
+            const unsigned char* p10 = rb + static_cast<long long>(xa) * C;
+            const unsigned char* p11 = rb + static_cast<long long>(xb) * C;
+            const float w00 = (1.0f - fu) * (1.0f - fv), w01 = fu * (1.0f - fv);
+            const float w10 = (1.0f - fu) * fv, w11 = fu * fv;
 #pragma unroll
-            for (int dy = 0; dy < 2; ++dy) {
-                const int y = y0 + dy;
-                const float wy = dy ? fv : 1.0f - fv;
-                const bool row_in = y >= 0 && y < in_h;
-                const unsigned char* row = src + (row_in ? y * pitch : 0);
-#pragma unroll
-                for (int dx = 0; dx < 2; ++dx) {
-                    const int x = x0 + dx;
-                    const float wt = (dx ? fu : 1.0f - fu) * wy;
-                    if (row_in && x >= 0 && x < in_w) {
-                        const unsigned char* px = row + static_cast<long long>(x) * C;
-#pragma unroll
-                        for (int c = 0; c < C; ++c) acc[c] += wt * static_cast<float>(px[c]);
-                    } else {
-#pragma unroll
-                        for (int c = 0; c < C; ++c) acc[c] += wt * fill[c];
-                    }
-                }
-            }
+            for (int c = 0; c < C; ++c)
+                acc[c] += w00 * static_cast<float>(p00[c]) + w01 * static_cast<float>(p01[c]) +
+                          w10 * static_cast<float>(p10[c]) + w11 * static_cast<float>(p11[c]);
         }
     }
 

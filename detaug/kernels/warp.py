@@ -14,8 +14,10 @@ coordinates; the warp samples through its inverse. Let ``A`` be the 2x2 part of 
 otherwise ``nx = ny = 1``. Output pixel ``(i, j)`` is the mean over ``a < nx, b < ny`` of the
 bilinear sample at the input point ``inv(M) @ (j + (a + 0.5) / nx, i + (b + 0.5) / ny, 1)``:
 with ``u = x - 0.5, v = y - 0.5`` the four taps are ``floor(u) + {0, 1}`` x ``floor(v) + {0, 1}``
-with the usual bilinear weights, and a tap outside the image takes ``fill`` (edges blend
-towards fill over half a pixel, as OpenCV's ``BORDER_CONSTANT``). Then, per channel,
+with the usual bilinear weights, clamped to the image (edge pixels replicate); a sample point
+outside the source domain ``[0, W) x [0, H)`` takes ``fill`` as a whole. So a resize or a crop
+inside the image never darkens its borders, and what a rotation or a paste brings in from outside
+is exactly ``fill``. Then, per channel,
 ``out = (value - mean[c]) / std[c]`` when normalizing; a ``uint8`` output is
 ``clip(floor(value + 0.5), 0, 255)`` (no normalize allowed with ``uint8``).
 """
@@ -67,21 +69,24 @@ def taps_for(inv: np.ndarray, antialias: bool, max_taps: int) -> np.ndarray:
     return np.clip(np.ceil(s - 1e-3), 1, max_taps).astype(np.int64)
 
 
-def _prepare(images, matrices, out_sizes, fill, antialias, max_taps, mean, std, out_dtype,
-             layout) -> _Spec:
-    imgs = _as_image_list(images)
-    B = len(imgs)
+def _check_images(imgs) -> int:
+    """Validate the images; return their common channel count."""
     C = None
     for b, img in enumerate(imgs):
         if img.ndim != 3 or img.shape[2] not in (1, 3) or img.shape[0] < 1 or img.shape[1] < 1:
-            raise ValueError(f"image {b} must be HxWxC with C in (1, 3), H, W >= 1; got {img.shape}")
+            raise ValueError(f"image {b} must be HxWxC with C in (1, 3) and H, W >= 1; "
+                             f"got {img.shape}")
         if img.dtype != np.uint8:
             raise TypeError(f"image {b} must be uint8; got {img.dtype}")
         if C is not None and img.shape[2] != C:
             raise ValueError(f"all images must have the same channel count; image {b} has "
                              f"{img.shape[2]}, image 0 has {C}")
         C = img.shape[2]
-    C = C or 1
+    return C or 1
+
+
+def _check_geometry(matrices, out_sizes, B):
+    """``(B, 3, 3)`` float64 affine, invertible matrices and ``(B, 2)`` positive sizes."""
     mats = np.asarray(matrices, dtype=np.float64).reshape(-1, 3, 3) if B else np.zeros((0, 3, 3))
     if mats.shape != (B, 3, 3):
         raise ValueError(f"matrices must be ({B}, 3, 3); got {np.shape(matrices)}")
@@ -89,10 +94,21 @@ def _prepare(images, matrices, out_sizes, fill, antialias, max_taps, mean, std, 
         raise ValueError("matrices must be finite affine 3x3 matrices (last row [0, 0, 1])")
     det = mats[:, 0, 0] * mats[:, 1, 1] - mats[:, 0, 1] * mats[:, 1, 0]
     if np.any(np.abs(det) < 1e-12):
-        raise ValueError(f"singular matrix for samples {np.nonzero(np.abs(det) < 1e-12)[0].tolist()}")
-    sizes = np.asarray(out_sizes, dtype=np.int64).reshape(-1, 2) if B else np.zeros((0, 2), np.int64)
+        bad = np.nonzero(np.abs(det) < 1e-12)[0].tolist()
+        raise ValueError(f"singular matrix for samples {bad}")
+    sizes = np.asarray(out_sizes, dtype=np.int64).reshape(-1, 2) if B else np.zeros((0, 2), int)
     if sizes.shape != (B, 2) or np.any(sizes < 1):
-        raise ValueError(f"out_sizes must be ({B}, 2) positive (H_out, W_out); got {np.shape(out_sizes)}")
+        raise ValueError(f"out_sizes must be ({B}, 2) positive (H_out, W_out); "
+                         f"got {np.shape(out_sizes)}")
+    return mats, sizes
+
+
+def _prepare(images, matrices, out_sizes, fill, antialias, max_taps, mean, std, out_dtype,
+             layout) -> _Spec:
+    imgs = _as_image_list(images)
+    B = len(imgs)
+    C = _check_images(imgs)
+    mats, sizes = _check_geometry(matrices, out_sizes, B)
     if int(max_taps) < 1:
         raise ValueError("max_taps must be >= 1")
     out_dtype = np.dtype(out_dtype)
@@ -148,8 +164,9 @@ def _finish(value: np.ndarray, spec: _Spec, b: int) -> np.ndarray:
 
 # --------------------------------------------------------------------------- NumPy twin
 def _bilinear(img: np.ndarray, fill: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Bilinear samples of ``img`` (H, W, C float64) at continuous points ``x, y`` (any shape);
-    taps outside the image take ``fill`` (C,)."""
+    """Bilinear samples of ``img`` (H, W, C float64) at continuous points ``x, y`` (any shape):
+    taps clamped to the image (edges replicate); points outside ``[0, W) x [0, H)`` take
+    ``fill`` (C,)."""
     H, W = img.shape[:2]
     u, v = x - 0.5, y - 0.5
     u0, v0 = np.floor(u), np.floor(v)
@@ -157,14 +174,12 @@ def _bilinear(img: np.ndarray, fill: np.ndarray, x: np.ndarray, y: np.ndarray) -
     out = np.zeros(x.shape + (img.shape[2],))
     for dv, wv in ((0, 1.0 - fv), (1, fv)):
         for du, wu in ((0, 1.0 - fu), (1, fu)):
-            xi, yi = u0 + du, v0 + dv
-            inside = (xi >= 0) & (xi < W) & (yi >= 0) & (yi < H)
             # clip as float before the int cast: far-away points must not overflow
-            xc = np.clip(xi, 0, W - 1).astype(np.intp)
-            yc = np.clip(yi, 0, H - 1).astype(np.intp)
-            tap = np.where(inside[..., None], img[yc, xc], fill)
-            out += (wu * wv)[..., None] * tap
-    return out
+            xc = np.clip(u0 + du, 0, W - 1).astype(np.intp)
+            yc = np.clip(v0 + dv, 0, H - 1).astype(np.intp)
+            out += (wu * wv)[..., None] * img[yc, xc]
+    inside = (x >= 0) & (x < W) & (y >= 0) & (y < H)
+    return np.where(inside[..., None], out, fill)
 
 
 def _warp_one_numpy(img, inv, nx, ny, out_hw, fill) -> np.ndarray:
@@ -228,32 +243,60 @@ def _put(target: np.ndarray, result: np.ndarray) -> None:
         np.copyto(target, result.reshape(target.shape), casting="unsafe")
 
 
+def _reaches_outside(inv, nx, ny, out_hw, in_hw) -> bool:
+    """Whether any sample point of the output grid maps outside the source ``[0, W) x [0, H)``
+    (the sample points' hull is the parallelogram of the four extreme ones)."""
+    h, w = out_hw
+    xs = np.array([0.5 / nx, w - 0.5 / nx])
+    ys = np.array([0.5 / ny, h - 0.5 / ny])
+    px, py = np.meshgrid(xs, ys)
+    x = inv[0, 0] * px + inv[0, 1] * py + inv[0, 2]
+    y = inv[1, 0] * px + inv[1, 1] * py + inv[1, 2]
+    return bool((x < 0).any() or (x >= in_hw[1]).any() or (y < 0).any() or (y >= in_hw[0]).any())
+
+
 def _cv2_one(cv2, img, inv, nx, ny, out_hw, fill, mean, std, out_dtype, layout, dst):
     """Warp one sample into ``dst`` (its final layout and dtype). Large intermediates are
-    avoided where OpenCV can write into ``dst`` directly (fresh pages are slow to fault in)."""
+    avoided where OpenCV can write into ``dst`` directly (fresh pages are slow to fault in).
+    Bilinear taps replicate the edge (``BORDER_REPLICATE``); where the grid reaches outside the
+    source, a nearest-neighbour warp of a mask marks the points that take ``fill``."""
     h, w = (int(s) for s in out_hw)
     C = img.shape[2]
-    # OpenCV saturates borderValue to the image depth: a fill that uint8 cannot hold exactly
-    # is warped in float32 instead (slower, rare).
-    exact_fill = all(float(f).is_integer() and 0 <= f <= 255 for f in fill)
-    src = img if exact_fill else img.astype(np.float32)
     shrink = nx * ny > 1
-    direct = out_dtype == np.uint8 and layout == "HWC" and exact_fill and not shrink
-    kwargs = dict(flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_CONSTANT,
-                  borderValue=tuple(float(f) for f in fill) + (0.0,) * (4 - C))
+    m_idx = _index_inverse(inv, nx, ny)[:2]
+    outside = _reaches_outside(inv, nx, ny, (h, w), img.shape[:2])
+    exact_fill = all(float(f).is_integer() and 0 <= f <= 255 for f in fill)
+    src = img if (exact_fill or not outside) else img.astype(np.float32)
+    flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
+    plane = (lambda a: a[:, :, 0]) if C == 1 else (lambda a: a)
+    direct = out_dtype == np.uint8 and layout == "HWC" and not shrink and src.dtype == np.uint8
     if direct:
-        target = dst[:, :, 0] if C == 1 else dst
-        _put(target, cv2.warpAffine(src[:, :, 0] if C == 1 else src,
-                                    _index_inverse(inv, nx, ny)[:2], (w, h), dst=target, **kwargs))
-        return
-    big = cv2.warpAffine(src[:, :, 0] if C == 1 else src, _index_inverse(inv, nx, ny)[:2],
-                         (nx * w, ny * h), **kwargs)
-    if layout == "HWC":
-        _cv2_epilogue(cv2, big, (w, h), shrink, mean, std, out_dtype,
-                      dst[:, :, 0] if C == 1 else dst)
+        target = plane(dst)
+        _put(target, cv2.warpAffine(plane(src), m_idx, (w, h), dst=target, flags=flags,
+                                    borderMode=cv2.BORDER_REPLICATE))
+        big = dst
     else:
-        for c, plane in enumerate(cv2.split(big) if C > 1 else [big]):
-            _cv2_epilogue(cv2, plane, (w, h), shrink, None if mean is None else mean[c:c + 1],
+        big = cv2.warpAffine(plane(src), m_idx, (nx * w, ny * h), flags=flags,
+                             borderMode=cv2.BORDER_REPLICATE)
+        if big.ndim == 2 and C == 1:
+            big = big[:, :, None] if outside else big
+    if outside:
+        ones = np.full(img.shape[:2], 255, np.uint8)
+        mask = cv2.warpAffine(ones, m_idx, (big.shape[1], big.shape[0]),
+                              flags=cv2.INTER_NEAREST | cv2.WARP_INVERSE_MAP,
+                              borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+        fv = np.asarray(fill, np.float64)
+        big.reshape(big.shape[0], big.shape[1], -1)[mask == 0] = (
+            np.clip(np.floor(fv + 0.5), 0, 255) if big.dtype == np.uint8 else fv)
+    if direct:
+        return
+    if big.ndim == 3 and C == 1:
+        big = big[:, :, 0]
+    if layout == "HWC":
+        _cv2_epilogue(cv2, big, (w, h), shrink, mean, std, out_dtype, plane(dst))
+    else:
+        for c, p in enumerate(cv2.split(big) if C > 1 else [big]):
+            _cv2_epilogue(cv2, p, (w, h), shrink, None if mean is None else mean[c:c + 1],
                           None if std is None else std[c:c + 1], out_dtype, dst[c])
 
 
@@ -296,7 +339,7 @@ def warp_cv2(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=
              mean=None, std=None, out_dtype=np.uint8, layout="HWC"):
     """OpenCV implementation of :func:`warp_numpy` (same arguments and returns).
 
-    Per sample: ``cv2.warpAffine`` (bilinear, ``BORDER_CONSTANT``) onto the supersampled
+    Per sample: ``cv2.warpAffine`` (bilinear, ``BORDER_REPLICATE``, fill masked in) onto the supersampled
     ``(ny * H, nx * W)`` grid, whose pixel centres are exactly the twin's tap positions, then
     ``cv2.resize(INTER_AREA)`` (exact block mean for integer factors), then the epilogue.
     OpenCV quantises sub-pixel positions to 1/32 px and uses 15-bit fixed-point weights for

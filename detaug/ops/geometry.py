@@ -231,3 +231,11 @@ def zoom_out(ctx, op, inputs, args):
         return G.translate(x0, y0), out, None
 
     return apply_geometry(ctx, op, inputs, plan, fill=args["fill"])
+
+
+@register("materialize", devices=("cpu", "gpu"), inputs=(1, 2), kind="other",
+          outputs=lambda n, a: n, output_spec="same inputs, pending chain applied",
+          doc="end the fused chain here: warp the images and transform the boxes now "
+              "(for debugging and for comparing fused with op-by-op results)")
+def materialize(ctx, op, inputs, args):
+    return tuple(v.materialize(ctx) if isinstance(v, (ImageBatch, BoxBatch)) else v for v in inputs)

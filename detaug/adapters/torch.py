@@ -1,0 +1,341 @@
+"""PyTorch adapter: an iterator that hands a pipeline's batches over as torch tensors.
+
+torch is imported on first use, never by ``import detaug``. Arrays cross without copies:
+host NumPy arrays through ``torch.from_numpy``, device cupy arrays through DLPack
+(``torch.from_dlpack``), after torch's current stream has been made to wait on the pipeline's
+per-batch event, so no host synchronisation is needed.
+
+Distributed training: create each process's pipeline with
+``shard_id, num_shards = shard_from_torch_distributed()`` and the same ``seed`` on every rank
+(the shuffle is keyed by the seed, and each shard takes its slice of the same permutation).
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from .. import backend
+from ..batch import BoxBatch, ImageBatch
+from ..ops.boxes import PaddedBoxes
+
+_POLICIES = ("fill", "drop", "partial")
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def shard_from_torch_distributed(default=(0, 1)) -> tuple:
+    """``(rank, world_size)`` of the initialised ``torch.distributed`` process group, else
+    ``default``. Pass them to the pipeline as ``shard_id`` / ``num_shards``."""
+    torch = _torch()
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return tuple(default)
+
+
+def _shard_of(pipe) -> tuple:
+    """(shard_id, num_shards) that the pipeline's reader uses (a reader may override the
+    pipeline's default)."""
+    pipe.build()
+    drv = getattr(pipe, "_driver", None)
+    return tuple(getattr(drv, "shard", (pipe.shard_id, pipe.num_shards)))
+
+
+def _tensor(a):
+    """Zero-copy tensor of a host NumPy or device cupy array."""
+    torch = _torch()
+    if backend.is_device_array(a):
+        return torch.from_dlpack(a)
+    a = np.asarray(a)
+    if not a.flags.c_contiguous and not a.flags.f_contiguous:
+        a = np.ascontiguousarray(a)
+    if not a.flags.writeable:  # torch cannot wrap a read-only buffer without warning
+        a = a.copy()
+    return torch.from_numpy(a)
+
+
+def _wait_for(pipe, event):
+    """Make torch's current stream (on the pipeline's device) wait on the batch's event."""
+    if event is None:
+        return
+    import cupy
+
+    torch = _torch()
+    with torch.cuda.device(pipe.device_id or 0):
+        stream = torch.cuda.current_stream()
+    cupy.cuda.runtime.streamWaitEvent(stream.cuda_stream, event.ptr, 0)
+
+
+def _torch_stream_for_cupy(pipe):
+    """torch's current stream as a cupy stream, for the few kernels run at hand-over."""
+    import cupy
+
+    torch = _torch()
+    with torch.cuda.device(pipe.device_id or 0):
+        return cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+
+
+class DetaugIterator:
+    """Iterate over detaug pipelines, yielding dicts of torch tensors.
+
+    Args:
+        pipelines: a Pipeline or a list of them (one per GPU); several are zipped and each
+            step yields a list with one dict per pipeline.
+        output_map: a name for each pipeline output, in order.
+        boxes_format: how a BoxBatch output is handed over.
+            ``"list"``: ``name -> list`` of B dicts ``{"boxes": float32 (n, 4), "labels":
+            int64 (n,), <field>: (n,)}`` (torchvision detection models' targets).
+            ``"padded"``: ``name``: float32 (B, M, 4), ``name_labels``: int64 (B, M),
+            ``name_counts``: int32 (B,), ``name_<field>``: (B, M); M is the batch's largest
+            count; padding as ``fn.pad_boxes`` (boxes 0, labels and fields -1, bool False).
+            A PaddedBoxes output (from ``fn.pad_boxes``) maps to the same names; under
+            ``"list"`` it is cut to its counts (on the GPU this reads the counts on the host).
+        last_batch_policy: None (the pipeline's), or 'fill' / 'drop' / 'partial'. A pipeline
+            built with 'fill' can serve all three: the iterator drops or trims the wrapped
+            samples of the last batch. A 'drop' or 'partial' pipeline serves only its own policy
+            (and 'drop' from 'partial').
+        auto_reset: start the next epoch by itself at the end of an epoch (after raising
+            StopIteration), so that a ``for`` loop runs again.
+        size: samples per epoch (per shard) to iterate over; default: the shard's size.
+            Needed for a source without a size.
+        label_offset: added to every real label (not to padding), for models that reserve 0
+            for the background.
+
+    Images: an ImageBatch whose samples share a size becomes one tensor (B, H, W, C) or
+    (B, C, H, W) as the pipeline laid it out (zero copy when the batch is dense); ragged sizes
+    give a list of B tensors. Other NumPy / cupy outputs become tensors.
+
+    Lifetime: tensors share memory with the pipeline's outputs. A batch handed over stays valid
+    until ``prefetch_queue_depth`` further batches have been requested; clone what you keep
+    longer.
+    """
+
+    def __init__(self, pipelines, output_map=("images", "boxes"), *, boxes_format="padded",
+                 last_batch_policy=None, auto_reset=False, size=None, label_offset=0):
+        self.pipes = list(pipelines) if isinstance(pipelines, (list, tuple)) else [pipelines]
+        if not self.pipes:
+            raise ValueError("DetaugIterator needs at least one pipeline")
+        if boxes_format not in ("padded", "list"):
+            raise ValueError(f"boxes_format must be 'padded' or 'list', not {boxes_format!r}")
+        self.output_map = list(output_map)
+        if len(set(self.output_map)) != len(self.output_map):
+            raise ValueError(f"output_map has repeated names: {self.output_map}")
+        self.boxes_format, self.auto_reset = boxes_format, bool(auto_reset)
+        self.label_offset = int(label_offset)
+        for p in self.pipes:
+            p.build()
+        self.batch_size = self.pipes[0].batch_size
+        if any(p.batch_size != self.batch_size for p in self.pipes):
+            raise ValueError("zipped pipelines must have the same batch_size")
+        self.policy = self._check_policy(last_batch_policy)
+        self.size = self._check_size(size)
+        self._check_shards()
+        self._batch = self.pipes[0].state_dict()["batch"]
+        self._ended = False
+
+    # ---- set-up checks ------------------------------------------------------------------------
+    def _check_policy(self, policy):
+        base = self.pipes[0].last_batch_policy
+        if any(p.last_batch_policy != base for p in self.pipes):
+            raise ValueError("zipped pipelines must have the same last_batch_policy")
+        policy = base if policy is None else policy
+        if policy not in _POLICIES:
+            raise ValueError(f"last_batch_policy must be one of {_POLICIES}")
+        if policy != base and base != "fill" and not (base, policy) == ("partial", "drop"):
+            raise ValueError(f"a pipeline built with last_batch_policy={base!r} cannot serve "
+                             f"{policy!r}: build it with 'fill'")
+        return policy
+
+    def _check_size(self, size):
+        sized = [p for p in self.pipes if p._driver.size is not None]
+        if size is None:
+            if not sized:
+                return None
+            sizes = {p.shard_size() for p in sized}
+            if len(sizes) > 1:
+                warnings.warn(f"zipped pipelines have different shard sizes {sorted(sizes)}; "
+                              f"iterating over the smallest ({min(sizes)} samples)")
+            return min(sizes)
+        size = int(size)
+        for p in sized:
+            if size > p.shard_size():
+                raise ValueError(f"size={size} is more than the shard holds ({p.shard_size()})")
+        return size
+
+    def _check_shards(self):
+        torch = _torch()
+        dist = torch.distributed
+        shards = [_shard_of(p) for p in self.pipes]
+        if dist.is_available() and dist.is_initialized():
+            world = dist.get_world_size() * len(self.pipes)
+            for (sid, ns) in shards:
+                if ns != world:
+                    warnings.warn(f"a pipeline has num_shards={ns} but torch.distributed runs "
+                                  f"{world} pipeline(s) in all; create pipelines with shard_id, "
+                                  "num_shards = shard_from_torch_distributed()")
+        if len(self.pipes) > 1 and len({p.seed for p in self.pipes}) > 1 and \
+                any(getattr(p._driver, "shuffle", False) for p in self.pipes):
+            warnings.warn("zipped shards with different seeds shuffle differently: records may "
+                          "repeat or be missed; give every shard the same seed")
+
+    # ---- iteration ----------------------------------------------------------------------------
+    def __len__(self) -> int:
+        """Batches per epoch."""
+        if self.size is None:
+            raise TypeError("the pipeline's source has no size: give DetaugIterator size=")
+        n, b = self.size, self.batch_size
+        return n // b if self.policy == "drop" else -(-n // b)
+
+    def __iter__(self):
+        return self
+
+    def _real_count(self) -> int:
+        """Samples of the current batch that belong to the epoch (the rest is wrap-around)."""
+        if self.size is None:
+            return self.batch_size
+        return max(0, min(self.batch_size, self.size - self._batch * self.batch_size))
+
+    def __next__(self):
+        if self._ended or (self.size is not None and self._batch >= len(self)):
+            self._end_epoch()
+        outs = []
+        for pipe in self.pipes:
+            try:
+                raw = pipe.run()
+            except StopIteration:
+                self._end_epoch()
+            outs.append(self._convert(pipe, raw))
+        n = self._real_count()
+        if self.policy == "partial" and n < self.batch_size:
+            outs = [_trim(d, n, self.batch_size) for d in outs]
+        self._batch += 1
+        return outs[0] if len(outs) == 1 else outs
+
+    def _end_epoch(self):
+        if self.auto_reset:
+            self.reset()
+        else:
+            self._ended = True
+        raise StopIteration
+
+    def reset(self):
+        """Move every pipeline to the next epoch (new shuffle)."""
+        for p in self.pipes:
+            p.reset()
+        self._batch, self._ended = 0, False
+
+    def state_dict(self) -> dict:
+        """Where the iteration stands (every pipeline's state); resumes exactly."""
+        return {"pipelines": [p.state_dict() for p in self.pipes], "batch": self._batch}
+
+    def load_state_dict(self, state: dict):
+        states = state["pipelines"]
+        if len(states) != len(self.pipes):
+            raise ValueError(f"state holds {len(states)} pipelines, this iterator {len(self.pipes)}")
+        for p, s in zip(self.pipes, states):
+            p.load_state_dict(s)
+        self._batch, self._ended = int(state["batch"]), False
+
+    # ---- conversion ---------------------------------------------------------------------------
+    def _convert(self, pipe, raw) -> dict:
+        if len(raw) != len(self.output_map):
+            raise ValueError(f"the pipeline has {len(raw)} outputs but output_map names "
+                             f"{len(self.output_map)}: {self.output_map}")
+        _wait_for(pipe, getattr(pipe, "last_event", None))
+        out = {}
+        for name, v in zip(self.output_map, raw):
+            if isinstance(v, ImageBatch):
+                out[name] = _images(v)
+            elif isinstance(v, PaddedBoxes):
+                out.update(self._padded_output(name, v))
+            elif isinstance(v, BoxBatch):
+                out.update(self._boxbatch_output(pipe, name, v))
+            elif isinstance(v, np.ndarray) or backend.is_device_array(v):
+                out[name] = _tensor(v)
+            else:
+                raise TypeError(f"output {name!r}: cannot hand a {type(v).__name__} to torch")
+        return out
+
+    def _boxbatch_output(self, pipe, name, bb) -> dict:
+        if self.boxes_format == "list":
+            return {name: _box_list(bb, self.label_offset)}
+        from ..kernels import boxes as kb
+
+        valid, counts = _host_valid(bb)
+        m = int(counts.max()) if len(counts) else 0
+        fields = {"labels": bb.labels, **bb.fields}
+        if bb.device == "gpu":
+            padded, fields, cnt = kb.pad_boxes_cupy(bb.boxes, fields, bb.valid, bb.offsets, m,
+                                                    stream=_torch_stream_for_cupy(pipe))
+        else:
+            padded, fields, cnt = kb.pad_boxes_numpy(bb.boxes, fields, bb.valid, bb.offsets, m)
+        return self._padded_output(name, PaddedBoxes(boxes=padded, counts=cnt, **fields))
+
+    def _padded_output(self, name, pb) -> dict:
+        torch = _torch()
+        t = {k: _tensor(v) for k, v in pb.items()}
+        counts = t["counts"]
+        if "labels" in t:
+            labels = t["labels"].to(torch.int64)
+            if self.label_offset:
+                real = torch.arange(labels.shape[1], device=labels.device)[None] < counts[:, None]
+                labels = torch.where(real, labels + self.label_offset, labels)
+            t["labels"] = labels
+        if self.boxes_format == "list":
+            host_counts = backend.to_host(pb["counts"]).tolist()
+            return {name: [{k: v[s, :c] for k, v in t.items() if k != "counts"}
+                           for s, c in enumerate(host_counts)]}
+        return {(name if k == "boxes" else f"{name}_{k}"): v for k, v in t.items()}
+
+
+def _images(batch: ImageBatch):
+    """One tensor when the samples share a size (zero copy for a dense batch), else a list."""
+    torch = _torch()
+    if batch.is_dense:
+        return _tensor(batch.data)
+    tensors = [_tensor(a) for a in batch.data]
+    if tensors and all(x.shape == tensors[0].shape for x in tensors):
+        return torch.stack(tensors)
+    return tensors
+
+
+def _host_valid(bb: BoxBatch):
+    """(valid (N,) bool, counts (B,) int64) on the host, from the host copy of the mask (never
+    copied back from the device)."""
+    hv = bb.host_view()
+    src = hv if hv is not None else bb
+    valid = (np.ones(bb.num_boxes, bool) if src.valid is None
+             else np.asarray(backend.to_host(src.valid), bool))
+    sample = np.repeat(np.arange(bb.batch_size), np.diff(bb.offsets))
+    return valid, np.bincount(sample[valid], minlength=bb.batch_size)
+
+
+def _box_list(bb: BoxBatch, label_offset: int) -> list:
+    """B dicts of the valid boxes, labels (+offset) and fields of each sample; views when no box
+    was dropped, one gather (indices computed on the host) otherwise."""
+    torch = _torch()
+    valid, counts = _host_valid(bb)
+    cols = {"boxes": _tensor(bb.boxes).to(torch.float32),
+            "labels": _tensor(bb.labels).to(torch.int64) + label_offset,
+            **{k: _tensor(v) for k, v in bb.fields.items()}}
+    if not valid.all():
+        idx = torch.from_numpy(np.nonzero(valid)[0]).to(cols["boxes"].device, non_blocking=True)
+        cols = {k: v.index_select(0, idx) for k, v in cols.items()}
+    split = {k: torch.split(v, counts.tolist()) for k, v in cols.items()}
+    return [{k: split[k][s] for k in cols} for s in range(bb.batch_size)]
+
+
+def _trim(d: dict, n: int, batch_size: int) -> dict:
+    """The first n samples of every output of a batch (last batch under 'partial')."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, list) or (hasattr(v, "shape") and v.dim() and v.shape[0] == batch_size):
+            out[k] = v[:n]
+        else:
+            out[k] = v
+    return out

@@ -1,0 +1,60 @@
+"""Batched GPU decode with nvImageCodec (the library DALI decodes with), with a CPU fallback
+inside the same op for what the GPU cannot or must not decode.
+
+nvImageCodec 0.9 decodes a truncated JPEG without an error and returns None for bytes it
+cannot parse, so: a JPEG without its end-of-image marker is sent to the CPU decoder (Pillow
+raises on truncation, and the error names the file), and a None result is decoded on the CPU,
+which either succeeds (a format the GPU path lacks) or raises with the file named.
+"""
+from __future__ import annotations
+
+import collections
+import threading
+
+import numpy as np
+
+from ..batch import ImageBatch
+from .decode import _check_size, _decode_one, jpeg_complete
+
+_lock = threading.Lock()
+_decoders = {}
+# Decoded images are released a few batches later, not as soon as the warp is queued, so that a
+# free inside the decoder's allocator never waits on work still queued on the stream.
+_keep = collections.deque(maxlen=8)
+
+
+def _decoder(device_id: int):
+    from nvidia import nvimgcodec
+
+    with _lock:
+        if device_id not in _decoders:
+            _decoders[device_id] = nvimgcodec.Decoder(device_id=device_id)
+        return _decoders[device_id]
+
+
+def decode_batch(ctx, enc, output_type: str) -> ImageBatch:
+    import cupy as cp
+    from nvidia import nvimgcodec
+
+    spec = nvimgcodec.ColorSpec.GRAY if output_type == "GRAY" else nvimgcodec.ColorSpec.RGB
+    params = nvimgcodec.DecodeParams(apply_exif_orientation=False, color_spec=spec,
+                                     allow_any_depth=False)
+    dev = cp.cuda.Device().id
+    gpu_idx = [k for k in range(len(enc)) if jpeg_complete(enc.data[k])]
+    results = _decoder(dev).decode([enc.data[k] for k in gpu_idx], params=params,
+                                   cuda_stream=ctx.stream.ptr) if gpu_idx else []
+    images = [None] * len(enc)
+    for k, r in zip(gpu_idx, results):
+        if r is not None:
+            images[k] = cp.asarray(r)
+    for k in range(len(enc)):
+        if images[k] is None:
+            images[k] = cp.asarray(_decode_one(enc, k, output_type))  # raises naming the file
+        else:
+            if images[k].ndim == 2:
+                images[k] = images[k][:, :, None]
+            _check_size(images[k], enc, k)
+    if output_type == "BGR":
+        images = [cp.ascontiguousarray(a[:, :, ::-1]) for a in images]
+    _keep.append(results)
+    return ImageBatch(images, "gpu")

@@ -1,0 +1,34 @@
+import os
+
+import numpy as np
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VOC = os.path.join(REPO, "examples", "data", "voc-mini")
+COCO = os.path.join(REPO, "examples", "data", "coco-mini")
+
+
+def _gpu():
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if _gpu():
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU with cupy")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def rng():
+    """Fresh randomness each run (the seed is printed on failure through the test id)."""
+    seed = int.from_bytes(os.urandom(4), "little")
+    print(f"rng seed {seed}")
+    return np.random.default_rng(seed)

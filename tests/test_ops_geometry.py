@@ -1,0 +1,251 @@
+"""Geometric ops: hand-computed boxes, exact pixel moves, float64 references, composition."""
+import numpy as np
+import pytest
+
+from detaug import fn
+from detaug import geometry as G
+from helpers import boxes_of, images_of, run_graph
+
+
+def rand_img(rng, h, w, c=3):
+    return rng.integers(0, 256, (h, w, c), dtype=np.uint8)
+
+
+def test_flip_hand_computed(rng):
+    img = rand_img(rng, 50, 100)
+    out_img, out_b = run_graph([img], [[[10, 20, 30, 40]]],
+                               lambda i, b: fn.flip(i, b, horizontal=1))
+    np.testing.assert_array_equal(boxes_of(out_b)[0]["boxes"], [[70, 20, 90, 40]])
+    np.testing.assert_array_equal(images_of(out_img)[0], img[:, ::-1])
+
+
+def test_vertical_flip_and_flip_twice_identity(rng):
+    img = rand_img(rng, 50, 100)
+    box = [[10.5, 20.25, 30, 40]]
+    out_img, out_b = run_graph([img], [box], lambda i, b: fn.flip(i, b, horizontal=0, vertical=1))
+    np.testing.assert_allclose(boxes_of(out_b)[0]["boxes"], [[10.5, 10, 30, 29.75]])
+    np.testing.assert_array_equal(images_of(out_img)[0], img[::-1])
+
+    def twice(i, b):
+        i, b = fn.flip(i, b, horizontal=1, vertical=1)
+        return fn.flip(i, b, horizontal=1, vertical=1)
+
+    out_img, out_b = run_graph([img], [box], twice)
+    np.testing.assert_array_equal(images_of(out_img)[0], img)
+    np.testing.assert_allclose(boxes_of(out_b)[0]["boxes"], box)
+
+
+def test_per_sample_flip_follows_coin(rng):
+    imgs = [rand_img(rng, 8, 10) for _ in range(6)]
+    boxes = [[[1, 2, 3, 4]]] * 6
+
+    def g(i, b):
+        coin = fn.random.coin_flip()
+        i, b = fn.flip(i, b, horizontal=coin)
+        return i, b, coin
+
+    out_img, out_b, coin = run_graph(imgs, boxes, g, seed=3)
+    for k in range(6):
+        flipped = bool(coin[k])
+        exp = imgs[k][:, ::-1] if flipped else imgs[k]
+        np.testing.assert_array_equal(images_of(out_img)[k], exp)
+        np.testing.assert_array_equal(boxes_of(out_b)[k]["boxes"], [[7, 2, 9, 4]] if flipped else [[1, 2, 3, 4]])
+
+
+def test_rotate_90_exact(rng):
+    img = rand_img(rng, 40, 60)
+    out_img, out_b = run_graph([img], [[[10, 5, 30, 15]]],
+                               lambda i, b: fn.rotate(i, b, angle=90, expand=True))
+    got = images_of(out_img)[0]
+    assert got.shape == (60, 40, 3)
+    np.testing.assert_array_equal(got, np.rot90(img))
+    # counter-clockwise as displayed: (x, y) -> (y, W - x)
+    np.testing.assert_allclose(boxes_of(out_b)[0]["boxes"], [[5, 30, 15, 50]], atol=1e-4)
+
+
+def test_rotate_keeps_canvas_and_fills_zero(rng):
+    img = np.full((41, 41, 3), 200, np.uint8)
+    out_img, _ = run_graph([img], [[[0, 0, 1, 1]]], lambda i, b: fn.rotate(i, b, angle=45))
+    got = images_of(out_img)[0]
+    assert got.shape == img.shape
+    assert (got[0, 0] == 0).all() and (got[20, 20] == 200).all()
+
+
+def test_rotate_ellipse_keeps_square_size(rng):
+    img = rand_img(rng, 100, 100)
+    box = [[40, 40, 60, 60]]
+    for angle in (17.0, 30.0, 45.0):
+        _, ob = run_graph([img], [box], lambda i, b: fn.rotate(i, b, angle=angle, box_mode="ellipse"))
+        bx = boxes_of(ob)[0]["boxes"][0]
+        np.testing.assert_allclose(bx, [40, 40, 60, 60], atol=1e-3)
+        _, ob = run_graph([img], [box], lambda i, b: fn.rotate(i, b, angle=angle))
+        bx = boxes_of(ob)[0]["boxes"][0]
+        half = 10 * (abs(np.cos(np.deg2rad(angle))) + abs(np.sin(np.deg2rad(angle))))
+        np.testing.assert_allclose(bx, [50 - half, 50 - half, 50 + half, 50 + half], atol=1e-3)
+
+
+@pytest.mark.parametrize("size", [(64, 100), (20, 30), (37, 53), (1, 1)])
+def test_resize_constant_image_stays_constant(size):
+    img = np.full((37, 53, 3), 77, np.uint8)
+    out_img, out_b = run_graph([img], [[[0, 0, 53, 37]]], lambda i, b: fn.resize(i, b, size=size))
+    got = images_of(out_img)[0]
+    assert got.shape == size + (3,)
+    np.testing.assert_array_equal(got, 77)
+    np.testing.assert_allclose(boxes_of(out_b)[0]["boxes"], [[0, 0, size[1], size[0]]], atol=1e-4)
+
+
+def test_resize_shorter_max_size_and_keep_aspect():
+    img = np.zeros((100, 200, 3), np.uint8)
+    out, _ = run_graph([img], [[]], lambda i, b: fn.resize(i, b, resize_shorter=50))
+    assert images_of(out)[0].shape == (50, 100, 3)
+    out, _ = run_graph([img], [[]], lambda i, b: fn.resize(i, b, resize_shorter=80, max_size=120))
+    assert images_of(out)[0].shape == (60, 120, 3)
+    out, _ = run_graph([img], [[]], lambda i, b: fn.resize(i, b, size=(64, 64), keep_aspect=True))
+    assert images_of(out)[0].shape == (32, 64, 3)
+
+
+def test_checkerboard_downscale_is_antialiased():
+    yy, xx = np.mgrid[:64, :64]
+    img = np.repeat((((yy + xx) % 2) * 255).astype(np.uint8)[..., None], 3, 2)
+    out, _ = run_graph([img], [[]], lambda i, b: fn.resize(i, b, size=(16, 16)))
+    got = images_of(out)[0].astype(float)
+    assert np.all(np.abs(got - 127.5) <= 2)
+
+
+def test_crop_is_slicing_and_letterbox_pads(rng):
+    img = rand_img(rng, 30, 40)
+    out, ob = run_graph([img], [[[5, 5, 25, 20]]],
+                        lambda i, b: fn.crop(i, b, window=(10, 4, 30, 24)))
+    np.testing.assert_array_equal(images_of(out)[0], img[4:24, 10:30])
+    np.testing.assert_allclose(boxes_of(ob)[0]["boxes"], [[-5, 1, 15, 16]])
+    out, ob = run_graph([img], [[[0, 0, 40, 30]]], lambda i, b: fn.letterbox(i, b, size=(80, 80), fill=114))
+    got = images_of(out)[0]
+    assert got.shape == (80, 80, 3)
+    np.testing.assert_allclose(boxes_of(ob)[0]["boxes"], [[0, 10, 80, 70]], atol=1e-4)
+    assert (got[:10] == 114).all() and (got[70:] == 114).all()
+
+
+def test_crop_pos_anchor():
+    img = np.arange(10 * 20 * 3, dtype=np.uint8).reshape(10, 20, 3)
+    out, _ = run_graph([img], [[]], lambda i, b: fn.crop(i, b, crop=(4, 6), crop_pos_x=1.0, crop_pos_y=0.0))
+    np.testing.assert_array_equal(images_of(out)[0], img[0:4, 14:20])
+
+
+def _corner_ref(m, box):
+    pts = np.array([[box[0], box[1]], [box[2], box[1]], [box[0], box[3]], [box[2], box[3]]], float)
+    p = pts @ m[:2, :2].T + m[:2, 2]
+    return np.concatenate([p.min(0), p.max(0)])
+
+
+def test_affine_boxes_match_float64_reference(rng):
+    img = rand_img(rng, 48, 64)
+    boxes = np.sort(rng.uniform(0, 48, (7, 4)).reshape(7, 2, 2), axis=1).transpose(0, 2, 1).reshape(7, 4)
+    params = dict(rotate=float(rng.uniform(-40, 40)), scale=float(rng.uniform(0.5, 2)),
+                  translate_x=float(rng.uniform(-5, 5)), translate_y=float(rng.uniform(-5, 5)),
+                  shear_x=float(rng.uniform(-15, 15)))
+    _, ob = run_graph([img], [boxes], lambda i, b: fn.affine(i, b, **params))
+    c = np.array([32.0, 24.0])
+    lin = (G.rotation_linear(params["rotate"])[0] @ np.diag([params["scale"]] * 2)
+           @ np.array([[1, np.tan(np.deg2rad(params["shear_x"]))], [0, 1]]))
+    m = np.eye(3)
+    m[:2, :2] = lin
+    m[:2, 2] = c + [params["translate_x"], params["translate_y"]] - lin @ c
+    ref = np.array([_corner_ref(m, b) for b in boxes])
+    # a box that the transform moves wholly off the canvas is gone (and so are its fields)
+    on_canvas = (ref[:, 0] < 64) & (ref[:, 2] > 0) & (ref[:, 1] < 48) & (ref[:, 3] > 0)
+    got = boxes_of(ob)[0]
+    np.testing.assert_allclose(got["boxes"], ref[on_canvas], atol=1e-3)
+    np.testing.assert_array_equal(got["labels"], np.arange(7)[on_canvas])
+
+
+def _axis_chain(fused):
+    def g(i, b):
+        steps = [lambda i, b: fn.flip(i, b, horizontal=1),
+                 lambda i, b: fn.crop(i, b, window=(3, 2, 45, 30)),
+                 lambda i, b: fn.resize(i, b, size=(56, 84)),
+                 lambda i, b: fn.rotate(i, b, angle=90, expand=True),
+                 lambda i, b: fn.letterbox(i, b, size=(90, 90))]
+        for s in steps:
+            i, b = s(i, b)
+            if not fused:
+                i, b = fn.materialize(i, b)
+        return i, b
+    return g
+
+
+def test_fused_axis_chain_equals_one_at_a_time(rng):
+    img = rand_img(rng, 32, 48)
+    # smooth image so that interpolating twice stays within 2 grey levels of interpolating once
+    yy, xx = np.mgrid[:32, :48]
+    img = np.stack([(yy * 7) % 256, (xx * 5) % 256, (yy + xx) * 2], -1).astype(np.uint8)
+    boxes = [[4, 3, 20, 12], [10, 10, 40, 28], [0, 0, 48, 32]]
+    fi, fb = run_graph([img], [boxes], _axis_chain(True))
+    si, sb = run_graph([img], [boxes], _axis_chain(False))
+    np.testing.assert_allclose(boxes_of(fb)[0]["boxes"], boxes_of(sb)[0]["boxes"], atol=1e-3)
+    a, b = images_of(fi)[0].astype(int), images_of(si)[0].astype(int)
+    assert a.shape == b.shape == (90, 90, 3)
+    inner = (slice(4, -4), slice(20, -20))  # away from borders (letterbox pads left and right)
+    assert np.abs(a[inner] - b[inner]).max() <= 2
+
+
+def test_free_rotation_fused_box_is_enclosing_box_once(rng):
+    img = rand_img(rng, 60, 60)
+    box = [[20, 20, 40, 40]]
+
+    def chain(fused):
+        def g(i, b):
+            i, b = fn.rotate(i, b, angle=30)
+            if not fused:
+                i, b = fn.materialize(i, b)
+            return fn.rotate(i, b, angle=15)
+        return g
+
+    _, fb = run_graph([img], [box], chain(True))
+    _, sb = run_graph([img], [box], chain(False))
+    m = np.eye(3)
+    m[:2, :2] = G.rotation_linear(45.0)[0]
+    m[:2, 2] = [30, 30] - m[:2, :2] @ [30, 30]
+    np.testing.assert_allclose(boxes_of(fb)[0]["boxes"][0], _corner_ref(m, box[0]), atol=1e-3)
+    fused_w = np.diff(boxes_of(fb)[0]["boxes"][0][[0, 2]])
+    step_w = np.diff(boxes_of(sb)[0]["boxes"][0][[0, 2]])
+    assert fused_w < step_w  # the step-by-step box grows twice; the fused one is the tighter
+
+
+def test_zoom_out_pastes_exactly(rng):
+    img = rand_img(rng, 20, 30)
+    out, ob = run_graph([img], [[[1, 2, 11, 12]]],
+                        lambda i, b: fn.zoom_out(i, b, ratio=(2, 3), probability=1.0, fill=7), seed=5)
+    got = images_of(out)[0]
+    assert 40 <= got.shape[0] <= 60 and 60 <= got.shape[1] <= 90
+    bx = boxes_of(ob)[0]["boxes"][0]
+    x0, y0 = int(bx[0] - 1), int(bx[1] - 2)
+    np.testing.assert_array_equal(got[y0:y0 + 20, x0:x0 + 30], img)
+    assert (got == 7).all(-1).sum() == got.shape[0] * got.shape[1] - 600
+
+
+def test_random_iou_crop_constraint_and_fields(rng):
+    imgs = [rand_img(rng, 60, 80) for _ in range(8)]
+    boxes = [np.array([[5, 5, 30, 30], [40, 10, 75, 50], [10, 35, 25, 55]], float) for _ in range(8)]
+    ids = [np.array([100, 200, 300]) + k for k in range(8)]
+    fields = [{"annotation_id": i} for i in ids]
+    labels = [np.array([0, 1, 2])] * 8
+    out, ob = run_graph(imgs, boxes, lambda i, b: fn.random_iou_crop(i, b), labels=labels,
+                        fields=fields, seed=11)
+    for k, s in enumerate(boxes_of(ob)):
+        h, w = images_of(out)[k].shape[:2]
+        # the surviving boxes keep their own label and id, whatever was dropped
+        for lab, aid in zip(s["labels"], s["annotation_id"]):
+            assert aid == ids[k][lab]
+        c = (s["boxes"][:, :2] + s["boxes"][:, 2:]) / 2
+        assert ((c > 0) & (c < [w, h])).all()
+
+
+def test_one_pixel_images_and_no_boxes():
+    img = np.full((1, 1, 3), 9, np.uint8)
+    out, ob = run_graph([img, img], [[], [[0, 0, 1, 1]]],
+                        lambda i, b: fn.resize(*fn.flip(i, b), size=(3, 3)))
+    assert [a.shape for a in images_of(out)] == [(3, 3, 3)] * 2
+    assert (images_of(out)[0] == 9).all()
+    s = boxes_of(ob)
+    assert len(s[0]["boxes"]) == 0
+    np.testing.assert_allclose(s[1]["boxes"], [[0, 0, 3, 3]])

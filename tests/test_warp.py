@@ -1,0 +1,433 @@
+"""Warp kernel (detaug/kernels/warp.py): the NumPy twin, the OpenCV path, and the CUDA
+source run on the CPU through a C++ shim (the real GPU checks are in test_warp_gpu.py).
+
+Tolerances asserted for warp_cv2 against the twin (random images, random affine matrices):
+uint8 and float32 output both within max abs 8 grey levels and mean abs < 0.5 (OpenCV before
+5.0 quantises sub-pixel positions to 1/32 px and uses fixed-point weights; the supersampled grid
+and the unshrunk float path go through uint8, so up to 0.5 grey level of rounding is expected
+there). Exact cases (identity, flip, 90-degree turn, integer crop, constant images) are asserted
+exactly for both.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from detaug.kernels import warp as W
+from detaug.kernels.warp import warp_cv2, warp_numpy
+
+IMPLS = [warp_numpy, warp_cv2]
+MEAN = np.array([123.675, 116.28, 103.53])
+STD = np.array([58.395, 57.12, 57.375])
+
+
+def _rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def rand_image(rng, h=40, w=50, c=3):
+    return rng.integers(0, 256, (h, w, c), dtype=np.uint8)
+
+
+def random_affine(rng, in_hw, out_hw, scale=(0.3, 3.0)):
+    """Rotation, anisotropic scale, shear, random flip, centred plus a random translation."""
+    a = rng.uniform(-np.pi, np.pi)
+    s = rng.uniform(*scale)
+    rot = np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]])
+    A = rot @ np.array([[s, rng.uniform(-0.3, 0.3)], [0.0, s * rng.uniform(0.7, 1.4)]])
+    if rng.random() < 0.5:
+        A = A @ np.diag([-1.0, 1.0])
+    M = np.eye(3)
+    M[:2, :2] = A
+    c_in = np.array([in_hw[1], in_hw[0]]) / 2
+    c_out = np.array([out_hw[1], out_hw[0]]) / 2
+    M[:2, 2] = c_out - A @ c_in + rng.uniform(-5, 5, 2)
+    return M
+
+
+def one(impl, img, M, out_hw, **kw):
+    return impl([img], np.asarray(M, float)[None], [out_hw], **kw)[0]
+
+
+# ----------------------------------------------------------------------------- exact cases
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("c", [1, 3])
+def test_identity_reproduces_image(impl, c):
+    img = rand_image(_rng(1), c=c)
+    np.testing.assert_array_equal(one(impl, img, np.eye(3), (40, 50)), img)
+    np.testing.assert_array_equal(one(impl, img, np.eye(3), (40, 50), antialias=False), img)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_horizontal_flip(impl):
+    img = rand_image(_rng(2))
+    H, Wd = img.shape[:2]
+    M = [[-1, 0, Wd], [0, 1, 0], [0, 0, 1]]
+    np.testing.assert_array_equal(one(impl, img, M, (H, Wd)), img[:, ::-1])
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_rot90_counter_clockwise(impl):
+    # y points down, so (x, y) -> (y, W - x) turns the picture counter-clockwise as displayed
+    img = rand_image(_rng(3))
+    H, Wd = img.shape[:2]
+    ccw = [[0, 1, 0], [-1, 0, Wd], [0, 0, 1]]
+    np.testing.assert_array_equal(one(impl, img, ccw, (Wd, H)), np.rot90(img, 1))
+    cw = [[0, -1, H], [1, 0, 0], [0, 0, 1]]
+    np.testing.assert_array_equal(one(impl, img, cw, (Wd, H)), np.rot90(img, -1))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_integer_crop_equals_slicing(impl):
+    img = rand_image(_rng(4))
+    M = [[1, 0, -7], [0, 1, -5], [0, 0, 1]]
+    np.testing.assert_array_equal(one(impl, img, M, (21, 30)), img[5:26, 7:37])
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("out_hw", [(57, 33), (17, 123), (13, 11), (95, 130)])
+def test_constant_image_resize_stays_constant(impl, out_hw):
+    img = np.full((40, 50, 3), 173, np.uint8)
+    M = np.diag([out_hw[1] / 50, out_hw[0] / 40, 1.0])
+    # fill equal to the constant: constant everywhere (the weights sum to one)
+    np.testing.assert_array_equal(one(impl, img, M, out_hw, fill=173), np.full(out_hw + (3,), 173))
+    # fill 0: still constant everywhere, borders included: every sample point of a resize lies
+    # inside the source, and the taps replicate the edge (no darkened border)
+    out = one(impl, img, M, out_hw, out_dtype=np.float32)
+    np.testing.assert_array_equal(out, 173.0)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_points_outside_take_fill_exactly(impl):
+    img = np.full((20, 30, 3), 90, np.uint8)
+    M = np.array([[1.0, 0, 5], [0, 1.0, 7], [0, 0, 1]])  # paste at (5, 7) into 40 x 50
+    out = one(impl, img, M, (40, 50), fill=(1, 2, 3))
+    np.testing.assert_array_equal(out[7:27, 5:35], 90)
+    outside = np.ones((40, 50), bool)
+    outside[7:27, 5:35] = False
+    np.testing.assert_array_equal(out[outside], np.tile([1, 2, 3], (outside.sum(), 1)))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_checkerboard_shrink_antialias(impl):
+    board = ((np.indices((64, 64)).sum(0) % 2) * 255).astype(np.uint8)[:, :, None]
+    shrink = np.diag([0.25, 0.25, 1.0])
+    out = one(impl, board, shrink, (16, 16), out_dtype=np.float32)
+    assert np.all(np.abs(out[1:-1, 1:-1] - 127.5) <= 2)
+    # shifted by half an input pixel, the single bilinear tap lands on pixel centres: no
+    # antialias aliases to pure black/white, antialias still averages to grey
+    shifted = shrink @ np.array([[1, 0, -0.5], [0, 1, -0.5], [0, 0, 1]])
+    aliased = one(impl, board, shifted, (16, 16), antialias=False, out_dtype=np.float32)
+    assert np.all(np.abs(aliased[1:-1, 1:-1] - 127.5) > 100)
+    smooth = one(impl, board, shifted, (16, 16), out_dtype=np.float32)
+    assert np.all(np.abs(smooth[1:-1, 1:-1] - 127.5) <= 2)
+
+
+def test_taps_rule():
+    inv = np.linalg.inv(np.array([np.diag([0.25, 1 / 2.5, 1.0]), np.diag([3.0, 1.0, 1.0]),
+                                  np.diag([0.01, 0.5, 1.0])]))
+    np.testing.assert_array_equal(W.taps_for(inv, True, 8), [[4, 3], [1, 1], [8, 2]])
+    np.testing.assert_array_equal(W.taps_for(inv, False, 8), [[1, 1]] * 3)
+
+
+# ----------------------------------------------------------------------------- cv2 vs twin
+@pytest.mark.parametrize("c", [1, 3])
+def test_cv2_matches_twin_on_random_affines(c):
+    rng = _rng(5 + c)
+    worst_max, worst_mean = 0.0, 0.0
+    for k in range(24):
+        img = rand_image(rng, c=c)
+        out_hw = (int(rng.integers(20, 60)), int(rng.integers(20, 60)))
+        M = random_affine(rng, img.shape[:2], out_hw)
+        fill = rng.integers(0, 256, c) if k % 3 == 0 else 0
+        for dt in (np.uint8, np.float32):
+            a = one(warp_numpy, img, M, out_hw, fill=fill, out_dtype=dt).astype(np.float64)
+            b = one(warp_cv2, img, M, out_hw, fill=fill, out_dtype=dt).astype(np.float64)
+            d = np.abs(a - b)
+            worst_max, worst_mean = max(worst_max, d.max()), max(worst_mean, d.mean())
+    assert worst_max <= 8 and worst_mean < 0.5, (worst_max, worst_mean)
+
+
+def test_cv2_fractional_fill_goes_through_float():
+    rng = _rng(8)
+    img = rand_image(rng)
+    M = random_affine(rng, (40, 50), (45, 55), scale=(0.5, 0.9))
+    for fill in (37.3, [300.0, -20.0, 12.5]):
+        a = one(warp_numpy, img, M, (45, 55), fill=fill, out_dtype=np.float32)
+        b = one(warp_cv2, img, M, (45, 55), fill=fill, out_dtype=np.float32)
+        assert np.abs(a - b).max() <= 8 and np.abs(a - b).mean() < 0.5
+        corner = one(warp_numpy, img, np.eye(3) + [[0, 0, 100], [0, 0, 0], [0, 0, 0]], (4, 4),
+                     fill=fill, out_dtype=np.float32)
+        np.testing.assert_allclose(corner, np.broadcast_to(fill, (4, 4, 3)), atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- epilogue
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("shrink", [False, True])
+def test_epilogue_equals_applying_afterwards(impl, shrink):
+    rng = _rng(9)
+    imgs = [rand_image(rng) for _ in range(2)]
+    out_hw = (18, 21) if shrink else (45, 55)
+    mats = np.stack([random_affine(rng, (40, 50), out_hw, scale=(0.3, 0.5) if shrink else (1, 2))
+                     for _ in imgs])
+    if shrink:
+        assert np.all(W.taps_for(np.linalg.inv(mats), True, 8) > 1)
+    sizes = [out_hw] * 2
+    raw = impl(imgs, mats, sizes, out_dtype=np.float32).astype(np.float64)  # (B, H, W, C)
+    mean = np.stack([MEAN, MEAN[::-1]])  # per-sample (B, C)
+    expected = (raw - mean[:, None, None, :]) / STD
+    norm = impl(imgs, mats, sizes, mean=mean, std=STD, out_dtype=np.float32)
+    np.testing.assert_allclose(norm, expected, rtol=0, atol=1e-4)
+    chw = impl(imgs, mats, sizes, mean=mean, std=STD, out_dtype=np.float32, layout="CHW")
+    np.testing.assert_array_equal(chw, norm.transpose(0, 3, 1, 2))
+    half = impl(imgs, mats, sizes, mean=mean, std=STD, out_dtype=np.float16, layout="CHW")
+    assert half.dtype == np.float16 and half.shape == chw.shape
+    np.testing.assert_allclose(half.astype(np.float64), expected.transpose(0, 3, 1, 2),
+                               rtol=1e-3, atol=1e-3)
+    u8 = impl(imgs, mats, sizes).astype(np.float64)
+    d = np.abs(u8 - np.clip(np.floor(raw + 0.5), 0, 255))
+    # the twin rounds the unrounded value (float32 rounding of `raw` may flip a tie); OpenCV's
+    # uint8 INTER_AREA rounds its block sums its own way
+    assert d.max() <= 1 and (d.mean() < 0.01 or impl is warp_cv2)
+    u8_chw = impl(imgs, mats, sizes, layout="CHW")
+    np.testing.assert_array_equal(u8_chw, u8.transpose(0, 3, 1, 2))
+
+
+def test_uint8_rejects_normalize():
+    with pytest.raises(ValueError, match="normalize"):
+        warp_numpy([rand_image(_rng())], np.eye(3)[None], [(40, 50)], mean=MEAN, std=STD)
+
+
+# ----------------------------------------------------------------------------- batch contract
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("layout", ["HWC", "CHW"])
+def test_ragged_batch_equals_per_sample(impl, layout):
+    rng = _rng(10)
+    in_sizes = [(40, 50), (23, 61), (1, 1), (37, 12)]
+    out_sizes = [(30, 44), (45, 20), (3, 5), (7, 9)]
+    imgs = [rand_image(rng, h, w) for h, w in in_sizes]
+    mats = np.stack([random_affine(rng, i, o) for i, o in zip(in_sizes, out_sizes)])
+    kw = dict(fill=np.array([[1, 2, 3], [4, 5, 6], [7, 8, 9], [10, 11, 12]]),
+              mean=MEAN, std=STD, out_dtype=np.float32, layout=layout)
+    out = impl(imgs, mats, out_sizes, **kw)
+    assert isinstance(out, list) and len(out) == 4
+    for b in range(4):
+        single = impl([imgs[b]], mats[b:b + 1], [out_sizes[b]], **{**kw, "fill": kw["fill"][b]})
+        assert single.shape[0] == 1
+        np.testing.assert_array_equal(out[b], single[0])
+        h, w = out_sizes[b]
+        assert out[b].shape == ((h, w, 3) if layout == "HWC" else (3, h, w))
+    # same output size, ragged inputs: one dense array, still equal to per-sample calls
+    dense = impl(imgs, mats, [(16, 17)] * 4, out_dtype=np.uint8, layout=layout)
+    assert isinstance(dense, np.ndarray) and dense.shape[0] == 4
+    for b in range(4):
+        np.testing.assert_array_equal(dense[b], impl([imgs[b]], mats[b:b + 1], [(16, 17)],
+                                                     layout=layout)[0])
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_dense_input_array_equals_list(impl):
+    rng = _rng(11)
+    batch = rng.integers(0, 256, (3, 40, 50, 3), dtype=np.uint8)
+    mats = np.stack([random_affine(rng, (40, 50), (32, 32)) for _ in range(3)])
+    np.testing.assert_array_equal(impl(batch, mats, [(32, 32)] * 3),
+                                  impl(list(batch), mats, [(32, 32)] * 3))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_empty_batch_and_one_pixel(impl):
+    assert impl([], np.zeros((0, 3, 3)), np.zeros((0, 2), int)) == []
+    px = np.array([[[10, 20, 30]]], np.uint8)
+    np.testing.assert_array_equal(one(impl, px, np.eye(3), (1, 1)), px)
+    up = one(impl, px, np.diag([7.0, 5.0, 1.0]), (5, 7), fill=[10, 20, 30])
+    np.testing.assert_array_equal(up, np.broadcast_to(px, (5, 7, 3)))
+    img = np.full((40, 50, 3), 99, np.uint8)
+    down = one(impl, img, np.diag([1 / 50, 1 / 40, 1.0]), (1, 1), fill=99)
+    np.testing.assert_array_equal(down, [[[99, 99, 99]]])
+    small = one(impl, rand_image(_rng(12)), np.diag([1 / 50, 1 / 40, 1.0]), (1, 1),
+                out_dtype=np.float32)
+    assert small.shape == (1, 1, 3) and np.all((small > 40) & (small < 215))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_inputs_not_mutated(impl):
+    rng = _rng(13)
+    imgs = [rand_image(rng), rand_image(rng, 20, 30)]
+    mats = np.stack([random_affine(rng, (40, 50), (20, 20)), random_affine(rng, (20, 30), (9, 8))])
+    sizes = np.array([(20, 20), (9, 8)])
+    mean, std, fill = MEAN.copy(), STD.copy(), np.array([[1.0, 2, 3], [4, 5, 6]])
+    before = [x.copy() for x in imgs + [mats, sizes, mean, std, fill]]
+    impl(imgs, mats, sizes, fill=fill, mean=mean, std=std, out_dtype=np.float32)
+    for x, y in zip(imgs + [mats, sizes, mean, std, fill], before):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_bad_input_raises():
+    img = rand_image(_rng())
+    with pytest.raises(ValueError, match="affine"):
+        warp_numpy([img], np.array([[[1, 0, 0], [0, 1, 0], [0.1, 0, 1]]]), [(4, 4)])
+    with pytest.raises(TypeError, match="uint8"):
+        warp_numpy([img.astype(np.float32)], np.eye(3)[None], [(4, 4)])
+    with pytest.raises(ValueError, match="channel"):
+        warp_numpy([img, img[:, :, :1]], np.stack([np.eye(3)] * 2), [(4, 4)] * 2)
+    with pytest.raises(ValueError, match="singular"):
+        warp_numpy([img], np.diag([0.0, 1.0, 1.0])[None], [(4, 4)])
+    with pytest.raises(ValueError, match="layout"):
+        warp_numpy([img], np.eye(3)[None], [(4, 4)], layout="NHWC")
+
+
+# ----------------------------------------------------------------------------- CUDA source on CPU
+_SHIM = r"""
+#include <cmath>
+#include <cstddef>
+using namespace std;
+struct Dim3 { unsigned int x, y, z; };
+static Dim3 blockIdx, threadIdx, blockDim;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(n)
+#define asm(...) (void)0
+#include "warp.cu"
+typedef void (*kernel_t)(const unsigned long long*, const long long*, const double*,
+                         const float*, void*);
+extern "C" void emulate(void* k, unsigned gx, unsigned gy, unsigned bx, const void* p,
+                        const void* mi, const void* inv, const void* mf, void* out) {
+    blockDim.x = bx; blockDim.y = blockDim.z = 1;
+    for (unsigned y = 0; y < gy; ++y)
+        for (unsigned x = 0; x < gx; ++x)
+            for (unsigned t = 0; t < bx; ++t) {
+                blockIdx.x = x; blockIdx.y = y; threadIdx.x = t;
+                ((kernel_t)k)((const unsigned long long*)p, (const long long*)mi,
+                              (const double*)inv, (const float*)mf, out);
+            }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def emulated_kernels(tmp_path_factory):
+    """warp.cu compiled as host C++ (CUDA keywords shimmed; the float16 store is not emulated)."""
+    cxx = shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no g++ to emulate the CUDA source")
+    d = tmp_path_factory.mktemp("warp_cu")
+    (d / "shim.cpp").write_text(_SHIM)
+    kdir = os.path.dirname(W.__file__)
+    subprocess.run([cxx, "-std=c++17", "-O1", "-shared", "-fPIC", "-w", f"-I{kdir}",
+                    str(d / "shim.cpp"), "-o", str(d / "warp_emu.so")], check=True)
+    return ctypes.CDLL(str(d / "warp_emu.so"))
+
+
+def _emulate(lib, images, matrices, out_sizes, **kw):
+    """Run warp.cu's kernel on the CPU with warp_cupy's own launch plan."""
+    spec = W._prepare(images, matrices, out_sizes, kw.get("fill", 0.0), kw.get("antialias", True),
+                      kw.get("max_taps", 8), kw.get("mean"), kw.get("std"),
+                      kw.get("out_dtype", np.uint8), kw.get("layout", "HWC"))
+    plan = W.launch_plan(spec)
+    imgs = [np.ascontiguousarray(x) for x in spec.images]
+    ptrs = np.array([x.ctypes.data for x in imgs], np.uint64)
+    flat = np.zeros(int(plan["offsets"][-1]), spec.out_dtype)
+    meta_i, inv, meta_f = plan["meta_i"], plan["inv"], plan["meta_f"]
+    k = ctypes.cast(getattr(lib, plan["name"]), ctypes.c_void_p)
+    lib.emulate(k, ctypes.c_uint(plan["grid"][0]), ctypes.c_uint(plan["grid"][1]),
+                ctypes.c_uint(plan["block"][0]), *(ctypes.c_void_p(a.ctypes.data)
+                                                   for a in (ptrs, meta_i, inv, meta_f, flat)))
+    o = plan["offsets"]
+    outs = [flat[o[b]:o[b + 1]].reshape(W._out_shape(spec, b)) for b in range(spec.B)]
+    return np.stack(outs) if W._is_dense(spec) else outs
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.float32])
+@pytest.mark.parametrize("layout", ["HWC", "CHW"])
+@pytest.mark.parametrize("c", [1, 3])
+def test_cuda_source_emulated_matches_twin(emulated_kernels, dtype, layout, c):
+    rng = _rng(14)
+    in_sizes = [(40, 50), (23, 31), (1, 1), (30, 30)]
+    out_sizes = [(30, 24), (45, 20), (3, 5), (7, 9)]
+    imgs = [rand_image(rng, h, w, c) for h, w in in_sizes]
+    mats = np.stack([random_affine(rng, i, o) for i, o in zip(in_sizes, out_sizes)])
+    mats[3] = np.diag([0.1, 0.2, 1.0])  # 8 x 5 taps
+    mats[1, :2, 2] += 1e9  # far outside: all fill, no int overflow
+    kw = dict(fill=rng.integers(0, 256, (4, c)), out_dtype=dtype, layout=layout)
+    if dtype != np.uint8:
+        kw.update(mean=MEAN[:c], std=STD[:c])
+    got = _emulate(emulated_kernels, imgs, mats, out_sizes, **kw)
+    ref = warp_numpy(imgs, mats, out_sizes, **kw)
+    for g, r in zip(got, ref):
+        tol = 1 if dtype == np.uint8 else 1e-3 / 58
+        assert np.abs(g.astype(np.float64) - r).max() <= tol
+
+
+class _FakeDeviceArray(np.ndarray):
+    """A host array that answers cupy's ``.data.ptr`` / ``.data.mem``: lets warp_cupy's host
+    code (pointers, offsets, views of one buffer, float16 as uint16) run with the emulated
+    kernel."""
+
+    @property
+    def data(self):
+        import types
+
+        base = self
+        while isinstance(base.base, np.ndarray):
+            base = base.base
+        return types.SimpleNamespace(ptr=self.ctypes.data,
+                                     mem=types.SimpleNamespace(ptr=base.ctypes.data))
+
+
+def _fake_cupy():
+    import contextlib
+    import types
+
+    dev = lambda a: np.asarray(a).view(_FakeDeviceArray)  # noqa: E731
+    stream = contextlib.nullcontext()
+    return types.SimpleNamespace(
+        asarray=dev, ascontiguousarray=lambda a: dev(np.ascontiguousarray(a)),
+        empty=lambda n, dtype: dev(np.full(n, 77, dtype)), uint16=np.uint16,
+        cuda=types.SimpleNamespace(get_current_stream=lambda: stream))
+
+
+def test_warp_cupy_host_code_with_emulated_kernel(emulated_kernels, monkeypatch):
+    import sys
+
+    from detaug.kernels import launch as launch_mod
+
+    calls = []
+
+    def fake_launch(kernel, grid, block, args, *, shared_mem=0, stream=None, name=None):
+        calls.append(name)
+        lib = emulated_kernels
+        k = ctypes.cast(getattr(lib, name), ctypes.c_void_p)
+        lib.emulate(k, ctypes.c_uint(grid[0]), ctypes.c_uint(grid[1]), ctypes.c_uint(block[0]),
+                    *(ctypes.c_void_p(a.ctypes.data) for a in args))
+
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy())
+    monkeypatch.setattr(launch_mod, "get_kernel", lambda src, name: name)
+    monkeypatch.setattr(launch_mod, "launch", fake_launch)
+    rng = _rng(15)
+    in_sizes = [(40, 50), (23, 31), (1, 1)]
+    imgs = [rand_image(rng, h, w) for h, w in in_sizes]
+    for out_sizes in ([(30, 24), (45, 20), (3, 5)], [(17, 19)] * 3):
+        mats = np.stack([random_affine(rng, i, o) for i, o in zip(in_sizes, out_sizes)])
+        kw = dict(fill=[9, 8, 7], out_dtype=np.float32, layout="CHW", mean=MEAN, std=STD)
+        # a non-contiguous input goes through ascontiguousarray
+        got = W.warp_cupy([imgs[0][:, ::-1].view(_FakeDeviceArray)] + imgs[1:], mats, out_sizes,
+                          **kw)
+        ref = warp_numpy([imgs[0][:, ::-1]] + imgs[1:], mats, out_sizes, **kw)
+        assert isinstance(got, list) == isinstance(ref, list)
+        if isinstance(got, list):
+            assert len({g.data.mem.ptr for g in got}) == 1  # views of one buffer
+        for g, r in zip(got, ref):
+            assert g.shape == r.shape and np.abs(g - r).max() <= 1e-4
+        dense = W.warp_cupy(np.stack([imgs[2]] * 2).view(_FakeDeviceArray), mats[:2],
+                            out_sizes[:2], out_dtype=np.uint8)
+        ref = warp_numpy([imgs[2]] * 2, mats[:2], out_sizes[:2])
+        for g, r in zip(dense, ref):
+            assert np.abs(g.astype(int) - r).max() <= 1
+    assert W.warp_cupy([], np.zeros((0, 3, 3)), np.zeros((0, 2), int)) == []
+    assert calls == ["warp_f32_chw_c3", "warp_u8_hwc_c3"] * 2
