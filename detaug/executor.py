@@ -59,10 +59,13 @@ class Executor:
     def submit(self, key):
         """Queue batch ``key = (epoch, batch_index)``; source ops read in order here."""
         prepared = self.p._prepare(key)
+        if any(isinstance(v, dict) and v.get("end") for v in prepared.values()):
+            return False  # an iterable source is spent: the epoch ends here
         fut = self.batch_pool.submit(self.p._run_host, key, prepared, self.pool)
         if self.device_pool is not None:
             fut = self.device_pool.submit(lambda f=fut: self.p._run_device(f.result(), self.pool))
         self.queue.append((key, fut))
+        return True
 
     def pop(self):
         key, fut = self.queue.popleft()

@@ -283,7 +283,9 @@ class Pipeline:
             e, b = self._submitted
             if e != self._epoch or (limit is not None and b >= limit):
                 break
-            ex.submit((e, b))
+            if not ex.submit((e, b)):
+                self._submitted = (e + 1, 0)  # nothing more this epoch
+                break
             self._submitted = (e, b + 1)
 
     def run(self):
@@ -315,6 +317,9 @@ class Pipeline:
             self._executor.clear()
         self._epoch, self._batch = epoch, batch
         self._submitted = (epoch, batch)
+        if self._built:
+            for s in self._sources.values():
+                getattr(s, "restart", lambda: None)()
 
     def run_batch(self, batch_index, epoch=None):
         """Batch ``batch_index`` of ``epoch`` (default: the current one), computed on its own:

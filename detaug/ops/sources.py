@@ -170,8 +170,13 @@ class _External(_Source):
                 raise ValueError(f"{op.name}: a per-sample callable source needs size= (samples per epoch)")
             self.size = int(a["size"])
         elif self.source is not None:
-            self._iter = iter(self.source)
+            self.restart()
         self.size = self.size if self.size is not None else a["size"]
+
+    def restart(self):
+        """A new epoch of an iterable source: iterate it again (a one-shot iterator stays spent)."""
+        if self.source is not None and not (callable(self.source) and not self.batch):
+            self._iter = iter(self.source)
 
     def prepare(self, key):
         if callable(self.source) and not self.batch:
@@ -182,7 +187,10 @@ class _External(_Source):
                 raise RuntimeError(f"{self.op.name}: no data fed; call pipe.feed_input() in iter_setup()")
             data = fed.pop(0)
         else:
-            data = next(self._iter)
+            try:
+                data = next(self._iter)
+            except StopIteration:
+                return {"end": True}
         data = data if self.n_out > 1 else (data,)
         return {"samples": data}
 
@@ -191,6 +199,8 @@ class _External(_Source):
             infos = [SampleInfo(int(p), k, ctx.batch_index, ctx.epoch)
                      for k, p in enumerate(ctx.positions)]
             rows = ctx.map_samples(lambda k: self.source(infos[k]), len(infos))
+            if self.n_out == 1:
+                rows = [r[0] if isinstance(r, tuple) and len(r) == 1 else r for r in rows]
             cols = list(zip(*rows)) if self.n_out > 1 else [rows]
         else:
             cols = payload["samples"]
