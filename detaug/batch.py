@@ -197,9 +197,9 @@ class BoxBatch:
     def materialize(self, ctx=None, *, clip=False, min_size=0.0, min_area=0.0,
                     min_visibility=0.0) -> "BoxBatch":
         """Transform the boxes once through the pending chain, then clip / prune (one kernel)."""
-        self._require_xyxy()
         if self.geometry is None and not (clip or min_size or min_area or min_visibility):
             return self
+        self._require_xyxy()
         from .kernels import boxes as kb
 
         m = self.geometry.matrices if self.geometry is not None else np.tile(

@@ -1,0 +1,6 @@
+"""``python -m detaug demo ...``: the ``detaug`` command."""
+import sys
+
+from .cli.main import main
+
+sys.exit(main())

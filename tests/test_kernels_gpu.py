@@ -1,0 +1,250 @@
+"""GPU parity: each cupy kernel of detaug/kernels/{boxes,color}.py against its NumPy twin on
+fresh random inputs, and one launch per call whatever the batch size. Skipped without a GPU."""
+import numpy as np
+import pytest
+
+cp = pytest.importorskip("cupy")
+
+
+def _has_gpu():
+    try:
+        return cp.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # no driver / no device
+        return False
+
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _has_gpu(), reason="needs a CUDA device")]
+
+from detaug.kernels import boxes as K  # noqa: E402
+from detaug.kernels import color as C  # noqa: E402
+from detaug.kernels.launch import reset_launch_counts, total_launches  # noqa: E402
+
+BOX_ATOL = 1e-3
+
+
+def random_offsets(rng, b, hi):
+    return np.concatenate([[0], np.cumsum(rng.integers(0, hi, b))]).astype(np.int64)
+
+
+def random_boxes(rng, n, lo=-30.0, hi=330.0):
+    p = rng.uniform(lo, hi, (n, 2))
+    return np.concatenate([p, p + rng.uniform(0.5, 90, (n, 2))], axis=1).astype(np.float32)
+
+
+def random_affine(rng, b):
+    m = np.tile(np.eye(3), (b, 1, 1))
+    m[:, :2, :2] = rng.normal(0, 1.0, (b, 2, 2))
+    m[:, :2, 2] = rng.uniform(-50, 250, (b, 2))
+    return m
+
+
+def random_images(rng, shapes):
+    return [rng.integers(0, 256, s, dtype=np.uint8) for s in shapes]
+
+
+def assert_u8_close(got, ref):
+    got = cp.asnumpy(got)
+    assert got.dtype == np.uint8 and got.shape == ref.shape
+    assert np.abs(got.astype(int) - ref.astype(int)).max(initial=0) <= 1
+
+
+# ----------------------------------------------------------------------------- boxes
+
+
+@pytest.mark.parametrize("mode", ["corners", "ellipse"])
+@pytest.mark.parametrize("clip", [True, False])
+def test_box_transform_parity(mode, clip):
+    rng = np.random.default_rng(10)
+    offsets = random_offsets(rng, 16, 300)
+    si = K.sample_index_from_offsets(offsets)
+    n = int(offsets[-1])
+    boxes, mats = random_boxes(rng, n), random_affine(rng, 16)
+    canvas = rng.uniform(50, 400, (16, 2))
+    valid = rng.random(n) < 0.9
+    kw = dict(mode=mode, clip=clip, min_size=2.0, min_area=40.0, min_visibility=0.3)
+    ref_b, ref_k = K.box_transform_numpy(boxes, si, mats, canvas, valid=valid, **kw)
+    d_boxes, d_si, d_valid = cp.asarray(boxes), cp.asarray(si), cp.asarray(valid)
+    out, keep = K.box_transform_cupy(d_boxes, d_si, mats, canvas, valid=d_valid, **kw)
+    assert out.dtype == cp.float32 and keep.dtype == cp.bool_
+    np.testing.assert_allclose(cp.asnumpy(out), ref_b, atol=BOX_ATOL, rtol=0)
+    np.testing.assert_array_equal(cp.asnumpy(keep), ref_k)
+    assert 0 < ref_k.sum() < n
+    np.testing.assert_array_equal(cp.asnumpy(d_boxes), boxes)   # input not mutated
+    # device matrices / canvas and valid=None give the same
+    out2, keep2 = K.box_transform_cupy(d_boxes, d_si, cp.asarray(mats), cp.asarray(canvas), **kw)
+    ref_b2, ref_k2 = K.box_transform_numpy(boxes, si, mats, canvas, **kw)
+    np.testing.assert_allclose(cp.asnumpy(out2), ref_b2, atol=BOX_ATOL, rtol=0)
+    np.testing.assert_array_equal(cp.asnumpy(keep2), ref_k2)
+
+
+def test_box_transform_crafted_on_gpu():
+    boxes = cp.asarray(np.array([[150, 10, 170, 30], [-10, 0, 10, 20], [10, 10, 12, 50]], np.float32))
+    si = cp.zeros(3, cp.int32)
+    out, keep = K.box_transform_cupy(boxes, si, np.eye(3)[None], [[100, 100]], min_visibility=0.4)
+    np.testing.assert_array_equal(cp.asnumpy(out), [[100, 10, 100, 30], [0, 0, 10, 20], [10, 10, 12, 50]])
+    assert cp.asnumpy(keep).tolist() == [False, True, True]
+    _, keep = K.box_transform_cupy(boxes, si, np.eye(3)[None], [[100, 100]], min_visibility=0.6)
+    assert cp.asnumpy(keep).tolist() == [False, False, True]
+
+
+def test_box_transform_empty_and_stream():
+    out, keep = K.box_transform_cupy(cp.zeros((0, 4), cp.float32), cp.zeros(0, cp.int32),
+                                     np.tile(np.eye(3), (2, 1, 1)), np.ones((2, 2)))
+    assert out.shape == (0, 4) and keep.shape == (0,)
+    rng = np.random.default_rng(11)
+    boxes, mats = random_boxes(rng, 50), random_affine(rng, 1)
+    si = np.zeros(50, np.int32)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        d_boxes, d_si = cp.asarray(boxes), cp.asarray(si)
+    out, keep = K.box_transform_cupy(d_boxes, d_si, mats, [[300, 300]], stream=stream)
+    stream.synchronize()
+    ref_b, ref_k = K.box_transform_numpy(boxes, si, mats, [[300, 300]])
+    np.testing.assert_allclose(cp.asnumpy(out), ref_b, atol=BOX_ATOL, rtol=0)
+    np.testing.assert_array_equal(cp.asnumpy(keep), ref_k)
+
+
+FIELD_DTYPES = [np.bool_, np.uint8, np.int16, np.int32, np.int64, np.float32, np.float64]
+
+
+@pytest.mark.parametrize("max_boxes", [0, 7, 300, 2500])
+def test_pad_boxes_parity(max_boxes):
+    rng = np.random.default_rng(12)
+    # sizes up to a few thousand: the per-sample scan walks several chunks of the block
+    sizes = np.array([0, 1, 255, 256, 257, 3000, 40, 1100])
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    n = int(offsets[-1])
+    boxes = random_boxes(rng, n)
+    fields = {f"f{i}": (rng.integers(0, 100, n)).astype(dt) for i, dt in enumerate(FIELD_DTYPES)}
+    fields["id"] = np.arange(n, dtype=np.int64)
+    keep = rng.random(n) < 0.7
+    kw = dict(fill=-3.5, field_fill={"f2": 77, "f5": -9.25})
+    ref = K.pad_boxes_numpy(boxes, fields, keep, offsets, max_boxes, **kw)
+    got = K.pad_boxes_cupy(cp.asarray(boxes), {k: cp.asarray(v) for k, v in fields.items()},
+                           cp.asarray(keep), offsets, max_boxes, **kw)
+    np.testing.assert_array_equal(cp.asnumpy(got[0]), ref[0])
+    for name in fields:
+        assert got[1][name].dtype == ref[1][name].dtype
+        np.testing.assert_array_equal(cp.asnumpy(got[1][name]), ref[1][name], err_msg=name)
+    np.testing.assert_array_equal(cp.asnumpy(got[2]), ref[2])
+    assert got[2].dtype == cp.int32
+    # keep=None
+    ref = K.pad_boxes_numpy(boxes, fields, None, offsets, max_boxes)
+    got = K.pad_boxes_cupy(cp.asarray(boxes), {k: cp.asarray(v) for k, v in fields.items()},
+                           None, offsets, max_boxes)
+    np.testing.assert_array_equal(cp.asnumpy(got[0]), ref[0])
+    np.testing.assert_array_equal(cp.asnumpy(got[1]["id"]), ref[1]["id"])
+    np.testing.assert_array_equal(cp.asnumpy(got[2]), ref[2])
+
+
+def test_pad_boxes_empty_and_max_kept_count():
+    padded, f, counts = K.pad_boxes_cupy(cp.zeros((0, 4), cp.float32), {"l": cp.zeros(0, cp.int64)},
+                                         None, [0], 3)
+    assert padded.shape == (0, 3, 4) and f["l"].shape == (0, 3) and counts.shape == (0,)
+    padded, f, counts = K.pad_boxes_cupy(cp.zeros((0, 4), cp.float32), {"l": cp.zeros(0, cp.int64)},
+                                         None, [0, 0, 0], 3)
+    assert cp.asnumpy(counts).tolist() == [0, 0] and (cp.asnumpy(f["l"]) == -1).all()
+    assert (cp.asnumpy(padded) == 0).all()
+    boxes = np.arange(12, dtype=np.float32).reshape(3, 4)
+    padded, f, counts = K.pad_boxes_cupy(cp.asarray(boxes), {}, cp.asarray([False, True, True]),
+                                         [0, 1, 3], 2, fill=5.0)
+    assert f == {} and cp.asnumpy(counts).tolist() == [0, 2]
+    np.testing.assert_array_equal(cp.asnumpy(padded), [[[5] * 4] * 2, boxes[1:]])
+    rng = np.random.default_rng(13)
+    offsets = random_offsets(rng, 9, 50)
+    keep = rng.random(int(offsets[-1])) < 0.5
+    got = K.max_kept_count_cupy(cp.asarray(keep), offsets)
+    assert isinstance(got, cp.ndarray) and got.shape == ()
+    assert int(got) == K.max_kept_count_numpy(keep, offsets)
+    assert int(K.max_kept_count_cupy(None, offsets)) == K.max_kept_count_numpy(None, offsets)
+    assert int(K.max_kept_count_cupy(None, [0])) == 0
+
+
+def test_iou_parity():
+    rng = np.random.default_rng(14)
+    a, b = random_boxes(rng, 300, 0, 200), random_boxes(rng, 70, 0, 200)
+    b[:3] = 0  # zero-area boxes: union may be 0
+    np.testing.assert_allclose(cp.asnumpy(K.iou_matrix_cupy(cp.asarray(a), cp.asarray(b))),
+                               K.iou_matrix_numpy(a, b), atol=1e-6)
+    assert K.iou_matrix_cupy(cp.zeros((0, 4), cp.float32), cp.asarray(b)).shape == (0, 70)
+    offsets = np.array([0, 5, 5, 40, 41], np.int64)
+    boxes = random_boxes(rng, 41, 0, 200)
+    windows = random_boxes(rng, 4 * 30, 0, 200).reshape(4, 30, 4)
+    ref = K.windows_iou_numpy(windows, boxes, offsets)
+    got = K.windows_iou_cupy(cp.asarray(windows), cp.asarray(boxes), offsets)
+    assert got.shape == ref.shape == (4, 30, 35)
+    np.testing.assert_allclose(cp.asnumpy(got), ref, atol=1e-6)
+    assert K.windows_iou_cupy(cp.zeros((0, 3, 4), cp.float32), cp.zeros((0, 4), cp.float32),
+                              [0]).shape == (0, 3, 0)
+
+
+# ----------------------------------------------------------------------------- color
+
+
+def test_color_parity_ragged_and_dense():
+    rng = np.random.default_rng(15)
+    shapes = [(37, 53, 3), (1, 1, 3), (0, 4, 3), (64, 17, 3), (120, 200, 3)]
+    batch = random_images(rng, shapes)
+    d_batch = [cp.asarray(im) for im in batch]
+    br, ct = rng.uniform(0.5, 1.5, 5), rng.uniform(0.5, 1.5, 5)
+    h, s, v = rng.uniform(-180, 180, 5), rng.uniform(0, 2, 5), rng.uniform(0.5, 1.5, 5)
+    for got, ref in ((C.brightness_contrast_cupy(d_batch, br, ct, contrast_center=100.0),
+                      C.brightness_contrast_numpy(batch, br, ct, contrast_center=100.0)),
+                     (C.hsv_cupy(d_batch, h, s, v), C.hsv_numpy(batch, h, s, v)),
+                     (C.hsv_cupy(d_batch, cp.asarray(h), cp.asarray(s), cp.asarray(v)),
+                      C.hsv_numpy(batch, h, s, v))):
+        assert isinstance(got, list) and len(got) == 5
+        for g, r in zip(got, ref):
+            assert_u8_close(g, r)
+    for d, im in zip(d_batch, batch):   # not mutated
+        np.testing.assert_array_equal(cp.asnumpy(d), im)
+    dense = np.stack(random_images(rng, [(33, 45, 3)] * 4))
+    got = C.hsv_cupy(cp.asarray(dense), h[:4], s[:4], v[:4])
+    assert isinstance(got, cp.ndarray)
+    assert_u8_close(got, C.hsv_numpy(dense, h[:4], s[:4], v[:4]))
+    got = C.brightness_contrast_cupy(cp.asarray(dense), br[:4], ct[:4])
+    assert_u8_close(got, C.brightness_contrast_numpy(dense, br[:4], ct[:4]))
+    # identity stays exact on the GPU too
+    ident = C.hsv_cupy(cp.asarray(dense), np.zeros(4), np.ones(4), np.ones(4))
+    np.testing.assert_array_equal(cp.asnumpy(ident), dense)
+
+
+def test_color_empty():
+    assert C.hsv_cupy([], [], [], []) == []
+    assert C.brightness_contrast_cupy(cp.zeros((0, 4, 4, 3), cp.uint8), [], []).shape == (0, 4, 4, 3)
+
+
+# ----------------------------------------------------------------------------- launches
+
+
+def _calls(b, rng):
+    offsets = np.concatenate([[0], np.cumsum(rng.integers(1, 20, b))]).astype(np.int64)
+    n = int(offsets[-1])
+    si = cp.asarray(K.sample_index_from_offsets(offsets))
+    boxes = cp.asarray(random_boxes(rng, n))
+    keep = cp.asarray(rng.random(n) < 0.5)
+    imgs = [cp.asarray(im) for im in random_images(rng, [(8 + i % 5, 9, 3) for i in range(b)])]
+    ones = np.ones(b)
+    return {
+        "box_transform": lambda: K.box_transform_cupy(boxes, si, random_affine(rng, b),
+                                                      np.full((b, 2), 300.0)),
+        "pad_boxes": lambda: K.pad_boxes_cupy(boxes, {"l": cp.arange(n)}, keep, offsets, 8),
+        "iou_matrix": lambda: K.iou_matrix_cupy(boxes, boxes),
+        "windows_iou": lambda: K.windows_iou_cupy(cp.asarray(random_boxes(rng, b * 3)).reshape(b, 3, 4),
+                                                  boxes, offsets),
+        "brightness_contrast": lambda: C.brightness_contrast_cupy(imgs, ones, ones),
+        "hsv": lambda: C.hsv_cupy(imgs, ones * 10, ones, ones),
+    }
+
+
+def test_one_launch_per_call_for_any_batch_size():
+    rng = np.random.default_rng(16)
+    small, large = _calls(1, rng), _calls(64, rng)
+    for name in small:
+        counts = []
+        for calls in (small, large):
+            reset_launch_counts()
+            calls[name]()
+            counts.append(total_launches())
+        assert counts == [1, 1], name
+    cp.cuda.get_current_stream().synchronize()
