@@ -53,7 +53,7 @@ class Pipeline:
         self._fed = {}
         self.stats = {"skipped": 0, "skipped_files": [], "batches": 0}
         self._stream = None
-        self._definition = None
+        self.last_event = None  # cupy Event recorded after the last batch's device work
 
     # ---- definition -------------------------------------------------------------------------
     def __enter__(self):
@@ -334,6 +334,7 @@ class Pipeline:
         result = self._run_host(key, self._prepare(key), ex.pool)
         if self.has_device_stage:
             result = self._run_device(result, ex.pool)
+        self.last_event = result[1]
         return result[0]
 
     def state_dict(self) -> dict:
@@ -346,6 +347,20 @@ class Pipeline:
             raise ValueError("state_dict comes from a pipeline with another seed or batch size")
         self.build()
         self._start(state["epoch"], state["batch"])
+
+    @property
+    def class_names(self):
+        """The reader's class names (label -> name), or None for sources without classes."""
+        self.build()
+        ds = getattr(self._driver, "dataset", None)
+        return list(ds.class_names) if ds is not None else getattr(self._driver, "class_names", None)
+
+    @property
+    def shard_info(self) -> dict:
+        """The driving reader's sharding: shard_id, num_shards, random_shuffle."""
+        self.build()
+        sid, ns = self._driver.shard
+        return {"shard_id": sid, "num_shards": ns, "random_shuffle": self._driver.shuffle}
 
     @property
     def epoch(self) -> int:

@@ -152,19 +152,20 @@ class DetaugIterator:
         return policy
 
     def _check_size(self, size):
-        sized = [p for p in self.pipes if p._driver.size is not None]
+        sizes = {p: _shard_size(p) for p in self.pipes}
+        sized = [p for p, n in sizes.items() if n is not None]
         if size is None:
             if not sized:
                 return None
-            sizes = {p.shard_size() for p in sized}
+            sizes = {sizes[p] for p in sized}
             if len(sizes) > 1:
                 warnings.warn(f"zipped pipelines have different shard sizes {sorted(sizes)}; "
                               f"iterating over the smallest ({min(sizes)} samples)")
             return min(sizes)
         size = int(size)
         for p in sized:
-            if size > p.shard_size():
-                raise ValueError(f"size={size} is more than the shard holds ({p.shard_size()})")
+            if size > sizes[p]:
+                raise ValueError(f"size={size} is more than the shard holds ({sizes[p]})")
         return size
 
     def _check_shards(self):
@@ -179,7 +180,7 @@ class DetaugIterator:
                                   f"{world} pipeline(s) in all; create pipelines with shard_id, "
                                   "num_shards = shard_from_torch_distributed()")
         if len(self.pipes) > 1 and len({p.seed for p in self.pipes}) > 1 and \
-                any(getattr(p._driver, "shuffle", False) for p in self.pipes):
+                any(getattr(getattr(p, "_driver", None), "shuffle", False) for p in self.pipes):
             warnings.warn("zipped shards with different seeds shuffle differently: records may "
                           "repeat or be missed; give every shard the same seed")
 
@@ -246,27 +247,28 @@ class DetaugIterator:
         if len(raw) != len(self.output_map):
             raise ValueError(f"the pipeline has {len(raw)} outputs but output_map names "
                              f"{len(self.output_map)}: {self.output_map}")
-        _wait_for(pipe, getattr(pipe, "last_event", None))
+        event = getattr(pipe, "last_event", None)
+        _wait_for(pipe, event)
         out = {}
         for name, v in zip(self.output_map, raw):
             if isinstance(v, ImageBatch):
                 out[name] = _images(v)
             elif isinstance(v, PaddedBoxes):
-                out.update(self._padded_output(name, v))
+                out.update(self._padded_output(name, v, event))
             elif isinstance(v, BoxBatch):
-                out.update(self._boxbatch_output(pipe, name, v))
+                out.update(self._boxbatch_output(pipe, name, v, event))
             elif isinstance(v, np.ndarray) or backend.is_device_array(v):
                 out[name] = _tensor(v)
             else:
                 raise TypeError(f"output {name!r}: cannot hand a {type(v).__name__} to torch")
         return out
 
-    def _boxbatch_output(self, pipe, name, bb) -> dict:
+    def _boxbatch_output(self, pipe, name, bb, event) -> dict:
         if self.boxes_format == "list":
-            return {name: _box_list(bb, self.label_offset)}
+            return {name: _box_list(bb, self.label_offset, event)}
         from ..kernels import boxes as kb
 
-        valid, counts = _host_valid(bb)
+        valid, counts = _host_valid(bb, event)
         m = int(counts.max()) if len(counts) else 0
         fields = {"labels": bb.labels, **bb.fields}
         if bb.device == "gpu":
@@ -274,9 +276,9 @@ class DetaugIterator:
                                                     stream=_torch_stream_for_cupy(pipe))
         else:
             padded, fields, cnt = kb.pad_boxes_numpy(bb.boxes, fields, bb.valid, bb.offsets, m)
-        return self._padded_output(name, PaddedBoxes(boxes=padded, counts=cnt, **fields))
+        return self._padded_output(name, PaddedBoxes(boxes=padded, counts=cnt, **fields), event)
 
-    def _padded_output(self, name, pb) -> dict:
+    def _padded_output(self, name, pb, event) -> dict:
         torch = _torch()
         t = {k: _tensor(v) for k, v in pb.items()}
         counts = t["counts"]
@@ -287,7 +289,7 @@ class DetaugIterator:
                 labels = torch.where(real, labels + self.label_offset, labels)
             t["labels"] = labels
         if self.boxes_format == "list":
-            host_counts = backend.to_host(pb["counts"]).tolist()
+            host_counts = _to_host(pb["counts"], event).tolist()
             return {name: [{k: v[s, :c] for k, v in t.items() if k != "counts"}
                            for s, c in enumerate(host_counts)]}
         return {(name if k == "boxes" else f"{name}_{k}"): v for k, v in t.items()}
@@ -304,22 +306,38 @@ def _images(batch: ImageBatch):
     return tensors
 
 
-def _host_valid(bb: BoxBatch):
-    """(valid (N,) bool, counts (B,) int64) on the host, from the host copy of the mask (never
-    copied back from the device)."""
+def _shard_size(pipe):
+    """Records in the pipeline's shard, or None for a source without a size."""
+    try:
+        return pipe.shard_size()
+    except TypeError:
+        return None
+
+
+def _to_host(a, event):
+    """Host copy of an output array; a device array waits for the batch's event first (its
+    stream is not cupy's current one)."""
+    if backend.is_device_array(a) and event is not None:
+        event.synchronize()
+    return backend.to_host(a)
+
+
+def _host_valid(bb: BoxBatch, event=None):
+    """(valid (N,) bool, counts (B,) int64) on the host, from the host copy of the mask (the
+    device mask is copied back only where a batch has no host copy)."""
     hv = bb.host_view()
     src = hv if hv is not None else bb
     valid = (np.ones(bb.num_boxes, bool) if src.valid is None
-             else np.asarray(backend.to_host(src.valid), bool))
+             else np.asarray(_to_host(src.valid, event), bool))
     sample = np.repeat(np.arange(bb.batch_size), np.diff(bb.offsets))
     return valid, np.bincount(sample[valid], minlength=bb.batch_size)
 
 
-def _box_list(bb: BoxBatch, label_offset: int) -> list:
+def _box_list(bb: BoxBatch, label_offset: int, event=None) -> list:
     """B dicts of the valid boxes, labels (+offset) and fields of each sample; views when no box
     was dropped, one gather (indices computed on the host) otherwise."""
     torch = _torch()
-    valid, counts = _host_valid(bb)
+    valid, counts = _host_valid(bb, event)
     cols = {"boxes": _tensor(bb.boxes).to(torch.float32),
             "labels": _tensor(bb.labels).to(torch.int64) + label_offset,
             **{k: _tensor(v) for k, v in bb.fields.items()}}

@@ -118,6 +118,7 @@ class _FileReader(_Source):
         else:
             fd = folder.read_folder(a["file_root"])
         self.paths, self.labels = list(fd.paths), np.asarray(fd.labels, np.int64)
+        self.class_names = list(fd.class_names)
         self.size = len(self.paths)
 
     def read(self, ctx, payload):
