@@ -2,6 +2,8 @@
 batch is made; ``import detaug`` never imports it."""
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 _CPU_WARP = {"impl": "opencv"}
@@ -50,3 +52,54 @@ def gpu_available() -> bool:
         return cupy.cuda.runtime.getDeviceCount() > 0
     except Exception:
         return False
+
+
+class _PinnedRing:
+    """Reusable page-locked staging buffers for host-to-device copies.
+
+    A copy from pageable memory may make the driver wait for the stream; from pinned memory it is
+    a true cudaMemcpyAsync. A buffer is reused once the event recorded after its copy has
+    completed, so the ring grows with the number of copies in flight, never with the number of
+    batches.
+    """
+
+    def __init__(self):
+        self.slots = []  # [capacity, pinned memory, event]
+        self.lock = threading.Lock()
+
+    def take(self, nbytes):
+        import cupy as cp
+
+        with self.lock:
+            for slot in self.slots:
+                free = slot[2] is None or (slot[2] is not False and slot[2].done)
+                if slot[0] >= nbytes and free:
+                    slot[2] = False  # taken: not reusable until its copy's event is set
+                    return slot
+            cap = 1 << max(12, int(nbytes - 1).bit_length())
+            slot = [cap, cp.cuda.alloc_pinned_memory(cap), False]
+            self.slots.append(slot)
+            return slot
+
+
+_RING = _PinnedRing()
+
+
+def upload(a, stream=None, dtype=None):
+    """Host array -> new device array through a pinned staging buffer, asynchronously on
+    ``stream`` (default: cupy's current stream). Never waits for the device."""
+    import cupy as cp
+
+    a = np.ascontiguousarray(a if dtype is None else np.asarray(a, dtype=dtype))
+    stream = stream if stream is not None else cp.cuda.get_current_stream()
+    out = cp.empty(a.shape, a.dtype)
+    if a.nbytes == 0:
+        return out
+    slot = _RING.take(a.nbytes)
+    staged = np.frombuffer(slot[1], np.uint8, a.nbytes).view(a.dtype).reshape(a.shape)
+    np.copyto(staged, a)
+    out.set(staged, stream=stream)
+    ev = cp.cuda.Event(block=False, disable_timing=True)
+    ev.record(stream)
+    slot[2] = ev
+    return out

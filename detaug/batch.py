@@ -237,8 +237,8 @@ class BoxBatch:
     def drop(self, keep_host: np.ndarray) -> "BoxBatch":
         """Clear the valid flag where ``keep_host`` (a host bool mask from planning) is False,
         uploading the mask on the GPU (host-to-device only)."""
-        xp = backend.xp_for(self.device)
-        keep = xp.asarray(keep_host)
+        keep = (backend.upload(np.asarray(keep_host, bool)) if self.device == "gpu"
+                else np.asarray(keep_host, bool))
         valid = keep if self.valid is None else (self.valid & keep)
         host = self.host.drop(keep_host) if self.host is not None else None
         return self.replace(valid=valid, host=host)
@@ -247,14 +247,11 @@ class BoxBatch:
         """Upload once (the mixed stage): boxes, labels, fields and mask; keep the host copy."""
         if self.device == "gpu":
             return self
-        import cupy as cp
-
-        with ctx.stream:
-            up = {k: cp.asarray(v) for k, v in self.fields.items()}
-            return BoxBatch(cp.asarray(self.boxes), cp.asarray(self.labels), self.offsets,
-                            self.canvas, "gpu", up,
-                            None if self.valid is None else cp.asarray(self.valid),
-                            self.geometry, self, self.fmt)
+        up = lambda a: backend.upload(a, ctx.stream)
+        return BoxBatch(up(self.boxes), up(self.labels), self.offsets, self.canvas, "gpu",
+                        {k: up(v) for k, v in self.fields.items()},
+                        None if self.valid is None else up(self.valid), self.geometry, self,
+                        self.fmt)
 
     def per_sample(self) -> list:
         """Host list of dicts {'boxes', 'labels', <fields>} of the valid boxes of each sample.

@@ -319,6 +319,8 @@ def encode_targets_cupy(anchors, boxes, labels, offsets, num_classes, *, valid=N
     boxes = cp.ascontiguousarray(cp.asarray(boxes, dtype=cp.float32))
     labels = cp.ascontiguousarray(cp.asarray(labels, dtype=cp.int32))
     valid = None if valid is None else cp.ascontiguousarray(cp.asarray(valid, dtype=cp.bool_))
+    if image_sizes is not None:  # (B, 2) float32 on the device
+        image_sizes = cp.ascontiguousarray(cp.asarray(image_sizes, dtype=cp.float32))
     host_offsets, batch = _check_inputs(anchors, boxes, labels, offsets, num_classes, valid, image_sizes)
     num_anchors, num_classes = anchors.shape[0], int(num_classes)
     regression = cp.empty((batch, num_anchors, 5), cp.float32)
@@ -329,9 +331,8 @@ def encode_targets_cupy(anchors, boxes, labels, offsets, num_classes, *, valid=N
     if image_sizes is None:
         region = _valid_region(None, canvas, 1)[0]
         sizes, default_h, default_w = anchors, np.float32(region[0]), np.float32(region[1])
-    else:  # (B, 2) float32 on the device; the defaults are unused
-        sizes = cp.ascontiguousarray(cp.asarray(image_sizes, dtype=cp.float32))
-        default_h = default_w = np.float32(np.inf)
+    else:  # the defaults are unused
+        sizes, default_h, default_w = image_sizes, np.float32(np.inf), np.float32(np.inf)
     flags = (1 if valid is not None else 0) | (2 if image_sizes is not None else 0)
     valid_arg = valid if valid is not None else labels  # never read without flag 1
     grid = ((num_anchors + _BLOCK - 1) // _BLOCK, batch, 1)

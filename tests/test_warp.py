@@ -396,6 +396,7 @@ def test_warp_cupy_host_code_with_emulated_kernel(emulated_kernels, monkeypatch)
     import sys
 
     from detaug.kernels import launch as launch_mod
+    from detaug.kernels import warp as warp_mod
 
     calls = []
 
@@ -406,7 +407,10 @@ def test_warp_cupy_host_code_with_emulated_kernel(emulated_kernels, monkeypatch)
         lib.emulate(k, ctypes.c_uint(grid[0]), ctypes.c_uint(grid[1]), ctypes.c_uint(block[0]),
                     *(ctypes.c_void_p(a.ctypes.data) for a in args))
 
-    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy())
+    fake = _fake_cupy()
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    # the pinned staging upload needs real CUDA; the emulation takes the host arrays as they are
+    monkeypatch.setattr(warp_mod, "upload", lambda a, stream=None: fake.asarray(a))
     monkeypatch.setattr(launch_mod, "get_kernel", lambda src, name: name)
     monkeypatch.setattr(launch_mod, "launch", fake_launch)
     rng = _rng(15)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..backend import upload
+
 from .launch import get_kernel, launch
 
 _SRC = "boxes.cu"
@@ -63,8 +65,11 @@ def _cupy_stream(stream):
 
 
 def _dev(cp, a, dtype):
-    """Device copy of ``a`` as contiguous ``dtype`` (no copy when it already is one)."""
-    return cp.ascontiguousarray(cp.asarray(a, dtype=dtype))
+    """Device copy of ``a`` as contiguous ``dtype`` (no copy when it already is one); host
+    arrays go up through the pinned staging ring (no wait on the device)."""
+    if isinstance(a, cp.ndarray):
+        return cp.ascontiguousarray(a.astype(dtype, copy=False))
+    return upload(np.asarray(a, dtype=dtype))
 
 
 # ----------------------------------------------------------------------------- transform
@@ -266,8 +271,8 @@ def pad_boxes_cupy(boxes, fields, keep, offsets, max_boxes, *, fill=0.0, field_f
             bits = _field_fill_value(name, f.dtype, field_fill).tobytes().ljust(8, b"\0")
             meta[:, j] = (f.data.ptr, out_fields[name].data.ptr, f.dtype.itemsize,
                           np.frombuffer(bits, dtype=np.uint64)[0])
-        meta_d = cp.asarray(meta)
-        args = (bx, k, np.int32(keep is not None), cp.asarray(o), np.int32(mb), np.float32(fill),
+        meta_d = upload(meta, stream)
+        args = (bx, k, np.int32(keep is not None), upload(o, stream), np.int32(mb), np.float32(fill),
                 np.int32(len(fields)), meta_d[0], meta_d[1], meta_d[2], meta_d[3], padded, counts)
         launch(get_kernel(_SRC, "pad_boxes", _OPTIONS), (b, 1, 1), (_BLOCK, 1, 1), args,
                stream=s, name="pad_boxes")
@@ -379,6 +384,6 @@ def windows_iou_cupy(windows, boxes, offsets, *, stream=None):
         if total == 0:
             return out
         launch(get_kernel(_SRC, "windows_iou", _OPTIONS), _grid(total), (_BLOCK, 1, 1),
-               (w, bx, cp.asarray(o), np.int32(t), np.int32(nmax), np.int64(total), out),
+               (w, bx, upload(o, stream), np.int32(t), np.int32(nmax), np.int64(total), out),
                stream=s, name="windows_iou")
     return out

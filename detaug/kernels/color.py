@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..backend import upload
+
 from .launch import get_kernel, launch
 
 _SRC = "color.cu"
@@ -47,6 +49,9 @@ def _as_list(images, *, channels=None):
 
 
 def _per_sample(xp, value, batch_size, dtype):
+    if xp is not np and not isinstance(value, xp.ndarray):
+        value = np.asarray(value, dtype=dtype)
+        value = upload(np.ascontiguousarray(np.broadcast_to(value, (batch_size,)))) if value.ndim < 2 else value
     a = xp.asarray(value, dtype=dtype)
     if a.ndim > 1 or (a.ndim == 1 and a.shape[0] != batch_size):
         raise ValueError(f"per-sample parameter must be a scalar or ({batch_size},), got {a.shape}")
@@ -146,7 +151,7 @@ def _launch_per_sample(cp, kernel_name, images, channels, unit, params, stream):
         meta[0] = [im.data.ptr for im in items]
         meta[1] = [o.data.ptr for o in outs]
         meta[2] = [n // per for n in sizes]
-        meta_d = cp.asarray(meta)
+        meta_d = upload(meta, stream)
         grid = (max(1, min((max(sizes) // per + _BLOCK - 1) // _BLOCK, _MAX_GRID_X)),
                 min(b, _MAX_GRID_Y), 1)
         args = (meta_d[0], meta_d[1], meta_d[2], np.int32(b)) + tuple(params(cp, b))
@@ -172,8 +177,14 @@ def hsv_cupy(images, hue, saturation, value, *, stream=None):
     import cupy as cp
 
     def params(cp, b):
-        m = hsv_matrices(_per_sample(cp, hue, b, cp.float64), _per_sample(cp, saturation, b, cp.float64),
-                         _per_sample(cp, value, b, cp.float64), xp=cp)
+        host = not any(isinstance(v, cp.ndarray) for v in (hue, saturation, value))
+        if host:  # host parameters: build the matrices on the host, one small upload
+            m = upload(hsv_matrices(_per_sample(np, hue, b, np.float64),
+                                    _per_sample(np, saturation, b, np.float64),
+                                    _per_sample(np, value, b, np.float64)).astype(np.float32))
+        else:
+            m = hsv_matrices(_per_sample(cp, hue, b, cp.float64), _per_sample(cp, saturation, b, cp.float64),
+                             _per_sample(cp, value, b, cp.float64), xp=cp)
         return (cp.ascontiguousarray(m),)
 
     return _launch_per_sample(cp, "hsv", images, 3, "pixel", params, stream)

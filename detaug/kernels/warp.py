@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..backend import upload
+
 _OUT_DTYPES = (np.dtype(np.uint8), np.dtype(np.float32), np.dtype(np.float16))
 _LAYOUTS = ("HWC", "CHW")
 _BLOCK = 256
@@ -431,8 +433,8 @@ def warp_cupy(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps
     stream = stream if stream is not None else cp.cuda.get_current_stream()
     with stream:
         keep, ptrs = _device_inputs(cp, images)
-        args = (cp.asarray(np.asarray(ptrs, dtype=np.uint64)), cp.asarray(plan["meta_i"]),
-                cp.asarray(plan["inv"]), cp.asarray(plan["meta_f"]))
+        args = (upload(np.asarray(ptrs, dtype=np.uint64), stream), upload(plan["meta_i"], stream),
+                upload(plan["inv"], stream), upload(plan["meta_f"], stream))
         flat = cp.empty(int(offsets[-1]), dtype=spec.out_dtype)
         out_arg = flat.view(cp.uint16) if spec.out_dtype == np.float16 else flat
         launch(get_kernel("warp.cu", plan["name"]), plan["grid"], plan["block"], args + (out_arg,),

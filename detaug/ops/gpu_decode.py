@@ -13,6 +13,7 @@ import threading
 
 import numpy as np
 
+from ..backend import upload
 from ..batch import ImageBatch
 from .decode import _check_size, _decode_one, jpeg_complete
 
@@ -49,7 +50,7 @@ def decode_batch(ctx, enc, output_type: str) -> ImageBatch:
             images[k] = cp.asarray(r)
     for k in range(len(enc)):
         if images[k] is None:
-            images[k] = cp.asarray(_decode_one(enc, k, output_type))  # raises naming the file
+            images[k] = upload(_decode_one(enc, k, output_type), ctx.stream)  # raises naming the file
         else:
             if images[k].ndim == 2:
                 images[k] = images[k][:, :, None]

@@ -228,14 +228,15 @@ register("external_source", devices=("cpu",), inputs=(0, 0), kind="source",
 @register("_upload", devices=("mixed",), inputs=(1, 1), kind="other",
           doc="host -> device copy (inserted by build)")
 def _upload(ctx, op, inputs, args):
-    v = inputs[0]
-    import cupy as cp
+    from ..backend import upload
 
+    v = inputs[0]
     if isinstance(v, BoxBatch):
         return v.to_device(ctx)
     if isinstance(v, ImageBatch):
-        data = ([cp.asarray(a) for a in v.data] if not v.is_dense else cp.asarray(v.data))
+        data = ([upload(a, ctx.stream) for a in v.data] if not v.is_dense
+                else upload(v.data, ctx.stream))
         return ImageBatch(data, "gpu", v.layout, v.geometry)
     if isinstance(v, EncodedBatch):
         return v
-    return cp.asarray(v)
+    return upload(np.asarray(v), ctx.stream)
