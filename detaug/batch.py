@@ -149,12 +149,13 @@ class BoxBatch:
     """
 
     def __init__(self, boxes, labels, offsets, canvas, device="cpu", fields=None, valid=None,
-                 geometry=None, host=None, fmt="xyxy"):
+                 geometry=None, host=None, fmt="xyxy", region=None):
         self.boxes, self.labels, self.device = boxes, labels, device
         self.offsets = np.asarray(offsets, np.int64)
         self.canvas = np.asarray(canvas, np.int64).reshape(-1, 2)
         self.fields = dict(fields or {})
         self.valid, self.geometry, self.host, self.fmt = valid, geometry, host, fmt
+        self.region = region  # (B, 4) host: where the image content lies on the canvas
 
     @property
     def batch_size(self) -> int:
@@ -175,9 +176,17 @@ class BoxBatch:
     def replace(self, **kw) -> "BoxBatch":
         attrs = dict(boxes=self.boxes, labels=self.labels, offsets=self.offsets, canvas=self.canvas,
                      device=self.device, fields=self.fields, valid=self.valid,
-                     geometry=self.geometry, host=self.host, fmt=self.fmt)
+                     geometry=self.geometry, host=self.host, fmt=self.fmt, region=self.region)
         attrs.update(kw)
         return BoxBatch(**attrs)
+
+    def content_region(self) -> np.ndarray:
+        """(B, 4) float64 [x0, y0, x1, y1]: the part of the canvas that holds image content (the
+        source canvas mapped through the ops so far, clipped); the rest is padding or fill."""
+        if self.region is not None:
+            return self.region
+        c = self.canvas.astype(np.float64)
+        return np.stack([np.zeros(len(c)), np.zeros(len(c)), c[:, 1], c[:, 0]], -1)
 
     def pending(self) -> Geometry:
         """The pending chain, or the identity on the current canvas."""

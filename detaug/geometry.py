@@ -92,3 +92,14 @@ def canvas_extent(m: np.ndarray, sizes_hw: np.ndarray) -> np.ndarray:
                         np.stack([z, h], -1), np.stack([w, h], -1)], 1)
     p = apply_points(m, corners)
     return np.concatenate([p.min(1), p.max(1)], -1)
+
+
+def canvas_region(m: np.ndarray, region: np.ndarray, out_sizes_hw: np.ndarray) -> np.ndarray:
+    """(B, 4) enclosing box of ``region`` (B, 4) mapped through ``m``, clipped to the output."""
+    x0, y0, x1, y1 = (region[:, i] for i in range(4))
+    corners = np.stack([np.stack([x0, y0], -1), np.stack([x1, y0], -1),
+                        np.stack([x0, y1], -1), np.stack([x1, y1], -1)], 1)
+    p = apply_points(m, corners)
+    out = np.concatenate([p.min(1), p.max(1)], -1)
+    hw = np.asarray(out_sizes_hw, np.float64)
+    return np.clip(out, 0, np.stack([hw[:, 1], hw[:, 0], hw[:, 1], hw[:, 0]], -1))

@@ -7,7 +7,7 @@ from PIL import Image
 
 from readers import VOC_CLASSES, DatasetError, read_voc
 from readers_fixtures import (SECRET, VOC_MINI, difficult_voc, edge_boxes_voc,  # noqa: F401
-                              grayscale_jpeg, voc_xml, write_voc)
+                              voc_xml, write_voc)
 
 
 def test_one_based_inclusive_maps_to_continuous(tmp_path):

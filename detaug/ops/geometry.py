@@ -55,7 +55,8 @@ def apply_geometry(ctx, op, inputs, plan, fill=None, box_mode=None):
                 else np.asarray(fill, np.float64), (len(sizes), v.channels))
             outs.append(v.with_geometry(v.pending().then(m, out_sizes, f)))
         else:
-            b = v.with_geometry(v.pending().then(m, out_sizes, box_mode=box_mode))
+            reg = G.canvas_region(m, v.content_region(), out_sizes)
+            b = v.with_geometry(v.pending().then(m, out_sizes, box_mode=box_mode)).replace(region=reg)
             outs.append(b.drop(keep) if keep is not None else b)
     return tuple(outs)
 
@@ -155,14 +156,15 @@ def resize(ctx, op, inputs, args):
     return apply_geometry(ctx, op, inputs, plan)
 
 
-@register("letterbox", **GEO, args={"size": None, "fill": 114.0},
-          doc="fit into size=(h, w) keeping the aspect ratio, centred, padding with fill")
+@register("letterbox", **GEO, args={"size": None, "fill": 114.0, "center": True},
+          doc="fit into size=(h, w) keeping the aspect ratio, centred (or top-left with "
+              "center=False, as keras-retinanet pads), padding with fill")
 def letterbox(ctx, op, inputs, args):
     def plan(sizes, boxes):
         oh, ow = pair(args["size"], "size")
         inner = resize_sizes({"size": (oh, ow), "keep_aspect": True}, sizes)
-        ox = np.floor((ow - inner[:, 1]) / 2)
-        oy = np.floor((oh - inner[:, 0]) / 2)
+        ox = np.floor((ow - inner[:, 1]) / 2) * bool(args["center"])
+        oy = np.floor((oh - inner[:, 0]) / 2) * bool(args["center"])
         m = G.translate(ox, oy) @ G.scale(inner[:, 1] / sizes[:, 1], inner[:, 0] / sizes[:, 0])
         return m, np.tile([oh, ow], (len(sizes), 1)), None
 

@@ -1,0 +1,49 @@
+"""RetinaNet target encoding as a pipeline op, on the batch's device (detaug/retinanet.py)."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from .. import backend
+from ..batch import BoxBatch
+from ..retinanet import AnchorConfig, RetinaNetEncoder, TargetConfig
+from .registry import register
+
+
+@functools.lru_cache(maxsize=32)
+def _encoder(num_classes, image_size, anchors: AnchorConfig, targets: TargetConfig):
+    """Anchors depend only on the configuration: made once, shared by every batch."""
+    return RetinaNetEncoder(num_classes, image_size, anchors, targets)
+
+
+@register("retinanet_encode", devices=("cpu", "gpu"), inputs=(1, 1), outputs=2, kind="box",
+          args={"num_classes": None, "sizes": (32, 64, 128, 256, 512), "strides": (8, 16, 32, 64, 128),
+                "ratios": (0.5, 1.0, 2.0), "scales": (1.0, 2 ** (1 / 3), 2 ** (2 / 3)),
+                "positive_overlap": 0.5, "negative_overlap": 0.4, "force_match": False,
+                "std": 0.2, "ignore_padding": True},
+          output_spec="regression (B, A, 5) float32, labels (B, A, C + 1) float32 (keras-retinanet)",
+          doc="RetinaNet targets in keras-retinanet's layout: anchor IoU matching, corner offsets / "
+              "std, one-hot labels, anchor state last (-1 ignore, 0 background, 1 object)")
+def retinanet_encode(ctx, op, inputs, args):
+    b = inputs[0]
+    if not isinstance(b, BoxBatch):
+        raise TypeError(f"{op.name}: takes boxes, got {type(b).__name__}")
+    if args["num_classes"] is None:
+        raise ValueError(f"{op.name}: num_classes is required")
+    b = b.materialize(ctx)
+    if b.batch_size and (b.canvas != b.canvas[0]).any():
+        raise ValueError(f"{op.name}: images of one batch must share one size (resize or "
+                         f"letterbox first); got {sorted(set(map(tuple, b.canvas.tolist())))}")
+    size = tuple(int(v) for v in b.canvas[0]) if b.batch_size else (1, 1)
+    std = args["std"]
+    enc = _encoder(int(args["num_classes"]), size,
+                   AnchorConfig(tuple(args["sizes"]), tuple(args["strides"]), tuple(args["ratios"]),
+                                tuple(args["scales"])),
+                   TargetConfig(args["positive_overlap"], args["negative_overlap"],
+                                bool(args["force_match"]), std=(std,) * 4 if np.ndim(std) == 0 else tuple(std)))
+    # anchors centred in padding are ignored: the content region's far corner bounds the valid part
+    valid_hw = b.content_region()[:, [3, 2]] if args["ignore_padding"] else None
+    if valid_hw is not None and b.device == "gpu":
+        valid_hw = backend.upload(valid_hw.astype(np.float32))
+    return enc(b.boxes, b.labels, b.offsets, valid=b.valid, image_sizes=valid_hw)

@@ -1,0 +1,252 @@
+"""GPU backend: per-op parity with the CPU backend, decode, no device sync in the graph, one
+launch per op per batch, stable memory, zero-copy hand-over to torch. Run on the device."""
+import os
+import time
+
+import numpy as np
+import pytest
+
+from detaug import Pipeline, backend, fn
+from detaug.kernels import launch as L
+from conftest import COCO, VOC
+from helpers import run_graph, to_np
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def reference_cpu_warp():
+    backend.set_cpu_warp("reference")  # compare the GPU with the twins, not with OpenCV
+    yield
+    backend.set_cpu_warp("opencv")
+
+
+def _data(seed, n=6):
+    rng = np.random.default_rng(seed)
+    imgs, boxes, fields = [], [], []
+    for k in range(n):
+        h, w = int(rng.integers(30, 70)), int(rng.integers(30, 90))
+        imgs.append(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+        m = int(rng.integers(0, 7))
+        xy = rng.uniform(0, [w - 2, h - 2], (m, 2))
+        wh = rng.uniform(1, [w / 2, h / 2], (m, 2))
+        boxes.append(np.concatenate([xy, xy + wh], 1))
+        fields.append({"annotation_id": rng.integers(0, 1 << 40, m)})
+    return imgs, boxes, fields
+
+
+R = fn.random
+OPS = {
+    "flip": lambda i, b: fn.flip(i, b, horizontal=R.coin_flip(), vertical=R.coin_flip()),
+    "crop": lambda i, b: fn.crop(i, b, crop=(24, 28), crop_pos_x=R.uniform(), crop_pos_y=R.uniform()),
+    "rotate": lambda i, b: fn.rotate(i, b, angle=R.uniform(range=(-40, 40)), fill=7),
+    "rotate_expand": lambda i, b: fn.rotate(i, b, angle=R.uniform(range=(-90, 90)), expand=True),
+    "resize": lambda i, b: fn.resize(i, b, size=(50, 70)),
+    "resize_down": lambda i, b: fn.resize(i, b, resize_shorter=11),
+    "affine": lambda i, b: fn.affine(i, b, rotate=R.uniform(range=(-20, 20)), scale=R.uniform(range=(0.6, 1.5)),
+                                     shear_x=R.uniform(range=(-10, 10))),
+    "zoom_out": lambda i, b: fn.zoom_out(i, b, fill=100),
+    "letterbox": lambda i, b: fn.letterbox(i, b, size=(64, 64)),
+    "random_iou_crop": lambda i, b: fn.random_iou_crop(i, b),
+    "random_resized_crop": lambda i, b: fn.random_resized_crop(i, b, size=(32, 32)),
+    "prune_boxes": lambda i, b: (i, fn.prune_boxes(fn.rotate(i, b, angle=30)[1], min_size=3, min_visibility=0.5)),
+    "clip_boxes": lambda i, b: (i, fn.clip_boxes(fn.zoom_out(i, b)[1])),
+    "box_convert": lambda i, b: (i, fn.box_convert(b, fmt="cxcywh", normalized=True)),
+    "pad_boxes": lambda i, b: (i, fn.pad_boxes(fn.prune_boxes(fn.random_iou_crop(i, b)[1]), max_boxes=5)),
+    "normalize": lambda i, b: (fn.normalize(fn.resize(i, size=(40, 40)), mean=[120, 110, 100],
+                                            std=[60, 50, 40], output_layout="CHW"), b),
+    "normalize_f16": lambda i, b: (fn.normalize(i, mean=128, std=64, dtype="float16"), b),
+    "crop_mirror_normalize": lambda i, b: fn.crop_mirror_normalize(i, b, crop=(20, 20), mirror=R.coin_flip(),
+                                                                   mean=[1, 2, 3], std=[50, 60, 70]),
+    "brightness_contrast": lambda i, b: (fn.brightness_contrast(i, brightness=R.uniform(range=(0.5, 1.5)),
+                                                                contrast=R.uniform(range=(0.5, 1.5))), b),
+    "hsv": lambda i, b: (fn.hsv(i, hue=R.uniform(range=(-30, 30)), saturation=R.uniform(range=(0.5, 1.5)),
+                                value=R.uniform(range=(0.7, 1.2))), b),
+    "detection_chain": lambda i, b: _chain(i, b),
+    "retinanet_encode": lambda i, b: fn.retinanet_encode(fn.letterbox(i, b, size=(128, 128), center=False)[1],
+                                                         num_classes=5),
+}
+
+
+def _chain(i, b):
+    i, b = fn.random_iou_crop(i, b)
+    i, b = fn.flip(i, b, horizontal=R.coin_flip())
+    i, b = fn.rotate(i, b, angle=R.uniform(range=(-10, 10)))
+    i, b = fn.resize(i, b, size=(64, 64))
+    b = fn.prune_boxes(b, min_size=1)
+    return fn.normalize(i, mean=[124, 116, 104], std=[58, 57, 57], output_layout="CHW"), fn.pad_boxes(b)
+
+
+def _compare(c, g, name):
+    from detaug import BoxBatch, ImageBatch
+
+    if isinstance(c, ImageBatch):
+        assert g.device == "gpu"
+        for a, b in zip(c.data, g.data):
+            a, b = to_np(a), to_np(b)
+            assert a.shape == b.shape and a.dtype == b.dtype, name
+            diff = np.abs(a.astype(np.float64) - b.astype(np.float64)).max(initial=0)
+            tol = 1 if a.dtype == np.uint8 else (2e-3 if a.dtype == np.float16 else 1e-3)
+            assert diff <= tol, f"{name}: image differs by {diff}"
+    elif isinstance(c, BoxBatch):
+        for a, b in zip(c.per_sample(), g.per_sample()):
+            np.testing.assert_allclose(b["boxes"], a["boxes"], atol=1e-3, err_msg=name)
+            for k in a:
+                if k != "boxes":
+                    np.testing.assert_array_equal(b[k], a[k], err_msg=f"{name}: {k}")
+    elif isinstance(c, dict):
+        for k in c:
+            if k == "boxes":
+                np.testing.assert_allclose(to_np(g[k]), to_np(c[k]), atol=1e-3, err_msg=name)
+            else:
+                np.testing.assert_array_equal(to_np(g[k]), to_np(c[k]), err_msg=f"{name}: {k}")
+    else:
+        np.testing.assert_array_equal(to_np(g), to_np(c))
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_op_parity_with_cpu(name):
+    for seed in (1, int.from_bytes(os.urandom(2), "little")):
+        imgs, boxes, fields = _data(seed)
+        cpu = run_graph(imgs, boxes, OPS[name], fields=fields, seed=seed)
+        gpu = run_graph(imgs, boxes, OPS[name], fields=fields, seed=seed, device="gpu")
+        for c, g in zip(cpu, gpu):
+            _compare(c, g, f"{name} (seed {seed})")
+
+
+def _decode_pipe(device, root, files=None):
+    pipe = Pipeline(batch_size=8, num_threads=4, seed=0, device_id=0, on_error="raise")
+    with pipe:
+        enc, _ = fn.readers.voc(root=root) if files is None else (fn.readers.file(files=files, file_root=root), None)
+        pipe.set_outputs(fn.decoders.image(enc, device=device))
+    return pipe
+
+
+def test_gpu_decode_close_to_cpu_decode():
+    pytest.importorskip("nvidia.nvimgcodec")
+    cpu, gpu = _decode_pipe("cpu", VOC), _decode_pipe("mixed", VOC)
+    diffs = []
+    for _ in range(len(cpu)):
+        (a,), (b,) = cpu.run(), gpu.run()
+        for x, y in zip(a.data, b.data):
+            y = to_np(y)
+            assert x.shape == y.shape
+            diffs.append(np.abs(x.astype(int) - y.astype(int)))
+    mean = float(np.mean([d.mean() for d in diffs]))
+    mx = int(max(d.max() for d in diffs))
+    print(f"\nGPU vs CPU decode on {len(diffs)} VOC images: mean abs diff {mean:.3f}, max {mx}")
+    assert mean < 2
+
+
+def test_gpu_decode_reports_truncated_and_garbage(tmp_path):
+    pytest.importorskip("nvidia.nvimgcodec")
+    from detaug.executor import SampleError
+
+    src = os.path.join(VOC, "JPEGImages", sorted(os.listdir(os.path.join(VOC, "JPEGImages")))[0])
+    data = open(src, "rb").read()
+    (tmp_path / "trunc.jpg").write_bytes(data[:2000])
+    (tmp_path / "junk.jpg").write_bytes(b"\xff\xd8 this is not a jpeg" * 10 + b"\xff\xd9")
+    for name in ("trunc.jpg", "junk.jpg"):
+        pipe = Pipeline(batch_size=1, seed=0, device_id=0)
+        with pipe:
+            enc, _ = fn.readers.file(files=[name], file_root=str(tmp_path))
+            pipe.set_outputs(fn.decoders.image(enc, device="mixed"))
+        with pytest.raises(SampleError, match=name):
+            pipe.run()
+
+
+def _spin_kernel():
+    import cupy as cp
+
+    return cp.RawKernel(r'''extern "C" __global__ void spin(long long cycles) {
+        long long t0 = clock64(); while (clock64() - t0 < cycles) { } }''', "spin")
+
+
+def _bench_pipe(batch_size, depth=2, max_boxes=32, h=480, w=640):
+    rng = np.random.default_rng(0)
+    imgs = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for _ in range(8)]
+
+    def src(info):
+        k = info.idx_in_epoch % 8
+        return imgs[k], {"boxes": np.array([[10, 20, 200, 300], [300, 100, 500, 400]], np.float32),
+                         "labels": np.array([1, 2])}
+
+    pipe = Pipeline(batch_size=batch_size, num_threads=4, seed=0, device_id=0, prefetch_queue_depth=depth)
+    with pipe:
+        i, b = fn.external_source(source=src, batch=False, num_outputs=2, size=100000)
+        i, b = fn.random_iou_crop(i.gpu(), b.gpu())
+        i, b = fn.flip(i, b, horizontal=R.coin_flip())
+        i, b = fn.resize(i, b, size=(640, 640))
+        b = fn.prune_boxes(b, min_size=1)
+        i = fn.normalize(i, mean=[124, 116, 104], std=[58, 57, 57], output_layout="CHW")
+        pipe.set_outputs(i, fn.pad_boxes(b, max_boxes=max_boxes))
+    return pipe
+
+
+def test_graph_never_waits_for_the_device():
+    import cupy as cp
+
+    pipe = _bench_pipe(16, depth=2)
+    for _ in range(6):
+        pipe.run()
+    cp.cuda.runtime.deviceSynchronize()
+    rate_khz = cp.cuda.runtime.getDeviceProperties(0)["clockRate"]
+    spin = _spin_kernel()
+    with pipe._stream:
+        spin((1,), (1,), (np.int64(rate_khz * 1000),))  # about 1 s on the pipeline's stream
+    times = []
+    for _ in range(5):
+        t = time.perf_counter()
+        pipe.run()
+        times.append(time.perf_counter() - t)
+    busy = not pipe.last_event.done
+    cp.cuda.runtime.deviceSynchronize()
+    print(f"\nrun() times with a 1 s kernel queued: {[round(x * 1000, 1) for x in times]} ms")
+    assert busy, "the spin finished early: the check proves nothing"
+    assert max(times) < 0.1
+
+
+def test_one_launch_per_op_per_batch():
+    counts = {}
+    for bs in (1, 64):
+        pipe = _bench_pipe(bs)
+        pipe.run()
+        L.reset_launch_counts()
+        pipe.run()
+        pipe.run()
+        counts[bs] = L.launch_counts()
+        pipe.close()
+    print(f"\nlaunches per 2 batches: B=1 {counts[1]}, B=64 {counts[64]}")
+    assert counts[1] == counts[64]
+    assert all(v <= 2 * 2 for v in counts[1].values())  # each kernel at most twice per batch
+
+
+def test_memory_stable_over_1000_batches():
+    import cupy as cp
+
+    pipe = _bench_pipe(4, h=64, w=80, depth=2)
+    pool = cp.get_default_memory_pool()
+    marks = {}
+    for k in range(1, 1001):
+        pipe.run()
+        if k in (100, 1000):
+            cp.cuda.runtime.deviceSynchronize()
+            marks[k] = (pool.used_bytes(), pool.total_bytes(), cp.cuda.runtime.memGetInfo()[0],
+                        len(backend._RING.slots))
+    print(f"\nmemory at batch 100 / 1000 (pool used, pool total, device free, pinned slots): {marks}")
+    assert marks[100][0] == marks[1000][0]
+    assert marks[100][1] == marks[1000][1]
+    assert marks[100][2] == marks[1000][2]
+    assert marks[100][3] == marks[1000][3]
+
+
+def test_torch_gets_device_tensors_without_copy():
+    torch = pytest.importorskip("torch")
+    from detaug.adapters.torch import DetaugIterator
+
+    pipe = _bench_pipe(8)
+    it = DetaugIterator(pipe, output_map=("images", "boxes"), size=64)
+    batch = next(iter(it))
+    img = batch["images"]
+    assert img.is_cuda and img.shape == (8, 3, 640, 640) and img.dtype == torch.float32
+    assert torch.isfinite(img).all()
