@@ -64,7 +64,7 @@ OPS = {
                                 value=R.uniform(range=(0.7, 1.2))), b),
     "detection_chain": lambda i, b: _chain(i, b),
     "retinanet_encode": lambda i, b: fn.retinanet_encode(fn.letterbox(i, b, size=(128, 128), center=False)[1],
-                                                         num_classes=5),
+                                                         num_classes=8),
 }
 
 
