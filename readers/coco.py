@@ -1,0 +1,310 @@
+"""COCO instances JSON -> canonical records (pycocotools index, numpy grouping).
+
+A COCO box ``[x, y, w, h]`` becomes ``[x, y, x + w, y + h]`` (float32, continuous pixel
+coordinates, see DESIGN.md). Category ids become contiguous 0-based labels in ascending id order;
+``Dataset.category_ids[label]`` is the original id.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+
+import numpy as np
+
+from ._common import (ErrorSink, FileIndex, box_fault, header_size, outside_root_reason,
+                      real_dir, resolve_under, validate_boxes)
+from .errors import DatasetError
+from .records import Dataset, DetectionRecord
+
+# Annotation keys that the COCO writer adds for VOC flags; read back into per-box fields.
+FLAG_KEYS = ("difficult", "truncated")
+
+
+def read_coco(annotations_file, image_root, *, skip_empty=False, include_iscrowd=True,
+              size_threshold=0.0, categories=None, keep_original_ids=False, on_error="raise",
+              check_images=True) -> Dataset:
+    """Read a COCO instances file.
+
+    Args:
+        annotations_file: the JSON file.
+        image_root: folder that the images' ``file_name`` entries are relative to.
+        skip_empty: drop images left with no boxes (counted in ``Dataset.dropped``).
+        include_iscrowd: keep crowd boxes, flagged by the ``iscrowd`` field (True), or remove
+            them (False, counted).
+        size_threshold: drop boxes whose ``w < size_threshold`` or ``h < size_threshold``
+            (counted).
+        categories: keep only these categories, given by name or id (others' boxes are dropped
+            and counted); labels are then contiguous over the kept ones.
+        keep_original_ids: labels are the COCO category ids instead of 0-based indices
+            (``class_names`` / ``category_ids`` stay in ascending id order; writers refuse it).
+        on_error: ``"raise"`` or ``"skip"`` (see DESIGN.md "Bad input"). A bad box is dropped,
+            an image whose file is missing or unsafe is dropped; both are listed in ``skipped``.
+            A file that is not JSON or not COCO always raises.
+        check_images: check that each image file exists (one directory listing per folder).
+
+    Returns:
+        Dataset with one record per image in file order. Per-box fields: ``iscrowd`` (uint8),
+        ``annotation_id`` (int64), and ``difficult`` / ``truncated`` (uint8) where the file has
+        those keys. ``extra["segmentation"]`` (list aligned with boxes, None where absent) when
+        any annotation has one.
+
+    Raises:
+        DatasetError: naming the file and the fault (under ``on_error="raise"``).
+    """
+    file = os.fspath(annotations_file)
+    sink = ErrorSink(on_error, "read_coco")
+    data = _load_json(file)
+    coco = _index(data, file)
+    cat_ids, names, selected = _categories(coco, categories, file)
+    images = _images(data["images"], real_dir(image_root), file, sink, check_images)
+    table = _annotations(data["annotations"], file, sink)
+    dataset = Dataset([], names, cat_ids, root=real_dir(image_root))
+    table = _filter(table, images, selected, cat_ids, file, sink, dataset,
+                    include_iscrowd, size_threshold)
+    if keep_original_ids:
+        table["label"] = np.asarray(cat_ids, dtype=np.int64)[table["label"]]
+    dataset.records = _group(images, table, skip_empty, dataset)
+    dataset.skipped = sink.finish()
+    return dataset
+
+
+def _load_json(file):
+    try:
+        with open(file, "rb") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise DatasetError(file, "annotations file not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DatasetError(file, f"malformed JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("images"), list) \
+            or not isinstance(data.get("categories"), list):
+        raise DatasetError(file, "not a COCO instances file: needs 'images' and 'categories' lists")
+    data.setdefault("annotations", [])
+    if not isinstance(data["annotations"], list):
+        raise DatasetError(file, "'annotations' is not a list")
+    return data
+
+
+def _index(data, file):
+    """Build pycocotools' index from the already-parsed dict (one JSON parse, not two)."""
+    from pycocotools.coco import COCO
+
+    # The index holds images and categories only: annotations are grouped with numpy (faster
+    # than pycocotools' per-annotation dicts), and a malformed annotation must reach the
+    # on_error policy instead of failing inside createIndex.
+    coco = COCO()
+    coco.dataset = {"images": [im for im in data["images"] if isinstance(im, dict) and "id" in im],
+                    "categories": data["categories"], "annotations": []}
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
+            coco.createIndex()
+    except (KeyError, TypeError) as exc:
+        raise DatasetError(file, f"malformed COCO entry (missing or bad key {exc})") from None
+    return coco
+
+
+def _categories(coco, wanted, file):
+    """Return (sorted ids, their names, set of selected ids)."""
+    all_ids = sorted(coco.getCatIds())
+    by_name = {coco.cats[i].get("name", str(i)): i for i in all_ids}
+    if wanted is None:
+        ids = all_ids
+    else:
+        ids = []
+        for w in wanted:
+            if w in by_name:
+                ids.append(by_name[w])
+            elif isinstance(w, (int, np.integer)) and int(w) in coco.cats:
+                ids.append(int(w))
+            else:
+                raise DatasetError(file, f"category {w!r} is not in the file")
+        ids = sorted(set(ids))
+    names = [str(coco.cats[i].get("name", i)) for i in ids]
+    return ids, names, set(all_ids)
+
+
+def _images(entries, root, file, sink, check_images):
+    """Validate image entries; return list of (image_id, path, width, height) kept."""
+    index = FileIndex()
+    seen = set()
+    kept = []
+    for entry in entries:
+        image_id, name = entry.get("id"), entry.get("file_name")
+        if not isinstance(image_id, int) or not isinstance(name, str):
+            sink.fault(file, f"image entry {entry!r:.80} lacks an int 'id' or a 'file_name'")
+            continue
+        if image_id in seen:
+            sink.fault(file, f"duplicate image id {image_id}")
+            continue
+        path = resolve_under(root, name)
+        if path is None:
+            sink.fault(file, f"image id {image_id}: " + outside_root_reason(name, root))
+            continue
+        if check_images and not index.exists(path):
+            sink.fault(path, f"image file not found (image id {image_id} in {file})")
+            continue
+        width, height = int(entry.get("width") or 0), int(entry.get("height") or 0)
+        if (width <= 0 or height <= 0) and os.path.exists(path):
+            try:
+                width, height = header_size(path)
+            except DatasetError as exc:
+                sink.fault(exc.file, exc.reason)
+                continue
+        seen.add(image_id)
+        kept.append((image_id, path, width, height))
+    return kept
+
+
+def _annotations(anns, file, sink):
+    """Columns of the annotation list as numpy arrays (one pass per column, no objects).
+
+    A list that fails the fast extraction is checked entry by entry, so each malformed
+    annotation reaches the on_error policy by name; the good ones are then extracted.
+    """
+    try:
+        table = _columns(anns)
+    except (KeyError, TypeError, ValueError, OverflowError, AttributeError):
+        keep = [i for i, a in enumerate(anns) if _annotation_ok(a, i, file, sink)]
+        anns = [anns[i] for i in keep]
+        table = _columns(anns) | {"pos": np.asarray(keep, dtype=np.int64)}
+    if any(a.get("segmentation") for a in anns):
+        table["segmentation"] = [a.get("segmentation") or None for a in anns]
+    return table
+
+
+def _columns(anns):
+    """Raises on any malformed entry, including a 0/1 flag (iscrowd, difficult, truncated) > 1."""
+    n = len(anns)
+    table = {
+        "image_id": np.fromiter((a["image_id"] for a in anns), np.int64, n),
+        "category_id": np.fromiter((a["category_id"] for a in anns), np.int64, n),
+        "xywh": np.array([a["bbox"] for a in anns], dtype=np.float64).reshape(-1, 4),
+        "ann_id": np.fromiter((a.get("id", -1) for a in anns), np.int64, n),
+        "iscrowd": np.fromiter((a.get("iscrowd", 0) for a in anns), np.uint8, n),
+        "pos": np.arange(n),
+    }
+    for key in FLAG_KEYS:
+        if any(key in a for a in anns):
+            table[key] = np.fromiter((a.get(key, 0) for a in anns), np.uint8, n)
+    if any((table[k] > 1).any() for k in ("iscrowd",) + FLAG_KEYS if k in table):
+        raise ValueError("a 0/1 flag holds another value")
+    return table
+
+
+def _is_id(value):
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
+
+
+def _annotation_ok(a, i, file, sink):
+    """Slow path for a list that failed the fast one: name each malformed annotation."""
+    where = f"annotation #{i} (id {a.get('id') if isinstance(a, dict) else '?'})"
+    if not isinstance(a, dict):
+        sink.fault(file, f"{where} is not an object")
+        return False
+    for key in ("image_id", "category_id"):
+        if not _is_id(a.get(key)):
+            sink.fault(file, f"{where}: {key!r} missing or not a non-negative int64")
+            return False
+    bbox = a.get("bbox")
+    if not (isinstance(bbox, list) and len(bbox) == 4
+            and all(isinstance(v, (int, float)) for v in bbox)):
+        sink.fault(file, f"{where}: 'bbox' must be 4 numbers [x, y, w, h], got {bbox!r:.60}")
+        return False
+    if "id" in a and not _is_id(a["id"]):
+        sink.fault(file, f"{where}: 'id' is not a non-negative int64")
+        return False
+    if a.get("iscrowd", 0) not in (0, 1):
+        sink.fault(file, f"{where}: 'iscrowd' is {a['iscrowd']!r}, not 0 or 1")
+        return False
+    for key in FLAG_KEYS:
+        if a.get(key, 0) not in (0, 1):
+            sink.fault(file, f"{where}: {key!r} is {a[key]!r}, not 0 or 1")
+            return False
+    return True
+
+
+def _take(table, mask):
+    return {k: ([v[i] for i in np.flatnonzero(mask)] if isinstance(v, list) else v[mask])
+            for k, v in table.items()}
+
+
+def _filter(table, images, selected, cat_ids, file, sink, dataset, include_iscrowd, threshold):
+    """Attach image index and label to each annotation; drop, clip and count as the options say."""
+    # A sentinel image (id -1, size 0) keeps the lookups valid when no image was kept.
+    ids = np.array([im[0] for im in images] or [-1], dtype=np.int64)
+    sizes = np.array([im[2:] for im in images] or [(0, 0)], dtype=np.float64)
+    order = np.argsort(ids, kind="stable")
+    pos = order[np.clip(np.searchsorted(ids[order], table["image_id"]), 0, len(ids) - 1)]
+    known_image = (ids[pos] == table["image_id"]) & (len(images) > 0)
+    table["image"] = pos
+    known_cat = np.isin(table["category_id"], np.fromiter(selected, np.int64, len(selected)))
+    wanted_cat = np.isin(table["category_id"], np.asarray(cat_ids, dtype=np.int64))
+    xywh = table["xywh"]
+    xyxy = np.concatenate([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]], axis=1)
+    w, h = sizes[pos, 0], sizes[pos, 1]
+    boxes, bad_box, _ = validate_boxes(xyxy, w, h)
+    all_ids = np.asarray(table["image_id"])
+    ok = _report_faults(table, file, sink, images, known_image, known_cat, bad_box, xyxy, w, h,
+                        all_ids)
+    ok = _count_drop(dataset, ok, ~wanted_cat, "boxes of categories not selected")
+    if not include_iscrowd:
+        ok = _count_drop(dataset, ok, table["iscrowd"] > 0, "crowd boxes (include_iscrowd=False)")
+    if threshold > 0:
+        small = (xywh[:, 2] < threshold) | (xywh[:, 3] < threshold)
+        ok = _count_drop(dataset, ok, small, f"boxes under size_threshold={threshold:g}")
+    _, _, dataset.clipped = validate_boxes(xyxy[ok], w[ok], h[ok])
+    table["box"] = boxes
+    table["label"] = np.searchsorted(np.asarray(cat_ids, dtype=np.int64), table["category_id"])
+    return _take(table, ok)
+
+
+def _report_faults(table, file, sink, images, known_image, known_cat, bad_box, xyxy, w, h, ids):
+    """Send every faulty annotation to the sink (raise or record); return the mask of good ones."""
+    ok = known_image & known_cat & ~bad_box
+    for i in np.flatnonzero(~ok):
+        where = f"annotation id {table['ann_id'][i]} (image id {ids[i]})"
+        if not known_image[i]:
+            sink.fault(file, f"{where} refers to an image that is not listed or was skipped")
+        elif not known_cat[i]:
+            sink.fault(file, f"{where} has unknown category id {table['category_id'][i]}")
+        else:
+            name = images[table["image"][i]][1]
+            sink.fault(file, f"{where}, {os.path.basename(name)}: "
+                             + box_fault(xyxy[i], int(w[i]), int(h[i])))
+    return ok
+
+
+def _count_drop(dataset, ok, mask, what):
+    n = int((ok & mask).sum())
+    if n:
+        dataset.dropped[what] = dataset.dropped.get(what, 0) + n
+    return ok & ~mask
+
+
+def _group(images, table, skip_empty, dataset):
+    """One record per image: annotations sorted stably by image, then sliced per image."""
+    order = np.argsort(table["image"], kind="stable")
+    offsets = np.zeros(len(images) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(table["image"], minlength=len(images)), out=offsets[1:])
+    boxes, labels = table["box"][order], table["label"][order]
+    fields = {"iscrowd": table["iscrowd"][order], "annotation_id": table["ann_id"][order]}
+    for key in FLAG_KEYS:
+        if key in table:
+            fields[key] = table[key][order]
+    segmentation = table.get("segmentation")
+    records, empty = [], 0
+    for k, (image_id, path, width, height) in enumerate(images):
+        s, e = int(offsets[k]), int(offsets[k + 1])
+        if s == e and skip_empty:
+            empty += 1
+            continue
+        extra = {}
+        if segmentation is not None:
+            extra["segmentation"] = [segmentation[i] for i in order[s:e]]
+        records.append(DetectionRecord(path, width, height, boxes[s:e], labels[s:e],
+                                       {n: v[s:e] for n, v in fields.items()}, image_id, extra))
+    if empty:
+        dataset.dropped["empty images (skip_empty)"] = empty
+    return records

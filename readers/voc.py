@@ -1,0 +1,226 @@
+"""Pascal VOC XML -> canonical records (lxml, parsed without entity expansion or network).
+
+VOC boxes are 1-based inclusive integer pixel indices; pixel ``i`` covers ``[i - 1, i]`` in
+continuous coordinates, so ``(xmin, ymin, xmax, ymax)`` maps to
+``[xmin - 1, ymin - 1, xmax, ymax]`` (float32). ``xmax == width`` maps to ``x1 == width``.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from lxml import etree
+
+from ._common import (ErrorSink, FileIndex, box_fault, header_size, outside_root_reason,
+                      real_dir, resolve_under, validate_boxes)
+from .errors import DatasetError
+from .records import Dataset, DetectionRecord
+
+VOC_CLASSES = (
+    "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
+    "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa",
+    "train", "tvmonitor",
+)
+
+_COORDS = ("xmin", "ymin", "xmax", "ymax")
+
+
+def safe_parser() -> etree.XMLParser:
+    """An XML parser that expands no entities, loads no DTD, reaches no network, and refuses
+    huge trees (XXE and billion-laughs inputs are inert)."""
+    return etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False,
+                           huge_tree=False)
+
+
+def read_voc(root, split="trainval", classes=None, *, skip_difficult=False, on_error="raise",
+             check_images=True, progress=None) -> Dataset:
+    """Read a Pascal VOC tree (``Annotations/``, ``ImageSets/Main/``, ``JPEGImages/``).
+
+    Args:
+        root: the VOC folder (e.g. ``VOCdevkit/VOC2012``).
+        split: ids are read from ``ImageSets/Main/<split>.txt`` (first token a line); when that
+            file does not exist, every ``Annotations/*.xml`` is read, in sorted order.
+        classes: None for the 20 standard classes (``VOC_CLASSES``), a list of names, or
+            ``"discover"`` for the sorted union of the names in the files. Label ``i`` is
+            ``classes[i]``; an object of another class is a fault.
+        skip_difficult: drop ``difficult=1`` objects (counted in ``Dataset.dropped``).
+        on_error: ``"raise"`` or ``"skip"``: a bad box (or unknown class) drops that box, a bad
+            file (malformed XML, missing annotation or image, unsafe file name) drops the image;
+            each is listed in ``Dataset.skipped``.
+        check_images: check that each image file exists (one directory listing, not a stat each).
+        progress: optional ``callable(done, total)`` called after each file.
+
+    Returns:
+        Dataset (``root`` = the VOC folder, ``category_ids[i] == i``), one record per id with
+        ``image_id`` the id string and per-box uint8 fields ``difficult`` and ``truncated``.
+        Image size comes from ``<size>``, or from the image header where it is missing or 0.
+    """
+    root = real_dir(root)
+    sink = ErrorSink(on_error, "read_voc")
+    parsed = _parse_all(root, _list_ids(root, split), sink, check_images, progress)
+    if classes == "discover":
+        classes = sorted({o[0] for p in parsed for o in p["objects"] if o[4] is None})
+    names = list(VOC_CLASSES if classes is None else classes)
+    dataset = Dataset([], names, root=root)
+    dataset.records = _build(parsed, names, skip_difficult, sink, dataset)
+    dataset.skipped = sink.finish()
+    return dataset
+
+
+def _list_ids(root, split):
+    split_file = os.path.join(root, "ImageSets", "Main", f"{split}.txt")
+    if os.path.isfile(split_file):
+        with open(split_file, encoding="utf-8") as f:
+            return [line.split()[0] for line in f if line.strip()]
+    folder = os.path.join(root, "Annotations")
+    if not os.path.isdir(folder):
+        raise DatasetError(root, f"no {split_file} and no Annotations/ folder: not a VOC tree")
+    return sorted(n[:-4] for n in os.listdir(folder) if n.endswith(".xml"))
+
+
+def _parse_all(root, ids, sink, check_images, progress):
+    parser, index = safe_parser(), FileIndex()
+    images = os.path.join(root, "JPEGImages")
+    parsed = []
+    for done, image_id in enumerate(ids, 1):
+        xml_path = resolve_under(os.path.join(root, "Annotations"), image_id + ".xml")
+        if xml_path is None:
+            sink.fault(image_id, outside_root_reason(image_id, root))
+            continue
+        try:
+            p = _parse_file(xml_path, image_id, images, parser, index, check_images)
+        except DatasetError as exc:
+            sink.fault(exc.file, exc.reason)
+            p = None
+        if p is not None:
+            parsed.append(p)
+        if progress is not None:
+            progress(done, len(ids))
+    return parsed
+
+
+def _parse_file(xml_path, image_id, images, parser, index, check_images):
+    """Parse one annotation file; raise DatasetError for a fault of the whole file."""
+    try:
+        ann = etree.parse(xml_path, parser).getroot()
+    except OSError:
+        raise DatasetError(xml_path, "annotation file not found") from None
+    except etree.XMLSyntaxError as exc:
+        raise DatasetError(xml_path, f"malformed XML ({exc})") from None
+    if ann.tag != "annotation":
+        raise DatasetError(xml_path, f"root element is <{ann.tag}>, not <annotation>")
+    path = _image_path(ann.findtext("filename"), image_id, images, index, xml_path, check_images)
+    width, height = _size(ann), _size(ann, "height")
+    if width <= 0 or height <= 0:
+        width, height = header_size(path)
+    objects = [_object(obj) for obj in ann.iterfind("object")]
+    return {"xml": xml_path, "id": image_id, "path": path, "width": width, "height": height,
+            "objects": objects}
+
+
+def _image_path(filename, image_id, images, index, xml_path, check_images):
+    """``JPEGImages/<filename>``, else ``JPEGImages/<id>.jpg``; refuse names leaving the folder."""
+    filename = (filename or "").strip()
+    candidates = []
+    if filename:
+        path = resolve_under(images, filename)
+        if path is None:
+            raise DatasetError(xml_path, outside_root_reason(filename, images))
+        candidates.append(path)
+    candidates.append(os.path.join(images, image_id + ".jpg"))
+    if not check_images:
+        return candidates[0]
+    for path in candidates:
+        if index.exists(path):
+            return path
+    raise DatasetError(candidates[0], f"image file not found (named in {xml_path})")
+
+
+def _size(ann, key="width"):
+    text = ann.findtext(f"size/{key}")
+    try:
+        return int(float(text)) if text and text.strip() else 0
+    except ValueError:
+        return 0  # unreadable size: fall back to the image header
+
+
+def _object(obj):
+    """(name, [xmin, ymin, xmax, ymax] as given, difficult, truncated, fault or None).
+
+    Reads the direct children and the ``bndbox`` children in one pass (4x faster than a
+    findtext per key); nested ``<part>`` elements (VOC person layout) are not descended into.
+    """
+    values = {}
+    for child in obj:
+        if child.tag == "bndbox":
+            for coord in child:
+                values[coord.tag] = coord.text
+        else:
+            values[child.tag] = child.text
+    name = (values.get("name") or "").strip()
+    if not name:  # also what an unexpanded entity reference leaves behind
+        return name, _NAN_BOX, 0, 0, "object without a <name>"
+    try:
+        coords = [float(values[k]) for k in _COORDS]
+    except (KeyError, TypeError, ValueError):
+        given = [values.get(k) for k in _COORDS]
+        return name, _NAN_BOX, 0, 0, f"object {name!r}: bndbox is not 4 numbers {given}"
+    flags = [0, 0]
+    for i, key in enumerate(("difficult", "truncated")):
+        text = (values.get(key) or "0").strip()
+        if text not in ("0", "1"):
+            return name, coords, 0, 0, f"object {name!r}: <{key}> is {text!r}, not 0 or 1"
+        flags[i] = int(text)
+    return name, coords, flags[0], flags[1], None
+
+
+_NAN_BOX = [float("nan")] * 4
+
+
+def _build(parsed, names, skip_difficult, sink, dataset):
+    """All files' objects in one table: 1-based inclusive -> continuous, validate and clip in
+    one vectorised pass, then slice back into one record per file."""
+    objects = [o for p in parsed for o in p["objects"]]
+    counts = np.array([len(p["objects"]) for p in parsed], dtype=np.int64)
+    owner = np.repeat(np.arange(len(parsed)), counts)
+    sizes = np.array([(p["width"], p["height"]) for p in parsed] or [(0, 0)], dtype=np.float64)
+    xyxy = np.array([o[1] for o in objects], dtype=np.float64).reshape(-1, 4) - (1, 1, 0, 0)
+    w, h = sizes[owner, 0], sizes[owner, 1]
+    boxes, bad, _ = validate_boxes(xyxy, w, h)
+    label_of = {n: i for i, n in enumerate(names)}
+    labels = np.array([label_of.get(o[0], -1) for o in objects], dtype=np.int64)
+    difficult = np.array([o[2] for o in objects], dtype=np.uint8)
+    keep = ~bad & (labels >= 0) & np.array([o[4] is None for o in objects], dtype=bool)
+    for i in np.flatnonzero(~keep):
+        sink.fault(parsed[owner[i]]["xml"], _fault(objects[i], labels[i], xyxy[i], w[i], h[i],
+                                                   len(names)))
+    if skip_difficult:
+        n = int((keep & (difficult > 0)).sum())
+        if n:
+            dataset.dropped["difficult objects (skip_difficult)"] = n
+        keep &= difficult == 0
+    dataset.clipped += validate_boxes(xyxy[keep], w[keep], h[keep])[2]
+    fields = {"difficult": difficult,
+              "truncated": np.array([o[3] for o in objects], dtype=np.uint8)}
+    return _records(parsed, owner[keep], boxes[keep], labels[keep],
+                    {k: v[keep] for k, v in fields.items()})
+
+
+def _fault(obj, label, xyxy, width, height, n_classes):
+    if obj[4] is not None:
+        return obj[4]
+    if label < 0:
+        return f"object {obj[0]!r}: unknown class (not in the {n_classes} given classes)"
+    return f"object {obj[0]!r}: " + box_fault(xyxy, int(width), int(height))
+
+
+def _records(parsed, owner, boxes, labels, fields):
+    offsets = np.zeros(len(parsed) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(owner, minlength=len(parsed)), out=offsets[1:])
+    records = []
+    for k, p in enumerate(parsed):
+        s, e = int(offsets[k]), int(offsets[k + 1])
+        records.append(DetectionRecord(p["path"], p["width"], p["height"], boxes[s:e],
+                                       labels[s:e], {n: v[s:e] for n, v in fields.items()},
+                                       p["id"]))
+    return records
