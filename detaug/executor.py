@@ -37,7 +37,8 @@ class BatchContext:
 
     def rng(self, op) -> SampleRNG:
         seed = op.args.get("seed")
-        return SampleRNG(self.pipeline.seed if seed is None else seed, op.id, self.epoch, self.sample_index)
+        return SampleRNG(self.pipeline.seed if seed is None else seed, op.rng_id, self.epoch,
+                         self.sample_index)
 
     def map_samples(self, fn, n):
         """Run ``fn(i)`` for i < n on the host threads; results in order."""

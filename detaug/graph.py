@@ -32,6 +32,10 @@ class OpNode:
     def __init__(self, graph, schema, inputs, args, device, name=None):
         self.graph, self.schema, self.inputs, self.args, self.device = graph, schema, list(inputs), dict(args), device
         self.id = len(graph.ops)
+        # The random streams are keyed by the op's position among the user's ops, so that the
+        # uploads a GPU graph adds (`.gpu()`, build's implicit copies) never shift them: the CPU
+        # and GPU versions of a pipeline draw the same parameters.
+        self.rng_id = sum(1 for o in graph.ops if not o.schema.name.startswith("_"))
         self.name = name or f"{schema.name}_{self.id}"
         self.outputs = []
 

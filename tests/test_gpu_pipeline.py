@@ -100,6 +100,8 @@ def _compare(c, g, name):
                 np.testing.assert_allclose(to_np(g[k]), to_np(c[k]), atol=1e-3, err_msg=name)
             else:
                 np.testing.assert_array_equal(to_np(g[k]), to_np(c[k]), err_msg=f"{name}: {k}")
+    elif np.issubdtype(np.asarray(to_np(c)).dtype, np.floating):
+        np.testing.assert_allclose(to_np(g), to_np(c), atol=1e-4, rtol=1e-5, err_msg=name)
     else:
         np.testing.assert_array_equal(to_np(g), to_np(c))
 

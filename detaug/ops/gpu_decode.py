@@ -37,7 +37,9 @@ def decode_batch(ctx, enc, output_type: str) -> ImageBatch:
     import cupy as cp
     from nvidia import nvimgcodec
 
-    spec = nvimgcodec.ColorSpec.GRAY if output_type == "GRAY" else nvimgcodec.ColorSpec.RGB
+    cs = nvimgcodec.ColorSpec
+    # nvImageCodec 0.9 names sRGB 'SRGB' (older releases: 'RGB')
+    spec = getattr(cs, "GRAY") if output_type == "GRAY" else getattr(cs, "SRGB", None) or getattr(cs, "RGB")
     params = nvimgcodec.DecodeParams(apply_exif_orientation=False, color_spec=spec,
                                      allow_any_depth=False)
     dev = cp.cuda.Device().id
