@@ -249,3 +249,62 @@ def test_one_pixel_images_and_no_boxes():
     s = boxes_of(ob)
     assert len(s[0]["boxes"]) == 0
     np.testing.assert_allclose(s[1]["boxes"], [[0, 0, 3, 3]])
+
+
+def _iou_crop_reference(u, sizes, boxes, offsets, valid, thresholds, scale, aspect):
+    """Plain-loop statement of random_iou_crop's rule (see crops.iou_crop_windows)."""
+    options = list(thresholds) + [None]
+    t = (u.shape[1] - 1) // 4
+    wins, keep = [], np.ones(len(boxes), bool)
+    for s in range(len(sizes)):
+        h, w = sizes[s]
+        thr = options[min(int(u[s, 0] * len(options)), len(options) - 1)]
+        win = [0.0, 0.0, float(w), float(h)]
+        bs = [(k, boxes[k]) for k in range(offsets[s], offsets[s + 1]) if valid[k]]
+        if thr is not None:
+            for a in range(t):
+                fw, fh, fx, fy = u[s, 1 + 4 * a:5 + 4 * a]
+                cw = max(round(w * (scale[0] + (scale[1] - scale[0]) * fw)), 1)
+                ch = max(round(h * (scale[0] + (scale[1] - scale[0]) * fh)), 1)
+                x0 = max(np.floor(fx * (w - cw + 1)), 0)
+                y0 = max(np.floor(fy * (h - ch + 1)), 0)
+                if not aspect[0] <= cw / ch <= aspect[1]:
+                    continue
+                c = [x0, y0, x0 + cw, y0 + ch]
+                ious = []
+                for _, bb in bs:
+                    cx, cy = (bb[0] + bb[2]) / 2, (bb[1] + bb[3]) / 2
+                    if c[0] < cx < c[2] and c[1] < cy < c[3]:
+                        inter = max(min(c[2], bb[2]) - max(c[0], bb[0]), 0) * max(min(c[3], bb[3]) - max(c[1], bb[1]), 0)
+                        union = cw * ch + (bb[2] - bb[0]) * (bb[3] - bb[1]) - inter
+                        ious.append(inter / union)
+                if (not bs) or (ious and max(ious) >= thr):
+                    win = c
+                    for k in range(offsets[s], offsets[s + 1]):
+                        cx, cy = (boxes[k, 0] + boxes[k, 2]) / 2, (boxes[k, 1] + boxes[k, 3]) / 2
+                        keep[k] = c[0] < cx < c[2] and c[1] < cy < c[3]
+                    break
+        wins.append(win)
+    return np.array(wins), keep
+
+
+def test_iou_crop_vectorised_equals_plain_loop(rng):
+    from detaug.ops.crops import iou_crop_windows
+
+    b, t = 16, 20
+    sizes = rng.integers(20, 200, (b, 2))
+    counts = rng.integers(0, 6, b)
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    boxes = []
+    for s in range(b):
+        h, w = sizes[s]
+        xy = rng.uniform(0, [w, h], (counts[s], 2))
+        boxes.append(np.concatenate([xy, xy + rng.uniform(1, [w / 2, h / 2], (counts[s], 2))], 1))
+    boxes = np.concatenate(boxes) if counts.sum() else np.zeros((0, 4))
+    valid = rng.random(len(boxes)) > 0.2
+    u = rng.random((b, 1 + 4 * t))
+    thr = (0.1, 0.3, 0.5, 0.7, 0.9)
+    win, keep = iou_crop_windows(u, sizes, boxes, offsets, valid, thr, True, (0.3, 1.0), (0.5, 2.0))
+    rwin, rkeep = _iou_crop_reference(u, sizes, boxes, offsets, valid, thr, (0.3, 1.0), (0.5, 2.0))
+    np.testing.assert_array_equal(win, rwin)
+    np.testing.assert_array_equal(keep, rkeep)

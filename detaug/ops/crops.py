@@ -54,30 +54,36 @@ def iou_crop_windows(u, sizes, boxes, offsets, valid, thresholds, allow_no_crop,
     y0 = np.floor(a[..., 3] * (h[:, None] - ch + 1)).clip(0, None)
     cand = np.stack([x0, y0, x0 + cw, y0 + ch], -1)
     ar_ok = (cw / ch >= aspect[0]) & (cw / ch <= aspect[1])
-    windows = np.stack([np.zeros(b), np.zeros(b), w, h], -1)
-    keep = np.ones(len(boxes), bool)
-    for s in range(b):
-        thr = options[choice[s]]
-        if thr is None:
-            continue
-        lo_, hi_ = offsets[s], offsets[s + 1]
-        bx = boxes[lo_:hi_][valid[lo_:hi_]]
-        cx, cy = (bx[:, 0] + bx[:, 2]) / 2, (bx[:, 1] + bx[:, 3]) / 2
-        c = cand[s]
-        inside = ((cx[None] > c[:, None, 0]) & (cx[None] < c[:, None, 2]) &
-                  (cy[None] > c[:, None, 1]) & (cy[None] < c[:, None, 3]))
-        if len(bx):
-            iou = np.where(inside, window_iou(c, bx), -1.0)
-            ok = ar_ok[s] & inside.any(1) & (iou.max(1) >= thr)
-        else:
-            ok = ar_ok[s]
-        hit = np.flatnonzero(ok)
-        if len(hit):
-            windows[s] = c[hit[0]]
-            allc = (boxes[lo_:hi_, 0] + boxes[lo_:hi_, 2]) / 2, (boxes[lo_:hi_, 1] + boxes[lo_:hi_, 3]) / 2
-            win = windows[s]
-            keep[lo_:hi_] = ((allc[0] > win[0]) & (allc[0] < win[2]) &
-                             (allc[1] > win[1]) & (allc[1] < win[3]))
+    # all samples at once: boxes padded to (B, Nmax), invalid slots masked out
+    counts = np.diff(offsets).astype(np.int64)
+    nmax = int(counts.max(initial=0))
+    slot = np.arange(nmax)[None, :] < counts[:, None]
+    idx = np.minimum(offsets[:-1, None] + np.arange(nmax)[None, :], max(len(boxes) - 1, 0))
+    bx = boxes[idx] if len(boxes) else np.zeros((b, nmax, 4))
+    ok_box = slot & (valid[idx] if len(boxes) else slot)
+    cx, cy = (bx[..., 0] + bx[..., 2]) / 2, (bx[..., 1] + bx[..., 3]) / 2       # (B, N)
+    c = cand[:, :, None, :]                                                       # (B, T, 1, 4)
+    inside = (ok_box[:, None] & (cx[:, None] > c[..., 0]) & (cx[:, None] < c[..., 2]) &
+              (cy[:, None] > c[..., 1]) & (cy[:, None] < c[..., 3]))              # (B, T, N)
+    ix = np.clip(np.minimum(c[..., 2], bx[:, None, :, 2]) - np.maximum(c[..., 0], bx[:, None, :, 0]), 0, None)
+    iy = np.clip(np.minimum(c[..., 3], bx[:, None, :, 3]) - np.maximum(c[..., 1], bx[:, None, :, 1]), 0, None)
+    inter = ix * iy
+    area_b = (bx[..., 2] - bx[..., 0]) * (bx[..., 3] - bx[..., 1])
+    union = (cw * ch)[..., None] + area_b[:, None] - inter
+    iou = np.where(inside & (union > 0), inter / np.where(union > 0, union, 1), -1.0)
+    thr = np.array([np.inf if options[k] is None else options[k] for k in choice])
+    has_boxes = ok_box.any(1)
+    ok = ar_ok & np.where(has_boxes[:, None], inside.any(2) & (iou.max(2, initial=-1) >= thr[:, None]),
+                          np.isfinite(thr)[:, None])
+    hit = ok.any(1)
+    first = ok.argmax(1)
+    windows = np.where(hit[:, None], cand[np.arange(b), first], np.stack([np.zeros(b), np.zeros(b), w, h], -1))
+    # boxes whose centre leaves the chosen window are dropped (all boxes, valid or not: the mask
+    # only ever clears flags)
+    win = np.repeat(windows, counts, axis=0)
+    acx, acy = (boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2
+    inside_win = (acx > win[:, 0]) & (acx < win[:, 2]) & (acy > win[:, 1]) & (acy < win[:, 3])
+    keep = np.where(np.repeat(hit, counts), inside_win, True) if len(boxes) else np.ones(0, bool)
     return windows, keep
 
 

@@ -175,3 +175,18 @@ def make_classes():
 def op_table() -> list:
     """(name, devices, aliases, doc) for every public op, for the README and the tests."""
     return [(s.name, s.devices, s.aliases, s.doc) for s in REGISTRY.values() if not s.name.startswith("_")]
+
+
+def op_table_markdown() -> str:
+    """The README's op table, generated from the registry (tests check the README holds it)."""
+    rows = ["| op | devices | DALI-style aliases | what it does |", "|---|---|---|---|"]
+    for name, devices, aliases, doc in sorted(op_table()):
+        al = ", ".join(f"`fn.{a}`" for a in aliases) or ""
+        rows.append(f"| `fn.{name}` | {', '.join(devices)} | {al} | {doc} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    from detaug.ops import registry as _r  # the registered module, not this __main__ copy
+
+    print(_r.op_table_markdown())
