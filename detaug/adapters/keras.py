@@ -148,7 +148,7 @@ class _SequenceMixin:
         self._device = pipeline.has_device_stage
         self._device_id = pipeline.device_id or 0
         self._lock = threading.Lock()
-        self._warm = False
+        self._warm = self._served = False
         self._pid = os.getpid()
         self._blob = None
         if use_multiprocessing:
@@ -194,6 +194,7 @@ class _SequenceMixin:
             index += self._length
         if not 0 <= index < self._length:
             raise IndexError(f"batch {index} out of range (0..{self._length - 1})")
+        self._served = True
         named = batch_to_numpy(self._run(index), self.output_map, max_boxes=self.max_boxes)
         xy = split_xy(named, self.output_map, self.targets_format)
         if self.backend_tensors:
@@ -223,9 +224,12 @@ class _SequenceMixin:
             return outs
 
     def on_epoch_end(self):
-        """Next epoch (new shuffle, new random draws) unless ``epochs_shuffle=False``."""
-        if self.epochs_shuffle:
+        """Next epoch (new shuffle, new random draws) unless ``epochs_shuffle=False``, or unless
+        no batch of this epoch has been read: ``fit`` calls this once before its first epoch
+        too, and the first epoch trained on is then still the pipeline's current one."""
+        if self.epochs_shuffle and self._served:
             self.epoch += 1
+            self._served = False
 
     def __getstate__(self):  # pickled for spawned worker processes: no pipeline, no lock
         if self._blob is None:

@@ -62,21 +62,32 @@ def iou_crop_windows(u, sizes, boxes, offsets, valid, thresholds, allow_no_crop,
     bx = boxes[idx] if len(boxes) else np.zeros((b, nmax, 4))
     ok_box = slot & (valid[idx] if len(boxes) else slot)
     cx, cy = (bx[..., 0] + bx[..., 2]) / 2, (bx[..., 1] + bx[..., 3]) / 2       # (B, N)
-    c = cand[:, :, None, :]                                                       # (B, T, 1, 4)
-    inside = (ok_box[:, None] & (cx[:, None] > c[..., 0]) & (cx[:, None] < c[..., 2]) &
-              (cy[:, None] > c[..., 1]) & (cy[:, None] < c[..., 3]))              # (B, T, N)
-    ix = np.clip(np.minimum(c[..., 2], bx[:, None, :, 2]) - np.maximum(c[..., 0], bx[:, None, :, 0]), 0, None)
-    iy = np.clip(np.minimum(c[..., 3], bx[:, None, :, 3]) - np.maximum(c[..., 1], bx[:, None, :, 1]), 0, None)
-    inter = ix * iy
     area_b = (bx[..., 2] - bx[..., 0]) * (bx[..., 3] - bx[..., 1])
-    union = (cw * ch)[..., None] + area_b[:, None] - inter
-    iou = np.where(inside & (union > 0), inter / np.where(union > 0, union, 1), -1.0)
     thr = np.array([np.inf if options[k] is None else options[k] for k in choice])
     has_boxes = ok_box.any(1)
-    ok = ar_ok & np.where(has_boxes[:, None], inside.any(2) & (iou.max(2, initial=-1) >= thr[:, None]),
-                          np.isfinite(thr)[:, None])
-    hit = ok.any(1)
-    first = ok.argmax(1)
+    hit = np.zeros(b, bool)
+    first = np.zeros(b, np.int64)
+    todo = np.flatnonzero(np.isfinite(thr))
+    # attempts in chunks, only for the samples still without a window: most find one early
+    for lo in range(0, n_attempts, 8):
+        if not len(todo):
+            break
+        sl = slice(lo, min(lo + 8, n_attempts))
+        c = cand[todo, sl][:, :, None, :]                                              # (b, t, 1, 4)
+        bt, okb = bx[todo][:, None], ok_box[todo][:, None]                             # (b, 1, N, 4)
+        inside = (okb & (cx[todo][:, None] > c[..., 0]) & (cx[todo][:, None] < c[..., 2]) &
+                  (cy[todo][:, None] > c[..., 1]) & (cy[todo][:, None] < c[..., 3]))  # (b, t, N)
+        ix = np.clip(np.minimum(c[..., 2], bt[..., 2]) - np.maximum(c[..., 0], bt[..., 0]), 0, None)
+        iy = np.clip(np.minimum(c[..., 3], bt[..., 3]) - np.maximum(c[..., 1], bt[..., 1]), 0, None)
+        inter = ix * iy
+        union = (cw[todo, sl] * ch[todo, sl])[..., None] + area_b[todo][:, None] - inter
+        iou = np.where(inside & (union > 0), inter / np.where(union > 0, union, 1), -1.0)
+        ok = ar_ok[todo, sl] & np.where(has_boxes[todo][:, None],
+                                        inside.any(2) & (iou.max(2, initial=-1) >= thr[todo][:, None]), True)
+        found = ok.any(1)
+        hit[todo[found]] = True
+        first[todo[found]] = lo + ok[found].argmax(1)
+        todo = todo[~found]
     windows = np.where(hit[:, None], cand[np.arange(b), first], np.stack([np.zeros(b), np.zeros(b), w, h], -1))
     # boxes whose centre leaves the chosen window are dropped (all boxes, valid or not: the mask
     # only ever clears flags)
