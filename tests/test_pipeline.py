@@ -286,3 +286,13 @@ def test_every_registered_op_is_covered_by_a_test():
     missing = [n for n in REGISTRY if not n.startswith("_")
                and f"fn.{n}(" not in text and f'"{n}"' not in text]
     assert not missing, f"ops without a test: {missing}"
+
+
+def test_readme_op_table_matches_registry():
+    import re
+
+    from detaug.ops.registry import op_table_markdown
+
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
+    table = re.search(r"<!-- op-table -->\n(.*)\n<!-- /op-table -->", readme, re.S).group(1)
+    assert table == op_table_markdown(), "README's op table is stale: python -m detaug.ops.registry"
