@@ -281,10 +281,15 @@ class Pipeline:
         limit = len(self) if self._driver.size is not None else None
         while len(ex.queue) < self.prefetch_queue_depth:
             e, b = self._submitted
-            if e != self._epoch or (limit is not None and b >= limit):
+            if limit is not None and b >= limit:
+                # sized sources prefetch on into the next epoch (kept if reset() follows)
+                e, b = e + 1, 0
+                if limit == 0 or e > self._epoch + 1:
+                    break
+            elif e != self._epoch:
                 break
             if not ex.submit((e, b)):
-                self._submitted = (e + 1, 0)  # nothing more this epoch
+                self._submitted = (e + 1, 0)  # an iterable source is spent: the epoch ends
                 break
             self._submitted = (e, b + 1)
 
@@ -293,7 +298,7 @@ class Pipeline:
         Raises StopIteration at the end of the epoch (then call ``reset()``)."""
         self._fill_queue()
         ex = self._executor
-        if not ex.queue:
+        if not ex.queue or ex.queue[0][0][0] != self._epoch:
             raise StopIteration
         (epoch, b), (outs, event) = ex.pop()
         self._batch = b + 1
@@ -309,7 +314,11 @@ class Pipeline:
         return self.run()
 
     def reset(self):
-        """Move on to the next epoch (new shuffle)."""
+        """Move on to the next epoch (new shuffle). Batches of it already prefetched are kept."""
+        ex = self._executor
+        if ex is not None and ex.queue and ex.queue[0][0] == (self._epoch + 1, 0):
+            self._epoch, self._batch = self._epoch + 1, 0
+            return
         self._start(self._epoch + 1, 0)
 
     def _start(self, epoch, batch):

@@ -33,6 +33,21 @@ def _decoder(device_id: int):
         return _decoders[device_id]
 
 
+def _wrap(cp, image):
+    """A cupy view of a decoded image, without the host wait that cupy's CUDA-array-interface
+    import would make on the producer's stream: the decode was queued on the pipeline's own
+    stream, so stream order already makes the pixels ready for the kernels that follow. The view
+    keeps ``image`` (the owner of the memory) alive."""
+    cai = image.__cuda_array_interface__
+    shape = tuple(cai["shape"])
+    dtype = np.dtype(cai["typestr"])
+    strides = cai.get("strides")
+    nbytes = (int(np.prod(shape)) * dtype.itemsize if strides is None
+              else sum((n - 1) * st for n, st in zip(shape, strides)) + dtype.itemsize)
+    mem = cp.cuda.UnownedMemory(cai["data"][0], nbytes, image)
+    return cp.ndarray(shape, dtype, cp.cuda.MemoryPointer(mem, 0), strides=strides)
+
+
 def decode_batch(ctx, enc, output_type: str) -> ImageBatch:
     import cupy as cp
     from nvidia import nvimgcodec
@@ -49,7 +64,7 @@ def decode_batch(ctx, enc, output_type: str) -> ImageBatch:
     images = [None] * len(enc)
     for k, r in zip(gpu_idx, results):
         if r is not None:
-            images[k] = cp.asarray(r)
+            images[k] = _wrap(cp, r)
     for k in range(len(enc)):
         if images[k] is None:
             images[k] = upload(_decode_one(enc, k, output_type), ctx.stream)  # raises naming the file
