@@ -71,6 +71,11 @@ EXTRA = {}       # details for the JSON
 T_START = time.perf_counter()
 
 
+def _SRGB(nvimgcodec):
+    """nvImageCodec 0.9 names sRGB 'SRGB' (older releases: 'RGB')."""
+    return getattr(nvimgcodec.ColorSpec, "SRGB", None) or getattr(nvimgcodec.ColorSpec, "RGB")
+
+
 def log(msg):
     print(f"[{time.perf_counter() - T_START:7.1f}s] {msg}", flush=True)
 
@@ -416,7 +421,7 @@ def bench_decode_ceiling(args, blobs, with_asarray=False):
     nvimgcodec = import_nvimgcodec()
     dec = nvimgcodec.Decoder(device_id=0)
     params = nvimgcodec.DecodeParams(apply_exif_orientation=False,
-                                     color_spec=nvimgcodec.ColorSpec.RGB, allow_any_depth=False)
+                                     color_spec=_SRGB(nvimgcodec), allow_any_depth=False)
     stream = cp.cuda.Stream(non_blocking=True)
     arrays = [np.frombuffer(b, np.uint8) for b in blobs]  # as detaug's reader hands them over
     idx = index_stream(len(arrays), args.batch_size, seed=1)
@@ -608,7 +613,7 @@ def bench_kornia(args, recs, blobs, gpu):
         nvimgcodec = import_nvimgcodec()
         dec = nvimgcodec.Decoder(device_id=0)
         params = nvimgcodec.DecodeParams(apply_exif_orientation=False,
-                                         color_spec=nvimgcodec.ColorSpec.RGB, allow_any_depth=False)
+                                         color_spec=_SRGB(nvimgcodec), allow_any_depth=False)
         arrays = [np.frombuffer(b, np.uint8) for b in blobs]
         keep = collections.deque(maxlen=8)
 
@@ -696,7 +701,7 @@ def _decoded_batch(blobs, bs, gpu):
         nvimgcodec = import_nvimgcodec()
         dec = nvimgcodec.Decoder(device_id=0)
         params = nvimgcodec.DecodeParams(apply_exif_orientation=False,
-                                         color_spec=nvimgcodec.ColorSpec.RGB, allow_any_depth=False)
+                                         color_spec=_SRGB(nvimgcodec), allow_any_depth=False)
         res = dec.decode([np.frombuffer(b, np.uint8) for b in blobs[:bs]], params=params)
         imgs = [cp.array(cp.asarray(r), copy=True) for r in res]
         cp.cuda.runtime.deviceSynchronize()

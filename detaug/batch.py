@@ -111,13 +111,20 @@ class ImageBatch:
         kwargs = dict(fill=g.fill, mean=mean, std=std, out_dtype=dtype or np.uint8, layout=layout)
         if self.device == "gpu":
             out = warp.warp_cupy(self.data, g.matrices, g.sizes, stream=ctx.stream, **kwargs)
+        elif backend.cpu_warp() == "reference":
+            out = warp.warp_numpy(self.data, g.matrices, g.sizes, **kwargs)
+        elif self.batch_size and (g.sizes == g.sizes[0]).all():
+            # one batch buffer; each host thread writes its samples straight into it
+            h, w = (int(v) for v in g.sizes[0])
+            c = self.channels
+            shape = (self.batch_size,) + ((c, h, w) if layout == "CHW" else (h, w, c))
+            out = np.empty(shape, np.dtype(dtype or np.uint8))
+            ctx.map_samples(lambda i: warp.warp_cv2([self.data[i]], g.matrices[i:i + 1], g.sizes[i:i + 1],
+                                                    out=out[i:i + 1], **_row(kwargs, i)), self.batch_size)
         else:
-            impl = warp.warp_numpy if backend.cpu_warp() == "reference" else warp.warp_cv2
-            out = ctx.map_samples(lambda i: impl([self.data[i]], g.matrices[i:i + 1],
-                                                 g.sizes[i:i + 1], **_row(kwargs, i))[0],
+            out = ctx.map_samples(lambda i: warp.warp_cv2([self.data[i]], g.matrices[i:i + 1],
+                                                          g.sizes[i:i + 1], **_row(kwargs, i))[0],
                                   self.batch_size)
-            if self.batch_size and all(o.shape == out[0].shape for o in out):
-                out = np.stack(out)
         return ImageBatch(out, self.device, layout, None)
 
 

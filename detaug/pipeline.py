@@ -112,15 +112,23 @@ class Pipeline:
         return self
 
     def _needed_ops(self):
-        need, stack = set(), [o.op for o in self._outputs]
-        while stack:
-            op = stack.pop()
-            if op.id in need:
-                continue
-            need.add(op.id)
-            stack.extend(i.op for i in op.inputs)
-            stack.extend(a.op for a in op.arg_inputs.values())
-        return [op for op in self.graph.ops if op.id in need]
+        """The ops the outputs need, in a topological order (inputs first; build's implicit
+        uploads are appended to the graph after the ops that consume them)."""
+        order, seen = [], set()
+
+        def visit(op):
+            if op.id in seen:
+                return
+            seen.add(op.id)
+            for i in op.inputs:
+                visit(i.op)
+            for a in op.arg_inputs.values():
+                visit(a.op)
+            order.append(op)
+
+        for o in self._outputs:
+            visit(o.op)
+        return order
 
     def _validate(self):
         """Data moves cpu -> mixed -> gpu only; a gpu op's cpu inputs are uploaded once (an

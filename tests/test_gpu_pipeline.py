@@ -232,6 +232,8 @@ def test_memory_stable_over_1000_batches():
     for k in range(1, 1001):
         pipe.run()
         if k in (100, 1000):
+            for _, fut in pipe._executor.queue:  # same in-flight state at both marks
+                fut.result()
             cp.cuda.runtime.deviceSynchronize()
             marks[k] = (pool.used_bytes(), pool.total_bytes(), cp.cuda.runtime.memGetInfo()[0],
                         len(backend._RING.slots))

@@ -130,8 +130,8 @@ class _SequenceMixin:
     """The body of DetaugSequence; combined with ``keras.utils.PyDataset`` on first use."""
 
     def __init__(self, pipeline, *, output_map=("images", "targets"), targets_format="tuple",
-                 max_boxes=None, epochs_shuffle=True, backend_tensors=False, workers=1,
-                 use_multiprocessing=False, max_queue_size=10):
+                 max_boxes=None, max_batches=None, epochs_shuffle=True, backend_tensors=False,
+                 workers=1, use_multiprocessing=False, max_queue_size=10):
         super().__init__(workers=workers, use_multiprocessing=use_multiprocessing,
                          max_queue_size=max_queue_size)
         pipeline.build()
@@ -144,11 +144,13 @@ class _SequenceMixin:
         self.epochs_shuffle, self.backend_tensors = bool(epochs_shuffle), bool(backend_tensors)
         self.epoch = pipeline.epoch
         self._pipe = pipeline
-        self._length = len(pipeline)
+        self._length = len(pipeline) if max_batches is None else min(len(pipeline), int(max_batches))
+        if self._length < 1:
+            raise ValueError("the sequence has no batches (an empty reader, or max_batches < 1)")
         self._device = pipeline.has_device_stage
         self._device_id = pipeline.device_id or 0
         self._lock = threading.Lock()
-        self._warm = self._served = False
+        self._warm = False
         self._pid = os.getpid()
         self._blob = None
         if use_multiprocessing:
@@ -163,7 +165,7 @@ class _SequenceMixin:
 
     # ---- Sequence protocol --------------------------------------------------------------------
     def __len__(self) -> int:
-        """Batches per epoch: ``len(pipeline)``."""
+        """Batches per epoch: ``len(pipeline)`` (or ``max_batches``, if fewer)."""
         return self._length
 
     @property
@@ -194,7 +196,6 @@ class _SequenceMixin:
             index += self._length
         if not 0 <= index < self._length:
             raise IndexError(f"batch {index} out of range (0..{self._length - 1})")
-        self._served = True
         named = batch_to_numpy(self._run(index), self.output_map, max_boxes=self.max_boxes)
         xy = split_xy(named, self.output_map, self.targets_format)
         if self.backend_tensors:
@@ -224,12 +225,11 @@ class _SequenceMixin:
             return outs
 
     def on_epoch_end(self):
-        """Next epoch (new shuffle, new random draws) unless ``epochs_shuffle=False``, or unless
-        no batch of this epoch has been read: ``fit`` calls this once before its first epoch
-        too, and the first epoch trained on is then still the pipeline's current one."""
-        if self.epochs_shuffle and self._served:
+        """Next epoch (new shuffle, new random draws) unless ``epochs_shuffle=False``. Keras'
+        ``fit`` also calls this once before its first epoch (after peeking at the data), so the
+        first epoch it trains on is the pipeline's current epoch + 1."""
+        if self.epochs_shuffle:
             self.epoch += 1
-            self._served = False
 
     def __getstate__(self):  # pickled for spawned worker processes: no pipeline, no lock
         if self._blob is None:
@@ -261,6 +261,9 @@ def _sequence_class():
                     largest count) and handed over as ``{'boxes': (B, M, 4) float32, 'labels':
                     (B, M) int64, <field>: (B, M), 'counts': (B,) int32}`` (padding: boxes 0,
                     labels and fields -1). A PaddedBoxes output (``fn.pad_boxes``) is passed as is.
+                max_batches: serve only the first ``max_batches`` batches of each epoch (short
+                    runs; Keras' own ``steps_per_epoch`` below ``len`` does not restart epochs
+                    cleanly with a PyDataset).
                 epochs_shuffle: ``on_epoch_end`` moves to the next epoch (new shuffle and new
                     augmentation draws); False keeps every epoch identical (validation data).
                 backend_tensors: return tensors of the Keras backend

@@ -338,8 +338,11 @@ def _cv2_epilogue(cv2, big, wh, shrink, mean, std, out_dtype, target):
 
 
 def warp_cv2(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=8,
-             mean=None, std=None, out_dtype=np.uint8, layout="HWC"):
+             mean=None, std=None, out_dtype=np.uint8, layout="HWC", out=None):
     """OpenCV implementation of :func:`warp_numpy` (same arguments and returns).
+
+    ``out``: optional dense array (B, ...) of the result's shape and dtype to write into (the
+    caller's batch buffer: no per-sample allocation and no stacking afterwards).
 
     Per sample: ``cv2.warpAffine`` (bilinear, ``BORDER_REPLICATE``, fill masked in) onto the supersampled
     ``(ny * H, nx * W)`` grid, whose pixel centres are exactly the twin's tap positions, then
@@ -353,7 +356,10 @@ def warp_cv2(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=
 
     spec = _prepare(images, matrices, out_sizes, fill, antialias, max_taps, mean, std,
                     out_dtype, layout)
-    out = _allocate_numpy(spec)
+    if out is None:
+        out = _allocate_numpy(spec)
+    elif not _is_dense(spec) or out.shape != (spec.B,) + _out_shape(spec, 0) or out.dtype != spec.out_dtype:
+        raise ValueError(f"out must be a dense {(spec.B,) + _out_shape(spec, 0)} {spec.out_dtype} array")
     for b in range(spec.B):
         _cv2_one(cv2, spec.images[b], spec.inv[b], int(spec.taps[b, 0]), int(spec.taps[b, 1]),
                  spec.out_sizes[b], spec.fill[b],

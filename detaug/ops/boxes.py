@@ -85,9 +85,8 @@ def pad_boxes(ctx, op, inputs, args):
 
     hv = b.host_view()
     valid_h = np.ones(hv.num_boxes, bool) if hv.valid is None else np.asarray(hv.valid)
-    counts = np.add.reduceat(valid_h.astype(np.int64), hv.offsets[:-1]) if hv.num_boxes else \
-        np.zeros(b.batch_size, np.int64)
-    counts = np.where(np.diff(hv.offsets) > 0, counts, 0)
+    csum = np.concatenate([[0], np.cumsum(valid_h, dtype=np.int64)])
+    counts = csum[hv.offsets[1:]] - csum[hv.offsets[:-1]]
     m = args["max_boxes"]
     if m is None:
         m = int(counts.max()) if len(counts) else 0

@@ -1,0 +1,66 @@
+"""The examples run end to end on the CPU with small settings (subprocesses, as a user runs them)."""
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+EXAMPLES = os.path.join(REPO, "examples")
+
+
+def run_example(script, *args, timeout=120):
+    env = dict(os.environ, KERAS_BACKEND="torch", PYTHONWARNINGS="ignore")
+    proc = subprocess.run([sys.executable, os.path.join(EXAMPLES, script), *args], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_keras_retinanet_sequence_example():
+    pytest.importorskip("keras")
+    rc, out = run_example("keras_retinanet_sequence.py", "--device", "cpu", "--iters", "2",
+                          "--epochs", "2", "--size", "128", "--batch-size", "4")
+    assert rc == 0, out
+    assert "classification (4, 3069, 21)" in out, out  # 128 x 128 canvas: 3069 anchors
+    losses = re.findall(r"epoch (\d): loss ([0-9.]+)  regression ([0-9.]+)  classification ([0-9.]+)", out)
+    assert [e for e, *_ in losses] == ["1", "2"], out
+    assert all(float(v) > 0 for _, *vals in losses for v in vals), out
+
+
+def test_classification_example():
+    pytest.importorskip("torch")
+    rc, out = run_example("classification.py", "--device", "cpu", "--iters", "3",
+                          "--batch-size", "4", "--threads", "2")
+    assert rc == 0, out
+    assert re.search(r"classes, device cpu", out), out
+    assert len(re.findall(r"iter +\d+  loss [0-9.]+", out)) == 3, out
+
+
+def test_retinanet_torchvision_dry_run():
+    pytest.importorskip("torch")
+    rc, out = run_example("retinanet_torchvision.py", "--dry-run", "--device", "cpu", "--iters",
+                          "6", "--size", "128", "--batch-size", "8")
+    assert rc == 0, out
+    # 6 batches of an epoch of 5: the iterator went on into the next epoch by itself
+    assert len(re.findall(r"batch \d: images \(8, 3, 128, 128\) torch.float32", out)) == 6, out
+    assert "all boxes positive: False" not in out, out
+    assert "dry run done" in out, out
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchvision") is not None,
+                    reason="torchvision is installed")
+def test_retinanet_torchvision_without_torchvision_says_so():
+    rc, out = run_example("retinanet_torchvision.py", "--device", "cpu", "--iters", "1")
+    assert rc != 0 and "needs torchvision" in out, out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("torchvision") is None, reason="needs torchvision")
+def test_retinanet_torchvision_trains_two_iterations():
+    rc, out = run_example("retinanet_torchvision.py", "--device", "cpu", "--iters", "2",
+                          "--size", "128", "--batch-size", "2", "--threads", "2", timeout=300)
+    assert rc == 0, out
+    assert re.search(r"iter +2/2  loss [0-9.]+", out) and "mean loss of iterations" in out, out
