@@ -2,6 +2,7 @@
 batch is made; ``import detaug`` never imports it."""
 from __future__ import annotations
 
+import collections
 import threading
 
 import numpy as np
@@ -58,28 +59,34 @@ class _PinnedRing:
     """Reusable page-locked staging buffers for host-to-device copies.
 
     A copy from pageable memory may make the driver wait for the stream; from pinned memory it is
-    a true cudaMemcpyAsync. A buffer is reused once the event recorded after its copy has
-    completed, so the ring grows with the number of copies in flight, never with the number of
-    batches.
+    a true cudaMemcpyAsync. A buffer goes back to the free lists once the event recorded after its
+    copy has completed, so the number of buffers grows with the copies in flight, never with the
+    number of batches. Capacities are powers of two (free lists per capacity).
     """
 
     def __init__(self):
-        self.slots = []  # [capacity, pinned memory, event]
+        self.free = {}                         # capacity -> [pinned memory]
+        self.inflight = collections.deque()    # (capacity, memory, event), oldest first
+        self.count = 0                         # buffers ever allocated
         self.lock = threading.Lock()
 
     def take(self, nbytes):
         import cupy as cp
 
+        cap = 1 << max(12, int(nbytes - 1).bit_length())
         with self.lock:
-            for slot in self.slots:
-                free = slot[2] is None or (slot[2] is not False and slot[2].done)
-                if slot[0] >= nbytes and free:
-                    slot[2] = False  # taken: not reusable until its copy's event is set
-                    return slot
-            cap = 1 << max(12, int(nbytes - 1).bit_length())
-            slot = [cap, cp.cuda.alloc_pinned_memory(cap), False]
-            self.slots.append(slot)
-            return slot
+            while self.inflight and self.inflight[0][2].done:
+                c, mem, _ = self.inflight.popleft()
+                self.free.setdefault(c, []).append(mem)
+            stack = self.free.get(cap)
+            if stack:
+                return cap, stack.pop()
+            self.count += 1
+        return cap, cp.cuda.alloc_pinned_memory(cap)
+
+    def give_back(self, cap, mem, event):
+        with self.lock:
+            self.inflight.append((cap, mem, event))
 
 
 _RING = _PinnedRing()
@@ -95,11 +102,11 @@ def upload(a, stream=None, dtype=None):
     out = cp.empty(a.shape, a.dtype)
     if a.nbytes == 0:
         return out
-    slot = _RING.take(a.nbytes)
-    staged = np.frombuffer(slot[1], np.uint8, a.nbytes).view(a.dtype).reshape(a.shape)
+    cap, mem = _RING.take(a.nbytes)
+    staged = np.frombuffer(mem, np.uint8, a.nbytes).view(a.dtype).reshape(a.shape)
     np.copyto(staged, a)
     out.set(staged, stream=stream)
     ev = cp.cuda.Event(block=False, disable_timing=True)
     ev.record(stream)
-    slot[2] = ev
+    _RING.give_back(cap, mem, ev)
     return out

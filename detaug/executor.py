@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures as cf
+import threading
 
 import numpy as np
 
@@ -53,8 +54,21 @@ class Executor:
         self.pool = cf.ThreadPoolExecutor(max(1, pipeline.num_threads), thread_name_prefix="detaug-host")
         self.batch_pool = cf.ThreadPoolExecutor(max(1, pipeline.prefetch_queue_depth),
                                                 thread_name_prefix="detaug-batch")
-        self.device_pool = (cf.ThreadPoolExecutor(1, thread_name_prefix="detaug-device")
-                            if pipeline.has_device_stage else None)
+        self.device_pool = None
+        if pipeline.has_device_stage:
+            streams = list(pipeline._streams)
+            self._local = threading.local()
+
+            def bind():  # each device worker keeps one stream for its whole life
+                with self._bind_lock:
+                    self._local.stream = streams.pop()
+                    import cupy as cp
+
+                    cp.cuda.Device(pipeline.device_id or 0).use()
+
+            self._bind_lock = threading.Lock()
+            self.device_pool = cf.ThreadPoolExecutor(len(streams), thread_name_prefix="detaug-device",
+                                                     initializer=bind)
         self.queue = collections.deque()
 
     def submit(self, key):
@@ -64,7 +78,8 @@ class Executor:
             return False  # an iterable source is spent: the epoch ends here
         fut = self.batch_pool.submit(self.p._run_host, key, prepared, self.pool)
         if self.device_pool is not None:
-            fut = self.device_pool.submit(lambda f=fut: self.p._run_device(f.result(), self.pool))
+            fut = self.device_pool.submit(
+                lambda f=fut: self.p._run_device(f.result(), self.pool, self._local.stream))
         self.queue.append((key, fut))
         return True
 

@@ -31,10 +31,13 @@ class Pipeline:
         shard_id, num_shards: default sharding for readers that do not set their own.
         on_error: 'raise' (default) or 'skip': a bad sample is replaced by the next one of the
             same epoch order, with a warning and a count in ``pipe.stats``.
+        device_workers: threads (each with its own CUDA stream) that run the mixed/gpu stage of
+            consecutive batches; outputs still come in order. Default min(prefetch depth, 4).
     """
 
     def __init__(self, batch_size=1, num_threads=1, device_id=None, seed=-1, prefetch_queue_depth=2,
-                 last_batch_policy="fill", shard_id=0, num_shards=1, on_error="raise"):
+                 last_batch_policy="fill", shard_id=0, num_shards=1, on_error="raise",
+                 device_workers=None):
         if last_batch_policy not in _POLICIES:
             raise ValueError(f"last_batch_policy must be one of {_POLICIES}")
         if on_error not in ("raise", "skip"):
@@ -44,6 +47,7 @@ class Pipeline:
         self.prefetch_queue_depth = max(1, int(prefetch_queue_depth))
         self.last_batch_policy, self.on_error = last_batch_policy, on_error
         self.shard_id, self.num_shards = int(shard_id), int(num_shards)
+        self.device_workers = int(device_workers or min(self.prefetch_queue_depth, 4))
         self.graph = _graph.Graph()
         self._outputs = None
         self._built = False
@@ -107,7 +111,10 @@ class Pipeline:
             import cupy as cp
 
             cp.cuda.Device(self.device_id or 0).use()
-            self._stream = cp.cuda.Stream(non_blocking=True)
+            # one stream per device worker: batches' host-side launch work overlaps, and each
+            # batch's kernels stay in order on its own stream
+            self._streams = [cp.cuda.Stream(non_blocking=True) for _ in range(self.device_workers)]
+            self._stream = self._streams[0]
         self._built = True
         return self
 
@@ -212,8 +219,8 @@ class Pipeline:
                     for k, v in op.args.items()}
             if op.schema.kind == "source":
                 outs = self._sources[op.id].read(ctx, ctx.prepared[op.id])
-            elif op.device != "cpu" and self._stream is not None:
-                with self._stream:
+            elif op.device != "cpu" and ctx.stream is not None:
+                with ctx.stream:
                     outs = op.schema.impl(ctx, op, inputs, args)
             else:
                 outs = op.schema.impl(ctx, op, inputs, args)
@@ -221,11 +228,12 @@ class Pipeline:
             for k, v in enumerate(outs):
                 ctx.values[(op.id, k)] = v
 
-    def _with_retries(self, key, prepared, pool, stage, indices=None):
+    def _with_retries(self, key, prepared, pool, stage, indices=None, stream=None):
         """Run ``stage(ctx)``; under on_error='skip' replace a failing sample by the next record
         of the same epoch order and run the batch again."""
         for _ in range(64):
             ctx = self._make_ctx(key, prepared, pool, indices)
+            ctx.stream = stream or ctx.stream
             try:
                 stage(ctx)
                 return ctx
@@ -250,13 +258,15 @@ class Pipeline:
         ctx = self._with_retries(key, prepared, pool, lambda c: self._run_ops(c, self._host_ops))
         return (key, prepared, ctx) if self.has_device_stage else self._collect(ctx)
 
-    def _run_device(self, host_result, pool):
+    def _run_device(self, host_result, pool, stream=None):
         key, prepared, ctx = host_result
+        ctx.stream = stream or self._stream
         try:
             self._run_ops(ctx, self._device_ops)
         except SampleError as e:
             both = lambda c: (self._run_ops(c, self._host_ops), self._run_ops(c, self._device_ops))
-            ctx = self._with_retries(key, prepared, pool, both, self._replacement(key, ctx, e))
+            ctx = self._with_retries(key, prepared, pool, both, self._replacement(key, ctx, e),
+                                     stream=ctx.stream)
         return self._collect(ctx)
 
     def _collect(self, ctx):
@@ -268,11 +278,11 @@ class Pipeline:
             elif isinstance(v, BoxBatch):
                 v = v.materialize(ctx)
             outs.append(v)
-        if self._stream is not None:
+        if ctx.stream is not None:
             import cupy as cp
 
             ev = cp.cuda.Event(block=False, disable_timing=True)
-            ev.record(self._stream)
+            ev.record(ctx.stream)
             return tuple(outs), ev
         return tuple(outs), None
 
@@ -429,7 +439,8 @@ class Pipeline:
                       device_id=self.device_id, seed=self.seed,
                       prefetch_queue_depth=self.prefetch_queue_depth,
                       last_batch_policy=self.last_batch_policy, shard_id=self.shard_id,
-                      num_shards=self.num_shards, on_error=self.on_error)
+                      num_shards=self.num_shards, on_error=self.on_error,
+                      device_workers=self.device_workers)
         return pickle.dumps({"format": "detaug-pipeline-1", "params": params, "ops": ops,
                              "outputs": [(o.op.id, o.index) for o in self._outputs]})
 

@@ -1,4 +1,5 @@
-"""The examples run end to end on the CPU with small settings (subprocesses, as a user runs them)."""
+"""The examples run end to end on the CPU with small settings, as subprocesses (as a user runs
+them)."""
 import importlib.util
 import os
 import re
@@ -25,7 +26,8 @@ def test_keras_retinanet_sequence_example():
                           "--epochs", "2", "--size", "128", "--batch-size", "4")
     assert rc == 0, out
     assert "classification (4, 3069, 21)" in out, out  # 128 x 128 canvas: 3069 anchors
-    losses = re.findall(r"epoch (\d): loss ([0-9.]+)  regression ([0-9.]+)  classification ([0-9.]+)", out)
+    losses = re.findall(r"epoch (\d): loss ([0-9.]+)  regression ([0-9.]+)  "
+                        r"classification ([0-9.]+)", out)
     assert [e for e, *_ in losses] == ["1", "2"], out
     assert all(float(v) > 0 for _, *vals in losses for v in vals), out
 

@@ -1,5 +1,6 @@
 """GPU backend: per-op parity with the CPU backend, decode, no device sync in the graph, one
 launch per op per batch, stable memory, zero-copy hand-over to torch. Run on the device."""
+import gc
 import os
 import time
 
@@ -194,8 +195,9 @@ def test_graph_never_waits_for_the_device():
     cp.cuda.runtime.deviceSynchronize()
     rate_khz = cp.cuda.runtime.getDeviceProperties(0)["clockRate"]
     spin = _spin_kernel()
-    with pipe._stream:
-        spin((1,), (1,), (np.int64(rate_khz * 1000),))  # about 1 s on the pipeline's stream
+    for s in pipe._streams:  # about 1 s on each of the pipeline's streams
+        with s:
+            spin((1,), (1,), (np.int64(rate_khz * 1000),))
     times = []
     for _ in range(5):
         t = time.perf_counter()
@@ -234,9 +236,10 @@ def test_memory_stable_over_1000_batches():
         if k in (100, 1000):
             for _, fut in pipe._executor.queue:  # same in-flight state at both marks
                 fut.result()
+            gc.collect()
             cp.cuda.runtime.deviceSynchronize()
             marks[k] = (pool.used_bytes(), pool.total_bytes(), cp.cuda.runtime.memGetInfo()[0],
-                        len(backend._RING.slots))
+                        backend._RING.count)
     print(f"\nmemory at batch 100 / 1000 (pool used, pool total, device free, pinned slots): {marks}")
     assert marks[100][0] == marks[1000][0]
     assert marks[100][1] == marks[1000][1]

@@ -195,3 +195,13 @@ def test_process_workers_rebuild_the_pipeline():
     clone = pickle.loads(pickle.dumps(seq))  # what a spawned worker receives
     for i in (4, 0, 2):
         _assert_same(clone[i], expected[i])
+
+    # forked workers (Linux's default): the parent's pipeline already has live thread pools
+    _, seq = _sequence(batch_size=8, encode=True, output_map=("images", "classification"),
+                       workers=2, use_multiprocessing=True, max_batches=2)
+    model = keras.Sequential([keras.Input((64, 64, 3)), keras.layers.Conv2D(4, 3, strides=4),
+                              keras.layers.GlobalAveragePooling2D(),
+                              keras.layers.Dense(NUM_CLASSES)])
+    model.compile(optimizer="sgd",
+                  loss=lambda t, p: keras.ops.mean((p - t[:, 0, :NUM_CLASSES]) ** 2))
+    assert np.isfinite(model.fit(seq, epochs=1, verbose=0).history["loss"]).all()

@@ -64,7 +64,8 @@ def test_op_equals_numpy_reference_on_voc(seed, batch_size):
             img, reg, cls = pipe.run_batch(b, epoch=epoch)
             ref_reg, ref_cls, sizes = reference(twin.run_batch(b, epoch=epoch))
             assert reg.shape == (batch_size, len(anchors), 5) and reg.dtype == np.float32
-            assert cls.shape == (batch_size, len(anchors), NUM_CLASSES + 1) and cls.dtype == np.float32
+            assert cls.shape == (batch_size, len(anchors), NUM_CLASSES + 1)
+            assert cls.dtype == np.float32
             np.testing.assert_array_equal(cls, ref_cls)            # one-hot and states, exactly
             np.testing.assert_array_equal(reg[..., 4], ref_reg[..., 4])
             np.testing.assert_allclose(reg[..., :4], ref_reg[..., :4], rtol=0, atol=1e-5)

@@ -139,12 +139,15 @@ class _SequenceMixin:
         if len(set(self.output_map)) != len(self.output_map):
             raise ValueError(f"output_map has repeated names: {list(self.output_map)}")
         if targets_format not in _TARGET_FORMATS:
-            raise ValueError(f"targets_format must be one of {_TARGET_FORMATS}, not {targets_format!r}")
+            raise ValueError(f"targets_format must be one of {_TARGET_FORMATS}, "
+                             f"not {targets_format!r}")
         self.targets_format, self.max_boxes = targets_format, max_boxes
         self.epochs_shuffle, self.backend_tensors = bool(epochs_shuffle), bool(backend_tensors)
         self.epoch = pipeline.epoch
         self._pipe = pipeline
-        self._length = len(pipeline) if max_batches is None else min(len(pipeline), int(max_batches))
+        self._length = len(pipeline)
+        if max_batches is not None:
+            self._length = min(self._length, int(max_batches))
         if self._length < 1:
             raise ValueError("the sequence has no batches (an empty reader, or max_batches < 1)")
         self._device = pipeline.has_device_stage
