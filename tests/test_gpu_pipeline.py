@@ -228,7 +228,8 @@ def test_one_launch_per_op_per_batch():
 def test_memory_stable_over_1000_batches():
     import cupy as cp
 
-    pipe = _bench_pipe(4, h=64, w=80, depth=2)
+    # one batch in flight, one worker: the same number of batches alive at both marks
+    pipe = _bench_pipe(4, h=64, w=80, depth=1)
     pool = cp.get_default_memory_pool()
     marks = {}
     for k in range(1, 1001):

@@ -17,20 +17,21 @@ from ..backend import upload
 from ..batch import ImageBatch
 from .decode import _check_size, _decode_one, jpeg_complete
 
-_lock = threading.Lock()
-_decoders = {}
+_local = threading.local()
 # Decoded images are released a few batches later, not as soon as the warp is queued, so that a
 # free inside the decoder's allocator never waits on work still queued on the stream.
 _keep = collections.deque(maxlen=8)
 
 
 def _decoder(device_id: int):
+    """One decoder per thread and device: a Decoder is not safe for concurrent decode calls
+    (seen on nvImageCodec 0.9: shared by two device workers, it returned wrong pixels)."""
     from nvidia import nvimgcodec
 
-    with _lock:
-        if device_id not in _decoders:
-            _decoders[device_id] = nvimgcodec.Decoder(device_id=device_id)
-        return _decoders[device_id]
+    decoders = _local.__dict__.setdefault("decoders", {})
+    if device_id not in decoders:
+        decoders[device_id] = nvimgcodec.Decoder(device_id=device_id)
+    return decoders[device_id]
 
 
 def _wrap(cp, image):
