@@ -239,6 +239,7 @@ def test_memory_stable_over_1000_batches():
                 fut.result()
             gc.collect()
             cp.cuda.runtime.deviceSynchronize()
+            pool.free_all_blocks()  # count memory in use, not the pool's cache of free blocks
             marks[k] = (pool.used_bytes(), pool.total_bytes(), cp.cuda.runtime.memGetInfo()[0],
                         backend._RING.count)
     print(f"\nmemory at batch 100 / 1000 (pool used, pool total, device free, pinned slots): {marks}")
