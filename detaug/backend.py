@@ -75,9 +75,14 @@ class _PinnedRing:
 
         cap = 1 << max(12, int(nbytes - 1).bit_length())
         with self.lock:
-            while self.inflight and self.inflight[0][2].done:
-                c, mem, _ = self.inflight.popleft()
-                self.free.setdefault(c, []).append(mem)
+            if self.inflight:  # copies complete out of order across streams: look at all
+                pending = collections.deque()
+                for c, mem, ev in self.inflight:
+                    if ev.done:
+                        self.free.setdefault(c, []).append(mem)
+                    else:
+                        pending.append((c, mem, ev))
+                self.inflight = pending
             stack = self.free.get(cap)
             if stack:
                 return cap, stack.pop()

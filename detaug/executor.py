@@ -42,10 +42,15 @@ class BatchContext:
                          self.sample_index)
 
     def map_samples(self, fn, n):
-        """Run ``fn(i)`` for i < n on the host threads; results in order."""
+        """Run ``fn(i)`` for i < n on the host threads; results in order. The samples go out in
+        one contiguous chunk per thread, not one task each: a task costs tens of microseconds of
+        queueing and lock hand-over, as much as reading a cached file."""
         if n <= 1 or self.pool is None:
             return [fn(i) for i in range(n)]
-        return list(self.pool.map(fn, range(n)))
+        k = min(n, self.pool._max_workers)
+        bounds = [n * j // k for j in range(k + 1)]
+        chunks = self.pool.map(lambda j: [fn(i) for i in range(bounds[j], bounds[j + 1])], range(k))
+        return [r for chunk in chunks for r in chunk]
 
 
 class Executor:
