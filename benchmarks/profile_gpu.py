@@ -66,6 +66,7 @@ def main():
     for name, s in sorted(per_op.items(), key=lambda kv: -kv[1]):
         print(f"  {name:24s} {s / args.batches * 1e3:7.2f} ms/batch")
     pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+    pstats.Stats(prof).sort_stats("cumulative").print_stats("detaug", 45)
     os._exit(0)
 
 
