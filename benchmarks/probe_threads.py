@@ -1,0 +1,56 @@
+"""Probe, on the GPU machine: does nvImageCodec's decode release the GIL (aggregate img/s with 1,
+2, 4 threads, each with its own decoder), and what does reading 64 cached files cost?"""
+import concurrent.futures as cf
+import glob
+import os
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_gpu  # noqa: E402
+
+root = tempfile.mkdtemp(prefix="detaug_probe_")
+bench_gpu.make_dataset(root, 1024, os.cpu_count())
+files = sorted(glob.glob(os.path.join(root, "images", "*.jpg")))
+blobs = [np.fromfile(f, np.uint8) for f in files]
+from nvidia import nvimgcodec  # noqa: E402
+import cupy as cp  # noqa: E402
+
+spec = getattr(nvimgcodec.ColorSpec, "SRGB", None) or nvimgcodec.ColorSpec.RGB
+params = nvimgcodec.DecodeParams(apply_exif_orientation=False, color_spec=spec, allow_any_depth=False)
+
+
+def worker(n_batches, k):
+    dec = nvimgcodec.Decoder(device_id=0)
+    s = cp.cuda.Stream(non_blocking=True)
+    for i in range(n_batches):
+        lo = ((i * 7 + k * 3) % 16) * 64
+        dec.decode(blobs[lo:lo + 64], params=params, cuda_stream=s.ptr)
+    s.synchronize()
+
+
+for threads in (1, 2, 4):
+    worker(2, 0)
+    t = time.perf_counter()
+    ts = [threading.Thread(target=worker, args=(24, k)) for k in range(threads)]
+    [x.start() for x in ts]
+    [x.join() for x in ts]
+    dt = time.perf_counter() - t
+    print(f"decode, {threads} thread(s): {threads * 24 * 64 / dt:8.0f} img/s aggregate "
+          f"(cpu {time.process_time():.1f} s so far)")
+
+def read(p):
+    with open(p, "rb") as f:
+        return f.read()
+
+for threads in (1, 4, 16):
+    pool = cf.ThreadPoolExecutor(threads)
+    t = time.perf_counter()
+    for i in range(16):
+        list(pool.map(read, files[i * 64:(i + 1) * 64]))
+    print(f"read 64 files, {threads} threads: {(time.perf_counter() - t) / 16 * 1e3:.2f} ms per batch")
+os._exit(0)
