@@ -68,11 +68,12 @@ def iou_crop_windows(u, sizes, boxes, offsets, valid, thresholds, allow_no_crop,
     hit = np.zeros(b, bool)
     first = np.zeros(b, np.int64)
     todo = np.flatnonzero(np.isfinite(thr))
-    # attempts in chunks, only for the samples still without a window: most find one early
-    for lo in range(0, n_attempts, 8):
-        if not len(todo):
+    # the first 8 attempts for every sample, then the rest at once for those still searching
+    # (most samples find a window early; two vectorised passes beat many small ones)
+    for lo, hi_ in ((0, min(8, n_attempts)), (min(8, n_attempts), n_attempts)):
+        if not len(todo) or lo >= hi_:
             break
-        sl = slice(lo, min(lo + 8, n_attempts))
+        sl = slice(lo, hi_)
         c = cand[todo, sl][:, :, None, :]                                              # (b, t, 1, 4)
         bt, okb = bx[todo][:, None], ok_box[todo][:, None]                             # (b, 1, N, 4)
         inside = (okb & (cx[todo][:, None] > c[..., 0]) & (cx[todo][:, None] < c[..., 2]) &

@@ -47,10 +47,16 @@ class _Source:
 
 def _read_bytes(path, position):
     try:
-        with open(path, "rb") as f:
-            return np.frombuffer(f.read(), np.uint8)
+        return np.fromfile(path, np.uint8)
     except OSError as e:
         raise SampleError(f"{path}: cannot read image file ({e.strerror or e})", position, path) from None
+
+
+def read_files(paths):
+    """File bytes of a batch, read one after another in the calling (batch) thread: measured on
+    the GPU machine, 64 cached files took 1.5 ms this way (np.fromfile) and 4.8 ms spread over
+    4-16 pool threads, whose hand-overs cost more than the reads."""
+    return [_read_bytes(p, k) for k, p in enumerate(paths)]
 
 
 class _DetectionReader(_Source):
@@ -63,7 +69,7 @@ class _DetectionReader(_Source):
 
     def read(self, ctx, payload):
         recs = [self.dataset.records[i] for i in ctx.sample_index]
-        data = ctx.map_samples(lambda k: _read_bytes(recs[k].path, k), len(recs))
+        data = read_files([r.path for r in recs])
         sizes = np.array([[r.height, r.width] for r in recs], np.int64).reshape(-1, 2)
         boxes = concat_boxes([r.boxes for r in recs], [r.labels for r in recs],
                              [r.fields for r in recs], sizes)
@@ -123,7 +129,7 @@ class _FileReader(_Source):
 
     def read(self, ctx, payload):
         paths = [self.paths[i] for i in ctx.sample_index]
-        data = ctx.map_samples(lambda k: _read_bytes(paths[k], k), len(paths))
+        data = read_files(paths)
         return EncodedBatch(data, paths), self.labels[ctx.sample_index]
 
 
