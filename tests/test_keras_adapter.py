@@ -17,6 +17,22 @@ from detaug import fn, pipeline_def  # noqa: E402
 from conftest import REPO, VOC  # noqa: E402
 
 NUM_CLASSES = 20
+_OPEN = []
+
+
+@pytest.fixture(autouse=True)
+def close_pipelines():
+    """Close every pipeline a test made. A pipeline left to the garbage collector closes itself
+    in ``__del__``, which joins its threads, and that can deadlock when the collection happens
+    inside a thread's start-up (see the report on detaug/pipeline.py ``__del__``)."""
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
+
+
+def _track(pipe):
+    _OPEN.append(pipe)
+    return pipe
 
 
 @pipeline_def
@@ -38,7 +54,7 @@ def _sequence(**kw):
     from detaug.adapters.keras import DetaugSequence
 
     pipe_kw = {k: kw.pop(k) for k in ("batch_size", "seed", "encode", "num_threads") if k in kw}
-    pipe = voc_pipe(VOC, **{"batch_size": 8, "seed": 3, "num_threads": 2, **pipe_kw})
+    pipe = _track(voc_pipe(VOC, **{"batch_size": 8, "seed": 3, "num_threads": 2, **pipe_kw}))
     return pipe, DetaugSequence(pipe, **kw)
 
 
@@ -173,16 +189,17 @@ def test_retinanet_targets_tuple_dict_and_backend_tensors():
         return fn.normalize(img, mean=0, std=255), reg, cls
 
     names = ("images", "regression", "classification")
-    x, y = DetaugSequence(rn(VOC), output_map=names)[0]
+    pipe = _track(rn(VOC))
+    x, y = DetaugSequence(pipe, output_map=names)[0]
     assert isinstance(y, tuple) and y[0].shape[-1] == 5 and y[1].shape[-1] == NUM_CLASSES + 1
-    _, yd = DetaugSequence(rn(VOC), output_map=names, targets_format="dict")[0]
+    _, yd = DetaugSequence(pipe, output_map=names, targets_format="dict")[0]
     assert set(yd) == {"regression", "classification"}
     np.testing.assert_array_equal(yd["classification"], y[1])
-    xt, yt = DetaugSequence(rn(VOC), output_map=names, backend_tensors=True)[0]
+    xt, yt = DetaugSequence(pipe, output_map=names, backend_tensors=True)[0]
     assert keras.ops.is_tensor(xt) and all(keras.ops.is_tensor(t) for t in yt)
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(yt[0]), y[0])
     with pytest.raises(ValueError, match="output_map"):
-        DetaugSequence(rn(VOC), output_map=("images", "targets"))[0]
+        DetaugSequence(pipe, output_map=("images", "targets"))[0]
 
 
 def test_process_workers_rebuild_the_pipeline():
@@ -195,6 +212,7 @@ def test_process_workers_rebuild_the_pipeline():
     clone = pickle.loads(pickle.dumps(seq))  # what a spawned worker receives
     for i in (4, 0, 2):
         _assert_same(clone[i], expected[i])
+    _track(clone.pipeline)
 
     # forked workers (Linux's default): the parent's pipeline already has live thread pools
     _, seq = _sequence(batch_size=8, encode=True, output_map=("images", "classification"),

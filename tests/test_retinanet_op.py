@@ -15,6 +15,16 @@ from conftest import VOC
 
 SIZE = (256, 256)
 NUM_CLASSES = 20
+_OPEN = []
+
+
+@pytest.fixture(autouse=True)
+def close_pipelines():
+    """Close the pipelines a test made (a pipeline closed by the garbage collector joins its
+    threads in ``__del__``, which can deadlock inside a thread's start-up)."""
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
 
 
 @pipeline_def
@@ -27,6 +37,12 @@ def voc_letterbox(root, encode, **encode_args):
         reg, cls = fn.retinanet_encode(boxes, num_classes=NUM_CLASSES, **encode_args)
         return img, reg, cls
     return enc, boxes
+
+
+def make(**kw):
+    pipe = voc_letterbox(VOC, **kw)
+    _OPEN.append(pipe)
+    return pipe
 
 
 def content_sizes(paths):
@@ -54,8 +70,8 @@ def reference(twin_out, config=TargetConfig(), anchors=AnchorConfig()):
 
 @pytest.mark.parametrize("seed,batch_size", [(0, 8), (11, 5)])
 def test_op_equals_numpy_reference_on_voc(seed, batch_size):
-    pipe = voc_letterbox(VOC, encode=True, batch_size=batch_size, num_threads=2, seed=seed)
-    twin = voc_letterbox(VOC, encode=False, batch_size=batch_size, num_threads=2, seed=seed)
+    pipe = make(encode=True, batch_size=batch_size, num_threads=2, seed=seed)
+    twin = make(encode=False, batch_size=batch_size, num_threads=2, seed=seed)
     anchors = anchors_for_shape(SIZE, AnchorConfig())
     centres = (anchors[:, :2] + anchors[:, 2:]) / 2
     padded_seen = positives = 0
@@ -83,20 +99,20 @@ def test_op_equals_numpy_reference_on_voc(seed, batch_size):
 def test_op_arguments_reach_the_encoder():
     """Non-default thresholds, std and force_match give the reference's result too."""
     args = dict(positive_overlap=0.6, negative_overlap=0.3, force_match=True, std=0.1)
-    pipe = voc_letterbox(VOC, encode=True, batch_size=8, seed=4, **args)
-    twin = voc_letterbox(VOC, encode=False, batch_size=8, seed=4)
+    pipe = make(encode=True, batch_size=8, seed=4, **args)
+    twin = make(encode=False, batch_size=8, seed=4)
     cfg = TargetConfig(0.6, 0.3, True, std=(0.1,) * 4)
     _, reg, cls = pipe.run_batch(2)
     ref_reg, ref_cls, _ = reference(twin.run_batch(2), config=cfg)
     np.testing.assert_array_equal(cls, ref_cls)
     np.testing.assert_allclose(reg, ref_reg, rtol=0, atol=1e-5)
-    default = voc_letterbox(VOC, encode=True, batch_size=8, seed=4).run_batch(2)[2]
+    default = make(encode=True, batch_size=8, seed=4).run_batch(2)[2]
     assert not np.array_equal(default, cls)
 
 
 def test_ignore_padding_false_uses_the_whole_canvas():
-    pipe = voc_letterbox(VOC, encode=True, batch_size=8, seed=2, ignore_padding=False)
-    twin = voc_letterbox(VOC, encode=False, batch_size=8, seed=2)
+    pipe = make(encode=True, batch_size=8, seed=2, ignore_padding=False)
+    twin = make(encode=False, batch_size=8, seed=2)
     enc, boxes = twin.run_batch(0)
     per = boxes.per_sample()
     offsets = np.concatenate([[0], np.cumsum([len(d["boxes"]) for d in per])])

@@ -1,9 +1,14 @@
 // Batched affine warp with antialiasing and a fused normalize / layout / dtype epilogue.
 // NumPy twin: warp.py:warp_numpy (same tap positions, weights, fill handling and epilogue).
 //
-// One launch per batch: gridDim.y = B (sample), gridDim.x * blockDim.x >= the largest output
-// pixel count; one thread per output pixel, all channels in the thread. Threads past their
-// sample's pixel count return at once.
+// One launch per batch: gridDim.y = B (sample); along x, each warp owns a chunk of
+// 32 * DETAUG_WARP_PPL consecutive output pixels of its sample (row-major flattened index p):
+// lane l handles p = chunk + l + 32 k, k < DETAUG_WARP_PPL, all channels in the thread. So every
+// store instruction of a warp writes 32 consecutive pixels (coalesced whatever the row width
+// and alignment), the source taps of a warp are neighbours (L1 hits), and the per-sample
+// metadata, the division p / out_w and the reciprocals are paid once per 16 pixels. Warps past
+// their sample's pixel count return at once. warp.py:launch_plan sizes the grid
+// (blockDim.x = 256, gridDim.x = ceil(max npix / (256 * DETAUG_WARP_PPL))).
 //
 // Per-sample metadata (b = sample):
 //   in_ptr[b]            device address of a C-contiguous HWC uint8 image
@@ -14,17 +19,29 @@
 //
 // Math: output pixel (i, j) is the mean over a < nx, b < ny of the bilinear sample at
 // inv(M) @ (j + (a + 0.5) / nx, i + (b + 0.5) / ny); with u = x - 0.5, v = y - 0.5 the taps are
-// floor(u) + {0, 1} x floor(v) + {0, 1}, clamped to the image; a point outside [0,W)x[0,H) takes fill. Coordinates are
-// float64 (so tap positions equal the twin's), weights and sums float32.
+// floor(u) + {0, 1} x floor(v) + {0, 1}, clamped to the image; a point outside [0,W)x[0,H)
+// takes fill. Coordinates are float64 and computed with the twin's very operations and
+// roundings (no FMA contraction: x = (a00 * ox + a01 * oy) + a02, u = x - 0.5, fu = u - floor(u),
+// tap offsets (a + 0.5) / nx correctly rounded), so tap positions and the inside/outside
+// decision are bit-identical to warp_numpy's; weights and sums are float32.
+//
+// Fast paths (no change of results): nx = ny = 1 (no shrink, the common case) is a separate
+// loop chosen per sample (warp-uniform branch); floor and the int conversion of tap coordinates
+// use the 1.5 * 2^52 rounding trick on the FP64 pipe, bytes become floats through the 2^23
+// trick, and the uint8 rounding uses a round-down add (no conversion-pipe instructions, which
+// run at 1/4 of the FP32 rate); normalize multiplies by 1 / std (exact for std = 1).
+
+#define DETAUG_WARP_PPL 16  // output pixels per lane (warp.py: _PIX_PER_LANE)
 
 template <typename T> struct Store;
 
 template <> struct Store<unsigned char> {
-    // round half up, clamp: the twin's clip(floor(v + 0.5), 0, 255)
+    // round half up, clamp: the twin's clip(floor(v + 0.5), 0, 255). floor(clamp(y, 0, 255))
+    // equals clamp(floor(y), 0, 255) (NaN -> 0 both ways); for y in [0, 255], y + 2^23 rounded
+    // down is 2^23 + floor(y), whose low mantissa byte is floor(y).
     __device__ static unsigned char put(float v) {
-        float r = floorf(v + 0.5f);
-        r = fminf(fmaxf(r, 0.0f), 255.0f);
-        return static_cast<unsigned char>(r);
+        const float y = fminf(fmaxf(v + 0.5f, 0.0f), 255.0f);
+        return static_cast<unsigned char>(__float_as_uint(__fadd_rd(y, 8388608.0f)) & 0xffu);
     }
 };
 
@@ -41,6 +58,98 @@ template <> struct Store<unsigned short> {
     }
 };
 
+// A uint8 as float without the conversion pipe: the bits 0x4B0000bb are 2^23 + bb.
+__device__ __forceinline__ float byte_to_float(unsigned char v) {
+    return __int_as_float(0x4B000000 | static_cast<int>(v)) - 8388608.0f;
+}
+
+// floor(u) for |u| < 2^31 (as double, and as int in n), on the FP64 pipe: u + 1.5 * 2^52 rounds
+// u to the nearest integer k, held in the low mantissa bits (two's complement); then step down
+// where k > u. Exact.
+__device__ __forceinline__ double floor_small(double u, int& n) {
+    const double magic = 6755399441055744.0;  // 1.5 * 2^52
+    const double t = __dadd_rn(u, magic);
+    double r = __dadd_rn(t, -magic);
+    n = __double2loint(t);
+    if (r > u) {
+        r = __dadd_rn(r, -1.0);
+        n -= 1;
+    }
+    return r;
+}
+
+// (2 k + 1) / d correctly rounded, for small integers, from r = RN(1 / d) (Markstein: one
+// residual step from a quotient within 1 ulp gives the correctly rounded quotient), i.e. the
+// twin's (k + 0.5) / n with d = 2 n.
+__device__ __forceinline__ double tap_offset(double num, double d, double r) {
+    const double q = __dmul_rn(num, r);
+    const double e = __fma_rn(-q, d, num);
+    return __fma_rn(e, r, q);
+}
+
+struct WarpSample {
+    const unsigned char* src;
+    long long pitch;
+    int in_w, in_h;
+    double wd, hd;  // in_w, in_h as double
+    double a00, a01, a02, a10, a11, a12;
+};
+
+// Bilinear sample at input point (x, y) into val (ACC: added to val). Outside [0, W) x [0, H):
+// fill as a whole; inside, taps clamped to the image (edge pixels replicate).
+template <int C, bool ACC>
+__device__ __forceinline__ void sample_point(float (&val)[C], const WarpSample& s, double x,
+                                             double y, const float (&fill)[C]) {
+    if (!(x >= 0.0 && x < s.wd && y >= 0.0 && y < s.hd)) {
+#pragma unroll
+        for (int c = 0; c < C; ++c) val[c] = ACC ? val[c] + fill[c] : fill[c];
+        return;
+    }
+    const double u = __dadd_rn(x, -0.5);
+    const double v = __dadd_rn(y, -0.5);
+    int x0, y0;  // inside, so u, v in [-0.5, 2^31)
+    const double uf = floor_small(u, x0);
+    const double vf = floor_small(v, y0);
+    const float fu = static_cast<float>(__dadd_rn(u, -uf));
+    const float fv = static_cast<float>(__dadd_rn(v, -vf));
+    const int xa = max(x0, 0), xb = min(x0 + 1, s.in_w - 1);
+    const int ya = max(y0, 0), yb = min(y0 + 1, s.in_h - 1);
+    const unsigned char* ra = s.src + static_cast<long long>(ya) * s.pitch;
+    const unsigned char* rb = s.src + static_cast<long long>(yb) * s.pitch;
+    const unsigned char* p00 = ra + xa * C;
+    const unsigned char* p01 = ra + xb * C;
+    const unsigned char* p10 = rb + xa * C;
+    const unsigned char* p11 = rb + xb * C;
+    unsigned char q00[C], q01[C], q10[C], q11[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) {  // all loads first
+        q00[c] = __ldg(p00 + c);
+        q01[c] = __ldg(p01 + c);
+        q10[c] = __ldg(p10 + c);
+        q11[c] = __ldg(p11 + c);
+    }
+    const float w00 = (1.0f - fu) * (1.0f - fv), w01 = fu * (1.0f - fv);
+    const float w10 = (1.0f - fu) * fv, w11 = fu * fv;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+        const float t = w00 * byte_to_float(q00[c]) + w01 * byte_to_float(q01[c]) +
+                        w10 * byte_to_float(q10[c]) + w11 * byte_to_float(q11[c]);
+        val[c] = ACC ? val[c] + t : t;
+    }
+}
+
+template <int C, typename OutT, bool CHW>
+__device__ __forceinline__ void store_pixel(OutT* __restrict__ o, unsigned int npix,
+                                            unsigned int p, const float (&val)[C],
+                                            const float (&mean)[C], const float (&rstd)[C]) {
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+        const float value = (val[c] - mean[c]) * rstd[c];
+        const unsigned int idx = CHW ? c * npix + p : p * C + c;
+        o[idx] = Store<OutT>::put(value);
+    }
+}
+
 template <int C, typename OutT, bool CHW>
 __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__ in_ptr,
                                           const long long* __restrict__ meta_i,
@@ -52,75 +161,101 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
     const int out_h = static_cast<int>(mi[3]);
     const int out_w = static_cast<int>(mi[4]);
     const unsigned int npix = static_cast<unsigned int>(out_h) * static_cast<unsigned int>(out_w);
-    const unsigned int p = blockIdx.x * blockDim.x + threadIdx.x;
-    if (p >= npix) return;
-    const int i = static_cast<int>(p / static_cast<unsigned int>(out_w));
-    const int j = static_cast<int>(p - static_cast<unsigned int>(i) * out_w);
+    const unsigned int lane = threadIdx.x & 31u;
+    const unsigned int chunk =
+        (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * (32u * DETAUG_WARP_PPL);
+    if (chunk >= npix) return;  // whole warps leave together
+    const unsigned int p0 = chunk + lane;
+    // pixels of this lane: p0 + 32 k for k < n
+    const int n = p0 < npix ? min(DETAUG_WARP_PPL, static_cast<int>((npix - p0 + 31u) >> 5)) : 0;
 
-    const int in_h = static_cast<int>(mi[0]);
-    const int in_w = static_cast<int>(mi[1]);
-    const long long pitch = mi[2];
+    WarpSample s;
+    s.in_h = static_cast<int>(mi[0]);
+    s.in_w = static_cast<int>(mi[1]);
+    s.pitch = mi[2];
+    s.wd = static_cast<double>(s.in_w);
+    s.hd = static_cast<double>(s.in_h);
+    s.src = reinterpret_cast<const unsigned char*>(static_cast<size_t>(in_ptr[b]));
+    const double* m = inv + 6 * b;
+    s.a00 = m[0]; s.a01 = m[1]; s.a02 = m[2];
+    s.a10 = m[3]; s.a11 = m[4]; s.a12 = m[5];
     const int nx = static_cast<int>(mi[5]);
     const int ny = static_cast<int>(mi[6]);
-    const long long out_off = mi[7];
-    const unsigned char* __restrict__ src =
-        reinterpret_cast<const unsigned char*>(static_cast<size_t>(in_ptr[b]));
-    const double* m = inv + 6 * b;
-    const double a00 = m[0], a01 = m[1], a02 = m[2];
-    const double a10 = m[3], a11 = m[4], a12 = m[5];
-    const float* fill = meta_f + 3 * C * b;
-    const float* mean = fill + C;
-    const float* stdv = fill + 2 * C;
-
-    float acc[C];
-#pragma unroll
-    for (int c = 0; c < C; ++c) acc[c] = 0.0f;
-
-    for (int tb = 0; tb < ny; ++tb) {
-        const double oy = i + (tb + 0.5) / ny;
-        for (int ta = 0; ta < nx; ++ta) {
-            const double ox = j + (ta + 0.5) / nx;
-            const double u = a00 * ox + a01 * oy + a02 - 0.5;
-            const double v = a10 * ox + a11 * oy + a12 - 0.5;
-            // A point outside the source domain [0, W) x [0, H) takes fill as a whole; inside,
-            // the four taps are clamped to the image (edge pixels replicate).
-            const double xs = u + 0.5, ys = v + 0.5;
-            if (!(xs >= 0.0 && xs < static_cast<double>(in_w) && ys >= 0.0 &&
-                  ys < static_cast<double>(in_h))) {
-#pragma unroll
-                for (int c = 0; c < C; ++c) acc[c] += fill[c];
-                continue;
-            }
-            const double uf = floor(u);
-            const double vf = floor(v);
-            const float fu = static_cast<float>(u - uf);
-            const float fv = static_cast<float>(v - vf);
-            const int x0 = static_cast<int>(uf);
-            const int y0 = static_cast<int>(vf);
-            const int xa = max(x0, 0), xb = min(x0 + 1, in_w - 1);
-            const int ya = max(y0, 0), yb = min(y0 + 1, in_h - 1);
-            const unsigned char* ra = src + static_cast<long long>(ya) * pitch;
-            const unsigned char* rb = src + static_cast<long long>(yb) * pitch;
-            const unsigned char* p00 = ra + static_cast<long long>(xa) * C;
-            const unsigned char* p01 = ra + static_cast<long long>(xb) * C;
-            const unsigned char* p10 = rb + static_cast<long long>(xa) * C;
-            const unsigned char* p11 = rb + static_cast<long long>(xb) * C;
-            const float w00 = (1.0f - fu) * (1.0f - fv), w01 = fu * (1.0f - fv);
-            const float w10 = (1.0f - fu) * fv, w11 = fu * fv;
-#pragma unroll
-            for (int c = 0; c < C; ++c)
-                acc[c] += w00 * static_cast<float>(p00[c]) + w01 * static_cast<float>(p01[c]) +
-                          w10 * static_cast<float>(p10[c]) + w11 * static_cast<float>(p11[c]);
-        }
-    }
-
-    const float scale = 1.0f / static_cast<float>(nx * ny);
+    OutT* __restrict__ o = out + mi[7];
+    const float* mf = meta_f + 3 * C * b;
+    float fill[C], mean[C], rstd[C];
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-        const float value = (acc[c] * scale - mean[c]) / stdv[c];
-        const long long idx = CHW ? out_off + static_cast<long long>(c) * npix + p
-                                  : out_off + static_cast<long long>(p) * C + c;
-        out[idx] = Store<OutT>::put(value);
+        fill[c] = mf[c];
+        mean[c] = mf[C + c];
+        rstd[c] = 1.0f / mf[2 * C + c];
+    }
+
+    // (i, j) of p0, and the step of 32 pixels as (rows, cols) (rows > 0 only when out_w < 32)
+    const unsigned int uw = static_cast<unsigned int>(out_w);
+    const unsigned int i0 = p0 / uw;
+    const unsigned int step_r = uw >= 32u ? 0u : 32u / uw;
+    const double step_rd = static_cast<double>(step_r);
+    const double step_cd = static_cast<double>(32u - step_r * uw);
+    const double owd = static_cast<double>(out_w);
+    double id = static_cast<double>(i0);        // row index as double (integers are exact)
+    double jd = static_cast<double>(p0 - i0 * uw);
+    unsigned int p = p0;
+
+    if (nx == 1 && ny == 1) {  // uniform per sample: one bilinear tap at the pixel centre
+        double oy = __dadd_rn(id, 0.5);
+        double ty = __dmul_rn(s.a01, oy), ty1 = __dmul_rn(s.a11, oy);
+#pragma unroll 2
+        for (int k = 0; k < n; ++k) {
+            const double ox = __dadd_rn(jd, 0.5);
+            const double x = __dadd_rn(__dadd_rn(__dmul_rn(s.a00, ox), ty), s.a02);
+            const double y = __dadd_rn(__dadd_rn(__dmul_rn(s.a10, ox), ty1), s.a12);
+            float val[C];
+            sample_point<C, false>(val, s, x, y, fill);
+            store_pixel<C, OutT, CHW>(o, npix, p, val, mean, rstd);
+            // next pixel of this lane: 32 further (exact double integer steps)
+            p += 32u;
+            jd = __dadd_rn(jd, step_cd);
+            const bool wrap = jd >= owd;
+            if (wrap) jd = __dadd_rn(jd, -owd);
+            if (wrap || step_r != 0u) {
+                id = __dadd_rn(__dadd_rn(id, step_rd), wrap ? 1.0 : 0.0);
+                oy = __dadd_rn(id, 0.5);
+                ty = __dmul_rn(s.a01, oy);
+                ty1 = __dmul_rn(s.a11, oy);
+            }
+        }
+        return;
+    }
+
+    // antialias: nx * ny supersampling taps per pixel, offsets (t + 0.5) / n correctly rounded
+    const double dx = static_cast<double>(2 * nx), dy = static_cast<double>(2 * ny);
+    const double rx = 1.0 / dx, ry = 1.0 / dy;
+    const float scale = 1.0f / static_cast<float>(nx * ny);
+    for (int k = 0; k < n; ++k) {
+        float acc[C];
+#pragma unroll
+        for (int c = 0; c < C; ++c) acc[c] = 0.0f;
+        double numy = 1.0;  // 2 tb + 1
+        for (int tb = 0; tb < ny; ++tb, numy = __dadd_rn(numy, 2.0)) {
+            const double oy = __dadd_rn(id, tap_offset(numy, dy, ry));
+            const double ty = __dmul_rn(s.a01, oy), ty1 = __dmul_rn(s.a11, oy);
+            double numx = 1.0;
+            for (int ta = 0; ta < nx; ++ta, numx = __dadd_rn(numx, 2.0)) {
+                const double ox = __dadd_rn(jd, tap_offset(numx, dx, rx));
+                const double x = __dadd_rn(__dadd_rn(__dmul_rn(s.a00, ox), ty), s.a02);
+                const double y = __dadd_rn(__dadd_rn(__dmul_rn(s.a10, ox), ty1), s.a12);
+                sample_point<C, true>(acc, s, x, y, fill);
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < C; ++c) acc[c] *= scale;
+        store_pixel<C, OutT, CHW>(o, npix, p, acc, mean, rstd);
+        p += 32u;
+        jd = __dadd_rn(jd, step_cd);
+        const bool wrap = jd >= owd;
+        if (wrap) jd = __dadd_rn(jd, -owd);
+        id = __dadd_rn(__dadd_rn(id, step_rd), wrap ? 1.0 : 0.0);
     }
 }
 
