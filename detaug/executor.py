@@ -102,8 +102,9 @@ class Executor:
                 pass
         self.queue.clear()
 
-    def shutdown(self):
-        self.clear()
+    def shutdown(self, wait=True):
+        if wait:
+            self.clear()
         for pool in (self.batch_pool, self.device_pool, self.pool):
             if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
+                pool.shutdown(wait=wait, cancel_futures=True)

@@ -5,6 +5,7 @@ import functools
 import inspect
 import os
 import pickle
+import threading
 import warnings
 
 import numpy as np
@@ -58,6 +59,7 @@ class Pipeline:
         self.stats = {"skipped": 0, "skipped_files": [], "batches": 0}
         self._stream = None
         self.last_event = None  # cupy Event recorded after the last batch's device work
+        self._lock = threading.Lock()
 
     # ---- definition -------------------------------------------------------------------------
     def __enter__(self):
@@ -228,12 +230,14 @@ class Pipeline:
             for k, v in enumerate(outs):
                 ctx.values[(op.id, k)] = v
 
-    def _with_retries(self, key, prepared, pool, stage, indices=None, stream=None):
+    def _with_retries(self, key, prepared, pool, stage, indices=None, stream=None, skips=None):
         """Run ``stage(ctx)``; under on_error='skip' replace a failing sample by the next record
-        of the same epoch order and run the batch again."""
+        of the same epoch order and run the batch again. The skips travel with the batch and are
+        counted when the batch is handed out (a prefetched batch never used counts nothing)."""
+        skips = [] if skips is None else skips
         for _ in range(64):
             ctx = self._make_ctx(key, prepared, pool, indices)
-            ctx.stream = stream or ctx.stream
+            ctx.stream, ctx.skips = stream or ctx.stream, skips
             try:
                 stage(ctx)
                 return ctx
@@ -242,12 +246,10 @@ class Pipeline:
         raise RuntimeError(f"batch {key}: too many bad samples")
 
     def _replacement(self, key, ctx, e):
-        """Record the skip and return the batch's indices with the bad one replaced."""
+        """Note the skip on the batch and return its indices with the bad one replaced."""
         if self.on_error != "skip" or e.position is None or ctx.positions is None:
             raise e
-        warnings.warn(f"skipping {e.path}: {e}")
-        self.stats["skipped"] += 1
-        self.stats["skipped_files"].append((e.path, str(e)))
+        ctx.skips.append((e.path, str(e)))
         order = self._shard_order(key[0])
         indices = ctx.sample_index.copy()
         cur = int(np.nonzero(order == indices[e.position])[0][0])
@@ -259,6 +261,12 @@ class Pipeline:
         return (key, prepared, ctx) if self.has_device_stage else self._collect(ctx)
 
     def _run_device(self, host_result, pool, stream=None):
+        import cupy as cp
+
+        with cp.cuda.Device(self.device_id or 0):  # the current device is per thread
+            return self._run_device_on(host_result, pool, stream)
+
+    def _run_device_on(self, host_result, pool, stream):
         key, prepared, ctx = host_result
         ctx.stream = stream or self._stream
         try:
@@ -266,7 +274,7 @@ class Pipeline:
         except SampleError as e:
             both = lambda c: (self._run_ops(c, self._host_ops), self._run_ops(c, self._device_ops))
             ctx = self._with_retries(key, prepared, pool, both, self._replacement(key, ctx, e),
-                                     stream=ctx.stream)
+                                     stream=ctx.stream, skips=ctx.skips)
         return self._collect(ctx)
 
     def _collect(self, ctx):
@@ -283,15 +291,22 @@ class Pipeline:
 
             ev = cp.cuda.Event(block=False, disable_timing=True)
             ev.record(ctx.stream)
-            return tuple(outs), ev
-        return tuple(outs), None
+            return tuple(outs), ev, ctx.skips
+        return tuple(outs), None, ctx.skips
+
+    def _count_skips(self, skips):
+        for path, why in skips:
+            warnings.warn(f"skipping {path}: {why}")
+            self.stats["skipped"] += 1
+            self.stats["skipped_files"].append((path, why))
 
     # ---- running ------------------------------------------------------------------------------
     def _executor_ready(self):
         self.build()
-        if self._executor is None:
-            self._executor = Executor(self)
-            self._submitted = (self._epoch, self._batch)
+        with self._lock:
+            if self._executor is None:
+                self._executor = Executor(self)
+                self._submitted = (self._epoch, self._batch)
         return self._executor
 
     def _fill_queue(self):
@@ -318,7 +333,8 @@ class Pipeline:
         ex = self._executor
         if not ex.queue or ex.queue[0][0][0] != self._epoch:
             raise StopIteration
-        (epoch, b), (outs, event) = ex.pop()
+        (epoch, b), (outs, event, skips) = ex.pop()
+        self._count_skips(skips)
         self._batch = b + 1
         self.last_event = event
         self.stats["batches"] += 1
@@ -348,9 +364,12 @@ class Pipeline:
             for s in self._sources.values():
                 getattr(s, "restart", lambda: None)()
 
-    def run_batch(self, batch_index, epoch=None):
+    def run_batch(self, batch_index, epoch=None, with_event=False):
         """Batch ``batch_index`` of ``epoch`` (default: the current one), computed on its own:
-        random access for Keras' Sequence. Does not move the iteration cursor."""
+        random access for Keras' Sequence. Does not move the iteration cursor. Thread-safe; with
+        ``with_event=True`` returns ``(outputs, event)``, the event recorded after the batch's
+        device work (None on the CPU), which concurrent callers should use rather than the
+        shared ``last_event``."""
         self.build()
         if self._driver.size is None:
             raise TypeError("random access needs a reader or a sized external source")
@@ -362,7 +381,8 @@ class Pipeline:
         if self.has_device_stage:
             result = self._run_device(result, ex.pool)
         self.last_event = result[1]
-        return result[0]
+        self._count_skips(result[2])
+        return (result[0], result[1]) if with_event else result[0]
 
     def state_dict(self) -> dict:
         """Where the iteration stands: resuming from it gives exactly the next batch."""
@@ -394,15 +414,17 @@ class Pipeline:
         return self._epoch
 
     def close(self):
+        """Stop the worker threads (waits for batches in flight)."""
         if self._executor is not None:
             self._executor.shutdown()
             self._executor = None
 
     def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+        # never join threads from a finaliser: the garbage collector may run it inside thread
+        # start-up or shutdown, holding the locks a join needs (seen: a deadlock)
+        ex = getattr(self, "_executor", None)
+        if ex is not None:
+            ex.shutdown(wait=False)
 
     # ---- graph export -----------------------------------------------------------------------
     def save_graph_to_dot_file(self, path):

@@ -58,9 +58,59 @@ template <> struct Store<unsigned short> {
     }
 };
 
-// A uint8 as float without the conversion pipe: the bits 0x4B0000bb are 2^23 + bb.
-__device__ __forceinline__ float byte_to_float(unsigned char v) {
-    return __int_as_float(0x4B000000 | static_cast<int>(v)) - 8388608.0f;
+// Empty asm: the compiler cannot see through p, so it keeps p as one 64-bit base register
+// (address = base + 32-bit index in one IMAD.WIDE) instead of re-associating 64-bit offsets.
+template <typename T> __device__ __forceinline__ T* opaque(T* p) {
+#ifdef __CUDA_ARCH__
+    asm("" : "+l"(p));
+#endif
+    return p;
+}
+
+// base + y * pitch as one IMAD.WIDE.U32 (C++ alone lets the compiler widen pitch outside the
+// loop and multiply in 64 bits).
+__device__ __forceinline__ const unsigned char* row_ptr(const unsigned char* base, unsigned int y,
+                                                       unsigned int pitch) {
+#ifdef __CUDA_ARCH__
+    unsigned long long r;
+    asm("mad.wide.u32 %0, %1, %2, %3;"
+        : "=l"(r)
+        : "r"(y), "r"(pitch), "l"(reinterpret_cast<unsigned long long>(base)));
+    return reinterpret_cast<const unsigned char*>(r);
+#else
+    return base + static_cast<unsigned long long>(y) * pitch;
+#endif
+}
+
+// Bytes enter the float math without any conversion instruction: the bits of a uint8 q read as a
+// float are the subnormal q * 2^-149, and the bilinear weights are pre-scaled by 2^127, so
+// w' * q' = (w * q) * 2^-22 exactly (power-of-two scalings; every sum stays in the normal range
+// unless its terms are below 2^-104, far under any tolerance). The values of a pixel are thus
+// carried as value * 2^-22 (fill included) and the epilogue's 1 / std is pre-scaled by 2^22.
+// Subnormals must not be flushed: plain PTX mul/fma without .ftz, whatever -ftz says.
+#define DETAUG_W_SCALE 1.7014118346046923e38f   // 2^127
+#define DETAUG_V_SCALE 2.384185791015625e-07f   // 2^-22
+#define DETAUG_V_UNSCALE 4194304.0f             // 2^22
+__device__ __forceinline__ float byte_bits(unsigned char q) {
+    return __int_as_float(static_cast<int>(q));
+}
+__device__ __forceinline__ float mul_sub(float a, float b) {  // a * b, subnormals kept
+#ifdef __CUDA_ARCH__
+    float r;
+    asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+#else
+    return a * b;
+#endif
+}
+__device__ __forceinline__ float fma_sub(float a, float b, float c) {  // a * b + c, subnormals kept
+#ifdef __CUDA_ARCH__
+    float r;
+    asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(r) : "f"(a), "f"(b), "f"(c));
+    return r;
+#else
+    return fmaf(a, b, c);
+#endif
 }
 
 // floor(u) for |u| < 2^31 (as double, and as int in n), on the FP64 pipe: u + 1.5 * 2^52 rounds
@@ -79,8 +129,8 @@ __device__ __forceinline__ double floor_small(double u, int& n) {
 }
 
 // (2 k + 1) / d correctly rounded, for small integers, from r = RN(1 / d) (Markstein: one
-// residual step from a quotient within 1 ulp gives the correctly rounded quotient), i.e. the
-// twin's (k + 0.5) / n with d = 2 n.
+// residual step from a quotient within 1 ulp gives the correctly rounded quotient; checked
+// exhaustively for every d = 2 n, n <= 4096), i.e. the twin's (k + 0.5) / n with d = 2 n.
 __device__ __forceinline__ double tap_offset(double num, double d, double r) {
     const double q = __dmul_rn(num, r);
     const double e = __fma_rn(-q, d, num);
@@ -89,20 +139,21 @@ __device__ __forceinline__ double tap_offset(double num, double d, double r) {
 
 struct WarpSample {
     const unsigned char* src;
-    long long pitch;
+    unsigned int pitch;  // bytes per row (< 2^31, checked by launch_plan)
     int in_w, in_h;
     double wd, hd;  // in_w, in_h as double
     double a00, a01, a02, a10, a11, a12;
 };
 
-// Bilinear sample at input point (x, y) into val (ACC: added to val). Outside [0, W) x [0, H):
-// fill as a whole; inside, taps clamped to the image (edge pixels replicate).
+// Bilinear sample at input point (x, y) into val (ACC: added to val), scaled by 2^-22 (see
+// byte_bits). Outside [0, W) x [0, H): fill as a whole (fs: fill * 2^-22); inside, taps clamped
+// to the image (edge pixels replicate).
 template <int C, bool ACC>
 __device__ __forceinline__ void sample_point(float (&val)[C], const WarpSample& s, double x,
-                                             double y, const float (&fill)[C]) {
+                                             double y, const float (&fs)[C]) {
     if (!(x >= 0.0 && x < s.wd && y >= 0.0 && y < s.hd)) {
 #pragma unroll
-        for (int c = 0; c < C; ++c) val[c] = ACC ? val[c] + fill[c] : fill[c];
+        for (int c = 0; c < C; ++c) val[c] = ACC ? val[c] + fs[c] : fs[c];
         return;
     }
     const double u = __dadd_rn(x, -0.5);
@@ -112,14 +163,14 @@ __device__ __forceinline__ void sample_point(float (&val)[C], const WarpSample& 
     const double vf = floor_small(v, y0);
     const float fu = static_cast<float>(__dadd_rn(u, -uf));
     const float fv = static_cast<float>(__dadd_rn(v, -vf));
-    const int xa = max(x0, 0), xb = min(x0 + 1, s.in_w - 1);
-    const int ya = max(y0, 0), yb = min(y0 + 1, s.in_h - 1);
-    const unsigned char* ra = s.src + static_cast<long long>(ya) * s.pitch;
-    const unsigned char* rb = s.src + static_cast<long long>(yb) * s.pitch;
-    const unsigned char* p00 = ra + xa * C;
-    const unsigned char* p01 = ra + xb * C;
-    const unsigned char* p10 = rb + xa * C;
-    const unsigned char* p11 = rb + xb * C;
+    const unsigned int xa = max(x0, 0), xb = min(x0 + 1, s.in_w - 1);
+    const unsigned int ya = max(y0, 0), yb = min(y0 + 1, s.in_h - 1);
+    const unsigned char* ra = row_ptr(s.src, ya, s.pitch);
+    const unsigned char* rb = row_ptr(s.src, yb, s.pitch);
+    const unsigned char* p00 = ra + static_cast<unsigned long long>(xa) * C;
+    const unsigned char* p01 = ra + static_cast<unsigned long long>(xb) * C;
+    const unsigned char* p10 = rb + static_cast<unsigned long long>(xa) * C;
+    const unsigned char* p11 = rb + static_cast<unsigned long long>(xb) * C;
     unsigned char q00[C], q01[C], q10[C], q11[C];
 #pragma unroll
     for (int c = 0; c < C; ++c) {  // all loads first
@@ -128,26 +179,27 @@ __device__ __forceinline__ void sample_point(float (&val)[C], const WarpSample& 
         q10[c] = __ldg(p10 + c);
         q11[c] = __ldg(p11 + c);
     }
-    const float w00 = (1.0f - fu) * (1.0f - fv), w01 = fu * (1.0f - fv);
-    const float w10 = (1.0f - fu) * fv, w11 = fu * fv;
+    // the weights (1 - fu)(1 - fv), fu (1 - fv), (1 - fu) fv, fu fv, each times 2^127
+    // (2^127 (1 - fu) = fma(-fu, 2^127, 2^127): one rounding, as RN(1 - fu) scaled)
+    const float gu0 = fmaf(-fu, DETAUG_W_SCALE, DETAUG_W_SCALE), gu1 = fu * DETAUG_W_SCALE;
+    const float gv0 = 1.0f - fv;
+    const float w00 = gu0 * gv0, w01 = gu1 * gv0, w10 = gu0 * fv, w11 = gu1 * fv;
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-        const float t = w00 * byte_to_float(q00[c]) + w01 * byte_to_float(q01[c]) +
-                        w10 * byte_to_float(q10[c]) + w11 * byte_to_float(q11[c]);
+        float t = mul_sub(w00, byte_bits(q00[c]));
+        t = fma_sub(w01, byte_bits(q01[c]), t);
+        t = fma_sub(w10, byte_bits(q10[c]), t);
+        t = fma_sub(w11, byte_bits(q11[c]), t);
         val[c] = ACC ? val[c] + t : t;
     }
 }
 
-template <int C, typename OutT, bool CHW>
-__device__ __forceinline__ void store_pixel(OutT* __restrict__ o, unsigned int npix,
-                                            unsigned int p, const float (&val)[C],
-                                            const float (&mean)[C], const float (&rstd)[C]) {
+// value = (v - mean) / std on the scaled v (vs = v * 2^-22): fma(vs, 2^22 / std, -mean / std)
+template <int C, typename OutT>
+__device__ __forceinline__ void store_pixel(OutT* const (&q)[C], unsigned int idx, const float (&val)[C],
+                                            const float (&k)[C], const float (&bias)[C]) {
 #pragma unroll
-    for (int c = 0; c < C; ++c) {
-        const float value = (val[c] - mean[c]) * rstd[c];
-        const unsigned int idx = CHW ? c * npix + p : p * C + c;
-        o[idx] = Store<OutT>::put(value);
-    }
+    for (int c = 0; c < C; ++c) q[c][idx] = Store<OutT>::put(fmaf(val[c], k[c], bias[c]));
 }
 
 template <int C, typename OutT, bool CHW>
@@ -172,7 +224,7 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
     WarpSample s;
     s.in_h = static_cast<int>(mi[0]);
     s.in_w = static_cast<int>(mi[1]);
-    s.pitch = mi[2];
+    s.pitch = static_cast<unsigned int>(mi[2]);
     s.wd = static_cast<double>(s.in_w);
     s.hd = static_cast<double>(s.in_h);
     s.src = reinterpret_cast<const unsigned char*>(static_cast<size_t>(in_ptr[b]));
@@ -181,15 +233,22 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
     s.a10 = m[3]; s.a11 = m[4]; s.a12 = m[5];
     const int nx = static_cast<int>(mi[5]);
     const int ny = static_cast<int>(mi[6]);
-    OutT* __restrict__ o = out + mi[7];
+    const float scale = 1.0f / static_cast<float>(nx * ny);  // antialias mean
     const float* mf = meta_f + 3 * C * b;
-    float fill[C], mean[C], rstd[C];
+    float fs[C], k[C], bias[C];
+    OutT* q[C];  // this lane's first output element of each channel
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-        fill[c] = mf[c];
-        mean[c] = mf[C + c];
-        rstd[c] = 1.0f / mf[2 * C + c];
+        fs[c] = mf[c] * DETAUG_V_SCALE;
+        const float rstd = 1.0f / mf[2 * C + c];
+        k[c] = (rstd * scale) * DETAUG_V_UNSCALE;
+        bias[c] = -mf[C + c] * rstd;
+        q[c] = opaque(out + mi[7] + (CHW ? c * npix + p0 : p0 * C + c));
+#ifdef __CUDA_ARCH__
+        __builtin_assume(__isGlobal(q[c]));  // keeps STG (not generic ST) after opaque()
+#endif
     }
+    const unsigned int stride = CHW ? 32u : 32u * C;  // elements between this lane's pixels
 
     // (i, j) of p0, and the step of 32 pixels as (rows, cols) (rows > 0 only when out_w < 32)
     const unsigned int uw = static_cast<unsigned int>(out_w);
@@ -198,23 +257,23 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
     const double step_rd = static_cast<double>(step_r);
     const double step_cd = static_cast<double>(32u - step_r * uw);
     const double owd = static_cast<double>(out_w);
-    double id = static_cast<double>(i0);        // row index as double (integers are exact)
+    double id = static_cast<double>(i0);  // row and column as doubles (integers: exact)
     double jd = static_cast<double>(p0 - i0 * uw);
-    unsigned int p = p0;
 
     if (nx == 1 && ny == 1) {  // uniform per sample: one bilinear tap at the pixel centre
         double oy = __dadd_rn(id, 0.5);
         double ty = __dmul_rn(s.a01, oy), ty1 = __dmul_rn(s.a11, oy);
-#pragma unroll 2
-        for (int k = 0; k < n; ++k) {
+        unsigned int idx = 0;
+#pragma unroll 1
+        for (int kk = 0; kk < n; ++kk) {
             const double ox = __dadd_rn(jd, 0.5);
             const double x = __dadd_rn(__dadd_rn(__dmul_rn(s.a00, ox), ty), s.a02);
             const double y = __dadd_rn(__dadd_rn(__dmul_rn(s.a10, ox), ty1), s.a12);
             float val[C];
-            sample_point<C, false>(val, s, x, y, fill);
-            store_pixel<C, OutT, CHW>(o, npix, p, val, mean, rstd);
+            sample_point<C, false>(val, s, x, y, fs);
+            store_pixel<C, OutT>(q, idx, val, k, bias);
             // next pixel of this lane: 32 further (exact double integer steps)
-            p += 32u;
+            idx += stride;
             jd = __dadd_rn(jd, step_cd);
             const bool wrap = jd >= owd;
             if (wrap) jd = __dadd_rn(jd, -owd);
@@ -231,8 +290,8 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
     // antialias: nx * ny supersampling taps per pixel, offsets (t + 0.5) / n correctly rounded
     const double dx = static_cast<double>(2 * nx), dy = static_cast<double>(2 * ny);
     const double rx = 1.0 / dx, ry = 1.0 / dy;
-    const float scale = 1.0f / static_cast<float>(nx * ny);
-    for (int k = 0; k < n; ++k) {
+    unsigned int idx = 0;
+    for (int kk = 0; kk < n; ++kk) {
         float acc[C];
 #pragma unroll
         for (int c = 0; c < C; ++c) acc[c] = 0.0f;
@@ -245,13 +304,11 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
                 const double ox = __dadd_rn(jd, tap_offset(numx, dx, rx));
                 const double x = __dadd_rn(__dadd_rn(__dmul_rn(s.a00, ox), ty), s.a02);
                 const double y = __dadd_rn(__dadd_rn(__dmul_rn(s.a10, ox), ty1), s.a12);
-                sample_point<C, true>(acc, s, x, y, fill);
+                sample_point<C, true>(acc, s, x, y, fs);
             }
         }
-#pragma unroll
-        for (int c = 0; c < C; ++c) acc[c] *= scale;
-        store_pixel<C, OutT, CHW>(o, npix, p, acc, mean, rstd);
-        p += 32u;
+        store_pixel<C, OutT>(q, idx, acc, k, bias);
+        idx += stride;
         jd = __dadd_rn(jd, step_cd);
         const bool wrap = jd >= owd;
         if (wrap) jd = __dadd_rn(jd, -owd);
@@ -260,7 +317,7 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
 }
 
 #define DETAUG_WARP_KERNEL(NAME, C, OUT_T, CHW)                                               \
-    extern "C" __global__ void __launch_bounds__(256) NAME(                                  \
+    extern "C" __global__ void __launch_bounds__(256, 4) NAME(                                  \
         const unsigned long long* __restrict__ in_ptr, const long long* __restrict__ meta_i,  \
         const double* __restrict__ inv, const float* __restrict__ meta_f,                     \
         OUT_T* __restrict__ out) {                                                            \

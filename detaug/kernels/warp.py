@@ -30,6 +30,7 @@ from ..backend import upload
 _OUT_DTYPES = (np.dtype(np.uint8), np.dtype(np.float32), np.dtype(np.float16))
 _LAYOUTS = ("HWC", "CHW")
 _BLOCK = 256
+_PIX_PER_LANE = 16  # warp.cu: DETAUG_WARP_PPL (a warp covers 32 * 16 consecutive output pixels)
 
 
 # --------------------------------------------------------------------------- host preparation
@@ -394,6 +395,8 @@ def launch_plan(spec: _Spec) -> dict:
         raise ValueError("an output image is too large for 32-bit pixel indexing")
     if B > 65535:
         raise ValueError("warp_cupy handles at most 65535 samples per call")
+    if any(img.shape[1] * C >= 2**31 for img in spec.images):
+        raise ValueError("an input image row is too large for 32-bit indexing")
     offsets = np.zeros(B + 1, dtype=np.int64)
     np.cumsum(npix * C, out=offsets[1:])
     meta_i = np.empty((B, _META_INTS), dtype=np.int64)
@@ -410,7 +413,7 @@ def launch_plan(spec: _Spec) -> dict:
         meta_f=np.concatenate([spec.fill, mean, std], axis=1).astype(np.float32),
         offsets=offsets,
         name=f"warp_{_KERNEL_DTYPE[spec.out_dtype]}_{spec.layout.lower()}_c{C}",
-        grid=((int(npix.max()) + _BLOCK - 1) // _BLOCK, B, 1),
+        grid=((int(npix.max()) + _BLOCK * _PIX_PER_LANE - 1) // (_BLOCK * _PIX_PER_LANE), B, 1),
         block=(_BLOCK, 1, 1),
     )
 
