@@ -291,8 +291,21 @@ static Dim3 blockIdx, threadIdx, blockDim;
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define asm(...) (void)0
+#include <cstring>
+// device intrinsics used by warp.cu (round-to-nearest ones are the plain operations on the host)
+static inline double __dadd_rn(double a, double b) { return a + b; }
+static inline double __dmul_rn(double a, double b) { return a * b; }
+static inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
+static inline int __double2loint(double d) {
+    unsigned long long u; memcpy(&u, &d, 8); return (int)(unsigned)u; }
+static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
+static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+static inline float __fadd_rd(float a, float b) {  // exact in double for the operands used
+    double s = (double)a + (double)b; float f = (float)s;
+    return (double)f > s ? nextafterf(f, -INFINITY) : f; }
+template <class T> static inline T __ldg(const T* p) { return *p; }
 #include "warp.cu"
 typedef void (*kernel_t)(const unsigned long long*, const long long*, const double*,
                          const float*, void*);
