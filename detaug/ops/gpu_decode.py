@@ -8,6 +8,7 @@ which either succeeds (a format the GPU path lacks) or raises with the file name
 """
 from __future__ import annotations
 
+import atexit
 import collections
 import threading
 
@@ -17,21 +18,33 @@ from ..backend import upload
 from ..batch import ImageBatch
 from .decode import _check_size, _decode_one, jpeg_complete
 
-_local = threading.local()
+_lock = threading.Lock()
+# One decoder per (device, live thread): a Decoder is not safe for concurrent decode calls (seen
+# on nvImageCodec 0.9: shared by two device workers, it returned wrong pixels). Decoders are never
+# destroyed while the process runs: images they decoded may outlive the thread that decoded them
+# (seen: a decoder dropped with its thread, then freeing its images crashed the process). A new
+# thread that gets a dead thread's id reuses that decoder, which is then free.
+_decoders = {}
 # Decoded images are released a few batches later, not as soon as the warp is queued, so that a
 # free inside the decoder's allocator never waits on work still queued on the stream.
 _keep = collections.deque(maxlen=8)
 
 
 def _decoder(device_id: int):
-    """One decoder per thread and device: a Decoder is not safe for concurrent decode calls
-    (seen on nvImageCodec 0.9: shared by two device workers, it returned wrong pixels)."""
     from nvidia import nvimgcodec
 
-    decoders = _local.__dict__.setdefault("decoders", {})
-    if device_id not in decoders:
-        decoders[device_id] = nvimgcodec.Decoder(device_id=device_id)
-    return decoders[device_id]
+    key = (device_id, threading.get_ident())
+    with _lock:
+        if key not in _decoders:
+            _decoders[key] = nvimgcodec.Decoder(device_id=device_id)
+        return _decoders[key]
+
+
+@atexit.register
+def _release():
+    """At exit, images before their decoders."""
+    _keep.clear()
+    _decoders.clear()
 
 
 def _wrap(cp, image):
