@@ -418,6 +418,16 @@ class Pipeline:
         if self._executor is not None:
             self._executor.shutdown()
             self._executor = None
+        self._release_device_buffers(sync=True)
+
+    def _release_device_buffers(self, sync):
+        """Free what decoders own (kept a few batches) while this pipeline's streams still exist."""
+        keep = getattr(self, "_decoded_keep", None)
+        if keep:
+            if sync:
+                for s in getattr(self, "_streams", []):
+                    s.synchronize()
+            keep.clear()
 
     def __del__(self):
         # never join threads from a finaliser: the garbage collector may run it inside thread
@@ -425,6 +435,7 @@ class Pipeline:
         ex = getattr(self, "_executor", None)
         if ex is not None:
             ex.shutdown(wait=False)
+        self._release_device_buffers(sync=False)
 
     # ---- graph export -----------------------------------------------------------------------
     def save_graph_to_dot_file(self, path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import collections
 import threading
+import weakref
 
 import numpy as np
 
@@ -26,8 +27,18 @@ _lock = threading.Lock()
 # thread that gets a dead thread's id reuses that decoder, which is then free.
 _decoders = {}
 # Decoded images are released a few batches later, not as soon as the warp is queued, so that a
-# free inside the decoder's allocator never waits on work still queued on the stream.
-_keep = collections.deque(maxlen=8)
+# free inside the decoder's allocator never waits on work still queued on the stream. The queue
+# belongs to the pipeline, which empties it before its streams go (an image freed after the
+# stream it was decoded on was destroyed crashed the process).
+_pipelines = weakref.WeakSet()
+
+
+def keep_queue(pipe):
+    q = getattr(pipe, "_decoded_keep", None)
+    if q is None:
+        q = pipe._decoded_keep = collections.deque(maxlen=8)
+        _pipelines.add(pipe)
+    return q
 
 
 def _decoder(device_id: int):
@@ -43,7 +54,8 @@ def _decoder(device_id: int):
 @atexit.register
 def _release():
     """At exit, images before their decoders."""
-    _keep.clear()
+    for pipe in list(_pipelines):
+        pipe._decoded_keep.clear()
     _decoders.clear()
 
 
@@ -88,5 +100,5 @@ def decode_batch(ctx, enc, output_type: str) -> ImageBatch:
             _check_size(images[k], enc, k)
     if output_type == "BGR":
         images = [cp.ascontiguousarray(a[:, :, ::-1]) for a in images]
-    _keep.append(results)
+    keep_queue(ctx.pipeline).append(results)
     return ImageBatch(images, "gpu")
