@@ -54,41 +54,31 @@ def iou_crop_windows(u, sizes, boxes, offsets, valid, thresholds, allow_no_crop,
     y0 = np.floor(a[..., 3] * (h[:, None] - ch + 1)).clip(0, None)
     cand = np.stack([x0, y0, x0 + cw, y0 + ch], -1)
     ar_ok = (cw / ch >= aspect[0]) & (cw / ch <= aspect[1])
-    # all samples at once: boxes padded to (B, Nmax), invalid slots masked out
+    # all samples and attempts at once: boxes padded to (B, 1, Nmax), candidates (B, T, 1);
+    # invalid and padding slots never count as inside
     counts = np.diff(offsets).astype(np.int64)
-    nmax = int(counts.max(initial=0))
+    nmax = max(int(counts.max(initial=0)), 1)
     slot = np.arange(nmax)[None, :] < counts[:, None]
     idx = np.minimum(offsets[:-1, None] + np.arange(nmax)[None, :], max(len(boxes) - 1, 0))
     bx = boxes[idx] if len(boxes) else np.zeros((b, nmax, 4))
-    ok_box = slot & (valid[idx] if len(boxes) else slot)
-    cx, cy = (bx[..., 0] + bx[..., 2]) / 2, (bx[..., 1] + bx[..., 3]) / 2       # (B, N)
-    area_b = (bx[..., 2] - bx[..., 0]) * (bx[..., 3] - bx[..., 1])
-    thr = np.array([np.inf if options[k] is None else options[k] for k in choice])
+    ok_box = slot & valid[idx] if len(boxes) else np.zeros((b, nmax), bool)
+    # layout (B, N, T): the attempts are the long, contiguous inner axis of every broadcast
+    # float32: half the memory traffic; windows and boxes are whole or float32 pixels anyway
+    bx0, by0, bx1, by1 = (np.ascontiguousarray(bx[..., k], np.float32)[:, :, None] for k in range(4))
+    cx, cy = (bx0 + bx1) * 0.5, (by0 + by1) * 0.5
+    area_b = (bx1 - bx0) * (by1 - by0)
+    c0, c1, c2, c3 = (np.ascontiguousarray(cand[..., k], np.float32)[:, None, :] for k in range(4))
+    inside = (cx > c0) & (cx < c2) & (cy > c1) & (cy < c3) & ok_box[:, :, None]   # (B, N, T)
+    inter = (np.maximum(np.minimum(c2, bx1) - np.maximum(c0, bx0), 0) *
+             np.maximum(np.minimum(c3, by1) - np.maximum(c1, by0), 0))
+    union = (cw * ch).astype(np.float32)[:, None, :] + area_b - inter
+    iou = inter / np.where(union > 0, union, np.float32(1))
+    best = np.where(inside, iou, np.float32(-1)).max(1)                                        # (B, T)
+    thr = np.array([np.inf if o is None else o for o in options])[choice]
     has_boxes = ok_box.any(1)
-    hit = np.zeros(b, bool)
-    first = np.zeros(b, np.int64)
-    todo = np.flatnonzero(np.isfinite(thr))
-    # the first 8 attempts for every sample, then the rest at once for those still searching
-    # (most samples find a window early; two vectorised passes beat many small ones)
-    for lo, hi_ in ((0, min(8, n_attempts)), (min(8, n_attempts), n_attempts)):
-        if not len(todo) or lo >= hi_:
-            break
-        sl = slice(lo, hi_)
-        c = cand[todo, sl][:, :, None, :]                                              # (b, t, 1, 4)
-        bt, okb = bx[todo][:, None], ok_box[todo][:, None]                             # (b, 1, N, 4)
-        inside = (okb & (cx[todo][:, None] > c[..., 0]) & (cx[todo][:, None] < c[..., 2]) &
-                  (cy[todo][:, None] > c[..., 1]) & (cy[todo][:, None] < c[..., 3]))  # (b, t, N)
-        ix = np.clip(np.minimum(c[..., 2], bt[..., 2]) - np.maximum(c[..., 0], bt[..., 0]), 0, None)
-        iy = np.clip(np.minimum(c[..., 3], bt[..., 3]) - np.maximum(c[..., 1], bt[..., 1]), 0, None)
-        inter = ix * iy
-        union = (cw[todo, sl] * ch[todo, sl])[..., None] + area_b[todo][:, None] - inter
-        iou = np.where(inside & (union > 0), inter / np.where(union > 0, union, 1), -1.0)
-        ok = ar_ok[todo, sl] & np.where(has_boxes[todo][:, None],
-                                        inside.any(2) & (iou.max(2, initial=-1) >= thr[todo][:, None]), True)
-        found = ok.any(1)
-        hit[todo[found]] = True
-        first[todo[found]] = lo + ok[found].argmax(1)
-        todo = todo[~found]
+    ok = ar_ok & np.where(has_boxes[:, None], best >= thr[:, None], np.isfinite(thr)[:, None])
+    hit = ok.any(1)
+    first = ok.argmax(1)
     windows = np.where(hit[:, None], cand[np.arange(b), first], np.stack([np.zeros(b), np.zeros(b), w, h], -1))
     # boxes whose centre leaves the chosen window are dropped (all boxes, valid or not: the mask
     # only ever clears flags)
