@@ -119,13 +119,24 @@ class ImageBatch:
             c = self.channels
             shape = (self.batch_size,) + ((c, h, w) if layout == "CHW" else (h, w, c))
             out = np.empty(shape, np.dtype(dtype or np.uint8))
-            ctx.map_samples(lambda i: warp.warp_cv2([self.data[i]], g.matrices[i:i + 1], g.sizes[i:i + 1],
-                                                    out=out[i:i + 1], **_row(kwargs, i)), self.batch_size)
+            ctx.map_chunks(lambda lo, hi: warp.warp_cv2(self.data[lo:hi], g.matrices[lo:hi], g.sizes[lo:hi],
+                                                        out=out[lo:hi], **_rows(kwargs, lo, hi)),
+                           self.batch_size)
         else:
             out = ctx.map_samples(lambda i: warp.warp_cv2([self.data[i]], g.matrices[i:i + 1],
                                                           g.sizes[i:i + 1], **_row(kwargs, i))[0],
                                   self.batch_size)
         return ImageBatch(out, self.device, layout, None)
+
+
+def _rows(kwargs: dict, lo: int, hi: int) -> dict:
+    """The per-sample keyword arrays of samples lo..hi."""
+    out = dict(kwargs)
+    for k in ("fill", "mean", "std"):
+        v = kwargs[k]
+        if v is not None and np.ndim(v) == 2:
+            out[k] = np.asarray(v)[lo:hi]
+    return out
 
 
 def _row(kwargs: dict, i: int) -> dict:

@@ -45,12 +45,19 @@ class BatchContext:
         """Run ``fn(i)`` for i < n on the host threads; results in order. The samples go out in
         one contiguous chunk per thread, not one task each: a task costs tens of microseconds of
         queueing and lock hand-over, as much as reading a cached file."""
-        if n <= 1 or self.pool is None:
-            return [fn(i) for i in range(n)]
-        k = min(n, self.pool._max_workers)
-        bounds = [n * j // k for j in range(k + 1)]
-        chunks = self.pool.map(lambda j: [fn(i) for i in range(bounds[j], bounds[j + 1])], range(k))
+        chunks = self.map_chunks(lambda lo, hi: [fn(i) for i in range(lo, hi)], n)
         return [r for chunk in chunks for r in chunk]
+
+    def map_chunks(self, fn, n):
+        """Run ``fn(lo, hi)`` over one contiguous slice of ``range(n)`` per host thread; the list
+        of results, in order."""
+        if n == 0:
+            return []
+        k = 1 if self.pool is None else min(n, self.pool._max_workers)
+        bounds = [n * j // k for j in range(k + 1)]
+        if k == 1:
+            return [fn(0, n)]
+        return list(self.pool.map(lambda j: fn(bounds[j], bounds[j + 1]), range(k)))
 
 
 class Executor:
