@@ -214,10 +214,10 @@ def test_one_launch_per_op_per_batch():
     counts = {}
     for bs in (1, 64):
         pipe = _bench_pipe(bs)
-        pipe.run()
+        pipe.run_batch(0)  # compile; run_batch computes just that batch (no prefetch running)
         L.reset_launch_counts()
-        pipe.run()
-        pipe.run()
+        pipe.run_batch(1)
+        pipe.run_batch(2)
         counts[bs] = L.launch_counts()
         pipe.close()
     print(f"\nlaunches per 2 batches: B=1 {counts[1]}, B=64 {counts[64]}")
@@ -245,7 +245,9 @@ def test_memory_stable_over_1000_batches():
     print(f"\nmemory at batch 100 / 1000 (pool used, pool total, device free, pinned slots): {marks}")
     assert marks[100][0] == marks[1000][0]
     assert marks[100][1] == marks[1000][1]
-    assert marks[100][2] == marks[1000][2]
+    # device-wide free memory: nothing of ours grew (other tests' leftovers in the same process
+    # may still release memory in between, so it may rise, never fall)
+    assert marks[1000][2] >= marks[100][2]
     # pinned staging buffers are reused: a handful, however many batches (thousands of uploads)
     assert marks[1000][3] - marks[100][3] <= 2  # (the ring is process-wide: earlier tests fill it)
 
