@@ -187,9 +187,8 @@ class BoxBatch:
         return int(self.offsets[-1])
 
     def sample_index(self):
-        """(N,) int32 sample of each box, on the batch's device."""
-        idx = np.repeat(np.arange(self.batch_size, dtype=np.int32), np.diff(self.offsets))
-        return backend.xp_for(self.device).asarray(idx)
+        """(N,) int32 sample of each box, on the host (kernels upload it with their metadata)."""
+        return np.repeat(np.arange(self.batch_size, dtype=np.int32), np.diff(self.offsets))
 
     def replace(self, **kw) -> "BoxBatch":
         attrs = dict(boxes=self.boxes, labels=self.labels, offsets=self.offsets, canvas=self.canvas,
@@ -274,11 +273,14 @@ class BoxBatch:
         """Upload once (the mixed stage): boxes, labels, fields and mask; keep the host copy."""
         if self.device == "gpu":
             return self
-        up = lambda a: backend.upload(a, ctx.stream)
-        return BoxBatch(up(self.boxes), up(self.labels), self.offsets, self.canvas, "gpu",
-                        {k: up(v) for k, v in self.fields.items()},
-                        None if self.valid is None else up(self.valid), self.geometry, self,
-                        self.fmt)
+        names = list(self.fields)
+        host = [self.boxes, self.labels] + [self.fields[k] for k in names]
+        host += [] if self.valid is None else [self.valid]
+        dev = backend.upload_many(host, ctx.stream)
+        valid = dev.pop() if self.valid is not None else None
+        return BoxBatch(dev[0], dev[1], self.offsets, self.canvas, "gpu",
+                        dict(zip(names, dev[2:])), valid, self.geometry, self, self.fmt,
+                        self.region)
 
     def per_sample(self) -> list:
         """Host list of dicts {'boxes', 'labels', <fields>} of the valid boxes of each sample.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import upload
+from ..backend import upload, upload_many
 
 from .launch import get_kernel, launch
 
@@ -158,9 +158,14 @@ def box_transform_cupy(boxes, sample_index, matrices, canvas, *, mode="corners",
         bx = _dev(cp, boxes, cp.float32)
         n = bx.shape[0] if bx.ndim == 2 else -1
         _check_shape("boxes", bx.shape, (n, 4))
-        si = _dev(cp, sample_index, cp.int32)
-        m = _dev(cp, matrices, cp.float64)
-        cv = _dev(cp, canvas, cp.float64)
+        host = [not isinstance(a, cp.ndarray) for a in (sample_index, matrices, canvas)]
+        if all(host):  # the usual case: one staging copy for the three small arrays
+            si, m, cv = upload_many([np.asarray(sample_index, np.int32), np.asarray(matrices, np.float64),
+                                     np.asarray(canvas, np.float64)])
+        else:
+            si = _dev(cp, sample_index, cp.int32)
+            m = _dev(cp, matrices, cp.float64)
+            cv = _dev(cp, canvas, cp.float64)
         _check_shape("sample_index", si.shape, (n,))
         _check_shape("matrices", m.shape, (None, 3, 3))
         _check_shape("canvas", cv.shape, (m.shape[0], 2))

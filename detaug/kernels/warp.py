@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import upload
+from ..backend import upload, upload_many
 
 _OUT_DTYPES = (np.dtype(np.uint8), np.dtype(np.float32), np.dtype(np.float16))
 _LAYOUTS = ("HWC", "CHW")
@@ -442,8 +442,8 @@ def warp_cupy(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps
     stream = stream if stream is not None else cp.cuda.get_current_stream()
     with stream:
         keep, ptrs = _device_inputs(cp, images)
-        args = (upload(np.asarray(ptrs, dtype=np.uint64), stream), upload(plan["meta_i"], stream),
-                upload(plan["inv"], stream), upload(plan["meta_f"], stream))
+        args = tuple(upload_many([np.asarray(ptrs, dtype=np.uint64), plan["meta_i"], plan["inv"],
+                                  plan["meta_f"]], stream))
         flat = cp.empty(int(offsets[-1]), dtype=spec.out_dtype)
         out_arg = flat.view(cp.uint16) if spec.out_dtype == np.float16 else flat
         launch(get_kernel("warp.cu", plan["name"]), plan["grid"], plan["block"], args + (out_arg,),
