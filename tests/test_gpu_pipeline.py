@@ -244,7 +244,8 @@ def test_memory_stable_over_1000_batches():
                         backend._RING.count)
     print(f"\nmemory at batch 100 / 1000 (pool used, pool total, device free, pinned slots): {marks}")
     assert marks[100][0] == marks[1000][0]
-    assert marks[100][1] == marks[1000][1]
+    # (pool total after free_all_blocks is in-use blocks plus partly used chunks: printed, not
+    # asserted; in-use bytes and the device's free memory are)
     # device-wide free memory: nothing of ours grew (other tests' leftovers in the same process
     # may still release memory in between, so it may rise, never fall)
     assert marks[1000][2] >= marks[100][2]
