@@ -140,3 +140,22 @@ def upload_many(arrays, stream=None):
         ev.record(stream)
         _RING.give_back(cap, mem, ev)
     return [dev[s:s + a.nbytes].view(a.dtype).reshape(a.shape) for a, s in zip(arrays, starts)]
+
+
+def pick_device(device: str, *, torch_cuda: bool = False) -> str:
+    """'cpu' or 'gpu' for a command-line ``--device cpu|gpu|auto``: 'auto' takes the GPU where one
+    is present and cupy imports (and, with ``torch_cuda``, where torch sees CUDA too); asking for
+    'gpu' without one exits with a message."""
+    if device == "cpu":
+        return "cpu"
+    ok = gpu_available()
+    if ok and torch_cuda:
+        import torch
+
+        ok = torch.cuda.is_available()
+    if ok:
+        return "gpu"
+    if device == "gpu":
+        raise SystemExit("--device gpu: no GPU, or cupy" + (" / a CUDA build of torch" if torch_cuda else "")
+                         + " does not import")
+    return "cpu"

@@ -17,6 +17,7 @@ Run:
     python examples/classification.py --device cpu --iters 5 --batch-size 4
     python examples/classification.py --root /data/imagenet/train --iters 200
 """
+from detaug.backend import pick_device
 from __future__ import annotations
 
 import argparse
@@ -31,20 +32,6 @@ VOC = os.path.join(HERE, "data", "voc-mini")
 IMAGENET_MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]  # pixel units: the images are uint8
 IMAGENET_STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
 
-
-def pick_device(device: str) -> str:
-    from detaug import backend
-
-    if device == "cpu":
-        return "cpu"
-    if backend.gpu_available():
-        import torch
-
-        if torch.cuda.is_available():
-            return "gpu"
-    if device == "gpu":
-        sys.exit("--device gpu: no GPU, or cupy / CUDA torch does not import")
-    return "cpu"
 
 
 def make_class_folders(voc_root: str, out: str) -> str:
@@ -104,7 +91,7 @@ def main(argv=None):
 
     from detaug.adapters.torch import DetaugIterator
 
-    device = pick_device(args.device)
+    device = pick_device(args.device, torch_cuda=True)
     tmp = None
     root = args.root
     if root is None:

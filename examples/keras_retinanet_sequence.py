@@ -21,6 +21,7 @@ Run (any Keras backend; torch is what the tests use):
     KERAS_BACKEND=torch python examples/keras_retinanet_sequence.py --device cpu --iters 3 \
         --epochs 1 --size 128
 """
+from detaug.backend import pick_device
 from __future__ import annotations
 
 import argparse
@@ -36,17 +37,6 @@ VOC = os.path.join(HERE, "data", "voc-mini")
 STRIDES = (8, 16, 32, 64, 128)  # P3-P7, as the encoder's default AnchorConfig
 ANCHORS_PER_CELL = 9            # 3 ratios x 3 scales
 
-
-def pick_device(device: str) -> str:
-    from detaug import backend
-
-    if device == "cpu":
-        return "cpu"
-    if backend.gpu_available():
-        return "gpu"
-    if device == "gpu":
-        sys.exit("--device gpu: no GPU found, or cupy does not import")
-    return "cpu"
 
 
 def build_pipeline(root, num_classes, size, device, batch_size, seed, num_threads):

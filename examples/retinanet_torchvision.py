@@ -33,6 +33,7 @@ Run:
     python examples/retinanet_torchvision.py                         # GPU, 200 iterations
     python examples/retinanet_torchvision.py --dry-run --device cpu --iters 3 --size 320
 """
+from detaug.backend import pick_device
 from __future__ import annotations
 
 import argparse
@@ -46,20 +47,6 @@ IMAGENET_MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]  # pixel units: the imag
 IMAGENET_STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
 REPORT_EVERY = 20
 
-
-def pick_device(device: str) -> str:
-    from detaug import backend
-
-    if device == "cpu":
-        return "cpu"
-    if backend.gpu_available():
-        import torch
-
-        if torch.cuda.is_available():
-            return "gpu"
-    if device == "gpu":
-        sys.exit("--device gpu: no GPU, or cupy / a CUDA build of torch does not import")
-    return "cpu"
 
 
 def build_pipeline(root, size, device, batch_size, seed, num_threads):
@@ -180,7 +167,7 @@ def main(argv=None):
                      "--dry-run runs the data part without it")
     from detaug.adapters.torch import DetaugIterator
 
-    device = pick_device(args.device)
+    device = pick_device(args.device, torch_cuda=True)
     pipe = build_pipeline(args.root, args.size, device, args.batch_size, args.seed, args.threads)
     num_classes = len(pipe.class_names)
     it = DetaugIterator(pipe, output_map=("images", "boxes"), boxes_format="list",

@@ -4,6 +4,7 @@ data, prints its throughput and writes a grid of augmented images with their box
     detaug demo [--data voc|coco] [--device cpu|gpu|auto] [--batches N] [--out demo.png]
     python -m detaug demo ...
 """
+from ..backend import pick_device
 from __future__ import annotations
 
 import argparse
@@ -62,18 +63,6 @@ def load_dataset(data: str, root: str):
 
     return read_coco(*coco_files(root))
 
-
-def pick_device(device: str) -> str:
-    """'cpu' or 'gpu'; 'auto' takes the GPU where one is present and cupy imports."""
-    from .. import backend
-
-    if device == "cpu":
-        return "cpu"
-    if backend.gpu_available():
-        return "gpu"
-    if device == "gpu":
-        raise RuntimeError("--device gpu: no GPU found, or cupy does not import")
-    return "cpu"
 
 
 def demo_pipeline(data: str, root: str, device: str = "cpu", batch_size: int = 8, seed: int = 0,
