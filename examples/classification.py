@@ -17,7 +17,6 @@ Run:
     python examples/classification.py --device cpu --iters 5 --batch-size 4
     python examples/classification.py --root /data/imagenet/train --iters 200
 """
-from detaug.backend import pick_device
 from __future__ import annotations
 
 import argparse
@@ -26,6 +25,7 @@ import shutil
 import sys
 import tempfile
 import time
+from detaug.backend import pick_device
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VOC = os.path.join(HERE, "data", "voc-mini")

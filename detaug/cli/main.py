@@ -4,7 +4,6 @@ data, prints its throughput and writes a grid of augmented images with their box
     detaug demo [--data voc|coco] [--device cpu|gpu|auto] [--batches N] [--out demo.png]
     python -m detaug demo ...
 """
-from ..backend import pick_device
 from __future__ import annotations
 
 import argparse
@@ -13,6 +12,8 @@ import sys
 import time
 
 import numpy as np
+
+from ..backend import pick_device
 
 SAMPLES = {"voc": "voc-mini", "coco": "coco-mini"}
 SIZE = 512  # the demo pipeline's output canvas (square)
