@@ -25,7 +25,6 @@ import shutil
 import sys
 import tempfile
 import time
-from detaug.backend import pick_device
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VOC = os.path.join(HERE, "data", "voc-mini")
@@ -90,6 +89,9 @@ def main(argv=None):
     import torch
 
     from detaug.adapters.torch import DetaugIterator
+
+    from detaug.backend import pick_device
+
 
     device = pick_device(args.device, torch_cuda=True)
     tmp = None

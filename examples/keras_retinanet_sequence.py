@@ -21,7 +21,6 @@ Run (any Keras backend; torch is what the tests use):
     KERAS_BACKEND=torch python examples/keras_retinanet_sequence.py --device cpu --iters 3 \
         --epochs 1 --size 128
 """
-from detaug.backend import pick_device
 from __future__ import annotations
 
 import argparse
@@ -138,6 +137,9 @@ def main(argv=None):
 
     from detaug.adapters.keras import DetaugSequence
     from readers.voc import read_voc
+
+    from detaug.backend import pick_device
+
 
     device = pick_device(args.device)
     num_classes = len(read_voc(args.root).class_names)

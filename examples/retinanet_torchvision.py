@@ -33,7 +33,6 @@ Run:
     python examples/retinanet_torchvision.py                         # GPU, 200 iterations
     python examples/retinanet_torchvision.py --dry-run --device cpu --iters 3 --size 320
 """
-from detaug.backend import pick_device
 from __future__ import annotations
 
 import argparse
@@ -166,6 +165,9 @@ def main(argv=None):
             sys.exit("this example needs torchvision (pip install torchvision); "
                      "--dry-run runs the data part without it")
     from detaug.adapters.torch import DetaugIterator
+
+    from detaug.backend import pick_device
+
 
     device = pick_device(args.device, torch_cuda=True)
     pipe = build_pipeline(args.root, args.size, device, args.batch_size, args.seed, args.threads)
