@@ -45,23 +45,13 @@ SIZE = 640
 
 # ---------------------------------------------------------------------------- data
 def load_coco(data):
-    """[(path, boxes xyxy float32 (n, 4), labels int64 (n,))] from annotations.json."""
-    with open(os.path.join(data, "annotations.json")) as f:
-        d = json.load(f)
-    cats = {c["id"]: k for k, c in enumerate(sorted(d["categories"], key=lambda c: c["id"]))}
-    per = {im["id"]: [] for im in d["images"]}
-    for a in d["annotations"]:
-        if a.get("iscrowd", 0):
-            continue
-        x, y, w, h = a["bbox"]
-        if w > 0 and h > 0:
-            per[a["image_id"]].append((x, y, x + w, y + h, cats[a["category_id"]]))
-    out = []
-    for im in d["images"]:
-        rows = np.asarray(per[im["id"]], np.float64).reshape(-1, 5)
-        out.append((os.path.join(data, "images", im["file_name"]),
-                    rows[:, :4].astype(np.float32), rows[:, 4].astype(np.int64)))
-    return out
+    """[(path, boxes xyxy float32 (n, 4), labels int64 (n,))] for the peers, through the
+    project's own COCO reader (crowd boxes left out, as the peers' transforms expect)."""
+    from readers import read_coco
+
+    ds = read_coco(os.path.join(data, "annotations.json"), os.path.join(data, "images"),
+                   include_iscrowd=False)
+    return [(r.path, r.boxes, r.labels) for r in ds.records]
 
 
 def cpu_seconds():

@@ -288,18 +288,10 @@ def make_dataset(root, n, workers, seed=0):
 
 def load_records(root):
     """[(path, boxes xyxy float32 (k, 4), labels int64 (k,), w, h)] and the files' bytes."""
-    with open(os.path.join(root, "annotations.json")) as f:
-        d = json.load(f)
-    cat = {c["id"]: k for k, c in enumerate(sorted(d["categories"], key=lambda c: c["id"]))}
-    per = {im["id"]: [] for im in d["images"]}
-    for a in d["annotations"]:
-        x, y, w, h = a["bbox"]
-        per[a["image_id"]].append((x, y, x + w, y + h, cat[a["category_id"]]))
-    recs = []
-    for im in d["images"]:
-        rows = np.asarray(per[im["id"]], np.float64).reshape(-1, 5)
-        recs.append((os.path.join(root, "images", im["file_name"]), rows[:, :4].astype(np.float32),
-                     rows[:, 4].astype(np.int64), im["width"], im["height"]))
+    from readers import read_coco
+
+    ds = read_coco(os.path.join(root, "annotations.json"), os.path.join(root, "images"))
+    recs = [(r.path, r.boxes, r.labels, r.width, r.height) for r in ds.records]
     blobs = []
     for r in recs:
         with open(r[0], "rb") as f:
