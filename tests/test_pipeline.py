@@ -296,3 +296,19 @@ def test_readme_op_table_matches_registry():
     readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
     table = re.search(r"<!-- op-table -->\n(.*)\n<!-- /op-table -->", readme, re.S).group(1)
     assert table == op_table_markdown(), "README's op table is stale: python -m detaug.ops.registry"
+
+
+def test_readme_example_runs_on_the_cpu():
+    """The README's example, as written, with its two GPU settings turned to the CPU."""
+    import re
+
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
+    code = re.search(r"## Example\n\n```python\n(.*?)```", readme, re.S).group(1)
+    assert 'device="mixed"' in code and "device_id=0" in code
+    code = code.replace(', device="mixed"', "").replace(" device_id=0,", "")
+    code = code.replace('"examples/data/voc-mini"', repr(VOC)).replace("batch_size=64", "batch_size=8")
+    ns = {}
+    exec(compile(code, "README.md", "exec"), ns)
+    images, boxes = ns["images"], ns["boxes"]
+    assert images.data.shape == (8, 3, 640, 640) and images.data.dtype == np.float32
+    assert boxes["boxes"].shape == (8, 100, 4) and boxes["counts"].shape == (8,)
