@@ -402,6 +402,19 @@ class Pipeline:
         ds = getattr(self._driver, "dataset", None)
         return list(ds.class_names) if ds is not None else getattr(self._driver, "class_names", None)
 
+    def set_shard(self, shard_id: int, num_shards: int):
+        """Shard the readers that have no shard_id / num_shards of their own (the PyTorch
+        iterator does this from torch.distributed); restarts the current epoch's iteration."""
+        if not 0 <= int(shard_id) < int(num_shards):
+            raise ValueError(f"shard_id {shard_id} not in [0, {num_shards})")
+        self.shard_id, self.num_shards = int(shard_id), int(num_shards)
+        if self._built:
+            for op_id, src in self._sources.items():
+                a = self.graph.ops[op_id].args
+                if a.get("shard_id") is None and a.get("num_shards") is None:
+                    src.shard = (self.shard_id, self.num_shards)
+            self._start(self._epoch, 0)
+
     @property
     def shard_info(self) -> dict:
         """The driving reader's sharding: shard_id, num_shards, random_shuffle."""

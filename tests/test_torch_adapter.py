@@ -360,3 +360,38 @@ def test_list_targets_train_a_tiny_model():
         _check_targets_like_torchvision(d["images"], d["boxes"])
         loss = _loss(model, d["images"].permute(0, 3, 1, 2).float() / 255, d["boxes"], 128.0)
         assert torch.isfinite(loss)
+
+
+def test_unsharded_pipeline_is_sharded_from_torch_distributed(monkeypatch):
+    """Under torch.distributed (rank 1 of 2 here, faked), an unsharded pipeline reads rank 1's
+    half of each epoch, and the two ranks together read every record once."""
+    import torch.distributed as dist
+
+    from detaug import Pipeline, fn
+    from detaug.adapters.torch import DetaugIterator
+
+    def make():
+        pipe = Pipeline(batch_size=5, seed=3)
+        with pipe:
+            enc, boxes = fn.readers.voc(root=VOC, random_shuffle=True)
+            pipe.set_outputs(fn.decoders.image(enc), boxes)
+        return pipe
+
+    seen = []
+    for rank in (0, 1):
+        monkeypatch.setattr(dist, "is_available", lambda: True)
+        monkeypatch.setattr(dist, "is_initialized", lambda: True)
+        monkeypatch.setattr(dist, "get_world_size", lambda: 2)
+        monkeypatch.setattr(dist, "get_rank", lambda r=rank: r)
+        pipe = make()
+        it = DetaugIterator(pipe, output_map=("images", "boxes"), boxes_format="list")
+        assert pipe.shard_info["num_shards"] == 2 and pipe.shard_info["shard_id"] == rank
+        assert len(it) == 4  # 20 records of 40, batches of 5
+        for batch in it:
+            seen.extend(tuple(np.round(t["boxes"].numpy().ravel(), 3)) for t in batch["boxes"])
+        pipe.close()
+    from readers import read_voc
+
+    ds = read_voc(VOC)
+    expected = sorted(tuple(np.round(r.boxes.ravel(), 3)) for r in ds.records)
+    assert sorted(seen) == expected

@@ -5,9 +5,11 @@ host NumPy arrays through ``torch.from_numpy``, device cupy arrays through DLPac
 (``torch.from_dlpack``), after torch's current stream has been made to wait on the pipeline's
 per-batch event, so no host synchronisation is needed.
 
-Distributed training: create each process's pipeline with
-``shard_id, num_shards = shard_from_torch_distributed()`` and the same ``seed`` on every rank
-(the shuffle is keyed by the seed, and each shard takes its slice of the same permutation).
+Distributed training: give every rank the same ``seed`` (the shuffle is keyed by the seed, and
+each shard takes its slice of the same permutation). When torch.distributed is initialised and
+the pipelines are unsharded, the iterator shards them by rank itself (``Pipeline.set_shard``);
+pipelines created with ``shard_id, num_shards = shard_from_torch_distributed()`` are kept as
+they are.
 """
 from __future__ import annotations
 
@@ -133,8 +135,8 @@ class DetaugIterator:
         if any(p.batch_size != self.batch_size for p in self.pipes):
             raise ValueError("zipped pipelines must have the same batch_size")
         self.policy = self._check_policy(last_batch_policy)
-        self.size = self._check_size(size)
         self._check_shards()
+        self.size = self._check_size(size)
         self._batch = self.pipes[0].state_dict()["batch"]
         self._ended = False
 
@@ -174,6 +176,13 @@ class DetaugIterator:
         shards = [_shard_of(p) for p in self.pipes]
         if dist.is_available() and dist.is_initialized():
             world = dist.get_world_size() * len(self.pipes)
+            if world > 1 and all(ns == 1 for _, ns in shards):
+                # unsharded pipelines under torch.distributed: shard them by rank (one shard per
+                # pipeline, ranks outermost), so that every rank reads its own part of each epoch
+                rank = dist.get_rank()
+                for k, p in enumerate(self.pipes):
+                    p.set_shard(rank * len(self.pipes) + k, world)
+                shards = [_shard_of(p) for p in self.pipes]
             for (sid, ns) in shards:
                 if ns != world:
                     warnings.warn(f"a pipeline has num_shards={ns} but torch.distributed runs "
