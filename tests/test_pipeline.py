@@ -312,3 +312,17 @@ def test_readme_example_runs_on_the_cpu():
     images, boxes = ns["images"], ns["boxes"]
     assert images.data.shape == (8, 3, 640, 640) and images.data.dtype == np.float32
     assert boxes["boxes"].shape == (8, 100, 4) and boxes["counts"].shape == (8,)
+
+
+def test_import_detaug_needs_only_core_dependencies():
+    """`import detaug` (and building a CPU pipeline) imports neither cupy, torch nor keras."""
+    code = ("import sys, detaug\n"
+            "from detaug import fn, Pipeline\n"
+            f"p = Pipeline(batch_size=2, seed=0)\n"
+            "with p:\n"
+            f"    e, b = fn.readers.voc(root={VOC!r})\n"
+            "    p.set_outputs(*fn.flip(fn.decoders.image(e), b))\n"
+            "p.run()\n"
+            "bad = [m for m in ('cupy', 'torch', 'keras', 'nvidia') if m in sys.modules]\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
