@@ -25,7 +25,6 @@ is skipped with a note. This script is not part of the test suite.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys

@@ -8,7 +8,7 @@ pad, the output) transforms them ONCE with the composed matrix (DESIGN.md, "fusi
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import sys
 import time
 
 os.environ.setdefault("KERAS_BACKEND", "torch")

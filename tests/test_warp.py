@@ -423,7 +423,6 @@ def test_warp_cupy_host_code_with_emulated_kernel(emulated_kernels, monkeypatch)
     fake = _fake_cupy()
     monkeypatch.setitem(sys.modules, "cupy", fake)
     # the pinned staging upload needs real CUDA; the emulation takes the host arrays as they are
-    monkeypatch.setattr(warp_mod, "upload", lambda a, stream=None: fake.asarray(a))
     monkeypatch.setattr(warp_mod, "upload_many", lambda arrays, stream=None: [fake.asarray(a) for a in arrays])
     monkeypatch.setattr(launch_mod, "get_kernel", lambda src, name: name)
     monkeypatch.setattr(launch_mod, "launch", fake_launch)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import upload, upload_many
+from ..backend import upload_many
 
 _OUT_DTYPES = (np.dtype(np.uint8), np.dtype(np.float32), np.dtype(np.float16))
 _LAYOUTS = ("HWC", "CHW")

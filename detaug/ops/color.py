@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import geometry as G
-from ..batch import BoxBatch, ImageBatch
+from ..batch import ImageBatch
 from .geometry import apply_geometry, crop_plan, per_sample
 from .registry import register
 
