@@ -263,3 +263,30 @@ def test_torch_gets_device_tensors_without_copy():
     img = batch["images"]
     assert img.is_cuda and img.shape == (8, 3, 640, 640) and img.dtype == torch.float32
     assert torch.isfinite(img).all()
+
+
+def test_gpu_decode_skip_corrupt_file(tmp_path):
+    """on_error='skip' with the GPU decoder: the truncated file is replaced by the next record of
+    the epoch, batches keep their size, and the skip is counted once per batch handed out."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    import shutil
+
+    root = tmp_path / "voc"
+    shutil.copytree(VOC, root)
+    victim = sorted(os.listdir(root / "JPEGImages"))[5]
+    data = (root / "JPEGImages" / victim).read_bytes()
+    (root / "JPEGImages" / victim).write_bytes(data[:len(data) // 2])
+    pipe = Pipeline(batch_size=8, num_threads=2, seed=0, device_id=0, on_error="skip")
+    with pipe:
+        enc, boxes = fn.readers.voc(root=str(root))
+        img = fn.decoders.image(enc, device="mixed")
+        img, boxes = fn.resize(img, boxes, size=(32, 32))
+        pipe.set_outputs(img, boxes, enc)
+    n = 0
+    with pytest.warns(UserWarning, match=victim):
+        for img, boxes, enc in pipe:
+            assert img.batch_size == 8 and len(boxes.per_sample()) == 8
+            assert victim not in [os.path.basename(p) for p in enc.paths]
+            n += 1
+    pipe.close()
+    assert n == 5 and pipe.stats["skipped"] == 1
