@@ -314,3 +314,44 @@ def concat_boxes(records_boxes, records_labels, records_fields, canvas) -> BoxBa
                  for f, n in zip(records_fields, counts)]
         fields[name] = np.concatenate(parts) if parts else np.zeros(0, np.int64)
     return BoxBatch(boxes, labels, offsets, canvas, "cpu", fields)
+
+
+def _split_boxes(b: BoxBatch, bounds) -> list:
+    out = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        o0, o1 = int(b.offsets[lo]), int(b.offsets[hi])
+        sl = slice(o0, o1)
+        host = _split_boxes(b.host, [lo, hi])[0] if b.host is not None else None
+        out.append(b.replace(boxes=b.boxes[sl], labels=b.labels[sl], offsets=b.offsets[lo:hi + 1] - o0,
+                             canvas=b.canvas[lo:hi], fields={k: v[sl] for k, v in b.fields.items()},
+                             valid=None if b.valid is None else b.valid[sl], host=host,
+                             region=None if b.region is None else b.region[lo:hi]))
+    return out
+
+
+def split_batches(outs: tuple, sizes) -> list:
+    """Cut the outputs of several batches run together (``sizes`` samples each) into one tuple
+    per batch: views, no copies (ImageBatch, BoxBatch, padded boxes, arrays, encoded bytes)."""
+    from .ops.boxes import PaddedBoxes
+    from .ops.sources import EncodedBatch
+
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    cuts = list(zip(bounds[:-1], bounds[1:]))
+    per = []
+    for v in outs:
+        if isinstance(v, ImageBatch):
+            if v.geometry is not None:
+                raise ValueError("split_batches takes materialised images")
+            per.append([ImageBatch(v.data[lo:hi], v.device, v.layout) for lo, hi in cuts])
+        elif isinstance(v, BoxBatch):
+            per.append(_split_boxes(v, bounds))
+        elif isinstance(v, PaddedBoxes):
+            per.append([PaddedBoxes({k: a[lo:hi] for k, a in v.items()}) for lo, hi in cuts])
+        elif isinstance(v, EncodedBatch):
+            per.append([EncodedBatch(v.data[lo:hi], v.paths[lo:hi],
+                                     None if v.sizes is None else v.sizes[lo:hi]) for lo, hi in cuts])
+        elif hasattr(v, "shape") and len(v.shape) and v.shape[0] == bounds[-1]:
+            per.append([v[lo:hi] for lo, hi in cuts])
+        else:
+            raise TypeError(f"cannot split an output of type {type(v).__name__} into batches")
+    return [tuple(p[k] for p in per) for k in range(len(cuts))]

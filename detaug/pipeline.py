@@ -1,6 +1,7 @@
 """Pipeline: trace -> graph -> build -> run / iterate, epochs, shards, state."""
 from __future__ import annotations
 
+import collections
 import functools
 import inspect
 import os
@@ -11,7 +12,7 @@ import warnings
 import numpy as np
 
 from . import graph as _graph
-from .batch import BoxBatch, ImageBatch
+from .batch import BoxBatch, ImageBatch, split_batches
 from .executor import BatchContext, Executor, SampleError
 from .rng import epoch_permutation
 
@@ -34,11 +35,15 @@ class Pipeline:
             same epoch order, with a warning and a count in ``pipe.stats``.
         device_workers: threads (each with its own CUDA stream) that run the mixed/gpu stage of
             consecutive batches; outputs still come in order. Default min(prefetch depth, 4).
+        batches_per_launch: run this many consecutive batches through the graph together (one
+            pass of every op, one launch per kernel) and hand them out one by one: the per-batch
+            Python cost is paid once per group. Results are identical (every draw is keyed by
+            the sample); needs a sized source. Default 1.
     """
 
     def __init__(self, batch_size=1, num_threads=1, device_id=None, seed=-1, prefetch_queue_depth=2,
                  last_batch_policy="fill", shard_id=0, num_shards=1, on_error="raise",
-                 device_workers=None):
+                 device_workers=None, batches_per_launch=1):
         if last_batch_policy not in _POLICIES:
             raise ValueError(f"last_batch_policy must be one of {_POLICIES}")
         if on_error not in ("raise", "skip"):
@@ -49,6 +54,8 @@ class Pipeline:
         self.last_batch_policy, self.on_error = last_batch_policy, on_error
         self.shard_id, self.num_shards = int(shard_id), int(num_shards)
         self.device_workers = int(device_workers or min(self.prefetch_queue_depth, 4))
+        self.batches_per_launch = max(1, int(batches_per_launch))
+        self._ready = collections.deque()  # batches split off a multi-batch launch, not yet handed out
         self.graph = _graph.Graph()
         self._outputs = None
         self._built = False
@@ -188,30 +195,36 @@ class Pipeline:
         n, b = self.shard_size(), self.batch_size
         return n // b if self.last_batch_policy == "drop" else -(-n // b)
 
-    def _indices(self, epoch, batch_index):
-        """(record indices, positions in the shard order) of batch ``batch_index`` of ``epoch``."""
+    def _indices(self, epoch, batch_index, count=1):
+        """(record indices, positions in the shard order, batch sizes) of batches
+        ``batch_index .. batch_index + count - 1`` of ``epoch``, concatenated."""
         order = self._shard_order(epoch)
-        lo = batch_index * self.batch_size
-        pos = np.arange(lo, min(lo + self.batch_size, len(order)))
-        if self.last_batch_policy == "fill" and len(pos) < self.batch_size and len(order):
-            pos = np.concatenate([pos, np.arange(lo + len(pos), lo + self.batch_size) % len(order)])
-        return order[pos], pos
+        parts, sizes = [], []
+        for b in range(batch_index, batch_index + count):
+            lo = b * self.batch_size
+            pos = np.arange(lo, min(lo + self.batch_size, len(order)))
+            if self.last_batch_policy == "fill" and len(pos) < self.batch_size and len(order):
+                pos = np.concatenate([pos, np.arange(lo + len(pos), lo + self.batch_size) % len(order)])
+            parts.append(pos)
+            sizes.append(len(pos))
+        pos = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        return order[pos], pos, sizes
 
     def _prepare(self, key):
         self.iter_setup()
         return {op_id: s.prepare(key) for op_id, s in self._sources.items()}
 
     def _make_ctx(self, key, prepared, pool, indices=None):
-        epoch, b = key
+        epoch, b, count = key if len(key) == 3 else (*key, 1)
         if self._driver.size is None:
             n = len(prepared[next(iter(prepared))]["samples"]) if prepared else self.batch_size
-            idx, pos = np.arange(b * self.batch_size, b * self.batch_size + n), None
+            idx, pos, sizes = np.arange(b * self.batch_size, b * self.batch_size + n), None, [n]
         else:
-            idx, pos = self._indices(epoch, b)
+            idx, pos, sizes = self._indices(epoch, b, count)
         if indices is not None:
             idx = indices
         ctx = BatchContext(self, epoch, b, idx, pos, self._stream, pool)
-        ctx.prepared = prepared
+        ctx.prepared, ctx.sizes = prepared, sizes
         return ctx
 
     def _run_ops(self, ctx, ops):
@@ -291,8 +304,8 @@ class Pipeline:
 
             ev = cp.cuda.Event(block=False, disable_timing=True)
             ev.record(ctx.stream)
-            return tuple(outs), ev, ctx.skips
-        return tuple(outs), None, ctx.skips
+            return tuple(outs), ev, ctx.skips, ctx.sizes
+        return tuple(outs), None, ctx.skips, ctx.sizes
 
     def _count_skips(self, skips):
         for path, why in skips:
@@ -321,20 +334,25 @@ class Pipeline:
                     break
             elif e != self._epoch:
                 break
-            if not ex.submit((e, b)):
+            count = 1 if limit is None else min(self.batches_per_launch, limit - b)
+            if not ex.submit((e, b, count)):
                 self._submitted = (e + 1, 0)  # an iterable source is spent: the epoch ends
                 break
-            self._submitted = (e, b + 1)
+            self._submitted = (e, b + count)
 
     def run(self):
         """The next batch of the current epoch: a tuple with one value per output.
         Raises StopIteration at the end of the epoch (then call ``reset()``)."""
-        self._fill_queue()
-        ex = self._executor
-        if not ex.queue or ex.queue[0][0][0] != self._epoch:
-            raise StopIteration
-        (epoch, b), (outs, event, skips) = ex.pop()
-        self._count_skips(skips)
+        if not self._ready:
+            self._fill_queue()
+            ex = self._executor
+            if not ex.queue or ex.queue[0][0][0] != self._epoch:
+                raise StopIteration
+            (epoch, b, _), (outs, event, skips, sizes) = ex.pop()
+            self._count_skips(skips)
+            parts = split_batches(outs, sizes) if len(sizes) > 1 else [outs]
+            self._ready.extend((b + k, part, event) for k, part in enumerate(parts))
+        b, outs, event = self._ready.popleft()
         self._batch = b + 1
         self.last_event = event
         self.stats["batches"] += 1
@@ -350,12 +368,13 @@ class Pipeline:
     def reset(self):
         """Move on to the next epoch (new shuffle). Batches of it already prefetched are kept."""
         ex = self._executor
-        if ex is not None and ex.queue and ex.queue[0][0] == (self._epoch + 1, 0):
+        if not self._ready and ex is not None and ex.queue and ex.queue[0][0][:2] == (self._epoch + 1, 0):
             self._epoch, self._batch = self._epoch + 1, 0
             return
         self._start(self._epoch + 1, 0)
 
     def _start(self, epoch, batch):
+        self._ready.clear()
         if self._executor is not None:
             self._executor.clear()
         self._epoch, self._batch = epoch, batch
@@ -486,7 +505,8 @@ class Pipeline:
                       prefetch_queue_depth=self.prefetch_queue_depth,
                       last_batch_policy=self.last_batch_policy, shard_id=self.shard_id,
                       num_shards=self.num_shards, on_error=self.on_error,
-                      device_workers=self.device_workers)
+                      device_workers=self.device_workers,
+                      batches_per_launch=self.batches_per_launch)
         return pickle.dumps({"format": "detaug-pipeline-1", "params": params, "ops": ops,
                              "outputs": [(o.op.id, o.index) for o in self._outputs]})
 

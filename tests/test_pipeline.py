@@ -326,3 +326,41 @@ def test_import_detaug_needs_only_core_dependencies():
             "bad = [m for m in ('cupy', 'torch', 'keras', 'nvidia') if m in sys.modules]\n"
             "assert not bad, bad\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("policy", ["fill", "partial", "drop"])
+def test_batches_per_launch_gives_the_same_batches(policy):
+    """Running 3 batches through the graph together and splitting them gives exactly the batches
+    of the one-at-a-time pipeline: images, padded boxes, boxes, labels, fields, epochs."""
+    def make(k):
+        pipe = Pipeline(batch_size=6, num_threads=2, seed=21, batches_per_launch=k,
+                        last_batch_policy=policy)
+        with pipe:
+            enc, boxes = fn.readers.voc(root=VOC, random_shuffle=True)
+            img = fn.decoders.image(enc)
+            img, boxes = fn.random_iou_crop(img, boxes)
+            img, boxes = fn.flip(img, boxes, horizontal=fn.random.coin_flip())
+            img, boxes = fn.resize(img, boxes, size=(48, 48))
+            boxes = fn.prune_boxes(boxes, min_size=1)
+            pipe.set_outputs(fn.normalize(img, mean=100, std=50, output_layout="CHW"), boxes,
+                             fn.pad_boxes(boxes, max_boxes=12), fn.random.uniform(), enc)
+        return pipe
+
+    one, three = make(1), make(3)
+    for epoch in range(2):
+        got = 0
+        for a, b in zip(one, three):
+            np.testing.assert_array_equal(np.asarray(a[0].data), np.asarray(b[0].data))
+            for x, y in zip(a[1].per_sample(), b[1].per_sample()):
+                for k in x:
+                    np.testing.assert_array_equal(x[k], y[k])
+            for k in a[2]:
+                np.testing.assert_array_equal(a[2][k], b[2][k])
+            np.testing.assert_array_equal(a[3], b[3])
+            assert a[4].paths == b[4].paths
+            got += 1
+        assert got == len(one) and three.state_dict()["batch"] == len(one)
+        with pytest.raises(StopIteration):
+            three.run()
+        one.reset()
+        three.reset()
