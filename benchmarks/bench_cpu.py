@@ -37,9 +37,7 @@ for _v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 import numpy as np  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MEAN = (123.675, 116.28, 103.53)   # pixel units (ImageNet mean * 255)
-STD = (58.395, 57.12, 57.375)
-SIZE = 640
+from bench_gpu import MEAN, SIZE, STD, make_tv_transform  # noqa: E402  (one definition of the peers' pipeline)
 
 
 # ---------------------------------------------------------------------------- data
@@ -172,18 +170,8 @@ def _loader_epochs(dataset, collate, args):
 # ---------------------------------------------------------------------------- torchvision v2
 class TVDataset:
     def __init__(self, records, decode):
-        import torch
-        from torchvision.transforms import v2
-
         self.records, self.decode = records, decode
-        self.tf = v2.Compose([
-            v2.RandomIoUCrop(),
-            v2.RandomHorizontalFlip(p=0.5),
-            v2.Resize((SIZE, SIZE), antialias=True),
-            v2.SanitizeBoundingBoxes(min_size=1),
-            v2.ToDtype(torch.float32, scale=True),
-            v2.Normalize(mean=[m / 255 for m in MEAN], std=[s / 255 for s in STD]),
-        ])
+        self.tf = make_tv_transform()
 
     def __len__(self):
         return len(self.records)

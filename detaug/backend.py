@@ -25,10 +25,6 @@ def is_device_array(a) -> bool:
     return type(a).__module__.split(".")[0] == "cupy"
 
 
-def device_of(a) -> str:
-    return "gpu" if is_device_array(a) else "cpu"
-
-
 def to_host(a):
     """Device-to-host copy; only the pipeline's output stage calls this."""
     return a.get() if is_device_array(a) else np.asarray(a)

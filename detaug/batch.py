@@ -66,9 +66,6 @@ class ImageBatch:
     def is_dense(self) -> bool:
         return not isinstance(self.data, list)
 
-    def samples(self) -> list:
-        return list(self.data)
-
     @property
     def channels(self) -> int:
         if self.batch_size == 0:
@@ -124,7 +121,7 @@ class ImageBatch:
                            self.batch_size)
         else:
             out = ctx.map_samples(lambda i: warp.warp_cv2([self.data[i]], g.matrices[i:i + 1],
-                                                          g.sizes[i:i + 1], **_row(kwargs, i))[0],
+                                                          g.sizes[i:i + 1], **_rows(kwargs, i, i + 1))[0],
                                   self.batch_size)
         return ImageBatch(out, self.device, layout, None)
 
@@ -139,14 +136,6 @@ def _rows(kwargs: dict, lo: int, hi: int) -> dict:
     return out
 
 
-def _row(kwargs: dict, i: int) -> dict:
-    """Per-sample slice of the warp's per-sample keyword arrays."""
-    out = dict(kwargs)
-    for k in ("fill", "mean", "std"):
-        v = kwargs[k]
-        if v is not None and np.ndim(v) == 2:
-            out[k] = np.asarray(v)[i:i + 1]
-    return out
 
 
 class BoxBatch:

@@ -18,6 +18,7 @@ import pytest
 
 from detaug.kernels.launch import reset_launch_counts, total_launches
 from detaug.kernels.warp import warp_cupy, warp_numpy
+from test_warp import random_affine  # the same draws as the CPU tests
 
 pytestmark = pytest.mark.gpu
 
@@ -36,18 +37,6 @@ def cp():
     return cupy
 
 
-def random_affine(rng, in_hw, out_hw):
-    a = rng.uniform(-np.pi, np.pi)
-    s = rng.uniform(0.3, 3.0)
-    rot = np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]])
-    A = rot @ np.array([[s, rng.uniform(-0.3, 0.3)], [0.0, s * rng.uniform(0.7, 1.4)]])
-    if rng.random() < 0.5:
-        A = A @ np.diag([-1.0, 1.0])
-    M = np.eye(3)
-    M[:2, :2] = A
-    M[:2, 2] = np.array([out_hw[1], out_hw[0]]) / 2 - A @ (np.array([in_hw[1], in_hw[0]]) / 2)
-    M[:2, 2] += rng.uniform(-5, 5, 2)
-    return M
 
 
 def _host(x):
