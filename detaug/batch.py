@@ -45,6 +45,56 @@ def _identity_geometry(sizes, channels) -> Geometry:
                     np.zeros((b, channels)))
 
 
+class DeviceImages:
+    """B uint8 HWC images in device memory, described by host arrays instead of one array object
+    per image: data pointers (B,), shapes (B, 3) (H, W, C) and row pitches in bytes (B,). The GPU
+    decode produces it and the warp reads the pointers straight from it, so the per-image Python
+    work of a batch is only reading what the decoder returns. ``owners`` keeps the memory alive.
+    Indexing gives a cupy view (made on demand); slicing gives a DeviceImages."""
+
+    __slots__ = ("ptrs", "shapes", "pitches", "owners", "device_id", "_list")
+    dtype = np.dtype(np.uint8)
+
+    def __init__(self, ptrs, shapes, pitches, owners, device_id=0):
+        self.ptrs = np.asarray(ptrs, np.uint64).reshape(-1)
+        self.shapes = np.asarray(shapes, np.int64).reshape(-1, 3)
+        self.pitches = np.asarray(pitches, np.int64).reshape(-1)
+        self.owners, self.device_id, self._list = owners, int(device_id), None
+
+    @classmethod
+    def from_arrays(cls, arrays, device_id=0):
+        """From cupy HWC uint8 arrays (made C-contiguous where they are not)."""
+        import cupy as cp
+
+        arrays = [cp.ascontiguousarray(a if a.ndim == 3 else a[:, :, None]) for a in arrays]
+        return cls([a.data.ptr for a in arrays], [a.shape for a in arrays],
+                   [a.strides[0] for a in arrays], arrays, device_id)
+
+    def __len__(self) -> int:
+        return len(self.ptrs)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return DeviceImages(self.ptrs[i], self.shapes[i], self.pitches[i], self.owners,
+                                self.device_id)
+        import cupy as cp
+
+        h, w, c = (int(v) for v in self.shapes[i])
+        pitch = int(self.pitches[i])
+        mem = cp.cuda.UnownedMemory(int(self.ptrs[i]), (h - 1) * pitch + w * c, self.owners,
+                                    self.device_id)
+        return cp.ndarray((h, w, c), np.uint8, cp.cuda.MemoryPointer(mem, 0), strides=(pitch, c, 1))
+
+    def __iter__(self):
+        return iter(self.as_list())
+
+    def as_list(self) -> list:
+        """The images as a list of cupy views (made once)."""
+        if self._list is None:
+            self._list = [self[i] for i in range(len(self))]
+        return self._list
+
+
 class ImageBatch:
     """B images on one device, HWC uint8 until normalised.
 
@@ -53,30 +103,40 @@ class ImageBatch:
     """
 
     def __init__(self, data, device: str, layout: str = "HWC", geometry: Geometry | None = None):
-        self.data, self.device, self.layout, self.geometry = data, device, layout, geometry
+        self.raw, self.device, self.layout, self.geometry = data, device, layout, geometry
+
+    @property
+    def data(self):
+        """The images: a dense array, or a list of per-image arrays (cupy views of a
+        :class:`DeviceImages`, made on first use). ``raw`` is what the batch holds."""
+        return self.raw.as_list() if isinstance(self.raw, DeviceImages) else self.raw
 
     @property
     def batch_size(self) -> int:
-        return len(self.data)
+        return len(self.raw)
 
     def __len__(self) -> int:
         return self.batch_size
 
     @property
     def is_dense(self) -> bool:
-        return not isinstance(self.data, list)
+        return not isinstance(self.raw, (list, DeviceImages))
 
     @property
     def channels(self) -> int:
         if self.batch_size == 0:
             return 3
-        s = self.data[0].shape
+        if isinstance(self.raw, DeviceImages):
+            return int(self.raw.shapes[0, 2])
+        s = self.raw[0].shape
         return s[0] if self.layout == "CHW" else s[-1]
 
     def source_sizes(self) -> np.ndarray:
         """(B, 2) int64 (H, W) of the stored pixels."""
+        if isinstance(self.raw, DeviceImages):
+            return self.raw.shapes[:, :2].copy()
         axes = (1, 2) if self.layout == "CHW" else (0, 1)
-        return np.array([[a.shape[axes[0]], a.shape[axes[1]]] for a in self.data],
+        return np.array([[a.shape[axes[0]], a.shape[axes[1]]] for a in self.raw],
                         np.int64).reshape(-1, 2)
 
     def sizes(self) -> np.ndarray:
@@ -90,10 +150,11 @@ class ImageBatch:
         return _identity_geometry(self.source_sizes(), self.channels)
 
     def with_geometry(self, geometry: Geometry) -> "ImageBatch":
-        if self.layout != "HWC" or (self.batch_size and self.data[0].dtype != np.uint8):
+        if self.layout != "HWC" or (self.batch_size and not isinstance(self.raw, DeviceImages)
+                                    and self.raw[0].dtype != np.uint8):
             raise ValueError("geometric ops take uint8 HWC images; put normalize/"
                              "crop_mirror_normalize after the geometric ops")
-        return ImageBatch(self.data, self.device, self.layout, geometry)
+        return ImageBatch(self.raw, self.device, self.layout, geometry)
 
     def materialize(self, ctx, *, mean=None, std=None, dtype=None, layout=None) -> "ImageBatch":
         """Run the pending chain (and the requested epilogue) as one warp per batch."""
@@ -107,7 +168,7 @@ class ImageBatch:
 
         kwargs = dict(fill=g.fill, mean=mean, std=std, out_dtype=dtype or np.uint8, layout=layout)
         if self.device == "gpu":
-            out = warp.warp_cupy(self.data, g.matrices, g.sizes, stream=ctx.stream, **kwargs)
+            out = warp.warp_cupy(self.raw, g.matrices, g.sizes, stream=ctx.stream, **kwargs)
         elif backend.cpu_warp() == "reference":
             out = warp.warp_numpy(self.data, g.matrices, g.sizes, **kwargs)
         elif self.batch_size and (g.sizes == g.sizes[0]).all():
@@ -331,7 +392,7 @@ def split_batches(outs: tuple, sizes) -> list:
         if isinstance(v, ImageBatch):
             if v.geometry is not None:
                 raise ValueError("split_batches takes materialised images")
-            per.append([ImageBatch(v.data[lo:hi], v.device, v.layout) for lo, hi in cuts])
+            per.append([ImageBatch(v.raw[lo:hi], v.device, v.layout) for lo, hi in cuts])
         elif isinstance(v, BoxBatch):
             per.append(_split_boxes(v, bounds))
         elif isinstance(v, PaddedBoxes):

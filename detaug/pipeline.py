@@ -328,11 +328,12 @@ class Pipeline:
         while len(ex.queue) < self.prefetch_queue_depth:
             e, b = self._submitted
             if limit is not None and b >= limit:
-                # sized sources prefetch on into the next epoch (kept if reset() follows)
+                # sized sources prefetch on into the next epoch, as deep as within an epoch (kept
+                # if reset() follows): the queue never runs dry at an epoch's end
                 e, b = e + 1, 0
                 if limit == 0 or e > self._epoch + 1:
                     break
-            elif e != self._epoch:
+            elif e != self._epoch and (limit is None or e > self._epoch + 1):
                 break
             count = 1 if limit is None else min(self.batches_per_launch, limit - b)
             if not ex.submit((e, b, count)):

@@ -37,8 +37,8 @@ _PIX_PER_LANE = 16  # warp.cu: DETAUG_WARP_PPL (a warp covers 32 * 16 consecutiv
 class _Spec:
     """Validated, per-sample arrays shared by the three implementations."""
 
-    __slots__ = ("images", "B", "C", "inv", "taps", "out_sizes", "fill", "mean", "std",
-                 "out_dtype", "layout")
+    __slots__ = ("images", "B", "C", "in_shapes", "in_pitches", "inv", "taps", "out_sizes", "fill",
+                 "mean", "std", "out_dtype", "layout")
 
 
 def _per_sample_channels(value, B, C, name, default=None):
@@ -106,11 +106,36 @@ def _check_geometry(matrices, out_sizes, B):
     return mats, sizes
 
 
+def _device_images_channels(images) -> int:
+    """The common channel count of a DeviceImages batch (checked from its shape table)."""
+    sh = images.shapes
+    if len(sh) == 0:
+        return 1
+    bad = np.nonzero((sh[:, 0] < 1) | (sh[:, 1] < 1) | ((sh[:, 2] != 1) & (sh[:, 2] != 3)))[0]
+    if len(bad):
+        raise ValueError(f"image {bad[0]} must be HxWxC with C in (1, 3) and H, W >= 1; "
+                         f"got {tuple(sh[bad[0]])}")
+    diff = np.nonzero(sh[:, 2] != sh[0, 2])[0]
+    if len(diff):
+        raise ValueError(f"all images must have the same channel count; image {diff[0]} has "
+                         f"{sh[diff[0], 2]}, image 0 has {sh[0, 2]}")
+    return int(sh[0, 2])
+
+
 def _prepare(images, matrices, out_sizes, fill, antialias, max_taps, mean, std, out_dtype,
              layout) -> _Spec:
-    imgs = _as_image_list(images)
-    B = len(imgs)
-    C = _check_images(imgs)
+    from ..batch import DeviceImages
+
+    if isinstance(images, DeviceImages):
+        imgs, B = images, len(images)
+        C = _device_images_channels(images)
+        in_shapes, in_pitches = images.shapes, images.pitches
+    else:
+        imgs = _as_image_list(images)
+        B = len(imgs)
+        C = _check_images(imgs)
+        in_shapes = np.array([img.shape for img in imgs], np.int64).reshape(-1, 3)
+        in_pitches = in_shapes[:, 1] * in_shapes[:, 2]  # C-contiguous rows (see _device_inputs)
     mats, sizes = _check_geometry(matrices, out_sizes, B)
     if int(max_taps) < 1:
         raise ValueError("max_taps must be >= 1")
@@ -124,6 +149,7 @@ def _prepare(images, matrices, out_sizes, fill, antialias, max_taps, mean, std, 
 
     spec = _Spec()
     spec.images, spec.B, spec.C = imgs, B, C
+    spec.in_shapes, spec.in_pitches = in_shapes, in_pitches
     spec.inv = np.linalg.inv(mats) if B else mats.copy()
     spec.inv[:, 2] = (0.0, 0.0, 1.0)
     spec.taps = taps_for(spec.inv, antialias, int(max_taps))
@@ -375,7 +401,12 @@ _META_INTS = 8  # in_h, in_w, in_pitch, out_h, out_w, nx, ny, out_offset
 
 
 def _device_inputs(cp, images):
-    """Contiguous uint8 device images and their data pointers (dense batches stay one array)."""
+    """Contiguous uint8 device images and their data pointers (dense batches stay one array;
+    a DeviceImages batch already holds its pointers and owns its memory)."""
+    from ..batch import DeviceImages
+
+    if isinstance(images, DeviceImages):
+        return [], images.ptrs
     if hasattr(images, "ndim") and not isinstance(images, (list, tuple)):
         dense = cp.ascontiguousarray(images)
         stride = dense.strides[0]
@@ -395,13 +426,13 @@ def launch_plan(spec: _Spec) -> dict:
         raise ValueError("an output image is too large for 32-bit pixel indexing")
     if B > 65535:
         raise ValueError("warp_cupy handles at most 65535 samples per call")
-    if any(img.shape[1] * C >= 2**31 for img in spec.images):
+    if B and int(spec.in_pitches.max()) >= 2**31:
         raise ValueError("an input image row is too large for 32-bit indexing")
     offsets = np.zeros(B + 1, dtype=np.int64)
     np.cumsum(npix * C, out=offsets[1:])
     meta_i = np.empty((B, _META_INTS), dtype=np.int64)
-    meta_i[:, 0:2] = [img.shape[:2] for img in spec.images]
-    meta_i[:, 2] = meta_i[:, 1] * C  # rows of C-contiguous uint8 HWC images
+    meta_i[:, 0:2] = spec.in_shapes[:, :2]
+    meta_i[:, 2] = spec.in_pitches  # bytes per row of the uint8 HWC images
     meta_i[:, 3:5] = spec.out_sizes
     meta_i[:, 5:7] = spec.taps
     meta_i[:, 7] = offsets[:-1]

@@ -54,29 +54,45 @@ def iou_crop_windows(u, sizes, boxes, offsets, valid, thresholds, allow_no_crop,
     y0 = np.floor(a[..., 3] * (h[:, None] - ch + 1)).clip(0, None)
     cand = np.stack([x0, y0, x0 + cw, y0 + ch], -1)
     ar_ok = (cw / ch >= aspect[0]) & (cw / ch <= aspect[1])
-    # all samples and attempts at once: boxes padded to (B, 1, Nmax), candidates (B, T, 1);
-    # invalid and padding slots never count as inside
+    # all samples and attempts at once: boxes padded to (B, Nmax); invalid and padding slots
+    # never count as inside
     counts = np.diff(offsets).astype(np.int64)
     nmax = max(int(counts.max(initial=0)), 1)
     slot = np.arange(nmax)[None, :] < counts[:, None]
     idx = np.minimum(offsets[:-1, None] + np.arange(nmax)[None, :], max(len(boxes) - 1, 0))
     bx = boxes[idx] if len(boxes) else np.zeros((b, nmax, 4))
     ok_box = slot & valid[idx] if len(boxes) else np.zeros((b, nmax), bool)
-    # layout (B, N, T): the attempts are the long, contiguous inner axis of every broadcast
-    # float32: half the memory traffic; windows and boxes are whole or float32 pixels anyway
-    bx0, by0, bx1, by1 = (np.ascontiguousarray(bx[..., k], np.float32)[:, :, None] for k in range(4))
-    cx, cy = (bx0 + bx1) * 0.5, (by0 + by1) * 0.5
-    area_b = (bx1 - bx0) * (by1 - by0)
-    c0, c1, c2, c3 = (np.ascontiguousarray(cand[..., k], np.float32)[:, None, :] for k in range(4))
-    inside = (cx > c0) & (cx < c2) & (cy > c1) & (cy < c3) & ok_box[:, :, None]   # (B, N, T)
-    inter = (np.maximum(np.minimum(c2, bx1) - np.maximum(c0, bx0), 0) *
-             np.maximum(np.minimum(c3, by1) - np.maximum(c1, by0), 0))
-    union = (cw * ch).astype(np.float32)[:, None, :] + area_b - inter
-    iou = inter / np.where(union > 0, union, np.float32(1))
-    best = np.where(inside, iou, np.float32(-1)).max(1)                                        # (B, T)
     thr = np.array([np.inf if o is None else o for o in options])[choice]
     has_boxes = ok_box.any(1)
-    ok = ar_ok & np.where(has_boxes[:, None], best >= thr[:, None], np.isfinite(thr)[:, None])
+    area_c = cw * ch
+    # A window can only pass where some valid box is large enough: IoU <= area_box / area_window,
+    # so a window more than 1/thr times the largest box fails for every box (1e-3 of margin keeps
+    # the float32 test below the judge of the close cases). Only the samples with a window left
+    # are tested box by box: with small boxes and high thresholds that is a few of them.
+    area_all = (bx[..., 2] - bx[..., 0]) * (bx[..., 3] - bx[..., 1])
+    max_area = np.where(ok_box, area_all, -np.inf).max(1)
+    possible = ar_ok & np.isfinite(thr)[:, None] & (
+        ~has_boxes[:, None] | (thr[:, None] <= 0)
+        | (max_area[:, None] >= thr[:, None] * area_c * (1 - 1e-3)))
+    ok = np.zeros((b, n_attempts), bool)
+    rows = np.nonzero(possible.any(1))[0]
+    if len(rows):
+        # layout (S, N, T): the attempts are the long, contiguous inner axis of every broadcast
+        # float32: half the memory traffic; windows and boxes are whole or float32 pixels anyway
+        sb = bx[rows]
+        bx0, by0, bx1, by1 = (np.ascontiguousarray(sb[..., k], np.float32)[:, :, None] for k in range(4))
+        cx, cy = (bx0 + bx1) * 0.5, (by0 + by1) * 0.5
+        area_b = (bx1 - bx0) * (by1 - by0)
+        sc = cand[rows]
+        c0, c1, c2, c3 = (np.ascontiguousarray(sc[..., k], np.float32)[:, None, :] for k in range(4))
+        inside = (cx > c0) & (cx < c2) & (cy > c1) & (cy < c3) & ok_box[rows, :, None]   # (S, N, T)
+        inter = (np.maximum(np.minimum(c2, bx1) - np.maximum(c0, bx0), 0) *
+                 np.maximum(np.minimum(c3, by1) - np.maximum(c1, by0), 0))
+        union = area_c[rows].astype(np.float32)[:, None, :] + area_b - inter
+        iou = inter / np.where(union > 0, union, np.float32(1))
+        best = np.where(inside, iou, np.float32(-1)).max(1)                                # (S, T)
+        t = thr[rows, None]
+        ok[rows] = ar_ok[rows] & np.where(has_boxes[rows, None], best >= t, np.isfinite(t))
     hit = ok.any(1)
     first = ok.argmax(1)
     windows = np.where(hit[:, None], cand[np.arange(b), first], np.stack([np.zeros(b), np.zeros(b), w, h], -1))

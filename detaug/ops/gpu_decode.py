@@ -16,8 +16,9 @@ import weakref
 import numpy as np
 
 from ..backend import upload
-from ..batch import ImageBatch
-from .decode import _check_size, _decode_one, jpeg_complete
+from ..batch import DeviceImages, ImageBatch
+from ..executor import SampleError
+from .decode import _decode_one, jpeg_complete
 
 _lock = threading.Lock()
 # One decoder per (device, live thread): a Decoder is not safe for concurrent decode calls (seen
@@ -63,7 +64,8 @@ def _wrap(cp, image):
     """A cupy view of a decoded image, without the host wait that cupy's CUDA-array-interface
     import would make on the producer's stream: the decode was queued on the pipeline's own
     stream, so stream order already makes the pixels ready for the kernels that follow. The view
-    keeps ``image`` (the owner of the memory) alive."""
+    keeps ``image`` (the owner of the memory) alive. Used only for the rare image whose layout is
+    not plain rows of HWC pixels."""
     cai = image.__cuda_array_interface__
     shape = tuple(cai["shape"])
     dtype = np.dtype(cai["typestr"])
@@ -74,7 +76,25 @@ def _wrap(cp, image):
     return cp.ndarray(shape, dtype, cp.cuda.MemoryPointer(mem, 0), strides=strides)
 
 
+def _describe(cai):
+    """(pointer, (H, W, C), row pitch) of a decoded uint8 image from its CUDA array interface, or
+    None where its layout is not rows of packed HWC pixels."""
+    shape = cai["shape"]
+    if cai["typestr"] != "|u1" or len(shape) not in (2, 3):
+        return None
+    h, w = shape[0], shape[1]
+    c = shape[2] if len(shape) == 3 else 1
+    st = cai.get("strides")
+    if st is None:
+        return cai["data"][0], (h, w, c), w * c
+    if st[1] != c or (len(st) == 3 and st[2] != 1):
+        return None
+    return cai["data"][0], (h, w, c), st[0]
+
+
 def decode_batch(ctx, enc, output_type: str) -> ImageBatch:
+    """Decode a batch with one nvImageCodec call. The result is a :class:`DeviceImages`: the
+    decoded buffers themselves (no copy), described by host arrays."""
     import cupy as cp
     from nvidia import nvimgcodec
 
@@ -84,21 +104,46 @@ def decode_batch(ctx, enc, output_type: str) -> ImageBatch:
     params = nvimgcodec.DecodeParams(apply_exif_orientation=False, color_spec=spec,
                                      allow_any_depth=False)
     dev = cp.cuda.Device().id
-    gpu_idx = [k for k in range(len(enc)) if jpeg_complete(enc.data[k])]
+    n = len(enc)
+    gpu_idx = [k for k in range(n) if jpeg_complete(enc.data[k])]
     results = _decoder(dev).decode([enc.data[k] for k in gpu_idx], params=params,
                                    cuda_stream=ctx.stream.ptr) if gpu_idx else []
-    images = [None] * len(enc)
+    ptrs = np.zeros(n, np.uint64)
+    shapes = np.zeros((n, 3), np.int64)
+    pitches = np.zeros(n, np.int64)
+    owners = [results]
+    done = np.zeros(n, bool)
     for k, r in zip(gpu_idx, results):
-        if r is not None:
-            images[k] = _wrap(cp, r)
-    for k in range(len(enc)):
-        if images[k] is None:
-            images[k] = upload(_decode_one(enc, k, output_type), ctx.stream)  # raises naming the file
-        else:
-            if images[k].ndim == 2:
-                images[k] = images[k][:, :, None]
-            _check_size(images[k], enc, k)
+        if r is None:
+            continue
+        d = _describe(r.__cuda_array_interface__)
+        if d is None:  # an unusual layout: a packed copy (stream-ordered after the decode)
+            a = cp.ascontiguousarray(_wrap(cp, r))
+            a = a if a.ndim == 3 else a[:, :, None]
+            owners.append(a)
+            d = (a.data.ptr, a.shape, a.strides[0])
+        ptrs[k], shapes[k], pitches[k] = d
+        done[k] = True
+    for k in np.nonzero(~done)[0]:  # the CPU decoder raises, naming the file, where it fails too
+        a = upload(_decode_one(enc, k, output_type), ctx.stream)
+        owners.append(a)
+        ptrs[k], shapes[k], pitches[k] = a.data.ptr, a.shape, a.strides[0]
+    _check_sizes(shapes, enc)
+    images = DeviceImages(ptrs, shapes, pitches, owners, dev)
     if output_type == "BGR":
-        images = [cp.ascontiguousarray(a[:, :, ::-1]) for a in images]
+        images = DeviceImages.from_arrays([a[:, :, ::-1] for a in images.as_list()], dev)
     keep_queue(ctx.pipeline).append(results)
     return ImageBatch(images, "gpu")
+
+
+def _check_sizes(shapes, enc):
+    """The decoded sizes against the annotated ones (0 = unknown), for the whole batch at once."""
+    if enc.sizes is None or not len(shapes):
+        return
+    want = np.asarray(enc.sizes, np.int64).reshape(-1, 2)
+    bad = np.nonzero(((want != 0) & (want != shapes[:, :2])).any(1))[0]
+    if len(bad):
+        k = int(bad[0])
+        (h, w), (dh, dw) = want[k], shapes[k, :2]
+        raise SampleError(f"{enc.paths[k]}: decoded size {dw}x{dh} differs from the annotated size "
+                          f"{w}x{h}", k, enc.paths[k])

@@ -71,20 +71,36 @@ def read_files(paths):
 
 
 class _DetectionReader(_Source):
+    """Reads a Dataset's records. Their boxes, labels, fields and sizes are packed once into
+    dataset-wide arrays, so that a batch is gathered with a few array operations rather than
+    assembled record by record (a field a record lacks is zeros, as in :func:`concat_boxes`)."""
+
     def __init__(self, op, pipe, dataset):
         super().__init__(op, pipe)
         self.dataset = dataset
         self.size = len(dataset)
         if dataset.skipped:
             pipe.stats.setdefault("reader_skipped", []).extend(dataset.skipped)
+        recs = dataset.records
+        self.paths = [r.path for r in recs]
+        self.sizes = np.array([[r.height, r.width] for r in recs], np.int64).reshape(-1, 2)
+        packed = concat_boxes([r.boxes for r in recs], [r.labels for r in recs],
+                              [r.fields for r in recs], self.sizes)
+        self.boxes, self.labels, self.fields = packed.boxes, packed.labels, packed.fields
+        self.offsets = packed.offsets
 
     def read(self, ctx, payload):
-        recs = [self.dataset.records[i] for i in ctx.sample_index]
-        data = read_files([r.path for r in recs])
-        sizes = np.array([[r.height, r.width] for r in recs], np.int64).reshape(-1, 2)
-        boxes = concat_boxes([r.boxes for r in recs], [r.labels for r in recs],
-                             [r.fields for r in recs], sizes)
-        return EncodedBatch(data, [r.path for r in recs], sizes), boxes
+        idx = ctx.sample_index
+        paths = [self.paths[i] for i in idx]
+        data = read_files(paths)
+        starts, counts = self.offsets[idx], self.offsets[idx + 1] - self.offsets[idx]
+        out_off = np.zeros(len(idx) + 1, np.int64)
+        np.cumsum(counts, out=out_off[1:])
+        rows = np.repeat(starts - out_off[:-1], counts) + np.arange(out_off[-1])
+        sizes = self.sizes[idx]
+        boxes = BoxBatch(self.boxes[rows], self.labels[rows], out_off, sizes, "cpu",
+                         {k: v[rows] for k, v in self.fields.items()})
+        return EncodedBatch(data, paths, sizes), boxes
 
 
 def _coco_reader(op, pipe):
