@@ -35,7 +35,7 @@ class Geometry:
         fill = self.fill if fill is None else np.broadcast_to(
             np.asarray(fill, np.float64).reshape(len(sizes), -1), self.fill.shape).copy()
         mode = "ellipse" if (box_mode == "ellipse" or self.box_mode == "ellipse") else "corners"
-        return Geometry(np.einsum("bij,bjk->bik", m_op, self.matrices),
+        return Geometry(np.matmul(m_op, self.matrices),
                         np.asarray(sizes, np.int64).reshape(-1, 2), fill, mode)
 
 
@@ -222,8 +222,20 @@ class BoxBatch:
         self.offsets = np.asarray(offsets, np.int64)
         self.canvas = np.asarray(canvas, np.int64).reshape(-1, 2)
         self.fields = dict(fields or {})
-        self.valid, self.geometry, self.host, self.fmt = valid, geometry, host, fmt
+        self.valid, self.geometry, self._host, self.fmt = valid, geometry, host, fmt
         self.region = region  # (B, 4) host: where the image content lies on the canvas
+
+    @property
+    def host(self):
+        """The host copy (GPU batches only), brought up to date on first use: every op records
+        what it does to the host copy and the work is done only if planning reads it."""
+        if isinstance(self._host, _Deferred):
+            self._host = self._host.resolve()
+        return self._host
+
+    def _host_later(self, step):
+        """The host copy after ``step(host copy)``, deferred until someone reads it."""
+        return None if self._host is None else _Deferred(self._host, step)
 
     @property
     def batch_size(self) -> int:
@@ -243,7 +255,7 @@ class BoxBatch:
     def replace(self, **kw) -> "BoxBatch":
         attrs = dict(boxes=self.boxes, labels=self.labels, offsets=self.offsets, canvas=self.canvas,
                      device=self.device, fields=self.fields, valid=self.valid,
-                     geometry=self.geometry, host=self.host, fmt=self.fmt, region=self.region)
+                     geometry=self.geometry, host=self._host, fmt=self.fmt, region=self.region)
         attrs.update(kw)
         return BoxBatch(**attrs)
 
@@ -262,7 +274,7 @@ class BoxBatch:
     def with_geometry(self, geometry: Geometry) -> "BoxBatch":
         """Attach a chain that starts at this batch's current frame (see :meth:`pending`)."""
         self._require_xyxy()
-        host = self.host.with_geometry(geometry) if self.host is not None else None
+        host = self._host_later(lambda h: h.with_geometry(geometry))
         return self.replace(geometry=geometry, canvas=geometry.sizes, host=host)
 
     def _require_xyxy(self):
@@ -289,8 +301,9 @@ class BoxBatch:
                                               stream=getattr(ctx, "stream", None), **kw)
         else:
             out, keep = kb.box_transform_numpy(self.boxes, self.sample_index(), m, canvas, **kw)
-        host = self.host.materialize(ctx, clip=clip, min_size=min_size, min_area=min_area,
-                                     min_visibility=min_visibility) if self.host is not None else None
+        host = self._host_later(lambda h: h.materialize(None, clip=clip, min_size=min_size,
+                                                        min_area=min_area,
+                                                        min_visibility=min_visibility))
         return self.replace(boxes=out, valid=keep, geometry=None, host=host)
 
     def host_view(self) -> "BoxBatch":
@@ -316,7 +329,7 @@ class BoxBatch:
         keep = (backend.upload(np.asarray(keep_host, bool)) if self.device == "gpu"
                 else np.asarray(keep_host, bool))
         valid = keep if self.valid is None else (self.valid & keep)
-        host = self.host.drop(keep_host) if self.host is not None else None
+        host = self._host_later(lambda h: h.drop(keep_host))
         return self.replace(valid=valid, host=host)
 
     def to_device(self, ctx) -> "BoxBatch":
@@ -349,6 +362,20 @@ class BoxBatch:
         return out
 
 
+class _Deferred:
+    """A host-copy BoxBatch not computed yet: ``step`` applied to ``base`` (itself possibly
+    deferred) on the first :meth:`resolve`."""
+
+    __slots__ = ("base", "step")
+
+    def __init__(self, base, step):
+        self.base, self.step = base, step
+
+    def resolve(self):
+        base = self.base.resolve() if isinstance(self.base, _Deferred) else self.base
+        return self.step(base)
+
+
 def concat_boxes(records_boxes, records_labels, records_fields, canvas) -> BoxBatch:
     """Pack per-sample host arrays into one BoxBatch (host)."""
     counts = [len(b) for b in records_boxes]
@@ -371,7 +398,7 @@ def _split_boxes(b: BoxBatch, bounds) -> list:
     for lo, hi in zip(bounds[:-1], bounds[1:]):
         o0, o1 = int(b.offsets[lo]), int(b.offsets[hi])
         sl = slice(o0, o1)
-        host = _split_boxes(b.host, [lo, hi])[0] if b.host is not None else None
+        host = b._host_later(lambda h, lo=lo, hi=hi: _split_boxes(h, [lo, hi])[0])
         out.append(b.replace(boxes=b.boxes[sl], labels=b.labels[sl], offsets=b.offsets[lo:hi + 1] - o0,
                              canvas=b.canvas[lo:hi], fields={k: v[sl] for k, v in b.fields.items()},
                              valid=None if b.valid is None else b.valid[sl], host=host,

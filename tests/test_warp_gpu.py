@@ -147,3 +147,35 @@ def test_gpu_empty_and_one_pixel(cp):
     cp.testing.assert_array_equal(out[0], px)
     up = warp_cupy([px], np.diag([7.0, 5.0, 1.0])[None], [(5, 7)], fill=[10, 20, 30])
     cp.testing.assert_array_equal(up[0], cp.broadcast_to(px, (5, 7, 3)))
+
+
+def test_gpu_device_images_with_row_pitch(cp):
+    """DeviceImages (what the GPU decode hands over: pointers, shapes and row pitches, no array
+    per image) warps exactly as the same images given as arrays; rows with a pitch wider than
+    W * C (decoders pad rows) are read through the pitch; views and slices show the pixels."""
+    from detaug.batch import DeviceImages
+
+    rng = np.random.default_rng(5)
+    B = 5
+    sizes = [(int(rng.integers(1, 50)), int(rng.integers(1, 50))) for _ in range(B)]
+    host = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in sizes]
+    # each image in a buffer with 7..40 spare bytes per row
+    pads = [int(rng.integers(7, 41)) for _ in range(B)]
+    bufs = [cp.zeros((h, w * 3 + p), cp.uint8) for (h, w), p in zip(sizes, pads)]
+    for buf, x in zip(bufs, host):
+        buf[:, :x.shape[1] * 3] = cp.asarray(x.reshape(x.shape[0], -1))
+    dev = DeviceImages([b.data.ptr for b in bufs], [x.shape for x in host],
+                       [b.strides[0] for b in bufs], bufs)
+    assert len(dev) == B and [tuple(s) for s in dev.shapes] == [x.shape for x in host]
+    for k in range(B):
+        np.testing.assert_array_equal(cp.asnumpy(dev[k]), host[k])
+    np.testing.assert_array_equal(cp.asnumpy(dev[2:4][1]), host[3])
+    mats = np.stack([random_affine(rng, s, (24, 31)) for s in sizes])
+    kw = dict(mean=MEAN, std=STD, out_dtype=np.float32, layout="CHW")
+    got = warp_cupy(dev, mats, [(24, 31)] * B, **kw)
+    same = warp_cupy([cp.asarray(x) for x in host], mats, [(24, 31)] * B, **kw)
+    cp.testing.assert_array_equal(got, same)
+    _assert_close(list(_host(got)), list(warp_numpy(host, mats, [(24, 31)] * B, **kw)),
+                  np.float32, True)
+    packed = DeviceImages.from_arrays([cp.asarray(x) for x in host])
+    cp.testing.assert_array_equal(warp_cupy(packed, mats, [(24, 31)] * B, **kw), same)

@@ -63,10 +63,8 @@ def box_convert(ctx, op, inputs, args):
     per_box = np.repeat(b.canvas.astype(np.float32), np.diff(b.offsets), axis=0)
     out = convert_format(xp, b.boxes, xp.asarray(per_box), args["fmt"], args["normalized"])
     tag = args["fmt"] + ("_norm" if args["normalized"] else "")
-    host = None
-    if b.host is not None:
-        host = b.host.replace(boxes=convert_format(np, b.host.boxes, per_box, args["fmt"],
-                                                   args["normalized"]), fmt=tag)
+    host = b._host_later(lambda h: h.replace(boxes=convert_format(np, h.boxes, per_box, args["fmt"],
+                                                                  args["normalized"]), fmt=tag))
     return b.replace(boxes=out, fmt=tag, host=host)
 
 
