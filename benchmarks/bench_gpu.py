@@ -324,7 +324,7 @@ def bench_detaug(args, root, gpu, retinanet=False):
     pipe = det_pipe(os.path.join(root, "images"), os.path.join(root, "annotations.json"),
                     "mixed" if gpu else "cpu", batch_size=bs, num_threads=args.threads,
                     device_id=0 if gpu else None, seed=0, prefetch_queue_depth=args.prefetch,
-                    batches_per_launch=args.batches_per_launch)
+                    batches_per_launch=args.batches_per_launch, device_workers=args.device_workers)
     t0 = time.perf_counter()
     pipe.build()
     build_s = time.perf_counter() - t0
@@ -398,12 +398,15 @@ def bench_detaug(args, root, gpu, retinanet=False):
     finally:
         pipe.close()
     cpu_s = (c1.user + c1.system) - (c0.user + c0.system)
-    # in-epoch rate: batches after the first of each epoch, over the time since that first one
+    # in-epoch rate: the batches after the first launch of each epoch, over the time since that
+    # launch's batches arrived (the k batches of a launch arrive together: counting from the
+    # first batch alone, as the first version did, overstated the rate for k > 1)
     by_epoch = collections.defaultdict(list)
     for e, t in st["stamps"]:
         by_epoch[e].append(t)
-    num = sum((len(v) - 1) * bs for v in by_epoch.values() if len(v) > 1)
-    den = sum(v[-1] - v[0] for v in by_epoch.values() if len(v) > 1)
+    kk = args.batches_per_launch
+    num = sum((len(v) - kk) * bs for v in by_epoch.values() if len(v) > kk)
+    den = sum(v[-1] - v[0] for v in by_epoch.values() if len(v) > kk)
     steady = num / den if den > 0 else None
     thread_ms = 1e3 * st["thread"] / max(k, 1)
     name = "detaug (GPU, nvImageCodec)" if gpu else "detaug (CPU backend, smoke)"
@@ -971,7 +974,12 @@ def main(argv=None):
                     help="seconds after which remaining sections are skipped (220)")
     ap.add_argument("--json", default=None, help="write the table as JSON here "
                     "(default: $OUT/bench_gpu.json when OUT is set)")
+    ap.add_argument("--switch-interval", type=float, default=None,
+                    help="sys.setswitchinterval (seconds) for this run; Python's default is 0.005")
+    ap.add_argument("--device-workers", type=int, default=None, help="detaug device_workers")
     args = ap.parse_args(argv)
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)
     smoke = args.cpu_smoke
     dflt = dict(num_images=(128, 1024), batch_size=(16, 64), min_seconds=(2.0, 10.0),
                 max_seconds=(6.0, 20.0), ceiling_seconds=(2.0, 6.0), peer_seconds=(3.0, 12.0),

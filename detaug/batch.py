@@ -426,7 +426,9 @@ def split_batches(outs: tuple, sizes) -> list:
             per.append([PaddedBoxes({k: a[lo:hi] for k, a in v.items()}) for lo, hi in cuts])
         elif isinstance(v, EncodedBatch):
             per.append([EncodedBatch(v.data[lo:hi], v.paths[lo:hi],
-                                     None if v.sizes is None else v.sizes[lo:hi]) for lo, hi in cuts])
+                                     None if v.sizes is None else v.sizes[lo:hi],
+                                     None if v.streams is None else v.streams[lo:hi])
+                        for lo, hi in cuts])
         elif hasattr(v, "shape") and len(v.shape) and v.shape[0] == bounds[-1]:
             per.append([v[lo:hi] for lo, hi in cuts])
         else:

@@ -116,6 +116,8 @@ class Pipeline:
         self._host_ops = [op for op in self._needed_ops() if op.device == "cpu"]
         self._device_ops = [op for op in self._needed_ops() if op.device != "cpu"]
         self.has_device_stage = bool(self._device_ops)
+        self._mixed_decode = any(op.schema.name == "decoders.image" and op.device == "mixed"
+                                 for op in self._device_ops)
         if self.has_device_stage:
             import cupy as cp
 
