@@ -324,7 +324,8 @@ def bench_detaug(args, root, gpu, retinanet=False):
     pipe = det_pipe(os.path.join(root, "images"), os.path.join(root, "annotations.json"),
                     "mixed" if gpu else "cpu", batch_size=bs, num_threads=args.threads,
                     device_id=0 if gpu else None, seed=0, prefetch_queue_depth=args.prefetch,
-                    batches_per_launch=args.batches_per_launch, device_workers=args.device_workers)
+                    batches_per_launch=args.batches_per_launch, device_workers=args.device_workers,
+                    decode_processes=args.decode_processes)
     t0 = time.perf_counter()
     pipe.build()
     build_s = time.perf_counter() - t0
@@ -977,6 +978,8 @@ def main(argv=None):
     ap.add_argument("--switch-interval", type=float, default=None,
                     help="sys.setswitchinterval (seconds) for this run; Python's default is 0.005")
     ap.add_argument("--device-workers", type=int, default=None, help="detaug device_workers")
+    ap.add_argument("--decode-processes", type=int, default=None,
+                    help="detaug decode_processes (default: the pipeline's, 2; 0 = in-thread decode)")
     args = ap.parse_args(argv)
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)

@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# One device call: GPU tests, then the detaug pipeline against the decode ceiling over a few
-# settings (batches per launch, GIL switch interval), a short table last.
-# Usage (GPU machine, repo root): bash benchmarks/device_sweep.sh "K1 K2 ..." [extra bench args]
+# One device call: GPU tests, then the detaug pipeline over a few settings and the decode ceiling
+# of the same data, one line each. Usage (GPU machine, repo root):
+#   bash benchmarks/device_sweep.sh ["--batches-per-launch 1;--batches-per-launch 8;..."] [notests]
 source .ci/device_setup.sh >/dev/null 2>&1 || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider tests 2>&1 | grep -v -E "nvjpeg2k|nvtiff|NVTIFF|nvJPEG2000|ERROR.*ext" | tail -4
+if [ "$2" != notests ]; then
+  timeout 300 python3 -m pytest -m gpu -q -rf --tb=short -p no:cacheprovider tests 2>&1 \
+    | grep -v -E "nvjpeg2k|nvtiff|NVTIFF|nvJPEG2000|ERROR.*ext" | tee "$OUT/gpu_tests.log" | tail -25
+fi
 DATA=/tmp/bench_data
-for cfg in ${1:-"1 4"}; do
-  k=${cfg%%:*}; si=${cfg#*:}; [ "$si" = "$cfg" ] && si=""
-  extra=""; [ -n "$si" ] && extra="--switch-interval $si"
+python3 -c "import sys; sys.path.insert(0, 'benchmarks'); import bench_gpu; bench_gpu.make_dataset('$DATA', 1024, 16)" >/dev/null 2>&1
+IFS=';' read -ra CFGS <<< "${1:---batches-per-launch 1;--batches-per-launch 8}"
+i=0
+for cfg in "${CFGS[@]}"; do
+  i=$((i + 1))
   timeout 120 python3 benchmarks/bench_gpu.py --only detaug --data $DATA --keep-data --min-seconds 6 \
-    --batches-per-launch $k $extra $2 --json "$OUT/k${k}_${si}.json" > "$OUT/k${k}_${si}.log" 2>&1
-  echo "k=$k switch=${si:-default}: $(grep -E '^\| detaug' "$OUT/k${k}_${si}.log" | head -1)"
+    $cfg --json "$OUT/run$i.json" > "$OUT/run$i.log" 2>&1
+  echo "[$cfg] $(grep -E '^\| detaug' "$OUT/run$i.log" | head -1 | cut -d'|' -f3,5)"
+  grep -E "Traceback|Error" "$OUT/run$i.log" | head -3
 done
 timeout 120 python3 benchmarks/bench_gpu.py --only ceiling --data $DATA --keep-data > "$OUT/ceiling.log" 2>&1
-grep -E "^\| nvImage" "$OUT/ceiling.log"
+grep -E "^\| nvImage" "$OUT/ceiling.log" | cut -d'|' -f2,3

@@ -425,7 +425,7 @@ def split_batches(outs: tuple, sizes) -> list:
         elif isinstance(v, PaddedBoxes):
             per.append([PaddedBoxes({k: a[lo:hi] for k, a in v.items()}) for lo, hi in cuts])
         elif isinstance(v, EncodedBatch):
-            per.append([EncodedBatch(v.data[lo:hi], v.paths[lo:hi],
+            per.append([EncodedBatch(None if v.data is None else v.data[lo:hi], v.paths[lo:hi],
                                      None if v.sizes is None else v.sizes[lo:hi],
                                      None if v.streams is None else v.streams[lo:hi])
                         for lo, hi in cuts])

@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 
 from . import graph as _graph
-from .batch import BoxBatch, ImageBatch, split_batches
+from .batch import BoxBatch, DeviceImages, ImageBatch, split_batches
 from .executor import BatchContext, Executor, SampleError
 from .rng import epoch_permutation
 
@@ -39,11 +39,18 @@ class Pipeline:
             pass of every op, one launch per kernel) and hand them out one by one: the per-batch
             Python cost is paid once per group. Results are identical (every draw is keyed by
             the sample); needs a sized source. Default 1.
+        decode_processes: for a GPU decoder (decoders.image device='mixed'): worker processes
+            that read and decode the files (nvImageCodec) into a device buffer shared with this
+            process, so that the decoder never waits for this process's GIL (detaug/decode_proc.py
+            says why). Default 2 (DETAUG_DECODE_PROCESSES); 0 decodes in the device-stage threads.
+        decode_buffer_mb: device buffer of each decode process, in MiB (default 2048): it must
+            hold the decoded images of a few batches_per_launch x batch_size samples.
     """
 
     def __init__(self, batch_size=1, num_threads=1, device_id=None, seed=-1, prefetch_queue_depth=2,
                  last_batch_policy="fill", shard_id=0, num_shards=1, on_error="raise",
-                 device_workers=None, batches_per_launch=1):
+                 device_workers=None, batches_per_launch=1, decode_processes=None,
+                 decode_buffer_mb=2048):
         if last_batch_policy not in _POLICIES:
             raise ValueError(f"last_batch_policy must be one of {_POLICIES}")
         if on_error not in ("raise", "skip"):
@@ -55,6 +62,10 @@ class Pipeline:
         self.shard_id, self.num_shards = int(shard_id), int(num_shards)
         self.device_workers = int(device_workers or min(self.prefetch_queue_depth, 4))
         self.batches_per_launch = max(1, int(batches_per_launch))
+        self.decode_processes = decode_processes
+        self.decode_buffer_mb = int(decode_buffer_mb)
+        self._decode_service = None
+        self._paths_only = set()
         self._ready = collections.deque()  # batches split off a multi-batch launch, not yet handed out
         self.graph = _graph.Graph()
         self._outputs = None
@@ -118,6 +129,8 @@ class Pipeline:
         self.has_device_stage = bool(self._device_ops)
         self._mixed_decode = any(op.schema.name == "decoders.image" and op.device == "mixed"
                                  for op in self._device_ops)
+        if self._mixed_decode:
+            self._start_decode_service()
         if self.has_device_stage:
             import cupy as cp
 
@@ -128,6 +141,25 @@ class Pipeline:
             self._stream = self._streams[0]
         self._built = True
         return self
+
+    def _start_decode_service(self):
+        from . import decode_proc
+
+        n = decode_proc.default_processes() if self.decode_processes is None else int(self.decode_processes)
+        if n <= 0:
+            return
+        self._decode_service = decode_proc.DecodeService(n, self.device_id or 0, self.decode_buffer_mb)
+        # readers whose encoded output only feeds GPU decoders hand over paths: the decode
+        # processes read the files themselves
+        outputs = {(o.op.id, o.index) for o in self._outputs}
+        needed = self._needed_ops()
+        for op in needed:
+            if op.schema.kind != "source" or (op.id, 0) in outputs:
+                continue
+            users = [u for u in needed for i in u.inputs if (i.op.id, i.index) == (op.id, 0)]
+            users += [u for u in needed for a in u.arg_inputs.values() if (a.op.id, a.index) == (op.id, 0)]
+            if users and all(u.schema.name == "decoders.image" and u.device == "mixed" for u in users):
+                self._paths_only.add(op.id)
 
     def _needed_ops(self):
         """The ops the outputs need, in a topological order (inputs first; build's implicit
@@ -298,6 +330,10 @@ class Pipeline:
             v = ctx.values[(node.op.id, node.index)]
             if isinstance(v, ImageBatch):
                 v = v.materialize(ctx)
+                if isinstance(v.raw, DeviceImages) and not isinstance(v.raw.owners, list):
+                    # decoded images still in a decode process's buffer: the user gets copies
+                    # (the buffer is reused once the batch is done)
+                    v = ImageBatch([a.copy() for a in v.data], v.device, v.layout)
             elif isinstance(v, BoxBatch):
                 v = v.materialize(ctx)
             outs.append(v)
@@ -449,11 +485,15 @@ class Pipeline:
         return self._epoch
 
     def close(self):
-        """Stop the worker threads (waits for batches in flight)."""
+        """Stop the worker threads and decode processes (waits for batches in flight)."""
         if self._executor is not None:
             self._executor.shutdown()
             self._executor = None
         self._release_device_buffers(sync=True)
+        if self._decode_service is not None:
+            self._decode_service.close()
+            self._decode_service = None
+            self._paths_only = set()  # a later run reads and decodes in this process
 
     def _release_device_buffers(self, sync):
         """Free what decoders own (kept a few batches) while this pipeline's streams still exist."""
@@ -471,6 +511,13 @@ class Pipeline:
         if ex is not None:
             ex.shutdown(wait=False)
         self._release_device_buffers(sync=False)
+        svc = getattr(self, "_decode_service", None)
+        if svc is not None:  # the worker processes are daemons: ask them to stop, do not wait
+            for w in svc.workers:
+                try:
+                    w.send(("stop",))
+                except Exception:
+                    pass
 
     # ---- graph export -----------------------------------------------------------------------
     def save_graph_to_dot_file(self, path):
@@ -509,7 +556,8 @@ class Pipeline:
                       last_batch_policy=self.last_batch_policy, shard_id=self.shard_id,
                       num_shards=self.num_shards, on_error=self.on_error,
                       device_workers=self.device_workers,
-                      batches_per_launch=self.batches_per_launch)
+                      batches_per_launch=self.batches_per_launch,
+                      decode_processes=self.decode_processes, decode_buffer_mb=self.decode_buffer_mb)
         return pickle.dumps({"format": "detaug-pipeline-1", "params": params, "ops": ops,
                              "outputs": [(o.op.id, o.index) for o in self._outputs]})
 

@@ -290,3 +290,68 @@ def test_gpu_decode_skip_corrupt_file(tmp_path):
             n += 1
     pipe.close()
     assert n == 5 and pipe.stats["skipped"] == 1
+
+
+def _decode_pipe(decode_processes, batches_per_launch=1, output_type="RGB", raw=False):
+    pipe = Pipeline(batch_size=8, num_threads=2, seed=3, device_id=0, prefetch_queue_depth=2,
+                    decode_processes=decode_processes, batches_per_launch=batches_per_launch)
+    with pipe:
+        enc, boxes = fn.readers.coco(file_root=os.path.join(COCO, "images"),
+                                     annotations_file=os.path.join(COCO, "annotations.json"),
+                                     random_shuffle=True)
+        img = fn.decoders.image(enc, device="mixed", output_type=output_type)
+        if raw:
+            pipe.set_outputs(img)
+            return pipe
+        img, boxes = fn.random_iou_crop(img, boxes)
+        img, boxes = fn.flip(img, boxes, horizontal=R.coin_flip())
+        img, boxes = fn.resize(img, boxes, size=(96, 128))
+        boxes = fn.prune_boxes(boxes, min_size=1)
+        img = fn.normalize(img, mean=[124, 116, 104], std=[58, 57, 57], output_layout="CHW")
+        pipe.set_outputs(img, fn.pad_boxes(boxes, max_boxes=32))
+    return pipe
+
+
+def _epochs(pipe, n=2):
+    out = []
+    for _ in range(n):
+        for batch in pipe:
+            out.append([to_np(v.data) if not isinstance(v, dict) else {k: to_np(a) for k, a in v.items()}
+                        for v in batch])
+        pipe.reset()
+    pipe.close()
+    return out
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_decode_processes_give_the_same_batches(k):
+    """Decoding in worker processes (files read there, images handed over through a CUDA IPC
+    buffer) gives exactly the batches of decoding in the pipeline's threads: pixels, boxes,
+    labels, over two epochs, with one and several batches per launch."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    threads = _epochs(_decode_pipe(0))
+    procs_pipe = _decode_pipe(2, batches_per_launch=k)
+    procs_pipe.build()
+    assert procs_pipe._decode_service is not None and procs_pipe._paths_only
+    procs = _epochs(procs_pipe)
+    assert len(threads) == len(procs) == 2 * 9  # 68 images, batches of 8
+    for a, b in zip(threads, procs):
+        np.testing.assert_array_equal(a[0], b[0])
+        for key in a[1]:
+            np.testing.assert_array_equal(a[1][key], b[1][key])
+
+
+@pytest.mark.parametrize("output_type", ["RGB", "BGR", "GRAY"])
+def test_decode_processes_raw_output_is_a_copy(output_type):
+    """Decoded images handed to the user straight from a decode process are copies (the
+    process's buffer is reused), equal to the in-thread decode."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    a = _decode_pipe(0, output_type=output_type, raw=True)
+    b = _decode_pipe(2, output_type=output_type, raw=True)
+    for _ in range(3):
+        (x,), (y,) = a.run(), b.run()
+        assert isinstance(y.raw, list)  # copies, not views of the worker's buffer
+        for u, v in zip(x.data, y.data):
+            np.testing.assert_array_equal(to_np(u), to_np(v))
+    a.close()
+    b.close()

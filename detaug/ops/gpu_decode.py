@@ -127,12 +127,26 @@ def decode_batch(ctx, enc, output_type: str) -> ImageBatch:
                                      allow_any_depth=False)
     dev = cp.cuda.Device().id
     n = len(enc)
+    chunk = max(1, min(CHUNK, ctx.pipeline.batch_size))
+    service = getattr(ctx.pipeline, "_decode_service", None)
+    if service is not None:
+        # the workers decode RGB for BGR (their Pillow fallback too); the swap is made here
+        images, errors = service.decode(enc.paths, "RGB" if output_type == "BGR" else output_type,
+                                        chunk, ctx.stream)
+        if errors:
+            k, msg = errors[0]
+            if k < 0:
+                raise RuntimeError(msg)
+            raise SampleError(msg, k, enc.paths[k])
+        _check_sizes(images.shapes, enc)
+        if output_type == "BGR":
+            images = DeviceImages.from_arrays([a[:, :, ::-1] for a in images.as_list()], dev)
+        return ImageBatch(images, "gpu")
     streams = enc.streams if enc.streams is not None else code_streams(enc.data)
     gpu_idx = [k for k in range(n) if streams[k] is not None]
     srcs = [streams[k] for k in gpu_idx]
     # calls of at most CHUNK images: nvImageCodec 0.9 decoded 512 images in one call at 8.9k
     # img/s, 128 at 10.9k, 64 at 17.2k (benchmarks/probe_decode.py, H200)
-    chunk = max(1, min(CHUNK, ctx.pipeline.batch_size))
     decoder = _decoder(dev)
     results = []
     for lo in range(0, len(srcs), chunk):

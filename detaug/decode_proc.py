@@ -1,0 +1,326 @@
+"""GPU decode in worker processes: the files of a batch are read and decoded by nvImageCodec in
+another process, into a device buffer that process shares with the pipeline through CUDA IPC.
+
+Why processes: nvImageCodec's decode call takes the GIL back many times while it runs (about 150
+times per call of 64 images, measured with ``benchmarks/probe_decode.py``). In the pipeline's
+process every other thread holding the GIL (planning, reading, kernel launches) stalls it for up
+to the interpreter's switch interval each time: in-process decode ran at half its speed alone.
+In a process of its own the decoder only competes with its own reading.
+
+Protocol (one pipe per worker; requests are served in order):
+
+* start: the worker allocates its ring buffer (``cudaMalloc``) and two pools of interprocess
+  events and sends the IPC handles; the pipeline opens them once and sends the handles of its
+  own pool of "free" events.
+* ``("decode", req, paths, output_type, chunk)``: the worker reads the files, decodes them in
+  calls of at most ``chunk`` images (files the GPU must not or cannot take go to Pillow, as in
+  the in-process path), copies each image into a region of its ring (packed HWC rows), records
+  its "done" event ``req % N`` on its stream and replies ``("done", req, shapes, offsets,
+  errors)``. Nothing waits on the host for the device.
+* the pipeline makes its stream wait for that event (device-side), wraps the region as a
+  :class:`~detaug.batch.DeviceImages` whose owner is a :class:`_Lease`; when the last reference
+  to the images goes, the lease records the pipeline's "free" event ``req % N`` on the stream
+  the images were used on and sends ``("free", req)``; the worker makes its stream wait for
+  that event before it writes into the region again.
+* ``("stop",)``: the worker frees its buffer and exits.
+
+The region of a request is its images packed one after another (each start 256-byte aligned);
+a request larger than the ring is an error that names the ``decode_buffer_mb`` to raise.
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import os
+import threading
+
+import numpy as np
+
+N_EVENTS = 1024  # event pool per direction; an index is reused after N_EVENTS requests
+ALIGN = 256
+
+
+class RingAllocator:
+    """First-fit regions in a ring of ``capacity`` bytes, allocated at a moving head (wrapping
+    to 0) and freed in any order. Pure bookkeeping (no device memory): unit-tested on the CPU."""
+
+    def __init__(self, capacity: int):
+        self.capacity = int(capacity)
+        self.head = 0
+        self.live = {}  # key -> (start, end)
+
+    def _free_at(self, start, size):
+        end = start + size
+        if end > self.capacity:
+            return False
+        return all(end <= s or start >= e for s, e in self.live.values())
+
+    def alloc(self, key, size):
+        """Start offset of a new region of ``size`` bytes, or None while it does not fit."""
+        size = max(int(size), 1)
+        if size > self.capacity:
+            raise ValueError(f"a region of {size} bytes cannot fit a ring of {self.capacity}")
+        for start in (self.head, 0):
+            if self._free_at(start, size):
+                self.live[key] = (start, start + size)
+                self.head = start + size
+                return start
+        return None
+
+    def free(self, key):
+        self.live.pop(key, None)
+        if not self.live:
+            self.head = 0
+
+
+def packed_offsets(shapes) -> tuple:
+    """(start offsets (B,), total bytes) of images of ``shapes`` (B, 3) packed with ALIGN."""
+    shapes = np.asarray(shapes, np.int64).reshape(-1, 3)
+    sizes = -(-(shapes[:, 0] * shapes[:, 1] * shapes[:, 2]) // ALIGN) * ALIGN
+    offsets = np.zeros(len(shapes), np.int64)
+    if len(shapes):
+        offsets[1:] = np.cumsum(sizes)[:-1]
+    return offsets, int(sizes.sum())
+
+
+# ------------------------------------------------------------------------------ worker side
+def _read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _worker(conn, device_id, ring_bytes):  # pragma: no cover - runs in the child process (GPU)
+    import cupy as cp
+    from nvidia import nvimgcodec
+
+    from .ops.decode import decode_pillow
+    from .ops.gpu_decode import code_streams
+
+    rt = cp.cuda.runtime
+    cp.cuda.Device(device_id).use()
+    ring = rt.malloc(ring_bytes)
+    stream = cp.cuda.Stream(non_blocking=True)
+    done = [cp.cuda.Event(block=False, disable_timing=True, interprocess=True)
+            for _ in range(N_EVENTS)]
+    conn.send(("ready", rt.ipcGetMemHandle(ring), [rt.ipcGetEventHandle(e.ptr) for e in done]))
+    msg = conn.recv()
+    free_events = [rt.ipcOpenEventHandle(h) for h in msg[1]]
+    alloc = RingAllocator(ring_bytes)
+    keep = collections.deque(maxlen=8)  # decoded images, released a few requests later
+    decoder = nvimgcodec.Decoder(device_id=device_id)
+    specs = {}
+    pending = collections.deque()
+
+    def params(output_type):
+        if output_type not in specs:
+            cs = nvimgcodec.ColorSpec
+            spec = cs.GRAY if output_type == "GRAY" else (getattr(cs, "SRGB", None) or cs.RGB)
+            specs[output_type] = nvimgcodec.DecodeParams(apply_exif_orientation=False,
+                                                         color_spec=spec, allow_any_depth=False)
+        return specs[output_type]
+
+    def handle_free(m):
+        if m[2] >= 0:
+            rt.streamWaitEvent(stream.ptr, free_events[m[2]], 0)
+        alloc.free(m[1])
+
+    def serve(req, paths, output_type, chunk):
+        n = len(paths)
+        errors, images = [], [None] * n
+        data = []
+        for k, p in enumerate(paths):
+            try:
+                data.append(_read(p))
+            except OSError as e:
+                errors.append((k, f"{p}: cannot read image file ({e.strerror or e})"))
+                data.append(b"")
+        if errors:
+            return ("done", req, None, None, errors)
+        streams = code_streams(data)
+        idx = [k for k in range(n) if streams[k] is not None]
+        results = []
+        for lo in range(0, len(idx), chunk):
+            results.extend(decoder.decode([streams[k] for k in idx[lo:lo + chunk]],
+                                          params=params(output_type), cuda_stream=stream.ptr))
+        keep.append(results)
+        for k, r in zip(idx, results):
+            if r is not None:
+                images[k] = r
+        shapes = np.zeros((n, 3), np.int64)
+        cais = [None] * n
+        for k in range(n):
+            if images[k] is None:  # the CPU decoder decodes it or says why not
+                try:
+                    images[k] = decode_pillow(data[k], output_type)
+                except Exception as e:
+                    errors.append((k, f"{paths[k]}: cannot decode image ({type(e).__name__}: {e})"))
+                    continue
+                shapes[k] = images[k].shape
+            else:
+                cai = images[k].__cuda_array_interface__
+                sh = cai["shape"]
+                shapes[k] = (sh[0], sh[1], sh[2] if len(sh) == 3 else 1)
+                cais[k] = cai
+        if errors:
+            return ("done", req, None, None, errors)
+        offsets, total = packed_offsets(shapes)
+        if total > ring_bytes:
+            return ("done", req, None, None,
+                    [(-1, f"a decode request of {total / 2**20:.0f} MiB does not fit the worker's "
+                          f"buffer of {ring_bytes / 2**20:.0f} MiB: raise decode_buffer_mb")])
+        while (base := alloc.alloc(req, total)) is None:  # wait for regions to come back
+            m = conn.recv()
+            if m[0] == "free":
+                handle_free(m)
+            else:
+                pending.append(m)
+        for k in range(n):
+            h, w, c = (int(v) for v in shapes[k])
+            dst = ring + base + int(offsets[k])
+            if cais[k] is not None:
+                st = cais[k].get("strides")
+                spitch = w * c if st is None else st[0]
+                rt.memcpy2DAsync(dst, w * c, cais[k]["data"][0], spitch, w * c, h,
+                                 rt.memcpyDeviceToDevice, stream.ptr)
+            else:
+                a = np.ascontiguousarray(images[k])
+                rt.memcpyAsync(dst, a.ctypes.data, a.nbytes, rt.memcpyHostToDevice, stream.ptr)
+        done[req % N_EVENTS].record(stream)
+        return ("done", req, shapes, (base + offsets).tolist(), [])
+
+    while True:
+        m = pending.popleft() if pending else conn.recv()
+        if m[0] == "stop":
+            break
+        if m[0] == "free":
+            handle_free(m)
+        elif m[0] == "decode":
+            try:
+                reply = serve(*m[1:])
+            except Exception as e:  # never leave the pipeline waiting
+                reply = ("done", m[1], None, None, [(-1, f"decode worker: {type(e).__name__}: {e}")])
+            conn.send(reply)
+    stream.synchronize()
+    keep.clear()
+    rt.free(ring)
+    conn.close()
+
+
+# ------------------------------------------------------------------------------ pipeline side
+class _Worker:
+    def __init__(self, mp, device_id, ring_bytes):
+        import cupy as cp
+
+        rt = cp.cuda.runtime
+        self.conn, child = mp.Pipe()
+        self.proc = mp.Process(target=_worker, args=(child, device_id, ring_bytes), daemon=True,
+                               name="detaug-decode")
+        self.proc.start()
+        child.close()
+        kind, mem, events = self.conn.recv()
+        self.ring = rt.ipcOpenMemHandle(mem)
+        self.done = [rt.ipcOpenEventHandle(h) for h in events]
+        self.free_events = [cp.cuda.Event(block=False, disable_timing=True, interprocess=True)
+                            for _ in range(N_EVENTS)]
+        self.conn.send(("events", [rt.ipcGetEventHandle(e.ptr) for e in self.free_events]))
+        self.send_lock = threading.Lock()
+        self.replies, self.cond = {}, threading.Condition()
+        self.alive = True
+        self.reader = threading.Thread(target=self._receive, daemon=True, name="detaug-decode-rx")
+        self.reader.start()
+
+    def _receive(self):
+        while True:
+            try:
+                m = self.conn.recv()
+            except (EOFError, OSError):
+                break
+            with self.cond:
+                self.replies[m[1]] = m
+                self.cond.notify_all()
+        with self.cond:
+            self.alive = False
+            self.cond.notify_all()
+
+    def send(self, msg):
+        with self.send_lock:
+            self.conn.send(msg)
+
+    def wait(self, req):
+        with self.cond:
+            while req not in self.replies:
+                if not self.alive:
+                    raise RuntimeError("the GPU decode worker process died")
+                self.cond.wait()
+            return self.replies.pop(req)
+
+
+class _Lease:
+    """Owns one region of a worker's ring while any view of its images lives; gives it back
+    (ordered after the work queued on ``stream``) when it goes."""
+
+    def __init__(self, worker, req, stream):
+        self.worker, self.req, self.stream = worker, req, stream
+
+    def __del__(self):
+        try:
+            ev = self.worker.free_events[self.req % N_EVENTS]
+            ev.record(self.stream)
+            self.worker.send(("free", self.req, self.req % N_EVENTS))
+        except Exception:  # interpreter shutdown, worker gone: nothing left to give back to
+            pass
+
+
+class DecodeService:
+    """The pipeline's decode worker processes (started with 'spawn': CUDA cannot fork)."""
+
+    def __init__(self, processes: int, device_id: int, buffer_mb: int):
+        import multiprocessing
+
+        mp = multiprocessing.get_context("spawn")
+        ring = int(buffer_mb) << 20
+        self.workers = [_Worker(mp, device_id, ring) for _ in range(int(processes))]
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+        self.device_id = device_id
+
+    def decode(self, paths, output_type, chunk, stream):
+        """Decode the files ``paths`` in a worker: (DeviceImages, errors). The images are ready
+        in ``stream``'s order (a device-side wait); errors is a list of (position, message)."""
+        from .batch import DeviceImages
+
+        with self._lock:
+            req = next(self._ids)
+        w = self.workers[req % len(self.workers)]
+        w.send(("decode", req, list(paths), output_type, int(chunk)))
+        _, _, shapes, starts, errors = w.wait(req)
+        if errors:
+            return None, errors
+        import cupy as cp
+
+        cp.cuda.runtime.streamWaitEvent(stream.ptr, w.done[req % N_EVENTS], 0)
+        ptrs = np.asarray(starts, np.uint64) + np.uint64(w.ring)
+        pitches = shapes[:, 1] * shapes[:, 2]
+        return DeviceImages(ptrs, shapes, pitches, _Lease(w, req, stream), self.device_id), []
+
+    def close(self):
+        import cupy as cp
+
+        for w in self.workers:
+            try:
+                w.send(("stop",))
+            except Exception:
+                pass
+        for w in self.workers:
+            w.proc.join(timeout=10)
+            try:
+                cp.cuda.runtime.ipcCloseMemHandle(w.ring)
+            except Exception:
+                pass
+        self.workers = []
+
+
+def default_processes() -> int:
+    """Decode worker processes for a GPU pipeline: 2 (measured best on a 16-core H200 machine),
+    or DETAUG_DECODE_PROCESSES."""
+    return int(os.environ.get("DETAUG_DECODE_PROCESSES", 2))
