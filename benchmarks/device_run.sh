@@ -7,7 +7,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 if [ "$what" = tests ] || [ "$what" = all ]; then
   timeout 400 python3 -m pytest -m gpu -q -rf --tb=short -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
   timeout 200 python3 -m pytest -q -s -p no:cacheprovider tests/test_gpu_pipeline.py \
-    -k "decode_close or never_waits or one_launch or memory_stable" 2>&1 | grep -E "GPU vs CPU|run\(\) times|launches per|memory at|passed|failed" | tee "$OUT/gpu_prints.log"
+    -k "decode_close or never_wait or one_launch or memory_stable" 2>&1 | grep -E "GPU vs CPU|run\(\) times|launches per|memory at|passed|failed" | tee "$OUT/gpu_prints.log"
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   timeout 120 python3 benchmarks/bench_retinanet.py --cpu-iters 2 2>&1 | tee "$OUT/bench_retinanet.log" | tail -15

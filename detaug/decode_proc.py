@@ -36,7 +36,12 @@ import threading
 
 import numpy as np
 
-N_EVENTS = 1024  # event pool per direction; an index is reused after N_EVENTS requests
+# event pool per direction; index req % N_EVENTS. An index is recorded again only N_EVENTS
+# requests later, long after its wait was queued: a device worker has at most one request out,
+# and a region's "free" message reaches the worker before any request made after it.
+# (Interprocess events are a scarce resource: 1,024 per direction ran out of memory once a test
+# process held a few dozen pipelines.)
+N_EVENTS = 64
 ALIGN = 256
 
 
@@ -103,7 +108,11 @@ def _worker(conn, device_id, ring_bytes):  # pragma: no cover - runs in the chil
     done = [cp.cuda.Event(block=False, disable_timing=True, interprocess=True)
             for _ in range(N_EVENTS)]
     conn.send(("ready", rt.ipcGetMemHandle(ring), [rt.ipcGetEventHandle(e.ptr) for e in done]))
-    msg = conn.recv()
+    try:
+        msg = conn.recv()
+    except (EOFError, OSError):
+        rt.free(ring)
+        return
     free_events = [rt.ipcOpenEventHandle(h) for h in msg[1]]
     alloc = RingAllocator(ring_bytes)
     keep = collections.deque(maxlen=8)  # decoded images, released a few requests later
@@ -169,7 +178,7 @@ def _worker(conn, device_id, ring_bytes):  # pragma: no cover - runs in the chil
                     [(-1, f"a decode request of {total / 2**20:.0f} MiB does not fit the worker's "
                           f"buffer of {ring_bytes / 2**20:.0f} MiB: raise decode_buffer_mb")])
         while (base := alloc.alloc(req, total)) is None:  # wait for regions to come back
-            m = conn.recv()
+            m = conn.recv()  # (EOF here ends the worker through serve's caller)
             if m[0] == "free":
                 handle_free(m)
             else:
@@ -189,7 +198,10 @@ def _worker(conn, device_id, ring_bytes):  # pragma: no cover - runs in the chil
         return ("done", req, shapes, (base + offsets).tolist(), [])
 
     while True:
-        m = pending.popleft() if pending else conn.recv()
+        try:
+            m = pending.popleft() if pending else conn.recv()
+        except (EOFError, OSError):  # the pipeline's process went away
+            break
         if m[0] == "stop":
             break
         if m[0] == "free":
@@ -197,9 +209,14 @@ def _worker(conn, device_id, ring_bytes):  # pragma: no cover - runs in the chil
         elif m[0] == "decode":
             try:
                 reply = serve(*m[1:])
+            except (EOFError, OSError):  # the pipeline's process went away
+                break
             except Exception as e:  # never leave the pipeline waiting
                 reply = ("done", m[1], None, None, [(-1, f"decode worker: {type(e).__name__}: {e}")])
-            conn.send(reply)
+            try:
+                conn.send(reply)
+            except (EOFError, OSError):
+                break
     stream.synchronize()
     keep.clear()
     rt.free(ring)
