@@ -405,7 +405,7 @@ def bench_detaug(args, root, gpu, retinanet=False):
     by_epoch = collections.defaultdict(list)
     for e, t in st["stamps"]:
         by_epoch[e].append(t)
-    kk = args.batches_per_launch
+    kk = pipe.batches_per_launch
     num = sum((len(v) - kk) * bs for v in by_epoch.values() if len(v) > kk)
     den = sum(v[-1] - v[0] for v in by_epoch.values() if len(v) > kk)
     steady = num / den if den > 0 else None
@@ -418,7 +418,7 @@ def bench_detaug(args, root, gpu, retinanet=False):
            "epochs_crossed": st["epoch"], "in_epoch_img_s": steady,
            "driver_thread_ms_per_batch": thread_ms, "cores_busy": cpu_s / secs,
            "first_batch_s": round(first_s, 2), "build_s": round(build_s, 2), "check": check,
-           "notes": f"batch {bs}, {args.threads} threads, prefetch {args.prefetch}, {args.batches_per_launch} batch(es) per launch; "
+           "notes": f"batch {bs}, {args.threads} threads, prefetch {args.prefetch}, {pipe.batches_per_launch} batch(es) per launch; "
                     f"driver thread {thread_ms:.3f} ms CPU/batch (target < 1); "
                     f"in-epoch {steady or 0:.0f} img/s; {cpu_s / secs:.1f} cores busy; "
                     f"{st['epoch']} epoch ends crossed"}
@@ -953,8 +953,8 @@ def main(argv=None):
     ap.add_argument("--batch-size", type=int, default=None, help="default 64 (16 with --cpu-smoke)")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="detaug num_threads")
     ap.add_argument("--prefetch", type=int, default=3, help="detaug prefetch_queue_depth")
-    ap.add_argument("--batches-per-launch", type=int, default=1,
-                    help="detaug batches_per_launch (batches run through the graph together)")
+    ap.add_argument("--batches-per-launch", type=int, default=None,
+                    help="detaug batches_per_launch (default: the pipeline's, 4 on the GPU)")
     ap.add_argument("--warmup", type=int, default=5, help="untimed batches first (detaug, decode)")
     ap.add_argument("--min-seconds", type=float, default=None, help="detaug timed seconds (10)")
     ap.add_argument("--max-seconds", type=float, default=None, help="detaug cap (20)")

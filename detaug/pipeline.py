@@ -17,6 +17,7 @@ from .executor import BatchContext, Executor, SampleError
 from .rng import epoch_permutation
 
 _POLICIES = ("fill", "drop", "partial")
+GPU_BATCHES_PER_LAUNCH = 4  # default batches_per_launch of pipelines with a GPU stage
 
 
 class Pipeline:
@@ -38,7 +39,9 @@ class Pipeline:
         batches_per_launch: run this many consecutive batches through the graph together (one
             pass of every op, one launch per kernel) and hand them out one by one: the per-batch
             Python cost is paid once per group. Results are identical (every draw is keyed by
-            the sample); needs a sized source. Default 1.
+            the sample); needs a sized source. Default (None): 4 for pipelines with a GPU stage
+            and a sized source (one batch per launch reached 67% of the decoder's speed on an
+            H200, four 103%; GPU memory grows with k), else 1.
         decode_processes: for a GPU decoder (decoders.image device='mixed'): worker processes
             that read and decode the files (nvImageCodec) into a device buffer shared with this
             process, so that the decoder never waits for this process's GIL (detaug/decode_proc.py
@@ -49,7 +52,7 @@ class Pipeline:
 
     def __init__(self, batch_size=1, num_threads=1, device_id=None, seed=-1, prefetch_queue_depth=2,
                  last_batch_policy="fill", shard_id=0, num_shards=1, on_error="raise",
-                 device_workers=None, batches_per_launch=1, decode_processes=None,
+                 device_workers=None, batches_per_launch=None, decode_processes=None,
                  decode_buffer_mb=2048):
         if last_batch_policy not in _POLICIES:
             raise ValueError(f"last_batch_policy must be one of {_POLICIES}")
@@ -61,7 +64,8 @@ class Pipeline:
         self.last_batch_policy, self.on_error = last_batch_policy, on_error
         self.shard_id, self.num_shards = int(shard_id), int(num_shards)
         self.device_workers = int(device_workers or min(self.prefetch_queue_depth, 4))
-        self.batches_per_launch = max(1, int(batches_per_launch))
+        self._batches_per_launch_arg = batches_per_launch
+        self.batches_per_launch = 1 if batches_per_launch is None else max(1, int(batches_per_launch))
         self.decode_processes = decode_processes
         self.decode_buffer_mb = int(decode_buffer_mb)
         self._decode_service = None
@@ -131,6 +135,8 @@ class Pipeline:
                                  for op in self._device_ops)
         if self._mixed_decode:
             self._start_decode_service()
+        if self._batches_per_launch_arg is None and self.has_device_stage and self._driver.size is not None:
+            self.batches_per_launch = GPU_BATCHES_PER_LAUNCH
         if self.has_device_stage:
             import cupy as cp
 
@@ -556,7 +562,7 @@ class Pipeline:
                       last_batch_policy=self.last_batch_policy, shard_id=self.shard_id,
                       num_shards=self.num_shards, on_error=self.on_error,
                       device_workers=self.device_workers,
-                      batches_per_launch=self.batches_per_launch,
+                      batches_per_launch=self._batches_per_launch_arg,
                       decode_processes=self.decode_processes, decode_buffer_mb=self.decode_buffer_mb)
         return pickle.dumps({"format": "detaug-pipeline-1", "params": params, "ops": ops,
                              "outputs": [(o.op.id, o.index) for o in self._outputs]})
