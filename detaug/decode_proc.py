@@ -94,6 +94,18 @@ def _read(path):
         return f.read()
 
 
+def _read_all(paths):
+    """(bytes per file, [(position, message)] for the files that cannot be read)."""
+    data, errors = [], []
+    for k, p in enumerate(paths):
+        try:
+            data.append(_read(p))
+        except OSError as e:
+            errors.append((k, f"{p}: cannot read image file ({e.strerror or e})"))
+            data.append(b"")
+    return data, errors
+
+
 def _worker(conn, device_id, ring_bytes):  # pragma: no cover - runs in the child process (GPU)
     import cupy as cp
     from nvidia import nvimgcodec
@@ -101,10 +113,20 @@ def _worker(conn, device_id, ring_bytes):  # pragma: no cover - runs in the chil
     from .ops.decode import decode_pillow
     from .ops.gpu_decode import code_streams
 
+    import concurrent.futures as cf
+
     rt = cp.cuda.runtime
     cp.cuda.Device(device_id).use()
     ring = rt.malloc(ring_bytes)
-    stream = cp.cuda.Stream(non_blocking=True)
+    # the decoder's stream never waits for the pipeline: only the copies into the ring do (a
+    # region is written again once the pipeline's work on it is done); the decoder's host call
+    # may wait for its own stream (seen: a 1 s stall when both were one stream)
+    stream = cp.cuda.Stream(non_blocking=True)       # decode
+    copy_stream = cp.cuda.Stream(non_blocking=True)  # ring writes
+    decoded = cp.cuda.Event(block=False, disable_timing=True)
+    # the next request's files are read while this one decodes (DETAUG_DECODE_READAHEAD=0: off)
+    reader = cf.ThreadPoolExecutor(1) if os.environ.get("DETAUG_DECODE_READAHEAD", "1") != "0" else None
+    ahead = {}
     done = [cp.cuda.Event(block=False, disable_timing=True, interprocess=True)
             for _ in range(N_EVENTS)]
     conn.send(("ready", rt.ipcGetMemHandle(ring), [rt.ipcGetEventHandle(e.ptr) for e in done]))
@@ -115,7 +137,8 @@ def _worker(conn, device_id, ring_bytes):  # pragma: no cover - runs in the chil
         return
     free_events = [rt.ipcOpenEventHandle(h) for h in msg[1]]
     alloc = RingAllocator(ring_bytes)
-    keep = collections.deque(maxlen=8)  # decoded images, released a few requests later
+    # decoded images, released once the copies out of them have run (their event is done)
+    keep = collections.deque()
     decoder = nvimgcodec.Decoder(device_id=device_id)
     specs = {}
     pending = collections.deque()
@@ -130,19 +153,29 @@ def _worker(conn, device_id, ring_bytes):  # pragma: no cover - runs in the chil
 
     def handle_free(m):
         if m[2] >= 0:
-            rt.streamWaitEvent(stream.ptr, free_events[m[2]], 0)
+            rt.streamWaitEvent(copy_stream.ptr, free_events[m[2]], 0)
         alloc.free(m[1])
+
+    def read_ahead():
+        """Start reading the files of the next decode request already in the pipe."""
+        if reader is None:
+            return
+        while conn.poll():
+            pending.append(conn.recv())
+        for m in pending:
+            if m[0] == "decode":
+                if m[1] not in ahead:
+                    ahead[m[1]] = reader.submit(_read_all, m[2])
+                break
 
     def serve(req, paths, output_type, chunk):
         n = len(paths)
-        errors, images = [], [None] * n
-        data = []
-        for k, p in enumerate(paths):
-            try:
-                data.append(_read(p))
-            except OSError as e:
-                errors.append((k, f"{p}: cannot read image file ({e.strerror or e})"))
-                data.append(b"")
+        images = [None] * n
+        while keep and keep[0][0].done:
+            keep.popleft()
+        fut = ahead.pop(req, None)
+        data, errors = fut.result() if fut is not None else _read_all(paths)
+        read_ahead()
         if errors:
             return ("done", req, None, None, errors)
         streams = code_streams(data)
@@ -151,7 +184,6 @@ def _worker(conn, device_id, ring_bytes):  # pragma: no cover - runs in the chil
         for lo in range(0, len(idx), chunk):
             results.extend(decoder.decode([streams[k] for k in idx[lo:lo + chunk]],
                                           params=params(output_type), cuda_stream=stream.ptr))
-        keep.append(results)
         for k, r in zip(idx, results):
             if r is not None:
                 images[k] = r
@@ -178,11 +210,19 @@ def _worker(conn, device_id, ring_bytes):  # pragma: no cover - runs in the chil
                     [(-1, f"a decode request of {total / 2**20:.0f} MiB does not fit the worker's "
                           f"buffer of {ring_bytes / 2**20:.0f} MiB: raise decode_buffer_mb")])
         while (base := alloc.alloc(req, total)) is None:  # wait for regions to come back
+            frees = [m for m in pending if m[0] == "free"]
+            if frees:  # read ahead of their turn by read_ahead()
+                for m in frees:
+                    pending.remove(m)
+                    handle_free(m)
+                continue
             m = conn.recv()  # (EOF here ends the worker through serve's caller)
             if m[0] == "free":
                 handle_free(m)
             else:
                 pending.append(m)
+        decoded.record(stream)
+        rt.streamWaitEvent(copy_stream.ptr, decoded.ptr, 0)
         for k in range(n):
             h, w, c = (int(v) for v in shapes[k])
             dst = ring + base + int(offsets[k])
@@ -190,11 +230,14 @@ def _worker(conn, device_id, ring_bytes):  # pragma: no cover - runs in the chil
                 st = cais[k].get("strides")
                 spitch = w * c if st is None else st[0]
                 rt.memcpy2DAsync(dst, w * c, cais[k]["data"][0], spitch, w * c, h,
-                                 rt.memcpyDeviceToDevice, stream.ptr)
+                                 rt.memcpyDeviceToDevice, copy_stream.ptr)
             else:
                 a = np.ascontiguousarray(images[k])
-                rt.memcpyAsync(dst, a.ctypes.data, a.nbytes, rt.memcpyHostToDevice, stream.ptr)
-        done[req % N_EVENTS].record(stream)
+                rt.memcpyAsync(dst, a.ctypes.data, a.nbytes, rt.memcpyHostToDevice, copy_stream.ptr)
+        done[req % N_EVENTS].record(copy_stream)
+        copied = cp.cuda.Event(block=False, disable_timing=True)
+        copied.record(copy_stream)
+        keep.append((copied, results))
         return ("done", req, shapes, (base + offsets).tolist(), [])
 
     while True:
@@ -218,7 +261,10 @@ def _worker(conn, device_id, ring_bytes):  # pragma: no cover - runs in the chil
             except (EOFError, OSError):
                 break
     stream.synchronize()
+    copy_stream.synchronize()
     keep.clear()
+    if reader is not None:
+        reader.shutdown(wait=True)
     rt.free(ring)
     conn.close()
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from detaug import Pipeline, backend, fn
+from detaug.decode_proc import _Lease
 from detaug.kernels import launch as L
 from conftest import COCO, VOC
 from helpers import run_graph, to_np
@@ -199,7 +200,8 @@ def _never_waits(pipe, label):
         with s:
             spin((1,), (1,), (np.int64(rate_khz * 1000),))
     times = []
-    for _ in range(5):
+    # enough batches that some were launched after the spin (k batches come from one launch)
+    for _ in range(5 + 2 * pipe.batches_per_launch * (pipe.prefetch_queue_depth + 1)):
         t = time.perf_counter()
         try:
             pipe.run()
@@ -366,7 +368,8 @@ def test_decode_processes_raw_output_is_a_copy(output_type):
     b = _coco_decode_pipe(2, output_type=output_type, raw=True)
     for _ in range(3):
         (x,), (y,) = a.run(), b.run()
-        assert isinstance(y.raw, list)  # copies, not views of the worker's buffer
+        # copies, not views of the worker's buffer
+        assert not isinstance(getattr(y.raw, "owners", None), _Lease)
         for u, v in zip(x.data, y.data):
             np.testing.assert_array_equal(to_np(u), to_np(v))
     a.close()
