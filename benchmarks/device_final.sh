@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The full device run behind RESULTS.md: gpu tests (and their prints), an A/B of the decode
-# processes' read-ahead, the GPU benchmark with every peer in one run, the torchvision RetinaNet
+# The full device run behind RESULTS.md: gpu tests (and their prints),
+# the GPU benchmark with every peer in one run, the torchvision RetinaNet
 # example (short). Logs go to $OUT. Usage (GPU machine, repo root): bash benchmarks/device_final.sh
 source .ci/device_setup.sh >/dev/null 2>&1 || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -11,14 +11,7 @@ timeout 150 python3 -m pytest -q -s -p no:cacheprovider tests/test_gpu_pipeline.
   -k "decode_close or never_wait or one_launch or memory_stable" 2>&1 | grep -E "GPU vs CPU|run\(\) times|launches per|memory at|passed|failed" | tee "$OUT/gpu_prints.log"
 DATA=/tmp/bench_data
 python3 -c "import sys; sys.path.insert(0, 'benchmarks'); import bench_gpu; bench_gpu.make_dataset('$DATA', 1024, 16)" >/dev/null 2>&1
-best=1; bestv=0
-for ra in 0 1; do
-  v=$(DETAUG_DECODE_READAHEAD=$ra timeout 100 python3 benchmarks/bench_gpu.py --only detaug --data $DATA --keep-data --min-seconds 6 2>&1 | grep -E "^\| detaug" | head -1 | cut -d'|' -f3 | tr -d ' ')
-  echo "read-ahead=$ra: detaug ${v} img/s"
-  if python3 -c "import sys; sys.exit(0 if float('${v:-0}') > float('$bestv') else 1)"; then best=$ra; bestv=$v; fi
-done
-echo "full benchmark with DETAUG_DECODE_READAHEAD=$best"
-DETAUG_DECODE_READAHEAD=$best timeout 300 python3 benchmarks/bench_gpu.py --json "$OUT/bench_gpu.json" --min-seconds 8 --peer-seconds 10 2>&1 | quiet > "$OUT/bench_gpu.log"
+timeout 300 python3 benchmarks/bench_gpu.py --json "$OUT/bench_gpu.json" --min-seconds 8 --peer-seconds 10 2>&1 | quiet > "$OUT/bench_gpu.log"
 sed -n '/^| name/,$p' "$OUT/bench_gpu.log"
 timeout 120 python3 examples/retinanet_torchvision.py --device gpu --iters 40 2>&1 | quiet > "$OUT/retinanet_example.log"
 tail -4 "$OUT/retinanet_example.log"

@@ -214,7 +214,9 @@ def _never_waits(pipe, label):
     print(f"\nrun() times with a 1 s kernel queued ({label}): {[round(x * 1000, 1) for x in times]} ms")
     pipe.close()
     assert busy, "the spin finished early: the check proves nothing"
-    assert max(times) < 0.1
+    # a device wait would last the spin (1 s); a call that starts a launch of k batches does k
+    # batches of host work (seen: up to 127 ms for 4 batches of 16 fresh 640x480 uploads)
+    assert max(times) < 0.1 * pipe.batches_per_launch
 
 
 def test_graph_never_waits_for_the_device():
