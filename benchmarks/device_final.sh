@@ -9,8 +9,6 @@ timeout 300 python3 -m pytest -m gpu -q -rf --tb=short -p no:cacheprovider tests
 grep -E "^FAILED|passed|failed" "$OUT/gpu_tests.log" | tail -8
 timeout 150 python3 -m pytest -q -s -p no:cacheprovider tests/test_gpu_pipeline.py \
   -k "decode_close or never_wait or one_launch or memory_stable" 2>&1 | grep -E "GPU vs CPU|run\(\) times|launches per|memory at|passed|failed" | tee "$OUT/gpu_prints.log"
-DATA=/tmp/bench_data
-python3 -c "import sys; sys.path.insert(0, 'benchmarks'); import bench_gpu; bench_gpu.make_dataset('$DATA', 1024, 16)" >/dev/null 2>&1
 timeout 300 python3 benchmarks/bench_gpu.py --json "$OUT/bench_gpu.json" --min-seconds 8 --peer-seconds 10 2>&1 | quiet > "$OUT/bench_gpu.log"
 sed -n '/^| name/,$p' "$OUT/bench_gpu.log"
 timeout 120 python3 examples/retinanet_torchvision.py --device gpu --iters 40 2>&1 | quiet > "$OUT/retinanet_example.log"
