@@ -307,7 +307,7 @@ def test_readme_example_runs_on_the_cpu():
     assert 'device="mixed"' in code and "device_id=0" in code
     code = code.replace(', device="mixed"', "").replace(" device_id=0,", "")
     code = code.replace('"examples/data/voc-mini"', repr(VOC)).replace("batch_size=64", "batch_size=8")
-    ns = {}
+    ns = {"__name__": "__main__"}
     exec(compile(code, "README.md", "exec"), ns)
     images, boxes = ns["images"], ns["boxes"]
     assert images.data.shape == (8, 3, 640, 640) and images.data.dtype == np.float32
