@@ -12,8 +12,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_gpu  # noqa: E402  (data generation)
+from profile_gpu import det_pipe  # noqa: E402  (the benchmark pipeline)
 
-from detaug import fn, pipeline_def  # noqa: E402
 from detaug import pipeline as P  # noqa: E402
 from detaug.ops import gpu_decode, sources  # noqa: E402
 
@@ -24,27 +24,19 @@ def main():
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--prefetch", type=int, default=3)
     ap.add_argument("--device-workers", type=int, default=None)
+    ap.add_argument("--decode-processes", type=int, default=0,
+                    help="0 (default): decode in the device threads, where the per-op times show it")
     ap.add_argument("--data", default=None)
     args = ap.parse_args()
     root = args.data or tempfile.mkdtemp(prefix="detaug_prof_")
     if not os.path.exists(os.path.join(root, "annotations.json")):
         bench_gpu.make_dataset(root, 1024, os.cpu_count())
 
-    @pipeline_def
-    def det_pipe(file_root, annotations_file):
-        enc, boxes = fn.readers.coco(file_root=file_root, annotations_file=annotations_file, random_shuffle=True)
-        img = fn.decoders.image(enc, device="mixed")
-        img, boxes = fn.random_iou_crop(img, boxes)
-        img, boxes = fn.flip(img, boxes, horizontal=fn.random.coin_flip())
-        img, boxes = fn.resize(img, boxes, size=(640, 640))
-        boxes = fn.prune_boxes(boxes, min_size=1)
-        img = fn.normalize(img, mean=[124, 116, 104], std=[58, 57, 57], output_layout="CHW")
-        return img, fn.pad_boxes(boxes, max_boxes=64)
-
     pipe = det_pipe(os.path.join(root, "images"), os.path.join(root, "annotations.json"),
                     batch_size=64, num_threads=os.cpu_count(), device_id=0, seed=0,
                     prefetch_queue_depth=args.prefetch, device_workers=args.device_workers,
-                    batches_per_launch=args.batches_per_launch)
+                    batches_per_launch=args.batches_per_launch,
+                    decode_processes=args.decode_processes)
     lock = threading.Lock()
     acc = collections.defaultdict(lambda: [0.0, 0.0, 0])
 
