@@ -852,11 +852,11 @@ extern "C" __global__ void spin(long long cycles) {
                notes=(f"{ms:.3f} ms/batch {'(kernel, queue pre-filled)' if kern_ms else '(stream)'}; "
                       f"stream back-to-back {stream_ms:.3f} ms, host {host_ms:.3f} ms/call; "
                       f"{bw:.0f} GB/s vs D2D copy {copy_bw or 0:.0f} GB/s = "
-                      f"{100 * (ratio or 0):.0f}% (target >= 50%)"))
+                      f"{100 * (ratio or 0):.1f}% (target >= 50%)"))
     log(f"warp: src {src_bytes / 1e6:.1f} MB + out {out_bytes / 1e6:.1f} MB per batch; "
         f"kernel {kern_ms if kern_ms is not None else float('nan'):.3f} ms (pre-filled: {prefilled}), "
         f"stream {stream_ms:.3f} ms, host {host_ms:.3f} ms/call; {bw:.0f} GB/s; "
-        f"copy {copy_bw or 0:.0f} GB/s; ratio {100 * (ratio or 0):.0f}%")
+        f"copy {copy_bw or 0:.0f} GB/s; ratio {100 * (ratio or 0):.1f}%")
     return res
 
 
@@ -920,7 +920,7 @@ def report(args, info):
         if w.get("ms_per_batch"):
             print(f"warp alone (batch {w.get('batch')}): {w['ms_per_batch']:.3f} ms/batch, "
                   f"{w['gb_s']:.1f} GB/s; copy {w.get('copy_gb_s') or 0:.1f} GB/s; "
-                  f"ratio {100 * (w.get('ratio') or 0):.0f}% (target >= 50%). {w.get('notes', '')}")
+                  f"ratio {100 * (w.get('ratio') or 0):.1f}% (target >= 50%). {w.get('notes', '')}")
         else:
             print(f"warp alone: {w.get('error') or w.get('skipped')}")
     if det:
