@@ -273,7 +273,14 @@ class _Worker:
                                name="detaug-decode")
         self.proc.start()
         child.close()
-        kind, mem, events = self.conn.recv()
+        try:
+            kind, mem, events = self.conn.recv()
+        except (EOFError, OSError):
+            self.proc.join(timeout=10)
+            raise RuntimeError(
+                f"the GPU decode worker process did not start (exit code {self.proc.exitcode}; its "
+                "error is printed above). Pipeline(decode_processes=0) decodes in the pipeline's "
+                "own threads instead") from None
         self.ring = rt.ipcOpenMemHandle(mem)
         self.done = [rt.ipcOpenEventHandle(h) for h in events]
         self.retired = collections.deque()  # (event, req): regions to free once event is done

@@ -50,3 +50,20 @@ def test_ring_wraps_and_refuses_oversize():
     with pytest.raises(ValueError, match="cannot fit"):
         ring.alloc(4, 1001)
     assert ALIGN == 256
+
+
+def test_worker_that_cannot_start_is_a_clear_error():
+    """Where a decode process cannot start (here: no GPU, or no cupy in the child), building
+    the service fails with an error that says so and names the way out, instead of hanging."""
+    pytest.importorskip("cupy")
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() > 0:
+            pytest.skip("a GPU is present: the worker would start")
+    except Exception:
+        pass
+    from detaug.decode_proc import DecodeService
+
+    with pytest.raises(RuntimeError, match="did not start.*decode_processes=0"):
+        DecodeService(1, 0, 16)
