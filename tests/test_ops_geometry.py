@@ -308,3 +308,31 @@ def test_iou_crop_vectorised_equals_plain_loop(rng):
     rwin, rkeep = _iou_crop_reference(u, sizes, boxes, offsets, valid, thr, (0.3, 1.0), (0.5, 2.0))
     np.testing.assert_array_equal(win, rwin)
     np.testing.assert_array_equal(keep, rkeep)
+
+
+@pytest.mark.parametrize("box_scale, thresholds", [(3.0, (0.0, 0.5)), (0.2, (0.3, 0.95)),
+                                                   (1.5, (0.1, 0.3, 0.5, 0.7, 0.9))])
+def test_iou_crop_prefilter_changes_nothing(rng, box_scale, thresholds):
+    """The vectorised crop skips windows more than 1/threshold times the largest box (no box can
+    reach the threshold there): the choices still equal the plain loop's, for boxes larger than
+    the image, tiny boxes, integer boxes, threshold 0 and thresholds near 1."""
+    from detaug.ops.crops import iou_crop_windows
+
+    b, t = 24, 30
+    sizes = rng.integers(10, 150, (b, 2))
+    counts = rng.integers(0, 7, b)
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    boxes = []
+    for s in range(b):
+        h, w = sizes[s]
+        xy = rng.uniform(-w / 4, [w, h], (counts[s], 2))
+        boxes.append(np.concatenate([xy, xy + rng.uniform(1, [w * box_scale, h * box_scale], (counts[s], 2))], 1))
+    boxes = np.concatenate(boxes) if counts.sum() else np.zeros((0, 4))
+    if box_scale > 1:
+        boxes = np.round(boxes)
+    valid = rng.random(len(boxes)) > 0.2
+    u = rng.random((b, 1 + 4 * t))
+    win, keep = iou_crop_windows(u, sizes, boxes, offsets, valid, thresholds, True, (0.1, 1.0), (0.5, 2.0))
+    rwin, rkeep = _iou_crop_reference(u, sizes, boxes, offsets, valid, thresholds, (0.1, 1.0), (0.5, 2.0))
+    np.testing.assert_array_equal(win, rwin)
+    np.testing.assert_array_equal(keep, rkeep)
