@@ -279,8 +279,9 @@ class _Worker:
             self.proc.join(timeout=10)
             raise RuntimeError(
                 f"the GPU decode worker process did not start (exit code {self.proc.exitcode}; its "
-                "error is printed above). Pipeline(decode_processes=0) decodes in the pipeline's "
-                "own threads instead") from None
+                "error is printed above; a script that builds GPU pipelines needs the "
+                "`if __name__ == \"__main__\":` guard, as workers start with spawn). "
+                "Pipeline(decode_processes=0) decodes in the pipeline's own threads instead") from None
         self.ring = rt.ipcOpenMemHandle(mem)
         self.done = [rt.ipcOpenEventHandle(h) for h in events]
         self.retired = collections.deque()  # (event, req): regions to free once event is done
