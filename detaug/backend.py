@@ -93,12 +93,12 @@ class _PinnedRing:
 _RING = _PinnedRing()
 
 
-def upload(a, stream=None, dtype=None):
+def upload(a, stream=None):
     """Host array -> new device array through a pinned staging buffer, asynchronously on
     ``stream`` (default: cupy's current stream). Never waits for the device."""
     import cupy as cp
 
-    a = np.ascontiguousarray(a if dtype is None else np.asarray(a, dtype=dtype))
+    a = np.ascontiguousarray(a)
     stream = stream if stream is not None else cp.cuda.get_current_stream()
     out = cp.empty(a.shape, a.dtype)
     if a.nbytes == 0:

@@ -181,9 +181,12 @@ class ImageBatch:
                                                         out=out[lo:hi], **_rows(kwargs, lo, hi)),
                            self.batch_size)
         else:
-            out = ctx.map_samples(lambda i: warp.warp_cv2([self.data[i]], g.matrices[i:i + 1],
-                                                          g.sizes[i:i + 1], **_rows(kwargs, i, i + 1))[0],
-                                  self.batch_size)
+            # ragged sizes: one warp_cv2 call per thread's chunk (a list back, or a dense array
+            # where the chunk's sizes agree); the samples in order
+            chunks = ctx.map_chunks(lambda lo, hi: warp.warp_cv2(self.data[lo:hi], g.matrices[lo:hi],
+                                                                 g.sizes[lo:hi], **_rows(kwargs, lo, hi)),
+                                    self.batch_size)
+            out = [o for chunk in chunks for o in chunk]
         return ImageBatch(out, self.device, layout, None)
 
 
@@ -250,7 +253,9 @@ class BoxBatch:
 
     def sample_index(self):
         """(N,) int32 sample of each box, on the host (kernels upload it with their metadata)."""
-        return np.repeat(np.arange(self.batch_size, dtype=np.int32), np.diff(self.offsets))
+        from .kernels.boxes import sample_index_from_offsets
+
+        return sample_index_from_offsets(self.offsets)
 
     def replace(self, **kw) -> "BoxBatch":
         attrs = dict(boxes=self.boxes, labels=self.labels, offsets=self.offsets, canvas=self.canvas,

@@ -385,14 +385,18 @@ class DecodeService:
         pitches = shapes[:, 1] * shapes[:, 2]
         return DeviceImages(ptrs, shapes, pitches, _Lease(w, req, stream), self.device_id), []
 
-    def close(self):
-        import cupy as cp
-
+    def stop(self):
+        """Ask the workers to stop (they are daemons); do not wait for them."""
         for w in self.workers:
             try:
                 w.send(("stop",))
             except Exception:
                 pass
+
+    def close(self):
+        import cupy as cp
+
+        self.stop()
         for w in self.workers:
             w.proc.join(timeout=10)
             try:

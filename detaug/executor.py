@@ -53,7 +53,7 @@ class BatchContext:
         of results, in order."""
         if n == 0:
             return []
-        k = 1 if self.pool is None else min(n, self.pool._max_workers)
+        k = 1 if self.pool is None else min(n, max(1, self.pipeline.num_threads))
         bounds = [n * j // k for j in range(k + 1)]
         if k == 1:
             return [fn(0, n)]

@@ -85,16 +85,6 @@ def apply_points(m: np.ndarray, pts: np.ndarray) -> np.ndarray:
     return pts @ np.swapaxes(m[:, :2, :2], 1, 2) + m[:, None, :2, 2]
 
 
-def canvas_extent(m: np.ndarray, sizes_hw: np.ndarray) -> np.ndarray:
-    """(B, 4) enclosing box [x0, y0, x1, y1] of each input canvas mapped through ``m``."""
-    h, w = sizes_hw[:, 0].astype(np.float64), sizes_hw[:, 1].astype(np.float64)
-    z = np.zeros_like(w)
-    corners = np.stack([np.stack([z, z], -1), np.stack([w, z], -1),
-                        np.stack([z, h], -1), np.stack([w, h], -1)], 1)
-    p = apply_points(m, corners)
-    return np.concatenate([p.min(1), p.max(1)], -1)
-
-
 def canvas_region(m: np.ndarray, region: np.ndarray, out_sizes_hw: np.ndarray) -> np.ndarray:
     """(B, 4) enclosing box of ``region`` (B, 4) mapped through ``m``, clipped to the output."""
     x0, y0, x1, y1 = (region[:, i] for i in range(4))

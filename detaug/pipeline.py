@@ -13,6 +13,7 @@ import numpy as np
 
 from . import graph as _graph
 from .batch import BoxBatch, DeviceImages, ImageBatch, split_batches
+from .decode_proc import _Lease
 from .executor import BatchContext, Executor, SampleError
 from .rng import epoch_permutation
 
@@ -336,7 +337,7 @@ class Pipeline:
             v = ctx.values[(node.op.id, node.index)]
             if isinstance(v, ImageBatch):
                 v = v.materialize(ctx)
-                if isinstance(v.raw, DeviceImages) and not isinstance(v.raw.owners, list):
+                if isinstance(v.raw, DeviceImages) and isinstance(v.raw.owners, _Lease):
                     # decoded images still in a decode process's buffer: the user gets copies
                     # (the buffer is reused once the batch is done)
                     v = ImageBatch([a.copy() for a in v.data], v.device, v.layout)
@@ -518,12 +519,8 @@ class Pipeline:
             ex.shutdown(wait=False)
         self._release_device_buffers(sync=False)
         svc = getattr(self, "_decode_service", None)
-        if svc is not None:  # the worker processes are daemons: ask them to stop, do not wait
-            for w in svc.workers:
-                try:
-                    w.send(("stop",))
-                except Exception:
-                    pass
+        if svc is not None:
+            svc.stop()
 
     # ---- graph export -----------------------------------------------------------------------
     def save_graph_to_dot_file(self, path):

@@ -5,7 +5,7 @@ from detaug import Pipeline, fn
 
 
 def run_graph(images, boxes, graph, *, labels=None, fields=None, seed=0, batch_size=None,
-              num_threads=1, device="cpu", epoch_batches=1):
+              num_threads=1, device="cpu"):
     """Feed ``images`` (list of HWC uint8) and ``boxes`` (list of (n, 4)) through ``graph(img, bx)``
     (which returns the outputs) and return the first batch's outputs."""
     n = len(images)

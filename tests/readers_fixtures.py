@@ -11,9 +11,7 @@ import os
 import pytest
 from PIL import Image
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COCO_MINI = os.path.join(REPO, "examples", "data", "coco-mini")
-VOC_MINI = os.path.join(REPO, "examples", "data", "voc-mini")
+from conftest import COCO as COCO_MINI, REPO, VOC as VOC_MINI  # noqa: F401  (other tests import them from here)
 SECRET = "TOP-SECRET-4f1c9a"
 
 

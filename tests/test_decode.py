@@ -1,6 +1,5 @@
 """Decoding: colour conversions, grayscale and CMYK JPEGs, PNG, and size checks."""
 import io
-import os
 
 import numpy as np
 import pytest
@@ -8,6 +7,7 @@ from PIL import Image
 
 from detaug import Pipeline, fn
 from detaug.executor import SampleError
+from helpers import images_of
 
 
 def _write(tmp_path, name, img, fmt="JPEG", **kw):
@@ -24,7 +24,7 @@ def _decode(tmp_path, names, output_type="RGB", device="cpu"):
         pipe.set_outputs(fn.decoders.image(enc, output_type=output_type, device=device))
     (out,) = pipe.run()
     pipe.close()
-    return [a.get() if hasattr(a, "get") else np.asarray(a) for a in out.data]
+    return images_of(out)
 
 
 @pytest.fixture

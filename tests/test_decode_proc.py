@@ -14,8 +14,7 @@ def test_packed_offsets_hand_computed():
     assert len(off) == 0 and total == 0
 
 
-def test_ring_regions_never_overlap_fresh_random():
-    rng = np.random.default_rng()
+def test_ring_regions_never_overlap_fresh_random(rng):
     ring = RingAllocator(10_000)
     live = {}
     for key in range(3000):

@@ -1,7 +1,6 @@
 """``detaug demo``: the grid it writes, and boxes drawn where the pipeline put them."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -10,8 +9,6 @@ import pytest
 from PIL import Image
 
 from detaug.cli import main as cli
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")

@@ -125,11 +125,11 @@ def test_fit_one_epoch_with_thread_workers():
     assert seq.epoch == 3
 
 
-def test_random_access_in_any_order_and_thread_gives_the_same_batches():
+def test_random_access_in_any_order_and_thread_gives_the_same_batches(rng):
     _, seq = _sequence(batch_size=8, output_map=("images", "boxes"))
     n = len(seq)
     in_order = [seq[i] for i in range(n)]
-    order = np.random.default_rng().permutation(n).tolist() * 2
+    order = rng.permutation(n).tolist() * 2
     with cf.ThreadPoolExecutor(3) as pool:  # as Keras' thread workers call it
         shuffled = list(pool.map(lambda i: (i, seq[i]), order))
     for i, batch in shuffled:

@@ -288,19 +288,25 @@ def _iou_crop_reference(u, sizes, boxes, offsets, valid, thresholds, scale, aspe
     return np.array(wins), keep
 
 
+def _random_boxes(rng, sizes, max_count, x_lo, scale):
+    """Fewer than ``max_count`` boxes per sample of ``sizes`` (B, 2) (H, W): top-left corners
+    from ``x_lo * W`` (both coordinates) to (W, H), widths and heights from 1 to ``scale`` x (W, H).
+    Returns (boxes (N, 4), offsets (B + 1,))."""
+    counts = rng.integers(0, max_count, len(sizes))
+    boxes = []
+    for (h, w), n in zip(sizes, counts):
+        xy = rng.uniform(x_lo * w, [w, h], (n, 2))
+        boxes.append(np.concatenate([xy, xy + rng.uniform(1, [w * scale, h * scale], (n, 2))], 1))
+    boxes = np.concatenate(boxes) if counts.sum() else np.zeros((0, 4))
+    return boxes, np.concatenate([[0], np.cumsum(counts)])
+
+
 def test_iou_crop_vectorised_equals_plain_loop(rng):
     from detaug.ops.crops import iou_crop_windows
 
     b, t = 16, 20
     sizes = rng.integers(20, 200, (b, 2))
-    counts = rng.integers(0, 6, b)
-    offsets = np.concatenate([[0], np.cumsum(counts)])
-    boxes = []
-    for s in range(b):
-        h, w = sizes[s]
-        xy = rng.uniform(0, [w, h], (counts[s], 2))
-        boxes.append(np.concatenate([xy, xy + rng.uniform(1, [w / 2, h / 2], (counts[s], 2))], 1))
-    boxes = np.concatenate(boxes) if counts.sum() else np.zeros((0, 4))
+    boxes, offsets = _random_boxes(rng, sizes, 6, 0.0, 0.5)
     valid = rng.random(len(boxes)) > 0.2
     u = rng.random((b, 1 + 4 * t))
     thr = (0.1, 0.3, 0.5, 0.7, 0.9)
@@ -320,14 +326,7 @@ def test_iou_crop_prefilter_changes_nothing(rng, box_scale, thresholds):
 
     b, t = 24, 30
     sizes = rng.integers(10, 150, (b, 2))
-    counts = rng.integers(0, 7, b)
-    offsets = np.concatenate([[0], np.cumsum(counts)])
-    boxes = []
-    for s in range(b):
-        h, w = sizes[s]
-        xy = rng.uniform(-w / 4, [w, h], (counts[s], 2))
-        boxes.append(np.concatenate([xy, xy + rng.uniform(1, [w * box_scale, h * box_scale], (counts[s], 2))], 1))
-    boxes = np.concatenate(boxes) if counts.sum() else np.zeros((0, 4))
+    boxes, offsets = _random_boxes(rng, sizes, 7, -0.25, box_scale)
     if box_scale > 1:
         boxes = np.round(boxes)
     valid = rng.random(len(boxes)) > 0.2

@@ -1,6 +1,5 @@
 """Engine: determinism, resume, epochs, shards, last batch, bad files, DALI styles, export."""
 import os
-import pickle
 import shutil
 import subprocess
 import sys

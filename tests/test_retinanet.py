@@ -248,9 +248,8 @@ def test_force_match_small_box(anchors128):
 
 
 def test_force_match_reassigns_to_forcing_box(anchors128):
-    k = 9 * (5 * 16 + 5) + 3
     big = np.float32([20, 20, 70, 70])
-    small = np.float32([40, 40, 48, 48])  # inside anchor k; anchor k's argmax box is `big`
+    small = np.float32([40, 40, 48, 48])  # its best anchor's best box is `big`
     boxes, labels, offsets = np.stack([big, small]), np.asarray([0, 1]), np.asarray([0, 2])
     iou = rn.iou_matrix(anchors128, boxes)
     best_small = int(np.argmax(iou[:, 1]))

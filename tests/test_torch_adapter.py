@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import collections
-import os
 import subprocess
 import sys
 import warnings
@@ -15,8 +14,7 @@ torch = pytest.importorskip("torch")
 from detaug import fn, pipeline_def  # noqa: E402
 from detaug.adapters.torch import DetaugIterator, shard_from_torch_distributed  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VOC = os.path.join(REPO, "examples", "data", "voc-mini")
+from conftest import REPO, VOC  # noqa: E402
 N_RECORDS = 40
 
 

@@ -64,7 +64,7 @@ def _padded_boxes(bb: BoxBatch, name: str, max_boxes) -> dict:
     from ..kernels import boxes as kb
 
     valid = None if bb.valid is None else np.asarray(_fresh(bb.valid), bool)
-    sample = np.repeat(np.arange(bb.batch_size), np.diff(bb.offsets))
+    sample = bb.sample_index()
     counts = np.bincount(sample if valid is None else sample[valid], minlength=bb.batch_size)
     largest = int(counts.max()) if len(counts) else 0
     m = largest if max_boxes is None else int(max_boxes)

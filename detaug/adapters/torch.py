@@ -338,7 +338,7 @@ def _host_valid(bb: BoxBatch, event=None):
     src = hv if hv is not None else bb
     valid = (np.ones(bb.num_boxes, bool) if src.valid is None
              else np.asarray(_to_host(src.valid, event), bool))
-    sample = np.repeat(np.arange(bb.batch_size), np.diff(bb.offsets))
+    sample = bb.sample_index()
     return valid, np.bincount(sample[valid], minlength=bb.batch_size)
 
 

@@ -82,14 +82,12 @@ def pad_boxes(ctx, op, inputs, args):
     from ..kernels import boxes as kb
 
     hv = b.host_view()
-    valid_h = np.ones(hv.num_boxes, bool) if hv.valid is None else np.asarray(hv.valid)
-    csum = np.concatenate([[0], np.cumsum(valid_h, dtype=np.int64)])
-    counts = csum[hv.offsets[1:]] - csum[hv.offsets[:-1]]
+    most = kb.max_kept_count_numpy(hv.valid, hv.offsets)
     m = args["max_boxes"]
     if m is None:
-        m = int(counts.max()) if len(counts) else 0
-    elif len(counts) and counts.max() > m:
-        warnings.warn(f"{op.name}: a sample has {int(counts.max())} boxes, more than max_boxes={m}; "
+        m = most
+    elif most > m:
+        warnings.warn(f"{op.name}: a sample has {most} boxes, more than max_boxes={m}; "
                       "the first max_boxes are kept")
     fields = {"labels": b.labels, **b.fields}
     if b.device == "gpu":

@@ -13,19 +13,6 @@ from .geometry import GEO, apply_geometry, pair
 from .registry import register
 
 
-def window_iou(windows: np.ndarray, boxes: np.ndarray) -> np.ndarray:
-    """(T, N) IoU of candidate windows (T, 4) against boxes (N, 4), xyxy, float64."""
-    ix0 = np.maximum(windows[:, None, 0], boxes[None, :, 0])
-    iy0 = np.maximum(windows[:, None, 1], boxes[None, :, 1])
-    ix1 = np.minimum(windows[:, None, 2], boxes[None, :, 2])
-    iy1 = np.minimum(windows[:, None, 3], boxes[None, :, 3])
-    inter = np.clip(ix1 - ix0, 0, None) * np.clip(iy1 - iy0, 0, None)
-    aw = (windows[:, 2] - windows[:, 0]) * (windows[:, 3] - windows[:, 1])
-    ab = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
-    union = aw[:, None] + ab[None, :] - inter
-    return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
-
-
 def iou_crop_windows(u, sizes, boxes, offsets, valid, thresholds, allow_no_crop, scale, aspect):
     """Choose SSD crops (torchvision's RandomIoUCrop rule) for a batch.
 
@@ -91,8 +78,8 @@ def iou_crop_windows(u, sizes, boxes, offsets, valid, thresholds, allow_no_crop,
         union = area_c[rows].astype(np.float32)[:, None, :] + area_b - inter
         iou = inter / np.where(union > 0, union, np.float32(1))
         best = np.where(inside, iou, np.float32(-1)).max(1)                                # (S, T)
-        t = thr[rows, None]
-        ok[rows] = ar_ok[rows] & np.where(has_boxes[rows, None], best >= t, np.isfinite(t))
+        # (rows only holds samples with a finite threshold: without boxes, any window passes)
+        ok[rows] = ar_ok[rows] & (~has_boxes[rows, None] | (best >= thr[rows, None]))
     hit = ok.any(1)
     first = ok.argmax(1)
     windows = np.where(hit[:, None], cand[np.arange(b), first], np.stack([np.zeros(b), np.zeros(b), w, h], -1))
