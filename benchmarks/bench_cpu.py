@@ -37,7 +37,7 @@ for _v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 import numpy as np  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from bench_gpu import MEAN, SIZE, STD, make_tv_transform  # noqa: E402  (one definition of the peers' pipeline)
+from bench_gpu import MEAN, SIZE, STD, make_det_pipe, make_tv_transform  # noqa: E402  (one definition of the peers' pipeline)
 
 
 # ---------------------------------------------------------------------------- data
@@ -96,23 +96,9 @@ def _set_cv2_threads(n):
 
 # ---------------------------------------------------------------------------- detaug
 def bench_detaug(args):
-    from detaug import fn, pipeline_def
-
-    @pipeline_def
-    def det_pipe(data):
-        enc, boxes = fn.readers.coco(file_root=os.path.join(data, "images"),
-                                     annotations_file=os.path.join(data, "annotations.json"),
-                                     random_shuffle=True)
-        img = fn.decoders.image(enc)
-        img, boxes = fn.random_iou_crop(img, boxes)
-        img, boxes = fn.flip(img, boxes, horizontal=fn.random.coin_flip())
-        img, boxes = fn.resize(img, boxes, size=(SIZE, SIZE))
-        boxes = fn.prune_boxes(boxes, min_size=1)
-        img = fn.normalize(img, mean=list(MEAN), std=list(STD), output_layout="CHW")
-        return img, fn.pad_boxes(boxes)
-
-    pipe = det_pipe(args.data, batch_size=args.batch_size, num_threads=args.workers, seed=0,
-                    prefetch_queue_depth=args.prefetch, last_batch_policy="partial")
+    pipe = make_det_pipe(args.data, "cpu", max_boxes=None, batch_size=args.batch_size,
+                         num_threads=args.workers, seed=0, prefetch_queue_depth=args.prefetch,
+                         last_batch_policy="partial")
     pipe.build()
 
     def epoch():

@@ -60,6 +60,7 @@ import numpy as np  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
+from detaug.backend import gpu_available  # noqa: E402  (imports no GPU library)
 MEAN = (123.675, 116.28, 103.53)  # pixel units (ImageNet mean * 255)
 STD = (58.395, 57.12, 57.375)
 SIZE = 640
@@ -147,15 +148,6 @@ def import_nvimgcodec():
     from nvidia import nvimgcodec
 
     return nvimgcodec
-
-
-def cuda_ok():
-    try:
-        import cupy
-
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except BaseException:  # noqa: BLE001
-        return False
 
 
 def free_gpu_memory():
@@ -300,12 +292,17 @@ def load_records(root):
 
 
 # ---------------------------------------------------------------------------- 2. detaug
-def bench_detaug(args, root, gpu, retinanet=False):
+def make_det_pipe(root, decode_device, retinanet=False, max_boxes=64, **pipe_kwargs):
+    """The benchmark pipeline on the data set at ``root`` (images/, annotations.json): readers.coco
+    -> decode -> random_iou_crop -> flip (-> rotate) -> resize -> prune -> normalize CHW, boxes
+    padded (to the batch's largest count with max_boxes=None) (-> RetinaNet targets). One
+    definition for bench_gpu, bench_cpu and the profiling scripts."""
     from detaug import fn, pipeline_def
 
     @pipeline_def
-    def det_pipe(file_root, annotations_file, decode_device):
-        enc, boxes = fn.readers.coco(file_root=file_root, annotations_file=annotations_file,
+    def det_pipe():
+        enc, boxes = fn.readers.coco(file_root=os.path.join(root, "images"),
+                                     annotations_file=os.path.join(root, "annotations.json"),
                                      random_shuffle=True)
         img = fn.decoders.image(enc, device=decode_device)
         img, boxes = fn.random_iou_crop(img, boxes)
@@ -317,12 +314,15 @@ def bench_detaug(args, root, gpu, retinanet=False):
         img = fn.normalize(img, mean=list(MEAN), std=list(STD), output_layout="CHW")
         if retinanet:
             reg, cls = fn.retinanet_encode(boxes, num_classes=80)
-            return img, fn.pad_boxes(boxes, max_boxes=64), reg, cls
-        return img, fn.pad_boxes(boxes, max_boxes=64)
+            return img, fn.pad_boxes(boxes, max_boxes=max_boxes), reg, cls
+        return img, fn.pad_boxes(boxes, max_boxes=max_boxes)
 
+    return det_pipe(**pipe_kwargs)
+
+
+def bench_detaug(args, root, gpu, retinanet=False):
     bs = args.batch_size
-    pipe = det_pipe(os.path.join(root, "images"), os.path.join(root, "annotations.json"),
-                    "mixed" if gpu else "cpu", batch_size=bs, num_threads=args.threads,
+    pipe = make_det_pipe(root, "mixed" if gpu else "cpu", retinanet, batch_size=bs, num_threads=args.threads,
                     device_id=0 if gpu else None, seed=0, prefetch_queue_depth=args.prefetch,
                     batches_per_launch=args.batches_per_launch, device_workers=args.device_workers,
                     decode_processes=args.decode_processes)
@@ -997,7 +997,7 @@ def main(argv=None):
     if unknown:
         ap.error(f"unknown sections {sorted(unknown)}; choose from {ALL}")
 
-    gpu = False if smoke else cuda_ok()
+    gpu = False if smoke else gpu_available()
     if gpu:
         log(f"libnvjpeg preloaded from: {preload_nvjpeg() or 'not found on sys.path (system one)'}")
     if not smoke and not gpu:

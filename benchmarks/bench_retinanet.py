@@ -33,13 +33,12 @@ def time_numpy(enc, boxes, labels, offsets, iters):
 
 def time_gpu(enc, boxes, labels, offsets, iters):
     """ms per batch, or None without cupy or a device."""
-    try:
-        import cupy as cp
+    from detaug.backend import gpu_available
 
-        if cp.cuda.runtime.getDeviceCount() < 1:
-            return None
-    except Exception:
+    if not gpu_available():
         return None
+    import cupy as cp
+
     d_boxes, d_labels = cp.asarray(boxes), cp.asarray(labels, dtype=cp.int32)
     d_offsets = cp.asarray(offsets)  # device offsets: no host-to-device copy in the timed loop
     for _ in range(5):

@@ -13,21 +13,7 @@ from collections import defaultdict
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_gpu  # noqa: E402  (data generation)
 
-from detaug import fn, pipeline_def  # noqa: E402
 from detaug import pipeline as P  # noqa: E402
-
-
-@pipeline_def
-def det_pipe(file_root, annotations_file):
-    """The issue-4 benchmark pipeline (as bench_gpu's), shared by the profiling scripts."""
-    enc, boxes = fn.readers.coco(file_root=file_root, annotations_file=annotations_file, random_shuffle=True)
-    img = fn.decoders.image(enc, device="mixed")
-    img, boxes = fn.random_iou_crop(img, boxes)
-    img, boxes = fn.flip(img, boxes, horizontal=fn.random.coin_flip())
-    img, boxes = fn.resize(img, boxes, size=(640, 640))
-    boxes = fn.prune_boxes(boxes, min_size=1)
-    img = fn.normalize(img, mean=[124, 116, 104], std=[58, 57, 57], output_layout="CHW")
-    return img, fn.pad_boxes(boxes, max_boxes=64)
 
 
 def main():
@@ -37,8 +23,8 @@ def main():
     root = tempfile.mkdtemp(prefix="detaug_prof_")
     bench_gpu.make_dataset(root, 1024, os.cpu_count())
 
-    pipe = det_pipe(os.path.join(root, "images"), os.path.join(root, "annotations.json"),
-                    batch_size=64, num_threads=16, device_id=0, seed=0, decode_processes=0)
+    pipe = bench_gpu.make_det_pipe(root, "mixed", batch_size=64, num_threads=16, device_id=0, seed=0,
+                                   decode_processes=0)
     pipe.build()
     for i in range(3):
         pipe.run_batch(i)

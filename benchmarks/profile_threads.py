@@ -12,7 +12,6 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_gpu  # noqa: E402  (data generation)
-from profile_gpu import det_pipe  # noqa: E402  (the benchmark pipeline)
 
 from detaug import pipeline as P  # noqa: E402
 from detaug.ops import gpu_decode, sources  # noqa: E402
@@ -32,11 +31,11 @@ def main():
     if not os.path.exists(os.path.join(root, "annotations.json")):
         bench_gpu.make_dataset(root, 1024, os.cpu_count())
 
-    pipe = det_pipe(os.path.join(root, "images"), os.path.join(root, "annotations.json"),
-                    batch_size=64, num_threads=os.cpu_count(), device_id=0, seed=0,
-                    prefetch_queue_depth=args.prefetch, device_workers=args.device_workers,
-                    batches_per_launch=args.batches_per_launch,
-                    decode_processes=args.decode_processes)
+    pipe = bench_gpu.make_det_pipe(root, "mixed", batch_size=64, num_threads=os.cpu_count(),
+                                   device_id=0, seed=0, prefetch_queue_depth=args.prefetch,
+                                   device_workers=args.device_workers,
+                                   batches_per_launch=args.batches_per_launch,
+                                   decode_processes=args.decode_processes)
     lock = threading.Lock()
     acc = collections.defaultdict(lambda: [0.0, 0.0, 0])
 
