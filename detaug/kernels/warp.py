@@ -306,21 +306,16 @@ def _cv2_one(cv2, img, inv, nx, ny, out_hw, fill, mean, std, out_dtype, layout, 
         big = dst
     else:
         big = cv2.warpAffine(plane(src), m_idx, (nx * w, ny * h), flags=flags,
-                             borderMode=cv2.BORDER_REPLICATE)
-        if big.ndim == 2 and C == 1:
-            big = big[:, :, None] if outside else big
+                             borderMode=cv2.BORDER_REPLICATE)  # (H, W) where C == 1
     if outside:
         ones = np.full(img.shape[:2], 255, np.uint8)
         mask = cv2.warpAffine(ones, m_idx, (big.shape[1], big.shape[0]),
                               flags=cv2.INTER_NEAREST | cv2.WARP_INVERSE_MAP,
                               borderMode=cv2.BORDER_CONSTANT, borderValue=0)
         fv = np.asarray(fill, np.float64)
-        big.reshape(big.shape[0], big.shape[1], -1)[mask == 0] = (
-            np.clip(np.floor(fv + 0.5), 0, 255) if big.dtype == np.uint8 else fv)
+        big[mask == 0] = np.clip(np.floor(fv + 0.5), 0, 255) if big.dtype == np.uint8 else fv
     if direct:
         return
-    if big.ndim == 3 and C == 1:
-        big = big[:, :, 0]
     if layout == "HWC":
         _cv2_epilogue(cv2, big, (w, h), shrink, mean, std, out_dtype, plane(dst))
     else:
