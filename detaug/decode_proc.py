@@ -110,10 +110,10 @@ def _worker(conn, device_id, ring_bytes):  # pragma: no cover - runs in the chil
     import cupy as cp
     from nvidia import nvimgcodec
 
-    from .ops.decode import decode_pillow
-    from .ops.gpu_decode import code_streams
-
-    import concurrent.futures as cf
+    from .executor import SampleError
+    from .ops.decode import _decode_one
+    from .ops.gpu_decode import _describe, code_streams, decode_chunks
+    from .ops.sources import EncodedBatch
 
     rt = cp.cuda.runtime
     cp.cuda.Device(device_id).use()
@@ -122,10 +122,6 @@ def _worker(conn, device_id, ring_bytes):  # pragma: no cover - runs in the chil
     stream = cp.cuda.Stream(non_blocking=True)       # decode
     copy_stream = cp.cuda.Stream(non_blocking=True)  # ring writes
     decoded = cp.cuda.Event(block=False, disable_timing=True)
-    # DETAUG_DECODE_READAHEAD=1: the next request's files are read while this one decodes
-    # (off by default: measured 17.3k img/s with it, 18.3k without, on the H200 machine)
-    reader = cf.ThreadPoolExecutor(1) if os.environ.get("DETAUG_DECODE_READAHEAD", "0") == "1" else None
-    ahead = {}
     done = [cp.cuda.Event(block=False, disable_timing=True, interprocess=True)
             for _ in range(N_EVENTS)]
     conn.send(("ready", rt.ipcGetMemHandle(ring), [rt.ipcGetEventHandle(e.ptr) for e in done]))
@@ -133,68 +129,36 @@ def _worker(conn, device_id, ring_bytes):  # pragma: no cover - runs in the chil
     # decoded images, released once the copies out of them have run (their event is done)
     keep = collections.deque()
     decoder = nvimgcodec.Decoder(device_id=device_id)
-    specs = {}
-    pending = collections.deque()
-
-    def params(output_type):
-        if output_type not in specs:
-            cs = nvimgcodec.ColorSpec
-            spec = cs.GRAY if output_type == "GRAY" else (getattr(cs, "SRGB", None) or cs.RGB)
-            specs[output_type] = nvimgcodec.DecodeParams(apply_exif_orientation=False,
-                                                         color_spec=spec, allow_any_depth=False)
-        return specs[output_type]
-
-    def handle_free(m):
-        # the pipeline sends "free" only once its work on the region has completed (it polls
-        # an event): nothing here waits for the pipeline's GPU work, on the host or the device
-        alloc.free(m[1])
-
-    def read_ahead():
-        """Start reading the files of the next decode request already in the pipe."""
-        if reader is None:
-            return
-        while conn.poll():
-            pending.append(conn.recv())
-        for m in pending:
-            if m[0] == "decode":
-                if m[1] not in ahead:
-                    ahead[m[1]] = reader.submit(_read_all, m[2])
-                break
+    pending = collections.deque()  # requests received while waiting for room in the ring
+    # ("free", req) arrives only once the pipeline's work on the region has completed (it polls
+    # an event): nothing here waits for the pipeline's GPU work, on the host or the device
 
     def serve(req, paths, output_type, chunk):
         n = len(paths)
-        images = [None] * n
         while keep and keep[0][0].done:
             keep.popleft()
-        fut = ahead.pop(req, None)
-        data, errors = fut.result() if fut is not None else _read_all(paths)
-        read_ahead()
+        data, errors = _read_all(paths)
         if errors:
             return ("done", req, None, None, errors)
         streams = code_streams(data)
         idx = [k for k in range(n) if streams[k] is not None]
-        results = []
-        for lo in range(0, len(idx), chunk):
-            results.extend(decoder.decode([streams[k] for k in idx[lo:lo + chunk]],
-                                          params=params(output_type), cuda_stream=stream.ptr))
-        for k, r in zip(idx, results):
-            if r is not None:
-                images[k] = r
+        results = decode_chunks(decoder, [streams[k] for k in idx], output_type, chunk, stream.ptr)
+        # per image: (device pointer, row pitch) of a GPU-decoded image, or a host array
+        src = [None] * n
         shapes = np.zeros((n, 3), np.int64)
-        cais = [None] * n
+        for k, r in zip(idx, results):
+            d = None if r is None else _describe(r.__cuda_array_interface__)
+            if d is not None:
+                src[k], shapes[k] = (d[0], d[2]), d[1]
+        enc = EncodedBatch(data, paths)
         for k in range(n):
-            if images[k] is None:  # the CPU decoder decodes it or says why not
+            if src[k] is None:  # the CPU decoder decodes it or says why not
                 try:
-                    images[k] = decode_pillow(data[k], output_type)
-                except Exception as e:
-                    errors.append((k, f"{paths[k]}: cannot decode image ({type(e).__name__}: {e})"))
+                    src[k] = np.ascontiguousarray(_decode_one(enc, k, output_type))
+                except SampleError as e:
+                    errors.append((k, str(e)))
                     continue
-                shapes[k] = images[k].shape
-            else:
-                cai = images[k].__cuda_array_interface__
-                sh = cai["shape"]
-                shapes[k] = (sh[0], sh[1], sh[2] if len(sh) == 3 else 1)
-                cais[k] = cai
+                shapes[k] = src[k].shape
         if errors:
             return ("done", req, None, None, errors)
         offsets, total = packed_offsets(shapes)
@@ -203,15 +167,9 @@ def _worker(conn, device_id, ring_bytes):  # pragma: no cover - runs in the chil
                     [(-1, f"a decode request of {total / 2**20:.0f} MiB does not fit the worker's "
                           f"buffer of {ring_bytes / 2**20:.0f} MiB: raise decode_buffer_mb")])
         while (base := alloc.alloc(req, total)) is None:  # wait for regions to come back
-            frees = [m for m in pending if m[0] == "free"]
-            if frees:  # read ahead of their turn by read_ahead()
-                for m in frees:
-                    pending.remove(m)
-                    handle_free(m)
-                continue
             m = conn.recv()  # (EOF here ends the worker through serve's caller)
             if m[0] == "free":
-                handle_free(m)
+                alloc.free(m[1])
             else:
                 pending.append(m)
         decoded.record(stream)
@@ -219,14 +177,12 @@ def _worker(conn, device_id, ring_bytes):  # pragma: no cover - runs in the chil
         for k in range(n):
             h, w, c = (int(v) for v in shapes[k])
             dst = ring + base + int(offsets[k])
-            if cais[k] is not None:
-                st = cais[k].get("strides")
-                spitch = w * c if st is None else st[0]
-                rt.memcpy2DAsync(dst, w * c, cais[k]["data"][0], spitch, w * c, h,
+            if isinstance(src[k], tuple):
+                rt.memcpy2DAsync(dst, w * c, src[k][0], src[k][1], w * c, h,
                                  rt.memcpyDeviceToDevice, copy_stream.ptr)
             else:
-                a = np.ascontiguousarray(images[k])
-                rt.memcpyAsync(dst, a.ctypes.data, a.nbytes, rt.memcpyHostToDevice, copy_stream.ptr)
+                rt.memcpyAsync(dst, src[k].ctypes.data, src[k].nbytes, rt.memcpyHostToDevice,
+                               copy_stream.ptr)
         done[req % N_EVENTS].record(copy_stream)
         copied = cp.cuda.Event(block=False, disable_timing=True)
         copied.record(copy_stream)
@@ -241,7 +197,7 @@ def _worker(conn, device_id, ring_bytes):  # pragma: no cover - runs in the chil
         if m[0] == "stop":
             break
         if m[0] == "free":
-            handle_free(m)
+            alloc.free(m[1])
         elif m[0] == "decode":
             try:
                 reply = serve(*m[1:])
@@ -256,8 +212,6 @@ def _worker(conn, device_id, ring_bytes):  # pragma: no cover - runs in the chil
     stream.synchronize()
     copy_stream.synchronize()
     keep.clear()
-    if reader is not None:
-        reader.shutdown(wait=True)
     rt.free(ring)
     conn.close()
 
@@ -317,7 +271,7 @@ class _Worker:
                 if not ev.done:
                     break
                 self.retired.popleft()
-                self.send(("free", req, -1))
+                self.send(("free", req))
 
     def wait(self, req):
         self.flush()

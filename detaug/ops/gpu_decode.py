@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import functools
 import threading
 import weakref
 
@@ -114,43 +115,64 @@ def code_streams(data) -> list:
     return out
 
 
-def decode_batch(ctx, enc, output_type: str) -> ImageBatch:
-    """Decode a batch with one nvImageCodec call. The result is a :class:`DeviceImages`: the
-    decoded buffers themselves (no copy), described by host arrays."""
-    import cupy as cp
+@functools.lru_cache(maxsize=None)
+def decode_params(output_type: str):
+    """nvImageCodec DecodeParams for 'RGB' or 'GRAY' (EXIF orientation off, 8 bits)."""
     from nvidia import nvimgcodec
 
     cs = nvimgcodec.ColorSpec
     # nvImageCodec 0.9 names sRGB 'SRGB' (older releases: 'RGB')
-    spec = getattr(cs, "GRAY") if output_type == "GRAY" else getattr(cs, "SRGB", None) or getattr(cs, "RGB")
-    params = nvimgcodec.DecodeParams(apply_exif_orientation=False, color_spec=spec,
-                                     allow_any_depth=False)
+    spec = cs.GRAY if output_type == "GRAY" else getattr(cs, "SRGB", None) or cs.RGB
+    return nvimgcodec.DecodeParams(apply_exif_orientation=False, color_spec=spec,
+                                   allow_any_depth=False)
+
+
+def decode_chunks(decoder, srcs, output_type, chunk, stream_ptr) -> list:
+    """Decode CodeStreams ``srcs`` in calls of at most ``chunk`` images: nvImageCodec 0.9
+    decoded 512 images in one call at 8.9k img/s, 128 at 10.9k, 64 at 17.2k
+    (benchmarks/probe_decode.py, H200). None where an image could not be decoded."""
+    params = decode_params(output_type)
+    results = []
+    for lo in range(0, len(srcs), chunk):
+        results.extend(decoder.decode(srcs[lo:lo + chunk], params=params, cuda_stream=stream_ptr))
+    return results
+
+
+def decode_batch(ctx, enc, output_type: str) -> ImageBatch:
+    """Decode a batch with nvImageCodec, in the pipeline's decode processes or (without them)
+    here. The result is a :class:`DeviceImages` described by host arrays. BGR is decoded as RGB
+    (on the GPU and by the Pillow fallback alike) and swapped once, at the end."""
+    import cupy as cp
+
     dev = cp.cuda.Device().id
-    n = len(enc)
     chunk = max(1, min(CHUNK, ctx.pipeline.batch_size))
+    dec_type = "RGB" if output_type == "BGR" else output_type
     service = getattr(ctx.pipeline, "_decode_service", None)
     if service is not None:
-        # the workers decode RGB for BGR (their Pillow fallback too); the swap is made here
-        images, errors = service.decode(enc.paths, "RGB" if output_type == "BGR" else output_type,
-                                        chunk, ctx.stream)
+        images, errors = service.decode(enc.paths, dec_type, chunk, ctx.stream)
         if errors:
             k, msg = errors[0]
             if k < 0:
                 raise RuntimeError(msg)
             raise SampleError(msg, k, enc.paths[k])
-        _check_sizes(images.shapes, enc)
-        if output_type == "BGR":
-            images = DeviceImages.from_arrays([a[:, :, ::-1] for a in images.as_list()], dev)
-        return ImageBatch(images, "gpu")
+    else:
+        images = _decode_here(ctx, enc, dec_type, chunk, dev)
+    _check_sizes(images.shapes, enc)
+    if output_type == "BGR":
+        images = DeviceImages.from_arrays([a[:, :, ::-1] for a in images.as_list()], dev)
+    return ImageBatch(images, "gpu")
+
+
+def _decode_here(ctx, enc, output_type, chunk, dev) -> DeviceImages:
+    """Decode in this thread, on the pipeline's stream: the decoded buffers themselves (no
+    copy); files the GPU must not or cannot take are decoded by Pillow and uploaded."""
+    import cupy as cp
+
+    n = len(enc)
     streams = enc.streams if enc.streams is not None else code_streams(enc.data)
     gpu_idx = [k for k in range(n) if streams[k] is not None]
-    srcs = [streams[k] for k in gpu_idx]
-    # calls of at most CHUNK images: nvImageCodec 0.9 decoded 512 images in one call at 8.9k
-    # img/s, 128 at 10.9k, 64 at 17.2k (benchmarks/probe_decode.py, H200)
-    decoder = _decoder(dev)
-    results = []
-    for lo in range(0, len(srcs), chunk):
-        results.extend(decoder.decode(srcs[lo:lo + chunk], params=params, cuda_stream=ctx.stream.ptr))
+    results = decode_chunks(_decoder(dev), [streams[k] for k in gpu_idx], output_type, chunk,
+                            ctx.stream.ptr)
     ptrs = np.zeros(n, np.uint64)
     shapes = np.zeros((n, 3), np.int64)
     pitches = np.zeros(n, np.int64)
@@ -171,14 +193,8 @@ def decode_batch(ctx, enc, output_type: str) -> ImageBatch:
         a = upload(_decode_one(enc, k, output_type), ctx.stream)
         owners.append(a)
         ptrs[k], shapes[k], pitches[k] = a.data.ptr, a.shape, a.strides[0]
-    _check_sizes(shapes, enc)
-    images = DeviceImages(ptrs, shapes, pitches, owners, dev)
-    if output_type == "BGR":
-        images = DeviceImages.from_arrays([a[:, :, ::-1] for a in images.as_list()], dev)
     keep_queue(ctx.pipeline).append(results)
-    return ImageBatch(images, "gpu")
-
-
+    return DeviceImages(ptrs, shapes, pitches, owners, dev)
 def _check_sizes(shapes, enc):
     """The decoded sizes against the annotated ones (0 = unknown), for the whole batch at once."""
     if enc.sizes is None or not len(shapes):
