@@ -61,6 +61,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 from detaug.backend import gpu_available  # noqa: E402  (imports no GPU library)
+from detaug.ops.gpu_decode import decode_params  # noqa: E402  (detaug's own decode settings)
 MEAN = (123.675, 116.28, 103.53)  # pixel units (ImageNet mean * 255)
 STD = (58.395, 57.12, 57.375)
 SIZE = 640
@@ -70,11 +71,6 @@ COCO_IDS = [i for i in range(1, 91) if i not in (12, 26, 29, 30, 45, 66, 68, 69,
 ROWS = []        # table rows: dict(name, img_s, notes, error, ...)
 EXTRA = {}       # details for the JSON
 T_START = time.perf_counter()
-
-
-def _SRGB(nvimgcodec):
-    """nvImageCodec 0.9 names sRGB 'SRGB' (older releases: 'RGB')."""
-    return getattr(nvimgcodec.ColorSpec, "SRGB", None) or getattr(nvimgcodec.ColorSpec, "RGB")
 
 
 def log(msg):
@@ -433,8 +429,7 @@ def bench_decode_ceiling(args, blobs, with_asarray=False):
 
     nvimgcodec = import_nvimgcodec()
     dec = nvimgcodec.Decoder(device_id=0)
-    params = nvimgcodec.DecodeParams(apply_exif_orientation=False,
-                                     color_spec=_SRGB(nvimgcodec), allow_any_depth=False)
+    params = decode_params("RGB")
     stream = cp.cuda.Stream(non_blocking=True)
     arrays = [np.frombuffer(b, np.uint8) for b in blobs]  # as detaug's reader hands them over
     idx = index_stream(len(arrays), args.batch_size, seed=1)
@@ -625,8 +620,7 @@ def bench_kornia(args, recs, blobs, gpu):
     if mode == "nvimgcodec":
         nvimgcodec = import_nvimgcodec()
         dec = nvimgcodec.Decoder(device_id=0)
-        params = nvimgcodec.DecodeParams(apply_exif_orientation=False,
-                                         color_spec=_SRGB(nvimgcodec), allow_any_depth=False)
+        params = decode_params("RGB")
         arrays = [np.frombuffer(b, np.uint8) for b in blobs]
         keep = collections.deque(maxlen=8)
 
@@ -713,8 +707,7 @@ def _decoded_batch(blobs, bs, gpu):
 
         nvimgcodec = import_nvimgcodec()
         dec = nvimgcodec.Decoder(device_id=0)
-        params = nvimgcodec.DecodeParams(apply_exif_orientation=False,
-                                         color_spec=_SRGB(nvimgcodec), allow_any_depth=False)
+        params = decode_params("RGB")
         res = dec.decode([np.frombuffer(b, np.uint8) for b in blobs[:bs]], params=params)
         imgs = [cp.array(cp.asarray(r), copy=True) for r in res]
         cp.cuda.runtime.deviceSynchronize()

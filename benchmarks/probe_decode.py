@@ -29,8 +29,9 @@ print(f"CodeStream(numpy array): {(time.perf_counter() - t) / len(arrays) * 1e6:
 inputs = {"numpy": arrays, "bytes": [a.tobytes() for a in arrays], "codestream": streams_in}
 blobs = arrays
 
-spec = getattr(nvimgcodec.ColorSpec, "SRGB", None) or nvimgcodec.ColorSpec.RGB
-params = nvimgcodec.DecodeParams(apply_exif_orientation=False, color_spec=spec, allow_any_depth=False)
+from detaug.ops.gpu_decode import decode_params  # noqa: E402
+
+params = decode_params("RGB")
 decoders = [nvimgcodec.Decoder(device_id=0) for _ in range(3)]
 streams = [cp.cuda.Stream(non_blocking=True) for _ in range(3)]
 stats = {}
@@ -71,7 +72,6 @@ def numpy_work():
 
 for k in range(3):
     worker(3, k)
-MODE = "numpy"
 runs = [(1, None, "numpy"), (1, None, "bytes"), (1, None, "codestream"), (2, None, "codestream"),
         (1, gil_hog, "numpy"), (1, gil_hog, "bytes"), (1, gil_hog, "codestream"),
         (1, "switch1e-4", "numpy"), (1, "switch1e-4", "codestream"), (1, "bs128", "numpy")]
