@@ -135,13 +135,11 @@ def main(argv=None):
     import keras
 
     from detaug.adapters.keras import DetaugSequence
-    from readers.voc import read_voc
-
     from detaug.backend import pick_device
-
+    from readers.voc import VOC_CLASSES
 
     device = pick_device(args.device)
-    num_classes = len(read_voc(args.root).class_names)
+    num_classes = len(VOC_CLASSES)  # fn.readers.voc's default classes
     pipe = build_pipeline(args.root, num_classes, args.size, device, args.batch_size, args.seed,
                           num_threads=min(4, os.cpu_count() or 1))
     seq = DetaugSequence(pipe, output_map=("images", "regression", "classification"),

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from ..backend import pick_device
+from ..backend import cpu_warp, pick_device, to_host
 
 SAMPLES = {"voc": "voc-mini", "coco": "coco-mini"}
 SIZE = 512  # the demo pipeline's output canvas (square)
@@ -66,14 +66,13 @@ def load_dataset(data: str, root: str):
 
 
 
-def demo_pipeline(data: str, root: str, device: str = "cpu", batch_size: int = 8, seed: int = 0,
-                  num_threads: int | None = None):
+def demo_pipeline(data: str, root: str, device: str = "cpu", batch_size: int = 8, seed: int = 0):
     """The demo's detection pipeline (SSD-style crop, flip, rotate, colour, resize, prune).
 
     On 'gpu' the decoder is mixed and every op after it runs on the device."""
     from detaug import fn, pipeline_def
 
-    @pipeline_def(batch_size=batch_size, num_threads=num_threads or min(4, os.cpu_count() or 1),
+    @pipeline_def(batch_size=batch_size, num_threads=min(4, os.cpu_count() or 1),
                   seed=seed, device_id=0 if device == "gpu" else None)
     def detection():
         if data == "voc":
@@ -132,11 +131,8 @@ def render_grid(images, targets, class_names, cols: int = 4, cell: int = 256):
 
 # ---- the demo -----------------------------------------------------------------------------------
 def run_demo(args) -> dict:
-    from .. import backend
-
     root = find_sample_root(args.data, args.root)
     device = pick_device(args.device)
-    ds = load_dataset(args.data, root)
     pipe = demo_pipeline(args.data, root, device, args.batch_size, args.seed)
     pipe.build()
     want = args.grid * args.grid
@@ -153,13 +149,14 @@ def run_demo(args) -> dict:
         dt += time.perf_counter() - t0
         n += len(img)
         if len(images) < want:  # host copies for drawing, outside the timed work
-            images.extend(backend.to_host(a) for a in list(img.data)[:want - len(images)])
+            images.extend(to_host(a) for a in list(img.data)[:want - len(images)])
             targets.extend(boxes.per_sample()[:want - len(targets)])
-    grid = render_grid(images, targets, ds.class_names, args.grid, args.cell)
+    class_names = pipe.class_names  # the reader's Dataset: the annotations are read once
+    grid = render_grid(images, targets, class_names, args.grid, args.cell)
     grid.save(args.out)
     pipe.close()
     return {"root": root, "device": device, "images": n, "seconds": dt, "out": args.out,
-            "grid": grid.size, "records": len(ds.records), "classes": len(ds.class_names),
+            "grid": grid.size, "records": pipe.epoch_size(), "classes": len(class_names),
             "threads": pipe.num_threads}
 
 
@@ -192,10 +189,8 @@ def main(argv=None) -> int:
     except (FileNotFoundError, RuntimeError) as e:
         print(f"detaug demo: {e}", file=sys.stderr)
         return 1
-    from .. import backend
-
     where = "gpu (mixed decode, device ops)" if r["device"] == "gpu" else \
-        f"cpu ({r['threads']} threads, {backend.cpu_warp()} warp)"
+        f"cpu ({r['threads']} threads, {cpu_warp()} warp)"
     print(f"detaug demo: {args.data} sample, {r['records']} images, {r['classes']} classes "
           f"({r['root']})")
     print(f"device: {where}")
