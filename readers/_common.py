@@ -149,3 +149,19 @@ def header_size(path: str):
 
 def real_dir(path) -> str:
     return os.path.realpath(os.fspath(path))
+
+
+def count_drop(dataset, keep, mask, what):
+    """``keep`` without the ``mask`` entries; the ones it held are counted in
+    ``dataset.dropped[what]`` (nothing is dropped silently)."""
+    n = int((keep & mask).sum())
+    if n:
+        dataset.dropped[what] = dataset.dropped.get(what, 0) + n
+    return keep & ~mask
+
+
+def group_offsets(owner, n) -> np.ndarray:
+    """(n + 1,) offsets of rows grouped by ``owner`` (indices < n, rows sorted by owner)."""
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(owner, minlength=n), out=offsets[1:])
+    return offsets

@@ -13,8 +13,8 @@ import os
 
 import numpy as np
 
-from ._common import (ErrorSink, FileIndex, box_fault, header_size, outside_root_reason,
-                      real_dir, resolve_under, validate_boxes)
+from ._common import (ErrorSink, FileIndex, box_fault, count_drop, group_offsets, header_size,
+                      outside_root_reason, real_dir, resolve_under, validate_boxes)
 from .errors import DatasetError
 from .records import Dataset, DetectionRecord
 
@@ -248,12 +248,12 @@ def _filter(table, images, selected, cat_ids, file, sink, dataset, include_iscro
     all_ids = np.asarray(table["image_id"])
     ok = _report_faults(table, file, sink, images, known_image, known_cat, bad_box, xyxy, w, h,
                         all_ids)
-    ok = _count_drop(dataset, ok, ~wanted_cat, "boxes of categories not selected")
+    ok = count_drop(dataset, ok, ~wanted_cat, "boxes of categories not selected")
     if not include_iscrowd:
-        ok = _count_drop(dataset, ok, table["iscrowd"] > 0, "crowd boxes (include_iscrowd=False)")
+        ok = count_drop(dataset, ok, table["iscrowd"] > 0, "crowd boxes (include_iscrowd=False)")
     if threshold > 0:
         small = (xywh[:, 2] < threshold) | (xywh[:, 3] < threshold)
-        ok = _count_drop(dataset, ok, small, f"boxes under size_threshold={threshold:g}")
+        ok = count_drop(dataset, ok, small, f"boxes under size_threshold={threshold:g}")
     _, _, dataset.clipped = validate_boxes(xyxy[ok], w[ok], h[ok])
     table["box"] = boxes
     table["label"] = np.searchsorted(np.asarray(cat_ids, dtype=np.int64), table["category_id"])
@@ -276,18 +276,10 @@ def _report_faults(table, file, sink, images, known_image, known_cat, bad_box, x
     return ok
 
 
-def _count_drop(dataset, ok, mask, what):
-    n = int((ok & mask).sum())
-    if n:
-        dataset.dropped[what] = dataset.dropped.get(what, 0) + n
-    return ok & ~mask
-
-
 def _group(images, table, skip_empty, dataset):
     """One record per image: annotations sorted stably by image, then sliced per image."""
     order = np.argsort(table["image"], kind="stable")
-    offsets = np.zeros(len(images) + 1, dtype=np.int64)
-    np.cumsum(np.bincount(table["image"], minlength=len(images)), out=offsets[1:])
+    offsets = group_offsets(table["image"], len(images))
     boxes, labels = table["box"][order], table["label"][order]
     fields = {"iscrowd": table["iscrowd"][order], "annotation_id": table["ann_id"][order]}
     for key in FLAG_KEYS:

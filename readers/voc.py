@@ -11,8 +11,8 @@ import os
 import numpy as np
 from lxml import etree
 
-from ._common import (ErrorSink, FileIndex, box_fault, header_size, outside_root_reason,
-                      real_dir, resolve_under, validate_boxes)
+from ._common import (ErrorSink, FileIndex, box_fault, count_drop, group_offsets, header_size,
+                      outside_root_reason, real_dir, resolve_under, validate_boxes)
 from .errors import DatasetError
 from .records import Dataset, DetectionRecord
 
@@ -195,10 +195,7 @@ def _build(parsed, names, skip_difficult, sink, dataset):
         sink.fault(parsed[owner[i]]["xml"], _fault(objects[i], labels[i], xyxy[i], w[i], h[i],
                                                    len(names)))
     if skip_difficult:
-        n = int((keep & (difficult > 0)).sum())
-        if n:
-            dataset.dropped["difficult objects (skip_difficult)"] = n
-        keep &= difficult == 0
+        keep = count_drop(dataset, keep, difficult > 0, "difficult objects (skip_difficult)")
     dataset.clipped += validate_boxes(xyxy[keep], w[keep], h[keep])[2]
     fields = {"difficult": difficult,
               "truncated": np.array([o[3] for o in objects], dtype=np.uint8)}
@@ -215,8 +212,7 @@ def _fault(obj, label, xyxy, width, height, n_classes):
 
 
 def _records(parsed, owner, boxes, labels, fields):
-    offsets = np.zeros(len(parsed) + 1, dtype=np.int64)
-    np.cumsum(np.bincount(owner, minlength=len(parsed)), out=offsets[1:])
+    offsets = group_offsets(owner, len(parsed))
     records = []
     for k, p in enumerate(parsed):
         s, e = int(offsets[k]), int(offsets[k + 1])
