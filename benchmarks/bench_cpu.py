@@ -37,7 +37,9 @@ for _v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 import numpy as np  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from bench_gpu import MEAN, SIZE, STD, make_det_pipe, make_tv_transform  # noqa: E402  (one definition of the peers' pipeline)
+# one definition of the pipelines and the peers' dataset, in bench_gpu
+from bench_gpu import (MEAN, SIZE, STD, TVFileDataset, _version,  # noqa: E402
+                       make_det_pipe)
 
 
 # ---------------------------------------------------------------------------- data
@@ -154,34 +156,6 @@ def _loader_epochs(dataset, collate, args):
 
 
 # ---------------------------------------------------------------------------- torchvision v2
-class TVDataset:
-    def __init__(self, records, decode):
-        self.records, self.decode = records, decode
-        self.tf = make_tv_transform()
-
-    def __len__(self):
-        return len(self.records)
-
-    def __getitem__(self, i):
-        import torch
-        from torchvision import io, tv_tensors
-
-        path, boxes, labels = self.records[i]
-        if self.decode == "pil":
-            from PIL import Image
-
-            with Image.open(path) as im:
-                img = torch.from_numpy(np.asarray(im.convert("RGB"))).permute(2, 0, 1)
-        else:
-            img = io.decode_jpeg(io.read_file(path), mode=io.ImageReadMode.RGB)
-        h, w = img.shape[-2:]
-        target = {"boxes": tv_tensors.BoundingBoxes(torch.from_numpy(boxes), format="XYXY",
-                                                    canvas_size=(h, w)),
-                  "labels": torch.from_numpy(labels)}
-        img, target = self.tf(tv_tensors.Image(img), target)
-        return img, target
-
-
 def _collate_images(batch):
     """Images stacked by torch's ``default_collate`` (inside a worker it stacks straight into
     shared memory, so the batch reaches the main process without a further copy); targets stay
@@ -194,7 +168,7 @@ def _collate_images(batch):
 def bench_torchvision(args, records):
     import torchvision  # noqa: F401
 
-    return _loader_epochs(TVDataset(records, args.tv_decode), _collate_images, args)
+    return _loader_epochs(TVFileDataset(records, args.tv_decode), _collate_images, args)
 
 
 # ---------------------------------------------------------------------------- albumentations
@@ -267,14 +241,6 @@ def bench_albumentations(args, records):
 
 
 # ---------------------------------------------------------------------------- main
-def _version(mod):
-    try:
-        m = __import__(mod)
-        return getattr(m, "__version__", "?")
-    except Exception:
-        return None
-
-
 def main(argv=None):
     global _CV2_THREADS
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -517,10 +517,11 @@ def bench_tv_gpu(args, recs, blobs):
 
 
 class TVFileDataset:
-    """torchvision v2 per sample, CPU: read the file, decode_jpeg, transforms."""
+    """torchvision v2 per sample, CPU: read the file, decode (``decode_jpeg``, or Pillow with
+    ``decode="pil"``), transforms. ``recs[i]`` starts with (path, boxes, labels)."""
 
-    def __init__(self, recs):
-        self.recs = recs
+    def __init__(self, recs, decode="tensor"):
+        self.recs, self.decode = recs, decode
         self.tf = None
 
     def __len__(self):
@@ -532,8 +533,14 @@ class TVFileDataset:
 
         if self.tf is None:
             self.tf = make_tv_transform()
-        path, boxes, labels, _w, _h = self.recs[i]
-        img = io.decode_jpeg(io.read_file(path), mode=io.ImageReadMode.RGB)
+        path, boxes, labels = self.recs[i][:3]
+        if self.decode == "pil":
+            from PIL import Image
+
+            with Image.open(path) as im:
+                img = torch.from_numpy(np.asarray(im.convert("RGB"))).permute(2, 0, 1)
+        else:
+            img = io.decode_jpeg(io.read_file(path), mode=io.ImageReadMode.RGB)
         h, w = img.shape[-2:]
         target = {"boxes": tv_tensors.BoundingBoxes(torch.from_numpy(boxes), format="XYXY",
                                                     canvas_size=(h, w)),
