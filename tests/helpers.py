@@ -1,7 +1,32 @@
-"""Small helpers shared by the engine tests: run a graph on given images and boxes."""
+"""Small helpers shared by the engine tests: run a graph on given images and boxes; close the
+pipelines a test made."""
 import numpy as np
+import pytest
 
 from detaug import Pipeline, fn
+
+_OPEN = []
+
+
+@pytest.fixture(autouse=True)
+def close_pipelines():
+    """Close every pipeline a test made with :func:`track` when the test ends, so that its
+    threads (and decode processes) stop then, not whenever the garbage collector runs. A module
+    that imports this fixture gets it for all its tests."""
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
+
+
+def random_images(rng, shapes):
+    """uint8 images of the given shapes, uniform over 0..255."""
+    return [rng.integers(0, 256, s, dtype=np.uint8) for s in shapes]
+
+
+def track(pipe):
+    """Register ``pipe`` with :func:`close_pipelines`; returns it."""
+    _OPEN.append(pipe)
+    return pipe
 
 
 def run_graph(images, boxes, graph, *, labels=None, fields=None, seed=0, batch_size=None,

@@ -4,10 +4,7 @@ import numpy as np
 import pytest
 
 from detaug.kernels.color import RGB_TO_YIQ, brightness_contrast_numpy, hsv_numpy
-
-
-def random_images(rng, shapes):
-    return [rng.integers(0, 256, s, dtype=np.uint8) for s in shapes]
+from helpers import random_images
 
 
 def reference_hsv(img, hue, sat, val):

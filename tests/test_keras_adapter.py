@@ -16,23 +16,9 @@ keras = pytest.importorskip("keras")
 from detaug import fn, pipeline_def  # noqa: E402
 from conftest import REPO, VOC  # noqa: E402
 
+from helpers import close_pipelines, track  # noqa: E402,F401  (an autouse fixture)
+
 NUM_CLASSES = 20
-_OPEN = []
-
-
-@pytest.fixture(autouse=True)
-def close_pipelines():
-    """Close every pipeline a test made. A pipeline left to the garbage collector closes itself
-    in ``__del__``, which joins its threads, and that can deadlock when the collection happens
-    inside a thread's start-up (see the report on detaug/pipeline.py ``__del__``)."""
-    yield
-    while _OPEN:
-        _OPEN.pop().close()
-
-
-def _track(pipe):
-    _OPEN.append(pipe)
-    return pipe
 
 
 @pipeline_def
@@ -54,7 +40,7 @@ def _sequence(**kw):
     from detaug.adapters.keras import DetaugSequence
 
     pipe_kw = {k: kw.pop(k) for k in ("batch_size", "seed", "encode", "num_threads") if k in kw}
-    pipe = _track(voc_pipe(VOC, **{"batch_size": 8, "seed": 3, "num_threads": 2, **pipe_kw}))
+    pipe = track(voc_pipe(VOC, **{"batch_size": 8, "seed": 3, "num_threads": 2, **pipe_kw}))
     return pipe, DetaugSequence(pipe, **kw)
 
 
@@ -189,7 +175,7 @@ def test_retinanet_targets_tuple_dict_and_backend_tensors():
         return fn.normalize(img, mean=0, std=255), reg, cls
 
     names = ("images", "regression", "classification")
-    pipe = _track(rn(VOC))
+    pipe = track(rn(VOC))
     x, y = DetaugSequence(pipe, output_map=names)[0]
     assert isinstance(y, tuple) and y[0].shape[-1] == 5 and y[1].shape[-1] == NUM_CLASSES + 1
     _, yd = DetaugSequence(pipe, output_map=names, targets_format="dict")[0]
@@ -212,7 +198,7 @@ def test_process_workers_rebuild_the_pipeline():
     clone = pickle.loads(pickle.dumps(seq))  # what a spawned worker receives
     for i in (4, 0, 2):
         _assert_same(clone[i], expected[i])
-    _track(clone.pipeline)
+    track(clone.pipeline)
 
     # forked workers (Linux's default): the parent's pipeline already has live thread pools
     _, seq = _sequence(batch_size=8, encode=True, output_map=("images", "classification"),

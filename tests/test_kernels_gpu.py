@@ -18,6 +18,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _has_gpu(), reason="needs 
 from detaug.kernels import boxes as K  # noqa: E402
 from detaug.kernels import color as C  # noqa: E402
 from detaug.kernels.launch import reset_launch_counts, total_launches  # noqa: E402
+from helpers import random_images  # noqa: E402
 
 BOX_ATOL = 1e-3
 
@@ -36,10 +37,6 @@ def random_affine(rng, b):
     m[:, :2, :2] = rng.normal(0, 1.0, (b, 2, 2))
     m[:, :2, 2] = rng.uniform(-50, 250, (b, 2))
     return m
-
-
-def random_images(rng, shapes):
-    return [rng.integers(0, 256, s, dtype=np.uint8) for s in shapes]
 
 
 def assert_u8_close(got, ref):

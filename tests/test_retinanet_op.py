@@ -12,19 +12,10 @@ from PIL import Image
 from detaug import fn, pipeline_def
 from detaug.retinanet import AnchorConfig, TargetConfig, anchors_for_shape, encode_targets_numpy
 from conftest import VOC
+from helpers import close_pipelines, track  # noqa: F401  (an autouse fixture)
 
 SIZE = (256, 256)
 NUM_CLASSES = 20
-_OPEN = []
-
-
-@pytest.fixture(autouse=True)
-def close_pipelines():
-    """Close the pipelines a test made (a pipeline closed by the garbage collector joins its
-    threads in ``__del__``, which can deadlock inside a thread's start-up)."""
-    yield
-    while _OPEN:
-        _OPEN.pop().close()
 
 
 @pipeline_def
@@ -40,9 +31,7 @@ def voc_letterbox(root, encode, **encode_args):
 
 
 def make(**kw):
-    pipe = voc_letterbox(VOC, **kw)
-    _OPEN.append(pipe)
-    return pipe
+    return track(voc_letterbox(VOC, **kw))
 
 
 def content_sizes(paths):
