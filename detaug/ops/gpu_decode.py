@@ -195,6 +195,8 @@ def _decode_here(ctx, enc, output_type, chunk, dev) -> DeviceImages:
         ptrs[k], shapes[k], pitches[k] = a.data.ptr, a.shape, a.strides[0]
     keep_queue(ctx.pipeline).append(results)
     return DeviceImages(ptrs, shapes, pitches, owners, dev)
+
+
 def _check_sizes(shapes, enc):
     """The decoded sizes against the annotated ones (0 = unknown), for the whole batch at once."""
     if enc.sizes is None or not len(shapes):
