@@ -731,10 +731,55 @@ def _decoded_batch(blobs, bs, gpu):
     return out
 
 
-def bench_warp(args, blobs, gpu):
-    from detaug.kernels import warp as W
+def prefilled_ms(cp, s, call, n, host_ms):
+    """GPU milliseconds per ``call()`` without host gaps: a spin kernel holds ``s`` while the
+    host queues ``n`` calls between two events; None if the GPU caught up with the host (three
+    tries with a longer spin each)."""
+    spin = cp.RawKernel(r'''
+extern "C" __global__ void spin(long long cycles) {
+    long long t0 = clock64();
+    while (clock64() - t0 < cycles) { }
+}''', "spin")
+    clock_khz = cp.cuda.runtime.getDeviceProperties(0).get("clockRate", 2_000_000) or 2_000_000
+    e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+    spin_s = max(0.2, 3.0 * n * host_ms / 1e3)
+    for _attempt in range(3):
+        with s:
+            spin((1,), (1,), (np.int64(spin_s * clock_khz * 1e3),))
+        e0.record(s)
+        for _ in range(n):
+            call()
+        e1.record(s)
+        prefilled = not e0.done  # the GPU had not reached e0 when all calls were queued
+        e1.synchronize()
+        if prefilled:
+            return cp.cuda.get_elapsed_time(e0, e1) / n
+        spin_s *= 4
+    return None
 
-    bs = min(args.batch_size, len(blobs))
+
+def d2d_copy_gb_s(cp, s, nbytes=1 << 30, reps=10):
+    """Device-to-device copy bandwidth (bytes read + written per second, GB/s) on stream ``s``."""
+    a = cp.empty(nbytes, cp.uint8)
+    b = cp.empty(nbytes, cp.uint8)
+    with s:
+        a.fill(1)
+        b.fill(0)
+        b.data.copy_from_device_async(a.data, nbytes, s)
+    s.synchronize()
+    e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+    e0.record(s)
+    for _ in range(reps):
+        b.data.copy_from_device_async(a.data, nbytes, s)
+    e1.record(s)
+    e1.synchronize()
+    return 2 * nbytes / (cp.cuda.get_elapsed_time(e0, e1) / reps / 1e3) / 1e9
+
+
+def warp_case(blobs, bs, gpu):
+    """The warp-alone workload: ``bs`` decoded images, their crop + flip + resize matrices, the
+    output sizes, the bytes counted (source inside the windows, output) and the warp's keywords
+    (normalize to float32 CHW)."""
     imgs = _decoded_batch(blobs, bs, gpu)
     sizes = np.array([im.shape[:2] for im in imgs], np.int64)
     m, cw, ch = crop_flip_resize_matrices(sizes, np.random.default_rng(4))
@@ -742,6 +787,14 @@ def bench_warp(args, blobs, gpu):
     src_bytes = float(np.sum(cw * ch * 3))
     out_bytes = float(bs * 3 * SIZE * SIZE * 4)
     kw = dict(fill=0.0, mean=MEAN, std=STD, out_dtype=np.float32, layout="CHW")
+    return imgs, m, out_sizes, src_bytes, out_bytes, kw
+
+
+def bench_warp(args, blobs, gpu):
+    from detaug.kernels import warp as W
+
+    bs = min(args.batch_size, len(blobs))
+    imgs, m, out_sizes, src_bytes, out_bytes, kw = warp_case(blobs, bs, gpu)
     res = {"name": "detaug fused warp alone", "batch": bs, "src_bytes": src_bytes,
            "out_bytes": out_bytes}
     iters = args.warp_iters
@@ -795,56 +848,21 @@ def bench_warp(args, blobs, gpu):
     stream_ms = cp.cuda.get_elapsed_time(e0, e1) / iters
     res.update(stream_ms_per_batch=stream_ms, host_ms_per_call=host_ms)
     # (ii) the queue pre-filled behind a spin kernel: GPU time of the calls without host gaps
+    n2 = max(10, min(iters, 100))
     kern_ms, prefilled = None, False
     try:
-        spin = cp.RawKernel(r'''
-extern "C" __global__ void spin(long long cycles) {
-    long long t0 = clock64();
-    while (clock64() - t0 < cycles) { }
-}''', "spin")
-        clock_khz = cp.cuda.runtime.getDeviceProperties(0).get("clockRate", 2_000_000) or 2_000_000
-        n2 = max(10, min(iters, 100))
-        spin_s = max(0.2, 3.0 * n2 * host_ms / 1e3)
-        for _attempt in range(3):
-            with s:
-                spin((1,), (1,), (np.int64(spin_s * clock_khz * 1e3),))
-            e0.record(s)
-            for _ in range(n2):
-                out = call()
-            e1.record(s)
-            prefilled = not e0.done  # the GPU had not reached e0 when all calls were queued
-            e1.synchronize()
-            if prefilled:
-                kern_ms = cp.cuda.get_elapsed_time(e0, e1) / n2
-                break
-            spin_s *= 4
+        kern_ms = prefilled_ms(cp, s, call, n2, host_ms)
+        prefilled = kern_ms is not None
         res["prefilled_calls"] = n2
     except Exception as e:  # noqa: BLE001
         log(f"warp: pre-filled measurement failed: {type(e).__name__}: {e}")
     res["kernel_ms_per_batch"] = kern_ms
     ms = kern_ms if kern_ms is not None else stream_ms
     bw = (src_bytes + out_bytes) / (ms / 1e3) / 1e9
-    # device-to-device copy bandwidth, 1 GiB
     del out
     copy_bw = None
     try:
-        nbytes = 1 << 30
-        a = cp.empty(nbytes, cp.uint8)
-        b = cp.empty(nbytes, cp.uint8)
-        with s:
-            a.fill(1)
-            b.fill(0)
-            b.data.copy_from_device_async(a.data, nbytes, s)
-        s.synchronize()
-        reps = 10
-        e0.record(s)
-        for _ in range(reps):
-            b.data.copy_from_device_async(a.data, nbytes, s)
-        e1.record(s)
-        e1.synchronize()
-        copy_ms = cp.cuda.get_elapsed_time(e0, e1) / reps
-        copy_bw = 2 * nbytes / (copy_ms / 1e3) / 1e9
-        del a, b
+        copy_bw = d2d_copy_gb_s(cp, s)
     except Exception as e:  # noqa: BLE001
         log(f"warp: copy bandwidth failed: {type(e).__name__}: {e}")
     ratio = bw / copy_bw if copy_bw else None

@@ -36,7 +36,19 @@
 // up to float32 rounding of the epilogue (1 / std instead of a division).
 // Registers: 64 (C = 3, 4 blocks of 256 per SM), <= 80 (C = 1, 3 blocks), no spills.
 
+// Tunables (compile-time; benchmarks/warp_sweep.py times other values with -D options):
+#ifndef DETAUG_WARP_PPL
 #define DETAUG_WARP_PPL 16  // output pixels per lane (warp.py: _PIX_PER_LANE)
+#endif
+#ifndef DETAUG_WARP_MINB
+#define DETAUG_WARP_MINB 4  // resident blocks of 256 per SM asked of the compiler (C = 3)
+#endif
+#ifndef DETAUG_WARP_STORE_CS
+#define DETAUG_WARP_STORE_CS 0  // 1: streaming (evict-first) stores of the output
+#endif
+#ifndef DETAUG_WARP_AXIS
+#define DETAUG_WARP_AXIS 1  // 0: no axis-aligned fast path (the sweep's baseline)
+#endif
 
 template <typename T> struct Store;
 
@@ -135,32 +147,33 @@ struct WarpSample {
     double a00, a01, a02, a10, a11, a12;
 };
 
-// Bilinear sample at input point (x, y) into val (ACC: added to val), scaled by 2^-22 (see
-// byte_bits). Outside [0, W) x [0, H): fill as a whole (fs: fill * 2^-22); inside, taps clamped
-// to the image (edge pixels replicate).
+// Taps along one axis for the input coordinate t (inside [0, n)): u = t - 0.5, the clamped
+// neighbours floor(u) and floor(u) + 1, and the fraction u - floor(u).
+struct AxisTaps {
+    unsigned int a, b;
+    float f;
+};
+__device__ __forceinline__ AxisTaps axis_taps(double t, int n) {
+    const double u = __dadd_rn(t, -0.5);
+    int k;  // inside, so u in [-0.5, 2^31)
+    const double uf = floor_small(u, k);
+    AxisTaps r;
+    r.f = static_cast<float>(__dadd_rn(u, -uf));
+    r.a = static_cast<unsigned int>(max(k, 0));
+    r.b = static_cast<unsigned int>(min(k + 1, n - 1));
+    return r;
+}
+
+// The bilinear blend of rows ra (weight 1 - fv, given as gv0) and rb (weight fv) at the columns
+// of tx, into val (ACC: added to val), scaled by 2^-22 (see byte_bits).
 template <int C, bool ACC>
-__device__ __forceinline__ void sample_point(float (&val)[C], const WarpSample& s, double x,
-                                             double y, const float (&fs)[C]) {
-    if (!(x >= 0.0 && x < s.wd && y >= 0.0 && y < s.hd)) {
-#pragma unroll
-        for (int c = 0; c < C; ++c) val[c] = ACC ? val[c] + fs[c] : fs[c];
-        return;
-    }
-    const double u = __dadd_rn(x, -0.5);
-    const double v = __dadd_rn(y, -0.5);
-    int x0, y0;  // inside, so u, v in [-0.5, 2^31)
-    const double uf = floor_small(u, x0);
-    const double vf = floor_small(v, y0);
-    const float fu = static_cast<float>(__dadd_rn(u, -uf));
-    const float fv = static_cast<float>(__dadd_rn(v, -vf));
-    const unsigned int xa = max(x0, 0), xb = min(x0 + 1, s.in_w - 1);
-    const unsigned int ya = max(y0, 0), yb = min(y0 + 1, s.in_h - 1);
-    const unsigned char* ra = opaque(s.src + static_cast<unsigned long long>(ya) * s.pitch);
-    const unsigned char* rb = opaque(s.src + static_cast<unsigned long long>(yb) * s.pitch);
-    const unsigned char* p00 = ra + static_cast<unsigned long long>(xa) * C;
-    const unsigned char* p01 = ra + static_cast<unsigned long long>(xb) * C;
-    const unsigned char* p10 = rb + static_cast<unsigned long long>(xa) * C;
-    const unsigned char* p11 = rb + static_cast<unsigned long long>(xb) * C;
+__device__ __forceinline__ void blend(float (&val)[C], const unsigned char* ra,
+                                      const unsigned char* rb, const AxisTaps& tx, float gv0,
+                                      float fv) {
+    const unsigned char* p00 = ra + static_cast<unsigned long long>(tx.a) * C;
+    const unsigned char* p01 = ra + static_cast<unsigned long long>(tx.b) * C;
+    const unsigned char* p10 = rb + static_cast<unsigned long long>(tx.a) * C;
+    const unsigned char* p11 = rb + static_cast<unsigned long long>(tx.b) * C;
     unsigned char q00[C], q01[C], q10[C], q11[C];
 #pragma unroll
     for (int c = 0; c < C; ++c) {  // all loads first
@@ -171,8 +184,8 @@ __device__ __forceinline__ void sample_point(float (&val)[C], const WarpSample& 
     }
     // the weights (1 - fu)(1 - fv), fu (1 - fv), (1 - fu) fv, fu fv, each times 2^127
     // (2^127 (1 - fu) = fma(-fu, 2^127, 2^127): one rounding, as RN(1 - fu) scaled)
+    const float fu = tx.f;
     const float gu0 = fmaf(-fu, DETAUG_W_SCALE, DETAUG_W_SCALE), gu1 = fu * DETAUG_W_SCALE;
-    const float gv0 = 1.0f - fv;
     const float w00 = gu0 * gv0, w01 = gu1 * gv0, w10 = gu0 * fv, w11 = gu1 * fv;
 #pragma unroll
     for (int c = 0; c < C; ++c) {
@@ -184,12 +197,39 @@ __device__ __forceinline__ void sample_point(float (&val)[C], const WarpSample& 
     }
 }
 
+__device__ __forceinline__ const unsigned char* row_ptr(const WarpSample& s, unsigned int r) {
+    return opaque(s.src + static_cast<unsigned long long>(r) * s.pitch);
+}
+
+// Bilinear sample at input point (x, y) into val (ACC: added to val), scaled by 2^-22 (see
+// byte_bits). Outside [0, W) x [0, H): fill as a whole (fs: fill * 2^-22); inside, taps clamped
+// to the image (edge pixels replicate).
+template <int C, bool ACC>
+__device__ __forceinline__ void sample_point(float (&val)[C], const WarpSample& s, double x,
+                                             double y, const float (&fs)[C]) {
+    if (!(x >= 0.0 && x < s.wd && y >= 0.0 && y < s.hd)) {
+#pragma unroll
+        for (int c = 0; c < C; ++c) val[c] = ACC ? val[c] + fs[c] : fs[c];
+        return;
+    }
+    const AxisTaps tx = axis_taps(x, s.in_w);
+    const AxisTaps ty = axis_taps(y, s.in_h);
+    blend<C, ACC>(val, row_ptr(s, ty.a), row_ptr(s, ty.b), tx, 1.0f - ty.f, ty.f);
+}
+
 // value = (v - mean) / std on the scaled v (vs = v * 2^-22): fma(vs, 2^22 / std, -mean / std)
 template <int C, typename OutT>
 __device__ __forceinline__ void store_pixel(OutT* const (&q)[C], unsigned int idx, const float (&val)[C],
                                             const float (&k)[C], const float (&bias)[C]) {
 #pragma unroll
-    for (int c = 0; c < C; ++c) q[c][idx] = Store<OutT>::put(fmaf(val[c], k[c], bias[c]));
+    for (int c = 0; c < C; ++c) {
+        const OutT v = Store<OutT>::put(fmaf(val[c], k[c], bias[c]));
+#if defined(__CUDA_ARCH__) && DETAUG_WARP_STORE_CS
+        __stcs(q[c] + idx, v);
+#else
+        q[c][idx] = v;
+#endif
+    }
 }
 
 template <int C, typename OutT, bool CHW>
@@ -245,15 +285,65 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
     const unsigned int i0 = p0 / uw;
     const unsigned int step_r = uw >= 32u ? 0u : 32u / uw;
     const double step_rd = static_cast<double>(step_r);
-    const double step_cd = static_cast<double>(32u - step_r * uw);
+    const unsigned int step_c = 32u - step_r * uw;
+    const double step_cd = static_cast<double>(step_c);
     const double owd = static_cast<double>(out_w);
+    unsigned int jc = p0 - i0 * uw;  // column, kept as an integer too: the row wrap is an
+                                     // integer test (no float64 compare or conversion per pixel)
     double id = static_cast<double>(i0);  // row and column as doubles (integers: exact)
-    double jd = static_cast<double>(p0 - i0 * uw);
+    double jd = static_cast<double>(jc);
 
     if (nx == 1 && ny == 1) {  // uniform per sample: one bilinear tap at the pixel centre
         // the pixel centre (j + 0.5, i + 0.5), stepped exactly (integers + 0.5 in float64)
         double ox = __dadd_rn(jd, 0.5), oy = __dadd_rn(id, 0.5);
         unsigned int idx = 0;
+        if (DETAUG_WARP_AXIS && s.a01 == 0.0 && s.a10 == 0.0) {
+            // Axis-aligned (crop, flip, resize, zoom-out, letterbox; uniform per sample): x
+            // depends on the column alone and y on the row alone. a01 * oy and a10 * ox are +-0,
+            // and t + (+-0) = t for t != 0, so x = a00 * ox + a02 and y = a11 * oy + a12 are
+            // bit-identical to the general formula (a00, a11 != 0 for an invertible matrix,
+            // ox, oy > 0). The row's taps are computed when the lane's row changes (once per
+            // out_w / 32 pixels of the lane when out_w >= 32), the column's per pixel.
+            bool row_in = false;
+            const unsigned char *ra = s.src, *rb = s.src;
+            float gv0 = 0.0f, fv = 0.0f;
+            bool new_row = true;
+#pragma unroll 1
+            for (int kk = 0; kk < n; ++kk) {
+                if (new_row) {
+                    const double y = __dadd_rn(__dmul_rn(s.a11, oy), s.a12);
+                    row_in = y >= 0.0 && y < s.hd;
+                    if (row_in) {
+                        const AxisTaps ty = axis_taps(y, s.in_h);
+                        ra = row_ptr(s, ty.a);
+                        rb = row_ptr(s, ty.b);
+                        fv = ty.f;
+                        gv0 = 1.0f - fv;
+                    }
+                }
+                const double x = __dadd_rn(__dmul_rn(s.a00, ox), s.a02);
+                float val[C];
+                if (row_in && x >= 0.0 && x < s.wd) {
+                    blend<C, false>(val, ra, rb, axis_taps(x, s.in_w), gv0, fv);
+                } else {
+#pragma unroll
+                    for (int c = 0; c < C; ++c) val[c] = fs[c];
+                }
+                store_pixel<C, OutT>(q, idx, val, k, bias);
+                idx += stride;
+                ox = __dadd_rn(ox, step_cd);
+                oy = __dadd_rn(oy, step_rd);
+                new_row = step_r > 0u;
+                jc += step_c;
+                if (jc >= uw) {  // next row; ox = jc + 0.5 exactly, as (ox - out_w) would be
+                    jc -= uw;
+                    ox = __dadd_rn(static_cast<double>(jc), 0.5);
+                    oy = __dadd_rn(oy, 1.0);
+                    new_row = true;
+                }
+            }
+            return;
+        }
 #pragma unroll 1
         for (int kk = 0; kk < n; ++kk) {
             const double ty = __dmul_rn(s.a01, oy), ty1 = __dmul_rn(s.a11, oy);
@@ -266,8 +356,10 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
             idx += stride;
             ox = __dadd_rn(ox, step_cd);
             oy = __dadd_rn(oy, step_rd);
-            if (ox > owd) {  // ox = j + 0.5 with j >= out_w: next row
-                ox = __dadd_rn(ox, -owd);
+            jc += step_c;
+            if (jc >= uw) {  // next row (see above)
+                jc -= uw;
+                ox = __dadd_rn(static_cast<double>(jc), 0.5);
                 oy = __dadd_rn(oy, 1.0);
             }
         }
@@ -304,7 +396,7 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
 }
 
 #define DETAUG_WARP_KERNEL(NAME, C, OUT_T, CHW)                                               \
-    extern "C" __global__ void __launch_bounds__(256, C == 3 ? 4 : 3) NAME(                     \
+    extern "C" __global__ void __launch_bounds__(256, C == 3 ? DETAUG_WARP_MINB : 3) NAME(                     \
         const unsigned long long* __restrict__ in_ptr, const long long* __restrict__ meta_i,  \
         const double* __restrict__ inv, const float* __restrict__ meta_f,                     \
         OUT_T* __restrict__ out) {                                                            \
