@@ -26,22 +26,27 @@
 // decision are bit-identical to warp_numpy's; weights and sums are float32.
 //
 // Cost per output pixel (nx = ny = 1, the common case: a separate loop chosen per sample by a
-// warp-uniform branch) is about 110 SASS instructions (sm_90, C = 3), against about 200 before:
-// no float64 division (tap offsets via a correctly rounded reciprocal, and none at all without
-// antialias), no integer division per pixel (the lane steps its (i, j) by 32 pixels), floor and
-// int conversion of tap coordinates with the 1.5 * 2^52 rounding trick on the FP64 pipe, bytes
-// entering the float math as subnormals against weights pre-scaled by 2^127 (no conversion
-// instruction, see byte_bits), the uint8 rounding through a round-down add, normalize as one fma
-// with 1 / std computed once, 32-bit indices off per-lane base pointers. Results are unchanged
-// up to float32 rounding of the epilogue (1 / std instead of a division).
-// Registers: 64 (C = 3, 4 blocks of 256 per SM), <= 80 (C = 1, 3 blocks), no spills.
+// warp-uniform branch), sm_90, C = 3: about 90 SASS instructions, 15 of them FP64 and one
+// conversion, when the matrix is axis-aligned (crop / flip / resize / zoom-out / letterbox:
+// the row's taps are computed once per row, see warp_body); about 110, 29 FP64 and two
+// conversions, for rotations and general affines; about 200 in the first version. Where the
+// cost went: no float64 division (tap offsets via a correctly rounded reciprocal, and none at
+// all without antialias), no integer division per pixel (the lane steps its (i, j) by 32 pixels
+// and tests the row wrap on an integer column), floor and int conversion of tap coordinates with
+// the 1.5 * 2^52 rounding trick on the FP64 pipe, bytes entering the float math as subnormals
+// against weights pre-scaled by 2^127 (no conversion instruction, see byte_bits), the uint8
+// rounding through a round-down add, normalize as one fma with 1 / std computed once, 32-bit
+// indices off per-lane base pointers. Results are unchanged up to float32 rounding of the
+// epilogue (1 / std instead of a division).
+// Registers: 48 (C = 3, 5 blocks of 256 per SM), <= 80 (C = 1, 3 blocks), no spills. The
+// tunables below were timed on an H200 by benchmarks/warp_sweep.py (RESULTS.md).
 
 // Tunables (compile-time; benchmarks/warp_sweep.py times other values with -D options):
 #ifndef DETAUG_WARP_PPL
 #define DETAUG_WARP_PPL 16  // output pixels per lane (warp.py: _PIX_PER_LANE)
 #endif
 #ifndef DETAUG_WARP_MINB
-#define DETAUG_WARP_MINB 4  // resident blocks of 256 per SM asked of the compiler (C = 3)
+#define DETAUG_WARP_MINB 5  // C = 3: resident blocks of 256 per SM asked of the compiler (48 regs)
 #endif
 #ifndef DETAUG_WARP_STORE_CS
 #define DETAUG_WARP_STORE_CS 0  // 1: streaming (evict-first) stores of the output
