@@ -77,9 +77,11 @@ def main(argv=None):
     reference, rows = None, []
     for name, defs in VARIANTS:
         try:
-            mod = cp.RawModule(code=source, options=("-std=c++17",) + tuple("-D" + d for d in defs))
-            k = mod.get_function(plan["name"])
             ppl = _define(defs, "DETAUG_WARP_PPL", W._PIX_PER_LANE)
+            options = tuple(o for o in W._OPTIONS if not o.startswith("-DDETAUG_WARP_PPL="))
+            options += (f"-DDETAUG_WARP_PPL={ppl}",) + tuple("-D" + d for d in defs
+                                                           if not d.startswith("DETAUG_WARP_PPL="))
+            k = cp.RawModule(code=source, options=options).get_function(plan["name"])
             grid = ((npix_max + W._BLOCK * ppl - 1) // (W._BLOCK * ppl), spec.B, 1)
 
             def call(k=k, grid=grid):

@@ -332,7 +332,8 @@ def _build_emulation(tmp_path_factory, *defines):
     (d / "shim.cpp").write_text(_SHIM)
     kdir = os.path.dirname(W.__file__)
     subprocess.run([cxx, "-std=c++17", "-O1", "-shared", "-fPIC", "-w", f"-I{kdir}",
-                    *(f"-D{x}" for x in defines), str(d / "shim.cpp"), "-o",
+                    f"-DDETAUG_WARP_PPL={W._PIX_PER_LANE}", *(f"-D{x}" for x in defines),
+                    str(d / "shim.cpp"), "-o",
                     str(d / "warp_emu.so")], check=True)
     return ctypes.CDLL(str(d / "warp_emu.so"))
 
@@ -486,7 +487,7 @@ def test_warp_cupy_host_code_with_emulated_kernel(emulated_kernels, monkeypatch)
     monkeypatch.setitem(sys.modules, "cupy", fake)
     # the pinned staging upload needs real CUDA; the emulation takes the host arrays as they are
     monkeypatch.setattr(warp_mod, "upload_many", lambda arrays, stream=None: [fake.asarray(a) for a in arrays])
-    monkeypatch.setattr(launch_mod, "get_kernel", lambda src, name: name)
+    monkeypatch.setattr(launch_mod, "get_kernel", lambda src, name, options=(): name)
     monkeypatch.setattr(launch_mod, "launch", fake_launch)
     rng = _rng(15)
     in_sizes = [(40, 50), (23, 31), (1, 1)]

@@ -110,7 +110,7 @@ def test_gpu_axis_fast_path_equals_general_path(cp, seed, dtype, layout):
     general = cp.empty(int(plan["offsets"][-1]), dtype)
     args = (cp.asarray(np.array([x.data.ptr for x in dev], np.uint64)), cp.asarray(plan["meta_i"]),
             cp.asarray(plan["inv"]), cp.asarray(plan["meta_f"]), general)
-    kernel = get_kernel("warp.cu", plan["name"], ("-std=c++17", "-DDETAUG_WARP_AXIS=0"))
+    kernel = get_kernel("warp.cu", plan["name"], W._OPTIONS + ("-DDETAUG_WARP_AXIS=0",))
     kernel(plan["grid"], plan["block"], args)
     general = cp.asnumpy(general)
     ref = warp_numpy(imgs, mats, out_sizes, **kw)

@@ -42,8 +42,8 @@
 // tunables below were timed on an H200 by benchmarks/warp_sweep.py (RESULTS.md).
 
 // Tunables (compile-time; benchmarks/warp_sweep.py times other values with -D options):
-#ifndef DETAUG_WARP_PPL
-#define DETAUG_WARP_PPL 16  // output pixels per lane (warp.py: _PIX_PER_LANE)
+#ifndef DETAUG_WARP_PPL  // output pixels per lane: warp.py's _PIX_PER_LANE, passed as -D
+#error "compile with -DDETAUG_WARP_PPL=<warp.py's _PIX_PER_LANE>"
 #endif
 #ifndef DETAUG_WARP_MINB
 #define DETAUG_WARP_MINB 5  // C = 3: resident blocks of 256 per SM asked of the compiler (48 regs)

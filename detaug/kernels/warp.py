@@ -30,7 +30,8 @@ from ..backend import upload_many
 _OUT_DTYPES = (np.dtype(np.uint8), np.dtype(np.float32), np.dtype(np.float16))
 _LAYOUTS = ("HWC", "CHW")
 _BLOCK = 256
-_PIX_PER_LANE = 16  # warp.cu: DETAUG_WARP_PPL (a warp covers 32 * 16 consecutive output pixels)
+_PIX_PER_LANE = 16  # output pixels per lane (a warp covers 32 * 16 consecutive output pixels)
+_OPTIONS = ("-std=c++17", f"-DDETAUG_WARP_PPL={_PIX_PER_LANE}")  # warp.cu's compile options
 
 
 # --------------------------------------------------------------------------- host preparation
@@ -472,7 +473,7 @@ def warp_cupy(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps
                                   plan["meta_f"]], stream))
         flat = cp.empty(int(offsets[-1]), dtype=spec.out_dtype)
         out_arg = flat.view(cp.uint16) if spec.out_dtype == np.float16 else flat
-        launch(get_kernel("warp.cu", plan["name"]), plan["grid"], plan["block"], args + (out_arg,),
+        launch(get_kernel("warp.cu", plan["name"], _OPTIONS), plan["grid"], plan["block"], args + (out_arg,),
                stream=stream, name=plan["name"])
         # `keep` and the metadata may be freed now: cupy's pool hands memory out again in
         # stream order, after this launch has read it.
