@@ -219,14 +219,17 @@ def _worker(conn, device_id, ring_bytes):  # pragma: no cover - runs in the chil
 # ------------------------------------------------------------------------------ pipeline side
 class _Worker:
     def __init__(self, mp, device_id, ring_bytes):
-        import cupy as cp
-
-        rt = cp.cuda.runtime
+        """Start the process; :meth:`connect` waits for its handshake (so several start at once)."""
         self.conn, child = mp.Pipe()
         self.proc = mp.Process(target=_worker, args=(child, device_id, ring_bytes), daemon=True,
                                name="detaug-decode")
         self.proc.start()
         child.close()
+
+    def connect(self):
+        import cupy as cp
+
+        rt = cp.cuda.runtime
         try:
             kind, mem, events = self.conn.recv()
         except (EOFError, OSError):
@@ -316,6 +319,13 @@ class DecodeService:
         mp = multiprocessing.get_context("spawn")
         ring = int(buffer_mb) << 20
         self.workers = [_Worker(mp, device_id, ring) for _ in range(int(processes))]
+        try:  # the processes start together (each takes seconds: interpreter, CUDA, nvImageCodec)
+            for w in self.workers:
+                w.connect()
+        except BaseException:
+            for w in self.workers:
+                w.proc.terminate()
+            raise
         self._ids = itertools.count()
         self._lock = threading.Lock()
         self.device_id = device_id

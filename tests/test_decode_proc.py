@@ -65,4 +65,4 @@ def test_worker_that_cannot_start_is_a_clear_error():
     from detaug.decode_proc import DecodeService
 
     with pytest.raises(RuntimeError, match="did not start.*decode_processes=0"):
-        DecodeService(1, 0, 16)
+        DecodeService(2, 0, 16)  # two started together: both are stopped

@@ -245,3 +245,26 @@ def test_one_launch_per_call_for_any_batch_size():
             counts.append(total_launches())
         assert counts == [1, 1], name
     cp.cuda.get_current_stream().synchronize()
+
+
+def test_upload_many_round_trips_ragged_arrays_in_one_buffer():
+    """backend.upload_many (the kernels' metadata and the pipeline's ragged host-image uploads):
+    values, dtypes and shapes survive, every view starts 16-byte aligned inside one device
+    buffer, the copy is ordered on the given stream, and an empty array is allowed."""
+    from detaug.backend import upload_many
+
+    rng = np.random.default_rng()
+    arrays = [rng.integers(0, 256, (int(rng.integers(1, 50)), int(rng.integers(1, 60)), 3),
+                           dtype=np.uint8) for _ in range(5)]
+    arrays += [rng.standard_normal((7, 3)), np.arange(5, dtype=np.int64), np.zeros((0, 4), np.float32),
+               rng.random(3).astype(np.float32)]
+    s = cp.cuda.Stream(non_blocking=True)
+    got = upload_many(arrays, s)
+    s.synchronize()
+    assert len(got) == len(arrays)
+    base = got[0].data.mem.ptr
+    for g, a in zip(got, arrays):
+        assert g.dtype == a.dtype and g.shape == a.shape
+        np.testing.assert_array_equal(cp.asnumpy(g), a)
+        if a.size:
+            assert g.data.mem.ptr == base and g.data.ptr % 16 == 0

@@ -281,14 +281,14 @@ register("external_source", devices=("cpu",), inputs=(0, 0), kind="source",
 @register("_upload", devices=("mixed",), inputs=(1, 1), kind="other",
           doc="host -> device copy (inserted by build)")
 def _upload(ctx, op, inputs, args):
-    from ..backend import upload
+    from ..backend import upload, upload_many
 
     v = inputs[0]
     if isinstance(v, BoxBatch):
         return v.to_device(ctx)
     if isinstance(v, ImageBatch):
-        data = ([upload(a, ctx.stream) for a in v.data] if not v.is_dense
-                else upload(v.data, ctx.stream))
+        # a ragged batch goes up in one staged copy: views into one device buffer
+        data = upload_many(v.data, ctx.stream) if not v.is_dense else upload(v.data, ctx.stream)
         return ImageBatch(data, "gpu", v.layout, v.geometry)
     if isinstance(v, EncodedBatch):
         return v
