@@ -276,8 +276,8 @@ def pad_boxes_cupy(boxes, fields, keep, offsets, max_boxes, *, fill=0.0, field_f
             bits = _field_fill_value(name, f.dtype, field_fill).tobytes().ljust(8, b"\0")
             meta[:, j] = (f.data.ptr, out_fields[name].data.ptr, f.dtype.itemsize,
                           np.frombuffer(bits, dtype=np.uint64)[0])
-        meta_d = upload(meta, stream)
-        args = (bx, k, np.int32(keep is not None), upload(o, stream), np.int32(mb), np.float32(fill),
+        meta_d, o_d = upload_many([meta, o], stream)
+        args = (bx, k, np.int32(keep is not None), o_d, np.int32(mb), np.float32(fill),
                 np.int32(len(fields)), meta_d[0], meta_d[1], meta_d[2], meta_d[3], padded, counts)
         launch(get_kernel(_SRC, "pad_boxes", _OPTIONS), (b, 1, 1), (_BLOCK, 1, 1), args,
                stream=s, name="pad_boxes")
