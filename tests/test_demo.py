@@ -1,6 +1,9 @@
 """``detaug demo``: the grid it writes, and boxes drawn where the pipeline put them."""
 from __future__ import annotations
 
+import contextlib
+import io
+import re
 import subprocess
 import sys
 
@@ -14,13 +17,23 @@ from detaug.cli import main as cli
 @pytest.fixture(scope="module")
 def voc_demo(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo") / "demo.png"
-    rc = cli.main(["demo", "--batches", "2", "--out", str(out), "--device", "cpu"])
-    return rc, out
+    text = io.StringIO()  # (capsys is per test: it cannot see a module fixture's prints)
+    with contextlib.redirect_stdout(text):
+        rc = cli.main(["demo", "--batches", "2", "--out", str(out), "--device", "cpu"])
+    return rc, out, text.getvalue()
 
 
-def test_demo_writes_a_grid_and_prints_throughput(voc_demo, capsys):
-    rc, out = voc_demo
+def test_demo_writes_a_grid_and_prints_throughput(voc_demo):
+    rc, out, text = voc_demo
     assert rc == 0 and out.exists()
+    # the throughput line: 2 batches of 8 (the default) at the demo's canvas size, and a rate
+    # that is those 16 images over the printed time (both rounded as printed)
+    m = re.search(rf"^2 batches x 8 images \({cli.SIZE}x{cli.SIZE}\) in (\d+\.\d\d) s: "
+                  r"(\d+\.\d) img/s$", text, re.MULTILINE)
+    assert m, text
+    seconds, rate = float(m[1]), float(m[2])
+    assert seconds > 0 and rate > 0
+    assert abs(rate * seconds - 16) <= 0.005 * rate + 0.05 * seconds + 1e-3, m[0]
     grid = np.asarray(Image.open(out).convert("RGB"))
     assert grid.shape == (4 * 256, 4 * 256, 3)
     assert grid.std() > 30 and len(np.unique(grid.reshape(-1, 3), axis=0)) > 10000  # not blank
@@ -41,7 +54,7 @@ def test_demo_output_lines(tmp_path, capsys):
 def test_boxes_are_drawn_where_the_pipeline_put_them(voc_demo):
     """Recompute batches 0 and 1 on their own (same seed) and look at the drawn left edge of
     each sample's largest box, at mid-height, in its cell."""
-    _, out = voc_demo
+    _, out, _ = voc_demo
     grid = np.asarray(Image.open(out).convert("RGB")).astype(int)
     root = cli.find_sample_root("voc")
     pipe = cli.demo_pipeline("voc", root, "cpu", batch_size=8, seed=0)

@@ -85,19 +85,24 @@ def _compare(c, g, name):
 
     if isinstance(c, ImageBatch):
         assert g.device == "gpu"
-        for a, b in zip(c.data, g.data):
+        assert len(c.data) == len(g.data), name
+        for a, b in zip(c.data, g.data, strict=True):
             a, b = to_np(a), to_np(b)
             assert a.shape == b.shape and a.dtype == b.dtype, name
             diff = np.abs(a.astype(np.float64) - b.astype(np.float64)).max(initial=0)
             tol = 1 if a.dtype == np.uint8 else (2e-3 if a.dtype == np.float16 else 1e-3)
             assert diff <= tol, f"{name}: image differs by {diff}"
     elif isinstance(c, BoxBatch):
-        for a, b in zip(c.per_sample(), g.per_sample()):
+        cs, gs = c.per_sample(), g.per_sample()
+        assert len(cs) == len(gs), name
+        for a, b in zip(cs, gs, strict=True):
+            assert set(b) == set(a), f"{name}: fields {sorted(b)} against {sorted(a)}"
             np.testing.assert_allclose(b["boxes"], a["boxes"], atol=1e-3, err_msg=name)
             for k in a:
                 if k != "boxes":
                     np.testing.assert_array_equal(b[k], a[k], err_msg=f"{name}: {k}")
     elif isinstance(c, dict):
+        assert set(g) == set(c), f"{name}: keys {sorted(g)} against {sorted(c)}"
         for k in c:
             if k == "boxes":
                 np.testing.assert_allclose(to_np(g[k]), to_np(c[k]), atol=1e-3, err_msg=name)
@@ -115,7 +120,8 @@ def test_op_parity_with_cpu(name):
         imgs, boxes, fields = _data(seed)
         cpu = run_graph(imgs, boxes, OPS[name], fields=fields, seed=seed)
         gpu = run_graph(imgs, boxes, OPS[name], fields=fields, seed=seed, device="gpu")
-        for c, g in zip(cpu, gpu):
+        assert len(cpu) == len(gpu)
+        for c, g in zip(cpu, gpu, strict=True):
             _compare(c, g, f"{name} (seed {seed})")
 
 
@@ -133,7 +139,8 @@ def test_gpu_decode_close_to_cpu_decode():
     diffs = []
     for _ in range(len(cpu)):
         (a,), (b,) = cpu.run(), gpu.run()
-        for x, y in zip(a.data, b.data):
+        assert len(a.data) == len(b.data) == 8
+        for x, y in zip(a.data, b.data, strict=True):
             y = to_np(y)
             assert x.shape == y.shape
             diffs.append(np.abs(x.astype(int) - y.astype(int)))
@@ -273,16 +280,30 @@ def test_memory_stable_over_1000_batches():
     assert marks[1000][3] - marks[100][3] <= 2  # (the ring is process-wide: earlier tests fill it)
 
 
-def test_torch_gets_device_tensors_without_copy():
+def test_torch_gets_device_tensors_without_copy(monkeypatch):
     torch = pytest.importorskip("torch")
     from detaug.adapters.torch import DetaugIterator
 
     pipe = _bench_pipe(8)
+    handed = []  # what the pipeline itself returned for each batch the iterator asked for
+    run = pipe.run
+
+    def recording_run():
+        handed.append(run())
+        return handed[-1]
+
+    monkeypatch.setattr(pipe, "run", recording_run)
     it = DetaugIterator(pipe, output_map=("images", "boxes"), size=64)
     batch = next(iter(it))
     img = batch["images"]
     assert img.is_cuda and img.shape == (8, 3, 640, 640) and img.dtype == torch.float32
     assert torch.isfinite(img).all()
+    # no copy: the tensor's memory is the pipeline's own dense output buffer of this batch
+    assert len(handed) == 1
+    own = handed[0][0]
+    assert own.device == "gpu" and own.is_dense
+    assert img.device.index == own.data.device.id
+    assert img.data_ptr() == own.data.data.ptr, "the tensor is a copy of the pipeline's output"
 
 
 def test_gpu_decode_skip_corrupt_file(tmp_path):
@@ -355,8 +376,9 @@ def test_decode_processes_give_the_same_batches(k):
     assert procs_pipe._decode_service is not None and procs_pipe._paths_only
     procs = _epochs(procs_pipe)
     assert len(threads) == len(procs) == 2 * 9  # 68 images, batches of 8
-    for a, b in zip(threads, procs):
+    for a, b in zip(threads, procs, strict=True):
         np.testing.assert_array_equal(a[0], b[0])
+        assert a[1].keys() == b[1].keys()
         for key in a[1]:
             np.testing.assert_array_equal(a[1][key], b[1][key])
 
@@ -372,7 +394,8 @@ def test_decode_processes_raw_output_is_a_copy(output_type):
         (x,), (y,) = a.run(), b.run()
         # copies, not views of the worker's buffer
         assert not isinstance(getattr(y.raw, "owners", None), _Lease)
-        for u, v in zip(x.data, y.data):
+        assert len(x.data) == len(y.data) == 8
+        for u, v in zip(x.data, y.data, strict=True):
             np.testing.assert_array_equal(to_np(u), to_np(v))
     a.close()
     b.close()

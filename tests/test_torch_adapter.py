@@ -79,7 +79,7 @@ def test_list_form_equals_per_sample_of_the_same_batch():
         np.testing.assert_array_equal(d["images"].numpy(), images.data)
         expected = boxes.per_sample()
         assert len(d["boxes"]) == len(expected) == 8
-        for got, exp in zip(d["boxes"], expected):
+        for got, exp in zip(d["boxes"], expected, strict=True):
             assert got["boxes"].dtype == torch.float32 and got["boxes"].shape[1:] == (4,)
             assert got["labels"].dtype == torch.int64
             assert set(got) == set(exp)  # boxes, labels and every per-box field
@@ -94,7 +94,9 @@ def test_padded_form_counts_and_rows_match_the_list_form():
     p_list, p_pad = _pair()
     it_list = DetaugIterator(p_list, boxes_format="list")
     it_pad = DetaugIterator(p_pad, boxes_format="padded")
-    for dl, dp in zip(it_list, it_pad):
+    steps = 0
+    for dl, dp in zip(it_list, it_pad, strict=True):
+        steps += 1
         assert torch.equal(dl["images"], dp["images"])
         assert set(dp) == {"images", "boxes", "boxes_labels", "boxes_counts", "boxes_difficult",
                            "boxes_truncated"}
@@ -110,6 +112,7 @@ def test_padded_form_counts_and_rows_match_the_list_form():
             assert torch.equal(dp["boxes_labels"][s, :c], t["labels"])
             assert torch.equal(dp["boxes_truncated"][s, :c], t["truncated"])
             assert torch.all(dp["boxes"][s, c:] == 0) and torch.all(dp["boxes_labels"][s, c:] == -1)
+    assert steps == len(it_list) == len(it_pad) == 5
 
 
 def test_pad_boxes_output_maps_to_the_same_names():
@@ -118,14 +121,18 @@ def test_pad_boxes_output_maps_to_the_same_names():
     b = DetaugIterator(augmented_padded(VOC), boxes_format="padded", label_offset=1)
     c = DetaugIterator(augmented_padded(VOC), boxes_format="list", label_offset=1)
     d = DetaugIterator(augmented(VOC), boxes_format="list", label_offset=1)
-    for da, db, dc, dd in zip(a, b, c, d):
+    steps = 0
+    for da, db, dc, dd in zip(a, b, c, d, strict=True):
+        steps += 1
         assert set(da) == set(db)
         for k in da:
             assert torch.equal(da[k], db[k]), k
-        for tc, td in zip(dc["boxes"], dd["boxes"]):
+        assert len(dc["boxes"]) == len(dd["boxes"]) == 8
+        for tc, td in zip(dc["boxes"], dd["boxes"], strict=True):
             assert set(tc) == set(td)
             for k in tc:
                 assert torch.equal(tc[k], td[k]), k
+    assert steps == len(a) == 5
 
 
 def test_label_offset_shifts_real_labels_only():
@@ -133,7 +140,8 @@ def test_label_offset_shifts_real_labels_only():
     q0, q1 = _pair()
     d0 = next(iter(DetaugIterator(p0, boxes_format="list")))
     d1 = next(iter(DetaugIterator(p1, boxes_format="list", label_offset=1)))
-    for a, b in zip(d0["boxes"], d1["boxes"]):
+    assert len(d0["boxes"]) == len(d1["boxes"]) == 8
+    for a, b in zip(d0["boxes"], d1["boxes"], strict=True):
         assert torch.equal(b["labels"], a["labels"] + 1)
         assert torch.equal(b["boxes"], a["boxes"])
     e0 = next(iter(DetaugIterator(q0, boxes_format="padded")))
@@ -161,7 +169,7 @@ def test_images_normalized_chw_and_ragged_list():
     shapes = {tuple(a.shape) for a in images.data}
     assert len(shapes) > 1, "the first 8 VOC images should have several sizes"
     assert isinstance(d["images"], list) and len(d["images"]) == 8
-    for t, a in zip(d["images"], images.data):
+    for t, a in zip(d["images"], images.data, strict=True):
         np.testing.assert_array_equal(t.numpy(), a)
 
 
@@ -250,10 +258,15 @@ def test_two_shards_cover_every_record_once_per_epoch(voc_signatures):
 def test_padded_counts_equal_list_lengths_on_shards():
     shards_l = [plain(VOC, shard_id=k, num_shards=2) for k in (0, 1)]
     shards_p = [plain(VOC, shard_id=k, num_shards=2) for k in (0, 1)]
-    for sl, sp in zip(DetaugIterator(shards_l, boxes_format="list"),
-                      DetaugIterator(shards_p, boxes_format="padded")):
-        for dl, dp in zip(sl, sp):
+    it_l = DetaugIterator(shards_l, boxes_format="list")
+    it_p = DetaugIterator(shards_p, boxes_format="padded")
+    steps = 0
+    for sl, sp in zip(it_l, it_p, strict=True):
+        steps += 1
+        assert len(sl) == len(sp) == 2  # one dict per shard
+        for dl, dp in zip(sl, sp, strict=True):
             assert dp["boxes_counts"].tolist() == [len(t["labels"]) for t in dl["boxes"]]
+    assert steps == len(it_l) == 3  # 20 records a shard, batches of 8
 
 
 def test_shard_helper_and_world_size_warning(tmp_path):
@@ -283,6 +296,7 @@ def test_state_dict_resumes_exactly():
     b = DetaugIterator(augmented(VOC), boxes_format="padded")
     b.load_state_dict(state)
     got = next(b)
+    assert set(got) == set(want)
     for k in want:
         assert torch.equal(want[k], got[k]), k
     assert len(list(b)) == 2  # batches 3 and 4 are left in the epoch

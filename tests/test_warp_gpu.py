@@ -48,7 +48,8 @@ def _host(x):
 def _assert_close(gpu, ref, dtype, normalized):
     gpu = [np.asarray(g, np.float64) for g in gpu]
     ref = [np.asarray(r, np.float64) for r in ref]
-    for g, r in zip(gpu, ref):
+    assert len(gpu) == len(ref), (len(gpu), len(ref))
+    for g, r in zip(gpu, ref, strict=True):
         assert g.shape == r.shape
         d = np.abs(g - r)
         if dtype == np.uint8:
@@ -152,7 +153,7 @@ def test_gpu_ragged_is_views_of_one_buffer(cp):
     imgs = [cp.asarray(rng.integers(0, 256, (10 + b, 20, 3), np.uint8)) for b in range(3)]
     out = warp_cupy(imgs, np.stack([np.eye(3)] * 3), [(10, 20), (11, 20), (12, 20)])
     assert isinstance(out, list) and len({o.data.mem.ptr for o in out}) == 1
-    for o, x in zip(out, imgs):
+    for o, x in zip(out, imgs, strict=True):
         cp.testing.assert_array_equal(o, x)
 
 

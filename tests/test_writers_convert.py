@@ -31,7 +31,7 @@ def test_voc_coco_voc_round_trip_is_exact(tmp_path):
     write_voc(mid, tmp_path / "v")
     back = read_voc(tmp_path / "v")
     assert back.class_names == src.class_names and len(back) == len(src)
-    for a, b in zip(src, back):
+    for a, b in zip(src, back, strict=True):
         assert (a.image_id, a.width, a.height) == (b.image_id, b.width, b.height)
         np.testing.assert_array_equal(a.boxes, b.boxes)
         np.testing.assert_array_equal(a.labels, b.labels)
@@ -115,8 +115,8 @@ def test_yolo_round_trip(tmp_path):
     report = write_yolo(src, tmp_path / "y", split="train")
     assert report.max_shift_px < 1e-2 and report.not_held == {"truncated (non-zero) on annotations": 38}
     back = read_yolo(tmp_path / "y", split="train")
-    assert back.class_names == src.class_names
-    for a, b in zip(src, back):
+    assert back.class_names == src.class_names and len(back) == len(src) == 40
+    for a, b in zip(src, back, strict=True):
         assert b.image_id == a.image_id and (a.width, a.height) == (b.width, b.height)
         np.testing.assert_allclose(a.boxes, b.boxes, atol=1e-2)
         np.testing.assert_array_equal(a.labels, b.labels)
