@@ -159,9 +159,11 @@ def _check_inputs(anchors, boxes, labels, offsets, num_classes, valid, image_siz
 
 
 def _valid_region(image_sizes, canvas, batch) -> np.ndarray:
-    """``(B, 2)`` float64 (H_valid, W_valid); +inf (no padding rule) when neither is given."""
+    """``(B, 2)`` (H_valid, W_valid) as float32 values (the kernel's, so that a border that is
+    not a float32 number, e.g. a letterbox's content edge, splits the anchors the same way on
+    both backends); +inf (no padding rule) when neither is given."""
     if image_sizes is not None:
-        return np.asarray(image_sizes, dtype=np.float64).reshape(batch, 2)
+        return np.asarray(image_sizes, dtype=np.float32).astype(np.float64).reshape(batch, 2)
     fill = (np.inf, np.inf) if canvas is None else tuple(float(v) for v in canvas)
     return np.tile(np.asarray(fill, np.float64), (batch, 1))
 

@@ -219,6 +219,11 @@ def test_padding_rule(anchors128):
     assert np.all(lab[0, centres_y >= 64, :C] == 0)  # ignored anchors carry no class
     assert reg[0, k_top, 4] == 1 and lab[0, k_top, 0] == 1
     assert reg[0, k_low, 4] == -1
+    # the border is taken as a float32 number, as the kernel reads it: 64 + 1e-6 is 64.0f, so the
+    # anchors centred at y = 64 stay ignored (float64 would have let them in)
+    reg_f, _ = encode(anchors128, *args, image_sizes=np.asarray([[64 + 1e-6, 128]]))
+    assert (centres_y == 64).any()
+    np.testing.assert_array_equal(reg_f, reg)
     # canvas as default region; None and None means no rule at all
     reg_c, _ = encode(anchors128, *args, canvas=(64, 128))
     np.testing.assert_array_equal(reg_c, reg)
