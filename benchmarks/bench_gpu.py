@@ -996,6 +996,8 @@ def main(argv=None):
     ap.add_argument("--switch-interval", type=float, default=None,
                     help="sys.setswitchinterval (seconds) for this run; Python's default is 0.005")
     ap.add_argument("--device-workers", type=int, default=None, help="detaug device_workers")
+    ap.add_argument("--decode-cpu-threads", type=int, default=None,
+                    help="nvImageCodec CPU threads per decode process (DETAUG_DECODE_CPU_THREADS)")
     ap.add_argument("--decode-processes", type=int, default=None,
                     help="detaug decode_processes (default: the pipeline's, 2; 0 = in-thread decode)")
     args = ap.parse_args(argv)
@@ -1010,6 +1012,8 @@ def main(argv=None):
             setattr(args, k, a if smoke else b)
     if smoke:
         args.warp_iters = min(args.warp_iters, 3)
+    if args.decode_cpu_threads is not None:  # read by the decode processes (spawned later)
+        os.environ["DETAUG_DECODE_CPU_THREADS"] = str(args.decode_cpu_threads)
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = set(only) - set(ALL)
     if unknown:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: GPU tests, then the detaug pipeline over a few settings and the decode ceiling
-# of the same data, one line each. Usage (GPU machine, repo root):
-#   bash benchmarks/device_sweep.sh ["--batches-per-launch 1;--batches-per-launch 8;..."] [notests]
+# of the same data, one line each; ROUNDS=n repeats (ceiling first, then every setting) so that
+# drifts of the machine show. Usage (GPU machine, repo root):
+#   [ROUNDS=2] bash benchmarks/device_sweep.sh ["--batches-per-launch 1;--batches-per-launch 8;..."] [notests]
 source .ci/device_setup.sh >/dev/null 2>&1 || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 if [ "$2" != notests ]; then
@@ -12,12 +13,14 @@ DATA=/tmp/bench_data
 python3 -c "import sys; sys.path.insert(0, 'benchmarks'); import bench_gpu; bench_gpu.make_dataset('$DATA', 1024, 16)" >/dev/null 2>&1
 IFS=';' read -ra CFGS <<< "${1:---batches-per-launch 1;--batches-per-launch 8}"
 i=0
-for cfg in "${CFGS[@]}"; do
-  i=$((i + 1))
-  timeout 120 python3 benchmarks/bench_gpu.py --only detaug --data $DATA --keep-data --min-seconds 6 \
-    $cfg --json "$OUT/run$i.json" > "$OUT/run$i.log" 2>&1
-  echo "[$cfg] $(grep -E '^\| detaug' "$OUT/run$i.log" | head -1 | cut -d'|' -f3,5)"
-  grep -E "Traceback|Error" "$OUT/run$i.log" | head -3
+for r in $(seq 1 "${ROUNDS:-1}"); do
+  timeout 120 python3 benchmarks/bench_gpu.py --only ceiling --data $DATA --keep-data > "$OUT/ceiling$r.log" 2>&1
+  echo "[round $r ceiling] $(grep -E '^\| nvImage' "$OUT/ceiling$r.log" | cut -d'|' -f3)"
+  for cfg in "${CFGS[@]}"; do
+    i=$((i + 1))
+    timeout 120 python3 benchmarks/bench_gpu.py --only detaug --data $DATA --keep-data --min-seconds 6 \
+      $cfg --json "$OUT/run$i.json" > "$OUT/run$i.log" 2>&1
+    echo "[round $r: $cfg] $(grep -E '^\| detaug' "$OUT/run$i.log" | head -1 | cut -d'|' -f3,5)"
+    grep -E "Traceback|Error" "$OUT/run$i.log" | head -3
+  done
 done
-timeout 120 python3 benchmarks/bench_gpu.py --only ceiling --data $DATA --keep-data > "$OUT/ceiling.log" 2>&1
-grep -E "^\| nvImage" "$OUT/ceiling.log" | cut -d'|' -f2,3

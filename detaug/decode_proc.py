@@ -128,7 +128,9 @@ def _worker(conn, device_id, ring_bytes):  # pragma: no cover - runs in the chil
     alloc = RingAllocator(ring_bytes)
     # decoded images, released once the copies out of them have run (their event is done)
     keep = collections.deque()
-    decoder = nvimgcodec.Decoder(device_id=device_id)
+    # DETAUG_DECODE_CPU_THREADS: nvImageCodec's CPU threads per worker (0 = one per core)
+    decoder = nvimgcodec.Decoder(device_id=device_id,
+                                 max_num_cpu_threads=int(os.environ.get("DETAUG_DECODE_CPU_THREADS", 0)))
     pending = collections.deque()  # requests received while waiting for room in the ring
     # ("free", req) arrives only once the pipeline's work on the region has completed (it polls
     # an event): nothing here waits for the pipeline's GPU work, on the host or the device
