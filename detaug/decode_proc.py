@@ -227,6 +227,7 @@ class _Worker:
                                name="detaug-decode")
         self.proc.start()
         child.close()
+        self.outstanding = 0  # decode requests sent and not yet answered (DecodeService._lock)
 
     def connect(self):
         import cupy as cp
@@ -337,11 +338,16 @@ class DecodeService:
         in ``stream``'s order (a device-side wait); errors is a list of (position, message)."""
         from .batch import DeviceImages
 
-        with self._lock:
+        with self._lock:  # to the worker with the fewest requests in hand
             req = next(self._ids)
-        w = self.workers[req % len(self.workers)]
-        w.send(("decode", req, list(paths), output_type, int(chunk)))
-        _, _, shapes, starts, errors = w.wait(req)
+            w = min(self.workers, key=lambda x: x.outstanding)
+            w.outstanding += 1
+        try:
+            w.send(("decode", req, list(paths), output_type, int(chunk)))
+            _, _, shapes, starts, errors = w.wait(req)
+        finally:
+            with self._lock:
+                w.outstanding -= 1
         if errors:
             return None, errors
         import cupy as cp
