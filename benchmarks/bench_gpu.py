@@ -414,7 +414,7 @@ def bench_detaug(args, root, gpu, retinanet=False):
            "epochs_crossed": st["epoch"], "in_epoch_img_s": steady,
            "driver_thread_ms_per_batch": thread_ms, "cores_busy": cpu_s / secs,
            "first_batch_s": round(first_s, 2), "build_s": round(build_s, 2), "check": check,
-           "notes": f"batch {bs}, {args.threads} threads, prefetch {args.prefetch}, {pipe.batches_per_launch} batch(es) per launch; "
+           "notes": f"batch {bs}, {args.threads} threads, prefetch {pipe.prefetch_queue_depth}, {pipe.device_workers} device workers, {pipe.batches_per_launch} batch(es) per launch; "
                     f"driver thread {thread_ms:.3f} ms CPU/batch (target < 1); "
                     f"in-epoch {steady or 0:.0f} img/s; {cpu_s / secs:.1f} cores busy; "
                     f"{st['epoch']} epoch ends crossed"}
@@ -913,7 +913,7 @@ def report(args, info):
     print(f"device: {info.get('device')}; CPU count {info['cpu_count']}; python {info['python']}; "
           + ", ".join(f"{k} {v}" for k, v in info["versions"].items()))
     print(f"batch {args.batch_size}; {args.num_images} images; detaug threads {args.threads}, "
-          f"prefetch {args.prefetch}")
+          f"prefetch {args.prefetch or 'default'}")
     print()
     print("| name | img/s | detaug / engine | notes |")
     print("|---|---:|---:|---|")
@@ -970,7 +970,8 @@ def main(argv=None):
     ap.add_argument("--num-images", type=int, default=None, help="default 1024 (128 with --cpu-smoke)")
     ap.add_argument("--batch-size", type=int, default=None, help="default 64 (16 with --cpu-smoke)")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="detaug num_threads")
-    ap.add_argument("--prefetch", type=int, default=3, help="detaug prefetch_queue_depth")
+    ap.add_argument("--prefetch", type=int, default=None,
+                    help="detaug prefetch_queue_depth (default: the pipeline's, 6 with decode processes)")
     ap.add_argument("--batches-per-launch", type=int, default=None,
                     help="detaug batches_per_launch (default: the pipeline's, 4 on the GPU)")
     ap.add_argument("--warmup", type=int, default=5, help="untimed batches first (detaug, decode)")
@@ -999,7 +1000,7 @@ def main(argv=None):
     ap.add_argument("--decode-cpu-threads", type=int, default=None,
                     help="nvImageCodec CPU threads per decode process (DETAUG_DECODE_CPU_THREADS)")
     ap.add_argument("--decode-processes", type=int, default=None,
-                    help="detaug decode_processes (default: the pipeline's, 2; 0 = in-thread decode)")
+                    help="detaug decode_processes (default: the pipeline's, 3; 0 = in-thread decode)")
     args = ap.parse_args(argv)
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)

@@ -19,6 +19,11 @@ from .rng import epoch_permutation
 
 _POLICIES = ("fill", "drop", "partial")
 GPU_BATCHES_PER_LAUNCH = 4  # default batches_per_launch of pipelines with a GPU stage
+# default prefetch_queue_depth (launches in flight) of pipelines that decode in decode processes:
+# each launch holds a device worker while its files are decoded, so the decoders idle with few
+# launches in flight (H200, 3 processes: 18.4-18.6k img/s at 4, 20.0-21.2k at 6; RESULTS.md)
+DECODE_PROCESS_PREFETCH = 6
+MAX_DEVICE_WORKERS = 6  # default device_workers: min(prefetch depth, this)
 
 
 class Pipeline:
@@ -29,14 +34,16 @@ class Pipeline:
         num_threads: host worker threads (decode, CPU warps) per pipeline.
         device_id: CUDA device for 'mixed'/'gpu' ops; None for a CPU-only pipeline.
         seed: pipeline seed; every random draw is keyed by (seed, op id, epoch, sample index).
-        prefetch_queue_depth: batches in flight (host stage of k+1.. while k is consumed).
+        prefetch_queue_depth: launches in flight (host stage of k+1.. while k is consumed; a
+            launch is ``batches_per_launch`` batches). Default (None): 6 for a pipeline that
+            decodes in decode processes (GPU memory holds that many launches), else 2.
         last_batch_policy: 'fill' (pad the last batch by wrapping around the shard's order),
             'drop' (drop an incomplete last batch) or 'partial' (a smaller last batch).
         shard_id, num_shards: default sharding for readers that do not set their own.
         on_error: 'raise' (default) or 'skip': a bad sample is replaced by the next one of the
             same epoch order, with a warning and a count in ``pipe.stats``.
         device_workers: threads (each with its own CUDA stream) that run the mixed/gpu stage of
-            consecutive batches; outputs still come in order. Default min(prefetch depth, 4).
+            consecutive batches; outputs still come in order. Default min(prefetch depth, 6).
         batches_per_launch: run this many consecutive batches through the graph together (one
             pass of every op, one launch per kernel) and hand them out one by one: the per-batch
             Python cost is paid once per group. Results are identical (every draw is keyed by
@@ -46,12 +53,12 @@ class Pipeline:
         decode_processes: for a GPU decoder (decoders.image device='mixed'): worker processes
             that read and decode the files (nvImageCodec) into a device buffer shared with this
             process, so that the decoder never waits for this process's GIL (detaug/decode_proc.py
-            says why). Default 2 (DETAUG_DECODE_PROCESSES); 0 decodes in the device-stage threads.
+            says why). Default 3 (DETAUG_DECODE_PROCESSES); 0 decodes in the device-stage threads.
         decode_buffer_mb: device buffer of each decode process, in MiB (default 2048): it must
             hold the decoded images of a few batches_per_launch x batch_size samples.
     """
 
-    def __init__(self, batch_size=1, num_threads=1, device_id=None, seed=-1, prefetch_queue_depth=2,
+    def __init__(self, batch_size=1, num_threads=1, device_id=None, seed=-1, prefetch_queue_depth=None,
                  last_batch_policy="fill", shard_id=0, num_shards=1, on_error="raise",
                  device_workers=None, batches_per_launch=None, decode_processes=None,
                  decode_buffer_mb=2048):
@@ -61,10 +68,11 @@ class Pipeline:
             raise ValueError("on_error must be 'raise' or 'skip'")
         self.batch_size, self.num_threads, self.device_id = int(batch_size), int(num_threads), device_id
         self.seed = int.from_bytes(os.urandom(4), "little") if seed in (None, -1) else int(seed)
-        self.prefetch_queue_depth = max(1, int(prefetch_queue_depth))
+        self._prefetch_arg, self._device_workers_arg = prefetch_queue_depth, device_workers
+        self.prefetch_queue_depth = 2 if prefetch_queue_depth is None else max(1, int(prefetch_queue_depth))
         self.last_batch_policy, self.on_error = last_batch_policy, on_error
         self.shard_id, self.num_shards = int(shard_id), int(num_shards)
-        self.device_workers = int(device_workers or min(self.prefetch_queue_depth, 4))
+        self.device_workers = int(device_workers or min(self.prefetch_queue_depth, MAX_DEVICE_WORKERS))
         self._batches_per_launch_arg = batches_per_launch
         self.batches_per_launch = 1 if batches_per_launch is None else max(1, int(batches_per_launch))
         self.decode_processes = decode_processes
@@ -138,6 +146,10 @@ class Pipeline:
             self._start_decode_service()
         if self._batches_per_launch_arg is None and self.has_device_stage and self._driver.size is not None:
             self.batches_per_launch = GPU_BATCHES_PER_LAUNCH
+        if self._prefetch_arg is None and self._decode_service is not None:
+            self.prefetch_queue_depth = DECODE_PROCESS_PREFETCH
+        if not self._device_workers_arg:
+            self.device_workers = min(self.prefetch_queue_depth, MAX_DEVICE_WORKERS)
         if self.has_device_stage:
             import cupy as cp
 
@@ -555,10 +567,10 @@ class Pipeline:
                                  for k, v in op.args.items()}})
         params = dict(batch_size=self.batch_size, num_threads=self.num_threads,
                       device_id=self.device_id, seed=self.seed,
-                      prefetch_queue_depth=self.prefetch_queue_depth,
+                      prefetch_queue_depth=self._prefetch_arg,
                       last_batch_policy=self.last_batch_policy, shard_id=self.shard_id,
                       num_shards=self.num_shards, on_error=self.on_error,
-                      device_workers=self.device_workers,
+                      device_workers=self._device_workers_arg,
                       batches_per_launch=self._batches_per_launch_arg,
                       decode_processes=self.decode_processes, decode_buffer_mb=self.decode_buffer_mb)
         return pickle.dumps({"format": "detaug-pipeline-1", "params": params, "ops": ops,

@@ -333,8 +333,9 @@ def test_gpu_decode_skip_corrupt_file(tmp_path):
     assert n == 5 and pipe.stats["skipped"] == 1
 
 
-def _coco_decode_pipe(decode_processes, batches_per_launch=1, output_type="RGB", raw=False):
-    pipe = Pipeline(batch_size=8, num_threads=2, seed=3, device_id=0, prefetch_queue_depth=2,
+def _coco_decode_pipe(decode_processes, batches_per_launch=1, output_type="RGB", raw=False,
+                      prefetch=2):
+    pipe = Pipeline(batch_size=8, num_threads=2, seed=3, device_id=0, prefetch_queue_depth=prefetch,
                     decode_processes=decode_processes, batches_per_launch=batches_per_launch)
     with pipe:
         enc, boxes = fn.readers.coco(file_root=os.path.join(COCO, "images"),
@@ -381,6 +382,29 @@ def test_decode_processes_give_the_same_batches(k):
         assert a[1].keys() == b[1].keys()
         for key in a[1]:
             np.testing.assert_array_equal(a[1][key], b[1][key])
+
+
+def test_decode_process_defaults_run_deep_and_give_the_same_batches():
+    """With every default, a GPU-decoding pipeline runs 3 decode processes, 6 launches in flight
+    on 6 device workers, 4 batches per launch, and gives the batches of the in-thread decode;
+    without decode processes the prefetch depth stays 2."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    if os.environ.get("DETAUG_DECODE_PROCESSES"):
+        pytest.skip("DETAUG_DECODE_PROCESSES overrides the default")
+    threads = _epochs(_coco_decode_pipe(0))
+    pipe = _coco_decode_pipe(None, batches_per_launch=None, prefetch=None).build()
+    assert len(pipe._decode_service.workers) == 3
+    assert (pipe.prefetch_queue_depth, pipe.device_workers, pipe.batches_per_launch) == (6, 6, 4)
+    procs = _epochs(pipe)
+    assert len(threads) == len(procs) == 2 * 9
+    for a, b in zip(threads, procs, strict=True):
+        np.testing.assert_array_equal(a[0], b[0])
+        assert a[1].keys() == b[1].keys()
+        for key in a[1]:
+            np.testing.assert_array_equal(a[1][key], b[1][key])
+    plain = _coco_decode_pipe(0, batches_per_launch=None, prefetch=None).build()
+    assert (plain.prefetch_queue_depth, plain.device_workers) == (2, 2)
+    plain.close()
 
 
 @pytest.mark.parametrize("output_type", ["RGB", "BGR", "GRAY"])
