@@ -7,7 +7,8 @@ process every other thread holding the GIL (planning, reading, kernel launches) 
 to the interpreter's switch interval each time: in-process decode ran at half its speed alone.
 In a process of its own the decoder only competes with its own reading.
 
-Protocol (one pipe per worker; requests are served in order):
+Protocol (one pipe per worker; requests are served in order; the pipeline sends each request
+to the worker with the fewest requests in hand):
 
 * start: the worker allocates its ring buffer (``cudaMalloc``) and a pool of interprocess
   "done" events and sends their IPC handles; the pipeline opens them once.
