@@ -26,12 +26,14 @@ def main():
     ap.add_argument("--decode-processes", type=int, default=0,
                     help="0 (default): decode in the device threads, where the per-op times show it")
     ap.add_argument("--data", default=None)
+    ap.add_argument("--retinanet", action="store_true",
+                    help="the RetinaNet input pipeline (+rotate, +targets) instead of issue 4's")
     args = ap.parse_args()
     root = args.data or tempfile.mkdtemp(prefix="detaug_prof_")
     if not os.path.exists(os.path.join(root, "annotations.json")):
         bench_gpu.make_dataset(root, 1024, os.cpu_count())
 
-    pipe = bench_gpu.make_det_pipe(root, "mixed", batch_size=64, num_threads=os.cpu_count(),
+    pipe = bench_gpu.make_det_pipe(root, "mixed", retinanet=args.retinanet, batch_size=64, num_threads=os.cpu_count(),
                                    device_id=0, seed=0, prefetch_queue_depth=args.prefetch,
                                    device_workers=args.device_workers,
                                    batches_per_launch=args.batches_per_launch,
