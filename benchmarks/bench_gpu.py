@@ -288,7 +288,7 @@ def load_records(root):
 
 
 # ---------------------------------------------------------------------------- 2. detaug
-def make_det_pipe(root, decode_device, retinanet=False, max_boxes=64, **pipe_kwargs):
+def make_det_pipe(root, decode_device, retinanet=False, max_boxes=64, targets=True, **pipe_kwargs):
     """The benchmark pipeline on the data set at ``root`` (images/, annotations.json): readers.coco
     -> decode -> random_iou_crop -> flip (-> rotate) -> resize -> prune -> normalize CHW, boxes
     padded (to the batch's largest count with max_boxes=None) (-> RetinaNet targets). One
@@ -308,7 +308,7 @@ def make_det_pipe(root, decode_device, retinanet=False, max_boxes=64, **pipe_kwa
         img, boxes = fn.resize(img, boxes, size=(SIZE, SIZE))
         boxes = fn.prune_boxes(boxes, min_size=1)
         img = fn.normalize(img, mean=list(MEAN), std=list(STD), output_layout="CHW")
-        if retinanet:
+        if retinanet and targets:  # (targets=False: the RetinaNet pipeline without its targets)
             reg, cls = fn.retinanet_encode(boxes, num_classes=80)
             return img, fn.pad_boxes(boxes, max_boxes=max_boxes), reg, cls
         return img, fn.pad_boxes(boxes, max_boxes=max_boxes)
@@ -318,7 +318,8 @@ def make_det_pipe(root, decode_device, retinanet=False, max_boxes=64, **pipe_kwa
 
 def bench_detaug(args, root, gpu, retinanet=False):
     bs = args.batch_size
-    pipe = make_det_pipe(root, "mixed" if gpu else "cpu", retinanet, batch_size=bs, num_threads=args.threads,
+    pipe = make_det_pipe(root, "mixed" if gpu else "cpu", retinanet, targets=args.retinanet_targets,
+                         batch_size=bs, num_threads=args.threads,
                     device_id=0 if gpu else None, seed=0, prefetch_queue_depth=args.prefetch,
                     batches_per_launch=args.batches_per_launch, device_workers=args.device_workers,
                     decode_processes=args.decode_processes)
@@ -344,14 +345,13 @@ def bench_detaug(args, root, gpu, retinanet=False):
             pipe.reset()
             st["epoch"] += 1
             out = pipe.run()
-        if retinanet and gpu:  # hand the outputs to torch, on the GPU, without copies
+        if retinanet and gpu and args.retinanet_torch:  # hand the outputs to torch, on the GPU, without copies
             import cupy
             import torch
 
             cupy.cuda.runtime.streamWaitEvent(torch.cuda.current_stream().cuda_stream,
                                               pipe.last_event.ptr, 0)
-            out = (torch.from_dlpack(out[0].data), out[1], torch.from_dlpack(out[2]),
-                   torch.from_dlpack(out[3]))
+            out = (torch.from_dlpack(out[0].data), out[1]) + tuple(torch.from_dlpack(o) for o in out[2:])
         st["thread"] += time.thread_time() - t
         return out
 
@@ -408,7 +408,8 @@ def bench_detaug(args, root, gpu, retinanet=False):
     thread_ms = 1e3 * st["thread"] / max(k, 1)
     name = "detaug (GPU, nvImageCodec)" if gpu else "detaug (CPU backend, smoke)"
     if retinanet:
-        name = "detaug RetinaNet input (+rotate, +targets, torch)"
+        name = (f"detaug RetinaNet input (+rotate{', +targets' if args.retinanet_targets else ''}, "
+                f"{'torch' if args.retinanet_torch or not gpu else 'cupy'})")
     res = {"name": name,
            "img_s": n / secs, "images": n, "seconds": round(secs, 2), "batches": k,
            "epochs_crossed": st["epoch"], "in_epoch_img_s": steady,
@@ -997,6 +998,10 @@ def main(argv=None):
     ap.add_argument("--switch-interval", type=float, default=None,
                     help="sys.setswitchinterval (seconds) for this run; Python's default is 0.005")
     ap.add_argument("--device-workers", type=int, default=None, help="detaug device_workers")
+    ap.add_argument("--no-retinanet-torch", dest="retinanet_torch", action="store_false",
+                    help="RetinaNet row: leave the outputs as cupy arrays (no torch hand-over)")
+    ap.add_argument("--no-retinanet-targets", dest="retinanet_targets", action="store_false",
+                    help="RetinaNet row without retinanet_encode (rotate kept): what the targets cost")
     ap.add_argument("--decode-cpu-threads", type=int, default=None,
                     help="nvImageCodec CPU threads per decode process (DETAUG_DECODE_CPU_THREADS)")
     ap.add_argument("--decode-processes", type=int, default=None,
