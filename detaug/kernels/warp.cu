@@ -237,6 +237,27 @@ __device__ __forceinline__ void store_pixel(OutT* const (&q)[C], unsigned int id
     }
 }
 
+// A lane's walk over its pixels p0, p0 + 32, ...: the column as an integer (the row wrap is an
+// integer test: no float64 compare or conversion per pixel) and the pixel's column and row as
+// doubles (integers plus `off`, 0 or 0.5: exact).
+struct LaneWalk {
+    unsigned int jc, uw, step_c;  // column, out_w, columns per step (mod out_w)
+    double step_cd, step_rd, off;  // step_c and the rows per step (> 0 only when out_w < 32)
+    // Advance col / row by 32 pixels; true when the row changed.
+    __device__ __forceinline__ bool next(double& col, double& row) {
+        col = __dadd_rn(col, step_cd);
+        row = __dadd_rn(row, step_rd);
+        jc += step_c;
+        if (jc >= uw) {  // next row: col = jc + off exactly, as (col - out_w) would be
+            jc -= uw;
+            col = __dadd_rn(static_cast<double>(jc), off);
+            row = __dadd_rn(row, 1.0);
+            return true;
+        }
+        return step_rd > 0.0;
+    }
+};
+
 template <int C, typename OutT, bool CHW>
 __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__ in_ptr,
                                           const long long* __restrict__ meta_i,
@@ -291,16 +312,15 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
     const unsigned int step_r = uw >= 32u ? 0u : 32u / uw;
     const double step_rd = static_cast<double>(step_r);
     const unsigned int step_c = 32u - step_r * uw;
-    const double step_cd = static_cast<double>(step_c);
-    const double owd = static_cast<double>(out_w);
-    unsigned int jc = p0 - i0 * uw;  // column, kept as an integer too: the row wrap is an
-                                     // integer test (no float64 compare or conversion per pixel)
+    const unsigned int j0 = p0 - i0 * uw;
+    LaneWalk walk{j0, uw, step_c, static_cast<double>(step_c), step_rd, 0.0};
     double id = static_cast<double>(i0);  // row and column as doubles (integers: exact)
-    double jd = static_cast<double>(jc);
+    double jd = static_cast<double>(j0);
 
     if (nx == 1 && ny == 1) {  // uniform per sample: one bilinear tap at the pixel centre
         // the pixel centre (j + 0.5, i + 0.5), stepped exactly (integers + 0.5 in float64)
         double ox = __dadd_rn(jd, 0.5), oy = __dadd_rn(id, 0.5);
+        walk.off = 0.5;
         unsigned int idx = 0;
         if (DETAUG_WARP_AXIS && s.a01 == 0.0 && s.a10 == 0.0) {
             // Axis-aligned (crop, flip, resize, zoom-out, letterbox; uniform per sample): x
@@ -336,16 +356,7 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
                 }
                 store_pixel<C, OutT>(q, idx, val, k, bias);
                 idx += stride;
-                ox = __dadd_rn(ox, step_cd);
-                oy = __dadd_rn(oy, step_rd);
-                new_row = step_r > 0u;
-                jc += step_c;
-                if (jc >= uw) {  // next row; ox = jc + 0.5 exactly, as (ox - out_w) would be
-                    jc -= uw;
-                    ox = __dadd_rn(static_cast<double>(jc), 0.5);
-                    oy = __dadd_rn(oy, 1.0);
-                    new_row = true;
-                }
+                new_row = walk.next(ox, oy);
             }
             return;
         }
@@ -357,16 +368,8 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
             float val[C];
             sample_point<C, false>(val, s, x, y, fs);
             store_pixel<C, OutT>(q, idx, val, k, bias);
-            // next pixel of this lane: 32 further
-            idx += stride;
-            ox = __dadd_rn(ox, step_cd);
-            oy = __dadd_rn(oy, step_rd);
-            jc += step_c;
-            if (jc >= uw) {  // next row (see above)
-                jc -= uw;
-                ox = __dadd_rn(static_cast<double>(jc), 0.5);
-                oy = __dadd_rn(oy, 1.0);
-            }
+            idx += stride;  // next pixel of this lane: 32 further
+            walk.next(ox, oy);
         }
         return;
     }
@@ -393,10 +396,7 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
         }
         store_pixel<C, OutT>(q, idx, acc, k, bias);
         idx += stride;
-        jd = __dadd_rn(jd, step_cd);
-        const bool wrap = jd >= owd;
-        if (wrap) jd = __dadd_rn(jd, -owd);
-        id = __dadd_rn(__dadd_rn(id, step_rd), wrap ? 1.0 : 0.0);
+        walk.next(jd, id);
     }
 }
 
