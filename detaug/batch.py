@@ -369,16 +369,19 @@ class BoxBatch:
 
 class _Deferred:
     """A host-copy BoxBatch not computed yet: ``step`` applied to ``base`` (itself possibly
-    deferred) on the first :meth:`resolve`."""
+    deferred) on the first :meth:`resolve`, which keeps the result (the batches split off one
+    launch share their parent's deferred copy: it is computed once)."""
 
-    __slots__ = ("base", "step")
+    __slots__ = ("base", "step", "value")
 
     def __init__(self, base, step):
-        self.base, self.step = base, step
+        self.base, self.step, self.value = base, step, None
 
     def resolve(self):
-        base = self.base.resolve() if isinstance(self.base, _Deferred) else self.base
-        return self.step(base)
+        if self.step is not None:
+            base = self.base.resolve() if isinstance(self.base, _Deferred) else self.base
+            self.value, self.base, self.step = self.step(base), None, None
+        return self.value
 
 
 def concat_boxes(records_boxes, records_labels, records_fields, canvas) -> BoxBatch:

@@ -90,23 +90,6 @@ def packed_offsets(shapes) -> tuple:
 
 
 # ------------------------------------------------------------------------------ worker side
-def _read(path):
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def _read_all(paths):
-    """(bytes per file, [(position, message)] for the files that cannot be read)."""
-    data, errors = [], []
-    for k, p in enumerate(paths):
-        try:
-            data.append(_read(p))
-        except OSError as e:
-            errors.append((k, f"{p}: cannot read image file ({e.strerror or e})"))
-            data.append(b"")
-    return data, errors
-
-
 def _worker(conn, device_id, ring_bytes):  # pragma: no cover - runs in the child process (GPU)
     import cupy as cp
     from nvidia import nvimgcodec
@@ -114,7 +97,7 @@ def _worker(conn, device_id, ring_bytes):  # pragma: no cover - runs in the chil
     from .executor import SampleError
     from .ops.decode import _decode_one
     from .ops.gpu_decode import _describe, code_streams, decode_chunks
-    from .ops.sources import EncodedBatch
+    from .ops.sources import EncodedBatch, read_files
 
     rt = cp.cuda.runtime
     cp.cuda.Device(device_id).use()
@@ -140,9 +123,11 @@ def _worker(conn, device_id, ring_bytes):  # pragma: no cover - runs in the chil
         n = len(paths)
         while keep and keep[0][0].done:
             keep.popleft()
-        data, errors = _read_all(paths)
-        if errors:
-            return ("done", req, None, None, errors)
+        try:
+            data = read_files(paths)
+        except SampleError as e:
+            return ("done", req, None, None, [(e.position, str(e))])
+        errors = []
         streams = code_streams(data)
         idx = [k for k in range(n) if streams[k] is not None]
         results = decode_chunks(decoder, [streams[k] for k in idx], output_type, chunk, stream.ptr)

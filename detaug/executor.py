@@ -84,7 +84,7 @@ class Executor:
         self.queue = collections.deque()
 
     def submit(self, key):
-        """Queue batch ``key = (epoch, batch_index)``; source ops read in order here."""
+        """Queue the launch ``key = (epoch, first batch, batch count)``; source ops read in order here."""
         prepared = self.p._prepare(key)
         if any(isinstance(v, dict) and v.get("end") for v in prepared.values()):
             return False  # an iterable source is spent: the epoch ends here

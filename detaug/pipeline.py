@@ -268,7 +268,7 @@ class Pipeline:
         return {op_id: s.prepare(key) for op_id, s in self._sources.items()}
 
     def _make_ctx(self, key, prepared, pool, indices=None):
-        epoch, b, count = key if len(key) == 3 else (*key, 1)
+        epoch, b, count = key
         if self._driver.size is None:
             n = len(prepared[next(iter(prepared))]["samples"]) if prepared else self.batch_size
             idx, pos, sizes = np.arange(b * self.batch_size, b * self.batch_size + n), None, [n]
@@ -351,8 +351,10 @@ class Pipeline:
                 v = v.materialize(ctx)
                 if isinstance(v.raw, DeviceImages) and isinstance(v.raw.owners, _Lease):
                     # decoded images still in a decode process's buffer: the user gets copies
-                    # (the buffer is reused once the batch is done)
-                    v = ImageBatch([a.copy() for a in v.data], v.device, v.layout)
+                    # (the buffer is reused once the batch is done), made on the batch's stream,
+                    # which waits for the decode and orders the lease's release after them
+                    with ctx.stream:
+                        v = ImageBatch([a.copy() for a in v.data], v.device, v.layout)
             elif isinstance(v, BoxBatch):
                 v = v.materialize(ctx)
             outs.append(v)
@@ -441,25 +443,22 @@ class Pipeline:
             for s in self._sources.values():
                 getattr(s, "restart", lambda: None)()
 
-    def run_batch(self, batch_index, epoch=None, with_event=False):
+    def run_batch(self, batch_index, epoch=None):
         """Batch ``batch_index`` of ``epoch`` (default: the current one), computed on its own:
-        random access for Keras' Sequence. Does not move the iteration cursor. Thread-safe; with
-        ``with_event=True`` returns ``(outputs, event)``, the event recorded after the batch's
-        device work (None on the CPU), which concurrent callers should use rather than the
-        shared ``last_event``."""
+        random access for Keras' Sequence. Does not move the iteration cursor. Thread-safe."""
         self.build()
         if self._driver.size is None:
             raise TypeError("random access needs a reader or a sized external source")
         if not 0 <= batch_index < len(self):
             raise IndexError(f"batch {batch_index} out of range (0..{len(self) - 1})")
         ex = self._executor_ready()
-        key = (self._epoch if epoch is None else epoch, batch_index)
+        key = (self._epoch if epoch is None else epoch, batch_index, 1)
         result = self._run_host(key, self._prepare(key), ex.pool)
         if self.has_device_stage:
             result = self._run_device(result, ex.pool)
         self.last_event = result[1]
         self._count_skips(result[2])
-        return (result[0], result[1]) if with_event else result[0]
+        return result[0]
 
     def state_dict(self) -> dict:
         """Where the iteration stands: resuming from it gives exactly the next batch."""

@@ -186,7 +186,7 @@ def main(argv=None) -> int:
         return 2
     try:
         r = run_demo(args)
-    except (FileNotFoundError, RuntimeError) as e:
+    except (FileNotFoundError, RuntimeError, SystemExit) as e:  # SystemExit: pick_device's
         print(f"detaug demo: {e}", file=sys.stderr)
         return 1
     where = "gpu (mixed decode, device ops)" if r["device"] == "gpu" else \

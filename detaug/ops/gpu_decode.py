@@ -139,8 +139,8 @@ def decode_chunks(decoder, srcs, output_type, chunk, stream_ptr) -> list:
 
 
 def decode_batch(ctx, enc, output_type: str) -> ImageBatch:
-    """Decode a batch with nvImageCodec, in the pipeline's decode processes or (without them)
-    here. The result is a :class:`DeviceImages` described by host arrays. BGR is decoded as RGB
+    """Decode a batch with nvImageCodec, in the pipeline's decode processes (for a reader that
+    handed over paths only) or here. The result is a :class:`DeviceImages` described by host arrays. BGR is decoded as RGB
     (on the GPU and by the Pillow fallback alike) and swapped once, at the end."""
     import cupy as cp
 
@@ -148,7 +148,7 @@ def decode_batch(ctx, enc, output_type: str) -> ImageBatch:
     chunk = max(1, min(CHUNK, ctx.pipeline.batch_size))
     dec_type = "RGB" if output_type == "BGR" else output_type
     service = getattr(ctx.pipeline, "_decode_service", None)
-    if service is not None:
+    if service is not None and enc.data is None:  # a paths-only reader: the processes read
         images, errors = service.decode(enc.paths, dec_type, chunk, ctx.stream)
         if errors:
             k, msg = errors[0]
