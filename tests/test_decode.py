@@ -62,7 +62,7 @@ def test_bgr_and_gray_outputs(odd_images):
 @pytest.mark.gpu
 def test_gpu_decode_grayscale_cmyk_png(odd_images):
     pytest.importorskip("nvidia.nvimgcodec")
-    tmp, names, rgb, smooth = odd_images
+    tmp, names, _, _ = odd_images
     files = [names["gray"], names["cmyk"], names["png"]]
     cpu = _decode(tmp, files)
     gpu = _decode(tmp, files, device="mixed")

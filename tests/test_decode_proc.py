@@ -3,6 +3,7 @@ overlap while alive, come back in any order, and requests too large are refused.
 import numpy as np
 import pytest
 
+from conftest import _gpu
 from detaug.decode_proc import ALIGN, RingAllocator, packed_offsets
 
 
@@ -55,13 +56,8 @@ def test_worker_that_cannot_start_is_a_clear_error():
     """Where a decode process cannot start (here: no GPU, or no cupy in the child), building
     the service fails with an error that says so and names the way out, instead of hanging."""
     pytest.importorskip("cupy")
-    try:
-        import cupy
-
-        if cupy.cuda.runtime.getDeviceCount() > 0:
-            pytest.skip("a GPU is present: the worker would start")
-    except Exception:
-        pass
+    if _gpu():
+        pytest.skip("a GPU is present: the worker would start")
     from detaug.decode_proc import DecodeService
 
     with pytest.raises(RuntimeError, match="did not start.*decode_processes=0"):

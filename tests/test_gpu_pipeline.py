@@ -11,7 +11,7 @@ from detaug import Pipeline, backend, fn
 from detaug.decode_proc import _Lease
 from detaug.kernels import launch as L
 from conftest import COCO, VOC
-from helpers import run_graph, to_np
+from helpers import close_pipelines, run_graph, to_np, track  # noqa: F401  (autouse fixture)
 
 pytestmark = pytest.mark.gpu
 
@@ -130,7 +130,7 @@ def _decode_pipe(device, root, files=None):
     with pipe:
         enc, _ = fn.readers.voc(root=root) if files is None else (fn.readers.file(files=files, file_root=root), None)
         pipe.set_outputs(fn.decoders.image(enc, device=device))
-    return pipe
+    return track(pipe)
 
 
 def test_gpu_decode_close_to_cpu_decode():
@@ -159,7 +159,7 @@ def test_gpu_decode_reports_truncated_and_garbage(tmp_path):
     (tmp_path / "trunc.jpg").write_bytes(data[:2000])
     (tmp_path / "junk.jpg").write_bytes(b"\xff\xd8 this is not a jpeg" * 10 + b"\xff\xd9")
     for name in ("trunc.jpg", "junk.jpg"):
-        pipe = Pipeline(batch_size=1, seed=0, device_id=0)
+        pipe = track(Pipeline(batch_size=1, seed=0, device_id=0))
         with pipe:
             enc, _ = fn.readers.file(files=[name], file_root=str(tmp_path))
             pipe.set_outputs(fn.decoders.image(enc, device="mixed"))
@@ -192,7 +192,7 @@ def _bench_pipe(batch_size, depth=2, max_boxes=32, h=480, w=640):
         b = fn.prune_boxes(b, min_size=1)
         i = fn.normalize(i, mean=[124, 116, 104], std=[58, 57, 57], output_layout="CHW")
         pipe.set_outputs(i, fn.pad_boxes(b, max_boxes=max_boxes))
-    return pipe
+    return track(pipe)
 
 
 def _never_waits(pipe, label):
@@ -317,7 +317,7 @@ def test_gpu_decode_skip_corrupt_file(tmp_path):
     victim = sorted(os.listdir(root / "JPEGImages"))[5]
     data = (root / "JPEGImages" / victim).read_bytes()
     (root / "JPEGImages" / victim).write_bytes(data[:len(data) // 2])
-    pipe = Pipeline(batch_size=8, num_threads=2, seed=0, device_id=0, on_error="skip")
+    pipe = track(Pipeline(batch_size=8, num_threads=2, seed=0, device_id=0, on_error="skip"))
     with pipe:
         enc, boxes = fn.readers.voc(root=str(root))
         img = fn.decoders.image(enc, device="mixed")
@@ -344,14 +344,14 @@ def _coco_decode_pipe(decode_processes, batches_per_launch=1, output_type="RGB",
         img = fn.decoders.image(enc, device="mixed", output_type=output_type)
         if raw:
             pipe.set_outputs(img)
-            return pipe
+            return track(pipe)
         img, boxes = fn.random_iou_crop(img, boxes)
         img, boxes = fn.flip(img, boxes, horizontal=R.coin_flip())
         img, boxes = fn.resize(img, boxes, size=(96, 128))
         boxes = fn.prune_boxes(boxes, min_size=1)
         img = fn.normalize(img, mean=[124, 116, 104], std=[58, 57, 57], output_layout="CHW")
         pipe.set_outputs(img, fn.pad_boxes(boxes, max_boxes=32))
-    return pipe
+    return track(pipe)
 
 
 def _epochs(pipe, n=2):
@@ -365,6 +365,15 @@ def _epochs(pipe, n=2):
     return out
 
 
+def _assert_same_epochs(threads, procs):
+    assert len(threads) == len(procs) == 2 * 9  # 68 images, batches of 8
+    for a, b in zip(threads, procs, strict=True):
+        np.testing.assert_array_equal(a[0], b[0])
+        assert a[1].keys() == b[1].keys()
+        for key in a[1]:
+            np.testing.assert_array_equal(a[1][key], b[1][key])
+
+
 @pytest.mark.parametrize("k", [1, 3])
 def test_decode_processes_give_the_same_batches(k):
     """Decoding in worker processes (files read there, images handed over through a CUDA IPC
@@ -375,13 +384,7 @@ def test_decode_processes_give_the_same_batches(k):
     procs_pipe = _coco_decode_pipe(2, batches_per_launch=k)
     procs_pipe.build()
     assert procs_pipe._decode_service is not None and procs_pipe._paths_only
-    procs = _epochs(procs_pipe)
-    assert len(threads) == len(procs) == 2 * 9  # 68 images, batches of 8
-    for a, b in zip(threads, procs, strict=True):
-        np.testing.assert_array_equal(a[0], b[0])
-        assert a[1].keys() == b[1].keys()
-        for key in a[1]:
-            np.testing.assert_array_equal(a[1][key], b[1][key])
+    _assert_same_epochs(threads, _epochs(procs_pipe))
 
 
 def test_decode_process_defaults_run_deep_and_give_the_same_batches():
@@ -395,13 +398,7 @@ def test_decode_process_defaults_run_deep_and_give_the_same_batches():
     pipe = _coco_decode_pipe(None, batches_per_launch=None, prefetch=None).build()
     assert len(pipe._decode_service.workers) == 3
     assert (pipe.prefetch_queue_depth, pipe.device_workers, pipe.batches_per_launch) == (6, 6, 4)
-    procs = _epochs(pipe)
-    assert len(threads) == len(procs) == 2 * 9
-    for a, b in zip(threads, procs, strict=True):
-        np.testing.assert_array_equal(a[0], b[0])
-        assert a[1].keys() == b[1].keys()
-        for key in a[1]:
-            np.testing.assert_array_equal(a[1][key], b[1][key])
+    _assert_same_epochs(threads, _epochs(pipe))
     plain = _coco_decode_pipe(0, batches_per_launch=None, prefetch=None).build()
     assert (plain.prefetch_queue_depth, plain.device_workers) == (2, 2)
     plain.close()

@@ -196,9 +196,9 @@ def test_process_workers_rebuild_the_pipeline():
     import pickle
 
     clone = pickle.loads(pickle.dumps(seq))  # what a spawned worker receives
+    track(clone.pipeline)
     for i in (4, 0, 2):
         _assert_same(clone[i], expected[i])
-    track(clone.pipeline)
 
     # forked workers (Linux's default): the parent's pipeline already has live thread pools
     _, seq = _sequence(batch_size=8, encode=True, output_map=("images", "classification"),

@@ -247,15 +247,13 @@ def test_one_launch_per_call_for_any_batch_size():
     cp.cuda.get_current_stream().synchronize()
 
 
-def test_upload_many_round_trips_ragged_arrays_in_one_buffer():
+def test_upload_many_round_trips_ragged_arrays_in_one_buffer(rng):
     """backend.upload_many (the kernels' metadata and the pipeline's ragged host-image uploads):
     values, dtypes and shapes survive, every view starts 16-byte aligned inside one device
     buffer, the copy is ordered on the given stream, and an empty array is allowed."""
     from detaug.backend import upload_many
 
-    rng = np.random.default_rng()
-    arrays = [rng.integers(0, 256, (int(rng.integers(1, 50)), int(rng.integers(1, 60)), 3),
-                           dtype=np.uint8) for _ in range(5)]
+    arrays = random_images(rng, [(int(rng.integers(1, 50)), int(rng.integers(1, 60)), 3) for _ in range(5)])
     arrays += [rng.standard_normal((7, 3)), np.arange(5, dtype=np.int64), np.zeros((0, 4), np.float32),
                rng.random(3).astype(np.float32)]
     s = cp.cuda.Stream(non_blocking=True)
