@@ -150,8 +150,7 @@ class ImageBatch:
         return _identity_geometry(self.source_sizes(), self.channels)
 
     def with_geometry(self, geometry: Geometry) -> "ImageBatch":
-        if self.layout != "HWC" or (self.batch_size and not isinstance(self.raw, DeviceImages)
-                                    and self.raw[0].dtype != np.uint8):
+        if self.layout != "HWC" or (self.batch_size and _images_dtype(self.raw) != np.uint8):
             raise ValueError("geometric ops take uint8 HWC images; put normalize/"
                              "crop_mirror_normalize after the geometric ops")
         return ImageBatch(self.raw, self.device, self.layout, geometry)
@@ -365,6 +364,11 @@ class BoxBatch:
             d.update({k: v[lo:hi][keep] for k, v in fields.items()})
             out.append(d)
         return out
+
+
+def _images_dtype(raw):
+    """The element type of a non-empty batch's images: an array, a DeviceImages (uint8) or a list."""
+    return raw.dtype if hasattr(raw, "dtype") else raw[0].dtype
 
 
 class _Deferred:
