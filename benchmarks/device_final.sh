@@ -6,14 +6,13 @@
 source .ci/device_setup.sh >/dev/null 2>&1 || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 DATA=/tmp/bench_data
-quiet() { grep -v -E "nvjpeg2k|nvTIFF|nvtiff|nvJPEG2000|Failed to load|ERROR.*ext|Note: If"; }
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   timeout 300 python3 -m pytest -m gpu -q -rf --tb=short -p no:cacheprovider tests 2>&1 | quiet > "$OUT/gpu_tests.log"
   grep -E "^FAILED|passed|failed" "$OUT/gpu_tests.log" | tail -8
   timeout 150 python3 -m pytest -q -s -p no:cacheprovider tests/test_gpu_pipeline.py \
     -k "decode_close or never_wait or one_launch or memory_stable" 2>&1 | grep -E "GPU vs CPU|run\(\) times|launches per|memory at|passed|failed" | tee "$OUT/gpu_prints.log"
 fi
-python3 -c "import sys; sys.path.insert(0, 'benchmarks'); import bench_gpu; bench_gpu.make_dataset('$DATA', 1024, 16)" >/dev/null 2>&1
+bench_data $DATA
 timeout 150 python3 benchmarks/warp_sweep.py --data $DATA 2>&1 | quiet | tee "$OUT/warp_sweep.log"
 for i in $(seq 1 "${BENCH_RUNS:-1}"); do
   timeout 300 python3 benchmarks/bench_gpu.py --data $DATA --keep-data --json "$OUT/bench_gpu$i.json" \

@@ -7,10 +7,10 @@ source .ci/device_setup.sh >/dev/null 2>&1 || exit 1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 if [ "$2" != notests ]; then
   timeout 300 python3 -m pytest -m gpu -q -rf --tb=short -p no:cacheprovider tests 2>&1 \
-    | grep -v -E "nvjpeg2k|nvtiff|NVTIFF|nvJPEG2000|ERROR.*ext" | tee "$OUT/gpu_tests.log" | tail -25
+    | quiet | tee "$OUT/gpu_tests.log" | tail -25
 fi
 DATA=/tmp/bench_data
-python3 -c "import sys; sys.path.insert(0, 'benchmarks'); import bench_gpu; bench_gpu.make_dataset('$DATA', 1024, 16)" >/dev/null 2>&1
+bench_data $DATA
 IFS=';' read -ra CFGS <<< "${1:---batches-per-launch 1;--batches-per-launch 8}"
 i=0
 for r in $(seq 1 "${ROUNDS:-1}"); do
