@@ -94,23 +94,9 @@ _RING = _PinnedRing()
 
 
 def upload(a, stream=None):
-    """Host array -> new device array through a pinned staging buffer, asynchronously on
-    ``stream`` (default: cupy's current stream). Never waits for the device."""
-    import cupy as cp
-
-    a = np.ascontiguousarray(a)
-    stream = stream if stream is not None else cp.cuda.get_current_stream()
-    out = cp.empty(a.shape, a.dtype)
-    if a.nbytes == 0:
-        return out
-    cap, mem = _RING.take(a.nbytes)
-    staged = np.frombuffer(mem, np.uint8, a.nbytes).view(a.dtype).reshape(a.shape)
-    np.copyto(staged, a)
-    out.set(staged, stream=stream)
-    ev = cp.cuda.Event(block=False, disable_timing=True)
-    ev.record(stream)
-    _RING.give_back(cap, mem, ev)
-    return out
+    """Host array -> device array through a pinned staging buffer, asynchronously on ``stream``
+    (default: cupy's current stream). Never waits for the device."""
+    return upload_many([a], stream)[0]
 
 
 def upload_many(arrays, stream=None):

@@ -6,12 +6,13 @@
 // lane l handles p = chunk + l + 32 k, k < DETAUG_WARP_PPL, all channels in the thread. So every
 // store instruction of a warp writes 32 consecutive pixels (coalesced whatever the row width
 // and alignment), the source taps of a warp are neighbours (L1 hits), and the per-sample
-// metadata, the division p / out_w and the reciprocals are paid once per 16 pixels. Warps past
-// their sample's pixel count return at once. warp.py:launch_plan sizes the grid
+// metadata, the division p / out_w and the reciprocals are paid once per DETAUG_WARP_PPL
+// pixels of a lane. Warps past their sample's pixel count return at once. warp.py:launch_plan sizes the grid
 // (blockDim.x = 256, gridDim.x = ceil(max npix / (256 * DETAUG_WARP_PPL))).
 //
 // Per-sample metadata (b = sample):
-//   in_ptr[b]            device address of a C-contiguous HWC uint8 image
+//   in_ptr[b]            device address of an HWC uint8 image (rows in_pitch bytes apart,
+//                        each row's pixels packed)
 //   meta_i[8 b + k]      k = 0 in_h, 1 in_w, 2 in_pitch (bytes per row), 3 out_h, 4 out_w,
 //                        5 nx, 6 ny (taps per axis), 7 element offset of the output in `out`
 //   inv[6 b + k]         rows 0 and 1 of inv(M) (output -> input coordinates), float64
