@@ -3,6 +3,7 @@
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || return 1
 export PYTHONPATH=/tmp/site:$PWD:${PYTHONPATH:-} LD_LIBRARY_PATH=/tmp/site/nvidia/nvjpeg/lib:${LD_LIBRARY_PATH:-}
 export KERAS_BACKEND=torch PYTHONUNBUFFERED=1
+export OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"  # logs that come back
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 python3 -c "import cupy, torch, numpy; print('cupy', cupy.__version__, 'torch', torch.__version__, 'numpy', numpy.__version__)"
 # drop the codec extensions' load warnings (nvjpeg2k / nvtiff are not carried) from a log

@@ -4,7 +4,6 @@
 # and BENCH_RUNS=n to repeat a subset), the torchvision RetinaNet example (short). Logs go to
 # $OUT. Usage (GPU machine, repo root): bash benchmarks/device_final.sh
 source .ci/device_setup.sh >/dev/null 2>&1 || exit 1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 DATA=/tmp/bench_data
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   timeout 300 python3 -m pytest -m gpu -q -rf --tb=short -p no:cacheprovider tests 2>&1 | quiet > "$OUT/gpu_tests.log"

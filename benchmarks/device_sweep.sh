@@ -4,7 +4,6 @@
 # drifts of the machine show. Usage (GPU machine, repo root):
 #   [ROUNDS=2] bash benchmarks/device_sweep.sh ["--batches-per-launch 1;--batches-per-launch 8;..."] [notests]
 source .ci/device_setup.sh >/dev/null 2>&1 || exit 1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 if [ "$2" != notests ]; then
   timeout 300 python3 -m pytest -m gpu -q -rf --tb=short -p no:cacheprovider tests 2>&1 \
     | quiet | tee "$OUT/gpu_tests.log" | tail -25

@@ -2,7 +2,6 @@
 # Which Python code holds the GIL while the GPU pipeline runs (py-spy --gil, all threads),
 # aggregated by function (own samples) and by op. On the GPU machine, wheels installed.
 source .ci/device_setup.sh >/dev/null 2>&1 || exit 1
-OUT=${OUT:-/tmp/out}
 /tmp/site/bin/py-spy record --gil --idle -r 200 --format raw -o "$OUT/gil.txt" -- \
   python3 benchmarks/bench_gpu.py --only detaug --min-seconds 8 > "$OUT/gil_bench.log" 2>&1
 grep -E "^\| detaug" "$OUT/gil_bench.log"

@@ -1,8 +1,7 @@
 """Probe, on the GPU machine: the wall and calling-thread CPU time of nvImageCodec's batched decode
-per 64 images, alone and beside other work: 1-3 decoding threads (own decoder and stream each),
-with and without a Python thread that keeps the GIL busy (pure-Python loop), and with numpy
-planning work in a thread. Tells whether the decode needs the GIL (slows under a GIL-busy thread)
-or the CPU (slows under numpy work that releases the GIL). Usage: python probe_decode.py [DATA]"""
+per 64 images, alone and beside other work: 1-2 decoding threads (own decoder and stream each),
+with and without a Python thread that keeps the GIL busy (pure-Python loop). Tells whether the
+decode needs the GIL (slows under a GIL-busy thread). Usage: python probe_decode.py [DATA]"""
 import glob
 import os
 import sys
@@ -61,13 +60,6 @@ def gil_hog():
     while not stop.is_set():
         for i in range(1000):
             x += i
-
-
-def numpy_work():
-    a = np.random.rand(64, 10, 50).astype(np.float32)
-    while not stop.is_set():
-        for _ in range(20):
-            a = np.maximum(np.minimum(a, 0.7) - 0.1, 0) * 1.0001
 
 
 for k in range(3):

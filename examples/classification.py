@@ -31,7 +31,6 @@ IMAGENET_MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]  # pixel units: the imag
 IMAGENET_STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
 
 
-
 def make_class_folders(voc_root: str, out: str) -> str:
     """``out/<class>/<image>.jpg``: each VOC image under the class of its first object."""
     from readers.voc import read_voc
@@ -88,9 +87,7 @@ def main(argv=None):
     import torch
 
     from detaug.adapters.torch import DetaugIterator
-
     from detaug.backend import pick_device
-
 
     device = pick_device(args.device, torch_cuda=True)
     tmp = None

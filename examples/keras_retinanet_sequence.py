@@ -36,7 +36,6 @@ STRIDES = (8, 16, 32, 64, 128)  # P3-P7, as the encoder's default AnchorConfig
 ANCHORS_PER_CELL = 9            # 3 ratios x 3 scales
 
 
-
 def build_pipeline(root, num_classes, size, device, batch_size, seed, num_threads):
     from detaug import fn, pipeline_def
 

@@ -47,7 +47,6 @@ IMAGENET_STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
 REPORT_EVERY = 20
 
 
-
 def build_pipeline(root, size, device, batch_size, seed, num_threads):
     from detaug import fn, pipeline_def
 
@@ -165,9 +164,7 @@ def main(argv=None):
             sys.exit("this example needs torchvision (pip install torchvision); "
                      "--dry-run runs the data part without it")
     from detaug.adapters.torch import DetaugIterator
-
     from detaug.backend import pick_device
-
 
     device = pick_device(args.device, torch_cuda=True)
     pipe = build_pipeline(args.root, args.size, device, args.batch_size, args.seed, args.threads)
