@@ -13,36 +13,79 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import backend
+from . import geometry as G
+
+
+@dataclass(frozen=True)
+class Step:
+    """One op of a pending chain.
+
+    Attributes:
+        matrix: (B, 3, 3) float64, maps the op's input coordinates to its output coordinates.
+        composed: (B, 3, 3) float64, maps the chain's start frame to this op's output.
+        sizes: (B, 2) int64 (H, W) of the op's output canvas.
+        fill: (B, C) float64, what the op puts where its output lies outside its input.
+        ellipse: the op's boxes take the box of their inscribed ellipse (else of the corners).
+    """
+
+    matrix: np.ndarray
+    composed: np.ndarray
+    sizes: np.ndarray
+    fill: np.ndarray
+    ellipse: bool = False
 
 
 @dataclass(frozen=True)
 class Geometry:
     """A pending chain of geometric ops.
 
+    Fusion never changes results: the chain keeps every op (``steps``), so that the warp gives
+    ``fill`` wherever an intermediate canvas cut the content away (:func:`geometry.valid_region`)
+    and the boxes are clipped at every canvas in order (kernels/boxes.py), as if the ops ran one
+    by one.
+
     Attributes:
         matrices: (B, 3, 3) float64, maps source coordinates to current coordinates.
         sizes: (B, 2) int64 (H, W) of the current canvas.
-        fill: (B, C) float64 fill value for pixels the chain brings in from outside the source.
-        box_mode: 'corners' (enclosing box of the 4 mapped corners) or 'ellipse'.
+        fill: (B, C) float64 fill value of the latest op that has one.
+        source_sizes: (B, 2) int64 (H, W) of the chain's start frame.
+        steps: the ops of the chain, in order.
     """
 
     matrices: np.ndarray
     sizes: np.ndarray
     fill: np.ndarray
-    box_mode: str = "corners"
+    source_sizes: np.ndarray
+    steps: tuple = ()
 
     def then(self, m_op, sizes, fill=None, box_mode=None) -> "Geometry":
         fill = self.fill if fill is None else np.broadcast_to(
             np.asarray(fill, np.float64).reshape(len(sizes), -1), self.fill.shape).copy()
-        mode = "ellipse" if (box_mode == "ellipse" or self.box_mode == "ellipse") else "corners"
-        return Geometry(np.matmul(m_op, self.matrices),
-                        np.asarray(sizes, np.int64).reshape(-1, 2), fill, mode)
+        sizes = np.asarray(sizes, np.int64).reshape(-1, 2)
+        composed = np.matmul(m_op, self.matrices)
+        step = Step(np.asarray(m_op, np.float64), composed, sizes, fill, box_mode == "ellipse")
+        return Geometry(composed, sizes, fill, self.source_sizes, self.steps + (step,))
+
+    def valid_region(self):
+        """The part of the output that holds source content: see :func:`geometry.valid_region`."""
+        return G.valid_region(self.source_sizes, [s.matrix for s in self.steps],
+                              [s.composed for s in self.steps], [s.sizes for s in self.steps],
+                              [s.fill for s in self.steps], self.fill)
+
+    def box_stages(self):
+        """(matrices (K, B, 3, 3), canvases (K, B, 2), modes) of the chain for the box kernels;
+        the identity on the current canvas when the chain is empty."""
+        if not self.steps:
+            return self.matrices[None], self.sizes[None].astype(np.float64), ["corners"]
+        return (np.stack([s.matrix for s in self.steps]),
+                np.stack([s.sizes for s in self.steps]).astype(np.float64),
+                ["ellipse" if s.ellipse else "corners" for s in self.steps])
 
 
 def _identity_geometry(sizes, channels) -> Geometry:
     b = len(sizes)
-    return Geometry(np.tile(np.eye(3), (b, 1, 1)), np.asarray(sizes, np.int64).reshape(b, 2),
-                    np.zeros((b, channels)))
+    sizes = np.asarray(sizes, np.int64).reshape(b, 2)
+    return Geometry(np.tile(np.eye(3), (b, 1, 1)), sizes, np.zeros((b, channels)), sizes)
 
 
 class DeviceImages:
@@ -165,7 +208,9 @@ class ImageBatch:
         g = self.pending()
         from .kernels import warp
 
-        kwargs = dict(fill=g.fill, mean=mean, std=std, out_dtype=dtype or np.uint8, layout=layout)
+        rect, rect_fill, clamp, slabs, slab_fill, nslab = g.valid_region()
+        kwargs = dict(fill=rect_fill, mean=mean, std=std, out_dtype=dtype or np.uint8, layout=layout,
+                      region=(rect, clamp, slabs, slab_fill, nslab))
         if self.device == "gpu":
             out = warp.warp_cupy(self.raw, g.matrices, g.sizes, stream=ctx.stream, **kwargs)
         elif backend.cpu_warp() == "reference":
@@ -196,6 +241,7 @@ def _rows(kwargs: dict, lo: int, hi: int) -> dict:
         v = kwargs[k]
         if v is not None and np.ndim(v) == 2:
             out[k] = np.asarray(v)[lo:hi]
+    out["region"] = tuple(np.asarray(v)[lo:hi] for v in kwargs["region"])
     return out
 
 
@@ -286,28 +332,30 @@ class BoxBatch:
             raise ValueError(f"boxes were converted to {self.fmt!r}; geometric and box ops take "
                              "xyxy boxes: convert formats last")
 
-    def materialize(self, ctx=None, *, clip=False, min_size=0.0, min_area=0.0,
-                    min_visibility=0.0) -> "BoxBatch":
-        """Transform the boxes once through the pending chain, then clip / prune (one kernel)."""
-        if self.geometry is None and not (clip or min_size or min_area or min_visibility):
-            return self
+    def materialize(self, ctx=None) -> "BoxBatch":
+        """Transform the boxes once through the pending chain (if any), clipping them at every
+        canvas and dropping those that leave one, as the ops run one by one would."""
+        return self if self.geometry is None else self.prune(ctx)
+
+    def prune(self, ctx=None, *, clip=True, min_size=0.0, min_area=0.0,
+              min_visibility=0.0) -> "BoxBatch":
+        """:meth:`materialize`, then drop boxes under ``min_size`` / ``min_area`` /
+        ``min_visibility`` (visible fraction of the box mapped through the chain unclipped), in one
+        kernel; also clips boxes that arrived unclipped (no chain). ``clip=False`` writes the last
+        op's box before its final clip (earlier ops always clip)."""
         self._require_xyxy()
         from .kernels import boxes as kb
 
-        m = self.geometry.matrices if self.geometry is not None else np.tile(
-            np.eye(3), (self.batch_size, 1, 1))
-        mode = self.geometry.box_mode if self.geometry is not None else "corners"
-        kw = dict(mode=mode, clip=clip, min_size=min_size, min_area=min_area,
+        mats, canvases, modes = self.pending().box_stages()
+        kw = dict(mode=modes, clip=clip, min_size=min_size, min_area=min_area,
                   min_visibility=min_visibility, valid=self.valid)
-        canvas = self.canvas.astype(np.float64)
         if self.device == "gpu":
-            out, keep = kb.box_transform_cupy(self.boxes, self.sample_index(), m, canvas,
+            out, keep = kb.box_transform_cupy(self.boxes, self.sample_index(), mats, canvases,
                                               stream=getattr(ctx, "stream", None), **kw)
         else:
-            out, keep = kb.box_transform_numpy(self.boxes, self.sample_index(), m, canvas, **kw)
-        host = self._host_later(lambda h: h.materialize(None, clip=clip, min_size=min_size,
-                                                        min_area=min_area,
-                                                        min_visibility=min_visibility))
+            out, keep = kb.box_transform_numpy(self.boxes, self.sample_index(), mats, canvases, **kw)
+        host = self._host_later(lambda h: h.prune(None, clip=clip, min_size=min_size,
+                                                  min_area=min_area, min_visibility=min_visibility))
         return self.replace(boxes=out, valid=keep, geometry=None, host=host)
 
     def host_view(self) -> "BoxBatch":
@@ -316,16 +364,11 @@ class BoxBatch:
 
     def current_host_boxes(self):
         """(boxes (N, 4) float64 in current coordinates, valid (N,) bool) on the host, for
-        planning; the enclosing boxes of the chain so far, not clipped."""
-        h = self.host_view()
-        from .kernels import boxes as kb
-
-        m = h.geometry.matrices if h.geometry is not None else np.tile(np.eye(3), (h.batch_size, 1, 1))
-        mode = h.geometry.box_mode if h.geometry is not None else "corners"
-        out, _ = kb.box_transform_numpy(h.boxes, h.sample_index(), m, h.canvas.astype(np.float64),
-                                        mode=mode, clip=False)
-        valid = np.ones(len(out), bool) if h.valid is None else np.asarray(h.valid, bool)
-        return out.astype(np.float64), valid
+        planning: the boxes as the chain so far leaves them (clipped at every canvas; a box that
+        left a canvas is not valid)."""
+        h = self.host_view().materialize(None)
+        valid = np.ones(h.num_boxes, bool) if h.valid is None else np.asarray(h.valid, bool)
+        return np.asarray(h.boxes, np.float64), valid
 
     def drop(self, keep_host: np.ndarray) -> "BoxBatch":
         """Clear the valid flag where ``keep_host`` (a host bool mask from planning) is False,

@@ -94,3 +94,104 @@ def canvas_region(m: np.ndarray, region: np.ndarray, out_sizes_hw: np.ndarray) -
     out = np.concatenate([p.min(1), p.max(1)], -1)
     hw = np.asarray(out_sizes_hw, np.float64)
     return np.clip(out, 0, np.stack([hw[:, 1], hw[:, 0], hw[:, 1], hw[:, 0]], -1))
+
+
+def _inside(points, sizes_hw, tol):
+    """(B,) whether all of the (B, K, 2) points lie in [-tol, W + tol] x [-tol, H + tol]."""
+    w, h = sizes_hw[:, 1, None], sizes_hw[:, 0, None]
+    x, y = points[..., 0], points[..., 1]
+    return ((x >= -tol) & (x <= w + tol) & (y >= -tol) & (y <= h + tol)).all(1)
+
+
+def _corners(sizes_hw):
+    """(B, 4, 2) corners of the canvases [0, W] x [0, H]."""
+    w, h = sizes_hw[:, 1].astype(np.float64), sizes_hw[:, 0].astype(np.float64)
+    z = np.zeros_like(w)
+    return np.stack([np.stack([z, z], -1), np.stack([w, z], -1),
+                     np.stack([z, h], -1), np.stack([w, h], -1)], 1)
+
+
+def valid_region(source_sizes, ops, composed, sizes, fills, fill):
+    """Where the output of a fused chain holds source content, as the kernels test it.
+
+    Running the ops one by one, op k samples its input canvas and puts its ``fill`` wherever
+    its output maps outside that canvas; later ops carry that fill along as content. So an
+    output point holds source content iff it lies inside the source image and inside every
+    intermediate canvas, mapped to it; else it holds the fill of the LAST op that found it
+    outside its input. This function turns that rule into what one warp needs:
+
+    * ``rect`` (B, 4) ``[x_lo, x_hi, y_lo, y_hi]`` in SOURCE coordinates: the source image
+      intersected with every canvas that is an axis-aligned rectangle there (crop, pad, flip,
+      resize, letterbox, zoom-out and quarter turns, in any composition). A sample point
+      ``(x, y)`` is inside iff ``x_lo <= x < x_hi and y_lo <= y < y_hi``. Its ``rect_fill``
+      (B, C) is the fill outside it. ``clamp`` (B, 4) int64 ``[cx0, cx1, cy0, cy1]``: the source
+      columns / rows whose centres lie in the rect (within the image); bilinear taps are clamped
+      to them, so a crop's edge replicates as the cropped image's edge would.
+    * ``slabs`` (B, S, 4) ``[a, b, c, r]`` in OUTPUT coordinates for the other canvases (after a
+      free rotation or shear): a point ``(ox, oy)`` is inside iff ``0 <= (a ox + b oy) + c < r``;
+      ``slab_fill`` (B, S, C); ``nslab`` (B,) of them are used, in priority order: the first
+      slab a point violates gives its fill, then the rect.
+
+    Canvases that cannot cut anything are left out: canvas k is redundant when the next op maps
+    it onto a superset of the next canvas (flip, resize, a crop inside the image). When all the
+    chain's fills agree, every axis-aligned canvas joins the rect; otherwise only those below
+    the first canvas that needs a slab or has another fill (so the fill priority holds).
+
+    Args:
+        source_sizes: (B, 2) (H, W) of the start frame.
+        ops, composed: per op (B, 3, 3): its own matrix, and start frame -> its output.
+        sizes: per op (B, 2) (H, W) of its output canvas.
+        fills: per op (B, C): its fill.
+        fill: (B, C) the fill where the chain has no op.
+    """
+    src = np.asarray(source_sizes, np.float64).reshape(-1, 2)
+    b, c = fill.shape
+    rect = np.stack([np.zeros(b), src[:, 1], np.zeros(b), src[:, 0]], -1)
+    rect_fill = (fills[0] if fills else fill).copy()
+    final_inv = np.linalg.inv(composed[-1]) if ops else np.tile(np.eye(3), (b, 1, 1))
+    slab_rows, slab_fill, slab_use = [], [], []
+    all_same = all(np.array_equal(f, rect_fill) for f in fills)
+    merging = np.ones(b, bool)  # per sample: still below the first slab / other fill
+    # canvas k (the output of op k) is cut by op k + 1; the last canvas is the output itself
+    for k in range(len(ops) - 1):
+        nxt, size_k = ops[k + 1], np.asarray(sizes[k], np.float64)
+        back = apply_points(np.linalg.inv(nxt), _corners(np.asarray(sizes[k + 1], np.float64)))
+        needed = ~_inside(back, size_k, 1e-9 * (1.0 + size_k.max(1, keepdims=True)))
+        ck = composed[k]
+        axis = (ck[:, 0, 1] == 0) & (ck[:, 1, 0] == 0)
+        fill_k = fills[k + 1]
+        same = (fill_k == rect_fill).all(1)
+        to_rect = needed & axis & (same if all_same else (merging & same))
+        to_slab = needed & ~to_rect
+        if to_rect.any():
+            with np.errstate(divide="ignore", invalid="ignore"):
+                for ax, (lo_i, hi_i) in ((0, (0, 1)), (1, (2, 3))):
+                    s, t = ck[:, ax, ax], ck[:, ax, 2]
+                    e0, e1 = (0.0 - t) / s, (size_k[:, 1 - ax] - t) / s
+                    lo, hi = np.minimum(e0, e1), np.maximum(e0, e1)
+                    rect[:, lo_i] = np.where(to_rect, np.maximum(rect[:, lo_i], lo), rect[:, lo_i])
+                    rect[:, hi_i] = np.where(to_rect, np.minimum(rect[:, hi_i], hi), rect[:, hi_i])
+        if to_slab.any():
+            r = ck @ final_inv  # output -> canvas k
+            for ax in (0, 1):
+                slab_rows.append(np.concatenate([r[:, ax, :], size_k[:, 1 - ax, None]], -1))
+                slab_fill.append(fill_k)
+                slab_use.append(to_slab)
+        merging &= ~to_slab
+    cx0 = np.clip(np.ceil(rect[:, 0] - 0.5), 0, src[:, 1] - 1)
+    cx1 = np.clip(np.ceil(rect[:, 1] - 0.5) - 1, cx0, src[:, 1] - 1)
+    cy0 = np.clip(np.ceil(rect[:, 2] - 0.5), 0, src[:, 0] - 1)
+    cy1 = np.clip(np.ceil(rect[:, 3] - 0.5) - 1, cy0, src[:, 0] - 1)
+    clamp = np.stack([cx0, cx1, cy0, cy1], -1).astype(np.int64)
+    if not slab_rows:
+        return rect, rect_fill, clamp, np.zeros((b, 0, 4)), np.zeros((b, 0, c)), np.zeros(b, np.int64)
+    # priority: the latest canvas first; each sample's used slabs moved to the front
+    rows = np.stack(slab_rows[::-1], 1)
+    fill = np.stack(slab_fill[::-1], 1)
+    use = np.stack(slab_use[::-1], 1)
+    order = np.argsort(~use, axis=1, kind="stable")
+    rows = np.take_along_axis(rows, order[:, :, None], 1)
+    fill = np.take_along_axis(fill, order[:, :, None], 1)
+    nslab = use.sum(1).astype(np.int64)
+    width = int(nslab.max())
+    return rect, rect_fill, clamp, rows[:, :width], fill[:, :width], nslab

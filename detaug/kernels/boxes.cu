@@ -7,68 +7,88 @@
 #define DETAUG_FULL_MASK 0xffffffffu
 
 // ------------------------------------------------------------------------- box_transform
-// One thread per box (grid-stride). matrices: (B, 3, 3) row-major double; canvas: (B, 2) (H, W).
+// Enclosing box of (x0, y0, x1, y1) mapped through the affine m (rows 0 and 1): of the 4 corners
+// (mode 0, in the order of the twin: (x0,y0) (x1,y0) (x1,y1) (x0,y1)) or of the inscribed
+// ellipse (mode 1).
+__device__ __forceinline__ void map_box(const double* m, int mode, double& x0, double& y0,
+                                        double& x1, double& y1) {
+  const double a00 = m[0], a01 = m[1], a02 = m[2];
+  const double a10 = m[3], a11 = m[4], a12 = m[5];
+  if (mode == 0) {
+    const double cx[4] = {x0, x1, x1, x0};
+    const double cy[4] = {y0, y0, y1, y1};
+    double tx0, ty0, tx1, ty1;
+    tx0 = tx1 = a00 * cx[0] + a01 * cy[0] + a02;
+    ty0 = ty1 = a10 * cx[0] + a11 * cy[0] + a12;
+    for (int k = 1; k < 4; ++k) {
+      const double px = a00 * cx[k] + a01 * cy[k] + a02;
+      const double py = a10 * cx[k] + a11 * cy[k] + a12;
+      tx0 = fmin(tx0, px);
+      tx1 = fmax(tx1, px);
+      ty0 = fmin(ty0, py);
+      ty1 = fmax(ty1, py);
+    }
+    x0 = tx0; y0 = ty0; x1 = tx1; y1 = ty1;
+  } else {
+    const double cx = (x0 + x1) * 0.5, cy = (y0 + y1) * 0.5;
+    const double ha = (x1 - x0) * 0.5, hb = (y1 - y0) * 0.5;
+    const double ncx = a00 * cx + a01 * cy + a02;
+    const double ncy = a10 * cx + a11 * cy + a12;
+    const double p = a00 * ha, q = a01 * hb, r = a10 * ha, u = a11 * hb;
+    const double hx = sqrt(p * p + q * q);
+    const double hy = sqrt(r * r + u * u);
+    x0 = ncx - hx; y0 = ncy - hy; x1 = ncx + hx; y1 = ncy + hy;
+  }
+}
+
+// One thread per box (grid-stride), walking the box through the K stages of its chain:
+// matrices (K, B, 3, 3) row-major double, canvas (K, B, 2) (H, W), modes (K,). At every stage
+// the box is mapped and clipped to that stage's canvas (the unclipped box is carried beside it
+// for the visibility); see box_transform_numpy for the exact rule.
 extern "C" __global__ void box_transform(
     const float* __restrict__ boxes, const int* __restrict__ sample_index,
     const double* __restrict__ matrices, const double* __restrict__ canvas,
-    const bool* __restrict__ valid, int has_valid, long long n, int num_samples, int mode,
-    int clip, double min_size, double min_area, double min_visibility,
-    float* __restrict__ out, bool* __restrict__ keep) {
+    const int* __restrict__ modes, int num_stages, const bool* __restrict__ valid,
+    int has_valid, long long n, int num_samples, int clip, double min_size, double min_area,
+    double min_visibility, float* __restrict__ out, bool* __restrict__ keep) {
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (long long)gridDim.x * blockDim.x) {
-    const double x0 = boxes[4 * i + 0], y0 = boxes[4 * i + 1];
-    const double x1 = boxes[4 * i + 2], y1 = boxes[4 * i + 3];
     const int s = sample_index[i];
     if (s < 0 || s >= num_samples) {  // bad metadata: drop, leave the box as it was
       for (int k = 0; k < 4; ++k) out[4 * i + k] = boxes[4 * i + k];
       keep[i] = false;
       continue;
     }
-    const double* m = matrices + 9 * (long long)s;
-    const double a00 = m[0], a01 = m[1], a02 = m[2];
-    const double a10 = m[3], a11 = m[4], a12 = m[5];
-    double tx0, ty0, tx1, ty1;
-    if (mode == 0) {  // corners, in the order of the twin: (x0,y0) (x1,y0) (x1,y1) (x0,y1)
-      const double cx[4] = {x0, x1, x1, x0};
-      const double cy[4] = {y0, y0, y1, y1};
-      tx0 = tx1 = a00 * cx[0] + a01 * cy[0] + a02;
-      ty0 = ty1 = a10 * cx[0] + a11 * cy[0] + a12;
-      for (int k = 1; k < 4; ++k) {
-        const double px = a00 * cx[k] + a01 * cy[k] + a02;
-        const double py = a10 * cx[k] + a11 * cy[k] + a12;
-        tx0 = fmin(tx0, px);
-        tx1 = fmax(tx1, px);
-        ty0 = fmin(ty0, py);
-        ty1 = fmax(ty1, py);
-      }
-    } else {  // ellipse inscribed in the box
-      const double cx = (x0 + x1) * 0.5, cy = (y0 + y1) * 0.5;
-      const double ha = (x1 - x0) * 0.5, hb = (y1 - y0) * 0.5;
-      const double ncx = a00 * cx + a01 * cy + a02;
-      const double ncy = a10 * cx + a11 * cy + a12;
-      const double p = a00 * ha, q = a01 * hb, r = a10 * ha, u = a11 * hb;
-      const double hx = sqrt(p * p + q * q);
-      const double hy = sqrt(r * r + u * u);
-      tx0 = ncx - hx;
-      ty0 = ncy - hy;
-      tx1 = ncx + hx;
-      ty1 = ncy + hy;
+    double c0 = boxes[4 * i + 0], c1 = boxes[4 * i + 1];
+    double c2 = boxes[4 * i + 2], c3 = boxes[4 * i + 3];
+    double f0 = c0, f1 = c1, f2 = c2, f3 = c3;  // never clipped
+    double t0 = c0, t1 = c1, t2 = c2, t3 = c3;  // the last stage's map before clipping
+    bool alive = true;
+    for (int k = 0; k < num_stages; ++k) {
+      const long long at = (long long)k * num_samples + s;
+      const double* m = matrices + 9 * at;
+      t0 = c0; t1 = c1; t2 = c2; t3 = c3;
+      map_box(m, modes[k], t0, t1, t2, t3);
+      map_box(m, modes[k], f0, f1, f2, f3);
+      const double H = canvas[2 * at + 0], W = canvas[2 * at + 1];
+      c0 = fmin(fmax(t0, 0.0), W);
+      c1 = fmin(fmax(t1, 0.0), H);
+      c2 = fmin(fmax(t2, 0.0), W);
+      c3 = fmin(fmax(t3, 0.0), H);
+      alive = alive && (c2 - c0 > 0.0) && (c3 - c1 > 0.0);
     }
-    const double H = canvas[2 * s + 0], W = canvas[2 * s + 1];
-    const double c0 = fmin(fmax(tx0, 0.0), W), c1 = fmin(fmax(ty0, 0.0), H);
-    const double c2 = fmin(fmax(tx1, 0.0), W), c3 = fmin(fmax(ty1, 0.0), H);
     const double w = c2 - c0, h = c3 - c1;
     const double area = w * h;
-    const double area_t = fmax(tx1 - tx0, 0.0) * fmax(ty1 - ty0, 0.0);
+    const double area_t = fmax(f2 - f0, 0.0) * fmax(f3 - f1, 0.0);
     const double vis = area_t > 0.0 ? area / area_t : 0.0;
-    bool ok = (w >= min_size) && (h >= min_size) && (area >= min_area) &&
-             (vis >= min_visibility) && (w > 0.0) && (h > 0.0);
+    bool ok = alive && (w >= min_size) && (h >= min_size) && (area >= min_area) &&
+              (vis >= min_visibility);
     if (has_valid) ok = ok && valid[i];
     keep[i] = ok;
-    out[4 * i + 0] = (float)(clip ? c0 : tx0);
-    out[4 * i + 1] = (float)(clip ? c1 : ty0);
-    out[4 * i + 2] = (float)(clip ? c2 : tx1);
-    out[4 * i + 3] = (float)(clip ? c3 : ty1);
+    out[4 * i + 0] = (float)(clip ? c0 : t0);
+    out[4 * i + 1] = (float)(clip ? c1 : t1);
+    out[4 * i + 2] = (float)(clip ? c2 : t2);
+    out[4 * i + 3] = (float)(clip ? c3 : t3);
   }
 }
 

@@ -75,11 +75,59 @@ def _dev(cp, a, dtype):
 # ----------------------------------------------------------------------------- transform
 
 
+def _stages(matrices, canvas, mode):
+    """Staged arguments as (K, B, 3, 3) float64 matrices, (K, B, 2) float64 canvases and a
+    length-K list of mode codes; a single (B, 3, 3) / (B, 2) / str is one stage."""
+    m = np.asarray(matrices, dtype=np.float64)
+    cv = np.asarray(canvas, dtype=np.float64)
+    if m.ndim == 3:
+        m = m[None]
+    _check_shape("matrices", m.shape, (None, None, 3, 3))
+    if cv.ndim == 2:
+        cv = np.broadcast_to(cv[None], (m.shape[0],) + cv.shape)
+    _check_shape("canvas", cv.shape, (m.shape[0], m.shape[1], 2))
+    modes = [mode] * m.shape[0] if isinstance(mode, str) else list(mode)
+    if len(modes) != m.shape[0]:
+        raise ValueError(f"{m.shape[0]} stages but {len(modes)} modes")
+    for md in modes:
+        if md not in _MODES:
+            raise ValueError(f"mode must be one of {sorted(_MODES)}, got {md!r}")
+    return m, cv, [_MODES[md] for md in modes]
+
+
+def _map_box(t, A, ellipse):
+    """Enclosing box (N, 4) of boxes ``t`` mapped through per-box matrices ``A`` (N, 3, 3):
+    of the 4 corners, or (``ellipse``) of the inscribed axis-aligned ellipse."""
+    a00, a01, a02 = A[:, 0, 0, None], A[:, 0, 1, None], A[:, 0, 2, None]
+    a10, a11, a12 = A[:, 1, 0, None], A[:, 1, 1, None], A[:, 1, 2, None]
+    if not ellipse:
+        xs, ys = t[:, [0, 2, 2, 0]], t[:, [1, 1, 3, 3]]
+        tx = a00 * xs + a01 * ys + a02
+        ty = a10 * xs + a11 * ys + a12
+        return np.stack([tx.min(1), ty.min(1), tx.max(1), ty.max(1)], axis=1)
+    cx, cy = (t[:, 0:1] + t[:, 2:3]) * 0.5, (t[:, 1:2] + t[:, 3:4]) * 0.5
+    ha, hb = (t[:, 2:3] - t[:, 0:1]) * 0.5, (t[:, 3:4] - t[:, 1:2]) * 0.5
+    ncx, ncy = a00 * cx + a01 * cy + a02, a10 * cx + a11 * cy + a12
+    hx = np.sqrt((a00 * ha) * (a00 * ha) + (a01 * hb) * (a01 * hb))
+    hy = np.sqrt((a10 * ha) * (a10 * ha) + (a11 * hb) * (a11 * hb))
+    return np.concatenate([ncx - hx, ncy - hy, ncx + hx, ncy + hy], axis=1)
+
+
+def _clip_box(t, H, W):
+    return np.stack([np.minimum(np.maximum(t[:, 0], 0.0), W), np.minimum(np.maximum(t[:, 1], 0.0), H),
+                     np.minimum(np.maximum(t[:, 2], 0.0), W), np.minimum(np.maximum(t[:, 3], 0.0), H)],
+                    axis=1)
+
+
 def box_transform_numpy(boxes, sample_index, matrices, canvas, *, mode="corners", clip=True,
                         min_size=0.0, min_area=0.0, min_visibility=0.0, valid=None):
-    """Map boxes through their sample's matrix, clip to the output canvas, mark survivors.
+    """Map boxes through their sample's chain of ops, clipping at every canvas; mark survivors.
 
-    Transform (``A`` = the 2x2 linear part, ``t`` = translation of the sample's matrix):
+    A chain of K stages (one per op, in order): ``matrices[k, s]`` maps stage k's input to its
+    output canvas ``canvas[k, s] = (H, W)``; ``mode[k]`` is that op's box rule. A single
+    ``(B, 3, 3)`` matrix, ``(B, 2)`` canvas and one mode string is a chain of one stage.
+
+    At each stage, with ``A`` the 2x2 linear part and ``t`` the translation of its matrix:
 
     - ``mode="corners"``: the 4 corners go through ``x -> A x + t``; the result is their
       enclosing box.
@@ -88,54 +136,41 @@ def box_transform_numpy(boxes, sample_index, matrices, canvas, *, mode="corners"
       ``sqrt((A00 a)^2 + (A01 b)^2)`` and ``sqrt((A10 a)^2 + (A11 b)^2)`` (a rotated square
       keeps its size).
 
-    Clipping: x to ``[0, W]``, y to ``[0, H]`` with ``canvas[s] = (H, W)`` of the output image.
-    ``visibility = clipped area / transformed area`` (0 when the latter is 0). ``keep = valid &
-    (w >= min_size) & (h >= min_size) & (w * h >= min_area) & (visibility >= min_visibility) &
-    (w > 0) & (h > 0)`` with ``w, h`` of the CLIPPED box, whatever ``clip`` says: a box wholly
-    outside the canvas is dropped. ``clip`` only chooses which box is written (clipped or not).
-    Dropped boxes keep their values; ``keep`` is the validity mask.
+    then the box is clipped to ``[0, W] x [0, H]`` of that stage's canvas before the next stage
+    maps it: what an op cuts away never comes back when a later op enlarges the canvas (the
+    same boxes as running the ops one by one). A box whose clipped width or height is 0 at any
+    stage has left that canvas and is dropped. Beside it the UNCLIPPED box is mapped through all
+    stages (``t_K``); ``visibility = final clipped area / area of t_K`` (0 when the latter is
+    0). ``keep = valid & (every stage's clipped w > 0 and h > 0) & (w >= min_size) &
+    (h >= min_size) & (w * h >= min_area) & (visibility >= min_visibility)`` with ``w, h`` of
+    the final clipped box. ``clip`` chooses which box is written at the last stage (the clipped
+    one, or the last stage's map of the box clipped up to the stage before); earlier stages
+    always clip. Dropped boxes keep some values; ``keep`` is the validity mask.
 
     Args / Shape:
-        boxes (N, 4) float32; sample_index (N,) int; matrices (B, 3, 3); canvas (B, 2) as (H, W);
-        valid (N,) bool or None (all valid).
+        boxes (N, 4) float32; sample_index (N,) int; matrices (B, 3, 3) or (K, B, 3, 3);
+        canvas (B, 2) or (K, B, 2) as (H, W); mode str or K strs; valid (N,) bool or None.
     Returns:
         out_boxes (N, 4) float32, keep (N,) bool.
     """
-    if mode not in _MODES:
-        raise ValueError(f"mode must be one of {sorted(_MODES)}, got {mode!r}")
     bx = np.asarray(boxes, dtype=np.float32).astype(np.float64).reshape(-1, 4)
     _check_shape("boxes", np.shape(boxes), (bx.shape[0], 4))
     si = np.asarray(sample_index, dtype=np.int64)
-    m = np.asarray(matrices, dtype=np.float64)
-    cv = np.asarray(canvas, dtype=np.float64)
     _check_shape("sample_index", si.shape, (bx.shape[0],))
-    _check_shape("matrices", m.shape, (None, 3, 3))
-    _check_shape("canvas", cv.shape, (m.shape[0], 2))
-    A = m[si]
-    a00, a01, a02 = A[:, 0, 0, None], A[:, 0, 1, None], A[:, 0, 2, None]
-    a10, a11, a12 = A[:, 1, 0, None], A[:, 1, 1, None], A[:, 1, 2, None]
-    if mode == "corners":
-        xs, ys = bx[:, [0, 2, 2, 0]], bx[:, [1, 1, 3, 3]]
-        tx = a00 * xs + a01 * ys + a02
-        ty = a10 * xs + a11 * ys + a12
-        t = np.stack([tx.min(1), ty.min(1), tx.max(1), ty.max(1)], axis=1)
-    else:
-        cx, cy = (bx[:, 0:1] + bx[:, 2:3]) * 0.5, (bx[:, 1:2] + bx[:, 3:4]) * 0.5
-        ha, hb = (bx[:, 2:3] - bx[:, 0:1]) * 0.5, (bx[:, 3:4] - bx[:, 1:2]) * 0.5
-        ncx, ncy = a00 * cx + a01 * cy + a02, a10 * cx + a11 * cy + a12
-        hx = np.sqrt((a00 * ha) * (a00 * ha) + (a01 * hb) * (a01 * hb))
-        hy = np.sqrt((a10 * ha) * (a10 * ha) + (a11 * hb) * (a11 * hb))
-        t = np.concatenate([ncx - hx, ncy - hy, ncx + hx, ncy + hy], axis=1)
-    H, W = cv[si, 0], cv[si, 1]
-    c = np.stack([np.minimum(np.maximum(t[:, 0], 0.0), W), np.minimum(np.maximum(t[:, 1], 0.0), H),
-                  np.minimum(np.maximum(t[:, 2], 0.0), W), np.minimum(np.maximum(t[:, 3], 0.0), H)],
-                 axis=1)
+    m, cv, modes = _stages(matrices, canvas, mode)
+    c, free, alive = bx, bx, np.ones(len(bx), bool)
+    for k in range(len(modes)):
+        A = m[k][si]
+        H, W = cv[k][si, 0], cv[k][si, 1]
+        t = _map_box(c, A, modes[k])
+        free = _map_box(free, A, modes[k])
+        c = _clip_box(t, H, W)
+        alive &= (c[:, 2] - c[:, 0] > 0) & (c[:, 3] - c[:, 1] > 0)
     w, h = c[:, 2] - c[:, 0], c[:, 3] - c[:, 1]
     area = w * h
-    area_t = np.maximum(t[:, 2] - t[:, 0], 0.0) * np.maximum(t[:, 3] - t[:, 1], 0.0)
+    area_t = np.maximum(free[:, 2] - free[:, 0], 0.0) * np.maximum(free[:, 3] - free[:, 1], 0.0)
     vis = np.divide(area, area_t, out=np.zeros_like(area), where=area_t > 0)
-    keep = ((w >= min_size) & (h >= min_size) & (area >= min_area) & (vis >= min_visibility)
-            & (w > 0) & (h > 0))
+    keep = alive & (w >= min_size) & (h >= min_size) & (area >= min_area) & (vis >= min_visibility)
     if valid is not None:
         v = np.asarray(valid, dtype=bool)
         _check_shape("valid", v.shape, (bx.shape[0],))
@@ -145,41 +180,38 @@ def box_transform_numpy(boxes, sample_index, matrices, canvas, *, mode="corners"
 
 def box_transform_cupy(boxes, sample_index, matrices, canvas, *, mode="corners", clip=True,
                        min_size=0.0, min_area=0.0, min_visibility=0.0, valid=None, stream=None):
-    """cupy twin of :func:`box_transform_numpy` (same math in float64, one launch).
+    """cupy twin of :func:`box_transform_numpy` (same math in float64, one launch for the
+    whole chain: each thread walks its box through the K stages).
 
     ``boxes``, ``sample_index`` and ``valid`` should be device arrays; ``matrices`` and
-    ``canvas`` may be host arrays (uploaded). A ``sample_index`` outside ``[0, B)`` gives
-    ``keep = False`` and the input box unchanged (it is not checked on the host: no sync).
+    ``canvas`` are host arrays (staged like the twin's), uploaded with the sample index in one
+    staged copy. A ``sample_index`` outside ``[0, B)`` gives ``keep = False`` and the input box
+    unchanged (it is not checked on the host: no sync).
     """
-    if mode not in _MODES:
-        raise ValueError(f"mode must be one of {sorted(_MODES)}, got {mode!r}")
+    m, cv, modes = _stages(matrices, canvas, mode)
     cp, s = _cupy_stream(stream)
     with s:
         bx = _dev(cp, boxes, cp.float32)
         n = bx.shape[0] if bx.ndim == 2 else -1
         _check_shape("boxes", bx.shape, (n, 4))
-        host = [not isinstance(a, cp.ndarray) for a in (sample_index, matrices, canvas)]
-        if all(host):  # the usual case: one staging copy for the three small arrays
-            si, m, cv = upload_many([np.asarray(sample_index, np.int32), np.asarray(matrices, np.float64),
-                                     np.asarray(canvas, np.float64)])
-        else:
-            si = _dev(cp, sample_index, cp.int32)
-            m = _dev(cp, matrices, cp.float64)
-            cv = _dev(cp, canvas, cp.float64)
-        _check_shape("sample_index", si.shape, (n,))
-        _check_shape("matrices", m.shape, (None, 3, 3))
-        _check_shape("canvas", cv.shape, (m.shape[0], 2))
         out = cp.empty((n, 4), dtype=cp.float32)
         keep = cp.empty((n,), dtype=cp.bool_)
         if n == 0:
             return out, keep
+        meta = [np.ascontiguousarray(m), np.ascontiguousarray(cv), np.asarray(modes, np.int32)]
+        if isinstance(sample_index, cp.ndarray):
+            si = cp.ascontiguousarray(sample_index.astype(cp.int32, copy=False))
+            dm, dcv, dmodes = upload_many(meta, s)
+        else:
+            si, dm, dcv, dmodes = upload_many([np.asarray(sample_index, np.int32)] + meta, s)
+        _check_shape("sample_index", si.shape, (n,))
         if valid is not None:
             v = _dev(cp, valid, cp.bool_)
             _check_shape("valid", v.shape, (n,))
         else:
             v = keep  # never read: has_valid = 0
-        args = (bx, si, m, cv, v, np.int32(valid is not None), np.int64(n), np.int32(m.shape[0]),
-                np.int32(_MODES[mode]), np.int32(bool(clip)), np.float64(min_size),
+        args = (bx, si, dm, dcv, dmodes, np.int32(len(modes)), v, np.int32(valid is not None),
+                np.int64(n), np.int32(m.shape[1]), np.int32(bool(clip)), np.float64(min_size),
                 np.float64(min_area), np.float64(min_visibility), out, keep)
         launch(get_kernel(_SRC, "box_transform", _OPTIONS), _grid(n), (_BLOCK, 1, 1), args,
                stream=s, name="box_transform")

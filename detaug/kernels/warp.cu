@@ -13,15 +13,22 @@
 // Per-sample metadata (b = sample):
 //   in_ptr[b]            device address of an HWC uint8 image (rows in_pitch bytes apart,
 //                        each row's pixels packed)
-//   meta_i[8 b + k]      k = 0 in_h, 1 in_w, 2 in_pitch (bytes per row), 3 out_h, 4 out_w,
-//                        5 nx, 6 ny (taps per axis), 7 element offset of the output in `out`
-//   inv[6 b + k]         rows 0 and 1 of inv(M) (output -> input coordinates), float64
-//   meta_f[3 C b + k]    fill[C], mean[C], std[C] (mean 0 / std 1 when not normalizing)
+//   meta_i[16 b + k]     k = 0 in_h, 1 in_w, 2 in_pitch (bytes per row), 3 out_h, 4 out_w,
+//                        5 nx, 6 ny (taps per axis), 7 element offset of the output in `out`,
+//                        8..11 cx0, cx1, cy0, cy1 (the columns / rows taps are clamped to),
+//                        12 nslab, 13 offset g of the sample's doubles in `inv`
+//   inv[g + k]           k < 6: rows 0 and 1 of inv(M) (output -> input coordinates), float64;
+//                        6..9: the rect x_lo, x_hi, y_lo, y_hi (source coordinates);
+//                        then nslab slabs of (a, b, c, r, fill[C]) (output coordinates)
+//   meta_f[3 C b + k]    fill[C] (outside the rect), mean[C], std[C] (mean 0 / std 1 when not
+//                        normalizing)
 //
 // Math: output pixel (i, j) is the mean over a < nx, b < ny of the bilinear sample at
 // inv(M) @ (j + (a + 0.5) / nx, i + (b + 0.5) / ny); with u = x - 0.5, v = y - 0.5 the taps are
-// floor(u) + {0, 1} x floor(v) + {0, 1}, clamped to the image; a point outside [0,W)x[0,H)
-// takes fill. Coordinates are float64 and computed with the twin's very operations and
+// floor(u) + {0, 1} x floor(v) + {0, 1}, clamped to [cx0, cx1] x [cy0, cy1] (the image, or the
+// part of it a fused chain's crops keep); a point outside the rect [x_lo, x_hi) x [y_lo, y_hi)
+// (the image, or its intersection with the chain's axis-aligned canvases) takes fill, and one
+// whose output position violates a slab takes that slab's fill (warp.py's module docstring). Coordinates are float64 and computed with the twin's very operations and
 // roundings (no FMA contraction: x = (a00 * ox + a01 * oy) + a02, u = x - 0.5, fu = u - floor(u),
 // tap offsets (a + 0.5) / nx correctly rounded), so tap positions and the inside/outside
 // decision are bit-identical to warp_numpy's; weights and sums are float32.
@@ -148,25 +155,28 @@ __device__ __forceinline__ double tap_offset(double num, double d, double r) {
 struct WarpSample {
     const unsigned char* src;
     unsigned int pitch;  // bytes per row (< 2^31, checked by launch_plan)
-    int in_w, in_h;
-    double wd, hd;  // in_w, in_h as double
+    int cx0, cx1, cy0, cy1;  // taps are clamped to these columns / rows
+    double xlo, xhi, ylo, yhi;  // the rect, source coordinates
     double a00, a01, a02, a10, a11, a12;
+    int nslab;
+    const double* slabs;  // nslab x (a, b, c, r, fill[C])
 };
 
-// Taps along one axis for the input coordinate t (inside [0, n)): u = t - 0.5, the clamped
-// neighbours floor(u) and floor(u) + 1, and the fraction u - floor(u).
+// Taps along one axis for the input coordinate t (inside the rect, so inside the image): u =
+// t - 0.5, the neighbours floor(u) and floor(u) + 1 clamped to [lo, hi], and the fraction
+// u - floor(u).
 struct AxisTaps {
     unsigned int a, b;
     float f;
 };
-__device__ __forceinline__ AxisTaps axis_taps(double t, int n) {
+__device__ __forceinline__ AxisTaps axis_taps(double t, int lo, int hi) {
     const double u = __dadd_rn(t, -0.5);
     int k;  // inside, so u in [-0.5, 2^31)
     const double uf = floor_small(u, k);
     AxisTaps r;
     r.f = static_cast<float>(__dadd_rn(u, -uf));
-    r.a = static_cast<unsigned int>(max(k, 0));
-    r.b = static_cast<unsigned int>(min(k + 1, n - 1));
+    r.a = static_cast<unsigned int>(max(k, lo));
+    r.b = static_cast<unsigned int>(min(k + 1, hi));
     return r;
 }
 
@@ -207,19 +217,33 @@ __device__ __forceinline__ const unsigned char* row_ptr(const WarpSample& s, uns
     return opaque(s.src + static_cast<unsigned long long>(r) * s.pitch);
 }
 
-// Bilinear sample at input point (x, y) into val (ACC: added to val), scaled by 2^-22 (see
-// byte_bits). Outside [0, W) x [0, H): fill as a whole (fs: fill * 2^-22); inside, taps clamped
-// to the image (edge pixels replicate).
+// Bilinear sample at input point (x, y), output position (ox, oy), into val (ACC: added to
+// val), scaled by 2^-22 (see byte_bits). A violated slab gives its fill (the first one wins);
+// outside the rect: fill as a whole (fs: fill * 2^-22); inside, taps clamped to the clamp
+// rectangle (its edge pixels replicate).
 template <int C, bool ACC>
 __device__ __forceinline__ void sample_point(float (&val)[C], const WarpSample& s, double x,
-                                             double y, const float (&fs)[C]) {
-    if (!(x >= 0.0 && x < s.wd && y >= 0.0 && y < s.hd)) {
+                                             double y, double ox, double oy,
+                                             const float (&fs)[C]) {
+    for (int k = 0; k < s.nslab; ++k) {  // uniform per sample; none in the common chains
+        const double* sl = s.slabs + k * (4 + C);
+        const double v = __dadd_rn(__dadd_rn(__dmul_rn(sl[0], ox), __dmul_rn(sl[1], oy)), sl[2]);
+        if (!(v >= 0.0 && v < sl[3])) {
+#pragma unroll
+            for (int c = 0; c < C; ++c) {
+                const float f = static_cast<float>(sl[4 + c]) * DETAUG_V_SCALE;
+                val[c] = ACC ? val[c] + f : f;
+            }
+            return;
+        }
+    }
+    if (!(x >= s.xlo && x < s.xhi && y >= s.ylo && y < s.yhi)) {
 #pragma unroll
         for (int c = 0; c < C; ++c) val[c] = ACC ? val[c] + fs[c] : fs[c];
         return;
     }
-    const AxisTaps tx = axis_taps(x, s.in_w);
-    const AxisTaps ty = axis_taps(y, s.in_h);
+    const AxisTaps tx = axis_taps(x, s.cx0, s.cx1);
+    const AxisTaps ty = axis_taps(y, s.cy0, s.cy1);
     blend<C, ACC>(val, row_ptr(s, ty.a), row_ptr(s, ty.b), tx, 1.0f - ty.f, ty.f);
 }
 
@@ -266,7 +290,7 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
                                           const float* __restrict__ meta_f,
                                           OutT* __restrict__ out) {
     const int b = blockIdx.y;
-    const long long* mi = meta_i + 8 * b;
+    const long long* mi = meta_i + 16 * b;
     const int out_h = static_cast<int>(mi[3]);
     const int out_w = static_cast<int>(mi[4]);
     const unsigned int npix = static_cast<unsigned int>(out_h) * static_cast<unsigned int>(out_w);
@@ -279,15 +303,18 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
     const int n = p0 < npix ? min(DETAUG_WARP_PPL, static_cast<int>((npix - p0 + 31u) >> 5)) : 0;
 
     WarpSample s;
-    s.in_h = static_cast<int>(mi[0]);
-    s.in_w = static_cast<int>(mi[1]);
     s.pitch = static_cast<unsigned int>(mi[2]);
-    s.wd = static_cast<double>(s.in_w);
-    s.hd = static_cast<double>(s.in_h);
+    s.cx0 = static_cast<int>(mi[8]);
+    s.cx1 = static_cast<int>(mi[9]);
+    s.cy0 = static_cast<int>(mi[10]);
+    s.cy1 = static_cast<int>(mi[11]);
+    s.nslab = static_cast<int>(mi[12]);
     s.src = reinterpret_cast<const unsigned char*>(static_cast<size_t>(in_ptr[b]));
-    const double* m = inv + 6 * b;
+    const double* m = inv + mi[13];
     s.a00 = m[0]; s.a01 = m[1]; s.a02 = m[2];
     s.a10 = m[3]; s.a11 = m[4]; s.a12 = m[5];
+    s.xlo = m[6]; s.xhi = m[7]; s.ylo = m[8]; s.yhi = m[9];
+    s.slabs = m + 10;
     const int nx = static_cast<int>(mi[5]);
     const int ny = static_cast<int>(mi[6]);
     const float scale = 1.0f / static_cast<float>(nx * ny);  // antialias mean
@@ -323,7 +350,7 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
         double ox = __dadd_rn(jd, 0.5), oy = __dadd_rn(id, 0.5);
         walk.off = 0.5;
         unsigned int idx = 0;
-        if (DETAUG_WARP_AXIS && s.a01 == 0.0 && s.a10 == 0.0) {
+        if (DETAUG_WARP_AXIS && s.a01 == 0.0 && s.a10 == 0.0 && s.nslab == 0) {
             // Axis-aligned (crop, flip, resize, zoom-out, letterbox; uniform per sample): x
             // depends on the column alone and y on the row alone. a01 * oy and a10 * ox are +-0,
             // and t + (+-0) = t for t != 0, so x = a00 * ox + a02 and y = a11 * oy + a12 are
@@ -338,9 +365,9 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
             for (int kk = 0; kk < n; ++kk) {
                 if (new_row) {
                     const double y = __dadd_rn(__dmul_rn(s.a11, oy), s.a12);
-                    row_in = y >= 0.0 && y < s.hd;
+                    row_in = y >= s.ylo && y < s.yhi;
                     if (row_in) {
-                        const AxisTaps ty = axis_taps(y, s.in_h);
+                        const AxisTaps ty = axis_taps(y, s.cy0, s.cy1);
                         ra = row_ptr(s, ty.a);
                         rb = row_ptr(s, ty.b);
                         fv = ty.f;
@@ -349,8 +376,8 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
                 }
                 const double x = __dadd_rn(__dmul_rn(s.a00, ox), s.a02);
                 float val[C];
-                if (row_in && x >= 0.0 && x < s.wd) {
-                    blend<C, false>(val, ra, rb, axis_taps(x, s.in_w), gv0, fv);
+                if (row_in && x >= s.xlo && x < s.xhi) {
+                    blend<C, false>(val, ra, rb, axis_taps(x, s.cx0, s.cx1), gv0, fv);
                 } else {
 #pragma unroll
                     for (int c = 0; c < C; ++c) val[c] = fs[c];
@@ -367,7 +394,7 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
             const double x = __dadd_rn(__dadd_rn(__dmul_rn(s.a00, ox), ty), s.a02);
             const double y = __dadd_rn(__dadd_rn(__dmul_rn(s.a10, ox), ty1), s.a12);
             float val[C];
-            sample_point<C, false>(val, s, x, y, fs);
+            sample_point<C, false>(val, s, x, y, ox, oy, fs);
             store_pixel<C, OutT>(q, idx, val, k, bias);
             idx += stride;  // next pixel of this lane: 32 further
             walk.next(ox, oy);
@@ -392,7 +419,7 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
                 const double ox = __dadd_rn(jd, tap_offset(numx, dx, rx));
                 const double x = __dadd_rn(__dadd_rn(__dmul_rn(s.a00, ox), ty), s.a02);
                 const double y = __dadd_rn(__dadd_rn(__dmul_rn(s.a10, ox), ty1), s.a12);
-                sample_point<C, true>(acc, s, x, y, fs);
+                sample_point<C, true>(acc, s, x, y, ox, oy, fs);
             }
         }
         store_pixel<C, OutT>(q, idx, acc, k, bias);

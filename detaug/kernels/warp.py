@@ -17,7 +17,11 @@ with ``u = x - 0.5, v = y - 0.5`` the four taps are ``floor(u) + {0, 1}`` x ``fl
 with the usual bilinear weights, clamped to the image (edge pixels replicate); a sample point
 outside the source domain ``[0, W) x [0, H)`` takes ``fill`` as a whole. So a resize or a crop
 inside the image never darkens its borders, and what a rotation or a paste brings in from outside
-is exactly ``fill``. Then, per channel,
+is exactly ``fill``. A fused chain passes its ``region`` (:func:`detaug.geometry.valid_region`):
+the domain is then the rect ``[x_lo, x_hi) x [y_lo, y_hi)`` (source coordinates; ``fill``
+outside it), the taps are clamped to its columns ``[cx0, cx1]`` and rows ``[cy0, cy1]``, and a
+point whose output position ``(ox, oy)`` violates a slab ``0 <= (a ox + b oy) + c < r`` takes
+that slab's fill (the first violated slab wins, before the rect). Then, per channel,
 ``out = (value - mean[c]) / std[c]`` when normalizing; a ``uint8`` output is
 ``clip(floor(value + 0.5), 0, 255)`` (no normalize allowed with ``uint8``).
 """
@@ -39,7 +43,7 @@ class _Spec:
     """Validated, per-sample arrays shared by the three implementations."""
 
     __slots__ = ("images", "B", "C", "in_shapes", "in_pitches", "inv", "taps", "out_sizes", "fill",
-                 "mean", "std", "out_dtype", "layout")
+                 "mean", "std", "out_dtype", "layout", "rect", "clamp", "slabs", "slab_fill", "nslab")
 
 
 def _per_sample_channels(value, B, C, name, default=None):
@@ -123,8 +127,33 @@ def _device_images_channels(images) -> int:
     return int(sh[0, 2])
 
 
+def _region(region, in_shapes, B, C):
+    """(rect (B, 4), clamp (B, 4) int64, slabs (B, S, 4), slab_fill (B, S, C), nslab (B,)):
+    the given region, checked, or the whole source image (no slabs)."""
+    if region is None:
+        h, w = in_shapes[:, 0].astype(np.float64), in_shapes[:, 1].astype(np.float64)
+        z = np.zeros(B)
+        return (np.stack([z, w, z, h], -1).reshape(B, 4),
+                np.stack([z, w - 1, z, h - 1], -1).astype(np.int64).reshape(B, 4),
+                np.zeros((B, 0, 4)), np.zeros((B, 0, C)), np.zeros(B, np.int64))
+    rect, clamp, slabs, slab_fill, nslab = region
+    rect = np.asarray(rect, np.float64).reshape(B, 4)
+    clamp = np.asarray(clamp, np.int64).reshape(B, 4)
+    slabs = np.asarray(slabs, np.float64).reshape(B, -1, 4)
+    slab_fill = np.asarray(slab_fill, np.float64)
+    slab_fill = np.broadcast_to(slab_fill.reshape(B, slabs.shape[1], -1) if slab_fill.size else
+                                slab_fill, (B, slabs.shape[1], C)).copy()
+    nslab = np.asarray(nslab, np.int64).reshape(B)
+    if np.any(nslab < 0) or np.any(nslab > slabs.shape[1]):
+        raise ValueError("region: nslab must lie in [0, slabs.shape[1]]")
+    hw = in_shapes[:, [1, 1, 0, 0]]
+    if np.any(clamp < 0) or np.any(clamp >= hw) or np.any(clamp[:, [0, 2]] > clamp[:, [1, 3]]):
+        raise ValueError("region: clamp must hold columns / rows of the image, lo <= hi")
+    return rect, clamp, slabs, slab_fill, nslab
+
+
 def _prepare(images, matrices, out_sizes, fill, antialias, max_taps, mean, std, out_dtype,
-             layout) -> _Spec:
+             layout, region=None) -> _Spec:
     from ..batch import DeviceImages
 
     if isinstance(images, DeviceImages):
@@ -162,6 +191,7 @@ def _prepare(images, matrices, out_sizes, fill, antialias, max_taps, mean, std, 
     if normalize and np.any(spec.std == 0):
         raise ValueError("std must be non-zero")
     spec.out_dtype, spec.layout = out_dtype, layout
+    spec.rect, spec.clamp, spec.slabs, spec.slab_fill, spec.nslab = _region(region, in_shapes, B, C)
     return spec
 
 
@@ -193,11 +223,9 @@ def _finish(value: np.ndarray, spec: _Spec, b: int) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- NumPy twin
-def _bilinear(img: np.ndarray, fill: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Bilinear samples of ``img`` (H, W, C float64) at continuous points ``x, y`` (any shape):
-    taps clamped to the image (edges replicate); points outside ``[0, W) x [0, H)`` take
-    ``fill`` (C,)."""
-    H, W = img.shape[:2]
+def _bilinear(img: np.ndarray, x: np.ndarray, y: np.ndarray, clamp) -> np.ndarray:
+    """Bilinear samples of ``img`` (H, W, C float64) at continuous points ``x, y`` (any shape),
+    taps clamped to columns ``clamp[0]..clamp[1]`` and rows ``clamp[2]..clamp[3]``."""
     u, v = x - 0.5, y - 0.5
     u0, v0 = np.floor(u), np.floor(v)
     fu, fv = u - u0, v - v0
@@ -205,30 +233,42 @@ def _bilinear(img: np.ndarray, fill: np.ndarray, x: np.ndarray, y: np.ndarray) -
     for dv, wv in ((0, 1.0 - fv), (1, fv)):
         for du, wu in ((0, 1.0 - fu), (1, fu)):
             # clip as float before the int cast: far-away points must not overflow
-            xc = np.clip(u0 + du, 0, W - 1).astype(np.intp)
-            yc = np.clip(v0 + dv, 0, H - 1).astype(np.intp)
+            xc = np.clip(u0 + du, clamp[0], clamp[1]).astype(np.intp)
+            yc = np.clip(v0 + dv, clamp[2], clamp[3]).astype(np.intp)
             out += (wu * wv)[..., None] * img[yc, xc]
-    inside = (x >= 0) & (x < W) & (y >= 0) & (y < H)
-    return np.where(inside[..., None], out, fill)
+    return out
 
 
-def _warp_one_numpy(img, inv, nx, ny, out_hw, fill) -> np.ndarray:
+def _slab_inside(slab, ox, oy):
+    """Whether output points ``(ox, oy)`` lie in the slab ``0 <= (a ox + b oy) + c < r``."""
+    a, b, c, r = slab
+    v = (a * ox + b * oy) + c
+    return (v >= 0) & (v < r)
+
+
+def _warp_one_numpy(img, inv, nx, ny, out_hw, spec, b) -> np.ndarray:
     h, w = out_hw
     src = img.astype(np.float64)
+    rect, clamp = spec.rect[b], spec.clamp[b]
     jj, ii = np.meshgrid(np.arange(w, dtype=np.float64), np.arange(h, dtype=np.float64))
     acc = np.zeros((h, w, img.shape[2]))
-    for b in range(ny):
-        oy = ii + (b + 0.5) / ny
-        for a in range(nx):
-            ox = jj + (a + 0.5) / nx
+    for tb in range(ny):
+        oy = ii + (tb + 0.5) / ny
+        for ta in range(nx):
+            ox = jj + (ta + 0.5) / nx
             x = inv[0, 0] * ox + inv[0, 1] * oy + inv[0, 2]
             y = inv[1, 0] * ox + inv[1, 1] * oy + inv[1, 2]
-            acc += _bilinear(src, fill, x, y)
+            inside = (x >= rect[0]) & (x < rect[1]) & (y >= rect[2]) & (y < rect[3])
+            value = np.where(inside[..., None], _bilinear(src, x, y, clamp), spec.fill[b])
+            for k in range(int(spec.nslab[b]) - 1, -1, -1):  # the first slab wins: applied last
+                value = np.where(_slab_inside(spec.slabs[b, k], ox, oy)[..., None], value,
+                                 spec.slab_fill[b, k])
+            acc += value
     return acc / (nx * ny)
 
 
 def warp_numpy(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=8,
-               mean=None, std=None, out_dtype=np.uint8, layout="HWC"):
+               mean=None, std=None, out_dtype=np.uint8, layout="HWC", region=None):
     """Reference twin of the warp (float64 throughout, then the epilogue).
 
     Args:
@@ -241,17 +281,19 @@ def warp_numpy(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_tap
         mean, std: optional scalar, ``(C,)`` or ``(B, C)``; ``out = (value - mean) / std``.
         out_dtype: uint8 (round half up, clamp; no normalize), float32 or float16.
         layout: "HWC" or "CHW".
+        region: None (the whole source image), or a fused chain's ``(rect, clamp, slabs,
+            slab_fill, nslab)`` from :func:`detaug.geometry.valid_region` (module docstring).
 
     Returns:
         One dense ``(B, H, W, C)`` / ``(B, C, H, W)`` array when all output sizes are equal,
         else a list of B arrays; ``[]`` for B = 0.
     """
     spec = _prepare(images, matrices, out_sizes, fill, antialias, max_taps, mean, std,
-                    out_dtype, layout)
+                    out_dtype, layout, region)
     out = _allocate_numpy(spec)
     for b in range(spec.B):
         value = _warp_one_numpy(spec.images[b], spec.inv[b], int(spec.taps[b, 0]),
-                                int(spec.taps[b, 1]), spec.out_sizes[b], spec.fill[b])
+                                int(spec.taps[b, 1]), spec.out_sizes[b], spec, b)
         out[b][...] = _finish(value, spec, b)
     return out
 
@@ -273,30 +315,61 @@ def _put(target: np.ndarray, result: np.ndarray) -> None:
         np.copyto(target, result.reshape(target.shape), casting="unsafe")
 
 
-def _reaches_outside(inv, nx, ny, out_hw, in_hw) -> bool:
-    """Whether any sample point of the output grid maps outside the source ``[0, W) x [0, H)``
-    (the sample points' hull is the parallelogram of the four extreme ones)."""
+def _grid_positions(n_out: int, taps: int) -> np.ndarray:
+    """Output positions ``j + (a + 0.5) / taps`` of the supersampled grid along one axis, in the
+    grid's order (index ``j * taps + a``), computed as the twin computes them."""
+    return (np.arange(n_out, dtype=np.float64)[:, None]
+            + ((np.arange(taps) + 0.5) / taps)[None, :]).reshape(-1)
+
+
+def _inside_masks(inv, ox, oy, spec, b, grid):
+    """(inside the rect, [inside slab k for each used slab]) at the output positions ``ox``
+    (columns) and ``oy`` (rows), by the twin's formulas: as a (rows, cols) grid when ``grid``,
+    else point by point (``ox``, ``oy`` of one shape)."""
+    rect = spec.rect[b]
+    if grid:
+        if inv[0, 1] == 0 and inv[1, 0] == 0:  # axis-aligned: x from the column, y from the row
+            x, y = inv[0, 0] * ox + inv[0, 2], inv[1, 1] * oy + inv[1, 2]
+            inside = ((y >= rect[2]) & (y < rect[3]))[:, None] & ((x >= rect[0]) & (x < rect[1]))[None, :]
+        else:
+            x = (inv[0, 0] * ox)[None, :] + (inv[0, 1] * oy)[:, None] + inv[0, 2]
+            y = (inv[1, 0] * ox)[None, :] + (inv[1, 1] * oy)[:, None] + inv[1, 2]
+            inside = (x >= rect[0]) & (x < rect[1]) & (y >= rect[2]) & (y < rect[3])
+        ox, oy = ox[None, :], oy[:, None]
+    else:
+        x = inv[0, 0] * ox + inv[0, 1] * oy + inv[0, 2]
+        y = inv[1, 0] * ox + inv[1, 1] * oy + inv[1, 2]
+        inside = (x >= rect[0]) & (x < rect[1]) & (y >= rect[2]) & (y < rect[3])
+    return inside, [_slab_inside(spec.slabs[b, k], ox, oy) for k in range(int(spec.nslab[b]))]
+
+
+def _reaches_outside(inv, nx, ny, out_hw, spec, b) -> bool:
+    """Whether any sample point of the output grid falls outside the region (the sample points'
+    hull is the parallelogram of the four extreme ones, and the region is convex)."""
     h, w = out_hw
-    xs = np.array([0.5 / nx, w - 0.5 / nx])
-    ys = np.array([0.5 / ny, h - 0.5 / ny])
-    px, py = np.meshgrid(xs, ys)
-    x = inv[0, 0] * px + inv[0, 1] * py + inv[0, 2]
-    y = inv[1, 0] * px + inv[1, 1] * py + inv[1, 2]
-    return bool((x < 0).any() or (x >= in_hw[1]).any() or (y < 0).any() or (y >= in_hw[0]).any())
+    px, py = np.meshgrid([0.5 / nx, w - 0.5 / nx], [0.5 / ny, h - 0.5 / ny])
+    inside, slabs = _inside_masks(inv, px, py, spec, b, grid=False)
+    return not (inside.all() and all(m.all() for m in slabs))
 
 
-def _cv2_one(cv2, img, inv, nx, ny, out_hw, fill, mean, std, out_dtype, layout, dst):
+def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layout, dst):
     """Warp one sample into ``dst`` (its final layout and dtype). Large intermediates are
     avoided where OpenCV can write into ``dst`` directly (fresh pages are slow to fault in).
-    Bilinear taps replicate the edge (``BORDER_REPLICATE``); where the grid reaches outside the
-    source, a nearest-neighbour warp of a mask marks the points that take ``fill``."""
+    Bilinear taps replicate the edge of the clamp rectangle (``BORDER_REPLICATE`` on that part
+    of the image); where the grid reaches outside the region, the twin's own tests mark the
+    points that take a fill."""
     h, w = (int(s) for s in out_hw)
     C = img.shape[2]
     shrink = nx * ny > 1
     m_idx = _index_inverse(inv, nx, ny)[:2]
-    outside = _reaches_outside(inv, nx, ny, (h, w), img.shape[:2])
-    exact_fill = all(float(f).is_integer() and 0 <= f <= 255 for f in fill)
-    src = img if (exact_fill or not outside) else img.astype(np.float32)
+    cx0, cx1, cy0, cy1 = (int(v) for v in spec.clamp[b])
+    m_idx[0, 2] -= cx0
+    m_idx[1, 2] -= cy0
+    outside = _reaches_outside(inv, nx, ny, (h, w), spec, b)
+    fills = [spec.fill[b]] + [spec.slab_fill[b, k] for k in range(int(spec.nslab[b]))]
+    exact_fill = all(float(f).is_integer() and 0 <= f <= 255 for fv in fills for f in fv)
+    src = img[cy0:cy1 + 1, cx0:cx1 + 1]
+    src = src if (exact_fill or not outside) else src.astype(np.float32)
     flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
     plane = (lambda a: a[:, :, 0]) if C == 1 else (lambda a: a)
     direct = out_dtype == np.uint8 and layout == "HWC" and not shrink and src.dtype == np.uint8
@@ -309,12 +382,11 @@ def _cv2_one(cv2, img, inv, nx, ny, out_hw, fill, mean, std, out_dtype, layout, 
         big = cv2.warpAffine(plane(src), m_idx, (nx * w, ny * h), flags=flags,
                              borderMode=cv2.BORDER_REPLICATE)  # (H, W) where C == 1
     if outside:
-        ones = np.full(img.shape[:2], 255, np.uint8)
-        mask = cv2.warpAffine(ones, m_idx, (big.shape[1], big.shape[0]),
-                              flags=cv2.INTER_NEAREST | cv2.WARP_INVERSE_MAP,
-                              borderMode=cv2.BORDER_CONSTANT, borderValue=0)
-        fv = np.asarray(fill, np.float64)
-        big[mask == 0] = np.clip(np.floor(fv + 0.5), 0, 255) if big.dtype == np.uint8 else fv
+        inside, slabs = _inside_masks(inv, _grid_positions(w, nx), _grid_positions(h, ny), spec, b,
+                                      grid=True)
+        for mask, fv in reversed(list(zip([inside] + slabs, fills))):  # the first slab wins
+            fv = np.asarray(fv, np.float64)
+            big[~mask] = np.clip(np.floor(fv + 0.5), 0, 255) if big.dtype == np.uint8 else fv
     if direct:
         return
     if layout == "HWC":
@@ -361,7 +433,7 @@ def _cv2_epilogue(cv2, big, wh, shrink, mean, std, out_dtype, target):
 
 
 def warp_cv2(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=8,
-             mean=None, std=None, out_dtype=np.uint8, layout="HWC", out=None):
+             mean=None, std=None, out_dtype=np.uint8, layout="HWC", region=None, out=None):
     """OpenCV implementation of :func:`warp_numpy` (same arguments and returns).
 
     ``out``: optional dense array (B, ...) of the result's shape and dtype to write into (the
@@ -378,14 +450,14 @@ def warp_cv2(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=
     import cv2
 
     spec = _prepare(images, matrices, out_sizes, fill, antialias, max_taps, mean, std,
-                    out_dtype, layout)
+                    out_dtype, layout, region)
     if out is None:
         out = _allocate_numpy(spec)
     elif not _is_dense(spec) or out.shape != (spec.B,) + _out_shape(spec, 0) or out.dtype != spec.out_dtype:
         raise ValueError(f"out must be a dense {(spec.B,) + _out_shape(spec, 0)} {spec.out_dtype} array")
     for b in range(spec.B):
         _cv2_one(cv2, spec.images[b], spec.inv[b], int(spec.taps[b, 0]), int(spec.taps[b, 1]),
-                 spec.out_sizes[b], spec.fill[b],
+                 spec.out_sizes[b], spec, b,
                  None if spec.mean is None else spec.mean[b],
                  None if spec.std is None else spec.std[b], spec.out_dtype, spec.layout, out[b])
     return out
@@ -393,7 +465,8 @@ def warp_cv2(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=
 
 # --------------------------------------------------------------------------- CUDA path
 _KERNEL_DTYPE = {np.dtype(np.uint8): "u8", np.dtype(np.float32): "f32", np.dtype(np.float16): "f16"}
-_META_INTS = 8  # in_h, in_w, in_pitch, out_h, out_w, nx, ny, out_offset
+_META_INTS = 16  # in_h, in_w, in_pitch, out_h, out_w, nx, ny, out_offset, cx0, cx1, cy0, cy1,
+#                 nslab, geo_offset, 2 unused
 
 
 def _device_inputs(cp, images):
@@ -432,11 +505,18 @@ def launch_plan(spec: _Spec) -> dict:
     meta_i[:, 3:5] = spec.out_sizes
     meta_i[:, 5:7] = spec.taps
     meta_i[:, 7] = offsets[:-1]
+    meta_i[:, 8:12] = spec.clamp
+    meta_i[:, 12] = spec.nslab
+    meta_i[:, 14:] = 0
+    # per sample: inv(M) rows 0 and 1, the rect, then the slabs (a, b, c, r, fill[C]) each
+    slabs = np.concatenate([spec.slabs, spec.slab_fill], -1).reshape(B, -1)
+    geo = np.concatenate([spec.inv[:, :2, :].reshape(B, 6), spec.rect, slabs], 1)
+    meta_i[:, 13] = np.arange(B) * geo.shape[1]
     mean = spec.mean if spec.mean is not None else np.zeros((B, C))
     std = spec.std if spec.std is not None else np.ones((B, C))
     return dict(
         meta_i=meta_i,
-        inv=np.ascontiguousarray(spec.inv[:, :2, :]).reshape(B, 6),
+        inv=np.ascontiguousarray(geo),
         meta_f=np.concatenate([spec.fill, mean, std], axis=1).astype(np.float32),
         offsets=offsets,
         name=f"warp_{_KERNEL_DTYPE[spec.out_dtype]}_{spec.layout.lower()}_c{C}",
@@ -446,7 +526,7 @@ def launch_plan(spec: _Spec) -> dict:
 
 
 def warp_cupy(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=8,
-              mean=None, std=None, out_dtype=np.uint8, layout="HWC", stream=None):
+              mean=None, std=None, out_dtype=np.uint8, layout="HWC", region=None, stream=None):
     """CUDA implementation of :func:`warp_numpy`: ONE kernel launch for the whole batch.
 
     ``images`` are cupy arrays (a list, ragged allowed, or one dense ``(B, H, W, C)``);
@@ -461,7 +541,7 @@ def warp_cupy(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps
     from .launch import get_kernel, launch
 
     spec = _prepare(images, matrices, out_sizes, fill, antialias, max_taps, mean, std,
-                    out_dtype, layout)
+                    out_dtype, layout, region)
     if spec.B == 0:
         return []
     plan = launch_plan(spec)

@@ -25,16 +25,16 @@ def _boxes(op, v) -> BoxBatch:
           doc="clip boxes to the canvas; drop boxes under min_size (w or h), min_area, or whose "
               "visible fraction after clipping is under min_visibility; fields follow")
 def prune_boxes(ctx, op, inputs, args):
-    return _boxes(op, inputs[0]).materialize(ctx, clip=bool(args["clip"]),
-                                             min_size=float(args["min_size"]),
-                                             min_area=float(args["min_area"]),
-                                             min_visibility=float(args["min_visibility"]))
+    return _boxes(op, inputs[0]).prune(ctx, clip=bool(args["clip"]),
+                                       min_size=float(args["min_size"]),
+                                       min_area=float(args["min_area"]),
+                                       min_visibility=float(args["min_visibility"]))
 
 
 @register("clip_boxes", **BOX, output_spec="BoxBatch clipped to the canvas; empty boxes dropped",
           doc="clip boxes to [0, W] x [0, H]; boxes left with no area are dropped")
 def clip_boxes(ctx, op, inputs, args):
-    return _boxes(op, inputs[0]).materialize(ctx, clip=True)
+    return _boxes(op, inputs[0]).prune(ctx, clip=True)
 
 
 def convert_format(xp, boxes, canvas_per_box, fmt, normalized):

@@ -172,24 +172,33 @@ def letterbox(ctx, op, inputs, args):
 
 
 # ---- rotate / affine ---------------------------------------------------------------------------
-def _expanded_size(linear, sizes):
+def expanded_size(linear, sizes):
+    """(B, 2) (H, W) of the canvas that holds the whole image turned by ``linear`` about its
+    centre, by torchvision's rule (``_compute_affine_output_size``, after PIL): the turned image
+    spans ``[c - e / 2, c + e / 2]`` per axis (``c`` the half size, ``e`` the turned extent);
+    both ends are truncated to 1e-4 (so that rounding noise never adds a pixel), and the canvas
+    is ``ceil(max) - floor(min)``: rounded outward, never cutting a corner."""
     h, w = sizes[:, 0].astype(np.float64), sizes[:, 1].astype(np.float64)
-    ow = np.abs(linear[:, 0, 0]) * w + np.abs(linear[:, 0, 1]) * h
-    oh = np.abs(linear[:, 1, 0]) * w + np.abs(linear[:, 1, 1]) * h
-    return np.maximum(np.round(np.stack([oh, ow], -1) - 1e-6), 1)
+    ext = np.stack([np.abs(linear[:, 1, 0]) * w + np.abs(linear[:, 1, 1]) * h,
+                    np.abs(linear[:, 0, 0]) * w + np.abs(linear[:, 0, 1]) * h], -1)
+    half = np.stack([h, w], -1) / 2
+    hi = np.ceil(np.trunc((half + ext / 2) * 1e4) / 1e4)
+    lo = np.floor(np.trunc((half - ext / 2) * 1e4) / 1e4)
+    return np.maximum(hi - lo, 1)
 
 
 @register("rotate", **GEO, args={"angle": 0.0, "expand": False, "fill": 0.0, "box_mode": "corners"},
           per_sample=("angle",),
           doc="rotate by angle degrees counter-clockwise about the centre; keep canvas (fill 0) "
-              "or expand=True; boxes: 'corners' (enclosing box) or 'ellipse'")
+              "or expand=True (canvas rounded outward as torchvision's, image centred); boxes: "
+              "'corners' (enclosing box) or 'ellipse'")
 def rotate(ctx, op, inputs, args):
     if args["box_mode"] not in ("corners", "ellipse"):
         raise ValueError(f"{op.name}: box_mode must be 'corners' or 'ellipse'")
 
     def plan(sizes, boxes):
         lin = G.rotation_linear(per_sample(args["angle"], len(sizes)))
-        out = _expanded_size(lin, sizes) if args["expand"] else sizes.astype(np.float64)
+        out = expanded_size(lin, sizes) if args["expand"] else sizes.astype(np.float64)
         m = G.linear_about(lin, sizes[:, ::-1] / 2.0, out[:, ::-1] / 2.0)
         return m, out, None
 
