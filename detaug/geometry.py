@@ -111,6 +111,21 @@ def _corners(sizes_hw):
                      np.stack([z, h], -1), np.stack([w, h], -1)], 1)
 
 
+def clamp_of_rect(rect, source_sizes):
+    """(B, 4) int64 ``[cx0, cx1, cy0, cy1]``: the columns and rows of the source whose pixel
+    centres lie in ``rect`` (B, 4) ``[x_lo, x_hi, y_lo, y_hi]`` (centre ``j + 0.5`` in
+    ``[x_lo, x_hi)``: ``ceil(x_lo - 0.5) <= j <= ceil(x_hi - 0.5) - 1``), kept inside the
+    image and non-empty (a rect narrower than a pixel keeps its nearest column)."""
+    rect = np.asarray(rect, np.float64).reshape(-1, 4)
+    src = np.asarray(source_sizes, np.float64).reshape(-1, 2)
+    with np.errstate(invalid="ignore"):
+        cx0 = np.clip(np.ceil(rect[:, 0] - 0.5), 0, src[:, 1] - 1)
+        cx1 = np.clip(np.ceil(rect[:, 1] - 0.5) - 1, cx0, src[:, 1] - 1)
+        cy0 = np.clip(np.ceil(rect[:, 2] - 0.5), 0, src[:, 0] - 1)
+        cy1 = np.clip(np.ceil(rect[:, 3] - 0.5) - 1, cy0, src[:, 0] - 1)
+    return np.stack([cx0, cx1, cy0, cy1], -1).astype(np.int64)
+
+
 def valid_region(source_sizes, ops, composed, sizes, fills, fill):
     """Where the output of a fused chain holds source content, as the kernels test it.
 
@@ -132,10 +147,12 @@ def valid_region(source_sizes, ops, composed, sizes, fills, fill):
       ``slab_fill`` (B, S, C); ``nslab`` (B,) of them are used, in priority order: the first
       slab a point violates gives its fill, then the rect.
 
-    Canvases that cannot cut anything are left out: canvas k is redundant when the next op maps
-    it onto a superset of the next canvas (flip, resize, a crop inside the image). When all the
-    chain's fills agree, every axis-aligned canvas joins the rect; otherwise only those below
-    the first canvas that needs a slab or has another fill (so the fill priority holds).
+    Every axis-aligned canvas joins the rect, the output canvas too (a crop followed by a resize
+    clamps the resize's taps to the crop, as running them one by one does). Other canvases need
+    a slab only where they can cut something: canvas k is redundant when the next op maps it
+    onto a superset of the next canvas (a flip, a resize, a crop inside it). When the chain's
+    fills differ, only canvases below the first slab and of the source's fill join the rect
+    (so the fill priority holds); the rest become slabs.
 
     Args:
         source_sizes: (B, 2) (H, W) of the start frame.
@@ -152,16 +169,23 @@ def valid_region(source_sizes, ops, composed, sizes, fills, fill):
     slab_rows, slab_fill, slab_use = [], [], []
     all_same = all(np.array_equal(f, rect_fill) for f in fills)
     merging = np.ones(b, bool)  # per sample: still below the first slab / other fill
-    # canvas k (the output of op k) is cut by op k + 1; the last canvas is the output itself
-    for k in range(len(ops) - 1):
-        nxt, size_k = ops[k + 1], np.asarray(sizes[k], np.float64)
-        back = apply_points(np.linalg.inv(nxt), _corners(np.asarray(sizes[k + 1], np.float64)))
-        needed = ~_inside(back, size_k, 1e-9 * (1.0 + size_k.max(1, keepdims=True)))
+    # canvas k (the output of op k) is cut by op k + 1; the last canvas is the output itself,
+    # which no sample point leaves: it only joins the rect (for the clamp)
+    for k in range(len(ops)):
+        size_k = np.asarray(sizes[k], np.float64)
+        last = k == len(ops) - 1
+        if last:
+            needed, fill_k = np.zeros(b, bool), rect_fill
+        else:
+            back = apply_points(np.linalg.inv(ops[k + 1]), _corners(np.asarray(sizes[k + 1], np.float64)))
+            needed = ~_inside(back, size_k, 1e-9 * (1.0 + size_k.max(1, keepdims=True)))
+            fill_k = fills[k + 1]
         ck = composed[k]
         axis = (ck[:, 0, 1] == 0) & (ck[:, 1, 0] == 0)
-        fill_k = fills[k + 1]
         same = (fill_k == rect_fill).all(1)
-        to_rect = needed & axis & (same if all_same else (merging & same))
+        # axis-aligned canvases join the rect even where redundant: they cut no content then,
+        # but they clamp the taps as the op that reads them would
+        to_rect = axis & (same if all_same else (merging & same))
         to_slab = needed & ~to_rect
         if to_rect.any():
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -178,11 +202,7 @@ def valid_region(source_sizes, ops, composed, sizes, fills, fill):
                 slab_fill.append(fill_k)
                 slab_use.append(to_slab)
         merging &= ~to_slab
-    cx0 = np.clip(np.ceil(rect[:, 0] - 0.5), 0, src[:, 1] - 1)
-    cx1 = np.clip(np.ceil(rect[:, 1] - 0.5) - 1, cx0, src[:, 1] - 1)
-    cy0 = np.clip(np.ceil(rect[:, 2] - 0.5), 0, src[:, 0] - 1)
-    cy1 = np.clip(np.ceil(rect[:, 3] - 0.5) - 1, cy0, src[:, 0] - 1)
-    clamp = np.stack([cx0, cx1, cy0, cy1], -1).astype(np.int64)
+    clamp = clamp_of_rect(rect, src)
     if not slab_rows:
         return rect, rect_fill, clamp, np.zeros((b, 0, 4)), np.zeros((b, 0, c)), np.zeros(b, np.int64)
     # priority: the latest canvas first; each sample's used slabs moved to the front

@@ -325,3 +325,85 @@ def test_windows_iou_against_loop():
                     assert out[b, t, j] == -1
     assert windows_iou_numpy(np.zeros((0, 3, 4)), np.zeros((0, 4)), [0]).shape == (0, 3, 0)
     assert windows_iou_numpy(np.zeros((2, 3, 4)), np.zeros((0, 4)), [0, 0, 0]).shape == (2, 3, 0)
+
+
+# ----------------------------------------------------------------------------- staged chains
+
+
+def _one_stage_at_a_time(boxes, si, mats, canvases, modes, valid=None):
+    """Reference: the chain as separate single-stage calls, each clipping (the ops one by one)."""
+    out, keep = boxes, np.ones(len(boxes), bool) if valid is None else valid.copy()
+    for m, cv, md in zip(mats, canvases, modes):
+        out, k = box_transform_numpy(out, si, m, cv, mode=md)
+        keep &= k
+    return out, keep
+
+
+@pytest.mark.parametrize("seed", [50, 51, None])
+def test_staged_chain_equals_stages_one_by_one(seed):
+    """A K-stage call clips at every canvas: the same boxes and drops as K single-stage calls,
+    and against an independent float64 loop over boxes."""
+    seed = int(np.random.default_rng().integers(2**31)) if seed is None else seed
+    rng = np.random.default_rng(seed)
+    b, k = 5, int(rng.integers(2, 6))
+    offsets = np.concatenate([[0], np.cumsum(rng.integers(0, 30, b))]).astype(np.int64)
+    si = sample_index_from_offsets(offsets)
+    boxes = random_boxes(rng, int(offsets[-1]))
+    mats = np.stack([random_affine(rng, b) * [[[0.3]]] + np.eye(3) * 0.7 for _ in range(k)])
+    mats[:, :, 2] = [0, 0, 1]
+    canvases = rng.uniform(40, 260, (k, b, 2))
+    modes = [str(rng.choice(["corners", "ellipse"])) for _ in range(k)]
+    valid = rng.random(len(boxes)) < 0.9
+    got, keep = box_transform_numpy(boxes, si, mats, canvases, mode=modes, valid=valid)
+    ref, ref_keep = _one_stage_at_a_time(boxes, si, mats, canvases, modes, valid)
+    np.testing.assert_array_equal(keep, ref_keep, err_msg=f"seed {seed}")
+    np.testing.assert_allclose(got[keep], ref[keep], atol=1e-3, err_msg=f"seed {seed}")
+    # independent loop: corner / ellipse box, then clip, stage by stage, in float64
+    for n in range(len(boxes)):
+        x0, y0, x1, y1 = boxes[n].astype(np.float64)
+        alive = bool(valid[n])
+        for s in range(k):
+            m = mats[s, si[n]]
+            if modes[s] == "corners":
+                r = reference_corners(np.array([[x0, y0, x1, y1]]), [0], m[None])[0]
+            else:
+                cx, cy, a, e = (x0 + x1) / 2, (y0 + y1) / 2, (x1 - x0) / 2, (y1 - y0) / 2
+                hx, hy = np.hypot(m[0, 0] * a, m[0, 1] * e), np.hypot(m[1, 0] * a, m[1, 1] * e)
+                ncx, ncy = m[:2, :2] @ [cx, cy] + m[:2, 2]
+                r = [ncx - hx, ncy - hy, ncx + hx, ncy + hy]
+            h, w = canvases[s, si[n]]
+            x0, y0, x1, y1 = np.clip(r, 0, [w, h, w, h])
+            alive &= x1 > x0 and y1 > y0
+        assert keep[n] == alive, f"seed {seed}, box {n}"
+        if alive:
+            np.testing.assert_allclose(got[n], [x0, y0, x1, y1], atol=1e-3, err_msg=f"seed {seed}")
+
+
+def test_staged_chain_crop_then_pad_drops_the_cut_box():
+    """The issue's example: crop keeping [100, 200) x [0, 100), then a window reaching 100 px
+    left: the box [10, 10, 90, 90] left the first canvas, so it is gone (a one-stage composed
+    transform would keep it); a box half inside is clipped at the first canvas and keeps only
+    that half after the pad."""
+    boxes = np.array([[10, 10, 90, 90], [50, 10, 150, 90]], np.float32)
+    crop = np.array([[1.0, 0, -100], [0, 1, 0], [0, 0, 1]])[None]
+    pad = np.array([[1.0, 0, 100], [0, 1, 0], [0, 0, 1]])[None]
+    out, keep = box_transform_numpy(boxes, [0, 0], np.stack([crop, pad]),
+                                    np.array([[[100, 100]], [[100, 200]]], float))
+    assert keep.tolist() == [False, True]
+    np.testing.assert_array_equal(out[1], [100, 10, 150, 90])
+    composed, keep1 = box_transform_numpy(boxes, [0, 0], pad @ crop, [[100, 200]])
+    assert keep1.tolist() == [True, True]  # what fusing the matrices alone would give
+
+
+def test_staged_visibility_against_the_unclipped_chain():
+    """min_visibility compares the final clipped box with the box mapped through the whole
+    chain unclipped: a box half cut by the first crop and not by the second is 50% visible."""
+    boxes = np.array([[0, 0, 40, 20]], np.float32)
+    crop = np.array([[1.0, 0, -20], [0, 1, 0], [0, 0, 1]])[None]  # keeps x in [20, 120)
+    up = np.array([[2.0, 0, 0], [0, 2, 0], [0, 0, 1]])[None]
+    mats, cv = np.stack([crop, up]), np.array([[[50, 100]], [[100, 200]]], float)
+    out, keep = box_transform_numpy(boxes, [0], mats, cv, min_visibility=0.49)
+    np.testing.assert_allclose(out[0], [0, 0, 40, 40])
+    assert keep.tolist() == [True]
+    _, keep = box_transform_numpy(boxes, [0], mats, cv, min_visibility=0.51)
+    assert keep.tolist() == [False]

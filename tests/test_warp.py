@@ -18,6 +18,7 @@ import subprocess
 import numpy as np
 import pytest
 
+from detaug import geometry as G
 from detaug.kernels import warp as W
 from detaug.kernels.warp import warp_cv2, warp_numpy
 
@@ -353,7 +354,7 @@ def _emulate(lib, images, matrices, out_sizes, **kw):
     """Run warp.cu's kernel on the CPU with warp_cupy's own launch plan."""
     spec = W._prepare(images, matrices, out_sizes, kw.get("fill", 0.0), kw.get("antialias", True),
                       kw.get("max_taps", 8), kw.get("mean"), kw.get("std"),
-                      kw.get("out_dtype", np.uint8), kw.get("layout", "HWC"))
+                      kw.get("out_dtype", np.uint8), kw.get("layout", "HWC"), kw.get("region"))
     plan = W.launch_plan(spec)
     imgs = [np.ascontiguousarray(x) for x in spec.images]
     ptrs = np.array([x.ctypes.data for x in imgs], np.uint64)
@@ -511,3 +512,147 @@ def test_warp_cupy_host_code_with_emulated_kernel(emulated_kernels, monkeypatch)
             assert np.abs(g.astype(int) - r).max() <= 1
     assert W.warp_cupy([], np.zeros((0, 3, 3)), np.zeros((0, 2), int)) == []
     assert calls == ["warp_f32_chw_c3", "warp_u8_hwc_c3"] * 2
+
+
+# ----------------------------------------------------------------------------- fused-chain region
+def random_region(rng, in_sizes, out_sizes, c, max_slabs=2):
+    """A region as a fused chain passes it: a rect in source coordinates (partly past the image
+    or inside it), its clamp columns / rows, and up to ``max_slabs`` output-space slabs through
+    the output (random directions), each with its own fill."""
+    b = len(in_sizes)
+    ih = np.array([h for h, _ in in_sizes], float)
+    iw = np.array([w for _, w in in_sizes], float)
+    x0, x1 = np.sort(rng.uniform(-0.3, 1.3, (b, 2)) * iw[:, None], 1).T
+    y0, y1 = np.sort(rng.uniform(-0.3, 1.3, (b, 2)) * ih[:, None], 1).T
+    rect = np.stack([x0, x1, y0, y1], -1)
+    clamp = G.clamp_of_rect(rect, np.stack([ih, iw], -1))
+    s = int(rng.integers(0, max_slabs + 1))
+    nslab = rng.integers(0, s + 1, b)
+    slabs = np.zeros((b, s, 4))
+    for k in range(b):
+        oh, ow = out_sizes[k]
+        for j in range(s):
+            d = rng.normal(size=2)
+            d /= np.hypot(*d)
+            width = rng.uniform(0.3, 1.0) * (oh + ow) / 2
+            centre = np.array([ow, oh]) * rng.uniform(0.3, 0.7, 2)
+            slabs[k, j] = [d[0], d[1], width / 2 - d @ centre, width]
+    return rect, clamp, slabs, rng.integers(0, 256, (b, s, c)).astype(float), nslab
+
+
+def test_region_crop_then_pad_gives_fill_and_clamps_taps():
+    """The issue's example at kernel level: a rect keeping the right half of a 200-wide image,
+    sampled with the identity: the left half is fill; and a 2x upscale of a 10-column rect
+    replicates the rect's own last column, not the image's next one."""
+    img = np.zeros((100, 200, 3), np.uint8)
+    img[:, :100] = 255
+    rect = [[100.0, 200.0, 0.0, 100.0]]
+    region = (rect, G.clamp_of_rect(np.array(rect), [[100, 200]]), np.zeros((1, 0, 4)),
+              np.zeros((1, 0, 3)), [0])
+    for impl in IMPLS:
+        out = impl([img], np.eye(3)[None], [(100, 200)], fill=7, region=region)[0]
+        assert (out[:, :100] == 7).all() and (out[:, 100:] == 0).all(), impl.__name__
+    ramp = np.tile(np.arange(0, 240, 8, dtype=np.uint8)[None, :, None], (4, 1, 3))  # 30 columns
+    rect = np.array([[10.0, 20.0, 0.0, 4.0]])
+    region = (rect, G.clamp_of_rect(rect, [[4, 30]]), np.zeros((1, 0, 4)), np.zeros((1, 0, 3)), [0])
+    m = np.array([[2.0, 0, -20.0], [0, 1.0, 0], [0, 0, 1]])  # columns 10..20 -> 0..20
+    for impl in IMPLS:
+        out = impl([ramp], m[None], [(4, 20)], region=region, antialias=False)[0].astype(int)
+        # the last output column samples x = 19.75: taps 19 and 20, clamped to column 19
+        assert (out[:, -1] == 8 * 19).all(), impl.__name__
+        assert (out[:, 0] == 8 * 10).all(), impl.__name__  # x = 10.25: taps 9, 10 -> 10
+
+
+@pytest.mark.parametrize("seed", [31, 32, None])
+def test_region_twin_against_float64_reference(seed):
+    """Which output pixels are fill, and which fill, against a direct float64 evaluation of the
+    rule (rect in source coordinates, slabs in output coordinates, the first slab wins)."""
+    seed = int(np.random.default_rng().integers(2**31)) if seed is None else seed
+    rng = _rng(seed)
+    in_sizes = [(int(rng.integers(5, 40)), int(rng.integers(5, 40))) for _ in range(6)]
+    out_sizes = [(int(rng.integers(5, 40)), int(rng.integers(5, 40))) for _ in range(6)]
+    mats = np.stack([random_affine(rng, i, o) for i, o in zip(in_sizes, out_sizes)])
+    imgs = [rng.integers(1, 256, (h, w, 1), dtype=np.uint8) for h, w in in_sizes]  # never 0
+    region = random_region(rng, in_sizes, out_sizes, 1, max_slabs=3)
+    out = warp_numpy(imgs, mats, out_sizes, fill=0, region=region, antialias=False)
+    rect, _, slabs, slab_fill, nslab = region
+    for b, (o, (oh, ow)) in enumerate(zip(out, out_sizes)):
+        inv = np.linalg.inv(mats[b])
+        oy, ox = np.mgrid[:oh, :ow] + 0.5
+        x = inv[0, 0] * ox + inv[0, 1] * oy + inv[0, 2]
+        y = inv[1, 0] * ox + inv[1, 1] * oy + inv[1, 2]
+        h, w = in_sizes[b]
+        in_rect = (x >= rect[b, 0]) & (x < rect[b, 1]) & (y >= rect[b, 2]) & (y < rect[b, 3])
+        want = np.where(in_rect & (x >= 0) & (x < w) & (y >= 0) & (y < h), -1.0, 0.0)
+        for k in range(int(nslab[b]) - 1, -1, -1):
+            a, bb, cc, r = slabs[b, k]
+            v = a * ox + bb * oy + cc
+            want = np.where((v >= 0) & (v < r), want, slab_fill[b, k, 0])
+        content = want < 0
+        assert (o[..., 0][content] >= 1).all(), f"seed {seed}"
+        np.testing.assert_array_equal(o[..., 0][~content], want[~content], err_msg=f"seed {seed}")
+
+
+@pytest.mark.parametrize("seed", [33, None])
+@pytest.mark.parametrize("dtype,layout,c", [(np.uint8, "HWC", 3), (np.float32, "CHW", 3),
+                                            (np.float32, "HWC", 1)])
+def test_cuda_source_region_matches_twin(emulated_kernels, seed, dtype, layout, c):
+    """warp.cu with a region (rect, clamp, slabs with their fills; antialias on) against the twin."""
+    seed = int(np.random.default_rng().integers(2**31)) if seed is None else seed
+    rng = _rng(seed)
+    in_sizes = [(int(rng.integers(1, 50)), int(rng.integers(1, 50))) for _ in range(8)]
+    out_sizes = [(int(rng.integers(1, 50)), int(rng.integers(1, 70))) for _ in range(8)]
+    mats = np.stack([random_affine(rng, i, o) for i, o in zip(in_sizes, out_sizes)])
+    imgs = [rand_image(rng, h, w, c) for h, w in in_sizes]
+    kw = dict(fill=rng.integers(0, 256, (8, c)), out_dtype=dtype, layout=layout,
+              region=random_region(rng, in_sizes, out_sizes, c, max_slabs=3))
+    if dtype != np.uint8:
+        kw.update(mean=MEAN[:c], std=STD[:c])
+    got = _emulate(emulated_kernels, imgs, mats, out_sizes, **kw)
+    ref = warp_numpy(imgs, mats, out_sizes, **kw)
+    tol = 1 if dtype == np.uint8 else 1e-3 / 58
+    for b, (g, r) in enumerate(zip(got, ref, strict=True)):
+        assert np.abs(g.astype(np.float64) - r).max() <= tol, f"seed {seed}, sample {b}"
+
+
+@pytest.mark.parametrize("seed", [34, None])
+def test_cuda_source_axis_path_with_region_equals_general_path(emulated_kernels,
+                                                                emulated_general_path, seed):
+    """With a rect and clamp (no slabs: the axis loop is taken) both loops stay bit-identical."""
+    seed = int(np.random.default_rng().integers(2**31)) if seed is None else seed
+    rng = _rng(seed)
+    in_sizes, out_sizes, mats = axis_aligned_cases(rng, 16)
+    imgs = [rand_image(rng, h, w, 3) for h, w in in_sizes]
+    rect, clamp, _, _, _ = random_region(rng, in_sizes, out_sizes, 3, max_slabs=0)
+    kw = dict(fill=rng.integers(0, 256, (16, 3)), antialias=bool(rng.random() < 0.5),
+              region=(rect, clamp, np.zeros((16, 0, 4)), np.zeros((16, 0, 3)), np.zeros(16, int)))
+    fast = _emulate(emulated_kernels, imgs, mats, out_sizes, **kw)
+    general = _emulate(emulated_general_path, imgs, mats, out_sizes, **kw)
+    ref = warp_numpy(imgs, mats, out_sizes, **kw)
+    for b, (f, g, r) in enumerate(zip(fast, general, ref, strict=True)):
+        assert np.array_equal(f, g), f"seed {seed}, sample {b}"
+        assert np.abs(f.astype(np.float64) - r).max() <= 1, f"seed {seed}, sample {b}"
+
+
+@pytest.mark.parametrize("c", [1, 3])
+def test_cv2_matches_twin_with_region(c):
+    """The OpenCV path marks fill with the twin's own tests: the fill pixels are identical; the
+    content within OpenCV's interpolation tolerance (as without a region)."""
+    rng = _rng(40 + c)
+    worst_max, worst_mean = 0.0, 0.0
+    for k in range(16):
+        in_sizes = [(int(rng.integers(5, 45)), int(rng.integers(5, 45)))]
+        out_hw = (int(rng.integers(10, 50)), int(rng.integers(10, 50)))
+        img = rng.integers(1, 256, in_sizes[0] + (c,), dtype=np.uint8)
+        M = (random_affine(rng, in_sizes[0], out_hw) if k % 2 else
+             axis_aligned_cases(rng, 1)[2][0])
+        region = random_region(rng, in_sizes, [out_hw], c, max_slabs=2 if k % 2 else 0)
+        for dt in (np.uint8, np.float32):
+            kw = dict(fill=0, out_dtype=dt, region=region)
+            a = one(warp_numpy, img, M, out_hw, **kw).astype(np.float64)
+            b = one(warp_cv2, img, M, out_hw, **kw).astype(np.float64)
+            if dt == np.uint8:  # content >= 1 (bilinear of pixels >= 1); fill is exact
+                np.testing.assert_array_equal(a == 0, b == 0, err_msg=f"case {k}")
+            d = np.abs(a - b)
+            worst_max, worst_mean = max(worst_max, d.max()), max(worst_mean, d.mean())
+    assert worst_max <= 8 and worst_mean < 0.5, (worst_max, worst_mean)

@@ -18,8 +18,8 @@ with the usual bilinear weights, clamped to the image (edge pixels replicate); a
 outside the source domain ``[0, W) x [0, H)`` takes ``fill`` as a whole. So a resize or a crop
 inside the image never darkens its borders, and what a rotation or a paste brings in from outside
 is exactly ``fill``. A fused chain passes its ``region`` (:func:`detaug.geometry.valid_region`):
-the domain is then the rect ``[x_lo, x_hi) x [y_lo, y_hi)`` (source coordinates; ``fill``
-outside it), the taps are clamped to its columns ``[cx0, cx1]`` and rows ``[cy0, cy1]``, and a
+the domain is then the rect ``[x_lo, x_hi) x [y_lo, y_hi)`` within the image (source
+coordinates; ``fill`` outside it), the taps are clamped to its columns ``[cx0, cx1]`` and rows ``[cy0, cy1]``, and a
 point whose output position ``(ox, oy)`` violates a slab ``0 <= (a ox + b oy) + c < r`` takes
 that slab's fill (the first violated slab wins, before the rect). Then, per channel,
 ``out = (value - mean[c]) / std[c]`` when normalizing; a ``uint8`` output is
@@ -146,6 +146,9 @@ def _region(region, in_shapes, B, C):
     nslab = np.asarray(nslab, np.int64).reshape(B)
     if np.any(nslab < 0) or np.any(nslab > slabs.shape[1]):
         raise ValueError("region: nslab must lie in [0, slabs.shape[1]]")
+    # the domain is the rect within the image (so that the kernel's taps stay inside it)
+    rect = np.stack([np.maximum(rect[:, 0], 0), np.minimum(rect[:, 1], in_shapes[:, 1]),
+                     np.maximum(rect[:, 2], 0), np.minimum(rect[:, 3], in_shapes[:, 0])], -1)
     hw = in_shapes[:, [1, 1, 0, 0]]
     if np.any(clamp < 0) or np.any(clamp >= hw) or np.any(clamp[:, [0, 2]] > clamp[:, [1, 3]]):
         raise ValueError("region: clamp must hold columns / rows of the image, lo <= hi")
@@ -384,7 +387,8 @@ def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layou
     if outside:
         inside, slabs = _inside_masks(inv, _grid_positions(w, nx), _grid_positions(h, ny), spec, b,
                                       grid=True)
-        for mask, fv in reversed(list(zip([inside] + slabs, fills))):  # the first slab wins
+        # the rect's fill first, then the slabs from the last: the first violated slab wins
+        for mask, fv in [(inside, fills[0])] + list(zip(slabs, fills[1:]))[::-1]:
             fv = np.asarray(fv, np.float64)
             big[~mask] = np.clip(np.floor(fv + 0.5), 0, 255) if big.dtype == np.uint8 else fv
     if direct:
