@@ -67,11 +67,39 @@ def test_box_transform_parity(mode, clip):
     np.testing.assert_array_equal(cp.asnumpy(keep), ref_k)
     assert 0 < ref_k.sum() < n
     np.testing.assert_array_equal(cp.asnumpy(d_boxes), boxes)   # input not mutated
-    # device matrices / canvas and valid=None give the same
-    out2, keep2 = K.box_transform_cupy(d_boxes, d_si, cp.asarray(mats), cp.asarray(canvas), **kw)
+    # a host sample index and valid=None give the same
+    out2, keep2 = K.box_transform_cupy(d_boxes, si, mats, canvas, **kw)
     ref_b2, ref_k2 = K.box_transform_numpy(boxes, si, mats, canvas, **kw)
     np.testing.assert_allclose(cp.asnumpy(out2), ref_b2, atol=BOX_ATOL, rtol=0)
     np.testing.assert_array_equal(cp.asnumpy(keep2), ref_k2)
+
+
+@pytest.mark.parametrize("seed", [13, None])
+def test_box_transform_staged_parity(seed):
+    """A chain of K stages (clip at every canvas, per-stage corner / ellipse rule, visibility
+    against the unclipped chain): one launch, equal to the twin."""
+    seed = int(np.random.default_rng().integers(2**31)) if seed is None else seed
+    rng = np.random.default_rng(seed)
+    offsets = random_offsets(rng, 12, 200)
+    si = K.sample_index_from_offsets(offsets)
+    n, k = int(offsets[-1]), int(rng.integers(2, 6))
+    boxes = random_boxes(rng, n)
+    mats = np.stack([0.3 * random_affine(rng, 12) + 0.7 * np.eye(3) for _ in range(k)])
+    mats[:, :, 2] = [0, 0, 1]
+    canvases = rng.uniform(50, 400, (k, 12, 2))
+    modes = [str(rng.choice(["corners", "ellipse"])) for _ in range(k)]
+    valid = rng.random(n) < 0.9
+    for clip in (True, False):
+        kw = dict(mode=modes, clip=clip, min_size=1.0, min_area=20.0, min_visibility=0.2)
+        ref_b, ref_k = K.box_transform_numpy(boxes, si, mats, canvases, valid=valid, **kw)
+        reset_launch_counts()
+        out, keep = K.box_transform_cupy(cp.asarray(boxes), cp.asarray(si), mats, canvases,
+                                         valid=cp.asarray(valid), **kw)
+        assert total_launches() == 1
+        np.testing.assert_array_equal(cp.asnumpy(keep), ref_k, err_msg=f"seed {seed}")
+        np.testing.assert_allclose(cp.asnumpy(out)[ref_k], ref_b[ref_k], atol=BOX_ATOL,
+                                   err_msg=f"seed {seed}")
+        assert 0 < ref_k.sum() < n
 
 
 def test_box_transform_crafted_on_gpu():
