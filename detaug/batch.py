@@ -62,8 +62,9 @@ class Geometry:
         fill = self.fill if fill is None else np.broadcast_to(
             np.asarray(fill, np.float64).reshape(len(sizes), -1), self.fill.shape).copy()
         sizes = np.asarray(sizes, np.int64).reshape(-1, 2)
+        m_op = np.broadcast_to(np.asarray(m_op, np.float64), self.matrices.shape)
         composed = np.matmul(m_op, self.matrices)
-        step = Step(np.asarray(m_op, np.float64), composed, sizes, fill, box_mode == "ellipse")
+        step = Step(m_op, composed, sizes, fill, box_mode == "ellipse")
         return Geometry(composed, sizes, fill, self.source_sizes, self.steps + (step,))
 
     def valid_region(self):

@@ -117,13 +117,27 @@ def clamp_of_rect(rect, source_sizes):
     ``[x_lo, x_hi)``: ``ceil(x_lo - 0.5) <= j <= ceil(x_hi - 0.5) - 1``), kept inside the
     image and non-empty (a rect narrower than a pixel keeps its nearest column)."""
     rect = np.asarray(rect, np.float64).reshape(-1, 4)
-    src = np.asarray(source_sizes, np.float64).reshape(-1, 2)
+    last = np.asarray(source_sizes, np.float64).reshape(-1, 2)[:, [1, 0]] - 1  # W - 1, H - 1
     with np.errstate(invalid="ignore"):
-        cx0 = np.clip(np.ceil(rect[:, 0] - 0.5), 0, src[:, 1] - 1)
-        cx1 = np.clip(np.ceil(rect[:, 1] - 0.5) - 1, cx0, src[:, 1] - 1)
-        cy0 = np.clip(np.ceil(rect[:, 2] - 0.5), 0, src[:, 0] - 1)
-        cy1 = np.clip(np.ceil(rect[:, 3] - 0.5) - 1, cy0, src[:, 0] - 1)
-    return np.stack([cx0, cx1, cy0, cy1], -1).astype(np.int64)
+        c = np.ceil(rect - 0.5) - [0, 1, 0, 1]
+        lo = np.clip(c[:, 0::2], 0, last)
+        hi = np.clip(c[:, 1::2], lo, last)
+    return np.stack([lo, hi], -1).reshape(-1, 4).astype(np.int64)
+
+
+def _axis_rect(rect, rect_fill, comp, sizes, src):
+    """valid_region of a chain whose composed matrices are all axis-aligned, with one fill:
+    the source rect intersected with every canvas mapped back, (K, B) at once."""
+    b, c = rect_fill.shape
+    s = comp[:, :, [0, 1], [0, 1]]  # (K, B, 2): x and y scales
+    t = comp[:, :, :2, 2]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e0, e1 = -t / s, (sizes[:, :, ::-1] - t) / s
+    lo = np.maximum(rect[:, 0::2], np.minimum(e0, e1).max(0))
+    hi = np.minimum(rect[:, 1::2], np.maximum(e0, e1).min(0))
+    rect = np.stack([lo, hi], -1).reshape(b, 4)
+    return (rect, rect_fill, clamp_of_rect(rect, src), np.zeros((b, 0, 4)), np.zeros((b, 0, c)),
+            np.zeros(b, np.int64))
 
 
 def valid_region(source_sizes, ops, composed, sizes, fills, fill):
@@ -165,6 +179,13 @@ def valid_region(source_sizes, ops, composed, sizes, fills, fill):
     b, c = fill.shape
     rect = np.stack([np.zeros(b), src[:, 1], np.zeros(b), src[:, 0]], -1)
     rect_fill = (fills[0] if fills else fill).copy()
+    if ops:
+        comp = np.stack(composed)  # (K, B, 3, 3)
+        if not (comp[:, :, 0, 1].any() or comp[:, :, 1, 0].any()) and all(
+                np.array_equal(f, rect_fill) for f in fills):
+            # the common chains (crop, flip, resize, pad, letterbox, zoom-out; one fill): every
+            # canvas joins the rect, all at once
+            return _axis_rect(rect, rect_fill, comp, np.asarray(sizes, np.float64), src)
     final_inv = np.linalg.inv(composed[-1]) if ops else np.tile(np.eye(3), (b, 1, 1))
     slab_rows, slab_fill, slab_use = [], [], []
     all_same = all(np.array_equal(f, rect_fill) for f in fills)
