@@ -116,7 +116,9 @@ class Pipeline:
         """Called before each batch is scheduled; override to ``feed_input`` external sources."""
 
     def feed_input(self, node, data):
-        """Give an external source (without ``source=``) its next batch: a list of samples."""
+        """Give an external source (without ``source=``) its next batch: a list of samples (or
+        an array, samples along axis 0; a tuple of them for num_outputs > 1). Its length, at most
+        ``batch_size``, is the batch's number of samples (one random draw each)."""
         name = node.op.name if isinstance(node, _graph.DataNode) else str(node)
         self._fed.setdefault(name, []).append(data)
 
@@ -264,16 +266,73 @@ class Pipeline:
         return order[pos], pos, sizes
 
     def _prepare(self, key):
-        self.iter_setup()
+        """Every source's data for the launch ``key = (epoch, first batch, batch count)``, in
+        submission order. ``iter_setup`` runs once per batch of the launch (before it is
+        scheduled), so that ``feed_input`` gives each batch its own data."""
+        for _ in range(key[2]):
+            self.iter_setup()
         return {op_id: s.prepare(key) for op_id, s in self._sources.items()}
 
+    def _schedule(self, epoch, batch_index, count):
+        """(record indices, positions, batch sizes) that the schedule gives batches
+        ``batch_index .. batch_index + count - 1``: :meth:`_indices` for a sized source; for a
+        source without size, batch b has room for ``batch_size`` samples, the sample indices
+        ``b * batch_size + arange(batch_size)`` (distinct across the batches of an epoch), and no
+        positions."""
+        if self._driver.size is not None:
+            return self._indices(epoch, batch_index, count)
+        lo = batch_index * self.batch_size
+        return (np.arange(lo, lo + count * self.batch_size, dtype=np.int64), None,
+                [self.batch_size] * count)
+
+    def _fed_sizes(self, prepared):
+        """(source name, samples per batch) of the sources fed whole batches (an iterable or
+        ``feed_input``), which must agree; None when no source is fed."""
+        found = None
+        for op_id, payload in prepared.items():
+            sizes = payload.get("sizes") if isinstance(payload, dict) else None
+            if sizes is None:
+                continue
+            name = self.graph.ops[op_id].name
+            if found is not None and list(sizes) != found[1]:
+                raise ValueError(f"external sources {found[0]!r} and {name!r} were fed batches of "
+                                 f"different sizes ({found[1]} and {list(sizes)} samples)")
+            found = found or (name, list(sizes))
+        return found
+
+    def _fit_to_fed(self, key, idx, pos, sizes, fed):
+        """The schedule cut down to the fed batches. A fed batch's length sets its number of
+        samples (and so of random draws): batch j of the launch fed n_j samples keeps the first
+        n_j of the sample indices (and positions) the schedule gives it, so a full batch keeps
+        them all and a shorter one (an iterable's last batch, a smaller feed) its first n_j. The
+        schedule's size is the most a batch may hold (``batch_size``, or what the sized source's
+        last batch and ``last_batch_policy`` leave): a fed batch longer than that would reuse
+        another batch's indices, and raises ValueError. Launch batches after the iterable's
+        last one are dropped."""
+        name, fed_sizes = fed
+        epoch, b = key[0], key[1]
+        for j, (n, room) in enumerate(zip(fed_sizes, sizes)):
+            if n > room:
+                sized = (f", size={self._driver.size}, last_batch_policy={self.last_batch_policy!r}"
+                         if self._driver.size is not None else "")
+                raise ValueError(f"{name}: batch {b + j} of epoch {epoch} was fed {n} samples, more "
+                                 f"than the {room} the schedule has room for (batch_size="
+                                 f"{self.batch_size}{sized}): feed at most that many per batch")
+        fed_sizes = fed_sizes[:len(sizes)]
+        starts = np.concatenate([[0], np.cumsum(sizes)[:len(fed_sizes) - 1]]).astype(np.int64)
+        out_off = np.concatenate([[0], np.cumsum(fed_sizes)]).astype(np.int64)
+        keep = np.repeat(starts - out_off[:-1], fed_sizes) + np.arange(out_off[-1])
+        return idx[keep], (None if pos is None else pos[keep]), fed_sizes
+
     def _make_ctx(self, key, prepared, pool, indices=None):
+        """The batch context of a launch: the schedule's sample indices (:meth:`_schedule`), cut
+        to the fed batches' lengths where a source is fed (:meth:`_fit_to_fed`); ``indices``
+        (a retry's) replace the indices. Every random op draws once per sample of it."""
         epoch, b, count = key
-        if self._driver.size is None:
-            n = len(prepared[next(iter(prepared))]["samples"]) if prepared else self.batch_size
-            idx, pos, sizes = np.arange(b * self.batch_size, b * self.batch_size + n), None, [n]
-        else:
-            idx, pos, sizes = self._indices(epoch, b, count)
+        idx, pos, sizes = self._schedule(epoch, b, count)
+        fed = self._fed_sizes(prepared)
+        if fed is not None:
+            idx, pos, sizes = self._fit_to_fed(key, idx, pos, sizes, fed)
         if indices is not None:
             idx = indices
         ctx = BatchContext(self, epoch, b, idx, pos, self._stream, pool)

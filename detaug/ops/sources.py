@@ -214,6 +214,16 @@ def to_batch_value(samples: list, device="cpu", sizes=None):
 
 
 class _External(_Source):
+    """external_source: a per-sample callable (``batch=False``, needs ``size``: the schedule sets
+    the samples, as a reader's), or whole batches from an iterable or ``feed_input``.
+
+    A fed batch's length sets its number of samples, and so of random draws: batch b of the
+    epoch fed n samples uses the sample indices ``b * batch_size + arange(n)`` (with ``size`` and
+    a shuffle or shard: the first n of those the schedule gives batch b), the indices a per-sample
+    callable gets for the same positions. ``batch_size`` (with ``size``: what the last batch and
+    ``last_batch_policy`` leave) is the most a fed batch may hold; a longer one raises ValueError,
+    a shorter one (an iterable's last batch) is a smaller batch."""
+
     def __init__(self, op, pipe):
         super().__init__(op, pipe)
         a = op.args
@@ -233,20 +243,64 @@ class _External(_Source):
             self._iter = iter(self.source)
 
     def prepare(self, key):
+        """The data of the launch ``key = (epoch, first batch, count)``: ``count`` fed batches,
+        the next ones of the iterable or of the ``feed_input`` queue. A batch is one list (or
+        array, along axis 0) of samples per output (a tuple of them for num_outputs > 1), all of
+        the same length: its number of samples. Returns ``{"samples": a sample list per output,
+        the launch's batches one after another, "sizes": samples per batch}``, which the pipeline
+        turns into the batch context's samples (one random draw each); ``{"end": True}`` when the
+        iterable is spent before the launch's first batch (a launch it ends in the middle keeps
+        the batches it got); None for a per-sample callable, whose samples the schedule sets."""
         if callable(self.source) and not self.batch:
             return None
+        batches = []
+        for _ in range(key[2]):
+            data = self._next_batch()
+            if data is None:
+                break
+            batches.append(self._outputs_of(data))
+        if not batches:
+            return {"end": True}
+        sizes = [self._batch_len(outs) for outs in batches]
+        if len(batches) == 1:
+            return {"samples": batches[0], "sizes": sizes}
+        return {"samples": tuple([s for outs in batches for s in outs[k]] for k in range(self.n_out)),
+                "sizes": sizes}
+
+    def _next_batch(self):
+        """The next fed batch, or None when the iterable is spent."""
         if self.source is None:
             fed = self.pipe._fed.get(self.op.name) or []
             if not fed:
                 raise RuntimeError(f"{self.op.name}: no data fed; call pipe.feed_input() in iter_setup()")
-            data = fed.pop(0)
-        else:
-            try:
-                data = next(self._iter)
-            except StopIteration:
-                return {"end": True}
-        data = data if self.n_out > 1 else (data,)
-        return {"samples": data}
+            return fed.pop(0)
+        try:
+            return next(self._iter)
+        except StopIteration:
+            return None
+
+    def _outputs_of(self, data):
+        """A fed batch as a tuple of one batch per output."""
+        if self.n_out == 1:
+            return (data,)
+        if not isinstance(data, (tuple, list)) or len(data) != self.n_out:
+            raise ValueError(f"{self.op.name}: num_outputs={self.n_out}, so each fed batch must be a "
+                             f"tuple of {self.n_out} batches (one per output), got {type(data).__name__}"
+                             + (f" of {len(data)}" if isinstance(data, (tuple, list)) else ""))
+        return tuple(data)
+
+    def _batch_len(self, outs):
+        """Samples in a fed batch: the length of every output's batch (along axis 0), which must
+        be the same for all outputs."""
+        try:
+            lens = [len(o) for o in outs]
+        except TypeError:
+            raise TypeError(f"{self.op.name}: a fed batch must be a list or array of samples per "
+                            f"output, got {[type(o).__name__ for o in outs]}") from None
+        if len(set(lens)) > 1:
+            raise ValueError(f"{self.op.name}: its outputs were fed batches of different sizes {lens}: "
+                             "every output needs one entry per sample")
+        return lens[0]
 
     def read(self, ctx, payload):
         if payload is None:
