@@ -177,14 +177,18 @@ def expanded_size(linear, sizes):
     centre, by torchvision's rule (``_compute_affine_output_size``, after PIL): the turned image
     spans ``[c - e / 2, c + e / 2]`` per axis (``c`` the half size, ``e`` the turned extent);
     both ends are truncated to 1e-4 (so that rounding noise never adds a pixel), and the canvas
-    is ``ceil(max) - floor(min)``: rounded outward, never cutting a corner."""
+    is ``ceil(max) - floor(min)``: rounded outward, never cutting a corner. A quarter turn gives
+    the turned size exactly (torchvision v2 turns those with rot90)."""
     h, w = sizes[:, 0].astype(np.float64), sizes[:, 1].astype(np.float64)
     ext = np.stack([np.abs(linear[:, 1, 0]) * w + np.abs(linear[:, 1, 1]) * h,
                     np.abs(linear[:, 0, 0]) * w + np.abs(linear[:, 0, 1]) * h], -1)
     half = np.stack([h, w], -1) / 2
     hi = np.ceil(np.trunc((half + ext / 2) * 1e4) / 1e4)
     lo = np.floor(np.trunc((half - ext / 2) * 1e4) / 1e4)
-    return np.maximum(hi - lo, 1)
+    # quarter turns are exact turns (the turned size, as torchvision v2's rotate, which uses
+    # rot90 for them): the general rule would add a pixel where one side is odd
+    quarter = np.isin(linear.reshape(len(linear), -1), (-1.0, 0.0, 1.0)).all(1)
+    return np.maximum(np.where(quarter[:, None], ext, hi - lo), 1)
 
 
 @register("rotate", **GEO, args={"angle": 0.0, "expand": False, "fill": 0.0, "box_mode": "corners"},
