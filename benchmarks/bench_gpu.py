@@ -16,8 +16,16 @@ Sections (each in its own try/except: one failure never loses the others; each b
    random_iou_crop -> flip(coin_flip) -> resize(640, 640) -> prune_boxes(min_size=1) ->
    normalize(CHW) + pad_boxes(max_boxes=64); timed across epochs (``pipe.reset()`` at each end),
    GPU synchronised at the end. Also: CPU time of the driving thread per batch
-   (``time.thread_time()`` around ``run()``) and the in-epoch rate (epoch ends drain the queue).
-3. peers: (a) nvImageCodec's batched decode alone on the same bytes (preloaded): the ceiling;
+   (``time.thread_time()`` around ``run()``), the in-epoch rate (epoch ends drain the queue), and
+   the device memory of the pipeline with its decode processes: the drop of ``cudaMemGetInfo``'s
+   free bytes (the whole device, every process), sampled in this process, from before the
+   pipeline is built to after ``--mem-batches`` batches (300; warm-up batches count), in MB of
+   10^6 bytes.
+3. peers: (a) nvImageCodec's batched decode alone on the same bytes (preloaded): the one-process
+   ceiling; (a'') the machine's decode ceiling: the same work (same decoder settings, batches of
+   64) in P spawned processes at once (``--ceiling-processes 1,2,3,4``), each decoding its own
+   in-memory copy of the files, started together by a barrier, each timed over the same
+   ``--ceiling-window`` seconds; img/s summed over the P processes;
    (a') the same + ``cupy.asarray`` of each image (what detaug's decode op does: shows the cost
    of that hand-over); (b) torchvision v2 on the GPU (batched ``decode_jpeg(device="cuda")``, then
    per-sample transforms on cuda tensors); (c) torchvision v2 in a DataLoader with
@@ -29,8 +37,9 @@ Sections (each in its own try/except: one failure never loses the others; each b
    (``detaug.kernels.warp.warp_cupy``: crop + flip + resize + normalize + CHW in one launch),
    200 calls timed with CUDA events, and the same calls with the stream's queue pre-filled
    (kernel time without host gaps); bandwidth vs a 1 GiB device-to-device copy.
-5. a table (name, img/s, detaug / engine, notes), device, CPU count, versions; JSON to
-   ``--json`` or ``$OUT/bench_gpu.json``.
+5. a table (name, img/s, detaug / engine, device memory (MB), notes), device, CPU count,
+   versions, detaug against the two ceilings and its memory; JSON to ``--json`` or
+   ``$OUT/bench_gpu.json``.
 
 The CUDA peers and the CPU DataLoader run first/last so that DataLoader workers are forked
 before this process initialises CUDA. This script is not part of the test suite.
@@ -68,6 +77,7 @@ SIZE = 640
 # The 80 COCO category ids (non-contiguous), used when coco-mini's file cannot be read.
 COCO_IDS = [i for i in range(1, 91) if i not in (12, 26, 29, 30, 45, 66, 68, 69, 71, 83)]
 
+MB = 1e6         # device memory is reported in MB of 10^6 bytes
 ROWS = []        # table rows: dict(name, img_s, notes, error, ...)
 EXTRA = {}       # details for the JSON
 T_START = time.perf_counter()
@@ -161,6 +171,15 @@ def free_gpu_memory():
             if torch.cuda.is_initialized():
                 torch.cuda.synchronize()
                 torch.cuda.empty_cache()
+
+
+def device_free_bytes(device_id=0):
+    """``cudaMemGetInfo``'s free bytes of the device: what every process on it has taken counts
+    (an allocator's cache included). Needs cupy and a GPU."""
+    import cupy
+
+    with cupy.cuda.Device(device_id):
+        return int(cupy.cuda.runtime.memGetInfo()[0])
 
 
 def timed(step, *, warmup, min_s, max_s, sync=lambda: None, min_items=0):
@@ -288,12 +307,16 @@ def load_records(root):
 
 
 # ---------------------------------------------------------------------------- 2. detaug
-def make_det_pipe(root, decode_device, retinanet=False, max_boxes=64, targets=True, **pipe_kwargs):
+def make_det_pipe(root, decode_device, retinanet=False, max_boxes=64, targets=True, size=None,
+                  **pipe_kwargs):
     """The benchmark pipeline on the data set at ``root`` (images/, annotations.json): readers.coco
-    -> decode -> random_iou_crop -> flip (-> rotate) -> resize -> prune -> normalize CHW, boxes
-    padded (to the batch's largest count with max_boxes=None) (-> RetinaNet targets). One
-    definition for bench_gpu, bench_cpu and the profiling scripts."""
+    -> decode -> random_iou_crop -> flip (-> rotate) -> resize (``size`` x ``size``, default
+    SIZE) -> prune -> normalize CHW, boxes padded (to the batch's largest count with
+    max_boxes=None) (-> RetinaNet targets). One definition for bench_gpu, bench_cpu, bench_train
+    and the profiling scripts."""
     from detaug import fn, pipeline_def
+
+    size = SIZE if size is None else int(size)
 
     @pipeline_def
     def det_pipe():
@@ -305,7 +328,7 @@ def make_det_pipe(root, decode_device, retinanet=False, max_boxes=64, targets=Tr
         img, boxes = fn.flip(img, boxes, horizontal=fn.random.coin_flip())
         if retinanet:  # the RetinaNet input pipeline: plus rotate and target encoding
             img, boxes = fn.rotate(img, boxes, angle=fn.random.uniform(range=(-10, 10)))
-        img, boxes = fn.resize(img, boxes, size=(SIZE, SIZE))
+        img, boxes = fn.resize(img, boxes, size=(size, size))
         boxes = fn.prune_boxes(boxes, min_size=1)
         img = fn.normalize(img, mean=list(MEAN), std=list(STD), output_layout="CHW")
         if retinanet and targets:  # (targets=False: the RetinaNet pipeline without its targets)
@@ -316,8 +339,22 @@ def make_det_pipe(root, decode_device, retinanet=False, max_boxes=64, targets=Tr
     return det_pipe(**pipe_kwargs)
 
 
+def pipe_settings(pipe) -> dict:
+    """What a built pipeline runs with (its defaults resolved): launches in flight, device
+    workers, batches per launch, decode processes."""
+    svc = getattr(pipe, "_decode_service", None)
+    return {"prefetch_queue_depth": getattr(pipe, "prefetch_queue_depth", None),
+            "device_workers": getattr(pipe, "device_workers", None),
+            "batches_per_launch": getattr(pipe, "batches_per_launch", None),
+            "decode_processes": len(getattr(svc, "workers", ())) if svc is not None else 0}
+
+
 def bench_detaug(args, root, gpu, retinanet=False):
     bs = args.batch_size
+    mem = {"before": None, "at": None, "end": None}  # free device bytes (GPU runs)
+    if gpu:
+        free_gpu_memory()
+        mem["before"] = device_free_bytes()
     pipe = make_det_pipe(root, "mixed" if gpu else "cpu", retinanet, targets=args.retinanet_targets,
                          batch_size=bs, num_threads=args.threads,
                     device_id=0 if gpu else None, seed=0, prefetch_queue_depth=args.prefetch,
@@ -326,6 +363,7 @@ def bench_detaug(args, root, gpu, retinanet=False):
     t0 = time.perf_counter()
     pipe.build()
     build_s = time.perf_counter() - t0
+    settings = pipe_settings(pipe)
     n_rec = pipe.epoch_size() if not isinstance(pipe.epoch_size(), dict) else None
     if gpu:
         import cupy
@@ -335,7 +373,7 @@ def bench_detaug(args, root, gpu, retinanet=False):
         def sync():
             return None
 
-    st = {"thread": 0.0, "epoch": 0, "stamps": []}
+    st = {"thread": 0.0, "epoch": 0, "stamps": [], "runs": 0}
 
     def get():
         t = time.thread_time()
@@ -353,6 +391,9 @@ def bench_detaug(args, root, gpu, retinanet=False):
                                               pipe.last_event.ptr, 0)
             out = (torch.from_dlpack(out[0].data), out[1]) + tuple(torch.from_dlpack(o) for o in out[2:])
         st["thread"] += time.thread_time() - t
+        st["runs"] += 1
+        if gpu and st["runs"] == args.mem_batches:  # the pipeline's memory after N batches
+            mem["at"] = device_free_bytes()
         return out
 
     def images_of(out):
@@ -392,8 +433,21 @@ def bench_detaug(args, root, gpu, retinanet=False):
         sync()
         secs = time.perf_counter() - t0
         c1 = os.times()
+        if gpu:
+            mem["end"] = device_free_bytes()
     finally:
         pipe.close()
+    mem_mb = mem_end_mb = left_mb = None
+    mem_at = args.mem_batches if mem["at"] is not None else st["runs"]
+    if gpu:
+        mem_mb = (mem["before"] - (mem["at"] if mem["at"] is not None else mem["end"])) / MB
+        mem_end_mb = (mem["before"] - mem["end"]) / MB
+        del pipe, get
+        free_gpu_memory()
+        left_mb = (mem["before"] - device_free_bytes()) / MB
+        log(f"detaug: device memory {mem_mb:,.0f} MB after {mem_at} batches (cudaMemGetInfo, "
+            f"whole device), {mem_end_mb:,.0f} MB after {st['runs']}; {left_mb:,.0f} MB still "
+            "taken after close()")
     cpu_s = (c1.user + c1.system) - (c0.user + c0.system)
     # in-epoch rate: the batches after the first launch of each epoch, over the time since that
     # launch's batches arrived (the k batches of a launch arrive together: counting from the
@@ -401,7 +455,7 @@ def bench_detaug(args, root, gpu, retinanet=False):
     by_epoch = collections.defaultdict(list)
     for e, t in st["stamps"]:
         by_epoch[e].append(t)
-    kk = pipe.batches_per_launch
+    kk = settings["batches_per_launch"] or 1
     num = sum((len(v) - kk) * bs for v in by_epoch.values() if len(v) > kk)
     den = sum(v[-1] - v[0] for v in by_epoch.values() if len(v) > kk)
     steady = num / den if den > 0 else None
@@ -415,17 +469,27 @@ def bench_detaug(args, root, gpu, retinanet=False):
            "epochs_crossed": st["epoch"], "in_epoch_img_s": steady,
            "driver_thread_ms_per_batch": thread_ms, "cores_busy": cpu_s / secs,
            "first_batch_s": round(first_s, 2), "build_s": round(build_s, 2), "check": check,
-           "notes": f"batch {bs}, {args.threads} threads, prefetch {pipe.prefetch_queue_depth}, {pipe.device_workers} device workers, {pipe.batches_per_launch} batch(es) per launch; "
+           "settings": settings, "device_mem_mb": mem_mb, "mem_batches": mem_at,
+           "device_mem_end_mb": mem_end_mb, "mem_end_batches": st["runs"],
+           "device_mem_after_close_mb": left_mb,
+           "notes": f"batch {bs}, {args.threads} threads, prefetch {settings['prefetch_queue_depth']}, {settings['device_workers']} device workers, {settings['batches_per_launch']} batch(es) per launch, {settings['decode_processes']} decode process(es); "
                     f"driver thread {thread_ms:.3f} ms CPU/batch (target < 1); "
                     f"in-epoch {steady or 0:.0f} img/s; {cpu_s / secs:.1f} cores busy; "
-                    f"{st['epoch']} epoch ends crossed"}
+                    f"{st['epoch']} epoch ends crossed"
+                    + (f"; device memory {mem_mb:,.0f} MB after {mem_at} batches, "
+                       f"{mem_end_mb:,.0f} MB after {st['runs']}" if gpu else "")}
     log(f"detaug: driving thread {thread_ms:.3f} ms CPU per batch of {bs} "
         f"({'OK' if thread_ms < 1 else 'over'} the 1 ms target); in-epoch rate {steady or 0:.1f} img/s")
     return res
 
 
 # ---------------------------------------------------------------------------- 3a. decode ceiling
-def bench_decode_ceiling(args, blobs, with_asarray=False):
+def ceiling_work(blobs, batch_size, seed=1, with_asarray=False):
+    """The decode ceiling's work, one definition for the one-process and the P-process ceiling:
+    nvImageCodec ``Decoder(device_id=0)`` (its defaults: one CPU thread per core), detaug's
+    ``decode_params("RGB")``, batches of ``batch_size`` of the preloaded bytes (successive random
+    permutations) on a non-blocking stream, results released 8 batches later (as detaug's decode
+    op). Returns (step, sync, keep): ``step()`` decodes one batch and returns its image count."""
     import cupy as cp
 
     nvimgcodec = import_nvimgcodec()
@@ -433,7 +497,7 @@ def bench_decode_ceiling(args, blobs, with_asarray=False):
     params = decode_params("RGB")
     stream = cp.cuda.Stream(non_blocking=True)
     arrays = [np.frombuffer(b, np.uint8) for b in blobs]  # as detaug's reader hands them over
-    idx = index_stream(len(arrays), args.batch_size, seed=1)
+    idx = index_stream(len(arrays), batch_size, seed=seed)
     keep = collections.deque(maxlen=8)  # as detaug's decode op: release a few batches later
 
     def step():
@@ -452,9 +516,14 @@ def bench_decode_ceiling(args, blobs, with_asarray=False):
         stream.synchronize()
         cp.cuda.runtime.deviceSynchronize()
 
+    return step, sync, keep
+
+
+def bench_decode_ceiling(args, blobs, with_asarray=False):
+    step, sync, keep = ceiling_work(blobs, args.batch_size, seed=1, with_asarray=with_asarray)
     n, secs, k = timed(step, warmup=args.warmup, min_s=args.ceiling_seconds,
                        max_s=args.ceiling_seconds * 2, sync=sync,
-                       min_items=min(len(arrays), 16 * args.batch_size))
+                       min_items=min(len(blobs), 16 * args.batch_size))
     keep.clear()
     if with_asarray:
         return {"name": "nvImageCodec decode + cupy.asarray (diag.)", "img_s": n / secs,
@@ -463,18 +532,175 @@ def bench_decode_ceiling(args, blobs, with_asarray=False):
     return {"name": "nvImageCodec batched decode (ceiling)", "img_s": n / secs, "images": n,
             "seconds": round(secs, 2),
             "notes": f"Decoder().decode(batch of {args.batch_size} preloaded bytes, cuda_stream), "
-                     "sync at the end; no augmentation"}
+                     "sync at the end; no augmentation; one thread of this process"}
+
+
+def _ceiling_proc(k, paths, batch_size, warmup, window, rounds, barriers, conn, wait_s):
+    """One process of the P-process ceiling (spawned): reads its own copy of the files, makes its
+    decoder and decodes one batch, waits on the "ready" barrier (every process and the parent);
+    then for each round P it takes part in (k < P): the round's "warm" barrier (its P processes
+    and the parent: the previous round is over), ``warmup`` batches, the round's "go" barrier,
+    ``window`` seconds of batches, a sync; sends ("ok", P, k, images, seconds, t0, t1)
+    (perf_counter: CLOCK_MONOTONIC, one clock for all processes on Linux), or
+    ("error", k, message) after aborting every barrier."""
+    keep = None
+    try:
+        blobs = []
+        for p in paths:
+            with open(p, "rb") as f:
+                blobs.append(f.read())
+        step, sync, keep = ceiling_work(blobs, batch_size, seed=1 + k)
+        step()  # first-call set-up of the decoder, before any round
+        sync()
+        barriers["ready"].wait(timeout=wait_s)
+        for P in rounds:
+            if k >= P:
+                continue
+            barriers["warm", P].wait(timeout=wait_s)
+            for _ in range(warmup):
+                step()
+            sync()
+            barriers["go", P].wait(timeout=wait_s)
+            n, t0 = 0, time.perf_counter()
+            while True:
+                n += step()
+                if time.perf_counter() - t0 >= window:
+                    break
+            sync()
+            t1 = time.perf_counter()
+            conn.send(("ok", P, k, n, t1 - t0, t0, t1))
+    except BaseException as e:  # noqa: BLE001 -- report (first: the parent reads it when a
+        with contextlib.suppress(BaseException):  # barrier breaks), then free the others
+            conn.send(("error", k, f"{type(e).__name__}: {e}"[:300]))
+        for b in barriers.values():
+            with contextlib.suppress(BaseException):
+                b.abort()
+    finally:
+        if keep is not None:  # images before their decoder (see detaug.ops.gpu_decode)
+            keep.clear()
+        with contextlib.suppress(BaseException):
+            conn.close()
+
+
+def bench_decode_ceiling_mp(args, recs):
+    """The machine's decode ceiling: ``ceiling_work`` in P processes at once, for each P of
+    ``--ceiling-processes``. max(P) processes are spawned once (each reads the files into its own
+    memory, makes its decoder and decodes a batch: all are ready before round 1); round P runs
+    processes 0..P-1 (the others idle, blocked on a later round's barrier): they warm up once the
+    previous round is over, then start together on a barrier of P + 1 (the parent too). Appends
+    one row per P (img/s summed over the processes); details in EXTRA["decode_ceiling_mp"]."""
+    import multiprocessing as mp
+    from multiprocessing.connection import wait as mp_wait
+
+    rounds = sorted({int(p) for p in args.ceiling_processes if int(p) > 0})
+    if not rounds:
+        return None
+    ctx = mp.get_context("spawn")
+    barriers = {"ready": ctx.Barrier(max(rounds) + 1)}
+    for P in rounds:
+        barriers["warm", P] = ctx.Barrier(P + 1)
+        barriers["go", P] = ctx.Barrier(P + 1)
+    paths = [r[0] for r in recs]
+    start_s = 180.0  # spawn, imports, CUDA context, decoder, reading the files, warm-up
+    window = args.ceiling_window
+    procs, conns = [], []
+    for k in range(max(rounds)):
+        parent, child = ctx.Pipe(duplex=False)
+        pr = ctx.Process(target=_ceiling_proc, name=f"decode-ceiling-{k}", daemon=True,
+                         args=(k, paths, args.batch_size, args.warmup, window, rounds, barriers,
+                               child, start_s + 2 * window * len(rounds)))
+        pr.start()
+        child.close()
+        procs.append(pr)
+        conns.append(parent)
+    detail = {"window_s": window, "batch": args.batch_size, "rounds": {}}
+    EXTRA["decode_ceiling_mp"] = detail
+    t_start = time.perf_counter()
+
+    def meet(key, timeout):
+        try:
+            barriers[key].wait(timeout=timeout)
+        except Exception as e:  # noqa: BLE001 -- a process failed or never came
+            errs = []
+            for c in conns:
+                with contextlib.suppress(BaseException):
+                    if c.poll(0.2):
+                        errs.append(c.recv())
+            raise RuntimeError(f"barrier {key}: the processes did not meet ({type(e).__name__}); "
+                               f"{[m for m in errs if m[0] == 'error'] or 'no process reported an error'}"
+                               ) from None
+
+    try:
+        meet("ready", start_s)
+        log(f"decode ceiling, P processes: {len(procs)} spawned and ready in "
+            f"{time.perf_counter() - t_start:.1f} s")
+        for P in rounds:
+            meet(("warm", P), 60.0)
+            meet(("go", P), 60.0)
+            got, deadline = {}, time.perf_counter() + window * 3 + 60
+            while len(got) < P:  # one message from each of processes 0..P-1
+                left = deadline - time.perf_counter()
+                waiting = {conns[k]: k for k in range(P) if k not in got}
+                ready = mp_wait(list(waiting), timeout=max(0.0, left))
+                if not ready:
+                    raise RuntimeError(f"round P={P}: {P - len(got)} process(es) did not report "
+                                       f"within {window * 3 + 60:.0f} s")
+                for c in ready:
+                    try:
+                        m = c.recv()
+                    except EOFError:
+                        raise RuntimeError(f"round P={P}: decode process {waiting[c]} ended "
+                                           "without a result") from None
+                    if m[0] == "error":
+                        raise RuntimeError(f"round P={P}: process {m[1]}: {m[2]}")
+                    got[m[2]] = m
+            per = [got[k][3] / got[k][4] for k in range(P)]
+            n_all = sum(got[k][3] for k in range(P))
+            span = max(got[k][6] for k in range(P)) - min(got[k][5] for k in range(P))
+            summed = sum(per)
+            skew = max(got[k][5] for k in range(P)) - min(got[k][5] for k in range(P))
+            detail["rounds"][P] = {"img_s_summed": summed, "img_s_per_process": per,
+                                   "images": n_all, "img_s_over_span": n_all / span,
+                                   "span_s": span, "start_skew_ms": 1e3 * skew}
+            row = {"name": f"decode ceiling, P={P} process{'es' if P > 1 else ''}",
+                   "img_s": summed, "images": n_all, "seconds": round(span, 2), "processes": P,
+                   "img_s_per_process": per, "img_s_over_span": n_all / span,
+                   "notes": f"the one-process ceiling's work in {P} spawned process(es) at once, "
+                            f"each on its own copy of the bytes, {window:g} s window, summed; "
+                            f"per process {', '.join(f'{r:,.0f}' for r in per)}; all images / "
+                            f"span {n_all / span:,.0f}; start skew {1e3 * skew:.1f} ms"}
+            ROWS.append(row)
+            log(f"{row['name']}: {summed:.1f} img/s summed ({row['notes']})")
+    finally:
+        for b in barriers.values():  # a process still waiting (after a failure) ends now
+            with contextlib.suppress(BaseException):
+                b.abort()
+        for c in conns:
+            with contextlib.suppress(BaseException):
+                c.close()
+        for pr in procs:
+            pr.join(timeout=15)
+        for pr in procs:
+            if pr.is_alive():
+                pr.terminate()
+                pr.join(timeout=5)
+    best = max(detail["rounds"].items(), key=lambda kv: kv[1]["img_s_summed"], default=None)
+    if best:
+        detail["best"] = {"processes": best[0], "img_s": best[1]["img_s_summed"]}
+    return None
 
 
 # ---------------------------------------------------------------------------- 3b/c. torchvision
-def make_tv_transform():
+def make_tv_transform(size=None):
+    """torchvision v2's twin of make_det_pipe's augmentation (``size`` x ``size``, default SIZE)."""
     import torch
     from torchvision.transforms import v2
 
+    size = SIZE if size is None else int(size)
     return v2.Compose([
         v2.RandomIoUCrop(),
         v2.RandomHorizontalFlip(p=0.5),
-        v2.Resize((SIZE, SIZE), antialias=True),
+        v2.Resize((size, size), antialias=True),
         v2.SanitizeBoundingBoxes(min_size=1),
         v2.ToDtype(torch.float32, scale=True),
         v2.Normalize(mean=[m / 255 for m in MEAN], std=[s / 255 for s in STD]),
@@ -519,10 +745,11 @@ def bench_tv_gpu(args, recs, blobs):
 
 class TVFileDataset:
     """torchvision v2 per sample, CPU: read the file, decode (``decode_jpeg``, or Pillow with
-    ``decode="pil"``), transforms. ``recs[i]`` starts with (path, boxes, labels)."""
+    ``decode="pil"``), transforms (make_tv_transform(size)). ``recs[i]`` starts with (path,
+    boxes, labels)."""
 
-    def __init__(self, recs, decode="tensor"):
-        self.recs, self.decode = recs, decode
+    def __init__(self, recs, decode="tensor", size=None):
+        self.recs, self.decode, self.size = recs, decode, size
         self.tf = None
 
     def __len__(self):
@@ -533,7 +760,7 @@ class TVFileDataset:
         from torchvision import io, tv_tensors
 
         if self.tf is None:
-            self.tf = make_tv_transform()
+            self.tf = make_tv_transform(self.size)
         path, boxes, labels = self.recs[i][:3]
         if self.decode == "pil":
             from PIL import Image
@@ -916,23 +1143,24 @@ def report(args, info):
     print(f"batch {args.batch_size}; {args.num_images} images; detaug threads {args.threads}, "
           f"prefetch {args.prefetch or 'default'}")
     print()
-    print("| name | img/s | detaug / engine | notes |")
-    print("|---|---:|---:|---|")
+    print("| name | img/s | detaug / engine | device memory (MB) | notes |")
+    print("|---|---:|---:|---:|---|")
     for r in ROWS:
         if r["name"] == "detaug fused warp alone":
             continue
         rate = r.get("img_s")
+        mem = f"{r['device_mem_mb']:,.0f}" if r.get("device_mem_mb") is not None else "-"
         if rate:
             ratio = "1.00x" if r is det else (f"{d / rate:.2f}x" if d else "-")
             note = r.get("notes", "")
             if d and "ceiling" in r["name"]:
-                note = f"detaug = {100 * d / rate:.1f}% of this (target >= 95%); " + note
+                note = f"detaug = {100 * d / rate:.1f}% of this; " + note
                 if det.get("in_epoch_img_s"):
                     note += f"; in-epoch detaug = {100 * det['in_epoch_img_s'] / rate:.1f}%"
-            print(f"| {r['name']} | {rate:.1f} | {ratio} | {note} |")
+            print(f"| {r['name']} | {rate:.1f} | {ratio} | {mem} | {note} |")
         else:
             why = r.get("error") or r.get("skipped") or "no result"
-            print(f"| {r['name']} | - | - | {'FAILED: ' if r.get('error') else 'skipped: '}{why} |")
+            print(f"| {r['name']} | - | - | - | {'FAILED: ' if r.get('error') else 'skipped: '}{why} |")
     w = next((r for r in ROWS if r["name"] == "detaug fused warp alone"), None)
     if w:
         print()
@@ -942,13 +1170,36 @@ def report(args, info):
                   f"ratio {100 * (w.get('ratio') or 0):.1f}% (target >= 50%). {w.get('notes', '')}")
         else:
             print(f"warp alone: {w.get('error') or w.get('skipped')}")
+    one = next((r for r in ROWS if r["name"] == "nvImageCodec batched decode (ceiling)"
+                and r.get("img_s")), None)
+    multi = [r for r in ROWS if r["name"].startswith("decode ceiling, P=") and r.get("img_s")]
+    best = max(multi, key=lambda r: r["img_s"], default=None)
+    if one or multi:
+        print()
+        if one:
+            print(f"decode ceiling, one process (this process, one thread): {one['img_s']:,.0f} img/s"
+                  + (f"; detaug / it = {d / one['img_s']:.2f}x (issue 11 target 1, at the defaults: "
+                     ">= 1.2x)" if d else ""))
+        if multi:
+            print("decode ceiling, P processes (summed): " + ", ".join(
+                f"P={r['processes']} {r['img_s']:,.0f}" for r in multi) + " img/s"
+                + (f"; detaug / best (P={best['processes']}) = {d / best['img_s']:.3f} (issue 11 "
+                   "target 2, high-throughput setting: >= 0.90)" if d else ""))
+    if det and det.get("device_mem_mb") is not None:
+        print(f"detaug device memory (cudaMemGetInfo drop, whole device, decode processes included): "
+              f"{det['device_mem_mb']:,.0f} MB after {det['mem_batches']} batches "
+              f"(issue 11 target 1, at the defaults: <= 2,200 MB); "
+              f"{det['device_mem_end_mb']:,.0f} MB after {det['mem_end_batches']}")
     if det:
         print(f"detaug driving thread: {det['driver_thread_ms_per_batch']:.3f} ms CPU per batch "
               f"(target < 1 ms); in-epoch rate {det.get('in_epoch_img_s') or 0:.1f} img/s; "
               f"{det.get('cores_busy', 0):.1f} cores busy")
     print(f"total wall time {time.perf_counter() - T_START:.1f} s")
     out = {"device": info, "args": vars(args), "rows": ROWS, "extra": EXTRA,
-           "detaug_img_s": d, "total_s": round(time.perf_counter() - T_START, 1)}
+           "detaug_img_s": d, "detaug_device_mem_mb": det.get("device_mem_mb") if det else None,
+           "decode_ceiling_one_process_img_s": one["img_s"] if one else None,
+           "decode_ceiling_processes_img_s": {r["processes"]: r["img_s"] for r in multi},
+           "total_s": round(time.perf_counter() - T_START, 1)}
     path = args.json or (os.path.join(os.environ["OUT"], "bench_gpu.json") if os.environ.get("OUT") else None)
     if path:
         try:
@@ -961,7 +1212,8 @@ def report(args, info):
 
 
 # ---------------------------------------------------------------------------- main
-ALL = ("tv_cpu", "detaug", "retinanet", "ceiling", "ceiling_asarray", "tv_gpu", "kornia", "warp")
+ALL = ("tv_cpu", "detaug", "retinanet", "ceiling", "ceiling_asarray", "ceiling_mp", "tv_gpu",
+       "kornia", "warp")
 
 
 def main(argv=None):
@@ -980,6 +1232,12 @@ def main(argv=None):
     ap.add_argument("--max-seconds", type=float, default=None, help="detaug cap (20)")
     ap.add_argument("--epochs", type=int, default=3, help="detaug timed epochs, at least")
     ap.add_argument("--ceiling-seconds", type=float, default=None, help="decode ceiling seconds (6)")
+    ap.add_argument("--ceiling-processes", default="1,2,3,4",
+                    help="P of the P-process decode ceiling (comma-separated; '' skips it)")
+    ap.add_argument("--ceiling-window", type=float, default=5.0,
+                    help="timed seconds of each P-process round (the same window in every process)")
+    ap.add_argument("--mem-batches", type=int, default=300,
+                    help="detaug's device memory is sampled after this many batches (and at the end)")
     ap.add_argument("--peer-seconds", type=float, default=None, help="timed seconds per peer (12)")
     ap.add_argument("--tv-workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     ap.add_argument("--kornia-decode", choices=("nvimgcodec", "torchvision"), default="nvimgcodec",
@@ -1020,6 +1278,10 @@ def main(argv=None):
         args.warp_iters = min(args.warp_iters, 3)
     if args.decode_cpu_threads is not None:  # read by the decode processes (spawned later)
         os.environ["DETAUG_DECODE_CPU_THREADS"] = str(args.decode_cpu_threads)
+    try:
+        args.ceiling_processes = [int(p) for p in args.ceiling_processes.split(",") if p.strip()]
+    except ValueError:
+        ap.error(f"--ceiling-processes takes comma-separated integers, not {args.ceiling_processes!r}")
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = set(only) - set(ALL)
     if unknown:
@@ -1078,6 +1340,14 @@ def main(argv=None):
             else:
                 section(name, fn_, *a)
                 free_gpu_memory()
+        name = "decode ceiling, P processes"
+        if "ceiling_mp" in only and args.ceiling_processes and not over_budget(args, name):
+            if not gpu:
+                skip(name, "needs a GPU")
+            elif _version("nvidia.nvimgcodec") is None:
+                skip(name, "nvidia.nvimgcodec not importable")
+            else:
+                section(name, bench_decode_ceiling_mp, args, recs)
         if "tv_gpu" in only and not over_budget(args, "torchvision v2 on GPU"):
             if not gpu:
                 skip("torchvision v2 on GPU", "needs a GPU")

@@ -1,0 +1,140 @@
+"""The benchmark tools of issue 11 on a machine without a GPU: bench_train.py's --cpu-smoke end to
+end (as a subprocess, as a user runs it), its option parsing, and bench_gpu.py's P-process decode
+ceiling's process orchestration (spawn, barriers, results, a failing process) with a CPU stand-in
+for nvImageCodec's decode."""
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import REPO
+
+BENCH = os.path.join(REPO, "benchmarks")
+
+
+def _load(name):
+    """Import a benchmark script as a module, leaving this process's sys.path and environment
+    (bench_gpu sets OMP_NUM_THREADS and friends) as they were."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(BENCH, f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    path, env = list(sys.path), dict(os.environ)
+    sys.path.insert(0, BENCH)
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path[:] = path
+        os.environ.clear()
+        os.environ.update(env)
+    return mod
+
+
+def test_bench_train_cpu_smoke(tmp_path):
+    pytest.importorskip("torch")
+    out_json = tmp_path / "bench_train.json"
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    proc = subprocess.run([sys.executable, os.path.join(BENCH, "bench_train.py"), "--cpu-smoke",
+                           "--data", str(tmp_path / "data"), "--json", str(out_json)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "| feeder | train img/s | ratio to (a) | device memory (MB) |" in out, out
+    stand_in = "needs torchvision" in out
+    names = ["(a) one batch kept in memory", "(b) detaug pipeline, defaults",
+             "(c) detaug, decode_processes=1, prefetch_queue_depth=2, batches_per_launch=1",
+             "(a) one batch kept in memory, again"]
+    if not stand_in:
+        names.insert(3, "(d) torchvision v2 DataLoader, 1 workers")
+    for name in names:  # every row measured: a rate and a ratio
+        assert re.search(re.escape(f"| {name} | ") + r"[0-9.]+ \| [0-9.]+ \| - \| - \|", out), (name, out)
+    assert "FAILED" not in out, out
+    data = json.loads(out_json.read_text())
+    assert [r["name"] for r in data["rows"]] == names
+    assert all(r["steps"] == 2 and r["loss_finite"] for r in data["rows"]), data["rows"]
+    # the same seed and data give the detaug rows the same batches, whatever their settings
+    det = [r["final_loss"] for r in data["rows"] if r["kind"] == "detaug"]
+    assert det[0] == pytest.approx(det[1]), det
+    assert data["date"] and data["fixed_mean_img_s"] > 0
+
+
+def test_bench_train_options():
+    pytest.importorskip("torch")
+    bt = _load("bench_train")
+    assert bt.parse_config("mid=decode_processes=2,prefetch_queue_depth=3,x=abc") == (
+        "mid", {"decode_processes": 2, "prefetch_queue_depth": 3, "x": "abc"})
+    assert bt.parse_config("plain=") == ("plain", {})
+    with pytest.raises(Exception):
+        bt.parse_config("no_keywords")
+    with pytest.raises(SystemExit):
+        bt.main(["--cpu-smoke", "--only", "fixed,nonsense"])
+    args = type("A", (), {"config": [("mid", {"batches_per_launch": 2})], "tv_workers": 3,
+                          "gpu": True, "only": None})()
+    keys = [r["key"] for r in bt.plan_rows(args)]
+    assert keys == ["fixed", "defaults", "low-memory", "mid", "tv", "fixed"]
+    args.only = ["fixed", "mid"]
+    assert [r["key"] for r in bt.plan_rows(args)] == ["fixed", "mid", "fixed"]
+
+
+HARNESS = textwrap.dedent('''
+    import argparse, collections, hashlib, os, sys
+    sys.path.insert(0, {bench!r})
+    import bench_gpu
+
+    def fake_work(blobs, batch_size, seed=1, with_asarray=False):
+        """CPU stand-in for nvImageCodec's decode: hash a batch of the bytes."""
+        if os.environ.get("FAIL_PROCESS") == str(seed - 1):
+            raise RuntimeError("injected failure")
+        idx = bench_gpu.index_stream(len(blobs), batch_size, seed=seed)
+
+        def step():
+            ids = next(idx)
+            for i in ids:
+                hashlib.sha1(blobs[i]).digest()
+            return len(ids)
+        return step, (lambda: None), collections.deque()
+
+    def fake_proc(*a):
+        bench_gpu.ceiling_work = fake_work
+        return bench_gpu._ceiling_proc(*a)
+
+    if __name__ == "__main__":
+        bench_gpu._ceiling_proc = fake_proc
+        root = sys.argv[1]
+        bench_gpu.make_dataset(root, 16, 1)
+        recs, _ = bench_gpu.load_records(root)
+        args = argparse.Namespace(ceiling_processes=[1, 2], ceiling_window=0.3, batch_size=4,
+                                  warmup=1)
+        bench_gpu.section("decode ceiling, P processes", bench_gpu.bench_decode_ceiling_mp,
+                          args, recs)
+        for r in bench_gpu.ROWS:
+            print("ROW", r["name"], "|", r.get("img_s"), "|", r.get("error"))
+        print("ROUNDS", sorted(bench_gpu.EXTRA["decode_ceiling_mp"]["rounds"]))
+''')
+
+
+@pytest.mark.parametrize("fail", [None, "1"])
+def test_decode_ceiling_processes_orchestration(tmp_path, fail):
+    """bench_gpu's P-process ceiling with its decode replaced by CPU work: one row per P, the
+    rates summed over the processes; a process that fails ends the section at once with its
+    error (an earlier probe's multi-process run once never reported)."""
+    script = tmp_path / "harness.py"
+    script.write_text(HARNESS.format(bench=BENCH))
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    if fail:
+        env["FAIL_PROCESS"] = fail
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "data")], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    rows = re.findall(r"^ROW (.*) \| (.*) \| (.*)$", out, re.M)
+    if fail:
+        assert rows == [("decode ceiling, P processes", "None", rows[0][2])], out
+        assert "injected failure" in rows[0][2], out
+    else:
+        assert [r[0] for r in rows] == ["decode ceiling, P=1 process", "decode ceiling, P=2 processes"], out
+        assert all(float(r[1]) > 0 and r[2] == "None" for r in rows), out
+        assert "ROUNDS [1, 2]" in out, out
