@@ -74,12 +74,20 @@ class Geometry:
                               [s.fill for s in self.steps], self.fill)
 
     def box_stages(self):
-        """(matrices (K, B, 3, 3), canvases (K, B, 2), modes) of the chain for the box kernels;
-        the identity on the current canvas when the chain is empty."""
+        """(matrices (K, B, 3, 3), clip rectangles (K, B, 4), modes) of the chain for the box
+        kernels: one stage per op, each clipping to its canvas. A chain of axis-aligned ops
+        (crop, flip, resize, pad, letterbox, zoom-out) is one stage: its composed matrix and the
+        intersection of every canvas mapped to the output (clipping commutes with such maps, so
+        the boxes are the same, with one map instead of K). The identity on the current canvas
+        when the chain is empty."""
         if not self.steps:
-            return self.matrices[None], self.sizes[None].astype(np.float64), ["corners"]
-        return (np.stack([s.matrix for s in self.steps]),
-                np.stack([s.sizes for s in self.steps]).astype(np.float64),
+            return self.matrices[None], G.canvas_rects(self.sizes)[None], ["corners"]
+        ops = np.stack([s.matrix for s in self.steps])
+        if not (ops[:, :, 0, 1].any() or ops[:, :, 1, 0].any() or any(s.ellipse for s in self.steps)):
+            rect = G.axis_canvases_in_output(np.stack([s.composed for s in self.steps]),
+                                             np.stack([s.sizes for s in self.steps]))
+            return self.matrices[None], rect[None], ["corners"]
+        return (ops, np.stack([G.canvas_rects(s.sizes) for s in self.steps]),
                 ["ellipse" if s.ellipse else "corners" for s in self.steps])
 
 

@@ -96,6 +96,25 @@ def canvas_region(m: np.ndarray, region: np.ndarray, out_sizes_hw: np.ndarray) -
     return np.clip(out, 0, np.stack([hw[:, 1], hw[:, 0], hw[:, 1], hw[:, 0]], -1))
 
 
+def canvas_rects(sizes_hw) -> np.ndarray:
+    """(B, 4) float64 rectangles [0, 0, W, H] of canvases (B, 2) (H, W)."""
+    hw = np.asarray(sizes_hw, np.float64).reshape(-1, 2)
+    return np.concatenate([np.zeros_like(hw), hw[:, ::-1]], 1)
+
+
+def axis_canvases_in_output(composed, sizes) -> np.ndarray:
+    """(B, 4) [x_lo, y_lo, x_hi, y_hi]: the intersection of every canvas k (B, 2) of a chain of
+    axis-aligned ops, mapped to the last one's frame by ``composed[-1] @ inv(composed[k])``
+    (``composed`` (K, B, 3, 3): start frame -> canvas k)."""
+    d = composed[:, :, [0, 1], [0, 1]]  # (K, B, 2) scales
+    t = composed[:, :, :2, 2]
+    s = d[-1] / d  # canvas k -> output, per axis
+    off = t[-1] - s * t
+    e0, e1 = off, s * np.asarray(sizes, np.float64)[:, :, ::-1] + off
+    lo, hi = np.minimum(e0, e1).max(0), np.maximum(e0, e1).min(0)
+    return np.concatenate([lo, hi], 1)
+
+
 def _inside(points, sizes_hw, tol):
     """(B,) whether all of the (B, K, 2) points lie in [-tol, W + tol] x [-tol, H + tol]."""
     w, h = sizes_hw[:, 1, None], sizes_hw[:, 0, None]

@@ -42,9 +42,9 @@ __device__ __forceinline__ void map_box(const double* m, int mode, double& x0, d
 }
 
 // One thread per box (grid-stride), walking the box through the K stages of its chain:
-// matrices (K, B, 3, 3) row-major double, canvas (K, B, 2) (H, W), modes (K,). At every stage
-// the box is mapped and clipped to that stage's canvas (the unclipped box is carried beside it
-// for the visibility); see box_transform_numpy for the exact rule.
+// matrices (K, B, 3, 3) row-major double, canvas (K, B, 4) clip rectangles [x_lo, y_lo, x_hi,
+// y_hi], modes (K,). At every stage the box is mapped and clipped to that stage's rectangle (the
+// unclipped box is carried beside it for the visibility); see box_transform_numpy.
 extern "C" __global__ void box_transform(
     const float* __restrict__ boxes, const int* __restrict__ sample_index,
     const double* __restrict__ matrices, const double* __restrict__ canvas,
@@ -70,11 +70,11 @@ extern "C" __global__ void box_transform(
       t0 = c0; t1 = c1; t2 = c2; t3 = c3;
       map_box(m, modes[k], t0, t1, t2, t3);
       map_box(m, modes[k], f0, f1, f2, f3);
-      const double H = canvas[2 * at + 0], W = canvas[2 * at + 1];
-      c0 = fmin(fmax(t0, 0.0), W);
-      c1 = fmin(fmax(t1, 0.0), H);
-      c2 = fmin(fmax(t2, 0.0), W);
-      c3 = fmin(fmax(t3, 0.0), H);
+      const double* r = canvas + 4 * at;
+      c0 = fmin(fmax(t0, r[0]), r[2]);
+      c1 = fmin(fmax(t1, r[1]), r[3]);
+      c2 = fmin(fmax(t2, r[0]), r[2]);
+      c3 = fmin(fmax(t3, r[1]), r[3]);
       alive = alive && (c2 - c0 > 0.0) && (c3 - c1 > 0.0);
     }
     const double w = c2 - c0, h = c3 - c1;

@@ -76,16 +76,20 @@ def _dev(cp, a, dtype):
 
 
 def _stages(matrices, canvas, mode):
-    """Staged arguments as (K, B, 3, 3) float64 matrices, (K, B, 2) float64 canvases and a
-    length-K list of mode codes; a single (B, 3, 3) / (B, 2) / str is one stage."""
+    """Staged arguments as (K, B, 3, 3) float64 matrices, (K, B, 4) float64 clip rectangles
+    ``[x_lo, y_lo, x_hi, y_hi]`` and a length-K list of mode codes; a single (B, 3, 3) / (B, 2)
+    / str is one stage. A canvas (H, W) is the rectangle [0, 0, W, H]."""
     m = np.asarray(matrices, dtype=np.float64)
     cv = np.asarray(canvas, dtype=np.float64)
     if m.ndim == 3:
         m = m[None]
     _check_shape("matrices", m.shape, (None, None, 3, 3))
     if cv.ndim == 2:
-        cv = np.broadcast_to(cv[None], (m.shape[0],) + cv.shape)
-    _check_shape("canvas", cv.shape, (m.shape[0], m.shape[1], 2))
+        cv = cv[None]
+    if cv.shape[-1] == 2:
+        cv = np.concatenate([np.zeros(cv.shape), cv[..., ::-1]], -1)
+    cv = np.broadcast_to(cv, (m.shape[0], m.shape[1], 4))
+    _check_shape("canvas", cv.shape, (m.shape[0], m.shape[1], 4))
     modes = [mode] * m.shape[0] if isinstance(mode, str) else list(mode)
     if len(modes) != m.shape[0]:
         raise ValueError(f"{m.shape[0]} stages but {len(modes)} modes")
@@ -113,10 +117,10 @@ def _map_box(t, A, ellipse):
     return np.concatenate([ncx - hx, ncy - hy, ncx + hx, ncy + hy], axis=1)
 
 
-def _clip_box(t, H, W):
-    return np.stack([np.minimum(np.maximum(t[:, 0], 0.0), W), np.minimum(np.maximum(t[:, 1], 0.0), H),
-                     np.minimum(np.maximum(t[:, 2], 0.0), W), np.minimum(np.maximum(t[:, 3], 0.0), H)],
-                    axis=1)
+def _clip_box(t, rect):
+    """Boxes ``t`` (N, 4) clipped to the per-box rectangles ``rect`` (N, 4) [x0, y0, x1, y1]."""
+    lo, hi = rect[:, [0, 1, 0, 1]], rect[:, [2, 3, 2, 3]]
+    return np.minimum(np.maximum(t, lo), hi)
 
 
 def box_transform_numpy(boxes, sample_index, matrices, canvas, *, mode="corners", clip=True,
@@ -124,8 +128,9 @@ def box_transform_numpy(boxes, sample_index, matrices, canvas, *, mode="corners"
     """Map boxes through their sample's chain of ops, clipping at every canvas; mark survivors.
 
     A chain of K stages (one per op, in order): ``matrices[k, s]`` maps stage k's input to its
-    output canvas ``canvas[k, s] = (H, W)``; ``mode[k]`` is that op's box rule. A single
-    ``(B, 3, 3)`` matrix, ``(B, 2)`` canvas and one mode string is a chain of one stage.
+    output canvas ``canvas[k, s] = (H, W)`` (the clip rectangle [0, W] x [0, H]; a ``(.., 4)``
+    canvas gives the rectangle ``[x_lo, y_lo, x_hi, y_hi]`` itself); ``mode[k]`` is that op's box
+    rule. A single ``(B, 3, 3)`` matrix, ``(B, 2)`` canvas and one mode string is one stage.
 
     At each stage, with ``A`` the 2x2 linear part and ``t`` the translation of its matrix:
 
@@ -136,7 +141,7 @@ def box_transform_numpy(boxes, sample_index, matrices, canvas, *, mode="corners"
       ``sqrt((A00 a)^2 + (A01 b)^2)`` and ``sqrt((A10 a)^2 + (A11 b)^2)`` (a rotated square
       keeps its size).
 
-    then the box is clipped to ``[0, W] x [0, H]`` of that stage's canvas before the next stage
+    then the box is clipped to that stage's canvas before the next stage
     maps it: what an op cuts away never comes back when a later op enlarges the canvas (the
     same boxes as running the ops one by one). A box whose clipped width or height is 0 at any
     stage has left that canvas and is dropped. Beside it the UNCLIPPED box is mapped through all
@@ -149,7 +154,8 @@ def box_transform_numpy(boxes, sample_index, matrices, canvas, *, mode="corners"
 
     Args / Shape:
         boxes (N, 4) float32; sample_index (N,) int; matrices (B, 3, 3) or (K, B, 3, 3);
-        canvas (B, 2) or (K, B, 2) as (H, W); mode str or K strs; valid (N,) bool or None.
+        canvas (B, 2) or (K, B, 2) as (H, W), or (K, B, 4) rectangles; mode str or K strs;
+        valid (N,) bool or None.
     Returns:
         out_boxes (N, 4) float32, keep (N,) bool.
     """
@@ -161,10 +167,9 @@ def box_transform_numpy(boxes, sample_index, matrices, canvas, *, mode="corners"
     c, free, alive = bx, bx, np.ones(len(bx), bool)
     for k in range(len(modes)):
         A = m[k][si]
-        H, W = cv[k][si, 0], cv[k][si, 1]
         t = _map_box(c, A, modes[k])
         free = _map_box(free, A, modes[k])
-        c = _clip_box(t, H, W)
+        c = _clip_box(t, cv[k][si])
         alive &= (c[:, 2] - c[:, 0] > 0) & (c[:, 3] - c[:, 1] > 0)
     w, h = c[:, 2] - c[:, 0], c[:, 3] - c[:, 1]
     area = w * h

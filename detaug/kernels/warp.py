@@ -147,10 +147,9 @@ def _region(region, in_shapes, B, C):
     if np.any(nslab < 0) or np.any(nslab > slabs.shape[1]):
         raise ValueError("region: nslab must lie in [0, slabs.shape[1]]")
     # the domain is the rect within the image (so that the kernel's taps stay inside it)
-    rect = np.stack([np.maximum(rect[:, 0], 0), np.minimum(rect[:, 1], in_shapes[:, 1]),
-                     np.maximum(rect[:, 2], 0), np.minimum(rect[:, 3], in_shapes[:, 0])], -1)
     hw = in_shapes[:, [1, 1, 0, 0]]
-    if np.any(clamp < 0) or np.any(clamp >= hw) or np.any(clamp[:, [0, 2]] > clamp[:, [1, 3]]):
+    rect = np.clip(rect, 0, hw)
+    if (clamp < 0).any() or (clamp >= hw).any() or (clamp[:, 0::2] > clamp[:, 1::2]).any():
         raise ValueError("region: clamp must hold columns / rows of the image, lo <= hi")
     return rect, clamp, slabs, slab_fill, nslab
 
