@@ -119,3 +119,42 @@ def test_different_fills_keep_their_order():
     region = g.valid_region()
     pts = np.array([[5.5, 15.5], [15.5, 15.5], [15.5, 5.5], [5.5, 5.5], [25.5, 25.5]])
     np.testing.assert_array_equal(_rule(region, g.matrices[0], pts), [0, -1, 114, 114, 114])
+
+
+@pytest.mark.parametrize("seed", [80, 81, None])
+def test_axis_chain_boxes_in_one_stage_equal_stage_by_stage(seed):
+    """An axis-aligned chain's boxes go through one stage (composed matrix, clipped to every
+    canvas mapped to the output): the same boxes and drops as clipping op by op."""
+    from detaug.kernels.boxes import box_transform_numpy
+
+    seed = int(np.random.default_rng().integers(2**31)) if seed is None else seed
+    rng = np.random.default_rng(seed)
+    b = 8
+    src = rng.integers(10, 80, (b, 2))
+    g = _identity_geometry(src, 1)
+    hw = src.copy()
+    for _ in range(int(rng.integers(2, 6))):
+        kind = rng.choice(["crop", "flip", "resize"])
+        if kind == "crop":
+            x0, y0 = rng.integers(-20, 20, b), rng.integers(-20, 20, b)
+            out = np.maximum(hw + rng.integers(-30, 30, (b, 2)), 1)
+            g = g.then(G.translate(-x0, -y0), out)
+        elif kind == "flip":
+            out = hw
+            g = g.then(G.flip(hw[:, 1], hw[:, 0], rng.integers(0, 2, b), rng.integers(0, 2, b)), out)
+        else:
+            out = rng.integers(5, 120, (b, 2))
+            g = g.then(G.scale(out[:, 1] / hw[:, 1], out[:, 0] / hw[:, 0]), out)
+        hw = out
+    offsets = np.arange(b + 1) * 6
+    si = np.repeat(np.arange(b), 6)
+    p = rng.uniform(-10, 80, (6 * b, 2))
+    boxes = np.concatenate([p, p + rng.uniform(1, 40, (6 * b, 2))], 1).astype(np.float32)
+    mats, rects, modes = g.box_stages()
+    assert len(modes) == 1
+    got, keep = box_transform_numpy(boxes, si, mats, rects, mode=modes)
+    ref, ref_keep = box_transform_numpy(boxes, si, np.stack([s.matrix for s in g.steps]),
+                                        np.stack([s.sizes for s in g.steps]))
+    np.testing.assert_array_equal(keep, ref_keep, err_msg=f"seed {seed}")
+    np.testing.assert_allclose(got[keep], ref[keep], atol=1e-4, err_msg=f"seed {seed}")
+    assert offsets[-1] == len(boxes)
