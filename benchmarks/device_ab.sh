@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One device run for a change: the GPU tests, then the GPU benchmark's detaug and RetinaNet rows
-# for a base tree and this tree, alternated (base, head, base, head: the machines drift), each
-# tree running its own bench_gpu.py on the same data. The base is a `git archive` of the commit
-# to compare against, unpacked in $BASE (ignored by git, carried to the device):
+# for a base tree and this tree, alternated (base, head, base, head: the machines drift), on the
+# same data and with the same harness: this tree's bench_gpu.py is copied into the base (it puts
+# its own tree first on sys.path, so each run imports its tree's detaug). The base is a
+# `git archive` of the commit to compare against, unpacked in $BASE (ignored by git, carried):
 #   mkdir -p .ab_base && git archive <commit> detaug benchmarks .ci | tar -x -C .ab_base
 # Usage (GPU machine, repo root): BASE=.ab_base ROUNDS=2 bash benchmarks/device_ab.sh
 source .ci/device_setup.sh >/dev/null 2>&1 || exit 1
@@ -13,6 +14,8 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   grep -E "^FAILED|^ERROR|passed|failed" "$OUT/gpu_tests.log" | tail -12
 fi
 bench_data $DATA
+cp benchmarks/bench_gpu.py "$BASE/benchmarks/bench_gpu.py"
+[ -e "$BASE/examples" ] || ln -s "$PWD/examples" "$BASE/examples"
 for r in $(seq 1 "${ROUNDS:-2}"); do
   for tree in "$BASE" .; do
     name=$([ "$tree" = . ] && echo head || echo base)
