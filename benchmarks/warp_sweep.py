@@ -25,10 +25,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import bench_gpu as BG  # noqa: E402
 
 VARIANTS = [
-    ("default (5 blocks/SM, 48 regs, 16 px/lane)", ()),
+    ("default (4 blocks/SM, 64 regs, 16 px/lane)", ()),
     ("no axis-aligned path", ("DETAUG_WARP_AXIS=0",)),
     ("no axis path, 4 blocks/SM (session 2's kernel)", ("DETAUG_WARP_AXIS=0", "DETAUG_WARP_MINB=4")),
-    ("4 blocks/SM (64 regs)", ("DETAUG_WARP_MINB=4",)),
+    ("5 blocks/SM (48 regs)", ("DETAUG_WARP_MINB=5",)),
     ("3 blocks/SM (80 regs)", ("DETAUG_WARP_MINB=3",)),
     ("8 px/lane", ("DETAUG_WARP_PPL=8",)),
     ("32 px/lane", ("DETAUG_WARP_PPL=32",)),
