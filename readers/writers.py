@@ -66,7 +66,8 @@ class WriteReport:
         return lines + self.notes
 
 
-def write_coco(dataset, path, *, images_dir=None, link=False, progress=None) -> WriteReport:
+def write_coco(dataset, path, *, images_dir=None, link=False, progress=None,
+               dry_run=False) -> WriteReport:
     """Write a COCO instances JSON file.
 
     Args:
@@ -76,6 +77,7 @@ def write_coco(dataset, path, *, images_dir=None, link=False, progress=None) -> 
             otherwise ``file_name`` is relative to the folder all images share (named in notes).
         link: hard-link instead of copying.
         progress: optional ``callable(done, total)``.
+        dry_run: build the report only; no file or folder is written or created.
 
     Returns:
         WriteReport. Categories keep ``dataset.category_ids`` and names; int image ids are kept
@@ -92,7 +94,7 @@ def write_coco(dataset, path, *, images_dir=None, link=False, progress=None) -> 
     images, annotations, n = [], [], 0
     for k, (record, image_id) in enumerate(zip(dataset.records, image_ids)):
         name = _relname(record.path, base)
-        if images_dir is not None:
+        if images_dir is not None and not dry_run:
             place_image(record.path, os.path.join(images_dir, name), link)
         width, height = _size(record)
         images.append({"id": image_id, "file_name": name.replace(os.sep, "/"),
@@ -107,7 +109,9 @@ def write_coco(dataset, path, *, images_dir=None, link=False, progress=None) -> 
         report.notes.append(f"file_name entries are relative to {base}")
     categories = [{"id": int(i), "name": str(name)}
                   for i, name in zip(dataset.category_ids, dataset.class_names)]
-    _write_json(path, {"images": images, "annotations": annotations, "categories": categories})
+    if not dry_run:
+        _write_json(path, {"images": images, "annotations": annotations,
+                           "categories": categories})
     report.images, report.boxes = len(images), len(annotations)
     return report
 
@@ -155,7 +159,8 @@ def _coco_annotations(record, image_id, ann_ids, category_ids, report):
     return out
 
 
-def write_voc(dataset, root, *, split="trainval", link=False, progress=None) -> WriteReport:
+def write_voc(dataset, root, *, split="trainval", link=False, progress=None,
+              dry_run=False) -> WriteReport:
     """Write a Pascal VOC tree: ``Annotations/<id>.xml``, ``JPEGImages/``,
     ``ImageSets/Main/<split>.txt``, and ``classes.txt`` (the class names in label order).
 
@@ -165,6 +170,7 @@ def write_voc(dataset, root, *, split="trainval", link=False, progress=None) -> 
         split: name of the id list written under ``ImageSets/Main``.
         link: hard-link images instead of copying.
         progress: optional ``callable(done, total)``.
+        dry_run: build the report only; no file or folder is written or created.
 
     Returns:
         WriteReport. ``xmin = round(x0) + 1``, ``ymin = round(y0) + 1``, ``xmax = round(x1)``,
@@ -178,27 +184,30 @@ def write_voc(dataset, root, *, split="trainval", link=False, progress=None) -> 
     report = WriteReport("voc", os.fspath(root), classes=dataset.num_classes)
     base, stems, widened = _image_base(dataset), {}, 0
     for folder in ("Annotations", "JPEGImages", os.path.join("ImageSets", "Main")):
-        os.makedirs(os.path.join(root, folder), exist_ok=True)
+        if not dry_run:
+            os.makedirs(os.path.join(root, folder), exist_ok=True)
     for k, record in enumerate(dataset.records):
         stem = _voc_stem(record, base)
         if stem in stems:
             raise DatasetError(record.path, f"VOC id {stem!r} is also the id of {stems[stem]}")
         stems[stem] = record.path
         filename = stem + os.path.splitext(record.path)[1]
-        place_image(record.path, os.path.join(root, "JPEGImages", filename), link)
         xml, n_widened = _voc_xml(record, filename, dataset.class_names, report)
         widened += n_widened
-        etree.ElementTree(xml).write(os.path.join(root, "Annotations", stem + ".xml"),
-                                     pretty_print=True, encoding="utf-8")
+        if not dry_run:
+            place_image(record.path, os.path.join(root, "JPEGImages", filename), link)
+            etree.ElementTree(xml).write(os.path.join(root, "Annotations", stem + ".xml"),
+                                         pretty_print=True, encoding="utf-8")
         report.boxes += record.num_boxes
         if progress is not None:
             progress(k + 1, len(dataset))
-    with open(os.path.join(root, "ImageSets", "Main", f"{split}.txt"), "w") as f:
-        f.writelines(s + "\n" for s in stems)
-    # VOC files carry no class list; this sidecar lets detaug-convert read the tree back with
-    # the same classes in the same order (read_voc(root, classes=<its lines>)).
-    with open(os.path.join(root, "classes.txt"), "w", encoding="utf-8") as f:
-        f.writelines(f"{name}\n" for name in dataset.class_names)
+    if not dry_run:
+        with open(os.path.join(root, "ImageSets", "Main", f"{split}.txt"), "w") as f:
+            f.writelines(s + "\n" for s in stems)
+        # VOC files carry no class list; this sidecar lets detaug-convert read the tree back
+        # with the same classes in the same order (read_voc(root, classes=<its lines>)).
+        with open(os.path.join(root, "classes.txt"), "w", encoding="utf-8") as f:
+            f.writelines(f"{name}\n" for name in dataset.class_names)
     report.images = len(stems)
     if widened:
         report.notes.append(f"{widened} boxes under 1 px widened to 1 px by integer rounding")
@@ -254,7 +263,8 @@ def _sub(parent, tag, text):
     etree.SubElement(parent, tag).text = str(text)
 
 
-def write_yolo(dataset, root, *, split=None, link=False, progress=None) -> WriteReport:
+def write_yolo(dataset, root, *, split=None, link=False, progress=None,
+               dry_run=False) -> WriteReport:
     """Write a YOLO tree: ``images/[split/]``, ``labels/[split/]<stem>.txt``, ``classes.txt``.
 
     Args:
@@ -263,6 +273,7 @@ def write_yolo(dataset, root, *, split=None, link=False, progress=None) -> Write
         split: optional sub-folder under ``images/`` and ``labels/``.
         link: hard-link images instead of copying.
         progress: optional ``callable(done, total)``.
+        dry_run: build the report only; no file or folder is written or created.
 
     Returns:
         WriteReport. Each line is ``label cx cy w h`` normalised (6 decimals; ``max_shift_px``
@@ -273,16 +284,19 @@ def write_yolo(dataset, root, *, split=None, link=False, progress=None) -> Write
     report = WriteReport("yolo", os.fspath(root), classes=dataset.num_classes)
     images, labels = (os.path.join(root, d, split or "") for d in ("images", "labels"))
     base = _image_base(dataset)
-    os.makedirs(root, exist_ok=True)
-    with open(os.path.join(root, "classes.txt"), "w", encoding="utf-8") as f:
-        f.writelines(f"{name}\n" for name in dataset.class_names)
+    if not dry_run:
+        os.makedirs(root, exist_ok=True)
+        with open(os.path.join(root, "classes.txt"), "w", encoding="utf-8") as f:
+            f.writelines(f"{name}\n" for name in dataset.class_names)
     for k, record in enumerate(dataset.records):
         rel = _relname(record.path, base)
-        place_image(record.path, os.path.join(images, rel), link)
-        label_file = os.path.join(labels, os.path.splitext(rel)[0] + ".txt")
-        os.makedirs(os.path.dirname(label_file), exist_ok=True)
-        with open(label_file, "w") as f:
-            f.writelines(_yolo_lines(record, report))
+        lines = _yolo_lines(record, report)
+        if not dry_run:
+            place_image(record.path, os.path.join(images, rel), link)
+            label_file = os.path.join(labels, os.path.splitext(rel)[0] + ".txt")
+            os.makedirs(os.path.dirname(label_file), exist_ok=True)
+            with open(label_file, "w") as f:
+                f.writelines(lines)
         if record.image_id is not None and str(record.image_id) != os.path.splitext(rel)[0]:
             report.count("image ids (YOLO keeps only file names)", 1)
         report.boxes += record.num_boxes

@@ -1,7 +1,7 @@
 """``detaug-convert``: convert a detection dataset among COCO, Pascal VOC and YOLO.
 
     detaug-convert SRC DST --from voc --to coco [--split trainval] [--classes a,b | discover]
-                   [--image-root DIR] [--skip-bad] [--link]
+                   [--image-root DIR] [--skip-bad] [--link] [--overwrite] [--dry-run]
 
 For COCO, SRC is the annotations JSON (images under ``--image-root``, default ``images/``
 beside the JSON, else the JSON's folder) and DST is a folder that receives
@@ -9,13 +9,21 @@ beside the JSON, else the JSON's folder) and DST is a folder that receives
 A VOC source with no ``--classes`` uses its ``classes.txt`` (as write_voc leaves) when there is
 one, else the 20 standard classes. A summary at the end names every count: images, boxes, classes, skipped items and why, boxes
 clipped, the largest rounding shift, and what the target format could not hold.
+Data safety: the source is never opened for writing; DST may not be the source, inside it or
+around it; a non-empty DST is refused unless ``--overwrite``; the dataset is written into a
+temporary folder beside DST and moved into place only when complete (with ``--overwrite`` the
+old content is removed only after that), so a failed or interrupted run leaves DST as it was.
+``--dry-run`` prints the summary and writes nothing. Every user mistake is one line on stderr
+and exit status 2.
 Imports only ``readers`` (no engine module).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+import tempfile
 
 from readers.coco import read_coco
 from readers.errors import DatasetError
@@ -47,10 +55,22 @@ class Progress:
             self.stream.flush()
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage mistakes are one line (``detaug-convert: error: ...``), exit 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+class UsageError(Exception):
+    """A user mistake in the command line (bad path, unsafe destination, unknown split)."""
+
+
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="detaug-convert", description=__doc__.split("\n\n")[0])
+    p = _Parser(prog="detaug-convert", description=__doc__.split("\n\n")[0])
     p.add_argument("src", help="source: COCO annotations JSON, or VOC / YOLO folder")
-    p.add_argument("dst", help="destination folder")
+    p.add_argument("dst", help="destination folder (must not exist or be empty, unless "
+                               "--overwrite; never the source, inside it, or around it)")
     p.add_argument("--from", dest="src_format", choices=FORMATS, required=True)
     p.add_argument("--to", dest="dst_format", choices=FORMATS, required=True)
     p.add_argument("--image-root", help="COCO source: folder the file_name entries are under")
@@ -61,6 +81,11 @@ def parse_args(argv=None):
     p.add_argument("--classes", help="comma-separated names, a file with one name a line, or "
                                      "'discover' (VOC); COCO: categories to keep")
     p.add_argument("--link", action="store_true", help="hard-link images instead of copying")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the content of a non-empty destination (only once the new "
+                        "dataset is complete)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="read, check and print the summary; write nothing")
     return p.parse_args(argv)
 
 
@@ -83,6 +108,64 @@ def coco_image_root(annotations_file, image_root=None):
     return beside if os.path.isdir(beside) else folder
 
 
+def check_source(args):
+    """The source's folders (real paths): the dataset folder, or for COCO the JSON's folder and
+    the image root. A missing source, or a file where a folder is needed (or the reverse), or a
+    ``--split`` that names nothing, is a UsageError."""
+    src = os.path.abspath(args.src)
+    if not os.path.exists(src):
+        raise UsageError(f"source {args.src} does not exist")
+    if args.src_format == "coco":
+        if os.path.isdir(src):
+            raise UsageError(f"source {args.src} is a folder: --from coco needs the annotations "
+                             f"JSON file (e.g. {os.path.join(args.src, 'annotations.json')})")
+        image_root = coco_image_root(src, args.image_root)
+        if not os.path.isdir(image_root):
+            raise UsageError(f"image root {image_root} is not a folder")
+        roots = [os.path.dirname(src), image_root]
+    else:
+        if not os.path.isdir(src):
+            raise UsageError(f"source {args.src} is not a folder: --from {args.src_format} "
+                             "needs the dataset folder")
+        roots = [src]
+        if args.split and args.src_format == "voc":
+            split_file = os.path.join(src, "ImageSets", "Main", f"{args.split}.txt")
+            if not os.path.isfile(split_file):
+                raise UsageError(f"--split {args.split}: no file {split_file}")
+        if args.split and args.src_format == "yolo":
+            folder = os.path.join(src, "images", args.split)
+            if not os.path.isdir(folder):
+                raise UsageError(f"--split {args.split}: no folder {folder}")
+    return [os.path.realpath(r) for r in roots]
+
+
+def _inside(path, folder):
+    return path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def check_destination(args, source_roots):
+    """The destination's real path, after refusing every unsafe one: the source itself, a
+    folder inside the source or around it, a file, a non-empty folder without --overwrite."""
+    dst = os.path.realpath(os.path.abspath(args.dst))
+    for root in source_roots:
+        if dst == root:
+            raise UsageError(f"destination {args.dst} is the source folder {root}: "
+                             "choose another folder (the source is never written)")
+        if _inside(dst, root):
+            raise UsageError(f"destination {args.dst} is inside the source folder {root}: "
+                             "choose a folder outside it")
+        if _inside(root, dst):
+            raise UsageError(f"source folder {root} is inside the destination {args.dst}: "
+                             "choose a folder that does not hold the source")
+    if os.path.exists(dst) and not os.path.isdir(dst):
+        raise UsageError(f"destination {args.dst} is a file, not a folder")
+    if os.path.isdir(dst) and os.listdir(dst) and not args.overwrite:
+        raise UsageError(f"destination {args.dst} is not empty ({len(os.listdir(dst))} "
+                         "entries): give --overwrite to replace its content, or choose an "
+                         "empty folder")
+    return dst
+
+
 def read(args):
     on_error = "skip" if args.skip_bad else "raise"
     classes = class_list(args.classes)
@@ -102,20 +185,22 @@ def read(args):
                      classes=None if classes in (None, "discover") else classes)
 
 
-def write(dataset, args):
-    progress = Progress("writing")
+def write(dataset, args, dst, dry_run=False):
+    """Write ``dataset`` under the folder ``dst`` (the temporary folder of :func:`main`)."""
+    progress = None if dry_run else Progress("writing")
+    common = {"link": args.link, "progress": progress, "dry_run": dry_run}
     if args.dst_format == "coco":
-        return write_coco(dataset, os.path.join(args.dst, "annotations.json"),
-                          images_dir=os.path.join(args.dst, "images"), link=args.link,
-                          progress=progress)
+        return write_coco(dataset, os.path.join(dst, "annotations.json"),
+                          images_dir=os.path.join(dst, "images"), **common)
     if args.dst_format == "voc":
-        return write_voc(dataset, args.dst, split=args.split or "trainval", link=args.link,
-                         progress=progress)
-    return write_yolo(dataset, args.dst, split=args.split, link=args.link, progress=progress)
+        return write_voc(dataset, dst, split=args.split or "trainval", **common)
+    return write_yolo(dataset, dst, split=args.split, **common)
 
 
-def summary(dataset, report, args):
-    """The end-of-run lines: what was read, skipped, dropped, clipped, written and not held."""
+def summary(dataset, report, args, folder=None):
+    """The end-of-run lines: what was read, skipped, dropped, clipped, written and not held.
+    The full skip list goes to ``folder/convert_skipped.txt`` when it is long (not in a dry
+    run, where ``folder`` is None)."""
     boxes = sum(r.num_boxes for r in dataset.records)
     lines = [f"read {len(dataset)} images, {boxes} boxes, {dataset.num_classes} classes "
              f"from {args.src} ({args.src_format})"]
@@ -123,27 +208,87 @@ def summary(dataset, report, args):
         lines.append(f"skipped {len(dataset.skipped)} bad items:")
         lines += [f"  {file}: {why}" for file, why in dataset.skipped[:MAX_PRINTED_SKIPS]]
         if len(dataset.skipped) > MAX_PRINTED_SKIPS:
-            path = os.path.join(args.dst, "convert_skipped.txt")
-            with open(path, "w", encoding="utf-8") as f:
-                f.writelines(f"{file}: {why}\n" for file, why in dataset.skipped)
-            lines.append(f"  ... and {len(dataset.skipped) - MAX_PRINTED_SKIPS} more, "
-                         f"all listed in {path}")
+            more = len(dataset.skipped) - MAX_PRINTED_SKIPS
+            if folder is None:
+                lines.append(f"  ... and {more} more (dry run: the full list is not written)")
+            else:
+                with open(os.path.join(folder, "convert_skipped.txt"), "w", encoding="utf-8") as f:
+                    f.writelines(f"{file}: {why}\n" for file, why in dataset.skipped)
+                lines.append(f"  ... and {more} more, all listed in "
+                             f"{os.path.join(args.dst, 'convert_skipped.txt')}")
     lines += [f"dropped by option: {what}: {n}" for what, n in dataset.dropped.items()]
     lines.append(f"boxes clipped to their image: {dataset.clipped}")
     return lines + report.summary_lines()
 
 
+def _place(tmp, dst):
+    """Move the complete folder ``tmp`` to ``dst``; an existing ``dst`` is set aside first and
+    removed only once ``tmp`` is in its place (it is put back if that move fails)."""
+    if os.path.isdir(dst):
+        mode = os.stat(dst).st_mode & 0o7777
+    else:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o777 & ~umask
+    os.chmod(tmp, mode)  # mkdtemp made it 0700
+    if not (os.path.isdir(dst) and os.listdir(dst)):
+        os.replace(tmp, dst)  # onto nothing, or onto an empty folder
+        return
+    old = tempfile.mkdtemp(prefix=f".{os.path.basename(dst)}.detaug-convert-old-",
+                           dir=os.path.dirname(dst))
+    aside = os.path.join(old, "previous")
+    os.rename(dst, aside)
+    try:
+        os.rename(tmp, dst)
+    except BaseException:
+        os.rename(aside, dst)
+        os.rmdir(old)
+        raise
+    shutil.rmtree(old)
+
+
+def convert(args):
+    """Check, read, write into a temporary folder beside the destination, then move it into
+    place; return the summary lines. Nothing is left at the destination unless complete."""
+    dst = check_destination(args, check_source(args))
+    dataset = read(args)
+    if args.dry_run:
+        report = write(dataset, args, dst, dry_run=True)
+        report.path = args.dst
+        return summary(dataset, report, args) + ["dry run: nothing was written"]
+    parent = os.path.dirname(dst)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(dst)}.detaug-convert-", dir=parent)
+    try:
+        report = write(dataset, args, tmp)
+        report.path = os.path.normpath(os.path.join(args.dst, os.path.relpath(report.path, tmp)))
+        lines = summary(dataset, report, args, tmp)
+        _place(tmp, dst)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return lines
+
+
 def main(argv=None) -> int:
-    """Run the converter; return the exit status (0 done, 2 bad input)."""
+    """Run the converter; return the exit status (0 done, 2 bad input, 130 interrupted).
+    Every fault is one line on stderr (``detaug-convert: error: ...``), never a traceback."""
     args = parse_args(argv)
     try:
-        dataset = read(args)
-        os.makedirs(args.dst, exist_ok=True)
-        report = write(dataset, args)
-    except DatasetError as exc:
+        lines = convert(args)
+    except (UsageError, DatasetError) as exc:
         print(f"detaug-convert: error: {exc}", file=sys.stderr)
         return 2
-    print("\n".join(summary(dataset, report, args)))
+    except UnicodeDecodeError as exc:
+        print(f"detaug-convert: error: a file is not UTF-8 text ({exc})", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"detaug-convert: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"detaug-convert: interrupted; {args.dst} left as it was", file=sys.stderr)
+        return 130
+    print("\n".join(lines))
     return 0
 
 
