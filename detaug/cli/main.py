@@ -160,21 +160,40 @@ def run_demo(args) -> dict:
             "threads": pipe.num_threads}
 
 
+def package_version() -> str:
+    """The installed distribution's version (importlib.metadata), else ``detaug.__version__``."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        return version("detaug")
+    except PackageNotFoundError:
+        import detaug
+
+        return getattr(detaug, "__version__", "unknown")
+
+
 def _parser():
     p = argparse.ArgumentParser(prog="detaug", description="detaug: data loading and box-aware "
                                 "augmentation for object detection")
+    p.add_argument("--version", action="version", version=f"%(prog)s {package_version()}",
+                   help="print detaug's version and exit")
     sub = p.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="run a detection pipeline on the sample data, print its "
                        "throughput and write a grid of augmented images with their boxes")
-    d.add_argument("--data", choices=sorted(SAMPLES), default="voc")
-    d.add_argument("--device", choices=("cpu", "gpu", "auto"), default="auto")
+    d.add_argument("--data", choices=sorted(SAMPLES), default="voc",
+                   help="sample data set: voc (Pascal VOC XML) or coco (COCO JSON) (default voc)")
+    d.add_argument("--device", choices=("cpu", "gpu", "auto"), default="auto",
+                   help="where the pipeline runs: cpu, gpu (mixed decode, device ops), or auto "
+                        "(the GPU where one is present and cupy imports, else the CPU) (default auto)")
     d.add_argument("--batches", type=int, default=4, help="batches to run (default 4)")
-    d.add_argument("--batch-size", type=int, default=8)
+    d.add_argument("--batch-size", type=int, default=8, help="images per batch (default 8)")
     d.add_argument("--out", default="demo.png", help="PNG grid to write (default demo.png)")
     d.add_argument("--root", default=None, help="the sample folder (default: examples/data/...)")
     d.add_argument("--grid", type=int, default=4, help="grid is N x N images (default 4)")
     d.add_argument("--cell", type=int, default=256, help="pixels per grid cell (default 256)")
-    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--seed", type=int, default=0,
+                   help="the pipeline's random seed: the same seed draws the same augmentations "
+                        "(default 0)")
     return p
 
 

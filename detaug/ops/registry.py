@@ -2,6 +2,7 @@
 in the README and the list of ops that the tests must cover, from one declaration per op."""
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -26,6 +27,9 @@ class OpSchema:
         output_spec: the shape/dtype rule of the outputs, in words (validated at build).
         kind: 'source' (reader / external source), 'random', 'geometric', 'box', 'color', 'other'.
         doc: one line for the op table.
+        input_names: names of the positional inputs, for signatures and docs (default: by kind,
+            see ``input_names``).
+        arg_docs: optional one-line meaning of each argument, for docstrings and docs/api.md.
     """
 
     name: str
@@ -40,12 +44,142 @@ class OpSchema:
     doc: str = ""
     aliases: tuple = ()
     class_name: str = ""
+    input_names: tuple = ()
+    arg_docs: dict = field(default_factory=dict)
 
     def num_outputs(self, n_inputs: int, args: dict) -> int:
         return self.outputs(n_inputs, args) if callable(self.outputs) else self.outputs
 
 
 COMMON_ARGS = {"device": None, "name": None, "seed": None}
+
+
+# ---- signatures and docstrings, generated from the schema ----------------------------------------
+class _Optional:
+    """The default shown for an optional positional input: leave the input out (None is refused)."""
+
+    def __repr__(self):
+        return "<optional>"
+
+
+OPTIONAL = _Optional()
+
+# What a positional input is, by its name.
+INPUT_DOCS = {
+    "images": "ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op",
+    "boxes": "BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; "
+             "transformed with the images",
+    "encoded": "encoded image bytes: the first output of a reader (or external_source)",
+}
+# Input names of ops whose kind does not say them (until their declarations carry input_names).
+_INPUT_NAMES = {"decoders.image": ("encoded",)}
+_KIND_INPUTS = {"geometric": ("images", "boxes"), "color": ("images", "boxes"),
+                "box": ("boxes",), "other": ("images", "boxes")}
+
+
+def input_names(schema: OpSchema) -> tuple:
+    """Names of ``schema``'s positional inputs: declared, or by kind (geometric and colour ops take
+    images and optionally boxes, box ops take boxes, sources and random ops take none)."""
+    hi = schema.inputs[1]
+    names = tuple(schema.input_names) or _INPUT_NAMES.get(schema.name) or _KIND_INPUTS.get(schema.kind, ())
+    names = tuple(names)[:hi]
+    names += tuple(f"input{i}" for i in range(len(names), hi))
+    clash = set(names) & (set(schema.args) | set(COMMON_ARGS))  # e.g. an argument named 'boxes'
+    return tuple(n + "_" if n in clash else n for n in names)
+
+
+def signature_of(name: str) -> inspect.Signature:
+    """``fn.<name>``'s signature: the inputs positional-only (optional ones default to
+    ``<optional>``), then every declared argument with its default and the common keywords
+    (device, name, seed), keyword-only."""
+    schema = schema_of(name)
+    P = inspect.Parameter
+    lo = schema.inputs[0]
+    params = [P(n, P.POSITIONAL_ONLY, default=P.empty if i < lo else OPTIONAL)
+              for i, n in enumerate(input_names(schema))]
+    params += [P(k, P.KEYWORD_ONLY, default=v) for k, v in schema.args.items()]
+    params += [P(k, P.KEYWORD_ONLY, default=v) for k, v in COMMON_ARGS.items() if k not in schema.args]
+    return inspect.Signature(params)
+
+
+def _device_rule(schema: OpSchema) -> str:
+    fallback = "cpu" if "cpu" in schema.devices else schema.devices[0]
+    if "gpu" in schema.devices and schema.inputs[1] > 0:
+        return f"None runs on 'gpu' when an input is on the GPU, else on {fallback!r}"
+    return f"None runs on {fallback!r}"
+
+
+def common_arg_docs(schema: OpSchema) -> dict:
+    """The meaning of the keywords every op accepts, for ``schema``."""
+    devices = (f"one of {', '.join(map(repr, schema.devices))}" if len(schema.devices) > 1
+               else f"{schema.devices[0]!r} only")
+    return {"device": f"{devices}; {_device_rule(schema)}",
+            "name": f"this op's name in the graph and in error messages (default "
+                    f"'{schema.name}_<index>')",
+            "seed": "this op's random seed (used by ops that draw random values); None derives "
+                    "it from the pipeline's seed"}
+
+
+def outputs_doc(schema: OpSchema) -> str:
+    """How many outputs the op returns, in words (a tuple when more than one)."""
+    lo, hi = schema.inputs
+    if not callable(schema.outputs):
+        n = schema.outputs
+        return "one output" if n == 1 else f"{n} outputs (a tuple)"
+    if hi > 0 and all(schema.num_outputs(n, dict(schema.args)) == n for n in range(max(lo, 1), hi + 1)):
+        return "one output per input (a tuple when there are two)"
+    return "a number of outputs set by the arguments (a tuple when more than one)"
+
+
+def class_path(name: str) -> str:
+    """``ops.readers.VOC`` for 'readers.voc'."""
+    parts = name.split(".")
+    return ".".join(["ops", *parts[:-1], _camel(parts[-1])])
+
+
+def op_docstring(name: str, for_class: bool = False) -> str:
+    """The docstring of ``fn.<name>`` (or of its ``ops`` class), generated from the schema."""
+    schema = schema_of(name)
+    target = schema.name
+    lo, hi = schema.inputs
+    lines = [schema.doc[:1].upper() + schema.doc[1:] + ("" if schema.doc.endswith(".") else "."), ""]
+    if name != target:
+        lines += [f"Alias of fn.{target} (same arguments and behaviour).", ""]
+    if for_class:
+        lines += [f"Construct with the keyword arguments, call with the inputs: "
+                  f"``{class_path(name)}(**arguments)(*inputs)``; keywords given at the call "
+                  f"override those given at construction. fn.{name} is the functional form.", ""]
+    names = input_names(schema)
+    if not names:
+        lines += ["Inputs: none (called with keyword arguments only).", ""]
+    else:
+        count = str(lo) if lo == hi else f"{lo} to {hi}"
+        lines.append(f"Inputs (positional only, {count}):")
+        for i, n in enumerate(names):
+            what = INPUT_DOCS.get(n.rstrip("_"), "the output of another op")
+            lines.append(f"    {n}{'' if i < lo else ' (optional)'}: {what}")
+        lines.append("")
+    if schema.args:
+        lines.append("Arguments (keyword only" + ("; [per-sample] ones also take a DataNode such as "
+                     "fn.random.uniform(...), one value per sample):" if schema.per_sample else "):"))
+        for k, v in schema.args.items():
+            tag = " [per-sample]" if k in schema.per_sample else ""
+            meaning = schema.arg_docs.get(k)
+            lines.append(f"    {k}={v!r}{tag}" + (f": {meaning}" if meaning else ""))
+    else:
+        lines.append("Arguments: none of its own.")
+    lines.append("")
+    lines.append("Common keywords (every op):")
+    for k, meaning in common_arg_docs(schema).items():
+        if k not in schema.args:
+            lines.append(f"    {k}={COMMON_ARGS[k]!r}: {meaning}")
+    lines += ["", f"Devices: {', '.join(schema.devices)}", ""]
+    ret = outputs_doc(schema)
+    lines.append(f"Returns: {ret}" + (f"; {schema.output_spec}" if schema.output_spec else ""))
+    if schema.aliases and name == target:
+        lines += ["", f"Aliases: {', '.join('fn.' + a for a in schema.aliases)}"]
+    lines += ["", f"Functional form: fn.{name}; class form: {class_path(name)}"]
+    return "\n".join(lines)
 
 
 def register(name, **decl):
@@ -138,7 +272,9 @@ def make_functional():
             return call_op(_name, inputs, kwargs)
 
         f.__name__ = parts[-1]
-        f.__doc__ = schema_of(name).doc
+        f.__qualname__ = name
+        f.__doc__ = op_docstring(name)
+        f.__signature__ = signature_of(name)  # what help() and inspect show; the call is f's
         setattr(ns, parts[-1], f)
     return fn
 
@@ -155,6 +291,31 @@ class _OpClass:
         return call_op(self._op_name, inputs, {**self._kwargs, **kwargs})
 
 
+def _make_class(name: str) -> type:
+    """``ops.<Name>`` for op ``name``: ``__init__`` shows the arguments, ``__call__`` the inputs."""
+    P = inspect.Parameter
+    sig = signature_of(name)
+    self_p = P("self", P.POSITIONAL_ONLY)
+    args = [p for p in sig.parameters.values() if p.kind is P.KEYWORD_ONLY]
+    inputs = [p for p in sig.parameters.values() if p.kind is P.POSITIONAL_ONLY]
+
+    def __init__(self, **kwargs):
+        _OpClass.__init__(self, **kwargs)
+
+    def __call__(self, *inputs, **kwargs):
+        return _OpClass.__call__(self, *inputs, **kwargs)
+
+    __init__.__signature__ = inspect.Signature([self_p, *args])
+    __init__.__doc__ = f"Keep the arguments of {class_path(name)} for every call."
+    __call__.__signature__ = inspect.Signature([self_p, *inputs, P("overrides", P.VAR_KEYWORD)])
+    __call__.__doc__ = f"Trace one call of fn.{name} on the inputs; returns its output(s)."
+    cls_name = _camel(name.split(".")[-1])
+    for m in (__init__, __call__):
+        m.__qualname__ = f"{cls_name}.{m.__name__}"
+    return type(cls_name, (_OpClass,), {"_op_name": name, "__doc__": op_docstring(name, for_class=True),
+                                        "__init__": __init__, "__call__": __call__})
+
+
 def make_classes():
     """Build ``ops``: ``ops.Flip``, ``ops.readers.COCO``, ``ops.random.Uniform``, ..."""
     ops = _Namespace("ops")
@@ -167,7 +328,7 @@ def make_classes():
             if not hasattr(ns, p):
                 setattr(ns, p, _Namespace(p))
             ns = getattr(ns, p)
-        cls = type(_camel(parts[-1]), (_OpClass,), {"_op_name": name, "__doc__": schema_of(name).doc})
+        cls = _make_class(name)
         setattr(ns, cls.__name__, cls)
     return ops
 
@@ -186,7 +347,78 @@ def op_table_markdown() -> str:
     return "\n".join(rows)
 
 
+def _md(text) -> str:
+    return str(text).replace("|", "\\|")
+
+
+def api_reference_markdown() -> str:
+    """docs/api.md: one section per public op (signature, inputs, argument table, devices,
+    outputs), generated from the registry (a test checks docs/api.md holds it)."""
+    public = sorted(n for n in REGISTRY if not n.startswith("_"))
+    out = ["# detaug API reference", "",
+           "<!-- Generated by `python -m detaug.ops.registry --api > docs/api.md` from the op "
+           "registry (detaug/ops/registry.py); tests/test_op_docs.py fails when it is stale. -->", "",
+           "Every op is a function `fn.<name>` (inputs positional, arguments keyword) and a class "
+           "`ops.<Name>` (arguments at construction, inputs at the call); both trace the op inside a "
+           "pipeline definition. Arguments marked *per-sample* also take a DataNode, such as "
+           "`fn.random.uniform(range=(-10, 10))`, that gives one value per sample; the others take "
+           "one value for the whole pipeline. `help(fn.<name>)` shows the same text.", "",
+           "Every op also takes these keywords:", "",
+           "| keyword | default | meaning |", "|---|---|---|",
+           "| `device` | `None` | where the op runs, one of its devices below; `None` runs it on "
+           "'gpu' when an input is on the GPU and the op runs there, else on 'cpu' |",
+           "| `name` | `None` | the op's name in the graph and in error messages "
+           "(default `<op>_<index>`) |",
+           "| `seed` | `None` | the op's random seed (for ops that draw random values); `None` "
+           "derives it from the pipeline's seed |", "",
+           "## Ops", ""]
+    out += [f"- [`fn.{n}`](#fn{n.replace('.', '')}): {_md(REGISTRY[n].doc)}"
+            for n in public]
+    for n in public:
+        schema = REGISTRY[n]
+        sig = signature_of(n)
+        out += ["", f"## fn.{n}", "", _md(schema.doc[:1].upper() + schema.doc[1:]), "",
+                "```python", f"fn.{n}{sig}", f"{class_path(n)}{inspect.signature(_make_class(n))}",
+                "```", ""]
+        facts = [f"Devices: {', '.join(schema.devices)}"]
+        if schema.aliases:
+            facts.append("aliases: " + ", ".join(f"`fn.{a}`" for a in schema.aliases))
+        out += ["; ".join(facts) + ".", ""]
+        names = input_names(schema)
+        if names:
+            lo = schema.inputs[0]
+            out += ["| input | | what |", "|---|---|---|"]
+            out += [f"| `{a}` | {'required' if i < lo else 'optional'} | "
+                    f"{_md(INPUT_DOCS.get(a.rstrip('_'), 'the output of another op'))} |"
+                    for i, a in enumerate(names)]
+        else:
+            out.append("No inputs: called with keyword arguments only.")
+        out.append("")
+        if schema.args:
+            with_docs = bool(schema.arg_docs)
+            out += ["| argument | default | per-sample |" + (" meaning |" if with_docs else ""),
+                    "|---|---|---|" + ("---|" if with_docs else "")]
+            for k, v in schema.args.items():
+                row = f"| `{k}` | `{_md(repr(v))}` | {'yes' if k in schema.per_sample else ''} |"
+                if with_docs:
+                    row += f" {_md(schema.arg_docs.get(k, ''))} |"
+                out.append(row)
+        else:
+            out.append("No arguments of its own.")
+        out += ["", f"Returns {outputs_doc(schema)}"
+                + (f": {_md(schema.output_spec)}." if schema.output_spec else ".")]
+    return "\n".join(out) + "\n"
+
+
 if __name__ == "__main__":
+    import sys
+
     from detaug.ops import registry as _r  # the registered module, not this __main__ copy
 
-    print(_r.op_table_markdown())
+    if sys.argv[1:] == ["--api"]:
+        sys.stdout.write(_r.api_reference_markdown())
+    elif sys.argv[1:]:
+        sys.exit("usage: python -m detaug.ops.registry [--api]  (the README's op table, or "
+                 "docs/api.md with --api)")
+    else:
+        print(_r.op_table_markdown())
