@@ -12,6 +12,7 @@ import warnings
 import numpy as np
 
 from . import graph as _graph
+from . import schedule as _schedule
 from .batch import BoxBatch, DeviceImages, ImageBatch, split_batches
 from .decode_proc import _Lease
 from .executor import BatchContext, Executor, SampleError
@@ -238,31 +239,21 @@ class Pipeline:
 
     def shard_size(self) -> int:
         self.build()
-        n = self._driver.size
-        sid, ns = self._driver.shard
-        return (sid + 1) * n // ns - sid * n // ns
+        return _schedule.shard_size(self._driver.size, *self._driver.shard)
 
     def __len__(self) -> int:
         """Batches per epoch on this shard."""
         self.build()
         if self._driver.size is None:
             raise TypeError("this pipeline's source has no size: give external_source a size")
-        n, b = self.shard_size(), self.batch_size
-        return n // b if self.last_batch_policy == "drop" else -(-n // b)
+        return _schedule.batches_per_epoch(self.shard_size(), self.batch_size, self.last_batch_policy)
 
     def _indices(self, epoch, batch_index, count=1):
         """(record indices, positions in the shard order, batch sizes) of batches
         ``batch_index .. batch_index + count - 1`` of ``epoch``, concatenated."""
         order = self._shard_order(epoch)
-        parts, sizes = [], []
-        for b in range(batch_index, batch_index + count):
-            lo = b * self.batch_size
-            pos = np.arange(lo, min(lo + self.batch_size, len(order)))
-            if self.last_batch_policy == "fill" and len(pos) < self.batch_size and len(order):
-                pos = np.concatenate([pos, np.arange(lo + len(pos), lo + self.batch_size) % len(order)])
-            parts.append(pos)
-            sizes.append(len(pos))
-        pos = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        pos, sizes = _schedule.batch_positions(len(order), batch_index, count, self.batch_size,
+                                               self.last_batch_policy)
         return order[pos], pos, sizes
 
     def _prepare(self, key):
@@ -275,15 +266,12 @@ class Pipeline:
 
     def _schedule(self, epoch, batch_index, count):
         """(record indices, positions, batch sizes) that the schedule gives batches
-        ``batch_index .. batch_index + count - 1``: :meth:`_indices` for a sized source; for a
-        source without size, batch b has room for ``batch_size`` samples, the sample indices
-        ``b * batch_size + arange(batch_size)`` (distinct across the batches of an epoch), and no
-        positions."""
+        ``batch_index .. batch_index + count - 1``: :meth:`_indices` for a sized source, else
+        :func:`schedule.unsized_indices` (no positions)."""
         if self._driver.size is not None:
             return self._indices(epoch, batch_index, count)
-        lo = batch_index * self.batch_size
-        return (np.arange(lo, lo + count * self.batch_size, dtype=np.int64), None,
-                [self.batch_size] * count)
+        idx, sizes = _schedule.unsized_indices(batch_index, count, self.batch_size)
+        return idx, None, sizes
 
     def _fed_sizes(self, prepared):
         """(source name, samples per batch) of the sources fed whole batches (an iterable or
@@ -301,28 +289,18 @@ class Pipeline:
         return found
 
     def _fit_to_fed(self, key, idx, pos, sizes, fed):
-        """The schedule cut down to the fed batches. A fed batch's length sets its number of
-        samples (and so of random draws): batch j of the launch fed n_j samples keeps the first
-        n_j of the sample indices (and positions) the schedule gives it, so a full batch keeps
-        them all and a shorter one (an iterable's last batch, a smaller feed) its first n_j. The
-        schedule's size is the most a batch may hold (``batch_size``, or what the sized source's
-        last batch and ``last_batch_policy`` leave): a fed batch longer than that would reuse
-        another batch's indices, and raises ValueError. Launch batches after the iterable's
-        last one are dropped."""
+        """:func:`schedule.fit_to_fed` for the launch ``key``, its error naming the source."""
         name, fed_sizes = fed
         epoch, b = key[0], key[1]
-        for j, (n, room) in enumerate(zip(fed_sizes, sizes)):
-            if n > room:
-                sized = (f", size={self._driver.size}, last_batch_policy={self.last_batch_policy!r}"
-                         if self._driver.size is not None else "")
-                raise ValueError(f"{name}: batch {b + j} of epoch {epoch} was fed {n} samples, more "
-                                 f"than the {room} the schedule has room for (batch_size="
-                                 f"{self.batch_size}{sized}): feed at most that many per batch")
-        fed_sizes = fed_sizes[:len(sizes)]
-        starts = np.concatenate([[0], np.cumsum(sizes)[:len(fed_sizes) - 1]]).astype(np.int64)
-        out_off = np.concatenate([[0], np.cumsum(fed_sizes)]).astype(np.int64)
-        keep = np.repeat(starts - out_off[:-1], fed_sizes) + np.arange(out_off[-1])
-        return idx[keep], (None if pos is None else pos[keep]), fed_sizes
+        sized = (f", size={self._driver.size}, last_batch_policy={self.last_batch_policy!r}"
+                 if self._driver.size is not None else "")
+
+        def where(j, n, room):
+            return (f"{name}: batch {b + j} of epoch {epoch} was fed {n} samples, more than the "
+                    f"{room} the schedule has room for (batch_size={self.batch_size}{sized}): "
+                    "feed at most that many per batch")
+
+        return _schedule.fit_to_fed(idx, pos, sizes, fed_sizes, where)
 
     def _make_ctx(self, key, prepared, pool, indices=None):
         """The batch context of a launch: the schedule's sample indices (:meth:`_schedule`), cut
