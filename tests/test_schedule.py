@@ -11,7 +11,7 @@ def test_shards_cover_the_records_once():
         assert sum(sizes) == n and max(sizes) - min(sizes) <= 1
 
 
-@pytest.mark.parametrize("policy,count,last", [("partial", 3, [8]), ("fill", 3, [8, 9, 0, 1]),
+@pytest.mark.parametrize("policy,count,last", [("partial", 3, [8, 9]), ("fill", 3, [8, 9, 0, 1]),
                                                ("drop", 2, None)])
 def test_last_batch_policy(policy, count, last):
     assert S.batches_per_epoch(10, 4, policy) == count
