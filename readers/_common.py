@@ -147,6 +147,21 @@ def header_size(path: str):
         raise DatasetError(path, f"cannot read the image header ({exc})") from None
 
 
+def header_bands(path) -> int:
+    """The number of channels the image header declares (1 for grayscale, 3 for RGB, ...).
+
+    Raises:
+        DatasetError: the file cannot be identified as an image.
+    """
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            return len(im.getbands())
+    except Exception as exc:
+        raise DatasetError(path, f"cannot read the image header ({exc})") from None
+
+
 def real_dir(path) -> str:
     return os.path.realpath(os.fspath(path))
 

@@ -20,6 +20,11 @@ from .records import Dataset, DetectionRecord
 
 # Annotation keys that the COCO writer adds for VOC flags; read back into per-box fields.
 FLAG_KEYS = ("difficult", "truncated")
+# Keys with a canonical slot; every other key is kept unchanged in ``extra`` (see records.py).
+ANNOTATION_KEYS = {"id", "image_id", "category_id", "bbox", "iscrowd", "segmentation", *FLAG_KEYS}
+IMAGE_KEYS = {"id", "file_name", "width", "height"}
+CATEGORY_KEYS = {"id", "name"}
+TOP_KEYS = {"images", "annotations", "categories"}
 
 
 def read_coco(annotations_file, image_root, *, skip_empty=False, include_iscrowd=True,
@@ -48,7 +53,10 @@ def read_coco(annotations_file, image_root, *, skip_empty=False, include_iscrowd
         Dataset with one record per image in file order. Per-box fields: ``iscrowd`` (uint8),
         ``annotation_id`` (int64), and ``difficult`` / ``truncated`` (uint8) where the file has
         those keys. ``extra["segmentation"]`` (list aligned with boxes, None where absent) when
-        any annotation has one.
+        any annotation has one; every key the records do not model is kept unchanged:
+        ``extra["box_keys"]`` (e.g. ``area``), ``extra["image_keys"]`` (e.g. ``license``,
+        ``coco_url``), ``Dataset.extra`` (``info``, ``licenses``, ``category_keys`` such as
+        ``supercategory``). ``Dataset.emptied`` counts images whose every annotation was bad.
 
     Raises:
         DatasetError: naming the file and the fault (under ``on_error="raise"``).
@@ -61,11 +69,18 @@ def read_coco(annotations_file, image_root, *, skip_empty=False, include_iscrowd
     images = _images(data["images"], real_dir(image_root), file, sink, check_images)
     table = _annotations(data["annotations"], file, sink)
     dataset = Dataset([], names, cat_ids, root=real_dir(image_root))
+    dataset.extra = {k: v for k, v in data.items() if k not in TOP_KEYS}
+    category_keys = [{k: v for k, v in coco.cats[i].items() if k not in CATEGORY_KEYS}
+                     for i in cat_ids]
+    if any(category_keys):
+        dataset.extra["category_keys"] = category_keys
     table = _filter(table, images, selected, cat_ids, file, sink, dataset,
                     include_iscrowd, size_threshold)
     if keep_original_ids:
         table["label"] = np.asarray(cat_ids, dtype=np.int64)[table["label"]]
     dataset.records = _group(images, table, skip_empty, dataset)
+    if skip_empty:
+        dataset.emptied = 0  # those images were dropped, and counted as empty
     dataset.skipped = sink.finish()
     return dataset
 
@@ -126,7 +141,7 @@ def _categories(coco, wanted, file):
 
 
 def _images(entries, root, file, sink, check_images):
-    """Validate image entries; return list of (image_id, path, width, height) kept."""
+    """Validate image entries; return list of (image_id, path, width, height, other keys)."""
     index = FileIndex()
     seen = set()
     kept = []
@@ -153,7 +168,8 @@ def _images(entries, root, file, sink, check_images):
                 sink.fault(exc.file, exc.reason)
                 continue
         seen.add(image_id)
-        kept.append((image_id, path, width, height))
+        kept.append((image_id, path, width, height,
+                     {k: v for k, v in entry.items() if k not in IMAGE_KEYS}))
     return kept
 
 
@@ -171,6 +187,9 @@ def _annotations(anns, file, sink):
         table = _columns(anns) | {"pos": np.asarray(keep, dtype=np.int64)}
     if any(a.get("segmentation") for a in anns):
         table["segmentation"] = [a.get("segmentation") or None for a in anns]
+    others = [{k: v for k, v in a.items() if k not in ANNOTATION_KEYS} for a in anns]
+    if any(others):
+        table["box_keys"] = others
     return table
 
 
@@ -234,7 +253,7 @@ def _filter(table, images, selected, cat_ids, file, sink, dataset, include_iscro
     """Attach image index and label to each annotation; drop, clip and count as the options say."""
     # A sentinel image (id -1, size 0) keeps the lookups valid when no image was kept.
     ids = np.array([im[0] for im in images] or [-1], dtype=np.int64)
-    sizes = np.array([im[2:] for im in images] or [(0, 0)], dtype=np.float64)
+    sizes = np.array([im[2:4] for im in images] or [(0, 0)], dtype=np.float64)
     order = np.argsort(ids, kind="stable")
     pos = order[np.clip(np.searchsorted(ids[order], table["image_id"]), 0, len(ids) - 1)]
     known_image = (ids[pos] == table["image_id"]) & (len(images) > 0)
@@ -248,6 +267,8 @@ def _filter(table, images, selected, cat_ids, file, sink, dataset, include_iscro
     all_ids = np.asarray(table["image_id"])
     ok = _report_faults(table, file, sink, images, known_image, known_cat, bad_box, xyxy, w, h,
                         all_ids)
+    had_bad = np.unique(table["image"][~ok & known_image])
+    dataset.emptied = int(np.setdiff1d(had_bad, table["image"][ok]).size)
     ok = count_drop(dataset, ok, ~wanted_cat, "boxes of categories not selected")
     if not include_iscrowd:
         ok = count_drop(dataset, ok, table["iscrowd"] > 0, "crowd boxes (include_iscrowd=False)")
@@ -285,16 +306,16 @@ def _group(images, table, skip_empty, dataset):
     for key in FLAG_KEYS:
         if key in table:
             fields[key] = table[key][order]
-    segmentation = table.get("segmentation")
+    per_box = [k for k in ("segmentation", "box_keys") if k in table]
     records, empty = [], 0
-    for k, (image_id, path, width, height) in enumerate(images):
+    for k, (image_id, path, width, height, image_keys) in enumerate(images):
         s, e = int(offsets[k]), int(offsets[k + 1])
         if s == e and skip_empty:
             empty += 1
             continue
-        extra = {}
-        if segmentation is not None:
-            extra["segmentation"] = [segmentation[i] for i in order[s:e]]
+        extra = {key: [table[key][i] for i in order[s:e]] for key in per_box}
+        if image_keys:
+            extra["image_keys"] = image_keys
         records.append(DetectionRecord(path, width, height, boxes[s:e], labels[s:e],
                                        {n: v[s:e] for n, v in fields.items()}, image_id, extra))
     if empty:

@@ -24,8 +24,14 @@ class DetectionRecord:
             ``truncated`` (uint8), ``annotation_id`` (int64). Every field stays aligned with
             ``boxes``: whoever drops a box drops its fields in the same step.
         image_id: the dataset's own image id (COCO int id, VOC file stem).
-        extra: anything the source held that has no canonical slot (e.g. COCO segmentation),
-            keyed by name; writers report what their target format cannot hold.
+        extra: anything the source held that has no canonical slot, keyed by name; writers
+            carry what their target can hold and report the rest. A list value is per box
+            (aligned with ``boxes``, None where absent), any other value is per image:
+            ``segmentation`` (COCO masks), ``box_keys`` (list of dicts: the annotation keys /
+            VOC object elements no field models, e.g. ``area``, ``pose``, ``occluded``,
+            ``part``), ``image_keys`` (dict: COCO image keys such as ``license``, ``coco_url``;
+            VOC elements such as ``source``, ``owner``, ``segmented``). Values are JSON-like:
+            str / numbers, dicts and lists of them (VOC elements give text and nested dicts).
     """
 
     path: str
@@ -51,6 +57,18 @@ class DetectionRecord:
     def num_boxes(self) -> int:
         return len(self.boxes)
 
+    def subset(self, keep) -> "DetectionRecord":
+        """A copy holding only the boxes where the bool mask ``keep`` is set, with their
+        fields and per-box (list) extras."""
+        keep = np.asarray(keep, dtype=bool)
+        idx = np.flatnonzero(keep)
+        extra = {k: ([v[i] for i in idx] if isinstance(v, list) else v)
+                 for k, v in self.extra.items()}
+        return DetectionRecord(self.path, self.width, self.height, self.boxes[keep],
+                               self.labels[keep], {k: np.asarray(v)[keep]
+                                                   for k, v in self.fields.items()},
+                               self.image_id, extra)
+
 
 @dataclass
 class Dataset:
@@ -67,6 +85,12 @@ class Dataset:
         clipped: number of boxes that reached past an image edge and were clipped to it.
         dropped: what the reader's own options removed (not faults), as ``{what: count}``,
             e.g. ``{"empty images (skip_empty)": 3}``, so that nothing leaves without a count.
+        emptied: images kept with no boxes because every box they had was bad and skipped
+            (``on_error="skip"``).
+        extra: dataset-level content with no canonical slot: COCO's top-level keys besides
+            images / annotations / categories (``info``, ``licenses``, ...), and
+            ``category_keys`` (one dict per label: category keys besides id and name, such
+            as ``supercategory``).
     """
 
     records: list
@@ -76,6 +100,8 @@ class Dataset:
     skipped: list = field(default_factory=list)
     clipped: int = 0
     dropped: dict = field(default_factory=dict)
+    emptied: int = 0
+    extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.category_ids is None:

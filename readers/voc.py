@@ -23,6 +23,10 @@ VOC_CLASSES = (
 )
 
 _COORDS = ("xmin", "ymin", "xmax", "ymax")
+# Elements with a canonical slot; every other child of <annotation> / <object> is kept in
+# ``extra["image_keys"]`` / ``extra["box_keys"]`` (e.g. <source>, <segmented>, <pose>, <part>).
+_IMAGE_TAGS = {"folder", "filename", "size", "object"}
+_OBJECT_TAGS = {"name", "bndbox", "difficult", "truncated"}
 
 
 def safe_parser() -> etree.XMLParser:
@@ -54,6 +58,10 @@ def read_voc(root, split="trainval", classes=None, *, skip_difficult=False, on_e
         Dataset (``root`` = the VOC folder, ``category_ids[i] == i``), one record per id with
         ``image_id`` the id string and per-box uint8 fields ``difficult`` and ``truncated``.
         Image size comes from ``<size>``, or from the image header where it is missing or 0.
+        Other elements are kept as text (nested elements as dicts, repeated ones as lists):
+        ``extra["image_keys"]`` (``source``, ``owner``, ``segmented``, ...) and
+        ``extra["box_keys"]`` (per box: ``pose``, ``occluded``, ``part``, ...).
+        ``Dataset.emptied`` counts images whose every object was bad (skipped).
     """
     root = real_dir(root)
     sink = ErrorSink(on_error, "read_voc")
@@ -115,7 +123,31 @@ def _parse_file(xml_path, image_id, images, parser, index, check_images):
         width, height = header_size(path)
     objects = [_object(obj) for obj in ann.iterfind("object")]
     return {"xml": xml_path, "id": image_id, "path": path, "width": width, "height": height,
-            "objects": objects}
+            "objects": objects, "image_keys": element_dict(ann, _IMAGE_TAGS)}
+
+
+def element_value(el):
+    """An element as JSON-like data: its stripped text, or a dict of its children (a tag
+    that repeats gives a list)."""
+    children = [c for c in el if isinstance(c.tag, str)]  # comments have a non-str tag
+    if not children:
+        return (el.text or "").strip()
+    return element_dict(el, ())
+
+
+def element_dict(el, skip):
+    out = {}
+    for child in el:
+        if not isinstance(child.tag, str) or child.tag in skip:
+            continue
+        value = element_value(child)
+        if child.tag not in out:
+            out[child.tag] = value
+        elif isinstance(out[child.tag], list):  # element_value never gives a list itself
+            out[child.tag].append(value)
+        else:
+            out[child.tag] = [out[child.tag], value]
+    return out
 
 
 def _image_path(filename, image_id, images, index, xml_path, check_images):
@@ -145,7 +177,8 @@ def _size(ann, key="width"):
 
 
 def _object(obj):
-    """(name, [xmin, ymin, xmax, ymax] as given, difficult, truncated, fault or None).
+    """(name, [xmin, ymin, xmax, ymax] as given, difficult, truncated, fault or None,
+    dict of the other elements).
 
     Reads the direct children and the ``bndbox`` children in one pass (4x faster than a
     findtext per key); nested ``<part>`` elements (VOC person layout) are not descended into.
@@ -159,19 +192,19 @@ def _object(obj):
             values[child.tag] = child.text
     name = (values.get("name") or "").strip()
     if not name:  # also what an unexpanded entity reference leaves behind
-        return name, _NAN_BOX, 0, 0, "object without a <name>"
+        return name, _NAN_BOX, 0, 0, "object without a <name>", {}
     try:
         coords = [float(values[k]) for k in _COORDS]
     except (KeyError, TypeError, ValueError):
         given = [values.get(k) for k in _COORDS]
-        return name, _NAN_BOX, 0, 0, f"object {name!r}: bndbox is not 4 numbers {given}"
+        return name, _NAN_BOX, 0, 0, f"object {name!r}: bndbox is not 4 numbers {given}", {}
     flags = [0, 0]
     for i, key in enumerate(("difficult", "truncated")):
         text = (values.get(key) or "0").strip()
         if text not in ("0", "1"):
-            return name, coords, 0, 0, f"object {name!r}: <{key}> is {text!r}, not 0 or 1"
+            return name, coords, 0, 0, f"object {name!r}: <{key}> is {text!r}, not 0 or 1", {}
         flags[i] = int(text)
-    return name, coords, flags[0], flags[1], None
+    return name, coords, flags[0], flags[1], None, element_dict(obj, _OBJECT_TAGS)
 
 
 _NAN_BOX = [float("nan")] * 4
@@ -194,13 +227,18 @@ def _build(parsed, names, skip_difficult, sink, dataset):
     for i in np.flatnonzero(~keep):
         sink.fault(parsed[owner[i]]["xml"], _fault(objects[i], labels[i], xyxy[i], w[i], h[i],
                                                    len(names)))
+    good = np.bincount(owner[keep], minlength=len(parsed))
+    faulty = np.bincount(owner[~keep], minlength=len(parsed))
+    dataset.emptied = int(((faulty > 0) & (good == 0)).sum())
     if skip_difficult:
         keep = count_drop(dataset, keep, difficult > 0, "difficult objects (skip_difficult)")
     dataset.clipped += validate_boxes(xyxy[keep], w[keep], h[keep])[2]
     fields = {"difficult": difficult,
               "truncated": np.array([o[3] for o in objects], dtype=np.uint8)}
+    box_keys = [objects[i][5] for i in np.flatnonzero(keep)] if any(o[5] for o in objects) \
+        else None
     return _records(parsed, owner[keep], boxes[keep], labels[keep],
-                    {k: v[keep] for k, v in fields.items()})
+                    {k: v[keep] for k, v in fields.items()}, box_keys)
 
 
 def _fault(obj, label, xyxy, width, height, n_classes):
@@ -211,12 +249,15 @@ def _fault(obj, label, xyxy, width, height, n_classes):
     return f"object {obj[0]!r}: " + box_fault(xyxy, int(width), int(height))
 
 
-def _records(parsed, owner, boxes, labels, fields):
+def _records(parsed, owner, boxes, labels, fields, box_keys):
     offsets = group_offsets(owner, len(parsed))
     records = []
     for k, p in enumerate(parsed):
         s, e = int(offsets[k]), int(offsets[k + 1])
+        extra = {"image_keys": p["image_keys"]} if p["image_keys"] else {}
+        if box_keys is not None:
+            extra["box_keys"] = box_keys[s:e]
         records.append(DetectionRecord(p["path"], p["width"], p["height"], boxes[s:e],
                                        labels[s:e], {n: v[s:e] for n, v in fields.items()},
-                                       p["id"]))
+                                       p["id"], extra))
     return records

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 
 import numpy as np
 from lxml import etree
 
-from ._common import header_size
+from ._common import header_bands, header_size
 from .errors import DatasetError
 
 # Digits kept in COCO JSON coordinates: a shift of at most 5e-5 px, and "10.5" stays "10.5"
@@ -26,6 +27,11 @@ COCO_DECIMALS = 4
 YOLO_DECIMALS = 6
 # Per-box fields each target stores (anything else is reported as not held).
 _HELD_FIELDS = {"coco": None, "voc": {"difficult", "truncated"}, "yolo": set()}
+# Keys that COCO entries model; extra keys of the same name are never written over them.
+_COCO_IMAGE_KEYS = {"id", "file_name", "width", "height"}
+_COCO_ANNOTATION_KEYS = {"id", "image_id", "category_id", "bbox", "iscrowd", "segmentation"}
+_XML_NAME = re.compile(r"^(?![Xx][Mm][Ll])[A-Za-z_][\w.-]*$")
+_XML_BAD_CHARS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
 
 @dataclass
@@ -83,8 +89,11 @@ def write_coco(dataset, path, *, images_dir=None, link=False, progress=None,
         WriteReport. Categories keep ``dataset.category_ids`` and names; int image ids are kept
         when unique, otherwise images are numbered 1..N (``file_name`` kept); annotations keep
         their ``annotation_id`` when every box has a unique one, else are numbered 1..M;
-        ``area = w * h``; the fields ``difficult``/``truncated`` (and any other per-box field)
-        ride as extra annotation keys; ``extra["segmentation"]`` is written where present.
+        ``area`` is the source's where it has one (a COCO mask area), else ``w * h``; the
+        fields ``difficult``/``truncated`` (and any other per-box field) ride as extra
+        annotation keys; ``extra["segmentation"]`` is written where present, and every other
+        extra unchanged: ``box_keys`` into annotations, ``image_keys`` into images,
+        ``Dataset.extra`` (``info``, ``licenses``, ``category_keys``) at the top / categories.
     """
     _check_labels(dataset)
     report = WriteReport("coco", os.fspath(path), classes=dataset.num_classes)
@@ -97,20 +106,28 @@ def write_coco(dataset, path, *, images_dir=None, link=False, progress=None,
         if images_dir is not None and not dry_run:
             place_image(record.path, os.path.join(images_dir, name), link)
         width, height = _size(record)
-        images.append({"id": image_id, "file_name": name.replace(os.sep, "/"),
-                       "width": width, "height": height})
+        entry = {"id": image_id, "file_name": name.replace(os.sep, "/"),
+                 "width": width, "height": height}
+        entry.update({k: v for k, v in record.extra.get("image_keys", {}).items()
+                      if k not in _COCO_IMAGE_KEYS})
+        images.append(entry)
         annotations += _coco_annotations(record, image_id, ann_ids[n:n + record.num_boxes],
                                          dataset.category_ids, report)
         n += record.num_boxes
-        _unheld_extra(record, {"segmentation"}, report)
+        _unheld_extra(record, {"segmentation", "box_keys", "image_keys"}, report)
         if progress is not None:
             progress(k + 1, len(dataset))
     if images_dir is None:
         report.notes.append(f"file_name entries are relative to {base}")
-    categories = [{"id": int(i), "name": str(name)}
-                  for i, name in zip(dataset.category_ids, dataset.class_names)]
+    category_keys = dataset.extra.get("category_keys") or [{}] * dataset.num_classes
+    categories = [{"id": int(i), "name": str(name), **{k: v for k, v in keys.items()
+                                                        if k not in ("id", "name")}}
+                  for i, name, keys in zip(dataset.category_ids, dataset.class_names,
+                                           category_keys)]
+    top = {k: v for k, v in dataset.extra.items()
+           if k not in ("category_keys", "images", "annotations", "categories")}
     if not dry_run:
-        _write_json(path, {"images": images, "annotations": annotations,
+        _write_json(path, {**top, "images": images, "annotations": annotations,
                            "categories": categories})
     report.images, report.boxes = len(images), len(annotations)
     return report
@@ -147,16 +164,26 @@ def _coco_annotations(record, image_id, ann_ids, category_ids, report):
     others = {k: np.asarray(v).tolist() for k, v in record.fields.items()
               if k not in ("iscrowd", "annotation_id")}
     segmentation = record.extra.get("segmentation") or [None] * record.num_boxes
+    box_keys = record.extra.get("box_keys") or [{}] * record.num_boxes
     out = []
     for i in range(record.num_boxes):
         ann = {"id": ann_ids[i], "image_id": image_id,
                "category_id": int(category_ids[record.labels[i]]), "bbox": xywh[i].tolist(),
                "area": float(area[i]), "iscrowd": int(crowd[i])}
         ann.update({k: v[i] for k, v in others.items()})
+        keys = {k: v for k, v in (box_keys[i] or {}).items() if k not in _COCO_ANNOTATION_KEYS}
+        if "area" in keys and not _is_number(keys["area"]):
+            report.count("non-numeric area on annotations (written as w * h)", 1)
+            del keys["area"]
+        ann.update(keys)
         if segmentation[i] is not None:
             ann["segmentation"] = segmentation[i]
         out.append(ann)
     return out
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def write_voc(dataset, root, *, split="trainval", link=False, progress=None,
@@ -179,6 +206,11 @@ def write_voc(dataset, root, *, split="trainval", link=False, progress=None,
         The id of an image is its ``image_id`` where that is a string, else its file stem.
         Crowd boxes are written with ``difficult=1`` (VOC evaluation ignores them, as COCO
         ignores crowds) and counted under ``not_held``; so are ids, segmentation, category ids.
+        ``extra["image_keys"]`` / ``extra["box_keys"]`` whose values are text (or nested dicts
+        and lists of text, as the VOC reader gives: ``<source>``, ``<segmented>``, ``<pose>``,
+        ``<part>``, ...) are written back as elements; others (numbers such as COCO's ``area``
+        or ``license``) are counted under ``not_held``. ``<pose>`` defaults to Unspecified;
+        ``<depth>`` is the band count of the image header (1 for grayscale).
     """
     _check_labels(dataset)
     report = WriteReport("voc", os.fspath(root), classes=dataset.num_classes)
@@ -228,22 +260,68 @@ def _voc_xml(record, filename, class_names, report):
     ann = etree.Element("annotation")
     _sub(ann, "folder", "JPEGImages")
     _sub(ann, "filename", filename)
+    image_keys = {k: v for k, v in record.extra.get("image_keys", {}).items()
+                  if k not in ("folder", "filename", "size", "object")}
+    later = {k: image_keys.pop(k) for k in ("segmented",) if k in image_keys}
+    _xml_extra(ann, image_keys, "images", report)
     size = etree.SubElement(ann, "size")
-    for key, value in (("width", width), ("height", height), ("depth", 3)):
+    for key, value in (("width", width), ("height", height),
+                       ("depth", header_bands(record.path))):
         _sub(size, key, value)
+    _xml_extra(ann, later, "images", report)
+    box_keys = record.extra.get("box_keys") or [{}] * record.num_boxes
     crowd = record.fields.get("iscrowd", np.zeros(record.num_boxes, np.uint8))
     difficult = record.fields.get("difficult", np.zeros(record.num_boxes, np.uint8))
     truncated = record.fields.get("truncated", np.zeros(record.num_boxes, np.uint8))
     for i in range(record.num_boxes):
         obj = etree.SubElement(ann, "object")
         _sub(obj, "name", class_names[record.labels[i]])
-        _sub(obj, "pose", "Unspecified")
+        keys = {k: v for k, v in (box_keys[i] or {}).items()
+                if k not in ("name", "bndbox", "truncated", "difficult")}
+        pose = keys.pop("pose", "Unspecified")
+        _xml_extra(obj, {"pose": pose}, "annotations", report)
         _sub(obj, "truncated", int(truncated[i]))
         _sub(obj, "difficult", int(difficult[i] or crowd[i]))
         box = etree.SubElement(obj, "bndbox")
         for key, value in zip(("xmin", "ymin", "xmax", "ymax"), ints[i]):
             _sub(box, key, int(value))
+        _xml_extra(obj, keys, "annotations", report)
     return ann, widened
+
+
+def _xml_ready(key, value):
+    """Whether ``key: value`` can be written as XML elements and read back the same."""
+    if not isinstance(key, str) or not _XML_NAME.match(key):
+        return False
+    if isinstance(value, str):
+        return not _XML_BAD_CHARS.search(value)
+    if isinstance(value, dict):
+        return all(_xml_ready(k, v) for k, v in value.items())
+    if isinstance(value, list):
+        return len(value) > 1 and all(not isinstance(v, list) and _xml_ready(key, v)
+                                      for v in value)
+    return False
+
+
+def _xml_extra(parent, keys, where, report):
+    """Write each XML-ready ``key: value`` under ``parent``; count the others as not held."""
+    for key, value in keys.items():
+        if _xml_ready(key, value):
+            _xml_add(parent, key, value)
+        else:
+            report.count(f"{key} on {where}", 1)
+
+
+def _xml_add(parent, key, value):
+    if isinstance(value, list):
+        for v in value:
+            _xml_add(parent, key, v)
+    elif isinstance(value, dict):
+        el = etree.SubElement(parent, key)
+        for k, v in value.items():
+            _xml_add(el, k, v)
+    else:
+        _sub(parent, key, value)
 
 
 def voc_integer_boxes(boxes, width, height):
@@ -327,7 +405,14 @@ def _unheld_common(dataset, report, fmt):
             if name in held:
                 continue
             report.count(*_field_loss(name, np.asarray(values), fmt))
-        _unheld_extra(record, set(), report)
+        _unheld_extra(record, {"box_keys", "image_keys"} if fmt == "voc" else set(), report)
+    for name, value in dataset.extra.items():
+        if name == "category_keys":
+            for keys in value:
+                for key in keys:
+                    report.count(f"{key} on categories", 1)
+        else:
+            report.count(name, 1)
     if list(dataset.category_ids) != list(range(dataset.num_classes)):
         report.count(f"category ids (classes are numbered 0..{dataset.num_classes - 1}; "
                      "names kept)", dataset.num_classes)
@@ -346,6 +431,12 @@ def _field_loss(name, values, fmt):
 def _unheld_extra(record, held, report):
     for name, value in record.extra.items():
         if name in held:
+            continue
+        if name in ("box_keys", "image_keys"):
+            where = "annotations" if name == "box_keys" else "images"
+            for keys in value if name == "box_keys" else [value]:
+                for key in keys or {}:
+                    report.count(f"{key} on {where}", 1)
             continue
         n = sum(v is not None for v in value) if isinstance(value, list) else 1
         report.count(f"{name} on annotations" if isinstance(value, list) else name, n)

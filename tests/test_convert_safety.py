@@ -217,3 +217,220 @@ def test_class_file_not_utf8(tmp_path, voc, capsys):
     assert main([str(voc), str(tmp_path / "o"), "--from", "voc", "--to", "yolo",
                  "--classes", str(tmp_path / "names.txt")]) == 2
     assert "not UTF-8" in _err(capsys)
+
+
+# --- nothing dropped silently ----------------------------------------------------------------
+
+def _coco_source(tmp_path):
+    """A COCO file with every key the records do not model, and a crowd box."""
+    folder = tmp_path / "c"
+    write_image(str(folder / "images" / "a.jpg"), 100, 80)
+    write_image(str(folder / "images" / "b.jpg"), 50, 40)
+    data = {
+        "info": {"year": 2017, "description": "tiny"},
+        "licenses": [{"id": 4, "name": "CC", "url": "http://x"}],
+        "images": [{"id": 7, "file_name": "a.jpg", "width": 100, "height": 80, "license": 4,
+                    "coco_url": "http://x/a.jpg", "date_captured": "2013-11-18"},
+                   {"id": 9, "file_name": "b.jpg", "width": 50, "height": 40}],
+        "annotations": [
+            {"id": 1, "image_id": 7, "category_id": 2, "bbox": [10, 10, 20, 20],
+             "area": 123.5, "iscrowd": 0, "segmentation": [[10, 10, 30, 10, 30, 30]]},
+            {"id": 2, "image_id": 7, "category_id": 5, "bbox": [40, 30, 20, 25], "area": 300,
+             "iscrowd": 1, "segmentation": {"counts": [100, 20], "size": [80, 100]}},
+            {"id": 3, "image_id": 9, "category_id": 2, "bbox": [1, 1, 10, 10], "area": 100,
+             "iscrowd": 0, "score_note": "x"}],
+        "categories": [{"id": 2, "name": "cat", "supercategory": "animal"},
+                       {"id": 5, "name": "crowd", "supercategory": "people"}],
+    }
+    path = folder / "annotations.json"
+    path.write_text(json.dumps(data))
+    return path, data
+
+
+def test_coco_to_coco_passes_unmodelled_keys_through(tmp_path):
+    src, data = _coco_source(tmp_path)
+    assert main([str(src), str(tmp_path / "o"), "--from", "coco", "--to", "coco"]) == 0
+    out = json.loads((tmp_path / "o" / "annotations.json").read_text())
+    assert out["info"] == data["info"] and out["licenses"] == data["licenses"]
+    assert out["categories"] == data["categories"]
+    assert out["images"] == data["images"]
+    assert out["annotations"] == data["annotations"]  # area 123.5, not 20 * 20; segmentation
+
+
+def test_coco_mini_to_coco_keeps_every_key(tmp_path, coco):
+    assert main([str(coco / "annotations.json"), str(tmp_path / "o"), "--from", "coco",
+                 "--to", "coco"]) == 0
+    src = json.loads((coco / "annotations.json").read_text())
+    out = json.loads((tmp_path / "o" / "annotations.json").read_text())
+    for key in set(src) - {"images", "annotations"}:
+        assert out[key] == src[key], key
+    by_id = {a["id"]: a for a in out["annotations"]}
+    for a in src["annotations"]:
+        b = by_id[a["id"]]
+        assert set(b) == set(a) and b["area"] == a["area"]
+        assert b["segmentation"] == a["segmentation"]
+    assert sorted(out["images"], key=lambda i: i["id"]) == \
+        sorted(src["images"], key=lambda i: i["id"])
+
+
+def test_coco_to_voc_and_yolo_name_what_they_cannot_hold(tmp_path, capsys):
+    src, _ = _coco_source(tmp_path)
+    assert main([str(src), str(tmp_path / "y"), "--from", "coco", "--to", "yolo"]) == 0
+    out = capsys.readouterr().out
+    for line in ("area on annotations: 3 not written", "license on images: 1 not written",
+                 "coco_url on images: 1 not written", "info: 1 not written",
+                 "licenses: 1 not written", "supercategory on categories: 2 not written",
+                 "score_note on annotations: 1 not written",
+                 "crowd boxes (iscrowd=1): 1 written as boxes (--skip-crowd leaves them out)"):
+        assert line in out, line
+    assert len((tmp_path / "y" / "labels" / "a.txt").read_text().splitlines()) == 2
+    assert main([str(src), str(tmp_path / "v"), "--from", "coco", "--to", "voc"]) == 0
+    out = capsys.readouterr().out
+    # text keys are written as VOC elements, numbers are named
+    assert "license on images: 1 not written" in out and "coco_url on images" not in out
+    xml = (tmp_path / "v" / "Annotations" / "a.xml").read_text()
+    assert "<coco_url>http://x/a.jpg</coco_url>" in xml and "<score_note>" not in xml
+
+
+def test_skip_crowd_drops_boxes_with_their_masks(tmp_path, capsys):
+    src, data = _coco_source(tmp_path)
+    assert main([str(src), str(tmp_path / "y"), "--from", "coco", "--to", "yolo",
+                 "--skip-crowd"]) == 0
+    out = capsys.readouterr().out
+    assert "dropped by option: crowd boxes (iscrowd=1) (--skip-crowd): 1" in out
+    assert "wrote 2 images, 2 boxes" in out
+    assert (tmp_path / "y" / "labels" / "a.txt").read_text().startswith("0 0.2")
+    assert main([str(src), str(tmp_path / "cc"), "--from", "coco", "--to", "coco",
+                 "--skip-crowd"]) == 0
+    anns = json.loads((tmp_path / "cc" / "annotations.json").read_text())["annotations"]
+    assert anns == [data["annotations"][0], data["annotations"][2]]
+
+
+VOC_RICH = """<annotation><folder>VOC2012</folder><filename>r.jpg</filename>
+<source><database>The VOC2007 Database</database><image>flickr</image></source>
+<owner><flickrid>someone</flickrid></owner>
+<size><width>100</width><height>80</height><depth>3</depth></size><segmented>1</segmented>
+<object><name>person</name><pose>Left</pose><truncated>0</truncated><occluded>1</occluded>
+<difficult>0</difficult><bndbox><xmin>11</xmin><ymin>11</ymin><xmax>60</xmax><ymax>70</ymax>
+</bndbox><part><name>head</name><bndbox><xmin>20</xmin><ymin>12</ymin><xmax>30</xmax>
+<ymax>22</ymax></bndbox></part><part><name>hand</name><bndbox><xmin>40</xmin><ymin>40</ymin>
+<xmax>45</xmax><ymax>45</ymax></bndbox></part></object>
+<object><name>dog</name><pose>Frontal</pose><truncated>1</truncated><difficult>1</difficult>
+<bndbox><xmin>61</xmin><ymin>21</ymin><xmax>90</xmax><ymax>60</ymax></bndbox></object>
+</annotation>"""
+
+
+def _voc_fields(xml_path):
+    from lxml import etree
+
+    ann = etree.parse(str(xml_path)).getroot()
+    objects = ann.findall("object")
+    return {
+        "source": ann.findtext("source/database"), "owner": ann.findtext("owner/flickrid"),
+        "segmented": ann.findtext("segmented"), "depth": ann.findtext("size/depth"),
+        "pose": [o.findtext("pose") for o in objects],
+        "occluded": [o.findtext("occluded") for o in objects],
+        "parts": [[p.findtext("name") for p in o.findall("part")] for o in objects],
+        "part_box": [[p.findtext("bndbox/xmin") for p in o.findall("part")] for o in objects],
+        "difficult": [o.findtext("difficult") for o in objects],
+    }
+
+
+EXPECTED_RICH = {"source": "The VOC2007 Database", "owner": "someone", "segmented": "1",
+                 "depth": "3", "pose": ["Left", "Frontal"], "occluded": ["1", None],
+                 "parts": [["head", "hand"], []], "part_box": [["20", "40"], []],
+                 "difficult": ["0", "1"]}
+
+
+@pytest.fixture
+def rich_voc(tmp_path):
+    root = make_voc(tmp_path / "rich", {"r": VOC_RICH})
+    (tmp_path / "rich" / "classes.txt").write_text("person\ndog\n")
+    return root
+
+
+def test_voc_to_voc_carries_pose_source_segmented_occluded_owner_parts(tmp_path, rich_voc):
+    assert main([rich_voc, str(tmp_path / "v"), "--from", "voc", "--to", "voc"]) == 0
+    assert _voc_fields(tmp_path / "v" / "Annotations" / "r.xml") == EXPECTED_RICH
+    # and through COCO, where they ride as extra keys
+    assert main([rich_voc, str(tmp_path / "c"), "--from", "voc", "--to", "coco"]) == 0
+    data = json.loads((tmp_path / "c" / "annotations.json").read_text())
+    assert data["images"][0]["segmented"] == "1" and data["annotations"][0]["pose"] == "Left"
+    assert main([str(tmp_path / "c" / "annotations.json"), str(tmp_path / "v2"), "--from",
+                 "coco", "--to", "voc"]) == 0
+    assert _voc_fields(tmp_path / "v2" / "Annotations" / "r.xml") == EXPECTED_RICH
+
+
+def test_voc_to_yolo_names_what_it_drops_and_difficult_policy(tmp_path, rich_voc, capsys):
+    assert main([rich_voc, str(tmp_path / "y"), "--from", "voc", "--to", "yolo"]) == 0
+    out = capsys.readouterr().out
+    for line in ("pose on annotations: 2", "occluded on annotations: 1",
+                 "part on annotations: 1", "source on images: 1", "owner on images: 1",
+                 "segmented on images: 1",
+                 "difficult boxes: 1 written as boxes (--skip-difficult leaves them out)"):
+        assert line in out, line
+    assert main([rich_voc, str(tmp_path / "y2"), "--from", "voc", "--to", "yolo",
+                 "--skip-difficult"]) == 0
+    out = capsys.readouterr().out
+    assert "dropped by option: difficult boxes (--skip-difficult): 1" in out
+    assert (tmp_path / "y2" / "labels" / "r.txt").read_text().splitlines() == \
+        ["0 0.350000 0.500000 0.500000 0.750000"]
+    # person (11, 11, 60, 70) is [10, 10, 60, 70] on 100x80: cx 70/200, cy 80/160, w 50/100,
+    # h 60/80
+
+
+def test_grayscale_image_gets_depth_1(tmp_path):
+    root = make_voc(tmp_path / "g", {"g": voc_xml("g.jpg", (64, 48), [("dog", 1, 1, 10, 10)]),
+                                     "c": voc_xml("c.jpg", (64, 48), [("dog", 1, 1, 10, 10)])},
+                    images={"g.jpg": (64, 48, "L"), "c.jpg": (64, 48)})
+    assert main([root, str(tmp_path / "v"), "--from", "voc", "--to", "voc"]) == 0
+    assert "<depth>1</depth>" in (tmp_path / "v" / "Annotations" / "g.xml").read_text()
+    assert "<depth>3</depth>" in (tmp_path / "v" / "Annotations" / "c.xml").read_text()
+
+
+def test_skip_bad_counts_images_left_without_boxes(tmp_path, capsys):
+    root = make_voc(tmp_path / "b", {
+        "a": voc_xml("a.jpg", (100, 80), [("dog", 1, 1, 10, 10)]),
+        "b": voc_xml("b.jpg", (100, 80), [("dog", 20, 1, 10, 10)]),           # x1 < x0
+        "c": voc_xml("c.jpg", (100, 80), [("dog", 20, 1, 10, 10), ("dog", 1, 1, 5, 5)])})
+    with pytest.warns(UserWarning):
+        assert main([root, str(tmp_path / "o"), "--from", "voc", "--to", "yolo",
+                     "--classes", "dog", "--skip-bad"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped 2 bad items" in out
+    assert "images left with no boxes, every box of theirs bad and skipped: 1" in out
+    assert (tmp_path / "o" / "labels" / "b.txt").read_text() == ""
+
+
+# --- image sizes against the headers ---------------------------------------------------------
+
+def test_size_mismatch_is_an_error_or_a_counted_skip(tmp_path, capsys):
+    root = make_voc(tmp_path / "s", {"a": voc_xml("a.jpg", (100, 80), [("dog", 1, 1, 10, 10)]),
+                                     "w": voc_xml("w.jpg", (640, 80), [("dog", 1, 1, 10, 10)])})
+    before = snapshot(root)
+    assert main([root, str(tmp_path / "o"), "--from", "voc", "--to", "yolo",
+                 "--classes", "dog"]) == 2
+    line = _err(capsys)
+    assert "w.jpg: the annotation gives the size 640x80, the image header 100x80" in line
+    assert not (tmp_path / "o").exists()
+    assert main([root, str(tmp_path / "o"), "--from", "voc", "--to", "yolo",
+                 "--classes", "dog", "--skip-bad"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped 1 bad items:" in out and "w.jpg: the annotation gives the size" in out
+    assert "wrote 1 images, 1 boxes" in out
+    assert sorted(os.listdir(tmp_path / "o" / "images")) == ["a.jpg"]
+    assert snapshot(root) == before
+
+
+def test_truncated_image_header_is_an_error_or_a_counted_skip(tmp_path, capsys):
+    root = make_voc(tmp_path / "t", {"a": voc_xml("a.jpg", (100, 80), [("dog", 1, 1, 10, 10)]),
+                                     "t": voc_xml("t.jpg", (100, 80), [("dog", 1, 1, 10, 10)])})
+    path = tmp_path / "t" / "JPEGImages" / "t.jpg"
+    path.write_bytes(path.read_bytes()[:20])   # SOI and part of APP0: no frame header
+    assert main([root, str(tmp_path / "o"), "--from", "voc", "--to", "coco",
+                 "--classes", "dog"]) == 2
+    assert "t.jpg: cannot read the image header" in _err(capsys)
+    assert main([root, str(tmp_path / "o"), "--from", "voc", "--to", "coco",
+                 "--classes", "dog", "--skip-bad"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped 1 bad items:" in out and "wrote 1 images" in out

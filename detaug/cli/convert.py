@@ -2,6 +2,7 @@
 
     detaug-convert SRC DST --from voc --to coco [--split trainval] [--classes a,b | discover]
                    [--image-root DIR] [--skip-bad] [--link] [--overwrite] [--dry-run]
+                   [--skip-crowd] [--skip-difficult]
 
 For COCO, SRC is the annotations JSON (images under ``--image-root``, default ``images/``
 beside the JSON, else the JSON's folder) and DST is a folder that receives
@@ -13,7 +14,9 @@ Data safety: the source is never opened for writing; DST may not be the source, 
 around it; a non-empty DST is refused unless ``--overwrite``; the dataset is written into a
 temporary folder beside DST and moved into place only when complete (with ``--overwrite`` the
 old content is removed only after that), so a failed or interrupted run leaves DST as it was.
-``--dry-run`` prints the summary and writes nothing. Every user mistake is one line on stderr
+``--dry-run`` prints the summary and writes nothing. Image sizes are checked against the image
+headers (header only); crowd and difficult boxes are kept unless ``--skip-crowd`` /
+``--skip-difficult``, and counted either way. Every user mistake is one line on stderr
 and exit status 2.
 Imports only ``readers`` (no engine module).
 """
@@ -25,6 +28,7 @@ import shutil
 import sys
 import tempfile
 
+from readers.checks import check_image_headers, count_flagged, drop_flagged
 from readers.coco import read_coco
 from readers.errors import DatasetError
 from readers.voc import read_voc
@@ -81,6 +85,12 @@ def parse_args(argv=None):
     p.add_argument("--classes", help="comma-separated names, a file with one name a line, or "
                                      "'discover' (VOC); COCO: categories to keep")
     p.add_argument("--link", action="store_true", help="hard-link images instead of copying")
+    p.add_argument("--skip-crowd", action="store_true",
+                   help="leave out crowd boxes (iscrowd=1); by default they are written as "
+                        "boxes (VOC: difficult=1) and counted in the summary")
+    p.add_argument("--skip-difficult", action="store_true",
+                   help="leave out difficult boxes (difficult=1); by default they are written "
+                        "and counted in the summary")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the content of a non-empty destination (only once the new "
                         "dataset is complete)")
@@ -197,7 +207,30 @@ def write(dataset, args, dst, dry_run=False):
     return write_yolo(dataset, dst, split=args.split, **common)
 
 
-def summary(dataset, report, args, folder=None):
+def apply_policies(dataset, args):
+    """Between reading and writing: check image sizes against the headers (``--skip-bad``
+    skips a faulty image, else it is an error), then the crowd / difficult options. Returns
+    summary lines for what was kept or emptied."""
+    check_image_headers(dataset, "skip" if args.skip_bad else "raise")
+    lines, emptied = [], 0
+    for name, flag, what in (("iscrowd", args.skip_crowd, "crowd boxes (iscrowd=1)"),
+                             ("difficult", args.skip_difficult, "difficult boxes")):
+        option = "--" + ("skip-crowd" if name == "iscrowd" else "skip-difficult")
+        if flag:
+            emptied += drop_flagged(dataset, name, f"{what} ({option})")
+        elif count_flagged(dataset, name):
+            lines.append(f"{what}: {count_flagged(dataset, name)} written as boxes "
+                         f"({option} leaves them out)")
+    if dataset.emptied:
+        lines.append(f"images left with no boxes, every box of theirs bad and skipped: "
+                     f"{dataset.emptied} (written without boxes)")
+    if emptied:
+        lines.append(f"images left with no boxes by --skip-crowd / --skip-difficult: {emptied} "
+                     "(written without boxes)")
+    return lines
+
+
+def summary(dataset, report, args, folder=None, policy_lines=()):
     """The end-of-run lines: what was read, skipped, dropped, clipped, written and not held.
     The full skip list goes to ``folder/convert_skipped.txt`` when it is long (not in a dry
     run, where ``folder`` is None)."""
@@ -217,6 +250,7 @@ def summary(dataset, report, args, folder=None):
                 lines.append(f"  ... and {more} more, all listed in "
                              f"{os.path.join(args.dst, 'convert_skipped.txt')}")
     lines += [f"dropped by option: {what}: {n}" for what, n in dataset.dropped.items()]
+    lines += list(policy_lines)
     lines.append(f"boxes clipped to their image: {dataset.clipped}")
     return lines + report.summary_lines()
 
@@ -252,17 +286,18 @@ def convert(args):
     place; return the summary lines. Nothing is left at the destination unless complete."""
     dst = check_destination(args, check_source(args))
     dataset = read(args)
+    policy = apply_policies(dataset, args)
     if args.dry_run:
         report = write(dataset, args, dst, dry_run=True)
         report.path = args.dst
-        return summary(dataset, report, args) + ["dry run: nothing was written"]
+        return summary(dataset, report, args, None, policy) + ["dry run: nothing was written"]
     parent = os.path.dirname(dst)
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(dst)}.detaug-convert-", dir=parent)
     try:
         report = write(dataset, args, tmp)
         report.path = os.path.normpath(os.path.join(args.dst, os.path.relpath(report.path, tmp)))
-        lines = summary(dataset, report, args, tmp)
+        lines = summary(dataset, report, args, tmp, policy)
         _place(tmp, dst)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
