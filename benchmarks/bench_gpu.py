@@ -1200,7 +1200,13 @@ def report(args, info):
            "decode_ceiling_one_process_img_s": one["img_s"] if one else None,
            "decode_ceiling_processes_img_s": {r["processes"]: r["img_s"] for r in multi},
            "total_s": round(time.perf_counter() - T_START, 1)}
-    path = args.json or (os.path.join(os.environ["OUT"], "bench_gpu.json") if os.environ.get("OUT") else None)
+    write_json(out, args.json, "bench_gpu.json")
+
+
+def write_json(out: dict, path, default_name: str):
+    """Write a benchmark's results as JSON to ``path``, or to $OUT/``default_name`` when no path
+    is given and $OUT is set (the device machine's folder that comes back)."""
+    path = path or (os.path.join(os.environ["OUT"], default_name) if os.environ.get("OUT") else None)
     if path:
         try:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

@@ -59,7 +59,6 @@ import argparse
 import ast
 import contextlib
 import datetime
-import json
 import os
 import platform
 import shutil
@@ -479,16 +478,7 @@ def report(args, info):
     out = {"date": info["date"], "commit": info.get("commit"), "device": info,
            "args": {k: v for k, v in vars(args).items()}, "rows": ROWS, "fixed_img_s": fixed,
            "fixed_mean_img_s": base, "total_s": round(time.perf_counter() - bg.T_START, 1)}
-    path = args.json or (os.path.join(os.environ["OUT"], "bench_train.json")
-                         if os.environ.get("OUT") else None)
-    if path:
-        try:
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            with open(path, "w") as f:
-                json.dump(out, f, indent=1, default=lambda o: o.item() if hasattr(o, "item") else str(o))
-            print(f"wrote {path}")
-        except OSError as e:
-            print(f"could not write {path}: {e}")
+    bg.write_json(out, args.json, "bench_train.json")
 
 
 # ---------------------------------------------------------------------------- main

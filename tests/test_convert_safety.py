@@ -22,23 +22,24 @@ def snapshot(folder):
     return out
 
 
-@pytest.fixture
-def voc(tmp_path):
-    """A copy of examples/data/voc-mini and its snapshot (checked unchanged at teardown)."""
-    root = tmp_path / "voc"
-    shutil.copytree(VOC_MINI, root)
+def _guarded_copy(src, root):
+    """A copy of ``src`` at ``root``, checked unchanged (bytes and mtimes) at teardown."""
+    shutil.copytree(src, root)
     before = snapshot(root)
     yield root
     assert snapshot(root) == before, "the source was modified"
+
+
+@pytest.fixture
+def voc(tmp_path):
+    """A copy of examples/data/voc-mini, checked unchanged at teardown."""
+    yield from _guarded_copy(VOC_MINI, tmp_path / "voc")
 
 
 @pytest.fixture
 def coco(tmp_path):
-    root = tmp_path / "coco"
-    shutil.copytree(COCO_MINI, root)
-    before = snapshot(root)
-    yield root
-    assert snapshot(root) == before, "the source was modified"
+    """A copy of examples/data/coco-mini, checked unchanged at teardown."""
+    yield from _guarded_copy(COCO_MINI, tmp_path / "coco")
 
 
 def _err(capsys):
