@@ -46,7 +46,10 @@ def read_coco(annotations_file, image_root, *, skip_empty=False, include_iscrowd
             (``class_names`` / ``category_ids`` stay in ascending id order; writers refuse it).
         on_error: ``"raise"`` or ``"skip"`` (see DESIGN.md "Bad input"). A bad box is dropped,
             an image whose file is missing or unsafe is dropped; both are listed in ``skipped``.
-            A file that is not JSON or not COCO always raises.
+            A file that is not JSON or not COCO always raises, and so does a category id
+            defined twice. A category or ``images`` entry that is not an object, or whose id
+            is not a non-negative int64 (or an image whose width / height is not a number),
+            is a fault that drops it (and, for a category, its boxes).
         check_images: check that each image file exists (one directory listing per folder).
 
     Returns:
@@ -64,6 +67,7 @@ def read_coco(annotations_file, image_root, *, skip_empty=False, include_iscrowd
     file = os.fspath(annotations_file)
     sink = ErrorSink(on_error, "read_coco")
     data = _load_json(file)
+    data["categories"] = _check_categories(data["categories"], file, sink)
     coco = _index(data, file)
     cat_ids, names, selected = _categories(coco, categories, file)
     images = _images(data["images"], real_dir(image_root), file, sink, check_images)
@@ -100,6 +104,28 @@ def _load_json(file):
     if not isinstance(data["annotations"], list):
         raise DatasetError(file, "'annotations' is not a list")
     return data
+
+
+def _check_categories(entries, file, sink):
+    """The valid category entries. An entry that is not an object or whose ``id`` is not a
+    non-negative int64 is a fault (skipped under ``on_error="skip"``; its boxes then fault as
+    unknown categories). An id defined twice always raises: which name is meant is unknown."""
+    kept, names = [], {}
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            sink.fault(file, f"categories entry #{i} is not an object: {entry!r:.60}")
+            continue
+        cat_id = entry.get("id")
+        if not _is_id(cat_id):
+            sink.fault(file, f"categories entry #{i}: 'id' is {cat_id!r:.40}, "
+                             "not a non-negative int64")
+            continue
+        if cat_id in names:
+            raise DatasetError(file, f"category id {cat_id} is defined twice "
+                                     f"({names[cat_id]!r} and {entry.get('name')!r})")
+        names[cat_id] = entry.get("name")
+        kept.append(entry)
+    return kept
 
 
 def _index(data, file):
@@ -145,10 +171,14 @@ def _images(entries, root, file, sink, check_images):
     index = FileIndex()
     seen = set()
     kept = []
-    for entry in entries:
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            sink.fault(file, f"images entry #{i} is not an object: {entry!r:.60}")
+            continue
         image_id, name = entry.get("id"), entry.get("file_name")
-        if not isinstance(image_id, int) or not isinstance(name, str):
-            sink.fault(file, f"image entry {entry!r:.80} lacks an int 'id' or a 'file_name'")
+        if not _is_id(image_id) or not isinstance(name, str):
+            sink.fault(file, f"image entry {entry!r:.80} lacks a non-negative int64 'id' "
+                             "or a 'file_name'")
             continue
         if image_id in seen:
             sink.fault(file, f"duplicate image id {image_id}")
@@ -160,7 +190,13 @@ def _images(entries, root, file, sink, check_images):
         if check_images and not index.exists(path):
             sink.fault(path, f"image file not found (image id {image_id} in {file})")
             continue
-        width, height = int(entry.get("width") or 0), int(entry.get("height") or 0)
+        size = [entry.get(key) or 0 for key in ("width", "height")]
+        bad = [key for key, v in zip(("width", "height"), size) if not _is_size(v)]
+        if bad:
+            sink.fault(file, f"image id {image_id}: {bad[0]!r} is {entry[bad[0]]!r:.40}, "
+                             "not a non-negative number")
+            continue
+        width, height = int(size[0]), int(size[1])
         if (width <= 0 or height <= 0) and os.path.exists(path):
             try:
                 width, height = header_size(path)
@@ -196,11 +232,15 @@ def _annotations(anns, file, sink):
 def _columns(anns):
     """Raises on any malformed entry, including a 0/1 flag (iscrowd, difficult, truncated) > 1."""
     n = len(anns)
+    image_ids, cat_ids = [a["image_id"] for a in anns], [a["category_id"] for a in anns]
+    ann_ids = [a.get("id", -1) for a in anns]
+    if not set(map(type, image_ids + cat_ids + ann_ids)) <= {int}:  # numpy takes "1" or 1.5
+        raise TypeError("an id is not an int")
     table = {
-        "image_id": np.fromiter((a["image_id"] for a in anns), np.int64, n),
-        "category_id": np.fromiter((a["category_id"] for a in anns), np.int64, n),
+        "image_id": np.fromiter(image_ids, np.int64, n),
+        "category_id": np.fromiter(cat_ids, np.int64, n),
         "xywh": np.array([a["bbox"] for a in anns], dtype=np.float64).reshape(-1, 4),
-        "ann_id": np.fromiter((a.get("id", -1) for a in anns), np.int64, n),
+        "ann_id": np.fromiter(ann_ids, np.int64, n),
         "iscrowd": np.fromiter((a.get("iscrowd", 0) for a in anns), np.uint8, n),
         "pos": np.arange(n),
     }
@@ -214,6 +254,11 @@ def _columns(anns):
 
 def _is_id(value):
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
+
+
+def _is_size(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and 0 <= value < 2**31
 
 
 def _annotation_ok(a, i, file, sink):

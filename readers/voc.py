@@ -42,8 +42,12 @@ def read_voc(root, split="trainval", classes=None, *, skip_difficult=False, on_e
 
     Args:
         root: the VOC folder (e.g. ``VOCdevkit/VOC2012``).
-        split: ids are read from ``ImageSets/Main/<split>.txt`` (first token a line); when that
-            file does not exist, every ``Annotations/*.xml`` is read, in sorted order.
+        split: ids are read from ``ImageSets/Main/<split>.txt`` (first token a line, or the
+            whole line where ``Annotations/<line>.xml`` exists, so ids with inner spaces work);
+            when that file does not exist, every ``Annotations/*.xml`` is read, in sorted
+            order. An id listed twice is a fault: DatasetError, or under ``on_error="skip"``
+            one record and the repeat listed in ``skipped``. A split file that is not UTF-8
+            always raises.
         classes: None for the 20 standard classes (``VOC_CLASSES``), a list of names, or
             ``"discover"`` for the sorted union of the names in the files. Label ``i`` is
             ``classes[i]``; an object of another class is a fault.
@@ -65,7 +69,7 @@ def read_voc(root, split="trainval", classes=None, *, skip_difficult=False, on_e
     """
     root = real_dir(root)
     sink = ErrorSink(on_error, "read_voc")
-    parsed = _parse_all(root, _list_ids(root, split), sink, check_images, progress)
+    parsed = _parse_all(root, _list_ids(root, split, sink), sink, check_images, progress)
     if classes == "discover":
         classes = sorted({o[0] for p in parsed for o in p["objects"] if o[4] is None})
     names = list(VOC_CLASSES if classes is None else classes)
@@ -75,11 +79,32 @@ def read_voc(root, split="trainval", classes=None, *, skip_difficult=False, on_e
     return dataset
 
 
-def _list_ids(root, split):
+def _list_ids(root, split, sink):
+    """The ids of a split file: a line is an id, or an id and a per-class flag (``id -1``);
+    a whole line that names an annotation file is that id (ids with spaces round-trip). An id
+    listed twice is a fault (the second listing is skipped under ``on_error="skip"``)."""
     split_file = os.path.join(root, "ImageSets", "Main", f"{split}.txt")
     if os.path.isfile(split_file):
-        with open(split_file, encoding="utf-8") as f:
-            return [line.split()[0] for line in f if line.strip()]
+        try:
+            with open(split_file, "rb") as f:
+                text = f.read().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DatasetError(split_file, f"split file is not UTF-8 text ({exc})") from None
+        lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        index, ids, first = FileIndex(), [], {}
+        for number, line in enumerate(lines, 1):
+            line = line.strip()
+            if not line:
+                continue
+            whole = resolve_under(os.path.join(root, "Annotations"), line + ".xml")
+            image_id = line if whole and index.exists(whole) else line.split()[0]
+            if image_id in first:
+                sink.fault(split_file, f"line {number}: id {image_id!r} is listed twice "
+                                       f"(first on line {first[image_id]})")
+                continue
+            first[image_id] = number
+            ids.append(image_id)
+        return ids
     folder = os.path.join(root, "Annotations")
     if not os.path.isdir(folder):
         raise DatasetError(root, f"no {split_file} and no Annotations/ folder: not a VOC tree")

@@ -220,6 +220,10 @@ def write_voc(dataset, root, *, split="trainval", link=False, progress=None,
             os.makedirs(os.path.join(root, folder), exist_ok=True)
     for k, record in enumerate(dataset.records):
         stem = _voc_stem(record, base)
+        if not stem or stem != stem.strip() or "\n" in stem or "\r" in stem:
+            raise DatasetError(record.path, f"VOC id {stem!r} is empty, has a line break, or "
+                                            "starts or ends with whitespace: a split file "
+                                            "line cannot hold it; rename the image")
         if stem in stems:
             raise DatasetError(record.path, f"VOC id {stem!r} is also the id of {stems[stem]}")
         stems[stem] = record.path
@@ -234,7 +238,8 @@ def write_voc(dataset, root, *, split="trainval", link=False, progress=None,
         if progress is not None:
             progress(k + 1, len(dataset))
     if not dry_run:
-        with open(os.path.join(root, "ImageSets", "Main", f"{split}.txt"), "w") as f:
+        with open(os.path.join(root, "ImageSets", "Main", f"{split}.txt"), "w",
+                  encoding="utf-8") as f:
             f.writelines(s + "\n" for s in stems)
         # VOC files carry no class list; this sidecar lets detaug-convert read the tree back
         # with the same classes in the same order (read_voc(root, classes=<its lines>)).
@@ -373,7 +378,7 @@ def write_yolo(dataset, root, *, split=None, link=False, progress=None,
             place_image(record.path, os.path.join(images, rel), link)
             label_file = os.path.join(labels, os.path.splitext(rel)[0] + ".txt")
             os.makedirs(os.path.dirname(label_file), exist_ok=True)
-            with open(label_file, "w") as f:
+            with open(label_file, "w", encoding="utf-8") as f:
                 f.writelines(lines)
         if record.image_id is not None and str(record.image_id) != os.path.splitext(rel)[0]:
             report.count("image ids (YOLO keeps only file names)", 1)

@@ -29,7 +29,10 @@ def read_yolo(root, classes_file=None, *, split=None, classes=None, on_error="ra
         split: sub-folder of ``images/`` and ``labels/`` to read (e.g. ``"train"``).
         classes: the class names, given directly (overrides the files).
         on_error: ``"raise"`` or ``"skip"``: a bad line drops that box; an unreadable image
-            header or a label file with no image is a fault of that file.
+            header or a label file with no image is a fault of that file; a label file that
+            is not UTF-8 is a fault that drops its image; images sharing a stem (``b.jpg``,
+            ``b.png``, which would share ``labels/b.txt``) are each a fault naming the others,
+            and are dropped. A class list that is not UTF-8 always raises.
         progress: optional ``callable(done, total)`` called after each image.
 
     Returns:
@@ -44,7 +47,8 @@ def read_yolo(root, classes_file=None, *, split=None, classes=None, on_error="ra
         raise DatasetError(root, f"no images folder {images}")
     names = list(classes) if classes is not None else _class_names(root, classes_file)
     sink = ErrorSink(on_error, "read_yolo")
-    rels = _relative_images(images)
+    all_rels = _relative_images(images)
+    rels = _same_stem(all_rels, images, labels, sink)
     dataset = Dataset([], names, root=root)
     for done, rel in enumerate(rels, 1):
         record = _record(images, labels, rel, len(names), sink, dataset)
@@ -52,7 +56,7 @@ def read_yolo(root, classes_file=None, *, split=None, classes=None, on_error="ra
             dataset.records.append(record)
         if progress is not None:
             progress(done, len(rels))
-    _orphans(labels, rels, sink)
+    _orphans(labels, all_rels, sink)
     dataset.skipped = sink.finish()
     return dataset
 
@@ -60,14 +64,38 @@ def read_yolo(root, classes_file=None, *, split=None, classes=None, on_error="ra
 def _class_names(root, classes_file):
     path = classes_file or os.path.join(root, "classes.txt")
     if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            return [line.strip() for line in f if line.strip()]
-    if classes_file is None and os.path.isfile(os.path.join(root, "data.yaml")):
-        with open(os.path.join(root, "data.yaml"), encoding="utf-8") as f:
-            names = yaml_names(f.read())
+        return [line.strip() for line in read_text(path).splitlines() if line.strip()]
+    yaml = os.path.join(root, "data.yaml")
+    if classes_file is None and os.path.isfile(yaml):
+        names = yaml_names(read_text(yaml))
         if names:
             return names
     raise DatasetError(path, "class list not found (need classes.txt or data.yaml 'names')")
+
+
+def read_text(path) -> str:
+    """The file as UTF-8 text; DatasetError naming the file when it is not."""
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DatasetError(path, f"not UTF-8 text ({exc})") from None
+
+
+def _same_stem(rels, images, labels, sink):
+    """Drop images that share a stem (``b.jpg``, ``b.png``): they would share one label file,
+    so which image its boxes belong to is unknown. Each is a fault naming the others."""
+    by_stem = {}
+    for rel in rels:
+        by_stem.setdefault(os.path.splitext(rel)[0], []).append(rel)
+    shared = {stem: group for stem, group in by_stem.items() if len(group) > 1}
+    for stem, group in shared.items():
+        for rel in group:
+            others = ", ".join(os.path.join(images, r) for r in group if r != rel)
+            sink.fault(os.path.join(images, rel),
+                       f"shares the stem {stem!r} with {others}: both would read "
+                       f"{_label_path(labels, rel)}; rename one")
+    return [rel for rel in rels if os.path.splitext(rel)[0] not in shared]
 
 
 def yaml_names(text: str):
@@ -117,7 +145,11 @@ def _record(images, labels, rel, num_classes, sink, dataset):
     except DatasetError as exc:
         sink.fault(exc.file, exc.reason)
         return None
-    rows = _read_lines(label_file, num_classes, sink)
+    try:
+        rows = _read_lines(label_file, num_classes, sink)
+    except DatasetError as exc:  # a label file that is not text: the image's boxes are unknown
+        sink.fault(exc.file, exc.reason + f"; image {path} dropped")
+        return None
     cls = np.array([r[0] for r in rows], dtype=np.int64)
     norm = np.array([r[1] for r in rows], dtype=np.float64).reshape(-1, 4)
     centre, half = norm[:, :2] * (width, height), norm[:, 2:] / 2 * (width, height)
@@ -135,23 +167,22 @@ def _read_lines(label_file, num_classes, sink):
     if not os.path.isfile(label_file):
         return []
     rows = []
-    with open(label_file, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            parts = line.split()
-            if not parts:
-                continue
-            try:
-                if len(parts) != 5:
-                    raise ValueError(f"expected 5 values 'class cx cy w h', got {len(parts)}")
-                cls, values = int(parts[0]), [float(v) for v in parts[1:]]
-            except ValueError as exc:
-                sink.fault(label_file, f"line {number}: {exc}")
-                continue
-            if not 0 <= cls < num_classes:
-                sink.fault(label_file, f"line {number}: unknown class {cls} "
-                                       f"(the class list has {num_classes})")
-                continue
-            rows.append((cls, values, number))
+    for number, line in enumerate(read_text(label_file).split("\n"), 1):
+        parts = line.split()
+        if not parts:
+            continue
+        try:
+            if len(parts) != 5:
+                raise ValueError(f"expected 5 values 'class cx cy w h', got {len(parts)}")
+            cls, values = int(parts[0]), [float(v) for v in parts[1:]]
+        except ValueError as exc:
+            sink.fault(label_file, f"line {number}: {exc}")
+            continue
+        if not 0 <= cls < num_classes:
+            sink.fault(label_file, f"line {number}: unknown class {cls} "
+                                   f"(the class list has {num_classes})")
+            continue
+        rows.append((cls, values, number))
     return rows
 
 
