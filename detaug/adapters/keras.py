@@ -4,10 +4,19 @@ keras is imported on first use of :class:`DetaugSequence` (a module ``__getattr_
 class then), never by ``import detaug`` or by importing this module. Set ``KERAS_BACKEND``
 before that first use (there is no default without TensorFlow).
 
-``seq[i]`` is batch ``i`` of the sequence's current epoch, computed on its own with
-``pipeline.run_batch(i, epoch=seq.epoch)``: any order, any thread, the same ``i`` gives the same
-batch within an epoch (every random draw is keyed by seed, op, epoch and the record's index,
-DESIGN.md "Randomness"). ``on_epoch_end`` moves to the next epoch: a new shuffle and new draws.
+``seq[i]`` is batch ``i`` of the epoch ``seq.epoch`` holds when it is called, computed on its
+own with ``pipeline.run_batch(i, epoch=seq.epoch)``: any order, any thread, the same ``i`` gives
+the same batch within an epoch (every random draw is keyed by seed, op, epoch and the record's
+index, DESIGN.md "Randomness"). ``on_epoch_end`` moves to the next epoch: a new shuffle and new
+draws. ``seq.get_batch(i, epoch=e)`` is batch ``i`` of any epoch ``e``.
+
+Thread workers (``workers=N``, ``use_multiprocessing=False``) are the sequence's own, not Keras':
+Keras 3's enqueuer keeps the batches it fetched but did not hand out (after ``fit`` peeks at one
+batch to build the model, or a run stopped early) and hands them out first in the next epoch, so
+with its workers ``fit`` trained on batches of the wrong epoch, in another order than with one
+worker. The sequence therefore reports ``workers == 1`` to Keras (``seq[i]`` called in Keras'
+order, ``on_epoch_end`` between epochs, nothing carried over) and computes the next ``N - 1``
+batches of the epoch ahead in its own threads, keyed by (epoch, index).
 
 Thread safety (Keras' ``workers=N`` with threads): ``Pipeline.run_batch`` keeps no per-call state
 on the pipeline for a CPU pipeline once its executor exists, so CPU batches run concurrently
@@ -125,15 +134,65 @@ def _map_arrays(fn, tree):
     return fn(tree)
 
 
+def _flat_names(named: dict) -> dict:
+    """Every name a selection may use: each output's name, and for an output that is a dict of
+    arrays (padded boxes) ``"<output>.<field>"`` and, where no other output has it, the bare
+    field name (``"boxes"``, ``"labels"``, ``"counts"``, ...)."""
+    flat, bare = {}, {}
+    for name, v in named.items():
+        flat[name] = v
+        if isinstance(v, dict):
+            for k, a in v.items():
+                flat[f"{name}.{k}"] = a
+                bare.setdefault(k, []).append(a)
+    for k, values in bare.items():
+        if k not in flat and len(values) == 1:
+            flat[k] = values[0]
+    return flat
+
+
+def select(named: dict, spec, what: str):
+    """The part of one batch that ``spec`` names: a name -> that array (or dict), a tuple or list
+    of names -> a tuple, a dict ``{keras_name: name}`` -> a dict, a callable -> ``spec(named)``.
+    An unknown name raises ValueError listing the available ones."""
+    if callable(spec):
+        return spec(named)
+    flat = _flat_names(named)
+
+    def one(n):
+        if not isinstance(n, str):
+            raise TypeError(f"{what}: a selection is a name, a tuple or dict of names or a "
+                            f"callable, not {type(n).__name__}")
+        if n not in flat:
+            raise ValueError(f"{what}={n!r} is not an output of this pipeline; available: "
+                             f"{sorted(flat)}")
+        return flat[n]
+
+    if isinstance(spec, dict):
+        return {k: one(v) for k, v in spec.items()}
+    if isinstance(spec, (tuple, list)):
+        return tuple(one(v) for v in spec)
+    return one(spec)
+
+
 # ---- the sequence ------------------------------------------------------------------------------
 class _SequenceMixin:
     """The body of DetaugSequence; combined with ``keras.utils.PyDataset`` on first use."""
 
-    def __init__(self, pipeline, *, output_map=("images", "targets"), targets_format="tuple",
-                 max_boxes=None, max_batches=None, epochs_shuffle=True, backend_tensors=False,
-                 workers=1, use_multiprocessing=False, max_queue_size=10):
+    def __init__(self, pipeline, *, x=None, y=None, output_map=("images", "targets"),
+                 targets_format="tuple", max_boxes=None, max_batches=None, epochs_shuffle=True,
+                 backend_tensors=False, workers=1, use_multiprocessing=False, max_queue_size=10):
         super().__init__(workers=workers, use_multiprocessing=use_multiprocessing,
                          max_queue_size=max_queue_size)
+        self.x, self.y = x, y
+        # threads: Keras sees one worker (it calls seq[i] in order, on_epoch_end between epochs,
+        # nothing carried over); the sequence computes the next batches of the epoch in its own
+        # threads (see the class docstring)
+        self._ahead_n = int(workers) - 1 if (int(workers) > 1 and not use_multiprocessing) else 0
+        self._ahead = {}
+        self._ahead_lock = threading.Lock()
+        self._ahead_pool = None
+        self._last = None
         pipeline.build()
         self.output_map = tuple(output_map)
         if len(set(self.output_map)) != len(self.output_map):
@@ -188,40 +247,110 @@ class _SequenceMixin:
             self._lock = threading.Lock()
         return self._pipe
 
+    @property
+    def workers(self):
+        """What Keras reads: 1 when the sequence runs its own thread workers (``workers=N``
+        with threads), so that Keras' enqueuer never carries batches across an epoch end."""
+        return 1 if getattr(self, "_ahead_n", 0) else self._workers
+
+    @workers.setter
+    def workers(self, value):
+        self._workers = value
+
+    @property
+    def thread_workers(self) -> int:
+        """Threads of this sequence (``workers`` when threads were asked for, else 0)."""
+        return self._ahead_n + 1 if self._ahead_n else 0
+
     def __getitem__(self, index):
-        """Batch ``index`` of the current epoch as ``(x, y)``.
+        """Batch ``index`` of epoch ``self.epoch`` (read at this call) as ``(x, y)``:
+        ``get_batch(index, self.epoch)``.
 
         Returns NumPy arrays (or backend tensors with ``backend_tensors=True``). Each batch is a
         fresh copy on the host, not shared with the pipeline: it stays valid indefinitely.
         """
+        index = self._check_index(index)
+        epoch = self.epoch
+        with self._ahead_lock:
+            fut = self._ahead.pop((epoch, index), None)
+        xy = fut.result() if fut is not None else self.get_batch(index, epoch)
+        if self._ahead_n:
+            self._look_ahead(index, epoch)
+        return xy
+
+    def _check_index(self, index) -> int:
         index = int(index)
         if index < 0:
             index += self._length
         if not 0 <= index < self._length:
             raise IndexError(f"batch {index} out of range (0..{self._length - 1})")
-        named = batch_to_numpy(self._run(index), self.output_map, max_boxes=self.max_boxes)
-        xy = split_xy(named, self.output_map, self.targets_format)
+        return index
+
+    def get_batch(self, index, epoch=None):
+        """Batch ``index`` of ``epoch`` (default ``self.epoch``) as Keras gets it: the selection
+        of ``pipeline.run_batch(index, epoch=epoch)``'s outputs. Any order, any thread."""
+        index = self._check_index(index)
+        epoch = self.epoch if epoch is None else int(epoch)
+        named = batch_to_numpy(self._run(index, epoch), self.output_map,
+                               max_boxes=self.max_boxes)
+        xy = self._xy(named)
         if self.backend_tensors:
             import keras
 
             xy = _map_arrays(keras.ops.convert_to_tensor, xy)
         return xy
 
-    def _run(self, index):
-        """The pipeline's outputs for ``index``, after the batch's device work has completed."""
+    def _xy(self, named):
+        if self.x is None and self.y is None:
+            return split_xy(named, self.output_map, self.targets_format)
+        xs = select(named, self.output_map[0] if self.x is None else self.x, "x")
+        if self.y is None:
+            rest = [n for n in self.output_map if n != (self.x if isinstance(self.x, str)
+                                                         else self.output_map[0])]
+            if not rest:
+                return (xs,)
+            return xs, (named[rest[0]] if len(rest) == 1 else
+                        {k: named[k] for k in rest} if self.targets_format == "dict" else
+                        tuple(named[k] for k in rest))
+        return xs, select(named, self.y, "y")
+
+    def _look_ahead(self, index, epoch):
+        """After batch ``index`` of ``epoch``, compute the next ``workers - 1`` batches of that
+        epoch in this sequence's threads, when the batches are asked for in order (Keras'
+        ``fit(shuffle=False)``); a batch computed ahead is keyed by its epoch and index, so it
+        is only ever handed out as that batch of that epoch."""
+        sequential = self._last is None or index in (0, self._last[1] + 1)
+        self._last = (epoch, index)
+        if not sequential:
+            return
+        import concurrent.futures as cf
+
+        with self._ahead_lock:
+            if self._ahead_pool is None:
+                self._ahead_pool = cf.ThreadPoolExecutor(self._ahead_n,
+                                                         thread_name_prefix="detaug-keras")
+            for key in [k for k in self._ahead if k[0] != epoch or k[1] <= index]:
+                self._ahead.pop(key).cancel()
+            for j in range(index + 1, min(index + 1 + self._ahead_n, self._length)):
+                if (epoch, j) not in self._ahead:
+                    self._ahead[(epoch, j)] = self._ahead_pool.submit(self.get_batch, j, epoch)
+
+    def _run(self, index, epoch):
+        """The pipeline's outputs for batch ``index`` of ``epoch``, after the batch's device work
+        has completed."""
         pipe = self.pipeline
         if not self._device:
             if self._warm:
-                return pipe.run_batch(index, epoch=self.epoch)
+                return pipe.run_batch(index, epoch=epoch)
             with self._lock:  # the first batch creates the pipeline's executor
-                outs = pipe.run_batch(index, epoch=self.epoch)
+                outs = pipe.run_batch(index, epoch=epoch)
                 self._warm = True
             return outs
         import cupy
 
         with cupy.cuda.Device(self._device_id):  # the current device is per thread
             with self._lock:
-                outs = pipe.run_batch(index, epoch=self.epoch)
+                outs = pipe.run_batch(index, epoch=epoch)
                 event = pipe.last_event
             if event is not None:
                 event.synchronize()
@@ -233,13 +362,22 @@ class _SequenceMixin:
         first epoch it trains on is the pipeline's current epoch + 1."""
         if self.epochs_shuffle:
             self.epoch += 1
+        with self._ahead_lock:
+            for key in [k for k in self._ahead if k[0] != self.epoch]:
+                self._ahead.pop(key).cancel()
+        self._last = None
 
     def __getstate__(self):  # pickled for spawned worker processes: no pipeline, no lock
         if self._blob is None:
             raise TypeError("pickling a DetaugSequence needs use_multiprocessing=True")
         state = dict(self.__dict__)
-        state.update(_pipe=None, _lock=None, _pid=None)
+        state.update(_pipe=None, _lock=None, _pid=None, _ahead={}, _ahead_lock=None,
+                     _ahead_pool=None)
         return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._ahead_lock = threading.Lock()
 
 
 _CLASS = None
@@ -271,10 +409,40 @@ def _sequence_class():
                     augmentation draws); False keeps every epoch identical (validation data).
                 backend_tensors: return tensors of the Keras backend
                     (``keras.ops.convert_to_tensor``) instead of NumPy arrays.
-                workers, use_multiprocessing, max_queue_size: Keras' PyDataset parallelism.
+                x, y: what a batch hands Keras, chosen by name (None: the default below).
+                    A name gives that array (or dict of arrays), a tuple of names a tuple, a dict
+                    ``{keras_name: name}`` a dict (to match a model's named outputs), a callable
+                    ``f(outputs)`` whatever it returns (``outputs``: ``{name: value}``, as
+                    below). Names: each ``output_map`` name; for a box output, its fields as
+                    ``"<output>.<field>"`` and, when no other output has that field, bare
+                    (``"boxes"``, ``"labels"``, ``"counts"``, ``"difficult"``, ...). The rest is
+                    dropped. An unknown name raises ValueError listing the available names.
+                    E.g. ``x="images", y="boxes"`` for a model with one ``boxes`` output, or
+                    ``y=("boxes", "labels")``.
+                    Default (both None): x is the first output; y the single other output (for
+                    boxes: the dict ``{'boxes', 'labels', <fields>, 'counts'}``), or a tuple /
+                    dict (``targets_format``) of the others; ``(x,)`` with a single output. With
+                    only ``x`` given, y is that default over the outputs other than the first.
+                workers: with threads (``use_multiprocessing=False``), N > 1 computes up to
+                    N - 1 batches ahead in the sequence's own threads (Keras sees 1 worker; see
+                    "Epochs" below). Look-ahead follows batches asked for in order: use
+                    ``fit(..., shuffle=False)`` (the reader already shuffles records every epoch;
+                    Keras' ``shuffle`` only reorders whole batches, and then nothing is computed
+                    ahead). With ``use_multiprocessing=True``: Keras' process workers.
+                use_multiprocessing, max_queue_size: Keras' PyDataset parallelism.
 
-            ``epoch`` is the epoch that ``seq[i]`` reads (settable, e.g. to resume); it starts at
-            the pipeline's current epoch. Batches are fresh NumPy copies, valid indefinitely.
+            Epochs: ``epoch`` is the epoch that ``seq[i]`` reads, at the moment of the call
+            (settable, e.g. to resume); it starts at the pipeline's current epoch and
+            ``on_epoch_end`` adds one (unless ``epochs_shuffle=False``). ``seq[i]`` is exactly
+            ``pipeline.run_batch(i, epoch=seq.epoch)`` converted, also for a batch computed
+            ahead: that one is keyed by the epoch it was computed for and is handed out only as
+            that batch of that epoch; ``on_epoch_end`` drops the others. So ``fit`` trains epoch
+            k (counting from 1) on ``get_batch(i, epoch=start + k)`` for every ``i``, in Keras'
+            order, whatever ``workers`` is (``start``: the pipeline's epoch when the sequence
+            was made; ``fit`` calls ``on_epoch_end`` once after peeking at one batch).
+            With ``use_multiprocessing=True`` Keras' enqueuer decides what crosses an epoch end:
+            its first epoch may start with batches of the peek's epoch.
+            Batches are fresh NumPy copies, valid indefinitely.
             """
 
         DetaugSequence.__qualname__ = "DetaugSequence"  # picklable by reference (spawn)
