@@ -136,7 +136,9 @@ def _parse_file(xml_path, image_id, images, parser, index, check_images):
     """Parse one annotation file; raise DatasetError for a fault of the whole file."""
     try:
         ann = etree.parse(xml_path, parser).getroot()
-    except OSError:
+    except OSError as exc:  # lxml also raises OSError for bytes invalid in the encoding
+        if os.path.isfile(xml_path):
+            raise DatasetError(xml_path, f"malformed XML ({exc})") from None
         raise DatasetError(xml_path, "annotation file not found") from None
     except etree.XMLSyntaxError as exc:
         raise DatasetError(xml_path, f"malformed XML ({exc})") from None
@@ -197,7 +199,7 @@ def _size(ann, key="width"):
     text = ann.findtext(f"size/{key}")
     try:
         return int(float(text)) if text and text.strip() else 0
-    except ValueError:
+    except (ValueError, OverflowError):  # "abc", "inf", "1e400"
         return 0  # unreadable size: fall back to the image header
 
 

@@ -181,6 +181,25 @@ def test_voc_split_file_not_utf8(tmp_path):
         assert err.value.file == split
 
 
+@pytest.mark.parametrize("width", ["inf", "1e400", "nan", "wide"])
+def test_voc_unreadable_size_falls_back_to_the_image_header(tmp_path, width):
+    root = write_voc(tmp_path / "voc", {"a": voc_xml("a.jpg", (width, 80), [("dog", 1, 1, 9, 9)])})
+    ds = read_voc(root)
+    assert (ds[0].width, ds[0].height) == (100, 80) and ds[0].num_boxes == 1
+
+
+def test_voc_annotation_not_utf8_is_named(tmp_path):
+    root = _voc(tmp_path)
+    xml = os.path.join(root, "Annotations", "b.xml")
+    with open(xml, "wb") as f:
+        f.write(b"<annotation><filename>b.jpg</filename><folder>\xff\xfe</folder></annotation>")
+    with pytest.raises(DatasetError, match="malformed XML") as err:
+        read_voc(root)
+    assert err.value.file == os.path.realpath(xml)
+    with pytest.warns(UserWarning, match="skipped 1"):
+        assert [r.image_id for r in read_voc(root, on_error="skip")] == ["a"]
+
+
 # --- YOLO ---------------------------------------------------------------------------------------
 
 def _yolo(tmp_path, labels):
