@@ -51,6 +51,45 @@ def gpu_available() -> bool:
         return False
 
 
+class DeviceUnavailableError(RuntimeError):
+    """A pipeline places ops on the GPU where there is none (or cupy / nvImageCodec is missing);
+    raised by ``Pipeline.build()`` before any process starts, with one line saying what to do."""
+
+
+def gpu_missing(nvimgcodec: bool = False) -> str | None:
+    """What stops GPU ops from running here, in words (None when nothing does): cupy not
+    installed or not importing, no visible GPU, or (with ``nvimgcodec``) nvImageCodec missing."""
+    import importlib.util
+
+    try:
+        if importlib.util.find_spec("cupy") is None:
+            return "cupy is not installed"
+    except (ImportError, ValueError):
+        return "cupy is not installed"
+    try:
+        import cupy
+
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:
+        return f"cupy finds no usable GPU ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+    if n <= 0:
+        return "cupy finds no GPU"
+    if nvimgcodec:
+        try:
+            ok = importlib.util.find_spec("nvidia.nvimgcodec") is not None
+        except (ImportError, ValueError):
+            ok = False
+        if not ok:
+            return "nvImageCodec (nvidia-nvimgcodec) is not installed"
+    return None
+
+
+def resolve_auto_device(gpu_device: str) -> str:
+    """``device='auto'``: ``gpu_device`` ('mixed' or 'gpu') where a GPU and cupy (and, for
+    'mixed', nvImageCodec) are present, else 'cpu'."""
+    return gpu_device if gpu_missing(nvimgcodec=gpu_device == "mixed") is None else "cpu"
+
+
 class _PinnedRing:
     """Reusable page-locked staging buffers for host-to-device copies.
 

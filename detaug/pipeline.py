@@ -4,6 +4,7 @@ from __future__ import annotations
 import collections
 import functools
 import inspect
+import logging
 import os
 import pickle
 import threading
@@ -28,6 +29,7 @@ MAX_DEVICE_WORKERS = 6  # default device_workers: min(prefetch depth, this)
 
 
 class Pipeline:
+    device_summary = None  # after build(): where the pipeline runs, in one line
     """A graph of ops producing batches.
 
     Args:
@@ -145,6 +147,8 @@ class Pipeline:
         self.has_device_stage = bool(self._device_ops)
         self._mixed_decode = any(op.schema.name == "decoders.image" and op.device == "mixed"
                                  for op in self._device_ops)
+        if self.has_device_stage:
+            self._check_gpu()
         if self._mixed_decode:
             self._start_decode_service()
         if self._batches_per_launch_arg is None and self.has_device_stage and self._driver.size is not None:
@@ -162,7 +166,36 @@ class Pipeline:
             self._streams = [cp.cuda.Stream(non_blocking=True) for _ in range(self.device_workers)]
             self._stream = self._streams[0]
         self._built = True
+        self.device_summary = self._summarize_devices()
+        logging.getLogger("detaug").info("pipeline built: %s", self.device_summary)
         return self
+
+    def _check_gpu(self):
+        """Before anything starts: GPU ops where cupy (or nvImageCodec, for a GPU decoder) is
+        missing or no GPU is visible raise one line saying what is missing and what to do."""
+        from .backend import DeviceUnavailableError, gpu_missing
+
+        missing = gpu_missing(nvimgcodec=self._mixed_decode)
+        if missing is None:
+            return
+        if self._mixed_decode:
+            what, drop = "decodes on the GPU (device='mixed')", "device='mixed' (or use device='auto')"
+        else:
+            names = ", ".join(op.name for op in self._device_ops if not op.schema.name.startswith("_"))
+            what, drop = f"runs ops on the GPU ({names or '.gpu() uploads'})", "device='gpu' and .gpu()"
+        raise DeviceUnavailableError(f"this pipeline {what} but {missing}: pip install '.[gpu]', "
+                                     f"or drop {drop} to run on the CPU")
+
+    def _summarize_devices(self) -> str:
+        """Where the pipeline runs, in one line (``pipe.device_summary``)."""
+        user = lambda ops: [op for op in ops if not op.schema.name.startswith("_")]
+        n_host, n_dev = len(user(self._host_ops)), len(user(self._device_ops))
+        if not self.has_device_stage:
+            return f"cpu: all {n_host} ops on the CPU (no GPU stage)"
+        procs = len(self._decode_service.workers) if self._decode_service is not None else 0
+        dec = (f"decode on the GPU (nvImageCodec, {procs} decode processes)" if self._mixed_decode
+               else "decode on the CPU")
+        return f"gpu {self.device_id or 0}: {dec}, {n_dev} ops on the GPU, {n_host} on the CPU"
 
     def _start_decode_service(self):
         from . import decode_proc

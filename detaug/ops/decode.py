@@ -2,6 +2,13 @@
 
 EXIF orientation is never applied (boxes refer to the stored pixel grid), on either backend. A
 decoded size that differs from the annotated size is an error naming the file.
+
+Resource limit (CPU decode): an image whose header declares more than ``MAX_PIXELS`` pixels
+(width x height) is refused before any pixel is decoded (a PNG bomb declaring 30,000 x 30,000
+is a few kB on disk and 2.7 GB decoded): a SampleError naming the file and the limit, or a
+counted skip under ``on_error="skip"``. Set ``detaug.ops.decode.MAX_PIXELS`` (``None``: no
+limit of ours). Pillow keeps its own hard limit, ``2 * PIL.Image.MAX_IMAGE_PIXELS``
+(178,956,970 by default): to decode larger images raise both.
 """
 from __future__ import annotations
 
@@ -14,6 +21,8 @@ from ..executor import SampleError
 from .registry import register
 from .sources import EncodedBatch
 
+MAX_PIXELS = 178_956_970  # width x height; see the module docstring
+
 _MODES = {"RGB": ("RGB", 3), "BGR": ("RGB", 3), "GRAY": ("L", 1)}
 
 
@@ -23,7 +32,8 @@ def decode_pillow(buf, output_type="RGB"):
     from PIL import Image
 
     mode, _ = _MODES[output_type]
-    with Image.open(io.BytesIO(memoryview(buf))) as im:
+    with Image.open(io.BytesIO(memoryview(buf))) as im:  # lazy: reads the header only
+        check_pixels(im.size)
         im.load()
         if im.mode != mode:
             im = im.convert(mode)
@@ -33,6 +43,19 @@ def decode_pillow(buf, output_type="RGB"):
     if output_type == "BGR":
         a = np.ascontiguousarray(a[:, :, ::-1])
     return a
+
+
+class PixelLimitError(ValueError):
+    """An image header declares more pixels than ``MAX_PIXELS``."""
+
+
+def check_pixels(size):
+    """Raise PixelLimitError when ``(width, height)`` is over ``MAX_PIXELS``."""
+    limit = MAX_PIXELS
+    if limit is not None and size[0] * size[1] > limit:
+        raise PixelLimitError(f"header declares {size[0]} x {size[1]} = {size[0] * size[1]:,} "
+                              f"pixels, over the limit of {limit:,} "
+                              "(detaug.ops.decode.MAX_PIXELS); refused before decoding")
 
 
 def _check_size(arr, enc, k):
@@ -49,7 +72,16 @@ def _decode_one(enc, k, output_type):
         arr = decode_pillow(enc.data[k], output_type)
     except SampleError:
         raise
-    except Exception as e:  # Pillow raises OSError, SyntaxError, ValueError... for bad data
+    except PixelLimitError as e:
+        raise SampleError(f"{enc.paths[k]}: {e}", k, enc.paths[k]) from None
+    except Exception as e:  # noqa: BLE001
+        from PIL import Image
+
+        if isinstance(e, Image.DecompressionBombError):  # over Pillow's own hard limit
+            raise SampleError(f"{enc.paths[k]}: {e}; refused before decoding (limits: "
+                              f"detaug.ops.decode.MAX_PIXELS = {MAX_PIXELS}, and Pillow's "
+                              "2 * PIL.Image.MAX_IMAGE_PIXELS)", k, enc.paths[k]) from None
+        # Pillow raises OSError, SyntaxError, ValueError... for bad data
         raise SampleError(f"{enc.paths[k]}: cannot decode image ({type(e).__name__}: {e})",
                           k, enc.paths[k]) from None
     _check_size(arr, enc, k)
@@ -69,7 +101,8 @@ def jpeg_complete(buf) -> bool:
 @register("decoders.image", devices=("cpu", "mixed"), inputs=(1, 1), kind="other",
           args={"output_type": "RGB", "hw_decoder_load": None, "use_fast_idct": None},
           output_spec="ImageBatch uint8 HWC (C=3 for RGB/BGR, 1 for GRAY), ragged",
-          doc="decode JPEG/PNG/...: Pillow on the host, nvImageCodec on the GPU (mixed)")
+          doc="decode JPEG/PNG/...: Pillow on the host, nvImageCodec on the GPU (mixed); "
+              "device='auto': 'mixed' where a GPU, cupy and nvImageCodec are present, else 'cpu'")
 def decode_image(ctx, op, inputs, args):
     enc = inputs[0]
     if not isinstance(enc, EncodedBatch):

@@ -113,7 +113,9 @@ def common_arg_docs(schema: OpSchema) -> dict:
     """The meaning of the keywords every op accepts, for ``schema``."""
     devices = (f"one of {', '.join(map(repr, schema.devices))}" if len(schema.devices) > 1
                else f"{schema.devices[0]!r} only")
-    return {"device": f"{devices}; {_device_rule(schema)}",
+    auto = ("; 'auto' runs on 'mixed' where a GPU, cupy and nvImageCodec are present, else on 'cpu' "
+            "(pipe.device_summary says where it ran)" if _takes_auto(schema) else "")
+    return {"device": f"{devices}; {_device_rule(schema)}{auto}",
             "name": f"this op's name in the graph and in error messages (default "
                     f"'{schema.name}_<index>')",
             "seed": "this op's random seed (used by ops that draw random values); None derives "
@@ -203,7 +205,16 @@ def schema_of(name: str) -> OpSchema:
         raise KeyError(f"unknown op {name!r}") from None
 
 
+def _takes_auto(schema: OpSchema) -> bool:
+    """Ops that run on the host or as the mixed stage (the image decoder) take device='auto'."""
+    return "cpu" in schema.devices and "mixed" in schema.devices
+
+
 def _infer_device(schema: OpSchema, inputs, device):
+    if device == "auto" and _takes_auto(schema):
+        from ..backend import resolve_auto_device
+
+        return resolve_auto_device("mixed")
     if device is not None:
         if device not in schema.devices:
             raise ValueError(f"{schema.name}: device {device!r} not supported "
