@@ -1,4 +1,5 @@
 """Dataset formats <-> canonical detection records. CPU only; imports neither detaug nor cupy."""
+from . import limits
 from .coco import read_coco
 from .errors import DatasetError
 from .folder import FolderDataset, read_file_list, read_folder

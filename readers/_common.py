@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 
+from . import limits
 from .errors import DatasetError
 
 # A box may overshoot an edge by float noise (COCO's x + w is often 640.00001); clipping that is
@@ -138,13 +139,8 @@ def header_size(path: str):
     Raises:
         DatasetError: the file cannot be identified as an image.
     """
-    from PIL import Image
-
-    try:
-        with Image.open(path) as im:
-            return im.size
-    except Exception as exc:  # Pillow raises several types for a bad header
-        raise DatasetError(path, f"cannot read the image header ({exc})") from None
+    with _open_image(path) as im:
+        return im.size
 
 
 def header_bands(path) -> int:
@@ -153,13 +149,31 @@ def header_bands(path) -> int:
     Raises:
         DatasetError: the file cannot be identified as an image.
     """
+    with _open_image(path) as im:
+        return len(im.getbands())
+
+
+def _open_image(path):
+    """Pillow's lazily opened image (header only), or DatasetError naming the file: a bad
+    header, or more pixels than ``readers.limits.MAX_IMAGE_PIXELS`` (a decompression bomb)."""
     from PIL import Image
 
     try:
-        with Image.open(path) as im:
-            return len(im.getbands())
-    except Exception as exc:
+        limits.check_file(path, None, "image file")
+        im = Image.open(path)
+    except DatasetError:
+        raise
+    except Image.DecompressionBombError as exc:  # over Pillow's own limit (2x MAX_IMAGE_PIXELS)
+        raise DatasetError(path, f"image header declares too many pixels ({exc}); refused") \
+            from None
+    except Exception as exc:  # Pillow raises several types for a bad header
         raise DatasetError(path, f"cannot read the image header ({exc})") from None
+    try:
+        limits.check_pixels(path, im.size)
+    except DatasetError:
+        im.close()
+        raise
+    return im
 
 
 def real_dir(path) -> str:

@@ -15,6 +15,7 @@ import numpy as np
 
 from ._common import (ErrorSink, FileIndex, box_fault, count_drop, group_offsets, header_size,
                       outside_root_reason, real_dir, resolve_under, validate_boxes)
+from . import limits
 from .errors import DatasetError
 from .records import Dataset, DetectionRecord
 
@@ -91,12 +92,17 @@ def read_coco(annotations_file, image_root, *, skip_empty=False, include_iscrowd
 
 def _load_json(file):
     try:
-        with open(file, "rb") as f:
-            data = json.load(f)
+        text = limits.read_bytes(file, "MAX_ANNOTATION_BYTES", "COCO annotations file")
     except FileNotFoundError:
         raise DatasetError(file, "annotations file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except OSError as exc:  # a folder, no permission, ...
+        raise DatasetError(file, f"cannot read the annotations file ({exc})") from None
+    try:
+        data = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:  # also ints over Python's digit limit
         raise DatasetError(file, f"malformed JSON ({exc})") from None
+    except RecursionError:
+        raise DatasetError(file, "malformed JSON (nested too deeply)") from None
     if not isinstance(data, dict) or not isinstance(data.get("images"), list) \
             or not isinstance(data.get("categories"), list):
         raise DatasetError(file, "not a COCO instances file: needs 'images' and 'categories' lists")
@@ -123,6 +129,10 @@ def _check_categories(entries, file, sink):
         if cat_id in names:
             raise DatasetError(file, f"category id {cat_id} is defined twice "
                                      f"({names[cat_id]!r} and {entry.get('name')!r})")
+        if not isinstance(entry.get("name", ""), str):
+            sink.fault(file, f"categories entry #{i} (id {cat_id}): 'name' is "
+                             f"{entry['name']!r:.40}, not a string")
+            continue
         names[cat_id] = entry.get("name")
         kept.append(entry)
     return kept
@@ -256,6 +266,17 @@ def _is_id(value):
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
 
 
+def _is_number(value):
+    """An int or float that float64 holds (10**400 does not: OverflowError)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    return True
+
+
 def _is_size(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool) \
         and 0 <= value < 2**31
@@ -273,7 +294,7 @@ def _annotation_ok(a, i, file, sink):
             return False
     bbox = a.get("bbox")
     if not (isinstance(bbox, list) and len(bbox) == 4
-            and all(isinstance(v, (int, float)) for v in bbox)):
+            and all(_is_number(v) for v in bbox)):
         sink.fault(file, f"{where}: 'bbox' must be 4 numbers [x, y, w, h], got {bbox!r:.60}")
         return False
     if "id" in a and not _is_id(a["id"]):

@@ -13,6 +13,7 @@ from lxml import etree
 
 from ._common import (ErrorSink, FileIndex, box_fault, count_drop, group_offsets, header_size,
                       outside_root_reason, real_dir, resolve_under, validate_boxes)
+from . import limits
 from .errors import DatasetError
 from .records import Dataset, DetectionRecord
 
@@ -86,8 +87,7 @@ def _list_ids(root, split, sink):
     split_file = os.path.join(root, "ImageSets", "Main", f"{split}.txt")
     if os.path.isfile(split_file):
         try:
-            with open(split_file, "rb") as f:
-                text = f.read().decode("utf-8")
+            text = limits.read_bytes(split_file, what="split file").decode("utf-8")
         except UnicodeDecodeError as exc:
             raise DatasetError(split_file, f"split file is not UTF-8 text ({exc})") from None
         lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
@@ -135,13 +135,17 @@ def _parse_all(root, ids, sink, check_images, progress):
 def _parse_file(xml_path, image_id, images, parser, index, check_images):
     """Parse one annotation file; raise DatasetError for a fault of the whole file."""
     try:
-        ann = etree.parse(xml_path, parser).getroot()
-    except OSError as exc:  # lxml also raises OSError for bytes invalid in the encoding
-        if os.path.isfile(xml_path):
-            raise DatasetError(xml_path, f"malformed XML ({exc})") from None
+        data = limits.read_bytes(xml_path)
+    except FileNotFoundError:
         raise DatasetError(xml_path, "annotation file not found") from None
-    except etree.XMLSyntaxError as exc:
+    except OSError as exc:
+        raise DatasetError(xml_path, f"cannot read the annotation file ({exc})") from None
+    try:
+        ann = etree.fromstring(data, parser)
+    except (etree.XMLSyntaxError, OSError, ValueError) as exc:  # OSError: bad bytes for encoding
         raise DatasetError(xml_path, f"malformed XML ({exc})") from None
+    if ann is None:
+        raise DatasetError(xml_path, "malformed XML (no root element)")
     if ann.tag != "annotation":
         raise DatasetError(xml_path, f"root element is <{ann.tag}>, not <annotation>")
     path = _image_path(ann.findtext("filename"), image_id, images, index, xml_path, check_images)

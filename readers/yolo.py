@@ -14,6 +14,7 @@ import numpy as np
 
 from ._common import (IMAGE_EXTENSIONS, ErrorSink, box_fault, header_size, real_dir,
                       validate_boxes)
+from . import limits
 from .errors import DatasetError
 from .records import Dataset, DetectionRecord
 
@@ -76,8 +77,9 @@ def _class_names(root, classes_file):
 def read_text(path) -> str:
     """The file as UTF-8 text; DatasetError naming the file when it is not."""
     try:
-        with open(path, "rb") as f:
-            return f.read().decode("utf-8")
+        return limits.read_bytes(path, what="text file").decode("utf-8")
+    except OSError as exc:
+        raise DatasetError(path, f"cannot read the file ({exc})") from None
     except UnicodeDecodeError as exc:
         raise DatasetError(path, f"not UTF-8 text ({exc})") from None
 

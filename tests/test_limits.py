@@ -1,0 +1,136 @@
+"""Resource limits: a PNG decompression bomb and oversized annotation files are refused with a
+named error (file + limit), never handed to the decoder or the JSON/XML parser."""
+import json
+import os
+import shutil
+import struct
+import zlib
+
+import pytest
+from PIL import Image
+
+import readers
+from detaug import Pipeline, fn
+from detaug.executor import SampleError
+from detaug.ops import decode as decode_mod
+from readers import DatasetError, limits
+from readers_fixtures import COCO_MINI, VOC_MINI
+
+
+def bomb_png(width=30_000, height=30_000) -> bytes:
+    """A PNG whose IHDR declares width x height (8-bit RGB) with a tiny IDAT: a few dozen
+    bytes on disk, 2.7 GB if decoded."""
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + \
+            struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + \
+        chunk(b"IDAT", zlib.compress(b"\x00" * 64)) + chunk(b"IEND", b"")
+
+
+def _decode_pipe(tmp_path, files, on_error="raise", batch_size=None):
+    pipe = Pipeline(batch_size=batch_size or len(files), seed=0, on_error=on_error)
+    with pipe:
+        enc, _ = fn.readers.file(files=files, file_root=str(tmp_path))
+        pipe.set_outputs(fn.decoders.image(enc))
+    return pipe
+
+
+def test_png_bomb_refused_by_the_cpu_decoder(tmp_path):
+    (tmp_path / "bomb.png").write_bytes(bomb_png())
+    assert (tmp_path / "bomb.png").stat().st_size < 200
+    pipe = _decode_pipe(tmp_path, ["bomb.png"])
+    with pytest.raises(SampleError, match=r"bomb\.png.*(MAX_PIXELS|MAX_IMAGE_PIXELS)"):
+        pipe.run()
+    pipe.close()
+
+
+def test_max_pixels_is_settable_and_checked_on_the_header(tmp_path, monkeypatch):
+    Image.new("RGB", (20, 20)).save(tmp_path / "a.png")
+    Image.new("RGB", (5, 5)).save(tmp_path / "b.png")
+    monkeypatch.setattr(decode_mod, "MAX_PIXELS", 100)
+    pipe = _decode_pipe(tmp_path, ["a.png"])
+    with pytest.raises(SampleError, match=r"a\.png: header declares 20 x 20 = 400 pixels, over "
+                                          r"the limit of 100 \(detaug.ops.decode.MAX_PIXELS\)"):
+        pipe.run()
+    pipe.close()
+    # under skip: counted, and the batch keeps its size
+    pipe = _decode_pipe(tmp_path, ["a.png", "b.png"], on_error="skip", batch_size=2)
+    with pytest.warns(UserWarning, match="MAX_PIXELS"):
+        (out,) = pipe.run()
+    assert out.batch_size == 2 and pipe.stats["skipped"] == 1
+    pipe.close()
+
+
+def test_png_bomb_refused_by_the_readers_header_check(tmp_path, monkeypatch):
+    """Readers read image headers (sizes): a bomb is a named fault there too."""
+    root = tmp_path / "yolo"
+    (root / "images").mkdir(parents=True)
+    (root / "images" / "bomb.png").write_bytes(bomb_png())
+    (root / "classes.txt").write_text("a\n")
+    with pytest.raises(DatasetError, match=r"bomb\.png.*too many pixels"):
+        readers.read_yolo(root)
+    Image.new("RGB", (20, 20)).save(root / "images" / "bomb.png")
+    monkeypatch.setattr(limits, "MAX_IMAGE_PIXELS", 100)
+    with pytest.raises(DatasetError, match=r"bomb\.png.*400 pixels, over the limit of 100 "
+                                           r"\(readers.limits.MAX_IMAGE_PIXELS\)"):
+        readers.read_yolo(root)
+    with pytest.warns(UserWarning, match="skipped 1"):
+        assert len(readers.read_yolo(root, on_error="skip")) == 0
+
+
+def test_coco_file_over_the_limit_is_refused(monkeypatch):
+    ann = os.path.join(COCO_MINI, "annotations.json")
+    size = os.path.getsize(ann)
+    monkeypatch.setattr(limits, "MAX_ANNOTATION_BYTES", size - 1)
+    with pytest.raises(DatasetError, match=rf"annotations\.json: COCO annotations file is "
+                                           rf"{size:,} bytes, over the limit of {size - 1:,} "
+                                           r"\(readers.limits.MAX_ANNOTATION_BYTES\)"):
+        readers.read_coco(ann, os.path.join(COCO_MINI, "images"))
+    monkeypatch.setattr(limits, "MAX_ANNOTATION_BYTES", size)
+    assert len(readers.read_coco(ann, os.path.join(COCO_MINI, "images"))) > 0
+
+
+def test_default_limits_are_documented_values():
+    assert limits.MAX_ANNOTATION_BYTES == 1 << 30
+    assert limits.MAX_LABEL_FILE_BYTES == 16 << 20
+    assert "MAX_ANNOTATION_BYTES" in limits.__doc__ and "MAX_PIXELS" in decode_mod.__doc__
+
+
+def test_voc_xml_and_split_file_over_the_limit(tmp_path, monkeypatch):
+    root = tmp_path / "voc"
+    shutil.copytree(VOC_MINI, root)
+    xml = sorted((root / "Annotations").iterdir())[0]
+    monkeypatch.setattr(limits, "MAX_LABEL_FILE_BYTES", 200)
+    (root / "ImageSets" / "Main" / "trainval.txt").write_text(xml.stem + "\n")
+    with pytest.raises(DatasetError, match=rf"{xml.name}: annotation file is [\d,]+ bytes, "
+                                           r"over the limit of 200"):
+        readers.read_voc(root)
+    with pytest.warns(UserWarning, match="skipped 1"):
+        assert len(readers.read_voc(root, on_error="skip")) == 0
+    (root / "ImageSets" / "Main" / "trainval.txt").write_text("x" * 300)
+    with pytest.raises(DatasetError, match=r"trainval\.txt: split file is 300 bytes"):
+        readers.read_voc(root)
+
+
+def test_yolo_label_file_over_the_limit(tmp_path, monkeypatch):
+    root = tmp_path / "yolo"
+    (root / "images").mkdir(parents=True)
+    (root / "labels").mkdir()
+    Image.new("RGB", (20, 20)).save(root / "images" / "a.jpg")
+    (root / "classes.txt").write_text("a\n")
+    (root / "labels" / "a.txt").write_text("0 0.5 0.5 0.2 0.2\n" * 20)
+    monkeypatch.setattr(limits, "MAX_LABEL_FILE_BYTES", 100)
+    with pytest.raises(DatasetError, match=r"a\.txt: text file is 360 bytes, over the limit"):
+        readers.read_yolo(root)
+
+
+def test_fifo_annotation_is_refused_without_blocking(tmp_path):
+    ann = tmp_path / "annotations.json"
+    os.mkfifo(ann)
+    with pytest.raises(DatasetError, match="not a regular file"):
+        readers.read_coco(ann, tmp_path)
+    (tmp_path / "images").mkdir()
+    with open(tmp_path / "real.json", "w") as f:
+        json.dump({"images": [], "categories": []}, f)
+    assert len(readers.read_coco(tmp_path / "real.json", tmp_path / "images")) == 0
