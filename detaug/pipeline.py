@@ -29,7 +29,6 @@ MAX_DEVICE_WORKERS = 6  # default device_workers: min(prefetch depth, this)
 
 
 class Pipeline:
-    device_summary = None  # after build(): where the pipeline runs, in one line
     """A graph of ops producing batches.
 
     Args:
@@ -60,6 +59,8 @@ class Pipeline:
         decode_buffer_mb: device buffer of each decode process, in MiB (default 2048): it must
             hold the decoded images of a few batches_per_launch x batch_size samples.
     """
+
+    device_summary = None  # after build(): where the pipeline runs, in one line
 
     def __init__(self, batch_size=1, num_threads=1, device_id=None, seed=-1, prefetch_queue_depth=None,
                  last_batch_policy="fill", shard_id=0, num_shards=1, on_error="raise",
