@@ -71,3 +71,13 @@ def test_wheel_holds_license_py_typed_and_metadata(tmp_path):
     assert "Author: detaug developers" in metadata
     assert "Classifier: Typing :: Typed" in metadata
 
+
+def test_detaug_convert_version(capsys):
+    from importlib.metadata import version
+
+    from detaug.cli.convert import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])  # no src/dst/--from/--to needed
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"detaug-convert {version('detaug')}"

@@ -96,6 +96,10 @@ def parse_args(argv=None):
                         "dataset is complete)")
     p.add_argument("--dry-run", action="store_true",
                    help="read, check and print the summary; write nothing")
+    from .main import package_version
+
+    p.add_argument("--version", action="version", version=f"%(prog)s {package_version()}",
+                   help="print detaug's version and exit")
     return p.parse_args(argv)
 
 
