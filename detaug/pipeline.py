@@ -6,13 +6,13 @@ import functools
 import inspect
 import logging
 import os
-import pickle
 import threading
 import warnings
 
 import numpy as np
 
 from . import graph as _graph
+from . import persist as _persist
 from . import schedule as _schedule
 from .batch import BoxBatch, DeviceImages, ImageBatch, split_batches
 from .decode_proc import _Lease
@@ -608,33 +608,12 @@ class Pipeline:
     def save_graph_to_dot_file(self, path):
         """Write the graph in Graphviz dot: one box per op (name, device), one edge per input."""
         self.build()
-        colors = {"cpu": "lightblue", "mixed": "plum", "gpu": "palegreen"}
-        lines = ["digraph detaug {", "  rankdir=LR;", "  node [shape=box, style=filled];"]
-        for op in self._needed_ops():
-            lines.append(f'  op{op.id} [label="{op.name}\\n{op.schema.name} ({op.device})", '
-                         f'fillcolor={colors[op.device]}];')
-            for i in op.inputs:
-                lines.append(f'  op{i.op.id} -> op{op.id} [label="{i.index}"];')
-            for k, a in op.arg_inputs.items():
-                lines.append(f'  op{a.op.id} -> op{op.id} [label="{k}", style=dashed];')
-        for k, o in enumerate(self._outputs):
-            lines.append(f'  out{k} [label="output {k}", shape=ellipse, fillcolor=white];')
-            lines.append(f"  op{o.op.id} -> out{k};")
-        lines.append("}")
-        with open(path, "w") as f:
-            f.write("\n".join(lines) + "\n")
+        _persist.save_dot(path, self._needed_ops(), self._outputs)
 
     def serialize(self) -> bytes:
         """The pipeline's parameters and traced graph as bytes (pickle); arguments such as an
         external source's callable must be picklable."""
         self.build()
-        ops = []
-        for op in self.graph.ops:
-            ref = lambda n: (n.op.id, n.index)
-            ops.append({"schema": op.schema.name, "name": op.name, "device": op.device,
-                        "inputs": [ref(i) for i in op.inputs],
-                        "args": {k: (("node", ref(v)) if isinstance(v, _graph.DataNode) else ("value", v))
-                                 for k, v in op.args.items()}})
         params = dict(batch_size=self.batch_size, num_threads=self.num_threads,
                       device_id=self.device_id, seed=self.seed,
                       prefetch_queue_depth=self._prefetch_arg,
@@ -643,28 +622,14 @@ class Pipeline:
                       device_workers=self._device_workers_arg,
                       batches_per_launch=self._batches_per_launch_arg,
                       decode_processes=self.decode_processes, decode_buffer_mb=self.decode_buffer_mb)
-        return pickle.dumps({"format": "detaug-pipeline-1", "params": params, "ops": ops,
-                             "outputs": [(o.op.id, o.index) for o in self._outputs]})
+        return _persist.dumps(params, self.graph.ops, self._outputs)
 
     @classmethod
     def deserialize(cls, data: bytes, **overrides) -> "Pipeline":
-        from .ops.registry import schema_of
-
-        d = pickle.loads(data)
-        if d.get("format") != "detaug-pipeline-1":
-            raise ValueError("not a serialized detaug pipeline")
-        pipe = cls(**{**d["params"], **overrides})
-        nodes = {}
-        for desc in d["ops"]:
-            schema = schema_of(desc["schema"])
-            args = {k: (nodes[v] if kind == "node" else v) for k, (kind, v) in desc["args"].items()}
-            op = pipe.graph.add(schema, [nodes[r] for r in desc["inputs"]], args, desc["device"], desc["name"])
-            out_device = "gpu" if op.device in ("gpu", "mixed") else "cpu"
-            op.outputs = [_graph.DataNode(op, i, out_device)
-                          for i in range(schema.num_outputs(len(op.inputs), args))]
-            for i, o in enumerate(op.outputs):
-                nodes[(op.id, i)] = o
-        pipe.set_outputs(*[nodes[r] for r in d["outputs"]])
+        """A pipeline rebuilt from :meth:`serialize`'s bytes (``overrides`` replace parameters)."""
+        params, rebuild = _persist.loads(data)
+        pipe = cls(**{**params, **overrides})
+        pipe.set_outputs(*rebuild(pipe.graph))
         return pipe
 
 
