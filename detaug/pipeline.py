@@ -91,7 +91,8 @@ class Pipeline:
         self._submitted = None
         self._executor = None
         self._fed = {}
-        self.stats = {"skipped": 0, "skipped_files": [], "batches": 0}
+        self.stats = {"skipped": 0, "skipped_files": [], "batches": 0}  # see _count_skips
+        self._skips_seen = set()  # (epoch, path) of the files counted
         self._stream = None
         self.last_event = None  # cupy Event recorded after the last batch's device work
         self._lock = threading.Lock()
@@ -437,11 +438,22 @@ class Pipeline:
             return tuple(outs), ev, ctx.skips, ctx.sizes
         return tuple(outs), None, ctx.skips, ctx.sizes
 
-    def _count_skips(self, skips):
-        for path, why in skips:
+    def _count_skips(self, skips, epoch):
+        """Warn about and count each bad file once per epoch: a retry's replacement, or the
+        last batch's wrap-around under 'fill', can meet the same file again in one epoch.
+        ``stats``: 'skipped' (files skipped, once per epoch each), 'skipped_files' ((path,
+        why) in that order), 'batches' (batches handed out), and 'reader_skipped' where a
+        reader dropped annotations at build."""
+        new = []
+        with self._lock:
+            for path, why in skips:
+                if (epoch, path) not in self._skips_seen:
+                    self._skips_seen.add((epoch, path))
+                    new.append((path, why))
+                    self.stats["skipped"] += 1
+                    self.stats["skipped_files"].append((path, why))
+        for path, why in new:
             warnings.warn(f"skipping {path}: {why}")
-            self.stats["skipped"] += 1
-            self.stats["skipped_files"].append((path, why))
 
     # ---- running ------------------------------------------------------------------------------
     def _executor_ready(self):
@@ -480,7 +492,7 @@ class Pipeline:
             if not ex.queue or ex.queue[0][0][0] != self._epoch:
                 raise StopIteration
             (epoch, b, _), (outs, event, skips, sizes) = ex.pop()
-            self._count_skips(skips)
+            self._count_skips(skips, epoch)
             parts = split_batches(outs, sizes) if len(sizes) > 1 else [outs]
             self._ready.extend((b + k, part, event) for k, part in enumerate(parts))
         b, outs, event = self._ready.popleft()
@@ -528,7 +540,7 @@ class Pipeline:
         if self.has_device_stage:
             result = self._run_device(result, ex.pool)
         self.last_event = result[1]
-        self._count_skips(result[2])
+        self._count_skips(result[2], key[0])
         return result[0]
 
     def state_dict(self) -> dict:

@@ -117,9 +117,6 @@ def test_corpus_image(case):
         decode_or_named_error(f.read())
 
 
-@pytest.mark.xfail(strict=True, reason="issue 14 'skip accounting' (detaug/pipeline.py, not the "
-                   "decoder): a bad file met again as a retry's replacement, or at the epoch's "
-                   "wrap-around, is counted again; found by test_fuzz_pipeline_skip_keeps_batch_size")
 def test_each_skipped_file_counted_once_per_epoch(image_dir):
     names = []
     for i, data in enumerate([b"", b"\xff\xd8\xff", SEEDS["jpg"], SEEDS["png"], SEEDS["jpg"]]):
@@ -130,9 +127,17 @@ def test_each_skipped_file_counted_once_per_epoch(image_dir):
     with pipe:
         enc, _ = fn.readers.file(files=names, file_root=image_dir)
         pipe.set_outputs(fn.decoders.image(enc))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         batches = [out for (out,) in pipe]
-    pipe.close()
     assert all(b.batch_size == 2 for b in batches)
     assert pipe.stats["skipped"] == 2, pipe.stats["skipped_files"]
+    assert sorted(p for p, _ in pipe.stats["skipped_files"]) == [os.path.join(image_dir, "c0.img"),
+                                                               os.path.join(image_dir, "c1.img")]
+    assert sum("skipping" in str(w.message) for w in caught) == 2  # one warning per file
+    pipe.reset()  # the next epoch counts its own skips, once each
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert all(out.batch_size == 2 for (out,) in pipe)
+    pipe.close()
+    assert pipe.stats["skipped"] == 4, pipe.stats["skipped_files"]
