@@ -370,28 +370,37 @@ class Pipeline:
 
     def _with_retries(self, key, prepared, pool, stage, indices=None, stream=None, skips=None):
         """Run ``stage(ctx)``; under on_error='skip' replace a failing sample by the next record
-        of the same epoch order and run the batch again. The skips travel with the batch and are
-        counted when the batch is handed out (a prefetched batch never used counts nothing)."""
+        of the same epoch order and run the batch again, for as long as the order has records
+        left to try: a replacement that walks the whole order back to where it began means every
+        record failed, and raises. The skips travel with the batch and are counted when the
+        batch is handed out (a prefetched batch never used counts nothing)."""
         skips = [] if skips is None else skips
-        for _ in range(64):
+        walks = {}  # batch position -> the record its replacements started from
+        while True:
             ctx = self._make_ctx(key, prepared, pool, indices)
             ctx.stream, ctx.skips = stream or ctx.stream, skips
             try:
                 stage(ctx)
                 return ctx
             except SampleError as e:
-                indices = self._replacement(key, ctx, e)
-        raise RuntimeError(f"batch {key}: too many bad samples")
+                indices = self._replacement(key, ctx, e, walks)
 
-    def _replacement(self, key, ctx, e):
-        """Note the skip on the batch and return its indices with the bad one replaced."""
+    def _replacement(self, key, ctx, e, walks):
+        """Note the skip on the batch and return its indices with the bad one replaced by the
+        next record of the epoch order (each position walks the order at most once)."""
         if self.on_error != "skip" or e.position is None or ctx.positions is None:
             raise e
         ctx.skips.append((e.path, str(e)))
         order = self._shard_order(key[0])
         indices = ctx.sample_index.copy()
+        start = walks.setdefault(e.position, int(indices[e.position]))
         cur = int(np.nonzero(order == indices[e.position])[0][0])
-        indices[e.position] = order[(cur + 1) % len(order)]
+        nxt = int(order[(cur + 1) % len(order)])
+        if nxt == start:
+            raise RuntimeError(f"batch {key[1]} of epoch {key[0]}: every record of the epoch order "
+                               f"failed to load, nothing is left to replace {e.path} with "
+                               f"(last error: {e})") from e
+        indices[e.position] = nxt
         return indices
 
     def _run_host(self, key, prepared, pool):

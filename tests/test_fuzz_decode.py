@@ -141,3 +141,38 @@ def test_each_skipped_file_counted_once_per_epoch(image_dir):
         assert all(out.batch_size == 2 for (out,) in pipe)
     pipe.close()
     assert pipe.stats["skipped"] == 4, pipe.stats["skipped_files"]
+
+
+def _file_pipe(image_dir, blobs, batch_size):
+    names = []
+    for i, data in enumerate(blobs):
+        names.append(f"r{i:03d}.img")
+        with open(os.path.join(image_dir, names[-1]), "wb") as f:
+            f.write(data)
+    pipe = Pipeline(batch_size=batch_size, num_threads=1, seed=0, on_error="skip")
+    with pipe:
+        enc, _ = fn.readers.file(files=names, file_root=image_dir)
+        pipe.set_outputs(fn.decoders.image(enc))
+    return pipe
+
+
+def test_a_long_run_of_bad_files_is_skipped_not_given_up(image_dir):
+    """70 corrupt files in a row (more than any fixed retry count) are skipped: every batch
+    keeps its size, each bad file is counted once, and only good images come out."""
+    blobs = [b"\xff\xd8\xff" + bytes([k]) for k in range(70)] + [SEEDS["jpg"], SEEDS["png"]] * 3
+    pipe = _file_pipe(image_dir, blobs, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        batches = [out for (out,) in pipe]
+    pipe.close()
+    assert len(batches) == 19 and all(b.batch_size == 4 for b in batches)
+    assert pipe.stats["skipped"] == 70
+
+
+def test_every_file_bad_raises_instead_of_looping(image_dir):
+    pipe = _file_pipe(image_dir, [b"not an image %d" % k for k in range(5)], 2)
+    with pytest.raises(RuntimeError, match="every record of the epoch order failed"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pipe.run()
+    pipe.close()
