@@ -71,6 +71,9 @@ class Pipeline:
         if on_error not in ("raise", "skip"):
             raise ValueError("on_error must be 'raise' or 'skip'")
         self.batch_size, self.num_threads, self.device_id = int(batch_size), int(num_threads), device_id
+        if self.batch_size < 1 or self.num_threads < 1:
+            raise ValueError(f"batch_size and num_threads must be at least 1, got batch_size="
+                             f"{batch_size}, num_threads={num_threads}")
         self.seed = int.from_bytes(os.urandom(4), "little") if seed in (None, -1) else int(seed)
         self._prefetch_arg, self._device_workers_arg = prefetch_queue_depth, device_workers
         self.prefetch_queue_depth = 2 if prefetch_queue_depth is None else max(1, int(prefetch_queue_depth))

@@ -33,3 +33,11 @@ def test_fit_to_fed_keeps_the_first_indices_of_each_batch():
     assert got.tolist() == [12, 13, 14, 15] and pos.tolist() == [0, 1, 2, 3] and fed == [4]
     with pytest.raises(ValueError, match="batch 1: 5 > 4"):
         S.fit_to_fed(idx, None, sizes, [4, 5], lambda j, n, room: f"batch {j}: {n} > {room}")
+
+
+@pytest.mark.parametrize("kw", [dict(batch_size=0), dict(batch_size=-3), dict(num_threads=0)])
+def test_pipeline_refuses_empty_batches_and_no_threads(kw):
+    from detaug import Pipeline
+
+    with pytest.raises(ValueError, match="must be at least 1"):
+        Pipeline(**kw)
