@@ -561,9 +561,18 @@ class Pipeline:
                 "batch_size": self.batch_size, "shard": (self.shard_id, self.num_shards)}
 
     def load_state_dict(self, state: dict):
+        """Resume at ``state``'s batch. A source fed whole batches (an iterable, ``feed_input``)
+        cannot be rewound: resuming such a pipeline in the middle of an epoch raises (at an
+        epoch's start the iterable is iterated again from its beginning)."""
         if state["seed"] != self.seed or state["batch_size"] != self.batch_size:
             raise ValueError("state_dict comes from a pipeline with another seed or batch size")
         self.build()
+        fed = [self.graph.ops[i].name for i, s in self._sources.items() if getattr(s, "fed", False)]
+        if fed and state["batch"] > 0:
+            raise ValueError(f"cannot resume at batch {state['batch']} of epoch {state['epoch']}: "
+                             f"external source {fed[0]!r} is fed whole batches (an iterable or "
+                             "feed_input), which cannot be rewound to a batch; resume at an epoch's "
+                             "start, or use a reader or a per-sample callable (batch=False)")
         self._start(state["epoch"], state["batch"])
 
     @property

@@ -389,3 +389,33 @@ def test_array_batches_set_the_batch_size():
         out, u = pipe.run()
         np.testing.assert_array_equal(np.asarray(out.data), a)
         assert u.shape == (len(a), 2) and len(np.unique(u)) == 2 * len(a)
+
+
+def test_load_state_dict_mid_epoch_refused_for_an_iterable_source():
+    """An iterable cannot be rewound: resuming mid-epoch raises (it used to restart at the
+    iterable's first batch with batch k's keys, silently); at an epoch start it resumes."""
+    import numpy as np
+
+    from detaug import Pipeline, fn
+
+    data = [[np.full((4, 4, 3), k, np.uint8) for _ in range(2)] for k in range(3)]
+
+    def make():
+        pipe = Pipeline(batch_size=2, num_threads=1, seed=1)
+        with pipe:
+            pipe.set_outputs(fn.external_source(source=data, name="it"))
+        pipe.build()
+        return pipe
+
+    pipe = make()
+    pipe.run()
+    state = pipe.state_dict()
+    assert state["batch"] == 1
+    other = make()
+    with pytest.raises(ValueError, match="'it' is fed whole batches"):
+        other.load_state_dict(state)
+    other.load_state_dict({**state, "batch": 0})
+    (out,) = other.run()
+    assert (np.asarray(out.data[0]) == 0).all()
+    pipe.close()
+    other.close()

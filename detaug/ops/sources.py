@@ -229,6 +229,8 @@ class _External(_Source):
         a = op.args
         self.pipe, self.source, self.batch = pipe, a["source"], a["batch"]
         self.n_out = a["num_outputs"] or 1
+        # whole batches from an iterable or feed_input: they cannot be rewound to a batch
+        self.fed = not (callable(self.source) and not self.batch)
         if callable(self.source) and not self.batch:
             if a["size"] is None:
                 raise ValueError(f"{op.name}: a per-sample callable source needs size= (samples per epoch)")
