@@ -103,11 +103,18 @@ def resolve_under(root: str, name: str):
     ``root`` must already be absolute and normalised (``os.path.realpath`` once per dataset).
     The check is lexical (``..`` and absolute names are caught without a system call per file,
     which matters for 100k images); symbolic links inside the root are the owner's choice and
-    are followed.
+    are followed, even where they point outside it, unless
+    ``readers.limits.FOLLOW_SYMLINKS_OUTSIDE_ROOT`` is False (for datasets from untrusted
+    sources): then the resolved path must lie under the root too.
     """
     path = os.path.normpath(os.path.join(root, name))
-    if path == root or not path.startswith(root.rstrip(os.sep) + os.sep):
+    prefix = root.rstrip(os.sep) + os.sep
+    if path == root or not path.startswith(prefix):
         return None
+    if not limits.FOLLOW_SYMLINKS_OUTSIDE_ROOT:  # untrusted datasets: one realpath per file
+        real = os.path.realpath(path)
+        if real == root or not real.startswith(prefix):
+            return None
     return path
 
 

@@ -14,6 +14,11 @@ Set them for a run, e.g. ``readers.limits.MAX_ANNOTATION_BYTES = 4 << 30`` (``No
   it (default 178,956,970, Pillow's own hard limit; a 30,000 x 30,000 PNG bomb is refused).
   The pipeline's decoder has its own limit, ``detaug.ops.decode.MAX_PIXELS``.
 
+- ``FOLLOW_SYMLINKS_OUTSIDE_ROOT``: a file name that stays inside the dataset root but is a
+  symbolic link to a file outside it is followed (default True: links are the owner's choice);
+  set False for datasets from untrusted sources, and such a file is refused like a name with
+  ``..`` in it.
+
 Only regular files are read: a FIFO, device or folder in place of an annotation file is
 refused (reading a FIFO would block forever).
 """
@@ -27,6 +32,7 @@ from .errors import DatasetError
 MAX_ANNOTATION_BYTES = 1 << 30
 MAX_LABEL_FILE_BYTES = 16 << 20
 MAX_IMAGE_PIXELS = 178_956_970
+FOLLOW_SYMLINKS_OUTSIDE_ROOT = True
 
 
 def check_file(path, limit_name="MAX_LABEL_FILE_BYTES", what="annotation file"):

@@ -134,3 +134,29 @@ def test_fifo_annotation_is_refused_without_blocking(tmp_path):
     with open(tmp_path / "real.json", "w") as f:
         json.dump({"images": [], "categories": []}, f)
     assert len(readers.read_coco(tmp_path / "real.json", tmp_path / "images")) == 0
+
+
+def test_symlink_outside_the_root_followed_by_default_refused_when_untrusted(tmp_path, monkeypatch):
+    """A file name inside the dataset root that is a symbolic link to a file outside it is read
+    by default, and refused (a named error, or a counted skip) with
+    readers.limits.FOLLOW_SYMLINKS_OUTSIDE_ROOT = False."""
+    from readers.coco import read_coco
+
+    outside = tmp_path / "elsewhere.jpg"
+    Image.new("RGB", (8, 6)).save(outside)
+    root = tmp_path / "ds"
+    (root / "images").mkdir(parents=True)
+    os.symlink(outside, root / "images" / "a.jpg")
+    ann = root / "annotations.json"
+    ann.write_text(json.dumps({
+        "images": [{"id": 1, "file_name": "a.jpg", "width": 8, "height": 6}],
+        "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [1, 1, 3, 3],
+                         "iscrowd": 0, "area": 9}],
+        "categories": [{"id": 1, "name": "x"}]}))
+    assert len(read_coco(str(ann), str(root / "images")).records) == 1
+    monkeypatch.setattr(limits, "FOLLOW_SYMLINKS_OUTSIDE_ROOT", False)
+    with pytest.raises(DatasetError, match="outside the dataset root"):
+        read_coco(str(ann), str(root / "images"))
+    with pytest.warns(UserWarning):
+        ds = read_coco(str(ann), str(root / "images"), on_error="skip")
+    assert len(ds.records) == 0 and len(ds.skipped) >= 1
