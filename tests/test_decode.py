@@ -86,3 +86,23 @@ def test_annotated_size_mismatch_names_the_file(tmp_path):
         pipe.set_outputs(fn.decoders.image(enc), boxes)
     with pytest.raises(SampleError, match="a.jpg: decoded size 20x10 differs from the annotated size 30x10"):
         pipe.run()
+
+
+def test_16_bit_grayscale_png_scales_to_8_bits():
+    """A 16-bit grayscale PNG decodes to v * 255 / 65535 rounded, not clipped at 255 (an image
+    of mean 127 once came out 98% white)."""
+    from PIL import Image
+
+    from detaug.ops.decode import decode_pillow
+
+    a = np.linspace(0, 65535, 48 * 64).reshape(48, 64).astype(np.uint16)
+    a[0, :4] = [0, 128, 129, 65535]
+    buf = io.BytesIO()
+    Image.fromarray(a).save(buf, "PNG")
+    want = np.floor(a.astype(np.float64) * 255 / 65535 + 0.5).astype(np.uint8)
+    gray = decode_pillow(np.frombuffer(buf.getvalue(), np.uint8), "GRAY")
+    np.testing.assert_array_equal(gray[..., 0], want)
+    assert gray[0, :4, 0].tolist() == [0, 0, 1, 255]
+    rgb = decode_pillow(np.frombuffer(buf.getvalue(), np.uint8), "RGB")
+    np.testing.assert_array_equal(rgb, np.repeat(want[..., None], 3, -1))
+    assert abs(rgb.mean() - 127.5) < 1

@@ -35,6 +35,10 @@ def decode_pillow(buf, output_type="RGB"):
     with Image.open(io.BytesIO(memoryview(buf))) as im:  # lazy: reads the header only
         check_pixels(im.size)
         im.load()
+        if im.mode.startswith("I;16") or im.mode == "I":
+            # 16-bit grayscale: Pillow's convert("L") clips at 255 (an image of mean 127 came
+            # out 98% white); scale to 8 bits instead, v * 255 / 65535 rounded
+            im = Image.fromarray(_to_8bit(np.asarray(im)))
         if im.mode != mode:
             im = im.convert(mode)
         a = np.asarray(im)
@@ -43,6 +47,12 @@ def decode_pillow(buf, output_type="RGB"):
     if output_type == "BGR":
         a = np.ascontiguousarray(a[:, :, ::-1])
     return a
+
+
+def _to_8bit(a16: np.ndarray) -> np.ndarray:
+    """16-bit grayscale samples (0..65535) as uint8: ``floor(v * 255 / 65535 + 0.5)``."""
+    v = np.clip(a16.astype(np.int64), 0, 65535)
+    return ((v * 255 + 32767) // 65535).astype(np.uint8)
 
 
 class PixelLimitError(ValueError):
