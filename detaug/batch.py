@@ -87,7 +87,7 @@ class Geometry:
             rect = G.axis_canvases_in_output(np.stack([s.composed for s in self.steps]),
                                              np.stack([s.sizes for s in self.steps]))
             return self.matrices[None], rect[None], ["corners"]
-        return (ops, np.stack([G.canvas_rects(s.sizes) for s in self.steps]),
+        return (ops, G.canvas_rects(np.stack([s.sizes for s in self.steps])),
                 ["ellipse" if s.ellipse else "corners" for s in self.steps])
 
 

@@ -97,9 +97,9 @@ def canvas_region(m: np.ndarray, region: np.ndarray, out_sizes_hw: np.ndarray) -
 
 
 def canvas_rects(sizes_hw) -> np.ndarray:
-    """(B, 4) float64 rectangles [0, 0, W, H] of canvases (B, 2) (H, W)."""
-    hw = np.asarray(sizes_hw, np.float64).reshape(-1, 2)
-    return np.concatenate([np.zeros_like(hw), hw[:, ::-1]], 1)
+    """(..., 4) float64 rectangles [0, 0, W, H] of canvases (..., 2) (H, W)."""
+    hw = np.asarray(sizes_hw, np.float64)
+    return np.concatenate([np.zeros_like(hw), hw[..., ::-1]], -1)
 
 
 def axis_canvases_in_output(composed, sizes) -> np.ndarray:
@@ -144,16 +144,23 @@ def clamp_of_rect(rect, source_sizes):
     return np.stack([lo, hi], -1).reshape(-1, 4).astype(np.int64)
 
 
+def _canvas_in_source(comp, sizes):
+    """(lo, hi), each (..., 2) as (x, y): the canvases [0, W] x [0, H] of ``sizes`` (..., 2)
+    (H, W) mapped back to the start frame by the axis-aligned ``comp`` (..., 3, 3)."""
+    s = comp[..., [0, 1], [0, 1]]  # x and y scales
+    t = comp[..., :2, 2]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e0, e1 = -t / s, (np.asarray(sizes, np.float64)[..., ::-1] - t) / s
+    return np.minimum(e0, e1), np.maximum(e0, e1)
+
+
 def _axis_rect(rect, rect_fill, comp, sizes, src):
     """valid_region of a chain whose composed matrices are all axis-aligned, with one fill:
     the source rect intersected with every canvas mapped back, (K, B) at once."""
     b, c = rect_fill.shape
-    s = comp[:, :, [0, 1], [0, 1]]  # (K, B, 2): x and y scales
-    t = comp[:, :, :2, 2]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        e0, e1 = -t / s, (sizes[:, :, ::-1] - t) / s
-    lo = np.maximum(rect[:, 0::2], np.minimum(e0, e1).max(0))
-    hi = np.minimum(rect[:, 1::2], np.maximum(e0, e1).min(0))
+    lo, hi = _canvas_in_source(comp, sizes)
+    lo = np.maximum(rect[:, 0::2], lo.max(0))
+    hi = np.minimum(rect[:, 1::2], hi.min(0))
     rect = np.stack([lo, hi], -1).reshape(b, 4)
     return (rect, rect_fill, clamp_of_rect(rect, src), np.zeros((b, 0, 4)), np.zeros((b, 0, c)),
             np.zeros(b, np.int64))
@@ -228,13 +235,10 @@ def valid_region(source_sizes, ops, composed, sizes, fills, fill):
         to_rect = axis & (same if all_same else (merging & same))
         to_slab = needed & ~to_rect
         if to_rect.any():
-            with np.errstate(divide="ignore", invalid="ignore"):
-                for ax, (lo_i, hi_i) in ((0, (0, 1)), (1, (2, 3))):
-                    s, t = ck[:, ax, ax], ck[:, ax, 2]
-                    e0, e1 = (0.0 - t) / s, (size_k[:, 1 - ax] - t) / s
-                    lo, hi = np.minimum(e0, e1), np.maximum(e0, e1)
-                    rect[:, lo_i] = np.where(to_rect, np.maximum(rect[:, lo_i], lo), rect[:, lo_i])
-                    rect[:, hi_i] = np.where(to_rect, np.minimum(rect[:, hi_i], hi), rect[:, hi_i])
+            lo, hi = _canvas_in_source(ck, size_k)
+            sel = to_rect[:, None]
+            rect[:, 0::2] = np.where(sel, np.maximum(rect[:, 0::2], lo), rect[:, 0::2])
+            rect[:, 1::2] = np.where(sel, np.minimum(rect[:, 1::2], hi), rect[:, 1::2])
         if to_slab.any():
             r = ck @ final_inv  # output -> canvas k
             for ax in (0, 1):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import upload, upload_many
+from ..geometry import canvas_rects
 
 from .launch import get_kernel, launch
 
@@ -87,7 +88,7 @@ def _stages(matrices, canvas, mode):
     if cv.ndim == 2:
         cv = cv[None]
     if cv.shape[-1] == 2:
-        cv = np.concatenate([np.zeros(cv.shape), cv[..., ::-1]], -1)
+        cv = canvas_rects(cv)
     cv = np.broadcast_to(cv, (m.shape[0], m.shape[1], 4))
     _check_shape("canvas", cv.shape, (m.shape[0], m.shape[1], 4))
     modes = [mode] * m.shape[0] if isinstance(mode, str) else list(mode)

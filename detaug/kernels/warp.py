@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import upload_many
+from ..geometry import canvas_rects, clamp_of_rect
 
 _OUT_DTYPES = (np.dtype(np.uint8), np.dtype(np.float32), np.dtype(np.float16))
 _LAYOUTS = ("HWC", "CHW")
@@ -131,11 +132,9 @@ def _region(region, in_shapes, B, C):
     """(rect (B, 4), clamp (B, 4) int64, slabs (B, S, 4), slab_fill (B, S, C), nslab (B,)):
     the given region, checked, or the whole source image (no slabs)."""
     if region is None:
-        h, w = in_shapes[:, 0].astype(np.float64), in_shapes[:, 1].astype(np.float64)
-        z = np.zeros(B)
-        return (np.stack([z, w, z, h], -1).reshape(B, 4),
-                np.stack([z, w - 1, z, h - 1], -1).astype(np.int64).reshape(B, 4),
-                np.zeros((B, 0, 4)), np.zeros((B, 0, C)), np.zeros(B, np.int64))
+        rect = canvas_rects(in_shapes[:, :2])[:, [0, 2, 1, 3]]  # [0, W, 0, H]
+        return (rect, clamp_of_rect(rect, in_shapes[:, :2]), np.zeros((B, 0, 4)),
+                np.zeros((B, 0, C)), np.zeros(B, np.int64))
     rect, clamp, slabs, slab_fill, nslab = region
     rect = np.asarray(rect, np.float64).reshape(B, 4)
     clamp = np.asarray(clamp, np.int64).reshape(B, 4)

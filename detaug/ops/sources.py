@@ -231,7 +231,7 @@ class _External(_Source):
         self.n_out = a["num_outputs"] or 1
         # whole batches from an iterable or feed_input: they cannot be rewound to a batch
         self.fed = not (callable(self.source) and not self.batch)
-        if callable(self.source) and not self.batch:
+        if not self.fed:
             if a["size"] is None:
                 raise ValueError(f"{op.name}: a per-sample callable source needs size= (samples per epoch)")
             self.size = int(a["size"])
@@ -241,7 +241,7 @@ class _External(_Source):
 
     def restart(self):
         """A new epoch of an iterable source: iterate it again (a one-shot iterator stays spent)."""
-        if self.source is not None and not (callable(self.source) and not self.batch):
+        if self.fed and self.source is not None:
             self._iter = iter(self.source)
 
     def prepare(self, key):
@@ -253,7 +253,7 @@ class _External(_Source):
         turns into the batch context's samples (one random draw each); ``{"end": True}`` when the
         iterable is spent before the launch's first batch (a launch it ends in the middle keeps
         the batches it got); None for a per-sample callable, whose samples the schedule sets."""
-        if callable(self.source) and not self.batch:
+        if not self.fed:
             return None
         batches = []
         for _ in range(key[2]):
