@@ -39,7 +39,7 @@ class WriteReport:
     """What a writer wrote, and what the target format could not hold.
 
     Attributes:
-        format: "coco", "voc" or "yolo".
+        format: "coco", "voc", "yolo" or "tfrecord" (``readers.tfrecord_od``).
         path: the file or folder written.
         images, boxes, classes: counts written.
         not_held: ``{description: count}`` of things left out or changed because the target
@@ -447,8 +447,11 @@ def _unheld_extra(record, held, report):
         report.count(f"{name} on annotations" if isinstance(value, list) else name, n)
 
 
-def _check_labels(dataset):
+def _check_labels(dataset, allow_embedded=False):
     for record in dataset.records:
+        if not allow_embedded and "tfrecord_image" in record.extra:
+            raise DatasetError(record.path, "the image is inside a TFRecord file: write it out "
+                                            "first with readers.tfrecord_od.extract_images")
         if record.num_boxes and (record.labels.min() < 0
                                  or record.labels.max() >= dataset.num_classes):
             raise DatasetError(record.path, f"labels must be 0..{dataset.num_classes - 1} "
