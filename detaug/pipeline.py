@@ -371,17 +371,18 @@ class Pipeline:
             for k, v in enumerate(outs):
                 ctx.values[(op.id, k)] = v
 
-    def _with_retries(self, key, prepared, pool, stage, indices=None, stream=None, skips=None):
+    def _with_retries(self, key, prepared, pool, stage, indices=None, stream=None, skips=None,
+                      walks=None):
         """Run ``stage(ctx)``; under on_error='skip' replace a failing sample by the next record
         of the same epoch order and run the batch again, for as long as the order has records
         left to try: a replacement that walks the whole order back to where it began means every
         record failed, and raises. The skips travel with the batch and are counted when the
         batch is handed out (a prefetched batch never used counts nothing)."""
         skips = [] if skips is None else skips
-        walks = {}  # batch position -> the record its replacements started from
+        walks = {} if walks is None else walks  # batch position -> the record its walk began at
         while True:
             ctx = self._make_ctx(key, prepared, pool, indices)
-            ctx.stream, ctx.skips = stream or ctx.stream, skips
+            ctx.stream, ctx.skips, ctx.walks = stream or ctx.stream, skips, walks
             try:
                 stage(ctx)
                 return ctx
@@ -423,8 +424,9 @@ class Pipeline:
             self._run_ops(ctx, self._device_ops)
         except SampleError as e:
             both = lambda c: (self._run_ops(c, self._host_ops), self._run_ops(c, self._device_ops))
-            ctx = self._with_retries(key, prepared, pool, both, self._replacement(key, ctx, e),
-                                     stream=ctx.stream, skips=ctx.skips)
+            ctx = self._with_retries(key, prepared, pool, both,
+                                     self._replacement(key, ctx, e, ctx.walks),
+                                     stream=ctx.stream, skips=ctx.skips, walks=ctx.walks)
         return self._collect(ctx)
 
     def _collect(self, ctx):
