@@ -3,7 +3,7 @@
 The class API lives on this module itself, as DALI's ``ops``: ``ops.Flip``, ``ops.readers.COCO``,
 ``ops.decoders.Image``, ``ops.random.Uniform``.
 """
-from . import boxes, color, crops, decode, geometry, rand, sources, targets  # noqa: F401  (registration)
+from . import boxes, color, crops, decode, geometry, rand, sources, targets, tfrecord  # noqa: F401  (registration)
 from .registry import REGISTRY, make_classes, make_functional, op_table
 
 fn = make_functional()
