@@ -1,12 +1,18 @@
-"""``detaug-convert``: convert a detection dataset among COCO, Pascal VOC and YOLO.
+"""``detaug-convert``: convert a detection dataset among COCO, Pascal VOC, YOLO and TFRecord.
 
     detaug-convert SRC DST --from voc --to coco [--split trainval] [--classes a,b | discover]
                    [--image-root DIR] [--skip-bad] [--link] [--overwrite] [--dry-run]
-                   [--skip-crowd] [--skip-difficult]
+                   [--skip-crowd] [--skip-difficult] [--num-shards N] [--prefix NAME]
 
 For COCO, SRC is the annotations JSON (images under ``--image-root``, default ``images/``
 beside the JSON, else the JSON's folder) and DST is a folder that receives
 ``annotations.json`` and ``images/``. For VOC and YOLO, SRC and DST are dataset folders.
+TFRecords use the Object Detection API layout (``readers.tfrecord_od``): SRC is a file, a glob
+(quoted) or a folder of ``*.tfrecord`` files, its classes from ``--classes`` (a label map
+``.pbtxt``) or the ``label_map.pbtxt`` beside the files; DST is a folder that receives
+``<prefix>-00000-of-0000N.tfrecord`` shards (``--num-shards``, records dealt to the shards in
+turn; ``--prefix`` defaults to ``--split`` or ``train``) and ``label_map.pbtxt``. Images
+inside TFRecords are written out unchanged (to a temporary folder, then copied or linked).
 A VOC source with no ``--classes`` uses its ``classes.txt`` (as write_voc leaves) when there is
 one, else the 20 standard classes. A summary at the end names every count: images, boxes, classes, skipped items and why, boxes
 clipped, the largest rounding shift, and what the target format could not hold.
@@ -35,7 +41,7 @@ from readers.voc import read_voc
 from readers.writers import write_coco, write_voc, write_yolo
 from readers.yolo import read_yolo
 
-FORMATS = ("coco", "voc", "yolo")
+FORMATS = ("coco", "voc", "yolo", "tfrecord")
 # Lines of skipped items printed; beyond this the full list goes to DST/convert_skipped.txt.
 MAX_PRINTED_SKIPS = 50
 
@@ -72,7 +78,8 @@ class UsageError(Exception):
 
 def parse_args(argv=None):
     p = _Parser(prog="detaug-convert", description=__doc__.split("\n\n")[0])
-    p.add_argument("src", help="source: COCO annotations JSON, or VOC / YOLO folder")
+    p.add_argument("src", help="source: COCO annotations JSON, VOC / YOLO folder, or TFRecord "
+                               "file / glob / folder")
     p.add_argument("dst", help="destination folder (must not exist or be empty, unless "
                                "--overwrite; never the source, inside it, or around it)")
     p.add_argument("--from", dest="src_format", choices=FORMATS, required=True)
@@ -94,6 +101,10 @@ def parse_args(argv=None):
     p.add_argument("--overwrite", action="store_true",
                    help="replace the content of a non-empty destination (only once the new "
                         "dataset is complete)")
+    p.add_argument("--num-shards", type=int, default=1,
+                   help="TFRecord target: number of shard files (default 1)")
+    p.add_argument("--prefix", help="TFRecord target: shard file prefix (default: --split, "
+                                    "else 'train')")
     p.add_argument("--dry-run", action="store_true",
                    help="read, check and print the summary; write nothing")
     from .main import package_version
@@ -127,7 +138,9 @@ def check_source(args):
     the image root. A missing source, or a file where a folder is needed (or the reverse), or a
     ``--split`` that names nothing, is a UsageError."""
     src = os.path.abspath(args.src)
-    if not os.path.exists(src):
+    if args.num_shards < 1:
+        raise UsageError(f"--num-shards {args.num_shards}: needs at least 1")
+    if not os.path.exists(src) and args.src_format != "tfrecord":
         raise UsageError(f"source {args.src} does not exist")
     if args.src_format == "coco":
         if os.path.isdir(src):
@@ -137,6 +150,14 @@ def check_source(args):
         if not os.path.isdir(image_root):
             raise UsageError(f"image root {image_root} is not a folder")
         roots = [os.path.dirname(src), image_root]
+    elif args.src_format == "tfrecord":
+        from readers.tfrecord_od import tfrecord_files
+
+        try:
+            files = tfrecord_files(args.src)
+        except DatasetError as exc:
+            raise UsageError(f"source {args.src}: {exc.reason}") from None
+        roots = sorted({os.path.dirname(f) for f in files})
     else:
         if not os.path.isdir(src):
             raise UsageError(f"source {args.src} is not a folder: --from {args.src_format} "
@@ -189,6 +210,16 @@ def read(args):
         categories = None if classes is None else [int(c) if c.isdigit() else c for c in classes]
         return read_coco(args.src, coco_image_root(args.src, args.image_root),
                          categories=categories, on_error=on_error)
+    if args.src_format == "tfrecord":
+        from readers.tfrecord_od import LABEL_MAP_FILE, read_tfrecord, tfrecord_files
+
+        label_map = args.classes if args.classes not in (None, "discover") else None
+        folders = {os.path.dirname(f) for f in tfrecord_files(args.src)}
+        sidecar = os.path.join(folders.pop(), LABEL_MAP_FILE) if len(folders) == 1 else ""
+        if label_map is None and args.classes is None and os.path.isfile(sidecar):
+            label_map = sidecar
+        return read_tfrecord(args.src, label_map=label_map, on_error=on_error,
+                             progress=Progress("reading"))
     if args.src_format == "voc":
         sidecar = os.path.join(args.src, "classes.txt")  # written by write_voc
         if classes is None and os.path.isfile(sidecar):
@@ -206,6 +237,11 @@ def write(dataset, args, dst, dry_run=False):
     if args.dst_format == "coco":
         return write_coco(dataset, os.path.join(dst, "annotations.json"),
                           images_dir=os.path.join(dst, "images"), **common)
+    if args.dst_format == "tfrecord":
+        from readers.tfrecord_od import write_tfrecord
+
+        return write_tfrecord(dataset, dst, prefix=args.prefix or args.split or "train",
+                              num_shards=args.num_shards, progress=progress, dry_run=dry_run)
     if args.dst_format == "voc":
         return write_voc(dataset, dst, split=args.split or "trainval", **common)
     return write_yolo(dataset, dst, split=args.split, **common)
@@ -290,13 +326,32 @@ def convert(args):
     place; return the summary lines. Nothing is left at the destination unless complete."""
     dst = check_destination(args, check_source(args))
     dataset = read(args)
+    parent = os.path.dirname(dst)
+    os.makedirs(parent, exist_ok=True)
+    staged, renamed = None, 0
+    try:
+        if args.src_format == "tfrecord":  # the writers and header checks need image files
+            from readers.tfrecord_od import extract_images
+
+            staged = tempfile.mkdtemp(prefix=f".{os.path.basename(dst)}.detaug-images-",
+                                      dir=parent)
+            renamed = extract_images(dataset, staged)
+            args.link = True  # staged copies: a hard link moves them at no cost
+        return _convert(args, dst, dataset, parent, renamed)
+    finally:
+        if staged is not None:
+            shutil.rmtree(staged, ignore_errors=True)
+
+
+def _convert(args, dst, dataset, parent, renamed=0):
     policy = apply_policies(dataset, args)
+    if renamed:
+        policy.append(f"image file names used twice in the TFRecords: {renamed} given a "
+                      "_<n> suffix")
     if args.dry_run:
         report = write(dataset, args, dst, dry_run=True)
         report.path = args.dst
         return summary(dataset, report, args, None, policy) + ["dry run: nothing was written"]
-    parent = os.path.dirname(dst)
-    os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(dst)}.detaug-convert-", dir=parent)
     try:
         report = write(dataset, args, tmp)
