@@ -120,6 +120,7 @@ def test_per_sample_rule_unchanged():
 def test_hand_checked_rotate_pad_boxes_and_voc():
     assert str(inspect.signature(fn.rotate)) == (
         "(images, boxes=<optional>, /, *, angle=0.0, expand=False, fill=0.0, box_mode='corners', "
+        "keep_size=None, fill_value=None, size=None, interp_type=None, "
         "device=None, name=None, seed=None)")
     assert str(inspect.signature(fn.pad_boxes)) == (
         "(boxes, /, *, max_boxes=None, fill=0.0, device=None, name=None, seed=None)")

@@ -14,6 +14,21 @@ _DTYPES = {"float32": np.float32, "float16": np.float16, "uint8": np.uint8,
            np.float32: np.float32, np.float16: np.float16, np.uint8: np.uint8}
 
 
+def _dtype(op, value):
+    """float32 / float16 / uint8 from a string, a NumPy type or a DALIDataType (types.FLOAT)."""
+    try:
+        return _DTYPES[str(value) if not isinstance(value, type) else value]
+    except KeyError:
+        raise ValueError(f"{op.name}: dtype {value!r} is not available: float32 (types.FLOAT), "
+                         "float16 (types.FLOAT16) or uint8 (types.UINT8)") from None
+
+
+def _layout(value):
+    from .. import types
+
+    return types.layout(value)
+
+
 def _mean_std(args, channels):
     mean = np.broadcast_to(np.asarray(args["mean"], np.float64), (channels,)).copy()
     std = np.broadcast_to(np.asarray(args["std"], np.float64), (channels,)).copy()
@@ -29,22 +44,104 @@ def _images(op, v) -> ImageBatch:
 
 
 @register("normalize", devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
-          args={"mean": 0.0, "std": 1.0, "output_layout": "HWC", "dtype": "float32"},
+          args={"mean": None, "std": None, "output_layout": "HWC", "dtype": "float32",
+                "stddev": None, "axes": None, "axis_names": None, "batch": False, "scale": 1.0,
+                "shift": 0.0, "epsilon": 0.0, "ddof": 0},
           output_spec="float32/float16 (B, H, W, C) or (B, C, H, W)",
-          doc="(x - mean) / std per channel (pixel units), HWC or CHW, float32/float16; fused "
-              "into the preceding geometric chain's warp")
+          arg_docs={"mean": "per channel, pixel units; None: each sample's own mean (DALI)",
+                    "std": "per channel; None: each sample's own standard deviation (DALI)",
+                    "stddev": "DALI's name for std",
+                    "axes": "DALI: axes the statistics reduce over (default all: one mean per "
+                            "sample); (0, 1) / axis_names='HW' gives one per channel",
+                    "batch": "DALI: statistics over the whole batch instead of per sample",
+                    "epsilon": "DALI: added to the variance before its square root"},
+          doc="(x - mean) / std * scale + shift, HWC or CHW, float32/float16; mean/std per channel "
+              "(pixel units), or, left out, each sample's own statistics as DALI's normalize; "
+              "given both, fused into the preceding geometric chain's warp")
 def normalize(ctx, op, inputs, args):
     img = _images(op, inputs[0])
-    mean, std = _mean_std(args, img.channels)
-    return img.materialize(ctx, mean=mean, std=std, dtype=_DTYPES[args["dtype"]],
-                           layout=args["output_layout"])
+    std = args["std"] if args["std"] is not None else args["stddev"]
+    if args["std"] is not None and args["stddev"] is not None:
+        raise ValueError(f"{op.name}: give std or stddev (DALI's name), not both")
+    scale, shift = float(args["scale"]), float(args["shift"])
+    dtype, layout = _dtype(op, args["dtype"]), _layout(args["output_layout"])
+    if args["mean"] is not None and std is not None:
+        mean, std = _mean_std({"mean": args["mean"], "std": std}, img.channels)
+        if scale == 0:
+            raise ValueError(f"{op.name}: scale must be non-zero")
+        # (x - m) / s * scale + shift == (x - (m - shift * s / scale)) / (s / scale)
+        return img.materialize(ctx, mean=mean - shift * std / scale, std=std / scale, dtype=dtype,
+                               layout=layout)
+    return _standardize(ctx, op, img, args, std, scale, shift, dtype, layout)
+
+
+def _reduce_axes(op, args) -> tuple:
+    """Axes of an HWC sample that DALI's normalize reduces over (default: all of them)."""
+    names = args["axis_names"]
+    if names is not None:
+        if set(str(names)) - set("HWC"):
+            raise ValueError(f"{op.name}: axis_names {names!r}: images have axes H, W, C")
+        return tuple("HWC".index(c) for c in str(names))
+    if args["axes"] is None:
+        return (0, 1, 2)
+    return tuple(int(a) % 3 for a in np.atleast_1d(args["axes"]))
+
+
+def _standardize(ctx, op, img, args, std, scale, shift, dtype, layout):
+    """DALI's normalize where mean or stddev is left out: computed from the data (each sample's,
+    or the batch's with batch=True) over the reduced axes, the variance with ``ddof`` and
+    ``epsilon``: out = (x - mean) * scale / sqrt(var + epsilon) + shift."""
+    axes = _reduce_axes(op, args)
+    x = img.materialize(ctx, mean=np.zeros(img.channels), std=np.ones(img.channels), dtype=np.float32)
+    xp = __import__("cupy") if x.device == "gpu" else np
+    samples = [x.data[k] for k in range(x.batch_size)] if x.is_dense else list(x.data)
+    given_mean = None if args["mean"] is None else xp.asarray(np.broadcast_to(
+        np.asarray(args["mean"], np.float64), (img.channels,)), xp.float32)
+    given_std = None if std is None else xp.asarray(np.broadcast_to(
+        np.asarray(std, np.float64), (img.channels,)), xp.float32)
+
+    def stats(arrays):
+        a = arrays[0] if len(arrays) == 1 else None
+        if a is None:  # batch statistics: the reduced axes of every sample together
+            flat = xp.concatenate([xp.moveaxis(s, [*axes], list(range(len(axes)))).reshape(
+                -1, *[s.shape[i] for i in range(3) if i not in axes]) for s in arrays])
+            m = flat.mean(0, dtype=xp.float64, keepdims=False)
+            v = ((flat - m) ** 2).sum(0) / max(flat.shape[0] - int(args["ddof"]), 1)
+            shape = [1 if i in axes else arrays[0].shape[i] for i in range(3)]
+            return m.reshape(shape), v.reshape(shape)
+        m = a.mean(axis=axes, dtype=xp.float64, keepdims=True)
+        n = int(np.prod([a.shape[i] for i in axes]))
+        v = ((a - m) ** 2).sum(axis=axes, keepdims=True) / max(n - int(args["ddof"]), 1)
+        return m, v
+
+    batch_stats = stats(samples) if args["batch"] and samples else None
+    out = []
+    for s in samples:
+        m, v = batch_stats or stats([s])
+        if given_mean is not None:
+            m = given_mean.reshape(1, 1, -1)
+        inv = (1.0 / xp.sqrt(v + float(args["epsilon"]))) if given_std is None else 1.0 / given_std.reshape(1, 1, -1)
+        if given_std is None and not args["epsilon"]:
+            inv = xp.where(v > 0, inv, 0.0)  # a constant sample standardises to 0 (DALI: no inf)
+        r = ((s - m) * (inv * scale) + shift).astype(dtype)
+        out.append(xp.ascontiguousarray(r.transpose(2, 0, 1)) if layout == "CHW" else r)
+    if samples and all(o.shape == out[0].shape for o in out):
+        return ImageBatch(xp.stack(out), x.device, layout)
+    return ImageBatch(out, x.device, layout)
 
 
 @register("crop_mirror_normalize", devices=("cpu", "gpu"), inputs=(1, 2), kind="color",
           outputs=lambda n, a: n,
           args={"crop": None, "crop_h": None, "crop_w": None, "crop_pos_x": 0.5, "crop_pos_y": 0.5,
                 "mirror": 0, "mean": 0.0, "std": 1.0, "output_layout": "CHW", "dtype": "float32",
-                "fill": 0.0},
+                "fill": 0.0, "output_dtype": None, "image_type": None, "scale": 1.0, "shift": 0.0,
+                "pad_output": False, "fill_values": None, "out_of_bounds_policy": None},
+          arg_docs={"output_dtype": "DALI's older name for dtype (types.FLOAT, types.FLOAT16)",
+                    "output_layout": "'CHW' / types.NCHW or 'HWC' / types.NHWC",
+                    "crop_pos_x": "window anchor = round(pos * (W - crop_w)), halves rounded up "
+                                  "(DALI's rounding)",
+                    "image_type": "DALI's older argument: accepted (RGB, BGR, GRAY); the values "
+                                  "do not depend on it"},
           per_sample=("mirror", "crop_pos_x", "crop_pos_y"),
           output_spec="normalised images (and boxes, mirrored/cropped with them)",
           doc="DALI's crop + mirror (per sample) + normalize + layout in one pass; boxes follow")
@@ -59,13 +156,27 @@ def crop_mirror_normalize(ctx, op, inputs, args):
         m = G.flip(out[:, 1], out[:, 0], mirror, np.zeros(b)) @ m
         return m, out, None
 
-    outs = apply_geometry(ctx, op, inputs, plan, fill=args["fill"])
+    if args["pad_output"]:
+        raise NotImplementedError(f"{op.name}: pad_output=True (DALI's fourth channel) is not "
+                                  "implemented in detaug")
+    if args["out_of_bounds_policy"] not in (None, "pad"):
+        raise NotImplementedError(f"{op.name}: out_of_bounds_policy="
+                                  f"{args['out_of_bounds_policy']!r}: detaug fills a window that "
+                                  "reaches outside the image ('pad')")
+    if args["image_type"] is not None:
+        from .. import types
+
+        types.image_type(args["image_type"])
+    fill = args["fill"] if args["fill_values"] is None else args["fill_values"]
+    dtype = _dtype(op, args["output_dtype"] if args["output_dtype"] is not None else args["dtype"])
+    scale, shift = float(args["scale"]), float(args["shift"])
+    outs = apply_geometry(ctx, op, inputs, plan, fill=fill)
     res = []
     for v in outs:
         if isinstance(v, ImageBatch):
             mean, std = _mean_std(args, v.channels)
-            v = v.materialize(ctx, mean=mean, std=std, dtype=_DTYPES[args["dtype"]],
-                              layout=args["output_layout"])
+            v = v.materialize(ctx, mean=mean - shift * std / scale, std=std / scale, dtype=dtype,
+                              layout=_layout(args["output_layout"]))
         res.append(v)
     return tuple(res)
 

@@ -95,7 +95,6 @@ def iou_crop_windows(u, sizes, boxes, offsets, valid, thresholds, allow_no_crop,
 @register("random_iou_crop", **GEO,
           args={"thresholds": (0.1, 0.3, 0.5, 0.7, 0.9), "allow_no_crop": True,
                 "scaling": (0.3, 1.0), "aspect_ratio": (0.5, 2.0), "num_attempts": 50},
-          aliases=("random_bbox_crop",),
           doc="SSD crop: a window whose IoU with some box is >= a threshold drawn per sample; "
               "boxes whose centre leaves the window are dropped (with their fields)")
 def random_iou_crop(ctx, op, inputs, args):

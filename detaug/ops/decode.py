@@ -108,18 +108,36 @@ def jpeg_complete(buf) -> bool:
     return tail.endswith(b"\xff\xd9")
 
 
+def as_encoded(op, v) -> EncodedBatch:
+    """Encoded images from a reader, or as DALI's external sources give them: a list of 1-D uint8
+    arrays of the files' bytes (of any lengths), or a (B, L) uint8 array (one file a row)."""
+    if isinstance(v, EncodedBatch):
+        return v
+    rows = list(v) if isinstance(v, (list, tuple, np.ndarray)) else None
+    if rows is None or not all(isinstance(r, np.ndarray) and r.dtype == np.uint8 and r.ndim == 1
+                               for r in rows):
+        raise TypeError(f"{op.name}: takes encoded images: a reader's first output, or 1-D uint8 "
+                        f"arrays of file bytes (one per sample); got {type(v).__name__}")
+    return EncodedBatch([np.ascontiguousarray(r) for r in rows],
+                        [f"<{op.name} sample {k}>" for k in range(len(rows))])
+
+
 @register("decoders.image", devices=("cpu", "mixed"), inputs=(1, 1), kind="other",
-          args={"output_type": "RGB", "hw_decoder_load": None, "use_fast_idct": None},
+          args={"output_type": "RGB", "hw_decoder_load": None, "use_fast_idct": None,
+                "device_memory_padding": None, "host_memory_padding": None,
+                "hybrid_huffman_threshold": None, "affine": None, "split_stages": None},
+          aliases=("image_decoder", "host_decoder", "nv_jpeg_decoder"),
           output_spec="ImageBatch uint8 HWC (C=3 for RGB/BGR, 1 for GRAY), ragged",
           doc="decode JPEG/PNG/...: Pillow on the host, nvImageCodec on the GPU (mixed); "
               "device='auto': 'mixed' where a GPU, cupy and nvImageCodec are present, else 'cpu'")
 def decode_image(ctx, op, inputs, args):
-    enc = inputs[0]
-    if not isinstance(enc, EncodedBatch):
-        raise TypeError(f"{op.name}: decoders.image takes encoded images from a reader")
-    out_type = args["output_type"]
-    if out_type not in _MODES:
-        raise ValueError(f"{op.name}: output_type must be one of {sorted(_MODES)}")
+    enc = as_encoded(op, inputs[0])
+    from .. import types
+
+    try:
+        out_type = types.image_type(args["output_type"])
+    except ValueError:
+        raise ValueError(f"{op.name}: output_type must be one of {sorted(_MODES)}") from None
     if op.device == "mixed":
         from . import gpu_decode
 

@@ -63,7 +63,7 @@ def apply_geometry(ctx, op, inputs, plan, fill=None, box_mode=None):
 
 # ---- flip -------------------------------------------------------------------------------------
 @register("flip", **GEO, args={"horizontal": 1, "vertical": 0},
-          per_sample=("horizontal", "vertical"), aliases=("bb_flip",),
+          per_sample=("horizontal", "vertical"),
           doc="mirror horizontally and/or vertically, per sample (x -> W - x)")
 def flip(ctx, op, inputs, args):
     def plan(sizes, boxes):
@@ -85,6 +85,11 @@ def _crop_size(args, sizes):
     return per_sample(ch, b), per_sample(cw, b)
 
 
+def _round_half_away(x):
+    x = np.asarray(x, np.float64)
+    return np.sign(x) * np.floor(np.abs(x) + 0.5)
+
+
 def crop_plan(args, sizes):
     """Integer crop windows: anchor = round(pos * (in - crop)) (DALI's crop_pos_x/y), so that a
     crop moves pixels exactly; a window reaching past the image is filled with ``fill``."""
@@ -98,8 +103,10 @@ def crop_plan(args, sizes):
         ch, cw = (np.round(v) for v in _crop_size(args, sizes))
         px = per_sample(args.get("crop_pos_x", 0.5), b)
         py = per_sample(args.get("crop_pos_y", 0.5), b)
-        x0 = np.round(px * (sizes[:, 1] - cw))
-        y0 = np.round(py * (sizes[:, 0] - ch))
+        # DALI's rounding (std::round: halves away from zero), not NumPy's to-even: a crop of
+        # an odd margin at crop_pos 0.5 starts at the upper half pixel, as DALI's does
+        x0 = _round_half_away(px * (sizes[:, 1] - cw))
+        y0 = _round_half_away(py * (sizes[:, 0] - ch))
     cw, ch = np.maximum(cw, 1), np.maximum(ch, 1)
     return G.translate(-x0, -y0), np.stack([ch, cw], -1)
 
@@ -125,7 +132,7 @@ def resize_sizes(args, sizes):
     if size is not None or (rx and ry):
         oh, ow = pair(size, "size") if size is not None else (float(ry), float(rx))
         if args.get("keep_aspect"):
-            s = np.minimum(oh / h, ow / w)
+            s = (np.maximum if args["keep_aspect"] == "cover" else np.minimum)(oh / h, ow / w)
             oh, ow = h * s, w * s
         else:
             oh, ow = np.full_like(h, oh), np.full_like(w, ow)
@@ -146,9 +153,34 @@ def resize_sizes(args, sizes):
 
 @register("resize", **GEO, args={"size": None, "resize_shorter": None, "resize_longer": None,
                                  "resize_x": None, "resize_y": None, "max_size": None,
-                                 "keep_aspect": False, "antialias": True},
+                                 "keep_aspect": False, "antialias": True, "interp_type": None,
+                                 "min_filter": None, "mag_filter": None, "mode": "default"},
+          arg_docs={"interp_type": "DALI's filter: INTERP_LINEAR (bilinear, antialiased when "
+                                   "shrinking unless antialias=False) or INTERP_TRIANGULAR "
+                                   "(antialiased); the others raise",
+                    "mode": "DALI's: 'default' / 'stretch', 'not_larger' (keep_aspect), "
+                            "'not_smaller' (cover both sizes)"},
           doc="resize to size=(h, w) (stretch, or keep_aspect), resize_shorter/longer, max_size")
 def resize(ctx, op, inputs, args):
+    from .. import types
+
+    for k in ("interp_type", "min_filter", "mag_filter"):
+        if args[k] is not None:
+            f = types.interp_type(args[k], op.name)
+            if f == "triangular" and not args["antialias"]:
+                raise ValueError(f"{op.name}: {k}=INTERP_TRIANGULAR antialiases; it cannot be "
+                                 "combined with antialias=False")
+    mode = args["mode"]
+    if mode not in ("default", "stretch", "not_larger", "not_smaller"):
+        raise ValueError(f"{op.name}: mode must be 'default', 'stretch', 'not_larger' or 'not_smaller'")
+    if mode != "default" and not (args["size"] is not None or (args["resize_x"] and args["resize_y"])):
+        raise NotImplementedError(f"{op.name}: mode={mode!r} needs both output extents here "
+                                  "(size= or resize_x and resize_y)")
+    if mode == "not_larger":
+        args = {**args, "keep_aspect": True}
+    elif mode == "not_smaller":
+        args = {**args, "keep_aspect": "cover"}
+
     def plan(sizes, boxes):
         out = resize_sizes(args, sizes)
         return G.scale(out[:, 1] / sizes[:, 1], out[:, 0] / sizes[:, 0]), out, None
@@ -191,7 +223,43 @@ def expanded_size(linear, sizes):
     return np.maximum(np.where(quarter[:, None], ext, hi - lo), 1)
 
 
-@register("rotate", **GEO, args={"angle": 0.0, "expand": False, "fill": 0.0, "box_mode": "corners"},
+def dali_rotated_size(angle_deg, sizes):
+    """DALI's rotate canvas (keep_size=False): ceil(|cos| w + |sin| h - 0.01) (and h alike), one
+    more where its parity differs from the input side it mostly comes from (less blur)."""
+    a = np.deg2rad(np.asarray(angle_deg, np.float64))
+    c, s = np.abs(np.cos(a)), np.abs(np.sin(a))
+    h, w = sizes[:, 0].astype(np.float64), sizes[:, 1].astype(np.float64)
+    ow, oh = np.ceil(c * w + s * h - 1e-2), np.ceil(c * h + s * w - 1e-2)
+    pw = np.where(s <= c, w % 2, h % 2)
+    ph = np.where(s <= c, h % 2, w % 2)
+    ow += (ow % 2) != pw
+    oh += (oh % 2) != ph
+    return np.stack([oh, ow], -1)
+
+
+def _dali_rotate(op, args):
+    """(expand rule, fill) for rotate called with DALI's arguments (keep_size, fill_value, size,
+    interp_type): DALI enlarges the canvas unless keep_size=True; it repeats the border where no
+    fill_value is given, which detaug's warp cannot: that raises."""
+    from .. import types
+
+    if args["interp_type"] is not None:
+        types.interp_type(args["interp_type"], op.name)
+    if args["fill_value"] is None:
+        raise NotImplementedError(f"{op.name}: without fill_value DALI's rotate repeats the border "
+                                  "pixels; detaug fills outside the image with a constant: pass "
+                                  "fill_value=")
+    return args["fill_value"]
+
+
+@register("rotate", **GEO, args={"angle": 0.0, "expand": False, "fill": 0.0, "box_mode": "corners",
+                                 "keep_size": None, "fill_value": None, "size": None,
+                                 "interp_type": None},
+          arg_docs={"keep_size": "DALI: False (DALI's default when any DALI argument is given) "
+                                 "enlarges the canvas by DALI's rule, True keeps it",
+                    "fill_value": "DALI's fill; given DALI's arguments it is required (DALI "
+                                  "repeats the border without it, which detaug does not do)",
+                    "size": "DALI: the output (H, W), image centred"},
           per_sample=("angle",),
           doc="rotate by angle degrees counter-clockwise about the centre; keep canvas (fill 0) "
               "or expand=True (canvas rounded outward as torchvision's, image centred); boxes: "
@@ -200,13 +268,22 @@ def rotate(ctx, op, inputs, args):
     if args["box_mode"] not in ("corners", "ellipse"):
         raise ValueError(f"{op.name}: box_mode must be 'corners' or 'ellipse'")
 
+    dali = any(args[k] is not None for k in ("keep_size", "fill_value", "size", "interp_type"))
+    fill = _dali_rotate(op, args) if dali else args["fill"]
+
     def plan(sizes, boxes):
-        lin = G.rotation_linear(per_sample(args["angle"], len(sizes)))
-        out = expanded_size(lin, sizes) if args["expand"] else sizes.astype(np.float64)
+        angle = per_sample(args["angle"], len(sizes))
+        lin = G.rotation_linear(angle)
+        if dali and args["size"] is not None:
+            out = np.tile(np.asarray(pair(args["size"], "size")), (len(sizes), 1))
+        elif dali and not args["keep_size"]:
+            out = dali_rotated_size(angle, sizes)
+        else:
+            out = expanded_size(lin, sizes) if args["expand"] else sizes.astype(np.float64)
         m = G.linear_about(lin, sizes[:, ::-1] / 2.0, out[:, ::-1] / 2.0)
         return m, out, None
 
-    return apply_geometry(ctx, op, inputs, plan, fill=args["fill"], box_mode=args["box_mode"])
+    return apply_geometry(ctx, op, inputs, plan, fill=fill, box_mode=args["box_mode"])
 
 
 @register("affine", **GEO, args={"rotate": 0.0, "scale": 1.0, "scale_y": None, "translate_x": 0.0,
@@ -231,7 +308,6 @@ def affine(ctx, op, inputs, args):
 
 # ---- zoom out (SSD expand / DALI paste) -----------------------------------------------------------
 @register("zoom_out", **GEO, args={"ratio": (1.0, 4.0), "probability": 0.5, "fill": 0.0},
-          aliases=("bbox_paste",),
           doc="SSD expand: paste into a canvas ratio x larger (ratio range per sample) at a random "
               "integer position, with probability; boxes follow")
 def zoom_out(ctx, op, inputs, args):

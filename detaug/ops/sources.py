@@ -11,6 +11,15 @@ from ..executor import SampleError
 from .registry import register
 
 _SHARDING = {"random_shuffle": False, "shard_id": None, "num_shards": None}
+# DALI's reader arguments. shuffle_after_epoch shuffles the whole dataset every epoch and shards
+# that permutation, which is what detaug's random_shuffle does; random_shuffle's initial_fill (the
+# size of DALI's shuffle buffer) is accepted: detaug's shuffle is a full permutation of the epoch.
+# pad_last_batch is read by DALIGenericIterator (detaug pads a shard's last batch by wrapping
+# around its order); the others tune DALI's I/O and change no value.
+_DALI_READER = {"initial_fill": 1024, "pad_last_batch": False, "stick_to_shard": False,
+                "shuffle_after_epoch": False, "read_ahead": False, "lazy_init": False,
+                "prefetch_queue_depth": 1, "dont_use_mmap": False, "skip_cached_images": False,
+                "tensor_init_bytes": 1048576}
 
 
 class EncodedBatch:
@@ -37,7 +46,13 @@ class _Source:
     def __init__(self, op, pipe):
         self.op = op
         a = op.args
-        self.shuffle = bool(a.get("random_shuffle", False))
+        if a.get("random_shuffle") and a.get("shuffle_after_epoch"):
+            raise ValueError(f"{op.name}: random_shuffle and shuffle_after_epoch cannot both be set "
+                             "(as in DALI)")
+        if int(a.get("initial_fill", 1) or 1) < 1:
+            raise ValueError(f"{op.name}: initial_fill must be at least 1")
+        self.shuffle = bool(a.get("random_shuffle", False) or a.get("shuffle_after_epoch", False))
+        self.pad_last_batch = bool(a.get("pad_last_batch", False))
         sid = a.get("shard_id")
         ns = a.get("num_shards")
         self.shard = (pipe.shard_id if sid is None else int(sid), pipe.num_shards if ns is None else int(ns))
@@ -121,14 +136,61 @@ class _DetectionReader(_Source):
         return EncodedBatch(data, paths, sizes, streams), boxes
 
 
+def dali_coco(args) -> bool:
+    """readers.coco follows DALI (three outputs: encoded, boxes, labels) when given one of DALI's
+    box-layout arguments (ltrb=, ratio=) or image_ids=True; coco_reader always does."""
+    return args.get("ltrb") is not None or args.get("ratio") is not None or bool(args.get("image_ids"))
+
+
+class _DALICocoReader(_DetectionReader):
+    """DALI's COCO reader outputs: encoded images; boxes per sample (n, 4) float32, [x, y, w, h]
+    in pixels, [l, t, r, b] with ``ltrb``, divided by the image's annotated width and height
+    with ``ratio``; labels (n,) int32, contiguous from 1 in the order of the category ids
+    (the COCO ids with ``avoid_class_remapping``); with ``image_ids`` the (1,) int32 image id."""
+
+    def __init__(self, op, pipe, dataset):
+        super().__init__(op, pipe, dataset)
+        a = op.args
+        self.ltrb, self.ratio = bool(a["ltrb"]), bool(a["ratio"])
+        self.label_base = 0 if a["avoid_class_remapping"] else 1
+        self.image_ids = bool(a["image_ids"])
+        self.ids = np.array([int(r.image_id) for r in dataset.records], np.int64)
+
+    def read(self, ctx, payload):
+        enc, bb = super().read(ctx, payload)
+        boxes, labels = [], []
+        for s in range(len(bb.offsets) - 1):
+            lo, hi = bb.offsets[s], bb.offsets[s + 1]
+            b = bb.boxes[lo:hi].astype(np.float64)
+            if not self.ltrb:
+                b = np.concatenate([b[:, :2], b[:, 2:] - b[:, :2]], 1)
+            if self.ratio:
+                h, w = bb.canvas[s]
+                b = b / np.array([w, h, w, h], np.float64)
+            boxes.append(b.astype(np.float32).reshape(-1, 4))
+            labels.append((bb.labels[lo:hi] + self.label_base).astype(np.int32))
+        outs = (enc, boxes, labels)
+        if self.image_ids:
+            outs += (self.ids[ctx.sample_index].astype(np.int32).reshape(-1, 1),)
+        return outs
+
+
 def _coco_reader(op, pipe):
     from readers.coco import read_coco
 
     a = op.args
+    dali = dali_coco(a)
+    for k in ("polygon_masks", "pixelwise_masks"):
+        if a.get(k):
+            raise NotImplementedError(f"{op.name}: {k}=True (DALI's masks) is not implemented in detaug")
+    threshold = a["size_threshold"] if a["size_threshold"] is not None else (0.1 if dali else 0.0)
+    keep_ids = bool(a["keep_original_ids"] or a.get("avoid_class_remapping"))
     ds = read_coco(a["annotations_file"], a["file_root"], skip_empty=a["skip_empty"],
-                   include_iscrowd=a["include_iscrowd"], size_threshold=a["size_threshold"],
-                   categories=a["categories"], keep_original_ids=a["keep_original_ids"],
+                   include_iscrowd=a["include_iscrowd"], size_threshold=threshold,
+                   categories=a["categories"], keep_original_ids=keep_ids,
                    on_error=a["on_error"])
+    if dali:
+        return _DALICocoReader(op, pipe, ds)
     return _DetectionReader(op, pipe, ds)
 
 
@@ -141,12 +203,31 @@ def _voc_reader(op, pipe):
     return _DetectionReader(op, pipe, ds)
 
 
-register("readers.coco", devices=("cpu",), inputs=(0, 0), outputs=2, kind="source",
+_COCO_DALI = {"ltrb": None, "ratio": None, "image_ids": False, "avoid_class_remapping": False,
+              "polygon_masks": False, "pixelwise_masks": False, **_DALI_READER}
+register("readers.coco", devices=("cpu",), inputs=(0, 0), kind="source",
+         outputs=lambda n, a: 3 + bool(a["image_ids"]) if dali_coco(a) else 2,
          args={"file_root": None, "annotations_file": None, "skip_empty": False,
-               "include_iscrowd": True, "size_threshold": 0.0, "categories": None,
-               "keep_original_ids": False, "on_error": "raise", **_SHARDING},
-         output_spec="(encoded bytes, BoxBatch with labels + iscrowd/annotation_id)",
+               "include_iscrowd": True, "size_threshold": None, "categories": None,
+               "keep_original_ids": False, "on_error": "raise", **_SHARDING, **_COCO_DALI},
+         output_spec="(encoded bytes, BoxBatch with labels + iscrowd/annotation_id); given ltrb=, "
+                     "ratio= or image_ids=True, DALI's (encoded, boxes (n, 4) float32 per sample, "
+                     "labels (n,) int32 from 1[, image_ids])",
+         arg_docs={"size_threshold": "drop boxes narrower or lower than this many pixels (None: "
+                                     "0.0, or DALI's 0.1 in DALI's mode)",
+                   "ltrb": "DALI's mode: boxes [l, t, r, b] (True) or [x, y, w, h] (False)",
+                   "ratio": "DALI's mode: boxes divided by the image's width and height"},
          doc="COCO instances JSON (pycocotools): encoded images and their boxes")(_coco_reader)
+register("coco_reader", devices=("cpu",), inputs=(0, 0), kind="source",
+         outputs=lambda n, a: 3 + bool(a["image_ids"]),
+         args={"file_root": None, "annotations_file": None, "skip_empty": False,
+               "include_iscrowd": True, "size_threshold": 0.1, "categories": None,
+               "keep_original_ids": False, "on_error": "raise", **_SHARDING,
+               **{**_COCO_DALI, "ltrb": False, "ratio": False}},
+         output_spec="DALI's (encoded bytes, boxes (n, 4) float32 per sample, labels (n,) int32 "
+                     "from 1[, image_ids])",
+         doc="DALI's COCOReader: readers.coco with DALI's outputs and defaults (xywh pixels; "
+             "ltrb=, ratio=)")(_coco_reader)
 register("readers.voc", devices=("cpu",), inputs=(0, 0), outputs=2, kind="source",
          args={"root": None, "split": "trainval", "classes": None, "skip_difficult": False,
                "on_error": "raise", **_SHARDING},
@@ -181,7 +262,9 @@ class _FileReader(_Source):
 
 
 register("readers.file", devices=("cpu",), inputs=(0, 0), outputs=2, kind="source",
-         args={"file_root": None, "file_list": None, "files": None, "labels": None, **_SHARDING},
+         aliases=("file_reader",),
+         args={"file_root": None, "file_list": None, "files": None, "labels": None, **_SHARDING,
+               **_DALI_READER},
          output_spec="(encoded bytes, int64 (B,) labels)",
          doc="classification folders or DALI file lists: encoded images and labels")(_FileReader)
 
@@ -195,8 +278,22 @@ class SampleInfo:
     epoch_idx: int
 
 
-def to_batch_value(samples: list, device="cpu", sizes=None):
-    """Turn a list of per-sample Python values into the graph's batch types."""
+def host_sample(s):
+    """One fed sample as a host NumPy array: torch tensors (on any device) and cupy arrays are
+    copied to the host; anything else goes through np.asarray."""
+    mod = type(s).__module__ or ""
+    if mod.startswith("torch"):
+        return s.detach().cpu().numpy()
+    if mod.startswith("cupy"):
+        return s.get()
+    return np.asarray(s)
+
+
+def to_batch_value(samples: list, device="cpu", sizes=None, layout=None):
+    """Turn a list of per-sample values into the graph's batch types: bytes -> encoded images;
+    dicts with 'boxes' -> a BoxBatch; 3-D uint8 arrays (layout None or 'HWC') -> an ImageBatch;
+    other arrays stacked where they share a shape and dtype, else kept as a list (a ragged batch,
+    as DALI's TensorList: e.g. 1-D uint8 arrays of encoded files for a decoder)."""
     if samples and isinstance(samples[0], (bytes, bytearray)):
         return EncodedBatch([np.frombuffer(s, np.uint8) for s in samples],
                             [f"<external sample {i}>" for i in range(len(samples))])
@@ -207,10 +304,26 @@ def to_batch_value(samples: list, device="cpu", sizes=None):
                              for s in samples],
                             [{k: np.asarray(v) for k, v in s.items() if k not in ("boxes", "labels")}
                              for s in samples], canvas)
-    arrays = [np.asarray(s) for s in samples]
-    if arrays and arrays[0].dtype == np.uint8 and arrays[0].ndim == 3:
+    arrays = [host_sample(s) for s in samples]
+    layout = None if layout is None else str(layout)
+    if layout and arrays and any(a.ndim != len(layout) for a in arrays):
+        raise ValueError(f"layout {layout!r} has {len(layout)} dimensions but the samples have "
+                         f"{sorted({a.ndim for a in arrays})}")
+    images = layout in (None, "", "HWC")
+    if images and arrays and all(a.dtype == np.uint8 and a.ndim == 3 for a in arrays):
         return ImageBatch([np.ascontiguousarray(a) for a in arrays], "cpu")
-    return np.stack(arrays) if arrays else np.zeros((0,))
+    if not arrays:
+        return np.zeros((0,))
+    if all(a.shape == arrays[0].shape and a.dtype == arrays[0].dtype for a in arrays):
+        return np.stack(arrays)
+    return [np.ascontiguousarray(a) for a in arrays]
+
+
+class LaidOut:
+    """A fed batch with DALI's ``layout`` (``pipe.feed_input(node, data, layout="HWC")``)."""
+
+    def __init__(self, data, layout):
+        self.data, self.layout = data, layout
 
 
 class _External(_Source):
@@ -228,7 +341,13 @@ class _External(_Source):
         super().__init__(op, pipe)
         a = op.args
         self.pipe, self.source, self.batch = pipe, a["source"], a["batch"]
+        self.layout, self.cycle = a["layout"], a["cycle"]
+        if self.cycle not in (None, False, True, "quiet", "raise", "no"):
+            raise ValueError(f"{op.name}: cycle must be True, False, 'quiet', 'raise' or 'no'")
         self.n_out = a["num_outputs"] or 1
+        from .. import types
+
+        self.dtype = None if a["dtype"] is None else types.to_numpy_type(a["dtype"])
         # whole batches from an iterable or feed_input: they cannot be rewound to a batch
         self.fed = not (callable(self.source) and not self.batch)
         if not self.fed:
@@ -275,7 +394,16 @@ class _External(_Source):
             fed = self.pipe._fed.get(self.op.name) or []
             if not fed:
                 raise RuntimeError(f"{self.op.name}: no data fed; call pipe.feed_input() in iter_setup()")
-            return fed.pop(0)
+            data = fed.pop(0)
+            if isinstance(data, LaidOut):
+                self.layout, data = data.layout, data.data
+            return data
+        try:
+            return next(self._iter)
+        except StopIteration:
+            if self.cycle not in (True, "quiet"):
+                return None
+        self._iter = iter(self.source)  # cycle=True / 'quiet': start the iterable again, no end
         try:
             return next(self._iter)
         except StopIteration:
@@ -316,7 +444,10 @@ class _External(_Source):
             cols = payload["samples"]
         outs, sizes = [], None
         for col in cols:
-            v = to_batch_value(list(col), sizes=sizes)
+            v = to_batch_value(list(col), sizes=sizes, layout=self.layout)
+            if self.dtype is not None and isinstance(v, np.ndarray) and v.dtype != self.dtype:
+                raise TypeError(f"{self.op.name}: declared dtype={self.dtype} but was given "
+                                f"{v.dtype} data (as DALI, the data is not converted)")
             if isinstance(v, ImageBatch):
                 sizes = v.sizes()
             outs.append(v)
@@ -328,7 +459,15 @@ class _External(_Source):
 
 register("external_source", devices=("cpu",), inputs=(0, 0), kind="source",
          outputs=lambda n, a: a["num_outputs"] or 1,
-         args={"source": None, "num_outputs": None, "batch": True, "size": None, **_SHARDING},
+         args={"source": None, "num_outputs": None, "batch": True, "size": None, **_SHARDING,
+               "layout": None, "dtype": None, "ndim": None, "cycle": None, "parallel": False,
+               "prefetch_queue_depth": 1, "no_copy": None, "blocking": None, "cuda_stream": None,
+               "use_copy_kernel": None},
+         arg_docs={"layout": "DALI's layout of each sample ('HWC': 3-D uint8 samples are images; "
+                             "another layout keeps them plain arrays)",
+                   "dtype": "the element type the data must have (checked, not converted)",
+                   "cycle": "True / 'quiet': restart the iterable when it ends (an endless "
+                            "source); 'raise' / None: the epoch ends with it"},
          output_spec="images (uint8 HWC), encoded bytes, boxes dicts, or stacked arrays",
          doc="data from Python: an iterable of batches, a per-sample callable (random access), "
              "or feed_input")(_External)
