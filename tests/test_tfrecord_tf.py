@@ -160,3 +160,14 @@ def test_import_detaug_imports_no_tensorflow():
     code = ("import sys, detaug, detaug.adapters.tf, readers; "
             "assert 'tensorflow' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+def test_tf_keras_classification_example_fits():
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    res = subprocess.run([sys.executable, os.path.join(REPO, "examples", "tf_keras_classification.py"),
+                          "--epochs", "2", "--batches", "2"], capture_output=True, text=True,
+                         env=env, timeout=600, cwd=REPO)
+    assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+    assert "backend tensorflow: loss per epoch" in res.stdout
+    losses = [float(v) for v in res.stdout.split("loss per epoch")[1].split()]
+    assert len(losses) == 2 and all(np.isfinite(losses))
