@@ -1,4 +1,5 @@
 """Index 100,000 TFRecord records (OD layout, one 11.6 kB JPEG each, 3 boxes) and time
+readers.read_tfrecord. Usage: python benchmarks/bench_tfrecord_index.py IMAGE.jpg"""
 import os, sys, time, tempfile
 import numpy as np
 from readers import tfrecord as T
