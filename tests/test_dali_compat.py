@@ -50,6 +50,13 @@ def folder(tmp_path, rng):
     return str(tmp_path), truth
 
 
+def _h(a):
+    """A sample as a host array (device outputs are cupy arrays)."""
+    from detaug.backend import to_host
+
+    return np.asarray(to_host(a))
+
+
 def _find(img, truth):
     """The truth entry whose pixels equal ``img``."""
     hits = [(lab, t) for lab, t in truth.values() if t.shape == img.shape and (t == img).all()]
@@ -75,7 +82,7 @@ def test_getting_started_file_reader_decoder_shuffle_rotate(folder):
     for _ in range(len(pipe)):
         images, rotated, labels, angle = pipe.run()
         for img, rot, lab, a in zip(images.data, rotated.data, labels, angle):
-            img, rot = np.asarray(img), np.asarray(rot)
+            img, rot = _h(img), _h(rot)
             want_label, _ = _find(img, truth)
             assert lab == want_label
             # DALI: angle counter-clockwise, canvas enlarged (a quarter turn: the turned size)
@@ -159,7 +166,7 @@ def test_external_source_feed_input_bytes_and_ragged_labels(folder):
                                         external_data=ExternalInputIterator(files, 4)))
     pipe.build()
     images, padded, labels = pipe.run()
-    assert images.data[0].shape == (24, 24, 3)
+    assert _h(images.data[0]).shape == (24, 24, 3)
     assert [len(v) for v in labels] == [1, 2, 3, 1]
     np.testing.assert_array_equal(padded, [[files[k][1]] * n + [-1] * (3 - n)
                                            for k, n in enumerate([1, 2, 3, 1])])
@@ -167,7 +174,7 @@ def test_external_source_feed_input_bytes_and_ragged_labels(folder):
     srcs = [truth[files[k][0]][1] for k in range(4)]
     (want,) = _run(lambda i: fn.resize(i, size=(24, 24), antialias=True), [srcs])
     for k in range(4):
-        np.testing.assert_array_equal(images.data[k], want.data[k])
+        np.testing.assert_array_equal(_h(images.data[k]), _h(want.data[k]))
     it = DALIGenericIterator([track(ExternalSourcePipeline(4, 1, 0, ExternalInputIterator(files, 4),
                                                            with_raw=False))],
                              ["images", "labels"], size=8, auto_reset=True)
@@ -237,7 +244,7 @@ def test_hybrid_classification_iterator_reader_name(folder):
     # by matching the reference of the un-mirrored and mirrored crops)
     it.reset()
     data = next(it)[0]
-    for x, y in zip(data["data"].numpy(), data["label"].numpy()):
+    for x, y in zip(data["data"].cpu().numpy(), data["label"].cpu().numpy()):
         cands = [_cmn_reference(img, 17, m) for lab, img in truth.values() if lab == y[0] for m in (0, 1)]
         assert min(np.abs(c - x).max() for c in cands) < 1e-3
 
@@ -334,7 +341,7 @@ def test_ssd_pipeline_boxes_follow_crop_flip_paste_float64_reference():
             x1, y1 = np.floor((anchor[s] + shape[s]) * [W, H] + 0.5)
             cw, ch = int(x1 - x0), int(y1 - y0)
             Wp, Hp = int(cw * np.float64(ratio[s])), int(ch * np.float64(ratio[s]))
-            img = np.asarray(images.data[s])
+            img = _h(images.data[s])
             assert img.shape == (Hp, Wp, 3)
             # pixels: the decoded window, mirrored, pasted at int(p * (W' - w)) on the fill colour
             ox, oy = int(px[s] * (Wp - cw)), int(py[s] * (Hp - ch))
