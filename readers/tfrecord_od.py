@@ -115,7 +115,8 @@ def read_tfrecord(paths, *, label_map=None, skip_empty=False, on_error="raise",
     Args:
         paths: a file, a glob (``"data/train-*.tfrecord"``), a folder, or a list of these.
         label_map: ``{id: name}`` or a ``label_map.pbtxt``: the classes, in id order (ids not
-            used by any box are classes too); a box whose label is not in it is a fault.
+            used by any box are classes too); a record with a label not in it, or with a
+            class/text other than the map's name, is a fault (the whole record is skipped).
             None: the ids the boxes use, named by ``class/text`` (``str(id)`` without one).
         skip_empty: drop images with no boxes (counted in ``Dataset.dropped``).
         on_error: ``"raise"``, or ``"skip"``: a bad record (CRC, truncation, malformed Example,
