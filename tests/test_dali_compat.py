@@ -521,3 +521,17 @@ def test_old_class_names_exist():
         pipe.set_outputs(*out)
     enc, b, lab = pipe.run()
     assert b[0].dtype == np.float32 and lab[0].min() >= 1
+
+
+def test_fn_coco_reader_equals_readers_coco_in_dali_mode():
+    root, ann = os.path.join(COCO, "images"), os.path.join(COCO, "annotations.json")
+    outs = []
+    for make in (lambda: fn.coco_reader(file_root=root, annotations_file=ann, ltrb=True, ratio=True),
+                 lambda: fn.readers.coco(file_root=root, annotations_file=ann, ltrb=True, ratio=True)):
+        pipe = track(Pipeline(batch_size=3, num_threads=1, seed=0))
+        with pipe:
+            pipe.set_outputs(*make())
+        outs.append(pipe.run())
+    for a, b in zip(outs[0][1:], outs[1][1:]):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
