@@ -1,9 +1,10 @@
-"""Prefetching executor: a host stage in worker threads, a device stage in order on one stream.
+"""Prefetching executor: a host stage in worker processes or threads, a device stage in order.
 
-Batch k+1's host work (reading, CPU decode, CPU ops) runs in the host threads while batch k's
-device work is queued on the pipeline's stream. ``prefetch_queue_depth`` batches are in flight.
-Exceptions in a worker reach the caller through the batch's future (never a hang), with the
-sample's file named.
+Batch k+1's host work (reading, CPU decode, CPU ops) runs in the host workers while batch k's
+device work is queued on the pipeline's stream (or batch k is consumed). A CPU pipeline's host
+stage runs in ``host_processes`` forked processes (host_workers.py), one launch each at a time,
+with results in shared memory; otherwise in threads of this process. Exceptions in a worker
+reach the caller through the batch's future (never a hang), with the sample's file named.
 """
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ class SampleError(Exception):
     def __init__(self, message, position=None, path=None):
         super().__init__(message)
         self.position, self.path = position, path
+
+    def __reduce__(self):  # keeps position and path when a worker process sends it back
+        return (type(self), (str(self), self.position, self.path), self.__dict__)
 
 
 class BatchContext:
@@ -63,10 +67,17 @@ class BatchContext:
 class Executor:
     def __init__(self, pipeline):
         self.p = pipeline
+        self.queue = collections.deque()
+        self.workers = self.pool = self.batch_pool = self.device_pool = None
+        if pipeline.host_processes:
+            from .host_workers import HostWorkers
+
+            # forked first, before this executor starts any thread
+            self.workers = HostWorkers(pipeline.host_processes, pipeline._run_host_job)
+            return
         self.pool = cf.ThreadPoolExecutor(max(1, pipeline.num_threads), thread_name_prefix="detaug-host")
         self.batch_pool = cf.ThreadPoolExecutor(max(1, pipeline.prefetch_queue_depth),
                                                 thread_name_prefix="detaug-batch")
-        self.device_pool = None
         if pipeline.has_device_stage:
             streams = list(pipeline._streams)
             self._local = threading.local()
@@ -81,13 +92,15 @@ class Executor:
             self._bind_lock = threading.Lock()
             self.device_pool = cf.ThreadPoolExecutor(len(streams), thread_name_prefix="detaug-device",
                                                      initializer=bind)
-        self.queue = collections.deque()
 
     def submit(self, key):
         """Queue the launch ``key = (epoch, first batch, batch count)``; source ops read in order here."""
         prepared = self.p._prepare(key)
         if any(isinstance(v, dict) and v.get("end") for v in prepared.values()):
             return False  # an iterable source is spent: the epoch ends here
+        if self.workers is not None:
+            self.queue.append((key, self.workers.submit(key, prepared)))
+            return True
         fut = self.batch_pool.submit(self.p._run_host, key, prepared, self.pool)
         if self.device_pool is not None:
             fut = self.device_pool.submit(
@@ -109,9 +122,17 @@ class Executor:
                 pass
         self.queue.clear()
 
+    def run_now(self, key, prepared):
+        """The host result of ``key`` outside the queue (random access), on a worker."""
+        if self.workers is not None:
+            return self.workers.submit(key, prepared).result()
+        return self.p._run_host(key, prepared, self.pool)
+
     def shutdown(self, wait=True):
         if wait:
             self.clear()
+        if self.workers is not None:
+            self.workers.close(wait=wait)
         for pool in (self.batch_pool, self.device_pool, self.pool):
             if pool is not None:
                 pool.shutdown(wait=wait, cancel_futures=True)

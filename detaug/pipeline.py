@@ -58,6 +58,15 @@ class Pipeline:
             says why). Default 3 (DETAUG_DECODE_PROCESSES); 0 decodes in the device-stage threads.
         decode_buffer_mb: device buffer of each decode process, in MiB (default 2048): it must
             hold the decoded images of a few batches_per_launch x batch_size samples.
+        host_processes: worker processes for the host stage of a pipeline without a GPU stage
+            (reading, CPU decode, planning, box math, CPU warps), each making whole launches,
+            results in shared memory (detaug/host_workers.py): the host stage then scales with
+            cores instead of sharing this process's GIL. Default (None): ``num_threads`` where
+            ``num_threads > 1`` and the process can (Linux, not itself a daemonic worker), else 0
+            (threads of this process);
+            the DETAUG_HOST_PROCESSES environment variable overrides the default. Results are
+            the same for any value. ``prefetch_queue_depth`` launches wait ready beyond the one
+            each process is making.
     """
 
     device_summary = None  # after build(): where the pipeline runs, in one line
@@ -65,7 +74,7 @@ class Pipeline:
     def __init__(self, batch_size=1, num_threads=1, device_id=None, seed=-1, prefetch_queue_depth=None,
                  last_batch_policy="fill", shard_id=0, num_shards=1, on_error="raise",
                  device_workers=None, batches_per_launch=None, decode_processes=None,
-                 decode_buffer_mb=2048):
+                 decode_buffer_mb=2048, host_processes=None):
         if last_batch_policy not in _POLICIES:
             raise ValueError(f"last_batch_policy must be one of {_POLICIES}")
         if on_error not in ("raise", "skip"):
@@ -84,6 +93,8 @@ class Pipeline:
         self.batches_per_launch = 1 if batches_per_launch is None else max(1, int(batches_per_launch))
         self.decode_processes = decode_processes
         self.decode_buffer_mb = int(decode_buffer_mb)
+        self._host_processes_arg = host_processes
+        self.host_processes = 0  # set at build
         self._decode_service = None
         self._paths_only = set()
         self._ready = collections.deque()  # batches split off a multi-batch launch, not yet handed out
@@ -162,6 +173,7 @@ class Pipeline:
             self.prefetch_queue_depth = DECODE_PROCESS_PREFETCH
         if not self._device_workers_arg:
             self.device_workers = min(self.prefetch_queue_depth, MAX_DEVICE_WORKERS)
+        self.host_processes = self._resolve_host_processes()
         if self.has_device_stage:
             import cupy as cp
 
@@ -174,6 +186,29 @@ class Pipeline:
         self.device_summary = self._summarize_devices()
         logging.getLogger("detaug").info("pipeline built: %s", self.device_summary)
         return self
+
+    def _resolve_host_processes(self) -> int:
+        """The number of host worker processes (see ``host_processes``); 0 runs the host stage in
+        threads. A pipeline with a GPU stage keeps threads (its decode has processes of its own)."""
+        from . import host_workers
+
+        n = self._host_processes_arg
+        if n is None:
+            env = os.environ.get("DETAUG_HOST_PROCESSES")
+            n = int(env) if env not in (None, "") else (self.num_threads if self.num_threads > 1 else 0)
+        n = max(0, int(n))
+        if n and self.has_device_stage:
+            if self._host_processes_arg:
+                raise ValueError("host_processes is for pipelines without a GPU stage (a GPU "
+                                 "pipeline decodes in decode_processes); leave it unset")
+            return 0
+        why = host_workers.unavailable() if n else None
+        if why:
+            if self._host_processes_arg:
+                raise ValueError(f"host_processes={n}: {why}; leave it unset to run the host "
+                                 "stage in threads")
+            return 0
+        return n
 
     def _check_gpu(self):
         """Before anything starts: GPU ops where cupy (or nvImageCodec, for a GPU decoder) is
@@ -407,6 +442,10 @@ class Pipeline:
         indices[e.position] = nxt
         return indices
 
+    def _run_host_job(self, key, prepared):
+        """The host stage of a launch in a host worker process (single-threaded there)."""
+        return self._run_host(key, prepared, None)
+
     def _run_host(self, key, prepared, pool):
         ctx = self._with_retries(key, prepared, pool, lambda c: self._run_ops(c, self._host_ops))
         return (key, prepared, ctx) if self.has_device_stage else self._collect(ctx)
@@ -481,7 +520,7 @@ class Pipeline:
     def _fill_queue(self):
         ex = self._executor_ready()
         limit = len(self) if self._driver.size is not None else None
-        while len(ex.queue) < self.prefetch_queue_depth:
+        while len(ex.queue) < self.prefetch_queue_depth + self.host_processes:
             e, b = self._submitted
             if limit is not None and b >= limit:
                 # sized sources prefetch on into the next epoch, as deep as within an epoch (kept
@@ -550,7 +589,7 @@ class Pipeline:
             raise IndexError(f"batch {batch_index} out of range (0..{len(self) - 1})")
         ex = self._executor_ready()
         key = (self._epoch if epoch is None else epoch, batch_index, 1)
-        result = self._run_host(key, self._prepare(key), ex.pool)
+        result = ex.run_now(key, self._prepare(key))
         if self.has_device_stage:
             result = self._run_device(result, ex.pool)
         self.last_event = result[1]
@@ -656,7 +695,8 @@ class Pipeline:
                       num_shards=self.num_shards, on_error=self.on_error,
                       device_workers=self._device_workers_arg,
                       batches_per_launch=self._batches_per_launch_arg,
-                      decode_processes=self.decode_processes, decode_buffer_mb=self.decode_buffer_mb)
+                      decode_processes=self.decode_processes, decode_buffer_mb=self.decode_buffer_mb,
+                      host_processes=self._host_processes_arg)
         return _persist.dumps(params, self.graph.ops, self._outputs)
 
     @classmethod

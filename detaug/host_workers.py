@@ -1,0 +1,370 @@
+"""Worker processes for the host stage of a CPU pipeline, with results in shared memory.
+
+The host stage of a batch (reading, decoding, planning, box math, warps) is a pure function of
+the pipeline definition and the launch key ``(epoch, first batch, count)``: every random draw is
+keyed by the sample (rng.py). So it can run in any process. A :class:`HostWorkers` forks N
+processes that each hold the built pipeline (fork copies it: nothing is pickled, lambdas in an
+external source work, and so does a notebook). Each runs one launch at a time, single-threaded.
+
+Results do not travel as pickles. A worker pickles its result with protocol 5: the arrays go
+out of band, and their bytes are copied once into a *slot*, an anonymous shared-memory file
+(``memfd``, so the size of ``/dev/shm`` does not matter) that the worker keeps and reuses. The
+slot's file descriptor crosses to the caller once (SCM_RIGHTS), which maps it; each result is
+unpickled onto views of the mapping (no copy). The arrays a batch hands out all have one base
+array; when the last of them is gone the slot goes back to its worker (a finaliser sends
+"free"). A slot in use is never written: a batch stays valid for as long as the user keeps it,
+and a worker with no free slot makes another (memory grows with what the user holds, as with
+any loader).
+
+Failure: an exception in a worker reaches the caller with its type and message (and the
+worker's traceback as a note); a worker that dies (killed, out of memory) fails the batches it
+owed with :class:`WorkerDied`, naming the worker, its exit code and the batch; workers ignore
+Ctrl-C (the caller decides), die with the caller (PR_SET_PDEATHSIG), and are stopped by
+``close()``.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import concurrent.futures as cf
+import ctypes
+import itertools
+import mmap
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import sys
+import threading
+import traceback
+import weakref
+from multiprocessing import reduction
+
+import numpy as np
+
+ALIGN = 64  # byte alignment of every array in a slot
+_SLOT_ROUND = 1 << 20  # slot sizes are rounded up to whole MiB, plus 1/8 headroom
+
+
+class WorkerDied(RuntimeError):
+    """A host worker process ended while it owed batches."""
+
+
+def unavailable() -> str | None:
+    """Why this process cannot have host workers (None if it can): they need fork, memfd and
+    Unix sockets (Linux), and a daemonic process (a multiprocessing Pool's worker) may not start
+    processes."""
+    if not (sys.platform.startswith("linux") and hasattr(os, "memfd_create")
+            and "fork" in mp.get_all_start_methods()):
+        return "host_processes needs Linux (fork and memfd)"
+    if mp.current_process().daemon:
+        return "this is a daemonic process (a multiprocessing worker), which may not start processes"
+    return None
+
+
+# ---- the worker process ----------------------------------------------------------------------
+class _Slot:
+    """One shared-memory file of the worker, mapped; ``sent`` once its descriptor has crossed."""
+
+    def __init__(self, sid, size):
+        self.id, self.size, self.sent = sid, size, False
+        self.fd = os.memfd_create(f"detaug-slot-{sid}", os.MFD_CLOEXEC)
+        os.ftruncate(self.fd, size)
+        self.mm = mmap.mmap(self.fd, size)
+
+    def close(self):
+        self.mm.close()
+        os.close(self.fd)
+
+
+def _layout(sizes):
+    """Offsets of buffers of ``sizes`` bytes packed at ALIGN, and the total."""
+    spans, end = [], 0
+    for n in sizes:
+        spans.append((end, n))
+        end += -(-n // ALIGN) * ALIGN
+    return spans, end
+
+
+def _die_with_parent():
+    try:  # Linux: SIGKILL this worker when the process that forked it dies
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def _worker_main(conn, run, parent_pid, inherited, cv2_loaded):
+    """Serve ``("task", id, key, prepared)`` with ``run(key, prepared)``; ``("free", slot)``
+    returns a slot; ``("stop",)`` ends. Replies ``("ok", id, meta, slot, size, spans, retired)``
+    (the slot's descriptor follows when it is new) or ``("err", id, exception, text)``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
+    for c in inherited:  # the caller's ends of the other workers' sockets: EOF must reach them
+        try:
+            c.close()
+        except OSError:
+            pass
+    if not cv2_loaded:  # one thread per worker: the parallelism is the workers (see _forking)
+        import cv2
+
+        cv2.setNumThreads(1)
+    slots, free, ids, tasks = {}, [], itertools.count(), collections.deque()
+
+    def receive(block):
+        """Read what has arrived (wait for one message if ``block``); False on stop or EOF."""
+        while block or conn.poll():
+            block = False
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                return False
+            if msg[0] == "free":
+                free.append(msg[1])
+            elif msg[0] == "stop":
+                return False
+            else:
+                tasks.append(msg)
+        return True
+
+    def take(total):
+        """A free slot of at least ``total`` bytes (the smallest), or a new one; the slots
+        retired to make room."""
+        retired = []
+        fits = [s for s in free if slots[s].size >= total]
+        if fits:
+            sid = min(fits, key=lambda s: slots[s].size)
+        else:
+            if free:  # a free slot too small: replace it (sizes of one pipeline rarely vary)
+                old = max(free, key=lambda s: slots[s].size)
+                free.remove(old)
+                slots.pop(old).close()
+                retired.append(old)
+            size = -(-(total + total // 8) // _SLOT_ROUND) * _SLOT_ROUND
+            sid = next(ids)
+            slots[sid] = _Slot(sid, size)
+            free.append(sid)
+        free.remove(sid)
+        return slots[sid], retired
+
+    try:
+        while True:
+            if not tasks and not receive(True):
+                break
+            if not tasks:
+                continue
+            _, tid, key, prepared = tasks.popleft()
+            try:
+                bufs = []
+                meta = pickle.dumps(run(key, prepared), protocol=5, buffer_callback=bufs.append)
+            except BaseException as e:  # noqa: BLE001  (every error goes back to the caller)
+                text = traceback.format_exc()
+                try:
+                    e.add_note(f"(in host worker pid {os.getpid()})\n{text}")
+                    blob = pickle.dumps(e)
+                    pickle.loads(blob)
+                except Exception:
+                    blob = None
+                conn.send(("err", tid, blob, f"{type(e).__name__}: {e}\n{text}"))
+                continue
+            raws = [b.raw() for b in bufs]
+            spans, total = _layout([r.nbytes for r in raws])
+            if not total:
+                conn.send(("ok", tid, meta, None, 0, spans, []))
+                continue
+            if not receive(False):
+                break
+            slot, retired = take(total)
+            for (off, n), r in zip(spans, raws):
+                slot.mm[off:off + n] = r
+            del raws, bufs
+            new = not slot.sent
+            conn.send(("ok", tid, meta, slot.id, slot.size if new else 0, spans, retired))
+            if new:
+                reduction.send_handle(conn, slot.fd, parent_pid)
+                slot.sent = True
+    finally:
+        for s in slots.values():
+            s.close()
+        conn.close()
+
+
+# ---- the caller's side -----------------------------------------------------------------------
+def _settle(entry, result=None, error=None):
+    """Give a pending task's future its result or error (a cancelled one drops it)."""
+    if entry is None:
+        return
+    try:
+        if error is not None:
+            entry[0].set_exception(error)
+        else:
+            entry[0].set_result(result)
+    except cf.InvalidStateError:
+        pass  # cancelled (a reset or close): the result is dropped and its slot freed
+
+
+class _Worker:
+    def __init__(self, index, proc, conn):
+        self.index, self.proc, self.conn = index, proc, conn
+        self.send_lock = threading.Lock()
+        self.maps = {}  # slot id -> mmap of this process
+        self.pending = {}  # task id -> (future, key)
+        self.dead = None  # why, once the worker is gone
+
+
+@contextlib.contextmanager
+def _forking():
+    """Around the forks: OpenCV's thread pool does not survive a fork (a child that touches it,
+    even to resize it, waits forever on a condition variable its parent's threads held), so a
+    loaded cv2 is set to one thread while the workers are forked (they inherit that: one thread
+    each) and given its thread count back after. Yields whether cv2 was loaded; a worker that
+    imports it itself sets one thread."""
+    cv2 = sys.modules.get("cv2")
+    before = cv2.getNumThreads() if cv2 is not None else None
+    if cv2 is not None:
+        cv2.setNumThreads(1)
+    try:
+        yield cv2 is not None
+    finally:
+        if cv2 is not None:
+            cv2.setNumThreads(before)
+
+
+class HostWorkers:
+    """``n`` forked processes running ``run(key, prepared)``; :meth:`submit` gives a Future of
+    the result, whose arrays live in the worker's shared memory until they are dropped."""
+
+    def __init__(self, n, run, name="detaug-host"):
+        ctx = mp.get_context("fork")
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+        self._closed = False
+        self.workers = []
+        parent_ends = []
+        with _forking() as cv2_loaded:
+            for i in range(n):
+                a, b = ctx.Pipe(duplex=True)
+                parent_ends.append(a)
+                proc = ctx.Process(target=_worker_main, name=f"{name}-{i}", daemon=True,
+                                   args=(b, run, os.getpid(), list(parent_ends), cv2_loaded))
+                proc.start()
+                b.close()
+                self.workers.append(_Worker(i, proc, a))
+        self._readers = [threading.Thread(target=self._read, args=(w,), daemon=True,
+                                          name=f"{name}-reader-{w.index}") for w in self.workers]
+        for t in self._readers:
+            t.start()
+
+    @property
+    def pids(self):
+        return [w.proc.pid for w in self.workers]
+
+    def submit(self, key, prepared) -> cf.Future:
+        """Run ``key`` on the worker that owes the fewest results."""
+        fut = cf.Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the pipeline's host workers are closed")
+            live = [w for w in self.workers if w.dead is None]
+            if not live:
+                raise WorkerDied(self.workers[0].dead)
+            w = min(live, key=lambda w: len(w.pending))
+            tid = next(self._ids)
+            w.pending[tid] = (fut, key)
+        try:
+            with w.send_lock:
+                w.conn.send(("task", tid, key, prepared))
+        except (OSError, ValueError) as e:
+            self._fail(w, f"host worker {w.index} (pid {w.proc.pid}) cannot take work ({e})")
+        return fut
+
+    def _read(self, w):
+        """The reader thread of one worker: results to futures, until EOF."""
+        while True:
+            try:
+                msg = w.conn.recv()
+                if msg[0] == "ok":
+                    _, tid, meta, sid, size, spans, retired = msg
+                    for old in retired:
+                        mm = w.maps.pop(old, None)
+                        if mm is not None:
+                            mm.close()
+                    if size:
+                        fd = reduction.recv_handle(w.conn)
+                        try:
+                            w.maps[sid] = mmap.mmap(fd, size)
+                        finally:
+                            os.close(fd)
+                    _settle(w.pending.pop(tid, None), self._unpack(w, meta, sid, spans))
+                else:
+                    _, tid, blob, text = msg
+                    _settle(w.pending.pop(tid, None),
+                            error=pickle.loads(blob) if blob else RuntimeError(text))
+            except (EOFError, OSError):
+                break
+        w.proc.join(timeout=2)
+        code = w.proc.exitcode
+        how = (f"was killed by signal {-code}" if code is not None and code < 0 else
+               f"exited with code {code}" if code is not None else "stopped answering")
+        self._fail(w, f"host worker {w.index} (pid {w.proc.pid}) {how}")
+
+    def _unpack(self, w, meta, sid, spans):
+        if sid is None:
+            return pickle.loads(meta)
+        total = spans[-1][0] + spans[-1][1]
+        region = np.frombuffer(w.maps[sid], np.uint8, count=total)  # one base for the batch
+        result = pickle.loads(meta, buffers=[region[o:o + n] for o, n in spans])
+        weakref.finalize(region, self._free, w, sid)
+        return result
+
+    def _free(self, w, sid):
+        if self._closed or w.dead is not None:
+            return
+        try:
+            with w.send_lock:
+                w.conn.send(("free", sid))
+        except (OSError, ValueError):
+            pass
+
+    def _fail(self, w, why):
+        with self._lock:
+            if w.dead is None:
+                w.dead = why
+            owed, w.pending = list(w.pending.values()), {}
+        if self._closed:
+            why = "the pipeline was closed"
+        for entry in owed:
+            key = entry[1]
+            _settle(entry, error=WorkerDied(f"{why} while making batch {key[1]} of epoch {key[0]}"))
+
+    def close(self, wait=True):
+        """Stop the workers (kill those that do not stop within 5 s when ``wait``)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        for w in self.workers:
+            try:
+                with w.send_lock:
+                    w.conn.send(("stop",))
+            except (OSError, ValueError):
+                pass
+        if not wait:
+            for w in self.workers:
+                if w.proc.is_alive():
+                    w.proc.terminate()
+            return
+        for w in self.workers:
+            w.proc.join(timeout=5)
+            if w.proc.is_alive():
+                w.proc.kill()
+                w.proc.join(timeout=5)
+        for t in self._readers:
+            t.join(timeout=5)
+        for w in self.workers:
+            w.conn.close()
+            for mm in w.maps.values():
+                try:
+                    mm.close()
+                except BufferError:
+                    pass  # arrays the user still holds keep the mapping (freed with them)
+            w.maps.clear()
