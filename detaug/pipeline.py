@@ -65,8 +65,10 @@ class Pipeline:
             ``num_threads > 1`` and the process can (Linux, not itself a daemonic worker), else 0
             (threads of this process);
             the DETAUG_HOST_PROCESSES environment variable overrides the default. Results are
-            the same for any value. ``prefetch_queue_depth`` launches wait ready beyond the one
-            each process is making.
+            the same for any value. With host processes ``prefetch_queue_depth`` counts per
+            process, as a DataLoader's ``prefetch_factor``: N processes keep N x depth launches
+            in flight (batches come out in order, so a worker must not wait for the one whose
+            launch is due).
     """
 
     device_summary = None  # after build(): where the pipeline runs, in one line
@@ -520,7 +522,7 @@ class Pipeline:
     def _fill_queue(self):
         ex = self._executor_ready()
         limit = len(self) if self._driver.size is not None else None
-        while len(ex.queue) < self.prefetch_queue_depth + self.host_processes:
+        while len(ex.queue) < self.prefetch_queue_depth * max(1, self.host_processes):
             e, b = self._submitted
             if limit is not None and b >= limit:
                 # sized sources prefetch on into the next epoch, as deep as within an epoch (kept
