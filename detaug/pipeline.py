@@ -20,6 +20,10 @@ from .executor import BatchContext, Executor, SampleError
 from .rng import epoch_permutation
 
 _POLICIES = ("fill", "drop", "partial")
+
+
+class _NotFed(RuntimeError):
+    """A feed_input source has no batch for the next launch yet."""
 GPU_BATCHES_PER_LAUNCH = 4  # default batches_per_launch of pipelines with a GPU stage
 # default prefetch_queue_depth (launches in flight) of pipelines that decode in decode processes:
 # each launch holds a device worker while its files are decoded, so the decoders idle with few
@@ -58,6 +62,8 @@ class Pipeline:
             says why). Default 3 (DETAUG_DECODE_PROCESSES); 0 decodes in the device-stage threads.
         decode_buffer_mb: device buffer of each decode process, in MiB (default 2048): it must
             hold the decoded images of a few batches_per_launch x batch_size samples.
+        exec_pipelined, exec_async: DALI's executor switches, accepted for ported programs; the
+            executor is always pipelined and asynchronous (the values do not change results).
         host_processes: worker processes for the host stage of a pipeline without a GPU stage
             (reading, CPU decode, planning, box math, CPU warps), each making whole launches,
             results in shared memory (detaug/host_workers.py): the host stage then scales with
@@ -76,7 +82,7 @@ class Pipeline:
     def __init__(self, batch_size=1, num_threads=1, device_id=None, seed=-1, prefetch_queue_depth=None,
                  last_batch_policy="fill", shard_id=0, num_shards=1, on_error="raise",
                  device_workers=None, batches_per_launch=None, decode_processes=None,
-                 decode_buffer_mb=2048, host_processes=None):
+                 decode_buffer_mb=2048, host_processes=None, exec_pipelined=True, exec_async=True):
         if last_batch_policy not in _POLICIES:
             raise ValueError(f"last_batch_policy must be one of {_POLICIES}")
         if on_error not in ("raise", "skip"):
@@ -86,6 +92,12 @@ class Pipeline:
             raise ValueError(f"batch_size and num_threads must be at least 1, got batch_size="
                              f"{batch_size}, num_threads={num_threads}")
         self.seed = int.from_bytes(os.urandom(4), "little") if seed in (None, -1) else int(seed)
+        if isinstance(prefetch_queue_depth, dict):  # DALI's separated queues: the deeper one
+            unknown = set(prefetch_queue_depth) - {"cpu_size", "gpu_size"}
+            if unknown:
+                raise ValueError(f"prefetch_queue_depth: unknown keys {sorted(unknown)} (DALI's "
+                                 "are 'cpu_size' and 'gpu_size')")
+            prefetch_queue_depth = max(int(v) for v in prefetch_queue_depth.values())
         self._prefetch_arg, self._device_workers_arg = prefetch_queue_depth, device_workers
         self.prefetch_queue_depth = 2 if prefetch_queue_depth is None else max(1, int(prefetch_queue_depth))
         self.last_batch_policy, self.on_error = last_batch_policy, on_error
@@ -136,11 +148,16 @@ class Pipeline:
     def iter_setup(self):
         """Called before each batch is scheduled; override to ``feed_input`` external sources."""
 
-    def feed_input(self, node, data):
+    def feed_input(self, node, data, layout=None):
         """Give an external source (without ``source=``) its next batch: a list of samples (or
         an array, samples along axis 0; a tuple of them for num_outputs > 1). Its length, at most
-        ``batch_size``, is the batch's number of samples (one random draw each)."""
+        ``batch_size``, is the batch's number of samples (one random draw each). ``layout``
+        (DALI's, e.g. "HWC") is checked against what the source's consumers take."""
         name = node.op.name if isinstance(node, _graph.DataNode) else str(node)
+        if layout is not None:
+            from .ops.sources import LaidOut
+
+            data = LaidOut(data, layout)
         self._fed.setdefault(name, []).append(data)
 
     # ---- build ------------------------------------------------------------------------------
@@ -337,6 +354,12 @@ class Pipeline:
         scheduled), so that ``feed_input`` gives each batch its own data."""
         for _ in range(key[2]):
             self.iter_setup()
+        hungry = [self.graph.ops[i].name for i, s in self._sources.items()
+                  if getattr(s, "fed", False) and getattr(s, "source", True) is None
+                  and len(self._fed.get(self.graph.ops[i].name) or ()) < key[2]]
+        if hungry:  # nothing taken: the launch waits for feed_input (see _fill_queue)
+            raise _NotFed(f"{hungry[0]}: no data fed; call pipe.feed_input() before run() or in "
+                          "iter_setup()")
         return {op_id: s.prepare(key) for op_id, s in self._sources.items()}
 
     def _schedule(self, epoch, batch_index, count):
@@ -519,7 +542,9 @@ class Pipeline:
                 self._submitted = (self._epoch, self._batch)
         return self._executor
 
-    def _fill_queue(self):
+    def _fill_queue(self, need=False):
+        """Keep the launches in flight; ``need``: run() waits on the queue's head, so a
+        feed_input source with nothing fed is an error rather than a pause."""
         ex = self._executor_ready()
         limit = len(self) if self._driver.size is not None else None
         while len(ex.queue) < self.prefetch_queue_depth * max(1, self.host_processes):
@@ -533,7 +558,13 @@ class Pipeline:
             elif e != self._epoch and (limit is None or e > self._epoch + 1):
                 break
             count = 1 if limit is None else min(self.batches_per_launch, limit - b)
-            if not ex.submit((e, b, count)):
+            try:
+                submitted = ex.submit((e, b, count))
+            except _NotFed:
+                if ex.queue or self._ready or not need:
+                    break  # a feed_input source is fed as run() is called: prefetch no further
+                raise
+            if not submitted:
                 self._submitted = (e + 1, 0)  # an iterable source is spent: the epoch ends
                 break
             self._submitted = (e, b + count)
@@ -542,7 +573,7 @@ class Pipeline:
         """The next batch of the current epoch: a tuple with one value per output.
         Raises StopIteration at the end of the epoch (then call ``reset()``)."""
         if not self._ready:
-            self._fill_queue()
+            self._fill_queue(need=True)
             ex = self._executor
             if not ex.queue or ex.queue[0][0][0] != self._epoch:
                 raise StopIteration
@@ -698,7 +729,7 @@ class Pipeline:
                       device_workers=self._device_workers_arg,
                       batches_per_launch=self._batches_per_launch_arg,
                       decode_processes=self.decode_processes, decode_buffer_mb=self.decode_buffer_mb,
-                      host_processes=self._host_processes_arg)
+                      host_processes=self._host_processes_arg)  # exec_*: no effect, not kept
         return _persist.dumps(params, self.graph.ops, self._outputs)
 
     @classmethod

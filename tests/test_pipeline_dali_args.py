@@ -1,0 +1,37 @@
+"""DALI's Pipeline arguments and feed_input as ported programs use them (issue 16)."""
+import numpy as np
+import pytest
+
+import detaug
+from detaug import fn
+
+
+def _fed_pipe(**kw):
+    pipe = detaug.Pipeline(batch_size=2, num_threads=1, seed=0, **kw)
+    with pipe:
+        x = fn.external_source(name="x")
+        pipe.set_outputs(fn.flip(x, horizontal=1))
+    return pipe.build()
+
+
+def test_exec_switches_and_dict_queue_depth():
+    pipe = _fed_pipe(prefetch_queue_depth={"cpu_size": 3, "gpu_size": 2}, exec_pipelined=False,
+                     exec_async=False)
+    assert pipe.prefetch_queue_depth == 3
+    with pytest.raises(ValueError, match="cpu_size"):
+        detaug.Pipeline(batch_size=2, prefetch_queue_depth={"cpu": 2})
+
+
+def test_feed_before_each_run_without_iter_setup():
+    """DALI's external-source tutorial feeds, then runs, batch after batch, without iter_setup:
+    the prefetcher waits for the next feed instead of failing; nothing fed at all is an error."""
+    rng = np.random.default_rng(0)
+    pipe = _fed_pipe()
+    for k in range(4):
+        batch = [rng.integers(0, 255, (int(rng.integers(2, 6)), 4, 3), dtype=np.uint8) for _ in range(2)]
+        pipe.feed_input("x", batch, layout="HWC")
+        out = pipe.run()[0]
+        for a, b in zip(out.data, batch):
+            np.testing.assert_array_equal(a, b[:, ::-1])
+    with pytest.raises(RuntimeError, match="x: no data fed"):
+        pipe.run()
