@@ -20,7 +20,8 @@ to the worker with the fewest requests in hand):
 * the pipeline makes its stream wait for that event (device-side), wraps the region as a
   :class:`~detaug.batch.DeviceImages` whose owner is a :class:`_Lease`; when the last reference
   to the images goes, the lease records an event on the stream the images were used on; once
-  that event has completed (polled, never waited for) the pipeline sends ``("free", req)`` and
+  that event has completed (a releaser thread waits for it, blocking, without the GIL) the
+  pipeline sends ``("free", req)`` and
   the worker may write the region again. So the worker never depends on the pipeline's GPU work
   (a first version made the worker's stream wait for the pipeline's: a long kernel in the
   pipeline then stalled the worker, and through it the pipeline's host threads, for 1 s).
@@ -34,6 +35,7 @@ from __future__ import annotations
 import collections
 import itertools
 import os
+import queue
 import threading
 
 import numpy as np
@@ -230,13 +232,17 @@ class _Worker:
                 "Pipeline(decode_processes=0) decodes in the pipeline's own threads instead") from None
         self.ring = rt.ipcOpenMemHandle(mem)
         self.done = [rt.ipcOpenEventHandle(h) for h in events]
-        self.retired = collections.deque()  # (event, req): regions to free once event is done
-        self.flush_lock = threading.Lock()
+        # (event, req) of regions whose images are gone: the releaser thread waits for each
+        # event (a blocking wait, without the GIL) and then frees the region. No polling: a
+        # pipeline whose queue is full costs the training loop nothing
+        self.retired = queue.SimpleQueue()
         self.send_lock = threading.Lock()
         self.replies, self.cond = {}, threading.Condition()
         self.alive = True
         self.reader = threading.Thread(target=self._receive, daemon=True, name="detaug-decode-rx")
         self.reader.start()
+        self.releaser = threading.Thread(target=self._release, daemon=True, name="detaug-decode-free")
+        self.releaser.start()
 
     def _receive(self):
         while True:
@@ -250,34 +256,32 @@ class _Worker:
         with self.cond:
             self.alive = False
             self.cond.notify_all()
+        self.retired.put(None)
+
+    def _release(self):
+        """Free each retired region once the work queued on it has completed, in retirement
+        order (the ring frees in any order)."""
+        while True:
+            item = self.retired.get()
+            if item is None or not self.alive:
+                return
+            ev, req = item
+            try:
+                ev.synchronize()  # blocking-sync event: sleeps in the driver, GIL released
+                self.send(("free", req))
+            except Exception:  # the worker is gone, or the interpreter is shutting down
+                return
 
     def send(self, msg):
         with self.send_lock:
             self.conn.send(msg)
 
-    def flush(self):
-        """Send "free" for the retired regions whose work has completed (non-blocking query)."""
-        with self.flush_lock:
-            while self.retired:
-                ev, req = self.retired[0]
-                if not ev.done:
-                    break
-                self.retired.popleft()
-                self.send(("free", req))
-
     def wait(self, req):
-        self.flush()
         with self.cond:
             while req not in self.replies:
                 if not self.alive:
                     raise RuntimeError("the GPU decode worker process died")
-                self.cond.wait(0.002)
-                if req not in self.replies and self.retired:  # the worker may wait for room
-                    self.cond.release()
-                    try:
-                        self.flush()
-                    finally:
-                        self.cond.acquire()
+                self.cond.wait()
             return self.replies.pop(req)
 
 
@@ -292,9 +296,9 @@ class _Lease:
         try:
             import cupy as cp
 
-            ev = cp.cuda.Event(block=False, disable_timing=True)
+            ev = cp.cuda.Event(block=True, disable_timing=True)
             ev.record(self.stream)
-            self.worker.retired.append((ev, self.req))  # freed by flush() once ev is done
+            self.worker.retired.put((ev, self.req))  # freed by the releaser once ev is done
         except Exception:  # interpreter shutdown, worker gone: nothing left to give back to
             pass
 
