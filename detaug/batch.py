@@ -50,6 +50,8 @@ class Geometry:
         fill: (B, C) float64 fill value of the latest op that has one.
         source_sizes: (B, 2) int64 (H, W) of the chain's start frame.
         steps: the ops of the chain, in order.
+        antialias: False when an op of the chain asked for no antialiasing (``antialias=False``):
+            the chain's one warp then samples each output pixel once.
     """
 
     matrices: np.ndarray
@@ -57,15 +59,17 @@ class Geometry:
     fill: np.ndarray
     source_sizes: np.ndarray
     steps: tuple = ()
+    antialias: bool = True
 
-    def then(self, m_op, sizes, fill=None, box_mode=None) -> "Geometry":
+    def then(self, m_op, sizes, fill=None, box_mode=None, antialias=True) -> "Geometry":
         fill = self.fill if fill is None else np.broadcast_to(
             np.asarray(fill, np.float64).reshape(len(sizes), -1), self.fill.shape).copy()
         sizes = np.asarray(sizes, np.int64).reshape(-1, 2)
         m_op = np.broadcast_to(np.asarray(m_op, np.float64), self.matrices.shape)
         composed = np.matmul(m_op, self.matrices)
         step = Step(m_op, composed, sizes, fill, box_mode == "ellipse")
-        return Geometry(composed, sizes, fill, self.source_sizes, self.steps + (step,))
+        return Geometry(composed, sizes, fill, self.source_sizes, self.steps + (step,),
+                        self.antialias and bool(antialias))
 
     def valid_region(self):
         """The part of the output that holds source content: see :func:`geometry.valid_region`."""
@@ -207,53 +211,27 @@ class ImageBatch:
                              "crop_mirror_normalize after the geometric ops")
         return ImageBatch(self.raw, self.device, self.layout, geometry)
 
-    def materialize(self, ctx, *, mean=None, std=None, dtype=None, layout=None) -> "ImageBatch":
-        """Run the pending chain (and the requested epilogue) as one warp per batch."""
-        layout = layout or self.layout
-        if self.geometry is None and mean is None and dtype in (None, np.uint8) and layout == self.layout:
-            return self
-        if self.layout != "HWC":
-            raise ValueError("this batch is already normalised to CHW; normalise once, last")
-        g = self.pending()
-        from .kernels import warp
-
-        rect, rect_fill, clamp, slabs, slab_fill, nslab = g.valid_region()
-        kwargs = dict(fill=rect_fill, mean=mean, std=std, out_dtype=dtype or np.uint8, layout=layout,
-                      region=(rect, clamp, slabs, slab_fill, nslab))
-        if self.device == "gpu":
-            out = warp.warp_cupy(self.raw, g.matrices, g.sizes, stream=ctx.stream, **kwargs)
-        elif backend.cpu_warp() == "reference":
-            out = warp.warp_numpy(self.data, g.matrices, g.sizes, **kwargs)
-        elif self.batch_size and (g.sizes == g.sizes[0]).all():
-            # one batch buffer; each host thread writes its samples straight into it
-            h, w = (int(v) for v in g.sizes[0])
-            c = self.channels
-            shape = (self.batch_size,) + ((c, h, w) if layout == "CHW" else (h, w, c))
-            out = np.empty(shape, np.dtype(dtype or np.uint8))
-            ctx.map_chunks(lambda lo, hi: warp.warp_cv2(self.data[lo:hi], g.matrices[lo:hi], g.sizes[lo:hi],
-                                                        out=out[lo:hi], **_rows(kwargs, lo, hi)),
-                           self.batch_size)
-        else:
-            # ragged sizes: one warp_cv2 call per thread's chunk (a list back, or a dense array
-            # where the chunk's sizes agree); the samples in order
-            chunks = ctx.map_chunks(lambda lo, hi: warp.warp_cv2(self.data[lo:hi], g.matrices[lo:hi],
-                                                                 g.sizes[lo:hi], **_rows(kwargs, lo, hi)),
-                                    self.batch_size)
-            out = [o for chunk in chunks for o in chunk]
-        return ImageBatch(out, self.device, layout, None)
+    def materialize(self, ctx, **epilogue) -> "ImageBatch":
+        """This batch with its pending chain run as one warp (and ``epilogue``: mean, std,
+        dtype, layout; see :func:`detaug.materialize.images`). The execution context ``ctx``
+        does the work (``ctx.materialize``): batch types hold data only."""
+        return ctx.materialize(self, **epilogue)
 
 
-def _rows(kwargs: dict, lo: int, hi: int) -> dict:
-    """The per-sample keyword arrays of samples lo..hi."""
-    out = dict(kwargs)
-    for k in ("fill", "mean", "std"):
-        v = kwargs[k]
-        if v is not None and np.ndim(v) == 2:
-            out[k] = np.asarray(v)[lo:hi]
-    out["region"] = tuple(np.asarray(v)[lo:hi] for v in kwargs["region"])
-    return out
+def host_offsets(offsets) -> np.ndarray:
+    """Validated host offsets ``(B + 1,)`` int64 (a cupy array is refused: no device reads)."""
+    if type(offsets).__module__.startswith("cupy"):
+        raise TypeError("offsets must be a host (numpy) array; they are batch metadata")
+    o = np.asarray(offsets, dtype=np.int64)
+    if o.ndim != 1 or o.size < 1 or o[0] != 0 or np.any(np.diff(o) < 0):
+        raise ValueError(f"offsets must be (B + 1,) non-decreasing from 0, got {o!r}")
+    return o
 
 
+def sample_index_from_offsets(offsets) -> np.ndarray:
+    """``(N,)`` int32: the sample of each box, from host ``offsets (B + 1,)``."""
+    o = host_offsets(offsets)
+    return np.repeat(np.arange(o.size - 1, dtype=np.int32), np.diff(o))
 
 
 class BoxBatch:
@@ -307,8 +285,6 @@ class BoxBatch:
 
     def sample_index(self):
         """(N,) int32 sample of each box, on the host (kernels upload it with their metadata)."""
-        from .kernels.boxes import sample_index_from_offsets
-
         return sample_index_from_offsets(self.offsets)
 
     def replace(self, **kw) -> "BoxBatch":
@@ -332,52 +308,23 @@ class BoxBatch:
 
     def with_geometry(self, geometry: Geometry) -> "BoxBatch":
         """Attach a chain that starts at this batch's current frame (see :meth:`pending`)."""
-        self._require_xyxy()
+        self.require_xyxy()
         host = self._host_later(lambda h: h.with_geometry(geometry))
         return self.replace(geometry=geometry, canvas=geometry.sizes, host=host)
 
-    def _require_xyxy(self):
+    def require_xyxy(self):
         if self.fmt != "xyxy":
             raise ValueError(f"boxes were converted to {self.fmt!r}; geometric and box ops take "
                              "xyxy boxes: convert formats last")
 
-    def materialize(self, ctx=None) -> "BoxBatch":
-        """Transform the boxes once through the pending chain (if any), clipping them at every
-        canvas and dropping those that leave one, as the ops run one by one would."""
-        return self if self.geometry is None else self.prune(ctx)
-
-    def prune(self, ctx=None, *, clip=True, min_size=0.0, min_area=0.0,
-              min_visibility=0.0) -> "BoxBatch":
-        """:meth:`materialize`, then drop boxes under ``min_size`` / ``min_area`` /
-        ``min_visibility`` (visible fraction of the box mapped through the chain unclipped), in one
-        kernel; also clips boxes that arrived unclipped (no chain). ``clip=False`` writes the last
-        op's box before its final clip (earlier ops always clip)."""
-        self._require_xyxy()
-        from .kernels import boxes as kb
-
-        mats, canvases, modes = self.pending().box_stages()
-        kw = dict(mode=modes, clip=clip, min_size=min_size, min_area=min_area,
-                  min_visibility=min_visibility, valid=self.valid)
-        if self.device == "gpu":
-            out, keep = kb.box_transform_cupy(self.boxes, self.sample_index(), mats, canvases,
-                                              stream=getattr(ctx, "stream", None), **kw)
-        else:
-            out, keep = kb.box_transform_numpy(self.boxes, self.sample_index(), mats, canvases, **kw)
-        host = self._host_later(lambda h: h.prune(None, clip=clip, min_size=min_size,
-                                                  min_area=min_area, min_visibility=min_visibility))
-        return self.replace(boxes=out, valid=keep, geometry=None, host=host)
+    def materialize(self, ctx) -> "BoxBatch":
+        """The boxes transformed once through the pending chain (see
+        :func:`detaug.materialize.boxes`), by the execution context ``ctx``."""
+        return ctx.materialize(self)
 
     def host_view(self) -> "BoxBatch":
         """The host copy (the batch itself on the CPU)."""
         return self if self.device == "cpu" else self.host
-
-    def current_host_boxes(self):
-        """(boxes (N, 4) float64 in current coordinates, valid (N,) bool) on the host, for
-        planning: the boxes as the chain so far leaves them (clipped at every canvas; a box that
-        left a canvas is not valid)."""
-        h = self.host_view().materialize(None)
-        valid = np.ones(h.num_boxes, bool) if h.valid is None else np.asarray(h.valid, bool)
-        return np.asarray(h.boxes, np.float64), valid
 
     def drop(self, keep_host: np.ndarray) -> "BoxBatch":
         """Clear the valid flag where ``keep_host`` (a host bool mask from planning) is False,
@@ -403,8 +350,12 @@ class BoxBatch:
 
     def per_sample(self) -> list:
         """Host list of dicts {'boxes', 'labels', <fields>} of the valid boxes of each sample.
-        On the GPU this copies to the host: output stage only."""
-        b = self.materialize() if self.geometry is not None else self
+        On the GPU this copies to the host: output stage only (a pipeline's outputs are
+        materialised; a batch with a pending chain is refused)."""
+        if self.geometry is not None:
+            raise ValueError("per_sample takes materialised boxes (a pipeline output); these "
+                             "have a pending geometric chain")
+        b = self
         boxes, labels = backend.to_host(b.boxes), backend.to_host(b.labels)
         fields = {k: backend.to_host(v) for k, v in b.fields.items()}
         valid = np.ones(len(boxes), bool) if b.valid is None else backend.to_host(b.valid)
@@ -416,6 +367,26 @@ class BoxBatch:
             d.update({k: v[lo:hi][keep] for k, v in fields.items()})
             out.append(d)
         return out
+
+
+class PaddedBoxes(dict):
+    """Dense boxes: 'boxes' (B, M, 4) float32, 'labels' (B, M) and every field (B, M), padded
+    with ``fill`` / -1, plus 'counts' (B,) int32 of real boxes per sample. On the device where
+    the pipeline runs on the GPU."""
+
+
+class EncodedBatch:
+    """File bytes of B samples, with their paths and the sizes their annotations declare."""
+
+    def __init__(self, data, paths, sizes=None, streams=None):
+        self.data, self.paths = data, paths
+        self.sizes = sizes  # (B, 2) (H, W) from the annotations, 0 where unknown
+        # nvImageCodec CodeStreams made in the host stage when the pipeline decodes on the GPU
+        # (None for a file the GPU must not or cannot take): see gpu_decode.code_streams
+        self.streams = streams
+
+    def __len__(self):
+        return len(self.paths)
 
 
 def _images_dtype(raw):
@@ -473,9 +444,6 @@ def _split_boxes(b: BoxBatch, bounds) -> list:
 def split_batches(outs: tuple, sizes) -> list:
     """Cut the outputs of several batches run together (``sizes`` samples each) into one tuple
     per batch: views, no copies (ImageBatch, BoxBatch, padded boxes, arrays, encoded bytes)."""
-    from .ops.boxes import PaddedBoxes
-    from .ops.sources import EncodedBatch
-
     bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     cuts = list(zip(bounds[:-1], bounds[1:]))
     per = []

@@ -96,7 +96,7 @@ def _worker(conn, device_id, ring_bytes):  # pragma: no cover - runs in the chil
     import cupy as cp
     from nvidia import nvimgcodec
 
-    from .executor import SampleError
+    from .errors import SampleError
     from .ops.decode import _decode_one
     from .ops.gpu_decode import _describe, code_streams, decode_chunks
     from .ops.sources import EncodedBatch, read_files

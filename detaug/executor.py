@@ -14,54 +14,8 @@ import threading
 
 import numpy as np
 
-from .rng import SampleRNG
-
-
-class SampleError(Exception):
-    """A sample could not be produced (corrupt image, missing file). ``position`` is its place
-    in the batch and ``path`` its file; under ``on_error='skip'`` the executor replaces it."""
-
-    def __init__(self, message, position=None, path=None):
-        super().__init__(message)
-        self.position, self.path = position, path
-
-    def __reduce__(self):  # keeps position and path when a worker process sends it back
-        return (type(self), (str(self), self.position, self.path), self.__dict__)
-
-
-class BatchContext:
-    """Everything an op's apply step may look at for one batch."""
-
-    def __init__(self, pipeline, epoch, batch_index, sample_index, positions, stream, pool):
-        self.pipeline, self.epoch, self.batch_index = pipeline, epoch, batch_index
-        self.sample_index = np.asarray(sample_index, np.int64)
-        self.positions = positions
-        self.stream, self.pool = stream, pool
-        self.values = {}
-        self.batch_size = len(self.sample_index)
-
-    def rng(self, op) -> SampleRNG:
-        seed = op.args.get("seed")
-        return SampleRNG(self.pipeline.seed if seed is None else seed, op.rng_id, self.epoch,
-                         self.sample_index)
-
-    def map_samples(self, fn, n):
-        """Run ``fn(i)`` for i < n on the host threads; results in order. The samples go out in
-        one contiguous chunk per thread, not one task each: a task costs tens of microseconds of
-        queueing and lock hand-over, as much as reading a cached file."""
-        chunks = self.map_chunks(lambda lo, hi: [fn(i) for i in range(lo, hi)], n)
-        return [r for chunk in chunks for r in chunk]
-
-    def map_chunks(self, fn, n):
-        """Run ``fn(lo, hi)`` over one contiguous slice of ``range(n)`` per host thread; the list
-        of results, in order."""
-        if n == 0:
-            return []
-        k = 1 if self.pool is None else min(n, max(1, self.pipeline.num_threads))
-        bounds = [n * j // k for j in range(k + 1)]
-        if k == 1:
-            return [fn(0, n)]
-        return list(self.pool.map(lambda j: fn(bounds[j], bounds[j + 1]), range(k)))
+from .context import BatchContext  # noqa: F401 (importable here as before)
+from .errors import SampleError  # noqa: F401
 
 
 class Executor:

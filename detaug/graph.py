@@ -1,7 +1,15 @@
-"""Tracing: DataNode / OpNode and the graph a pipeline definition builds."""
+"""Tracing: the op registry, DataNode / OpNode and the graph a pipeline definition builds.
+
+The engine layer below the ops (docs/design.md, "Layers"): op modules register their schema
+here (:func:`register`), and a call of ``fn.<op>`` traces one node (:func:`call_op`). The
+generated APIs and docs (``fn``, ``ops``, the op table) are made in detaug/ops/registry.py.
+"""
 from __future__ import annotations
 
 import threading
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable
 
 _state = threading.local()
 
@@ -21,8 +29,6 @@ class DataNode:
 
     def gpu(self) -> "DataNode":
         """This output on the device (DALI's ``.gpu()``): an explicit upload op."""
-        from .ops.registry import call_op
-
         return call_op("_upload", (self,), {"device": "mixed"})
 
 
@@ -71,3 +77,143 @@ def current() -> Graph:
         raise RuntimeError("detaug ops must be called while a pipeline is being defined: inside a "
                            "@pipeline_def function, a `with pipe:` block, or define_graph()")
     return stack[-1]
+
+
+# ---- the registry: one declaration per op ---------------------------------------------------
+REGISTRY: dict = {}
+ALIASES: dict = {}
+
+
+@dataclass
+class OpSchema:
+    """What an op declares.
+
+    Attributes:
+        name: dotted functional name ('flip', 'readers.coco', 'random.uniform').
+        impl: ``impl(ctx, op, inputs, args) -> tuple of outputs`` (host planning + kernels).
+        devices: devices it runs on ('cpu', 'mixed', 'gpu').
+        inputs: (min, max) number of positional inputs.
+        outputs: number of outputs, or ``f(num_inputs, args) -> int``.
+        args: allowed keyword arguments and their defaults.
+        per_sample: arguments that may be per-sample DataNodes (e.g. ``fn.random.uniform(...)``).
+        output_spec: the shape/dtype rule of the outputs, in words (validated at build).
+        kind: 'source' (reader / external source), 'random', 'geometric', 'box', 'color', 'other'.
+        doc: one line for the op table.
+        input_names: names of the positional inputs, for signatures and docs (default: by kind,
+            see ``input_names``).
+        arg_docs: optional one-line meaning of each argument, for docstrings and docs/api.md.
+        hints: arguments accepted for compatibility (DALI's tuning knobs) that change no value
+            here: name -> why. Their arg_docs say 'hint', and setting one to anything but its
+            default warns once per process (:func:`call_op`). Every other argument changes the
+            output or is refused (tests/test_op_args.py).
+    """
+
+    name: str
+    impl: Callable
+    devices: tuple = ("cpu",)
+    inputs: tuple = (1, 1)
+    outputs: object = 1
+    args: dict = field(default_factory=dict)
+    per_sample: tuple = ()
+    output_spec: str = ""
+    kind: str = "other"
+    doc: str = ""
+    aliases: tuple = ()
+    class_name: str = ""
+    input_names: tuple = ()
+    arg_docs: dict = field(default_factory=dict)
+    hints: dict = field(default_factory=dict)
+
+    def num_outputs(self, n_inputs: int, args: dict) -> int:
+        return self.outputs(n_inputs, args) if callable(self.outputs) else self.outputs
+
+
+COMMON_ARGS = {"device": None, "name": None, "seed": None}
+
+
+def register(name, **decl):
+    """Decorator: ``@register("flip", devices=("cpu", "gpu"), inputs=(1, 2), ...)``."""
+
+    def deco(impl):
+        schema = OpSchema(name=name, impl=impl, **decl)
+        unknown = set(schema.hints) - set(schema.args)
+        if unknown:
+            raise ValueError(f"{name}: hints {sorted(unknown)} are not arguments")
+        schema.arg_docs = {**schema.arg_docs,
+                           **{k: f"hint, changes no value here: {why}" for k, why in schema.hints.items()}}
+        REGISTRY[name] = schema
+        for alias in schema.aliases:
+            ALIASES[alias] = name
+        return impl
+
+    return deco
+
+
+def schema_of(name: str) -> OpSchema:
+    name = ALIASES.get(name, name)
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown op {name!r}") from None
+
+
+def _takes_auto(schema: OpSchema) -> bool:
+    """Ops that run on the host or as the mixed stage (the image decoder) take device='auto'."""
+    return "cpu" in schema.devices and "mixed" in schema.devices
+
+
+def _infer_device(schema: OpSchema, inputs, device):
+    if device == "auto" and _takes_auto(schema):
+        from .backend import resolve_auto_device
+
+        return resolve_auto_device("mixed")
+    if device is not None:
+        if device not in schema.devices:
+            raise ValueError(f"{schema.name}: device {device!r} not supported "
+                             f"(supported: {', '.join(schema.devices)})")
+        return device
+    if any(getattr(i, "device", "cpu") in ("gpu", "mixed") for i in inputs) and "gpu" in schema.devices:
+        return "gpu"
+    return "cpu" if "cpu" in schema.devices else schema.devices[0]
+
+
+_HINTS_SAID: set = set()
+
+
+def _say_hints(schema: OpSchema, kwargs: dict) -> None:
+    """Warn, once per (op, argument) and process, that a hint argument was set: it is accepted
+    for compatibility and changes nothing."""
+    for k in schema.hints:
+        if k in kwargs and kwargs[k] != schema.args[k] and (schema.name, k) not in _HINTS_SAID:
+            _HINTS_SAID.add((schema.name, k))
+            warnings.warn(f"{schema.name}: {k}={kwargs[k]!r} is accepted as a hint and changes no "
+                          f"value here ({schema.hints[k]})", stacklevel=4)
+
+
+def call_op(name: str, inputs, kwargs: dict):
+    """Trace one call of op ``name``; returns a DataNode or a tuple of them."""
+    schema = schema_of(name)
+    kwargs = dict(kwargs)
+    device, node_name = kwargs.pop("device", None), kwargs.pop("name", None)
+    unknown = set(kwargs) - set(schema.args) - {"seed"}
+    if unknown:
+        raise TypeError(f"{schema.name}: unknown argument(s) {sorted(unknown)}; "
+                        f"accepted: {sorted(schema.args)}")
+    lo, hi = schema.inputs
+    if not lo <= len(inputs) <= hi:
+        raise TypeError(f"{schema.name}: takes {lo}..{hi} inputs, got {len(inputs)}")
+    for i in inputs:
+        if not isinstance(i, DataNode):
+            raise TypeError(f"{schema.name}: inputs must be outputs of other ops, got {type(i).__name__}")
+    for k, v in kwargs.items():
+        if isinstance(v, DataNode) and k not in schema.per_sample:
+            raise TypeError(f"{schema.name}: argument {k!r} cannot be a per-sample input")
+    args = {**schema.args, **kwargs}
+    _say_hints(schema, kwargs)
+    device = _infer_device(schema, inputs, device)
+    g = current()
+    op = g.add(schema, inputs, args, device, node_name)
+    out_device = "gpu" if device in ("gpu", "mixed") else "cpu"
+    n = schema.num_outputs(len(inputs), args)
+    op.outputs = [DataNode(op, i, out_device) for i in range(n)]
+    return op.outputs[0] if n == 1 else tuple(op.outputs)

@@ -16,8 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import upload, upload_many
+from ..batch import host_offsets as _host_offsets
+from ..batch import sample_index_from_offsets
 from ..geometry import canvas_rects
-
 from .launch import get_kernel, launch
 
 _SRC = "boxes.cu"
@@ -30,22 +31,6 @@ _MODES = {"corners": 0, "ellipse": 1}
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def _host_offsets(offsets) -> np.ndarray:
-    """Validated host offsets ``(B + 1,)`` int64 (a cupy array is refused: no device reads)."""
-    if type(offsets).__module__.startswith("cupy"):
-        raise TypeError("offsets must be a host (numpy) array; they are batch metadata")
-    o = np.asarray(offsets, dtype=np.int64)
-    if o.ndim != 1 or o.size < 1 or o[0] != 0 or np.any(np.diff(o) < 0):
-        raise ValueError(f"offsets must be (B + 1,) non-decreasing from 0, got {o!r}")
-    return o
-
-
-def sample_index_from_offsets(offsets) -> np.ndarray:
-    """``(N,)`` int32: the sample of each box, from host ``offsets (B + 1,)``."""
-    o = _host_offsets(offsets)
-    return np.repeat(np.arange(o.size - 1, dtype=np.int32), np.diff(o))
 
 
 def _check_shape(name, shape, expected):

@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import upload_many
+from ..batch import DeviceImages
 from ..geometry import canvas_rects, clamp_of_rect
 
 _OUT_DTYPES = (np.dtype(np.uint8), np.dtype(np.float32), np.dtype(np.float16))
@@ -155,8 +156,6 @@ def _region(region, in_shapes, B, C):
 
 def _prepare(images, matrices, out_sizes, fill, antialias, max_taps, mean, std, out_dtype,
              layout, region=None) -> _Spec:
-    from ..batch import DeviceImages
-
     if isinstance(images, DeviceImages):
         imgs, B = images, len(images)
         C = _device_images_channels(images)
@@ -474,8 +473,6 @@ _META_INTS = 16  # in_h, in_w, in_pitch, out_h, out_w, nx, ny, out_offset, cx0, 
 def _device_inputs(cp, images):
     """Contiguous uint8 device images and their data pointers (dense batches stay one array;
     a DeviceImages batch already holds its pointers and owns its memory)."""
-    from ..batch import DeviceImages
-
     if isinstance(images, DeviceImages):
         return [], images.ptrs
     if hasattr(images, "ndim") and not isinstance(images, (list, tuple)):

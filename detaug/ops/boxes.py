@@ -7,7 +7,9 @@ import warnings
 import numpy as np
 
 from .. import backend
-from ..batch import BoxBatch
+from .. import materialize as M
+from ..batch import BoxBatch, PaddedBoxes
+from ..kernels import boxes as kb
 from .registry import register
 
 BOX = dict(devices=("cpu", "gpu"), inputs=(1, 1), kind="box")
@@ -25,7 +27,7 @@ def _boxes(op, v) -> BoxBatch:
           doc="clip boxes to the canvas; drop boxes under min_size (w or h), min_area, or whose "
               "visible fraction after clipping is under min_visibility; fields follow")
 def prune_boxes(ctx, op, inputs, args):
-    return _boxes(op, inputs[0]).prune(ctx, clip=bool(args["clip"]),
+    return M.prune(_boxes(op, inputs[0]), ctx, clip=bool(args["clip"]),
                                        min_size=float(args["min_size"]),
                                        min_area=float(args["min_area"]),
                                        min_visibility=float(args["min_visibility"]))
@@ -34,7 +36,7 @@ def prune_boxes(ctx, op, inputs, args):
 @register("clip_boxes", **BOX, output_spec="BoxBatch clipped to the canvas; empty boxes dropped",
           doc="clip boxes to [0, W] x [0, H]; boxes left with no area are dropped")
 def clip_boxes(ctx, op, inputs, args):
-    return _boxes(op, inputs[0]).prune(ctx, clip=True)
+    return M.prune(_boxes(op, inputs[0]), ctx, clip=True)
 
 
 def convert_format(xp, boxes, canvas_per_box, fmt, normalized):
@@ -58,7 +60,7 @@ def convert_format(xp, boxes, canvas_per_box, fmt, normalized):
           output_spec="BoxBatch in the given format (geometric ops refuse it afterwards)",
           doc="convert boxes to xyxy / xywh / cxcywh, absolute or normalised to [0, 1]")
 def box_convert(ctx, op, inputs, args):
-    b = _boxes(op, inputs[0]).materialize(ctx)
+    b = M.boxes(_boxes(op, inputs[0]), ctx)
     xp = backend.xp_for(b.device)
     per_box = np.repeat(b.canvas.astype(np.float32), np.diff(b.offsets), axis=0)
     out = convert_format(xp, b.boxes, xp.asarray(per_box), args["fmt"], args["normalized"])
@@ -68,19 +70,11 @@ def box_convert(ctx, op, inputs, args):
     return b.replace(boxes=out, fmt=tag, host=host)
 
 
-class PaddedBoxes(dict):
-    """Dense boxes: 'boxes' (B, M, 4) float32, 'labels' (B, M) and every field (B, M), padded
-    with ``fill`` / -1, plus 'counts' (B,) int32 of real boxes per sample. On the device where
-    the pipeline runs on the GPU."""
-
-
 @register("pad_boxes", **BOX, args={"max_boxes": None, "fill": 0.0},
           output_spec="PaddedBoxes: boxes (B, M, 4), labels/fields (B, M), counts (B,)",
           doc="pad to a fixed max_boxes, or to the batch's largest count, with counts")
 def pad_boxes(ctx, op, inputs, args):
-    b = _boxes(op, inputs[0]).materialize(ctx)
-    from ..kernels import boxes as kb
-
+    b = M.boxes(_boxes(op, inputs[0]), ctx)
     hv = b.host_view()
     most = kb.max_kept_count_numpy(hv.valid, hv.offsets)
     m = args["max_boxes"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import materialize as M
 from .. import geometry as G
 from ..batch import ImageBatch
 from .geometry import apply_geometry, crop_plan, per_sample
@@ -70,8 +71,8 @@ def normalize(ctx, op, inputs, args):
         if scale == 0:
             raise ValueError(f"{op.name}: scale must be non-zero")
         # (x - m) / s * scale + shift == (x - (m - shift * s / scale)) / (s / scale)
-        return img.materialize(ctx, mean=mean - shift * std / scale, std=std / scale, dtype=dtype,
-                               layout=layout)
+        return M.images(img, ctx, mean=mean - shift * std / scale, std=std / scale, dtype=dtype,
+                        layout=layout)
     return _standardize(ctx, op, img, args, std, scale, shift, dtype, layout)
 
 
@@ -92,7 +93,7 @@ def _standardize(ctx, op, img, args, std, scale, shift, dtype, layout):
     or the batch's with batch=True) over the reduced axes, the variance with ``ddof`` and
     ``epsilon``: out = (x - mean) * scale / sqrt(var + epsilon) + shift."""
     axes = _reduce_axes(op, args)
-    x = img.materialize(ctx, mean=np.zeros(img.channels), std=np.ones(img.channels), dtype=np.float32)
+    x = M.images(img, ctx, mean=np.zeros(img.channels), std=np.ones(img.channels), dtype=np.float32)
     xp = __import__("cupy") if x.device == "gpu" else np
     samples = [x.data[k] for k in range(x.batch_size)] if x.is_dense else list(x.data)
     given_mean = None if args["mean"] is None else xp.asarray(np.broadcast_to(
@@ -175,14 +176,14 @@ def crop_mirror_normalize(ctx, op, inputs, args):
     for v in outs:
         if isinstance(v, ImageBatch):
             mean, std = _mean_std(args, v.channels)
-            v = v.materialize(ctx, mean=mean - shift * std / scale, std=std / scale, dtype=dtype,
-                              layout=_layout(args["output_layout"]))
+            v = M.images(v, ctx, mean=mean - shift * std / scale, std=std / scale, dtype=dtype,
+                         layout=_layout(args["output_layout"]))
         res.append(v)
     return tuple(res)
 
 
 def _color(ctx, op, img, numpy_fn, cupy_fn, *params):
-    img = _images(op, img).materialize(ctx)
+    img = M.images(_images(op, img), ctx)
     if img.batch_size and img.channels != 3:
         raise ValueError(f"{op.name}: colour ops take 3-channel images")
     data = img.data

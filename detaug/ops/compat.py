@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import materialize as M
 from .. import geometry as G
 from .. import types as _types
 from ..batch import BoxBatch, ImageBatch
@@ -372,7 +373,7 @@ def cast(ctx, op, inputs, args):
     dt = _types.to_numpy_type(args["dtype"])
     v = inputs[0]
     if isinstance(v, ImageBatch):
-        v = v.materialize(ctx)
+        v = M.images(v, ctx)
         data = v.data.astype(dt) if v.is_dense else [a.astype(dt) for a in v.data]
         return ImageBatch(data, v.device, v.layout)
     if isinstance(v, list):
@@ -394,7 +395,7 @@ def transpose(ctx, op, inputs, args):
         if layout is None:
             raise ValueError(f"{op.name}: perm {perm} of {v.layout} images: detaug lays images out "
                              "as HWC or CHW only")
-        v = v.materialize(ctx)
+        v = M.images(v, ctx)
         xp = __import__("cupy") if v.device == "gpu" else np
         data = (xp.ascontiguousarray(xp.transpose(v.data, (0,) + tuple(p + 1 for p in perm)))
                 if v.is_dense else [xp.ascontiguousarray(xp.transpose(a, perm)) for a in v.data])

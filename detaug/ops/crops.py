@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import materialize as M
 from .. import geometry as G
 from .geometry import GEO, apply_geometry, pair
 from .registry import register
@@ -102,7 +103,7 @@ def random_iou_crop(ctx, op, inputs, args):
         b = len(sizes)
         u = ctx.rng(op).uniform(1 + 4 * int(args["num_attempts"]))
         if boxes is not None:
-            cur, valid = boxes.current_host_boxes()
+            cur, valid = M.current_host_boxes(boxes)
             offsets = boxes.offsets
         else:
             cur, valid, offsets = np.zeros((0, 4)), np.zeros(0, bool), np.zeros(b + 1, np.int64)
@@ -159,4 +160,4 @@ def random_resized_crop(ctx, op, inputs, args):
         m = G.scale(ow / cw, oh / ch) @ G.translate(-win[:, 0], -win[:, 1])
         return m, np.tile([oh, ow], (len(sizes), 1)), None
 
-    return apply_geometry(ctx, op, inputs, plan)
+    return apply_geometry(ctx, op, inputs, plan, antialias=bool(args["antialias"]))

@@ -16,10 +16,11 @@ import io
 
 import numpy as np
 
-from ..batch import ImageBatch
-from ..executor import SampleError
+from ..batch import EncodedBatch, ImageBatch
+from ..errors import SampleError
+from . import gpu_decode
+from .gpu_decode import jpeg_complete  # noqa: F401 (importable here as before)
 from .registry import register
-from .sources import EncodedBatch
 
 MAX_PIXELS = 178_956_970  # width x height; see the module docstring
 
@@ -98,16 +99,6 @@ def _decode_one(enc, k, output_type):
     return arr
 
 
-def jpeg_complete(buf) -> bool:
-    """True unless ``buf`` is a JPEG whose end-of-image marker is missing (a truncated file).
-    nvImageCodec decodes a truncated JPEG without an error, so the GPU path checks this first."""
-    b = bytes(buf[:2])
-    if b != b"\xff\xd8":
-        return True
-    tail = bytes(buf[-64:]).rstrip(b"\x00")
-    return tail.endswith(b"\xff\xd9")
-
-
 def as_encoded(op, v) -> EncodedBatch:
     """Encoded images from a reader, or as DALI's external sources give them: a list of 1-D uint8
     arrays of the files' bytes (of any lengths), or a (B, L) uint8 array (one file a row)."""
@@ -127,6 +118,11 @@ def as_encoded(op, v) -> EncodedBatch:
                 "device_memory_padding": None, "host_memory_padding": None,
                 "hybrid_huffman_threshold": None, "affine": None, "split_stages": None},
           aliases=("image_decoder", "host_decoder", "nv_jpeg_decoder"),
+          hints={k: "DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels "
+                    "whatever its value" for k in ("hw_decoder_load", "use_fast_idct",
+                                                   "device_memory_padding", "host_memory_padding",
+                                                   "hybrid_huffman_threshold", "affine",
+                                                   "split_stages")},
           output_spec="ImageBatch uint8 HWC (C=3 for RGB/BGR, 1 for GRAY), ragged",
           doc="decode JPEG/PNG/...: Pillow on the host, nvImageCodec on the GPU (mixed); "
               "device='auto': 'mixed' where a GPU, cupy and nvImageCodec are present, else 'cpu'")
@@ -139,8 +135,6 @@ def decode_image(ctx, op, inputs, args):
     except ValueError:
         raise ValueError(f"{op.name}: output_type must be one of {sorted(_MODES)}") from None
     if op.device == "mixed":
-        from . import gpu_decode
-
-        return gpu_decode.decode_batch(ctx, enc, out_type)
+        return gpu_decode.decode_batch(ctx, enc, out_type, _decode_one)
     images = ctx.map_samples(lambda k: _decode_one(enc, k, out_type), len(enc))
     return ImageBatch(images, "cpu")

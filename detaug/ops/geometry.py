@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import materialize as M
 from .. import geometry as G
 from ..batch import BoxBatch, ImageBatch
 from .registry import register
@@ -30,12 +31,14 @@ def pair(value, name):
     return v
 
 
-def apply_geometry(ctx, op, inputs, plan, fill=None, box_mode=None):
+def apply_geometry(ctx, op, inputs, plan, fill=None, box_mode=None, antialias=True):
     """Shared body of every geometric op.
 
     ``plan(sizes (B, 2) int (H, W), boxes: BoxBatch | None) -> (matrices (B, 3, 3),
     out_sizes (B, 2), keep: host bool mask over the boxes or None)``.
     Inputs: (images[, boxes]) or (boxes,) alone (then the boxes' canvas gives the sizes).
+    ``antialias=False`` turns supersampling off for the fused warp of the chain this op joins
+    (:attr:`detaug.batch.Geometry.antialias`): one bilinear sample per output pixel.
     """
     images = next((i for i in inputs if isinstance(i, ImageBatch)), None)
     boxes = next((i for i in inputs if isinstance(i, BoxBatch)), None)
@@ -53,7 +56,7 @@ def apply_geometry(ctx, op, inputs, plan, fill=None, box_mode=None):
             f = None if fill is None else np.broadcast_to(
                 np.asarray(fill, np.float64).reshape(len(sizes), -1) if np.ndim(fill) == 2
                 else np.asarray(fill, np.float64), (len(sizes), v.channels))
-            outs.append(v.with_geometry(v.pending().then(m, out_sizes, f)))
+            outs.append(v.with_geometry(v.pending().then(m, out_sizes, f, antialias=antialias)))
         else:
             reg = G.canvas_region(m, v.content_region(), out_sizes)
             b = v.with_geometry(v.pending().then(m, out_sizes, box_mode=box_mode)).replace(region=reg)
@@ -185,7 +188,7 @@ def resize(ctx, op, inputs, args):
         out = resize_sizes(args, sizes)
         return G.scale(out[:, 1] / sizes[:, 1], out[:, 0] / sizes[:, 0]), out, None
 
-    return apply_geometry(ctx, op, inputs, plan)
+    return apply_geometry(ctx, op, inputs, plan, antialias=bool(args["antialias"]))
 
 
 @register("letterbox", **GEO, args={"size": None, "fill": 114.0, "center": True},
@@ -329,4 +332,4 @@ def zoom_out(ctx, op, inputs, args):
           doc="end the fused chain here: warp the images and transform the boxes now "
               "(for debugging and for comparing fused with op-by-op results)")
 def materialize(ctx, op, inputs, args):
-    return tuple(v.materialize(ctx) if isinstance(v, (ImageBatch, BoxBatch)) else v for v in inputs)
+    return tuple(M.value(v, ctx) if isinstance(v, (ImageBatch, BoxBatch)) else v for v in inputs)

@@ -18,8 +18,7 @@ import numpy as np
 
 from ..backend import upload
 from ..batch import DeviceImages, ImageBatch
-from ..executor import SampleError
-from .decode import _decode_one, jpeg_complete
+from ..errors import SampleError
 
 _lock = threading.Lock()
 # One decoder per (device, live thread): a Decoder is not safe for concurrent decode calls (seen
@@ -96,6 +95,16 @@ def _describe(cai):
 CHUNK = 64
 
 
+def jpeg_complete(buf) -> bool:
+    """True unless ``buf`` is a JPEG whose end-of-image marker is missing (a truncated file).
+    nvImageCodec decodes a truncated JPEG without an error, so the GPU path checks this first."""
+    b = bytes(buf[:2])
+    if b != b"\xff\xd8":
+        return True
+    tail = bytes(buf[-64:]).rstrip(b"\x00")
+    return tail.endswith(b"\xff\xd9")
+
+
 def code_streams(data) -> list:
     """nvImageCodec CodeStreams of encoded buffers; None where the GPU path must not or cannot
     take a file: a JPEG without its end-of-image marker (nvImageCodec decodes a truncated JPEG
@@ -138,10 +147,12 @@ def decode_chunks(decoder, srcs, output_type, chunk, stream_ptr) -> list:
     return results
 
 
-def decode_batch(ctx, enc, output_type: str) -> ImageBatch:
+def decode_batch(ctx, enc, output_type: str, cpu_decode) -> ImageBatch:
     """Decode a batch with nvImageCodec, in the pipeline's decode processes (for a reader that
     handed over paths only) or here. The result is a :class:`DeviceImages` described by host arrays. BGR is decoded as RGB
-    (on the GPU and by the Pillow fallback alike) and swapped once, at the end."""
+    (on the GPU and by the Pillow fallback alike) and swapped once, at the end.
+    ``cpu_decode(enc, k, output_type)`` decodes sample k on the host (uint8 HWC, or SampleError
+    naming the file): the fallback for files the GPU must not or cannot take."""
     import cupy as cp
 
     dev = cp.cuda.Device().id
@@ -156,14 +167,14 @@ def decode_batch(ctx, enc, output_type: str) -> ImageBatch:
                 raise RuntimeError(msg)
             raise SampleError(msg, k, enc.paths[k])
     else:
-        images = _decode_here(ctx, enc, dec_type, chunk, dev)
+        images = _decode_here(ctx, enc, dec_type, chunk, dev, cpu_decode)
     _check_sizes(images.shapes, enc)
     if output_type == "BGR":
         images = DeviceImages.from_arrays([a[:, :, ::-1] for a in images.as_list()], dev)
     return ImageBatch(images, "gpu")
 
 
-def _decode_here(ctx, enc, output_type, chunk, dev) -> DeviceImages:
+def _decode_here(ctx, enc, output_type, chunk, dev, cpu_decode) -> DeviceImages:
     """Decode in this thread, on the pipeline's stream: the decoded buffers themselves (no
     copy); files the GPU must not or cannot take are decoded by Pillow and uploaded."""
     import cupy as cp
@@ -190,7 +201,7 @@ def _decode_here(ctx, enc, output_type, chunk, dev) -> DeviceImages:
         ptrs[k], shapes[k], pitches[k] = d
         done[k] = True
     for k in np.nonzero(~done)[0]:  # the CPU decoder raises, naming the file, where it fails too
-        a = upload(_decode_one(enc, k, output_type), ctx.stream)
+        a = upload(cpu_decode(enc, k, output_type), ctx.stream)
         owners.append(a)
         ptrs[k], shapes[k], pitches[k] = a.data.ptr, a.shape, a.strides[0]
     keep_queue(ctx.pipeline).append(results)

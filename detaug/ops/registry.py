@@ -1,58 +1,11 @@
-"""One registry makes the functional API (``fn.flip``), the class API (``ops.Flip``), the op table
+"""The registry (kept in detaug/graph.py, the tracing layer, re-exported here) makes the functional API (``fn.flip``), the class API (``ops.Flip``), the op table
 in the README and the list of ops that the tests must cover, from one declaration per op."""
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field
-from typing import Callable
 
-from .. import graph as _graph
-
-REGISTRY: dict = {}
-ALIASES: dict = {}
-
-
-@dataclass
-class OpSchema:
-    """What an op declares.
-
-    Attributes:
-        name: dotted functional name ('flip', 'readers.coco', 'random.uniform').
-        impl: ``impl(ctx, op, inputs, args) -> tuple of outputs`` (host planning + kernels).
-        devices: devices it runs on ('cpu', 'mixed', 'gpu').
-        inputs: (min, max) number of positional inputs.
-        outputs: number of outputs, or ``f(num_inputs, args) -> int``.
-        args: allowed keyword arguments and their defaults.
-        per_sample: arguments that may be per-sample DataNodes (e.g. ``fn.random.uniform(...)``).
-        output_spec: the shape/dtype rule of the outputs, in words (validated at build).
-        kind: 'source' (reader / external source), 'random', 'geometric', 'box', 'color', 'other'.
-        doc: one line for the op table.
-        input_names: names of the positional inputs, for signatures and docs (default: by kind,
-            see ``input_names``).
-        arg_docs: optional one-line meaning of each argument, for docstrings and docs/api.md.
-    """
-
-    name: str
-    impl: Callable
-    devices: tuple = ("cpu",)
-    inputs: tuple = (1, 1)
-    outputs: object = 1
-    args: dict = field(default_factory=dict)
-    per_sample: tuple = ()
-    output_spec: str = ""
-    kind: str = "other"
-    doc: str = ""
-    aliases: tuple = ()
-    class_name: str = ""
-    input_names: tuple = ()
-    arg_docs: dict = field(default_factory=dict)
-
-    def num_outputs(self, n_inputs: int, args: dict) -> int:
-        return self.outputs(n_inputs, args) if callable(self.outputs) else self.outputs
-
-
-COMMON_ARGS = {"device": None, "name": None, "seed": None}
-
+from ..graph import (ALIASES, COMMON_ARGS, REGISTRY, OpSchema, _takes_auto,  # noqa: F401
+                     call_op, register, schema_of)
 
 # ---- signatures and docstrings, generated from the schema ----------------------------------------
 class _Optional:
@@ -182,75 +135,6 @@ def op_docstring(name: str, for_class: bool = False) -> str:
         lines += ["", f"Aliases: {', '.join('fn.' + a for a in schema.aliases)}"]
     lines += ["", f"Functional form: fn.{name}; class form: {class_path(name)}"]
     return "\n".join(lines)
-
-
-def register(name, **decl):
-    """Decorator: ``@register("flip", devices=("cpu", "gpu"), inputs=(1, 2), ...)``."""
-
-    def deco(impl):
-        schema = OpSchema(name=name, impl=impl, **decl)
-        REGISTRY[name] = schema
-        for alias in schema.aliases:
-            ALIASES[alias] = name
-        return impl
-
-    return deco
-
-
-def schema_of(name: str) -> OpSchema:
-    name = ALIASES.get(name, name)
-    try:
-        return REGISTRY[name]
-    except KeyError:
-        raise KeyError(f"unknown op {name!r}") from None
-
-
-def _takes_auto(schema: OpSchema) -> bool:
-    """Ops that run on the host or as the mixed stage (the image decoder) take device='auto'."""
-    return "cpu" in schema.devices and "mixed" in schema.devices
-
-
-def _infer_device(schema: OpSchema, inputs, device):
-    if device == "auto" and _takes_auto(schema):
-        from ..backend import resolve_auto_device
-
-        return resolve_auto_device("mixed")
-    if device is not None:
-        if device not in schema.devices:
-            raise ValueError(f"{schema.name}: device {device!r} not supported "
-                             f"(supported: {', '.join(schema.devices)})")
-        return device
-    if any(getattr(i, "device", "cpu") in ("gpu", "mixed") for i in inputs) and "gpu" in schema.devices:
-        return "gpu"
-    return "cpu" if "cpu" in schema.devices else schema.devices[0]
-
-
-def call_op(name: str, inputs, kwargs: dict):
-    """Trace one call of op ``name``; returns a DataNode or a tuple of them."""
-    schema = schema_of(name)
-    kwargs = dict(kwargs)
-    device, node_name = kwargs.pop("device", None), kwargs.pop("name", None)
-    unknown = set(kwargs) - set(schema.args) - {"seed"}
-    if unknown:
-        raise TypeError(f"{schema.name}: unknown argument(s) {sorted(unknown)}; "
-                        f"accepted: {sorted(schema.args)}")
-    lo, hi = schema.inputs
-    if not lo <= len(inputs) <= hi:
-        raise TypeError(f"{schema.name}: takes {lo}..{hi} inputs, got {len(inputs)}")
-    for i in inputs:
-        if not isinstance(i, _graph.DataNode):
-            raise TypeError(f"{schema.name}: inputs must be outputs of other ops, got {type(i).__name__}")
-    for k, v in kwargs.items():
-        if isinstance(v, _graph.DataNode) and k not in schema.per_sample:
-            raise TypeError(f"{schema.name}: argument {k!r} cannot be a per-sample input")
-    args = {**schema.args, **kwargs}
-    device = _infer_device(schema, inputs, device)
-    g = _graph.current()
-    op = g.add(schema, inputs, args, device, node_name)
-    out_device = "gpu" if device in ("gpu", "mixed") else "cpu"
-    n = schema.num_outputs(len(inputs), args)
-    op.outputs = [_graph.DataNode(op, i, out_device) for i in range(n)]
-    return op.outputs[0] if n == 1 else tuple(op.outputs)
 
 
 class _Namespace:

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..batch import BoxBatch, ImageBatch, concat_boxes
-from ..executor import SampleError
+from ..batch import BoxBatch, EncodedBatch, ImageBatch, concat_boxes
+from ..errors import SampleError
 from .registry import register
 
 _SHARDING = {"random_shuffle": False, "shard_id": None, "num_shards": None}
@@ -20,20 +20,21 @@ _DALI_READER = {"initial_fill": 1024, "pad_last_batch": False, "stick_to_shard":
                 "shuffle_after_epoch": False, "read_ahead": False, "lazy_init": False,
                 "prefetch_queue_depth": 1, "dont_use_mmap": False, "skip_cached_images": False,
                 "tensor_init_bytes": 1048576}
-
-
-class EncodedBatch:
-    """File bytes of B samples, with their paths and the sizes their annotations declare."""
-
-    def __init__(self, data, paths, sizes=None, streams=None):
-        self.data, self.paths = data, paths
-        self.sizes = sizes  # (B, 2) (H, W) from the annotations, 0 where unknown
-        # nvImageCodec CodeStreams made in the host stage when the pipeline decodes on the GPU
-        # (None for a file the GPU must not or cannot take): see gpu_decode.code_streams
-        self.streams = streams
-
-    def __len__(self):
-        return len(self.paths)
+# The ones that change no value here: accepted, documented as hints, and a warning when set.
+_DALI_READER_HINTS = {
+    "initial_fill": "the size of DALI's shuffle buffer; detaug's shuffle is a full permutation "
+                    "of the epoch",
+    "stick_to_shard": "detaug's shards never move between epochs (DALI's stick_to_shard=True)",
+    "read_ahead": "DALI's I/O tuning", "lazy_init": "DALI's I/O tuning",
+    "prefetch_queue_depth": "DALI's reader queue; the Pipeline's prefetch_queue_depth sets "
+                            "detaug's",
+    "dont_use_mmap": "DALI's I/O tuning", "skip_cached_images": "DALI's nvJPEG cache tuning",
+    "tensor_init_bytes": "DALI's allocation tuning"}
+_EXTERNAL_HINTS = {
+    "parallel": "DALI's source worker processes; detaug calls the source in its host stage",
+    "prefetch_queue_depth": "DALI's source queue; the Pipeline's prefetch_queue_depth sets detaug's",
+    "no_copy": "DALI's copy avoidance", "blocking": "DALI's parallel-source tuning",
+    "cuda_stream": "DALI's copy stream", "use_copy_kernel": "DALI's copy tuning"}
 
 
 class _Source:
@@ -210,6 +211,7 @@ register("readers.coco", devices=("cpu",), inputs=(0, 0), kind="source",
          args={"file_root": None, "annotations_file": None, "skip_empty": False,
                "include_iscrowd": True, "size_threshold": None, "categories": None,
                "keep_original_ids": False, "on_error": "raise", **_SHARDING, **_COCO_DALI},
+         hints=_DALI_READER_HINTS,
          output_spec="(encoded bytes, BoxBatch with labels + iscrowd/annotation_id); given ltrb=, "
                      "ratio= or image_ids=True, DALI's (encoded, boxes (n, 4) float32 per sample, "
                      "labels (n,) int32 from 1[, image_ids])",
@@ -224,6 +226,7 @@ register("coco_reader", devices=("cpu",), inputs=(0, 0), kind="source",
                "include_iscrowd": True, "size_threshold": 0.1, "categories": None,
                "keep_original_ids": False, "on_error": "raise", **_SHARDING,
                **{**_COCO_DALI, "ltrb": False, "ratio": False}},
+         hints=_DALI_READER_HINTS,
          output_spec="DALI's (encoded bytes, boxes (n, 4) float32 per sample, labels (n,) int32 "
                      "from 1[, image_ids])",
          doc="DALI's COCOReader: readers.coco with DALI's outputs and defaults (xywh pixels; "
@@ -265,6 +268,7 @@ register("readers.file", devices=("cpu",), inputs=(0, 0), outputs=2, kind="sourc
          aliases=("file_reader",),
          args={"file_root": None, "file_list": None, "files": None, "labels": None, **_SHARDING,
                **_DALI_READER},
+         hints=_DALI_READER_HINTS,
          output_spec="(encoded bytes, int64 (B,) labels)",
          doc="classification folders or DALI file lists: encoded images and labels")(_FileReader)
 
@@ -348,6 +352,7 @@ class _External(_Source):
         from .. import types
 
         self.dtype = None if a["dtype"] is None else types.to_numpy_type(a["dtype"])
+        self.ndim = None if a["ndim"] is None else int(a["ndim"])
         # whole batches from an iterable or feed_input: they cannot be rewound to a batch
         self.fed = not (callable(self.source) and not self.batch)
         if not self.fed:
@@ -432,6 +437,18 @@ class _External(_Source):
                              "every output needs one entry per sample")
         return lens[0]
 
+    def _check_ndim(self, col):
+        if self.ndim is None:
+            return
+        for s in col:
+            if isinstance(s, dict):
+                raise ValueError(f"{self.op.name}: ndim={self.ndim} is for array samples, "
+                                 "not box dicts")
+            nd = np.ndim(host_sample(s))
+            if nd != self.ndim:
+                raise ValueError(f"{self.op.name}: declared ndim={self.ndim} but a sample has "
+                                 f"{nd} dimensions")
+
     def read(self, ctx, payload):
         if payload is None:
             infos = [SampleInfo(int(p), k, ctx.batch_index, ctx.epoch)
@@ -444,6 +461,7 @@ class _External(_Source):
             cols = payload["samples"]
         outs, sizes = [], None
         for col in cols:
+            self._check_ndim(col)
             v = to_batch_value(list(col), sizes=sizes, layout=self.layout)
             if self.dtype is not None and isinstance(v, np.ndarray) and v.dtype != self.dtype:
                 raise TypeError(f"{self.op.name}: declared dtype={self.dtype} but was given "
@@ -463,7 +481,9 @@ register("external_source", devices=("cpu",), inputs=(0, 0), kind="source",
                "layout": None, "dtype": None, "ndim": None, "cycle": None, "parallel": False,
                "prefetch_queue_depth": 1, "no_copy": None, "blocking": None, "cuda_stream": None,
                "use_copy_kernel": None},
-         arg_docs={"layout": "DALI's layout of each sample ('HWC': 3-D uint8 samples are images; "
+         hints=_EXTERNAL_HINTS,
+         arg_docs={"ndim": "the number of dimensions each sample must have (checked)",
+                   "layout": "DALI's layout of each sample ('HWC': 3-D uint8 samples are images; "
                              "another layout keeps them plain arrays)",
                    "dtype": "the element type the data must have (checked, not converted)",
                    "cycle": "True / 'quiet': restart the iterable when it ends (an endless "

@@ -5,6 +5,7 @@ import functools
 
 import numpy as np
 
+from .. import materialize as M
 from .. import backend
 from ..batch import BoxBatch
 from ..retinanet import AnchorConfig, RetinaNetEncoder, TargetConfig
@@ -31,7 +32,7 @@ def retinanet_encode(ctx, op, inputs, args):
         raise TypeError(f"{op.name}: takes boxes, got {type(b).__name__}")
     if args["num_classes"] is None:
         raise ValueError(f"{op.name}: num_classes is required")
-    b = b.materialize(ctx)
+    b = M.boxes(b, ctx)
     if b.batch_size and (b.canvas != b.canvas[0]).any():
         raise ValueError(f"{op.name}: images of one batch must share one size (resize or "
                          f"letterbox first); got {sorted(set(map(tuple, b.canvas.tolist())))}")

@@ -19,7 +19,7 @@ import os
 import numpy as np
 
 from ..batch import BoxBatch
-from ..executor import SampleError
+from ..errors import SampleError
 from .registry import register
 from .sources import _SHARDING, EncodedBatch, _code_streams, _DetectionReader
 

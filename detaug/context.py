@@ -1,0 +1,54 @@
+"""The context of one batch's run: what an op's apply step may look at, and who runs the work.
+
+Runtime layer (docs/design.md, "Layers"): above the ops and the batch types, so that it can
+materialise a batch (:meth:`BatchContext.materialize`, the one warp / box transform of
+detaug/materialize.py) without the batch types importing any kernel. ``detaug.executor``
+re-exports :class:`BatchContext` where it has always been importable.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import materialize as _materialize
+from .rng import SampleRNG
+
+
+class BatchContext:
+    """Everything an op's apply step may look at for one batch."""
+
+    def __init__(self, pipeline, epoch, batch_index, sample_index, positions, stream, pool):
+        self.pipeline, self.epoch, self.batch_index = pipeline, epoch, batch_index
+        self.sample_index = np.asarray(sample_index, np.int64)
+        self.positions = positions
+        self.stream, self.pool = stream, pool
+        self.values = {}
+        self.batch_size = len(self.sample_index)
+
+    def rng(self, op) -> SampleRNG:
+        seed = op.args.get("seed")
+        return SampleRNG(self.pipeline.seed if seed is None else seed, op.rng_id, self.epoch,
+                         self.sample_index)
+
+    def materialize(self, value, **epilogue):
+        """``value`` made concrete in this batch's run: an ImageBatch's pending chain as one warp
+        (with ``epilogue``: mean, std, dtype, layout), a BoxBatch's as one box transform; other
+        values as they are (detaug/materialize.py)."""
+        return _materialize.value(value, self, **epilogue)
+
+    def map_samples(self, fn, n):
+        """Run ``fn(i)`` for i < n on the host threads; results in order. The samples go out in
+        one contiguous chunk per thread, not one task each: a task costs tens of microseconds of
+        queueing and lock hand-over, as much as reading a cached file."""
+        chunks = self.map_chunks(lambda lo, hi: [fn(i) for i in range(lo, hi)], n)
+        return [r for chunk in chunks for r in chunk]
+
+    def map_chunks(self, fn, n):
+        """Run ``fn(lo, hi)`` over one contiguous slice of ``range(n)`` per host thread; the list
+        of results, in order."""
+        if n == 0:
+            return []
+        k = 1 if self.pool is None else min(n, max(1, self.pipeline.num_threads))
+        bounds = [n * j // k for j in range(k + 1)]
+        if k == 1:
+            return [fn(0, n)]
+        return list(self.pool.map(lambda j: fn(bounds[j], bounds[j + 1]), range(k)))

@@ -1,0 +1,18 @@
+"""Errors that cross layers: raised by ops and kernels, caught by the executor.
+
+Bottom layer (imports nothing of detaug), so that every layer can raise them; ``detaug.executor``
+re-exports :class:`SampleError` where it has always been importable.
+"""
+from __future__ import annotations
+
+
+class SampleError(Exception):
+    """A sample could not be produced (corrupt image, missing file). ``position`` is its place
+    in the batch and ``path`` its file; under ``on_error='skip'`` the executor replaces it."""
+
+    def __init__(self, message, position=None, path=None):
+        super().__init__(message)
+        self.position, self.path = position, path
+
+    def __reduce__(self):  # keeps position and path when a worker process sends it back
+        return (type(self), (str(self), self.position, self.path), self.__dict__)

@@ -1,0 +1,127 @@
+"""Running a batch's pending geometry: the one warp of the images, the one transform of the boxes.
+
+This is the executing half of the lazy batches of :mod:`detaug.batch`, which hold data only. It
+sits above both the batch types and the kernels (layer rule: docs/design.md) and picks the
+kernel: cupy on the device; on the host the NumPy twin when ``backend.cpu_warp()`` is
+'reference', else OpenCV, split over the context's host threads.
+
+Every function takes the batch and the execution context ``ctx`` (a BatchContext: its stream and
+thread pool; ``None`` on the host outside a pipeline, where the work runs in this thread).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import backend
+from .batch import BoxBatch, ImageBatch
+from .kernels import boxes as kb
+from .kernels import warp
+
+
+def images(batch: ImageBatch, ctx, *, mean=None, std=None, dtype=None, layout=None,
+           antialias=True) -> ImageBatch:
+    """``batch`` with its pending chain (and the requested epilogue) run as one warp per batch.
+
+    Args:
+        batch: an ImageBatch, with or without a pending chain.
+        ctx: the batch's context (stream, host threads), or None (host, this thread).
+        mean, std: optional per-channel ``(C,)`` or per-sample ``(B, C)``: out = (v - mean) / std.
+        dtype: output dtype (uint8 when None: no normalisation).
+        layout: 'HWC' or 'CHW' (default: the batch's).
+        antialias: supersample where the chain shrinks the image (kernels/warp.py); False samples
+            each output pixel once (bilinear at its centre's preimage).
+
+    Returns:
+        An ImageBatch without pending geometry (``batch`` itself when there is nothing to do).
+    """
+    layout = layout or batch.layout
+    if batch.geometry is None and mean is None and dtype in (None, np.uint8) and layout == batch.layout:
+        return batch
+    if batch.layout != "HWC":
+        raise ValueError("this batch is already normalised to CHW; normalise once, last")
+    g = batch.pending()
+    antialias = antialias and g.antialias
+    rect, rect_fill, clamp, slabs, slab_fill, nslab = g.valid_region()
+    kwargs = dict(fill=rect_fill, mean=mean, std=std, out_dtype=dtype or np.uint8, layout=layout,
+                  region=(rect, clamp, slabs, slab_fill, nslab), antialias=antialias)
+    n = batch.batch_size
+    if batch.device == "gpu":
+        out = warp.warp_cupy(batch.raw, g.matrices, g.sizes, stream=getattr(ctx, "stream", None),
+                             **kwargs)
+    elif backend.cpu_warp() == "reference":
+        out = warp.warp_numpy(batch.data, g.matrices, g.sizes, **kwargs)
+    elif n and (g.sizes == g.sizes[0]).all():
+        # one batch buffer; each host thread writes its samples straight into it
+        h, w = (int(v) for v in g.sizes[0])
+        c = batch.channels
+        shape = (n,) + ((c, h, w) if layout == "CHW" else (h, w, c))
+        out = np.empty(shape, np.dtype(dtype or np.uint8))
+        _chunks(ctx, lambda lo, hi: warp.warp_cv2(batch.data[lo:hi], g.matrices[lo:hi], g.sizes[lo:hi],
+                                                  out=out[lo:hi], **_rows(kwargs, lo, hi)), n)
+    else:
+        # ragged sizes: one warp_cv2 call per thread's chunk (a list back, or a dense array
+        # where the chunk's sizes agree); the samples in order
+        chunks = _chunks(ctx, lambda lo, hi: warp.warp_cv2(batch.data[lo:hi], g.matrices[lo:hi],
+                                                           g.sizes[lo:hi], **_rows(kwargs, lo, hi)), n)
+        out = [o for chunk in chunks for o in chunk]
+    return ImageBatch(out, batch.device, layout, None)
+
+
+def _chunks(ctx, fn, n):
+    return ctx.map_chunks(fn, n) if ctx is not None else ([fn(0, n)] if n else [])
+
+
+def _rows(kwargs: dict, lo: int, hi: int) -> dict:
+    """The per-sample keyword arrays of samples lo..hi."""
+    out = dict(kwargs)
+    for k in ("fill", "mean", "std"):
+        v = kwargs[k]
+        if v is not None and np.ndim(v) == 2:
+            out[k] = np.asarray(v)[lo:hi]
+    out["region"] = tuple(np.asarray(v)[lo:hi] for v in kwargs["region"])
+    return out
+
+
+def boxes(b: BoxBatch, ctx=None) -> BoxBatch:
+    """Transform the boxes once through the pending chain (if any), clipping them at every
+    canvas and dropping those that leave one, as the ops run one by one would."""
+    return b if b.geometry is None else prune(b, ctx)
+
+
+def prune(b: BoxBatch, ctx=None, *, clip=True, min_size=0.0, min_area=0.0,
+          min_visibility=0.0) -> BoxBatch:
+    """:func:`boxes`, then drop boxes under ``min_size`` / ``min_area`` / ``min_visibility``
+    (visible fraction of the box mapped through the chain unclipped), in one kernel; also clips
+    boxes that arrived unclipped (no chain). ``clip=False`` writes the last op's box before its
+    final clip (earlier ops always clip). A dropped box keeps its row with its valid flag
+    cleared, so that its labels and fields go with it."""
+    b.require_xyxy()
+    mats, canvases, modes = b.pending().box_stages()
+    kw = dict(mode=modes, clip=clip, min_size=min_size, min_area=min_area,
+              min_visibility=min_visibility, valid=b.valid)
+    if b.device == "gpu":
+        out, keep = kb.box_transform_cupy(b.boxes, b.sample_index(), mats, canvases,
+                                          stream=getattr(ctx, "stream", None), **kw)
+    else:
+        out, keep = kb.box_transform_numpy(b.boxes, b.sample_index(), mats, canvases, **kw)
+    host = b._host_later(lambda h: prune(h, None, clip=clip, min_size=min_size, min_area=min_area,
+                                         min_visibility=min_visibility))
+    return b.replace(boxes=out, valid=keep, geometry=None, host=host)
+
+
+def current_host_boxes(b: BoxBatch):
+    """(boxes (N, 4) float64 in current coordinates, valid (N,) bool) on the host, for
+    planning: the boxes as the chain so far leaves them (clipped at every canvas; a box that
+    left a canvas is not valid)."""
+    h = boxes(b.host_view(), None)
+    valid = np.ones(h.num_boxes, bool) if h.valid is None else np.asarray(h.valid, bool)
+    return np.asarray(h.boxes, np.float64), valid
+
+
+def value(v, ctx, **epilogue):
+    """Any graph value made concrete: images warped, boxes transformed, others as they are."""
+    if isinstance(v, ImageBatch):
+        return images(v, ctx, **epilogue)
+    if isinstance(v, BoxBatch):
+        return boxes(v, ctx)
+    return v
