@@ -105,7 +105,7 @@ def image_type(value) -> str:
     return v
 
 
-def interp_type(value, op_name="resize") -> str:
+def interp_type(value, op_name="resize", arg="interp_type") -> str:
     """Map DALI's interp_type to detaug's filter: 'linear' (bilinear) or 'triangular' (bilinear
     with antialiasing, which detaug's warp applies where it shrinks). Others raise, naming what
     detaug has."""
@@ -113,7 +113,7 @@ def interp_type(value, op_name="resize") -> str:
     v = {"interp_linear": "linear", "interp_triangular": "triangular", "interp_nn": "nn",
          "interp_cubic": "cubic", "interp_lanczos3": "lanczos3"}.get(v, v)
     if v not in ("linear", "triangular"):
-        raise ValueError(f"{op_name}: interp_type {value!r} is not available in detaug: its warp "
+        raise ValueError(f"{op_name}: {arg} {value!r} is not available in detaug: its warp "
                          "samples bilinearly (INTERP_LINEAR) and antialiases where the image "
                          "shrinks (INTERP_TRIANGULAR); nearest, cubic, Lanczos and Gaussian are not "
                          "implemented")

@@ -140,9 +140,9 @@ def _standardize(ctx, op, img, args, std, scale, shift, dtype, layout):
           arg_docs={"output_dtype": "DALI's older name for dtype (types.FLOAT, types.FLOAT16)",
                     "output_layout": "'CHW' / types.NCHW or 'HWC' / types.NHWC",
                     "crop_pos_x": "window anchor = round(pos * (W - crop_w)), halves rounded up "
-                                  "(DALI's rounding)",
-                    "image_type": "DALI's older argument: accepted (RGB, BGR, GRAY); the values "
-                                  "do not depend on it"},
+                                  "(DALI's rounding)"},
+          hints={"image_type": "DALI's older argument (RGB, BGR, GRAY: checked); the values do "
+                               "not depend on it"},
           per_sample=("mirror", "crop_pos_x", "crop_pos_y"),
           output_spec="normalised images (and boxes, mirrored/cropped with them)",
           doc="DALI's crop + mirror (per sample) + normalize + layout in one pass; boxes follow")

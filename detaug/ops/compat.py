@@ -392,6 +392,12 @@ def transpose(ctx, op, inputs, args):
         moves = {("HWC", (2, 0, 1)): "CHW", ("CHW", (1, 2, 0)): "HWC", ("HWC", (0, 1, 2)): "HWC",
                  ("CHW", (0, 1, 2)): "CHW"}
         layout = moves.get((v.layout, perm))
+        if layout is not None and not args["transpose_layout"] and layout != v.layout:
+            raise ValueError(f"{op.name}: transpose_layout=False would name {layout} data "
+                             f"{v.layout}: detaug's images carry their true layout")
+        if layout is not None and args["output_layout"] not in (None, layout):
+            raise ValueError(f"{op.name}: output_layout={args['output_layout']!r} is not the "
+                             f"layout of the permuted images ({layout})")
         if layout is None:
             raise ValueError(f"{op.name}: perm {perm} of {v.layout} images: detaug lays images out "
                              "as HWC or CHW only")
@@ -420,8 +426,12 @@ def pad(ctx, op, inputs, args):
     if not arrays:
         return np.zeros((0,))
     ndim = arrays[0].ndim
-    axes = range(ndim) if not args["axes"] else [int(a) for a in args["axes"]]
+    axes = range(ndim) if not args["axes"] else [int(a) % max(ndim, 1) for a in args["axes"]]
     target = list(np.max([a.shape for a in arrays], 0)) if ndim else []
+    fixed = [ax for ax in range(ndim) if ax not in axes]
+    if any(a.shape[ax] != target[ax] for a in arrays for ax in fixed):
+        raise ValueError(f"{op.name}: axes={tuple(axes)}: the samples differ in extent along axes "
+                         f"{fixed}, which are not padded (detaug's pad returns one dense array)")
     for k, ax in enumerate(axes):
         if args["shape"] is not None and int(args["shape"][k]) > 0:
             target[ax] = int(args["shape"][k])

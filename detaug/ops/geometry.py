@@ -169,7 +169,7 @@ def resize(ctx, op, inputs, args):
 
     for k in ("interp_type", "min_filter", "mag_filter"):
         if args[k] is not None:
-            f = types.interp_type(args[k], op.name)
+            f = types.interp_type(args[k], op.name, k)
             if f == "triangular" and not args["antialias"]:
                 raise ValueError(f"{op.name}: {k}=INTERP_TRIANGULAR antialiases; it cannot be "
                                  "combined with antialias=False")

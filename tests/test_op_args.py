@@ -1,0 +1,401 @@
+"""Every argument an op declares is honoured or refused.
+
+For every op of the registry, each declared argument is changed from its default to another
+valid value (on top of the context some arguments need, e.g. ``fill`` only shows where a
+rotation brings in content from outside) and the op is run on fixed inputs: the outputs must
+differ from the run without the change, or the run must raise an error that names the argument
+(refused). An argument that changes no value must be a declared hint (``OpSchema.hints``: its
+arg_docs say 'hint', and setting it warns once). An argument in none of these tables fails
+``test_every_declared_argument_is_covered``: a new argument needs a case here.
+"""
+from __future__ import annotations
+
+import io
+import warnings
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from detaug import Pipeline, fn, graph
+from detaug.batch import BoxBatch, EncodedBatch, ImageBatch, PaddedBoxes
+from detaug.ops import REGISTRY, types
+
+from helpers import close_pipelines, track  # noqa: F401 (fixture)
+
+RNG = np.random.default_rng(1234)
+IMAGES = [RNG.integers(0, 256, (40, 60, 3), dtype=np.uint8), RNG.integers(0, 256, (50, 30, 3), dtype=np.uint8)]
+BOXES = [np.array([[5, 5, 40, 30], [30, 10, 58, 38]], np.float32),
+         np.array([[2, 3, 20, 45], [10, 20, 29, 49]], np.float32)]
+LABELS = [np.array([0, 1]), np.array([2, 0])]
+REL = [np.array([[0.1, 0.2, 0.5, 0.6], [0.4, 0.1, 0.9, 0.7]], np.float32),
+       np.array([[0.05, 0.05, 0.3, 0.9], [0.5, 0.5, 0.95, 0.95]], np.float32)]
+
+
+class With:
+    """A changed value that needs other arguments set in both runs (``context``); ``before``:
+    the value of the first run where the default cannot run alone (resize's resize_shorter
+    without size)."""
+
+    def __init__(self, value, before=None, **context):
+        self.value, self.before, self.context = value, before, context
+
+
+def _jpeg(img):
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, format="JPEG", quality=90)
+    return np.frombuffer(buf.getvalue(), np.uint8)
+
+
+def _feed(cols, graph_fn, seed=0):
+    """Run ``graph_fn(*sources)`` once on per-sample columns ``cols``; the outputs."""
+    n = len(cols[0])
+
+    def src(info):
+        return tuple(c[info.idx_in_epoch] for c in cols)
+
+    pipe = track(Pipeline(batch_size=n, num_threads=1, seed=seed))
+    with pipe:
+        ins = fn.external_source(source=src, batch=False, num_outputs=len(cols), size=n)
+        ins = ins if isinstance(ins, tuple) else (ins,)
+        out = graph_fn(*ins)
+        pipe.set_outputs(*(out if isinstance(out, tuple) else (out,)))
+    return pipe.run()
+
+
+def _box_dicts():
+    return [{"boxes": b, "labels": lab} for b, lab in zip(BOXES, LABELS)]
+
+
+# input kinds: how an op is fed and called
+def _images_boxes(op, args):
+    return _feed([IMAGES, _box_dicts()], lambda i, b: op(i, b, **args))
+
+
+def _images(op, args):
+    return _feed([IMAGES], lambda i: op(i, **args))
+
+
+def _boxes(op, args):
+    return _feed([IMAGES, _box_dicts()], lambda i, b: op(b, **args))
+
+
+def _moved_boxes(op, args):
+    """Boxes that a translation pushed partly off the canvas."""
+    return _feed([IMAGES, _box_dicts()], lambda i, b: op(fn.affine(i, b, translate_x=25.0)[1], **args))
+
+
+def _letterboxed_boxes(op, args):
+    return _feed([IMAGES, _box_dicts()], lambda i, b: op(fn.letterbox(i, b, size=(64, 64))[1], **args))
+
+
+def _rel_boxes(op, args):
+    return _feed([REL], lambda b: op(b, **args))
+
+
+def _rel_boxes_labels(op, args):
+    return _feed([REL, [np.array([1, 2], np.int32)] * 2], lambda b, lab: op(b, lab, **args))
+
+
+def _encoded(op, args):
+    return _feed([[_jpeg(a) for a in IMAGES]], lambda e: op(e, **args))
+
+
+WINDOW = ([np.array([0.1, 0.2], np.float32)] * 2, [np.array([0.5, 0.6], np.float32)] * 2)
+OUTSIDE = ([np.array([0.7, 0.6], np.float32)] * 2, [np.array([0.5, 0.6], np.float32)] * 2)
+
+
+def _images_outside(op, args):
+    return _feed([IMAGES, *OUTSIDE], lambda i, a, s: op(i, a, s, **args))
+
+
+def _encoded_outside(op, args):
+    return _feed([[_jpeg(a) for a in IMAGES], *OUTSIDE], lambda e, a, s: op(e, a, s, **args))
+
+
+def _images_window(op, args):
+    return _feed([IMAGES, *WINDOW], lambda i, a, s: op(i, a, s, **args))
+
+
+def _encoded_window(op, args):
+    return _feed([[_jpeg(a) for a in IMAGES], *WINDOW], lambda e, a, s: op(e, a, s, **args))
+
+
+def _ragged(op, args):
+    return _feed([[np.arange(6, dtype=np.float32).reshape(2, 3), np.ones((1, 2), np.float32)]],
+                 lambda x: op(x, **args))
+
+
+def _random(op, args):
+    return _feed([IMAGES], lambda i: (i, op(**args)))[1:]
+
+
+def _external(op, args):
+    return _feed([IMAGES], lambda i: i)  # replaced in the test: the op is the source
+
+
+# thresholds that a first attempt often misses
+HARD = {"thresholds": (0.3, 0.5, 0.7), "scaling": (0.2, 0.6), "allow_no_crop": False}
+
+# op -> (how to run it, base arguments, {argument: changed value or With(value, **context)})
+CASES = {
+    "flip": (_images_boxes, {}, {"horizontal": 0, "vertical": 1}),
+    "affine": (_images_boxes, {}, {
+        "rotate": 30.0, "scale": 1.5, "scale_y": 0.5, "translate_x": 5.0, "translate_y": -5.0,
+        "shear_x": 10.0, "shear_y": 10.0, "fill": With(200.0, rotate=30.0),
+        "box_mode": With("ellipse", rotate=30.0)}),
+    "crop": (_images_boxes, {}, {
+        "crop": (20, 20), "crop_h": With(15, crop_w=20), "crop_w": With(10, crop_h=20),
+        "crop_pos_x": With(0.0, crop=(20, 20)), "crop_pos_y": With(0.0, crop=(20, 20)),
+        "window": (0, 0, 20, 20), "fill": With(99.0, window=(-5, -5, 20, 20))}),
+    "resize": (_images_boxes, {"size": (20, 20)}, {
+        "size": (10, 16), "resize_shorter": With(12, before=24, size=None),
+        "resize_longer": With(24, before=12, size=None), "resize_x": With(16, size=None, resize_y=10),
+        "resize_y": With(16, size=None, resize_x=10), "max_size": With(40, size=None, resize_shorter=36),
+        "keep_aspect": True, "antialias": False, "interp_type": types.INTERP_NN,
+        "min_filter": types.INTERP_CUBIC, "mag_filter": With(types.INTERP_CUBIC, size=(80, 80)),
+        "mode": "not_larger"}),
+    "letterbox": (_images_boxes, {"size": (32, 32)}, {"size": (24, 40), "fill": 0.0, "center": False}),
+    "rotate": (_images_boxes, {"angle": 30.0}, {
+        "angle": 45.0, "expand": True, "fill": 7.0, "box_mode": "ellipse",
+        "keep_size": With(True, fill_value=0.0), "fill_value": 9.0,
+        "size": With((20, 20), fill_value=0.0), "interp_type": types.INTERP_NN}),
+    "zoom_out": (_images_boxes, {"probability": 1.0}, {
+        "ratio": (2.0, 3.0), "probability": 0.0, "fill": 50.0}),
+    "paste": (_images_boxes, {"ratio": 2.0}, {
+        "ratio": 3.0, "paste_x": 0.0, "paste_y": 1.0, "fill_value": 33.0,
+        "min_canvas_size": 200.0}),
+    "random_iou_crop": (_images_boxes, {}, {
+        "thresholds": (0.9,), "allow_no_crop": With(False, thresholds=(0.3,)),
+        "scaling": (0.1, 0.2), "aspect_ratio": (1.9, 2.0),
+        "num_attempts": With(1, thresholds=(0.5,), allow_no_crop=False)}),
+    "random_resized_crop": (_images_boxes, {"size": (16, 16)}, {
+        "size": (20, 10), "random_area": (0.2, 0.3), "random_aspect_ratio": (0.5, 0.6),
+        "num_attempts": 1, "antialias": False}),
+    "materialize": (_images_boxes, {}, {}),
+    "brightness_contrast": (_images, {}, {"brightness": 1.5, "contrast": 0.5,
+                                          "contrast_center": With(0.0, contrast=0.5)}),
+    "hsv": (_images, {}, {"hue": 40.0, "saturation": 0.5, "value": 0.5}),
+    "normalize": (_images, {}, {
+        "mean": 10.0, "std": 3.0, "output_layout": "CHW", "dtype": "float16", "stddev": 3.0,
+        "axes": (2,), "axis_names": "C", "batch": True, "scale": 2.0, "shift": 1.0,
+        "epsilon": 100.0, "ddof": 1}),
+    "crop_mirror_normalize": (_images_boxes, {}, {
+        "crop": (20, 20), "crop_h": With(15, crop_w=20), "crop_w": With(10, crop_h=20),
+        "crop_pos_x": With(0.0, crop=(20, 20)), "crop_pos_y": With(0.0, crop=(20, 20)),
+        "mirror": 1, "mean": 10.0, "std": 3.0, "output_layout": "HWC", "dtype": "float16",
+        "fill": With(5.0, crop=(60, 70)), "output_dtype": types.FLOAT16,
+        "scale": 2.0, "shift": 1.0, "pad_output": True,
+        "fill_values": With(5.0, crop=(60, 70)), "out_of_bounds_policy": "trim_to_shape"}),
+    "prune_boxes": (_moved_boxes, {}, {"clip": False, "min_size": 20.0, "min_area": 600.0,
+                                 "min_visibility": 0.9}),
+    "clip_boxes": (_moved_boxes, {}, {}),
+    "box_convert": (_boxes, {}, {"fmt": "xywh", "normalized": True}),
+    "pad_boxes": (_boxes, {}, {"max_boxes": 5, "fill": With(-1.0, max_boxes=4)}),
+    "retinanet_encode": (_letterboxed_boxes, {"num_classes": 3}, {
+        "num_classes": 4, "sizes": (16, 32, 64, 128, 256), "strides": (4, 8, 16, 32, 64),
+        "ratios": (1.0,), "scales": (1.0,), "positive_overlap": 0.3, "negative_overlap": 0.2,
+        "force_match": With(True, positive_overlap=0.9), "std": 0.1, "ignore_padding": False}),
+    "bb_flip": (_rel_boxes, {}, {"horizontal": 0, "vertical": 1, "ltrb": True}),
+    "bbox_paste": (_rel_boxes, {"ratio": 2.0}, {"ratio": 3.0, "paste_x": 0.0, "paste_y": 1.0,
+                                                "ltrb": True}),
+    "random_bbox_crop": (_rel_boxes_labels, {"scaling": (0.3, 1.0)}, {
+        "thresholds": (0.9,), "allow_no_crop": False, "aspect_ratio": (0.5, 2.0),
+        "scaling": (0.1, 0.3), "num_attempts": With(5, **HARD),
+        "total_num_attempts": With(1, **HARD), "all_boxes_above_threshold": With(False, **HARD),
+        "threshold_type": With("overlap", thresholds=(0.5,)),
+        "bbox_layout": "xyWH", "ltrb": False, "output_bbox_indices": True,
+        "crop_shape": (10, 10), "input_shape": (20, 20), "shape_layout": "HW",
+        "bbox_prune_threshold": 0.5}),
+    "slice": (_images_window, {}, {
+        "axes": (0, 1), "axis_names": "HW", "normalized_anchor": False, "normalized_shape": False}),
+    "slice@outside": (_images_outside, {"out_of_bounds_policy": "trim_to_shape"}, {
+        "out_of_bounds_policy": "pad", "fill_values": With(7.0, out_of_bounds_policy="pad")}),
+    "decoders.image_slice": (_encoded_window, {}, {
+        "output_type": types.GRAY, "axes": (0, 1), "axis_names": "HW", "normalized_anchor": False,
+        "normalized_shape": False}),
+    "decoders.image_slice@outside": (_encoded_outside, {"out_of_bounds_policy": "trim_to_shape"}, {
+        "out_of_bounds_policy": "pad", "fill_values": With(7.0, out_of_bounds_policy="pad")}),
+    "decoders.image": (_encoded, {}, {"output_type": types.GRAY}),
+    "cast": (_images, {"dtype": types.FLOAT}, {"dtype": types.INT32}),
+    "transpose": (_images, {"perm": (0, 1, 2)}, {"perm": (2, 0, 1),
+                                                 "transpose_layout": With(False, perm=(2, 0, 1)),
+                                                 "output_layout": "CHW"}),
+    "pad": (_ragged, {}, {"fill_value": 5.0, "axes": (0,), "axis_names": "H", "shape": (3, 4),
+                          "align": 4}),
+    "random.uniform": (_random, {}, {"range": (5.0, 6.0), "values": (1.0, 2.0), "shape": (3,)}),
+    "random.coin_flip": (_random, {"shape": (16,)}, {"probability": 0.0, "shape": (8,)}),
+    "random.normal": (_random, {}, {"mean": 5.0, "stddev": 3.0, "shape": (3,)}),
+    "random.choice": (_random, {"shape": (16,)}, {"values": 5, "p": (0.0, 1.0), "shape": (8,)}),
+}
+
+# Arguments a changed value of which needs other data than these fixed inputs; each is tested
+# where named.
+ELSEWHERE = {
+    "file_root": "readers read a dataset: tests/test_readers_*.py, test_pipeline.py",
+    "annotations_file": "tests/test_readers_coco.py", "root": "tests/test_readers_voc.py",
+    "split": "tests/test_readers_voc.py", "classes": "tests/test_readers_voc.py",
+    "skip_difficult": "tests/test_readers_voc.py", "skip_empty": "tests/test_readers_coco.py",
+    "include_iscrowd": "tests/test_readers_coco.py", "size_threshold": "tests/test_dali_compat.py",
+    "categories": "tests/test_readers_coco.py", "keep_original_ids": "tests/test_readers_coco.py",
+    "on_error": "tests/test_readers_bad_input.py, test_pipeline.py (skip counts)",
+    "random_shuffle": "tests/test_pipeline.py (epoch orders)",
+    "shuffle_after_epoch": "tests/test_dali_compat.py", "shard_id": "tests/test_pipeline.py",
+    "num_shards": "tests/test_pipeline.py", "ltrb": "tests/test_dali_compat.py",
+    "ratio": "tests/test_dali_compat.py", "image_ids": "tests/test_dali_compat.py",
+    "avoid_class_remapping": "tests/test_dali_compat.py",
+    "polygon_masks": "refused (NotImplementedError): tests/test_dali_compat.py",
+    "pixelwise_masks": "refused (NotImplementedError): tests/test_dali_compat.py",
+    "pad_last_batch": "read by DALIGenericIterator: tests/test_dali_compat.py",
+    "file_list": "tests/test_dali_compat.py", "files": "tests/test_dali_compat.py",
+    "labels": "tests/test_dali_compat.py", "path": "tests/test_tfrecord_od.py",
+    "label_map": "tests/test_tfrecord_od.py", "image_label": "tests/test_tfrecord_od.py",
+    "source": "tests/test_random_fed.py", "num_outputs": "tests/test_random_fed.py",
+    "batch": "tests/test_random_fed.py", "size": "tests/test_random_fed.py",
+    "cycle": "tests/test_dali_compat.py", "layout": "tests/test_dali_compat.py",
+    "dtype": "tests/test_dali_compat.py",
+    "ndim": "test_external_source_ndim_is_checked below",
+}
+SOURCES = {"readers.coco", "coco_reader", "readers.voc", "readers.file", "readers.tfrecord",
+           "external_source"}
+
+
+def _public():
+    return sorted(n for n in REGISTRY if not n.startswith("_"))
+
+
+def test_every_declared_argument_is_covered():
+    missing = []
+    for name in _public():
+        s = REGISTRY[name]
+        changes = {k for case, (_, _, ch) in CASES.items() if case.split("@")[0] == name for k in ch}
+        for k in s.args:
+            covered = k in changes or k in s.hints or (name in SOURCES and k in ELSEWHERE)
+            if not covered:
+                missing.append(f"{name}({k}=)")
+    assert not missing, f"arguments with no case in tests/test_op_args.py: {missing}"
+    assert {c.split("@")[0] for c in CASES} | SOURCES == set(_public())
+
+
+def _flat(v) -> list:
+    """The values of one output as plain arrays, to compare two runs."""
+    if isinstance(v, ImageBatch):
+        return [np.asarray(a) for a in v.data] + [v.layout]
+    if isinstance(v, BoxBatch):
+        return [a for d in v.per_sample() for k in sorted(d) for a in (k, d[k])] + [v.fmt]
+    if isinstance(v, (PaddedBoxes, dict)):
+        return [a for k in sorted(v) for a in (k, np.asarray(v[k]))]
+    if isinstance(v, EncodedBatch):
+        return [np.asarray(a) for a in v.data]
+    if isinstance(v, (list, tuple)):
+        return [np.asarray(a) for a in v]
+    return [np.asarray(v)]
+
+
+def _same(a, b) -> bool:
+    fa, fb = [x for v in a for x in _flat(v)], [x for v in b for x in _flat(v)]
+    if len(fa) != len(fb):
+        return False
+    for x, y in zip(fa, fb):
+        if isinstance(x, str) or isinstance(y, str):
+            if x != y:
+                return False
+        elif x.shape != y.shape or x.dtype != y.dtype or not np.array_equal(x, y, equal_nan=True):
+            return False
+    return True
+
+
+def _run(name, runner, args):
+    name = name.split("@")[0]
+    op = getattr(fn, name.split(".")[0]) if "." not in name else getattr(
+        getattr(fn, name.split(".")[0]), name.split(".")[1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return runner(op, args)
+
+
+ARG_CASES = [(n, k) for n in sorted(CASES) for k in CASES[n][2]]
+
+
+@pytest.mark.parametrize("name,arg", ARG_CASES, ids=[f"{n}-{k}" for n, k in ARG_CASES])
+def test_a_changed_argument_changes_the_output_or_is_refused(name, arg):
+    runner, base, changes = CASES[name]
+    change = changes[arg]
+    context = change.context if isinstance(change, With) else {}
+    value = change.value if isinstance(change, With) else change
+    schema = REGISTRY[name.split("@")[0]]
+    assert arg in schema.args and arg not in schema.hints
+    first = {} if not isinstance(change, With) or change.before is None else {arg: change.before}
+    before = _run(name, runner, {**base, **context, **first})
+    try:
+        after = _run(name, runner, {**base, **context, arg: value})
+    except (ValueError, TypeError, NotImplementedError) as e:
+        assert arg in str(e), f"{name}: {arg}={value!r} raised an error that does not name it: {e}"
+        return
+    assert not _same(before, after), (f"fn.{name}: {arg}={value!r} gives the same output as "
+                                      f"{first.get(arg, schema.args[arg])!r}: ignored")
+
+
+HINTS = [(n, k) for n in _public() for k in REGISTRY[n].hints]
+
+
+@pytest.mark.parametrize("name,arg", HINTS, ids=[f"{n}-{k}" for n, k in HINTS])
+def test_a_hint_is_documented_and_says_so_once_when_set(name, arg, monkeypatch):
+    s = REGISTRY[name]
+    assert s.arg_docs[arg].startswith("hint, changes no value here: ")
+    monkeypatch.setattr(graph, "_HINTS_SAID", set())
+    value = 1 if s.args[arg] in (None, False, 0) else None
+    value = 2 if value is None and s.args[arg] == 1 else value
+    pipe = track(Pipeline(batch_size=1))
+    with pipe:
+        with pytest.warns(UserWarning, match=f"{name}: {arg}=.* hint and changes no value"):
+            graph.call_op(name, _hint_inputs(name), {arg: value})
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # once: the second call is silent
+            graph.call_op(name, _hint_inputs(name), {arg: value})
+            graph.call_op(name, _hint_inputs(name), {})  # the default: silent
+
+
+def _hint_inputs(name):
+    lo = REGISTRY[name].inputs[0]
+    return tuple(fn.external_source(source=[[np.zeros(3, np.uint8)]]) for _ in range(lo))
+
+
+def test_decoder_hints_change_no_pixel():
+    """The decoder's hints are hints indeed: the same pixels with any value of them."""
+    base = _run("decoders.image", _encoded, {})
+    tuned = _run("decoders.image", _encoded, {"hw_decoder_load": 0.9, "use_fast_idct": True,
+                                              "split_stages": True, "affine": False})
+    assert _same(base, tuned)
+
+
+def test_resize_antialias_off_is_one_bilinear_sample_per_pixel():
+    """antialias=False on a 4x shrink: each output pixel is the bilinear sample at its centre's
+    preimage (x = 4 j + 2 lies between input pixels 4j+1 and 4j+2: their mean); with antialias
+    the mean of 4 x 4 taps."""
+    img = RNG.integers(0, 256, (8, 8, 3), dtype=np.uint8)
+    (on,) = _feed([[img]], lambda i: fn.resize(i, size=(2, 2)))
+    (off,) = _feed([[img]], lambda i: fn.resize(i, size=(2, 2), antialias=False))
+    x = img.astype(np.float64)
+    want_off = np.floor((x[1::4][:, 1::4] + x[1::4][:, 2::4] + x[2::4][:, 1::4] + x[2::4][:, 2::4])
+                        / 4 + 0.5)
+    # OpenCV's bilinear weights are fixed point (1/32): within one level of the float64 value
+    np.testing.assert_allclose(np.asarray(off.data[0]), want_off, atol=1)
+    # antialiased: 4 taps per axis at 4j + 0.5 + k (k < 4), i.e. exactly the input pixels
+    want_on = np.floor(x.reshape(2, 4, 2, 4, 3).mean((1, 3)) + 0.5)
+    np.testing.assert_allclose(np.asarray(on.data[0]), want_on, atol=1)
+    assert np.abs(np.asarray(on.data[0]).astype(int) - np.asarray(off.data[0])).max() > 10
+
+
+def test_external_source_ndim_is_checked():
+    with pytest.raises(ValueError, match="ndim=2 but a sample has 3 dimensions"):
+        _ndim_run(2)
+    (out,) = _ndim_run(3)
+    assert len(out) == 2
+
+
+def _ndim_run(ndim):
+    pipe = track(Pipeline(batch_size=2))
+    with pipe:
+        pipe.set_outputs(fn.external_source(source=[IMAGES], ndim=ndim))
+    return pipe.run()
