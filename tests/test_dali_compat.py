@@ -328,7 +328,7 @@ def _iou(a, b):
 def test_ssd_pipeline_boxes_follow_crop_flip_paste_float64_reference():
     pipe = track(coco_ssd_pipeline(os.path.join(COCO, "images"), os.path.join(COCO, "annotations.json"),
                                    batch_size=4, num_threads=1, device_id=0,
-                                   seed=int.from_bytes(os.urandom(2), "little")))
+                                   seed=4242))
     pipe.build()
     assert pipe.epoch_size("Reader") == len(_coco_truth()[2])
     for _ in range(3):

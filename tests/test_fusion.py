@@ -18,7 +18,6 @@ where fills are told apart, 5, 10 and 15), so a pixel is fill exactly where all 
 a fill value.
 """
 import math
-import os
 
 import numpy as np
 import pytest
@@ -27,8 +26,8 @@ from detaug import Pipeline, backend, fn
 from conftest import VOC
 from helpers import boxes_of, close_pipelines, images_of, run_graph, to_np, track  # noqa: F401  (autouse fixture)
 
-# Seeds of the random chains: fixed ones, and one fresh per run (None) that the failure message
-# names so that it can be replayed by putting it in this list.
+# Seeds of the random chains: fixed ones (None: one more fixed seed, _seed's; a failure message
+# names its seed).
 FIXED_SEEDS = [1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 267, 571, 625]
 CHAIN_SEEDS = FIXED_SEEDS + [None]
 # Content agreement of fused against op-by-op pixels (fill pixels included, thin border left out).
@@ -40,7 +39,7 @@ PSNR_MIN = 30.0
 
 
 def _seed(param):
-    return int.from_bytes(os.urandom(4), "little") if param is None else param
+    return 20261123 if param is None else param  # fixed: a failure reproduces
 
 
 # ---------------------------------------------------------------------------------------- data
@@ -359,7 +358,7 @@ def test_fixed_chains_cover_every_kind_of_op():
 
 
 # ------------------------------------------------------------------------------- 1. random chains
-@pytest.mark.parametrize("seed", CHAIN_SEEDS, ids=lambda s: "fresh" if s is None else f"seed{s}")
+@pytest.mark.parametrize("seed", CHAIN_SEEDS, ids=lambda s: f"seed{_seed(s)}")
 def test_random_chain_fused_equals_op_by_op(seed):
     seed = _seed(seed)
     imgs, boxes, fields, ops, border, desc = chain_case(seed)
@@ -643,7 +642,7 @@ def reference_cpu_warp():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("seed", CHAIN_SEEDS, ids=lambda s: "fresh" if s is None else f"seed{s}")
+@pytest.mark.parametrize("seed", CHAIN_SEEDS, ids=lambda s: f"seed{_seed(s)}")
 def test_gpu_random_chain_matches_cpu_fused(seed, reference_cpu_warp):
     seed = _seed(seed)
     imgs, boxes, fields, ops, border, desc = chain_case(seed)

@@ -116,7 +116,7 @@ def _compare(c, g, name):
 
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_op_parity_with_cpu(name):
-    for seed in (1, int.from_bytes(os.urandom(2), "little")):
+    for seed in (1, 4242):
         imgs, boxes, fields = _data(seed)
         cpu = run_graph(imgs, boxes, OPS[name], fields=fields, seed=seed)
         gpu = run_graph(imgs, boxes, OPS[name], fields=fields, seed=seed, device="gpu")

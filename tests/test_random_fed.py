@@ -2,7 +2,6 @@
 callable, a batch iterable or ``feed_input`` from ``iter_setup``. A fed batch's length sets the
 batch's samples (one draw each); batch b with n samples uses the sample indices
 b * batch_size + arange(n), the indices a per-sample callable gives the same positions."""
-import os
 
 import numpy as np
 import pytest
@@ -13,8 +12,7 @@ from conftest import VOC
 from helpers import close_pipelines, images_of, track  # noqa: F401 (autouse fixture)
 
 FIXED = (0, 7)
-FRESH = int.from_bytes(os.urandom(4), "little")  # a new seed each run, named in the test id
-SEEDS = pytest.mark.parametrize("seed", FIXED + (FRESH,), ids=lambda s: f"seed={s}")
+SEEDS = pytest.mark.parametrize("seed", FIXED + (20261123,), ids=lambda s: f"seed={s}")
 BS = 32
 LENS = (32, 32, 10)  # the batches fed: the last one shorter
 N = sum(LENS)
