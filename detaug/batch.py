@@ -461,8 +461,9 @@ def split_batches(outs: tuple, sizes) -> list:
                                      None if v.sizes is None else v.sizes[lo:hi],
                                      None if v.streams is None else v.streams[lo:hi])
                         for lo, hi in cuts])
-        elif hasattr(v, "shape") and len(v.shape) and v.shape[0] == bounds[-1]:
-            per.append([v[lo:hi] for lo, hi in cuts])
+        elif (hasattr(v, "shape") and len(v.shape) and v.shape[0] == bounds[-1]) or (
+                isinstance(v, list) and len(v) == bounds[-1]):
+            per.append([v[lo:hi] for lo, hi in cuts])  # an array, or a list of per-sample ones
         else:
             raise TypeError(f"cannot split an output of type {type(v).__name__} into batches")
     return [tuple(p[k] for p in per) for k in range(len(cuts))]

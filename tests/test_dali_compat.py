@@ -174,7 +174,11 @@ def test_external_source_feed_input_bytes_and_ragged_labels(folder):
     srcs = [truth[files[k][0]][1] for k in range(4)]
     (want,) = _run(lambda i: fn.resize(i, size=(24, 24), antialias=True), [srcs])
     for k in range(4):
-        np.testing.assert_array_equal(_h(images.data[k]), _h(want.data[k]))
+        if DEVICE["decoder"] == "mixed":  # nvImageCodec's IDCT rounds apart from libjpeg's
+            d = np.abs(_h(images.data[k]).astype(np.int64) - _h(want.data[k]))
+            assert d.max() <= 4 and d.mean() < 0.5, (d.max(), d.mean())
+        else:
+            np.testing.assert_array_equal(_h(images.data[k]), _h(want.data[k]))
     it = DALIGenericIterator([track(ExternalSourcePipeline(4, 1, 0, ExternalInputIterator(files, 4),
                                                            with_raw=False))],
                              ["images", "labels"], size=8, auto_reset=True)

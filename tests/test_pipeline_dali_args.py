@@ -35,3 +35,19 @@ def test_feed_before_each_run_without_iter_setup():
             np.testing.assert_array_equal(a, b[:, ::-1])
     with pytest.raises(RuntimeError, match="x: no data fed"):
         pipe.run()
+
+
+def test_split_batches_cuts_per_sample_lists():
+    """Outputs that are plain lists of per-sample arrays (DALI-style ops) split with their batch
+    when several batches run as one launch."""
+    from detaug.batch import split_batches
+
+    rng = np.random.default_rng(2)
+    samples = [rng.random((int(rng.integers(0, 4)), 4)).astype(np.float32) for _ in range(7)]
+    labels = np.arange(7)
+    parts = split_batches((samples, labels), [3, 3, 1])
+    assert [len(p[0]) for p in parts] == [3, 3, 1]
+    for p, lo in zip(parts, (0, 3, 6)):
+        for k, a in enumerate(p[0]):
+            assert a is samples[lo + k]
+        np.testing.assert_array_equal(p[1], labels[lo:lo + len(p[0])])
