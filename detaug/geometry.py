@@ -1,4 +1,4 @@
-"""Per-sample 3x3 matrices in continuous pixel coordinates (DESIGN.md: an image of W x H covers
+"""Per-sample 3x3 matrices in continuous pixel coordinates (docs/design.md: an image of W x H covers
 [0, W] x [0, H]; pixel (i, j) has its centre at (j + 0.5, i + 0.5)). Every matrix maps INPUT
 coordinates to OUTPUT coordinates; all builders are vectorised over the batch: arguments are
 scalars or (B,) arrays and the result is (B, 3, 3) float64."""

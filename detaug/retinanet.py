@@ -8,7 +8,7 @@ Anchors
     ``area = (s_l * scale)^2``, ``w = sqrt(area / ratio)``, ``h = w * ratio`` (ratio is h / w);
     the half sizes ``w / 2``, ``h / 2`` are rounded to multiples of 2^-10 px (see base_anchors).
     Order: level by level, then cells row-major (i, then j), then the anchors of a cell.
-    Boxes are ``float32 [x0, y0, x1, y1]`` in continuous pixel coordinates (DESIGN.md).
+    Boxes are ``float32 [x0, y0, x1, y1]`` in continuous pixel coordinates (docs/design.md).
 
 Targets (per image, over that image's valid boxes)
     ``iou[a, n]`` is the intersection over union of anchor ``a`` and box ``n`` (0 when they do

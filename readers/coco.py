@@ -1,7 +1,7 @@
 """COCO instances JSON -> canonical records (pycocotools index, numpy grouping).
 
 A COCO box ``[x, y, w, h]`` becomes ``[x, y, x + w, y + h]`` (float32, continuous pixel
-coordinates, see DESIGN.md). Category ids become contiguous 0-based labels in ascending id order;
+coordinates, see docs/design.md). Category ids become contiguous 0-based labels in ascending id order;
 ``Dataset.category_ids[label]`` is the original id.
 """
 from __future__ import annotations
@@ -45,7 +45,7 @@ def read_coco(annotations_file, image_root, *, skip_empty=False, include_iscrowd
             and counted); labels are then contiguous over the kept ones.
         keep_original_ids: labels are the COCO category ids instead of 0-based indices
             (``class_names`` / ``category_ids`` stay in ascending id order; writers refuse it).
-        on_error: ``"raise"`` or ``"skip"`` (see DESIGN.md "Bad input"). A bad box is dropped,
+        on_error: ``"raise"`` or ``"skip"`` (see docs/design.md "Bad input"). A bad box is dropped,
             an image whose file is missing or unsafe is dropped; both are listed in ``skipped``.
             A file that is not JSON or not COCO always raises, and so does a category id
             defined twice. A category or ``images`` entry that is not an object, or whose id

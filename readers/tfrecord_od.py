@@ -16,7 +16,7 @@ One ``tf.train.Example`` per image, with the features of the API's dataset tools
     image/object/area        float    (COCO's area, in pixels)
 
 A normalised box ``[xmin, ymin, xmax, ymax]`` becomes ``[xmin * W, ymin * H, xmax * W,
-ymax * H]`` in the canonical continuous pixel coordinates (DESIGN.md), and back by division;
+ymax * H]`` in the canonical continuous pixel coordinates (docs/design.md), and back by division;
 float32 keeps that within ``6e-8 * W`` pixels. Labels become contiguous 0-based indices over
 the label-map ids in ascending order; ``Dataset.category_ids`` keeps the ids.
 

@@ -1,6 +1,6 @@
 """Canonical records -> COCO JSON, Pascal VOC XML, YOLO text. Used by ``detaug-convert``.
 
-Each writer inverts its reader's box mapping (DESIGN.md coordinates):
+Each writer inverts its reader's box mapping (docs/design.md coordinates):
 COCO ``[x, y, w, h] = [x0, y0, x1 - x0, y1 - y0]``; VOC ``xmin = round(x0) + 1``,
 ``ymin = round(y0) + 1``, ``xmax = round(x1)``, ``ymax = round(y1)``; YOLO
 ``cx = (x0 + x1) / 2W``, ``cy = (y0 + y1) / 2H``, ``w = (x1 - x0) / W``, ``h = (y1 - y0) / H``.

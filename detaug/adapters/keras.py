@@ -7,7 +7,7 @@ before that first use (there is no default without TensorFlow).
 ``seq[i]`` is batch ``i`` of the epoch ``seq.epoch`` holds when it is called, computed on its
 own with ``pipeline.run_batch(i, epoch=seq.epoch)``: any order, any thread, the same ``i`` gives
 the same batch within an epoch (every random draw is keyed by seed, op, epoch and the record's
-index, DESIGN.md "Randomness"). ``on_epoch_end`` moves to the next epoch: a new shuffle and new
+index, docs/design.md "Randomness"). ``on_epoch_end`` moves to the next epoch: a new shuffle and new
 draws. ``seq.get_batch(i, epoch=e)`` is batch ``i`` of any epoch ``e``.
 
 Thread workers (``workers=N``, ``use_multiprocessing=False``) are the sequence's own, not Keras':

@@ -5,7 +5,7 @@ version ``<name>_cupy`` with the same signature plus ``stream=None``, which make
 launch of a kernel of ``boxes.cu`` per call for the whole batch, never copies device data to the
 host and never synchronises.
 
-Conventions (DESIGN.md): a box is ``float32 [x0, y0, x1, y1]`` in continuous pixel coordinates
+Conventions (docs/design.md): a box is ``float32 [x0, y0, x1, y1]`` in continuous pixel coordinates
 (the image covers ``[0, W] x [0, H]``). The boxes of B samples are packed in one ``(N, 4)``
 array; ``offsets (B + 1,)`` int64 on the host delimit the samples and ``sample_index (N,)`` int32
 names the sample of each box (:func:`sample_index_from_offsets`). Per-sample ``matrices

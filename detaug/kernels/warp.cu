@@ -47,7 +47,7 @@
 // indices off per-lane base pointers. Results are unchanged up to float32 rounding of the
 // epilogue (1 / std instead of a division).
 // Registers: 64 (C = 3, 4 blocks of 256 per SM), <= 80 (C = 1, 3 blocks), no spills. The
-// tunables below were timed by benchmarks/warp_sweep.py (RESULTS.md).
+// tunables below were timed by benchmarks/warp_sweep.py (benchmarks/RESULTS.md).
 
 // Tunables (compile-time; benchmarks/warp_sweep.py times other values with -D options):
 #ifndef DETAUG_WARP_PPL  // output pixels per lane: warp.py's _PIX_PER_LANE, passed as -D
@@ -55,8 +55,8 @@
 #endif
 #ifndef DETAUG_WARP_MINB
 // C = 3: resident blocks of 256 per SM asked of the compiler. 4 (64 registers): with the fused
-// chain's rect and clamp, 5 blocks (48 registers) spill 24 bytes and run 2% slower (H100 sweep,
-// RESULTS.md, 2026-11-23); before them 5 blocks were 5% faster than 4 on an H200.
+// chain's rect and clamp, 5 blocks (48 registers) spill 24 bytes and ran slower in the sweep
+// (benchmarks/RESULTS.md).
 #define DETAUG_WARP_MINB 4
 #endif
 #ifndef DETAUG_WARP_STORE_CS

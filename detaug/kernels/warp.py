@@ -6,7 +6,7 @@ Three implementations share one signature and one piece of math:
 * :func:`warp_cv2`   -- the CPU backend's fast path (OpenCV), tested against the twin;
 * :func:`warp_cupy`  -- one CUDA launch per batch (``warp.cu``), tested against the twin.
 
-Math (DESIGN.md coordinates: an image of ``W x H`` covers ``[0, W] x [0, H]``, pixel ``(i, j)``
+Math (docs/design.md coordinates: an image of ``W x H`` covers ``[0, W] x [0, H]``, pixel ``(i, j)``
 has its centre at ``(j + 0.5, i + 0.5)``). ``matrices[b]`` maps INPUT coordinates to OUTPUT
 coordinates; the warp samples through its inverse. Let ``A`` be the 2x2 part of ``M`` and
 ``sx = ||inv(A)[:, 0]||``, ``sy = ||inv(A)[:, 1]||`` (input pixels per output pixel step). With

@@ -137,9 +137,9 @@ def decode_params(output_type: str):
 
 
 def decode_chunks(decoder, srcs, output_type, chunk, stream_ptr) -> list:
-    """Decode CodeStreams ``srcs`` in calls of at most ``chunk`` images: nvImageCodec 0.9
-    decoded 512 images in one call at 8.9k img/s, 128 at 10.9k, 64 at 17.2k
-    (benchmarks/probe_decode.py, H200). None where an image could not be decoded."""
+    """Decode CodeStreams ``srcs`` in calls of at most ``chunk`` images: with nvImageCodec 0.9,
+    smaller calls decoded faster than one call for the whole batch (benchmarks/probe_decode.py,
+    benchmarks/RESULTS.md). None where an image could not be decoded."""
     params = decode_params(output_type)
     results = []
     for lo in range(0, len(srcs), chunk):

@@ -66,8 +66,8 @@ class _Source:
 
 def _read_bytes(path, position):
     """The file's bytes in a new uint8 array. os.readv releases the GIL while it reads (np.fromfile
-    holds it: seen as 15% of the GIL-held time of the GPU pipeline) and reads straight into the
-    array (no bytes object in between)."""
+    holds it: a visible share of the GIL-held time of the GPU pipeline, benchmarks/RESULTS.md)
+    and reads straight into the array (no bytes object in between)."""
     try:
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -83,16 +83,16 @@ def _read_bytes(path, position):
 
 
 def read_files(paths):
-    """File bytes of a batch, read one after another in the calling (batch) thread: measured on
-    the GPU machine, 64 cached files took 1.5-3 ms this way and 4.8 ms spread over 4-16 pool
-    threads, whose hand-overs cost more than the reads."""
+    """File bytes of a batch, read one after another in the calling (batch) thread: spreading
+    the reads of cached files over pool threads cost more in hand-overs than the reads
+    (benchmarks/RESULTS.md)."""
     return [_read_bytes(p, k) for k, p in enumerate(paths)]
 
 
 def _code_streams(ctx, data):
     """Parsed code streams for the GPU decoder, made here in the reader's (host-stage) thread
     when the pipeline decodes on the GPU: nvImageCodec then decodes faster and the parsing is
-    off the device stage (measured: 21.0k img/s from CodeStreams vs 17.2k from arrays)."""
+    off the device stage (benchmarks/RESULTS.md)."""
     if not getattr(ctx.pipeline, "_mixed_decode", False):
         return None
     from .gpu_decode import code_streams
