@@ -4,7 +4,7 @@ Geometry is lazy: a geometric op does not touch pixels or boxes, it composes a p
 into the batch's pending :class:`Geometry`. The first consumer that needs pixels (a colour op,
 normalize, the output) materialises the whole chain as ONE warp, with normalisation, layout and
 dtype fused in when that consumer asks for them; the first consumer that needs boxes (clip/prune,
-pad, the output) transforms them ONCE with the composed matrix (DESIGN.md, "fusion").
+pad, the output) transforms them ONCE with the composed matrix (docs/design.md, "Data model").
 """
 from __future__ import annotations
 

@@ -369,7 +369,6 @@ class DecodeService:
 
 
 def default_processes() -> int:
-    """Decode worker processes for a GPU pipeline: 3, or DETAUG_DECODE_PROCESSES. Measured on a
-    16-core H200 machine with 6 launches in flight: 3 processes 20.0-21.2k img/s (RESULTS.md);
-    with 4 launches in flight, 2 processes 16.8-18.0k and 3 processes 18.4-18.6k."""
+    """Decode worker processes for a GPU pipeline: 3, or DETAUG_DECODE_PROCESSES (3 beat 2 on a
+    16-core machine: benchmarks/RESULTS.md, session 3)."""
     return int(os.environ.get("DETAUG_DECODE_PROCESSES", 3))

@@ -27,7 +27,7 @@ class _NotFed(RuntimeError):
 GPU_BATCHES_PER_LAUNCH = 4  # default batches_per_launch of pipelines with a GPU stage
 # default prefetch_queue_depth (launches in flight) of pipelines that decode in decode processes:
 # each launch holds a device worker while its files are decoded, so the decoders idle with few
-# launches in flight (H200, 3 processes: 18.4-18.6k img/s at 4, 20.0-21.2k at 6; RESULTS.md)
+# launches in flight (6 beat 4 with 3 processes: benchmarks/RESULTS.md, session 3)
 DECODE_PROCESS_PREFETCH = 6
 MAX_DEVICE_WORKERS = 6  # default device_workers: min(prefetch depth, this)
 
@@ -54,8 +54,8 @@ class Pipeline:
             pass of every op, one launch per kernel) and hand them out one by one: the per-batch
             Python cost is paid once per group. Results are identical (every draw is keyed by
             the sample); needs a sized source. Default (None): 4 for pipelines with a GPU stage
-            and a sized source (one batch per launch reached 67% of the decoder's speed on an
-            H200, four 103%; GPU memory grows with k), else 1.
+            and a sized source (one batch per launch left the decoder idle a third of the time:
+            benchmarks/RESULTS.md; GPU memory grows with k), else 1.
         decode_processes: for a GPU decoder (decoders.image device='mixed'): worker processes
             that read and decode the files (nvImageCodec) into a device buffer shared with this
             process, so that the decoder never waits for this process's GIL (detaug/decode_proc.py
