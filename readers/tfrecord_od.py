@@ -38,6 +38,7 @@ import numpy as np
 from ._common import ErrorSink, box_fault, real_dir, resolve_under, validate_boxes
 from .errors import DatasetError
 from .records import Dataset, DetectionRecord
+from .writers import count_unheld_dataset_extra
 from .tfrecord import (ProtoError, RecordFault, bytes_feature, float_feature, int64_feature,
                        iter_records, parse_example, read_record_at, serialize_example,
                        write_records)
@@ -503,10 +504,4 @@ def _unheld(dataset, report):
                 report.count(f"{name} on annotations", sum(v is not None for v in value))
             else:
                 report.count(name, 1)
-    for name, value in dataset.extra.items():
-        if name == "category_keys":
-            for keys in value:
-                for key in keys:
-                    report.count(f"{key} on categories", 1)
-        else:
-            report.count(name, 1)
+    count_unheld_dataset_extra(dataset, report)

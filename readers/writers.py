@@ -411,13 +411,7 @@ def _unheld_common(dataset, report, fmt):
                 continue
             report.count(*_field_loss(name, np.asarray(values), fmt))
         _unheld_extra(record, {"box_keys", "image_keys"} if fmt == "voc" else set(), report)
-    for name, value in dataset.extra.items():
-        if name == "category_keys":
-            for keys in value:
-                for key in keys:
-                    report.count(f"{key} on categories", 1)
-        else:
-            report.count(name, 1)
+    count_unheld_dataset_extra(dataset, report)
     if list(dataset.category_ids) != list(range(dataset.num_classes)):
         report.count(f"category ids (classes are numbered 0..{dataset.num_classes - 1}; "
                      "names kept)", dataset.num_classes)
@@ -501,3 +495,14 @@ def _write_json(path, data):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         json.dump(data, f)
+
+
+def count_unheld_dataset_extra(dataset, report):
+    """Count the dataset-level extras a writer does not hold (category keys one by one)."""
+    for name, value in dataset.extra.items():
+        if name == "category_keys":
+            for keys in value:
+                for key in keys:
+                    report.count(f"{key} on categories", 1)
+        else:
+            report.count(name, 1)

@@ -47,20 +47,24 @@ def _jpeg(img):
     return np.frombuffer(buf.getvalue(), np.uint8)
 
 
-def _feed(cols, graph_fn, seed=0):
-    """Run ``graph_fn(*sources)`` once on per-sample columns ``cols``; the outputs."""
-    n = len(cols[0])
-
+def feed_pipe(cols, graph_fn, batch_size, seed=0):
+    """A pipeline running ``graph_fn(*sources)`` on per-sample columns ``cols`` (a sized
+    per-sample source: sample k has sample index k), ``batch_size`` samples a batch."""
     def src(info):
         return tuple(c[info.idx_in_epoch] for c in cols)
 
-    pipe = track(Pipeline(batch_size=n, num_threads=1, seed=seed))
+    pipe = track(Pipeline(batch_size=batch_size, num_threads=1, seed=seed))
     with pipe:
-        ins = fn.external_source(source=src, batch=False, num_outputs=len(cols), size=n)
+        ins = fn.external_source(source=src, batch=False, num_outputs=len(cols), size=len(cols[0]))
         ins = ins if isinstance(ins, tuple) else (ins,)
         out = graph_fn(*ins)
         pipe.set_outputs(*(out if isinstance(out, tuple) else (out,)))
-    return pipe.run()
+    return pipe
+
+
+def _feed(cols, graph_fn, seed=0):
+    """Run ``graph_fn(*sources)`` once on per-sample columns ``cols``; the outputs."""
+    return feed_pipe(cols, graph_fn, len(cols[0]), seed).run()
 
 
 def _box_dicts():

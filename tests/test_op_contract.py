@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 
 import test_op_args as oa
-from detaug import Pipeline, fn
+from detaug import fn
 from detaug.batch import BoxBatch, EncodedBatch, ImageBatch, PaddedBoxes
 from detaug.ops import REGISTRY
 
-from helpers import close_pipelines, track  # noqa: F401 (fixture)
+from helpers import close_pipelines  # noqa: F401 (fixture)
 
 N = 5
 SEED = 20261124
@@ -80,16 +80,7 @@ def _capture(name, monkeypatch):
 
 
 def _pipe(cols, graph_fn, batch_size):
-    def src(info):
-        return tuple(c[info.idx_in_epoch] for c in cols)
-
-    pipe = track(Pipeline(batch_size=batch_size, num_threads=1, seed=SEED))
-    with pipe:
-        ins = fn.external_source(source=src, batch=False, num_outputs=len(cols), size=N)
-        ins = ins if isinstance(ins, tuple) else (ins,)
-        out = graph_fn(*ins)
-        pipe.set_outputs(*(out if isinstance(out, tuple) else (out,)))
-    return pipe
+    return oa.feed_pipe(cols, graph_fn, batch_size, SEED)  # the columns hold N samples
 
 
 def _arrays(v):
