@@ -359,7 +359,7 @@ def bench_detaug(args, root, gpu, retinanet=False):
                          batch_size=bs, num_threads=args.threads,
                     device_id=0 if gpu else None, seed=0, prefetch_queue_depth=args.prefetch,
                     batches_per_launch=args.batches_per_launch, device_workers=args.device_workers,
-                    decode_processes=args.decode_processes)
+                    decode_processes=args.decode_processes, **json.loads(args.pipe_kwargs))
     t0 = time.perf_counter()
     pipe.build()
     build_s = time.perf_counter() - t0
@@ -1270,6 +1270,9 @@ def main(argv=None):
                     help="nvImageCodec CPU threads per decode process (DETAUG_DECODE_CPU_THREADS)")
     ap.add_argument("--decode-processes", type=int, default=None,
                     help="detaug decode_processes (default: the pipeline's, 3; 0 = in-thread decode)")
+    ap.add_argument("--pipe-kwargs", default="{}",
+                    help="more Pipeline arguments for the detaug rows, as JSON "
+                         "(e.g. '{\"device_memory_budget\": 2e9}')")
     args = ap.parse_args(argv)
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device run after GPU-path changes: the GPU tests (failures printed with their reason), the
 # GPU benchmark's detaug row with device memory and both decode ceilings, and the training
-# benchmark (kept batch, detaug defaults, detaug low-memory, torchvision DataLoader).
+# benchmark (kept batch, detaug defaults, detaug high-throughput, torchvision DataLoader).
 # Usage (device machine, repo root): bash benchmarks/device_gpu_check.sh
 source .ci/device_setup.sh >/dev/null 2>&1 || exit 1
 DATA=/tmp/bench_data

@@ -7,8 +7,8 @@ process every other thread holding the GIL (planning, reading, kernel launches) 
 to the interpreter's switch interval each time: in-process decode ran at half its speed alone.
 In a process of its own the decoder only competes with its own reading.
 
-Protocol (one pipe per worker; requests are served in order; the pipeline sends each request
-to the worker with the fewest requests in hand):
+Protocol (one pipe per worker; a worker's decoder threads serve its requests in parallel and
+reply in any order; the pipeline sends each request to the worker with the fewest in hand):
 
 * start: the worker allocates its ring buffer (``cudaMalloc``) and a pool of interprocess
   "done" events and sends their IPC handles; the pipeline opens them once.
@@ -26,6 +26,10 @@ to the worker with the fewest requests in hand):
   (a first version made the worker's stream wait for the pipeline's: a long kernel in the
   pipeline then stalled the worker, and through it the pipeline's host threads, for 1 s).
 * ``("stop",)``: the worker frees its buffer and exits.
+
+Each worker runs ``threads`` decoder threads (the memory plan's choice, 1-2): each has its own
+nvImageCodec decoder and streams, so one thread's file reads and host work overlap another's
+decode (one decoder per process was 10.7k img/s, two 12.8k, on an H100: probe_memory.py).
 
 The region of a request is its images packed one after another (each start 256-byte aligned);
 a request larger than the ring is an error that names the ``decode_buffer_mb`` to raise.
@@ -92,7 +96,10 @@ def packed_offsets(shapes) -> tuple:
 
 
 # ------------------------------------------------------------------------------ worker side
-def _worker(conn, device_id, ring_bytes):  # pragma: no cover - runs in the child process (GPU)
+def _worker(conn, device_id, ring_bytes, threads=1):  # pragma: no cover - runs in the child process (GPU)
+    """A decode process: ``threads`` decoder threads (each with its own nvImageCodec decoder and
+    streams: one decodes while another reads its files or waits for the device), a receiving
+    thread (requests and frees), replies sent under a lock, in any order."""
     import cupy as cp
     from nvidia import nvimgcodec
 
@@ -104,114 +111,140 @@ def _worker(conn, device_id, ring_bytes):  # pragma: no cover - runs in the chil
     rt = cp.cuda.runtime
     cp.cuda.Device(device_id).use()
     ring = rt.malloc(ring_bytes)
-    # decode and ring writes on two streams (the ring writes wait for the decode by an event)
-    stream = cp.cuda.Stream(non_blocking=True)       # decode
-    copy_stream = cp.cuda.Stream(non_blocking=True)  # ring writes
-    decoded = cp.cuda.Event(block=False, disable_timing=True)
     done = [cp.cuda.Event(block=False, disable_timing=True, interprocess=True)
             for _ in range(N_EVENTS)]
     conn.send(("ready", rt.ipcGetMemHandle(ring), [rt.ipcGetEventHandle(e.ptr) for e in done]))
     alloc = RingAllocator(ring_bytes)
-    # decoded images, released once the copies out of them have run (their event is done)
-    keep = collections.deque()
-    # DETAUG_DECODE_CPU_THREADS: nvImageCodec's CPU threads per worker (0 = one per core)
-    decoder = nvimgcodec.Decoder(device_id=device_id,
-                                 max_num_cpu_threads=int(os.environ.get("DETAUG_DECODE_CPU_THREADS", 0)))
-    pending = collections.deque()  # requests received while waiting for room in the ring
-    # ("free", req) arrives only once the pipeline's work on the region has completed (it polls
-    # an event): nothing here waits for the pipeline's GPU work, on the host or the device
+    room = threading.Condition()   # guards alloc; notified when a region comes back
+    work = queue.SimpleQueue()     # decode requests; None stops a decoder thread
+    send_lock = threading.Lock()
+    state = {"stop": False}
+    # DETAUG_DECODE_CPU_THREADS: nvImageCodec's CPU threads per decoder (0 = one per core)
+    cpu_threads = int(os.environ.get("DETAUG_DECODE_CPU_THREADS", 0))
 
-    def serve(req, paths, output_type, chunk):
-        n = len(paths)
-        while keep and keep[0][0].done:
-            keep.popleft()
+    def reply(msg):
+        with send_lock:
+            conn.send(msg)
+
+    def decoder_thread():
+        cp.cuda.Device(device_id).use()
+        decoder = nvimgcodec.Decoder(device_id=device_id, max_num_cpu_threads=cpu_threads)
+        stream = cp.cuda.Stream(non_blocking=True)       # decode
+        copy_stream = cp.cuda.Stream(non_blocking=True)  # ring writes (wait for the decode by an event)
+        decoded = cp.cuda.Event(block=False, disable_timing=True)
+        # decoded images, released once the copies out of them have run (their event is done)
+        keep = collections.deque()
+
+        def serve(req, paths, output_type, chunk):
+            n = len(paths)
+            while keep and keep[0][0].done:
+                keep.popleft()
+            try:
+                data = read_files(paths)
+            except SampleError as e:
+                return ("done", req, None, None, [(e.position, str(e))])
+            errors = []
+            streams = code_streams(data)
+            idx = [k for k in range(n) if streams[k] is not None]
+            results = decode_chunks(decoder, [streams[k] for k in idx], output_type, chunk, stream.ptr)
+            # per image: (device pointer, row pitch) of a GPU-decoded image, or a host array
+            src = [None] * n
+            shapes = np.zeros((n, 3), np.int64)
+            for k, r in zip(idx, results):
+                d = None if r is None else _describe(r.__cuda_array_interface__)
+                if d is not None:
+                    src[k], shapes[k] = (d[0], d[2]), d[1]
+            enc = EncodedBatch(data, paths)
+            for k in range(n):
+                if src[k] is None:  # the CPU decoder decodes it or says why not
+                    try:
+                        src[k] = np.ascontiguousarray(_decode_one(enc, k, output_type))
+                    except SampleError as e:
+                        errors.append((k, str(e)))
+                        continue
+                    shapes[k] = src[k].shape
+            if errors:
+                return ("done", req, None, None, errors)
+            offsets, total = packed_offsets(shapes)
+            if total > ring_bytes:
+                return ("done", req, None, None,
+                        [(-1, f"a decode request of {total / 2**20:.0f} MiB does not fit the worker's "
+                              f"buffer of {ring_bytes / 2**20:.0f} MiB: raise decode_buffer_mb or "
+                              "device_memory_budget")])
+            with room:  # wait for regions to come back (the receiving thread frees them)
+                while (base := alloc.alloc(req, total)) is None:
+                    if state["stop"]:
+                        raise EOFError
+                    room.wait()
+            decoded.record(stream)
+            rt.streamWaitEvent(copy_stream.ptr, decoded.ptr, 0)
+            for k in range(n):
+                h, w, c = (int(v) for v in shapes[k])
+                dst = ring + base + int(offsets[k])
+                if isinstance(src[k], tuple):
+                    rt.memcpy2DAsync(dst, w * c, src[k][0], src[k][1], w * c, h,
+                                     rt.memcpyDeviceToDevice, copy_stream.ptr)
+                else:
+                    rt.memcpyAsync(dst, src[k].ctypes.data, src[k].nbytes, rt.memcpyHostToDevice,
+                                   copy_stream.ptr)
+            done[req % N_EVENTS].record(copy_stream)
+            copied = cp.cuda.Event(block=False, disable_timing=True)
+            copied.record(copy_stream)
+            keep.append((copied, results))
+            return ("done", req, shapes, (base + offsets).tolist(), [])
+
         try:
-            data = read_files(paths)
-        except SampleError as e:
-            return ("done", req, None, None, [(e.position, str(e))])
-        errors = []
-        streams = code_streams(data)
-        idx = [k for k in range(n) if streams[k] is not None]
-        results = decode_chunks(decoder, [streams[k] for k in idx], output_type, chunk, stream.ptr)
-        # per image: (device pointer, row pitch) of a GPU-decoded image, or a host array
-        src = [None] * n
-        shapes = np.zeros((n, 3), np.int64)
-        for k, r in zip(idx, results):
-            d = None if r is None else _describe(r.__cuda_array_interface__)
-            if d is not None:
-                src[k], shapes[k] = (d[0], d[2]), d[1]
-        enc = EncodedBatch(data, paths)
-        for k in range(n):
-            if src[k] is None:  # the CPU decoder decodes it or says why not
+            while (m := work.get()) is not None:
                 try:
-                    src[k] = np.ascontiguousarray(_decode_one(enc, k, output_type))
-                except SampleError as e:
-                    errors.append((k, str(e)))
-                    continue
-                shapes[k] = src[k].shape
-        if errors:
-            return ("done", req, None, None, errors)
-        offsets, total = packed_offsets(shapes)
-        if total > ring_bytes:
-            return ("done", req, None, None,
-                    [(-1, f"a decode request of {total / 2**20:.0f} MiB does not fit the worker's "
-                          f"buffer of {ring_bytes / 2**20:.0f} MiB: raise decode_buffer_mb")])
-        while (base := alloc.alloc(req, total)) is None:  # wait for regions to come back
-            m = conn.recv()  # (EOF here ends the worker through serve's caller)
-            if m[0] == "free":
-                alloc.free(m[1])
-            else:
-                pending.append(m)
-        decoded.record(stream)
-        rt.streamWaitEvent(copy_stream.ptr, decoded.ptr, 0)
-        for k in range(n):
-            h, w, c = (int(v) for v in shapes[k])
-            dst = ring + base + int(offsets[k])
-            if isinstance(src[k], tuple):
-                rt.memcpy2DAsync(dst, w * c, src[k][0], src[k][1], w * c, h,
-                                 rt.memcpyDeviceToDevice, copy_stream.ptr)
-            else:
-                rt.memcpyAsync(dst, src[k].ctypes.data, src[k].nbytes, rt.memcpyHostToDevice,
-                               copy_stream.ptr)
-        done[req % N_EVENTS].record(copy_stream)
-        copied = cp.cuda.Event(block=False, disable_timing=True)
-        copied.record(copy_stream)
-        keep.append((copied, results))
-        return ("done", req, shapes, (base + offsets).tolist(), [])
+                    msg = serve(*m[1:])
+                except (EOFError, OSError):  # stopping, or the pipeline's process went away
+                    return
+                except Exception as e:  # never leave the pipeline waiting
+                    msg = ("done", m[1], None, None, [(-1, f"decode worker: {type(e).__name__}: {e}")])
+                try:
+                    reply(msg)
+                except (EOFError, OSError):
+                    return
+        finally:
+            stream.synchronize()
+            copy_stream.synchronize()
+            keep.clear()
 
+    pool = [threading.Thread(target=decoder_thread, daemon=True) for _ in range(max(1, int(threads)))]
+    for t in pool:
+        t.start()
+    # ("free", req) arrives only once the pipeline's work on the region has completed (its
+    # releaser waits for an event): nothing here waits for the pipeline's GPU work
     while True:
         try:
-            m = pending.popleft() if pending else conn.recv()
+            m = conn.recv()
         except (EOFError, OSError):  # the pipeline's process went away
             break
         if m[0] == "stop":
             break
         if m[0] == "free":
-            alloc.free(m[1])
+            with room:
+                alloc.free(m[1])
+                room.notify_all()
         elif m[0] == "decode":
-            try:
-                reply = serve(*m[1:])
-            except (EOFError, OSError):  # the pipeline's process went away
-                break
-            except Exception as e:  # never leave the pipeline waiting
-                reply = ("done", m[1], None, None, [(-1, f"decode worker: {type(e).__name__}: {e}")])
-            try:
-                conn.send(reply)
-            except (EOFError, OSError):
-                break
-    stream.synchronize()
-    copy_stream.synchronize()
-    keep.clear()
+            work.put(m)
+    with room:
+        state["stop"] = True
+        room.notify_all()
+    for _ in pool:
+        work.put(None)
+    for t in pool:
+        t.join(timeout=10)
     rt.free(ring)
     conn.close()
 
 
 # ------------------------------------------------------------------------------ pipeline side
 class _Worker:
-    def __init__(self, mp, device_id, ring_bytes):
+    def __init__(self, mp, device_id, ring_bytes, threads=1):
         """Start the process; :meth:`connect` waits for its handshake (so several start at once)."""
         self.conn, child = mp.Pipe()
-        self.proc = mp.Process(target=_worker, args=(child, device_id, ring_bytes), daemon=True,
+        self.proc = mp.Process(target=_worker, args=(child, device_id, ring_bytes, threads), daemon=True,
                                name="detaug-decode")
         self.proc.start()
         child.close()
@@ -306,12 +339,13 @@ class _Lease:
 class DecodeService:
     """The pipeline's decode worker processes (started with 'spawn': CUDA cannot fork)."""
 
-    def __init__(self, processes: int, device_id: int, buffer_mb: int):
+    def __init__(self, processes: int, device_id: int, ring_bytes: int, threads: int = 1):
         import multiprocessing
 
         mp = multiprocessing.get_context("spawn")
-        ring = int(buffer_mb) << 20
-        self.workers = [_Worker(mp, device_id, ring) for _ in range(int(processes))]
+        self.threads = int(threads)
+        self.workers = [_Worker(mp, device_id, int(ring_bytes), self.threads)
+                        for _ in range(int(processes))]
         try:  # the processes start together (each takes seconds: interpreter, CUDA, nvImageCodec)
             for w in self.workers:
                 w.connect()
@@ -369,6 +403,6 @@ class DecodeService:
 
 
 def default_processes() -> int:
-    """Decode worker processes for a GPU pipeline: 3, or DETAUG_DECODE_PROCESSES (3 beat 2 on a
-    16-core machine: benchmarks/RESULTS.md, session 3)."""
+    """Decode worker processes set by DETAUG_DECODE_PROCESSES (else the memory plan decides: 3
+    beat 2 on a 16-core machine where memory allows, benchmarks/RESULTS.md, session 3)."""
     return int(os.environ.get("DETAUG_DECODE_PROCESSES", 3))

@@ -1,7 +1,11 @@
 """Prefetching executor: a host stage in worker processes or threads, a device stage in order.
 
 Batch k+1's host work (reading, CPU decode, CPU ops) runs in the host workers while batch k's
-device work is queued on the pipeline's stream (or batch k is consumed). A CPU pipeline's host
+device work is queued on the pipeline's stream (or batch k is consumed). A GPU pipeline's device
+stage has two phases: its decode runs ahead for every launch in flight (it holds only ring space
+in a decode process), while the rest, which makes the output batches, waits for an output slot
+(:class:`OutputSlots`): outputs in device memory are bounded by the memory budget, not by the
+queue's depth. A CPU pipeline's host
 stage runs in ``host_processes`` forked processes (host_workers.py), one launch each at a time,
 with results in shared memory; otherwise in threads of this process. Exceptions in a worker
 reach the caller through the batch's future (never a hang), with the sample's file named.
@@ -16,6 +20,68 @@ import numpy as np
 
 from .context import BatchContext  # noqa: F401 (importable here as before)
 from .errors import SampleError  # noqa: F401
+
+
+class Cancelled(Exception):
+    """A launch waiting for an output slot was cancelled (the queue was cleared)."""
+
+
+class OutputSlots:
+    """Admission of launches to the output-making phase, in launch order, at most ``n`` at once.
+    A launch holds its slot from admission until it is handed out (``release``) or dropped.
+    In order, so that the launch the caller waits for is never kept out by later ones."""
+
+    def __init__(self, n: int):
+        self.n = max(1, int(n))
+        self.cond = threading.Condition()
+        self.next = 0          # the sequence number admitted next
+        self.held = set()      # admitted, not yet released
+        self.peak = 0          # the most held at once (tests, benchmarks)
+        self.epoch = 0         # bumped by reset(): waiters of an older epoch give up
+
+    def acquire(self, seq: int, epoch: int):
+        with self.cond:
+            while True:
+                if epoch != self.epoch:
+                    raise Cancelled()
+                if seq == self.next and len(self.held) < self.n:
+                    self.held.add(seq)
+                    self.peak = max(self.peak, len(self.held))
+                    self.next += 1
+                    self.cond.notify_all()
+                    return
+                self.cond.wait()
+
+    def release(self, seq: int):
+        with self.cond:
+            if seq in self.held:
+                self.held.discard(seq)
+                self.cond.notify_all()
+
+    def resize(self, n: int):
+        with self.cond:
+            self.n = max(1, int(n))
+            self.cond.notify_all()
+
+    def reset(self, next_seq: int):
+        """After the queue was cleared: nothing held, admission starts at ``next_seq``."""
+        with self.cond:
+            self.epoch += 1
+            self.held.clear()
+            self.next = next_seq
+            self.cond.notify_all()
+
+
+class _Admit:
+    """A launch's admission ticket: ``__call__`` blocks until its slot is granted (once)."""
+
+    def __init__(self, slots, seq, epoch):
+        self.slots, self.seq, self.epoch, self.done = slots, seq, epoch, False
+
+    def __call__(self):
+        if not self.done:
+            self.slots.acquire(self.seq, self.epoch)
+            self.done = True
 
 
 class Executor:
@@ -46,6 +112,8 @@ class Executor:
             self._bind_lock = threading.Lock()
             self.device_pool = cf.ThreadPoolExecutor(len(streams), thread_name_prefix="detaug-device",
                                                      initializer=bind)
+            self.slots = OutputSlots(pipeline.output_slots)
+            self._seq = 0
 
     def submit(self, key):
         """Queue the launch ``key = (epoch, first batch, batch count)``; source ops read in order here."""
@@ -53,28 +121,41 @@ class Executor:
         if any(isinstance(v, dict) and v.get("end") for v in prepared.values()):
             return False  # an iterable source is spent: the epoch ends here
         if self.workers is not None:
-            self.queue.append((key, self.workers.submit(key, prepared)))
+            self.queue.append((key, self.workers.submit(key, prepared), None))
             return True
         fut = self.batch_pool.submit(self.p._run_host, key, prepared, self.pool)
+        seq = None
         if self.device_pool is not None:
+            seq = self._seq
+            self._seq += 1
+            admit = _Admit(self.slots, seq, self.slots.epoch)
             fut = self.device_pool.submit(
-                lambda f=fut: self.p._run_device(f.result(), self.pool, self._local.stream))
-        self.queue.append((key, fut))
+                lambda f=fut: self.p._run_device(f.result(), self.pool, self._local.stream, admit))
+        self.queue.append((key, fut, seq))
         return True
 
     def pop(self):
-        key, fut = self.queue.popleft()
-        return key, fut.result()
+        key, fut, seq = self.queue.popleft()
+        try:
+            return key, fut.result()
+        finally:
+            if seq is not None:
+                self.slots.release(seq)
+                self.p._after_launch_out()
 
     def clear(self):
-        for _, fut in self.queue:
+        for _, fut, _ in self.queue:
             fut.cancel()
-        for _, fut in self.queue:
+        if self.device_pool is not None:
+            self.slots.reset(self._seq)  # waiters for a slot give up (Cancelled)
+        for _, fut, _ in self.queue:
             try:
                 fut.result()
             except BaseException:
                 pass
         self.queue.clear()
+        if self.device_pool is not None:
+            self.slots.reset(self._seq)
 
     def run_now(self, key, prepared):
         """The host result of ``key`` outside the queue (random access), on a worker."""

@@ -32,6 +32,31 @@ DECODE_PROCESS_PREFETCH = 6
 MAX_DEVICE_WORKERS = 6  # default device_workers: min(prefetch depth, this)
 
 
+def _device_bytes(outs) -> int:
+    """Device bytes held by a launch's outputs (images, boxes, padded boxes, arrays)."""
+    seen, total = set(), 0
+
+    def add(a):
+        nonlocal total
+        if hasattr(a, "__cuda_array_interface__") and id(a) not in seen:
+            seen.add(id(a))
+            total += int(a.nbytes)
+
+    for v in outs:
+        if isinstance(v, ImageBatch):
+            for a in (v.data if isinstance(v.data, list) else [v.data]):
+                add(a)
+        elif isinstance(v, BoxBatch):
+            for a in (v.boxes, v.labels, v.valid, *v.fields.values()):
+                add(a)
+        elif isinstance(v, dict) or hasattr(v, "items"):
+            for a in v.values():
+                add(a)
+        else:
+            add(v)
+    return total
+
+
 class Pipeline:
     """A graph of ops producing batches.
 
@@ -42,7 +67,8 @@ class Pipeline:
         seed: pipeline seed; every random draw is keyed by (seed, op id, epoch, sample index).
         prefetch_queue_depth: launches in flight (host stage of k+1.. while k is consumed; a
             launch is ``batches_per_launch`` batches). Default (None): 6 for a pipeline that
-            decodes in decode processes (GPU memory holds that many launches), else 2.
+            decodes in decode processes (their decode runs that far ahead; the launches whose
+            outputs exist at once are bounded by ``device_memory_budget``), else 2.
         last_batch_policy: 'fill' (pad the last batch by wrapping around the shard's order),
             'drop' (drop an incomplete last batch) or 'partial' (a smaller last batch).
         shard_id, num_shards: default sharding for readers that do not set their own.
@@ -53,15 +79,24 @@ class Pipeline:
         batches_per_launch: run this many consecutive batches through the graph together (one
             pass of every op, one launch per kernel) and hand them out one by one: the per-batch
             Python cost is paid once per group. Results are identical (every draw is keyed by
-            the sample); needs a sized source. Default (None): 4 for pipelines with a GPU stage
-            and a sized source (one batch per launch left the decoder idle a third of the time:
-            benchmarks/RESULTS.md; GPU memory grows with k), else 1.
+            the sample); needs a sized source. Default (None): for pipelines with a GPU stage and
+            a sized source, from ``device_memory_budget`` (4 from 6 GB on, else 1: a launch's
+            outputs live together), else 1.
+        device_memory_budget: device memory (bytes, or a string such as '2GB') that a pipeline
+            with a GPU stage may take besides what this process already holds: its decode
+            processes (context, decoders, ring buffers) and its output batches in flight.
+            Default 2 GB (DETAUG_DEVICE_MEMORY_BUDGET). The decode processes and their decoder
+            threads, the rings, ``batches_per_launch`` and the number of launches whose outputs
+            exist at once follow from it (detaug/memory_plan.py; ``pipe.memory_plan`` says what
+            was chosen). Larger budgets buy throughput: '8GB' is the high-throughput setting.
         decode_processes: for a GPU decoder (decoders.image device='mixed'): worker processes
             that read and decode the files (nvImageCodec) into a device buffer shared with this
             process, so that the decoder never waits for this process's GIL (detaug/decode_proc.py
-            says why). Default 3 (DETAUG_DECODE_PROCESSES); 0 decodes in the device-stage threads.
-        decode_buffer_mb: device buffer of each decode process, in MiB (default 2048): it must
-            hold the decoded images of a few batches_per_launch x batch_size samples.
+            says why). Default: from the budget (1 at 2 GB, 3 at 8 GB), or
+            DETAUG_DECODE_PROCESSES; 0 decodes in the device-stage threads.
+        decode_buffer_mb: device buffer of each decode process, in MiB. Default: room for three
+            launches of decoded images, sized from the annotated image sizes where the reader
+            knows them (else 3 MB an image).
         exec_pipelined, exec_async: DALI's executor switches, accepted for ported programs; the
             executor is always pipelined and asynchronous (the values do not change results).
         host_processes: worker processes for the host stage of a pipeline without a GPU stage
@@ -82,7 +117,8 @@ class Pipeline:
     def __init__(self, batch_size=1, num_threads=1, device_id=None, seed=-1, prefetch_queue_depth=None,
                  last_batch_policy="fill", shard_id=0, num_shards=1, on_error="raise",
                  device_workers=None, batches_per_launch=None, decode_processes=None,
-                 decode_buffer_mb=2048, host_processes=None, exec_pipelined=True, exec_async=True):
+                 decode_buffer_mb=None, host_processes=None, exec_pipelined=True, exec_async=True,
+                 device_memory_budget=None):
         if last_batch_policy not in _POLICIES:
             raise ValueError(f"last_batch_policy must be one of {_POLICIES}")
         if on_error not in ("raise", "skip"):
@@ -106,7 +142,14 @@ class Pipeline:
         self._batches_per_launch_arg = batches_per_launch
         self.batches_per_launch = 1 if batches_per_launch is None else max(1, int(batches_per_launch))
         self.decode_processes = decode_processes
-        self.decode_buffer_mb = int(decode_buffer_mb)
+        self.decode_buffer_mb = None if decode_buffer_mb is None else int(decode_buffer_mb)
+        from . import memory_plan
+
+        self.device_memory_budget = memory_plan.budget_from(device_memory_budget)
+        self._budget_arg = device_memory_budget
+        self.memory_plan = None   # after build, for a pipeline with a GPU stage: what was chosen
+        self.output_slots = 1     # launches whose outputs may exist at once (after the first)
+        self._launch_out_bytes = None
         self._host_processes_arg = host_processes
         self.host_processes = 0  # set at build
         self._decode_service = None
@@ -184,12 +227,19 @@ class Pipeline:
                                  for op in self._device_ops)
         if self.has_device_stage:
             self._check_gpu()
+        if self._batches_per_launch_arg is None and self.has_device_stage and self._driver.size is not None:
+            from . import memory_plan
+
+            self.batches_per_launch = memory_plan.batches_per_launch(self.device_memory_budget)
         if self._mixed_decode:
             self._start_decode_service()
-        if self._batches_per_launch_arg is None and self.has_device_stage and self._driver.size is not None:
-            self.batches_per_launch = GPU_BATCHES_PER_LAUNCH
         if self._prefetch_arg is None and self._decode_service is not None:
             self.prefetch_queue_depth = DECODE_PROCESS_PREFETCH
+        # the device stage's two phases: decode (runs ahead), then what makes the outputs (waits
+        # for an output slot)
+        last = max((k + 1 for k, op in enumerate(self._device_ops)
+                    if op.schema.name == "decoders.image" and op.device == "mixed"), default=0)
+        self._device_ops_a, self._device_ops_b = self._device_ops[:last], self._device_ops[last:]
         if not self._device_workers_arg:
             self.device_workers = min(self.prefetch_queue_depth, MAX_DEVICE_WORKERS)
         self.host_processes = self._resolve_host_processes()
@@ -254,15 +304,28 @@ class Pipeline:
         procs = len(self._decode_service.workers) if self._decode_service is not None else 0
         dec = (f"decode on the GPU (nvImageCodec, {procs} decode processes)" if self._mixed_decode
                else "decode on the CPU")
-        return f"gpu {self.device_id or 0}: {dec}, {n_dev} ops on the GPU, {n_host} on the CPU"
+        return (f"gpu {self.device_id or 0}: {dec}, {n_dev} ops on the GPU, {n_host} on the CPU; "
+                f"device memory budget {self.device_memory_budget / 1e9:.2f} GB")
 
     def _start_decode_service(self):
         from . import decode_proc
 
-        n = decode_proc.default_processes() if self.decode_processes is None else int(self.decode_processes)
-        if n <= 0:
+        from . import memory_plan
+
+        n = self.decode_processes
+        if n is None and os.environ.get("DETAUG_DECODE_PROCESSES"):
+            n = decode_proc.default_processes()
+        if n is not None and int(n) <= 0:
             return
-        self._decode_service = decode_proc.DecodeService(n, self.device_id or 0, self.decode_buffer_mb)
+        images = self.batch_size * self.batches_per_launch
+        launch = memory_plan.launch_image_bytes(self._decoded_sizes(), 3, images)
+        plan = memory_plan.plan_decode(
+            self.device_memory_budget, launch, processes=None if n is None else int(n),
+            threads=int(os.environ["DETAUG_DECODE_THREADS"]) if os.environ.get("DETAUG_DECODE_THREADS") else None,
+            ring_bytes=None if self.decode_buffer_mb is None else self.decode_buffer_mb << 20)
+        self.memory_plan = plan
+        self._decode_service = decode_proc.DecodeService(plan.processes, self.device_id or 0,
+                                                         plan.ring_bytes, plan.threads)
         # readers whose encoded output only feeds GPU decoders hand over paths: the decode
         # processes read the files themselves
         outputs = {(o.op.id, o.index) for o in self._outputs}
@@ -274,6 +337,33 @@ class Pipeline:
             users += [u for u in needed for a in u.arg_inputs.values() if (a.op.id, a.index) == (op.id, 0)]
             if users and all(u.schema.name == "decoders.image" and u.device == "mixed" for u in users):
                 self._paths_only.add(op.id)
+
+    def _decoded_sizes(self):
+        """(N, 2) annotated heights and widths of the images a GPU decoder decodes, where the
+        reader feeding it knows them (None otherwise): the decode rings are sized from them."""
+        for op in self._needed_ops():
+            if op.schema.name == "decoders.image" and op.device == "mixed" and op.inputs:
+                src = self._sources.get(op.inputs[0].op.id)
+                sizes = getattr(src, "sizes", None)
+                if sizes is not None and len(sizes):
+                    return sizes
+        return None
+
+    def _after_launch_out(self):
+        """A launch was handed out: once the first launch's outputs have been measured, set the
+        output slots from the budget (what remains after the decode side, less one launch for
+        the batch the caller holds)."""
+        ex = self._executor
+        if self._launch_out_bytes is None or ex is None or getattr(ex, "slots", None) is None:
+            return
+        from . import memory_plan
+
+        decode = self.memory_plan.bytes if self.memory_plan is not None else 0
+        n = memory_plan.output_slots(self.device_memory_budget, decode, self._launch_out_bytes,
+                                     self.prefetch_queue_depth)
+        if n != self.output_slots:
+            self.output_slots = n
+            ex.slots.resize(n)
 
     def _needed_ops(self):
         """The ops the outputs need, in a topological order (inputs first; build's implicit
@@ -475,18 +565,21 @@ class Pipeline:
         ctx = self._with_retries(key, prepared, pool, lambda c: self._run_ops(c, self._host_ops))
         return (key, prepared, ctx) if self.has_device_stage else self._collect(ctx)
 
-    def _run_device(self, host_result, pool, stream=None):
+    def _run_device(self, host_result, pool, stream=None, admit=None):
         import cupy as cp
 
         with cp.cuda.Device(self.device_id or 0):  # the current device is per thread
-            return self._run_device_on(host_result, pool, stream)
+            return self._run_device_on(host_result, pool, stream, admit or (lambda: None))
 
-    def _run_device_on(self, host_result, pool, stream):
+    def _run_device_on(self, host_result, pool, stream, admit):
         key, prepared, ctx = host_result
         ctx.stream = stream or self._stream
         try:
-            self._run_ops(ctx, self._device_ops)
+            self._run_ops(ctx, self._device_ops_a)  # decode: runs ahead
+            admit()  # an output slot, in launch order
+            self._run_ops(ctx, self._device_ops_b)
         except SampleError as e:
+            admit()
             both = lambda c: (self._run_ops(c, self._host_ops), self._run_ops(c, self._device_ops))
             ctx = self._with_retries(key, prepared, pool, both,
                                      self._replacement(key, ctx, e, ctx.walks),
@@ -513,6 +606,9 @@ class Pipeline:
 
             ev = cp.cuda.Event(block=False, disable_timing=True)
             ev.record(ctx.stream)
+            nbytes = _device_bytes(outs)
+            if self._launch_out_bytes is None or nbytes > self._launch_out_bytes:
+                self._launch_out_bytes = nbytes
             return tuple(outs), ev, ctx.skips, ctx.sizes
         return tuple(outs), None, ctx.skips, ctx.sizes
 
@@ -729,7 +825,8 @@ class Pipeline:
                       device_workers=self._device_workers_arg,
                       batches_per_launch=self._batches_per_launch_arg,
                       decode_processes=self.decode_processes, decode_buffer_mb=self.decode_buffer_mb,
-                      host_processes=self._host_processes_arg)  # exec_*: no effect, not kept
+                      host_processes=self._host_processes_arg,
+                      device_memory_budget=self._budget_arg)  # exec_*: no effect, not kept
         return _persist.dumps(params, self.graph.ops, self._outputs)
 
     @classmethod

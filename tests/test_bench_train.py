@@ -45,7 +45,7 @@ def test_bench_train_cpu_smoke(tmp_path):
     assert "| feeder | train img/s | ratio to (a) | device memory (MB) |" in out, out
     stand_in = "needs torchvision" in out
     names = ["(a) one batch kept in memory", "(b) detaug pipeline, defaults",
-             "(c) detaug, decode_processes=1, prefetch_queue_depth=2, batches_per_launch=1",
+             "(c) detaug, device_memory_budget=8GB",
              "(a) one batch kept in memory, again"]
     if not stand_in:
         names.insert(3, "(d) torchvision v2 DataLoader, 1 workers")
@@ -74,7 +74,7 @@ def test_bench_train_options():
     args = type("A", (), {"config": [("mid", {"batches_per_launch": 2})], "tv_workers": 3,
                           "gpu": True, "only": None})()
     keys = [r["key"] for r in bt.plan_rows(args)]
-    assert keys == ["fixed", "defaults", "low-memory", "mid", "tv", "fixed"]
+    assert keys == ["fixed", "defaults", "high-throughput", "mid", "tv", "fixed"]
     args.only = ["fixed", "mid"]
     assert [r["key"] for r in bt.plan_rows(args)] == ["fixed", "mid", "fixed"]
 

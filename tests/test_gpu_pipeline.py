@@ -262,7 +262,7 @@ def test_memory_stable_over_1000_batches():
     for k in range(1, 1001):
         pipe.run()
         if k in (100, 1000):
-            for _, fut in pipe._executor.queue:  # same in-flight state at both marks
+            for _, fut, _ in pipe._executor.queue:  # same in-flight state at both marks
                 fut.result()
             gc.collect()
             cp.cuda.runtime.deviceSynchronize()
@@ -387,21 +387,45 @@ def test_decode_processes_give_the_same_batches(k):
     _assert_same_epochs(threads, _epochs(procs_pipe))
 
 
-def test_decode_process_defaults_run_deep_and_give_the_same_batches():
-    """With every default, a GPU-decoding pipeline runs 3 decode processes, 6 launches in flight
-    on 6 device workers, 4 batches per launch, and gives the batches of the in-thread decode;
-    without decode processes the prefetch depth stays 2."""
+def test_decode_process_defaults_follow_the_budget_and_give_the_same_batches(monkeypatch):
+    """With every default (a 2 GB budget), a GPU-decoding pipeline runs one decode process with
+    two decoder threads, 6 launches in flight, 1 batch per launch, its output slots set from
+    the first launch's measured size, and gives the batches of the in-thread decode; an 8 GB
+    budget runs 3 processes and launches of 4 batches, with the same batches."""
     pytest.importorskip("nvidia.nvimgcodec")
-    if os.environ.get("DETAUG_DECODE_PROCESSES"):
-        pytest.skip("DETAUG_DECODE_PROCESSES overrides the default")
+    for v in ("DETAUG_DECODE_PROCESSES", "DETAUG_DECODE_THREADS", "DETAUG_DEVICE_MEMORY_BUDGET"):
+        monkeypatch.delenv(v, raising=False)
     threads = _epochs(_coco_decode_pipe(0))
     pipe = _coco_decode_pipe(None, batches_per_launch=None, prefetch=None).build()
-    assert len(pipe._decode_service.workers) == 3
-    assert (pipe.prefetch_queue_depth, pipe.device_workers, pipe.batches_per_launch) == (6, 6, 4)
-    _assert_same_epochs(threads, _epochs(pipe))
+    assert (len(pipe._decode_service.workers), pipe._decode_service.threads) == (1, 2)
+    assert (pipe.prefetch_queue_depth, pipe.device_workers, pipe.batches_per_launch) == (6, 6, 1)
+    got = _epochs(pipe)
+    _assert_same_epochs(threads, got)
+    # outputs of 8 x 3 x 96 x 128 float32 plus padded boxes: small, so every launch in flight
+    assert pipe._launch_out_bytes >= 8 * 3 * 96 * 128 * 4
+    assert pipe.output_slots == pipe.prefetch_queue_depth
+    assert pipe._executor.slots.peak <= pipe.output_slots
+    big = _coco_decode_pipe(None, batches_per_launch=None, prefetch=None)
+    big.device_memory_budget = 8_000_000_000
+    big.build()
+    assert (len(big._decode_service.workers), big._decode_service.threads) == (3, 2)
+    assert big.batches_per_launch == 4
+    _assert_same_epochs(threads, _epochs(big))
     plain = _coco_decode_pipe(0, batches_per_launch=None, prefetch=None).build()
     assert (plain.prefetch_queue_depth, plain.device_workers) == (2, 2)
     plain.close()
+
+
+def test_output_slots_bound_the_launches_with_outputs():
+    """A budget that leaves room for one launch of outputs: never more than one launch made and
+    not handed out at once, whatever the prefetch depth, and the same batches as without it."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    ref = _epochs(_coco_decode_pipe(1, prefetch=6))
+    pipe = _coco_decode_pipe(1, prefetch=6)
+    pipe.device_memory_budget = 1  # nothing left after the decode side: one slot
+    got = _epochs(pipe)
+    assert pipe.output_slots == 1 and pipe._executor.slots.peak == 1
+    _assert_same_epochs(ref, got)
 
 
 @pytest.mark.parametrize("output_type", ["RGB", "BGR", "GRAY"])

@@ -24,7 +24,7 @@ LAYER_OF = {  # module (or package prefix ending in '.') -> layer
     "readers": "readers", "readers.": "readers",
     "detaug.backend": "core", "detaug.errors": "core", "detaug.geometry": "core",
     "detaug.rng": "core", "detaug.types": "core", "detaug.batch": "core",
-    "detaug.schedule": "core",
+    "detaug.schedule": "core", "detaug.memory_plan": "core",
     "detaug.kernels": "kernels", "detaug.kernels.": "kernels", "detaug.retinanet": "kernels",
     "detaug.graph": "graph",
     "detaug.materialize": "apply",

@@ -323,12 +323,27 @@ def _shard_size(pipe):
         return None
 
 
+_copy_streams = {}  # device id -> the non-blocking stream of the iterator's small host copies
+
+
 def _to_host(a, event):
-    """Host copy of an output array; a device array waits for the batch's event first (its
-    stream is not cupy's current one)."""
-    if backend.is_device_array(a) and event is not None:
+    """Host copy of an output array. A device array waits for the batch's event first, then is
+    copied on a non-blocking stream of its own: a copy on cupy's current stream (the legacy
+    default stream) would wait for all the work the training loop has queued on torch's default
+    stream, draining its queue at every step (measured: 27 ms per step of RetinaNet)."""
+    if not backend.is_device_array(a):
+        return np.asarray(a)
+    if event is not None:
         event.synchronize()
-    return backend.to_host(a)
+    import cupy as cp
+
+    dev = a.device.id
+    s = _copy_streams.get(dev)
+    if s is None:
+        with cp.cuda.Device(dev):
+            s = _copy_streams[dev] = cp.cuda.Stream(non_blocking=True)
+    out = a.get(stream=s)  # get() waits for its stream: only this copy
+    return out
 
 
 def _host_valid(bb: BoxBatch, event=None):

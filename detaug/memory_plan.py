@@ -1,0 +1,120 @@
+"""A GPU pipeline's device memory, planned from one budget in bytes.
+
+``Pipeline(device_memory_budget=...)`` (default :data:`DEFAULT_BUDGET`, or the environment
+variable ``DETAUG_DEVICE_MEMORY_BUDGET``) is the device memory the pipeline may take on top of
+what the calling process already holds: its decode processes (each a CUDA context, nvImageCodec's
+decoders and a ring buffer of decoded images) and the output batches it keeps in flight. From it
+follow, unless set explicitly:
+
+* the decode side (:func:`plan_decode`): how many decode processes and decoder threads per
+  process, and each process's ring (room for :data:`RING_LAUNCHES` launches of decoded images,
+  sized from the images' annotated sizes where the reader knows them); at most
+  :data:`DECODE_SHARE` of the budget;
+* ``batches_per_launch``: 1 under :data:`BIG_BUDGET`, else 4 (a launch's outputs are alive
+  together until the last of its batches is consumed);
+* the output slots (:func:`output_slots`), decided after the first launch from what its outputs
+  really take: the number of launches whose outputs may exist at once (made and not yet handed
+  out, or being made); the rest of the budget, less one launch for the batch the caller holds.
+
+The per-process costs are measured constants (``benchmarks/probe_memory.py``, H100, CUDA 13,
+nvImageCodec 0.7-0.9): a process's CUDA context 551 MB; each decoder thread about 260 MB (its
+scratch buffers once warm, plus the images of the call in flight). Pure arithmetic: tested on
+the CPU; the device figures that check it are in benchmarks/RESULTS.md.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+
+DEFAULT_BUDGET = 2_000_000_000        # bytes (the issue's target: at most 1.5x DALI's 1.43 GB)
+BIG_BUDGET = 6_000_000_000            # from here on, launches of 4 batches
+CONTEXT_BYTES = 560_000_000           # one decode process's CUDA context
+DECODER_BYTES = 260_000_000           # one decoder thread, warm, with a call in flight
+DECODE_SHARE = 0.66                   # at most this part of the budget for the decode side
+RING_LAUNCHES = 3                     # a ring holds this many launches of decoded images
+FALLBACK_IMAGE_BYTES = 1024 * 1024 * 3  # per image, where the reader does not know the sizes
+MIN_RING = 64 << 20
+MAX_DECODE_PROCESSES, MAX_DECODE_THREADS = 3, 2
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodePlan:
+    processes: int
+    threads: int        # decoder threads per process
+    ring_bytes: int     # per process
+    bytes: int          # what the decode side is planned to take in all
+
+    def describe(self) -> str:
+        return (f"{self.processes} decode process(es) x {self.threads} decoder thread(s), "
+                f"{self.ring_bytes / 2**20:.0f} MiB ring each, ~{self.bytes / 1e6:,.0f} MB")
+
+
+def budget_from(value) -> int:
+    """The budget in bytes: ``value`` (bytes, or a string like '2GB', '1.5e9', '800MiB'), else
+    DETAUG_DEVICE_MEMORY_BUDGET, else DEFAULT_BUDGET."""
+    if value is None:
+        value = os.environ.get("DETAUG_DEVICE_MEMORY_BUDGET") or DEFAULT_BUDGET
+    if isinstance(value, str):
+        s = value.strip().upper().replace(" ", "")
+        units = {"GIB": 2**30, "MIB": 2**20, "KIB": 2**10, "GB": 10**9, "MB": 10**6, "KB": 10**3, "B": 1}
+        mult = 1
+        for u, m in units.items():
+            if s.endswith(u):
+                s, mult = s[: -len(u)], m
+                break
+        try:
+            value = float(s) * mult
+        except ValueError:
+            raise ValueError(f"device_memory_budget: {value!r} is not a number of bytes "
+                             "(e.g. 2e9, '2GB', '1536MiB')") from None
+    value = int(value)
+    if value <= 0:
+        raise ValueError(f"device_memory_budget must be positive, not {value}")
+    return value
+
+
+def launch_image_bytes(sizes_hw, channels: int, images_per_launch: int) -> int:
+    """Upper bound of one launch's decoded bytes: the ``images_per_launch`` largest images of
+    ``sizes_hw`` ((N, 2) heights and widths; None where unknown), each 256-byte aligned."""
+    if sizes_hw is None or len(sizes_hw) == 0:
+        return images_per_launch * FALLBACK_IMAGE_BYTES
+    per = np.asarray(sizes_hw, np.int64).reshape(-1, 2).prod(axis=1) * int(channels)
+    per = -(-per // 256) * 256
+    k = min(images_per_launch, len(per))
+    top = np.partition(per, len(per) - k)[len(per) - k:]
+    # a launch of more images than the dataset holds repeats them ('fill')
+    return int(top.sum() * images_per_launch // k)
+
+
+def plan_decode(budget: int, launch_bytes: int, processes=None, threads=None,
+                ring_bytes=None) -> DecodePlan:
+    """Decode processes, decoder threads and ring size from the budget. The largest
+    processes x threads (processes first: they do not share a GIL) whose cost fits
+    DECODE_SHARE of the budget; at least one process with one thread, whatever the budget.
+    Explicit ``processes`` / ``threads`` / ``ring_bytes`` are kept as given."""
+    ring = int(ring_bytes) if ring_bytes else max(MIN_RING, RING_LAUNCHES * int(launch_bytes))
+    ring = -(-ring // (1 << 20)) << 20
+    cost = lambda p, t: p * (CONTEXT_BYTES + t * DECODER_BYTES + ring)
+    cands = [(p, t) for p in range(MAX_DECODE_PROCESSES, 0, -1) for t in range(MAX_DECODE_THREADS, 0, -1)
+             if (processes is None or p == processes) and (threads is None or t == threads)]
+    if not cands:  # an explicit value beyond the table: as given
+        cands = [(processes or 1, threads or 1)]
+    fits = [c for c in cands if cost(*c) <= DECODE_SHARE * budget]
+    # the most decoders, then the most processes
+    p, t = max(fits, key=lambda c: (c[0] * c[1], c[0])) if fits else min(cands, key=lambda c: cost(*c))
+    return DecodePlan(p, t, ring, cost(p, t))
+
+
+def batches_per_launch(budget: int) -> int:
+    return 4 if budget >= BIG_BUDGET else 1
+
+
+def output_slots(budget: int, decode_bytes: int, launch_output_bytes: int, depth: int) -> int:
+    """Launches whose outputs may exist at once: what the budget leaves after the decode side,
+    less one launch for the batch the caller holds; at least 1, at most ``depth`` (the launches
+    in flight)."""
+    room = budget - decode_bytes - max(0, launch_output_bytes)
+    n = room // max(1, launch_output_bytes)
+    return int(max(1, min(depth, n)))

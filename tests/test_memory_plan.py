@@ -1,0 +1,121 @@
+"""The GPU pipeline's memory plan (detaug/memory_plan.py) and the executor's ordered output
+slots: pure arithmetic and threading, checked on the CPU against hand-computed values."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from detaug import memory_plan as mp
+from detaug.executor import Cancelled, OutputSlots
+
+
+def test_budget_parsing(monkeypatch):
+    assert mp.budget_from(2e9) == 2_000_000_000
+    assert mp.budget_from("2GB") == 2_000_000_000
+    assert mp.budget_from("1536MiB") == 1536 * 2**20
+    assert mp.budget_from(" 1.5e9 ") == 1_500_000_000
+    monkeypatch.setenv("DETAUG_DEVICE_MEMORY_BUDGET", "3GB")
+    assert mp.budget_from(None) == 3_000_000_000
+    monkeypatch.delenv("DETAUG_DEVICE_MEMORY_BUDGET")
+    assert mp.budget_from(None) == mp.DEFAULT_BUDGET
+    with pytest.raises(ValueError, match="not a number of bytes"):
+        mp.budget_from("lots")
+    with pytest.raises(ValueError, match="positive"):
+        mp.budget_from(0)
+
+
+def test_launch_image_bytes_hand_computed():
+    sizes = [[10, 10], [20, 30], [5, 5]]
+    # the two largest, each 256-aligned: 20*30*3 = 1800 -> 2048, 10*10*3 = 300 -> 512
+    assert mp.launch_image_bytes(sizes, 3, 2) == 2048 + 512
+    # more images than the dataset: the whole set (2048 + 512 + 256) scaled by 4/3
+    assert mp.launch_image_bytes(sizes, 3, 4) == (2048 + 512 + 256) * 4 // 3
+    assert mp.launch_image_bytes(None, 3, 5) == 5 * mp.FALLBACK_IMAGE_BYTES
+
+
+def test_launch_image_bytes_random_against_sort():
+    rng = np.random.default_rng()
+    for _ in range(20):
+        n, k = int(rng.integers(1, 50)), int(rng.integers(1, 50))
+        hw = rng.integers(1, 2000, (n, 2))
+        per = sorted((-(-(int(h) * int(w) * 3) // 256) * 256 for h, w in hw), reverse=True)
+        m = min(k, n)
+        assert mp.launch_image_bytes(hw, 3, k) == sum(per[:m]) * k // m
+
+
+def test_plan_decode_defaults_and_large_budget():
+    launch = 64 * 990_000  # a launch of 64 images of about 660 x 500
+    p = mp.plan_decode(2_000_000_000, launch)
+    ring = -(-3 * launch // 2**20) * 2**20
+    assert (p.processes, p.threads, p.ring_bytes) == (1, 2, ring)
+    assert p.bytes == mp.CONTEXT_BYTES + 2 * mp.DECODER_BYTES + ring
+    assert p.bytes <= mp.DECODE_SHARE * 2_000_000_000
+    big = mp.plan_decode(8_000_000_000, launch)
+    assert (big.processes, big.threads) == (3, 2)
+    tiny = mp.plan_decode(100_000_000, launch)  # nothing fits: the cheapest, one decoder
+    assert (tiny.processes, tiny.threads) == (1, 1)
+    # explicit values are kept, even beyond the budget
+    two = mp.plan_decode(2_000_000_000, launch, processes=2)
+    assert two.processes == 2 and two.threads == 1
+    assert mp.plan_decode(2e9, launch, ring_bytes=256 << 20).ring_bytes == 256 << 20
+
+
+def test_output_slots_and_batches_per_launch():
+    # 2 GB, a decode side of 1.27 GB, launches of 315 MB: room for one launch besides the
+    # batch the caller holds
+    assert mp.output_slots(2_000_000_000, 1_270_000_000, 315_000_000, 6) == 1
+    assert mp.output_slots(8_000_000_000, 3_800_000_000, 315_000_000, 6) == 6  # capped by depth
+    assert mp.output_slots(8_000_000_000, 3_800_000_000, 1_260_000_000, 6) == 2
+    assert mp.output_slots(10**9, 2 * 10**9, 10**8, 4) == 1  # never below one
+    assert mp.batches_per_launch(2_000_000_000) == 1 and mp.batches_per_launch(8e9) == 4
+
+
+def test_output_slots_admit_in_order_and_bound():
+    slots = OutputSlots(2)
+    order, lock = [], threading.Lock()
+
+    def take(seq):
+        slots.acquire(seq, 0)
+        with lock:
+            order.append(seq)
+
+    ts = [threading.Thread(target=take, args=(s,)) for s in (3, 2, 1, 0)]
+    for t in ts:
+        t.start()
+    time.sleep(0.2)
+    assert order == [0, 1]  # in order, two at once, although 3 and 2 asked first
+    slots.release(1)
+    time.sleep(0.2)
+    assert order == [0, 1, 2]
+    slots.release(0)
+    for t in ts:
+        t.join(5)
+    assert order == [0, 1, 2, 3] and slots.peak == 2
+    slots.release(2)
+    slots.release(2)  # twice: no effect
+    assert slots.held == {3}
+
+
+def test_output_slots_reset_cancels_waiters():
+    slots = OutputSlots(1)
+    slots.acquire(0, 0)
+    got = []
+
+    def wait():
+        try:
+            slots.acquire(1, 0)
+            got.append("admitted")
+        except Cancelled:
+            got.append("cancelled")
+
+    t = threading.Thread(target=wait)
+    t.start()
+    time.sleep(0.1)
+    slots.reset(5)
+    t.join(5)
+    assert got == ["cancelled"]
+    slots.acquire(5, slots.epoch)  # admission starts again at the given number
+    assert slots.held == {5}
+    slots.resize(3)
+    assert slots.n == 3
