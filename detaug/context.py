@@ -23,6 +23,9 @@ class BatchContext:
         self.stream, self.pool = stream, pool
         self.values = {}
         self.batch_size = len(self.sample_index)
+        # decode-process leases of this batch's images: given the batch's final event in
+        # Pipeline._collect, so that releasing them needs no CUDA call (see decode_proc._Lease)
+        self.leases = []
 
     def rng(self, op) -> SampleRNG:
         seed = op.args.get("seed")

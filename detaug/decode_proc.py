@@ -300,7 +300,8 @@ class _Worker:
                 return
             ev, req = item
             try:
-                ev.synchronize()  # blocking-sync event: sleeps in the driver, GIL released
+                if ev is not None:
+                    ev.synchronize()  # blocking-sync event: sleeps in the driver, GIL released
                 self.send(("free", req))
             except Exception:  # the worker is gone, or the interpreter is shutting down
                 return
@@ -319,20 +320,21 @@ class _Worker:
 
 
 class _Lease:
-    """Owns one region of a worker's ring while any view of its images lives; gives it back
-    (ordered after the work queued on ``stream``) when it goes."""
+    """Owns one region of a worker's ring while any view of its images lives; gives it back when
+    it goes, once ``event`` (the batch's last work on the images, set by the pipeline when the
+    batch is made) has completed. ``__del__`` makes no CUDA call: it may run in the garbage
+    collector, in any thread, after the pipeline and its streams are gone (recording an event
+    there crashed a test process). A batch that failed before it was made has no event: its
+    region is given back at once (nothing will read it again)."""
 
     def __init__(self, worker, req, stream):
         self.worker, self.req, self.stream = worker, req, stream
+        self.event = None
 
     def __del__(self):
         try:
-            import cupy as cp
-
-            ev = cp.cuda.Event(block=True, disable_timing=True)
-            ev.record(self.stream)
-            self.worker.retired.put((ev, self.req))  # freed by the releaser once ev is done
-        except Exception:  # interpreter shutdown, worker gone: nothing left to give back to
+            self.worker.retired.put((self.event, self.req))  # freed by the releaser
+        except Exception:  # interpreter shutdown: nothing left to give back to
             pass
 
 

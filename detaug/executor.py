@@ -166,6 +166,8 @@ class Executor:
     def shutdown(self, wait=True):
         if wait:
             self.clear()
+        elif self.device_pool is not None:
+            self.slots.reset(self._seq)  # device threads waiting for a slot give up
         if self.workers is not None:
             self.workers.close(wait=wait)
         for pool in (self.batch_pool, self.device_pool, self.pool):

@@ -604,8 +604,12 @@ class Pipeline:
         if ctx.stream is not None:
             import cupy as cp
 
-            ev = cp.cuda.Event(block=False, disable_timing=True)
+            # blocking sync: whoever waits on the host for it (the lease releaser, a host copy)
+            # sleeps instead of spinning a core
+            ev = cp.cuda.Event(block=True, disable_timing=True)
             ev.record(ctx.stream)
+            for lease in ctx.leases:  # the images' last use: their regions go back after it
+                lease.event = ev
             nbytes = _device_bytes(outs)
             if self._launch_out_bytes is None or nbytes > self._launch_out_bytes:
                 self._launch_out_bytes = nbytes

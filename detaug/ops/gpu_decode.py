@@ -161,6 +161,8 @@ def decode_batch(ctx, enc, output_type: str, cpu_decode) -> ImageBatch:
     service = getattr(ctx.pipeline, "_decode_service", None)
     if service is not None and enc.data is None:  # a paths-only reader: the processes read
         images, errors = service.decode(enc.paths, dec_type, chunk, ctx.stream)
+        if images is not None:
+            ctx.leases.append(images.owners)
         if errors:
             k, msg = errors[0]
             if k < 0:
