@@ -149,6 +149,7 @@ class Pipeline:
         self._budget_arg = device_memory_budget
         self.memory_plan = None   # after build, for a pipeline with a GPU stage: what was chosen
         self.output_slots = 1     # launches whose outputs may exist at once (after the first)
+        self.output_slots_peak = 0  # the most that did (as seen when batches are handed out)
         self._launch_out_bytes = None
         self._host_processes_arg = host_processes
         self.host_processes = 0  # set at build
@@ -356,6 +357,7 @@ class Pipeline:
         ex = self._executor
         if self._launch_out_bytes is None or ex is None or getattr(ex, "slots", None) is None:
             return
+        self.output_slots_peak = max(self.output_slots_peak, ex.slots.peak)
         from . import memory_plan
 
         decode = self.memory_plan.bytes if self.memory_plan is not None else 0
@@ -684,6 +686,13 @@ class Pipeline:
         b, outs, event = self._ready.popleft()
         self._batch = b + 1
         self.last_event = event
+        if event is not None:
+            # the caller's current stream (cupy's, in this thread) waits for the batch, on the
+            # device: cupy work on the outputs, a .get() included, is ordered after the kernels
+            # that made them. (Output slots hand batches out as soon as they are queued.)
+            import cupy as cp
+
+            cp.cuda.get_current_stream().wait_event(event)
         self.stats["batches"] += 1
         self._fill_queue()
         return outs
@@ -726,6 +735,10 @@ class Pipeline:
         if self.has_device_stage:
             result = self._run_device(result, ex.pool)
         self.last_event = result[1]
+        if result[1] is not None:  # as run(): the caller's stream waits for the batch
+            import cupy as cp
+
+            cp.cuda.get_current_stream().wait_event(result[1])
         self._count_skips(result[2], key[0])
         return result[0]
 

@@ -404,7 +404,7 @@ def test_decode_process_defaults_follow_the_budget_and_give_the_same_batches(mon
     # outputs of 8 x 3 x 96 x 128 float32 plus padded boxes: small, so every launch in flight
     assert pipe._launch_out_bytes >= 8 * 3 * 96 * 128 * 4
     assert pipe.output_slots == pipe.prefetch_queue_depth
-    assert pipe._executor.slots.peak <= pipe.output_slots
+    assert 1 <= pipe.output_slots_peak <= pipe.output_slots
     big = _coco_decode_pipe(None, batches_per_launch=None, prefetch=None)
     big.device_memory_budget = 8_000_000_000
     big.build()
@@ -424,7 +424,7 @@ def test_output_slots_bound_the_launches_with_outputs():
     pipe = _coco_decode_pipe(1, prefetch=6)
     pipe.device_memory_budget = 1  # nothing left after the decode side: one slot
     got = _epochs(pipe)
-    assert pipe.output_slots == 1 and pipe._executor.slots.peak == 1
+    assert pipe.output_slots == 1 and pipe.output_slots_peak == 1
     _assert_same_epochs(ref, got)
 
 
