@@ -31,8 +31,10 @@ Each worker runs ``threads`` decoder threads (the memory plan's choice, 1-2): ea
 nvImageCodec decoder and streams, so one thread's file reads and host work overlap another's
 decode (one decoder per process was 10.7k img/s, two 12.8k, on an H100: probe_memory.py).
 
-The region of a request is its images packed one after another (each start 256-byte aligned);
-a request larger than the ring is an error that names the ``decode_buffer_mb`` to raise.
+The ring is cut into equal slots, one request each (its images packed one after another, each
+start 256-byte aligned). The pipeline sends each worker at most as many requests as it has slots
+(in launch order, so the launch due next always finds one: executor.py), and a request larger
+than a slot is an error that names ``decode_buffer_mb`` / ``device_memory_budget``.
 """
 from __future__ import annotations
 
@@ -52,37 +54,33 @@ N_EVENTS = 64
 ALIGN = 256
 
 
-class RingAllocator:
-    """First-fit regions in a ring of ``capacity`` bytes, allocated at a moving head (wrapping
-    to 0) and freed in any order. Pure bookkeeping (no device memory): unit-tested on the CPU."""
+class SlotRing:
+    """A ring buffer of ``capacity`` bytes cut into ``slots`` equal slots, one request each.
+    Fixed slots cannot fragment: the pipeline admits at most ``slots`` requests per worker at
+    once (in launch order, sized from the annotated images), so a request always finds a free
+    slot once the ones before it are given back. Pure bookkeeping (no device memory):
+    unit-tested on the CPU."""
 
-    def __init__(self, capacity: int):
-        self.capacity = int(capacity)
-        self.head = 0
-        self.live = {}  # key -> (start, end)
-
-    def _free_at(self, start, size):
-        end = start + size
-        if end > self.capacity:
-            return False
-        return all(end <= s or start >= e for s, e in self.live.values())
+    def __init__(self, capacity: int, slots: int):
+        self.slots = max(1, int(slots))
+        self.slot_bytes = int(capacity) // self.slots // ALIGN * ALIGN
+        self.free_slots = list(range(self.slots))
+        self.live = {}  # key -> slot
 
     def alloc(self, key, size):
-        """Start offset of a new region of ``size`` bytes, or None while it does not fit."""
-        size = max(int(size), 1)
-        if size > self.capacity:
-            raise ValueError(f"a region of {size} bytes cannot fit a ring of {self.capacity}")
-        for start in (self.head, 0):
-            if self._free_at(start, size):
-                self.live[key] = (start, start + size)
-                self.head = start + size
-                return start
-        return None
+        """Start offset of a slot for a region of ``size`` bytes, or None while none is free."""
+        if int(size) > self.slot_bytes:
+            raise ValueError(f"a region of {int(size)} bytes cannot fit a slot of {self.slot_bytes}")
+        if not self.free_slots:
+            return None
+        slot = self.free_slots.pop(0)
+        self.live[key] = slot
+        return slot * self.slot_bytes
 
     def free(self, key):
-        self.live.pop(key, None)
-        if not self.live:
-            self.head = 0
+        slot = self.live.pop(key, None)
+        if slot is not None:
+            self.free_slots.append(slot)
 
 
 def packed_offsets(shapes) -> tuple:
@@ -96,7 +94,7 @@ def packed_offsets(shapes) -> tuple:
 
 
 # ------------------------------------------------------------------------------ worker side
-def _worker(conn, device_id, ring_bytes, threads=1):  # pragma: no cover - runs in the child process (GPU)
+def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cover - runs in the child process (GPU)
     """A decode process: ``threads`` decoder threads (each with its own nvImageCodec decoder and
     streams: one decodes while another reads its files or waits for the device), a receiving
     thread (requests and frees), replies sent under a lock, in any order."""
@@ -114,7 +112,7 @@ def _worker(conn, device_id, ring_bytes, threads=1):  # pragma: no cover - runs 
     done = [cp.cuda.Event(block=False, disable_timing=True, interprocess=True)
             for _ in range(N_EVENTS)]
     conn.send(("ready", rt.ipcGetMemHandle(ring), [rt.ipcGetEventHandle(e.ptr) for e in done]))
-    alloc = RingAllocator(ring_bytes)
+    alloc = SlotRing(ring_bytes, slots)
     room = threading.Condition()   # guards alloc; notified when a region comes back
     work = queue.SimpleQueue()     # decode requests; None stops a decoder thread
     send_lock = threading.Lock()
@@ -166,10 +164,11 @@ def _worker(conn, device_id, ring_bytes, threads=1):  # pragma: no cover - runs 
             if errors:
                 return ("done", req, None, None, errors)
             offsets, total = packed_offsets(shapes)
-            if total > ring_bytes:
+            if total > alloc.slot_bytes:
                 return ("done", req, None, None,
-                        [(-1, f"a decode request of {total / 2**20:.0f} MiB does not fit the worker's "
-                              f"buffer of {ring_bytes / 2**20:.0f} MiB: raise decode_buffer_mb or "
+                        [(-1, f"a decode request of {total / 2**20:.0f} MiB does not fit a slot of the "
+                              f"decode process's buffer ({alloc.slot_bytes / 2**20:.0f} MiB, a third "
+                              f"of {ring_bytes / 2**20:.0f} MiB): raise decode_buffer_mb or "
                               "device_memory_budget")])
             with room:  # wait for regions to come back (the receiving thread frees them)
                 while (base := alloc.alloc(req, total)) is None:
@@ -241,10 +240,11 @@ def _worker(conn, device_id, ring_bytes, threads=1):  # pragma: no cover - runs 
 
 # ------------------------------------------------------------------------------ pipeline side
 class _Worker:
-    def __init__(self, mp, device_id, ring_bytes, threads=1):
+    def __init__(self, mp, device_id, ring_bytes, threads=1, slots=3):
         """Start the process; :meth:`connect` waits for its handshake (so several start at once)."""
         self.conn, child = mp.Pipe()
-        self.proc = mp.Process(target=_worker, args=(child, device_id, ring_bytes, threads), daemon=True,
+        self.held = 0  # ring slots of this worker taken by requests not yet retired
+        self.proc = mp.Process(target=_worker, args=(child, device_id, ring_bytes, threads, slots), daemon=True,
                                name="detaug-decode")
         self.proc.start()
         child.close()
@@ -320,20 +320,27 @@ class _Worker:
 
 
 class _Lease:
-    """Owns one region of a worker's ring while any view of its images lives; gives it back when
-    it goes, once ``event`` (the batch's last work on the images, set by the pipeline when the
-    batch is made) has completed. ``__del__`` makes no CUDA call: it may run in the garbage
-    collector, in any thread, after the pipeline and its streams are gone (recording an event
-    there crashed a test process). A batch that failed before it was made has no event: its
-    region is given back at once (nothing will read it again)."""
+    """Owns one region of a worker's ring until it is retired: by the pipeline once the batch
+    is made (:meth:`retire` with the batch's event, the images' last use), or when the last view
+    of the images goes, whichever comes first. The region goes back to the worker once the
+    event has completed (a failed batch has none: at once). Nothing here makes a CUDA call: it
+    may run in the garbage collector, in any thread, after the pipeline's streams are gone
+    (recording an event there crashed a test process)."""
 
-    def __init__(self, worker, req, stream):
-        self.worker, self.req, self.stream = worker, req, stream
-        self.event = None
+    def __init__(self, worker, req, service):
+        self.worker, self.req, self.service = worker, req, service
+        self.retired = False
+
+    def retire(self, event=None):
+        if self.retired:
+            return
+        self.retired = True
+        self.service._retired(self.worker)
+        self.worker.retired.put((event, self.req))  # freed by the releaser
 
     def __del__(self):
         try:
-            self.worker.retired.put((self.event, self.req))  # freed by the releaser
+            self.retire(None)
         except Exception:  # interpreter shutdown: nothing left to give back to
             pass
 
@@ -341,12 +348,13 @@ class _Lease:
 class DecodeService:
     """The pipeline's decode worker processes (started with 'spawn': CUDA cannot fork)."""
 
-    def __init__(self, processes: int, device_id: int, ring_bytes: int, threads: int = 1):
+    def __init__(self, processes: int, device_id: int, ring_bytes: int, threads: int = 1,
+                 slots: int = 3):
         import multiprocessing
 
         mp = multiprocessing.get_context("spawn")
-        self.threads = int(threads)
-        self.workers = [_Worker(mp, device_id, int(ring_bytes), self.threads)
+        self.threads, self.slots = int(threads), int(slots)
+        self.workers = [_Worker(mp, device_id, int(ring_bytes), self.threads, self.slots)
                         for _ in range(int(processes))]
         try:  # the processes start together (each takes seconds: interpreter, CUDA, nvImageCodec)
             for w in self.workers:
@@ -364,10 +372,11 @@ class DecodeService:
         in ``stream``'s order (a device-side wait); errors is a list of (position, message)."""
         from .batch import DeviceImages
 
-        with self._lock:  # to the worker with the fewest requests in hand
+        with self._lock:  # to the worker with the fewest ring slots taken, then requests in hand
             req = next(self._ids)
-            w = min(self.workers, key=lambda x: x.outstanding)
+            w = min(self.workers, key=lambda x: (x.held, x.outstanding))
             w.outstanding += 1
+            w.held += 1
         try:
             w.send(("decode", req, list(paths), output_type, int(chunk)))
             _, _, shapes, starts, errors = w.wait(req)
@@ -375,13 +384,18 @@ class DecodeService:
             with self._lock:
                 w.outstanding -= 1
         if errors:
+            _Lease(w, req, self).retire()  # (the worker took no slot: its free is a no-op)
             return None, errors
         import cupy as cp
 
         cp.cuda.runtime.streamWaitEvent(stream.ptr, w.done[req % N_EVENTS], 0)
         ptrs = np.asarray(starts, np.uint64) + np.uint64(w.ring)
         pitches = shapes[:, 1] * shapes[:, 2]
-        return DeviceImages(ptrs, shapes, pitches, _Lease(w, req, stream), self.device_id), []
+        return DeviceImages(ptrs, shapes, pitches, _Lease(w, req, self), self.device_id), []
+
+    def _retired(self, worker):
+        with self._lock:
+            worker.held -= 1
 
     def stop(self):
         """Ask the workers to stop (they are daemons); do not wait for them."""

@@ -73,15 +73,26 @@ class OutputSlots:
 
 
 class _Admit:
-    """A launch's admission ticket: ``__call__`` blocks until its slot is granted (once)."""
+    """A launch's admission tickets, each granted once and in launch order: ``decode()`` a
+    place in the decode rings (given back by ``decoded()`` once the launch's decoded images are
+    retired), ``__call__`` an output slot (given back when the launch is handed out)."""
 
-    def __init__(self, slots, seq, epoch):
-        self.slots, self.seq, self.epoch, self.done = slots, seq, epoch, False
+    def __init__(self, slots, decode_slots, seq, epoch):
+        self.slots, self.decode_slots, self.seq, self.epoch = slots, decode_slots, seq, epoch
+        self.done = self.decoding = False
 
     def __call__(self):
         if not self.done:
             self.slots.acquire(self.seq, self.epoch)
             self.done = True
+
+    def decode(self):
+        if not self.decoding:
+            self.decode_slots.acquire(self.seq, self.epoch)
+            self.decoding = True
+
+    def decoded(self):
+        self.decode_slots.release(self.seq)
 
 
 class Executor:
@@ -113,6 +124,7 @@ class Executor:
             self.device_pool = cf.ThreadPoolExecutor(len(streams), thread_name_prefix="detaug-device",
                                                      initializer=bind)
             self.slots = OutputSlots(pipeline.output_slots)
+            self.decode_slots = OutputSlots(pipeline.decode_slots)
             self._seq = 0
 
     def submit(self, key):
@@ -128,7 +140,7 @@ class Executor:
         if self.device_pool is not None:
             seq = self._seq
             self._seq += 1
-            admit = _Admit(self.slots, seq, self.slots.epoch)
+            admit = _Admit(self.slots, self.decode_slots, seq, self.slots.epoch)
             fut = self.device_pool.submit(
                 lambda f=fut: self.p._run_device(f.result(), self.pool, self._local.stream, admit))
         self.queue.append((key, fut, seq))
@@ -141,6 +153,7 @@ class Executor:
         finally:
             if seq is not None:
                 self.slots.release(seq)
+                self.decode_slots.release(seq)
                 self.p._after_launch_out()
 
     def clear(self):
@@ -148,6 +161,7 @@ class Executor:
             fut.cancel()
         if self.device_pool is not None:
             self.slots.reset(self._seq)  # waiters for a slot give up (Cancelled)
+            self.decode_slots.reset(self._seq)
         for _, fut, _ in self.queue:
             try:
                 fut.result()
@@ -156,6 +170,7 @@ class Executor:
         self.queue.clear()
         if self.device_pool is not None:
             self.slots.reset(self._seq)
+            self.decode_slots.reset(self._seq)
 
     def run_now(self, key, prepared):
         """The host result of ``key`` outside the queue (random access), on a worker."""
@@ -168,6 +183,7 @@ class Executor:
             self.clear()
         elif self.device_pool is not None:
             self.slots.reset(self._seq)  # device threads waiting for a slot give up
+            self.decode_slots.reset(self._seq)
         if self.workers is not None:
             self.workers.close(wait=wait)
         for pool in (self.batch_pool, self.device_pool, self.pool):

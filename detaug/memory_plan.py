@@ -7,8 +7,9 @@ decoders and a ring buffer of decoded images) and the output batches it keeps in
 follow, unless set explicitly:
 
 * the decode side (:func:`plan_decode`): how many decode processes and decoder threads per
-  process, and each process's ring (room for :data:`RING_LAUNCHES` launches of decoded images,
-  sized from the images' annotated sizes where the reader knows them); at most
+  process, and each process's ring (:data:`RING_SLOTS` slots of one launch of decoded images,
+  sized from the images' annotated sizes where the reader knows them: :data:`RING_LAUNCHES`
+  launches of the queue, in launch order, plus one for a batch made by random access); at most
   :data:`DECODE_SHARE` of the budget;
 * ``batches_per_launch``: 1 under :data:`BIG_BUDGET`, else 4 (a launch's outputs are alive
   together until the last of its batches is consumed);
@@ -32,8 +33,9 @@ DEFAULT_BUDGET = 2_000_000_000        # bytes (the issue's target: at most 1.5x 
 BIG_BUDGET = 6_000_000_000            # from here on, launches of 4 batches
 CONTEXT_BYTES = 560_000_000           # one decode process's CUDA context
 DECODER_BYTES = 260_000_000           # one decoder thread, warm, with a call in flight
-DECODE_SHARE = 0.66                   # at most this part of the budget for the decode side
-RING_LAUNCHES = 3                     # a ring holds this many launches of decoded images
+DECODE_SHARE = 0.70                   # at most this part of the budget for the decode side
+RING_LAUNCHES = 3                     # launches of decoded images a decode process holds at once
+RING_SLOTS = RING_LAUNCHES + 1        # ring slots: one more, for batches made out of the queue
 FALLBACK_IMAGE_BYTES = 1024 * 1024 * 3  # per image, where the reader does not know the sizes
 MIN_RING = 64 << 20
 MAX_DECODE_PROCESSES, MAX_DECODE_THREADS = 3, 2
@@ -94,7 +96,7 @@ def plan_decode(budget: int, launch_bytes: int, processes=None, threads=None,
     processes x threads (processes first: they do not share a GIL) whose cost fits
     DECODE_SHARE of the budget; at least one process with one thread, whatever the budget.
     Explicit ``processes`` / ``threads`` / ``ring_bytes`` are kept as given."""
-    ring = int(ring_bytes) if ring_bytes else max(MIN_RING, RING_LAUNCHES * int(launch_bytes))
+    ring = int(ring_bytes) if ring_bytes else max(MIN_RING, RING_SLOTS * int(launch_bytes))
     ring = -(-ring // (1 << 20)) << 20
     cost = lambda p, t: p * (CONTEXT_BYTES + t * DECODER_BYTES + ring)
     cands = [(p, t) for p in range(MAX_DECODE_PROCESSES, 0, -1) for t in range(MAX_DECODE_THREADS, 0, -1)

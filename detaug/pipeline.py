@@ -32,6 +32,22 @@ DECODE_PROCESS_PREFETCH = 6
 MAX_DEVICE_WORKERS = 6  # default device_workers: min(prefetch depth, this)
 
 
+class _NoAdmit:
+    """Admission of a launch run outside the queue (random access): nothing to wait for."""
+
+    def __call__(self):
+        pass
+
+    def decode(self):
+        pass
+
+    def decoded(self):
+        pass
+
+
+_NO_ADMIT = _NoAdmit()
+
+
 def _device_bytes(outs) -> int:
     """Device bytes held by a launch's outputs (images, boxes, padded boxes, arrays)."""
     seen, total = set(), 0
@@ -150,6 +166,7 @@ class Pipeline:
         self.memory_plan = None   # after build, for a pipeline with a GPU stage: what was chosen
         self.output_slots = 1     # launches whose outputs may exist at once (after the first)
         self.output_slots_peak = 0  # the most that did (as seen when batches are handed out)
+        self.decode_slots = 1 << 30  # launches decoding or holding decoded images at once
         self._launch_out_bytes = None
         self._host_processes_arg = host_processes
         self.host_processes = 0  # set at build
@@ -326,7 +343,11 @@ class Pipeline:
             ring_bytes=None if self.decode_buffer_mb is None else self.decode_buffer_mb << 20)
         self.memory_plan = plan
         self._decode_service = decode_proc.DecodeService(plan.processes, self.device_id or 0,
-                                                         plan.ring_bytes, plan.threads)
+                                                         plan.ring_bytes, plan.threads,
+                                                         memory_plan.RING_SLOTS)
+        # launches whose decode may be under way or held at once: what the rings hold (in
+        # launch order, so the launch due next always finds a slot: Executor)
+        self.decode_slots = plan.processes * memory_plan.RING_LAUNCHES
         # readers whose encoded output only feeds GPU decoders hand over paths: the decode
         # processes read the files themselves
         outputs = {(o.op.id, o.index) for o in self._outputs}
@@ -539,6 +560,7 @@ class Pipeline:
                 stage(ctx)
                 return ctx
             except SampleError as e:
+                self._retire_leases(ctx)
                 indices = self._replacement(key, ctx, e, walks)
 
     def _replacement(self, key, ctx, e, walks):
@@ -571,22 +593,37 @@ class Pipeline:
         import cupy as cp
 
         with cp.cuda.Device(self.device_id or 0):  # the current device is per thread
-            return self._run_device_on(host_result, pool, stream, admit or (lambda: None))
+            return self._run_device_on(host_result, pool, stream, admit or _NO_ADMIT)
 
     def _run_device_on(self, host_result, pool, stream, admit):
         key, prepared, ctx = host_result
         ctx.stream = stream or self._stream
         try:
+            admit.decode()  # a ring slot, in launch order
             self._run_ops(ctx, self._device_ops_a)  # decode: runs ahead
             admit()  # an output slot, in launch order
             self._run_ops(ctx, self._device_ops_b)
         except SampleError as e:
+            self._retire_leases(ctx)  # the retry decodes again: give the ring slots back first
             admit()
             both = lambda c: (self._run_ops(c, self._host_ops), self._run_ops(c, self._device_ops))
             ctx = self._with_retries(key, prepared, pool, both,
                                      self._replacement(key, ctx, e, ctx.walks),
                                      stream=ctx.stream, skips=ctx.skips, walks=ctx.walks)
-        return self._collect(ctx)
+        out = self._collect(ctx)
+        admit.decoded()  # its decoded images are retired: the next launch may decode
+        return out
+
+    @staticmethod
+    def _retire_leases(ctx):
+        """Give back the decode-ring regions of a failed attempt, after the work it queued."""
+        if ctx.leases and ctx.stream is not None:
+            import cupy as cp
+
+            ev = cp.cuda.Event(block=True, disable_timing=True)
+            ev.record(ctx.stream)
+            for lease in ctx.leases:
+                lease.retire(ev)
 
     def _collect(self, ctx):
         outs = []
@@ -611,7 +648,7 @@ class Pipeline:
             ev = cp.cuda.Event(block=True, disable_timing=True)
             ev.record(ctx.stream)
             for lease in ctx.leases:  # the images' last use: their regions go back after it
-                lease.event = ev
+                lease.retire(ev)
             nbytes = _device_bytes(outs)
             if self._launch_out_bytes is None or nbytes > self._launch_out_bytes:
                 self._launch_out_bytes = nbytes

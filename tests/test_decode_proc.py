@@ -1,10 +1,10 @@
-"""The decode processes' buffer bookkeeping (detaug/decode_proc.py), on the CPU: regions never
+"""The decode processes' buffer bookkeeping (detaug/decode_proc.py), on the CPU: slots never
 overlap while alive, come back in any order, and requests too large are refused."""
 import numpy as np
 import pytest
 
 from conftest import _gpu
-from detaug.decode_proc import ALIGN, RingAllocator, packed_offsets
+from detaug.decode_proc import ALIGN, SlotRing, packed_offsets
 
 
 def test_packed_offsets_hand_computed():
@@ -15,41 +15,38 @@ def test_packed_offsets_hand_computed():
     assert len(off) == 0 and total == 0
 
 
-def test_ring_regions_never_overlap_fresh_random(rng):
-    ring = RingAllocator(10_000)
-    live = {}
-    for key in range(3000):
-        if live and (rng.random() < 0.5 or len(live) > 6):
-            k = list(live)[int(rng.integers(len(live)))]  # free in any order
-            ring.free(k)
-            del live[k]
-            continue
-        size = int(rng.integers(1, 4000))
-        start = ring.alloc(key, size)
-        if start is None:
-            # refused only when no free gap of that size exists at the head or at 0
-            for s0 in (ring.head, 0):
-                assert s0 + size > 10_000 or any(not (s0 + size <= a or s0 >= b) for a, b in live.values())
-            continue
-        assert 0 <= start and start + size <= 10_000
-        for a, b in live.values():
-            assert start + size <= a or start >= b
-        live[key] = (start, start + size)
-    for k in list(live):
-        ring.free(k)
-    assert ring.alloc("all", 10_000) == 0
+def test_ring_slots_never_overlap_fresh_random(rng):
+    for _ in range(5):
+        cap, n = int(rng.integers(2000, 100_000)), int(rng.integers(1, 6))
+        ring = SlotRing(cap, n)
+        assert ring.slot_bytes % ALIGN == 0 and ring.slot_bytes * n <= cap
+        live = {}
+        for key in range(500):
+            if live and (rng.random() < 0.5 or len(live) == n):
+                k = list(live)[int(rng.integers(len(live)))]  # free in any order
+                ring.free(k)
+                del live[k]
+                continue
+            size = int(rng.integers(1, ring.slot_bytes + 1))
+            start = ring.alloc(key, size)
+            assert start is not None  # a free slot always takes any request that fits one
+            assert start % ring.slot_bytes == 0 and start + size <= cap
+            for a, b in live.values():
+                assert start + size <= a or start >= b
+            live[key] = (start, start + size)
+        assert len(ring.live) == len(live)
 
 
-def test_ring_wraps_and_refuses_oversize():
-    ring = RingAllocator(1000)
-    assert ring.alloc(1, 600) == 0
-    assert ring.alloc(2, 300) == 600
-    assert ring.alloc(3, 200) is None   # 900 + 200 > 1000, and 0..200 is taken
+def test_ring_slots_refuse_oversize_and_wait_when_full():
+    ring = SlotRing(3000, 3)  # slots of 768 bytes (1000 rounded down to ALIGN)
+    assert ring.slot_bytes == 768
+    assert [ring.alloc(k, 700) for k in range(3)] == [0, 768, 1536]
+    assert ring.alloc(3, 10) is None    # all taken: the caller waits for a free
     ring.free(1)
-    assert ring.alloc(3, 200) == 0      # wrapped to the start
+    assert ring.alloc(3, 10) == 768
+    ring.free("never allocated")        # no effect
     with pytest.raises(ValueError, match="cannot fit"):
-        ring.alloc(4, 1001)
-    assert ALIGN == 256
+        ring.alloc(4, 769)
 
 
 def test_worker_that_cannot_start_is_a_clear_error():

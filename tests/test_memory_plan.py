@@ -47,7 +47,7 @@ def test_launch_image_bytes_random_against_sort():
 def test_plan_decode_defaults_and_large_budget():
     launch = 64 * 990_000  # a launch of 64 images of about 660 x 500
     p = mp.plan_decode(2_000_000_000, launch)
-    ring = -(-3 * launch // 2**20) * 2**20
+    ring = -(-mp.RING_SLOTS * launch // 2**20) * 2**20
     assert (p.processes, p.threads, p.ring_bytes) == (1, 2, ring)
     assert p.bytes == mp.CONTEXT_BYTES + 2 * mp.DECODER_BYTES + ring
     assert p.bytes <= mp.DECODE_SHARE * 2_000_000_000
