@@ -31,20 +31,25 @@ def old_run_device_on(self, host_result, pool, stream, admit):
     return out
 
 
-ref1 = t._epochs(t._coco_decode_pipe(0))
-print("threads bpl1 vs threads bpl1:", diff(ref1, t._epochs(t._coco_decode_pipe(0))))
-print("threads bpl3 vs threads bpl1:", diff(ref1, t._epochs(t._coco_decode_pipe(0, batches_per_launch=3))))
-print("procs2 bpl1:", diff(ref1, t._epochs(t._coco_decode_pipe(2, batches_per_launch=1))))
-print("procs2 bpl3:", diff(ref1, t._epochs(t._coco_decode_pipe(2, batches_per_launch=3))))
-p = t._coco_decode_pipe(2, batches_per_launch=3)
-p.decode_buffer_mb = 2048
-print("procs2 bpl3 ring 2 GiB:", diff(ref1, t._epochs(p)))
-os.environ["DETAUG_DECODE_THREADS"] = "1"
-print("procs1 T1 bpl1 prefetch6:", diff(ref1, t._epochs(t._coco_decode_pipe(1, prefetch=6))))
-os.environ["DETAUG_DECODE_THREADS"] = "2"
-print("procs1 T2 bpl1 prefetch6:", diff(ref1, t._epochs(t._coco_decode_pipe(1, prefetch=6))))
-print("procs1 T2 bpl1 prefetch2:", diff(ref1, t._epochs(t._coco_decode_pipe(1, prefetch=2))))
-del os.environ["DETAUG_DECODE_THREADS"]
-Pipeline._run_device_on = old_run_device_on
-print("OLD device stage, procs2 bpl3:", diff(ref1, t._epochs(t._coco_decode_pipe(2, batches_per_launch=3))))
-print("OLD device stage, threads bpl1:", diff(ref1, t._epochs(t._coco_decode_pipe(0))))
+def main():
+    ref1 = t._epochs(t._coco_decode_pipe(0))
+    print("threads bpl1 vs threads bpl1:", diff(ref1, t._epochs(t._coco_decode_pipe(0))))
+    print("threads bpl3 vs threads bpl1:", diff(ref1, t._epochs(t._coco_decode_pipe(0, batches_per_launch=3))))
+    print("procs2 bpl1:", diff(ref1, t._epochs(t._coco_decode_pipe(2, batches_per_launch=1))))
+    print("procs2 bpl3:", diff(ref1, t._epochs(t._coco_decode_pipe(2, batches_per_launch=3))))
+    p = t._coco_decode_pipe(2, batches_per_launch=3)
+    p.decode_buffer_mb = 2048
+    print("procs2 bpl3 ring 2 GiB:", diff(ref1, t._epochs(p)))
+    os.environ["DETAUG_DECODE_THREADS"] = "1"
+    print("procs1 T1 bpl1 prefetch6:", diff(ref1, t._epochs(t._coco_decode_pipe(1, prefetch=6))))
+    os.environ["DETAUG_DECODE_THREADS"] = "2"
+    print("procs1 T2 bpl1 prefetch6:", diff(ref1, t._epochs(t._coco_decode_pipe(1, prefetch=6))))
+    print("procs1 T2 bpl1 prefetch2:", diff(ref1, t._epochs(t._coco_decode_pipe(1, prefetch=2))))
+    del os.environ["DETAUG_DECODE_THREADS"]
+    Pipeline._run_device_on = old_run_device_on
+    print("OLD device stage, procs2 bpl3:", diff(ref1, t._epochs(t._coco_decode_pipe(2, batches_per_launch=3))))
+    print("OLD device stage, threads bpl1:", diff(ref1, t._epochs(t._coco_decode_pipe(0))))
+
+
+if __name__ == "__main__":
+    main()
