@@ -167,6 +167,7 @@ class Pipeline:
         self.output_slots = 1     # launches whose outputs may exist at once (after the first)
         self.output_slots_peak = 0  # the most that did (as seen when batches are handed out)
         self.decode_slots = 1 << 30  # launches decoding or holding decoded images at once
+        self._out_streams = []
         self._launch_out_bytes = None
         self._host_processes_arg = host_processes
         self.host_processes = 0  # set at build
@@ -269,6 +270,9 @@ class Pipeline:
             # batch's kernels stay in order on its own stream
             self._streams = [cp.cuda.Stream(non_blocking=True) for _ in range(self.device_workers)]
             self._stream = self._streams[0]
+            # one stream per output slot (at most the launches in flight): Pipeline._to_output_stream
+            self._out_streams = [cp.cuda.Stream(non_blocking=True)
+                                 for _ in range(max(1, self.prefetch_queue_depth))]
         self._built = True
         self.device_summary = self._summarize_devices()
         logging.getLogger("detaug").info("pipeline built: %s", self.device_summary)
@@ -602,6 +606,7 @@ class Pipeline:
             admit.decode()  # a ring slot, in launch order
             self._run_ops(ctx, self._device_ops_a)  # decode: runs ahead
             admit()  # an output slot, in launch order
+            self._to_output_stream(ctx, admit)
             self._run_ops(ctx, self._device_ops_b)
         except SampleError as e:
             self._retire_leases(ctx)  # the retry decodes again: give the ring slots back first
@@ -613,6 +618,26 @@ class Pipeline:
         out = self._collect(ctx)
         admit.decoded()  # its decoded images are retired: the next launch may decode
         return out
+
+    def _to_output_stream(self, ctx, admit):
+        """Move an admitted launch onto the stream of its output slot (after its decode, by an
+        event). cupy's pool keeps freed blocks per stream: outputs made on each device worker's
+        stream left up to one cached output block per worker (2 GB more than the budget on the
+        benchmark); on the slots' streams they are at most one per slot. In-thread GPU decode
+        keeps its thread's stream (its decoder frees on it)."""
+        seq = getattr(admit, "seq", None)
+        if seq is None or not self._out_streams or (self._mixed_decode and self._decode_service is None):
+            return
+        out = self._out_streams[seq % max(1, min(self.output_slots, len(self._out_streams)))]
+        if out is ctx.stream:
+            return
+        import cupy as cp
+
+        if self._device_ops_a:
+            ev = cp.cuda.Event(block=False, disable_timing=True)
+            ev.record(ctx.stream)
+            out.wait_event(ev)
+        ctx.stream = out
 
     @staticmethod
     def _retire_leases(ctx):
@@ -846,7 +871,7 @@ class Pipeline:
         keep = getattr(self, "_decoded_keep", None)
         if keep:
             if sync:
-                for s in getattr(self, "_streams", []):
+                for s in getattr(self, "_streams", []) + getattr(self, "_out_streams", []):
                     s.synchronize()
             keep.clear()
 
