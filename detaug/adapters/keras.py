@@ -10,13 +10,14 @@ the same batch within an epoch (every random draw is keyed by seed, op, epoch an
 index, docs/design.md "Randomness"). ``on_epoch_end`` moves to the next epoch: a new shuffle and new
 draws. ``seq.get_batch(i, epoch=e)`` is batch ``i`` of any epoch ``e``.
 
-Thread workers (``workers=N``, ``use_multiprocessing=False``) are the sequence's own, not Keras':
-Keras 3's enqueuer keeps the batches it fetched but did not hand out (after ``fit`` peeks at one
-batch to build the model, or a run stopped early) and hands them out first in the next epoch, so
-with its workers ``fit`` trained on batches of the wrong epoch, in another order than with one
-worker. The sequence therefore reports ``workers == 1`` to Keras (``seq[i]`` called in Keras'
-order, ``on_epoch_end`` between epochs, nothing carried over) and computes the next ``N - 1``
-batches of the epoch ahead in its own threads, keyed by (epoch, index).
+Workers (``workers=N``, threads or processes) are the sequence's own, not Keras': Keras 3's
+enqueuer keeps the batches it fetched but did not hand out (after ``fit`` peeks at one batch to
+build the model, or a run stopped early) and hands them out first in the next epoch, so with its
+workers ``fit`` trained on batches of the wrong epoch, in another order than with one worker. The
+sequence therefore reports ``workers == 1`` and ``use_multiprocessing == False`` to Keras
+(``seq[i]`` called in Keras' order, in the main process, ``on_epoch_end`` between epochs, nothing
+carried over) and computes the next batches of the epoch ahead itself, keyed by (epoch, index):
+``N - 1`` in its threads, or ``N`` in its worker processes.
 
 Thread safety (Keras' ``workers=N`` with threads): ``Pipeline.run_batch`` keeps no per-call state
 on the pipeline for a CPU pipeline once its executor exists, so CPU batches run concurrently
@@ -25,10 +26,12 @@ reports its batch's event through the shared attribute ``pipeline.last_event``, 
 decoder is shared, so there each ``run_batch`` and the read of its event are serialised by a lock
 of the sequence; the copy to the host runs outside the lock.
 
-Processes (``use_multiprocessing=True``): a worker process rebuilds the pipeline from
-``pipeline.serialize()`` on its first batch (a forked copy of the pipeline's thread pools would
-not run); the graph's arguments must therefore be picklable, and only CPU pipelines are allowed
-(CUDA does not survive a fork).
+Processes (``use_multiprocessing=True``): the sequence's worker processes (a
+``concurrent.futures.ProcessPoolExecutor``, started on the first batch computed ahead) each
+rebuild the pipeline from ``pipeline.serialize()`` on their first batch (a forked copy of the
+pipeline's thread pools would not run) and send the batch back as NumPy arrays; the graph's
+arguments must therefore be picklable, and only CPU pipelines are allowed (CUDA does not survive
+a fork). ``seq.close()`` (or garbage collection) stops them.
 """
 from __future__ import annotations
 
@@ -185,10 +188,11 @@ class _SequenceMixin:
         super().__init__(workers=workers, use_multiprocessing=use_multiprocessing,
                          max_queue_size=max_queue_size)
         self.x, self.y = x, y
-        # threads: Keras sees one worker (it calls seq[i] in order, on_epoch_end between epochs,
-        # nothing carried over); the sequence computes the next batches of the epoch in its own
-        # threads (see the class docstring)
-        self._ahead_n = int(workers) - 1 if (int(workers) > 1 and not use_multiprocessing) else 0
+        # Keras sees one worker and no processes (it calls seq[i] in order, on_epoch_end between
+        # epochs, nothing carried over); the sequence computes the next batches of the epoch in
+        # its own threads or processes (see the module docstring)
+        self._procs = bool(use_multiprocessing)
+        self._ahead_n = max(int(workers), 1) if self._procs else max(int(workers) - 1, 0)
         self._ahead = {}
         self._ahead_lock = threading.Lock()
         self._ahead_pool = None
@@ -249,8 +253,8 @@ class _SequenceMixin:
 
     @property
     def workers(self):
-        """What Keras reads: 1 when the sequence runs its own thread workers (``workers=N``
-        with threads), so that Keras' enqueuer never carries batches across an epoch end."""
+        """What Keras reads: 1 when the sequence runs its own workers (``workers=N``, or
+        processes), so that Keras' enqueuer never carries batches across an epoch end."""
         return 1 if getattr(self, "_ahead_n", 0) else self._workers
 
     @workers.setter
@@ -258,9 +262,23 @@ class _SequenceMixin:
         self._workers = value
 
     @property
+    def use_multiprocessing(self):
+        """What Keras reads: always False (process workers are the sequence's own)."""
+        return False
+
+    @use_multiprocessing.setter
+    def use_multiprocessing(self, value):
+        self._use_multiprocessing = value
+
+    @property
     def thread_workers(self) -> int:
         """Threads of this sequence (``workers`` when threads were asked for, else 0)."""
-        return self._ahead_n + 1 if self._ahead_n else 0
+        return self._ahead_n + 1 if (self._ahead_n and not self._procs) else 0
+
+    @property
+    def process_workers(self) -> int:
+        """Worker processes of this sequence (``workers`` with ``use_multiprocessing``, else 0)."""
+        return self._ahead_n if self._procs else 0
 
     def __getitem__(self, index):
         """Batch ``index`` of epoch ``self.epoch`` (read at this call) as ``(x, y)``:
@@ -273,10 +291,11 @@ class _SequenceMixin:
         epoch = self.epoch
         with self._ahead_lock:
             fut = self._ahead.pop((epoch, index), None)
-        xy = fut.result() if fut is not None else self.get_batch(index, epoch)
-        if self._ahead_n:
+        if self._ahead_n:  # submitted before this batch is computed, so the workers start now
             self._look_ahead(index, epoch)
-        return xy
+        if fut is None:
+            return self.get_batch(index, epoch)
+        return self._tensors(fut.result())
 
     def _check_index(self, index) -> int:
         index = int(index)
@@ -291,9 +310,15 @@ class _SequenceMixin:
         of ``pipeline.run_batch(index, epoch=epoch)``'s outputs. Any order, any thread."""
         index = self._check_index(index)
         epoch = self.epoch if epoch is None else int(epoch)
+        return self._tensors(self._numpy_batch(index, epoch))
+
+    def _numpy_batch(self, index: int, epoch: int):
+        """``get_batch`` before the conversion to backend tensors (what a worker process sends)."""
         named = batch_to_numpy(self._run(index, epoch), self.output_map,
                                max_boxes=self.max_boxes)
-        xy = self._xy(named)
+        return self._xy(named)
+
+    def _tensors(self, xy):
         if self.backend_tensors:
             import keras
 
@@ -327,13 +352,18 @@ class _SequenceMixin:
 
         with self._ahead_lock:
             if self._ahead_pool is None:
-                self._ahead_pool = cf.ThreadPoolExecutor(self._ahead_n,
-                                                         thread_name_prefix="detaug-keras")
+                if self._procs:
+                    self._ahead_pool = cf.ProcessPoolExecutor(
+                        self._ahead_n, initializer=_init_worker_process, initargs=(self,))
+                else:
+                    self._ahead_pool = cf.ThreadPoolExecutor(self._ahead_n,
+                                                             thread_name_prefix="detaug-keras")
             for key in [k for k in self._ahead if k[0] != epoch or k[1] <= index]:
                 self._ahead.pop(key).cancel()
+            work = _worker_process_batch if self._procs else self._numpy_batch
             for j in range(index + 1, min(index + 1 + self._ahead_n, self._length)):
                 if (epoch, j) not in self._ahead:
-                    self._ahead[(epoch, j)] = self._ahead_pool.submit(self.get_batch, j, epoch)
+                    self._ahead[(epoch, j)] = self._ahead_pool.submit(work, j, epoch)
 
     def _run(self, index, epoch):
         """The pipeline's outputs for batch ``index`` of ``epoch``, after the batch's device work
@@ -367,6 +397,21 @@ class _SequenceMixin:
                 self._ahead.pop(key).cancel()
         self._last = None
 
+    def close(self):
+        """Stop this sequence's worker threads or processes (they start again when needed)."""
+        with self._ahead_lock:
+            pool, self._ahead_pool = self._ahead_pool, None
+            for fut in self._ahead.values():
+                fut.cancel()
+            self._ahead.clear()
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def __del__(self):
+        pool = getattr(self, "_ahead_pool", None)
+        if pool is not None and getattr(self, "_pid", None) == os.getpid():
+            pool.shutdown(wait=False, cancel_futures=True)
+
     def __getstate__(self):  # pickled for spawned worker processes: no pipeline, no lock
         if self._blob is None:
             raise TypeError("pickling a DetaugSequence needs use_multiprocessing=True")
@@ -378,6 +423,24 @@ class _SequenceMixin:
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._ahead_lock = threading.Lock()
+
+
+# ---- the sequence's worker processes -------------------------------------------------------------
+_WORKER_SEQUENCE = None
+
+
+def _init_worker_process(seq):
+    """A worker process's initializer: keep the sequence (its pipeline is rebuilt from
+    ``serialize()`` on first use, since the process id differs); nothing computed ahead here."""
+    global _WORKER_SEQUENCE
+    seq._ahead_n, seq._ahead, seq._ahead_pool = 0, {}, None
+    seq._ahead_lock = threading.Lock()
+    _WORKER_SEQUENCE = seq
+
+
+def _worker_process_batch(index: int, epoch: int):
+    """Batch ``index`` of ``epoch`` as NumPy arrays, computed in a worker process."""
+    return _WORKER_SEQUENCE._numpy_batch(index, epoch)
 
 
 _CLASS = None
@@ -428,8 +491,10 @@ def _sequence_class():
                     "Epochs" below). Look-ahead follows batches asked for in order: use
                     ``fit(..., shuffle=False)`` (the reader already shuffles records every epoch;
                     Keras' ``shuffle`` only reorders whole batches, and then nothing is computed
-                    ahead). With ``use_multiprocessing=True``: Keras' process workers.
-                use_multiprocessing, max_queue_size: Keras' PyDataset parallelism.
+                    ahead). With ``use_multiprocessing=True``, N worker processes of the sequence
+                    compute the next N batches ahead the same way.
+                use_multiprocessing: process workers instead of threads (CPU pipelines).
+                max_queue_size: Keras' PyDataset argument (unused: Keras runs no enqueuer).
 
             Epochs: ``epoch`` is the epoch that ``seq[i]`` reads, at the moment of the call
             (settable, e.g. to resume); it starts at the pipeline's current epoch and
@@ -439,9 +504,8 @@ def _sequence_class():
             that batch of that epoch; ``on_epoch_end`` drops the others. So ``fit`` trains epoch
             k (counting from 1) on ``get_batch(i, epoch=start + k)`` for every ``i``, in Keras'
             order, whatever ``workers`` is (``start``: the pipeline's epoch when the sequence
-            was made; ``fit`` calls ``on_epoch_end`` once after peeking at one batch).
-            With ``use_multiprocessing=True`` Keras' enqueuer decides what crosses an epoch end:
-            its first epoch may start with batches of the peek's epoch.
+            was made; ``fit`` calls ``on_epoch_end`` once after peeking at one batch), with
+            threads or processes alike.
             Batches are fresh NumPy copies, valid indefinitely.
             """
 
