@@ -120,3 +120,20 @@ def test_detaug_convert_version(capsys):
         main(["--version"])  # no src/dst/--from/--to needed
     assert e.value.code == 0
     assert capsys.readouterr().out.strip() == f"detaug-convert {version('detaug')}"
+
+
+def test_install_extras_choose_the_torch_build_on_purpose():
+    """[torchvision] exists; the README's install table gives the CPU build from PyTorch's CPU
+    index before it (a matching torch / torchvision pair) and the CUDA build with [gpu]."""
+    extras = project()["project"]["optional-dependencies"]
+    assert extras["torchvision"] == ["torch>=2.1", "torchvision>=0.16"]
+    assert "torch>=2.1" in extras["torch"]
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    install = readme[readme.index("## Install\n"):readme.index("## Example\n")]
+    assert ("`pip install torch==2.13.0 torchvision==0.28.0 --index-url "
+            "https://download.pytorch.org/whl/cpu`, then `pip install \"detaug[torchvision]\"`") in install
+    assert '`pip install "detaug[gpu,torchvision]"`' in install
+    # the torch the README pins is the one CI installs
+    with open(os.path.join(REPO, ".ci", "run"), encoding="utf-8") as f:
+        assert 'pip install -q "torch==2.13.0"' in f.read()

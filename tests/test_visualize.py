@@ -106,3 +106,30 @@ def test_draw_grid_places_sample_k_in_its_cell():
         assert tuple(cell[12, 0]) == V.class_color(3)  # box x0 = 0, scaled y 0..16: left edge
         assert tuple(cell[20, 0]) == (30 * k,) * 3
     assert not grid[64:, 32:].any()  # the sixth cell stays empty
+
+
+def test_readme_draw_boxes_snippet_runs(tmp_path, monkeypatch):
+    """The README's draw_boxes block (marked no-run: it needs a pipe) runs given one."""
+    import os
+    import re
+
+    from conftest import REPO, VOC
+    from detaug import fn, pipeline_def
+
+    text = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    (block,) = [b for b in re.findall(r"```python no-run\n(.*?)```", text, re.S)
+                if "draw_boxes(" in b]
+
+    @pipeline_def(batch_size=2, num_threads=1, seed=0)
+    def small():
+        enc, boxes = fn.readers.voc(root=VOC)
+        img, boxes = fn.resize(fn.decoders.image(enc), boxes, size=(96, 128))
+        return img, boxes
+
+    pipe = small()
+    monkeypatch.chdir(tmp_path)
+    try:
+        exec(compile(block, "README.md", "exec"), {"pipe": pipe})
+    finally:
+        pipe.close()
+    assert Image.open(tmp_path / "sample.png").size == (128, 96)
