@@ -15,7 +15,10 @@ overlap (:func:`place_tags`).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence, Union
+
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
 
 import numpy as np
 
@@ -25,6 +28,8 @@ PALETTE = ((230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 13
            (0, 128, 128), (220, 190, 255), (170, 110, 40), (255, 250, 200), (128, 0, 0),
            (170, 255, 195), (128, 128, 0), (255, 215, 180), (0, 0, 128), (128, 128, 128))
 BLACK, WHITE = (0, 0, 0), (255, 255, 255)
+RGB = Sequence[int]  # an sRGB colour, 0-255 per channel
+ImageLike = Union[np.ndarray, "PILImage"]  # uint8 HWC / HW array, or a Pillow image
 
 __all__ = ["PALETTE", "class_color", "contrast_ratio", "text_color", "place_tags", "draw_boxes",
            "draw_grid"]
@@ -35,20 +40,20 @@ def class_color(label: int) -> tuple:
     return PALETTE[int(label) % len(PALETTE)]
 
 
-def _luminance(rgb) -> float:
+def _luminance(rgb: RGB) -> float:
     """WCAG 2 relative luminance of an sRGB colour (0-255 per channel)."""
     c = np.asarray(rgb, np.float64) / 255.0
     lin = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
     return float(lin @ np.array([0.2126, 0.7152, 0.0722]))
 
 
-def contrast_ratio(a, b) -> float:
+def contrast_ratio(a: RGB, b: RGB) -> float:
     """WCAG 2 contrast ratio of two sRGB colours, from 1 (same) to 21 (black on white)."""
     la, lb = sorted((_luminance(a), _luminance(b)), reverse=True)
     return (la + 0.05) / (lb + 0.05)
 
 
-def text_color(fill) -> tuple:
+def text_color(fill: RGB) -> tuple:
     """Black or white, whichever reads better on ``fill`` (the larger contrast ratio)."""
     return BLACK if contrast_ratio(BLACK, fill) >= contrast_ratio(WHITE, fill) else WHITE
 
@@ -96,7 +101,7 @@ def place_tags(anchors: Sequence, sizes: Sequence, canvas: tuple) -> list:
     return placed
 
 
-def _pil(image):
+def _pil(image: ImageLike) -> "PILImage":
     from PIL import Image
 
     if isinstance(image, Image.Image):
@@ -110,8 +115,9 @@ def _pil(image):
     return Image.fromarray(a).convert("RGB")
 
 
-def draw_boxes(image, boxes, labels=None, class_names: Sequence[str] | None = None, *,
-               width: int = 2, tags: bool = True):
+def draw_boxes(image: ImageLike, boxes: Any, labels: Any = None,
+               class_names: Sequence[str] | None = None, *, width: int = 2,
+               tags: bool = True) -> "PILImage":
     """A Pillow RGB image: ``image`` with ``boxes`` outlined and tagged with their class names.
 
     Args:
@@ -154,7 +160,9 @@ def draw_boxes(image, boxes, labels=None, class_names: Sequence[str] | None = No
     return im
 
 
-def draw_grid(images, targets, class_names=None, cols: int = 4, cell: int = 256, rows=None):
+def draw_grid(images: Sequence[ImageLike], targets: Sequence[dict],
+              class_names: Sequence[str] | None = None, cols: int = 4, cell: int = 256,
+              rows: int | None = None) -> "PILImage":
     """A grid of ``cols`` columns of ``cell`` x ``cell`` cells: sample k (an image and its target
     ``{"boxes", "labels"}``, as ``BoxBatch.per_sample()`` gives) sits in cell (k // cols, k % cols),
     resized to the cell with its boxes scaled along. ``rows`` defaults to what the samples fill."""

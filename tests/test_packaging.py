@@ -137,3 +137,40 @@ def test_install_extras_choose_the_torch_build_on_purpose():
     # the torch the README pins is the one CI installs
     with open(os.path.join(REPO, ".ci", "run"), encoding="utf-8") as f:
         assert 'pip install -q "torch==2.13.0"' in f.read()
+
+
+@pytest.mark.parametrize("module", ["detaug.visualize", "detaug.adapters.keras",
+                                    "detaug.cli.progress", "detaug.cli.sample"])
+def test_public_functions_are_type_annotated(module):
+    """Every parameter and return of the module's public functions and classes' public methods
+    carries a type hint (py.typed promises them to type checkers and IDEs)."""
+    import importlib
+    import inspect
+
+    mod = importlib.import_module(module)
+    objs = {n: getattr(mod, n) for n in dir(mod) if not n.startswith("_")}
+    if module == "detaug.adapters.keras":
+        pytest.importorskip("keras")
+        objs["DetaugSequence"] = mod.DetaugSequence
+    missing = []
+    for name, obj in objs.items():
+        if getattr(obj, "__module__", None) != module:
+            continue
+        if inspect.isclass(obj):
+            funcs = [(f"{name}.{k}", v) for k, v in vars(obj).items()
+                     if inspect.isfunction(v) and (not k.startswith("_") or k == "__init__")]
+            for base in obj.__mro__[1:]:  # the keras sequence's body is a mixin of this module
+                if base.__module__ == module:
+                    funcs += [(f"{name}.{k}", v) for k, v in vars(base).items()
+                              if inspect.isfunction(v) and (not k.startswith("_") or k == "__init__")]
+        elif inspect.isfunction(obj):
+            funcs = [(name, obj)]
+        else:
+            continue
+        for fname, f in funcs:
+            sig = inspect.signature(f)
+            missing += [f"{fname}({p})" for p, v in sig.parameters.items()
+                        if p not in ("self", "cls") and v.annotation is inspect.Parameter.empty]
+            if sig.return_annotation is inspect.Signature.empty:
+                missing.append(f"{fname} -> ?")
+    assert not missing, missing

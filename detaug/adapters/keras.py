@@ -39,13 +39,20 @@ import os
 import threading
 import warnings
 
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, Union
+
 import numpy as np
 
 from .. import backend
 from ..batch import BoxBatch, ImageBatch
 from ..ops.boxes import PaddedBoxes
 
+if TYPE_CHECKING:
+    from ..pipeline import Pipeline
+
 _TARGET_FORMATS = ("tuple", "dict")
+# what x= / y= take: a name, a tuple of names, {keras name: name}, or f(outputs) -> anything
+Selection = Union[str, Sequence[str], Mapping[str, str], Callable[[dict], Any]]
 
 
 # ---- conversion of one batch (no keras needed) -----------------------------------------------
@@ -88,7 +95,8 @@ def _padded_boxes(bb: BoxBatch, name: str, max_boxes) -> dict:
     return {"boxes": boxes, **fields, "counts": cnt}
 
 
-def batch_to_numpy(outputs, output_map, *, max_boxes=None) -> dict:
+def batch_to_numpy(outputs: Sequence, output_map: Sequence[str], *,
+                   max_boxes: int | None = None) -> dict:
     """``{name: value}`` for one batch of pipeline outputs, on the host, fresh copies.
 
     ImageBatch -> one dense array (as the pipeline laid it out: (B, H, W, C) or (B, C, H, W));
@@ -114,7 +122,7 @@ def batch_to_numpy(outputs, output_map, *, max_boxes=None) -> dict:
     return out
 
 
-def split_xy(named: dict, output_map, targets_format="tuple"):
+def split_xy(named: dict, output_map: Sequence[str], targets_format: str = "tuple") -> tuple:
     """``(x, y)``: x is the first output; y the only other one, or a tuple / dict of the rest.
     ``(x,)`` when the pipeline has a single output (for ``predict``)."""
     names = list(output_map)
@@ -154,7 +162,7 @@ def _flat_names(named: dict) -> dict:
     return flat
 
 
-def select(named: dict, spec, what: str):
+def select(named: dict, spec: Selection, what: str) -> Any:
     """The part of one batch that ``spec`` names: a name -> that array (or dict), a tuple or list
     of names -> a tuple, a dict ``{keras_name: name}`` -> a dict, a callable -> ``spec(named)``.
     An unknown name raises ValueError listing the available ones."""
@@ -182,9 +190,12 @@ def select(named: dict, spec, what: str):
 class _SequenceMixin:
     """The body of DetaugSequence; combined with ``keras.utils.PyDataset`` on first use."""
 
-    def __init__(self, pipeline, *, x=None, y=None, output_map=("images", "targets"),
-                 targets_format="tuple", max_boxes=None, max_batches=None, epochs_shuffle=True,
-                 backend_tensors=False, workers=1, use_multiprocessing=False, max_queue_size=10):
+    def __init__(self, pipeline: Pipeline, *, x: Selection | None = None,
+                 y: Selection | None = None, output_map: Sequence[str] = ("images", "targets"),
+                 targets_format: str = "tuple", max_boxes: int | None = None,
+                 max_batches: int | None = None, epochs_shuffle: bool = True,
+                 backend_tensors: bool = False, workers: int = 1, use_multiprocessing: bool = False,
+                 max_queue_size: int = 10) -> None:
         super().__init__(workers=workers, use_multiprocessing=use_multiprocessing,
                          max_queue_size=max_queue_size)
         self.x, self.y = x, y
@@ -280,7 +291,7 @@ class _SequenceMixin:
         """Worker processes of this sequence (``workers`` with ``use_multiprocessing``, else 0)."""
         return self._ahead_n if self._procs else 0
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: int) -> tuple:
         """Batch ``index`` of epoch ``self.epoch`` (read at this call) as ``(x, y)``:
         ``get_batch(index, self.epoch)``.
 
@@ -305,7 +316,7 @@ class _SequenceMixin:
             raise IndexError(f"batch {index} out of range (0..{self._length - 1})")
         return index
 
-    def get_batch(self, index, epoch=None):
+    def get_batch(self, index: int, epoch: int | None = None) -> tuple:
         """Batch ``index`` of ``epoch`` (default ``self.epoch``) as Keras gets it: the selection
         of ``pipeline.run_batch(index, epoch=epoch)``'s outputs. Any order, any thread."""
         index = self._check_index(index)
@@ -386,7 +397,7 @@ class _SequenceMixin:
                 event.synchronize()
             return outs
 
-    def on_epoch_end(self):
+    def on_epoch_end(self) -> None:
         """Next epoch (new shuffle, new random draws) unless ``epochs_shuffle=False``. Keras'
         ``fit`` also calls this once before its first epoch (after peeking at the data), so the
         first epoch it trains on is the pipeline's current epoch + 1."""
@@ -397,7 +408,7 @@ class _SequenceMixin:
                 self._ahead.pop(key).cancel()
         self._last = None
 
-    def close(self):
+    def close(self) -> None:
         """Stop this sequence's worker threads or processes (they start again when needed)."""
         with self._ahead_lock:
             pool, self._ahead_pool = self._ahead_pool, None

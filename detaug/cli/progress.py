@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Callable, TextIO
 
 
 def format_seconds(s: float) -> str:
@@ -39,8 +40,9 @@ class Progress:
         clock: the time source (``time.monotonic``; tests pass their own).
     """
 
-    def __init__(self, label: str, stream=None, *, interval: float = 10.0, refresh: float = 0.1,
-                 unit: str = "items", clock=time.monotonic):
+    def __init__(self, label: str, stream: TextIO | None = None, *, interval: float = 10.0,
+                 refresh: float = 0.1, unit: str = "items",
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.label, self.stream, self.unit, self.clock = label, stream or sys.stderr, unit, clock
         isatty = getattr(self.stream, "isatty", None)
         self.tty = bool(isatty and isatty())

@@ -10,8 +10,12 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from readers.records import Dataset
 
 CLASSES = ("square", "circle", "triangle", "diamond")
 VERSION = 1  # bump when the generated content changes: the cache folder is named after it
@@ -33,7 +37,7 @@ def _background(rng, h: int, w: int) -> np.ndarray:
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
-def _shape(draw, kind: str, box, color):
+def _shape(draw, kind: str, box: tuple, color) -> None:
     x0, y0, x1, y1 = box  # inclusive pixel corners
     if kind == "square":
         draw.rectangle(box, fill=color)
@@ -48,7 +52,7 @@ def _shape(draw, kind: str, box, color):
         draw.point([(cx, y0), (x1, cy), (cx, y1), (x0, cy)], fill=color)
 
 
-def make_images(folder: str, n: int = 40, seed: int = 0):
+def make_images(folder: str, n: int = 40, seed: int = 0) -> "Dataset":
     """Draw ``n`` JPEGs into ``folder``; returns the readers' Dataset of them (boxes measured from
     the drawn pixels)."""
     from PIL import Image, ImageDraw
