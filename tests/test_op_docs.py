@@ -247,3 +247,80 @@ def test_every_detaug_option_has_help():
                 seen.append(a.option_strings[-1])
                 assert a.help and a.help != argparse.SUPPRESS, f"{p.prog} {a.option_strings}: no help"
     assert {"--version", "--data", "--device", "--seed", "--batch-size"} <= set(seen)
+
+
+# ---- the type stub that IDEs read -----------------------------------------------------------------
+def test_fn_stub_is_generated_from_the_registry():
+    from detaug.ops import stubs
+
+    path = os.path.join(os.path.dirname(__file__), "..", "detaug", "fn.pyi")
+    assert open(path).read() == stubs.fn_stub(), \
+        "detaug/fn.pyi is stale: python -m detaug.ops.stubs > detaug/fn.pyi"
+
+
+def _stub_functions():
+    import ast
+
+    from detaug.ops import stubs
+
+    tree = ast.parse(stubs.fn_stub())
+    out = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
+    for c in (c for c in tree.body if isinstance(c, ast.ClassDef)):
+        out.update({f"{c.name}.{f.name}": f for f in c.body if isinstance(f, ast.FunctionDef)})
+    return out
+
+
+def test_fn_stub_has_every_op_with_the_runtime_parameters():
+    import ast
+
+    funcs = _stub_functions()
+    assert sorted(funcs) == PUBLIC
+    for name in PUBLIC:
+        f, sig = funcs[name], inspect.signature(_lookup(fn, name))
+        inputs, keywords, _ = _split(sig)
+        assert [a.arg for a in f.args.posonlyargs] == [p.name for p in inputs], name
+        assert [a.arg for a in f.args.kwonlyargs] == [p.name for p in keywords], name
+        for a, d, p in zip(f.args.kwonlyargs, f.args.kw_defaults, keywords, strict=True):
+            if not isinstance(d, ast.Constant) or d.value is not Ellipsis:
+                assert ast.literal_eval(d) == p.default, (name, a.arg)
+            if p.name in R.schema_of(name).per_sample:
+                assert "DataNode" in ast.unparse(a.annotation), (name, a.arg)
+        assert ast.get_docstring(f) == inspect.cleandoc(_lookup(fn, name).__doc__), name
+
+
+def test_stub_annotations_from_the_type_words():
+    from detaug.ops.stubs import annotation
+
+    assert annotation("float") == "float"
+    assert annotation("float", per_sample=True) == "float | DataNode"
+    assert annotation("(int, int) | None") == "tuple[int, int] | None"
+    assert annotation("sequence of float") == "Sequence[float]"
+    assert annotation("float | sequence") == "float | Sequence[Any]"
+    assert annotation("(x0, y0, x1, y1) | None") == "tuple[float, float, float, float] | None"
+    assert annotation("types.DALIInterpType | None") == "Any | None"
+    assert annotation("iterable | callable | None") == "Iterable[Any] | Callable[..., Any] | None"
+    assert annotation("an odd phrase") == "Any" and annotation("") == "Any"
+
+
+def test_an_ide_shows_the_signature_and_docstring():
+    """jedi (the static analysis of IPython's and several editors' completion) reads the stub:
+    fn.rotate( and fn.readers.voc( show typed parameters, completion shows the docstring."""
+    jedi = pytest.importorskip("jedi")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def sig(code):
+        lines = code.splitlines()
+        s = jedi.Script(code, path=os.path.join(repo, "probe_.py"), project=jedi.Project(repo))
+        return [x.to_string() for x in s.get_signatures(len(lines), len(lines[-1]))]
+
+    (rot,) = sig("from detaug import fn\nfn.rotate(")
+    assert rot.startswith("rotate(images: Any, boxes: Any=..., /, *, angle: float | DataNode=0.0, "
+                          "expand: bool=False,")
+    (voc,) = sig("import detaug\ndetaug.fn.readers.voc(")
+    assert "root: str | None=None, split: str='trainval'" in voc
+    (pad,) = sig("import detaug.fn as fn\nfn.pad_boxes(")
+    assert "max_boxes: int | None=None" in pad
+    s = jedi.Script("from detaug import fn\nfn.rota", path=os.path.join(repo, "probe_.py"),
+                    project=jedi.Project(repo))
+    (c,) = [c for c in s.complete(2, 7) if c.name == "rotate"]
+    assert "angle: float = 0.0 [per-sample]: degrees, counter-clockwise" in c.docstring()

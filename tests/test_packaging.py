@@ -72,7 +72,7 @@ def test_wheel_holds_license_py_typed_and_metadata(wheel):
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
         metadata = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
-    assert "detaug/py.typed" in names
+    assert "detaug/py.typed" in names and "detaug/fn.pyi" in names
     assert "detaug/visualize.py" in names and "detaug/cli/sample.py" in names
     assert not any(n.startswith(("examples/", "tests/")) for n in names)
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
