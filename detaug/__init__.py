@@ -5,7 +5,7 @@ cupy, torch and keras are imported where they are used.
 """
 from .batch import BoxBatch, ImageBatch
 from . import ops
-from .ops import fn
+from . import fn  # the namespace detaug.ops registered as detaug.fn (IDEs read detaug/fn.pyi)
 from .ops.boxes import PaddedBoxes
 from .pipeline import Pipeline, pipeline_def
 

@@ -101,3 +101,70 @@ def test_python_dash_m_detaug_demo(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "img/s" in r.stdout and "coco sample" in r.stdout
     assert Image.open(out).size == (512, 512)
+
+
+def test_grid_is_filled_as_announced(tmp_path, capsys):
+    """--grid 10 with 1 batch of 8: the demo runs more (untimed) batches, round the 40-image
+    epoch, until all 100 cells hold an image; the line says the grid it drew."""
+    out = tmp_path / "g.png"
+    rc = cli.main(["demo", "--batches", "1", "--grid", "10", "--cell", "32", "--out", str(out),
+                   "--device", "cpu"])
+    text = capsys.readouterr().out
+    assert rc == 0
+    assert "1 batches x 8 images" in text  # the throughput line counts the timed batch only
+    assert f"wrote {out} (10x10 grid, 320x320 px)" in text
+    grid = np.asarray(Image.open(out).convert("RGB")).astype(int)
+    assert grid.shape == (320, 320, 3)
+    for r in range(10):
+        for c in range(10):
+            assert grid[r * 32:(r + 1) * 32, c * 32:(c + 1) * 32].std() > 10, (r, c)
+
+
+def test_generated_sample_when_the_repository_has_none(tmp_path, monkeypatch, capsys):
+    """Installed without examples/data: the demo generates its sample into the cache folder,
+    once; the VOC files read back as the shapes that were drawn (boxes = the shapes' pixels)."""
+    from detaug.cli import sample
+    from readers.voc import read_voc
+
+    monkeypatch.setattr(cli, "repository_sample", lambda data: None)
+    monkeypatch.setenv("DETAUG_CACHE", str(tmp_path / "cache"))
+    rc = cli.main(["demo", "--batches", "1", "--batch-size", "4", "--grid", "2", "--cell", "64",
+                   "--out", str(tmp_path / "s.png"), "--device", "cpu"])
+    text = capsys.readouterr().out
+    root = tmp_path / "cache" / f"sample-voc-v{sample.VERSION}"
+    assert rc == 0 and f"voc sample, 40 images, 4 classes ({root})" in text
+    mtime = (root / "Annotations" / "shapes_000.xml").stat().st_mtime_ns
+    assert cli.find_sample_root("voc") == str(root)  # kept, not generated again
+    assert (root / "Annotations" / "shapes_000.xml").stat().st_mtime_ns == mtime
+    drawn = sample.make_images(str(tmp_path), n=40, seed=0)
+    back = read_voc(str(root), classes=list(sample.CLASSES))
+    assert back.class_names == list(sample.CLASSES)
+    for a, b in zip(drawn.records, back.records, strict=True):
+        np.testing.assert_array_equal(a.boxes, b.boxes)
+        np.testing.assert_array_equal(a.labels, b.labels)
+    coco = cli.find_sample_root("coco")
+    assert coco == str(tmp_path / "cache" / f"sample-coco-v{sample.VERSION}")
+    ds = cli.load_dataset("coco", coco)
+    assert ds.class_names == list(sample.CLASSES)
+    for a, b in zip(drawn.records, ds.records, strict=True):
+        np.testing.assert_array_equal(a.boxes, b.boxes)
+
+
+def test_generated_boxes_are_the_drawn_shapes_pixels(tmp_path):
+    """Each shape's box is the rectangle its pixels fill, checked on the mask of a hand-placed
+    shape of every class (continuous coordinates: pixels x0..x1 give [x0, x1 + 1))."""
+    from PIL import Image as I, ImageDraw
+
+    from detaug.cli import sample
+
+    for kind in sample.CLASSES:
+        m = I.new("L", (64, 48), 0)
+        sample._shape(ImageDraw.Draw(m), kind, (10, 5, 41, 30), 255)
+        ys, xs = np.nonzero(np.asarray(m))
+        assert (xs.min(), ys.min(), xs.max(), ys.max()) == (10, 5, 41, 30), kind
+    ds = sample.make_images(str(tmp_path), n=3, seed=1)
+    for r in ds.records:
+        im = np.asarray(I.open(r.path).convert("RGB"))
+        assert im.shape == (r.height, r.width, 3)
+        assert np.all(r.boxes >= 0) and np.all(r.boxes[:, [2, 3]] <= [r.width, r.height])
+        assert np.all(r.boxes[:, [2, 3]] - r.boxes[:, [0, 1]] >= [r.width // 8, r.height // 8])

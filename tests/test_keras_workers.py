@@ -107,9 +107,9 @@ def _recording(log):
     return Recording
 
 
-def _fit_recorded(workers, shuffle):
+def _fit_recorded(workers, shuffle, processes=False):
     log = []
-    pipe, seq = _seq(_recording(log), y="boxes", workers=workers, use_multiprocessing=False)
+    pipe, seq = _seq(_recording(log), y="boxes", workers=workers, use_multiprocessing=processes)
     keras.utils.set_random_seed(0)
     inp, h = _trunk()
     loss = _fit(seq, keras.Model(inp, _boxes_head(h)), _mse, epochs=2, shuffle=shuffle)
@@ -137,6 +137,48 @@ def test_workers_1_and_2_train_on_the_same_batches_across_epochs(shuffle):
         np.testing.assert_array_equal(b[1][:, 0], np.stack([
             r["boxes"][0] if len(r["boxes"]) else np.zeros(4, np.float32) for r in ref]))
     assert loss1 == loss2
+
+
+def test_process_workers_train_on_the_same_batches_as_one_worker_across_epochs():
+    """use_multiprocessing=True, workers=2: the sequence's own processes compute batches ahead
+    (Keras sees one worker, no processes), and fit trains on exactly the batches and in the
+    order one worker gives, over two epochs, with the same losses."""
+    import concurrent.futures as cf
+
+    _, seq1, log1, loss1 = _fit_recorded(1, False)
+    pipe2, seq2, log2, loss2 = _fit_recorded(2, False, processes=True)
+    try:
+        assert seq2.workers == 1 and seq2.use_multiprocessing is False
+        assert seq2.process_workers == 2 and seq2.thread_workers == 0
+        assert isinstance(seq2._ahead_pool, cf.ProcessPoolExecutor)
+        assert len(seq2._ahead_pool._processes) == 2  # the batches ahead came from them
+        n = len(seq1)
+        assert [(e, i) for e, i, _ in log2] == [(e, i) for e, i, _ in log1] \
+            == [(0, 0)] + [(e, i) for e in (1, 2) for i in range(n)]
+        for (e, i, a), (_, _, b) in zip(log1, log2, strict=True):
+            _assert_same(a, b)
+            _assert_same(b, seq1.get_batch(i, epoch=e))
+        assert loss1 == loss2
+    finally:
+        seq2.close()
+    assert seq2._ahead_pool is None
+
+
+def test_process_workers_hand_out_batches_of_the_epoch_asked_for():
+    """Batches computed ahead in a process are keyed by epoch: after on_epoch_end the ones of
+    the old epoch are dropped, and seq[i] is run_batch(i, epoch=seq.epoch) in any case."""
+    pipe, seq = _seq(workers=2, use_multiprocessing=True)
+    try:
+        e = seq.epoch
+        first = seq[0]  # submits 1 and 2 of epoch e to the processes
+        assert sorted(seq._ahead) == [(e, 1), (e, 2)]
+        _assert_same(seq[1], seq.get_batch(1, epoch=e))  # from a process, same as computed here
+        seq.on_epoch_end()
+        assert not seq._ahead
+        _assert_same(seq[2], seq.get_batch(2, epoch=e + 1))
+        assert not np.array_equal(first[0], seq.get_batch(0, epoch=e + 1)[0])
+    finally:
+        seq.close()
 
 
 def test_a_batch_computed_ahead_is_never_handed_out_for_another_epoch():

@@ -34,7 +34,7 @@ LAYER_OF = {  # module (or package prefix ending in '.') -> layer
     "detaug": "facade", "detaug.pipeline": "facade",
     "detaug.__main__": "frontends", "detaug.adapters": "frontends", "detaug.adapters.": "frontends",
     "detaug.plugin": "frontends", "detaug.plugin.": "frontends",
-    "detaug.cli": "frontends", "detaug.cli.": "frontends",
+    "detaug.cli": "frontends", "detaug.cli.": "frontends", "detaug.visualize": "frontends",
 }
 ALLOWED = {  # layer -> the layers (besides itself) it may import
     "readers": set(),

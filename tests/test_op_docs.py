@@ -54,13 +54,13 @@ def test_docstring_names_inputs_arguments_per_sample_devices_and_outputs(name):
     lines = doc.splitlines()
     assert schema.doc[1:] in lines[0]
     for k, v in schema.args.items():
-        line = next(ln for ln in lines if ln.strip().startswith(f"{k}={v!r}"))
+        line = next(ln for ln in lines if ln.strip().startswith(f"{k}: {R.arg_type(schema, k)} = {v!r}"))
         assert ("[per-sample]" in line) == (k in schema.per_sample), line
     for k in COMMON_ARGS:
-        assert any(ln.strip().startswith(f"{k}=None:") for ln in lines), k
+        assert any(ln.strip().startswith(f"{k}: {R.COMMON_TYPES[k]} = None:") for ln in lines), k
     assert f"Devices: {', '.join(schema.devices)}" in lines
     for d in schema.devices:
-        assert repr(d) in next(ln for ln in lines if ln.strip().startswith("device=None:"))
+        assert repr(d) in next(ln for ln in lines if ln.strip().startswith("device: str | None = None:"))
     for n in R.input_names(schema):
         assert any(ln.strip().startswith(f"{n}") and ":" in ln for ln in lines), n
     if not R.input_names(schema):
@@ -68,6 +68,36 @@ def test_docstring_names_inputs_arguments_per_sample_devices_and_outputs(name):
     returns = next(ln for ln in lines if ln.startswith("Returns: "))
     assert schema.output_spec in returns
     assert f"fn.{name}" in doc and R.class_path(name) in doc
+
+
+@pytest.mark.parametrize("name", PUBLIC)
+def test_every_argument_has_a_type_and_a_meaning(name):
+    """help(fn.<op>) and an IDE's call tip show each argument's type (the signature's annotation)
+    and meaning (its docstring line), none left blank."""
+    schema = R.schema_of(name)
+    params = inspect.signature(_lookup(fn, name)).parameters
+    lines = _lookup(fn, name).__doc__.splitlines()
+    for k, v in schema.args.items():
+        kind = R.arg_type(schema, k)
+        assert kind and repr(params[k].annotation) == kind, (name, k)
+        prefix = f"{k}: {kind} = {v!r}"
+        line = next(ln.strip() for ln in lines if ln.strip().startswith(prefix))
+        meaning = line[len(prefix):].removeprefix(" [per-sample]")
+        assert meaning.startswith(": ") and len(meaning) > 8, (name, k, line)
+    for k in COMMON_ARGS:
+        assert repr(params[k].annotation) == R.COMMON_TYPES[k]
+
+
+def test_arg_docs_table_names_only_declared_arguments():
+    """ops/arg_docs.py may not describe an argument an op does not take (a renamed argument
+    would otherwise keep a stale text while the new name shows none)."""
+    from detaug.ops import arg_docs
+
+    for op, entries in arg_docs.ARG_DOCS.items():
+        assert op in REGISTRY, op
+        for k, (kind, _) in entries.items():
+            assert k in REGISTRY[op].args, (op, k)
+            assert kind, (op, k)
 
 
 @pytest.mark.parametrize("alias", sorted(ALIASES))
@@ -118,30 +148,35 @@ def test_per_sample_rule_unchanged():
 
 
 def test_hand_checked_rotate_pad_boxes_and_voc():
+    common = "device: str | None = None, name: str | None = None, seed: int | None = None"
     assert str(inspect.signature(fn.rotate)) == (
-        "(images, boxes=<optional>, /, *, angle=0.0, expand=False, fill=0.0, box_mode='corners', "
-        "keep_size=None, fill_value=None, size=None, interp_type=None, "
-        "device=None, name=None, seed=None)")
+        "(images, boxes=<optional>, /, *, angle: float = 0.0, expand: bool = False, "
+        "fill: float | sequence = 0.0, box_mode: str = 'corners', keep_size: bool | None = None, "
+        "fill_value: float | None = None, size: (int, int) | None = None, "
+        f"interp_type: types.DALIInterpType | None = None, {common})")
     assert str(inspect.signature(fn.pad_boxes)) == (
-        "(boxes, /, *, max_boxes=None, fill=0.0, device=None, name=None, seed=None)")
+        f"(boxes, /, *, max_boxes: int | None = None, fill: float = 0.0, {common})")
     assert str(inspect.signature(fn.readers.voc)) == (
-        "(*, root=None, split='trainval', classes=None, skip_difficult=False, on_error='raise', "
-        "random_shuffle=False, shard_id=None, num_shards=None, device=None, name=None, seed=None)")
+        "(*, root: str = None, split: str = 'trainval', classes: sequence | str | None = None, "
+        "skip_difficult: bool = False, on_error: str = 'raise', random_shuffle: bool = False, "
+        f"shard_id: int | None = None, num_shards: int | None = None, {common})")
     assert str(inspect.signature(ops.readers.VOC)) == str(inspect.signature(fn.readers.voc))
     text = pydoc.render_doc(fn.rotate, renderer=pydoc.plaintext)
-    assert "rotate(images, boxes=<optional>, /, *, angle=0.0, expand=False, fill=0.0, " \
-           "box_mode='corners'" in text
-    assert "angle=0.0 [per-sample]" in text and "expand=False\n" in text
+    assert "rotate(images, boxes=<optional>, /, *, angle: float = 0.0, expand: bool = False, " in text
+    assert "angle: float = 0.0 [per-sample]: degrees, counter-clockwise, about the image centre" in text
+    assert "expand: bool = False: enlarge the canvas" in text
     assert "Devices: cpu, gpu" in text
     pad = fn.pad_boxes.__doc__
-    assert "boxes: BoxBatch" in pad and "max_boxes=None\n" in pad and "[per-sample]" not in pad
+    assert "boxes: BoxBatch" in pad and "[per-sample]" not in pad
+    assert "max_boxes: int | None = None: M, the padded length; None: the batch's largest" in pad
     assert "PaddedBoxes: boxes (B, M, 4)" in pad and "Devices: cpu, gpu" in pad
     voc = fn.readers.voc.__doc__
     assert "Inputs: none" in voc and "Returns: 2 outputs (a tuple)" in voc
-    assert "device=None: 'cpu' only" in voc and "Devices: cpu\n" in voc
+    assert "skip_difficult: bool = False: leave out objects marked difficult=1" in voc
+    assert "device: str | None = None: 'cpu' only" in voc and "Devices: cpu\n" in voc
     assert "class form: ops.readers.VOC" in voc
     image = str(inspect.signature(fn.decoders.image))
-    assert image.startswith("(encoded, /, *, output_type='RGB'")
+    assert image.startswith("(encoded, /, *, output_type: str = 'RGB', hw_decoder_load: any = None")
     assert "'cpu', 'mixed'" in fn.decoders.image.__doc__
 
 
@@ -153,8 +188,10 @@ def test_a_new_op_is_documented_from_its_declaration(monkeypatch):
                         arg_docs={"k": "a pair"}, doc="probe")
     monkeypatch.setitem(REGISTRY, "zz_probe", schema)
     f = R.make_functional().zz_probe
-    assert str(inspect.signature(f)) == "(boxes_, /, *, boxes=3, k=(1, 2), device=None, name=None, seed=None)"
-    assert "k=(1, 2) [per-sample]: a pair" in f.__doc__
+    assert str(inspect.signature(f)) == ("(boxes_, /, *, boxes: int = 3, k: sequence of int = (1, 2), "
+                                         "device: str | None = None, name: str | None = None, "
+                                         "seed: int | None = None)")
+    assert "k: sequence of int = (1, 2) [per-sample]: a pair" in f.__doc__
     assert "## fn.zz_probe" in R.api_reference_markdown()
 
 
@@ -210,3 +247,80 @@ def test_every_detaug_option_has_help():
                 seen.append(a.option_strings[-1])
                 assert a.help and a.help != argparse.SUPPRESS, f"{p.prog} {a.option_strings}: no help"
     assert {"--version", "--data", "--device", "--seed", "--batch-size"} <= set(seen)
+
+
+# ---- the type stub that IDEs read -----------------------------------------------------------------
+def test_fn_stub_is_generated_from_the_registry():
+    from detaug.ops import stubs
+
+    path = os.path.join(os.path.dirname(__file__), "..", "detaug", "fn.pyi")
+    assert open(path).read() == stubs.fn_stub(), \
+        "detaug/fn.pyi is stale: python -m detaug.ops.stubs > detaug/fn.pyi"
+
+
+def _stub_functions():
+    import ast
+
+    from detaug.ops import stubs
+
+    tree = ast.parse(stubs.fn_stub())
+    out = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
+    for c in (c for c in tree.body if isinstance(c, ast.ClassDef)):
+        out.update({f"{c.name}.{f.name}": f for f in c.body if isinstance(f, ast.FunctionDef)})
+    return out
+
+
+def test_fn_stub_has_every_op_with_the_runtime_parameters():
+    import ast
+
+    funcs = _stub_functions()
+    assert sorted(funcs) == PUBLIC
+    for name in PUBLIC:
+        f, sig = funcs[name], inspect.signature(_lookup(fn, name))
+        inputs, keywords, _ = _split(sig)
+        assert [a.arg for a in f.args.posonlyargs] == [p.name for p in inputs], name
+        assert [a.arg for a in f.args.kwonlyargs] == [p.name for p in keywords], name
+        for a, d, p in zip(f.args.kwonlyargs, f.args.kw_defaults, keywords, strict=True):
+            if not isinstance(d, ast.Constant) or d.value is not Ellipsis:
+                assert ast.literal_eval(d) == p.default, (name, a.arg)
+            if p.name in R.schema_of(name).per_sample:
+                assert "DataNode" in ast.unparse(a.annotation), (name, a.arg)
+        assert ast.get_docstring(f) == inspect.cleandoc(_lookup(fn, name).__doc__), name
+
+
+def test_stub_annotations_from_the_type_words():
+    from detaug.ops.stubs import annotation
+
+    assert annotation("float") == "float"
+    assert annotation("float", per_sample=True) == "float | DataNode"
+    assert annotation("(int, int) | None") == "tuple[int, int] | None"
+    assert annotation("sequence of float") == "Sequence[float]"
+    assert annotation("float | sequence") == "float | Sequence[Any]"
+    assert annotation("(x0, y0, x1, y1) | None") == "tuple[float, float, float, float] | None"
+    assert annotation("types.DALIInterpType | None") == "Any | None"
+    assert annotation("iterable | callable | None") == "Iterable[Any] | Callable[..., Any] | None"
+    assert annotation("an odd phrase") == "Any" and annotation("") == "Any"
+
+
+def test_an_ide_shows_the_signature_and_docstring():
+    """jedi (the static analysis of IPython's and several editors' completion) reads the stub:
+    fn.rotate( and fn.readers.voc( show typed parameters, completion shows the docstring."""
+    jedi = pytest.importorskip("jedi")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def sig(code):
+        lines = code.splitlines()
+        s = jedi.Script(code, path=os.path.join(repo, "probe_.py"), project=jedi.Project(repo))
+        return [x.to_string() for x in s.get_signatures(len(lines), len(lines[-1]))]
+
+    (rot,) = sig("from detaug import fn\nfn.rotate(")
+    assert rot.startswith("rotate(images: Any, boxes: Any=..., /, *, angle: float | DataNode=0.0, "
+                          "expand: bool=False,")
+    (voc,) = sig("import detaug\ndetaug.fn.readers.voc(")
+    assert "root: str | None=None, split: str='trainval'" in voc
+    (pad,) = sig("import detaug.fn as fn\nfn.pad_boxes(")
+    assert "max_boxes: int | None=None" in pad
+    s = jedi.Script("from detaug import fn\nfn.rota", path=os.path.join(repo, "probe_.py"),
+                    project=jedi.Project(repo))
+    (c,) = [c for c in s.complete(2, 7) if c.name == "rotate"]
+    assert "angle: float = 0.0 [per-sample]: degrees, counter-clockwise" in c.docstring()

@@ -10,13 +10,14 @@ the same batch within an epoch (every random draw is keyed by seed, op, epoch an
 index, docs/design.md "Randomness"). ``on_epoch_end`` moves to the next epoch: a new shuffle and new
 draws. ``seq.get_batch(i, epoch=e)`` is batch ``i`` of any epoch ``e``.
 
-Thread workers (``workers=N``, ``use_multiprocessing=False``) are the sequence's own, not Keras':
-Keras 3's enqueuer keeps the batches it fetched but did not hand out (after ``fit`` peeks at one
-batch to build the model, or a run stopped early) and hands them out first in the next epoch, so
-with its workers ``fit`` trained on batches of the wrong epoch, in another order than with one
-worker. The sequence therefore reports ``workers == 1`` to Keras (``seq[i]`` called in Keras'
-order, ``on_epoch_end`` between epochs, nothing carried over) and computes the next ``N - 1``
-batches of the epoch ahead in its own threads, keyed by (epoch, index).
+Workers (``workers=N``, threads or processes) are the sequence's own, not Keras': Keras 3's
+enqueuer keeps the batches it fetched but did not hand out (after ``fit`` peeks at one batch to
+build the model, or a run stopped early) and hands them out first in the next epoch, so with its
+workers ``fit`` trained on batches of the wrong epoch, in another order than with one worker. The
+sequence therefore reports ``workers == 1`` and ``use_multiprocessing == False`` to Keras
+(``seq[i]`` called in Keras' order, in the main process, ``on_epoch_end`` between epochs, nothing
+carried over) and computes the next batches of the epoch ahead itself, keyed by (epoch, index):
+``N - 1`` in its threads, or ``N`` in its worker processes.
 
 Thread safety (Keras' ``workers=N`` with threads): ``Pipeline.run_batch`` keeps no per-call state
 on the pipeline for a CPU pipeline once its executor exists, so CPU batches run concurrently
@@ -25,10 +26,12 @@ reports its batch's event through the shared attribute ``pipeline.last_event``, 
 decoder is shared, so there each ``run_batch`` and the read of its event are serialised by a lock
 of the sequence; the copy to the host runs outside the lock.
 
-Processes (``use_multiprocessing=True``): a worker process rebuilds the pipeline from
-``pipeline.serialize()`` on its first batch (a forked copy of the pipeline's thread pools would
-not run); the graph's arguments must therefore be picklable, and only CPU pipelines are allowed
-(CUDA does not survive a fork).
+Processes (``use_multiprocessing=True``): the sequence's worker processes (a
+``concurrent.futures.ProcessPoolExecutor``, started on the first batch computed ahead) each
+rebuild the pipeline from ``pipeline.serialize()`` on their first batch (a forked copy of the
+pipeline's thread pools would not run) and send the batch back as NumPy arrays; the graph's
+arguments must therefore be picklable, and only CPU pipelines are allowed (CUDA does not survive
+a fork). ``seq.close()`` (or garbage collection) stops them.
 """
 from __future__ import annotations
 
@@ -36,13 +39,20 @@ import os
 import threading
 import warnings
 
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, Union
+
 import numpy as np
 
 from .. import backend
 from ..batch import BoxBatch, ImageBatch
 from ..ops.boxes import PaddedBoxes
 
+if TYPE_CHECKING:
+    from ..pipeline import Pipeline
+
 _TARGET_FORMATS = ("tuple", "dict")
+# what x= / y= take: a name, a tuple of names, {keras name: name}, or f(outputs) -> anything
+Selection = Union[str, Sequence[str], Mapping[str, str], Callable[[dict], Any]]
 
 
 # ---- conversion of one batch (no keras needed) -----------------------------------------------
@@ -85,7 +95,8 @@ def _padded_boxes(bb: BoxBatch, name: str, max_boxes) -> dict:
     return {"boxes": boxes, **fields, "counts": cnt}
 
 
-def batch_to_numpy(outputs, output_map, *, max_boxes=None) -> dict:
+def batch_to_numpy(outputs: Sequence, output_map: Sequence[str], *,
+                   max_boxes: int | None = None) -> dict:
     """``{name: value}`` for one batch of pipeline outputs, on the host, fresh copies.
 
     ImageBatch -> one dense array (as the pipeline laid it out: (B, H, W, C) or (B, C, H, W));
@@ -111,7 +122,7 @@ def batch_to_numpy(outputs, output_map, *, max_boxes=None) -> dict:
     return out
 
 
-def split_xy(named: dict, output_map, targets_format="tuple"):
+def split_xy(named: dict, output_map: Sequence[str], targets_format: str = "tuple") -> tuple:
     """``(x, y)``: x is the first output; y the only other one, or a tuple / dict of the rest.
     ``(x,)`` when the pipeline has a single output (for ``predict``)."""
     names = list(output_map)
@@ -151,7 +162,7 @@ def _flat_names(named: dict) -> dict:
     return flat
 
 
-def select(named: dict, spec, what: str):
+def select(named: dict, spec: Selection, what: str) -> Any:
     """The part of one batch that ``spec`` names: a name -> that array (or dict), a tuple or list
     of names -> a tuple, a dict ``{keras_name: name}`` -> a dict, a callable -> ``spec(named)``.
     An unknown name raises ValueError listing the available ones."""
@@ -179,16 +190,20 @@ def select(named: dict, spec, what: str):
 class _SequenceMixin:
     """The body of DetaugSequence; combined with ``keras.utils.PyDataset`` on first use."""
 
-    def __init__(self, pipeline, *, x=None, y=None, output_map=("images", "targets"),
-                 targets_format="tuple", max_boxes=None, max_batches=None, epochs_shuffle=True,
-                 backend_tensors=False, workers=1, use_multiprocessing=False, max_queue_size=10):
+    def __init__(self, pipeline: Pipeline, *, x: Selection | None = None,
+                 y: Selection | None = None, output_map: Sequence[str] = ("images", "targets"),
+                 targets_format: str = "tuple", max_boxes: int | None = None,
+                 max_batches: int | None = None, epochs_shuffle: bool = True,
+                 backend_tensors: bool = False, workers: int = 1, use_multiprocessing: bool = False,
+                 max_queue_size: int = 10) -> None:
         super().__init__(workers=workers, use_multiprocessing=use_multiprocessing,
                          max_queue_size=max_queue_size)
         self.x, self.y = x, y
-        # threads: Keras sees one worker (it calls seq[i] in order, on_epoch_end between epochs,
-        # nothing carried over); the sequence computes the next batches of the epoch in its own
-        # threads (see the class docstring)
-        self._ahead_n = int(workers) - 1 if (int(workers) > 1 and not use_multiprocessing) else 0
+        # Keras sees one worker and no processes (it calls seq[i] in order, on_epoch_end between
+        # epochs, nothing carried over); the sequence computes the next batches of the epoch in
+        # its own threads or processes (see the module docstring)
+        self._procs = bool(use_multiprocessing)
+        self._ahead_n = max(int(workers), 1) if self._procs else max(int(workers) - 1, 0)
         self._ahead = {}
         self._ahead_lock = threading.Lock()
         self._ahead_pool = None
@@ -249,8 +264,8 @@ class _SequenceMixin:
 
     @property
     def workers(self):
-        """What Keras reads: 1 when the sequence runs its own thread workers (``workers=N``
-        with threads), so that Keras' enqueuer never carries batches across an epoch end."""
+        """What Keras reads: 1 when the sequence runs its own workers (``workers=N``, or
+        processes), so that Keras' enqueuer never carries batches across an epoch end."""
         return 1 if getattr(self, "_ahead_n", 0) else self._workers
 
     @workers.setter
@@ -258,11 +273,25 @@ class _SequenceMixin:
         self._workers = value
 
     @property
+    def use_multiprocessing(self):
+        """What Keras reads: always False (process workers are the sequence's own)."""
+        return False
+
+    @use_multiprocessing.setter
+    def use_multiprocessing(self, value):
+        self._use_multiprocessing = value
+
+    @property
     def thread_workers(self) -> int:
         """Threads of this sequence (``workers`` when threads were asked for, else 0)."""
-        return self._ahead_n + 1 if self._ahead_n else 0
+        return self._ahead_n + 1 if (self._ahead_n and not self._procs) else 0
 
-    def __getitem__(self, index):
+    @property
+    def process_workers(self) -> int:
+        """Worker processes of this sequence (``workers`` with ``use_multiprocessing``, else 0)."""
+        return self._ahead_n if self._procs else 0
+
+    def __getitem__(self, index: int) -> tuple:
         """Batch ``index`` of epoch ``self.epoch`` (read at this call) as ``(x, y)``:
         ``get_batch(index, self.epoch)``.
 
@@ -273,10 +302,11 @@ class _SequenceMixin:
         epoch = self.epoch
         with self._ahead_lock:
             fut = self._ahead.pop((epoch, index), None)
-        xy = fut.result() if fut is not None else self.get_batch(index, epoch)
-        if self._ahead_n:
+        if self._ahead_n:  # submitted before this batch is computed, so the workers start now
             self._look_ahead(index, epoch)
-        return xy
+        if fut is None:
+            return self.get_batch(index, epoch)
+        return self._tensors(fut.result())
 
     def _check_index(self, index) -> int:
         index = int(index)
@@ -286,14 +316,20 @@ class _SequenceMixin:
             raise IndexError(f"batch {index} out of range (0..{self._length - 1})")
         return index
 
-    def get_batch(self, index, epoch=None):
+    def get_batch(self, index: int, epoch: int | None = None) -> tuple:
         """Batch ``index`` of ``epoch`` (default ``self.epoch``) as Keras gets it: the selection
         of ``pipeline.run_batch(index, epoch=epoch)``'s outputs. Any order, any thread."""
         index = self._check_index(index)
         epoch = self.epoch if epoch is None else int(epoch)
+        return self._tensors(self._numpy_batch(index, epoch))
+
+    def _numpy_batch(self, index: int, epoch: int):
+        """``get_batch`` before the conversion to backend tensors (what a worker process sends)."""
         named = batch_to_numpy(self._run(index, epoch), self.output_map,
                                max_boxes=self.max_boxes)
-        xy = self._xy(named)
+        return self._xy(named)
+
+    def _tensors(self, xy):
         if self.backend_tensors:
             import keras
 
@@ -327,13 +363,18 @@ class _SequenceMixin:
 
         with self._ahead_lock:
             if self._ahead_pool is None:
-                self._ahead_pool = cf.ThreadPoolExecutor(self._ahead_n,
-                                                         thread_name_prefix="detaug-keras")
+                if self._procs:
+                    self._ahead_pool = cf.ProcessPoolExecutor(
+                        self._ahead_n, initializer=_init_worker_process, initargs=(self,))
+                else:
+                    self._ahead_pool = cf.ThreadPoolExecutor(self._ahead_n,
+                                                             thread_name_prefix="detaug-keras")
             for key in [k for k in self._ahead if k[0] != epoch or k[1] <= index]:
                 self._ahead.pop(key).cancel()
+            work = _worker_process_batch if self._procs else self._numpy_batch
             for j in range(index + 1, min(index + 1 + self._ahead_n, self._length)):
                 if (epoch, j) not in self._ahead:
-                    self._ahead[(epoch, j)] = self._ahead_pool.submit(self.get_batch, j, epoch)
+                    self._ahead[(epoch, j)] = self._ahead_pool.submit(work, j, epoch)
 
     def _run(self, index, epoch):
         """The pipeline's outputs for batch ``index`` of ``epoch``, after the batch's device work
@@ -356,7 +397,7 @@ class _SequenceMixin:
                 event.synchronize()
             return outs
 
-    def on_epoch_end(self):
+    def on_epoch_end(self) -> None:
         """Next epoch (new shuffle, new random draws) unless ``epochs_shuffle=False``. Keras'
         ``fit`` also calls this once before its first epoch (after peeking at the data), so the
         first epoch it trains on is the pipeline's current epoch + 1."""
@@ -366,6 +407,21 @@ class _SequenceMixin:
             for key in [k for k in self._ahead if k[0] != self.epoch]:
                 self._ahead.pop(key).cancel()
         self._last = None
+
+    def close(self) -> None:
+        """Stop this sequence's worker threads or processes (they start again when needed)."""
+        with self._ahead_lock:
+            pool, self._ahead_pool = self._ahead_pool, None
+            for fut in self._ahead.values():
+                fut.cancel()
+            self._ahead.clear()
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def __del__(self):
+        pool = getattr(self, "_ahead_pool", None)
+        if pool is not None and getattr(self, "_pid", None) == os.getpid():
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def __getstate__(self):  # pickled for spawned worker processes: no pipeline, no lock
         if self._blob is None:
@@ -378,6 +434,24 @@ class _SequenceMixin:
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._ahead_lock = threading.Lock()
+
+
+# ---- the sequence's worker processes -------------------------------------------------------------
+_WORKER_SEQUENCE = None
+
+
+def _init_worker_process(seq):
+    """A worker process's initializer: keep the sequence (its pipeline is rebuilt from
+    ``serialize()`` on first use, since the process id differs); nothing computed ahead here."""
+    global _WORKER_SEQUENCE
+    seq._ahead_n, seq._ahead, seq._ahead_pool = 0, {}, None
+    seq._ahead_lock = threading.Lock()
+    _WORKER_SEQUENCE = seq
+
+
+def _worker_process_batch(index: int, epoch: int):
+    """Batch ``index`` of ``epoch`` as NumPy arrays, computed in a worker process."""
+    return _WORKER_SEQUENCE._numpy_batch(index, epoch)
 
 
 _CLASS = None
@@ -428,8 +502,10 @@ def _sequence_class():
                     "Epochs" below). Look-ahead follows batches asked for in order: use
                     ``fit(..., shuffle=False)`` (the reader already shuffles records every epoch;
                     Keras' ``shuffle`` only reorders whole batches, and then nothing is computed
-                    ahead). With ``use_multiprocessing=True``: Keras' process workers.
-                use_multiprocessing, max_queue_size: Keras' PyDataset parallelism.
+                    ahead). With ``use_multiprocessing=True``, N worker processes of the sequence
+                    compute the next N batches ahead the same way.
+                use_multiprocessing: process workers instead of threads (CPU pipelines).
+                max_queue_size: Keras' PyDataset argument (unused: Keras runs no enqueuer).
 
             Epochs: ``epoch`` is the epoch that ``seq[i]`` reads, at the moment of the call
             (settable, e.g. to resume); it starts at the pipeline's current epoch and
@@ -439,9 +515,8 @@ def _sequence_class():
             that batch of that epoch; ``on_epoch_end`` drops the others. So ``fit`` trains epoch
             k (counting from 1) on ``get_batch(i, epoch=start + k)`` for every ``i``, in Keras'
             order, whatever ``workers`` is (``start``: the pipeline's epoch when the sequence
-            was made; ``fit`` calls ``on_epoch_end`` once after peeking at one batch).
-            With ``use_multiprocessing=True`` Keras' enqueuer decides what crosses an epoch end:
-            its first epoch may start with batches of the peek's epoch.
+            was made; ``fit`` calls ``on_epoch_end`` once after peeking at one batch), with
+            threads or processes alike.
             Batches are fresh NumPy copies, valid indefinitely.
             """
 

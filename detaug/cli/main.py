@@ -1,8 +1,13 @@
-"""``detaug`` command line: ``detaug demo`` runs a detection pipeline on the repository's sample
-data, prints its throughput and writes a grid of augmented images with their boxes drawn.
+"""``detaug`` command line: ``detaug demo`` runs a detection pipeline on a sample data set, prints
+its throughput and writes a grid of augmented images with their boxes drawn
+(:func:`detaug.visualize.draw_grid`).
 
     detaug demo [--data voc|coco] [--device cpu|gpu|auto] [--batches N] [--out demo.png]
     python -m detaug demo ...
+
+The sample is the repository's ``examples/data/<voc-mini|coco-mini>`` (real photographs) in a
+source checkout, else a generated one (coloured shapes, :mod:`detaug.cli.sample`) kept in
+``~/.cache/detaug``, so that the demo runs after ``pip install detaug`` too.
 """
 from __future__ import annotations
 
@@ -14,29 +19,16 @@ import time
 import numpy as np
 
 from ..backend import cpu_warp, pick_device, to_host
+from ..visualize import PALETTE, class_color, draw_grid  # noqa: F401  (class_color: the tests')
 
 SAMPLES = {"voc": "voc-mini", "coco": "coco-mini"}
 SIZE = 512  # the demo pipeline's output canvas (square)
 
-# distinct, saturated colours; class k is drawn in PALETTE[k % len(PALETTE)]
-PALETTE = ((230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48),
-           (145, 30, 180), (70, 240, 240), (240, 50, 230), (210, 245, 60), (250, 190, 212),
-           (0, 128, 128), (220, 190, 255), (170, 110, 40), (255, 250, 200), (128, 0, 0),
-           (170, 255, 195), (128, 128, 0), (255, 215, 180), (0, 0, 128), (128, 128, 128))
-
-
-def class_color(label: int) -> tuple:
-    return PALETTE[int(label) % len(PALETTE)]
-
 
 # ---- data ---------------------------------------------------------------------------------------
-def find_sample_root(data: str, root: str | None = None) -> str:
-    """The sample data set's folder: ``root`` if given, else ``examples/data/<voc-mini|coco-mini>``
-    in the nearest folder above the detaug package that has one."""
-    if root is not None:
-        if not os.path.isdir(root):
-            raise FileNotFoundError(f"--root {root}: no such folder")
-        return os.path.abspath(root)
+def repository_sample(data: str):
+    """``examples/data/<voc-mini|coco-mini>`` in the nearest folder above the detaug package that
+    has one (a source checkout or an editable install), else None."""
     here = os.path.dirname(os.path.abspath(__file__))
     while True:
         cand = os.path.join(here, "examples", "data", SAMPLES[data])
@@ -44,9 +36,23 @@ def find_sample_root(data: str, root: str | None = None) -> str:
             return cand
         parent = os.path.dirname(here)
         if parent == here:
-            raise FileNotFoundError(f"cannot find examples/data/{SAMPLES[data]} above "
-                                    f"{os.path.dirname(os.path.abspath(__file__))}: pass --root")
+            return None
         here = parent
+
+
+def find_sample_root(data: str, root: str | None = None) -> str:
+    """The sample data set's folder: ``root`` if given, else the repository's sample, else the
+    generated one (made on first use, :func:`detaug.cli.sample.sample_root`)."""
+    if root is not None:
+        if not os.path.isdir(root):
+            raise FileNotFoundError(f"--root {root}: no such folder")
+        return os.path.abspath(root)
+    found = repository_sample(data)
+    if found is not None:
+        return found
+    from .sample import sample_root
+
+    return sample_root(data)
 
 
 def coco_files(root: str) -> tuple:
@@ -54,16 +60,25 @@ def coco_files(root: str) -> tuple:
     return os.path.join(root, "annotations.json"), os.path.join(root, "images")
 
 
+def voc_classes(root: str):
+    """The class list of a VOC folder: its ``classes.txt`` (one name a line, as detaug's VOC writer
+    leaves it) where there is one, else None (the 20 VOC classes)."""
+    path = os.path.join(root, "classes.txt")
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return [ln.strip() for ln in f if ln.strip()]
+
+
 def load_dataset(data: str, root: str):
     """The readers' Dataset (records and class names) that the pipeline's reader op reads."""
     if data == "voc":
         from readers.voc import read_voc
 
-        return read_voc(root)
+        return read_voc(root, classes=voc_classes(root))
     from readers.coco import read_coco
 
     return read_coco(*coco_files(root))
-
 
 
 def demo_pipeline(data: str, root: str, device: str = "cpu", batch_size: int = 8, seed: int = 0):
@@ -76,7 +91,7 @@ def demo_pipeline(data: str, root: str, device: str = "cpu", batch_size: int = 8
                   seed=seed, device_id=0 if device == "gpu" else None)
     def detection():
         if data == "voc":
-            enc, boxes = fn.readers.voc(root=root, random_shuffle=True)
+            enc, boxes = fn.readers.voc(root=root, classes=voc_classes(root), random_shuffle=True)
         else:
             ann, images = coco_files(root)
             enc, boxes = fn.readers.coco(annotations_file=ann, file_root=images, random_shuffle=True)
@@ -94,65 +109,38 @@ def demo_pipeline(data: str, root: str, device: str = "cpu", batch_size: int = 8
     return detection()
 
 
-# ---- drawing ------------------------------------------------------------------------------------
-def draw_sample(image: np.ndarray, target: dict, class_names, cell: int):
-    """A ``cell`` x ``cell`` Pillow image of one sample, its boxes and class names drawn.
-    Box corners are scaled by ``cell / W``; the rectangle's outline runs through the pixels
-    at ``round(corner * scale)``."""
-    from PIL import Image, ImageDraw
-
-    im = Image.fromarray(np.ascontiguousarray(image)).convert("RGB")
-    scale = cell / im.width
-    if im.size != (cell, cell):
-        im = im.resize((cell, cell), Image.BILINEAR)
-    draw = ImageDraw.Draw(im)
-    for box, label in zip(np.asarray(target["boxes"]), np.asarray(target["labels"])):
-        x0, y0, x1, y1 = (int(round(float(v) * scale)) for v in box)
-        color = class_color(label)
-        draw.rectangle([x0, y0, x1 - 1, y1 - 1], outline=color, width=2)
-        name = class_names[label] if 0 <= label < len(class_names) else str(int(label))
-        tw = int(draw.textlength(name))
-        ty = y0 - 12 if y0 >= 12 else y0 + 2
-        draw.rectangle([x0, ty, x0 + tw + 3, ty + 11], fill=color)
-        draw.text((x0 + 2, ty), name, fill=(0, 0, 0))
-    return im
-
-
-def render_grid(images, targets, class_names, cols: int = 4, cell: int = 256):
-    """A grid of ``cols`` columns; sample k sits in cell (k // cols, k % cols)."""
-    from PIL import Image
-
-    rows = -(-len(images) // cols)
-    grid = Image.new("RGB", (cols * cell, rows * cell), (0, 0, 0))
-    for k, (img, tgt) in enumerate(zip(images, targets)):
-        grid.paste(draw_sample(img, tgt, class_names, cell), ((k % cols) * cell, (k // cols) * cell))
-    return grid
-
-
 # ---- the demo -----------------------------------------------------------------------------------
+def _next_batch(pipe):
+    try:
+        return pipe.run()
+    except StopIteration:  # more batches than the sample set holds: go round again
+        pipe.reset()
+        return pipe.run()
+
+
 def run_demo(args) -> dict:
+    """Time ``args.batches`` batches, then run untimed batches until the grid's
+    ``args.grid ** 2`` cells are filled (going round the epoch as often as that takes)."""
     root = find_sample_root(args.data, args.root)
     device = pick_device(args.device)
     pipe = demo_pipeline(args.data, root, device, args.batch_size, args.seed)
     pipe.build()
     want = args.grid * args.grid
-    images, targets, n, dt = [], [], 0, 0.0
-    for _ in range(args.batches):
+    images, targets, n, dt, runs = [], [], 0, 0.0, 0
+    while runs < args.batches or len(images) < want:
         t0 = time.perf_counter()
-        try:
-            img, boxes = pipe.run()
-        except StopIteration:  # more batches than the sample set holds: go round again
-            pipe.reset()
-            img, boxes = pipe.run()
+        img, boxes = _next_batch(pipe)
         if pipe.last_event is not None:
             pipe.last_event.synchronize()
-        dt += time.perf_counter() - t0
-        n += len(img)
+        if runs < args.batches:
+            dt += time.perf_counter() - t0
+            n += len(img)
+        runs += 1
         if len(images) < want:  # host copies for drawing, outside the timed work
             images.extend(to_host(a) for a in list(img.data)[:want - len(images)])
             targets.extend(boxes.per_sample()[:want - len(targets)])
     class_names = pipe.class_names  # the reader's Dataset: the annotations are read once
-    grid = render_grid(images, targets, class_names, args.grid, args.cell)
+    grid = draw_grid(images, targets, class_names, args.grid, args.cell, rows=args.grid)
     grid.save(args.out)
     pipe.close()
     return {"root": root, "device": device, "images": n, "seconds": dt, "out": args.out,
@@ -188,7 +176,9 @@ def _parser():
     d.add_argument("--batches", type=int, default=4, help="batches to run (default 4)")
     d.add_argument("--batch-size", type=int, default=8, help="images per batch (default 8)")
     d.add_argument("--out", default="demo.png", help="PNG grid to write (default demo.png)")
-    d.add_argument("--root", default=None, help="the sample folder (default: examples/data/...)")
+    d.add_argument("--root", default=None,
+                   help="the sample folder (default: the repository's examples/data/<voc-mini|"
+                        "coco-mini>, else a generated sample of shapes in ~/.cache/detaug)")
     d.add_argument("--grid", type=int, default=4, help="grid is N x N images (default 4)")
     d.add_argument("--cell", type=int, default=256, help="pixels per grid cell (default 256)")
     d.add_argument("--seed", type=int, default=0,

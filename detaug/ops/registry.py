@@ -6,6 +6,7 @@ import inspect
 
 from ..graph import (ALIASES, COMMON_ARGS, REGISTRY, OpSchema, _takes_auto,  # noqa: F401
                      call_op, register, schema_of)
+from . import arg_docs as _arg_docs
 
 # ---- signatures and docstrings, generated from the schema ----------------------------------------
 class _Optional:
@@ -16,6 +17,36 @@ class _Optional:
 
 
 OPTIONAL = _Optional()
+
+
+class _Type:
+    """An argument's type in words, as a signature annotation (shown bare: ``angle: float = 0.0``)."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __repr__(self):
+        return self.text
+
+    def __eq__(self, other):
+        return isinstance(other, _Type) and other.text == self.text
+
+    def __hash__(self):
+        return hash(self.text)
+
+
+COMMON_TYPES = {"device": "str | None", "name": "str | None", "seed": "int | None"}
+
+
+def arg_type(schema: OpSchema, k: str) -> str:
+    """The type of ``schema``'s argument ``k`` in words (ops/arg_docs.py, else its default's);
+    a hint's is 'any'."""
+    return _arg_docs.arg_type(schema.name, k, schema.args[k]) or ("any" if k in schema.hints else "")
+
+
+def arg_meaning(schema: OpSchema, k: str) -> str:
+    """The meaning of ``schema``'s argument ``k``: its declaration's arg_docs, else ops/arg_docs.py."""
+    return schema.arg_docs.get(k) or _arg_docs.arg_meaning(schema.name, k)
 
 # What a positional input is, by its name.
 INPUT_DOCS = {
@@ -50,8 +81,11 @@ def signature_of(name: str) -> inspect.Signature:
     lo = schema.inputs[0]
     params = [P(n, P.POSITIONAL_ONLY, default=P.empty if i < lo else OPTIONAL)
               for i, n in enumerate(input_names(schema))]
-    params += [P(k, P.KEYWORD_ONLY, default=v) for k, v in schema.args.items()]
-    params += [P(k, P.KEYWORD_ONLY, default=v) for k, v in COMMON_ARGS.items() if k not in schema.args]
+    params += [P(k, P.KEYWORD_ONLY, default=v,
+                 annotation=_Type(arg_type(schema, k)) if arg_type(schema, k) else P.empty)
+               for k, v in schema.args.items()]
+    params += [P(k, P.KEYWORD_ONLY, default=v, annotation=_Type(COMMON_TYPES[k]))
+               for k, v in COMMON_ARGS.items() if k not in schema.args]
     return inspect.Signature(params)
 
 
@@ -119,15 +153,15 @@ def op_docstring(name: str, for_class: bool = False) -> str:
                      "fn.random.uniform(...), one value per sample):" if schema.per_sample else "):"))
         for k, v in schema.args.items():
             tag = " [per-sample]" if k in schema.per_sample else ""
-            meaning = schema.arg_docs.get(k)
-            lines.append(f"    {k}={v!r}{tag}" + (f": {meaning}" if meaning else ""))
+            meaning = arg_meaning(schema, k)
+            lines.append(f"    {k}: {arg_type(schema, k)} = {v!r}{tag}" + (f": {meaning}" if meaning else ""))
     else:
         lines.append("Arguments: none of its own.")
     lines.append("")
     lines.append("Common keywords (every op):")
     for k, meaning in common_arg_docs(schema).items():
         if k not in schema.args:
-            lines.append(f"    {k}={COMMON_ARGS[k]!r}: {meaning}")
+            lines.append(f"    {k}: {COMMON_TYPES[k]} = {COMMON_ARGS[k]!r}: {meaning}")
     lines += ["", f"Devices: {', '.join(schema.devices)}", ""]
     ret = outputs_doc(schema)
     lines.append(f"Returns: {ret}" + (f"; {schema.output_spec}" if schema.output_spec else ""))
@@ -293,14 +327,10 @@ def api_reference_markdown() -> str:
             out.append("No inputs: called with keyword arguments only.")
         out.append("")
         if schema.args:
-            with_docs = bool(schema.arg_docs)
-            out += ["| argument | default | per-sample |" + (" meaning |" if with_docs else ""),
-                    "|---|---|---|" + ("---|" if with_docs else "")]
+            out += ["| argument | type | default | per-sample | meaning |", "|---|---|---|---|---|"]
             for k, v in schema.args.items():
-                row = f"| `{k}` | `{_md(repr(v))}` | {'yes' if k in schema.per_sample else ''} |"
-                if with_docs:
-                    row += f" {_md(schema.arg_docs.get(k, ''))} |"
-                out.append(row)
+                out.append(f"| `{k}` | {_md(arg_type(schema, k))} | `{_md(repr(v))}` | "
+                           f"{'yes' if k in schema.per_sample else ''} | {_md(arg_meaning(schema, k))} |")
         else:
             out.append("No arguments of its own.")
         out += ["", f"Returns {outputs_doc(schema)}"
