@@ -24,17 +24,19 @@ N = 40
 SEED = 11
 # name -> (pipeline's shard_policy, iterator's last_batch_policy, batch size)
 CASES = {"pad-partial": ("pad", "partial", 8), "pad-drop": ("pad", "drop", 8),
-         "drop-fill": ("drop", "fill", 8), "pad-fill-4": ("pad", "fill", 4)}
+         "drop-fill": ("drop", "fill", 8), "pad-fill-4": ("pad", "fill", 4),
+         # shards of 13, 13 and 14 records would take 1, 1 and 2 steps of 13: 'pad' takes 2 each
+         "pad-fill-13": ("pad", "fill", 13)}
 EPOCHS = 2
 RESUME_CASE, RESUME_AT, RESUME_STEPS = "pad-fill-4", 6, 5  # 4 steps an epoch: epoch 1, batch 2
 
 
-def _pipe(batch_size, shard_policy, seed=SEED):
+def _pipe(batch_size, shard_policy, seed=SEED, shuffle=True):
     from detaug import fn, pipeline_def
 
     @pipeline_def
     def boxes_only():
-        _, boxes = fn.readers.voc(root=VOC, random_shuffle=True)
+        _, boxes = fn.readers.voc(root=VOC, random_shuffle=shuffle)
         return boxes
 
     return boxes_only(batch_size=batch_size, num_threads=1, seed=seed, shard_policy=shard_policy)
@@ -111,6 +113,18 @@ def _rank_main(rank, store, out_dir):
         out["disagree"] = None
     except ValueError as e:
         out["disagree"] = str(e)
+    pipe.close()
+    # DALI's uneven shards (13, 13, 14 records) in batches of 13: 1, 1, 2 steps, refused
+    pipe = _pipe(13, "uneven")
+    try:
+        DetaugIterator(pipe, output_map=("boxes",), boxes_format="list")
+        out["uneven"] = None
+    except ValueError as e:
+        out["uneven"] = str(e)
+    pipe.close()
+    # ... which matters only where the reader shuffles: seed + rank without a shuffle is allowed
+    pipe = _pipe(8, "pad", seed=100 + rank, shuffle=False)
+    out["unshuffled_len"] = len(DetaugIterator(pipe, output_map=("boxes",), boxes_format="list"))
     pipe.close()
     dist.barrier()
     dist.destroy_process_group()
@@ -211,8 +225,13 @@ def test_every_rank_resumes_from_rank_zeros_state(ranks):
         assert flat == perm[POSITIONS["pad"][r]].tolist()[:len(flat)]
 
 
-def test_ranks_with_different_seeds_are_refused_on_every_rank(ranks):
+def test_ranks_that_would_diverge_are_refused_on_every_rank(ranks):
+    """Different seeds with a shuffle, or uneven shards with different step counts: a
+    ValueError on every rank when the iterators are made, not a hang in the first all-reduce
+    that one rank does not reach."""
     for out in ranks:
         msg = out["disagree"]
         assert msg is not None and "disagree on pipeline 0" in msg
         assert "rank 0: {'seed': 100" in msg and "rank 2: {'seed': 102" in msg
+        assert out["unshuffled_len"] == 2
+        assert "disagree on steps per epoch (rank 0: 1; rank 1: 1; rank 2: 2)" in out["uneven"]

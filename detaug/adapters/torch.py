@@ -231,14 +231,16 @@ class DetaugIterator:
                "batch_size": self.batch_size, "last_batch_policy": self.policy}
         for k, p in enumerate(self.pipes):
             drv = p._driver
-            out[f"pipeline {k}"] = {"seed": p.seed, "records": drv.size,
+            # the seed keys the shuffle; without one, seeds may differ (augmentations then do)
+            out[f"pipeline {k}"] = {"seed": p.seed if drv.shuffle else None, "records": drv.size,
                                     "random_shuffle": bool(drv.shuffle),
                                     "num_shards": _shard_of(p)[1], "shard_policy": p.shard_policy}
         return out
 
     def _check_ranks_agree(self):
         """One all_gather of :meth:`_agreement` across the ranks; ValueError (on every rank, so
-        none waits) naming what differs. A seed left to chance (seed=-1) differs by rank."""
+        none waits) naming what differs. A seed left to chance (seed=-1) differs by rank, which
+        matters where the reader shuffles."""
         torch = _torch()
         dist = torch.distributed
         if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
@@ -255,7 +257,8 @@ class DetaugIterator:
             per_rank = "; ".join(f"rank {r}: {g[diff[0]]}" for r, g in enumerate(got))
             raise ValueError(f"the ranks' pipelines disagree on {', '.join(diff)} ({per_rank}): "
                              "every rank needs the same seed (not -1), dataset, batch size and "
-                             "policies, or their epochs differ in length or shuffle")
+                             "policies, or their epochs differ in length or shuffle; "
+                             "shard_policy='pad' or 'drop' gives every rank the same steps")
 
     # ---- iteration ----------------------------------------------------------------------------
     def __len__(self) -> int:
