@@ -115,9 +115,10 @@ def test_device_id_defaults_to_local_rank(monkeypatch):
     assert Pipeline().device_id is None
     monkeypatch.setenv("LOCAL_RANK", "3")
     assert Pipeline().device_id == 3 and Pipeline(device_id=0).device_id == 0
-    data = boxes_only(VOC).serialize()
+    data = boxes_only(VOC, shard_policy="drop").serialize()
     monkeypatch.setenv("LOCAL_RANK", "1")  # the bytes keep no device: each process its own
-    assert Pipeline.deserialize(data).device_id == 1
+    back = Pipeline.deserialize(data)
+    assert back.device_id == 1 and back.shard_policy == "drop"
     # torch.distributed initialised without torchrun (mp.spawn): the rank modulo the GPUs
     monkeypatch.delenv("LOCAL_RANK")
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
@@ -251,3 +252,14 @@ def test_resume_mid_epoch_needs_the_same_world_size():
     assert three.epoch == 1 and len(list(it3)) == len(it3)
     for p in pipes + [three]:
         p.close()
+
+
+def test_set_shard_can_change_the_policy(record_of):
+    pipe = boxes_only(VOC)
+    pipe.set_shard(2, 3, shard_policy="drop")
+    assert (pipe.shard_size(), pipe.shard_policy) == (13, "drop")
+    it = DetaugIterator(pipe, output_map=("boxes",), boxes_format="list", last_batch_policy="partial")
+    assert _epoch_records(it, record_of)[0] == epoch_permutation(SEED, 0, N)[26:39].tolist()
+    with pytest.raises(ValueError, match="shard_policy must be one of"):
+        pipe.set_shard(0, 3, shard_policy="even")
+    pipe.close()
