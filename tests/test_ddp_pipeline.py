@@ -181,7 +181,7 @@ def test_epoch_end_keeps_the_next_epochs_launches(submissions):
         for b in range(6):
             got = next(it)["boxes"]
             if b == 5:  # the last batch of the epoch is out: the next epoch is already queued
-                assert any(k[0] == epoch + 1 for k, _ in pipe._executor.queue)
+                assert any(entry[0][0] == epoch + 1 for entry in pipe._executor.queue)
             want = ref_it._convert(ref, ref.run_batch(b, epoch=epoch))["boxes"]
             _same(got, want)
         with pytest.raises(StopIteration):

@@ -401,22 +401,19 @@ def _images(batch: ImageBatch):
 def _skip_rest_of_epoch(pipe):
     """Drop what is left of the pipeline's current epoch without touching the next epoch's
     launches: the batches split off a launch and not handed out, and the queued launches of
-    this epoch (cancelled where not started, waited for where running). ``pipe.reset()`` then
-    finds the next epoch's first launch at the head of its queue and keeps the queue, where it
-    would otherwise clear it and start the next epoch again from nothing."""
+    this epoch, taken off the queue's head as the pipeline takes them (``Executor.pop``: waited
+    for, their output slots released, so that the launches after them are admitted in order)
+    and thrown away. ``pipe.reset()`` then finds the next epoch's first launch at the head of
+    its queue and keeps the queue, where it would otherwise clear it and start the next epoch
+    again from nothing."""
     pipe._ready.clear()
     ex = pipe._executor
     if ex is None:
         return
-    stale = []
     while ex.queue and ex.queue[0][0][0] == pipe.epoch:
-        stale.append(ex.queue.popleft())
-    for _, fut in stale:
-        fut.cancel()
-    for _, fut in stale:
         try:
-            fut.result()
-        except BaseException:  # cancelled, or a failure of a batch nobody will see
+            ex.pop()
+        except Exception:  # noqa: BLE001 - a failure of a batch nobody will see
             pass
 
 
