@@ -6,6 +6,7 @@ import functools
 import inspect
 import logging
 import os
+import sys
 import threading
 import warnings
 
@@ -79,7 +80,9 @@ class Pipeline:
     Args:
         batch_size: samples per batch.
         num_threads: host worker threads (decode, CPU warps) per pipeline.
-        device_id: CUDA device for 'mixed'/'gpu' ops; None for a CPU-only pipeline.
+        device_id: CUDA device for 'mixed'/'gpu' ops. Default (None): the process's local rank
+            where torchrun's ``LOCAL_RANK`` is set or torch.distributed is initialised (one
+            pipeline per process and GPU), else device 0 for a GPU stage.
         seed: pipeline seed; every random draw is keyed by (seed, op id, epoch, sample index).
         prefetch_queue_depth: launches in flight (host stage of k+1.. while k is consumed; a
             launch is ``batches_per_launch`` batches). Default (None): 6 for a pipeline that
@@ -88,6 +91,11 @@ class Pipeline:
         last_batch_policy: 'fill' (pad the last batch by wrapping around the shard's order),
             'drop' (drop an incomplete last batch) or 'partial' (a smaller last batch).
         shard_id, num_shards: default sharding for readers that do not set their own.
+        shard_policy: how shards whose parts of the epoch differ in size are evened out
+            (``detaug.schedule.shard_positions``): 'pad' (default: the short shards repeat a
+            record, so every shard, and every rank of a data-parallel run, takes the same steps),
+            'drop' (every shard drops to the shortest) or 'uneven' (DALI's shards, sizes may
+            differ by one).
         on_error: 'raise' (default) or 'skip': a bad sample is replaced by the next one of the
             same epoch order, with a warning and a count in ``pipe.stats``.
         device_workers: threads (each with its own CUDA stream) that run the mixed/gpu stage of
@@ -134,11 +142,13 @@ class Pipeline:
                  last_batch_policy="fill", shard_id=0, num_shards=1, on_error="raise",
                  device_workers=None, batches_per_launch=None, decode_processes=None,
                  decode_buffer_mb=None, host_processes=None, exec_pipelined=True, exec_async=True,
-                 device_memory_budget=None):
+                 device_memory_budget=None, shard_policy="pad"):
         if last_batch_policy not in _POLICIES:
             raise ValueError(f"last_batch_policy must be one of {_POLICIES}")
         if on_error not in ("raise", "skip"):
             raise ValueError("on_error must be 'raise' or 'skip'")
+        self._device_id_arg = device_id
+        device_id = _local_rank() if device_id is None else device_id
         self.batch_size, self.num_threads, self.device_id = int(batch_size), int(num_threads), device_id
         if self.batch_size < 1 or self.num_threads < 1:
             raise ValueError(f"batch_size and num_threads must be at least 1, got batch_size="
@@ -154,6 +164,9 @@ class Pipeline:
         self.prefetch_queue_depth = 2 if prefetch_queue_depth is None else max(1, int(prefetch_queue_depth))
         self.last_batch_policy, self.on_error = last_batch_policy, on_error
         self.shard_id, self.num_shards = int(shard_id), int(num_shards)
+        if shard_policy not in _schedule.SHARD_POLICIES:
+            raise ValueError(f"shard_policy must be one of {_schedule.SHARD_POLICIES}")
+        self.shard_policy = shard_policy
         self.device_workers = int(device_workers or min(self.prefetch_queue_depth, MAX_DEVICE_WORKERS))
         self._batches_per_launch_arg = batches_per_launch
         self.batches_per_launch = 1 if batches_per_launch is None else max(1, int(batches_per_launch))
@@ -433,7 +446,7 @@ class Pipeline:
         n = src.size
         order = epoch_permutation(self.seed, epoch, n) if src.shuffle else np.arange(n, dtype=np.int64)
         sid, ns = src.shard
-        return order[sid * n // ns:(sid + 1) * n // ns]
+        return order[_schedule.shard_positions(n, sid, ns, self.shard_policy)]
 
     def epoch_size(self, name=None):
         """Number of records the reader holds (all shards), as DALI's ``epoch_size``."""
@@ -448,7 +461,7 @@ class Pipeline:
 
     def shard_size(self) -> int:
         self.build()
-        return _schedule.shard_size(self._driver.size, *self._driver.shard)
+        return _schedule.shard_size(self._driver.size, *self._driver.shard, self.shard_policy)
 
     def __len__(self) -> int:
         """Batches per epoch on this shard."""
@@ -831,11 +844,16 @@ class Pipeline:
         ds = getattr(self._driver, "dataset", None)
         return list(ds.class_names) if ds is not None else getattr(self._driver, "class_names", None)
 
-    def set_shard(self, shard_id: int, num_shards: int):
+    def set_shard(self, shard_id: int, num_shards: int, shard_policy=None):
         """Shard the readers that have no shard_id / num_shards of their own (the PyTorch
-        iterator does this from torch.distributed); restarts the current epoch's iteration."""
+        iterator does this from torch.distributed); restarts the current epoch's iteration.
+        ``shard_policy``: None keeps the pipeline's (see the class)."""
         if not 0 <= int(shard_id) < int(num_shards):
             raise ValueError(f"shard_id {shard_id} not in [0, {num_shards})")
+        if shard_policy is not None:
+            if shard_policy not in _schedule.SHARD_POLICIES:
+                raise ValueError(f"shard_policy must be one of {_schedule.SHARD_POLICIES}")
+            self.shard_policy = shard_policy
         self.shard_id, self.num_shards = int(shard_id), int(num_shards)
         if self._built:
             for op_id, src in self._sources.items():
@@ -897,7 +915,7 @@ class Pipeline:
         external source's callable must be picklable."""
         self.build()
         params = dict(batch_size=self.batch_size, num_threads=self.num_threads,
-                      device_id=self.device_id, seed=self.seed,
+                      device_id=self._device_id_arg, seed=self.seed,
                       prefetch_queue_depth=self._prefetch_arg,
                       last_batch_policy=self.last_batch_policy, shard_id=self.shard_id,
                       num_shards=self.num_shards, on_error=self.on_error,
@@ -905,7 +923,8 @@ class Pipeline:
                       batches_per_launch=self._batches_per_launch_arg,
                       decode_processes=self.decode_processes, decode_buffer_mb=self.decode_buffer_mb,
                       host_processes=self._host_processes_arg,
-                      device_memory_budget=self._budget_arg)  # exec_*: no effect, not kept
+                      device_memory_budget=self._budget_arg,
+                      shard_policy=self.shard_policy)  # exec_*: no effect, not kept
         return _persist.dumps(params, self.graph.ops, self._outputs)
 
     @classmethod
@@ -920,6 +939,20 @@ class Pipeline:
 _PIPE_PARAMS = set(inspect.signature(Pipeline.__init__).parameters) - {"self"}
 
 
+def _local_rank():
+    """The process's local rank for a default device_id: torchrun's ``LOCAL_RANK``, else, where
+    torch.distributed is initialised (torch.multiprocessing.spawn), the rank modulo the GPUs
+    visible; None outside a distributed run. torch is not imported here."""
+    env = os.environ.get("LOCAL_RANK", "")
+    if env.strip():
+        return int(env)
+    torch = sys.modules.get("torch")
+    dist = getattr(torch, "distributed", None)
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank() % max(1, torch.cuda.device_count())
+    return None
+
+
 def pipeline_def(fn=None, **defaults):
     """Decorator turning a graph-definition function into a pipeline factory:
 
@@ -930,12 +963,21 @@ def pipeline_def(fn=None, **defaults):
             return images, boxes
 
         pipe = det_pipe("data/voc", batch_size=16)   # pipeline arguments may be given here too
+
+    A keyword the graph function declares as a parameter goes to the graph function, even where
+    it also names a Pipeline argument (as in DALI): ``def g(shard_id=0, num_shards=1)`` gets
+    ``g(shard_id=1, num_shards=2)``'s values. Such a Pipeline argument can then be set in
+    ``@pipeline_def(...)`` only.
     """
     def deco(f):
+        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        own = {k for k, p in inspect.signature(f).parameters.items() if p.kind in kinds}
+
         @functools.wraps(f)
         def factory(*args, **kwargs):
-            params = {**defaults, **{k: v for k, v in kwargs.items() if k in _PIPE_PARAMS}}
-            fargs = {k: v for k, v in kwargs.items() if k not in _PIPE_PARAMS}
+            pipe_kw = {k: v for k, v in kwargs.items() if k in _PIPE_PARAMS and k not in own}
+            params = {**defaults, **pipe_kw}
+            fargs = {k: v for k, v in kwargs.items() if k not in pipe_kw}
             pipe = Pipeline(**params)
             with pipe:
                 out = f(*args, **fargs)

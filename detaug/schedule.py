@@ -1,19 +1,65 @@
 """The schedule of an epoch: which records (and how many) each batch holds. Pure functions of
 sizes and policies, shared by the pipeline's launches and its random access (``run_batch``).
 
-Sources with a size give batches from the shard's epoch order; ``last_batch_policy`` decides the
-last one: 'partial' (shorter), 'fill' (wraps around to the start of the order), 'drop' (left
-out). Sources fed whole batches (an iterable, ``feed_input``) set each batch's length
-themselves: :func:`fit_to_fed`.
+Shards: every epoch order is cut into contiguous parts, one a shard, that a shard policy evens
+out ('pad' by default, so that every rank of a data-parallel run takes the same number of
+steps: :func:`shard_positions`). Sources with a size give batches from the shard's epoch order;
+``last_batch_policy`` decides the last one: 'partial' (shorter), 'fill' (wraps around to the
+start of the order), 'drop' (left out). Sources fed whole batches (an iterable, ``feed_input``)
+set each batch's length themselves: :func:`fit_to_fed`.
 """
 from __future__ import annotations
 
 import numpy as np
 
 
-def shard_size(n: int, shard_id: int, num_shards: int) -> int:
-    """Records of shard ``shard_id`` of ``num_shards`` over ``n`` records (contiguous shards
-    whose sizes differ by at most one)."""
+SHARD_POLICIES = ("pad", "drop", "uneven")
+
+
+def shard_positions(n: int, shard_id: int, num_shards: int, policy: str = "pad") -> np.ndarray:
+    """Positions in the epoch order (of ``n`` records) that shard ``shard_id`` of ``num_shards``
+    reads, in its order. Shard k owns the contiguous part ``[k * n // num_shards, (k + 1) * n //
+    num_shards)``; the parts are disjoint, cover the order once and differ in size by at most
+    one. ``policy`` makes every shard as long as the others, so that every rank of a
+    data-parallel run takes the same number of steps:
+
+    - ``'pad'``: every shard holds ``ceil(n / num_shards)`` positions; a shorter part repeats its
+      own first position(s) (a part with none, when ``n < num_shards``, the first of the epoch
+      order). The epoch is the dataset once plus ``ceil(n / num_shards) * num_shards - n``
+      repeats (fewer than ``num_shards``).
+    - ``'drop'``: every shard holds ``n // num_shards`` positions, the first of its part; the
+      last position of each longer part is left out of that epoch (``n % num_shards`` records,
+      other ones every epoch when the order is shuffled).
+    - ``'uneven'``: the part as it is (DALI's readers without ``pad_last_batch``): sizes differ
+      by one where ``num_shards`` does not divide ``n``, and so may the step counts.
+    """
+    if policy not in SHARD_POLICIES:
+        raise ValueError(f"shard policy must be one of {SHARD_POLICIES}, not {policy!r}")
+    if not 0 <= shard_id < num_shards:
+        raise ValueError(f"shard_id {shard_id} not in [0, {num_shards})")
+    lo, hi = shard_id * n // num_shards, (shard_id + 1) * n // num_shards
+    own = np.arange(lo, hi, dtype=np.int64)
+    if policy == "uneven":
+        return own
+    if policy == "drop":
+        return own[:n // num_shards]
+    short = -(-n // num_shards) - len(own)
+    if short == 0:
+        return own
+    base = own if len(own) else np.arange(n, dtype=np.int64)
+    return np.concatenate([own, base[np.arange(short) % len(base)]])
+
+
+def shard_size(n: int, shard_id: int, num_shards: int, policy: str = "uneven") -> int:
+    """Records that shard ``shard_id`` of ``num_shards`` reads per epoch of ``n`` records under
+    ``policy`` (see :func:`shard_positions`): ``ceil(n / num_shards)`` for 'pad',
+    ``n // num_shards`` for 'drop', the contiguous part's size for 'uneven'."""
+    if policy not in SHARD_POLICIES:
+        raise ValueError(f"shard policy must be one of {SHARD_POLICIES}, not {policy!r}")
+    if policy == "pad":
+        return -(-n // num_shards)
+    if policy == "drop":
+        return n // num_shards
     return (shard_id + 1) * n // num_shards - shard_id * n // num_shards
 
 

@@ -5,14 +5,32 @@ host NumPy arrays through ``torch.from_numpy``, device cupy arrays through DLPac
 (``torch.from_dlpack``), after torch's current stream has been made to wait on the pipeline's
 per-batch event, so no host synchronisation is needed.
 
-Distributed training: give every rank the same ``seed`` (the shuffle is keyed by the seed, and
-each shard takes its slice of the same permutation). When torch.distributed is initialised and
-the pipelines are unsharded, the iterator shards them by rank itself (``Pipeline.set_shard``);
-pipelines created with ``shard_id, num_shards = shard_from_torch_distributed()`` are kept as
-they are.
+Distributed training (DistributedDataParallel, one process and one pipeline per GPU, launched
+with torchrun on one machine or several):
+
+- Sharding: when torch.distributed is initialised (or torchrun's ``RANK`` / ``WORLD_SIZE`` are
+  set) and the pipelines are unsharded, the iterator shards them by global rank itself
+  (``Pipeline.set_shard``); pipelines created with ``shard_id, num_shards =
+  shard_from_torch_distributed()`` are kept as they are. A pipeline's ``device_id`` defaults to
+  ``LOCAL_RANK``. No rank reads anything another rank wrote.
+- The same number of steps on every rank: the pipeline's ``shard_policy`` ('pad', the default,
+  repeats a record on the short shards; 'drop' drops to the shortest) makes every shard equally
+  long, so every rank's ``len(iterator)`` is the same and no all-reduce waits for a rank that has
+  stopped (``detaug.schedule.shard_positions``).
+- The same shuffle: every rank shuffles the epoch with the permutation keyed by (seed, epoch)
+  and takes its part of it, so give every rank the same ``seed``. Under an initialised process
+  group the iterator checks once, when it is made, that the ranks agree (seed, dataset size,
+  batch size, policies, steps per epoch) and raises on every rank where they do not.
+- Resume: ``state_dict()`` is (epoch, batch), the same on every rank at any step; the state of
+  rank 0 resumes every rank at exactly its next batch (with the same world size; at an epoch's
+  start any world size).
+- Epoch ends: the pipeline prefetches the next epoch's first launches before this epoch's last
+  batches are handed out, and the iterator keeps them when it moves on (``reset``), also where
+  it ends an epoch before the pipeline does ('drop', a smaller ``size``).
 """
 from __future__ import annotations
 
+import os
 import warnings
 
 import numpy as np
@@ -30,14 +48,23 @@ def _torch():
     return torch
 
 
-def shard_from_torch_distributed(default=(0, 1)) -> tuple:
-    """``(rank, world_size)`` of the initialised ``torch.distributed`` process group, else
-    ``default``. Pass them to the pipeline as ``shard_id`` / ``num_shards``."""
-    torch = _torch()
-    dist = torch.distributed
+def _world():
+    """``(rank, world_size)`` of the initialised ``torch.distributed`` process group, else of
+    torchrun's ``RANK`` / ``WORLD_SIZE`` variables, else None."""
+    dist = _torch().distributed
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
-    return tuple(default)
+    rank, world = os.environ.get("RANK", "").strip(), os.environ.get("WORLD_SIZE", "").strip()
+    if rank and world:
+        return int(rank), int(world)
+    return None
+
+
+def shard_from_torch_distributed(default=(0, 1)) -> tuple:
+    """``(rank, world_size)`` of the initialised ``torch.distributed`` process group, else of
+    torchrun's ``RANK`` / ``WORLD_SIZE`` variables, else ``default``. Pass them to the pipeline
+    as ``shard_id`` / ``num_shards``."""
+    return _world() or tuple(default)
 
 
 def _shard_of(pipe) -> tuple:
@@ -107,6 +134,10 @@ class DetaugIterator:
             Needed for a source without a size.
         label_offset: added to every real label (not to padding), for models that reserve 0
             for the background.
+        check_ranks: under an initialised torch.distributed process group with several ranks,
+            check once (one ``all_gather_object``, so every rank must make its iterator) that
+            the ranks agree on what decides the steps and the shuffle; raises ValueError where
+            they do not.
 
     Images: an ImageBatch whose samples share a size becomes one tensor (B, H, W, C) or
     (B, C, H, W) as the pipeline laid it out (zero copy when the batch is dense); ragged sizes
@@ -118,7 +149,8 @@ class DetaugIterator:
     """
 
     def __init__(self, pipelines, output_map=("images", "boxes"), *, boxes_format="padded",
-                 last_batch_policy=None, auto_reset=False, size=None, label_offset=0):
+                 last_batch_policy=None, auto_reset=False, size=None, label_offset=0,
+                 check_ranks=True):
         self.pipes = list(pipelines) if isinstance(pipelines, (list, tuple)) else [pipelines]
         if not self.pipes:
             raise ValueError("DetaugIterator needs at least one pipeline")
@@ -139,6 +171,8 @@ class DetaugIterator:
         self.size = self._check_size(size)
         self._batch = self.pipes[0].state_dict()["batch"]
         self._ended = False
+        if check_ranks:
+            self._check_ranks_agree()
 
     # ---- set-up checks ------------------------------------------------------------------------
     def _check_policy(self, policy):
@@ -171,15 +205,13 @@ class DetaugIterator:
         return size
 
     def _check_shards(self):
-        torch = _torch()
-        dist = torch.distributed
         shards = [_shard_of(p) for p in self.pipes]
-        if dist.is_available() and dist.is_initialized():
-            world = dist.get_world_size() * len(self.pipes)
+        found = _world()
+        if found is not None:
+            rank, world = found[0], found[1] * len(self.pipes)
             if world > 1 and all(ns == 1 for _, ns in shards):
                 # unsharded pipelines under torch.distributed: shard them by rank (one shard per
                 # pipeline, ranks outermost), so that every rank reads its own part of each epoch
-                rank = dist.get_rank()
                 for k, p in enumerate(self.pipes):
                     p.set_shard(rank * len(self.pipes) + k, world)
                 shards = [_shard_of(p) for p in self.pipes]
@@ -192,6 +224,41 @@ class DetaugIterator:
                 any(getattr(getattr(p, "_driver", None), "shuffle", False) for p in self.pipes):
             warnings.warn("zipped shards with different seeds shuffle differently: records may "
                           "repeat or be missed; give every shard the same seed")
+
+    def _agreement(self) -> dict:
+        """What every rank must have alike: it decides the steps per epoch and the shuffle."""
+        out = {"steps per epoch": None if self.size is None else len(self),
+               "batch_size": self.batch_size, "last_batch_policy": self.policy}
+        for k, p in enumerate(self.pipes):
+            drv = p._driver
+            # the seed keys the shuffle; without one, seeds may differ (augmentations then do)
+            out[f"pipeline {k}"] = {"seed": p.seed if drv.shuffle else None, "records": drv.size,
+                                    "random_shuffle": bool(drv.shuffle),
+                                    "num_shards": _shard_of(p)[1], "shard_policy": p.shard_policy}
+        return out
+
+    def _check_ranks_agree(self):
+        """One all_gather of :meth:`_agreement` across the ranks; ValueError (on every rank, so
+        none waits) naming what differs. A seed left to chance (seed=-1) differs by rank, which
+        matters where the reader shuffles."""
+        torch = _torch()
+        dist = torch.distributed
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+            return
+        mine = self._agreement()
+        got = [None] * dist.get_world_size()
+        if dist.get_backend() == "nccl":  # its objects travel on the current CUDA device
+            with torch.cuda.device(self.pipes[0].device_id or 0):
+                dist.all_gather_object(got, mine)
+        else:
+            dist.all_gather_object(got, mine)
+        diff = [k for k in mine if any(g[k] != got[0][k] for g in got)]
+        if diff:
+            per_rank = "; ".join(f"rank {r}: {g[diff[0]]}" for r, g in enumerate(got))
+            raise ValueError(f"the ranks' pipelines disagree on {', '.join(diff)} ({per_rank}): "
+                             "every rank needs the same seed (not -1), dataset, batch size and "
+                             "policies, or their epochs differ in length or shuffle; "
+                             "shard_policy='pad' or 'drop' gives every rank the same steps")
 
     # ---- iteration ----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -234,19 +301,35 @@ class DetaugIterator:
         raise StopIteration
 
     def reset(self):
-        """Move every pipeline to the next epoch (new shuffle)."""
+        """Move every pipeline to the next epoch (new shuffle). The next epoch's launches that
+        a pipeline has in flight are kept, also where this iterator ends the epoch before the
+        pipeline does (:func:`_skip_rest_of_epoch`)."""
         for p in self.pipes:
+            if self.size is not None:
+                _skip_rest_of_epoch(p)
             p.reset()
         self._batch, self._ended = 0, False
 
     def state_dict(self) -> dict:
-        """Where the iteration stands (every pipeline's state); resumes exactly."""
-        return {"pipelines": [p.state_dict() for p in self.pipes], "batch": self._batch}
+        """Where the iteration stands (every pipeline's state); resumes exactly. It holds no
+        rank: under DDP every rank is at the same (epoch, batch), and one rank's state resumes
+        all of them."""
+        return {"pipelines": [p.state_dict() for p in self.pipes], "batch": self._batch,
+                "num_shards": [_shard_of(p)[1] for p in self.pipes]}
 
     def load_state_dict(self, state: dict):
+        """Resume at ``state``'s batch (from this rank's state or any other rank's). Resuming in
+        the middle of an epoch needs the number of shards (ranks) the state was taken with."""
         states = state["pipelines"]
         if len(states) != len(self.pipes):
             raise ValueError(f"state holds {len(states)} pipelines, this iterator {len(self.pipes)}")
+        shards = state.get("num_shards")
+        now = [_shard_of(p)[1] for p in self.pipes]
+        if shards is not None and list(shards) != now and int(state["batch"]) > 0:
+            raise ValueError(f"the state was taken at batch {state['batch']} with num_shards "
+                             f"{list(shards)}, this run has {now}: the shards of an epoch depend on "
+                             "their number, so resume mid-epoch with the same world size (or at "
+                             "an epoch's start)")
         for p, s in zip(self.pipes, states):
             p.load_state_dict(s)
         self._batch, self._ended = int(state["batch"]), False
@@ -313,6 +396,25 @@ def _images(batch: ImageBatch):
     if tensors and all(x.shape == tensors[0].shape for x in tensors):
         return torch.stack(tensors)
     return tensors
+
+
+def _skip_rest_of_epoch(pipe):
+    """Drop what is left of the pipeline's current epoch without touching the next epoch's
+    launches: the batches split off a launch and not handed out, and the queued launches of
+    this epoch, taken off the queue's head as the pipeline takes them (``Executor.pop``: waited
+    for, their output slots released, so that the launches after them are admitted in order)
+    and thrown away. ``pipe.reset()`` then finds the next epoch's first launch at the head of
+    its queue and keeps the queue, where it would otherwise clear it and start the next epoch
+    again from nothing."""
+    pipe._ready.clear()
+    ex = pipe._executor
+    if ex is None:
+        return
+    while ex.queue and ex.queue[0][0][0] == pipe.epoch:
+        try:
+            ex.pop()
+        except Exception:  # noqa: BLE001 - a failure of a batch nobody will see
+            pass
 
 
 def _shard_size(pipe):

@@ -66,7 +66,7 @@ def _reader_shard_size(pipe, reader_name) -> int:
         if pipe.graph.ops[op_id].name == reader_name:
             if src.size is None:
                 raise ValueError(f"reader_name={reader_name!r} names a source without a size")
-            return schedule.shard_size(src.size, *src.shard), src
+            return schedule.shard_size(src.size, *src.shard, pipe.shard_policy), src
     names = [pipe.graph.ops[i].name for i in pipe._sources]
     raise ValueError(f"reader_name={reader_name!r}: the pipeline has no reader of that name "
                      f"(its sources: {names}); give the reader name=")
