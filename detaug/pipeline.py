@@ -408,7 +408,15 @@ class Pipeline:
         n = src.size
         order = epoch_permutation(self.seed, epoch, n) if src.shuffle else np.arange(n, dtype=np.int64)
         sid, ns = src.shard
+        sid = (sid + epoch) % ns if getattr(src, "moves_shards", False) else sid  # DALI's stick_to_shard=False
         return order[sid * n // ns:(sid + 1) * n // ns]
+
+    def _epoch_samples(self) -> int:
+        """Samples of the shard's epoch: its size, or with a reader's ``pad_last_batch`` (DALI's)
+        the largest shard's, every shard then having as many batches."""
+        if getattr(self._driver, "pad_last_batch", False):
+            return -(-self._driver.size // self._driver.shard[1])
+        return self.shard_size()
 
     def epoch_size(self, name=None):
         """Number of records the reader holds (all shards), as DALI's ``epoch_size``."""
@@ -430,14 +438,20 @@ class Pipeline:
         self.build()
         if self._driver.size is None:
             raise TypeError("this pipeline's source has no size: give external_source a size")
-        return _schedule.batches_per_epoch(self.shard_size(), self.batch_size, self.last_batch_policy)
+        return _schedule.batches_per_epoch(self._epoch_samples(), self.batch_size, self.last_batch_policy)
 
     def _indices(self, epoch, batch_index, count=1):
         """(record indices, positions in the shard order, batch sizes) of batches
         ``batch_index .. batch_index + count - 1`` of ``epoch``, concatenated."""
         order = self._shard_order(epoch)
-        pos, sizes = _schedule.batch_positions(len(order), batch_index, count, self.batch_size,
+        n = self._epoch_samples()
+        pos, sizes = _schedule.batch_positions(n, batch_index, count, self.batch_size,
                                                self.last_batch_policy)
+        if getattr(self._driver, "pad_last_batch", False) and len(order):
+            # DALI's pad_last_batch: what follows the shard's last sample repeats it
+            start = batch_index * self.batch_size
+            pos = np.minimum(np.concatenate([start + k * self.batch_size + np.arange(m)
+                                             for k, m in enumerate(sizes)]), len(order) - 1)
         return order[pos], pos, sizes
 
     def _prepare(self, key):
@@ -672,8 +686,21 @@ class Pipeline:
             self._submitted = (e, b + count)
 
     def run(self):
-        """The next batch of the current epoch: a tuple with one value per output.
-        Raises StopIteration at the end of the epoch (then call ``reset()``)."""
+        """The next batch: a tuple with one value per output. As DALI's readers do, a pipeline
+        driven by a reader goes on into the next epoch at the end of one (the batches of
+        ``reset()`` + ``run()``: the epoch's keyed order, as ``run_batch`` and ``state_dict``
+        give it); an external source raises StopIteration at its end (then call ``reset()``).
+        Iterating the pipeline (``for batch in pipe``, ``next(pipe)``) ends with each epoch."""
+        try:
+            return self._next_of_epoch()
+        except StopIteration:
+            if not getattr(self._driver, "wraps_around", False):
+                raise
+        self.reset()
+        return self._next_of_epoch()
+
+    def _next_of_epoch(self):
+        """The next batch of the current epoch; StopIteration at its end."""
         if not self._ready:
             self._fill_queue(need=True)
             ex = self._executor
@@ -701,7 +728,7 @@ class Pipeline:
         return self
 
     def __next__(self):
-        return self.run()
+        return self._next_of_epoch()
 
     def reset(self):
         """Move on to the next epoch (new shuffle). Batches of it already prefetched are kept."""
