@@ -820,6 +820,11 @@ class Pipeline:
     def epoch(self) -> int:
         return self._epoch
 
+    @property
+    def max_batch_size(self) -> int:
+        """DALI's name for ``batch_size`` (programs written for DALI read it)."""
+        return self.batch_size
+
     def close(self):
         """Stop the worker threads and decode processes (waits for batches in flight)."""
         if self._executor is not None:

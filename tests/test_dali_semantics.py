@@ -303,3 +303,116 @@ def test_coco_reader_takes_dalis_outputs_with_any_dali_argument():
                 fn.readers.coco(file_root=root, annotations_file=ann, **{k: True})
             with pytest.raises(NotImplementedError, match=k):
                 ops.COCOReader(file_root=root, annotations_file=ann, ratio=True, **{k: True})()
+
+
+def test_random_bbox_crop_per_sample_input_shape_then_slice(rng):
+    """DALI's EfficientDet example: crop_shape = the output size, input_shape per sample (the
+    resized images' sizes), then fn.slice with absolute anchor and shape and
+    out_of_bounds_policy='pad'. Each output is the window [round(a), round(a + s)) of its image
+    (halves away from zero), zeros where it reaches outside."""
+    imgs = [rng.integers(1, 256, (int(rng.integers(20, 50)), int(rng.integers(20, 50)), 3), np.uint8)
+            for _ in range(5)]
+    sizes = [np.array(im.shape[1::-1], np.int32) for im in imgs]  # (w, h), DALI's WH order
+    boxes = _boxes(rng, 5)
+
+    def graph(i, b, s):
+        a, sh, bb, idx = fn.random_bbox_crop(b, crop_shape=(32, 24), input_shape=s,
+                                             bbox_layout="xyXY", allow_no_crop=False,
+                                             total_num_attempts=64, output_bbox_indices=True)
+        return (fn.slice(i, a, sh, normalized_anchor=False, normalized_shape=False,
+                         out_of_bounds_policy="pad"), a, sh, bb, idx)
+
+    images, anchor, shape, out, idx = _fed(graph, [imgs, boxes, sizes],
+                                           seed=int(rng.integers(1 << 30)))
+    for k, im in enumerate(imgs):
+        h, w = im.shape[:2]
+        np.testing.assert_array_equal(shape[k], [32, 24])
+        assert min(0, w - 32) <= anchor[k][0] <= max(0, w - 32)
+        assert min(0, h - 24) <= anchor[k][1] <= max(0, h - 24)
+        x0, y0 = (np.sign(anchor[k]) * np.floor(np.abs(anchor[k].astype(np.float64)) + 0.5)).astype(int)
+        ref = np.zeros((24, 32, 3), np.uint8)
+        ys, xs = slice(max(y0, 0), min(y0 + 24, h)), slice(max(x0, 0), min(x0 + 32, w))
+        ref[ys.start - y0:ys.stop - y0, xs.start - x0:xs.stop - x0] = im[ys, xs]
+        np.testing.assert_array_equal(np.asarray(images.data[k]), ref)
+        lo = anchor[k].astype(np.float64) / np.array([w, h])
+        ext = shape[k].astype(np.float64) / np.array([w, h])
+        np.testing.assert_allclose(out[k], _mapped(boxes[k][idx[k]].astype(np.float64), lo, ext),
+                                   atol=1e-5)
+
+
+# ---- DALI's SSD example (DALI's docs/examples/use_cases/pytorch/single_stage_detector), ported -----
+class SSDPipeline(Pipeline):
+    """The example's class-API pipeline with its arguments, on the CPU; left out: BoxEncoder (not
+    in detaug), Hsv's / BrightnessContrast's dtype= (refused by name, below)."""
+
+    def __init__(self, shard_id, num_shards):
+        super().__init__(batch_size=4, device_id=0, num_threads=1, seed=7)
+        self.input = ops.COCOReader(file_root=os.path.join(COCO, "images"),
+                                    annotations_file=os.path.join(COCO, "annotations.json"),
+                                    skip_empty=True, shard_id=shard_id, num_shards=num_shards,
+                                    ratio=True, ltrb=True, random_shuffle=False,
+                                    shuffle_after_epoch=True, pad_last_batch=True)
+        self.decode = ops.ImageDecoder(device="cpu", output_type=types.RGB)
+        self.crop = ops.RandomBBoxCrop(device="cpu", aspect_ratio=[0.5, 2.0],
+                                       thresholds=[0, 0.1, 0.3, 0.5, 0.7, 0.9], scaling=[0.3, 1.0],
+                                       ltrb=True, allow_no_crop=True, num_attempts=1)
+        self.slice = ops.Slice(device="cpu")
+        self.hsv = ops.Hsv(device="cpu")
+        self.bc = ops.BrightnessContrast(device="cpu", contrast_center=128)
+        self.resize = ops.Resize(device="cpu", resize_x=300, resize_y=300,
+                                 min_filter=types.DALIInterpType.INTERP_TRIANGULAR)
+        self.normalize = ops.CropMirrorNormalize(device="cpu", crop=(300, 300),
+                                                 mean=[0.485 * 255, 0.456 * 255, 0.406 * 255],
+                                                 std=[0.229 * 255, 0.224 * 255, 0.225 * 255],
+                                                 mirror=0, output_dtype=types.FLOAT,
+                                                 output_layout=types.NCHW, pad_output=False)
+        self.rng1 = ops.Uniform(range=[0.5, 1.5])
+        self.rng2 = ops.Uniform(range=[0.875, 1.125])
+        self.rng3 = ops.Uniform(range=[-0.5, 0.5])
+        self.flip = ops.Flip(device="cpu")
+        self.bbflip = ops.BbFlip(device="cpu", ltrb=True)
+        self.flip_coin = ops.CoinFlip(probability=0.5)
+
+    def define_graph(self):
+        saturation, contrast = self.rng1(), self.rng1()
+        brightness, hue, coin_rnd = self.rng2(), self.rng3(), self.flip_coin()
+        inputs, bboxes, labels = self.input(name="Reader")
+        images = self.decode(inputs)
+        crop_begin, crop_size, bboxes, labels = self.crop(bboxes, labels)
+        images = self.slice(images, crop_begin, crop_size)
+        images = self.flip(images, horizontal=coin_rnd)
+        bboxes = self.bbflip(bboxes, horizontal=coin_rnd)
+        images = self.resize(images)
+        images = self.hsv(images, hue=hue, saturation=saturation)
+        images = self.bc(images, brightness=brightness, contrast=contrast)
+        return self.normalize(images), bboxes, labels, inputs
+
+
+def test_dali_ssd_example_runs_ported():
+    """Three shards of the example's pipeline: pad_last_batch gives both as many batches (the
+    shorter one repeats its last image), run() goes on into the next epoch, outputs have DALI's
+    forms: (4, 3, 300, 300) float32, ltrb boxes in [0, 1], labels from 1."""
+    pipes = [track(SSDPipeline(s, 3)) for s in range(3)]
+    for p in pipes:
+        p.build()
+    n = pipes[0].epoch_size("Reader")  # 68 images: shards of 22, 23, 23, padded to 23
+    assert {len(p) for p in pipes} == {-(-(-(-n // 3)) // 4)} and pipes[0].max_batch_size == 4
+    for s, p in enumerate(pipes):
+        real = (s + 1) * n // 3 - s * n // 3
+        for b in range(len(p) + 1):
+            img, bb, lab, enc = p.run()
+            if b == len(p) - 1:  # the shard's last batch: its last image, repeated
+                k = real - b * 4
+                assert enc.paths[k:] == [enc.paths[k - 1]] * (4 - k)
+            assert img.data.shape == (4, 3, 300, 300) and img.data.dtype == np.float32
+            for b, lb in zip(bb, lab):
+                assert b.shape == (len(lb), 4) and ((b >= 0) & (b <= 1)).all()
+                assert (b[:, 2:] >= b[:, :2]).all() and (lb >= 1).all()
+        assert p.epoch == 1
+    with Pipeline(batch_size=1):
+        x = fn.external_source(source=[[np.zeros((4, 4, 3), np.uint8)]])
+        with pytest.raises(TypeError, match="dtype"):
+            ops.Hsv(dtype=types.FLOAT)(x)
+        with pytest.raises(TypeError, match="dtype"):
+            ops.BrightnessContrast(dtype=types.UINT8)(x)
+    assert not hasattr(ops, "BoxEncoder")  # not in detaug: README lists it

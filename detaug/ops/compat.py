@@ -147,9 +147,10 @@ def bbox_crop_one(u, boxes, options, scaling, aspect, n_attempts, all_above, kin
     return None
 
 
-def _fixed_window(op, args):
+def _fixed_window(op, args, b):
     """DALI's fixed-size mode: crop_shape and input_shape (absolute, in the order of shape_layout:
-    'WH', DALI's default x, y order, or 'HW') as (relative crop (w, h), input (w, h)), or None."""
+    'WH', DALI's default x, y order, or 'HW'; one pair, or one per sample) as (relative crop
+    (B, 2) [w, h], input (B, 2) [w, h]), or None."""
     cs, ins, lay = args["crop_shape"], args["input_shape"], args["shape_layout"] or "WH"
     if cs is None and ins is None:
         return None
@@ -158,14 +159,20 @@ def _fixed_window(op, args):
                          "crop: the window's and the image's extents)")
     if lay not in ("WH", "HW"):
         raise ValueError(f"{op.name}: shape_layout {lay!r}: detaug's crops are 2-D, 'WH' or 'HW'")
-    cs, ins = np.asarray(cs, np.float64).reshape(-1), np.asarray(ins, np.float64).reshape(-1)
-    if len(cs) != 2 or len(ins) != 2 or (cs <= 0).any() or (ins <= 0).any():
-        raise ValueError(f"{op.name}: crop_shape and input_shape need 2 positive extents each")
+    pairs = []
+    for name, v in (("crop_shape", cs), ("input_shape", ins)):
+        a = np.asarray(v, np.float64)
+        a = a.reshape(-1, 2) if a.size in (2, 2 * b) else None
+        if a is None or (a <= 0).any():
+            raise ValueError(f"{op.name}: {name} needs 2 positive extents (or 2 per sample), "
+                             f"got {np.asarray(v).tolist()}")
+        pairs.append(np.broadcast_to(a, (b, 2)))
+    cs, ins = pairs
     if tuple(args["scaling"]) != (1.0, 1.0) or tuple(args["aspect_ratio"]) != (1.0, 1.0):
         raise ValueError(f"{op.name}: crop_shape sets the window's size: scaling and aspect_ratio "
                          "cannot be given with it (as in DALI)")
     if lay == "HW":
-        cs, ins = cs[::-1], ins[::-1]
+        cs, ins = cs[:, ::-1], ins[:, ::-1]
     return cs / ins, ins
 
 
@@ -177,6 +184,7 @@ def _fixed_window(op, args):
                 "all_boxes_above_threshold": True, "threshold_type": "iou", "bbox_layout": None,
                 "ltrb": True, "output_bbox_indices": False, "crop_shape": None, "input_shape": None,
                 "shape_layout": None, "bbox_prune_threshold": None},
+          per_sample=("crop_shape", "input_shape"),
           arg_docs={"crop_shape": "DALI's fixed-size mode: the window's absolute extents (with "
                                   "input_shape; order of shape_layout); anchor and shape are then "
                                   "absolute too",
@@ -195,13 +203,13 @@ def _fixed_window(op, args):
 def random_bbox_crop(ctx, op, inputs, args):
     if args["threshold_type"] not in ("iou", "overlap"):
         raise ValueError(f"{op.name}: threshold_type must be 'iou' or 'overlap'")
-    fixed = _fixed_window(op, args)
     prune = args["bbox_prune_threshold"]
     if prune is not None and not 0.0 <= float(prune) <= 1.0:
         raise ValueError(f"{op.name}: bbox_prune_threshold must be in [0, 1], got {prune}")
     layout = _box_layout(op, args["bbox_layout"], args["ltrb"])
     boxes = [to_ltrb(b, layout) for b in samples_of(op, inputs[0], "boxes")]
     labels = samples_of(op, inputs[1], "labels") if len(inputs) == 2 else None
+    fixed = _fixed_window(op, args, len(boxes))
     thresholds = [float(t) for t in np.atleast_1d(args["thresholds"])]
     if not thresholds or any(not 0.0 <= t <= 1.0 for t in thresholds):
         raise ValueError(f"{op.name}: thresholds must be values in [0, 1], got {args['thresholds']}")
@@ -217,14 +225,14 @@ def random_bbox_crop(ctx, op, inputs, args):
     for s, b in enumerate(boxes):
         found = bbox_crop_one(u[s], b.astype(np.float64), options, scaling, aspect, n_att,
                               bool(args["all_boxes_above_threshold"]), args["threshold_type"],
-                              None if fixed is None else fixed[0],
+                              None if fixed is None else fixed[0][s],
                               None if prune is None else float(prune))
         # every round failed (DALI would keep drawing): the whole image, all boxes kept
         crop, keep = found if found is not None else (np.array([0, 0, 1, 1.0]), np.ones(len(b), bool))
         ext = crop[2:] - crop[:2]
         kept = b[keep].astype(np.float64)
         mapped = np.clip((kept - np.tile(crop[:2], 2)) / np.tile(ext, 2), 0.0, 1.0)
-        scale = 1.0 if fixed is None else fixed[1]  # fixed-size mode: absolute anchor and shape
+        scale = 1.0 if fixed is None else fixed[1][s]  # fixed-size mode: absolute anchor, shape
         anchors.append((crop[:2] * scale).astype(np.float32))
         shapes.append((ext * scale).astype(np.float32))
         out_boxes.append(from_ltrb(mapped.reshape(-1, 4), layout))
