@@ -416,3 +416,25 @@ def test_dali_ssd_example_runs_ported():
         with pytest.raises(TypeError, match="dtype"):
             ops.BrightnessContrast(dtype=types.UINT8)(x)
     assert not hasattr(ops, "BoxEncoder")  # not in detaug: README lists it
+
+
+def test_file_reader_filters_as_dali(tmp_path):
+    """DALI's file_filters (glob patterns on file names, its default list of image and audio
+    endings) and case_sensitive_filter; the class labels stay those of the sorted folders."""
+    files = {"a": ["x.jpg", "y.JPG", "z.pnm", "notes.txt", ".hidden"], "b": ["w.jp2", "v.png"]}
+    for cls, names in files.items():
+        os.makedirs(tmp_path / cls)
+        for n in names:
+            (tmp_path / cls / n).write_bytes(b"\\0")
+
+    def read(**kw):
+        pipe = track(Pipeline(batch_size=1, num_threads=1, seed=0))
+        with pipe:
+            enc, lab = fn.readers.file(file_root=str(tmp_path), **kw)
+            pipe.set_outputs(enc, lab)
+        return [(os.path.basename(e.paths[0]), int(lab[0])) for e, lab in pipe]  # one epoch
+
+    assert read() == [("x.jpg", 0), ("y.JPG", 0), ("z.pnm", 0), ("v.png", 1), ("w.jp2", 1)]
+    assert read(file_filters=["*.jpg"]) == [("x.jpg", 0), ("y.JPG", 0)]
+    assert read(file_filters="*.jpg", case_sensitive_filter=True) == [("x.jpg", 0)]
+    assert read(file_filters=["*.txt", "v.*"]) == [("notes.txt", 0), ("v.png", 1)]

@@ -256,6 +256,7 @@ ELSEWHERE = {
     "pixelwise_masks": "refused (NotImplementedError): tests/test_dali_compat.py",
     "pad_last_batch": "tests/test_dali_semantics.py (the shard's last sample repeated)",
     "stick_to_shard": "tests/test_dali_semantics.py (shards move on every epoch)",
+    "file_filters": "tests/test_dali_semantics.py", "case_sensitive_filter": "tests/test_dali_semantics.py",
     "file_list": "tests/test_dali_compat.py", "files": "tests/test_dali_compat.py",
     "labels": "tests/test_dali_compat.py", "path": "tests/test_tfrecord_od.py",
     "label_map": "tests/test_tfrecord_od.py", "image_label": "tests/test_tfrecord_od.py",

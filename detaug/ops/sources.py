@@ -286,6 +286,27 @@ register("readers.voc", devices=("cpu",), inputs=(0, 0), outputs=2, kind="source
          doc="Pascal VOC XML (lxml, no entity expansion): encoded images and their boxes")(_voc_reader)
 
 
+# DALI's file reader takes, from the class folders, the files that match one of these patterns
+DALI_FILE_FILTERS = ("*.jpg", "*.jpeg", "*.png", "*.bmp", "*.tif", "*.tiff", "*.pnm", "*.ppm",
+                     "*.pgm", "*.pbm", "*.jp2", "*.webp", "*.flac", "*.ogg", "*.wav")
+
+
+def file_filter(patterns, case_sensitive, paths) -> list:
+    """Indices of ``paths`` whose file name matches one of the glob ``patterns`` (DALI's
+    file_filters), compared case-insensitively unless ``case_sensitive``."""
+    import fnmatch
+
+    patterns = [patterns] if isinstance(patterns, str) else list(patterns)
+    if not case_sensitive:
+        patterns = [p.lower() for p in patterns]
+    out = []
+    for k, path in enumerate(paths):
+        name = os.path.basename(path) if case_sensitive else os.path.basename(path).lower()
+        if any(fnmatch.fnmatchcase(name, p) for p in patterns):
+            out.append(k)
+    return out
+
+
 class _FileReader(_Source):
     def __init__(self, op, pipe):
         super().__init__(op, pipe)
@@ -299,7 +320,9 @@ class _FileReader(_Source):
                                       np.asarray(a["labels"] if a["labels"] is not None
                                                  else np.zeros(len(a["files"])), np.int64), [])
         else:
-            fd = folder.read_folder(a["file_root"])
+            fd = folder.read_folder(a["file_root"], extensions=("",))
+            keep = file_filter(a["file_filters"], a["case_sensitive_filter"], fd.paths)
+            fd.paths, fd.labels = [fd.paths[k] for k in keep], np.asarray(fd.labels)[keep]
         self.paths, self.labels = list(fd.paths), np.asarray(fd.labels, np.int64)
         self.class_names = list(fd.class_names)
         self.size = len(self.paths)
@@ -315,8 +338,11 @@ class _FileReader(_Source):
 register("readers.file", devices=("cpu",), inputs=(0, 0), outputs=2, kind="source",
          aliases=("file_reader",),
          args={"file_root": None, "file_list": None, "files": None, "labels": None, **_SHARDING,
-               **_DALI_READER},
+               "file_filters": DALI_FILE_FILTERS, "case_sensitive_filter": False, **_DALI_READER},
          hints=_DALI_READER_HINTS,
+         arg_docs={"file_filters": "glob patterns of the file names taken from the class folders "
+                                   "(DALI's default list); not applied to file_list / files",
+                   "case_sensitive_filter": "match file_filters case-sensitively"},
          output_spec="(encoded bytes, int64 (B,) labels)",
          doc="classification folders or DALI file lists: encoded images and labels")(_FileReader)
 
