@@ -438,3 +438,32 @@ def test_file_reader_filters_as_dali(tmp_path):
     assert read(file_filters=["*.jpg"]) == [("x.jpg", 0), ("y.JPG", 0)]
     assert read(file_filters="*.jpg", case_sensitive_filter=True) == [("x.jpg", 0)]
     assert read(file_filters=["*.txt", "v.*"]) == [("notes.txt", 0), ("v.png", 1)]
+
+
+def test_dali_iterator_does_not_shard_by_rank(tmp_path):
+    """Under torch.distributed, DetaugIterator shards unsharded pipelines by rank; DALI's
+    iterator does not: a DALI program without shard_id reads every record on every pipeline."""
+    import torch.distributed as dist
+
+    from detaug.adapters.torch import DetaugIterator
+
+    if not dist.is_available():
+        pytest.skip("torch.distributed is not available")
+
+    def labels_pipe():
+        pipe = track(Pipeline(batch_size=8, num_threads=1, seed=0))
+        with pipe:
+            enc, boxes = fn.readers.voc(root=VOC, name="Reader")
+            pipe.set_outputs(enc, fn.pad_boxes(boxes, max_boxes=64))
+        return pipe
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        pipes = [labels_pipe(), labels_pipe()]  # two pipelines of one rank: world of 2
+        it = DALIGenericIterator(pipes, ["enc", "boxes"], reader_name="Reader")
+        assert [p.shard_info["num_shards"] for p in pipes] == [1, 1] and len(it) == 5
+        other = [labels_pipe(), labels_pipe()]
+        DetaugIterator(other, ("enc", "boxes"))
+        assert [p.shard_info["shard_id"] for p in other] == [0, 1]  # detaug's own: sharded
+    finally:
+        dist.destroy_process_group()

@@ -117,6 +117,11 @@ class DALIGenericIterator(DetaugIterator):
         if padded:  # a shorter shard's padding counts: every shard has as many batches (DALI)
             self.size = shard
 
+    def _check_shards(self):
+        """DALI's iterator reads the pipelines as they are sharded: unlike DetaugIterator, it
+        does not shard unsharded pipelines by the torch.distributed rank (a DALI program that
+        gives no shard_id reads the whole dataset on every rank)."""
+
     def __next__(self):
         out = super().__next__()
         return [out] if isinstance(out, dict) else out
