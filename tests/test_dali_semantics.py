@@ -467,3 +467,42 @@ def test_dali_iterator_does_not_shard_by_rank(tmp_path):
         assert [p.shard_info["shard_id"] for p in other] == [0, 1]  # detaug's own: sharded
     finally:
         dist.destroy_process_group()
+
+
+def test_random_bbox_crop_keeps_drawing_without_total_num_attempts():
+    """One 0.04-wide box, windows 0.03..0.06 wide, IoU >= 0.2: a round succeeds about once in
+    430 (Monte Carlo), so 64 rounds crop about one sample in seven, 1024 rounds nine in ten.
+    Without total_num_attempts DALI keeps drawing: detaug draws further chunks of each sample's
+    stream (up to 1024 rounds), so most samples get a crop, every crop meets the threshold, and a
+    sample's result does not depend on the batch it is in (batches of 40 and of 8 agree)."""
+    n = 40
+    box = np.array([[0.48, 0.48, 0.52, 0.52]], np.float32)
+
+    def run(batch_size, **kw):
+        pipe = track(Pipeline(batch_size=batch_size, num_threads=1, seed=11))
+        with pipe:
+            b = fn.external_source(source=lambda info: box, batch=False, size=n)
+            pipe.set_outputs(*fn.random_bbox_crop(b, thresholds=[0.2], scaling=[0.03, 0.06],
+                                                  aspect_ratio=[0.5, 2.0], allow_no_crop=False,
+                                                  **kw)[:2])
+        outs = [pipe.run() for _ in range(n // batch_size)]
+        return np.concatenate([o[0] for o in outs]), np.concatenate([o[1] for o in outs])
+
+    anchor, shape = run(n)
+    cropped = (shape < 1).all(1)
+    assert cropped.sum() >= 0.7 * n
+    for lo, ext in zip(anchor[cropped], shape[cropped]):
+        assert _iou(np.concatenate([lo, lo + ext]).astype(np.float64), box[0].astype(np.float64)) >= 0.2 - 1e-6
+    a8, s8 = run(8)
+    np.testing.assert_array_equal(anchor, a8)
+    np.testing.assert_array_equal(shape, s8)
+    _, limited = run(n, total_num_attempts=64)  # the first chunk only: a subset of the crops
+    few = (limited < 1).all(1)
+    assert few.sum() < 0.4 * n and not (few & ~cropped).any()
+
+
+def _iou(a, b):
+    iw = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    ih = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = iw * ih
+    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)

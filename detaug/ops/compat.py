@@ -176,6 +176,10 @@ def _fixed_window(op, args, b):
     return cs / ins, ins
 
 
+# rounds drawn at a time, and chunks drawn at most, when total_num_attempts is unlimited
+UNLIMITED_CHUNK, UNLIMITED_CHUNKS = 64, 16
+
+
 @register("random_bbox_crop", **HOST, inputs=(1, 2),
           outputs=lambda n, a: 3 + (n == 2) + bool(a["output_bbox_indices"]),
           input_names=("boxes", "labels"),
@@ -219,15 +223,25 @@ def random_bbox_crop(ctx, op, inputs, args):
     if len(aspect) != 2 or len(scaling) != 2:
         raise ValueError(f"{op.name}: scaling and aspect_ratio are [min, max] pairs (2-D crops)")
     n_att = int(args["num_attempts"])
-    rounds = int(args["total_num_attempts"]) if int(args["total_num_attempts"]) > 0 else 64
-    u = ctx.rng(op).uniform(rounds * (1 + 5 * n_att))
+    limited = int(args["total_num_attempts"]) > 0
+    rounds = int(args["total_num_attempts"]) if limited else UNLIMITED_CHUNK
+    rng = ctx.rng(op)
+    chunks = [rng.uniform(rounds * (1 + 5 * n_att))]
     anchors, shapes, out_boxes, out_labels, out_idx = [], [], [], [], []
     for s, b in enumerate(boxes):
-        found = bbox_crop_one(u[s], b.astype(np.float64), options, scaling, aspect, n_att,
-                              bool(args["all_boxes_above_threshold"]), args["threshold_type"],
-                              None if fixed is None else fixed[0][s],
-                              None if prune is None else float(prune))
-        # every round failed (DALI would keep drawing): the whole image, all boxes kept
+        for c in range(1 if limited else UNLIMITED_CHUNKS):
+            # DALI keeps drawing without total_num_attempts: further chunks of each sample's own
+            # stream, drawn for the whole batch when a sample first needs them (a sample's
+            # draws never depend on the others')
+            if c == len(chunks):
+                chunks.append(rng.uniform(rounds * (1 + 5 * n_att)))
+            found = bbox_crop_one(chunks[c][s], b.astype(np.float64), options, scaling, aspect,
+                                  n_att, bool(args["all_boxes_above_threshold"]),
+                                  args["threshold_type"], None if fixed is None else fixed[0][s],
+                                  None if prune is None else float(prune))
+            if found is not None:
+                break
+        # every round failed: the whole image, all boxes kept (DALI would keep drawing forever)
         crop, keep = found if found is not None else (np.array([0, 0, 1, 1.0]), np.ones(len(b), bool))
         ext = crop[2:] - crop[:2]
         kept = b[keep].astype(np.float64)
