@@ -167,8 +167,9 @@ def test_pad_last_batch_repeats_the_shards_last_sample(seven_files):
 
 def test_stick_to_shard_false_moves_the_shard_every_epoch(seven_files):
     """DALI's default: the reader reads on into the next shard, so shard 0 reads shard 1's
-    records in epoch 1 and its own again in epoch 2; shards of different lengths (unpadded,
-    unshuffled) are refused naming stick_to_shard."""
+    records in epoch 1 and its own again in epoch 2. Shards of different lengths (unpadded,
+    unshuffled) cannot move without changing the epoch's length: refused naming stick_to_shard
+    when it is given as False; not given, the shard stays."""
     root, names = seven_files
     _, got = _labels_of(root, names, 6, shard_id=0, num_shards=2, pad_last_batch=True)
     assert got == [[0, 1, 2], [2, 2, 2], [3, 4, 5], [6, 6, 6], [0, 1, 2], [2, 2, 2]]
@@ -179,7 +180,9 @@ def test_stick_to_shard_false_moves_the_shard_every_epoch(seven_files):
         pipe.set_outputs(labels)
     assert [pipe.run()[0].tolist() for _ in range(4)] == [[3, 4], [5, 3], [0, 1], [2, 0]]
     with pytest.raises(NotImplementedError, match="stick_to_shard"):
-        _labels_of(root, names, 1, shard_id=0, num_shards=2)
+        _labels_of(root, names, 1, shard_id=0, num_shards=2, stick_to_shard=False)
+    _, stays = _labels_of(root, names, 4, shard_id=0, num_shards=2)
+    assert stays == [[0, 1, 2], [0, 1, 2]] * 2
     with pytest.raises(ValueError, match="stick_to_shard and shuffle_after_epoch"):
         _labels_of(root, names, 1, stick_to_shard=True, shuffle_after_epoch=True)
 
@@ -506,3 +509,20 @@ def _iou(a, b):
     ih = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
     inter = iw * ih
     return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+
+
+def test_coco_shards_move_in_dalis_mode_only():
+    """68 images in 2 shards of 34, batch 34, unshuffled: DALI's mode (ratio=True) reads shard 1's
+    images in epoch 1; detaug's own readers.coco keeps its shard."""
+    root, ann = os.path.join(COCO, "images"), os.path.join(COCO, "annotations.json")
+
+    def two_epochs(**kw):
+        pipe = track(Pipeline(batch_size=34, num_threads=1, seed=0))
+        with pipe:
+            out = fn.readers.coco(file_root=root, annotations_file=ann, shard_id=0, num_shards=2, **kw)
+            pipe.set_outputs(out[0])
+        return [sorted(pipe.run()[0].paths) for _ in range(2)]
+
+    own = two_epochs()
+    dali = two_epochs(ratio=True)
+    assert own[0] == own[1] == dali[0] and not set(dali[1]) & set(dali[0])

@@ -14,11 +14,12 @@ _SHARDING = {"random_shuffle": False, "shard_id": None, "num_shards": None}
 # DALI's reader arguments (README, "Coming from DALI"). Honoured: shuffle_after_epoch (a new
 # permutation of the whole dataset every epoch, sharded: what detaug's random_shuffle does),
 # pad_last_batch (the shard's last batch repeats its last sample, and every shard has the largest
-# shard's length) and stick_to_shard (False, DALI's default: an unshuffled reader's shard moves
-# on by one every epoch, shard_id + epoch). random_shuffle's initial_fill (the size of DALI's
+# shard's length) and stick_to_shard (False: an unshuffled reader's shard moves on by one every
+# epoch, shard_id + epoch; None, not given: DALI's default False where the shards have one
+# length, else the shard stays, see _Source.moves_shards). random_shuffle's initial_fill (the size of DALI's
 # shuffle buffer) is accepted: detaug's shuffle is a full permutation of the epoch. The others tune
 # DALI's I/O and change no value.
-_DALI_READER = {"initial_fill": 1024, "pad_last_batch": False, "stick_to_shard": False,
+_DALI_READER = {"initial_fill": 1024, "pad_last_batch": False, "stick_to_shard": None,
                 "shuffle_after_epoch": False, "read_ahead": False, "lazy_init": False,
                 "prefetch_queue_depth": 1, "dont_use_mmap": False, "skip_cached_images": False,
                 "tensor_init_bytes": 1048576, "bytes_per_sample_hint": 0, "preserve": False}
@@ -62,8 +63,10 @@ class _Source:
             raise ValueError(f"{op.name}: initial_fill must be at least 1")
         self.shuffle = bool(a.get("random_shuffle", False) or a.get("shuffle_after_epoch", False))
         self.pad_last_batch = bool(a.get("pad_last_batch", False))
+        # True / False as given; None: not given (DALI's default where it can be honoured);
         # readers without DALI's argument keep their shard
-        self.stick_to_shard = bool(a.get("stick_to_shard", True))
+        stick = a.get("stick_to_shard", True)
+        self.stick_to_shard = None if stick is None else bool(stick)
         sid = a.get("shard_id")
         ns = a.get("num_shards")
         self.shard = (pipe.shard_id if sid is None else int(sid), pipe.num_shards if ns is None else int(ns))
@@ -79,11 +82,15 @@ class _Source:
         reader reads on into the next shard). Only an unshuffled reader's order shows it: a
         shuffled epoch is a new permutation of the whole dataset, so the records of a shard are a
         new random draw every epoch either way. Shards of different lengths cannot move without
-        changing the epoch's length: refused unless ``pad_last_batch`` evens them."""
+        changing the epoch's length: given ``stick_to_shard=False`` they are refused unless
+        ``pad_last_batch`` evens them; not given, the shard stays (DALI's epochs of such shards
+        straddle shards, as its reader is one stream: README, "Coming from DALI")."""
         ns = self.shard[1]
         if self.stick_to_shard or self.shuffle or ns == 1:
             return False
         if self.size % ns and not self.pad_last_batch:
+            if self.stick_to_shard is None:
+                return False
             raise NotImplementedError(
                 f"{self.op.name}: stick_to_shard=False (DALI's default) moves each shard on by one "
                 f"every epoch, and the {ns} shards of {self.size} records have different lengths: "
@@ -232,7 +239,7 @@ def _coco_reader(op, pipe):
                    on_error=a["on_error"])
     if dali:
         return _DALICocoReader(op, pipe, ds, a)
-    return _DetectionReader(op, pipe, ds)
+    return _DetectionReader(op, pipe, ds, {**a, "stick_to_shard": True})  # detaug's: shards stay
 
 
 def _voc_reader(op, pipe):
@@ -342,6 +349,10 @@ register("readers.file", devices=("cpu",), inputs=(0, 0), outputs=2, kind="sourc
          hints=_DALI_READER_HINTS,
          arg_docs={"file_filters": "glob patterns of the file names taken from the class folders "
                                    "(DALI's default list); not applied to file_list / files",
+                   "stick_to_shard": "False: an unshuffled reader's shard moves on by one every "
+                                     "epoch (DALI's default); True: it stays; None (not given): "
+                                     "False where the shards have one length (or pad_last_batch), "
+                                     "else the shard stays",
                    "case_sensitive_filter": "match file_filters case-sensitively"},
          output_spec="(encoded bytes, int64 (B,) labels)",
          doc="classification folders or DALI file lists: encoded images and labels")(_FileReader)
