@@ -526,3 +526,37 @@ def test_coco_shards_move_in_dalis_mode_only():
     own = two_epochs()
     dali = two_epochs(ratio=True)
     assert own[0] == own[1] == dali[0] and not set(dali[1]) & set(dali[0])
+
+
+@pytest.mark.parametrize("kind,all_above", [("overlap", True), ("overlap", False), ("iou", False)])
+def test_random_bbox_crop_threshold_type_and_any_box(rng, kind, all_above):
+    """threshold_type='overlap' measures intersection / box area, 'iou' intersection / union;
+    all_boxes_above_threshold=False needs one box to reach the threshold, True every box
+    (recomputed in float64 from the outputs for every cropped sample)."""
+    boxes = _boxes(rng, 8)
+    t = 0.5 if kind == "overlap" else 0.1
+    anchor, shape, out, idx = _fed(
+        lambda b: fn.random_bbox_crop(b, thresholds=[t], threshold_type=kind,
+                                      all_boxes_above_threshold=all_above, scaling=[0.3, 1.0],
+                                      aspect_ratio=[0.5, 2.0], allow_no_crop=False,
+                                      num_attempts=20, output_bbox_indices=True),
+        [boxes], seed=int(rng.integers(1 << 30)))
+    crops = below = 0
+    for s in range(len(boxes)):
+        lo, ext = anchor[s].astype(np.float64), shape[s].astype(np.float64)
+        if (ext == 1).all():
+            continue
+        crops += 1
+        bx = boxes[s].astype(np.float64)
+        iw = np.clip(np.minimum(lo[0] + ext[0], bx[:, 2]) - np.maximum(lo[0], bx[:, 0]), 0, None)
+        ih = np.clip(np.minimum(lo[1] + ext[1], bx[:, 3]) - np.maximum(lo[1], bx[:, 1]), 0, None)
+        inter, area = iw * ih, (bx[:, 2] - bx[:, 0]) * (bx[:, 3] - bx[:, 1])
+        m = inter / area if kind == "overlap" else inter / (ext.prod() + area - inter)
+        ok = (m >= t - 1e-6).all() if all_above else (m >= t - 1e-6).any()
+        assert ok, (s, m)
+        iou = inter / (ext.prod() + area - inter)
+        below += kind == "overlap" and bool((iou < t).all())  # passed on overlap, not on IoU
+        c = (bx[:, :2] + bx[:, 2:]) / 2
+        np.testing.assert_array_equal(idx[s], np.nonzero(((c >= lo) & (c <= lo + ext)).all(1))[0])
+    assert crops >= 4
+    assert below >= 1 or kind == "iou"
