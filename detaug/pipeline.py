@@ -57,6 +57,26 @@ def _device_bytes(outs) -> int:
     return total
 
 
+# DALI's Pipeline arguments that tune its executor or memory and change no value here
+DALI_PIPELINE_HINTS = ("bytes_per_sample", "set_affinity", "max_streams",
+                       "default_cuda_stream_priority", "enable_memory_stats", "py_num_workers",
+                       "py_start_method", "py_callback_pickler", "exec_dynamic",
+                       "experimental_exec_dynamic")
+
+
+def _check_dali_tuning(kwargs):
+    unknown = sorted(set(kwargs) - set(DALI_PIPELINE_HINTS) - {"enable_checkpointing"})
+    if unknown:
+        raise TypeError(f"Pipeline: unknown argument(s) {unknown}")
+    if kwargs.get("enable_checkpointing"):
+        raise NotImplementedError("Pipeline: enable_checkpointing=True (DALI's checkpoints) is "
+                                  "not implemented; detaug resumes exactly with "
+                                  "pipe.state_dict() / load_state_dict()")
+    for k in kwargs:
+        warnings.warn(f"Pipeline: {k}={kwargs[k]!r} is accepted for DALI programs and changes no "
+                      "value here", stacklevel=3)
+
+
 class Pipeline:
     """A graph of ops producing batches.
 
@@ -99,6 +119,9 @@ class Pipeline:
             knows them (else 3 MB an image).
         exec_pipelined, exec_async: DALI's executor switches, accepted for ported programs; the
             executor is always pipelined and asynchronous (the values do not change results).
+        **dali_tuning: DALI's other tuning arguments (``DALI_PIPELINE_HINTS``: set_affinity,
+            max_streams, py_num_workers, exec_dynamic, ...), accepted with a warning: they
+            change no value. ``enable_checkpointing=True`` raises (see ``state_dict``).
         host_processes: worker processes for the host stage of a pipeline without a GPU stage
             (reading, CPU decode, planning, box math, CPU warps), each making whole launches,
             results in shared memory (detaug/host_workers.py): the host stage then scales with
@@ -118,7 +141,8 @@ class Pipeline:
                  last_batch_policy="fill", shard_id=0, num_shards=1, on_error="raise",
                  device_workers=None, batches_per_launch=None, decode_processes=None,
                  decode_buffer_mb=None, host_processes=None, exec_pipelined=True, exec_async=True,
-                 device_memory_budget=None):
+                 device_memory_budget=None, **dali_tuning):
+        _check_dali_tuning(dali_tuning)
         if last_batch_policy not in _POLICIES:
             raise ValueError(f"last_batch_policy must be one of {_POLICIES}")
         if on_error not in ("raise", "skip"):
@@ -887,7 +911,8 @@ class Pipeline:
         return pipe
 
 
-_PIPE_PARAMS = set(inspect.signature(Pipeline.__init__).parameters) - {"self"}
+_PIPE_PARAMS = set(inspect.signature(Pipeline.__init__).parameters) - {"self", "dali_tuning"} | set(
+    DALI_PIPELINE_HINTS) | {"enable_checkpointing"}
 
 
 def pipeline_def(fn=None, **defaults):
