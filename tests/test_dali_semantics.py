@@ -166,23 +166,27 @@ def test_pad_last_batch_repeats_the_shards_last_sample(seven_files):
 
 
 def test_stick_to_shard_false_moves_the_shard_every_epoch(seven_files):
-    """DALI's default: the reader reads on into the next shard, so shard 0 reads shard 1's
-    records in epoch 1 and its own again in epoch 2. Shards of different lengths (unpadded,
-    unshuffled) cannot move without changing the epoch's length: refused naming stick_to_shard
-    when it is given as False; not given, the shard stays."""
+    """DALI's default: the reader reads on into the next shard, so with 6 records in 2 shards
+    shard 1 reads shard 0's records in epoch 1 and its own again in epoch 2. Shards of different
+    lengths (7 records) cannot move without changing the shard's length between epochs: refused
+    naming stick_to_shard when it is given as False; not given, the shard stays."""
     root, names = seven_files
-    _, got = _labels_of(root, names, 6, shard_id=0, num_shards=2, pad_last_batch=True)
-    assert got == [[0, 1, 2], [2, 2, 2], [3, 4, 5], [6, 6, 6], [0, 1, 2], [2, 2, 2]]
-    pipe = track(Pipeline(batch_size=2, num_threads=1, seed=0))
-    with pipe:
-        _, labels = fn.readers.file(file_root=root, files=names[:6], labels=list(range(6)),
-                                    shard_id=1, num_shards=2)
-        pipe.set_outputs(labels)
-    assert [pipe.run()[0].tolist() for _ in range(4)] == [[3, 4], [5, 3], [0, 1], [2, 0]]
-    with pytest.raises(NotImplementedError, match="stick_to_shard"):
-        _labels_of(root, names, 1, shard_id=0, num_shards=2, stick_to_shard=False)
-    _, stays = _labels_of(root, names, 4, shard_id=0, num_shards=2)
-    assert stays == [[0, 1, 2], [0, 1, 2]] * 2
+
+    def six(**kw):
+        pipe = track(Pipeline(batch_size=2, num_threads=1, seed=0))
+        with pipe:
+            _, labels = fn.readers.file(file_root=root, files=names[:6], labels=list(range(6)),
+                                        shard_id=1, num_shards=2, **kw)
+            pipe.set_outputs(labels)
+        return [pipe.run()[0].tolist() for _ in range(6)]
+
+    assert six() == six(stick_to_shard=False) == [[3, 4], [5, 3], [0, 1], [2, 0], [3, 4], [5, 3]]
+    assert six(stick_to_shard=True) == [[3, 4], [5, 3]] * 3
+    for kw in ({}, {"pad_last_batch": True}):
+        with pytest.raises(NotImplementedError, match="stick_to_shard"):
+            _labels_of(root, names, 1, shard_id=0, num_shards=2, stick_to_shard=False, **kw)
+    _, stays = _labels_of(root, names, 4, shard_id=0, num_shards=2, pad_last_batch=True)
+    assert stays == [[0, 1, 2], [2, 2, 2]] * 2
     with pytest.raises(ValueError, match="stick_to_shard and shuffle_after_epoch"):
         _labels_of(root, names, 1, stick_to_shard=True, shuffle_after_epoch=True)
 

@@ -16,7 +16,7 @@ _SHARDING = {"random_shuffle": False, "shard_id": None, "num_shards": None}
 # pad_last_batch (the shard's last batch repeats its last sample, and every shard has the largest
 # shard's length) and stick_to_shard (False: an unshuffled reader's shard moves on by one every
 # epoch, shard_id + epoch; None, not given: DALI's default False where the shards have one
-# length, else the shard stays, see _Source.moves_shards). random_shuffle's initial_fill (the size of DALI's
+# length, else the shard stays: _Source.moves_shards). random_shuffle's initial_fill (the size of DALI's
 # shuffle buffer) is accepted: detaug's shuffle is a full permutation of the epoch. The others tune
 # DALI's I/O and change no value.
 _DALI_READER = {"initial_fill": 1024, "pad_last_batch": False, "stick_to_shard": None,
@@ -82,20 +82,21 @@ class _Source:
         reader reads on into the next shard). Only an unshuffled reader's order shows it: a
         shuffled epoch is a new permutation of the whole dataset, so the records of a shard are a
         new random draw every epoch either way. Shards of different lengths cannot move without
-        changing the epoch's length: given ``stick_to_shard=False`` they are refused unless
-        ``pad_last_batch`` evens them; not given, the shard stays (DALI's epochs of such shards
-        straddle shards, as its reader is one stream: README, "Coming from DALI")."""
+        changing the shard's length from epoch to epoch (and the iterators' counts with it):
+        given ``stick_to_shard=False`` they are refused; not given, the shard stays (DALI's
+        epochs of such shards straddle shards, as its reader is one stream: README, "Coming
+        from DALI")."""
         ns = self.shard[1]
         if self.stick_to_shard or self.shuffle or ns == 1:
             return False
-        if self.size % ns and not self.pad_last_batch:
+        if self.size % ns:
             if self.stick_to_shard is None:
                 return False
             raise NotImplementedError(
-                f"{self.op.name}: stick_to_shard=False (DALI's default) moves each shard on by one "
-                f"every epoch, and the {ns} shards of {self.size} records have different lengths: "
-                "detaug's epochs would change length. Pass stick_to_shard=True (keep the shard), "
-                "pad_last_batch=True (even shards) or random_shuffle=True")
+                f"{self.op.name}: stick_to_shard=False moves each shard on by one every epoch, "
+                f"and the {ns} shards of {self.size} records have different lengths: the shard's "
+                "length would change from epoch to epoch. Pass stick_to_shard=True (keep the "
+                "shard; the same when not given) or random_shuffle=True")
         return True
 
 
@@ -351,8 +352,8 @@ register("readers.file", devices=("cpu",), inputs=(0, 0), outputs=2, kind="sourc
                                    "(DALI's default list); not applied to file_list / files",
                    "stick_to_shard": "False: an unshuffled reader's shard moves on by one every "
                                      "epoch (DALI's default); True: it stays; None (not given): "
-                                     "False where the shards have one length (or pad_last_batch), "
-                                     "else the shard stays",
+                                     "False where the shards have one length, else the shard "
+                                     "stays",
                    "case_sensitive_filter": "match file_filters case-sensitively"},
          output_spec="(encoded bytes, int64 (B,) labels)",
          doc="classification folders or DALI file lists: encoded images and labels")(_FileReader)
