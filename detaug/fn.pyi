@@ -227,7 +227,7 @@ def clip_boxes(boxes: Any, /, *, device: str | None = None, name: str | None = N
     Functional form: fn.clip_boxes; class form: ops.ClipBoxes
     """
 
-def coco_reader(*, file_root: str | None = None, annotations_file: str | None = None, skip_empty: bool = False, include_iscrowd: bool = True, size_threshold: float = 0.1, categories: Sequence[Any] | None = None, keep_original_ids: bool = False, on_error: str = 'raise', random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, ltrb: bool = False, ratio: bool = False, image_ids: bool = False, avoid_class_remapping: bool = False, polygon_masks: bool = False, pixelwise_masks: bool = False, initial_fill: int = 1024, pad_last_batch: bool = False, stick_to_shard: bool = False, shuffle_after_epoch: bool = False, read_ahead: bool = False, lazy_init: bool = False, prefetch_queue_depth: int = 1, dont_use_mmap: bool = False, skip_cached_images: bool = False, tensor_init_bytes: int = 1048576, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def coco_reader(*, file_root: str | None = None, annotations_file: str | None = None, skip_empty: bool = False, include_iscrowd: bool = True, size_threshold: float = 0.1, categories: Sequence[Any] | None = None, keep_original_ids: bool = False, on_error: str = 'raise', random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, ltrb: bool = False, ratio: bool = False, image_ids: bool = False, avoid_class_remapping: bool = False, polygon_masks: bool = False, pixelwise_masks: bool = False, initial_fill: int = 1024, pad_last_batch: bool = False, stick_to_shard: bool | None = None, shuffle_after_epoch: bool = False, read_ahead: bool = False, lazy_init: bool = False, prefetch_queue_depth: int = 1, dont_use_mmap: bool = False, skip_cached_images: bool = False, tensor_init_bytes: int = 1048576, bytes_per_sample_hint: int = 0, preserve: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     DALI's COCOReader: readers.coco with DALI's outputs and defaults (xywh pixels; ltrb=, ratio=).
     
@@ -253,14 +253,16 @@ def coco_reader(*, file_root: str | None = None, annotations_file: str | None = 
         pixelwise_masks: bool = False: DALI's masks: not implemented (raises)
         initial_fill: int = 1024: hint, changes no value here: the size of DALI's shuffle buffer; detaug's shuffle is a full permutation of the epoch
         pad_last_batch: bool = False: DALI: the iterators pad the shard's last batch with its last sample (detaug pads by wrapping round either way)
-        stick_to_shard: bool = False: hint, changes no value here: detaug's shards never move between epochs (DALI's stick_to_shard=True)
+        stick_to_shard: bool | None = None: DALI: False moves an unshuffled reader to shard shard_id + epoch each epoch (shards of one length); None or True keep the shard
         shuffle_after_epoch: bool = False: DALI: reshuffle the whole dataset after each epoch (exclusive with random_shuffle)
         read_ahead: bool = False: hint, changes no value here: DALI's I/O tuning
         lazy_init: bool = False: hint, changes no value here: DALI's I/O tuning
         prefetch_queue_depth: int = 1: hint, changes no value here: DALI's reader queue; the Pipeline's prefetch_queue_depth sets detaug's
         dont_use_mmap: bool = False: hint, changes no value here: DALI's I/O tuning
-        skip_cached_images: bool = False: hint, changes no value here: DALI's nvJPEG cache tuning
+        skip_cached_images: bool = False: hint, changes no value here: DALI's decoder-cache tuning; detaug's decoders keep no cache, so every image is read (as DALI without a cache)
         tensor_init_bytes: int = 1048576: hint, changes no value here: DALI's allocation tuning
+        bytes_per_sample_hint: int = 0: hint, changes no value here: DALI's allocation tuning
+        preserve: bool = False: hint, changes no value here: every reader is kept
     
     Common keywords (every op):
         device: str | None = None: 'cpu' only; None runs on 'cpu'
@@ -274,7 +276,7 @@ def coco_reader(*, file_root: str | None = None, annotations_file: str | None = 
     Functional form: fn.coco_reader; class form: ops.COCOReader
     """
 
-def coin_flip(*, probability: float = 0.5, shape: int | tuple | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def coin_flip(*, probability: float | DataNode = 0.5, shape: int | tuple | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     1 with the given probability, else 0.
     
@@ -282,9 +284,10 @@ def coin_flip(*, probability: float = 0.5, shape: int | tuple | None = None, dev
     
     Inputs: none (called with keyword arguments only).
     
-    Arguments (keyword only):
-        probability: float = 0.5: chance of a 1
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        probability: float = 0.5 [per-sample]: the probability of 1 (per sample as an input)
         shape: int | tuple | None = None: per-sample output shape: None draws one value per sample, shape=(k,) draws k
+        dtype: str | None = None: DALI's output type: int32 (default), uint8 or bool
     
     Common keywords (every op):
         device: str | None = None: 'cpu' only; None runs on 'cpu'
@@ -293,7 +296,7 @@ def coin_flip(*, probability: float = 0.5, shape: int | tuple | None = None, dev
     
     Devices: cpu
     
-    Returns: one output; int32 (B, *shape) of 0/1
+    Returns: one output; int32 (B, *shape) of 0/1, or dtype
     
     Functional form: fn.coin_flip; class form: ops.CoinFlip
     """
@@ -404,7 +407,7 @@ def external_source(*, source: Iterable[Any] | Callable[..., Any] | None = None,
     Functional form: fn.external_source; class form: ops.ExternalSource
     """
 
-def file_reader(*, file_root: str | None = None, file_list: str | None = None, files: Sequence[Any] | None = None, labels: Sequence[Any] | None = None, random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, initial_fill: int = 1024, pad_last_batch: bool = False, stick_to_shard: bool = False, shuffle_after_epoch: bool = False, read_ahead: bool = False, lazy_init: bool = False, prefetch_queue_depth: int = 1, dont_use_mmap: bool = False, skip_cached_images: bool = False, tensor_init_bytes: int = 1048576, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def file_reader(*, file_root: str | None = None, file_list: str | None = None, files: Sequence[Any] | None = None, labels: Sequence[Any] | None = None, random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, file_filters: Sequence[str] = ('*.jpg', '*.jpeg', '*.png', '*.bmp', '*.tif', '*.tiff', '*.pnm', '*.ppm', '*.pgm', '*.pbm', '*.jp2', '*.webp', '*.flac', '*.ogg', '*.wav'), case_sensitive_filter: bool = False, initial_fill: int = 1024, pad_last_batch: bool = False, stick_to_shard: bool | None = None, shuffle_after_epoch: bool = False, read_ahead: bool = False, lazy_init: bool = False, prefetch_queue_depth: int = 1, dont_use_mmap: bool = False, skip_cached_images: bool = False, tensor_init_bytes: int = 1048576, bytes_per_sample_hint: int = 0, preserve: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Classification folders or DALI file lists: encoded images and labels.
     
@@ -420,16 +423,20 @@ def file_reader(*, file_root: str | None = None, file_list: str | None = None, f
         random_shuffle: bool = False: shuffle the records every epoch (keyed by seed and epoch: the same seed gives the same order)
         shard_id: int | None = None: this process's shard, 0 <= shard_id < num_shards (None: the pipeline's shard_id)
         num_shards: int | None = None: split the records into this many shards (None: the pipeline's num_shards)
+        file_filters: sequence of str = ('*.jpg', '*.jpeg', '*.png', '*.bmp', '*.tif', '*.tiff', '*.pnm', '*.ppm', '*.pgm', '*.pbm', '*.jp2', '*.webp', '*.flac', '*.ogg', '*.wav'): glob patterns of the file names taken from the class folders (DALI's default list); not applied to file_list / files
+        case_sensitive_filter: bool = False: match file_filters case-sensitively
         initial_fill: int = 1024: hint, changes no value here: the size of DALI's shuffle buffer; detaug's shuffle is a full permutation of the epoch
         pad_last_batch: bool = False: DALI: the iterators pad the shard's last batch with its last sample (detaug pads by wrapping round either way)
-        stick_to_shard: bool = False: hint, changes no value here: detaug's shards never move between epochs (DALI's stick_to_shard=True)
+        stick_to_shard: bool | None = None: False: an unshuffled reader's shard moves on by one every epoch (DALI's default); True: it stays; None (not given): False where the shards have one length, else the shard stays
         shuffle_after_epoch: bool = False: DALI: reshuffle the whole dataset after each epoch (exclusive with random_shuffle)
         read_ahead: bool = False: hint, changes no value here: DALI's I/O tuning
         lazy_init: bool = False: hint, changes no value here: DALI's I/O tuning
         prefetch_queue_depth: int = 1: hint, changes no value here: DALI's reader queue; the Pipeline's prefetch_queue_depth sets detaug's
         dont_use_mmap: bool = False: hint, changes no value here: DALI's I/O tuning
-        skip_cached_images: bool = False: hint, changes no value here: DALI's nvJPEG cache tuning
+        skip_cached_images: bool = False: hint, changes no value here: DALI's decoder-cache tuning; detaug's decoders keep no cache, so every image is read (as DALI without a cache)
         tensor_init_bytes: int = 1048576: hint, changes no value here: DALI's allocation tuning
+        bytes_per_sample_hint: int = 0: hint, changes no value here: DALI's allocation tuning
+        preserve: bool = False: hint, changes no value here: every reader is kept
     
     Common keywords (every op):
         device: str | None = None: 'cpu' only; None runs on 'cpu'
@@ -632,7 +639,7 @@ def materialize(images: Any, boxes: Any = ..., /, *, device: str | None = None, 
     Functional form: fn.materialize; class form: ops.Materialize
     """
 
-def normal(*, mean: float = 0.0, stddev: float = 1.0, shape: int | tuple | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def normal(*, mean: float | DataNode = 0.0, stddev: float | DataNode = 1.0, shape: int | tuple | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Normal(mean, stddev).
     
@@ -640,10 +647,11 @@ def normal(*, mean: float = 0.0, stddev: float = 1.0, shape: int | tuple | None 
     
     Inputs: none (called with keyword arguments only).
     
-    Arguments (keyword only):
-        mean: float = 0.0: the distribution's mean
-        stddev: float = 1.0: the distribution's standard deviation
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        mean: float = 0.0 [per-sample]: the distribution's mean
+        stddev: float = 1.0 [per-sample]: the distribution's standard deviation
         shape: int | tuple | None = None: per-sample output shape: None draws one value per sample, shape=(k,) draws k
+        dtype: str | None = None: DALI's output type (types.INT32, 'uint8', ...): the draws converted to it, rounded to the nearest integer (halves away from zero) and clamped to its range
     
     Common keywords (every op):
         device: str | None = None: 'cpu' only; None runs on 'cpu'
@@ -652,9 +660,35 @@ def normal(*, mean: float = 0.0, stddev: float = 1.0, shape: int | tuple | None 
     
     Devices: cpu
     
-    Returns: one output; float32 (B, *shape)
+    Returns: one output; float32 (B, *shape), or dtype
     
     Functional form: fn.normal; class form: ops.Normal
+    """
+
+def normal_distribution(*, mean: float | DataNode = 0.0, stddev: float | DataNode = 1.0, shape: int | tuple | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    Normal(mean, stddev).
+    
+    Alias of fn.random.normal (same arguments and behaviour).
+    
+    Inputs: none (called with keyword arguments only).
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        mean: float = 0.0 [per-sample]: the distribution's mean
+        stddev: float = 1.0 [per-sample]: the distribution's standard deviation
+        shape: int | tuple | None = None: per-sample output shape: None draws one value per sample, shape=(k,) draws k
+        dtype: str | None = None: DALI's output type (types.INT32, 'uint8', ...): the draws converted to it, rounded to the nearest integer (halves away from zero) and clamped to its range
+    
+    Common keywords (every op):
+        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'random.normal_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu
+    
+    Returns: one output; float32 (B, *shape), or dtype
+    
+    Functional form: fn.normal_distribution; class form: ops.NormalDistribution
     """
 
 def normalize(images: Any, /, *, mean: float | Sequence[Any] | None = None, std: float | Sequence[Any] | None = None, output_layout: str = 'HWC', dtype: str = 'float32', stddev: float | Sequence[Any] | None = None, axes: tuple | None = None, axis_names: str | None = None, batch: bool = False, scale: float = 1.0, shift: float = 0.0, epsilon: float = 0.0, ddof: int = 0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
@@ -824,7 +858,7 @@ def prune_boxes(boxes: Any, /, *, clip: bool = True, min_size: float = 0.0, min_
     Functional form: fn.prune_boxes; class form: ops.PruneBoxes
     """
 
-def random_bbox_crop(boxes: Any, labels: Any = ..., /, *, thresholds: Sequence[float] = (0.0,), allow_no_crop: bool = True, aspect_ratio: tuple[float, float] = (1.0, 1.0), scaling: tuple[float, float] = (1.0, 1.0), num_attempts: int = 1, total_num_attempts: int = -1, all_boxes_above_threshold: bool = True, threshold_type: str = 'iou', bbox_layout: str | None = None, ltrb: bool = True, output_bbox_indices: bool = False, crop_shape: tuple | None = None, input_shape: tuple | None = None, shape_layout: str | None = None, bbox_prune_threshold: float | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def random_bbox_crop(boxes: Any, labels: Any = ..., /, *, thresholds: Sequence[float] = (0.0,), allow_no_crop: bool = True, aspect_ratio: tuple[float, float] = (1.0, 1.0), scaling: tuple[float, float] = (1.0, 1.0), num_attempts: int = 1, total_num_attempts: int = -1, all_boxes_above_threshold: bool = True, threshold_type: str = 'iou', bbox_layout: str | None = None, ltrb: bool = True, output_bbox_indices: bool = False, crop_shape: tuple | None | DataNode = None, input_shape: tuple | None | DataNode = None, shape_layout: str | None = None, bbox_prune_threshold: float | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     DALI's random_bbox_crop on normalised box tensors: a prospective crop window (relative anchor and shape, for fn.slice / fn.decoders.image_slice) whose overlap with the boxes meets a threshold; boxes remapped, labels filtered (for detaug's crop of (images, boxes) see fn.random_iou_crop).
     
@@ -832,7 +866,7 @@ def random_bbox_crop(boxes: Any, labels: Any = ..., /, *, thresholds: Sequence[f
         boxes: BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
         labels (optional): the output of another op
     
-    Arguments (keyword only):
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
         thresholds: sequence of float = (0.0,): minimum overlap; one is drawn per sample (0 and allow_no_crop: any window)
         allow_no_crop: bool = True: the draw may also be 'no crop' (the whole image)
         aspect_ratio: (float, float) = (1.0, 1.0): range of the window's width / height, in relative units
@@ -844,10 +878,10 @@ def random_bbox_crop(boxes: Any, labels: Any = ..., /, *, thresholds: Sequence[f
         bbox_layout: str | None = None: 'xyXY' (ltrb) or 'xyWH'; overrides ltrb
         ltrb: bool = True: box layout: True [left, top, right, bottom], False [x, y, width, height]
         output_bbox_indices: bool = False: add an output with the indices of the kept boxes
-        crop_shape: tuple | None = None: DALI's absolute-size crop: not implemented (raises)
-        input_shape: tuple | None = None: DALI's absolute-size crop: not implemented (raises)
-        shape_layout: str | None = None: DALI's absolute-size crop: not implemented (raises)
-        bbox_prune_threshold: float | None = None: DALI's pruning: not implemented (raises)
+        crop_shape: tuple | None = None [per-sample]: DALI's fixed-size mode: the window's absolute extents (with input_shape; order of shape_layout); anchor and shape are then absolute too
+        input_shape: tuple | None = None [per-sample]: the image's absolute extents, for crop_shape
+        shape_layout: str | None = None: the order of crop_shape / input_shape: 'WH' (default, x then y) or 'HW'
+        bbox_prune_threshold: float | None = None: keep the boxes that overlap the window by at least this fraction of their area (default: the boxes whose centre is inside)
     
     Common keywords (every op):
         device: str | None = None: 'cpu' only; None runs on 'cpu'
@@ -1063,18 +1097,19 @@ def transpose(data: Any, /, *, perm: Sequence[int] | None = None, transpose_layo
     Functional form: fn.transpose; class form: ops.Transpose
     """
 
-def uniform(*, range: tuple[float, float] = (0.0, 1.0), values: Sequence[Any] | None = None, shape: int | tuple | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def uniform(*, range: tuple[float, float] | DataNode = (-1.0, 1.0), values: Sequence[Any] | None = None, shape: int | tuple | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
-    Uniform on range=[lo, hi), or a uniform pick among values=.
+    Uniform on range=[lo, hi) (default [-1, 1), as DALI), or a uniform pick among values=.
     
     Alias of fn.random.uniform (same arguments and behaviour).
     
     Inputs: none (called with keyword arguments only).
     
-    Arguments (keyword only):
-        range: (float, float) = (0.0, 1.0): [lo, hi): the interval drawn from
-        values: sequence | None = None: draw one of these, each equally likely (instead of range)
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        range: (float, float) = (-1.0, 1.0) [per-sample]: [lo, hi) of a continuous draw (DALI's default [-1, 1)); a per-sample input gives each sample its own pair
+        values: sequence | None = None: a uniform pick among these values instead (not with range=)
         shape: int | tuple | None = None: per-sample output shape: None draws one value per sample, shape=(k,) draws k
+        dtype: str | None = None: DALI's output type (types.INT32, 'uint8', ...): the draws converted to it, rounded to the nearest integer (halves away from zero) and clamped to its range
     
     Common keywords (every op):
         device: str | None = None: 'cpu' only; None runs on 'cpu'
@@ -1083,7 +1118,7 @@ def uniform(*, range: tuple[float, float] = (0.0, 1.0), values: Sequence[Any] | 
     
     Devices: cpu
     
-    Returns: one output; float32 (B, *shape)
+    Returns: one output; float32 (B, *shape), or dtype
     
     Functional form: fn.uniform; class form: ops.Uniform
     """
@@ -1213,15 +1248,16 @@ class random:
         """
 
     @staticmethod
-    def coin_flip(*, probability: float = 0.5, shape: int | tuple | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    def coin_flip(*, probability: float | DataNode = 0.5, shape: int | tuple | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
         """
         1 with the given probability, else 0.
         
         Inputs: none (called with keyword arguments only).
         
-        Arguments (keyword only):
-            probability: float = 0.5: chance of a 1
+        Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+            probability: float = 0.5 [per-sample]: the probability of 1 (per sample as an input)
             shape: int | tuple | None = None: per-sample output shape: None draws one value per sample, shape=(k,) draws k
+            dtype: str | None = None: DALI's output type: int32 (default), uint8 or bool
         
         Common keywords (every op):
             device: str | None = None: 'cpu' only; None runs on 'cpu'
@@ -1230,7 +1266,7 @@ class random:
         
         Devices: cpu
         
-        Returns: one output; int32 (B, *shape) of 0/1
+        Returns: one output; int32 (B, *shape) of 0/1, or dtype
         
         Aliases: fn.coin_flip
         
@@ -1238,16 +1274,17 @@ class random:
         """
 
     @staticmethod
-    def normal(*, mean: float = 0.0, stddev: float = 1.0, shape: int | tuple | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    def normal(*, mean: float | DataNode = 0.0, stddev: float | DataNode = 1.0, shape: int | tuple | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
         """
         Normal(mean, stddev).
         
         Inputs: none (called with keyword arguments only).
         
-        Arguments (keyword only):
-            mean: float = 0.0: the distribution's mean
-            stddev: float = 1.0: the distribution's standard deviation
+        Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+            mean: float = 0.0 [per-sample]: the distribution's mean
+            stddev: float = 1.0 [per-sample]: the distribution's standard deviation
             shape: int | tuple | None = None: per-sample output shape: None draws one value per sample, shape=(k,) draws k
+            dtype: str | None = None: DALI's output type (types.INT32, 'uint8', ...): the draws converted to it, rounded to the nearest integer (halves away from zero) and clamped to its range
         
         Common keywords (every op):
             device: str | None = None: 'cpu' only; None runs on 'cpu'
@@ -1256,24 +1293,25 @@ class random:
         
         Devices: cpu
         
-        Returns: one output; float32 (B, *shape)
+        Returns: one output; float32 (B, *shape), or dtype
         
-        Aliases: fn.normal
+        Aliases: fn.normal, fn.normal_distribution
         
         Functional form: fn.random.normal; class form: ops.random.Normal
         """
 
     @staticmethod
-    def uniform(*, range: tuple[float, float] = (0.0, 1.0), values: Sequence[Any] | None = None, shape: int | tuple | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    def uniform(*, range: tuple[float, float] | DataNode = (-1.0, 1.0), values: Sequence[Any] | None = None, shape: int | tuple | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
         """
-        Uniform on range=[lo, hi), or a uniform pick among values=.
+        Uniform on range=[lo, hi) (default [-1, 1), as DALI), or a uniform pick among values=.
         
         Inputs: none (called with keyword arguments only).
         
-        Arguments (keyword only):
-            range: (float, float) = (0.0, 1.0): [lo, hi): the interval drawn from
-            values: sequence | None = None: draw one of these, each equally likely (instead of range)
+        Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+            range: (float, float) = (-1.0, 1.0) [per-sample]: [lo, hi) of a continuous draw (DALI's default [-1, 1)); a per-sample input gives each sample its own pair
+            values: sequence | None = None: a uniform pick among these values instead (not with range=)
             shape: int | tuple | None = None: per-sample output shape: None draws one value per sample, shape=(k,) draws k
+            dtype: str | None = None: DALI's output type (types.INT32, 'uint8', ...): the draws converted to it, rounded to the nearest integer (halves away from zero) and clamped to its range
         
         Common keywords (every op):
             device: str | None = None: 'cpu' only; None runs on 'cpu'
@@ -1282,7 +1320,7 @@ class random:
         
         Devices: cpu
         
-        Returns: one output; float32 (B, *shape)
+        Returns: one output; float32 (B, *shape), or dtype
         
         Aliases: fn.uniform
         
@@ -1294,7 +1332,7 @@ class readers:
     """fn.readers.*"""
 
     @staticmethod
-    def coco(*, file_root: str | None = None, annotations_file: str | None = None, skip_empty: bool = False, include_iscrowd: bool = True, size_threshold: float | None = None, categories: Sequence[Any] | None = None, keep_original_ids: bool = False, on_error: str = 'raise', random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, ltrb: bool | None = None, ratio: bool | None = None, image_ids: bool = False, avoid_class_remapping: bool = False, polygon_masks: bool = False, pixelwise_masks: bool = False, initial_fill: int = 1024, pad_last_batch: bool = False, stick_to_shard: bool = False, shuffle_after_epoch: bool = False, read_ahead: bool = False, lazy_init: bool = False, prefetch_queue_depth: int = 1, dont_use_mmap: bool = False, skip_cached_images: bool = False, tensor_init_bytes: int = 1048576, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    def coco(*, file_root: str | None = None, annotations_file: str | None = None, skip_empty: bool = False, include_iscrowd: bool = True, size_threshold: float | None = None, categories: Sequence[Any] | None = None, keep_original_ids: bool = False, on_error: str = 'raise', random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, ltrb: bool | None = None, ratio: bool | None = None, image_ids: bool | None = None, avoid_class_remapping: bool | None = None, polygon_masks: bool | None = None, pixelwise_masks: bool | None = None, initial_fill: Any = None, pad_last_batch: bool | None = None, stick_to_shard: bool | None = None, shuffle_after_epoch: bool | None = None, read_ahead: Any = None, lazy_init: Any = None, prefetch_queue_depth: Any = None, dont_use_mmap: Any = None, skip_cached_images: Any = None, tensor_init_bytes: Any = None, bytes_per_sample_hint: Any = None, preserve: Any = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
         """
         COCO instances JSON (pycocotools): encoded images and their boxes.
         
@@ -1314,20 +1352,22 @@ class readers:
             num_shards: int | None = None: split the records into this many shards (None: the pipeline's num_shards)
             ltrb: bool | None = None: DALI's mode: boxes [l, t, r, b] (True) or [x, y, w, h] (False)
             ratio: bool | None = None: DALI's mode: boxes divided by the image's width and height
-            image_ids: bool = False: DALI: a further output with each image's COCO id
-            avoid_class_remapping: bool = False: DALI: labels are the COCO category ids
-            polygon_masks: bool = False: DALI's masks: not implemented (raises)
-            pixelwise_masks: bool = False: DALI's masks: not implemented (raises)
-            initial_fill: int = 1024: hint, changes no value here: the size of DALI's shuffle buffer; detaug's shuffle is a full permutation of the epoch
-            pad_last_batch: bool = False: DALI: the iterators pad the shard's last batch with its last sample (detaug pads by wrapping round either way)
-            stick_to_shard: bool = False: hint, changes no value here: detaug's shards never move between epochs (DALI's stick_to_shard=True)
-            shuffle_after_epoch: bool = False: DALI: reshuffle the whole dataset after each epoch (exclusive with random_shuffle)
-            read_ahead: bool = False: hint, changes no value here: DALI's I/O tuning
-            lazy_init: bool = False: hint, changes no value here: DALI's I/O tuning
-            prefetch_queue_depth: int = 1: hint, changes no value here: DALI's reader queue; the Pipeline's prefetch_queue_depth sets detaug's
-            dont_use_mmap: bool = False: hint, changes no value here: DALI's I/O tuning
-            skip_cached_images: bool = False: hint, changes no value here: DALI's nvJPEG cache tuning
-            tensor_init_bytes: int = 1048576: hint, changes no value here: DALI's allocation tuning
+            image_ids: bool = None: DALI's argument: giving it (any value) selects DALI's outputs; default False there
+            avoid_class_remapping: bool = None: DALI's argument: giving it (any value) selects DALI's outputs; default False there
+            polygon_masks: bool = None: DALI's argument: giving it (any value) selects DALI's outputs; default False there
+            pixelwise_masks: bool = None: DALI's argument: giving it (any value) selects DALI's outputs; default False there
+            initial_fill: any = None: hint, changes no value here: the size of DALI's shuffle buffer; detaug's shuffle is a full permutation of the epoch
+            pad_last_batch: bool = None: DALI's argument: giving it (any value) selects DALI's outputs; default False there
+            stick_to_shard: bool | None = None: DALI's argument: giving it (any value) selects DALI's outputs; default None there
+            shuffle_after_epoch: bool = None: DALI's argument: giving it (any value) selects DALI's outputs; default False there
+            read_ahead: any = None: hint, changes no value here: DALI's I/O tuning
+            lazy_init: any = None: hint, changes no value here: DALI's I/O tuning
+            prefetch_queue_depth: any = None: hint, changes no value here: DALI's reader queue; the Pipeline's prefetch_queue_depth sets detaug's
+            dont_use_mmap: any = None: hint, changes no value here: DALI's I/O tuning
+            skip_cached_images: any = None: hint, changes no value here: DALI's decoder-cache tuning; detaug's decoders keep no cache, so every image is read (as DALI without a cache)
+            tensor_init_bytes: any = None: hint, changes no value here: DALI's allocation tuning
+            bytes_per_sample_hint: any = None: hint, changes no value here: DALI's allocation tuning
+            preserve: any = None: hint, changes no value here: every reader is kept
         
         Common keywords (every op):
             device: str | None = None: 'cpu' only; None runs on 'cpu'
@@ -1336,13 +1376,13 @@ class readers:
         
         Devices: cpu
         
-        Returns: a number of outputs set by the arguments (a tuple when more than one); (encoded bytes, BoxBatch with labels + iscrowd/annotation_id); given ltrb=, ratio= or image_ids=True, DALI's (encoded, boxes (n, 4) float32 per sample, labels (n,) int32 from 1[, image_ids])
+        Returns: a number of outputs set by the arguments (a tuple when more than one); (encoded bytes, BoxBatch with labels + iscrowd/annotation_id); given any of DALI's own arguments (ltrb=, ratio=, image_ids=, pad_last_batch=, ...), DALI's (encoded, boxes (n, 4) float32 per sample, labels (n,) int32 from 1[, image_ids])
         
         Functional form: fn.readers.coco; class form: ops.readers.COCO
         """
 
     @staticmethod
-    def file(*, file_root: str | None = None, file_list: str | None = None, files: Sequence[Any] | None = None, labels: Sequence[Any] | None = None, random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, initial_fill: int = 1024, pad_last_batch: bool = False, stick_to_shard: bool = False, shuffle_after_epoch: bool = False, read_ahead: bool = False, lazy_init: bool = False, prefetch_queue_depth: int = 1, dont_use_mmap: bool = False, skip_cached_images: bool = False, tensor_init_bytes: int = 1048576, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    def file(*, file_root: str | None = None, file_list: str | None = None, files: Sequence[Any] | None = None, labels: Sequence[Any] | None = None, random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, file_filters: Sequence[str] = ('*.jpg', '*.jpeg', '*.png', '*.bmp', '*.tif', '*.tiff', '*.pnm', '*.ppm', '*.pgm', '*.pbm', '*.jp2', '*.webp', '*.flac', '*.ogg', '*.wav'), case_sensitive_filter: bool = False, initial_fill: int = 1024, pad_last_batch: bool = False, stick_to_shard: bool | None = None, shuffle_after_epoch: bool = False, read_ahead: bool = False, lazy_init: bool = False, prefetch_queue_depth: int = 1, dont_use_mmap: bool = False, skip_cached_images: bool = False, tensor_init_bytes: int = 1048576, bytes_per_sample_hint: int = 0, preserve: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
         """
         Classification folders or DALI file lists: encoded images and labels.
         
@@ -1356,16 +1396,20 @@ class readers:
             random_shuffle: bool = False: shuffle the records every epoch (keyed by seed and epoch: the same seed gives the same order)
             shard_id: int | None = None: this process's shard, 0 <= shard_id < num_shards (None: the pipeline's shard_id)
             num_shards: int | None = None: split the records into this many shards (None: the pipeline's num_shards)
+            file_filters: sequence of str = ('*.jpg', '*.jpeg', '*.png', '*.bmp', '*.tif', '*.tiff', '*.pnm', '*.ppm', '*.pgm', '*.pbm', '*.jp2', '*.webp', '*.flac', '*.ogg', '*.wav'): glob patterns of the file names taken from the class folders (DALI's default list); not applied to file_list / files
+            case_sensitive_filter: bool = False: match file_filters case-sensitively
             initial_fill: int = 1024: hint, changes no value here: the size of DALI's shuffle buffer; detaug's shuffle is a full permutation of the epoch
             pad_last_batch: bool = False: DALI: the iterators pad the shard's last batch with its last sample (detaug pads by wrapping round either way)
-            stick_to_shard: bool = False: hint, changes no value here: detaug's shards never move between epochs (DALI's stick_to_shard=True)
+            stick_to_shard: bool | None = None: False: an unshuffled reader's shard moves on by one every epoch (DALI's default); True: it stays; None (not given): False where the shards have one length, else the shard stays
             shuffle_after_epoch: bool = False: DALI: reshuffle the whole dataset after each epoch (exclusive with random_shuffle)
             read_ahead: bool = False: hint, changes no value here: DALI's I/O tuning
             lazy_init: bool = False: hint, changes no value here: DALI's I/O tuning
             prefetch_queue_depth: int = 1: hint, changes no value here: DALI's reader queue; the Pipeline's prefetch_queue_depth sets detaug's
             dont_use_mmap: bool = False: hint, changes no value here: DALI's I/O tuning
-            skip_cached_images: bool = False: hint, changes no value here: DALI's nvJPEG cache tuning
+            skip_cached_images: bool = False: hint, changes no value here: DALI's decoder-cache tuning; detaug's decoders keep no cache, so every image is read (as DALI without a cache)
             tensor_init_bytes: int = 1048576: hint, changes no value here: DALI's allocation tuning
+            bytes_per_sample_hint: int = 0: hint, changes no value here: DALI's allocation tuning
+            preserve: bool = False: hint, changes no value here: every reader is kept
         
         Common keywords (every op):
             device: str | None = None: 'cpu' only; None runs on 'cpu'

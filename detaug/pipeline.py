@@ -74,6 +74,26 @@ def _device_bytes(outs) -> int:
     return total
 
 
+# DALI's Pipeline arguments that tune its executor or memory and change no value here
+DALI_PIPELINE_HINTS = ("bytes_per_sample", "set_affinity", "max_streams",
+                       "default_cuda_stream_priority", "enable_memory_stats", "py_num_workers",
+                       "py_start_method", "py_callback_pickler", "exec_dynamic",
+                       "experimental_exec_dynamic")
+
+
+def _check_dali_tuning(kwargs):
+    unknown = sorted(set(kwargs) - set(DALI_PIPELINE_HINTS) - {"enable_checkpointing"})
+    if unknown:
+        raise TypeError(f"Pipeline: unknown argument(s) {unknown}")
+    if kwargs.get("enable_checkpointing"):
+        raise NotImplementedError("Pipeline: enable_checkpointing=True (DALI's checkpoints) is "
+                                  "not implemented; detaug resumes exactly with "
+                                  "pipe.state_dict() / load_state_dict()")
+    for k in kwargs:
+        warnings.warn(f"Pipeline: {k}={kwargs[k]!r} is accepted for DALI programs and changes no "
+                      "value here", stacklevel=3)
+
+
 class Pipeline:
     """A graph of ops producing batches.
 
@@ -123,6 +143,9 @@ class Pipeline:
             knows them (else 3 MB an image).
         exec_pipelined, exec_async: DALI's executor switches, accepted for ported programs; the
             executor is always pipelined and asynchronous (the values do not change results).
+        **dali_tuning: DALI's other tuning arguments (``DALI_PIPELINE_HINTS``: set_affinity,
+            max_streams, py_num_workers, exec_dynamic, ...), accepted with a warning: they
+            change no value. ``enable_checkpointing=True`` raises (see ``state_dict``).
         host_processes: worker processes for the host stage of a pipeline without a GPU stage
             (reading, CPU decode, planning, box math, CPU warps), each making whole launches,
             results in shared memory (detaug/host_workers.py): the host stage then scales with
@@ -142,7 +165,8 @@ class Pipeline:
                  last_batch_policy="fill", shard_id=0, num_shards=1, on_error="raise",
                  device_workers=None, batches_per_launch=None, decode_processes=None,
                  decode_buffer_mb=None, host_processes=None, exec_pipelined=True, exec_async=True,
-                 device_memory_budget=None, shard_policy="pad"):
+                 device_memory_budget=None, shard_policy="pad", **dali_tuning):
+        _check_dali_tuning(dali_tuning)
         if last_batch_policy not in _POLICIES:
             raise ValueError(f"last_batch_policy must be one of {_POLICIES}")
         if on_error not in ("raise", "skip"):
@@ -446,7 +470,22 @@ class Pipeline:
         n = src.size
         order = epoch_permutation(self.seed, epoch, n) if src.shuffle else np.arange(n, dtype=np.int64)
         sid, ns = src.shard
-        return order[_schedule.shard_positions(n, sid, ns, self.shard_policy)]
+        sid = (sid + epoch) % ns if getattr(src, "moves_shards", False) else sid  # DALI's stick_to_shard=False
+        return order[_schedule.shard_positions(n, sid, ns, self._shard_policy_of(src))]
+
+    def _epoch_samples(self) -> int:
+        """Samples of the shard's epoch: its size, or with a reader's ``pad_last_batch`` (DALI's)
+        the largest shard's, every shard then having as many batches."""
+        if getattr(self._driver, "pad_last_batch", False):
+            return -(-self._driver.size // self._driver.shard[1])
+        return self.shard_size()
+
+    def _shard_policy_of(self, src) -> str:
+        """A reader given DALI's sharding arguments (``pad_last_batch``, ``stick_to_shard``)
+        shards as DALI does ('uneven': its padding is its own); others by the pipeline's policy."""
+        if getattr(src, "dali_sharding", False):
+            return "uneven"
+        return self.shard_policy
 
     def epoch_size(self, name=None):
         """Number of records the reader holds (all shards), as DALI's ``epoch_size``."""
@@ -461,21 +500,28 @@ class Pipeline:
 
     def shard_size(self) -> int:
         self.build()
-        return _schedule.shard_size(self._driver.size, *self._driver.shard, self.shard_policy)
+        return _schedule.shard_size(self._driver.size, *self._driver.shard,
+                                    self._shard_policy_of(self._driver))
 
     def __len__(self) -> int:
         """Batches per epoch on this shard."""
         self.build()
         if self._driver.size is None:
             raise TypeError("this pipeline's source has no size: give external_source a size")
-        return _schedule.batches_per_epoch(self.shard_size(), self.batch_size, self.last_batch_policy)
+        return _schedule.batches_per_epoch(self._epoch_samples(), self.batch_size, self.last_batch_policy)
 
     def _indices(self, epoch, batch_index, count=1):
         """(record indices, positions in the shard order, batch sizes) of batches
         ``batch_index .. batch_index + count - 1`` of ``epoch``, concatenated."""
         order = self._shard_order(epoch)
-        pos, sizes = _schedule.batch_positions(len(order), batch_index, count, self.batch_size,
+        n = self._epoch_samples()
+        pos, sizes = _schedule.batch_positions(n, batch_index, count, self.batch_size,
                                                self.last_batch_policy)
+        if getattr(self._driver, "pad_last_batch", False) and len(order):
+            # DALI's pad_last_batch: what follows the shard's last sample repeats it
+            start = batch_index * self.batch_size
+            pos = np.minimum(np.concatenate([start + k * self.batch_size + np.arange(m)
+                                             for k, m in enumerate(sizes)]), len(order) - 1)
         return order[pos], pos, sizes
 
     def _prepare(self, key):
@@ -747,8 +793,21 @@ class Pipeline:
             self._submitted = (e, b + count)
 
     def run(self):
-        """The next batch of the current epoch: a tuple with one value per output.
-        Raises StopIteration at the end of the epoch (then call ``reset()``)."""
+        """The next batch: a tuple with one value per output. As DALI's readers do, a pipeline
+        driven by a reader goes on into the next epoch at the end of one (the batches of
+        ``reset()`` + ``run()``: the epoch's keyed order, as ``run_batch`` and ``state_dict``
+        give it); an external source raises StopIteration at its end (then call ``reset()``).
+        Iterating the pipeline (``for batch in pipe``, ``next(pipe)``) ends with each epoch."""
+        try:
+            return self._next_of_epoch()
+        except StopIteration:
+            if not getattr(self._driver, "wraps_around", False):
+                raise
+        self.reset()
+        return self._next_of_epoch()
+
+    def _next_of_epoch(self):
+        """The next batch of the current epoch; StopIteration at its end."""
         if not self._ready:
             self._fill_queue(need=True)
             ex = self._executor
@@ -776,7 +835,7 @@ class Pipeline:
         return self
 
     def __next__(self):
-        return self.run()
+        return self._next_of_epoch()
 
     def reset(self):
         """Move on to the next epoch (new shuffle). Batches of it already prefetched are kept."""
@@ -873,6 +932,11 @@ class Pipeline:
     def epoch(self) -> int:
         return self._epoch
 
+    @property
+    def max_batch_size(self) -> int:
+        """DALI's name for ``batch_size`` (programs written for DALI read it)."""
+        return self.batch_size
+
     def close(self):
         """Stop the worker threads and decode processes (waits for batches in flight)."""
         if self._executor is not None:
@@ -936,7 +1000,8 @@ class Pipeline:
         return pipe
 
 
-_PIPE_PARAMS = set(inspect.signature(Pipeline.__init__).parameters) - {"self"}
+_PIPE_PARAMS = set(inspect.signature(Pipeline.__init__).parameters) - {"self", "dali_tuning"} | set(
+    DALI_PIPELINE_HINTS) | {"enable_checkpointing"}
 
 
 def _local_rank():

@@ -41,7 +41,8 @@ def _data(seed, n=6):
 R = fn.random
 OPS = {
     "flip": lambda i, b: fn.flip(i, b, horizontal=R.coin_flip(), vertical=R.coin_flip()),
-    "crop": lambda i, b: fn.crop(i, b, crop=(24, 28), crop_pos_x=R.uniform(), crop_pos_y=R.uniform()),
+    "crop": lambda i, b: fn.crop(i, b, crop=(24, 28), crop_pos_x=R.uniform(range=(0, 1)),
+                                   crop_pos_y=R.uniform(range=(0, 1))),
     "rotate": lambda i, b: fn.rotate(i, b, angle=R.uniform(range=(-40, 40)), fill=7),
     "rotate_expand": lambda i, b: fn.rotate(i, b, angle=R.uniform(range=(-90, 90)), expand=True),
     "resize": lambda i, b: fn.resize(i, b, size=(50, 70)),

@@ -120,8 +120,8 @@ def test_shuffle_changes_per_epoch_and_shards_agree():
 def test_epoch_end_and_reset():
     p = _reader_only(VOC, batch_size=16)
     assert len(_paths(p)) == 3
-    with pytest.raises(StopIteration):
-        p.run()
+    with pytest.raises(StopIteration):  # iterating ends with the epoch (run() wraps around)
+        next(p)
     p.reset()
     assert p.run()[0].paths
 
@@ -361,7 +361,7 @@ def test_batches_per_launch_gives_the_same_batches(policy):
             got += 1
         assert got == len(one) and three.state_dict()["batch"] == len(one)
         with pytest.raises(StopIteration):
-            three.run()
+            next(three)
         one.reset()
         three.reset()
 

@@ -1,4 +1,6 @@
 """DALI's Pipeline arguments and feed_input as ported programs use them (issue 16)."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -51,3 +53,31 @@ def test_split_batches_cuts_per_sample_lists():
         for k, a in enumerate(p[0]):
             assert a is samples[lo + k]
         np.testing.assert_array_equal(p[1], labels[lo:lo + len(p[0])])
+
+
+def test_dali_tuning_arguments_warn_and_others_are_refused():
+    """DALI's executor tuning (set_affinity, py_num_workers, exec_dynamic, ...) is accepted with
+    a warning, through pipeline_def too, and gives the same batches; checkpointing and unknown
+    names are refused by name."""
+    batches = []
+    for kw in ({}, {"set_affinity": True, "max_streams": 2, "py_num_workers": 4,
+                    "exec_dynamic": True}):
+        @detaug.pipeline_def(batch_size=2, num_threads=1, seed=3)
+        def flips():
+            x = fn.external_source(source=lambda i: np.full((2, 3, 3), i.idx_in_epoch, np.uint8),
+                                   batch=False, size=4)
+            return fn.flip(x, horizontal=fn.random.coin_flip()), fn.random.uniform(shape=2)
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            pipe = flips(**kw)
+        assert sorted(k for k in kw if any(f"{k}=" in str(w.message) for w in caught)) == sorted(kw)
+        batches.append([pipe.run() for _ in range(2)])
+    for a, b in zip(*batches):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(np.asarray(x.data if hasattr(x, "data") else x),
+                                          np.asarray(y.data if hasattr(y, "data") else y))
+    with pytest.raises(NotImplementedError, match="enable_checkpointing"):
+        detaug.Pipeline(batch_size=2, enable_checkpointing=True)
+    with pytest.raises(TypeError, match="unknown argument.*bogus"):
+        detaug.Pipeline(batch_size=2, bogus=1)

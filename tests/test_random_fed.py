@@ -41,7 +41,8 @@ def random_graph(img, bx):
     outs["hsv_img"] = fn.hsv(img, hue=fn.random.uniform(range=(-40.0, 40.0)),
                              saturation=fn.random.uniform(range=(0.3, 1.0)))
     outs["cmn_img"] = fn.crop_mirror_normalize(img, mirror=fn.random.coin_flip(), crop=(16, 16),
-                                               crop_pos_x=fn.random.uniform(), output_layout="HWC")
+                                               crop_pos_x=fn.random.uniform(range=(0, 1)),
+                                               output_layout="HWC")
     return tuple(outs), tuple(outs.values())
 
 

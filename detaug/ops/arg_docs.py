@@ -11,6 +11,13 @@ from __future__ import annotations
 RANGE = "(float, float)"
 
 SHARED = {
+    "stick_to_shard": ("bool | None", "DALI: False moves an unshuffled reader to shard shard_id + "
+                                      "epoch each epoch (shards of one length); None or True keep "
+                                      "the shard"),
+    "dtype": ("str | None", "DALI's output type of the draws (e.g. 'int32', 'float32'): values "
+                            "rounded half away from zero and clamped to the type's range"),
+    "file_filters": ("sequence of str", "DALI: glob patterns of the file names the reader takes "
+                                        "(its list of endings by default)"),
     "random_shuffle": ("bool", "shuffle the records every epoch (keyed by seed and epoch: the same "
                                "seed gives the same order)"),
     "shard_id": ("int | None", "this process's shard, 0 <= shard_id < num_shards (None: the "

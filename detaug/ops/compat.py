@@ -89,16 +89,20 @@ def _iou_all(crop, boxes, kind):
     return np.where(union > 0, inter / np.where(union > 0, union, 1), 0)
 
 
-def bbox_crop_one(u, boxes, options, scaling, aspect, n_attempts, all_above, kind):
+def bbox_crop_one(u, boxes, options, scaling, aspect, n_attempts, all_above, kind, fixed=None,
+                  prune=None):
     """DALI's RandomBBoxCrop for one sample, on its uniforms ``u`` (rounds x (1 + 5 * attempts)).
 
     Per round: pick an option (a threshold, or no crop); per attempt: w, h ~ U(scaling) relative to
     the image; a fixed aspect range (min == max) sets one side from the other (which one, random)
     and rescales to the larger extent; w / h must lie in ``aspect``; the anchor is uniform in
-    [0, 1 - size]; every box (any box unless ``all_above``) must reach the threshold; the boxes
-    whose centre lies in the window (edges included) are kept, remapped to it and clipped to
-    [0, 1]; a window that keeps no box is refused. Returns (crop ltrb (4,), kept mask) or None
-    when every round failed.
+    [0, 1 - size]. With ``fixed`` (the relative (w, h) of DALI's crop_shape / input_shape) the
+    window has that size and its anchor is uniform between 0 and 1 - size (a window larger than the
+    image reaches out on both sides). Every box (any box unless ``all_above``) must reach the
+    threshold. The boxes kept are those whose centre lies in the window (edges included), or with
+    ``prune`` (DALI's bbox_prune_threshold) those that overlap it by at least that fraction of
+    their own area (and by more than nothing); a window that keeps no box is refused. Returns
+    (crop ltrb (4,), kept mask), or None when every round failed.
     """
     per = 1 + 5 * n_attempts
     for r in range(len(u) // per):
@@ -108,19 +112,22 @@ def bbox_crop_one(u, boxes, options, scaling, aspect, n_attempts, all_above, kin
             return np.array([0, 0, 1, 1], np.float64), np.ones(len(boxes), bool)
         for a in range(n_attempts):
             w_u, h_u, order, ax, ay = v[1 + 5 * a:6 + 5 * a]
-            shape = np.array([scaling[0] + (scaling[1] - scaling[0]) * w_u,
-                              scaling[0] + (scaling[1] - scaling[0]) * h_u])
-            if aspect[0] == aspect[1]:
-                ext = shape.max()
-                if shape[0] != shape[1]:
-                    if order < 0.5:
-                        shape[0] = shape[1] * aspect[0]
-                    else:
-                        shape[1] = shape[0] / aspect[0]
-                shape = ext * shape / shape.max()
-            ratio = shape[0] / shape[1]
-            if not (aspect[0] * (1 - 1e-6) <= ratio <= aspect[1] * (1 + 1e-6)):
-                continue
+            if fixed is not None:
+                shape = np.asarray(fixed, np.float64)
+            else:
+                shape = np.array([scaling[0] + (scaling[1] - scaling[0]) * w_u,
+                                  scaling[0] + (scaling[1] - scaling[0]) * h_u])
+                if aspect[0] == aspect[1]:
+                    ext = shape.max()
+                    if shape[0] != shape[1]:
+                        if order < 0.5:
+                            shape[0] = shape[1] * aspect[0]
+                        else:
+                            shape[1] = shape[0] / aspect[0]
+                    shape = ext * shape / shape.max()
+                ratio = shape[0] / shape[1]
+                if not (aspect[0] * (1 - 1e-6) <= ratio <= aspect[1] * (1 + 1e-6)):
+                    continue
             anchor = np.array([ax * (1 - shape[0]), ay * (1 - shape[1])])
             crop = np.concatenate([anchor, anchor + shape])
             if len(boxes):
@@ -128,12 +135,49 @@ def bbox_crop_one(u, boxes, options, scaling, aspect, n_attempts, all_above, kin
                 ok = (ious >= opt).all() if all_above else (ious >= opt).any()
                 if not ok:
                     continue
-            cx, cy = (boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2
-            keep = (cx >= crop[0]) & (cx <= crop[2]) & (cy >= crop[1]) & (cy <= crop[3])
+            if prune is None:
+                cx, cy = (boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2
+                keep = (cx >= crop[0]) & (cx <= crop[2]) & (cy >= crop[1]) & (cy <= crop[3])
+            else:
+                inter = _iou_all(crop, boxes, "overlap")
+                keep = (inter > 0) & (inter >= prune)
             if len(boxes) and not keep.any():
                 continue
             return crop, keep
     return None
+
+
+def _fixed_window(op, args, b):
+    """DALI's fixed-size mode: crop_shape and input_shape (absolute, in the order of shape_layout:
+    'WH', DALI's default x, y order, or 'HW'; one pair, or one per sample) as (relative crop
+    (B, 2) [w, h], input (B, 2) [w, h]), or None."""
+    cs, ins, lay = args["crop_shape"], args["input_shape"], args["shape_layout"] or "WH"
+    if cs is None and ins is None:
+        return None
+    if cs is None or ins is None:
+        raise ValueError(f"{op.name}: crop_shape and input_shape go together (DALI's fixed-size "
+                         "crop: the window's and the image's extents)")
+    if lay not in ("WH", "HW"):
+        raise ValueError(f"{op.name}: shape_layout {lay!r}: detaug's crops are 2-D, 'WH' or 'HW'")
+    pairs = []
+    for name, v in (("crop_shape", cs), ("input_shape", ins)):
+        a = np.asarray(v, np.float64)
+        a = a.reshape(-1, 2) if a.size in (2, 2 * b) else None
+        if a is None or (a <= 0).any():
+            raise ValueError(f"{op.name}: {name} needs 2 positive extents (or 2 per sample), "
+                             f"got {np.asarray(v).tolist()}")
+        pairs.append(np.broadcast_to(a, (b, 2)))
+    cs, ins = pairs
+    if tuple(args["scaling"]) != (1.0, 1.0) or tuple(args["aspect_ratio"]) != (1.0, 1.0):
+        raise ValueError(f"{op.name}: crop_shape sets the window's size: scaling and aspect_ratio "
+                         "cannot be given with it (as in DALI)")
+    if lay == "HW":
+        cs, ins = cs[:, ::-1], ins[:, ::-1]
+    return cs / ins, ins
+
+
+# rounds drawn at a time, and chunks drawn at most, when total_num_attempts is unlimited
+UNLIMITED_CHUNK, UNLIMITED_CHUNKS = 64, 16
 
 
 @register("random_bbox_crop", **HOST, inputs=(1, 2),
@@ -144,6 +188,16 @@ def bbox_crop_one(u, boxes, options, scaling, aspect, n_attempts, all_above, kin
                 "all_boxes_above_threshold": True, "threshold_type": "iou", "bbox_layout": None,
                 "ltrb": True, "output_bbox_indices": False, "crop_shape": None, "input_shape": None,
                 "shape_layout": None, "bbox_prune_threshold": None},
+          per_sample=("crop_shape", "input_shape"),
+          arg_docs={"crop_shape": "DALI's fixed-size mode: the window's absolute extents (with "
+                                  "input_shape; order of shape_layout); anchor and shape are then "
+                                  "absolute too",
+                    "input_shape": "the image's absolute extents, for crop_shape",
+                    "shape_layout": "the order of crop_shape / input_shape: 'WH' (default, x "
+                                    "then y) or 'HW'",
+                    "bbox_prune_threshold": "keep the boxes that overlap the window by at least "
+                                            "this fraction of their area (default: the boxes whose "
+                                            "centre is inside)"},
           output_spec="(anchor (B, 2) float32 [x, y], shape (B, 2) float32 [w, h], boxes per "
                       "sample (n, 4) float32 relative to the crop[, labels][, bbox_indices])",
           doc="DALI's random_bbox_crop on normalised box tensors: a prospective crop window "
@@ -151,15 +205,15 @@ def bbox_crop_one(u, boxes, options, scaling, aspect, n_attempts, all_above, kin
               "with the boxes meets a threshold; boxes remapped, labels filtered (for detaug's "
               "crop of (images, boxes) see fn.random_iou_crop)")
 def random_bbox_crop(ctx, op, inputs, args):
-    for k in ("crop_shape", "input_shape", "shape_layout", "bbox_prune_threshold"):
-        if args[k] is not None:
-            raise NotImplementedError(f"{op.name}: {k}= (DALI's absolute-size crop / pruning) is "
-                                      "not implemented in detaug; use scaling= and aspect_ratio=")
     if args["threshold_type"] not in ("iou", "overlap"):
         raise ValueError(f"{op.name}: threshold_type must be 'iou' or 'overlap'")
+    prune = args["bbox_prune_threshold"]
+    if prune is not None and not 0.0 <= float(prune) <= 1.0:
+        raise ValueError(f"{op.name}: bbox_prune_threshold must be in [0, 1], got {prune}")
     layout = _box_layout(op, args["bbox_layout"], args["ltrb"])
     boxes = [to_ltrb(b, layout) for b in samples_of(op, inputs[0], "boxes")]
     labels = samples_of(op, inputs[1], "labels") if len(inputs) == 2 else None
+    fixed = _fixed_window(op, args, len(boxes))
     thresholds = [float(t) for t in np.atleast_1d(args["thresholds"])]
     if not thresholds or any(not 0.0 <= t <= 1.0 for t in thresholds):
         raise ValueError(f"{op.name}: thresholds must be values in [0, 1], got {args['thresholds']}")
@@ -169,19 +223,32 @@ def random_bbox_crop(ctx, op, inputs, args):
     if len(aspect) != 2 or len(scaling) != 2:
         raise ValueError(f"{op.name}: scaling and aspect_ratio are [min, max] pairs (2-D crops)")
     n_att = int(args["num_attempts"])
-    rounds = int(args["total_num_attempts"]) if int(args["total_num_attempts"]) > 0 else 64
-    u = ctx.rng(op).uniform(rounds * (1 + 5 * n_att))
+    limited = int(args["total_num_attempts"]) > 0
+    rounds = int(args["total_num_attempts"]) if limited else UNLIMITED_CHUNK
+    rng = ctx.rng(op)
+    chunks = [rng.uniform(rounds * (1 + 5 * n_att))]
     anchors, shapes, out_boxes, out_labels, out_idx = [], [], [], [], []
     for s, b in enumerate(boxes):
-        found = bbox_crop_one(u[s], b.astype(np.float64), options, scaling, aspect, n_att,
-                              bool(args["all_boxes_above_threshold"]), args["threshold_type"])
-        # every round failed (DALI would keep drawing): the whole image, all boxes kept
+        for c in range(1 if limited else UNLIMITED_CHUNKS):
+            # DALI keeps drawing without total_num_attempts: further chunks of each sample's own
+            # stream, drawn for the whole batch when a sample first needs them (a sample's
+            # draws never depend on the others')
+            if c == len(chunks):
+                chunks.append(rng.uniform(rounds * (1 + 5 * n_att)))
+            found = bbox_crop_one(chunks[c][s], b.astype(np.float64), options, scaling, aspect,
+                                  n_att, bool(args["all_boxes_above_threshold"]),
+                                  args["threshold_type"], None if fixed is None else fixed[0][s],
+                                  None if prune is None else float(prune))
+            if found is not None:
+                break
+        # every round failed: the whole image, all boxes kept (DALI would keep drawing forever)
         crop, keep = found if found is not None else (np.array([0, 0, 1, 1.0]), np.ones(len(b), bool))
         ext = crop[2:] - crop[:2]
         kept = b[keep].astype(np.float64)
         mapped = np.clip((kept - np.tile(crop[:2], 2)) / np.tile(ext, 2), 0.0, 1.0)
-        anchors.append(crop[:2].astype(np.float32))
-        shapes.append(ext.astype(np.float32))
+        scale = 1.0 if fixed is None else fixed[1][s]  # fixed-size mode: absolute anchor, shape
+        anchors.append((crop[:2] * scale).astype(np.float32))
+        shapes.append((ext * scale).astype(np.float32))
         out_boxes.append(from_ltrb(mapped.reshape(-1, 4), layout))
         if labels is not None:
             out_labels.append(np.asarray(labels[s])[keep])

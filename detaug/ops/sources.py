@@ -11,25 +11,30 @@ from ..errors import SampleError
 from .registry import register
 
 _SHARDING = {"random_shuffle": False, "shard_id": None, "num_shards": None}
-# DALI's reader arguments. shuffle_after_epoch shuffles the whole dataset every epoch and shards
-# that permutation, which is what detaug's random_shuffle does; random_shuffle's initial_fill (the
-# size of DALI's shuffle buffer) is accepted: detaug's shuffle is a full permutation of the epoch.
-# pad_last_batch is read by DALIGenericIterator (detaug pads a shard's last batch by wrapping
-# around its order); the others tune DALI's I/O and change no value.
-_DALI_READER = {"initial_fill": 1024, "pad_last_batch": False, "stick_to_shard": False,
+# DALI's reader arguments (README, "Coming from DALI"). Honoured: shuffle_after_epoch (a new
+# permutation of the whole dataset every epoch, sharded: what detaug's random_shuffle does),
+# pad_last_batch (the shard's last batch repeats its last sample, and every shard has the largest
+# shard's length) and stick_to_shard (False: an unshuffled reader's shard moves on by one every
+# epoch, shard_id + epoch; None, not given: DALI's default False where the shards have one
+# length, else the shard stays: _Source.moves_shards). random_shuffle's initial_fill (the size of DALI's
+# shuffle buffer) is accepted: detaug's shuffle is a full permutation of the epoch. The others tune
+# DALI's I/O and change no value.
+_DALI_READER = {"initial_fill": 1024, "pad_last_batch": False, "stick_to_shard": None,
                 "shuffle_after_epoch": False, "read_ahead": False, "lazy_init": False,
                 "prefetch_queue_depth": 1, "dont_use_mmap": False, "skip_cached_images": False,
-                "tensor_init_bytes": 1048576}
+                "tensor_init_bytes": 1048576, "bytes_per_sample_hint": 0, "preserve": False}
 # The ones that change no value here: accepted, documented as hints, and a warning when set.
 _DALI_READER_HINTS = {
     "initial_fill": "the size of DALI's shuffle buffer; detaug's shuffle is a full permutation "
                     "of the epoch",
-    "stick_to_shard": "detaug's shards never move between epochs (DALI's stick_to_shard=True)",
     "read_ahead": "DALI's I/O tuning", "lazy_init": "DALI's I/O tuning",
     "prefetch_queue_depth": "DALI's reader queue; the Pipeline's prefetch_queue_depth sets "
                             "detaug's",
-    "dont_use_mmap": "DALI's I/O tuning", "skip_cached_images": "DALI's nvJPEG cache tuning",
-    "tensor_init_bytes": "DALI's allocation tuning"}
+    "dont_use_mmap": "DALI's I/O tuning",
+    "skip_cached_images": "DALI's decoder-cache tuning; detaug's decoders keep no cache, so "
+                          "every image is read (as DALI without a cache)",
+    "tensor_init_bytes": "DALI's allocation tuning",
+    "bytes_per_sample_hint": "DALI's allocation tuning", "preserve": "every reader is kept"}
 _EXTERNAL_HINTS = {
     "parallel": "DALI's source worker processes; detaug calls the source in its host stage",
     "prefetch_queue_depth": "DALI's source queue; the Pipeline's prefetch_queue_depth sets detaug's",
@@ -43,17 +48,28 @@ class _Source:
 
     size = None
     shuffle = False
+    wraps_around = True  # a reader goes on into the next epoch in pipe.run(), as DALI's
 
-    def __init__(self, op, pipe):
+    def __init__(self, op, pipe, args=None):
         self.op = op
-        a = op.args
+        a = op.args if args is None else args
         if a.get("random_shuffle") and a.get("shuffle_after_epoch"):
             raise ValueError(f"{op.name}: random_shuffle and shuffle_after_epoch cannot both be set "
+                             "(as in DALI)")
+        if a.get("stick_to_shard") and a.get("shuffle_after_epoch"):
+            raise ValueError(f"{op.name}: stick_to_shard and shuffle_after_epoch cannot both be set "
                              "(as in DALI)")
         if int(a.get("initial_fill", 1) or 1) < 1:
             raise ValueError(f"{op.name}: initial_fill must be at least 1")
         self.shuffle = bool(a.get("random_shuffle", False) or a.get("shuffle_after_epoch", False))
         self.pad_last_batch = bool(a.get("pad_last_batch", False))
+        # True / False as given; None: not given (DALI's default where it can be honoured);
+        # readers without DALI's argument keep their shard
+        stick = a.get("stick_to_shard", True)
+        self.stick_to_shard = None if stick is None else bool(stick)
+        # a reader given DALI's sharding arguments shards as DALI's ('uneven' shards: its own
+        # padding), whatever the pipeline's shard_policy
+        self.dali_sharding = self.pad_last_batch or a.get("stick_to_shard") is not None
         sid = a.get("shard_id")
         ns = a.get("num_shards")
         self.shard = (pipe.shard_id if sid is None else int(sid), pipe.num_shards if ns is None else int(ns))
@@ -62,6 +78,29 @@ class _Source:
 
     def prepare(self, key):
         return None
+
+    @property
+    def moves_shards(self) -> bool:
+        """Whether the shard moves on by one every epoch (DALI's ``stick_to_shard=False``: its
+        reader reads on into the next shard). Only an unshuffled reader's order shows it: a
+        shuffled epoch is a new permutation of the whole dataset, so the records of a shard are a
+        new random draw every epoch either way. Shards of different lengths cannot move without
+        changing the shard's length from epoch to epoch (and the iterators' counts with it):
+        given ``stick_to_shard=False`` they are refused; not given, the shard stays (DALI's
+        epochs of such shards straddle shards, as its reader is one stream: README, "Coming
+        from DALI")."""
+        ns = self.shard[1]
+        if self.stick_to_shard or self.shuffle or ns == 1:
+            return False
+        if self.size % ns:
+            if self.stick_to_shard is None:
+                return False
+            raise NotImplementedError(
+                f"{self.op.name}: stick_to_shard=False moves each shard on by one every epoch, "
+                f"and the {ns} shards of {self.size} records have different lengths: the shard's "
+                "length would change from epoch to epoch. Pass stick_to_shard=True (keep the "
+                "shard; the same when not given) or random_shuffle=True")
+        return True
 
 
 def _read_bytes(path, position):
@@ -105,8 +144,8 @@ class _DetectionReader(_Source):
     dataset-wide arrays, so that a batch is gathered with a few array operations rather than
     assembled record by record (a field a record lacks is zeros, as in :func:`concat_boxes`)."""
 
-    def __init__(self, op, pipe, dataset):
-        super().__init__(op, pipe)
+    def __init__(self, op, pipe, dataset, args=None):
+        super().__init__(op, pipe, args)
         self.dataset = dataset
         self.size = len(dataset)
         if dataset.skipped:
@@ -138,9 +177,21 @@ class _DetectionReader(_Source):
 
 
 def dali_coco(args) -> bool:
-    """readers.coco follows DALI (three outputs: encoded, boxes, labels) when given one of DALI's
-    box-layout arguments (ltrb=, ratio=) or image_ids=True; coco_reader always does."""
-    return args.get("ltrb") is not None or args.get("ratio") is not None or bool(args.get("image_ids"))
+    """readers.coco follows DALI (outputs encoded, boxes, labels[, image_ids]) when called with
+    any argument that only DALI's reader has (ltrb=, ratio=, image_ids=, pad_last_batch=,
+    initial_fill=, ...: those whose default is None here); coco_reader always does."""
+    return any(args.get(k) is not None for k in _COCO_DALI)
+
+
+def dali_coco_outputs(args) -> int:
+    """The number of outputs of DALI's COCO reader: images, bounding boxes, labels, then
+    (polygons, vertices) or pixelwise masks, then image ids. Masks are refused here, when the
+    call is traced, naming the argument."""
+    for k in ("polygon_masks", "pixelwise_masks"):
+        if args.get(k):
+            raise NotImplementedError(f"readers.coco: {k}=True (DALI's masks, outputs after the "
+                                      "labels) is not implemented in detaug")
+    return 3 + bool(args.get("image_ids"))
 
 
 class _DALICocoReader(_DetectionReader):
@@ -149,9 +200,9 @@ class _DALICocoReader(_DetectionReader):
     with ``ratio``; labels (n,) int32, contiguous from 1 in the order of the category ids
     (the COCO ids with ``avoid_class_remapping``); with ``image_ids`` the (1,) int32 image id."""
 
-    def __init__(self, op, pipe, dataset):
-        super().__init__(op, pipe, dataset)
-        a = op.args
+    def __init__(self, op, pipe, dataset, args):
+        super().__init__(op, pipe, dataset, args)
+        a = args
         self.ltrb, self.ratio = bool(a["ltrb"]), bool(a["ratio"])
         self.label_base = 0 if a["avoid_class_remapping"] else 1
         self.image_ids = bool(a["image_ids"])
@@ -179,11 +230,11 @@ class _DALICocoReader(_DetectionReader):
 def _coco_reader(op, pipe):
     from readers.coco import read_coco
 
-    a = op.args
-    dali = dali_coco(a)
-    for k in ("polygon_masks", "pixelwise_masks"):
-        if a.get(k):
-            raise NotImplementedError(f"{op.name}: {k}=True (DALI's masks) is not implemented in detaug")
+    dali = dali_coco(op.args)
+    # DALI's arguments not given take DALI's defaults in DALI's mode
+    a = {**op.args, **{k: v for k, v in _COCO_DALI_DEFAULTS.items() if op.args.get(k) is None}} \
+        if dali else op.args
+    dali_coco_outputs(a)
     threshold = a["size_threshold"] if a["size_threshold"] is not None else (0.1 if dali else 0.0)
     keep_ids = bool(a["keep_original_ids"] or a.get("avoid_class_remapping"))
     ds = read_coco(a["annotations_file"], a["file_root"], skip_empty=a["skip_empty"],
@@ -191,8 +242,8 @@ def _coco_reader(op, pipe):
                    categories=a["categories"], keep_original_ids=keep_ids,
                    on_error=a["on_error"])
     if dali:
-        return _DALICocoReader(op, pipe, ds)
-    return _DetectionReader(op, pipe, ds)
+        return _DALICocoReader(op, pipe, ds, a)
+    return _DetectionReader(op, pipe, ds, {**a, "stick_to_shard": True})  # detaug's: shards stay
 
 
 def _voc_reader(op, pipe):
@@ -204,28 +255,36 @@ def _voc_reader(op, pipe):
     return _DetectionReader(op, pipe, ds)
 
 
-_COCO_DALI = {"ltrb": None, "ratio": None, "image_ids": False, "avoid_class_remapping": False,
-              "polygon_masks": False, "pixelwise_masks": False, **_DALI_READER}
+_COCO_DALI_DEFAULTS = {"ltrb": False, "ratio": False, "image_ids": False,
+                       "avoid_class_remapping": False, "polygon_masks": False,
+                       "pixelwise_masks": False, **_DALI_READER}
+# readers.coco declares DALI's own arguments with None (not given): any of them given selects
+# DALI's outputs, and the others then take DALI's defaults
+_COCO_DALI = dict.fromkeys(_COCO_DALI_DEFAULTS)
 register("readers.coco", devices=("cpu",), inputs=(0, 0), kind="source",
-         outputs=lambda n, a: 3 + bool(a["image_ids"]) if dali_coco(a) else 2,
+         outputs=lambda n, a: dali_coco_outputs(a) if dali_coco(a) else 2,
          args={"file_root": None, "annotations_file": None, "skip_empty": False,
                "include_iscrowd": True, "size_threshold": None, "categories": None,
                "keep_original_ids": False, "on_error": "raise", **_SHARDING, **_COCO_DALI},
          hints=_DALI_READER_HINTS,
-         output_spec="(encoded bytes, BoxBatch with labels + iscrowd/annotation_id); given ltrb=, "
-                     "ratio= or image_ids=True, DALI's (encoded, boxes (n, 4) float32 per sample, "
-                     "labels (n,) int32 from 1[, image_ids])",
+         output_spec="(encoded bytes, BoxBatch with labels + iscrowd/annotation_id); given any "
+                     "of DALI's own arguments (ltrb=, ratio=, image_ids=, pad_last_batch=, ...), "
+                     "DALI's (encoded, boxes (n, 4) float32 per sample, labels (n,) int32 from "
+                     "1[, image_ids])",
          arg_docs={"size_threshold": "drop boxes narrower or lower than this many pixels (None: "
                                      "0.0, or DALI's 0.1 in DALI's mode)",
                    "ltrb": "DALI's mode: boxes [l, t, r, b] (True) or [x, y, w, h] (False)",
-                   "ratio": "DALI's mode: boxes divided by the image's width and height"},
+                   "ratio": "DALI's mode: boxes divided by the image's width and height",
+                   **{k: "DALI's argument: giving it (any value) selects DALI's outputs; "
+                         f"default {v!r} there" for k, v in _COCO_DALI_DEFAULTS.items()
+                      if k not in ("ltrb", "ratio") and k not in _DALI_READER_HINTS}},
          doc="COCO instances JSON (pycocotools): encoded images and their boxes")(_coco_reader)
 register("coco_reader", devices=("cpu",), inputs=(0, 0), kind="source",
-         outputs=lambda n, a: 3 + bool(a["image_ids"]),
+         outputs=lambda n, a: dali_coco_outputs(a),
          args={"file_root": None, "annotations_file": None, "skip_empty": False,
                "include_iscrowd": True, "size_threshold": 0.1, "categories": None,
                "keep_original_ids": False, "on_error": "raise", **_SHARDING,
-               **{**_COCO_DALI, "ltrb": False, "ratio": False}},
+               **_COCO_DALI_DEFAULTS},
          hints=_DALI_READER_HINTS,
          output_spec="DALI's (encoded bytes, boxes (n, 4) float32 per sample, labels (n,) int32 "
                      "from 1[, image_ids])",
@@ -236,6 +295,27 @@ register("readers.voc", devices=("cpu",), inputs=(0, 0), outputs=2, kind="source
                "on_error": "raise", **_SHARDING},
          output_spec="(encoded bytes, BoxBatch with labels + difficult/truncated)",
          doc="Pascal VOC XML (lxml, no entity expansion): encoded images and their boxes")(_voc_reader)
+
+
+# DALI's file reader takes, from the class folders, the files that match one of these patterns
+DALI_FILE_FILTERS = ("*.jpg", "*.jpeg", "*.png", "*.bmp", "*.tif", "*.tiff", "*.pnm", "*.ppm",
+                     "*.pgm", "*.pbm", "*.jp2", "*.webp", "*.flac", "*.ogg", "*.wav")
+
+
+def file_filter(patterns, case_sensitive, paths) -> list:
+    """Indices of ``paths`` whose file name matches one of the glob ``patterns`` (DALI's
+    file_filters), compared case-insensitively unless ``case_sensitive``."""
+    import fnmatch
+
+    patterns = [patterns] if isinstance(patterns, str) else list(patterns)
+    if not case_sensitive:
+        patterns = [p.lower() for p in patterns]
+    out = []
+    for k, path in enumerate(paths):
+        name = os.path.basename(path) if case_sensitive else os.path.basename(path).lower()
+        if any(fnmatch.fnmatchcase(name, p) for p in patterns):
+            out.append(k)
+    return out
 
 
 class _FileReader(_Source):
@@ -251,7 +331,9 @@ class _FileReader(_Source):
                                       np.asarray(a["labels"] if a["labels"] is not None
                                                  else np.zeros(len(a["files"])), np.int64), [])
         else:
-            fd = folder.read_folder(a["file_root"])
+            fd = folder.read_folder(a["file_root"], extensions=("",))
+            keep = file_filter(a["file_filters"], a["case_sensitive_filter"], fd.paths)
+            fd.paths, fd.labels = [fd.paths[k] for k in keep], np.asarray(fd.labels)[keep]
         self.paths, self.labels = list(fd.paths), np.asarray(fd.labels, np.int64)
         self.class_names = list(fd.class_names)
         self.size = len(self.paths)
@@ -267,8 +349,15 @@ class _FileReader(_Source):
 register("readers.file", devices=("cpu",), inputs=(0, 0), outputs=2, kind="source",
          aliases=("file_reader",),
          args={"file_root": None, "file_list": None, "files": None, "labels": None, **_SHARDING,
-               **_DALI_READER},
+               "file_filters": DALI_FILE_FILTERS, "case_sensitive_filter": False, **_DALI_READER},
          hints=_DALI_READER_HINTS,
+         arg_docs={"file_filters": "glob patterns of the file names taken from the class folders "
+                                   "(DALI's default list); not applied to file_list / files",
+                   "stick_to_shard": "False: an unshuffled reader's shard moves on by one every "
+                                     "epoch (DALI's default); True: it stays; None (not given): "
+                                     "False where the shards have one length, else the shard "
+                                     "stays",
+                   "case_sensitive_filter": "match file_filters case-sensitively"},
          output_spec="(encoded bytes, int64 (B,) labels)",
          doc="classification folders or DALI file lists: encoded images and labels")(_FileReader)
 
@@ -340,6 +429,8 @@ class _External(_Source):
     callable gets for the same positions. ``batch_size`` (with ``size``: what the last batch and
     ``last_batch_policy`` leave) is the most a fed batch may hold; a longer one raises ValueError,
     a shorter one (an iterable's last batch) is a smaller batch."""
+
+    wraps_around = False  # pipe.run() raises StopIteration at its end, as DALI's
 
     def __init__(self, op, pipe):
         super().__init__(op, pipe)

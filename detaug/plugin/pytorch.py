@@ -56,9 +56,11 @@ def _auto_reset(value) -> bool:
     raise ValueError(f"auto_reset must be True, False, 'yes' or 'no', got {value!r}")
 
 
-def _reader_shard_size(pipe, reader_name) -> int:
-    """Samples of ``reader_name``'s shard in ``pipe`` (its epoch size split as the schedule splits
-    it); raises when the pipeline has no reader of that name."""
+def _reader_shard_size(pipe, reader_name, policy) -> int:
+    """Samples of ``reader_name``'s shard in ``pipe`` per epoch (its epoch size split as the
+    schedule splits it; with the reader's ``pad_last_batch`` under FILL, the largest shard's, as
+    DALI's iterator counts the padded samples); raises when the pipeline has no reader of that
+    name."""
     from .. import schedule
 
     pipe.build()
@@ -66,7 +68,9 @@ def _reader_shard_size(pipe, reader_name) -> int:
         if pipe.graph.ops[op_id].name == reader_name:
             if src.size is None:
                 raise ValueError(f"reader_name={reader_name!r} names a source without a size")
-            return schedule.shard_size(src.size, *src.shard, pipe.shard_policy), src
+            if src.pad_last_batch and policy == "fill":
+                return -(-src.size // src.shard[1]), src
+            return schedule.shard_size(src.size, *src.shard, pipe._shard_policy_of(src)), src
     names = [pipe.graph.ops[i].name for i in pipe._sources]
     raise ValueError(f"reader_name={reader_name!r}: the pipeline has no reader of that name "
                      f"(its sources: {names}); give the reader name=")
@@ -88,9 +92,9 @@ class DALIGenericIterator(DetaugIterator):
         last_batch_policy: LastBatchPolicy.FILL (default), DROP or PARTIAL.
         prepare_first_batch: accepted (the pipeline prefetches as it is built to).
 
-    A reader built with ``pad_last_batch=True`` under FILL raises: DALI repeats the shard's last
-    sample, detaug wraps around the shard's order; with DROP or PARTIAL the padding is never
-    returned and the batches are the same.
+    A reader built with ``pad_last_batch=True`` fills the shard's last batch with copies of its
+    last sample, and every shard has the largest shard's number of samples, as DALI's; FILL hands
+    them over, PARTIAL and DROP leave them out.
     """
 
     def __init__(self, pipelines, output_map, size=-1, reader_name=None, auto_reset=False,
@@ -100,21 +104,23 @@ class DALIGenericIterator(DetaugIterator):
         policy = _policy(last_batch_policy, fill_last_batch)
         if reader_name is not None and size not in (-1, None):
             raise ValueError("give size or reader_name, not both (as in DALI)")
-        shard = None
+        shard, padded = None, False
         if reader_name is not None:
-            sizes = [_reader_shard_size(p, reader_name) for p in pipes]
-            if policy == "fill" and any(src.pad_last_batch for _, src in sizes):
-                raise NotImplementedError(
-                    f"reader {reader_name!r} has pad_last_batch=True and the iterator fills the "
-                    "last batch: DALI fills it with copies of the shard's last sample, detaug wraps "
-                    "around the shard's order (other samples); use LastBatchPolicy.PARTIAL or DROP "
-                    "(the same batches), or pad_last_batch=False")
+            sizes = [_reader_shard_size(p, reader_name, policy) for p in pipes]
             shard = min(n for n, _ in sizes)
+            padded = policy == "fill" and any(src.pad_last_batch for _, src in sizes)
         elif size not in (-1, None):
             shard = int(size) // len(pipes) if len(pipes) > 1 else int(size)
         self.output_names = list(output_map)
         super().__init__(pipes, self.output_names, boxes_format="padded", last_batch_policy=policy,
-                         auto_reset=_auto_reset(auto_reset), size=shard)
+                         auto_reset=_auto_reset(auto_reset), size=None if padded else shard)
+        if padded:  # a shorter shard's padding counts: every shard has as many batches (DALI)
+            self.size = shard
+
+    def _check_shards(self):
+        """DALI's iterator reads the pipelines as they are sharded: unlike DetaugIterator, it
+        does not shard unsharded pipelines by the torch.distributed rank (a DALI program that
+        gives no shard_id reads the whole dataset on every rank)."""
 
     def __next__(self):
         out = super().__next__()
