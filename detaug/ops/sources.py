@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,11 +68,18 @@ class _Source:
 def _read_bytes(path, position):
     """The file's bytes in a new uint8 array. os.readv releases the GIL while it reads (np.fromfile
     holds it: a visible share of the GIL-held time of the GPU pipeline, benchmarks/RESULTS.md)
-    and reads straight into the array (no bytes object in between)."""
+    and reads straight into the array (no bytes object in between).
+
+    Only a regular file is read: a FIFO, device or folder under an image's name is a named
+    SampleError (opened without blocking: a FIFO with no writer would block ``open`` forever)."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         try:
-            buf = np.empty(os.fstat(fd).st_size, np.uint8)
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise SampleError(f"{path}: not a regular file (a FIFO, device or folder); "
+                                  "refused", position, path)
+            buf = np.empty(st.st_size, np.uint8)
             got = os.readv(fd, [buf]) if len(buf) else 0
             while got < len(buf):  # readv may return short counts
                 got += os.readv(fd, [buf[got:]])
