@@ -457,10 +457,22 @@ class _External(_Source):
                 raise ValueError(f"{self.op.name}: declared ndim={self.ndim} but a sample has "
                                  f"{nd} dimensions")
 
+    @staticmethod
+    def _positions(ctx):
+        """Each sample's place in the epoch order (the callable's ``idx_in_epoch``). A sample
+        that replaces a skipped one (``on_error='skip'``) is the next record of the order: it
+        gets that record's own place, so that the callable is asked for another sample (asked
+        for the same place again, it gave the same bad sample until the whole order failed)."""
+        pos = np.asarray(ctx.positions, np.int64)
+        order = ctx.pipeline._shard_order(ctx.epoch)
+        for k in np.nonzero(order[pos] != ctx.sample_index)[0]:
+            pos[k] = np.nonzero(order == ctx.sample_index[k])[0][0]
+        return pos
+
     def read(self, ctx, payload):
         if payload is None:
             infos = [SampleInfo(int(p), k, ctx.batch_index, ctx.epoch)
-                     for k, p in enumerate(ctx.positions)]
+                     for k, p in enumerate(self._positions(ctx))]
             rows = ctx.map_samples(lambda k: self.source(infos[k]), len(infos))
             if self.n_out == 1:
                 rows = [r[0] if isinstance(r, tuple) and len(r) == 1 else r for r in rows]
@@ -480,6 +492,8 @@ class _External(_Source):
         for k, v in enumerate(outs):
             if isinstance(v, BoxBatch) and sizes is not None:
                 outs[k] = v.replace(canvas=sizes)
+        if payload is not None:  # a fed batch's samples cannot be replaced (decode.py reads this)
+            ctx.fed_values = getattr(ctx, "fed_values", set()) | {id(v) for v in outs}
         return tuple(outs)
 
 
