@@ -213,21 +213,24 @@ def _object(obj):
 
     Reads the direct children and the ``bndbox`` children in one pass (4x faster than a
     findtext per key); nested ``<part>`` elements (VOC person layout) are not descended into.
+    The coordinates are the ``bndbox``'s only: a stray ``<xmin>`` directly under ``<object>``
+    is one of the other elements (it overrode the box when it came after the ``bndbox``, as
+    write_voc puts the other elements, so a VOC -> VOC round trip changed the box).
     """
-    values = {}
+    values, box = {}, {}
     for child in obj:
         if child.tag == "bndbox":
             for coord in child:
-                values[coord.tag] = coord.text
+                box[coord.tag] = coord.text
         else:
             values[child.tag] = child.text
     name = (values.get("name") or "").strip()
     if not name:  # also what an unexpanded entity reference leaves behind
         return name, _NAN_BOX, 0, 0, "object without a <name>", {}
     try:
-        coords = [float(values[k]) for k in _COORDS]
+        coords = [float(box[k]) for k in _COORDS]
     except (KeyError, TypeError, ValueError):
-        given = [values.get(k) for k in _COORDS]
+        given = [box.get(k) for k in _COORDS]
         return name, _NAN_BOX, 0, 0, f"object {name!r}: bndbox is not 4 numbers {given}", {}
     flags = [0, 0]
     for i, key in enumerate(("difficult", "truncated")):

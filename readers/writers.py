@@ -101,6 +101,8 @@ def write_coco(dataset, path, *, images_dir=None, link=False, progress=None,
     image_ids = _coco_image_ids(dataset, report)
     ann_ids = _coco_annotation_ids(dataset, report)
     images, annotations, n = [], [], 0
+    if images_dir is not None and not dry_run:  # even with no image: a dataset reads back
+        os.makedirs(images_dir, exist_ok=True)
     for k, (record, image_id) in enumerate(zip(dataset.records, image_ids)):
         name = _relname(record.path, base)
         if images_dir is not None and not dry_run:
@@ -368,7 +370,8 @@ def write_yolo(dataset, root, *, split=None, link=False, progress=None,
     images, labels = (os.path.join(root, d, split or "") for d in ("images", "labels"))
     base = _image_base(dataset)
     if not dry_run:
-        os.makedirs(root, exist_ok=True)
+        for folder in (images, labels):  # even with no image: a dataset reads back
+            os.makedirs(folder, exist_ok=True)
         with open(os.path.join(root, "classes.txt"), "w", encoding="utf-8") as f:
             f.writelines(f"{name}\n" for name in dataset.class_names)
     for k, record in enumerate(dataset.records):

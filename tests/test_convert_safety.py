@@ -435,3 +435,22 @@ def test_truncated_image_header_is_an_error_or_a_counted_skip(tmp_path, capsys):
                  "--classes", "dog", "--skip-bad"]) == 0
     out = capsys.readouterr().out
     assert "skipped 1 bad items:" in out and "wrote 1 images" in out
+
+
+@pytest.mark.parametrize("to", ["coco", "voc", "yolo"])
+def test_every_image_skipped_still_writes_a_dataset_that_reads_back(tmp_path, capsys, to):
+    """--skip-bad that skips every image writes an empty dataset its reader reads (found by
+    the converter fuzzer: COCO had no images/ and YOLO no images/ or labels/, and their
+    readers refused the folder)."""
+    import readers
+
+    root = make_voc(tmp_path / "e", {"a": "<annotation><filename>a.jpg"})  # truncated XML
+    with pytest.warns(UserWarning):
+        assert main([root, str(tmp_path / "o"), "--from", "voc", "--to", to, "--classes", "dog",
+                     "--skip-bad"]) == 0
+    assert "read 0 images" in capsys.readouterr().out
+    out = str(tmp_path / "o")
+    back = (readers.read_coco(os.path.join(out, "annotations.json"), os.path.join(out, "images"))
+            if to == "coco" else readers.read_voc(out, classes=["dog"]) if to == "voc"
+            else readers.read_yolo(out))
+    assert len(back) == 0 and back.class_names == ["dog"]

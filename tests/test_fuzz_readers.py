@@ -174,9 +174,12 @@ def test_fuzz_voc(voc_copy, xml):
 
 with open(os.path.join(COCO_MINI, "annotations.json"), "rb") as _f:
     COCO_DOC = json.load(_f)
-COCO_DOC = {"images": COCO_DOC["images"][:3], "categories": COCO_DOC["categories"][:4],
-            "annotations": [a for a in COCO_DOC["annotations"]
-                            if a["image_id"] in {im["id"] for im in COCO_DOC["images"][:3]}][:8]}
+_anns = [a for a in COCO_DOC["annotations"]
+         if a["image_id"] in {im["id"] for im in COCO_DOC["images"][:3]}][:8]
+# a valid seed (every category its annotations use), so that a failure is the mutation's
+COCO_DOC = {"images": COCO_DOC["images"][:3], "annotations": _anns,
+            "categories": [c for c in COCO_DOC["categories"]
+                           if c["id"] in {a["category_id"] for a in _anns}]}
 for _a in COCO_DOC["annotations"]:  # short examples in failure reports
     _a.pop("segmentation", None)
 for _im in COCO_DOC["images"]:

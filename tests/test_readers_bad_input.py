@@ -248,3 +248,22 @@ def test_yolo_class_list_not_utf8(tmp_path, file):
         with pytest.raises(DatasetError, match="not UTF-8 text") as err:
             read_yolo(root, on_error=policy)
         assert err.value.file == str(root / file)
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_voc_stray_coordinate_beside_the_bndbox_is_an_extra_element(tmp_path, where):
+    """A <xmin> directly under <object> (found by the converter fuzzer) is not a coordinate:
+    the box is the bndbox's wherever the stray element stands, and the element is carried as a
+    per-box key that write_voc writes back, so VOC -> VOC -> VOC keeps both."""
+    stray = "<xmin>Left</xmin>"
+    box = "<bndbox><xmin>11</xmin><ymin>21</ymin><xmax>40</xmax><ymax>50</ymax></bndbox>"
+    obj = f"<object><name>dog</name>{stray + box if where == 'before' else box + stray}</object>"
+    root = write_voc(tmp_path / "v", {"a": f"<annotation><filename>a.jpg</filename>{obj}"
+                                           "</annotation>"})
+    ds = read_voc(root, classes=["dog"])
+    assert ds.records[0].boxes.tolist() == [[10, 20, 40, 50]]
+    assert ds.records[0].extra["box_keys"] == [{"xmin": "Left"}]
+    write_voc_tree(ds, tmp_path / "w")
+    again = read_voc(tmp_path / "w", classes=["dog"])
+    assert again.records[0].boxes.tolist() == [[10, 20, 40, 50]]
+    assert again.records[0].extra["box_keys"][0]["xmin"] == "Left"
