@@ -454,3 +454,85 @@ def test_every_image_skipped_still_writes_a_dataset_that_reads_back(tmp_path, ca
             if to == "coco" else readers.read_voc(out, classes=["dog"]) if to == "voc"
             else readers.read_yolo(out))
     assert len(back) == 0 and back.class_names == ["dog"]
+
+
+def _noisy_jpeg(path, size=(320, 240)):
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(7)
+    Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), np.uint8)).save(path, quality=90)
+
+
+@pytest.mark.parametrize("fmt", ["jpg", "png"])
+def test_image_truncated_after_its_header_is_an_error_or_a_counted_skip(tmp_path, capsys, fmt):
+    """A JPEG cut to 1,000 bytes (its header reads: 320x240) or a PNG without its end is not
+    copied as if whole: it lacks its end marker and does not decode."""
+    root = make_voc(tmp_path / "t", {"a": voc_xml("a.jpg", (320, 240), [("dog", 1, 1, 10, 10)]),
+                                     "t": voc_xml(f"t.{fmt}", (320, 240), [("dog", 1, 1, 9, 9)])},
+                    images={"a.jpg": (320, 240)})
+    path = tmp_path / "t" / "JPEGImages" / f"t.{fmt}"
+    _noisy_jpeg(path)
+    if fmt == "png":
+        from PIL import Image
+
+        Image.open(path).save(path, "PNG")
+    path.write_bytes(path.read_bytes()[:1000])
+    assert main([root, str(tmp_path / "o"), "--from", "voc", "--to", "yolo",
+                 "--classes", "dog"]) == 2
+    assert f"t.{fmt}: the image data is truncated or corrupt" in _err(capsys)
+    assert not (tmp_path / "o").exists()
+    assert main([root, str(tmp_path / "o"), "--from", "voc", "--to", "yolo",
+                 "--classes", "dog", "--skip-bad"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped 1 bad items:" in out and "wrote 1 images" in out
+    assert sorted(os.listdir(tmp_path / "o" / "images")) == ["a.jpg"]
+
+
+def test_jpeg_with_data_after_its_end_marker_is_kept(tmp_path, capsys):
+    """Bytes after the end-of-image marker (some cameras append a trailer) decode: kept."""
+    root = make_voc(tmp_path / "d", {"a": voc_xml("a.jpg", (320, 240), [("dog", 1, 1, 10, 10)])},
+                    images={})
+    path = tmp_path / "d" / "JPEGImages" / "a.jpg"
+    _noisy_jpeg(path)
+    path.write_bytes(path.read_bytes() + b"TRAILER" * 20)
+    assert main([root, str(tmp_path / "o"), "--from", "voc", "--to", "coco",
+                 "--classes", "dog"]) == 0
+    assert "wrote 1 images" in capsys.readouterr().out
+
+
+def test_fifo_or_bomb_image_in_a_coco_source_is_refused(tmp_path, capsys):
+    """read_coco takes sizes from the JSON (no header read); the converter's header check
+    must still not open a FIFO (it blocked) and must refuse a decompression bomb by name."""
+    import signal
+
+    from test_limits import bomb_png
+
+    folder = tmp_path / "c"
+    (folder / "images").mkdir(parents=True)
+    write_image(str(folder / "images" / "a.jpg"), 40, 30)
+    os.mkfifo(folder / "images" / "f.jpg")
+    (folder / "images" / "b.png").write_bytes(bomb_png())
+    images = [{"id": 1, "file_name": "a.jpg", "width": 40, "height": 30},
+              {"id": 2, "file_name": "f.jpg", "width": 40, "height": 30},
+              {"id": 3, "file_name": "b.png", "width": 30000, "height": 30000}]
+    (folder / "annotations.json").write_text(json.dumps(
+        {"images": images, "annotations": [], "categories": [{"id": 1, "name": "dog"}]}))
+    argv = [str(folder / "annotations.json"), str(tmp_path / "o"), "--from", "coco", "--to",
+            "yolo"]
+
+    def boom(*_):
+        raise TimeoutError("blocked on the FIFO")
+    old = signal.signal(signal.SIGALRM, boom)
+    signal.alarm(20)
+    try:
+        assert main(argv) == 2
+        assert "f.jpg: image file is not a regular file" in _err(capsys)
+        assert main(argv + ["--skip-bad"]) == 0
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    out = capsys.readouterr().out
+    assert "skipped 2 bad items:" in out and "f.jpg: image file is not a regular file" in out
+    assert "b.png: image header declares too many pixels" in out
+    assert os.listdir(tmp_path / "o" / "images") == ["a.jpg"]
