@@ -30,7 +30,7 @@ from test_fuzz_readers import (COCO_BYTES, CORPUS, EXAMPLES, FUZZ, VOC_ID, YOLO_
                                coco_mutation, time_bound, voc_mutation, yolo_mutation)
 
 CONVERT_FUZZ = settings(FUZZ, max_examples=max(EXAMPLES // 2, 10))
-TARGETS = ("coco", "voc", "yolo")
+TARGETS = ("coco", "voc", "yolo", "tfrecord")
 
 
 def tree_digest(folder):
@@ -56,6 +56,10 @@ def read_back(fmt, dst):
         sidecar = os.path.join(dst, "classes.txt")  # as write_voc leaves
         return readers.read_voc(dst, classes=_voc_classes(sidecar)
                                 if os.path.isfile(sidecar) else None)
+    if fmt == "tfrecord":
+        from readers.tfrecord_od import read_tfrecord
+
+        return read_tfrecord(dst, label_map=os.path.join(dst, "label_map.pbtxt"))
     return readers.read_yolo(dst)
 
 

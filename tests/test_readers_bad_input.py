@@ -267,3 +267,44 @@ def test_voc_stray_coordinate_beside_the_bndbox_is_an_extra_element(tmp_path, wh
     again = read_voc(tmp_path / "w", classes=["dog"])
     assert again.records[0].boxes.tolist() == [[10, 20, 40, 50]]
     assert again.records[0].extra["box_keys"][0]["xmin"] == "Left"
+
+
+# --- TFRecord label maps ------------------------------------------------------------------------
+
+def test_tfrecord_label_map_round_trips_names_with_quotes_braces_and_escapes(tmp_path):
+    """write_tfrecord escapes class names in label_map.pbtxt; read_label_map must undo it. A
+    name with '}' was refused ('needs one id and a name') and one with '"' or '\\' read back
+    changed, silently."""
+    from readers.tfrecord_od import read_label_map, read_tfrecord, write_tfrecord
+
+    names = ['a"b', "c}d", "e\\f", "g'h", "new\nline", "caf\u00e9 #1"]
+    cats = [{"id": k + 1, "name": n} for k, n in enumerate(names)]
+    path, images = _coco(tmp_path / "c", [image(1)],
+                         [ann(k + 1, 1, [10 * k, 5, 8, 8], k + 1) for k in range(len(names))],
+                         cats)
+    ds = read_coco(path, images)
+    write_tfrecord(ds, tmp_path / "tf")
+    assert read_label_map(tmp_path / "tf" / "label_map.pbtxt") == {
+        k + 1: n for k, n in enumerate(names)}
+    back = read_tfrecord(tmp_path / "tf", label_map=tmp_path / "tf" / "label_map.pbtxt")
+    assert back.class_names == names
+    assert [names[i] for i in back.records[0].labels] == names
+
+
+def test_tfrecord_label_map_text_format(tmp_path):
+    from readers.tfrecord_od import read_label_map
+
+    pb = tmp_path / "label_map.pbtxt"
+    pb.write_text("# comment { id: 9 }\nitem: { id: 1, display_name: \"\\303\\251t\\xc3\\xa9\" }\n"
+                  "item { name: 'b' id: 2 keypoints { id: 0 label: 'nose' } }\n")
+    assert read_label_map(pb) == {1: "\u00e9t\u00e9", 2: "b"}
+    pb.write_text("# no classes\n\n")  # what write_tfrecord writes for a dataset of none
+    assert read_label_map(pb) == {}
+    for bad, why in [("item { id: 1 name: 'a'", "not closed"), ("item { id: 1 } }", "closes nothing"),
+                     ("item { id: 1 name: 'a }", "cannot read"), ("item { id: }", "no value"),
+                     ("item {" * 40 + "}" * 40, "deeper than 32"), ("{}", "field name"),
+                     ("hello", "field name"), ("item { id: 'x' name: 'a' }", "needs one 'id'"),
+                     ("not_an_item { id: 1 }", "no 'item")]:
+        pb.write_text(bad)
+        with pytest.raises(DatasetError, match=why):
+            read_label_map(pb)
