@@ -51,7 +51,8 @@ def read_voc(root, split="trainval", classes=None, *, skip_difficult=False, on_e
             always raises.
         classes: None for the 20 standard classes (``VOC_CLASSES``), a list of names, or
             ``"discover"`` for the sorted union of the names in the files. Label ``i`` is
-            ``classes[i]``; an object of another class is a fault.
+            ``classes[i]``; an object of another class is a fault. Names must be distinct
+            (ValueError): an object names its class.
         skip_difficult: drop ``difficult=1`` objects (counted in ``Dataset.dropped``).
         on_error: ``"raise"`` or ``"skip"``: a bad box (or unknown class) drops that box, a bad
             file (malformed XML, missing annotation or image, unsafe file name) drops the image;
@@ -74,6 +75,9 @@ def read_voc(root, split="trainval", classes=None, *, skip_difficult=False, on_e
     if classes == "discover":
         classes = sorted({o[0] for p in parsed for o in p["objects"] if o[4] is None})
     names = list(VOC_CLASSES if classes is None else classes)
+    if len(set(names)) < len(names):  # objects name their class: two would read as one
+        raise ValueError(f"read_voc: classes names {sorted({n for n in names if names.count(n) > 1})}"
+                         " more than once")
     dataset = Dataset([], names, root=root)
     dataset.records = _build(parsed, names, skip_difficult, sink, dataset)
     dataset.skipped = sink.finish()

@@ -536,3 +536,78 @@ def test_fifo_or_bomb_image_in_a_coco_source_is_refused(tmp_path, capsys):
     assert "skipped 2 bad items:" in out and "f.jpg: image file is not a regular file" in out
     assert "b.png: image header declares too many pixels" in out
     assert os.listdir(tmp_path / "o" / "images") == ["a.jpg"]
+
+
+# --- class names a target cannot hold --------------------------------------------------------
+
+CLASS_NAME_CASES = {  # COCO category names -> the fault the converter names for VOC / YOLO
+    "nul": (["a\x00b"], {"voc": "a character XML cannot"}),
+    "line break": (["a\nb"], {"voc": "line break", "yolo": "line break"}),
+    "line separator": (["a\u2028b"], {"voc": "line break", "yolo": "line break"}),
+    "empty": ([""], {"voc": "an empty name", "yolo": "an empty name"}),
+    "spaces": ([" a "], {"voc": "ending with whitespace", "yolo": "ending with whitespace"}),
+    "same name twice": (["a", "a"], {"voc": "the same name as class 0"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CLASS_NAME_CASES))
+@pytest.mark.parametrize("to", ["voc", "yolo", "coco", "tfrecord"])
+def test_class_names_a_target_cannot_hold_are_refused_by_name(tmp_path, capsys, case, to):
+    """COCO names that a VOC or YOLO class list would change (a YOLO class list is split into
+    lines and stripped; VOC objects name their class, so two classes of one name merge) are a
+    one-line error naming the source, with nothing written; COCO and TFRecord keep them."""
+    import readers
+    from readers.tfrecord_od import read_tfrecord
+    from readers_fixtures import ann, image, write_coco
+
+    names, faults = CLASS_NAME_CASES[case]
+    cats = [{"id": k + 1, "name": n} for k, n in enumerate(names)]
+    path, _ = write_coco(tmp_path / "c", [image(1)],
+                         [ann(k + 1, 1, [5 * k, 1, 4, 4], k + 1) for k in range(len(names))], cats)
+    out = tmp_path / "o"
+    code = main([path, str(out), "--from", "coco", "--to", to])
+    if to in faults:
+        assert code == 2
+        line = _err(capsys)
+        assert line.startswith(f"detaug-convert: error: {path}: class ") and faults[to] in line
+        assert not out.exists() and not [n for n in os.listdir(tmp_path) if "detaug" in n]
+        return
+    assert code == 0
+    back = (readers.read_yolo(out) if to == "yolo" else
+            readers.read_coco(out / "annotations.json", out / "images") if to == "coco" else
+            read_tfrecord(out, label_map=out / "label_map.pbtxt") if to == "tfrecord" else
+            readers.read_voc(out, classes=(out / "classes.txt").read_text().splitlines()))
+    assert back.class_names == names
+    assert [back.class_names[i] for i in back.records[0].labels] == names
+
+
+def test_writers_refuse_class_names_they_cannot_hold(tmp_path):
+    import readers
+
+    ds = readers.Dataset([], ["a", "a"])
+    with pytest.raises(readers.DatasetError, match=r"classes\.txt: class 1 \('a'\): the same name"):
+        readers.write_voc(ds, tmp_path / "v")
+    readers.write_yolo(ds, tmp_path / "y")  # a YOLO label is an index: two names 'a' are fine
+    ds = readers.Dataset([], ["a\nb"])
+    with pytest.raises(readers.DatasetError, match=r"classes\.txt: class 0 \('a\\nb'\): a line"):
+        readers.write_yolo(ds, tmp_path / "y2")
+    assert not (tmp_path / "v").exists() and not (tmp_path / "y2").exists()
+
+
+def test_voc_classes_listed_twice(tmp_path, capsys):
+    import readers
+
+    root = make_voc(tmp_path / "d", {"a": voc_xml("a.jpg", (100, 80), [("dog", 1, 1, 10, 10)])})
+    with pytest.raises(ValueError, match=r"\['dog'\] more than once"):
+        readers.read_voc(root, classes=["dog", "cat", "dog"])
+    assert main([root, str(tmp_path / "o"), "--from", "voc", "--to", "coco",
+                 "--classes", "dog,cat,dog"]) == 2
+    assert "VOC classes ['dog'] are listed twice" in _err(capsys)
+
+
+def test_error_naming_a_file_with_a_line_break_is_one_line(tmp_path, capsys):
+    from readers_fixtures import ann, image, write_coco
+
+    path, _ = write_coco(tmp_path / "c", [image(1, name="a\nb.jpg")], [ann(1, 1, [1, 1, 4, 4])])
+    assert main([path, str(tmp_path / "o"), "--from", "coco", "--to", "voc"]) == 2
+    assert "a\\nb" in _err(capsys)

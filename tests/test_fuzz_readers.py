@@ -205,6 +205,17 @@ def _paths(doc, path=()):
             yield from _paths(v, path + (i,))
 
 
+NASTY_STRINGS = ["", " ", " dog ", "a\nb", "a\rb", "a\x00b", "a\u2028b", "\ud800", "x" * 300,
+                 "../../etc/passwd", "/etc/passwd", "a/b.jpg", "dog", "cat", "\U0001F436",
+                 "caf\u00e9", "a\"b", "c}d", "e\\f", "g'h", "<x>&amp;", "  "]
+
+
+def _at(doc, path):
+    for key in path:
+        doc = doc[key]
+    return doc
+
+
 @st.composite
 def coco_mutation(draw):
     kind = draw(st.sampled_from(["bytes", "tree", "tree", "tree", "nest"]))
@@ -222,8 +233,13 @@ def coco_mutation(draw):
         parent = doc
         for key in path[:-1]:
             parent = parent[key]
-        op = draw(st.sampled_from(["delete", "dup", "replace", "replace"]))
-        if op == "delete":
+        op = draw(st.sampled_from(["delete", "dup", "replace", "replace", "string"]))
+        strings = [p for p in paths if isinstance(_at(doc, p), str)]
+        if op == "string" and strings:  # names, file names: text the writers must hold
+            path = draw(st.sampled_from(strings))
+            parent = _at(doc, path[:-1])
+            parent[path[-1]] = draw(st.sampled_from(NASTY_STRINGS))
+        elif op == "delete":
             del parent[path[-1]]
         elif op == "dup" and isinstance(parent, list):
             parent.append(json.loads(json.dumps(parent[path[-1]])))

@@ -308,3 +308,25 @@ def test_tfrecord_label_map_text_format(tmp_path):
         pb.write_text(bad)
         with pytest.raises(DatasetError, match=why):
             read_label_map(pb)
+
+
+@pytest.mark.parametrize("where", ["category", "file_name", "extra"])
+def test_coco_lone_surrogate_escape_is_a_named_fault(tmp_path, where):
+    """JSON's "\\ud800" escape (found by the converter fuzzer) gives a str that no file can hold:
+    write_yolo / write_voc / write_tfrecord raised UnicodeEncodeError from the converter."""
+    cats = [{"id": 1, "name": "\ud800dog" if where == "category" else "dog"}]
+    img = image(1, name="\udfffa.jpg" if where == "file_name" else None)
+    if where == "extra":
+        img["coco_url"] = "x\udc00"
+    path, images = _coco(tmp_path, [img], [ann(1, 1, [1, 1, 4, 4])], cats, make_files=False)
+    write_image(os.path.join(images, "0001.jpg"), 100, 80)
+    with pytest.raises(DatasetError, match=r"annotations.json: the string .* holds a lone UTF-16 "
+                                           r"surrogate"):
+        read_coco(path, images)
+    # a surrogate pair is one character, and fine
+    cats[0]["name"] = "\U0001F436"
+    with open(path, "w") as f:
+        json.dump({"images": [image(1)], "annotations": [ann(1, 1, [1, 1, 4, 4])],
+                   "categories": cats}, f)
+    assert "\\ud83d\\udc36" in open(path).read()
+    assert read_coco(path, images).class_names == ["\U0001F436"]
