@@ -100,8 +100,11 @@ def check_convert(src, src_fmt, dst_fmt, skip_bad, overwrite, named, extra=()):
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # the written dataset has no fault to skip
             back = read_back(dst_fmt, dst)
-        n_images = int(lines[0].split()[1])
-        assert len(back) == n_images, (lines, len(back))
+        wrote = next(line for line in lines if line.startswith("wrote ")).split()
+        n_images, n_boxes, n_classes = int(wrote[1]), int(wrote[3]), int(wrote[5])
+        assert n_images == int(lines[0].split()[1]), lines  # every image read is written
+        assert (len(back), sum(r.num_boxes for r in back.records), back.num_classes) == \
+            (n_images, n_boxes, n_classes), lines
         return back
     finally:
         shutil.rmtree(parent)
