@@ -26,8 +26,9 @@ import readers
 from detaug.cli.convert import convert, parse_args
 from readers import DatasetError
 from readers_fixtures import COCO_MINI, VOC_MINI
-from test_fuzz_readers import (COCO_BYTES, CORPUS, EXAMPLES, FUZZ, VOC_ID, YOLO_LABELS,
-                               coco_mutation, time_bound, voc_mutation, yolo_mutation)
+from test_fuzz_readers import (COCO_BYTES, CORPUS, EXAMPLES, FUZZ, NASTY_STRINGS, VOC_ID,
+                               YOLO_LABELS, byte_mutation, coco_mutation, time_bound,
+                               voc_mutation, yolo_mutation)
 
 CONVERT_FUZZ = settings(FUZZ, max_examples=max(EXAMPLES // 2, 10))
 TARGETS = ("coco", "voc", "yolo", "tfrecord")
@@ -202,6 +203,22 @@ def _convert_yolo(root, labels, target, skip_bad, overwrite):
 @given(labels=yolo_mutation(), opts=options)
 def test_fuzz_convert_yolo(yolo_src, labels, opts):
     _convert_yolo(yolo_src, labels, *opts)
+
+
+@settings(CONVERT_FUZZ, max_examples=max(EXAMPLES // 4, 10))
+@given(classes=byte_mutation(b"cat\ndog\nbird\n") | st.lists(
+    st.sampled_from(NASTY_STRINGS), min_size=1, max_size=4).map(
+        lambda names: "\n".join(names).encode("utf-8", "surrogatepass")), opts=options)
+def test_fuzz_convert_yolo_class_list(yolo_src, classes, opts):
+    path = os.path.join(yolo_src, "classes.txt")
+    with open(path, "wb") as f:
+        f.write(classes)
+    try:
+        check_convert(yolo_src, "yolo", opts[0], opts[1], opts[2],
+                      [path, os.path.join(yolo_src, "labels")])
+    finally:
+        with open(path, "w") as f:
+            f.write("cat\ndog\nbird\n")
 
 
 # ---------------------------------------------------------------- the unmutated seeds

@@ -250,13 +250,24 @@ def write(dataset, args, dst, dry_run=False):
     return write_yolo(dataset, dst, split=args.split, **common)
 
 
+def _class_source(args):
+    """Where the source's class names come from: the class file of a VOC or YOLO folder when
+    it has one (and no --classes), else the source itself."""
+    if args.src_format in ("voc", "yolo") and args.classes in (None, "discover"):
+        sidecar = os.path.join(args.src, "classes.txt")
+        if os.path.isfile(sidecar):
+            return sidecar
+    return args.src
+
+
 def apply_policies(dataset, args):
     """Between reading and writing: check image sizes against the headers (``--skip-bad``
     skips a faulty image, else it is an error), then the crowd / difficult options. Returns
     summary lines for what was kept or emptied."""
     fault = class_name_fault(dataset, args.dst_format)
     if fault is not None:  # named here by the source, before any image is opened
-        raise DatasetError(args.src, f"{fault} (rename it in the source, or convert to COCO)")
+        raise DatasetError(_class_source(args), f"{fault} (rename it in the source, or convert "
+                                                "to COCO)")
     check_image_headers(dataset, "skip" if args.skip_bad else "raise")
     lines, emptied = [], 0
     for name, flag, what in (("iscrowd", args.skip_crowd, "crowd boxes (iscrowd=1)"),
