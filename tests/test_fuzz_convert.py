@@ -1,15 +1,16 @@
 """Fuzzing the converter: random mutations of valid VOC XML, COCO JSON and YOLO label files
-through ``detaug-convert``'s library entry point (``detaug.cli.convert.convert``), to each of
-the other formats, with and without ``--skip-bad``, onto a new or (with ``--overwrite``) an
+through ``detaug-convert``'s library entry point (``detaug.cli.convert.convert``), to COCO, VOC,
+YOLO and TFRecord, with and without ``--skip-bad``, onto a new or (with ``--overwrite``) an
 existing destination.
 
 Every example, under a wall-clock bound: the only exception that may escape is
-``readers.DatasetError`` naming the mutated file (or an image it names); a failed conversion
-leaves the destination as it was (absent, or the previous dataset byte for byte) and no
-temporary folder beside it; a successful one leaves a complete dataset, which the target
-format's reader reads back with ``on_error="raise"``, holding the images and boxes the summary
-counts; the source is never changed. Bounded and derandomized as tests/test_fuzz_readers.py
-(``FUZZ_EXAMPLES`` / ``FUZZ_RANDOM`` to fuzz longer). Inputs that once failed live in
+``readers.DatasetError`` naming the mutated file (or an image or class file it names); a
+failed conversion leaves the destination as it was (absent, or the previous dataset byte for
+byte) and no temporary folder beside it; a successful one leaves a complete dataset (the
+previous one gone), which the target format's reader reads back with ``on_error="raise"``,
+holding the images, boxes and classes the summary counts; the source is never changed.
+Bounded and derandomized as tests/test_fuzz_readers.py (``FUZZ_EXAMPLES`` / ``FUZZ_RANDOM``
+to fuzz longer). Inputs that once failed live in
 ``tests/fuzz_corpus/convert-*/`` and run first, every time.
 """
 import hashlib
@@ -98,6 +99,8 @@ def check_convert(src, src_fmt, dst_fmt, skip_bad, overwrite, named, extra=()):
             assert os.listdir(parent) == (["out"] if overwrite else []), os.listdir(parent)
             return error
         assert os.listdir(parent) == ["out"], os.listdir(parent)
+        if overwrite and dst_fmt != "coco":  # the previous dataset is gone, not mixed in
+            assert "annotations.json" not in os.listdir(dst)
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # the written dataset has no fault to skip
             back = read_back(dst_fmt, dst)
