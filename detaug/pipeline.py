@@ -117,7 +117,9 @@ class Pipeline:
             'drop' (every shard drops to the shortest) or 'uneven' (DALI's shards, sizes may
             differ by one).
         on_error: 'raise' (default) or 'skip': a bad sample is replaced by the next one of the
-            same epoch order, with a warning and a count in ``pipe.stats``.
+            same epoch order, with a warning and a count in ``pipe.stats``: 'skipped' (bad files,
+            each counted once per epoch), 'skipped_files' ((path, why) in order), 'batches'
+            (batches handed out), 'reader_skipped' (what a reader dropped at build).
         device_workers: threads (each with its own CUDA stream) that run the mixed/gpu stage of
             consecutive batches; outputs still come in order. Default min(prefetch depth, 6).
         batches_per_launch: run this many consecutive batches through the graph together (one

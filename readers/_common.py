@@ -146,7 +146,7 @@ def header_size(path: str):
     Raises:
         DatasetError: the file cannot be identified as an image.
     """
-    with _open_image(path) as im:
+    with open_image(path) as im:
         return im.size
 
 
@@ -156,11 +156,11 @@ def header_bands(path) -> int:
     Raises:
         DatasetError: the file cannot be identified as an image.
     """
-    with _open_image(path) as im:
+    with open_image(path) as im:
         return len(im.getbands())
 
 
-def _open_image(path):
+def open_image(path):
     """Pillow's lazily opened image (header only), or DatasetError naming the file: a bad
     header, or more pixels than ``readers.limits.MAX_IMAGE_PIXELS`` (a decompression bomb)."""
     from PIL import Image

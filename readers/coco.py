@@ -10,6 +10,7 @@ import contextlib
 import io
 import json
 import os
+import re
 
 import numpy as np
 
@@ -103,6 +104,8 @@ def _load_json(file):
         raise DatasetError(file, f"malformed JSON ({exc})") from None
     except RecursionError:
         raise DatasetError(file, "malformed JSON (nested too deeply)") from None
+    if _SURROGATE_ESCAPE.search(text):  # rare: checked in full only then
+        _check_surrogates(data, file)
     if not isinstance(data, dict) or not isinstance(data.get("images"), list) \
             or not isinstance(data.get("categories"), list):
         raise DatasetError(file, "not a COCO instances file: needs 'images' and 'categories' lists")
@@ -110,6 +113,30 @@ def _load_json(file):
     if not isinstance(data["annotations"], list):
         raise DatasetError(file, "'annotations' is not a list")
     return data
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _check_surrogates(data, file):
+    """Refuse a string holding a lone UTF-16 surrogate (a ``\\ud800`` escape without its pair):
+    JSON lets it through, but it is not text any file, XML or label file can hold (the writers
+    raised UnicodeEncodeError)."""
+    stack = [data]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise DatasetError(file, f"the string {v[:40]!r} holds a lone UTF-16 surrogate "
+                                         "(a \\uD800-\\uDFFF escape without its pair): not "
+                                         "valid text") from None
 
 
 def _check_categories(entries, file, sink):

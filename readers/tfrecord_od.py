@@ -31,12 +31,12 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
-import re
 
 import numpy as np
 
 from ._common import ErrorSink, box_fault, real_dir, resolve_under, validate_boxes
 from .errors import DatasetError
+from .label_map import pbtxt_quote, read_label_map  # noqa: F401 (importable here as before)
 from .records import Dataset, DetectionRecord
 from .writers import count_unheld_dataset_extra
 from .tfrecord import (ProtoError, RecordFault, bytes_feature, float_feature, int64_feature,
@@ -74,36 +74,6 @@ def tfrecord_files(paths) -> list:
     if not files:
         raise DatasetError(str(paths), "no TFRecord files given")
     return files
-
-
-def read_label_map(spec) -> dict:
-    """``{id: name}`` from a dict, or a ``label_map.pbtxt`` in the Object Detection API's text
-    format (``item { id: 1 name: 'cat' }``; ``display_name`` is used where ``name`` is absent)."""
-    if isinstance(spec, dict):
-        return {int(k): str(v) for k, v in spec.items()}
-    path = os.fspath(spec)
-    from . import limits
-
-    try:
-        text = limits.read_bytes(path, "MAX_LABEL_FILE_BYTES", "label map").decode("utf-8")
-    except FileNotFoundError:
-        raise DatasetError(path, "label map file not found") from None
-    except UnicodeDecodeError:
-        raise DatasetError(path, "label map is not UTF-8 text") from None
-    out = {}
-    for k, item in enumerate(re.findall(r"item\s*\{(.*?)\}", text, re.S)):
-        ids = re.findall(r"\bid\s*:\s*(-?\d+)", item)
-        names = re.findall(r"\bname\s*:\s*(?:'([^']*)'|\"([^\"]*)\")", item)
-        display = re.findall(r"\bdisplay_name\s*:\s*(?:'([^']*)'|\"([^\"]*)\")", item)
-        if len(ids) != 1 or not (names or display):
-            raise DatasetError(path, f"label map item #{k} needs one 'id' and a 'name'")
-        name = "".join((names or display)[0])
-        if int(ids[0]) in out:
-            raise DatasetError(path, f"label map id {ids[0]} is defined twice")
-        out[int(ids[0])] = name
-    if not out:
-        raise DatasetError(path, "label map has no 'item { id: ... name: ... }' entries")
-    return out
 
 
 def read_tfrecord(paths, *, label_map=None, skip_empty=False, on_error="raise",
@@ -406,7 +376,7 @@ def write_tfrecord(dataset, folder, *, prefix="train", num_shards=1, progress=No
     if not dry_run:
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, LABEL_MAP_FILE), "w", encoding="utf-8") as f:
-            f.writelines(f"item {{\n  id: {i}\n  name: {_pbtxt_string(n)}\n}}\n"
+            f.writelines(f"item {{\n  id: {i}\n  name: {pbtxt_quote(n)}\n}}\n"
                          for i, n in zip(ids, dataset.class_names))
     done = [0]
 
@@ -426,10 +396,6 @@ def write_tfrecord(dataset, folder, *, prefix="train", num_shards=1, progress=No
     report.images = len(dataset)
     _unheld(dataset, report)
     return report
-
-
-def _pbtxt_string(text):
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
 def _example(record, ids, class_names, report):

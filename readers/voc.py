@@ -51,7 +51,8 @@ def read_voc(root, split="trainval", classes=None, *, skip_difficult=False, on_e
             always raises.
         classes: None for the 20 standard classes (``VOC_CLASSES``), a list of names, or
             ``"discover"`` for the sorted union of the names in the files. Label ``i`` is
-            ``classes[i]``; an object of another class is a fault.
+            ``classes[i]``; an object of another class is a fault. Names must be distinct
+            (ValueError): an object names its class.
         skip_difficult: drop ``difficult=1`` objects (counted in ``Dataset.dropped``).
         on_error: ``"raise"`` or ``"skip"``: a bad box (or unknown class) drops that box, a bad
             file (malformed XML, missing annotation or image, unsafe file name) drops the image;
@@ -74,6 +75,9 @@ def read_voc(root, split="trainval", classes=None, *, skip_difficult=False, on_e
     if classes == "discover":
         classes = sorted({o[0] for p in parsed for o in p["objects"] if o[4] is None})
     names = list(VOC_CLASSES if classes is None else classes)
+    if len(set(names)) < len(names):  # objects name their class: two would read as one
+        raise ValueError(f"read_voc: classes names {sorted({n for n in names if names.count(n) > 1})}"
+                         " more than once")
     dataset = Dataset([], names, root=root)
     dataset.records = _build(parsed, names, skip_difficult, sink, dataset)
     dataset.skipped = sink.finish()
@@ -213,21 +217,24 @@ def _object(obj):
 
     Reads the direct children and the ``bndbox`` children in one pass (4x faster than a
     findtext per key); nested ``<part>`` elements (VOC person layout) are not descended into.
+    The coordinates are the ``bndbox``'s only: a stray ``<xmin>`` directly under ``<object>``
+    is one of the other elements (it overrode the box when it came after the ``bndbox``, as
+    write_voc puts the other elements, so a VOC -> VOC round trip changed the box).
     """
-    values = {}
+    values, box = {}, {}
     for child in obj:
         if child.tag == "bndbox":
             for coord in child:
-                values[coord.tag] = coord.text
+                box[coord.tag] = coord.text
         else:
             values[child.tag] = child.text
     name = (values.get("name") or "").strip()
     if not name:  # also what an unexpanded entity reference leaves behind
         return name, _NAN_BOX, 0, 0, "object without a <name>", {}
     try:
-        coords = [float(values[k]) for k in _COORDS]
+        coords = [float(box[k]) for k in _COORDS]
     except (KeyError, TypeError, ValueError):
-        given = [values.get(k) for k in _COORDS]
+        given = [box.get(k) for k in _COORDS]
         return name, _NAN_BOX, 0, 0, f"object {name!r}: bndbox is not 4 numbers {given}", {}
     flags = [0, 0]
     for i, key in enumerate(("difficult", "truncated")):

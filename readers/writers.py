@@ -31,7 +31,7 @@ _HELD_FIELDS = {"coco": None, "voc": {"difficult", "truncated"}, "yolo": set()}
 _COCO_IMAGE_KEYS = {"id", "file_name", "width", "height"}
 _COCO_ANNOTATION_KEYS = {"id", "image_id", "category_id", "bbox", "iscrowd", "segmentation"}
 _XML_NAME = re.compile(r"^(?![Xx][Mm][Ll])[A-Za-z_][\w.-]*$")
-_XML_BAD_CHARS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
+_XML_BAD_CHARS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
 @dataclass
@@ -101,6 +101,8 @@ def write_coco(dataset, path, *, images_dir=None, link=False, progress=None,
     image_ids = _coco_image_ids(dataset, report)
     ann_ids = _coco_annotation_ids(dataset, report)
     images, annotations, n = [], [], 0
+    if images_dir is not None and not dry_run:  # even with no image: a dataset reads back
+        os.makedirs(images_dir, exist_ok=True)
     for k, (record, image_id) in enumerate(zip(dataset.records, image_ids)):
         name = _relname(record.path, base)
         if images_dir is not None and not dry_run:
@@ -213,6 +215,7 @@ def write_voc(dataset, root, *, split="trainval", link=False, progress=None,
         ``<depth>`` is the band count of the image header (1 for grayscale).
     """
     _check_labels(dataset)
+    _check_class_names(dataset, "voc", os.path.join(os.fspath(root), "classes.txt"))
     report = WriteReport("voc", os.fspath(root), classes=dataset.num_classes)
     base, stems, widened = _image_base(dataset), {}, 0
     for folder in ("Annotations", "JPEGImages", os.path.join("ImageSets", "Main")):
@@ -364,11 +367,13 @@ def write_yolo(dataset, root, *, split=None, link=False, progress=None,
         Per-box fields, ids, segmentation and category ids are counted under ``not_held``.
     """
     _check_labels(dataset)
+    _check_class_names(dataset, "yolo", os.path.join(os.fspath(root), "classes.txt"))
     report = WriteReport("yolo", os.fspath(root), classes=dataset.num_classes)
     images, labels = (os.path.join(root, d, split or "") for d in ("images", "labels"))
     base = _image_base(dataset)
     if not dry_run:
-        os.makedirs(root, exist_ok=True)
+        for folder in (images, labels):  # even with no image: a dataset reads back
+            os.makedirs(folder, exist_ok=True)
         with open(os.path.join(root, "classes.txt"), "w", encoding="utf-8") as f:
             f.writelines(f"{name}\n" for name in dataset.class_names)
     for k, record in enumerate(dataset.records):
@@ -439,6 +444,37 @@ def _unheld_extra(record, held, report):
             continue
         n = sum(v is not None for v in value) if isinstance(value, list) else 1
         report.count(f"{name} on annotations" if isinstance(value, list) else name, n)
+
+
+def class_name_fault(dataset, fmt):
+    """Why ``fmt``'s class list cannot hold ``dataset.class_names`` as they are (None if it can):
+    YOLO keeps one name a line of ``classes.txt`` (read back stripped, empty lines skipped); VOC
+    names each object by its class name (XML text, stripped on reading), so names must also be
+    distinct there, or two classes would read back as one. COCO and TFRecord label maps hold
+    any text."""
+    if fmt not in ("yolo", "voc"):
+        return None
+    seen = {}
+    for k, name in enumerate(dataset.class_names):
+        what = f"class {k} ({name!r:.60})"
+        if not name or name != name.strip():
+            return f"{what}: an empty name, or one starting or ending with whitespace, does " \
+                   f"not read back from a {fmt.upper()} class list"
+        if name.splitlines() != [name]:  # \n, \r, \v, \f, \x85, \u2028, ...
+            return f"{what}: a line break in a class name does not fit a {fmt.upper()} class list"
+        if fmt == "voc" and _XML_BAD_CHARS.search(name):
+            return f"{what}: holds a character XML cannot (a control character or a surrogate)"
+        if fmt == "voc" and name in seen:
+            return f"{what}: the same name as class {seen[name]}; VOC names classes by name, " \
+                   "so they would read back as one"
+        seen.setdefault(name, k)
+    return None
+
+
+def _check_class_names(dataset, fmt, where):
+    reason = class_name_fault(dataset, fmt)
+    if reason is not None:
+        raise DatasetError(where, reason)
 
 
 def _check_labels(dataset, allow_embedded=False):

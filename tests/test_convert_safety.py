@@ -435,3 +435,179 @@ def test_truncated_image_header_is_an_error_or_a_counted_skip(tmp_path, capsys):
                  "--classes", "dog", "--skip-bad"]) == 0
     out = capsys.readouterr().out
     assert "skipped 1 bad items:" in out and "wrote 1 images" in out
+
+
+@pytest.mark.parametrize("to", ["coco", "voc", "yolo"])
+def test_every_image_skipped_still_writes_a_dataset_that_reads_back(tmp_path, capsys, to):
+    """--skip-bad that skips every image writes an empty dataset its reader reads (found by
+    the converter fuzzer: COCO had no images/ and YOLO no images/ or labels/, and their
+    readers refused the folder)."""
+    import readers
+
+    root = make_voc(tmp_path / "e", {"a": "<annotation><filename>a.jpg"})  # truncated XML
+    with pytest.warns(UserWarning):
+        assert main([root, str(tmp_path / "o"), "--from", "voc", "--to", to, "--classes", "dog",
+                     "--skip-bad"]) == 0
+    assert "read 0 images" in capsys.readouterr().out
+    out = str(tmp_path / "o")
+    back = (readers.read_coco(os.path.join(out, "annotations.json"), os.path.join(out, "images"))
+            if to == "coco" else readers.read_voc(out, classes=["dog"]) if to == "voc"
+            else readers.read_yolo(out))
+    assert len(back) == 0 and back.class_names == ["dog"]
+
+
+def _noisy_jpeg(path, size=(320, 240)):
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(7)
+    Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), np.uint8)).save(path, quality=90)
+
+
+@pytest.mark.parametrize("fmt", ["jpg", "png"])
+def test_image_truncated_after_its_header_is_an_error_or_a_counted_skip(tmp_path, capsys, fmt):
+    """A JPEG cut to 1,000 bytes (its header reads: 320x240) or a PNG without its end is not
+    copied as if whole: it lacks its end marker and does not decode."""
+    root = make_voc(tmp_path / "t", {"a": voc_xml("a.jpg", (320, 240), [("dog", 1, 1, 10, 10)]),
+                                     "t": voc_xml(f"t.{fmt}", (320, 240), [("dog", 1, 1, 9, 9)])},
+                    images={"a.jpg": (320, 240)})
+    path = tmp_path / "t" / "JPEGImages" / f"t.{fmt}"
+    _noisy_jpeg(path)
+    if fmt == "png":
+        from PIL import Image
+
+        Image.open(path).save(path, "PNG")
+    path.write_bytes(path.read_bytes()[:1000])
+    assert main([root, str(tmp_path / "o"), "--from", "voc", "--to", "yolo",
+                 "--classes", "dog"]) == 2
+    assert f"t.{fmt}: the image data is truncated or corrupt" in _err(capsys)
+    assert not (tmp_path / "o").exists()
+    assert main([root, str(tmp_path / "o"), "--from", "voc", "--to", "yolo",
+                 "--classes", "dog", "--skip-bad"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped 1 bad items:" in out and "wrote 1 images" in out
+    assert sorted(os.listdir(tmp_path / "o" / "images")) == ["a.jpg"]
+
+
+def test_jpeg_with_data_after_its_end_marker_is_kept(tmp_path, capsys):
+    """Bytes after the end-of-image marker (some cameras append a trailer) decode: kept."""
+    root = make_voc(tmp_path / "d", {"a": voc_xml("a.jpg", (320, 240), [("dog", 1, 1, 10, 10)])},
+                    images={})
+    path = tmp_path / "d" / "JPEGImages" / "a.jpg"
+    _noisy_jpeg(path)
+    path.write_bytes(path.read_bytes() + b"TRAILER" * 20)
+    assert main([root, str(tmp_path / "o"), "--from", "voc", "--to", "coco",
+                 "--classes", "dog"]) == 0
+    assert "wrote 1 images" in capsys.readouterr().out
+
+
+def test_fifo_or_bomb_image_in_a_coco_source_is_refused(tmp_path, capsys):
+    """read_coco takes sizes from the JSON (no header read); the converter's header check
+    must still not open a FIFO (it blocked) and must refuse a decompression bomb by name."""
+    import signal
+
+    from test_limits import bomb_png
+
+    folder = tmp_path / "c"
+    (folder / "images").mkdir(parents=True)
+    write_image(str(folder / "images" / "a.jpg"), 40, 30)
+    os.mkfifo(folder / "images" / "f.jpg")
+    (folder / "images" / "b.png").write_bytes(bomb_png())
+    images = [{"id": 1, "file_name": "a.jpg", "width": 40, "height": 30},
+              {"id": 2, "file_name": "f.jpg", "width": 40, "height": 30},
+              {"id": 3, "file_name": "b.png", "width": 30000, "height": 30000}]
+    (folder / "annotations.json").write_text(json.dumps(
+        {"images": images, "annotations": [], "categories": [{"id": 1, "name": "dog"}]}))
+    argv = [str(folder / "annotations.json"), str(tmp_path / "o"), "--from", "coco", "--to",
+            "yolo"]
+
+    def boom(*_):
+        raise TimeoutError("blocked on the FIFO")
+    old = signal.signal(signal.SIGALRM, boom)
+    signal.alarm(20)
+    try:
+        assert main(argv) == 2
+        assert "f.jpg: image file is not a regular file" in _err(capsys)
+        assert main(argv + ["--skip-bad"]) == 0
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    out = capsys.readouterr().out
+    assert "skipped 2 bad items:" in out and "f.jpg: image file is not a regular file" in out
+    assert "b.png: image header declares too many pixels" in out
+    assert os.listdir(tmp_path / "o" / "images") == ["a.jpg"]
+
+
+# --- class names a target cannot hold --------------------------------------------------------
+
+CLASS_NAME_CASES = {  # COCO category names -> the fault the converter names for VOC / YOLO
+    "nul": (["a\x00b"], {"voc": "a character XML cannot"}),
+    "line break": (["a\nb"], {"voc": "line break", "yolo": "line break"}),
+    "line separator": (["a\u2028b"], {"voc": "line break", "yolo": "line break"}),
+    "empty": ([""], {"voc": "an empty name", "yolo": "an empty name"}),
+    "spaces": ([" a "], {"voc": "ending with whitespace", "yolo": "ending with whitespace"}),
+    "same name twice": (["a", "a"], {"voc": "the same name as class 0"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CLASS_NAME_CASES))
+@pytest.mark.parametrize("to", ["voc", "yolo", "coco", "tfrecord"])
+def test_class_names_a_target_cannot_hold_are_refused_by_name(tmp_path, capsys, case, to):
+    """COCO names that a VOC or YOLO class list would change (a YOLO class list is split into
+    lines and stripped; VOC objects name their class, so two classes of one name merge) are a
+    one-line error naming the source, with nothing written; COCO and TFRecord keep them."""
+    import readers
+    from readers.tfrecord_od import read_tfrecord
+    from readers_fixtures import ann, image, write_coco
+
+    names, faults = CLASS_NAME_CASES[case]
+    cats = [{"id": k + 1, "name": n} for k, n in enumerate(names)]
+    path, _ = write_coco(tmp_path / "c", [image(1)],
+                         [ann(k + 1, 1, [5 * k, 1, 4, 4], k + 1) for k in range(len(names))], cats)
+    out = tmp_path / "o"
+    code = main([path, str(out), "--from", "coco", "--to", to])
+    if to in faults:
+        assert code == 2
+        line = _err(capsys)
+        assert line.startswith(f"detaug-convert: error: {path}: class ") and faults[to] in line
+        assert not out.exists() and not [n for n in os.listdir(tmp_path) if "detaug" in n]
+        return
+    assert code == 0
+    back = (readers.read_yolo(out) if to == "yolo" else
+            readers.read_coco(out / "annotations.json", out / "images") if to == "coco" else
+            read_tfrecord(out, label_map=out / "label_map.pbtxt") if to == "tfrecord" else
+            readers.read_voc(out, classes=(out / "classes.txt").read_text().splitlines()))
+    assert back.class_names == names
+    assert [back.class_names[i] for i in back.records[0].labels] == names
+
+
+def test_writers_refuse_class_names_they_cannot_hold(tmp_path):
+    import readers
+
+    ds = readers.Dataset([], ["a", "a"])
+    with pytest.raises(readers.DatasetError, match=r"classes\.txt: class 1 \('a'\): the same name"):
+        readers.write_voc(ds, tmp_path / "v")
+    readers.write_yolo(ds, tmp_path / "y")  # a YOLO label is an index: two names 'a' are fine
+    ds = readers.Dataset([], ["a\nb"])
+    with pytest.raises(readers.DatasetError, match=r"classes\.txt: class 0 \('a\\nb'\): a line"):
+        readers.write_yolo(ds, tmp_path / "y2")
+    assert not (tmp_path / "v").exists() and not (tmp_path / "y2").exists()
+
+
+def test_voc_classes_listed_twice(tmp_path, capsys):
+    import readers
+
+    root = make_voc(tmp_path / "d", {"a": voc_xml("a.jpg", (100, 80), [("dog", 1, 1, 10, 10)])})
+    with pytest.raises(ValueError, match=r"\['dog'\] more than once"):
+        readers.read_voc(root, classes=["dog", "cat", "dog"])
+    assert main([root, str(tmp_path / "o"), "--from", "voc", "--to", "coco",
+                 "--classes", "dog,cat,dog"]) == 2
+    assert "VOC classes ['dog'] are listed twice" in _err(capsys)
+
+
+def test_error_naming_a_file_with_a_line_break_is_one_line(tmp_path, capsys):
+    from readers_fixtures import ann, image, write_coco
+
+    path, _ = write_coco(tmp_path / "c", [image(1, name="a\nb.jpg")], [ann(1, 1, [1, 1, 4, 4])])
+    assert main([path, str(tmp_path / "o"), "--from", "coco", "--to", "voc"]) == 2
+    assert "a\\nb" in _err(capsys)

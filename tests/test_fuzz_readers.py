@@ -174,9 +174,12 @@ def test_fuzz_voc(voc_copy, xml):
 
 with open(os.path.join(COCO_MINI, "annotations.json"), "rb") as _f:
     COCO_DOC = json.load(_f)
-COCO_DOC = {"images": COCO_DOC["images"][:3], "categories": COCO_DOC["categories"][:4],
-            "annotations": [a for a in COCO_DOC["annotations"]
-                            if a["image_id"] in {im["id"] for im in COCO_DOC["images"][:3]}][:8]}
+_anns = [a for a in COCO_DOC["annotations"]
+         if a["image_id"] in {im["id"] for im in COCO_DOC["images"][:3]}][:8]
+# a valid seed (every category its annotations use), so that a failure is the mutation's
+COCO_DOC = {"images": COCO_DOC["images"][:3], "annotations": _anns,
+            "categories": [c for c in COCO_DOC["categories"]
+                           if c["id"] in {a["category_id"] for a in _anns}]}
 for _a in COCO_DOC["annotations"]:  # short examples in failure reports
     _a.pop("segmentation", None)
 for _im in COCO_DOC["images"]:
@@ -202,6 +205,17 @@ def _paths(doc, path=()):
             yield from _paths(v, path + (i,))
 
 
+NASTY_STRINGS = ["", " ", " dog ", "a\nb", "a\rb", "a\x00b", "a\u2028b", "\ud800", "x" * 300,
+                 "../../etc/passwd", "/etc/passwd", "a/b.jpg", "dog", "cat", "\U0001F436",
+                 "caf\u00e9", "a\"b", "c}d", "e\\f", "g'h", "<x>&amp;", "  "]
+
+
+def _at(doc, path):
+    for key in path:
+        doc = doc[key]
+    return doc
+
+
 @st.composite
 def coco_mutation(draw):
     kind = draw(st.sampled_from(["bytes", "tree", "tree", "tree", "nest"]))
@@ -219,8 +233,13 @@ def coco_mutation(draw):
         parent = doc
         for key in path[:-1]:
             parent = parent[key]
-        op = draw(st.sampled_from(["delete", "dup", "replace", "replace"]))
-        if op == "delete":
+        op = draw(st.sampled_from(["delete", "dup", "replace", "replace", "string"]))
+        strings = [p for p in paths if isinstance(_at(doc, p), str)]
+        if op == "string" and strings:  # names, file names: text the writers must hold
+            path = draw(st.sampled_from(strings))
+            parent = _at(doc, path[:-1])
+            parent[path[-1]] = draw(st.sampled_from(NASTY_STRINGS))
+        elif op == "delete":
             del parent[path[-1]]
         elif op == "dup" and isinstance(parent, list):
             parent.append(json.loads(json.dumps(parent[path[-1]])))

@@ -160,3 +160,66 @@ def test_symlink_outside_the_root_followed_by_default_refused_when_untrusted(tmp
     with pytest.warns(UserWarning):
         ds = read_coco(str(ann), str(root / "images"), on_error="skip")
     assert len(ds.records) == 0 and len(ds.skipped) >= 1
+
+
+def _alarm(seconds):
+    import signal
+
+    def boom(*_):
+        raise TimeoutError(f"over {seconds} s: blocked on a FIFO?")
+    signal.signal(signal.SIGALRM, boom)
+    signal.alarm(seconds)
+
+
+def test_fifo_named_like_a_jpg_is_refused_without_blocking(tmp_path):
+    """A FIFO named like an image (no writer at the other end: a plain open() blocks forever)
+    is a SampleError naming it, or a counted skip that keeps the batch size."""
+    import signal
+    import warnings
+
+    for k in range(3):
+        Image.new("RGB", (8, 6), 40 * k).save(tmp_path / f"g{k}.jpg")
+    os.mkfifo(tmp_path / "f.jpg")
+    files = ["g0.jpg", "f.jpg", "g1.jpg", "g2.jpg"]
+    try:
+        _alarm(20)
+        pipe = _decode_pipe(tmp_path, files, batch_size=2)
+        with pytest.raises(SampleError, match=r"f\.jpg: not a regular file \(a FIFO"):
+            pipe.run()
+        pipe.close()
+        pipe = _decode_pipe(tmp_path, files, on_error="skip", batch_size=2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sizes = [out.batch_size for (out,) in pipe]
+        pipe.close()
+    finally:
+        signal.alarm(0)
+    assert sizes == [2, 2] and pipe.stats["skipped"] == 1
+    assert pipe.stats["skipped_files"][0][0] == str(tmp_path / "f.jpg")
+
+
+def test_fifo_image_in_a_dataset_is_refused_by_reader_and_converter(tmp_path, capsys):
+    """A YOLO dataset whose images/ holds a FIFO named x.jpg: read_yolo names it (its header is
+    read for the size), and detaug-convert stops with one line instead of blocking in a copy."""
+    import signal
+
+    from detaug.cli.convert import main
+
+    root = tmp_path / "yolo"
+    (root / "images").mkdir(parents=True)
+    (root / "labels").mkdir()
+    (root / "classes.txt").write_text("a\n")
+    Image.new("RGB", (8, 6)).save(root / "images" / "a.jpg")
+    os.mkfifo(root / "images" / "x.jpg")
+    try:
+        _alarm(20)
+        with pytest.raises(DatasetError, match=r"x\.jpg: image file is not a regular file"):
+            readers.read_yolo(root)
+        assert main([str(root), str(tmp_path / "out"), "--from", "yolo", "--to", "coco"]) == 2
+        assert "x.jpg: image file is not a regular file" in capsys.readouterr().err
+        assert main([str(root), str(tmp_path / "out"), "--from", "yolo", "--to", "coco",
+                     "--skip-bad"]) == 0
+    finally:
+        signal.alarm(0)
+    assert "skipped 1 bad items" in capsys.readouterr().out
+    assert sorted(os.listdir(tmp_path / "out" / "images")) == ["a.jpg"]

@@ -248,3 +248,85 @@ def test_yolo_class_list_not_utf8(tmp_path, file):
         with pytest.raises(DatasetError, match="not UTF-8 text") as err:
             read_yolo(root, on_error=policy)
         assert err.value.file == str(root / file)
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_voc_stray_coordinate_beside_the_bndbox_is_an_extra_element(tmp_path, where):
+    """A <xmin> directly under <object> (found by the converter fuzzer) is not a coordinate:
+    the box is the bndbox's wherever the stray element stands, and the element is carried as a
+    per-box key that write_voc writes back, so VOC -> VOC -> VOC keeps both."""
+    stray = "<xmin>Left</xmin>"
+    box = "<bndbox><xmin>11</xmin><ymin>21</ymin><xmax>40</xmax><ymax>50</ymax></bndbox>"
+    obj = f"<object><name>dog</name>{stray + box if where == 'before' else box + stray}</object>"
+    root = write_voc(tmp_path / "v", {"a": f"<annotation><filename>a.jpg</filename>{obj}"
+                                           "</annotation>"})
+    ds = read_voc(root, classes=["dog"])
+    assert ds.records[0].boxes.tolist() == [[10, 20, 40, 50]]
+    assert ds.records[0].extra["box_keys"] == [{"xmin": "Left"}]
+    write_voc_tree(ds, tmp_path / "w")
+    again = read_voc(tmp_path / "w", classes=["dog"])
+    assert again.records[0].boxes.tolist() == [[10, 20, 40, 50]]
+    assert again.records[0].extra["box_keys"][0]["xmin"] == "Left"
+
+
+# --- TFRecord label maps ------------------------------------------------------------------------
+
+def test_tfrecord_label_map_round_trips_names_with_quotes_braces_and_escapes(tmp_path):
+    """write_tfrecord escapes class names in label_map.pbtxt; read_label_map must undo it. A
+    name with '}' was refused ('needs one id and a name') and one with '"' or '\\' read back
+    changed, silently."""
+    from readers.tfrecord_od import read_label_map, read_tfrecord, write_tfrecord
+
+    names = ['a"b', "c}d", "e\\f", "g'h", "new\nline", "caf\u00e9 #1"]
+    cats = [{"id": k + 1, "name": n} for k, n in enumerate(names)]
+    path, images = _coco(tmp_path / "c", [image(1)],
+                         [ann(k + 1, 1, [10 * k, 5, 8, 8], k + 1) for k in range(len(names))],
+                         cats)
+    ds = read_coco(path, images)
+    write_tfrecord(ds, tmp_path / "tf")
+    assert read_label_map(tmp_path / "tf" / "label_map.pbtxt") == {
+        k + 1: n for k, n in enumerate(names)}
+    back = read_tfrecord(tmp_path / "tf", label_map=tmp_path / "tf" / "label_map.pbtxt")
+    assert back.class_names == names
+    assert [names[i] for i in back.records[0].labels] == names
+
+
+def test_tfrecord_label_map_text_format(tmp_path):
+    from readers.tfrecord_od import read_label_map
+
+    pb = tmp_path / "label_map.pbtxt"
+    pb.write_text("# comment { id: 9 }\nitem: { id: 1, display_name: \"\\303\\251t\\xc3\\xa9\" }\n"
+                  "item { name: 'b' id: 2 keypoints { id: 0 label: 'nose' } }\n")
+    assert read_label_map(pb) == {1: "\u00e9t\u00e9", 2: "b"}
+    pb.write_text("# no classes\n\n")  # what write_tfrecord writes for a dataset of none
+    assert read_label_map(pb) == {}
+    for bad, why in [("item { id: 1 name: 'a'", "not closed"), ("item { id: 1 } }", "closes nothing"),
+                     ("item { id: 1 name: 'a }", "cannot read"), ("item { id: }", "no value"),
+                     ("item {" * 40 + "}" * 40, "deeper than 32"), ("{}", "field name"),
+                     ("hello", "field name"), ("item { id: 'x' name: 'a' }", "needs one 'id'"),
+                     ("not_an_item { id: 1 }", "no 'item")]:
+        pb.write_text(bad)
+        with pytest.raises(DatasetError, match=why):
+            read_label_map(pb)
+
+
+@pytest.mark.parametrize("where", ["category", "file_name", "extra"])
+def test_coco_lone_surrogate_escape_is_a_named_fault(tmp_path, where):
+    """JSON's "\\ud800" escape (found by the converter fuzzer) gives a str that no file can hold:
+    write_yolo / write_voc / write_tfrecord raised UnicodeEncodeError from the converter."""
+    cats = [{"id": 1, "name": "\ud800dog" if where == "category" else "dog"}]
+    img = image(1, name="\udfffa.jpg" if where == "file_name" else None)
+    if where == "extra":
+        img["coco_url"] = "x\udc00"
+    path, images = _coco(tmp_path, [img], [ann(1, 1, [1, 1, 4, 4])], cats, make_files=False)
+    write_image(os.path.join(images, "0001.jpg"), 100, 80)
+    with pytest.raises(DatasetError, match=r"annotations.json: the string .* holds a lone UTF-16 "
+                                           r"surrogate"):
+        read_coco(path, images)
+    # a surrogate pair is one character, and fine
+    cats[0]["name"] = "\U0001F436"
+    with open(path, "w") as f:
+        json.dump({"images": [image(1)], "annotations": [ann(1, 1, [1, 1, 4, 4])],
+                   "categories": cats}, f)
+    assert "\\ud83d\\udc36" in open(path).read()
+    assert read_coco(path, images).class_names == ["\U0001F436"]

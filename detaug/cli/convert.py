@@ -38,7 +38,7 @@ from readers.checks import check_image_headers, count_flagged, drop_flagged
 from readers.coco import read_coco
 from readers.errors import DatasetError
 from readers.voc import read_voc
-from readers.writers import write_coco, write_voc, write_yolo
+from readers.writers import class_name_fault, write_coco, write_voc, write_yolo
 from readers.yolo import read_yolo
 
 FORMATS = ("coco", "voc", "yolo", "tfrecord")
@@ -224,6 +224,9 @@ def read(args):
         sidecar = os.path.join(args.src, "classes.txt")  # written by write_voc
         if classes is None and os.path.isfile(sidecar):
             classes = class_list(sidecar)
+        if isinstance(classes, list) and len(set(classes)) < len(classes):
+            twice = sorted({c for c in classes if classes.count(c) > 1})
+            raise UsageError(f"VOC classes {twice} are listed twice (VOC names classes by name)")
         return read_voc(args.src, split=args.split or "trainval", classes=classes,
                         on_error=on_error, progress=Progress("reading"))
     return read_yolo(args.src, split=args.split, on_error=on_error, progress=Progress("reading"),
@@ -247,10 +250,24 @@ def write(dataset, args, dst, dry_run=False):
     return write_yolo(dataset, dst, split=args.split, **common)
 
 
+def _class_source(args):
+    """Where the source's class names come from: the class file of a VOC or YOLO folder when
+    it has one (and no --classes), else the source itself."""
+    if args.src_format in ("voc", "yolo") and args.classes in (None, "discover"):
+        sidecar = os.path.join(args.src, "classes.txt")
+        if os.path.isfile(sidecar):
+            return sidecar
+    return args.src
+
+
 def apply_policies(dataset, args):
     """Between reading and writing: check image sizes against the headers (``--skip-bad``
     skips a faulty image, else it is an error), then the crowd / difficult options. Returns
     summary lines for what was kept or emptied."""
+    fault = class_name_fault(dataset, args.dst_format)
+    if fault is not None:  # named here by the source, before any image is opened
+        raise DatasetError(_class_source(args), f"{fault} (rename it in the source, or convert "
+                                                "to COCO)")
     check_image_headers(dataset, "skip" if args.skip_bad else "raise")
     lines, emptied = [], 0
     for name, flag, what in (("iscrowd", args.skip_crowd, "crowd boxes (iscrowd=1)"),
@@ -364,20 +381,25 @@ def _convert(args, dst, dataset, parent, renamed=0):
     return lines
 
 
+def _one_line(exc) -> str:
+    return str(exc).replace("\r", "\\r").replace("\n", "\\n")
+
+
 def main(argv=None) -> int:
     """Run the converter; return the exit status (0 done, 2 bad input, 130 interrupted).
     Every fault is one line on stderr (``detaug-convert: error: ...``), never a traceback."""
     args = parse_args(argv)
     try:
         lines = convert(args)
-    except (UsageError, DatasetError) as exc:
-        print(f"detaug-convert: error: {exc}", file=sys.stderr)
+    except (UsageError, DatasetError) as exc:  # one line, even where a file name has a break
+        print(f"detaug-convert: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except UnicodeDecodeError as exc:
-        print(f"detaug-convert: error: a file is not UTF-8 text ({exc})", file=sys.stderr)
+        print(f"detaug-convert: error: a file is not UTF-8 text ({_one_line(exc)})",
+              file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"detaug-convert: error: {exc}", file=sys.stderr)
+        print(f"detaug-convert: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"detaug-convert: interrupted; {args.dst} left as it was", file=sys.stderr)

@@ -99,9 +99,14 @@ def _decode_one(enc, k, output_type):
     return arr
 
 
-def as_encoded(op, v) -> EncodedBatch:
+def as_encoded(op, v, sample_index=None) -> EncodedBatch:
     """Encoded images from a reader, or as DALI's external sources give them: a list of 1-D uint8
-    arrays of the files' bytes (of any lengths), or a (B, L) uint8 array (one file a row)."""
+    arrays of the files' bytes (of any lengths), or a (B, L) uint8 array (one file a row).
+
+    Fed samples have no file name: errors name them ``<op sample index i>``, ``i`` the sample's
+    index in the epoch (``sample_index``; a per-sample callable's ``idx_in_epoch`` when not
+    shuffled), so that each bad sample is counted once under ``on_error='skip'`` (named by its
+    place in the batch, two bad samples at one place of two batches were counted once)."""
     if isinstance(v, EncodedBatch):
         return v
     rows = list(v) if isinstance(v, (list, tuple, np.ndarray)) else None
@@ -109,8 +114,11 @@ def as_encoded(op, v) -> EncodedBatch:
                                for r in rows):
         raise TypeError(f"{op.name}: takes encoded images: a reader's first output, or 1-D uint8 "
                         f"arrays of file bytes (one per sample); got {type(v).__name__}")
-    return EncodedBatch([np.ascontiguousarray(r) for r in rows],
-                        [f"<{op.name} sample {k}>" for k in range(len(rows))])
+    if sample_index is None or len(sample_index) != len(rows):
+        names = [f"<{op.name} sample {k} of the batch>" for k in range(len(rows))]
+    else:
+        names = [f"<{op.name} sample index {int(i)}>" for i in sample_index]
+    return EncodedBatch([np.ascontiguousarray(r) for r in rows], names)
 
 
 @register("decoders.image", devices=("cpu", "mixed"), inputs=(1, 1), kind="other",
@@ -127,7 +135,7 @@ def as_encoded(op, v) -> EncodedBatch:
           doc="decode JPEG/PNG/...: Pillow on the host, nvImageCodec on the GPU (mixed); "
               "device='auto': 'mixed' where a GPU, cupy and nvImageCodec are present, else 'cpu'")
 def decode_image(ctx, op, inputs, args):
-    enc = as_encoded(op, inputs[0])
+    enc = as_encoded(op, inputs[0], ctx.sample_index)
     from .. import types
 
     try:
@@ -136,5 +144,16 @@ def decode_image(ctx, op, inputs, args):
         raise ValueError(f"{op.name}: output_type must be one of {sorted(_MODES)}") from None
     if op.device == "mixed":
         return gpu_decode.decode_batch(ctx, enc, out_type, _decode_one)
-    images = ctx.map_samples(lambda k: _decode_one(enc, k, out_type), len(enc))
+    try:
+        images = ctx.map_samples(lambda k: _decode_one(enc, k, out_type), len(enc))
+    except SampleError as e:
+        fed = id(inputs[0]) in getattr(ctx, "fed_values", ())  # set by external_source
+        if not fed or ctx.pipeline.on_error != "skip":
+            raise
+        # whole batches fed by an iterable or feed_input: on_error='skip' has nothing to put in
+        # the sample's place (the same batch would come again, as many times as the epoch has
+        # records), so the error is raised at once
+        raise SampleError(f"{e} (fed by an iterable or feed_input, whose samples cannot be "
+                          "replaced: on_error='skip' skips only a reader's or a per-sample "
+                          "callable's samples)", None, e.path) from None
     return ImageBatch(images, "cpu")

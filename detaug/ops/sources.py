@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 
 import numpy as np
@@ -106,11 +107,18 @@ class _Source:
 def _read_bytes(path, position):
     """The file's bytes in a new uint8 array. os.readv releases the GIL while it reads (np.fromfile
     holds it: a visible share of the GIL-held time of the GPU pipeline, benchmarks/RESULTS.md)
-    and reads straight into the array (no bytes object in between)."""
+    and reads straight into the array (no bytes object in between).
+
+    Only a regular file is read: a FIFO, device or folder under an image's name is a named
+    SampleError (opened without blocking: a FIFO with no writer would block ``open`` forever)."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         try:
-            buf = np.empty(os.fstat(fd).st_size, np.uint8)
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise SampleError(f"{path}: not a regular file (a FIFO, device or folder); "
+                                  "refused", position, path)
+            buf = np.empty(st.st_size, np.uint8)
             got = os.readv(fd, [buf]) if len(buf) else 0
             while got < len(buf):  # readv may return short counts
                 got += os.readv(fd, [buf[got:]])
@@ -540,10 +548,22 @@ class _External(_Source):
                 raise ValueError(f"{self.op.name}: declared ndim={self.ndim} but a sample has "
                                  f"{nd} dimensions")
 
+    @staticmethod
+    def _positions(ctx):
+        """Each sample's place in the epoch order (the callable's ``idx_in_epoch``). A sample
+        that replaces a skipped one (``on_error='skip'``) is the next record of the order: it
+        gets that record's own place, so that the callable is asked for another sample (asked
+        for the same place again, it gave the same bad sample until the whole order failed)."""
+        pos = np.asarray(ctx.positions, np.int64)
+        order = ctx.pipeline._shard_order(ctx.epoch)
+        for k in np.nonzero(order[pos] != ctx.sample_index)[0]:
+            pos[k] = np.nonzero(order == ctx.sample_index[k])[0][0]
+        return pos
+
     def read(self, ctx, payload):
         if payload is None:
             infos = [SampleInfo(int(p), k, ctx.batch_index, ctx.epoch)
-                     for k, p in enumerate(ctx.positions)]
+                     for k, p in enumerate(self._positions(ctx))]
             rows = ctx.map_samples(lambda k: self.source(infos[k]), len(infos))
             if self.n_out == 1:
                 rows = [r[0] if isinstance(r, tuple) and len(r) == 1 else r for r in rows]
@@ -563,6 +583,8 @@ class _External(_Source):
         for k, v in enumerate(outs):
             if isinstance(v, BoxBatch) and sizes is not None:
                 outs[k] = v.replace(canvas=sizes)
+        if payload is not None:  # a fed batch's samples cannot be replaced (decode.py reads this)
+            ctx.fed_values = getattr(ctx, "fed_values", set()) | {id(v) for v in outs}
         return tuple(outs)
 
 

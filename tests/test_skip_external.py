@@ -1,0 +1,90 @@
+"""on_error='skip' with images from an external source (issue 14).
+
+A per-sample callable that returns a truncated JPEG is skipped like a reader's bad file: the
+sample is replaced by the next one of the epoch (the callable is asked for that sample's own
+``idx_in_epoch``), the batch keeps its size, and each bad sample is counted once, named by its
+index in the epoch. Whole batches fed by an iterable cannot be replaced: a named SampleError at
+once (it used to re-run the batch once per record of the epoch, then say every record failed).
+"""
+import io
+import warnings
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from detaug import Pipeline, fn
+from detaug.executor import SampleError
+
+
+def _png(value):
+    buf = io.BytesIO()
+    Image.new("RGB", (6, 4), (value, value, value)).save(buf, "PNG")
+    return np.frombuffer(buf.getvalue(), np.uint8)
+
+
+def _truncated_jpeg():
+    buf = io.BytesIO()
+    Image.new("RGB", (16, 12), 77).save(buf, "JPEG")
+    data = buf.getvalue()
+    return np.frombuffer(data[:len(data) // 2], np.uint8)
+
+
+def _callable_pipe(bad, size, on_error="skip", num_threads=1, batch_size=2, scale=10):
+    def source(info):
+        return _truncated_jpeg() if info.idx_in_epoch in bad else _png(scale * info.idx_in_epoch)
+
+    pipe = Pipeline(batch_size=batch_size, num_threads=num_threads, seed=0, on_error=on_error)
+    with pipe:
+        pipe.set_outputs(fn.decoders.image(fn.external_source(source=source, batch=False,
+                                                              size=size)))
+    return pipe
+
+
+@pytest.mark.parametrize("num_threads", [1, 2])
+def test_truncated_jpeg_from_a_callable_is_skipped(num_threads):
+    """Bad samples 1 and 3 (the same place, 1, of batches 0 and 1): each is replaced by the
+    next sample of the epoch, and both are counted (named by their index in the epoch)."""
+    pipe = _callable_pipe({1, 3}, 8, num_threads=num_threads)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = [[int(np.asarray(im)[0, 0, 0]) for im in out.data] for (out,) in pipe]
+    pipe.close()
+    assert got == [[0, 20], [20, 40], [40, 50], [60, 70]]
+    assert pipe.stats["skipped"] == 2
+    assert [p for p, _ in pipe.stats["skipped_files"]] == ["<decoders.image_1 sample index 1>",
+                                                            "<decoders.image_1 sample index 3>"]
+    assert "Truncated" in pipe.stats["skipped_files"][0][1]
+
+
+def test_a_long_run_of_bad_samples_from_a_callable_is_skipped():
+    pipe = _callable_pipe(set(range(1, 71)), 76, batch_size=4, scale=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = [[int(np.asarray(im)[0, 0, 0]) for im in out.data] for (out,) in pipe]
+    pipe.close()
+    assert len(got) == 19 and all(len(b) == 4 for b in got)
+    assert got[0] == [0, 71, 71, 71] and got[-1] == [72, 73, 74, 75]
+    assert pipe.stats["skipped"] == 70
+
+
+def test_bad_sample_from_a_callable_under_raise_names_it():
+    pipe = _callable_pipe({3}, 8, on_error="raise")
+    pipe.run()
+    with pytest.raises(SampleError, match=r"<decoders.image_1 sample index 3>: cannot decode"):
+        pipe.run()
+    pipe.close()
+
+
+@pytest.mark.parametrize("size", [None, 10_000])
+def test_bad_sample_in_an_iterable_batch_under_skip_is_a_named_error_at_once(size):
+    data = [[_png(0), _png(10)], [_png(20), _truncated_jpeg()], [_png(40), _png(50)]]
+    pipe = Pipeline(batch_size=2, num_threads=1, seed=0, on_error="skip")
+    with pipe:
+        pipe.set_outputs(fn.decoders.image(fn.external_source(source=data, size=size)))
+    (first,) = pipe.run()
+    assert [int(np.asarray(im)[0, 0, 0]) for im in first.data] == [0, 10]
+    with pytest.raises(SampleError, match=r"sample index 3>: cannot decode .*fed by an iterable "
+                                          r"or feed_input, whose samples cannot be replaced"):
+        pipe.run()
+    pipe.close()
