@@ -59,7 +59,15 @@ def unavailable() -> str | None:
         return "host_processes needs Linux (fork and memfd)"
     if mp.current_process().daemon:
         return "this is a daemonic process (a multiprocessing worker), which may not start processes"
+    if _IN_WORKER:  # (a Keras sequence's process workers rebuild pipelines here)
+        return "this process is itself a host worker, which runs its work single-threaded"
     return None
+
+
+# set in a worker process: it never forks workers of its own (a nested fork inherited OpenCV's
+# thread pool from a forked parent and hung on its condition variable: the Keras process workers
+# in CI)
+_IN_WORKER = False
 
 
 # ---- the worker process ----------------------------------------------------------------------
@@ -97,6 +105,8 @@ def _worker_main(conn, run, parent_pid, inherited, cv2_loaded):
     """Serve ``("task", id, key, prepared)`` with ``run(key, prepared)``; ``("free", slot)``
     returns a slot; ``("stop",)`` ends. Replies ``("ok", id, meta, slot, size, spans, retired)``
     (the slot's descriptor follows when it is new) or ``("err", id, exception, text)``."""
+    global _IN_WORKER
+    _IN_WORKER = True
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
     for c in inherited:  # the caller's ends of the other workers' sockets: EOF must reach them

@@ -361,7 +361,11 @@ class _SequenceMixin:
             return
         import concurrent.futures as cf
 
-        with self._ahead_lock:
+        from ..host_workers import _forking
+
+        # the pool forks as work is submitted: OpenCV set to one thread around it (its thread
+        # pool does not survive a fork: the children hung in CI), as for host workers
+        with self._ahead_lock, _forking():
             if self._ahead_pool is None:
                 if self._procs:
                     self._ahead_pool = cf.ProcessPoolExecutor(
@@ -444,6 +448,9 @@ def _init_worker_process(seq):
     """A worker process's initializer: keep the sequence (its pipeline is rebuilt from
     ``serialize()`` on first use, since the process id differs); nothing computed ahead here."""
     global _WORKER_SEQUENCE
+    from .. import host_workers
+
+    host_workers._IN_WORKER = True  # its pipeline runs in threads here: no nested forks
     seq._ahead_n, seq._ahead, seq._ahead_pool = 0, {}, None
     seq._ahead_lock = threading.Lock()
     _WORKER_SEQUENCE = seq
