@@ -314,7 +314,12 @@ class _Worker:
         with self.cond:
             while req not in self.replies:
                 if not self.alive:
-                    raise RuntimeError("the GPU decode worker process died")
+                    self.proc.join(timeout=2)
+                    code = self.proc.exitcode
+                    how = (f"killed by signal {-code}" if code is not None and code < 0
+                           else f"exit code {code}")
+                    raise RuntimeError(f"the GPU decode worker process {self.proc.name} (pid "
+                                       f"{self.proc.pid}) died ({how}) with request {req} in hand")
                 self.cond.wait()
             return self.replies.pop(req)
 

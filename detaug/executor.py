@@ -129,7 +129,17 @@ class Executor:
 
     def submit(self, key):
         """Queue the launch ``key = (epoch, first batch, batch count)``; source ops read in order here."""
-        prepared = self.p._prepare(key)
+        try:
+            prepared = self.p._prepare(key)
+        except Exception as e:
+            if type(e).__name__ == "_NotFed" or not self.queue:
+                raise  # nothing is due before it: the caller gets it now
+            # a source that failed while this launch was prefetched: the launches before it are
+            # still handed out, and the error comes with this one (nothing is prefetched after)
+            fut = cf.Future()
+            fut.set_exception(e)
+            self.queue.append((key, fut, None))
+            return False
         if any(isinstance(v, dict) and v.get("end") for v in prepared.values()):
             return False  # an iterable source is spent: the epoch ends here
         if self.workers is not None:

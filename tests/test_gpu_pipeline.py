@@ -433,6 +433,30 @@ def test_output_slots_bound_the_launches_with_outputs():
     _assert_same_epochs(ref, got)
 
 
+def test_a_killed_decode_process_is_a_named_error_within_seconds():
+    """A decode process killed (SIGKILL) mid-epoch: run() raises within seconds, naming the
+    process and its signal; close() still returns and leaves nothing running."""
+    import signal
+
+    pytest.importorskip("nvidia.nvimgcodec")
+    pipe = _coco_decode_pipe(1, prefetch=3)
+    pipe.run()
+    pipe.run()
+    w = pipe._decode_service.workers[0]
+    os.kill(w.proc.pid, signal.SIGKILL)
+    t0 = time.perf_counter()
+    with pytest.raises(RuntimeError, match=r"decode worker process .*died \(killed by signal 9\)"):
+        for _ in range(200):  # the launches decoded before the kill may still come out
+            try:
+                pipe.run()
+            except StopIteration:
+                pipe.reset()
+    assert time.perf_counter() - t0 < 10
+    t0 = time.perf_counter()
+    pipe.close()
+    assert time.perf_counter() - t0 < 15 and not w.proc.is_alive()
+
+
 @pytest.mark.parametrize("output_type", ["RGB", "BGR", "GRAY"])
 def test_decode_processes_raw_output_is_a_copy(output_type):
     """Decoded images handed to the user straight from a decode process are copies (the

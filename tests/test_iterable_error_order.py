@@ -2,7 +2,7 @@
 delivered first, and the error comes at the run() of the batch that failed (issue 14, "Order").
 Prefetch must not move the error earlier. CPU only.
 
-The executor (lead's issue) owns the fix; until then the test is an expected failure.
+The executor hands out the launches queued before the failing one first, then raises.
 """
 import numpy as np
 import pytest
@@ -23,7 +23,6 @@ class Source:
         raise Boom("the source failed at batch 3")
 
 
-@pytest.mark.xfail(strict=False, reason="lead: executor")
 @pytest.mark.parametrize("num_threads,depth", [(1, 2), (1, 4), (2, 2)])
 def test_batches_before_the_failing_one_are_delivered(num_threads, depth):
     pipe = Pipeline(batch_size=2, num_threads=num_threads, seed=0, prefetch_queue_depth=depth)
