@@ -10,3 +10,11 @@ for n in 2 1; do
   timeout 150 python3 -m torch.distributed.run --nproc_per_node=$n examples/retinanet_ddp.py \
     --iters ${ITERS:-100} --report 25 2>&1 | quiet | grep -v -i warn | tail -12
 done
+# the pipeline alone on 2 ranks and on 1 (bench_gpu's pipeline, 1,024 images, batch 32 a rank)
+if [ -n "${BENCH:-1}" ]; then
+  bench_data /tmp/bench_data
+  for n in 2 1; do
+    timeout 120 python3 -m torch.distributed.run --nproc_per_node=$n benchmarks/bench_ddp.py \
+      --data /tmp/bench_data --seconds ${SECONDS_DDP:-15} 2>&1 | quiet | grep -E "^\|" | cut -c1-400
+  done
+fi
