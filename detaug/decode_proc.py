@@ -310,16 +310,19 @@ class _Worker:
         with self.send_lock:
             self.conn.send(msg)
 
+    def death(self, req) -> RuntimeError:
+        """The error of a request this worker can no longer answer: it died."""
+        self.proc.join(timeout=2)
+        code = self.proc.exitcode
+        how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        return RuntimeError(f"the GPU decode worker process {self.proc.name} (pid {self.proc.pid}) "
+                            f"died ({how}) with request {req} in hand")
+
     def wait(self, req):
         with self.cond:
             while req not in self.replies:
                 if not self.alive:
-                    self.proc.join(timeout=2)
-                    code = self.proc.exitcode
-                    how = (f"killed by signal {-code}" if code is not None and code < 0
-                           else f"exit code {code}")
-                    raise RuntimeError(f"the GPU decode worker process {self.proc.name} (pid "
-                                       f"{self.proc.pid}) died ({how}) with request {req} in hand")
+                    raise self.death(req)
                 self.cond.wait()
             return self.replies.pop(req)
 
@@ -383,7 +386,10 @@ class DecodeService:
             w.outstanding += 1
             w.held += 1
         try:
-            w.send(("decode", req, list(paths), output_type, int(chunk)))
+            try:
+                w.send(("decode", req, list(paths), output_type, int(chunk)))
+            except (EOFError, OSError):  # (BrokenPipeError) the worker is gone
+                raise w.death(req) from None
             _, _, shapes, starts, errors = w.wait(req)
         finally:
             with self._lock:
