@@ -189,20 +189,26 @@ def test_link_hard_links_instead_of_copying(tmp_path):
     assert not os.path.samefile(src, dst) and dst.read_bytes() == open(src, "rb").read()
 
 
-def test_progress_counter_on_large_sets():
+def test_progress_counter_in_a_log_has_no_carriage_returns():
+    """convert's progress is detaug.cli.progress.Progress: in a log (not a terminal) a short set
+    prints nothing, a long one plain lines with rate and ETA, never a ``\\r``."""
     import io
 
     from detaug.cli.convert import Progress
 
+    clock = iter(range(1000000)).__next__  # one second an item
     stream = io.StringIO()
-    progress = Progress("reading", stream)
-    for i in range(1, 11):
-        progress(i, 10)          # small set, not a terminal: silent
+    progress = Progress("reading", stream, interval=10, clock=lambda: float(clock()))
+    for i in range(1, 10):
+        progress(i, 9)           # 9 s, under the interval: silent
     assert stream.getvalue() == ""
-    for i in range(1, 2001):
-        progress(i, 2000)
-    text = stream.getvalue()
-    assert text.count("\r") == 100 and text.endswith("\rreading: 2000/2000\n")
+    progress = Progress("reading", stream, interval=10, clock=lambda: float(clock()))
+    for i in range(1, 26):
+        progress(i, 25)
+    assert stream.getvalue().splitlines() == [
+        "reading: 10/25  40% | 1.0 items/s | ETA 0:15",
+        "reading: 20/25  80% | 1.0 items/s | ETA 0:05",
+        "reading: 25/25 100% | 1.0 items/s | 0:25"]
 
 
 def test_readers_import_no_engine():

@@ -3,19 +3,21 @@
     detaug-convert SRC DST --from voc --to coco [--split trainval] [--classes a,b | discover]
                    [--image-root DIR] [--skip-bad] [--link] [--overwrite] [--dry-run]
                    [--skip-crowd] [--skip-difficult] [--num-shards N] [--prefix NAME]
+                   [--progress-interval SECONDS] [--version]
 
 For COCO, SRC is the annotations JSON (images under ``--image-root``, default ``images/``
 beside the JSON, else the JSON's folder) and DST is a folder that receives
-``annotations.json`` and ``images/``. For VOC and YOLO, SRC and DST are dataset folders.
+``annotations.json`` and ``images/``. For VOC and YOLO, SRC and DST are dataset folders. A VOC
+source with no ``--classes`` uses its ``classes.txt`` (as write_voc leaves) when there is one,
+else the 20 standard classes.
+
 TFRecords use the Object Detection API layout (``readers.tfrecord_od``): SRC is a file, a glob
 (quoted) or a folder of ``*.tfrecord`` files, its classes from ``--classes`` (a label map
 ``.pbtxt``) or the ``label_map.pbtxt`` beside the files; DST is a folder that receives
 ``<prefix>-00000-of-0000N.tfrecord`` shards (``--num-shards``, records dealt to the shards in
 turn; ``--prefix`` defaults to ``--split`` or ``train``) and ``label_map.pbtxt``. Images
 inside TFRecords are written out unchanged (to a temporary folder, then copied or linked).
-A VOC source with no ``--classes`` uses its ``classes.txt`` (as write_voc leaves) when there is
-one, else the 20 standard classes. A summary at the end names every count: images, boxes, classes, skipped items and why, boxes
-clipped, the largest rounding shift, and what the target format could not hold.
+
 Data safety: the source is never opened for writing; DST may not be the source, inside it or
 around it; a non-empty DST is refused unless ``--overwrite``; the dataset is written into a
 temporary folder beside DST and moved into place only when complete (with ``--overwrite`` the
@@ -24,7 +26,14 @@ old content is removed only after that), so a failed or interrupted run leaves D
 headers (header only); crowd and difficult boxes are kept unless ``--skip-crowd`` /
 ``--skip-difficult``, and counted either way. Every user mistake is one line on stderr
 and exit status 2.
-Imports only ``readers`` (no engine module).
+
+A summary at the end (stdout) names every count: images, boxes, classes, skipped items and
+why, boxes clipped, the largest rounding shift, and what the target format could not hold.
+Progress goes to stderr: a line redrawn in place on a terminal, else a plain line every
+``--progress-interval`` seconds (default 10), each with the rate and the time left.
+
+Imports ``readers`` and, from detaug, only the CLI's progress line and version (no engine
+module of its own).
 """
 from __future__ import annotations
 
@@ -33,6 +42,7 @@ import os
 import shutil
 import sys
 import tempfile
+import textwrap
 
 from readers.checks import check_image_headers, count_flagged, drop_flagged
 from readers.coco import read_coco
@@ -41,28 +51,11 @@ from readers.voc import read_voc
 from readers.writers import class_name_fault, write_coco, write_voc, write_yolo
 from readers.yolo import read_yolo
 
+from .progress import Progress
+
 FORMATS = ("coco", "voc", "yolo", "tfrecord")
 # Lines of skipped items printed; beyond this the full list goes to DST/convert_skipped.txt.
 MAX_PRINTED_SKIPS = 50
-
-
-class Progress:
-    """A ``\\r`` counter on stderr, every ``step`` items, when stderr is a terminal or the set
-    is large (over 1000 items); ``callable(done, total)`` as the readers and writers expect."""
-
-    def __init__(self, label: str, stream=None):
-        self.label, self.stream, self.shown = label, stream or sys.stderr, False
-
-    def __call__(self, done: int, total: int) -> None:
-        if not (total > 1000 or self.stream.isatty()):
-            return
-        step = max(1, total // 100)
-        if done % step == 0 or done == total:
-            self.stream.write(f"\r{self.label}: {done}/{total}")
-            self.shown = True
-            if done == total:
-                self.stream.write("\n")
-            self.stream.flush()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -76,14 +69,20 @@ class UsageError(Exception):
     """A user mistake in the command line (bad path, unsafe destination, unknown split)."""
 
 
-def parse_args(argv=None):
-    p = _Parser(prog="detaug-convert", description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``detaug-convert`` (every option with its help text)."""
+    p = _Parser(prog="detaug-convert", description=_plain(__doc__.split("\n\n")[0]),
+                epilog=help_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("src", help="source: COCO annotations JSON, VOC / YOLO folder, or TFRecord "
                                "file / glob / folder")
     p.add_argument("dst", help="destination folder (must not exist or be empty, unless "
                                "--overwrite; never the source, inside it, or around it)")
-    p.add_argument("--from", dest="src_format", choices=FORMATS, required=True)
-    p.add_argument("--to", dest="dst_format", choices=FORMATS, required=True)
+    p.add_argument("--from", dest="src_format", choices=FORMATS, required=True,
+                   help="source format: coco (annotations JSON), voc (Pascal VOC folder), yolo "
+                        "(YOLO folder) or tfrecord (TF Object Detection API records)")
+    p.add_argument("--to", dest="dst_format", choices=FORMATS, required=True,
+                   help="target format, the same choices: coco (annotations.json and images/), "
+                        "voc, yolo, or tfrecord (shards and label_map.pbtxt)")
     p.add_argument("--image-root", help="COCO source: folder the file_name entries are under")
     p.add_argument("--skip-bad", action="store_true",
                    help="skip bad items with a warning (on_error='skip') instead of stopping")
@@ -107,11 +106,32 @@ def parse_args(argv=None):
                                     "else 'train')")
     p.add_argument("--dry-run", action="store_true",
                    help="read, check and print the summary; write nothing")
+    p.add_argument("--progress-interval", type=float, default=10.0, metavar="SECONDS",
+                   help="seconds between progress lines on stderr when it is not a terminal "
+                        "(a log; default 10); a terminal gets one redrawn line")
     from .main import package_version
 
     p.add_argument("--version", action="version", version=f"%(prog)s {package_version()}",
                    help="print detaug's version and exit")
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None):
+    return build_parser().parse_args(argv)
+
+
+def _plain(text: str, width: int = 79) -> str:
+    """``text`` without reST markup, its paragraphs refilled to ``width``."""
+    text = text.replace("``", "").replace(":class:", "").replace("`", "")
+    return "\n\n".join(textwrap.fill(" ".join(par.split()), width, break_on_hyphens=False)
+                       for par in text.split("\n\n"))
+
+
+def help_epilog() -> str:
+    """The module docstring's paragraphs on layouts, data safety and output, as plain text for
+    --help (the usage block and the note on imports left out)."""
+    paragraphs = __doc__.strip().split("\n\n")[2:-1]
+    return _plain("\n\n".join(paragraphs))
 
 
 def class_list(spec):
@@ -140,6 +160,8 @@ def check_source(args):
     src = os.path.abspath(args.src)
     if args.num_shards < 1:
         raise UsageError(f"--num-shards {args.num_shards}: needs at least 1")
+    if not args.progress_interval >= 0:  # also NaN
+        raise UsageError(f"--progress-interval {args.progress_interval}: needs 0 or more seconds")
     if not os.path.exists(src) and args.src_format != "tfrecord":
         raise UsageError(f"source {args.src} does not exist")
     if args.src_format == "coco":
@@ -201,6 +223,11 @@ def check_destination(args, source_roots):
     return dst
 
 
+def _progress(label, args):
+    """The progress line for ``label`` on stderr, at ``--progress-interval`` in a log."""
+    return Progress(label, sys.stderr, interval=args.progress_interval)
+
+
 def read(args):
     on_error = "skip" if args.skip_bad else "raise"
     classes = class_list(args.classes)
@@ -219,7 +246,7 @@ def read(args):
         if label_map is None and args.classes is None and os.path.isfile(sidecar):
             label_map = sidecar
         return read_tfrecord(args.src, label_map=label_map, on_error=on_error,
-                             progress=Progress("reading"))
+                             progress=_progress("reading", args))
     if args.src_format == "voc":
         sidecar = os.path.join(args.src, "classes.txt")  # written by write_voc
         if classes is None and os.path.isfile(sidecar):
@@ -228,14 +255,15 @@ def read(args):
             twice = sorted({c for c in classes if classes.count(c) > 1})
             raise UsageError(f"VOC classes {twice} are listed twice (VOC names classes by name)")
         return read_voc(args.src, split=args.split or "trainval", classes=classes,
-                        on_error=on_error, progress=Progress("reading"))
-    return read_yolo(args.src, split=args.split, on_error=on_error, progress=Progress("reading"),
+                        on_error=on_error, progress=_progress("reading", args))
+    return read_yolo(args.src, split=args.split, on_error=on_error,
+                     progress=_progress("reading", args),
                      classes=None if classes in (None, "discover") else classes)
 
 
 def write(dataset, args, dst, dry_run=False):
     """Write ``dataset`` under the folder ``dst`` (the temporary folder of :func:`main`)."""
-    progress = None if dry_run else Progress("writing")
+    progress = None if dry_run else _progress("writing", args)
     common = {"link": args.link, "progress": progress, "dry_run": dry_run}
     if args.dst_format == "coco":
         return write_coco(dataset, os.path.join(dst, "annotations.json"),
