@@ -9,6 +9,7 @@ import os
 import sys
 import threading
 import warnings
+from typing import Any
 
 import numpy as np
 
@@ -163,11 +164,15 @@ class Pipeline:
 
     device_summary = None  # after build(): where the pipeline runs, in one line
 
-    def __init__(self, batch_size=1, num_threads=1, device_id=None, seed=-1, prefetch_queue_depth=None,
-                 last_batch_policy="fill", shard_id=0, num_shards=1, on_error="raise",
-                 device_workers=None, batches_per_launch=None, decode_processes=None,
-                 decode_buffer_mb=None, host_processes=None, exec_pipelined=True, exec_async=True,
-                 device_memory_budget=None, shard_policy="pad", **dali_tuning):
+    def __init__(self, batch_size: int = 1, num_threads: int = 1, device_id: int | None = None,
+                 seed: int | None = -1, prefetch_queue_depth: int | dict | None = None,
+                 last_batch_policy: str = "fill", shard_id: int = 0, num_shards: int = 1,
+                 on_error: str = "raise", device_workers: int | None = None,
+                 batches_per_launch: int | None = None, decode_processes: int | None = None,
+                 decode_buffer_mb: int | None = None, host_processes: int | None = None,
+                 exec_pipelined: bool = True, exec_async: bool = True,
+                 device_memory_budget: int | float | str | None = None, shard_policy: str = "pad",
+                 **dali_tuning: Any) -> None:
         _check_dali_tuning(dali_tuning)
         if last_batch_policy not in _POLICIES:
             raise ValueError(f"last_batch_policy must be one of {_POLICIES}")
@@ -234,22 +239,22 @@ class Pipeline:
     def __exit__(self, *exc):
         _graph.pop()
 
-    def set_outputs(self, *outputs):
+    def set_outputs(self, *outputs) -> None:
         for o in outputs:
             if not isinstance(o, _graph.DataNode):
                 raise TypeError(f"pipeline outputs must be DataNodes, got {type(o).__name__}")
         self._outputs = list(outputs)
 
-    def define_graph(self):
+    def define_graph(self) -> Any:
         """Override in a subclass (DALI's older style): create ``ops.X`` objects in ``__init__``,
         wire them here and return the outputs."""
         raise NotImplementedError("define the graph with @pipeline_def, `with pipe:` + "
                                   "set_outputs, or a define_graph() override")
 
-    def iter_setup(self):
+    def iter_setup(self) -> None:
         """Called before each batch is scheduled; override to ``feed_input`` external sources."""
 
-    def feed_input(self, node, data, layout=None):
+    def feed_input(self, node: Any, data: Any, layout: str | None = None) -> None:
         """Give an external source (without ``source=``) its next batch: a list of samples (or
         an array, samples along axis 0; a tuple of them for num_outputs > 1). Its length, at most
         ``batch_size``, is the batch's number of samples (one random draw each). ``layout``
@@ -262,7 +267,7 @@ class Pipeline:
         self._fed.setdefault(name, []).append(data)
 
     # ---- build ------------------------------------------------------------------------------
-    def build(self):
+    def build(self) -> "Pipeline":
         if self._built:
             return self
         if self._outputs is None:
@@ -489,7 +494,7 @@ class Pipeline:
             return "uneven"
         return self.shard_policy
 
-    def epoch_size(self, name=None):
+    def epoch_size(self, name: str | None = None) -> int | dict | None:
         """Number of records the reader holds (all shards), as DALI's ``epoch_size``."""
         self.build()
         if name is None:
@@ -794,7 +799,7 @@ class Pipeline:
                 break
             self._submitted = (e, b + count)
 
-    def run(self):
+    def run(self) -> tuple:
         """The next batch: a tuple with one value per output. As DALI's readers do, a pipeline
         driven by a reader goes on into the next epoch at the end of one (the batches of
         ``reset()`` + ``run()``: the epoch's keyed order, as ``run_batch`` and ``state_dict``
@@ -839,7 +844,7 @@ class Pipeline:
     def __next__(self):
         return self._next_of_epoch()
 
-    def reset(self):
+    def reset(self) -> None:
         """Move on to the next epoch (new shuffle). Batches of it already prefetched are kept."""
         ex = self._executor
         if not self._ready and ex is not None and ex.queue and ex.queue[0][0][:2] == (self._epoch + 1, 0):
@@ -857,7 +862,7 @@ class Pipeline:
             for s in self._sources.values():
                 getattr(s, "restart", lambda: None)()
 
-    def run_batch(self, batch_index, epoch=None):
+    def run_batch(self, batch_index: int, epoch: int | None = None) -> tuple:
         """Batch ``batch_index`` of ``epoch`` (default: the current one), computed on its own:
         random access for Keras' Sequence. Does not move the iteration cursor. Thread-safe."""
         self.build()
@@ -883,7 +888,7 @@ class Pipeline:
         return {"epoch": self._epoch, "batch": self._batch, "seed": self.seed,
                 "batch_size": self.batch_size, "shard": (self.shard_id, self.num_shards)}
 
-    def load_state_dict(self, state: dict):
+    def load_state_dict(self, state: dict) -> None:
         """Resume at ``state``'s batch. A source fed whole batches (an iterable, ``feed_input``)
         cannot be rewound: resuming such a pipeline in the middle of an epoch raises (at an
         epoch's start the iterable is iterated again from its beginning)."""
@@ -899,13 +904,13 @@ class Pipeline:
         self._start(state["epoch"], state["batch"])
 
     @property
-    def class_names(self):
+    def class_names(self) -> list | None:
         """The reader's class names (label -> name), or None for sources without classes."""
         self.build()
         ds = getattr(self._driver, "dataset", None)
         return list(ds.class_names) if ds is not None else getattr(self._driver, "class_names", None)
 
-    def set_shard(self, shard_id: int, num_shards: int, shard_policy=None):
+    def set_shard(self, shard_id: int, num_shards: int, shard_policy: str | None = None) -> None:
         """Shard the readers that have no shard_id / num_shards of their own (the PyTorch
         iterator does this from torch.distributed); restarts the current epoch's iteration.
         ``shard_policy``: None keeps the pipeline's (see the class)."""
@@ -939,7 +944,7 @@ class Pipeline:
         """DALI's name for ``batch_size`` (programs written for DALI read it)."""
         return self.batch_size
 
-    def close(self):
+    def close(self) -> None:
         """Stop the worker threads and decode processes (waits for batches in flight)."""
         if self._executor is not None:
             self._executor.shutdown()
@@ -971,7 +976,7 @@ class Pipeline:
             svc.stop()
 
     # ---- graph export -----------------------------------------------------------------------
-    def save_graph_to_dot_file(self, path):
+    def save_graph_to_dot_file(self, path: str) -> None:
         """Write the graph in Graphviz dot: one box per op (name, device), one edge per input."""
         self.build()
         _persist.save_dot(path, self._needed_ops(), self._outputs)

@@ -16,13 +16,16 @@ shuffle and its own random draws, and a pass is reproducible from the seed.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .keras import batch_to_numpy, select, split_xy
 
 
-def to_tf_dataset(pipeline, *, output_map=("images", "targets"), x=None, y=None,
-                  max_boxes=None, targets_format="tuple", max_batches=None, epochs_shuffle=True):
+def to_tf_dataset(pipeline: Any, *, output_map: tuple = ("images", "targets"), x: Any = None,
+                  y: Any = None, max_boxes: int | None = None, targets_format: str = "tuple",
+                  max_batches: int | None = None, epochs_shuffle: bool = True) -> Any:
     """A ``tf.data.Dataset`` whose elements are the pipeline's batches as ``(x, y)``.
 
     Args:

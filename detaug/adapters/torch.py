@@ -300,7 +300,7 @@ class DetaugIterator:
             self._ended = True
         raise StopIteration
 
-    def reset(self):
+    def reset(self) -> None:
         """Move every pipeline to the next epoch (new shuffle). The next epoch's launches that
         a pipeline has in flight are kept, also where this iterator ends the epoch before the
         pipeline does (:func:`_skip_rest_of_epoch`)."""
@@ -317,7 +317,7 @@ class DetaugIterator:
         return {"pipelines": [p.state_dict() for p in self.pipes], "batch": self._batch,
                 "num_shards": [_shard_of(p)[1] for p in self.pipes]}
 
-    def load_state_dict(self, state: dict):
+    def load_state_dict(self, state: dict) -> None:
         """Resume at ``state``'s batch (from this rank's state or any other rank's). Resuming in
         the middle of an epoch needs the number of shards (ranks) the state was taken with."""
         states = state["pipelines"]
