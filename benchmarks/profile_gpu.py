@@ -1,6 +1,6 @@
 """Where the host time of the GPU pipeline goes: the bench_gpu pipeline run batch by batch in one
 thread (run_batch) under cProfile, on the GPU machine. Prints the top functions by own time and a
-per-op breakdown. Usage: python benchmarks/profile_gpu.py [--batches 40]"""
+per-op breakdown. Usage: python benchmarks/profile_gpu.py [--batches 40] [--decode-processes N] [--data DIR]"""
 import argparse
 import cProfile
 import os
@@ -19,12 +19,17 @@ from detaug import pipeline as P  # noqa: E402
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", type=int, default=40)
+    ap.add_argument("--decode-processes", type=int, default=0,
+                    help="-1: the pipeline's default (decode processes from the memory budget)")
+    ap.add_argument("--data", default=None)
     args = ap.parse_args()
-    root = tempfile.mkdtemp(prefix="detaug_prof_")
-    bench_gpu.make_dataset(root, 1024, os.cpu_count())
+    root = args.data or tempfile.mkdtemp(prefix="detaug_prof_")
+    if not os.path.exists(os.path.join(root, "annotations.json")):
+        bench_gpu.make_dataset(root, 1024, os.cpu_count())
 
     pipe = bench_gpu.make_det_pipe(root, "mixed", batch_size=64, num_threads=16, device_id=0, seed=0,
-                                   decode_processes=0)
+                                   decode_processes=None if args.decode_processes < 0
+                                   else args.decode_processes)
     pipe.build()
     for i in range(3):
         pipe.run_batch(i)
@@ -53,8 +58,8 @@ def main():
           f"({args.batches * 64 / dt:.0f} img/s)")
     for name, s in sorted(per_op.items(), key=lambda kv: -kv[1]):
         print(f"  {name:24s} {s / args.batches * 1e3:7.2f} ms/batch")
-    pstats.Stats(prof).sort_stats("tottime").print_stats(25)
-    pstats.Stats(prof).sort_stats("cumulative").print_stats("detaug", 45)
+    pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+    pstats.Stats(prof).sort_stats("cumulative").print_stats("detaug", 40)
     os._exit(0)
 
 
