@@ -16,8 +16,8 @@ import numpy as np
 from . import graph as _graph
 from . import persist as _persist
 from . import schedule as _schedule
-from .batch import BoxBatch, DeviceImages, ImageBatch, split_batches
-from .decode_proc import _Lease
+from .batch import split_batches
+from .device_stage import DeviceStage
 from .executor import BatchContext, Executor, SampleError
 from .rng import epoch_permutation
 
@@ -33,46 +33,6 @@ GPU_BATCHES_PER_LAUNCH = 4  # default batches_per_launch of pipelines with a GPU
 DECODE_PROCESS_PREFETCH = 6
 MAX_DEVICE_WORKERS = 6  # default device_workers: min(prefetch depth, this)
 
-
-class _NoAdmit:
-    """Admission of a launch run outside the queue (random access): nothing to wait for."""
-
-    def __call__(self):
-        pass
-
-    def decode(self):
-        pass
-
-    def decoded(self):
-        pass
-
-
-_NO_ADMIT = _NoAdmit()
-
-
-def _device_bytes(outs) -> int:
-    """Device bytes held by a launch's outputs (images, boxes, padded boxes, arrays)."""
-    seen, total = set(), 0
-
-    def add(a):
-        nonlocal total
-        if hasattr(a, "__cuda_array_interface__") and id(a) not in seen:
-            seen.add(id(a))
-            total += int(a.nbytes)
-
-    for v in outs:
-        if isinstance(v, ImageBatch):
-            for a in (v.data if isinstance(v.data, list) else [v.data]):
-                add(a)
-        elif isinstance(v, BoxBatch):
-            for a in (v.boxes, v.labels, v.valid, *v.fields.values()):
-                add(a)
-        elif isinstance(v, dict) or hasattr(v, "items"):
-            for a in v.values():
-                add(a)
-        else:
-            add(v)
-    return total
 
 
 # DALI's Pipeline arguments that tune its executor or memory and change no value here
@@ -95,7 +55,7 @@ def _check_dali_tuning(kwargs):
                       "value here", stacklevel=3)
 
 
-class Pipeline:
+class Pipeline(DeviceStage):
     """A graph of ops producing batches.
 
     Args:
@@ -345,96 +305,6 @@ class Pipeline:
             return 0
         return n
 
-    def _check_gpu(self):
-        """Before anything starts: GPU ops where cupy (or nvImageCodec, for a GPU decoder) is
-        missing or no GPU is visible raise one line saying what is missing and what to do."""
-        from .backend import DeviceUnavailableError, gpu_missing
-
-        missing = gpu_missing(nvimgcodec=self._mixed_decode)
-        if missing is None:
-            return
-        if self._mixed_decode:
-            what, drop = "decodes on the GPU (device='mixed')", "device='mixed' (or use device='auto')"
-        else:
-            names = ", ".join(op.name for op in self._device_ops if not op.schema.name.startswith("_"))
-            what, drop = f"runs ops on the GPU ({names or '.gpu() uploads'})", "device='gpu' and .gpu()"
-        raise DeviceUnavailableError(f"this pipeline {what} but {missing}: pip install '.[gpu]', "
-                                     f"or drop {drop} to run on the CPU")
-
-    def _summarize_devices(self) -> str:
-        """Where the pipeline runs, in one line (``pipe.device_summary``)."""
-        user = lambda ops: [op for op in ops if not op.schema.name.startswith("_")]
-        n_host, n_dev = len(user(self._host_ops)), len(user(self._device_ops))
-        if not self.has_device_stage:
-            return f"cpu: all {n_host} ops on the CPU (no GPU stage)"
-        procs = len(self._decode_service.workers) if self._decode_service is not None else 0
-        dec = (f"decode on the GPU (nvImageCodec, {procs} decode processes)" if self._mixed_decode
-               else "decode on the CPU")
-        return (f"gpu {self.device_id or 0}: {dec}, {n_dev} ops on the GPU, {n_host} on the CPU; "
-                f"device memory budget {self.device_memory_budget / 1e9:.2f} GB")
-
-    def _start_decode_service(self):
-        from . import decode_proc
-
-        from . import memory_plan
-
-        n = self.decode_processes
-        if n is None and os.environ.get("DETAUG_DECODE_PROCESSES"):
-            n = decode_proc.default_processes()
-        if n is not None and int(n) <= 0:
-            return
-        images = self.batch_size * self.batches_per_launch
-        launch = memory_plan.launch_image_bytes(self._decoded_sizes(), 3, images)
-        plan = memory_plan.plan_decode(
-            self.device_memory_budget, launch, processes=None if n is None else int(n),
-            threads=int(os.environ["DETAUG_DECODE_THREADS"]) if os.environ.get("DETAUG_DECODE_THREADS") else None,
-            ring_bytes=None if self.decode_buffer_mb is None else self.decode_buffer_mb << 20)
-        self.memory_plan = plan
-        self._decode_service = decode_proc.DecodeService(plan.processes, self.device_id or 0,
-                                                         plan.ring_bytes, plan.threads,
-                                                         memory_plan.RING_SLOTS)
-        # launches whose decode may be under way or held at once: what the rings hold (in
-        # launch order, so the launch due next always finds a slot: Executor)
-        self.decode_slots = plan.processes * memory_plan.RING_LAUNCHES
-        # readers whose encoded output only feeds GPU decoders hand over paths: the decode
-        # processes read the files themselves
-        outputs = {(o.op.id, o.index) for o in self._outputs}
-        needed = self._needed_ops()
-        for op in needed:
-            if op.schema.kind != "source" or (op.id, 0) in outputs:
-                continue
-            users = [u for u in needed for i in u.inputs if (i.op.id, i.index) == (op.id, 0)]
-            users += [u for u in needed for a in u.arg_inputs.values() if (a.op.id, a.index) == (op.id, 0)]
-            if users and all(u.schema.name == "decoders.image" and u.device == "mixed" for u in users):
-                self._paths_only.add(op.id)
-
-    def _decoded_sizes(self):
-        """(N, 2) annotated heights and widths of the images a GPU decoder decodes, where the
-        reader feeding it knows them (None otherwise): the decode rings are sized from them."""
-        for op in self._needed_ops():
-            if op.schema.name == "decoders.image" and op.device == "mixed" and op.inputs:
-                src = self._sources.get(op.inputs[0].op.id)
-                sizes = getattr(src, "sizes", None)
-                if sizes is not None and len(sizes):
-                    return sizes
-        return None
-
-    def _after_launch_out(self):
-        """A launch was handed out: once the first launch's outputs have been measured, set the
-        output slots from the budget (what remains after the decode side, less one launch for
-        the batch the caller holds)."""
-        ex = self._executor
-        if self._launch_out_bytes is None or ex is None or getattr(ex, "slots", None) is None:
-            return
-        self.output_slots_peak = max(self.output_slots_peak, ex.slots.peak)
-        from . import memory_plan
-
-        decode = self.memory_plan.bytes if self.memory_plan is not None else 0
-        n = memory_plan.output_slots(self.device_memory_budget, decode, self._launch_out_bytes,
-                                     self.prefetch_queue_depth)
-        if n != self.output_slots:
-            self.output_slots = n
-            ex.slots.resize(n)
 
     def _needed_ops(self):
         """The ops the outputs need, in a topological order (inputs first; build's implicit
@@ -659,93 +529,6 @@ class Pipeline:
         ctx = self._with_retries(key, prepared, pool, lambda c: self._run_ops(c, self._host_ops))
         return (key, prepared, ctx) if self.has_device_stage else self._collect(ctx)
 
-    def _run_device(self, host_result, pool, stream=None, admit=None):
-        import cupy as cp
-
-        with cp.cuda.Device(self.device_id or 0):  # the current device is per thread
-            return self._run_device_on(host_result, pool, stream, admit or _NO_ADMIT)
-
-    def _run_device_on(self, host_result, pool, stream, admit):
-        key, prepared, ctx = host_result
-        ctx.stream = stream or self._stream
-        try:
-            admit.decode()  # a ring slot, in launch order
-            self._run_ops(ctx, self._device_ops_a)  # decode: runs ahead
-            admit()  # an output slot, in launch order
-            self._to_output_stream(ctx, admit)
-            self._run_ops(ctx, self._device_ops_b)
-        except SampleError as e:
-            self._retire_leases(ctx)  # the retry decodes again: give the ring slots back first
-            admit()
-            both = lambda c: (self._run_ops(c, self._host_ops), self._run_ops(c, self._device_ops))
-            ctx = self._with_retries(key, prepared, pool, both,
-                                     self._replacement(key, ctx, e, ctx.walks),
-                                     stream=ctx.stream, skips=ctx.skips, walks=ctx.walks)
-        out = self._collect(ctx)
-        admit.decoded()  # its decoded images are retired: the next launch may decode
-        return out
-
-    def _to_output_stream(self, ctx, admit):
-        """Move an admitted launch onto the stream of its output slot (after its decode, by an
-        event). cupy's pool keeps freed blocks per stream: outputs made on each device worker's
-        stream left up to one cached output block per worker (2 GB more than the budget on the
-        benchmark); on the slots' streams they are at most one per slot. In-thread GPU decode
-        keeps its thread's stream (its decoder frees on it)."""
-        seq = getattr(admit, "seq", None)
-        if seq is None or not self._out_streams or (self._mixed_decode and self._decode_service is None):
-            return
-        out = self._out_streams[seq % max(1, min(self.output_slots, len(self._out_streams)))]
-        if out is ctx.stream:
-            return
-        import cupy as cp
-
-        if self._device_ops_a:
-            ev = cp.cuda.Event(block=False, disable_timing=True)
-            ev.record(ctx.stream)
-            out.wait_event(ev)
-        ctx.stream = out
-
-    @staticmethod
-    def _retire_leases(ctx):
-        """Give back the decode-ring regions of a failed attempt, after the work it queued."""
-        if ctx.leases and ctx.stream is not None:
-            import cupy as cp
-
-            ev = cp.cuda.Event(block=True, disable_timing=True)
-            ev.record(ctx.stream)
-            for lease in ctx.leases:
-                lease.retire(ev)
-
-    def _collect(self, ctx):
-        outs = []
-        for node in self._outputs:
-            v = ctx.values[(node.op.id, node.index)]
-            if isinstance(v, ImageBatch):
-                v = v.materialize(ctx)
-                if isinstance(v.raw, DeviceImages) and isinstance(v.raw.owners, _Lease):
-                    # decoded images still in a decode process's buffer: the user gets copies
-                    # (the buffer is reused once the batch is done), made on the batch's stream,
-                    # which waits for the decode and orders the lease's release after them
-                    with ctx.stream:
-                        v = ImageBatch([a.copy() for a in v.data], v.device, v.layout)
-            elif isinstance(v, BoxBatch):
-                v = v.materialize(ctx)
-            outs.append(v)
-        if ctx.stream is not None:
-            import cupy as cp
-
-            # blocking sync: whoever waits on the host for it (the lease releaser, a host copy)
-            # sleeps instead of spinning a core
-            ev = cp.cuda.Event(block=True, disable_timing=True)
-            ev.record(ctx.stream)
-            for lease in ctx.leases:  # the images' last use: their regions go back after it
-                lease.retire(ev)
-            nbytes = _device_bytes(outs)
-            if self._launch_out_bytes is None or nbytes > self._launch_out_bytes:
-                self._launch_out_bytes = nbytes
-            return tuple(outs), ev, ctx.skips, ctx.sizes
-        return tuple(outs), None, ctx.skips, ctx.sizes
-
     def _count_skips(self, skips, epoch):
         """Warn about and count each bad file once per epoch: a retry's replacement, or the
         last batch's wrap-around under 'fill', can meet the same file again in one epoch.
@@ -954,15 +737,6 @@ class Pipeline:
             self._decode_service.close()
             self._decode_service = None
             self._paths_only = set()  # a later run reads and decodes in this process
-
-    def _release_device_buffers(self, sync):
-        """Free what decoders own (kept a few batches) while this pipeline's streams still exist."""
-        keep = getattr(self, "_decoded_keep", None)
-        if keep:
-            if sync:
-                for s in getattr(self, "_streams", []) + getattr(self, "_out_streams", []):
-                    s.synchronize()
-            keep.clear()
 
     def __del__(self):
         # never join threads from a finaliser: the garbage collector may run it inside thread
