@@ -395,7 +395,7 @@ class DecodeService:
             with self._lock:
                 w.outstanding -= 1
         if errors:
-            _Lease(w, req, self).retire()  # (the worker took no slot: its free is a no-op)
+            self._retired(w)  # (the worker took no slot)
             return None, errors
         import cupy as cp
 
@@ -428,8 +428,3 @@ class DecodeService:
                 pass
         self.workers = []
 
-
-def default_processes() -> int:
-    """Decode worker processes set by DETAUG_DECODE_PROCESSES (else the memory plan decides: 3
-    beat 2 on a 16-core machine where memory allows, benchmarks/RESULTS.md, session 3)."""
-    return int(os.environ.get("DETAUG_DECODE_PROCESSES", 3))

@@ -89,16 +89,17 @@ class DeviceStage:
 
         from . import memory_plan
 
-        n = self.decode_processes
-        if n is None and os.environ.get("DETAUG_DECODE_PROCESSES"):
-            n = decode_proc.default_processes()
+        def env(name):  # an override from the environment, or None
+            return int(os.environ[name]) if os.environ.get(name) else None
+
+        n = self.decode_processes if self.decode_processes is not None else env("DETAUG_DECODE_PROCESSES")
         if n is not None and int(n) <= 0:
             return
         images = self.batch_size * self.batches_per_launch
         launch = memory_plan.launch_image_bytes(self._decoded_sizes(), 3, images)
         plan = memory_plan.plan_decode(
             self.device_memory_budget, launch, processes=None if n is None else int(n),
-            threads=int(os.environ["DETAUG_DECODE_THREADS"]) if os.environ.get("DETAUG_DECODE_THREADS") else None,
+            threads=env("DETAUG_DECODE_THREADS"),
             ring_bytes=None if self.decode_buffer_mb is None else self.decode_buffer_mb << 20)
         self.memory_plan = plan
         self._decode_service = decode_proc.DecodeService(plan.processes, self.device_id or 0,

@@ -16,3 +16,8 @@ class SampleError(Exception):
 
     def __reduce__(self):  # keeps position and path when a worker process sends it back
         return (type(self), (str(self), self.position, self.path), self.__dict__)
+
+
+class NotFed(RuntimeError):
+    """A feed_input source has no batch for the next launch yet (raised by the pipeline while it
+    prepares a launch; the executor lets it through to the caller)."""

@@ -16,10 +16,8 @@ import collections
 import concurrent.futures as cf
 import threading
 
-import numpy as np
-
 from .context import BatchContext  # noqa: F401 (importable here as before)
-from .errors import SampleError  # noqa: F401
+from .errors import NotFed, SampleError  # noqa: F401
 
 
 class Cancelled(Exception):
@@ -131,8 +129,10 @@ class Executor:
         """Queue the launch ``key = (epoch, first batch, batch count)``; source ops read in order here."""
         try:
             prepared = self.p._prepare(key)
+        except NotFed:
+            raise
         except Exception as e:
-            if type(e).__name__ == "_NotFed" or not self.queue:
+            if not self.queue:
                 raise  # nothing is due before it: the caller gets it now
             # a source that failed while this launch was prefetched: the launches before it are
             # still handed out, and the error comes with this one (nothing is prefetched after)
@@ -169,15 +169,17 @@ class Executor:
     def clear(self):
         for _, fut, _ in self.queue:
             fut.cancel()
-        if self.device_pool is not None:
-            self.slots.reset(self._seq)  # waiters for a slot give up (Cancelled)
-            self.decode_slots.reset(self._seq)
+        self._reset_gates()  # waiters for a slot give up (Cancelled)
         for _, fut, _ in self.queue:
             try:
                 fut.result()
             except BaseException:
                 pass
         self.queue.clear()
+        self._reset_gates()
+
+    def _reset_gates(self):
+        """Nothing held in either admission gate, admission on at the next launch submitted."""
         if self.device_pool is not None:
             self.slots.reset(self._seq)
             self.decode_slots.reset(self._seq)
@@ -191,9 +193,8 @@ class Executor:
     def shutdown(self, wait=True):
         if wait:
             self.clear()
-        elif self.device_pool is not None:
-            self.slots.reset(self._seq)  # device threads waiting for a slot give up
-            self.decode_slots.reset(self._seq)
+        else:
+            self._reset_gates()  # device threads waiting for a slot give up
         if self.workers is not None:
             self.workers.close(wait=wait)
         for pool in (self.batch_pool, self.device_pool, self.pool):

@@ -18,14 +18,13 @@ from . import persist as _persist
 from . import schedule as _schedule
 from .batch import split_batches
 from .device_stage import DeviceStage
+from .errors import NotFed as _NotFed
 from .executor import BatchContext, Executor, SampleError
 from .rng import epoch_permutation
 
 _POLICIES = ("fill", "drop", "partial")
 
 
-class _NotFed(RuntimeError):
-    """A feed_input source has no batch for the next launch yet."""
 GPU_BATCHES_PER_LAUNCH = 4  # default batches_per_launch of pipelines with a GPU stage
 # default prefetch_queue_depth (launches in flight) of pipelines that decode in decode processes:
 # each launch holds a device worker while its files are decoded, so the decoders idle with few
@@ -609,17 +608,21 @@ class Pipeline(DeviceStage):
             self._ready.extend((b + k, part, event) for k, part in enumerate(parts))
         b, outs, event = self._ready.popleft()
         self._batch = b + 1
-        self.last_event = event
-        if event is not None:
-            # the caller's current stream (cupy's, in this thread) waits for the batch, on the
-            # device: cupy work on the outputs, a .get() included, is ordered after the kernels
-            # that made them. (Output slots hand batches out as soon as they are queued.)
-            import cupy as cp
-
-            cp.cuda.get_current_stream().wait_event(event)
+        self._hand_out(event)
         self.stats["batches"] += 1
         self._fill_queue()
         return outs
+
+    def _hand_out(self, event):
+        """A batch goes to the caller: ``last_event`` is its event, and the caller's current
+        stream (cupy's, in this thread) waits for it on the device, so that cupy work on the
+        outputs, a .get() included, is ordered after the kernels that made them (output slots
+        hand batches out as soon as they are queued)."""
+        self.last_event = event
+        if event is not None:
+            import cupy as cp
+
+            cp.cuda.get_current_stream().wait_event(event)
 
     def __iter__(self):
         return self
@@ -658,11 +661,7 @@ class Pipeline(DeviceStage):
         result = ex.run_now(key, self._prepare(key))
         if self.has_device_stage:
             result = self._run_device(result, ex.pool)
-        self.last_event = result[1]
-        if result[1] is not None:  # as run(): the caller's stream waits for the batch
-            import cupy as cp
-
-            cp.cuda.get_current_stream().wait_event(result[1])
+        self._hand_out(result[1])
         self._count_skips(result[2], key[0])
         return result[0]
 

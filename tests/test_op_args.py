@@ -303,7 +303,12 @@ def _flat(v) -> list:
 
 
 def _same(a, b) -> bool:
-    fa, fb = [x for v in a for x in _flat(v)], [x for v in b for x in _flat(v)]
+    return equal_flat([x for v in a for x in _flat(v)], [x for v in b for x in _flat(v)])
+
+
+def equal_flat(fa, fb) -> bool:
+    """Two lists of flattened values (arrays and strings) are equal: shapes, dtypes and values
+    (NaN equal to NaN). Also used by tests/test_op_contract.py."""
     if len(fa) != len(fb):
         return False
     for x, y in zip(fa, fb):

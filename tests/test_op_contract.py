@@ -128,18 +128,6 @@ def _host_arrays(v):
     return [v]
 
 
-def _equal(a, b) -> bool:
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b):
-        if isinstance(x, str) or isinstance(y, str):
-            if x != y:
-                return False
-        elif x.shape != y.shape or x.dtype != y.dtype or not np.array_equal(x, y, equal_nan=True):
-            return False
-    return True
-
-
 CONTRACT = sorted(c for c in oa.CASES if oa.CASES[c][0] is not oa._external)
 
 
@@ -184,5 +172,5 @@ def test_op_contract(name, monkeypatch):
             if name in BATCH_SHAPED:
                 in_many = [x if isinstance(x, str) else x[tuple(slice(0, d) for d in y.shape)]
                            for x, y in zip(in_many, alone)]
-            assert _equal(alone, in_many), \
+            assert oa.equal_flat(alone, in_many), \
                 f"fn.{name} output {j}: sample {k} alone differs from sample {k} in a batch of {N}"

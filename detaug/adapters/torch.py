@@ -444,8 +444,7 @@ def _to_host(a, event):
     if s is None:
         with cp.cuda.Device(dev):
             s = _copy_streams[dev] = cp.cuda.Stream(non_blocking=True)
-    out = a.get(stream=s)  # get() waits for its stream: only this copy
-    return out
+    return a.get(stream=s)  # get() waits for its stream: only this copy
 
 
 def _host_valid(bb: BoxBatch, event=None):
