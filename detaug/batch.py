@@ -151,6 +151,62 @@ class DeviceImages:
         return self._list
 
 
+class PlannedImages(DeviceImages):
+    """The images a GPU decode WILL make, while a launch is planned ahead on the host
+    (detaug/plan_ahead.py): their shapes (B, 3), from the sizes the reader's annotations declare
+    (the decode checks that it makes exactly these), no pixels and no pointers yet. Geometric
+    ops plan on it as on decoded images; the warp that ends their chain is planned
+    (:class:`DeferredWarp`); anything that reads its pixels raises NotPlannable.
+
+    Attributes (beyond DeviceImages'): ``enc`` the EncodedBatch to decode (paths, and the bytes
+    where this process reads them), ``output_type`` 'RGB' or 'GRAY', ``chunk`` the decode
+    call's size, ``cpu_decode`` the host decoder for files the GPU must not take."""
+
+    __slots__ = ("enc", "output_type", "chunk", "cpu_decode")
+
+    def __init__(self, shapes, enc, output_type, chunk, cpu_decode):
+        shapes = np.asarray(shapes, np.int64).reshape(-1, 3)
+        super().__init__(np.zeros(len(shapes), np.uint64), shapes, shapes[:, 1] * shapes[:, 2],
+                         None, 0)
+        self.enc, self.output_type, self.chunk = enc, output_type, int(chunk)
+        self.cpu_decode = cpu_decode
+
+    def __getitem__(self, i):
+        from .errors import NotPlannable
+
+        raise NotPlannable("an op reads the pixels of images not decoded yet")
+
+    def as_list(self):
+        return self[0]
+
+
+class DeferredWarp:
+    """The warp that ends a planned chain (:func:`detaug.kernels.warp.plan_warp`), waiting for
+    its source images: ``source`` (a :class:`PlannedImages`) and ``launch`` (a WarpLaunch). The
+    raw data of an ImageBatch while a launch is planned ahead; made into pixels by
+    ``Pipeline._realize``."""
+
+    __slots__ = ("source", "launch")
+
+    def __init__(self, source, launch):
+        self.source, self.launch = source, launch
+
+    def __len__(self) -> int:
+        return self.launch.B
+
+    @property
+    def dtype(self):
+        return self.launch.out_dtype
+
+    def __getitem__(self, i):
+        from .errors import NotPlannable
+
+        raise NotPlannable("an op reads the pixels of a warp not run yet")
+
+    def as_list(self):
+        return self[0]
+
+
 class ImageBatch:
     """B images on one device, HWC uint8 until normalised.
 
@@ -165,7 +221,7 @@ class ImageBatch:
     def data(self):
         """The images: a dense array, or a list of per-image arrays (cupy views of a
         :class:`DeviceImages`, made on first use). ``raw`` is what the batch holds."""
-        return self.raw.as_list() if isinstance(self.raw, DeviceImages) else self.raw
+        return self.raw.as_list() if isinstance(self.raw, (DeviceImages, DeferredWarp)) else self.raw
 
     @property
     def batch_size(self) -> int:
@@ -176,7 +232,7 @@ class ImageBatch:
 
     @property
     def is_dense(self) -> bool:
-        return not isinstance(self.raw, (list, DeviceImages))
+        return not isinstance(self.raw, (list, DeviceImages, DeferredWarp))
 
     @property
     def channels(self) -> int:
@@ -184,7 +240,7 @@ class ImageBatch:
             return 3
         if isinstance(self.raw, DeviceImages):
             return int(self.raw.shapes[0, 2])
-        s = self.raw[0].shape
+        s = self.raw.launch.shapes[0] if isinstance(self.raw, DeferredWarp) else self.raw[0].shape
         return s[0] if self.layout == "CHW" else s[-1]
 
     def source_sizes(self) -> np.ndarray:
@@ -192,7 +248,8 @@ class ImageBatch:
         if isinstance(self.raw, DeviceImages):
             return self.raw.shapes[:, :2].copy()
         axes = (1, 2) if self.layout == "CHW" else (0, 1)
-        return np.array([[a.shape[axes[0]], a.shape[axes[1]]] for a in self.raw],
+        shapes = self.raw.launch.shapes if isinstance(self.raw, DeferredWarp) else [a.shape for a in self.raw]
+        return np.array([[s[axes[0]], s[axes[1]]] for s in shapes],
                         np.int64).reshape(-1, 2)
 
     def sizes(self) -> np.ndarray:

@@ -10,6 +10,7 @@ import os
 from .batch import BoxBatch, DeviceImages, ImageBatch
 from .decode_proc import _Lease
 from .errors import SampleError
+from .plan_ahead import LaunchPlan, NotPlanned
 
 
 class _NoAdmit:
@@ -156,6 +157,10 @@ class DeviceStage:
 
     def _run_device_on(self, host_result, pool, stream, admit):
         key, prepared, ctx = host_result
+        if isinstance(ctx, LaunchPlan):  # planned ahead (detaug/plan_ahead.py)
+            return self._run_planned(key, prepared, ctx, pool, stream or self._stream, admit)
+        if isinstance(ctx, NotPlanned):  # the whole launch here, as without planning
+            ctx = self._with_retries(key, prepared, pool, lambda c: self._run_ops(c, self._host_ops))
         ctx.stream = stream or self._stream
         try:
             admit.decode()  # a ring slot, in launch order

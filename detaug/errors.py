@@ -21,3 +21,9 @@ class SampleError(Exception):
 class NotFed(RuntimeError):
     """A feed_input source has no batch for the next launch yet (raised by the pipeline while it
     prepares a launch; the executor lets it through to the caller)."""
+
+
+class NotPlannable(Exception):
+    """A launch of a GPU pipeline cannot be planned ahead on the host (an image size the reader
+    does not know, an op that needs pixels before the warp): the launch runs the whole graph in
+    this process instead (detaug/plan_ahead.py). Raised while planning, never to the user."""

@@ -101,12 +101,13 @@ class Executor:
         if pipeline.host_processes:
             from .host_workers import HostWorkers
 
-            # forked first, before this executor starts any thread
+            # forked first, before this executor starts any thread (a GPU pipeline's workers
+            # plan its launches: detaug/plan_ahead.py; they make no CUDA call)
             self.workers = HostWorkers(pipeline.host_processes, pipeline._run_host_job)
-            return
-        self.pool = cf.ThreadPoolExecutor(max(1, pipeline.num_threads), thread_name_prefix="detaug-host")
-        self.batch_pool = cf.ThreadPoolExecutor(max(1, pipeline.prefetch_queue_depth),
-                                                thread_name_prefix="detaug-batch")
+        else:
+            self.pool = cf.ThreadPoolExecutor(max(1, pipeline.num_threads), thread_name_prefix="detaug-host")
+            self.batch_pool = cf.ThreadPoolExecutor(max(1, pipeline.prefetch_queue_depth),
+                                                    thread_name_prefix="detaug-batch")
         if pipeline.has_device_stage:
             streams = list(pipeline._streams)
             self._local = threading.local()
@@ -143,16 +144,21 @@ class Executor:
         if any(isinstance(v, dict) and v.get("end") for v in prepared.values()):
             return False  # an iterable source is spent: the epoch ends here
         if self.workers is not None:
-            self.queue.append((key, self.workers.submit(key, prepared), None))
-            return True
-        fut = self.batch_pool.submit(self.p._run_host, key, prepared, self.pool)
+            fut = self.workers.submit(key, prepared)
+            if self.device_pool is None:
+                self.queue.append((key, fut, None))
+                return True
+            host = lambda f=fut: (key, prepared, f.result())  # noqa: E731 (a worker's plan)
+        else:
+            fut = self.batch_pool.submit(self.p._run_host, key, prepared, self.pool)
+            host = fut.result
         seq = None
         if self.device_pool is not None:
             seq = self._seq
             self._seq += 1
             admit = _Admit(self.slots, self.decode_slots, seq, self.slots.epoch)
             fut = self.device_pool.submit(
-                lambda f=fut: self.p._run_device(f.result(), self.pool, self._local.stream, admit))
+                lambda: self.p._run_device(host(), self.pool, self._local.stream, admit))
         self.queue.append((key, fut, seq))
         return True
 
@@ -187,7 +193,8 @@ class Executor:
     def run_now(self, key, prepared):
         """The host result of ``key`` outside the queue (random access), on a worker."""
         if self.workers is not None:
-            return self.workers.submit(key, prepared).result()
+            result = self.workers.submit(key, prepared).result()
+            return (key, prepared, result) if self.p.has_device_stage else result
         return self.p._run_host(key, prepared, self.pool)
 
     def shutdown(self, wait=True):

@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import backend
-from .batch import BoxBatch, ImageBatch
+from .batch import BoxBatch, DeferredWarp, ImageBatch, PlannedImages
+from .errors import NotPlannable
 from .kernels import boxes as kb
 from .kernels import warp
 
@@ -45,6 +46,12 @@ def images(batch: ImageBatch, ctx, *, mean=None, std=None, dtype=None, layout=No
     kwargs = dict(fill=rect_fill, mean=mean, std=std, out_dtype=dtype or np.uint8, layout=layout,
                   region=(rect, clamp, slabs, slab_fill, nslab), antialias=antialias)
     n = batch.batch_size
+    if isinstance(batch.raw, PlannedImages):
+        # planned ahead (detaug/plan_ahead.py): the launch is planned here, run once decoded
+        return ImageBatch(DeferredWarp(batch.raw, warp.plan_warp(batch.raw, g.matrices, g.sizes, **kwargs)),
+                          batch.device, layout, None)
+    if isinstance(batch.raw, DeferredWarp):
+        raise NotPlannable("a second warp of planned images")
     if batch.device == "gpu":
         out = warp.warp_cupy(batch.raw, g.matrices, g.sizes, stream=getattr(ctx, "stream", None),
                              **kwargs)

@@ -18,6 +18,7 @@ from . import persist as _persist
 from . import schedule as _schedule
 from .batch import split_batches
 from .device_stage import DeviceStage
+from .plan_ahead import PlanAhead
 from .errors import NotFed as _NotFed
 from .executor import BatchContext, Executor, SampleError
 from .rng import epoch_permutation
@@ -54,7 +55,7 @@ def _check_dali_tuning(kwargs):
                       "value here", stacklevel=3)
 
 
-class Pipeline(DeviceStage):
+class Pipeline(DeviceStage, PlanAhead):
     """A graph of ops producing batches.
 
     Args:
@@ -108,12 +109,14 @@ class Pipeline(DeviceStage):
         **dali_tuning: DALI's other tuning arguments (``DALI_PIPELINE_HINTS``: set_affinity,
             max_streams, py_num_workers, exec_dynamic, ...), accepted with a warning: they
             change no value. ``enable_checkpointing=True`` raises (see ``state_dict``).
-        host_processes: worker processes for the host stage of a pipeline without a GPU stage
-            (reading, CPU decode, planning, box math, CPU warps), each making whole launches,
-            results in shared memory (detaug/host_workers.py): the host stage then scales with
-            cores instead of sharing this process's GIL. Default (None): ``num_threads`` where
-            ``num_threads > 1`` and the process can (Linux, not itself a daemonic worker), else 0
-            (threads of this process);
+        host_processes: worker processes for the host stage (reading, CPU decode, planning, box
+            math, CPU warps), each making whole launches, results in shared memory
+            (detaug/host_workers.py): the host stage then scales with cores instead of sharing
+            this process's GIL. A GPU pipeline's workers plan its launches ahead (everything
+            but the decode and the warp's launch: detaug/plan_ahead.py). Default (None): for a
+            GPU pipeline that can be planned ahead, one per four cores, 1 to 3; otherwise
+            ``num_threads`` where ``num_threads > 1``; 0 (threads of this process) where the
+            process cannot fork workers (not Linux, or itself a daemonic worker);
             the DETAUG_HOST_PROCESSES environment variable overrides the default. Results are
             the same for any value. With host processes ``prefetch_queue_depth`` counts per
             process, as a DataLoader's ``prefetch_factor``: N processes keep N x depth launches
@@ -175,6 +178,8 @@ class Pipeline(DeviceStage):
         self._host_processes_arg = host_processes
         self.host_processes = 0  # set at build
         self._decode_service = None
+        self.has_device_stage = False  # after build: some op runs on the GPU
+        self.plan_ahead = False  # after build: launches are planned ahead (detaug/plan_ahead.py)
         self._paths_only = set()
         self._ready = collections.deque()  # batches split off a multi-batch launch, not yet handed out
         self.graph = _graph.Graph()
@@ -262,6 +267,7 @@ class Pipeline(DeviceStage):
         last = max((k + 1 for k, op in enumerate(self._device_ops)
                     if op.schema.name == "decoders.image" and op.device == "mixed"), default=0)
         self._device_ops_a, self._device_ops_b = self._device_ops[:last], self._device_ops[last:]
+        self._setup_plan_ahead()
         if not self._device_workers_arg:
             self.device_workers = min(self.prefetch_queue_depth, MAX_DEVICE_WORKERS)
         self.host_processes = self._resolve_host_processes()
@@ -286,15 +292,21 @@ class Pipeline(DeviceStage):
         threads. A pipeline with a GPU stage keeps threads (its decode has processes of its own)."""
         from . import host_workers
 
+        from . import plan_ahead
+
         n = self._host_processes_arg
         if n is None:
             env = os.environ.get("DETAUG_HOST_PROCESSES")
-            n = int(env) if env not in (None, "") else (self.num_threads if self.num_threads > 1 else 0)
+            default = (plan_ahead.default_processes() if self.has_device_stage
+                       else self.num_threads if self.num_threads > 1 else 0)
+            n = int(env) if env not in (None, "") else default
         n = max(0, int(n))
-        if n and self.has_device_stage:
+        if n and self.has_device_stage and not self.plan_ahead:
             if self._host_processes_arg:
-                raise ValueError("host_processes is for pipelines without a GPU stage (a GPU "
-                                 "pipeline decodes in decode_processes); leave it unset")
+                raise ValueError("host_processes: this GPU pipeline cannot be planned ahead on the "
+                                 "host (its images are not decoded from files by decode processes, "
+                                 "or an op before the warp reads pixels: detaug/plan_ahead.py); "
+                                 "leave it unset")
             return 0
         why = host_workers.unavailable() if n else None
         if why:
@@ -452,7 +464,7 @@ class Pipeline(DeviceStage):
 
         return _schedule.fit_to_fed(idx, pos, sizes, fed_sizes, where)
 
-    def _make_ctx(self, key, prepared, pool, indices=None):
+    def _make_ctx(self, key, prepared, pool, indices=None, ctx_type=BatchContext):
         """The batch context of a launch: the schedule's sample indices (:meth:`_schedule`), cut
         to the fed batches' lengths where a source is fed (:meth:`_fit_to_fed`); ``indices``
         (a retry's) replace the indices. Every random op draws once per sample of it."""
@@ -463,7 +475,7 @@ class Pipeline(DeviceStage):
             idx, pos, sizes = self._fit_to_fed(key, idx, pos, sizes, fed)
         if indices is not None:
             idx = indices
-        ctx = BatchContext(self, epoch, b, idx, pos, self._stream, pool)
+        ctx = ctx_type(self, epoch, b, idx, pos, self._stream, pool)
         ctx.prepared, ctx.sizes = prepared, sizes
         return ctx
 
@@ -484,7 +496,7 @@ class Pipeline(DeviceStage):
                 ctx.values[(op.id, k)] = v
 
     def _with_retries(self, key, prepared, pool, stage, indices=None, stream=None, skips=None,
-                      walks=None):
+                      walks=None, ctx_type=BatchContext):
         """Run ``stage(ctx)``; under on_error='skip' replace a failing sample by the next record
         of the same epoch order and run the batch again, for as long as the order has records
         left to try: a replacement that walks the whole order back to where it began means every
@@ -493,7 +505,7 @@ class Pipeline(DeviceStage):
         skips = [] if skips is None else skips
         walks = {} if walks is None else walks  # batch position -> the record its walk began at
         while True:
-            ctx = self._make_ctx(key, prepared, pool, indices)
+            ctx = self._make_ctx(key, prepared, pool, indices, ctx_type)
             ctx.stream, ctx.skips, ctx.walks = stream or ctx.stream, skips, walks
             try:
                 stage(ctx)
@@ -521,10 +533,14 @@ class Pipeline(DeviceStage):
         return indices
 
     def _run_host_job(self, key, prepared):
-        """The host stage of a launch in a host worker process (single-threaded there)."""
-        return self._run_host(key, prepared, None)
+        """The host stage of a launch in a host worker process (single-threaded there): a CPU
+        pipeline's outputs, or a GPU pipeline's plan (detaug/plan_ahead.py)."""
+        out = self._run_host(key, prepared, None)
+        return out[2] if self.has_device_stage else out
 
     def _run_host(self, key, prepared, pool):
+        if self.has_device_stage and self.plan_ahead:
+            return key, prepared, self._plan_or_not(key, prepared, pool)
         ctx = self._with_retries(key, prepared, pool, lambda c: self._run_ops(c, self._host_ops))
         return (key, prepared, ctx) if self.has_device_stage else self._collect(ctx)
 
@@ -559,7 +575,10 @@ class Pipeline(DeviceStage):
         feed_input source with nothing fed is an error rather than a pause."""
         ex = self._executor_ready()
         limit = len(self) if self._driver.size is not None else None
-        while len(ex.queue) < self.prefetch_queue_depth * max(1, self.host_processes):
+        # host processes of a CPU pipeline keep ``depth`` launches each (a GPU pipeline's device
+        # stage, in this process, is what the depth bounds)
+        per = 1 if self.has_device_stage else max(1, self.host_processes)
+        while len(ex.queue) < self.prefetch_queue_depth * per:
             e, b = self._submitted
             if limit is not None and b >= limit:
                 # sized sources prefetch on into the next epoch, as deep as within an epoch (kept

@@ -302,8 +302,14 @@ def test_host_processes_default_and_refusals(monkeypatch):
     pipe = detaug.Pipeline(batch_size=2, num_threads=4)
     pipe.has_device_stage = False
     assert pipe._resolve_host_processes() == 4
-    pipe.has_device_stage = True  # a GPU pipeline keeps threads (its decode has processes)
+    pipe.has_device_stage = True  # a GPU pipeline that cannot be planned ahead keeps threads
     assert pipe._resolve_host_processes() == 0
+    pipe.plan_ahead = True  # one that can: its workers plan (1 to 3, one per four cores)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert pipe._resolve_host_processes() == 3
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    assert pipe._resolve_host_processes() == 1
+    pipe.plan_ahead = False
     assert detaug.Pipeline(batch_size=2, num_threads=1)._resolve_host_processes() == 0
     monkeypatch.setenv("DETAUG_HOST_PROCESSES", "0")
     pipe = detaug.Pipeline(batch_size=2, num_threads=4)
@@ -311,5 +317,5 @@ def test_host_processes_default_and_refusals(monkeypatch):
     assert pipe._resolve_host_processes() == 0
     pipe = detaug.Pipeline(batch_size=2, num_threads=2, host_processes=2)
     pipe.has_device_stage = True
-    with pytest.raises(ValueError, match="without a GPU stage"):
+    with pytest.raises(ValueError, match="cannot be planned ahead"):
         pipe._resolve_host_processes()

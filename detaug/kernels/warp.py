@@ -524,40 +524,90 @@ def launch_plan(spec: _Spec) -> dict:
     )
 
 
+class WarpLaunch:
+    """One :func:`warp_cupy` launch planned on the host: the kernel's metadata for every sample
+    but the input pointers (:func:`launch_plan`), and the output's shape. Made by
+    :func:`plan_warp` anywhere (a host worker process: no GPU call), run by :func:`launch_warp`."""
+
+    __slots__ = ("plan", "B", "shapes", "out_dtype", "dense")
+
+    def __init__(self, spec: _Spec):
+        self.plan = launch_plan(spec)
+        self.B, self.out_dtype, self.dense = spec.B, spec.out_dtype, _is_dense(spec)
+        self.shapes = [_out_shape(spec, b) for b in range(spec.B)]
+
+    @property
+    def in_pitches(self) -> np.ndarray:
+        return self.plan["meta_i"][:, 2]
+
+    @property
+    def in_shapes(self) -> np.ndarray:
+        return self.plan["meta_i"][:, 0:2]
+
+
+def plan_warp(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=8, mean=None,
+              std=None, out_dtype=np.uint8, layout="HWC", region=None) -> WarpLaunch:
+    """The host half of :func:`warp_cupy` for a :class:`DeviceImages` batch (only its shapes and
+    pitches are read: its pointers may be unknown yet), as a :class:`WarpLaunch`."""
+    return WarpLaunch(_prepare(images, matrices, out_sizes, fill, antialias, max_taps, mean, std,
+                               out_dtype, layout, region))
+
+
+def launch_warp(wl: WarpLaunch, ptrs, pitches=None, stream=None):
+    """The device half of :func:`warp_cupy`: the planned launch on images at ``ptrs`` (B,) whose
+    rows are ``pitches`` (B,) bytes apart (default: as planned). ONE kernel launch; nothing is
+    copied back. The output: one dense array, or a list of views into one flat buffer."""
+    import cupy as cp
+
+    from .launch import get_kernel, launch
+
+    if wl.B == 0:
+        return []
+    plan = wl.plan
+    meta_i = plan["meta_i"]
+    if pitches is not None and not np.array_equal(pitches, meta_i[:, 2]):
+        meta_i = meta_i.copy()
+        meta_i[:, 2] = pitches
+        if int(meta_i[:, 2].max()) >= 2**31:
+            raise ValueError("an input image row is too large for 32-bit indexing")
+    offsets = plan["offsets"]
+    stream = stream if stream is not None else cp.cuda.get_current_stream()
+    with stream:
+        args = tuple(upload_many([np.asarray(ptrs, dtype=np.uint64), meta_i, plan["inv"],
+                                  plan["meta_f"]], stream))
+        flat = cp.empty(int(offsets[-1]), dtype=wl.out_dtype)
+        out_arg = flat.view(cp.uint16) if wl.out_dtype == np.float16 else flat
+        launch(get_kernel("warp.cu", plan["name"], _OPTIONS), plan["grid"], plan["block"],
+               args + (out_arg,), stream=stream, name=plan["name"])
+        # the metadata may be freed now: cupy's pool hands memory out again in stream order,
+        # after this launch has read it
+        del args
+        if wl.dense:
+            return flat.reshape((wl.B,) + wl.shapes[0])
+        return [flat[offsets[b]:offsets[b + 1]].reshape(wl.shapes[b]) for b in range(wl.B)]
+
+
 def warp_cupy(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=8,
               mean=None, std=None, out_dtype=np.uint8, layout="HWC", region=None, stream=None):
     """CUDA implementation of :func:`warp_numpy`: ONE kernel launch for the whole batch.
 
-    ``images`` are cupy arrays (a list, ragged allowed, or one dense ``(B, H, W, C)``);
-    ``matrices``, ``out_sizes``, ``fill``, ``mean`` and ``std`` are host values. Per-sample
-    pointers, sizes, inverse matrices (float64), taps, output offsets and fill/mean/std are
-    uploaded as four small arrays on ``stream`` (default: the current stream); nothing is
-    copied back and nothing synchronises. A ragged result is a list of views into one flat
-    buffer. The coordinate transform is float64, weights and sums float32.
+    ``images`` are cupy arrays (a list, ragged allowed, or one dense ``(B, H, W, C)``) or a
+    :class:`DeviceImages`; ``matrices``, ``out_sizes``, ``fill``, ``mean`` and ``std`` are host
+    values. Per-sample pointers, sizes, inverse matrices (float64), taps, output offsets and
+    fill/mean/std are uploaded as four small arrays on ``stream`` (default: the current stream);
+    nothing is copied back and nothing synchronises. A ragged result is a list of views into one
+    flat buffer. The coordinate transform is float64, weights and sums float32. It is
+    :func:`plan_warp` then :func:`launch_warp`.
     """
     import cupy as cp
-
-    from .launch import get_kernel, launch
 
     spec = _prepare(images, matrices, out_sizes, fill, antialias, max_taps, mean, std,
                     out_dtype, layout, region)
     if spec.B == 0:
         return []
-    plan = launch_plan(spec)
-    offsets = plan["offsets"]
+    wl = WarpLaunch(spec)
     stream = stream if stream is not None else cp.cuda.get_current_stream()
     with stream:
         keep, ptrs = _device_inputs(cp, images)
-        args = tuple(upload_many([np.asarray(ptrs, dtype=np.uint64), plan["meta_i"], plan["inv"],
-                                  plan["meta_f"]], stream))
-        flat = cp.empty(int(offsets[-1]), dtype=spec.out_dtype)
-        out_arg = flat.view(cp.uint16) if spec.out_dtype == np.float16 else flat
-        launch(get_kernel("warp.cu", plan["name"], _OPTIONS), plan["grid"], plan["block"], args + (out_arg,),
-               stream=stream, name=plan["name"])
-        # `keep` and the metadata may be freed now: cupy's pool hands memory out again in
-        # stream order, after this launch has read it.
-        del keep, args
-        if _is_dense(spec):
-            return flat.reshape((spec.B,) + _out_shape(spec, 0))
-        return [flat[offsets[b]:offsets[b + 1]].reshape(_out_shape(spec, b))
-                for b in range(spec.B)]
+        # `keep` may be freed once the launch is queued (stream-ordered pool)
+        return launch_warp(wl, ptrs, None, stream)

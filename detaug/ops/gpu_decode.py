@@ -17,8 +17,8 @@ import weakref
 import numpy as np
 
 from ..backend import upload
-from ..batch import DeviceImages, ImageBatch
-from ..errors import SampleError
+from ..batch import DeviceImages, EncodedBatch, ImageBatch, PlannedImages
+from ..errors import NotPlannable, SampleError
 
 _lock = threading.Lock()
 # One decoder per (device, live thread): a Decoder is not safe for concurrent decode calls (seen
@@ -153,10 +153,12 @@ def decode_batch(ctx, enc, output_type: str, cpu_decode) -> ImageBatch:
     (on the GPU and by the Pillow fallback alike) and swapped once, at the end.
     ``cpu_decode(enc, k, output_type)`` decodes sample k on the host (uint8 HWC, or SampleError
     naming the file): the fallback for files the GPU must not or cannot take."""
+    chunk = max(1, min(CHUNK, ctx.pipeline.batch_size))
+    if getattr(ctx, "planning", False):
+        return ImageBatch(_planned(ctx, enc, output_type, chunk, cpu_decode), "gpu")
     import cupy as cp
 
     dev = cp.cuda.Device().id
-    chunk = max(1, min(CHUNK, ctx.pipeline.batch_size))
     dec_type = "RGB" if output_type == "BGR" else output_type
     service = getattr(ctx.pipeline, "_decode_service", None)
     if service is not None and enc.data is None:  # a paths-only reader: the processes read
@@ -174,6 +176,48 @@ def decode_batch(ctx, enc, output_type: str, cpu_decode) -> ImageBatch:
     if output_type == "BGR":
         images = DeviceImages.from_arrays([a[:, :, ::-1] for a in images.as_list()], dev)
     return ImageBatch(images, "gpu")
+
+
+def _planned(ctx, enc, output_type, chunk, cpu_decode) -> PlannedImages:
+    """The images the decode will make of ``enc``, planned ahead (no GPU call): their shapes
+    are the annotated sizes, which the decode checks (:func:`decode_planned`)."""
+    if output_type not in ("RGB", "GRAY"):
+        raise NotPlannable(f"output_type {output_type!r}")
+    sizes = None if enc.sizes is None else np.asarray(enc.sizes, np.int64).reshape(-1, 2)
+    if sizes is None or len(sizes) != len(enc) or not (sizes > 0).all():
+        raise NotPlannable("the reader does not know every image's size")
+    c = np.full((len(sizes), 1), 1 if output_type == "GRAY" else 3, np.int64)
+    enc = EncodedBatch(enc.data, enc.paths, sizes)  # (code streams are parsed where it decodes)
+    return PlannedImages(np.concatenate([sizes, c], 1), enc, output_type, chunk, cpu_decode)
+
+
+def decode_planned(ctx, planned: PlannedImages) -> DeviceImages:
+    """Decode planned images on ``ctx.stream``: in the pipeline's decode processes (their lease
+    goes to ``ctx.leases``) or here. A file that fails, or decodes to another size than
+    planned, raises SampleError naming it."""
+    import cupy as cp
+
+    enc = planned.enc
+    service = getattr(ctx.pipeline, "_decode_service", None)
+    if service is not None and enc.data is None:
+        images, errors = service.decode(enc.paths, planned.output_type, planned.chunk, ctx.stream)
+        if images is not None:
+            ctx.leases.append(images.owners)
+        if errors:
+            k, msg = errors[0]
+            if k < 0:
+                raise RuntimeError(msg)
+            raise SampleError(msg, k, enc.paths[k])
+    else:
+        images = _decode_here(ctx, enc, planned.output_type, planned.chunk, cp.cuda.Device().id,
+                              planned.cpu_decode)
+    _check_sizes(images.shapes, enc)
+    bad = np.nonzero(images.shapes[:, 2] != planned.shapes[:, 2])[0]
+    if len(bad):
+        k = int(bad[0])
+        raise SampleError(f"{enc.paths[k]}: decoded to {images.shapes[k, 2]} channels, "
+                          f"{planned.shapes[k, 2]} expected", k, enc.paths[k])
+    return images
 
 
 def _decode_here(ctx, enc, output_type, chunk, dev, cpu_decode) -> DeviceImages:

@@ -140,8 +140,8 @@ def _code_streams(ctx, data):
     """Parsed code streams for the GPU decoder, made here in the reader's (host-stage) thread
     when the pipeline decodes on the GPU: nvImageCodec then decodes faster and the parsing is
     off the device stage (benchmarks/RESULTS.md)."""
-    if not getattr(ctx.pipeline, "_mixed_decode", False):
-        return None
+    if not getattr(ctx.pipeline, "_mixed_decode", False) or getattr(ctx, "planning", False):
+        return None  # (a launch planned ahead parses them where it decodes: plan_ahead.py)
     from .gpu_decode import code_streams
 
     return code_streams(data)
@@ -612,6 +612,12 @@ def _upload(ctx, op, inputs, args):
     from ..backend import upload, upload_many
 
     v = inputs[0]
+    if getattr(ctx, "planning", False):  # planned ahead: boxes stay on the host until realised
+        if isinstance(v, (BoxBatch, EncodedBatch)):
+            return v
+        from ..errors import NotPlannable
+
+        raise NotPlannable(f"{op.name}: an upload of {type(v).__name__}")
     if isinstance(v, BoxBatch):
         return v.to_device(ctx)
     if isinstance(v, ImageBatch):

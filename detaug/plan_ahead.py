@@ -1,0 +1,241 @@
+"""Planning ahead: a GPU pipeline's host work as a pure function of the launch, run in host
+worker processes; this process keeps only the device work (a mixin of
+:class:`detaug.pipeline.Pipeline`).
+
+The device ops of a detection pipeline mostly plan on the host: geometric ops compose matrices
+from image sizes, random draws and boxes (batch.py), box ops are small array math, and the
+one warp that ends a chain is a kernel launch whose metadata is all host arrays. Only the
+decode and that launch need the GPU. The decoded sizes are the annotated sizes (the decode
+checks them), so the whole plan can be made before the decode, from the reader's data alone:
+
+* **plan** (:meth:`PlanAhead._plan_launch`, in a host worker process, or a thread): the host
+  ops, then the plannable device ops (:data:`PLANNABLE`) with the images a
+  :class:`~detaug.batch.PlannedImages` (shapes, no pixels), the boxes on the host (the NumPy
+  twins of the box kernels) and the warp a :class:`~detaug.batch.DeferredWarp` (the launch's
+  metadata, :func:`~detaug.kernels.warp.plan_warp`). What the rest of the graph and the outputs
+  need travels as a :class:`LaunchPlan`, arrays in shared memory (host_workers.py).
+* **run** (:meth:`PlanAhead._run_planned`, a device thread of this process): the decode request
+  (admitted in launch order), then, in an output slot: one warp launch per planned warp, one
+  upload of every box array, the device ops that could not be planned (a RetinaNet encoder, a
+  colour op), and the batch's event.
+
+The results are the same whether a launch is planned in a worker, in a thread, or re-planned
+here after a bad file is replaced: the same functions on the same keyed draws. A launch that
+cannot be planned (an image size the reader does not know, an op reading pixels before the
+warp: :class:`~detaug.errors.NotPlannable`) runs the whole graph here instead, as before; which
+launches do depends only on the data, never on the settings.
+"""
+from __future__ import annotations
+
+import os
+
+from . import graph as _graph
+from . import types
+from .batch import BoxBatch, DeferredWarp, ImageBatch, PaddedBoxes, PlannedImages
+from .context import BatchContext
+from .errors import NotPlannable, SampleError
+
+# device ops that plan on the host (their pixels, if any, come from the planned warp)
+PLANNABLE = {"decoders.image", "decoders.image_slice", "_upload", "flip", "crop", "resize",
+             "letterbox", "rotate", "affine", "zoom_out", "random_iou_crop",
+             "random_resized_crop", "paste", "slice", "prune_boxes", "clip_boxes", "box_convert",
+             "pad_boxes", "normalize", "crop_mirror_normalize", "materialize"}
+
+
+def default_processes() -> int:
+    """Host worker processes that plan a GPU pipeline's launches by default: one per four
+    cores, 1 to 3 (one plans a launch of 64 images in about 6 ms)."""
+    return min(3, max(1, (os.cpu_count() or 2) // 4))
+
+
+def _static_plannable(op) -> bool:
+    """``op`` (a device op) plans on the host whatever its data."""
+    name = op.schema.name
+    if name not in PLANNABLE:
+        return False
+    if name.startswith("decoders."):
+        try:
+            kind = types.image_type(op.args.get("output_type", "RGB"))
+        except ValueError:
+            return False
+        return op.device == "mixed" and kind in ("RGB", "GRAY")
+    if name == "normalize":  # statistics of the pixels (DALI's defaults) need them
+        std = op.args.get("std") if op.args.get("std") is not None else op.args.get("stddev")
+        return op.args.get("mean") is not None and std is not None
+    return True
+
+
+def _keys_of(op):
+    """(op id, output index) of every value ``op`` reads: inputs and data-node arguments."""
+    keys = [(i.op.id, i.index) for i in op.inputs]
+    keys += [(v.op.id, v.index) for v in op.args.values() if isinstance(v, _graph.DataNode)]
+    return keys
+
+
+class NotPlanned:
+    """A worker's answer for a launch it could not plan: this process runs it whole."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+
+class LaunchPlan:
+    """A launch planned on the host: what its batch context held after planning (the values
+    the device side needs, the samples, the skips of bad files), picklable."""
+
+    def __init__(self, ctx, keys):
+        self.epoch, self.batch_index = ctx.epoch, ctx.batch_index
+        self.sample_index, self.positions = ctx.sample_index, ctx.positions
+        self.sizes, self.skips, self.walks = ctx.sizes, ctx.skips, ctx.walks
+        self.values = {k: ctx.values[k] for k in keys if k in ctx.values}
+
+
+class _PlanContext(BatchContext):
+    """A batch context that plans: no stream, boxes on the host, images planned."""
+
+    planning = True
+
+    def __init__(self, pipeline, epoch, batch_index, sample_index, positions, stream, pool):
+        super().__init__(pipeline, epoch, batch_index, sample_index, positions, None, pool)
+
+
+class PlanAhead:
+    """The plan-ahead methods of Pipeline (which holds the state they use)."""
+
+    def _setup_plan_ahead(self):
+        """At build: which device ops plan on the host (``_plan_ops``), which run here after the
+        decode (``_rest_ops``), and the values a plan carries. Planning ahead is on where the
+        images are decoded on the GPU (device='mixed', by decode processes or here) and the
+        decode can be planned; DETAUG_PLAN_AHEAD=0 turns it off (comparisons, debugging)."""
+        self.plan_ahead = False
+        self._plan_ops, self._rest_ops, self._plan_keys = [], list(self._device_ops), []
+        if not self._mixed_decode or os.environ.get("DETAUG_PLAN_AHEAD", "1") == "0":
+            return
+        host_ids = {op.id for op in self._host_ops}
+        planned = set()
+        for op in self._device_ops:  # topological order: inputs first
+            if _static_plannable(op) and all(k[0] in host_ids or k[0] in planned for k in _keys_of(op)):
+                planned.add(op.id)
+        decodes = [op for op in self._device_ops if op.id in planned and op.schema.name.startswith("decoders.")]
+        if not decodes:
+            return
+        self._plan_ops = [op for op in self._device_ops if op.id in planned]
+        self._rest_ops = [op for op in self._device_ops if op.id not in planned]
+        known = host_ids | planned
+        keys = {k for op in self._rest_ops for k in _keys_of(op)}
+        keys |= {(o.op.id, o.index) for o in self._outputs}
+        self._plan_keys = sorted(k for k in keys if k[0] in known)
+        self._planned_ids = planned
+        self.plan_ahead = True
+
+    # ---- the host side (a worker process or a thread) ------------------------------------------
+    def _plan_launch(self, key, prepared, pool, indices=None, skips=None, walks=None):
+        """The :class:`LaunchPlan` of ``key``: the host ops and the plannable device ops, bad
+        files replaced under on_error='skip' (Pipeline._with_retries). NotPlannable where it
+        cannot be planned."""
+        def stage(ctx):
+            self._run_ops(ctx, self._host_ops)
+            self._run_ops(ctx, self._plan_ops)
+
+        ctx = self._with_retries(key, prepared, pool, stage, indices, skips=skips, walks=walks,
+                                 ctx_type=_PlanContext)
+        return LaunchPlan(ctx, self._plan_keys)
+
+    def _plan_or_not(self, key, prepared, pool):
+        try:
+            return self._plan_launch(key, prepared, pool)
+        except NotPlannable as e:
+            return NotPlanned(str(e))
+
+    # ---- the device side (this process) --------------------------------------------------------
+    def _run_planned(self, key, prepared, plan, pool, stream, admit):
+        """Decode, warp and upload a planned launch, run the device ops that were not planned,
+        collect its outputs. A bad file (a decode error, a size other than annotated) is
+        replaced as the host stage replaces one, and the launch re-planned here."""
+        while True:
+            ctx = BatchContext(self, plan.epoch, plan.batch_index, plan.sample_index,
+                               plan.positions, stream, pool)
+            ctx.prepared, ctx.sizes, ctx.skips, ctx.walks = prepared, plan.sizes, plan.skips, plan.walks
+            try:
+                admit.decode()  # a ring slot, in launch order
+                decoded = self._decode_plan(ctx, plan)
+                admit()  # an output slot, in launch order
+                self._to_output_stream(ctx, admit)
+                self._realize(ctx, plan, decoded)
+                self._run_ops(ctx, self._rest_ops)
+                break
+            except SampleError as e:
+                self._retire_leases(ctx)  # the next attempt decodes again
+                indices = self._replacement(key, ctx, e, ctx.walks)
+                try:
+                    plan = self._plan_launch(key, prepared, pool, indices, ctx.skips, ctx.walks)
+                except NotPlannable:  # (a replacement of unknown size) the whole launch here
+                    both = lambda c: (self._run_ops(c, self._host_ops), self._run_ops(c, self._device_ops))  # noqa: E731
+                    ctx = self._with_retries(key, prepared, pool, both, indices, stream=ctx.stream,
+                                             skips=ctx.skips, walks=ctx.walks)
+                    break
+        out = self._collect(ctx)
+        admit.decoded()  # its decoded images are retired: the next launch may decode
+        return out
+
+    @staticmethod
+    def _sources_of(plan):
+        """The planned images of a plan, each once, in the order the values name them."""
+        seen = {}
+        for v in plan.values.values():
+            raw = getattr(v, "raw", None)
+            src = raw.source if isinstance(raw, DeferredWarp) else raw
+            if isinstance(src, PlannedImages):
+                seen.setdefault(id(src), src)
+        return list(seen.values())
+
+    def _decode_plan(self, ctx, plan) -> dict:
+        from .ops.gpu_decode import decode_planned
+
+        return {id(src): decode_planned(ctx, src) for src in self._sources_of(plan)}
+
+    def _realize(self, ctx, plan, decoded):
+        """The planned values on the device, into ``ctx.values``: planned images are their
+        decoded images (the pending chain kept), a deferred warp runs (one launch), and every
+        host array of the planned box values goes up in ONE copy. Values of the host ops stay
+        as they are."""
+        from .backend import upload_many
+        from .kernels.warp import launch_warp
+
+        host, todo = [], []
+        for k, v in plan.values.items():
+            if k[0] not in self._planned_ids:
+                ctx.values[k] = v
+            elif isinstance(v, ImageBatch) and isinstance(v.raw, PlannedImages):
+                ctx.values[k] = ImageBatch(decoded[id(v.raw)], v.device, v.layout, v.geometry)
+            elif isinstance(v, ImageBatch) and isinstance(v.raw, DeferredWarp):
+                src = decoded[id(v.raw.source)]
+                out = launch_warp(v.raw.launch, src.ptrs, src.pitches, ctx.stream)
+                ctx.values[k] = ImageBatch(out, v.device, v.layout, None)
+            elif isinstance(v, BoxBatch) and v.device == "cpu":
+                names = list(v.fields)
+                parts = [v.boxes, v.labels] + [v.fields[n] for n in names]
+                parts += [] if v.valid is None else [v.valid]
+                todo.append((k, v, names, len(host), len(parts)))
+                host.extend(parts)
+            elif isinstance(v, PaddedBoxes):
+                names = list(v)
+                todo.append((k, v, names, len(host), len(names)))
+                host.extend(v[n] for n in names)
+            elif hasattr(v, "__array_interface__"):
+                todo.append((k, v, None, len(host), 1))
+                host.append(v)
+            else:
+                ctx.values[k] = v
+        dev = upload_many(host, ctx.stream) if host else []
+        for k, v, names, at, n in todo:
+            d = dev[at:at + n]
+            if isinstance(v, BoxBatch):
+                valid = d[-1] if v.valid is not None else None
+                ctx.values[k] = BoxBatch(d[0], d[1], v.offsets, v.canvas, "gpu",
+                                         dict(zip(names, d[2:2 + len(names)])), valid, v.geometry,
+                                         v, v.fmt, v.region)
+            elif isinstance(v, PaddedBoxes):
+                ctx.values[k] = PaddedBoxes(zip(names, d))
+            else:
+                ctx.values[k] = d[0]

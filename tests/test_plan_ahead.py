@@ -1,0 +1,147 @@
+"""Planning ahead on the host (detaug/plan_ahead.py), without a GPU: a chain of geometric ops
+on planned images (shapes, no pixels) ends in a planned warp whose launch, run later on the
+images at their real addresses and row pitches (warp.cu's kernel emulated on the CPU), gives
+the pixels of the same chain run on the images; pixels of planned images cannot be read; the
+plannable ops. The whole pipeline, planned in workers, is tested on the device
+(tests/test_plan_ahead_gpu.py)."""
+from __future__ import annotations
+
+import ctypes
+import sys
+
+import numpy as np
+import pytest
+
+from detaug import fn, geometry as G, materialize as M
+from detaug.batch import DeferredWarp, ImageBatch, PlannedImages
+from detaug.errors import NotPlannable
+from detaug.kernels import launch as launch_mod
+from detaug.kernels import warp as W
+from detaug.ops.geometry import apply_geometry
+from detaug.plan_ahead import PLANNABLE, _static_plannable
+from test_warp import MEAN, STD, _build_emulation, _fake_cupy, rand_image
+
+
+@pytest.fixture(scope="module")
+def emulated_kernels(tmp_path_factory):
+    return _build_emulation(tmp_path_factory)
+
+
+@pytest.fixture
+def fake_gpu(emulated_kernels, monkeypatch):
+    """cupy replaced by host arrays and warp.cu's kernel emulated on the CPU."""
+    calls = []
+
+    def fake_launch(kernel, grid, block, args, *, shared_mem=0, stream=None, name=None):
+        calls.append(name)
+        k = ctypes.cast(getattr(emulated_kernels, name), ctypes.c_void_p)
+        emulated_kernels.emulate(k, ctypes.c_uint(grid[0]), ctypes.c_uint(grid[1]),
+                                 ctypes.c_uint(block[0]), *(ctypes.c_void_p(a.ctypes.data) for a in args))
+
+    fake = _fake_cupy()
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(W, "upload_many", lambda arrays, stream=None: [fake.asarray(a) for a in arrays])
+    monkeypatch.setattr(launch_mod, "get_kernel", lambda src, name, options=(): name)
+    monkeypatch.setattr(launch_mod, "launch", fake_launch)
+    return calls
+
+
+class _Op:
+    def __init__(self, name):
+        self.name = name
+
+
+def _chain(batch, rng, b):
+    """A crop, a per-sample flip and a resize planned on ``batch`` (planned or real images)."""
+    def crop(sizes, boxes):
+        x0 = np.floor(rng.uniform(0, 0.3, b) * sizes[:, 1])
+        y0 = np.floor(rng.uniform(0, 0.3, b) * sizes[:, 0])
+        out = np.stack([sizes[:, 0] - y0 - 3, sizes[:, 1] - x0 - 2], -1)
+        return G.translate(-x0, -y0), out, None
+
+    def flip(sizes, boxes):
+        return G.flip(sizes[:, 1], sizes[:, 0], rng.integers(0, 2, b), np.zeros(b)), sizes, None
+
+    def resize(sizes, boxes):
+        return G.scale(48 / sizes[:, 1], 40 / sizes[:, 0]), np.tile([40, 48], (b, 1)), None
+
+    for plan in (crop, flip, resize):
+        (batch,) = apply_geometry(None, _Op("op"), [batch], plan)
+    return batch
+
+
+@pytest.mark.parametrize("seed", [3, None])
+def test_a_planned_warp_runs_later_on_the_decoded_images(fake_gpu, seed):
+    """Planned on shapes alone, launched on the images (stored with padded rows, as a decoder
+    may), the warp gives the float64 twin's pixels of the same chain on the same images, and
+    the launch equals warp_cupy's on those images, bit for bit."""
+    rng = np.random.default_rng(seed)
+    b = 5
+    sizes = np.stack([rng.integers(30, 90, b), rng.integers(30, 120, b)], -1)
+    imgs = [rand_image(rng, int(h), int(w)) for h, w in sizes]
+    planned = PlannedImages(np.concatenate([sizes, np.full((b, 1), 3)], 1), None, "RGB", 64, None)
+    draws = np.random.default_rng(rng.integers(1 << 30))
+    pending = _chain(ImageBatch(planned, "gpu"), np.random.default_rng(draws.integers(1 << 30)), b)
+    out = M.images(pending, None, mean=MEAN, std=STD, dtype=np.float32, layout="CHW")
+    assert isinstance(out.raw, DeferredWarp) and out.raw.source is planned and out.geometry is None
+    assert out.batch_size == b and out.channels == 3 and out.sizes().tolist() == [[40, 48]] * b
+    # the images as a decoder leaves them: rows padded to a multiple of 256 bytes
+    pitches = -(-sizes[:, 1] * 3 // 256) * 256
+    stores = [np.zeros((h, p), np.uint8) for (h, _), p in zip(sizes, pitches)]
+    for s, img in zip(stores, imgs):
+        s[:, :img.shape[1] * 3] = img.reshape(img.shape[0], -1)
+    got = W.launch_warp(out.raw.launch, [s.ctypes.data for s in stores], pitches)
+    # the same chain on the pixels (its matrices depend on the sizes and draws alone): the
+    # twin, and warp_cupy (emulated)
+    geo = pending.geometry
+    rect, rect_fill, clamp, slabs, slab_fill, nslab = geo.valid_region()
+    kw = dict(fill=rect_fill, mean=MEAN, std=STD, out_dtype=np.float32, layout="CHW",
+              region=(rect, clamp, slabs, slab_fill, nslab))
+    ref = W.warp_numpy(imgs, geo.matrices, geo.sizes, **kw)
+    assert got.shape == (b, 3, 40, 48)
+    assert np.abs(got - ref).max() <= 1e-3
+    from test_warp import _FakeDeviceArray
+
+    direct = W.warp_cupy([i.view(_FakeDeviceArray) for i in imgs], geo.matrices, geo.sizes, **kw)
+    np.testing.assert_array_equal(got, direct)
+    assert fake_gpu == ["warp_f32_chw_c3"] * 2
+
+
+def test_pixels_of_planned_images_cannot_be_read():
+    """An op that reads pixels before the warp (a colour op, DALI's normalize without mean)
+    raises NotPlannable, so that the launch runs unplanned; so does a second warp."""
+    planned = PlannedImages(np.array([[10, 12, 3], [8, 9, 3]]), None, "RGB", 64, None)
+    batch = ImageBatch(planned, "gpu")
+    assert batch.sizes().tolist() == [[10, 12], [8, 9]] and batch.channels == 3
+    with pytest.raises(NotPlannable):
+        batch.data
+    with pytest.raises(NotPlannable):
+        planned[0]
+    out = M.images(batch, None, mean=MEAN, std=STD, dtype=np.float32)
+    with pytest.raises(NotPlannable):
+        out.data
+    with pytest.raises(NotPlannable):
+        M.images(ImageBatch(out.raw, "gpu", "HWC", out.pending()), None)
+
+
+def test_which_ops_plan_on_the_host():
+    """Geometric, box and normalising ops plan; colour ops and encoders do not; a GPU decode
+    plans for RGB and GRAY, DALI's normalize only with its mean and std given."""
+    from detaug import Pipeline
+
+    pipe = Pipeline(batch_size=2)
+    with pipe:
+        enc, boxes = fn.readers.coco(file_root="x", annotations_file="x.json")
+        rgb = fn.decoders.image(enc, device="mixed")
+        bgr = fn.decoders.image(enc, device="mixed", output_type="BGR")
+        host = fn.decoders.image(enc, device="cpu")
+        norm = fn.normalize(rgb, mean=[1, 2, 3], std=[4, 5, 6])
+        stats = fn.normalize(rgb)
+        bc = fn.brightness_contrast(rgb)
+        enc_ = fn.retinanet_encode(boxes, num_classes=3)
+    op = lambda node: node.op  # noqa: E731
+    assert _static_plannable(op(rgb)) and not _static_plannable(op(bgr))
+    assert not _static_plannable(op(host))
+    assert _static_plannable(op(norm)) and not _static_plannable(op(stats))
+    assert not _static_plannable(op(bc)) and not _static_plannable(op(enc_[0]))
+    assert {"flip", "random_iou_crop", "pad_boxes", "prune_boxes", "_upload"} <= PLANNABLE
