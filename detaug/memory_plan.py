@@ -18,7 +18,8 @@ follow, unless set explicitly:
   out, or being made); the rest of the budget, less one launch for the batch the caller holds.
 
 The per-process costs are measured constants (``benchmarks/probe_memory.py``, H100, CUDA 13,
-nvImageCodec 0.7-0.9): a process's CUDA context 551 MB; each decoder thread about 260 MB (its
+nvImageCodec 0.7-0.9): a process's CUDA context 551 MB, 272 MB once its stack reservation is
+dropped (decode_proc does: ``benchmarks/probe_context.py``); each decoder thread about 260 MB (its
 scratch buffers once warm, plus the images of the call in flight). Pure arithmetic: tested on
 the CPU; the device figures that check it are in benchmarks/RESULTS.md.
 """
@@ -31,10 +32,10 @@ import numpy as np
 
 DEFAULT_BUDGET = 2_000_000_000        # bytes (the issue's target: at most 1.5x DALI's 1.43 GB)
 BIG_BUDGET = 6_000_000_000            # from here on, launches of 4 batches
-CONTEXT_BYTES = 560_000_000           # one decode process's CUDA context
+CONTEXT_BYTES = 280_000_000           # one decode process's CUDA context (stack limit 0)
 DECODER_BYTES = 260_000_000           # one decoder thread, warm, with a call in flight
-DECODE_SHARE = 0.70                   # at most this part of the budget for the decode side
-RING_LAUNCHES = 3                     # launches of decoded images a decode process holds at once
+DECODE_SHARE = 0.75                   # at most this part of the budget for the decode side
+RING_LAUNCHES = 2                     # launches of decoded images a decode process holds at once
 RING_SLOTS = RING_LAUNCHES + 1        # ring slots: one more, for batches made out of the queue
 FALLBACK_IMAGE_BYTES = 1024 * 1024 * 3  # per image, where the reader does not know the sizes
 MIN_RING = 64 << 20

@@ -393,8 +393,8 @@ def test_decode_processes_give_the_same_batches(k):
 
 
 def test_decode_process_defaults_follow_the_budget_and_give_the_same_batches(monkeypatch):
-    """With every default (a 2 GB budget), a GPU-decoding pipeline runs one decode process with
-    two decoder threads, 6 launches in flight, 1 batch per launch, its output slots set from
+    """With every default (a 2 GB budget), a GPU-decoding pipeline runs two decode processes
+    with one decoder thread each, 6 launches in flight, 1 batch per launch, its output slots set from
     the first launch's measured size, and gives the batches of the in-thread decode; an 8 GB
     budget runs 3 processes and launches of 4 batches, with the same batches."""
     pytest.importorskip("nvidia.nvimgcodec")
@@ -402,7 +402,7 @@ def test_decode_process_defaults_follow_the_budget_and_give_the_same_batches(mon
         monkeypatch.delenv(v, raising=False)
     threads = _epochs(_coco_decode_pipe(0))
     pipe = _coco_decode_pipe(None, batches_per_launch=None, prefetch=None).build()
-    assert (len(pipe._decode_service.workers), pipe._decode_service.threads) == (1, 2)
+    assert (len(pipe._decode_service.workers), pipe._decode_service.threads) == (2, 1)
     assert (pipe.prefetch_queue_depth, pipe.device_workers, pipe.batches_per_launch) == (6, 6, 1)
     got = _epochs(pipe)
     _assert_same_epochs(threads, got)

@@ -48,9 +48,12 @@ def test_plan_decode_defaults_and_large_budget():
     launch = 64 * 990_000  # a launch of 64 images of about 660 x 500
     p = mp.plan_decode(2_000_000_000, launch)
     ring = -(-mp.RING_SLOTS * launch // 2**20) * 2**20
-    assert (p.processes, p.threads, p.ring_bytes) == (1, 2, ring)
-    assert p.bytes == mp.CONTEXT_BYTES + 2 * mp.DECODER_BYTES + ring
+    # two decoders either way: in two processes (no shared GIL), one thread each
+    assert (p.processes, p.threads, p.ring_bytes) == (2, 1, ring)
+    assert p.bytes == 2 * (mp.CONTEXT_BYTES + mp.DECODER_BYTES + ring)
     assert p.bytes <= mp.DECODE_SHARE * 2_000_000_000
+    # 2 x (280 + 260 + 3 x 63.4 MB rounded to MiB) = 1,462 MB
+    assert abs(p.bytes - 1_461_681_664) < 1e6
     big = mp.plan_decode(8_000_000_000, launch)
     assert (big.processes, big.threads) == (3, 2)
     tiny = mp.plan_decode(100_000_000, launch)  # nothing fits: the cheapest, one decoder

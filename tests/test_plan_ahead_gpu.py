@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from detaug import Pipeline, fn
+from detaug import ImageBatch, Pipeline, fn
 from conftest import COCO
 from helpers import close_pipelines, to_np, track  # noqa: F401  (autouse fixture)
 
@@ -51,7 +51,7 @@ def _epochs(pipe, n=2):
     for _ in range(n):
         for batch in pipe:
             out.append([{k: to_np(a) for k, a in v.items()} if isinstance(v, dict)
-                        else to_np(v.data) if hasattr(v, "data") else to_np(v) for v in batch])
+                        else to_np(v.data) if isinstance(v, ImageBatch) else to_np(v) for v in batch])
         pipe.reset()
     pipe.close()
     return out
@@ -134,7 +134,8 @@ def test_a_bad_file_is_replaced_as_without_planning(monkeypatch, tmp_path):
     (root / "images" / victim).write_bytes(data[:len(data) // 3])
     runs = []
     for planned in (True, False):
-        pipe = _pipe(monkeypatch, planned, host_processes=2, root=str(root), on_error="skip")
+        pipe = _pipe(monkeypatch, planned, host_processes=2 if planned else None, root=str(root),
+                     on_error="skip")
         with pytest.warns(UserWarning, match=victim):
             runs.append(_epochs(pipe))
         assert pipe.stats["skipped"] == 2  # once per epoch
