@@ -27,13 +27,9 @@ reply in any order; the pipeline sends each request to the worker with the fewes
   pipeline then stalled the worker, and through it the pipeline's host threads, for 1 s).
 * ``("stop",)``: the worker frees its buffer and exits.
 
-Each worker runs a reader thread, which reads and parses the files of the requests in hand ahead
-of the decode, and ``threads`` decoder threads (the memory plan's choice, 1-2), each with its own
-nvImageCodec decoder and streams (one decoder per process was 10.7k img/s, two 12.8k, on an
-H100, when each decoder thread read its own files: probe_memory.py). The worker drops its CUDA
-context's stack reservation (277 MB on an H100) and warms each decoder up with a first call of
-64 images, so that its hardware decoder takes every image a later call can give it
-(gpu_decode.warm_up).
+Each worker runs ``threads`` decoder threads (the memory plan's choice, 1-2): each has its own
+nvImageCodec decoder and streams, so one thread's file reads and host work overlap another's
+decode (one decoder per process was 10.7k img/s, two 12.8k, on an H100: probe_memory.py).
 
 The ring is cut into equal slots, one request each (its images packed one after another, each
 start 256-byte aligned). The pipeline sends each worker at most as many requests as it has slots
@@ -99,9 +95,9 @@ def packed_offsets(shapes) -> tuple:
 
 # ------------------------------------------------------------------------------ worker side
 def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cover - runs in the child process (GPU)
-    """A decode process: a reader thread (files read and parsed ahead), ``threads`` decoder
-    threads (each with its own nvImageCodec decoder and streams), a receiving thread (requests
-    and frees), replies sent under a lock, in any order."""
+    """A decode process: ``threads`` decoder threads (each with its own nvImageCodec decoder and
+    streams: one decodes while another reads its files or waits for the device), a receiving
+    thread (requests and frees), replies sent under a lock, in any order."""
     import cupy as cp
     from nvidia import nvimgcodec
 
@@ -143,13 +139,16 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
         # decoded images, released once the copies out of them have run (their event is done)
         keep = collections.deque()
 
-        def serve(req, paths, output_type, chunk, data, streams, failed):
+        def serve(req, paths, output_type, chunk):
             n = len(paths)
             while keep and keep[0][0].done:
                 keep.popleft()
-            if failed is not None:  # the reader thread could not read a file
-                return ("done", req, None, None, [failed])
+            try:
+                data = read_files(paths)
+            except SampleError as e:
+                return ("done", req, None, None, [(e.position, str(e))])
             errors = []
+            streams = code_streams(data)
             idx = [k for k in range(n) if streams[k] is not None]
             results = decode_chunks(decoder, [streams[k] for k in idx], output_type, chunk, stream.ptr)
             # per image: (device pointer, row pitch) of a GPU-decoded image, or a host array
@@ -200,7 +199,7 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
             return ("done", req, shapes, (base + offsets).tolist(), [])
 
         try:
-            while (m := ready.get()) is not None:
+            while (m := work.get()) is not None:
                 try:
                     msg = serve(*m[1:])
                 except (EOFError, OSError):  # stopping, or the pipeline's process went away
@@ -216,29 +215,9 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
             copy_stream.synchronize()
             keep.clear()
 
-    def reader_thread():
-        """Reads the files of the next requests and parses them while the decoder threads
-        decode: a decoder thread that read its own files left the decoder idle meanwhile."""
-        while (m := work.get()) is not None:
-            _, req, paths, output_type, chunk = m
-            data = streams = failed = None
-            try:
-                data = read_files(paths)
-                streams = code_streams(data)
-            except SampleError as e:
-                failed = (e.position, str(e))
-            except Exception as e:  # never leave the pipeline waiting
-                failed = (-1, f"decode worker: {type(e).__name__}: {e}")
-            ready.put(("decode", req, paths, output_type, chunk, data, streams, failed))
-        for _ in pool:
-            ready.put(None)
-
-    ready = queue.SimpleQueue()  # requests whose files are read and parsed
     pool = [threading.Thread(target=decoder_thread, daemon=True) for _ in range(max(1, int(threads)))]
     for t in pool:
         t.start()
-    reader = threading.Thread(target=reader_thread, daemon=True)
-    reader.start()
     # ("free", req) arrives only once the pipeline's work on the region has completed (its
     # releaser waits for an event): nothing here waits for the pipeline's GPU work
     while True:
@@ -257,8 +236,8 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
     with room:
         state["stop"] = True
         room.notify_all()
-    work.put(None)  # the reader thread stops, then the decoder threads
-    reader.join(timeout=10)
+    for _ in pool:
+        work.put(None)
     for t in pool:
         t.join(timeout=10)
     rt.free(ring)
