@@ -355,11 +355,12 @@ def bench_detaug(args, root, gpu, retinanet=False):
     if gpu:
         free_gpu_memory()
         mem["before"] = device_free_bytes()
+    kwargs = dict(batch_size=bs, num_threads=args.threads, device_id=0 if gpu else None, seed=0,
+                  prefetch_queue_depth=args.prefetch, batches_per_launch=args.batches_per_launch,
+                  device_workers=args.device_workers, decode_processes=args.decode_processes)
+    kwargs.update(json.loads(args.pipe_kwargs))  # (--pipe-kwargs wins)
     pipe = make_det_pipe(root, "mixed" if gpu else "cpu", retinanet, targets=args.retinanet_targets,
-                         batch_size=bs, num_threads=args.threads,
-                    device_id=0 if gpu else None, seed=0, prefetch_queue_depth=args.prefetch,
-                    batches_per_launch=args.batches_per_launch, device_workers=args.device_workers,
-                    decode_processes=args.decode_processes, **json.loads(args.pipe_kwargs))
+                         **kwargs)
     t0 = time.perf_counter()
     pipe.build()
     build_s = time.perf_counter() - t0

@@ -103,7 +103,7 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
 
     from .errors import SampleError
     from .ops.decode import _decode_one
-    from .ops.gpu_decode import _describe, code_streams, decode_chunks, warm_up
+    from .ops.gpu_decode import _describe, code_streams, decode_chunks, jpeg_complete, warm_up
     from .ops.sources import EncodedBatch, read_files
 
     rt = cp.cuda.runtime
@@ -124,6 +124,7 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
     state = {"stop": False}
     # DETAUG_DECODE_CPU_THREADS: nvImageCodec's CPU threads per decoder (0 = one per core)
     cpu_threads = int(os.environ.get("DETAUG_DECODE_CPU_THREADS", 0))
+    raw_arrays = os.environ.get("DETAUG_DECODE_RAW", "0") == "1"
 
     def reply(msg):
         with send_lock:
@@ -148,7 +149,10 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
             except SampleError as e:
                 return ("done", req, None, None, [(e.position, str(e))])
             errors = []
-            streams = code_streams(data)
+            # DETAUG_DECODE_RAW=1 (an experiment): the bytes go to the decoder as they are, parsed
+            # inside its call (as the decode ceiling does), a truncated JPEG to the CPU decoder
+            streams = ([d if jpeg_complete(d) else None for d in data] if raw_arrays
+                       else code_streams(data))
             idx = [k for k in range(n) if streams[k] is not None]
             results = decode_chunks(decoder, [streams[k] for k in idx], output_type, chunk, stream.ptr)
             # per image: (device pointer, row pitch) of a GPU-decoded image, or a host array
