@@ -42,7 +42,9 @@ import collections
 import itertools
 import os
 import queue
+import sys
 import threading
+import time
 
 import numpy as np
 
@@ -144,17 +146,21 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
             n = len(paths)
             while keep and keep[0][0].done:
                 keep.popleft()
+            t0 = time.perf_counter()
             try:
                 data = read_files(paths)
             except SampleError as e:
                 return ("done", req, None, None, [(e.position, str(e))])
+            t1 = time.perf_counter()
             errors = []
             # DETAUG_DECODE_RAW=1 (an experiment): the bytes go to the decoder as they are, parsed
             # inside its call (as the decode ceiling does), a truncated JPEG to the CPU decoder
             streams = ([d if jpeg_complete(d) else None for d in data] if raw_arrays
                        else code_streams(data))
             idx = [k for k in range(n) if streams[k] is not None]
+            t2 = time.perf_counter()
             results = decode_chunks(decoder, [streams[k] for k in idx], output_type, chunk, stream.ptr)
+            t3 = time.perf_counter()
             # per image: (device pointer, row pitch) of a GPU-decoded image, or a host array
             src = [None] * n
             shapes = np.zeros((n, 3), np.int64)
@@ -180,11 +186,13 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
                               f"decode process's buffer ({alloc.slot_bytes / 2**20:.0f} MiB, a third "
                               f"of {ring_bytes / 2**20:.0f} MiB): raise decode_buffer_mb or "
                               "device_memory_budget")])
+            t4 = time.perf_counter()
             with room:  # wait for regions to come back (the receiving thread frees them)
                 while (base := alloc.alloc(req, total)) is None:
                     if state["stop"]:
                         raise EOFError
                     room.wait()
+            t5 = time.perf_counter()
             decoded.record(stream)
             rt.streamWaitEvent(copy_stream.ptr, decoded.ptr, 0)
             for k in range(n):
@@ -200,8 +208,19 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
             copied = cp.cuda.Event(block=False, disable_timing=True)
             copied.record(copy_stream)
             keep.append((copied, results))
+            if timing is not None:
+                for name, a, b in (("read", t0, t1), ("parse", t1, t2), ("decode", t2, t3),
+                                   ("describe", t3, t4), ("wait ring", t4, t5),
+                                   ("copies", t5, time.perf_counter())):
+                    timing[name] = timing.get(name, 0.0) + (b - a)
+                timing["requests"] = timing.get("requests", 0) + 1
+                timing["images"] = timing.get("images", 0) + n
             return ("done", req, shapes, (base + offsets).tolist(), [])
 
+        # DETAUG_DECODE_PROFILE=1 (benchmarks): each decoder thread's time per phase, printed
+        # to stderr when it stops
+        timing = {} if os.environ.get("DETAUG_DECODE_PROFILE") == "1" else None
+        born = time.perf_counter()
         try:
             while (m := work.get()) is not None:
                 try:
@@ -218,6 +237,12 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
             stream.synchronize()
             copy_stream.synchronize()
             keep.clear()
+            if timing:
+                life = time.perf_counter() - born
+                parts = ", ".join(f"{k} {v:.1f} s" if isinstance(v, float) else f"{k} {v}"
+                                  for k, v in timing.items())
+                print(f"detaug decode thread (pid {os.getpid()}): alive {life:.1f} s; {parts}",
+                      file=sys.stderr, flush=True)
 
     pool = [threading.Thread(target=decoder_thread, daemon=True) for _ in range(max(1, int(threads)))]
     for t in pool:
