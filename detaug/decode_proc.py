@@ -142,15 +142,15 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
         # decoded images, released once the copies out of them have run (their event is done)
         keep = collections.deque()
 
-        def serve(req, paths, output_type, chunk):
+        def serve(req, paths, output_type, chunk, data=None, failed=None):
             n = len(paths)
             while keep and keep[0][0].done:
                 keep.popleft()
             t0 = time.perf_counter()
-            try:
-                data = read_files(paths)
-            except SampleError as e:
-                return ("done", req, None, None, [(e.position, str(e))])
+            if data is None and failed is None:  # (read ahead by the reader thread otherwise)
+                data, failed = read(paths)
+            if failed is not None:
+                return ("done", req, None, None, [failed])
             t1 = time.perf_counter()
             errors = []
             # DETAUG_DECODE_RAW=1 (an experiment): the bytes go to the decoder as they are, parsed
@@ -222,7 +222,7 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
         timing = {} if os.environ.get("DETAUG_DECODE_PROFILE") == "1" else None
         born = time.perf_counter()
         try:
-            while (m := work.get()) is not None:
+            while (m := todo.get()) is not None:
                 try:
                     msg = serve(*m[1:])
                 except (EOFError, OSError):  # stopping, or the pipeline's process went away
@@ -244,9 +244,32 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
                 print(f"detaug decode thread (pid {os.getpid()}): alive {life:.1f} s; {parts}",
                       file=sys.stderr, flush=True)
 
+    def read(paths):
+        """(the files' bytes, None), or (None, (position, message)) where one cannot be read."""
+        try:
+            return read_files(paths), None
+        except SampleError as e:
+            return None, (e.position, str(e))
+        except Exception as e:  # never leave the pipeline waiting
+            return None, (-1, f"decode worker: {type(e).__name__}: {e}")
+
+    def reader_thread():
+        """DETAUG_DECODE_READAHEAD=1 (an experiment): the files of the requests in hand are read
+        here, ahead of the decoder threads."""
+        while (m := work.get()) is not None:
+            data, failed = read(m[2])
+            todo.put(m + (data, failed))
+        for _ in pool:
+            todo.put(None)
+
+    readahead = os.environ.get("DETAUG_DECODE_READAHEAD", "0") == "1"
+    todo = queue.SimpleQueue() if readahead else work  # what the decoder threads take
     pool = [threading.Thread(target=decoder_thread, daemon=True) for _ in range(max(1, int(threads)))]
     for t in pool:
         t.start()
+    if readahead:
+        reader = threading.Thread(target=reader_thread, daemon=True)
+        reader.start()
     # ("free", req) arrives only once the pipeline's work on the region has completed (its
     # releaser waits for an event): nothing here waits for the pipeline's GPU work
     while True:
@@ -265,7 +288,7 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
     with room:
         state["stop"] = True
         room.notify_all()
-    for _ in pool:
+    for _ in ([None] if readahead else pool):  # (the reader thread stops the decoder threads)
         work.put(None)
     for t in pool:
         t.join(timeout=10)

@@ -104,11 +104,10 @@ class DeviceStage:
             ring_bytes=None if self.decode_buffer_mb is None else self.decode_buffer_mb << 20)
         self.memory_plan = plan
         self._decode_service = decode_proc.DecodeService(plan.processes, self.device_id or 0,
-                                                         plan.ring_bytes, plan.threads,
-                                                         memory_plan.RING_SLOTS)
+                                                         plan.ring_bytes, plan.threads, plan.slots)
         # launches whose decode may be under way or held at once: what the rings hold (in
         # launch order, so the launch due next always finds a slot: Executor)
-        self.decode_slots = plan.processes * memory_plan.RING_LAUNCHES
+        self.decode_slots = plan.processes * plan.launches
         # readers whose encoded output only feeds GPU decoders hand over paths: the decode
         # processes read the files themselves
         outputs = {(o.op.id, o.index) for o in self._outputs}

@@ -11,8 +11,8 @@ follow, unless set explicitly:
   sized from the images' annotated sizes where the reader knows them: :data:`RING_LAUNCHES`
   launches of the queue, in launch order, plus one for a batch made by random access); at most
   :data:`DECODE_SHARE` of the budget;
-* ``batches_per_launch``: 1 under :data:`BIG_BUDGET`, else 4 (a launch's outputs are alive
-  together until the last of its batches is consumed);
+* ``batches_per_launch``: 1, or 4 from :data:`BIG_BUDGET` on where launches are not planned
+  ahead (a launch's outputs are alive together until the last of its batches is consumed);
 * the output slots (:func:`output_slots`), decided after the first launch from what its outputs
   really take: the number of launches whose outputs may exist at once (made and not yet handed
   out, or being made); the rest of the budget, less one launch for the batch the caller holds.
@@ -36,6 +36,7 @@ CONTEXT_BYTES = 280_000_000           # one decode process's CUDA context (stack
 DECODER_BYTES = 260_000_000           # one decoder thread, warm, with a call in flight
 DECODE_SHARE = 0.75                   # at most this part of the budget for the decode side
 RING_LAUNCHES = 2                     # launches of decoded images a decode process holds at once
+BIG_RING_LAUNCHES = 4                 # the same from BIG_BUDGET on
 RING_SLOTS = RING_LAUNCHES + 1        # ring slots: one more, for batches made out of the queue
 FALLBACK_IMAGE_BYTES = 1024 * 1024 * 3  # per image, where the reader does not know the sizes
 MIN_RING = 64 << 20
@@ -48,6 +49,12 @@ class DecodePlan:
     threads: int        # decoder threads per process
     ring_bytes: int     # per process
     bytes: int          # what the decode side is planned to take in all
+    launches: int = RING_LAUNCHES  # launches of the queue each process's ring holds at once
+
+    @property
+    def slots(self) -> int:
+        """Ring slots per process: the launches of the queue, plus one for random access."""
+        return self.launches + 1
 
     def describe(self) -> str:
         return (f"{self.processes} decode process(es) x {self.threads} decoder thread(s), "
@@ -91,13 +98,20 @@ def launch_image_bytes(sizes_hw, channels: int, images_per_launch: int) -> int:
     return int(top.sum() * images_per_launch // k)
 
 
+def ring_launches(budget: int) -> int:
+    """Launches each decode process holds at once: more in flight keep the decoders busy
+    (benchmarks/RESULTS.md, session 7), where the budget has room for them."""
+    return BIG_RING_LAUNCHES if budget >= BIG_BUDGET else RING_LAUNCHES
+
+
 def plan_decode(budget: int, launch_bytes: int, processes=None, threads=None,
                 ring_bytes=None) -> DecodePlan:
     """Decode processes, decoder threads and ring size from the budget. The largest
     processes x threads (processes first: they do not share a GIL) whose cost fits
     DECODE_SHARE of the budget; at least one process with one thread, whatever the budget.
     Explicit ``processes`` / ``threads`` / ``ring_bytes`` are kept as given."""
-    ring = int(ring_bytes) if ring_bytes else max(MIN_RING, RING_SLOTS * int(launch_bytes))
+    launches = ring_launches(budget)
+    ring = int(ring_bytes) if ring_bytes else max(MIN_RING, (launches + 1) * int(launch_bytes))
     ring = -(-ring // (1 << 20)) << 20
     cost = lambda p, t: p * (CONTEXT_BYTES + t * DECODER_BYTES + ring)
     cands = [(p, t) for p in range(MAX_DECODE_PROCESSES, 0, -1) for t in range(MAX_DECODE_THREADS, 0, -1)
@@ -107,11 +121,13 @@ def plan_decode(budget: int, launch_bytes: int, processes=None, threads=None,
     fits = [c for c in cands if cost(*c) <= DECODE_SHARE * budget]
     # the most decoders, then the most processes
     p, t = max(fits, key=lambda c: (c[0] * c[1], c[0])) if fits else min(cands, key=lambda c: cost(*c))
-    return DecodePlan(p, t, ring, cost(p, t))
+    return DecodePlan(p, t, ring, cost(p, t), launches)
 
 
-def batches_per_launch(budget: int) -> int:
-    return 4 if budget >= BIG_BUDGET else 1
+def batches_per_launch(budget: int, planned: bool = False) -> int:
+    """1, or 4 from BIG_BUDGET on for a pipeline whose launches are not planned ahead (its
+    per-launch host work runs in the pipeline's process: larger launches amortise it)."""
+    return 4 if budget >= BIG_BUDGET and not planned else 1
 
 
 def output_slots(budget: int, decode_bytes: int, launch_output_bytes: int, depth: int) -> int:

@@ -254,22 +254,27 @@ class Pipeline(DeviceStage, PlanAhead):
                                  for op in self._device_ops)
         if self.has_device_stage:
             self._check_gpu()
+        self._setup_plan_ahead()
         if self._batches_per_launch_arg is None and self.has_device_stage and self._driver.size is not None:
             from . import memory_plan
 
-            self.batches_per_launch = memory_plan.batches_per_launch(self.device_memory_budget)
+            self.batches_per_launch = memory_plan.batches_per_launch(self.device_memory_budget,
+                                                                     self.plan_ahead)
         if self._mixed_decode:
             self._start_decode_service()
         if self._prefetch_arg is None and self._decode_service is not None:
-            self.prefetch_queue_depth = DECODE_PROCESS_PREFETCH
+            # enough launches in flight to hold every ring slot of the queue
+            self.prefetch_queue_depth = max(DECODE_PROCESS_PREFETCH, self.decode_slots)
         # the device stage's two phases: decode (runs ahead), then what makes the outputs (waits
         # for an output slot)
         last = max((k + 1 for k, op in enumerate(self._device_ops)
                     if op.schema.name == "decoders.image" and op.device == "mixed"), default=0)
         self._device_ops_a, self._device_ops_b = self._device_ops[:last], self._device_ops[last:]
-        self._setup_plan_ahead()
         if not self._device_workers_arg:
-            self.device_workers = min(self.prefetch_queue_depth, MAX_DEVICE_WORKERS)
+            # a device worker holds its launch through the decode: one per launch in flight
+            self.device_workers = min(self.prefetch_queue_depth,
+                                      max(MAX_DEVICE_WORKERS, self.decode_slots
+                                          if self._decode_service is not None else 0))
         self.host_processes = self._resolve_host_processes()
         if self.has_device_stage:
             import cupy as cp
