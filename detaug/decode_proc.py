@@ -124,8 +124,10 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
     work = queue.SimpleQueue()     # decode requests; None stops a decoder thread
     send_lock = threading.Lock()
     state = {"stop": False}
-    # DETAUG_DECODE_CPU_THREADS: nvImageCodec's CPU threads per decoder (0 = one per core)
-    cpu_threads = int(os.environ.get("DETAUG_DECODE_CPU_THREADS", 0))
+    # DETAUG_DECODE_CPU_THREADS: nvImageCodec's CPU threads per decoder (0 = one per core).
+    # Default 2: with one per core, each of up to 6 decoders ran 16 threads on 16 cores; 2 took
+    # 35-70 MB less device memory per process and ran as fast or faster (RESULTS.md, session 7)
+    cpu_threads = int(os.environ.get("DETAUG_DECODE_CPU_THREADS", 2))
     raw_arrays = os.environ.get("DETAUG_DECODE_RAW", "0") == "1"
 
     def reply(msg):
