@@ -145,3 +145,64 @@ def test_which_ops_plan_on_the_host():
     assert _static_plannable(op(norm)) and not _static_plannable(op(stats))
     assert not _static_plannable(op(bc)) and not _static_plannable(op(enc_[0]))
     assert {"flip", "random_iou_crop", "pad_boxes", "prune_boxes", "_upload"} <= PLANNABLE
+
+
+class _FakeService:
+    """A decode service that answers with the shapes (or errors) it is given, as decode_proc's
+    DecodeService does: DeviceImages owned by a lease, or (None, [(position, message)])."""
+
+    def __init__(self, shapes=None, errors=()):
+        self.shapes, self.errors, self.calls = shapes, list(errors), []
+
+    def decode(self, paths, output_type, chunk, stream):
+        from detaug.batch import DeviceImages
+
+        self.calls.append((list(paths), output_type, chunk))
+        if self.errors:
+            return None, self.errors
+        sh = np.asarray(self.shapes, np.int64)
+        return DeviceImages(np.arange(1, len(sh) + 1), sh, sh[:, 1] * sh[:, 2], "lease"), []
+
+
+def _decode_ctx(service):
+    import types
+
+    return types.SimpleNamespace(pipeline=types.SimpleNamespace(_decode_service=service, batch_size=3),
+                                 leases=[], stream=None, planning=True)
+
+
+def test_planned_decode_checks_what_the_decode_made():
+    """A planned decode: the annotated sizes plan the shapes; the decode processes get the paths;
+    their images come back with their lease, and a size or channel count other than planned, or a
+    file the process could not decode, is a SampleError naming the file (its place in the batch),
+    so that on_error='skip' replaces it. Unknown sizes or BGR cannot be planned."""
+    from detaug.batch import EncodedBatch
+    from detaug.errors import SampleError
+    from detaug.ops import gpu_decode as gd
+
+    paths = ["a.jpg", "b.jpg", "c.jpg"]
+    enc = EncodedBatch(None, paths, np.array([[10, 20], [30, 40], [5, 6]]))
+    svc = _FakeService([[10, 20, 3], [30, 40, 3], [5, 6, 3]])
+    ctx = _decode_ctx(svc)
+    planned = gd.decode_batch(ctx, enc, "RGB", None).raw
+    assert isinstance(planned, PlannedImages) and planned.shapes.tolist() == svc.shapes
+    assert ctx.leases == [] and svc.calls == []  # planning makes no request
+    images = gd.decode_planned(ctx, planned)
+    assert svc.calls == [(paths, "RGB", 3)] and ctx.leases == ["lease"]
+    assert images.shapes.tolist() == svc.shapes
+    for shapes, errors, where, what in (
+            ([[10, 20, 3], [31, 40, 3], [5, 6, 3]], (), 1, "differs from the annotated size"),
+            (None, [(2, "c.jpg: truncated")], 2, "truncated")):
+        with pytest.raises(SampleError, match=what) as e:
+            gd.decode_planned(_decode_ctx(_FakeService(shapes, errors)), planned)
+        assert (e.value.position, e.value.path) == (where, paths[where])
+    with pytest.raises(RuntimeError, match="worker died"):
+        gd.decode_planned(_decode_ctx(_FakeService(None, [(-1, "worker died")])), planned)
+    gray = gd.decode_batch(_decode_ctx(svc), enc, "GRAY", None).raw
+    assert gray.shapes[:, 2].tolist() == [1, 1, 1]
+    with pytest.raises(SampleError, match="decoded to 3 channels, 1 expected"):
+        gd.decode_planned(_decode_ctx(svc), gray)
+    with pytest.raises(NotPlannable, match="size"):
+        gd.decode_batch(ctx, EncodedBatch(None, paths, np.array([[10, 20], [0, 0], [5, 6]])), "RGB", None)
+    with pytest.raises(NotPlannable, match="BGR"):
+        gd.decode_batch(ctx, enc, "BGR", None)

@@ -188,13 +188,20 @@ def decode_batch(ctx, enc, output_type: str, cpu_decode) -> ImageBatch:
     chunk = max(1, min(CHUNK, ctx.pipeline.batch_size))
     if getattr(ctx, "planning", False):
         return ImageBatch(_planned(ctx, enc, output_type, chunk, cpu_decode), "gpu")
-    import cupy as cp
+    images = _decode(ctx, enc, "RGB" if output_type == "BGR" else output_type, chunk, cpu_decode)
+    if output_type == "BGR":
+        images = DeviceImages.from_arrays([a[:, :, ::-1] for a in images.as_list()],
+                                          images.device_id)
+    return ImageBatch(images, "gpu")
 
-    dev = cp.cuda.Device().id
-    dec_type = "RGB" if output_type == "BGR" else output_type
+
+def _decode(ctx, enc, output_type, chunk, cpu_decode) -> DeviceImages:
+    """Decode ``enc`` ('RGB' or 'GRAY') on ``ctx.stream``: in the pipeline's decode processes for
+    a reader that handed over paths only (the lease goes to ``ctx.leases``), else here; the sizes
+    checked against the annotated ones. A file that fails raises SampleError naming it."""
     service = getattr(ctx.pipeline, "_decode_service", None)
     if service is not None and enc.data is None:  # a paths-only reader: the processes read
-        images, errors = service.decode(enc.paths, dec_type, chunk, ctx.stream)
+        images, errors = service.decode(enc.paths, output_type, chunk, ctx.stream)
         if images is not None:
             ctx.leases.append(images.owners)
         if errors:
@@ -203,11 +210,11 @@ def decode_batch(ctx, enc, output_type: str, cpu_decode) -> ImageBatch:
                 raise RuntimeError(msg)
             raise SampleError(msg, k, enc.paths[k])
     else:
-        images = _decode_here(ctx, enc, dec_type, chunk, dev, cpu_decode)
+        import cupy as cp
+
+        images = _decode_here(ctx, enc, output_type, chunk, cp.cuda.Device().id, cpu_decode)
     _check_sizes(images.shapes, enc)
-    if output_type == "BGR":
-        images = DeviceImages.from_arrays([a[:, :, ::-1] for a in images.as_list()], dev)
-    return ImageBatch(images, "gpu")
+    return images
 
 
 def _planned(ctx, enc, output_type, chunk, cpu_decode) -> PlannedImages:
@@ -227,23 +234,8 @@ def decode_planned(ctx, planned: PlannedImages) -> DeviceImages:
     """Decode planned images on ``ctx.stream``: in the pipeline's decode processes (their lease
     goes to ``ctx.leases``) or here. A file that fails, or decodes to another size than
     planned, raises SampleError naming it."""
-    import cupy as cp
-
     enc = planned.enc
-    service = getattr(ctx.pipeline, "_decode_service", None)
-    if service is not None and enc.data is None:
-        images, errors = service.decode(enc.paths, planned.output_type, planned.chunk, ctx.stream)
-        if images is not None:
-            ctx.leases.append(images.owners)
-        if errors:
-            k, msg = errors[0]
-            if k < 0:
-                raise RuntimeError(msg)
-            raise SampleError(msg, k, enc.paths[k])
-    else:
-        images = _decode_here(ctx, enc, planned.output_type, planned.chunk, cp.cuda.Device().id,
-                              planned.cpu_decode)
-    _check_sizes(images.shapes, enc)
+    images = _decode(ctx, enc, planned.output_type, planned.chunk, planned.cpu_decode)
     bad = np.nonzero(images.shapes[:, 2] != planned.shapes[:, 2])[0]
     if len(bad):
         k = int(bad[0])
