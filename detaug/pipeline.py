@@ -1,4 +1,7 @@
-"""Pipeline: trace -> graph -> build -> run / iterate, epochs, shards, state."""
+"""Pipeline: trace -> graph -> build -> run / iterate, state. Its mixins: the epoch schedule and
+shards (detaug/sharding.py), on_error='skip' (detaug/retries.py), the GPU stage
+(detaug/device_stage.py), planning ahead (detaug/plan_ahead.py), DALI's tuning arguments and the
+graph's export (detaug/dali_api.py)."""
 from __future__ import annotations
 
 import collections
@@ -6,22 +9,19 @@ import functools
 import inspect
 import logging
 import os
-import sys
 import threading
-import warnings
 from typing import Any
 
-import numpy as np
-
 from . import graph as _graph
-from . import persist as _persist
 from . import schedule as _schedule
 from .batch import split_batches
+from .dali_api import DALI_PIPELINE_HINTS, DaliApi, _check_dali_tuning
 from .device_stage import DeviceStage
 from .plan_ahead import PlanAhead
 from .errors import NotFed as _NotFed
-from .executor import BatchContext, Executor, SampleError
-from .rng import epoch_permutation
+from .executor import BatchContext, Executor
+from .retries import Retries
+from .sharding import Sharding, _local_rank
 
 _POLICIES = ("fill", "drop", "partial")
 
@@ -34,28 +34,7 @@ DECODE_PROCESS_PREFETCH = 6
 MAX_DEVICE_WORKERS = 6  # default device_workers: min(prefetch depth, this)
 
 
-
-# DALI's Pipeline arguments that tune its executor or memory and change no value here
-DALI_PIPELINE_HINTS = ("bytes_per_sample", "set_affinity", "max_streams",
-                       "default_cuda_stream_priority", "enable_memory_stats", "py_num_workers",
-                       "py_start_method", "py_callback_pickler", "exec_dynamic",
-                       "experimental_exec_dynamic")
-
-
-def _check_dali_tuning(kwargs):
-    unknown = sorted(set(kwargs) - set(DALI_PIPELINE_HINTS) - {"enable_checkpointing"})
-    if unknown:
-        raise TypeError(f"Pipeline: unknown argument(s) {unknown}")
-    if kwargs.get("enable_checkpointing"):
-        raise NotImplementedError("Pipeline: enable_checkpointing=True (DALI's checkpoints) is "
-                                  "not implemented; detaug resumes exactly with "
-                                  "pipe.state_dict() / load_state_dict()")
-    for k in kwargs:
-        warnings.warn(f"Pipeline: {k}={kwargs[k]!r} is accepted for DALI programs and changes no "
-                      "value here", stacklevel=3)
-
-
-class Pipeline(DeviceStage, PlanAhead):
+class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi):
     """A graph of ops producing batches.
 
     Args:
@@ -358,65 +337,6 @@ class Pipeline(DeviceStage, PlanAhead):
                                          "cpu op (random draws are made on the host)")
 
     # ---- epochs and batches ------------------------------------------------------------------
-    def _shard_order(self, epoch):
-        src = self._driver
-        n = src.size
-        order = epoch_permutation(self.seed, epoch, n) if src.shuffle else np.arange(n, dtype=np.int64)
-        sid, ns = src.shard
-        sid = (sid + epoch) % ns if getattr(src, "moves_shards", False) else sid  # DALI's stick_to_shard=False
-        return order[_schedule.shard_positions(n, sid, ns, self._shard_policy_of(src))]
-
-    def _epoch_samples(self) -> int:
-        """Samples of the shard's epoch: its size, or with a reader's ``pad_last_batch`` (DALI's)
-        the largest shard's, every shard then having as many batches."""
-        if getattr(self._driver, "pad_last_batch", False):
-            return -(-self._driver.size // self._driver.shard[1])
-        return self.shard_size()
-
-    def _shard_policy_of(self, src) -> str:
-        """A reader given DALI's sharding arguments (``pad_last_batch``, ``stick_to_shard``)
-        shards as DALI does ('uneven': its padding is its own); others by the pipeline's policy."""
-        if getattr(src, "dali_sharding", False):
-            return "uneven"
-        return self.shard_policy
-
-    def epoch_size(self, name: str | None = None) -> int | dict | None:
-        """Number of records the reader holds (all shards), as DALI's ``epoch_size``."""
-        self.build()
-        if name is None:
-            return {op.name: s.size for op_id, s in self._sources.items()
-                    for op in [self.graph.ops[op_id]]} if len(self._sources) > 1 else self._driver.size
-        for op_id, s in self._sources.items():
-            if self.graph.ops[op_id].name == name:
-                return s.size
-        raise KeyError(f"no reader named {name!r}")
-
-    def shard_size(self) -> int:
-        self.build()
-        return _schedule.shard_size(self._driver.size, *self._driver.shard,
-                                    self._shard_policy_of(self._driver))
-
-    def __len__(self) -> int:
-        """Batches per epoch on this shard."""
-        self.build()
-        if self._driver.size is None:
-            raise TypeError("this pipeline's source has no size: give external_source a size")
-        return _schedule.batches_per_epoch(self._epoch_samples(), self.batch_size, self.last_batch_policy)
-
-    def _indices(self, epoch, batch_index, count=1):
-        """(record indices, positions in the shard order, batch sizes) of batches
-        ``batch_index .. batch_index + count - 1`` of ``epoch``, concatenated."""
-        order = self._shard_order(epoch)
-        n = self._epoch_samples()
-        pos, sizes = _schedule.batch_positions(n, batch_index, count, self.batch_size,
-                                               self.last_batch_policy)
-        if getattr(self._driver, "pad_last_batch", False) and len(order):
-            # DALI's pad_last_batch: what follows the shard's last sample repeats it
-            start = batch_index * self.batch_size
-            pos = np.minimum(np.concatenate([start + k * self.batch_size + np.arange(m)
-                                             for k, m in enumerate(sizes)]), len(order) - 1)
-        return order[pos], pos, sizes
-
     def _prepare(self, key):
         """Every source's data for the launch ``key = (epoch, first batch, batch count)``, in
         submission order. ``iter_setup`` runs once per batch of the launch (before it is
@@ -430,44 +350,6 @@ class Pipeline(DeviceStage, PlanAhead):
             raise _NotFed(f"{hungry[0]}: no data fed; call pipe.feed_input() before run() or in "
                           "iter_setup()")
         return {op_id: s.prepare(key) for op_id, s in self._sources.items()}
-
-    def _schedule(self, epoch, batch_index, count):
-        """(record indices, positions, batch sizes) that the schedule gives batches
-        ``batch_index .. batch_index + count - 1``: :meth:`_indices` for a sized source, else
-        :func:`schedule.unsized_indices` (no positions)."""
-        if self._driver.size is not None:
-            return self._indices(epoch, batch_index, count)
-        idx, sizes = _schedule.unsized_indices(batch_index, count, self.batch_size)
-        return idx, None, sizes
-
-    def _fed_sizes(self, prepared):
-        """(source name, samples per batch) of the sources fed whole batches (an iterable or
-        ``feed_input``), which must agree; None when no source is fed."""
-        found = None
-        for op_id, payload in prepared.items():
-            sizes = payload.get("sizes") if isinstance(payload, dict) else None
-            if sizes is None:
-                continue
-            name = self.graph.ops[op_id].name
-            if found is not None and list(sizes) != found[1]:
-                raise ValueError(f"external sources {found[0]!r} and {name!r} were fed batches of "
-                                 f"different sizes ({found[1]} and {list(sizes)} samples)")
-            found = found or (name, list(sizes))
-        return found
-
-    def _fit_to_fed(self, key, idx, pos, sizes, fed):
-        """:func:`schedule.fit_to_fed` for the launch ``key``, its error naming the source."""
-        name, fed_sizes = fed
-        epoch, b = key[0], key[1]
-        sized = (f", size={self._driver.size}, last_batch_policy={self.last_batch_policy!r}"
-                 if self._driver.size is not None else "")
-
-        def where(j, n, room):
-            return (f"{name}: batch {b + j} of epoch {epoch} was fed {n} samples, more than the "
-                    f"{room} the schedule has room for (batch_size={self.batch_size}{sized}): "
-                    "feed at most that many per batch")
-
-        return _schedule.fit_to_fed(idx, pos, sizes, fed_sizes, where)
 
     def _make_ctx(self, key, prepared, pool, indices=None, ctx_type=BatchContext):
         """The batch context of a launch: the schedule's sample indices (:meth:`_schedule`), cut
@@ -500,43 +382,6 @@ class Pipeline(DeviceStage, PlanAhead):
             for k, v in enumerate(outs):
                 ctx.values[(op.id, k)] = v
 
-    def _with_retries(self, key, prepared, pool, stage, indices=None, stream=None, skips=None,
-                      walks=None, ctx_type=BatchContext):
-        """Run ``stage(ctx)``; under on_error='skip' replace a failing sample by the next record
-        of the same epoch order and run the batch again, for as long as the order has records
-        left to try: a replacement that walks the whole order back to where it began means every
-        record failed, and raises. The skips travel with the batch and are counted when the
-        batch is handed out (a prefetched batch never used counts nothing)."""
-        skips = [] if skips is None else skips
-        walks = {} if walks is None else walks  # batch position -> the record its walk began at
-        while True:
-            ctx = self._make_ctx(key, prepared, pool, indices, ctx_type)
-            ctx.stream, ctx.skips, ctx.walks = stream or ctx.stream, skips, walks
-            try:
-                stage(ctx)
-                return ctx
-            except SampleError as e:
-                self._retire_leases(ctx)
-                indices = self._replacement(key, ctx, e, walks)
-
-    def _replacement(self, key, ctx, e, walks):
-        """Note the skip on the batch and return its indices with the bad one replaced by the
-        next record of the epoch order (each position walks the order at most once)."""
-        if self.on_error != "skip" or e.position is None or ctx.positions is None:
-            raise e
-        ctx.skips.append((e.path, str(e)))
-        order = self._shard_order(key[0])
-        indices = ctx.sample_index.copy()
-        start = walks.setdefault(e.position, int(indices[e.position]))
-        cur = int(np.nonzero(order == indices[e.position])[0][0])
-        nxt = int(order[(cur + 1) % len(order)])
-        if nxt == start:
-            raise RuntimeError(f"batch {key[1]} of epoch {key[0]}: every record of the epoch order "
-                               f"failed to load, nothing is left to replace {e.path} with "
-                               f"(last error: {e})") from e
-        indices[e.position] = nxt
-        return indices
-
     def _run_host_job(self, key, prepared):
         """The host stage of a launch in a host worker process (single-threaded there): a CPU
         pipeline's outputs, or a GPU pipeline's plan (detaug/plan_ahead.py)."""
@@ -548,23 +393,6 @@ class Pipeline(DeviceStage, PlanAhead):
             return key, prepared, self._plan_or_not(key, prepared, pool)
         ctx = self._with_retries(key, prepared, pool, lambda c: self._run_ops(c, self._host_ops))
         return (key, prepared, ctx) if self.has_device_stage else self._collect(ctx)
-
-    def _count_skips(self, skips, epoch):
-        """Warn about and count each bad file once per epoch: a retry's replacement, or the
-        last batch's wrap-around under 'fill', can meet the same file again in one epoch.
-        ``stats``: 'skipped' (files skipped, once per epoch each), 'skipped_files' ((path,
-        why) in that order), 'batches' (batches handed out), and 'reader_skipped' where a
-        reader dropped annotations at build."""
-        new = []
-        with self._lock:
-            for path, why in skips:
-                if (epoch, path) not in self._skips_seen:
-                    self._skips_seen.add((epoch, path))
-                    new.append((path, why))
-                    self.stats["skipped"] += 1
-                    self.stats["skipped_files"].append((path, why))
-        for path, why in new:
-            warnings.warn(f"skipping {path}: {why}")
 
     # ---- running ------------------------------------------------------------------------------
     def _executor_ready(self):
@@ -716,31 +544,6 @@ class Pipeline(DeviceStage, PlanAhead):
         ds = getattr(self._driver, "dataset", None)
         return list(ds.class_names) if ds is not None else getattr(self._driver, "class_names", None)
 
-    def set_shard(self, shard_id: int, num_shards: int, shard_policy: str | None = None) -> None:
-        """Shard the readers that have no shard_id / num_shards of their own (the PyTorch
-        iterator does this from torch.distributed); restarts the current epoch's iteration.
-        ``shard_policy``: None keeps the pipeline's (see the class)."""
-        if not 0 <= int(shard_id) < int(num_shards):
-            raise ValueError(f"shard_id {shard_id} not in [0, {num_shards})")
-        if shard_policy is not None:
-            if shard_policy not in _schedule.SHARD_POLICIES:
-                raise ValueError(f"shard_policy must be one of {_schedule.SHARD_POLICIES}")
-            self.shard_policy = shard_policy
-        self.shard_id, self.num_shards = int(shard_id), int(num_shards)
-        if self._built:
-            for op_id, src in self._sources.items():
-                a = self.graph.ops[op_id].args
-                if a.get("shard_id") is None and a.get("num_shards") is None:
-                    src.shard = (self.shard_id, self.num_shards)
-            self._start(self._epoch, 0)
-
-    @property
-    def shard_info(self) -> dict:
-        """The driving reader's sharding: shard_id, num_shards, random_shuffle."""
-        self.build()
-        sid, ns = self._driver.shard
-        return {"shard_id": sid, "num_shards": ns, "random_shuffle": self._driver.shuffle}
-
     @property
     def epoch(self) -> int:
         return self._epoch
@@ -772,54 +575,9 @@ class Pipeline(DeviceStage, PlanAhead):
         if svc is not None:
             svc.stop()
 
-    # ---- graph export -----------------------------------------------------------------------
-    def save_graph_to_dot_file(self, path: str) -> None:
-        """Write the graph in Graphviz dot: one box per op (name, device), one edge per input."""
-        self.build()
-        _persist.save_dot(path, self._needed_ops(), self._outputs)
-
-    def serialize(self) -> bytes:
-        """The pipeline's parameters and traced graph as bytes (pickle); arguments such as an
-        external source's callable must be picklable."""
-        self.build()
-        params = dict(batch_size=self.batch_size, num_threads=self.num_threads,
-                      device_id=self._device_id_arg, seed=self.seed,
-                      prefetch_queue_depth=self._prefetch_arg,
-                      last_batch_policy=self.last_batch_policy, shard_id=self.shard_id,
-                      num_shards=self.num_shards, on_error=self.on_error,
-                      device_workers=self._device_workers_arg,
-                      batches_per_launch=self._batches_per_launch_arg,
-                      decode_processes=self.decode_processes, decode_buffer_mb=self.decode_buffer_mb,
-                      host_processes=self._host_processes_arg,
-                      device_memory_budget=self._budget_arg,
-                      shard_policy=self.shard_policy)  # exec_*: no effect, not kept
-        return _persist.dumps(params, self.graph.ops, self._outputs)
-
-    @classmethod
-    def deserialize(cls, data: bytes, **overrides) -> "Pipeline":
-        """A pipeline rebuilt from :meth:`serialize`'s bytes (``overrides`` replace parameters)."""
-        params, rebuild = _persist.loads(data)
-        pipe = cls(**{**params, **overrides})
-        pipe.set_outputs(*rebuild(pipe.graph))
-        return pipe
-
 
 _PIPE_PARAMS = set(inspect.signature(Pipeline.__init__).parameters) - {"self", "dali_tuning"} | set(
     DALI_PIPELINE_HINTS) | {"enable_checkpointing"}
-
-
-def _local_rank():
-    """The process's local rank for a default device_id: torchrun's ``LOCAL_RANK``, else, where
-    torch.distributed is initialised (torch.multiprocessing.spawn), the rank modulo the GPUs
-    visible; None outside a distributed run. torch is not imported here."""
-    env = os.environ.get("LOCAL_RANK", "")
-    if env.strip():
-        return int(env)
-    torch = sys.modules.get("torch")
-    dist = getattr(torch, "distributed", None)
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        return dist.get_rank() % max(1, torch.cuda.device_count())
-    return None
 
 
 def pipeline_def(fn=None, **defaults):

@@ -1,0 +1,64 @@
+"""DALI's Pipeline API about a pipeline's definition rather than its running (a mixin of
+:class:`detaug.pipeline.Pipeline`): the tuning arguments DALI programs pass that change nothing
+here (:data:`DALI_PIPELINE_HINTS`, accepted with a warning; ``enable_checkpointing=True``
+refused), and the traced graph's export: ``serialize`` / ``deserialize`` (detaug/persist.py's
+format) and ``save_graph_to_dot_file`` (Graphviz)."""
+from __future__ import annotations
+
+import warnings
+
+from . import persist as _persist
+
+# DALI's Pipeline arguments that tune its executor or memory and change no value here
+DALI_PIPELINE_HINTS = ("bytes_per_sample", "set_affinity", "max_streams",
+                       "default_cuda_stream_priority", "enable_memory_stats", "py_num_workers",
+                       "py_start_method", "py_callback_pickler", "exec_dynamic",
+                       "experimental_exec_dynamic")
+
+
+def _check_dali_tuning(kwargs):
+    unknown = sorted(set(kwargs) - set(DALI_PIPELINE_HINTS) - {"enable_checkpointing"})
+    if unknown:
+        raise TypeError(f"Pipeline: unknown argument(s) {unknown}")
+    if kwargs.get("enable_checkpointing"):
+        raise NotImplementedError("Pipeline: enable_checkpointing=True (DALI's checkpoints) is "
+                                  "not implemented; detaug resumes exactly with "
+                                  "pipe.state_dict() / load_state_dict()")
+    for k in kwargs:
+        warnings.warn(f"Pipeline: {k}={kwargs[k]!r} is accepted for DALI programs and changes no "
+                      "value here", stacklevel=3)
+
+
+class DaliApi:
+    """The graph export of :class:`~detaug.pipeline.Pipeline` (DALI's names)."""
+
+    # ---- graph export -----------------------------------------------------------------------
+    def save_graph_to_dot_file(self, path: str) -> None:
+        """Write the graph in Graphviz dot: one box per op (name, device), one edge per input."""
+        self.build()
+        _persist.save_dot(path, self._needed_ops(), self._outputs)
+
+    def serialize(self) -> bytes:
+        """The pipeline's parameters and traced graph as bytes (pickle); arguments such as an
+        external source's callable must be picklable."""
+        self.build()
+        params = dict(batch_size=self.batch_size, num_threads=self.num_threads,
+                      device_id=self._device_id_arg, seed=self.seed,
+                      prefetch_queue_depth=self._prefetch_arg,
+                      last_batch_policy=self.last_batch_policy, shard_id=self.shard_id,
+                      num_shards=self.num_shards, on_error=self.on_error,
+                      device_workers=self._device_workers_arg,
+                      batches_per_launch=self._batches_per_launch_arg,
+                      decode_processes=self.decode_processes, decode_buffer_mb=self.decode_buffer_mb,
+                      host_processes=self._host_processes_arg,
+                      device_memory_budget=self._budget_arg,
+                      shard_policy=self.shard_policy)  # exec_*: no effect, not kept
+        return _persist.dumps(params, self.graph.ops, self._outputs)
+
+    @classmethod
+    def deserialize(cls, data: bytes, **overrides) -> DaliApi:  # a Pipeline (cls)
+        """A pipeline rebuilt from :meth:`serialize`'s bytes (``overrides`` replace parameters)."""
+        params, rebuild = _persist.loads(data)
+        pipe = cls(**{**params, **overrides})
+        pipe.set_outputs(*rebuild(pipe.graph))
+        return pipe

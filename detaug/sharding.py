@@ -1,0 +1,158 @@
+"""The epoch schedule and the sharding of a pipeline (a mixin of :class:`detaug.pipeline.Pipeline`):
+which records each batch of an epoch takes on this shard (the keyed shuffle, the shard's part under
+its shard policy, DALI's ``pad_last_batch`` and ``stick_to_shard=False``), the epoch's size and
+batch count, the fitting of a launch's schedule to the batches fed to an external source,
+``set_shard`` / ``shard_info``, and the default device of a process of a distributed run
+(:func:`_local_rank`). The arithmetic is detaug/schedule.py's; this mixin applies it to the
+pipeline's driving reader."""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+from . import schedule as _schedule
+from .rng import epoch_permutation
+
+
+class Sharding:
+    """Epochs, batches and shards of :class:`~detaug.pipeline.Pipeline` (its state: ``_driver``,
+    ``_sources``, ``seed``, ``batch_size``, ``last_batch_policy``, ``shard_*``)."""
+
+    # ---- epochs and batches ------------------------------------------------------------------
+    def _shard_order(self, epoch):
+        src = self._driver
+        n = src.size
+        order = epoch_permutation(self.seed, epoch, n) if src.shuffle else np.arange(n, dtype=np.int64)
+        sid, ns = src.shard
+        sid = (sid + epoch) % ns if getattr(src, "moves_shards", False) else sid  # DALI's stick_to_shard=False
+        return order[_schedule.shard_positions(n, sid, ns, self._shard_policy_of(src))]
+
+    def _epoch_samples(self) -> int:
+        """Samples of the shard's epoch: its size, or with a reader's ``pad_last_batch`` (DALI's)
+        the largest shard's, every shard then having as many batches."""
+        if getattr(self._driver, "pad_last_batch", False):
+            return -(-self._driver.size // self._driver.shard[1])
+        return self.shard_size()
+
+    def _shard_policy_of(self, src) -> str:
+        """A reader given DALI's sharding arguments (``pad_last_batch``, ``stick_to_shard``)
+        shards as DALI does ('uneven': its padding is its own); others by the pipeline's policy."""
+        if getattr(src, "dali_sharding", False):
+            return "uneven"
+        return self.shard_policy
+
+    def epoch_size(self, name: str | None = None) -> int | dict | None:
+        """Number of records the reader holds (all shards), as DALI's ``epoch_size``."""
+        self.build()
+        if name is None:
+            return {op.name: s.size for op_id, s in self._sources.items()
+                    for op in [self.graph.ops[op_id]]} if len(self._sources) > 1 else self._driver.size
+        for op_id, s in self._sources.items():
+            if self.graph.ops[op_id].name == name:
+                return s.size
+        raise KeyError(f"no reader named {name!r}")
+
+    def shard_size(self) -> int:
+        self.build()
+        return _schedule.shard_size(self._driver.size, *self._driver.shard,
+                                    self._shard_policy_of(self._driver))
+
+    def __len__(self) -> int:
+        """Batches per epoch on this shard."""
+        self.build()
+        if self._driver.size is None:
+            raise TypeError("this pipeline's source has no size: give external_source a size")
+        return _schedule.batches_per_epoch(self._epoch_samples(), self.batch_size, self.last_batch_policy)
+
+    def _indices(self, epoch, batch_index, count=1):
+        """(record indices, positions in the shard order, batch sizes) of batches
+        ``batch_index .. batch_index + count - 1`` of ``epoch``, concatenated."""
+        order = self._shard_order(epoch)
+        n = self._epoch_samples()
+        pos, sizes = _schedule.batch_positions(n, batch_index, count, self.batch_size,
+                                               self.last_batch_policy)
+        if getattr(self._driver, "pad_last_batch", False) and len(order):
+            # DALI's pad_last_batch: what follows the shard's last sample repeats it
+            start = batch_index * self.batch_size
+            pos = np.minimum(np.concatenate([start + k * self.batch_size + np.arange(m)
+                                             for k, m in enumerate(sizes)]), len(order) - 1)
+        return order[pos], pos, sizes
+
+    def _schedule(self, epoch, batch_index, count):
+        """(record indices, positions, batch sizes) that the schedule gives batches
+        ``batch_index .. batch_index + count - 1``: :meth:`_indices` for a sized source, else
+        :func:`schedule.unsized_indices` (no positions)."""
+        if self._driver.size is not None:
+            return self._indices(epoch, batch_index, count)
+        idx, sizes = _schedule.unsized_indices(batch_index, count, self.batch_size)
+        return idx, None, sizes
+
+    def _fed_sizes(self, prepared):
+        """(source name, samples per batch) of the sources fed whole batches (an iterable or
+        ``feed_input``), which must agree; None when no source is fed."""
+        found = None
+        for op_id, payload in prepared.items():
+            sizes = payload.get("sizes") if isinstance(payload, dict) else None
+            if sizes is None:
+                continue
+            name = self.graph.ops[op_id].name
+            if found is not None and list(sizes) != found[1]:
+                raise ValueError(f"external sources {found[0]!r} and {name!r} were fed batches of "
+                                 f"different sizes ({found[1]} and {list(sizes)} samples)")
+            found = found or (name, list(sizes))
+        return found
+
+    def _fit_to_fed(self, key, idx, pos, sizes, fed):
+        """:func:`schedule.fit_to_fed` for the launch ``key``, its error naming the source."""
+        name, fed_sizes = fed
+        epoch, b = key[0], key[1]
+        sized = (f", size={self._driver.size}, last_batch_policy={self.last_batch_policy!r}"
+                 if self._driver.size is not None else "")
+
+        def where(j, n, room):
+            return (f"{name}: batch {b + j} of epoch {epoch} was fed {n} samples, more than the "
+                    f"{room} the schedule has room for (batch_size={self.batch_size}{sized}): "
+                    "feed at most that many per batch")
+
+        return _schedule.fit_to_fed(idx, pos, sizes, fed_sizes, where)
+
+    def set_shard(self, shard_id: int, num_shards: int, shard_policy: str | None = None) -> None:
+        """Shard the readers that have no shard_id / num_shards of their own (the PyTorch
+        iterator does this from torch.distributed); restarts the current epoch's iteration.
+        ``shard_policy``: None keeps the pipeline's (see the class)."""
+        if not 0 <= int(shard_id) < int(num_shards):
+            raise ValueError(f"shard_id {shard_id} not in [0, {num_shards})")
+        if shard_policy is not None:
+            if shard_policy not in _schedule.SHARD_POLICIES:
+                raise ValueError(f"shard_policy must be one of {_schedule.SHARD_POLICIES}")
+            self.shard_policy = shard_policy
+        self.shard_id, self.num_shards = int(shard_id), int(num_shards)
+        if self._built:
+            for op_id, src in self._sources.items():
+                a = self.graph.ops[op_id].args
+                if a.get("shard_id") is None and a.get("num_shards") is None:
+                    src.shard = (self.shard_id, self.num_shards)
+            self._start(self._epoch, 0)
+
+    @property
+    def shard_info(self) -> dict:
+        """The driving reader's sharding: shard_id, num_shards, random_shuffle."""
+        self.build()
+        sid, ns = self._driver.shard
+        return {"shard_id": sid, "num_shards": ns, "random_shuffle": self._driver.shuffle}
+
+
+def _local_rank():
+    """The process's local rank for a default device_id: torchrun's ``LOCAL_RANK``, else, where
+    torch.distributed is initialised (torch.multiprocessing.spawn), the rank modulo the GPUs
+    visible; None outside a distributed run. torch is not imported here."""
+    env = os.environ.get("LOCAL_RANK", "")
+    if env.strip():
+        return int(env)
+    torch = sys.modules.get("torch")
+    dist = getattr(torch, "distributed", None)
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank() % max(1, torch.cuda.device_count())
+    return None
