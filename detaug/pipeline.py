@@ -61,13 +61,14 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi):
             each counted once per epoch), 'skipped_files' ((path, why) in order), 'batches'
             (batches handed out), 'reader_skipped' (what a reader dropped at build).
         device_workers: threads (each with its own CUDA stream) that run the mixed/gpu stage of
-            consecutive batches; outputs still come in order. Default min(prefetch depth, 6).
+            consecutive batches; outputs still come in order. Default min(prefetch depth, 6), or
+            one per launch the decode rings hold where that is more (12 at an 8 GB budget).
         batches_per_launch: run this many consecutive batches through the graph together (one
             pass of every op, one launch per kernel) and hand them out one by one: the per-batch
             Python cost is paid once per group. Results are identical (every draw is keyed by
             the sample); needs a sized source. Default (None): for pipelines with a GPU stage and
-            a sized source, from ``device_memory_budget`` (4 from 6 GB on, else 1: a launch's
-            outputs live together), else 1.
+            a sized source, from ``device_memory_budget`` (4 from 6 GB on for a pipeline whose
+            launches are not planned ahead, else 1: a launch's outputs live together), else 1.
         device_memory_budget: device memory (bytes, or a string such as '2GB') that a pipeline
             with a GPU stage may take besides what this process already holds: its decode
             processes (context, decoders, ring buffers) and its output batches in flight.
@@ -78,11 +79,11 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi):
         decode_processes: for a GPU decoder (decoders.image device='mixed'): worker processes
             that read and decode the files (nvImageCodec) into a device buffer shared with this
             process, so that the decoder never waits for this process's GIL (detaug/decode_proc.py
-            says why). Default: from the budget (1 at 2 GB, 3 at 8 GB), or
+            says why). Default: from the budget (2 at 2 GB, 3 at 8 GB), or
             DETAUG_DECODE_PROCESSES; 0 decodes in the device-stage threads.
-        decode_buffer_mb: device buffer of each decode process, in MiB. Default: room for three
-            launches of decoded images, sized from the annotated image sizes where the reader
-            knows them (else 3 MB an image).
+        decode_buffer_mb: device buffer of each decode process, in MiB. Default: room for the
+            launches of decoded images it holds (2, or 4 from 6 GB on) plus one, sized from the
+            annotated image sizes where the reader knows them (else 3 MB an image).
         exec_pipelined, exec_async: DALI's executor switches, accepted for ported programs; the
             executor is always pipelined and asynchronous (the values do not change results).
         **dali_tuning: DALI's other tuning arguments (``DALI_PIPELINE_HINTS``: set_affinity,
