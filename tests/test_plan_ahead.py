@@ -206,3 +206,90 @@ def test_planned_decode_checks_what_the_decode_made():
         gd.decode_batch(ctx, EncodedBatch(None, paths, np.array([[10, 20], [0, 0], [5, 6]])), "RGB", None)
     with pytest.raises(NotPlannable, match="BGR"):
         gd.decode_batch(ctx, enc, "BGR", None)
+
+
+class _NoDecodeService:
+    """Stands in for decode_proc.DecodeService at build: planning only needs to know that the
+    pipeline's files are decoded by decode processes."""
+
+    def __init__(self, *args):
+        self.workers, self.threads = [], 1
+
+    def stop(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def _det_graph(pipe, device):
+    import os
+
+    from conftest import COCO
+
+    with pipe:
+        enc, boxes = fn.readers.coco(file_root=os.path.join(COCO, "images"),
+                                     annotations_file=os.path.join(COCO, "annotations.json"),
+                                     random_shuffle=True)
+        img = fn.decoders.image(enc, device=device)
+        img, boxes = fn.random_iou_crop(img, boxes)
+        img, boxes = fn.flip(img, boxes, horizontal=fn.random.coin_flip())
+        img, boxes = fn.rotate(img, boxes, angle=fn.random.uniform(range=(-15, 15)))
+        img, boxes = fn.resize(img, boxes, size=(48, 64))
+        boxes = fn.prune_boxes(boxes, min_size=1)
+        pipe.set_outputs(fn.normalize(img, mean=list(MEAN), std=list(STD), output_layout="CHW"),
+                         fn.pad_boxes(boxes, max_boxes=24))
+
+
+def test_a_launch_planned_without_a_gpu_equals_the_cpu_pipeline(fake_gpu, monkeypatch):
+    """The GPU pipeline's plan made on a machine without a GPU (its build's GPU parts stood in
+    for): it pickles and unpickles whole (what a worker sends); its padded boxes, labels and
+    counts equal the CPU pipeline's bit for bit (both are the NumPy twins); its planned warp, run
+    by warp.cu's kernel (emulated) on the images decoded by Pillow, gives the CPU pipeline's
+    pixels (the float64 twin) within 1e-3, for batches of two epochs."""
+    import pickle
+    import types
+
+    from detaug import Pipeline, backend, decode_proc
+    from detaug.ops.decode import decode_pillow
+    from detaug.ops.sources import read_files
+
+    cuda = sys.modules["cupy"].cuda
+    cuda.Device = lambda i=0: types.SimpleNamespace(use=lambda: None, id=0)
+    cuda.Stream = lambda non_blocking=True: types.SimpleNamespace(ptr=0)
+    monkeypatch.setattr(Pipeline, "_check_gpu", lambda self: None)
+    monkeypatch.setattr(decode_proc, "DecodeService", _NoDecodeService)
+    monkeypatch.delenv("DETAUG_PLAN_AHEAD", raising=False)
+    gpu = Pipeline(batch_size=6, seed=5, device_id=0, host_processes=0, decode_processes=1)
+    _det_graph(gpu, "mixed")
+    gpu.build()
+    assert gpu.plan_ahead and gpu._rest_ops == [] and gpu._paths_only
+    fake_cupy = sys.modules["cupy"]
+    backend.set_cpu_warp("reference")
+    try:
+        cpu = Pipeline(batch_size=6, seed=5, num_threads=1, host_processes=0)
+        _det_graph(cpu, "cpu")
+        for epoch, b in ((0, 0), (0, 5), (1, 3)):
+            key = (epoch, b, 1)
+            sys.modules["cupy"] = None  # planning never imports cupy (a worker must not)
+            try:
+                plan = gpu._plan_launch(key, gpu._prepare(key), None)
+            finally:
+                sys.modules["cupy"] = fake_cupy
+            plan = pickle.loads(pickle.dumps(plan, protocol=5))
+            ref_img, ref_boxes = cpu.run_batch(b, epoch=epoch)
+            img_key, box_key = [(o.op.id, o.index) for o in gpu._outputs]
+            boxes = plan.values[box_key]
+            assert boxes.keys() == ref_boxes.keys()
+            for k in boxes:
+                np.testing.assert_array_equal(boxes[k], ref_boxes[k], err_msg=k)
+            warp = plan.values[img_key].raw
+            assert isinstance(warp, DeferredWarp) and warp.source.enc.data is None
+            pixels = [decode_pillow(buf) for buf in read_files(warp.source.enc.paths)]
+            assert [p.shape for p in pixels] == [tuple(s) for s in warp.source.shapes]
+            got = W.launch_warp(warp.launch, [p.ctypes.data for p in pixels])
+            assert got.shape == ref_img.data.shape == (6, 3, 48, 64)
+            assert np.abs(got - ref_img.data).max() <= 1e-3
+    finally:
+        backend.set_cpu_warp("opencv")
+        gpu.close()
