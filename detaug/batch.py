@@ -396,14 +396,21 @@ class BoxBatch:
         """Upload once (the mixed stage): boxes, labels, fields and mask; keep the host copy."""
         if self.device == "gpu":
             return self
+        return self.on_device(backend.upload_many(self.device_arrays(), ctx.stream))
+
+    def device_arrays(self) -> list:
+        """The host arrays an upload takes: boxes, labels, the fields in order, the mask if any."""
+        host = [self.boxes, self.labels] + [self.fields[k] for k in self.fields]
+        return host + ([] if self.valid is None else [self.valid])
+
+    def on_device(self, dev) -> "BoxBatch":
+        """This host batch on the GPU, from the upload of :meth:`device_arrays` (in its order);
+        this batch stays its host copy."""
         names = list(self.fields)
-        host = [self.boxes, self.labels] + [self.fields[k] for k in names]
-        host += [] if self.valid is None else [self.valid]
-        dev = backend.upload_many(host, ctx.stream)
-        valid = dev.pop() if self.valid is not None else None
+        valid = dev[-1] if self.valid is not None else None
         return BoxBatch(dev[0], dev[1], self.offsets, self.canvas, "gpu",
-                        dict(zip(names, dev[2:])), valid, self.geometry, self, self.fmt,
-                        self.region)
+                        dict(zip(names, dev[2:2 + len(names)])), valid, self.geometry, self,
+                        self.fmt, self.region)
 
     def per_sample(self) -> list:
         """Host list of dicts {'boxes', 'labels', <fields>} of the valid boxes of each sample.

@@ -105,7 +105,7 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
 
     from .errors import SampleError
     from .ops.decode import _decode_one
-    from .ops.gpu_decode import _describe, code_streams, decode_chunks, jpeg_complete, warm_up
+    from .ops.gpu_decode import _describe, code_streams, decode_chunks, warm_up
     from .ops.sources import EncodedBatch, read_files
 
     rt = cp.cuda.runtime
@@ -128,7 +128,6 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
     # Default 2: with one per core, each of up to 6 decoders ran 16 threads on 16 cores; 2 took
     # 35-70 MB less device memory per process and ran as fast or faster (RESULTS.md, session 7)
     cpu_threads = int(os.environ.get("DETAUG_DECODE_CPU_THREADS", 2))
-    raw_arrays = os.environ.get("DETAUG_DECODE_RAW", "0") == "1"
 
     def reply(msg):
         with send_lock:
@@ -144,21 +143,18 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
         # decoded images, released once the copies out of them have run (their event is done)
         keep = collections.deque()
 
-        def serve(req, paths, output_type, chunk, data=None, failed=None):
+        def serve(req, paths, output_type, chunk):
             n = len(paths)
             while keep and keep[0][0].done:
                 keep.popleft()
             t0 = time.perf_counter()
-            if data is None and failed is None:  # (read ahead by the reader thread otherwise)
-                data, failed = read(paths)
-            if failed is not None:
-                return ("done", req, None, None, [failed])
+            try:
+                data = read_files(paths)
+            except SampleError as e:
+                return ("done", req, None, None, [(e.position, str(e))])
             t1 = time.perf_counter()
             errors = []
-            # DETAUG_DECODE_RAW=1 (an experiment): the bytes go to the decoder as they are, parsed
-            # inside its call (as the decode ceiling does), a truncated JPEG to the CPU decoder
-            streams = ([d if jpeg_complete(d) else None for d in data] if raw_arrays
-                       else code_streams(data))
+            streams = code_streams(data)
             idx = [k for k in range(n) if streams[k] is not None]
             t2 = time.perf_counter()
             results = decode_chunks(decoder, [streams[k] for k in idx], output_type, chunk, stream.ptr)
@@ -224,7 +220,7 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
         timing = {} if os.environ.get("DETAUG_DECODE_PROFILE") == "1" else None
         born = time.perf_counter()
         try:
-            while (m := todo.get()) is not None:
+            while (m := work.get()) is not None:
                 try:
                     msg = serve(*m[1:])
                 except (EOFError, OSError):  # stopping, or the pipeline's process went away
@@ -246,32 +242,9 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
                 print(f"detaug decode thread (pid {os.getpid()}): alive {life:.1f} s; {parts}",
                       file=sys.stderr, flush=True)
 
-    def read(paths):
-        """(the files' bytes, None), or (None, (position, message)) where one cannot be read."""
-        try:
-            return read_files(paths), None
-        except SampleError as e:
-            return None, (e.position, str(e))
-        except Exception as e:  # never leave the pipeline waiting
-            return None, (-1, f"decode worker: {type(e).__name__}: {e}")
-
-    def reader_thread():
-        """DETAUG_DECODE_READAHEAD=1 (an experiment): the files of the requests in hand are read
-        here, ahead of the decoder threads."""
-        while (m := work.get()) is not None:
-            data, failed = read(m[2])
-            todo.put(m + (data, failed))
-        for _ in pool:
-            todo.put(None)
-
-    readahead = os.environ.get("DETAUG_DECODE_READAHEAD", "0") == "1"
-    todo = queue.SimpleQueue() if readahead else work  # what the decoder threads take
     pool = [threading.Thread(target=decoder_thread, daemon=True) for _ in range(max(1, int(threads)))]
     for t in pool:
         t.start()
-    if readahead:
-        reader = threading.Thread(target=reader_thread, daemon=True)
-        reader.start()
     # ("free", req) arrives only once the pipeline's work on the region has completed (its
     # releaser waits for an event): nothing here waits for the pipeline's GPU work
     while True:
@@ -290,7 +263,7 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
     with room:
         state["stop"] = True
         room.notify_all()
-    for _ in ([None] if readahead else pool):  # (the reader thread stops the decoder threads)
+    for _ in pool:
         work.put(None)
     for t in pool:
         t.join(timeout=10)

@@ -159,7 +159,7 @@ class DeviceStage:
         if isinstance(ctx, LaunchPlan):  # planned ahead (detaug/plan_ahead.py)
             return self._run_planned(key, prepared, ctx, pool, stream or self._stream, admit)
         if isinstance(ctx, NotPlanned):  # the whole launch here, as without planning
-            ctx = self._with_retries(key, prepared, pool, lambda c: self._run_ops(c, self._host_ops))
+            ctx = self._host_stage(key, prepared, pool)
         ctx.stream = stream or self._stream
         try:
             admit.decode()  # a ring slot, in launch order
@@ -170,8 +170,7 @@ class DeviceStage:
         except SampleError as e:
             self._retire_leases(ctx)  # the retry decodes again: give the ring slots back first
             admit()
-            both = lambda c: (self._run_ops(c, self._host_ops), self._run_ops(c, self._device_ops))
-            ctx = self._with_retries(key, prepared, pool, both,
+            ctx = self._with_retries(key, prepared, pool, self._run_whole,
                                      self._replacement(key, ctx, e, ctx.walks),
                                      stream=ctx.stream, skips=ctx.skips, walks=ctx.walks)
         out = self._collect(ctx)

@@ -26,7 +26,6 @@ from .sharding import Sharding, _local_rank
 _POLICIES = ("fill", "drop", "partial")
 
 
-GPU_BATCHES_PER_LAUNCH = 4  # default batches_per_launch of pipelines with a GPU stage
 # default prefetch_queue_depth (launches in flight) of pipelines that decode in decode processes:
 # each launch holds a device worker while its files are decoded, so the decoders idle with few
 # launches in flight (6 beat 4 with 3 processes: benchmarks/RESULTS.md, session 3)
@@ -137,9 +136,7 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi):
         self.prefetch_queue_depth = 2 if prefetch_queue_depth is None else max(1, int(prefetch_queue_depth))
         self.last_batch_policy, self.on_error = last_batch_policy, on_error
         self.shard_id, self.num_shards = int(shard_id), int(num_shards)
-        if shard_policy not in _schedule.SHARD_POLICIES:
-            raise ValueError(f"shard_policy must be one of {_schedule.SHARD_POLICIES}")
-        self.shard_policy = shard_policy
+        self.shard_policy = _schedule.check_shard_policy(shard_policy, "shard_policy")
         self.device_workers = int(device_workers or min(self.prefetch_queue_depth, MAX_DEVICE_WORKERS))
         self._batches_per_launch_arg = batches_per_launch
         self.batches_per_launch = 1 if batches_per_launch is None else max(1, int(batches_per_launch))
@@ -383,6 +380,15 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi):
             for k, v in enumerate(outs):
                 ctx.values[(op.id, k)] = v
 
+    def _host_stage(self, key, prepared, pool):
+        """The host ops of a launch (bad samples replaced: Retries): its batch context."""
+        return self._with_retries(key, prepared, pool, lambda c: self._run_ops(c, self._host_ops))
+
+    def _run_whole(self, ctx):
+        """A launch's every op, host and device, in this process (a retried GPU launch)."""
+        self._run_ops(ctx, self._host_ops)
+        self._run_ops(ctx, self._device_ops)
+
     def _run_host_job(self, key, prepared):
         """The host stage of a launch in a host worker process (single-threaded there): a CPU
         pipeline's outputs, or a GPU pipeline's plan (detaug/plan_ahead.py)."""
@@ -392,7 +398,7 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi):
     def _run_host(self, key, prepared, pool):
         if self.has_device_stage and self.plan_ahead:
             return key, prepared, self._plan_or_not(key, prepared, pool)
-        ctx = self._with_retries(key, prepared, pool, lambda c: self._run_ops(c, self._host_ops))
+        ctx = self._host_stage(key, prepared, pool)
         return (key, prepared, ctx) if self.has_device_stage else self._collect(ctx)
 
     # ---- running ------------------------------------------------------------------------------

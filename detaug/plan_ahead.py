@@ -170,9 +170,8 @@ class PlanAhead:
                 try:
                     plan = self._plan_launch(key, prepared, pool, indices, ctx.skips, ctx.walks)
                 except NotPlannable:  # (a replacement of unknown size) the whole launch here
-                    both = lambda c: (self._run_ops(c, self._host_ops), self._run_ops(c, self._device_ops))  # noqa: E731
-                    ctx = self._with_retries(key, prepared, pool, both, indices, stream=ctx.stream,
-                                             skips=ctx.skips, walks=ctx.walks)
+                    ctx = self._with_retries(key, prepared, pool, self._run_whole, indices,
+                                             stream=ctx.stream, skips=ctx.skips, walks=ctx.walks)
                     break
         out = self._collect(ctx)
         admit.decoded()  # its decoded images are retired: the next launch may decode
@@ -213,10 +212,8 @@ class PlanAhead:
                 out = launch_warp(v.raw.launch, src.ptrs, src.pitches, ctx.stream)
                 ctx.values[k] = ImageBatch(out, v.device, v.layout, None)
             elif isinstance(v, BoxBatch) and v.device == "cpu":
-                names = list(v.fields)
-                parts = [v.boxes, v.labels] + [v.fields[n] for n in names]
-                parts += [] if v.valid is None else [v.valid]
-                todo.append((k, v, names, len(host), len(parts)))
+                parts = v.device_arrays()
+                todo.append((k, v, None, len(host), len(parts)))
                 host.extend(parts)
             elif isinstance(v, PaddedBoxes):
                 names = list(v)
@@ -231,10 +228,7 @@ class PlanAhead:
         for k, v, names, at, n in todo:
             d = dev[at:at + n]
             if isinstance(v, BoxBatch):
-                valid = d[-1] if v.valid is not None else None
-                ctx.values[k] = BoxBatch(d[0], d[1], v.offsets, v.canvas, "gpu",
-                                         dict(zip(names, d[2:2 + len(names)])), valid, v.geometry,
-                                         v, v.fmt, v.region)
+                ctx.values[k] = v.on_device(d)
             elif isinstance(v, PaddedBoxes):
                 ctx.values[k] = PaddedBoxes(zip(names, d))
             else:

@@ -16,6 +16,13 @@ import numpy as np
 SHARD_POLICIES = ("pad", "drop", "uneven")
 
 
+def check_shard_policy(policy, what: str = "shard policy") -> str:
+    """``policy`` if it is one of :data:`SHARD_POLICIES`, else a ValueError naming ``what``."""
+    if policy not in SHARD_POLICIES:
+        raise ValueError(f"{what} must be one of {SHARD_POLICIES}, not {policy!r}")
+    return policy
+
+
 def shard_positions(n: int, shard_id: int, num_shards: int, policy: str = "pad") -> np.ndarray:
     """Positions in the epoch order (of ``n`` records) that shard ``shard_id`` of ``num_shards``
     reads, in its order. Shard k owns the contiguous part ``[k * n // num_shards, (k + 1) * n //
@@ -33,8 +40,7 @@ def shard_positions(n: int, shard_id: int, num_shards: int, policy: str = "pad")
     - ``'uneven'``: the part as it is (DALI's readers without ``pad_last_batch``): sizes differ
       by one where ``num_shards`` does not divide ``n``, and so may the step counts.
     """
-    if policy not in SHARD_POLICIES:
-        raise ValueError(f"shard policy must be one of {SHARD_POLICIES}, not {policy!r}")
+    check_shard_policy(policy)
     if not 0 <= shard_id < num_shards:
         raise ValueError(f"shard_id {shard_id} not in [0, {num_shards})")
     lo, hi = shard_id * n // num_shards, (shard_id + 1) * n // num_shards
@@ -54,8 +60,7 @@ def shard_size(n: int, shard_id: int, num_shards: int, policy: str = "uneven") -
     """Records that shard ``shard_id`` of ``num_shards`` reads per epoch of ``n`` records under
     ``policy`` (see :func:`shard_positions`): ``ceil(n / num_shards)`` for 'pad',
     ``n // num_shards`` for 'drop', the contiguous part's size for 'uneven'."""
-    if policy not in SHARD_POLICIES:
-        raise ValueError(f"shard policy must be one of {SHARD_POLICIES}, not {policy!r}")
+    check_shard_policy(policy)
     if policy == "pad":
         return -(-n // num_shards)
     if policy == "drop":

@@ -33,7 +33,7 @@ class Sharding:
         """Samples of the shard's epoch: its size, or with a reader's ``pad_last_batch`` (DALI's)
         the largest shard's, every shard then having as many batches."""
         if getattr(self._driver, "pad_last_batch", False):
-            return -(-self._driver.size // self._driver.shard[1])
+            return _schedule.shard_size(self._driver.size, *self._driver.shard, "pad")
         return self.shard_size()
 
     def _shard_policy_of(self, src) -> str:
@@ -74,10 +74,9 @@ class Sharding:
         pos, sizes = _schedule.batch_positions(n, batch_index, count, self.batch_size,
                                                self.last_batch_policy)
         if getattr(self._driver, "pad_last_batch", False) and len(order):
-            # DALI's pad_last_batch: what follows the shard's last sample repeats it
-            start = batch_index * self.batch_size
-            pos = np.minimum(np.concatenate([start + k * self.batch_size + np.arange(m)
-                                             for k, m in enumerate(sizes)]), len(order) - 1)
+            # DALI's pad_last_batch: what follows the shard's last sample repeats it (the
+            # launch's batches are consecutive: only the epoch's last may be short)
+            pos = np.minimum(batch_index * self.batch_size + np.arange(len(pos)), len(order) - 1)
         return order[pos], pos, sizes
 
     def _schedule(self, epoch, batch_index, count):
@@ -125,9 +124,7 @@ class Sharding:
         if not 0 <= int(shard_id) < int(num_shards):
             raise ValueError(f"shard_id {shard_id} not in [0, {num_shards})")
         if shard_policy is not None:
-            if shard_policy not in _schedule.SHARD_POLICIES:
-                raise ValueError(f"shard_policy must be one of {_schedule.SHARD_POLICIES}")
-            self.shard_policy = shard_policy
+            self.shard_policy = _schedule.check_shard_policy(shard_policy, "shard_policy")
         self.shard_id, self.num_shards = int(shard_id), int(num_shards)
         if self._built:
             for op_id, src in self._sources.items():

@@ -536,14 +536,6 @@ class WarpLaunch:
         self.B, self.out_dtype, self.dense = spec.B, spec.out_dtype, _is_dense(spec)
         self.shapes = [_out_shape(spec, b) for b in range(spec.B)]
 
-    @property
-    def in_pitches(self) -> np.ndarray:
-        return self.plan["meta_i"][:, 2]
-
-    @property
-    def in_shapes(self) -> np.ndarray:
-        return self.plan["meta_i"][:, 0:2]
-
 
 def plan_warp(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=8, mean=None,
               std=None, out_dtype=np.uint8, layout="HWC", region=None) -> WarpLaunch:

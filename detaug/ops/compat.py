@@ -20,7 +20,7 @@ from .. import materialize as M
 from .. import geometry as G
 from .. import types as _types
 from ..batch import BoxBatch, ImageBatch
-from .geometry import GEO, apply_geometry, per_sample
+from .geometry import GEO, apply_geometry, per_sample, round_half_away
 from .registry import register
 
 HOST = dict(devices=("cpu",), kind="other")
@@ -46,10 +46,6 @@ def batch_of(arrays: list):
     return list(arrays)
 
 
-def round_half_away(x):
-    """C's round(): halves away from zero (DALI's std::round / llround), not NumPy's to-even."""
-    x = np.asarray(x, np.float64)
-    return np.sign(x) * np.floor(np.abs(x) + 0.5)
 
 
 _LAYOUTS = {"xyXY": (0, 1, 2, 3), "xyWH": None}
@@ -130,6 +126,7 @@ def bbox_crop_one(u, boxes, options, scaling, aspect, n_attempts, all_above, kin
                     continue
             anchor = np.array([ax * (1 - shape[0]), ay * (1 - shape[1])])
             crop = np.concatenate([anchor, anchor + shape])
+            ious = None
             if len(boxes):
                 ious = _iou_all(crop, boxes, kind)
                 ok = (ious >= opt).all() if all_above else (ious >= opt).any()
@@ -139,7 +136,7 @@ def bbox_crop_one(u, boxes, options, scaling, aspect, n_attempts, all_above, kin
                 cx, cy = (boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2
                 keep = (cx >= crop[0]) & (cx <= crop[2]) & (cy >= crop[1]) & (cy <= crop[3])
             else:
-                inter = _iou_all(crop, boxes, "overlap")
+                inter = ious if kind == "overlap" and ious is not None else _iou_all(crop, boxes, "overlap")
                 keep = (inter > 0) & (inter >= prune)
             if len(boxes) and not keep.any():
                 continue
@@ -229,13 +226,14 @@ def random_bbox_crop(ctx, op, inputs, args):
     chunks = [rng.uniform(rounds * (1 + 5 * n_att))]
     anchors, shapes, out_boxes, out_labels, out_idx = [], [], [], [], []
     for s, b in enumerate(boxes):
+        b64 = b.astype(np.float64)
         for c in range(1 if limited else UNLIMITED_CHUNKS):
             # DALI keeps drawing without total_num_attempts: further chunks of each sample's own
             # stream, drawn for the whole batch when a sample first needs them (a sample's
             # draws never depend on the others')
             if c == len(chunks):
                 chunks.append(rng.uniform(rounds * (1 + 5 * n_att)))
-            found = bbox_crop_one(chunks[c][s], b.astype(np.float64), options, scaling, aspect,
+            found = bbox_crop_one(chunks[c][s], b64, options, scaling, aspect,
                                   n_att, bool(args["all_boxes_above_threshold"]),
                                   args["threshold_type"], None if fixed is None else fixed[0][s],
                                   None if prune is None else float(prune))

@@ -88,7 +88,8 @@ def _crop_size(args, sizes):
     return per_sample(ch, b), per_sample(cw, b)
 
 
-def _round_half_away(x):
+def round_half_away(x):
+    """C's round(): halves away from zero (DALI's std::round / llround), not NumPy's to-even."""
     x = np.asarray(x, np.float64)
     return np.sign(x) * np.floor(np.abs(x) + 0.5)
 
@@ -108,8 +109,8 @@ def crop_plan(args, sizes):
         py = per_sample(args.get("crop_pos_y", 0.5), b)
         # DALI's rounding (std::round: halves away from zero), not NumPy's to-even: a crop of
         # an odd margin at crop_pos 0.5 starts at the upper half pixel, as DALI's does
-        x0 = _round_half_away(px * (sizes[:, 1] - cw))
-        y0 = _round_half_away(py * (sizes[:, 0] - ch))
+        x0 = round_half_away(px * (sizes[:, 1] - cw))
+        y0 = round_half_away(py * (sizes[:, 0] - ch))
     cw, ch = np.maximum(cw, 1), np.maximum(ch, 1)
     return G.translate(-x0, -y0), np.stack([ch, cw], -1)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import types as _types
-from .compat import round_half_away
+from .geometry import round_half_away
 from .registry import register
 
 RAND = dict(devices=("cpu",), inputs=(0, 0), kind="random")
