@@ -263,3 +263,27 @@ def test_set_shard_can_change_the_policy(record_of):
     with pytest.raises(ValueError, match="shard_policy must be one of"):
         pipe.set_shard(0, 3, shard_policy="even")
     pipe.close()
+
+
+@pytest.mark.parametrize("policy, sizes", [("pad", [23, 23, 23]), ("drop", [22, 22, 22]),
+                                           ("uneven", [22, 23, 23])])
+def test_coco_reader_follows_the_shard_policy(policy, sizes):
+    """readers.coco (68 records) on 3 shards: its shards follow the pipeline's shard_policy, as
+    the other readers' do (it keeps its shard every epoch; that is not DALI's stick_to_shard
+    given by the user, which alone shards as DALI does)."""
+    import os
+
+    from conftest import COCO
+
+    def pipe(k, **reader):
+        p = Pipeline(batch_size=4, seed=SEED, shard_id=k, num_shards=3, shard_policy=policy)
+        with p:
+            outs = fn.readers.coco(file_root=os.path.join(COCO, "images"),
+                                   annotations_file=os.path.join(COCO, "annotations.json"),
+                                   **reader)
+            p.set_outputs(outs[1])  # boxes (DALI's outputs: bboxes)
+        return p
+
+    assert [pipe(k).shard_size() for k in range(3)] == sizes
+    # DALI's own sharding argument given: DALI's uneven shards, whatever the policy
+    assert [pipe(k, stick_to_shard=True).shard_size() for k in range(3)] == [22, 23, 23]

@@ -70,7 +70,9 @@ class _Source:
         self.stick_to_shard = None if stick is None else bool(stick)
         # a reader given DALI's sharding arguments shards as DALI's ('uneven' shards: its own
         # padding), whatever the pipeline's shard_policy
-        self.dali_sharding = self.pad_last_batch or a.get("stick_to_shard") is not None
+        # (what the user gave: detaug's own readers pass stick_to_shard=True to keep their shard)
+        self.dali_sharding = (bool(op.args.get("pad_last_batch", False))
+                              or op.args.get("stick_to_shard") is not None)
         sid = a.get("shard_id")
         ns = a.get("num_shards")
         self.shard = (pipe.shard_id if sid is None else int(sid), pipe.num_shards if ns is None else int(ns))
