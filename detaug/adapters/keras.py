@@ -360,12 +360,14 @@ class _SequenceMixin:
         if not sequential:
             return
         import concurrent.futures as cf
+        import contextlib
 
         from ..host_workers import _forking
 
-        # the pool forks as work is submitted: OpenCV set to one thread around it (its thread
-        # pool does not survive a fork: the children hung in CI), as for host workers
-        with self._ahead_lock, _forking():
+        # a process pool forks as work is submitted: OpenCV set to one thread around it (its
+        # thread pool does not survive a fork: the children hung in CI), as for host workers;
+        # threads fork nothing and keep OpenCV's setting
+        with self._ahead_lock, (_forking() if self._procs else contextlib.nullcontext()):
             if self._ahead_pool is None:
                 if self._procs:
                     self._ahead_pool = cf.ProcessPoolExecutor(

@@ -16,10 +16,8 @@ import os
 import sys
 import time
 
-import numpy as np
-
 from ..backend import cpu_warp, pick_device, to_host
-from ..visualize import PALETTE, class_color, draw_grid  # noqa: F401  (class_color: the tests')
+from ..visualize import class_color, draw_grid  # noqa: F401  (class_color: the tests')
 
 SAMPLES = {"voc": "voc-mini", "coco": "coco-mini"}
 SIZE = 512  # the demo pipeline's output canvas (square)
@@ -110,14 +108,6 @@ def demo_pipeline(data: str, root: str, device: str = "cpu", batch_size: int = 8
 
 
 # ---- the demo -----------------------------------------------------------------------------------
-def _next_batch(pipe):
-    try:
-        return pipe.run()
-    except StopIteration:  # more batches than the sample set holds: go round again
-        pipe.reset()
-        return pipe.run()
-
-
 def run_demo(args) -> dict:
     """Time ``args.batches`` batches, then run untimed batches until the grid's
     ``args.grid ** 2`` cells are filled (going round the epoch as often as that takes)."""
@@ -129,7 +119,7 @@ def run_demo(args) -> dict:
     images, targets, n, dt, runs = [], [], 0, 0.0, 0
     while runs < args.batches or len(images) < want:
         t0 = time.perf_counter()
-        img, boxes = _next_batch(pipe)
+        img, boxes = pipe.run()  # a reader's run() goes round into the next epoch
         if pipe.last_event is not None:
             pipe.last_event.synchronize()
         if runs < args.batches:

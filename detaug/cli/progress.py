@@ -49,7 +49,11 @@ class Progress:
         self.every = refresh if self.tty else interval
         self.start = clock()
         self.last = None  # when the last line was written (None: nothing written yet)
-        self.shown = False
+
+    @property
+    def shown(self) -> bool:
+        """Whether a line has been written."""
+        return self.last is not None
 
     def line(self, done: int, total: int, now: float) -> str:
         """The progress text for ``done`` of ``total`` at time ``now`` (no line ending)."""
@@ -74,5 +78,5 @@ class Progress:
             if not (due or (end and self.shown)):
                 return
             self.stream.write(self.line(done, total, now) + "\n")
-        self.last, self.shown = now, True
+        self.last = now
         self.stream.flush()

@@ -100,10 +100,8 @@ def generate(root: str, data: str, n: int = 40, seed: int = 0) -> str:
         if data == "voc":
             write_voc(ds, out, split="trainval", link=True)
         else:
-            os.makedirs(os.path.join(out, "images"))
-            for r in ds.records:
-                os.link(r.path, os.path.join(out, "images", os.path.basename(r.path)))
-            write_coco(ds, os.path.join(out, "annotations.json"))
+            write_coco(ds, os.path.join(out, "annotations.json"),
+                       images_dir=os.path.join(out, "images"), link=True)
         try:
             os.rename(out, root)
         except OSError:  # another process finished first: keep its copy
