@@ -293,3 +293,30 @@ def test_a_launch_planned_without_a_gpu_equals_the_cpu_pipeline(fake_gpu, monkey
     finally:
         backend.set_cpu_warp("opencv")
         gpu.close()
+
+
+def test_box_upload_takes_every_array_and_puts_each_back_in_its_place():
+    """BoxBatch.device_arrays / on_device (to_device's upload, and a planned launch's): boxes,
+    labels, each field and the mask go up in one list and come back under their names, with
+    the host batch as the host copy; a batch without a mask gets none."""
+    from detaug.batch import BoxBatch
+
+    rng = np.random.default_rng()
+    n = int(rng.integers(1, 9))
+    fields = {"iscrowd": rng.integers(0, 2, n), "annotation_id": rng.integers(0, 1 << 40, n)}
+    for valid in (rng.integers(0, 2, n).astype(bool), None):
+        b = BoxBatch(rng.uniform(0, 50, (n, 4)).astype(np.float32), rng.integers(0, 9, n),
+                     [0, n], [[60, 70]], "cpu", fields, valid)
+        arrays = b.device_arrays()
+        assert len(arrays) == 4 + (valid is not None)
+        d = b.on_device([a.copy() for a in arrays])  # (the upload, stood in for)
+        assert d.device == "gpu" and d.host is b and list(d.fields) == list(fields)
+        np.testing.assert_array_equal(d.boxes, b.boxes)
+        np.testing.assert_array_equal(d.labels, b.labels)
+        for k in fields:
+            np.testing.assert_array_equal(d.fields[k], fields[k])
+        if valid is None:
+            assert d.valid is None
+        else:
+            np.testing.assert_array_equal(d.valid, valid)
+        assert d.offsets.tolist() == [0, n] and d.canvas.tolist() == [[60, 70]]
