@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-RING = 192 << 20
+SLOT = 96 << 20  # one request of 64 images of up to 640 x 640 x 3 (78.6 MB)
 
 
 def setup(root):
@@ -58,7 +58,7 @@ def facts(root):
     p = decode_params("RGB")
     dec = warm_up(nvimgcodec.Decoder(device_id=0, max_num_cpu_threads=2), 0)
     s = cp.cuda.Stream(non_blocking=True)
-    ring = cp.zeros(RING, cp.uint8)
+    ring = cp.zeros(SLOT, cp.uint8)
     srcs = [nvimgcodec.CodeStream(a) for a in arrays[:64]]
     ref = [cp.asnumpy(cp.asarray(r)) for r in dec.decode(srcs, params=p, cuda_stream=s.ptr)]
     vs, total = views(cp, ring, 0, srcs)
@@ -130,8 +130,8 @@ def run_mode(root, mode, threads, seconds=8.0):
     rt = cp.cuda.runtime
     free0 = rt.memGetInfo()[0]
     p = decode_params("RGB")
-    ring = cp.zeros(RING, cp.uint8)
-    slot = RING // (threads * 3)
+    ring = cp.zeros(SLOT * threads * 3, cp.uint8)  # three slots per thread
+    slot = SLOT
     counts = [0] * threads
     peak = [0]
     stop = threading.Event()
@@ -185,8 +185,10 @@ def run_mode(root, mode, threads, seconds=8.0):
     stop.set()
     for t in ts:
         t.join()
+    ring_mb = ring.nbytes / 2**20
     print(f"RESULT mode={mode} threads={threads}: {rate:,.0f} img/s; device memory {used / 2**20:,.0f} MB "
-          f"(peak {peak[0] / 2**20:,.0f} MB; ring {RING >> 20} MB included)")
+          f"(peak {peak[0] / 2**20:,.0f} MB), of which the ring {ring_mb:,.0f} MB: decoders "
+          f"{(used / 2**20 - ring_mb) / threads:,.0f} MB each")
 
 
 if __name__ == "__main__":

@@ -12,11 +12,14 @@ reply in any order; the pipeline sends each request to the worker with the fewes
 
 * start: the worker allocates its ring buffer (``cudaMalloc``) and a pool of interprocess
   "done" events and sends their IPC handles; the pipeline opens them once.
-* ``("decode", req, paths, output_type, chunk)``: the worker reads the files, decodes them in
-  calls of at most ``chunk`` images (files the GPU must not or cannot take go to Pillow, as in
-  the in-process path), copies each image into a region of its ring (packed HWC rows), records
-  its "done" event ``req % N`` on its stream and replies ``("done", req, shapes, offsets,
-  errors)``. Nothing waits on the host for the device.
+* ``("decode", req, paths, output_type, chunk)``: the worker reads the files and takes each
+  image's size from its header (files the GPU must not or cannot take are decoded by Pillow
+  first, as in the in-process path), takes a slot of its ring, and has nvImageCodec decode
+  straight into it (each image a region of packed HWC rows, wrapped with ``as_image``), in
+  calls of at most ``chunk`` images; no decoder-owned images, no copies (an image the GPU
+  fails on is decoded by Pillow and uploaded into its region). It records its "done" event
+  ``req % N`` on its stream and replies ``("done", req, shapes, offsets, errors)``. Nothing
+  waits on the host for the device.
 * the pipeline makes its stream wait for that event (device-side), wraps the region as a
   :class:`~detaug.batch.DeviceImages` whose owner is a :class:`_Lease`; when the last reference
   to the images goes, the lease records an event on the stream the images were used on; once
@@ -95,6 +98,15 @@ def packed_offsets(shapes) -> tuple:
     return offsets, int(sizes.sum())
 
 
+class _Region:
+    """A region of a decode process's ring as nvImageCodec's ``as_image`` takes it: packed
+    (h, w, c) uint8 rows at a device address (the CUDA array interface, no stream to wait on)."""
+
+    def __init__(self, ptr, shape):
+        self.__cuda_array_interface__ = {"shape": tuple(int(v) for v in shape), "typestr": "|u1",
+                                         "data": (int(ptr), False), "strides": None, "version": 3}
+
+
 # ------------------------------------------------------------------------------ worker side
 def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cover - runs in the child process (GPU)
     """A decode process: ``threads`` decoder threads (each with its own nvImageCodec decoder and
@@ -105,7 +117,7 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
 
     from .errors import SampleError
     from .ops.decode import _decode_one
-    from .ops.gpu_decode import _describe, code_streams, decode_chunks, warm_up
+    from .ops.gpu_decode import code_streams, decode_params, warm_up
     from .ops.sources import EncodedBatch, read_files
 
     rt = cp.cuda.runtime
@@ -137,10 +149,9 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
         cp.cuda.Device(device_id).use()
         decoder = warm_up(nvimgcodec.Decoder(device_id=device_id, max_num_cpu_threads=cpu_threads),
                           device_id)
-        stream = cp.cuda.Stream(non_blocking=True)       # decode
-        copy_stream = cp.cuda.Stream(non_blocking=True)  # ring writes (wait for the decode by an event)
-        decoded = cp.cuda.Event(block=False, disable_timing=True)
-        # decoded images, released once the copies out of them have run (their event is done)
+        stream = cp.cuda.Stream(non_blocking=True)  # decode, and the CPU-decoded images' uploads
+        # nvImageCodec's wrappers of ring regions, dropped once the decode into them has run
+        # (their event is done)
         keep = collections.deque()
 
         def serve(req, paths, output_type, chunk):
@@ -153,63 +164,87 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
             except SampleError as e:
                 return ("done", req, None, None, [(e.position, str(e))])
             t1 = time.perf_counter()
-            errors = []
             streams = code_streams(data)
-            idx = [k for k in range(n) if streams[k] is not None]
-            t2 = time.perf_counter()
-            results = decode_chunks(decoder, [streams[k] for k in idx], output_type, chunk, stream.ptr)
-            t3 = time.perf_counter()
-            # per image: (device pointer, row pitch) of a GPU-decoded image, or a host array
-            src = [None] * n
+            # each image's size, before it is decoded: from its header for the GPU decoder (EXIF
+            # orientation is not applied, so the header's size is the decoded size), from the
+            # CPU decoder's result for the files the GPU must not or cannot take
             shapes = np.zeros((n, 3), np.int64)
-            for k, r in zip(idx, results):
-                d = None if r is None else _describe(r.__cuda_array_interface__)
-                if d is not None:
-                    src[k], shapes[k] = (d[0], d[2]), d[1]
+            shapes[:, 2] = 1 if output_type == "GRAY" else 3
+            host, errors = {}, []
             enc = EncodedBatch(data, paths)
-            for k in range(n):
-                if src[k] is None:  # the CPU decoder decodes it or says why not
-                    try:
-                        src[k] = np.ascontiguousarray(_decode_one(enc, k, output_type))
-                    except SampleError as e:
-                        errors.append((k, str(e)))
-                        continue
-                    shapes[k] = src[k].shape
+
+            def on_host(k):
+                try:
+                    host[k] = np.ascontiguousarray(_decode_one(enc, k, output_type))
+                except SampleError as e:
+                    errors.append((k, str(e)))
+                    return
+                a = host[k]
+                shapes[k] = (a.shape[0], a.shape[1], a.shape[2] if a.ndim == 3 else 1)
+
+            idx = []
+            for k, s in enumerate(streams):
+                if s is not None and s.height > 0 and s.width > 0:
+                    shapes[k, :2] = s.height, s.width
+                    idx.append(k)
+                else:
+                    on_host(k)
             if errors:
                 return ("done", req, None, None, errors)
             offsets, total = packed_offsets(shapes)
             if total > alloc.slot_bytes:
+                k = int(np.argmax(shapes[:, 0] * shapes[:, 1]))
                 return ("done", req, None, None,
-                        [(-1, f"a decode request of {total / 2**20:.0f} MiB does not fit a slot of the "
-                              f"decode process's buffer ({alloc.slot_bytes / 2**20:.0f} MiB, a third "
+                        [(-1, f"a decode request of {total / 2**20:.0f} MiB (its largest image "
+                              f"{paths[k]}, {shapes[k, 1]}x{shapes[k, 0]}) does not fit a slot of the "
+                              f"decode process's buffer ({alloc.slot_bytes / 2**20:.0f} MiB, 1/{alloc.slots} "
                               f"of {ring_bytes / 2**20:.0f} MiB): raise decode_buffer_mb or "
                               "device_memory_budget")])
-            t4 = time.perf_counter()
-            with room:  # wait for regions to come back (the receiving thread frees them)
+            t2 = time.perf_counter()
+            with room:  # wait for a slot to come back (the receiving thread frees them)
                 while (base := alloc.alloc(req, total)) is None:
                     if state["stop"]:
                         raise EOFError
                     room.wait()
+            t3 = time.perf_counter()
+            # the decoder writes straight into the slot: no images of its own, no copies
+            # (benchmarks/probe_into.py: the same pixels as its own images). The wrappers are
+            # made on the decode stream (a wrapper of another stream would make nvImageCodec
+            # wait on the host)
+            with stream:
+                images = [nvimgcodec.as_image(_Region(ring + base + int(offsets[k]), shapes[k]),
+                                              stream.ptr) for k in idx]
+            t4 = time.perf_counter()
+            results = []
+            for lo in range(0, len(idx), chunk):
+                results.extend(decoder.decode([streams[k] for k in idx[lo:lo + chunk]],
+                                              images=images[lo:lo + chunk], params=decode_params(output_type),
+                                              cuda_stream=stream.ptr))
             t5 = time.perf_counter()
+            for k, r in zip(idx, results):
+                if r is None:  # the GPU could not decode it: the CPU decoder decodes it or says why not
+                    header = shapes[k].copy()
+                    on_host(k)
+                    if k in host and host[k].nbytes > int(np.prod(header)):
+                        errors.append((k, f"{paths[k]}: decoded on the CPU to {shapes[k, 1]}x{shapes[k, 0]}, "
+                                          f"larger than its header's {header[1]}x{header[0]}"))
+            if errors:  # the slot goes back once nothing more is written into it
+                stream.synchronize()
+                with room:
+                    alloc.free(req)
+                    room.notify_all()
+                return ("done", req, None, None, errors)
+            for k, a in host.items():  # (stream-ordered after the decode; the call stages the bytes)
+                rt.memcpyAsync(ring + base + int(offsets[k]), a.ctypes.data, a.nbytes,
+                               rt.memcpyHostToDevice, stream.ptr)
+            done[req % N_EVENTS].record(stream)
+            decoded = cp.cuda.Event(block=False, disable_timing=True)
             decoded.record(stream)
-            rt.streamWaitEvent(copy_stream.ptr, decoded.ptr, 0)
-            for k in range(n):
-                h, w, c = (int(v) for v in shapes[k])
-                dst = ring + base + int(offsets[k])
-                if isinstance(src[k], tuple):
-                    rt.memcpy2DAsync(dst, w * c, src[k][0], src[k][1], w * c, h,
-                                     rt.memcpyDeviceToDevice, copy_stream.ptr)
-                else:
-                    rt.memcpyAsync(dst, src[k].ctypes.data, src[k].nbytes, rt.memcpyHostToDevice,
-                                   copy_stream.ptr)
-            done[req % N_EVENTS].record(copy_stream)
-            copied = cp.cuda.Event(block=False, disable_timing=True)
-            copied.record(copy_stream)
-            keep.append((copied, results))
+            keep.append((decoded, images))  # the wrappers, until the decode into them has run
             if timing is not None:
-                for name, a, b in (("read", t0, t1), ("parse", t1, t2), ("decode", t2, t3),
-                                   ("describe", t3, t4), ("wait ring", t4, t5),
-                                   ("copies", t5, time.perf_counter())):
+                for name, a, b in (("read", t0, t1), ("parse", t1, t2), ("wait ring", t2, t3),
+                                   ("wrap", t3, t4), ("decode", t4, t5),
+                                   ("fallback", t5, time.perf_counter())):
                     timing[name] = timing.get(name, 0.0) + (b - a)
                 timing["requests"] = timing.get("requests", 0) + 1
                 timing["images"] = timing.get("images", 0) + n
@@ -233,7 +268,6 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
                     return
         finally:
             stream.synchronize()
-            copy_stream.synchronize()
             keep.clear()
             if timing:
                 life = time.perf_counter() - born
@@ -345,9 +379,12 @@ class _Worker:
 
     def death(self, req) -> RuntimeError:
         """The error of a request this worker can no longer answer: it died."""
-        self.proc.join(timeout=2)
+        # its pipe closed: it is exiting. A killed process with a CUDA context can take seconds
+        # to be torn down (seen: still not reaped after 2 s on an H100)
+        self.proc.join(timeout=8)
         code = self.proc.exitcode
-        how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        how = (f"killed by signal {-code}" if code is not None and code < 0
+               else "still exiting after 8 s" if code is None else f"exit code {code}")
         return RuntimeError(f"the GPU decode worker process {self.proc.name} (pid {self.proc.pid}) "
                             f"died ({how}) with request {req} in hand")
 
