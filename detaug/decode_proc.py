@@ -98,6 +98,14 @@ def packed_offsets(shapes) -> tuple:
     return offsets, int(sizes.sum())
 
 
+class _Failed(Exception):
+    """A request's files that cannot be decoded: [(position, message)]."""
+
+    def __init__(self, errors):
+        super().__init__(errors)
+        self.errors = errors
+
+
 class _Region:
     """A region of a decode process's ring as nvImageCodec's ``as_image`` takes it: packed
     (h, w, c) uint8 rows at a device address (the CUDA array interface, no stream to wait on)."""
@@ -207,36 +215,39 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
                         raise EOFError
                     room.wait()
             t3 = time.perf_counter()
-            # the decoder writes straight into the slot: no images of its own, no copies
-            # (benchmarks/probe_into.py: the same pixels as its own images). The wrappers are
-            # made on the decode stream (a wrapper of another stream would make nvImageCodec
-            # wait on the host)
-            with stream:
-                images = [nvimgcodec.as_image(_Region(ring + base + int(offsets[k]), shapes[k]),
-                                              stream.ptr) for k in idx]
-            t4 = time.perf_counter()
-            results = []
-            for lo in range(0, len(idx), chunk):
-                results.extend(decoder.decode([streams[k] for k in idx[lo:lo + chunk]],
-                                              images=images[lo:lo + chunk], params=decode_params(output_type),
-                                              cuda_stream=stream.ptr))
-            t5 = time.perf_counter()
-            for k, r in zip(idx, results):
-                if r is None:  # the GPU could not decode it: the CPU decoder decodes it or says why not
-                    header = shapes[k].copy()
-                    on_host(k)
-                    if k in host and host[k].nbytes > int(np.prod(header)):
-                        errors.append((k, f"{paths[k]}: decoded on the CPU to {shapes[k, 1]}x{shapes[k, 0]}, "
-                                          f"larger than its header's {header[1]}x{header[0]}"))
-            if errors:  # the slot goes back once nothing more is written into it
+            try:
+                # the decoder writes straight into the slot: no images of its own, no copies
+                # (benchmarks/probe_into.py: the same pixels as its own images). The wrappers are
+                # made on the decode stream (a wrapper of another stream would make nvImageCodec
+                # wait on the host)
+                with stream:
+                    images = [nvimgcodec.as_image(_Region(ring + base + int(offsets[k]), shapes[k]),
+                                                  stream.ptr) for k in idx]
+                t4 = time.perf_counter()
+                results = []
+                for lo in range(0, len(idx), chunk):
+                    results.extend(decoder.decode([streams[k] for k in idx[lo:lo + chunk]],
+                                                  images=images[lo:lo + chunk], params=decode_params(output_type),
+                                                  cuda_stream=stream.ptr))
+                t5 = time.perf_counter()
+                for k, r in zip(idx, results):
+                    if r is None:  # the GPU could not decode it: the CPU decoder decodes it or says why not
+                        header = shapes[k].copy()
+                        on_host(k)
+                        if k in host and host[k].nbytes > int(np.prod(header)):
+                            errors.append((k, f"{paths[k]}: decoded on the CPU to {shapes[k, 1]}x{shapes[k, 0]}, "
+                                              f"larger than its header's {header[1]}x{header[0]}"))
+                if errors:
+                    raise _Failed(errors)
+                for k, a in host.items():  # (stream-ordered after the decode; the call stages the bytes)
+                    rt.memcpyAsync(ring + base + int(offsets[k]), a.ctypes.data, a.nbytes,
+                                   rt.memcpyHostToDevice, stream.ptr)
+            except BaseException:  # the slot goes back once nothing more is written into it
                 stream.synchronize()
                 with room:
                     alloc.free(req)
                     room.notify_all()
-                return ("done", req, None, None, errors)
-            for k, a in host.items():  # (stream-ordered after the decode; the call stages the bytes)
-                rt.memcpyAsync(ring + base + int(offsets[k]), a.ctypes.data, a.nbytes,
-                               rt.memcpyHostToDevice, stream.ptr)
+                raise
             done[req % N_EVENTS].record(stream)
             decoded = cp.cuda.Event(block=False, disable_timing=True)
             decoded.record(stream)
@@ -260,6 +271,8 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
                     msg = serve(*m[1:])
                 except (EOFError, OSError):  # stopping, or the pipeline's process went away
                     return
+                except _Failed as e:  # files that cannot be decoded, named
+                    msg = ("done", m[1], None, None, e.errors)
                 except Exception as e:  # never leave the pipeline waiting
                     msg = ("done", m[1], None, None, [(-1, f"decode worker: {type(e).__name__}: {e}")])
                 try:
