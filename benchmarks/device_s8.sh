@@ -2,8 +2,8 @@
 # Session 8, issue 11 (decode straight into the decode processes' rings). One call:
 #   PROBE=1: benchmarks/probe_into.py (decode into ring slots against decode + copy, 1-2 threads);
 #   TESTS=1: all GPU tests (TEST_FILES to narrow);
-#   then both decode ceilings and bench_gpu's detaug row at the defaults (with each decode
-#   thread's time per phase), with 2 decoder threads per process, and at 8 GB; EXTRA_ROWS is
+#   then both decode ceilings and bench_gpu's detaug row at the defaults, with 1 decoder
+#   thread per process, and at 8 GB (each decode thread's time per phase printed); EXTRA_ROWS is
 #   eval'd last (row NAME [bench_gpu args], with env settings in front).
 # Usage (device machine, repo root): bash benchmarks/device_s8.sh
 source .ci/device_setup.sh >/dev/null 2>&1 || exit 1
@@ -27,8 +27,9 @@ fi
 timeout 100 python3 benchmarks/bench_gpu.py --data $DATA --keep-data --only ceiling,ceiling_mp --min-seconds 5 --max-seconds 7 \
   --ceiling-processes 1,2,3,4 2>&1 | quiet > "$OUT/ceiling.log"
 echo "== ceilings"; grep -E "^\| " "$OUT/ceiling.log" | grep -v detaug | cut -c1-120
-DETAUG_DECODE_PROFILE=1 row defaults
-DETAUG_DECODE_THREADS=2 row threads2
+export DETAUG_DECODE_PROFILE=1
+row defaults
+DETAUG_DECODE_THREADS=1 row threads1
 row big8 --pipe-kwargs '{"device_memory_budget": "8GB"}'
 [ -n "$EXTRA_ROWS" ] && eval "$EXTRA_ROWS"
 true

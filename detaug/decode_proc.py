@@ -192,7 +192,7 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
 
             idx = []
             for k, s in enumerate(streams):
-                if s is not None and s.height > 0 and s.width > 0:
+                if s is not None:  # (its header parsed: code_streams)
                     shapes[k, :2] = s.height, s.width
                     idx.append(k)
                 else:
@@ -386,18 +386,30 @@ class _Worker:
             except Exception:  # the worker is gone, or the interpreter is shutting down
                 return
 
+    def unmap(self):
+        """Close this process's mapping of the worker's ring (once)."""
+        import cupy as cp
+
+        ring, self.ring = getattr(self, "ring", None), None
+        if ring is not None:
+            try:
+                cp.cuda.runtime.ipcCloseMemHandle(ring)
+            except Exception:
+                pass
+
     def send(self, msg):
         with self.send_lock:
             self.conn.send(msg)
 
     def death(self, req) -> RuntimeError:
         """The error of a request this worker can no longer answer: it died."""
-        # its pipe closed: it is exiting. A killed process with a CUDA context can take seconds
-        # to be torn down (seen: still not reaped after 2 s on an H100)
-        self.proc.join(timeout=8)
+        # its pipe closed: it is exiting. A killed process whose ring this process still maps
+        # may not be reaped until the mapping is closed (seen on an H100: not reaped after 8 s;
+        # close() closes it), so its exit status may not be known yet
+        self.proc.join(timeout=2)
         code = self.proc.exitcode
         how = (f"killed by signal {-code}" if code is not None and code < 0
-               else "still exiting after 8 s" if code is None else f"exit code {code}")
+               else "exit status not known yet" if code is None else f"exit code {code}")
         return RuntimeError(f"the GPU decode worker process {self.proc.name} (pid {self.proc.pid}) "
                             f"died ({how}) with request {req} in hand")
 
@@ -500,14 +512,12 @@ class DecodeService:
                 pass
 
     def close(self):
-        import cupy as cp
-
         self.stop()
         for w in self.workers:
-            w.proc.join(timeout=10)
-            try:
-                cp.cuda.runtime.ipcCloseMemHandle(w.ring)
-            except Exception:
-                pass
+            # a worker that died first: its ring is unmapped before the wait (a killed process
+            # whose memory is still mapped here may not be torn down until it is)
+            wait = lambda: w.proc.join(timeout=10)  # noqa: E731
+            for step in ((wait, w.unmap) if w.alive else (w.unmap, wait)):
+                step()
         self.workers = []
 

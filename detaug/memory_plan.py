@@ -19,8 +19,9 @@ follow, unless set explicitly:
 
 The per-process costs are measured constants (``benchmarks/probe_memory.py``, H100, CUDA 13,
 nvImageCodec 0.7-0.9): a process's CUDA context 551 MB, 272 MB once its stack reservation is
-dropped (decode_proc does: ``benchmarks/probe_context.py``); each decoder thread about 260 MB (its
-scratch buffers once warm, plus the images of the call in flight). Pure arithmetic: tested on
+dropped (decode_proc does: ``benchmarks/probe_context.py``); each decoder thread 52-54 MB once warm,
+counted as 80 (its scratch buffers: it decodes straight into the ring, so it holds no images of
+its own; it held 182 MB when it decoded into images of its own: ``benchmarks/probe_into.py``). Pure arithmetic: tested on
 the CPU; the device figures that check it are in benchmarks/RESULTS.md.
 """
 from __future__ import annotations
@@ -33,7 +34,7 @@ import numpy as np
 DEFAULT_BUDGET = 2_000_000_000        # bytes (the issue's target: at most 1.5x DALI's 1.43 GB)
 BIG_BUDGET = 6_000_000_000            # from here on, launches of 4 batches
 CONTEXT_BYTES = 280_000_000           # one decode process's CUDA context (stack limit 0)
-DECODER_BYTES = 260_000_000           # one decoder thread, warm, with a call in flight
+DECODER_BYTES = 80_000_000            # one decoder thread, warm (it decodes into the ring)
 DECODE_SHARE = 0.75                   # at most this part of the budget for the decode side
 RING_LAUNCHES = 2                     # launches of decoded images a decode process holds at once
 BIG_RING_LAUNCHES = 4                 # the same from BIG_BUDGET on

@@ -41,7 +41,8 @@ def _pipe(tmp_path, names, device, output_type, decode_processes=None):
                           decode_processes=decode_processes))
     with pipe:
         enc, _ = fn.readers.file(files=names, file_root=str(tmp_path))
-        pipe.set_outputs(fn.decoders.image(enc, device=device, output_type=output_type), enc)
+        # (the encoded batch is not an output: the decode processes then read the files)
+        pipe.set_outputs(fn.decoders.image(enc, device=device, output_type=output_type))
     return pipe
 
 
@@ -56,9 +57,9 @@ def test_decode_into_the_ring_matches_the_cpu_and_the_in_thread_decode(tmp_path,
     procs.build()
     assert procs._decode_service is not None and procs._paths_only
     seen = 0
-    for _ in range(2):  # 12 files in batches of 6
-        (a, ea), (b, _), (c, _) = cpu.run(), here.run(), procs.run()
-        for x, y, z, path in zip(a.data, b.data, c.data, ea.paths, strict=True):
+    for i in range(2):  # 12 files in batches of 6, in order
+        (a,), (b,), (c,) = cpu.run(), here.run(), procs.run()
+        for x, y, z, path in zip(a.data, b.data, c.data, names[6 * i:6 * i + 6], strict=True):
             y, z = to_np(y), to_np(z)
             assert x.shape == y.shape == z.shape, path
             assert x.shape[2] == (1 if output_type == "GRAY" else 3)

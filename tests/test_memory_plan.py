@@ -48,19 +48,21 @@ def test_plan_decode_defaults_and_large_budget():
     launch = 64 * 990_000  # a launch of 64 images of about 660 x 500
     p = mp.plan_decode(2_000_000_000, launch)
     ring = -(-mp.RING_SLOTS * launch // 2**20) * 2**20
-    # two decoders either way: in two processes (no shared GIL), one thread each
-    assert (p.processes, p.threads, p.ring_bytes) == (2, 1, ring)
-    assert p.bytes == 2 * (mp.CONTEXT_BYTES + mp.DECODER_BYTES + ring)
+    # four decoders: two processes (no shared GIL) of two threads (three processes do not fit)
+    assert (p.processes, p.threads, p.ring_bytes) == (2, 2, ring)
+    assert p.bytes == 2 * (mp.CONTEXT_BYTES + 2 * mp.DECODER_BYTES + ring)
     assert p.bytes <= mp.DECODE_SHARE * 2_000_000_000
-    # 2 x (280 + 260 + 3 x 63.4 MB rounded to MiB) = 1,462 MB
-    assert abs(p.bytes - 1_461_681_664) < 1e6
+    # 2 x (280 + 2 x 80 + 3 x 63.4 MB rounded to MiB) = 1,262 MB
+    assert abs(p.bytes - 1_261_681_664) < 1e6
+    assert 3 * (mp.CONTEXT_BYTES + mp.DECODER_BYTES + ring) > mp.DECODE_SHARE * 2_000_000_000
     big = mp.plan_decode(8_000_000_000, launch)
     assert (big.processes, big.threads) == (3, 2)
     tiny = mp.plan_decode(100_000_000, launch)  # nothing fits: the cheapest, one decoder
     assert (tiny.processes, tiny.threads) == (1, 1)
     # explicit values are kept, even beyond the budget
-    two = mp.plan_decode(2_000_000_000, launch, processes=2)
-    assert two.processes == 2 and two.threads == 1
+    one = mp.plan_decode(2_000_000_000, launch, processes=1)
+    assert one.processes == 1 and one.threads == 2
+    assert mp.plan_decode(2_000_000_000, launch, threads=1).threads == 1
     assert mp.plan_decode(2e9, launch, ring_bytes=256 << 20).ring_bytes == 256 << 20
 
 

@@ -138,10 +138,10 @@ def jpeg_complete(buf) -> bool:
 
 
 def code_streams(data) -> list:
-    """nvImageCodec CodeStreams of encoded buffers; None where the GPU path must not or cannot
-    take a file: a JPEG without its end-of-image marker (nvImageCodec decodes a truncated JPEG
-    without an error) or bytes it cannot parse. Those go to the CPU decoder, which decodes them
-    or raises naming the file."""
+    """nvImageCodec CodeStreams of encoded buffers, their headers parsed; None where the GPU
+    path must not or cannot take a file: a JPEG without its end-of-image marker (nvImageCodec
+    decodes a truncated JPEG without an error) or bytes whose header it cannot parse. Those go
+    to the CPU decoder, which decodes them or raises naming the file."""
     from nvidia import nvimgcodec
 
     out = []
@@ -150,6 +150,8 @@ def code_streams(data) -> list:
         if jpeg_complete(buf):
             try:
                 s = nvimgcodec.CodeStream(buf)
+                if s.height <= 0 or s.width <= 0:  # (the header is parsed here, lazily)
+                    s = None
             except Exception:  # not an image it can parse: the CPU decoder judges
                 s = None
         out.append(s)
