@@ -65,8 +65,12 @@ def test_decode_into_the_ring_matches_the_cpu_and_the_in_thread_decode(tmp_path,
             assert x.shape[2] == (1 if output_type == "GRAY" else 3)
             # the processes' decode is the in-thread decode, pixel for pixel
             np.testing.assert_array_equal(z, y, err_msg=path)
-            if path.endswith(".png"):  # lossless: exactly Pillow's pixels
-                np.testing.assert_array_equal(z, x, err_msg=path)
+            if path.endswith(".png"):  # lossless: exactly Pillow's pixels, but for the
+                # colour-to-gray conversion (nvImageCodec's rounding differs from Pillow's by 1)
+                if output_type == "GRAY" and "rgb" in path:
+                    assert np.abs(z.astype(int) - x.astype(int)).max() <= 1, path
+                else:
+                    np.testing.assert_array_equal(z, x, err_msg=path)
             else:  # JPEG: nvJPEG's IDCT and colour conversion differ from libjpeg's by a few levels
                 d = np.abs(z.astype(int) - x.astype(int))
                 assert d.mean() < 1.5 and d.max() <= 12, (path, d.mean(), d.max())
