@@ -173,6 +173,27 @@ def free_gpu_memory():
                 torch.cuda.empty_cache()
 
 
+def tree_cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process and every live descendant (decode and host
+    worker processes), from /proc (Linux; 0 elsewhere)."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    procs = {}
+    for d in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    rest = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            procs[int(d)] = (int(rest[1]), (int(rest[11]) + int(rest[12])) / tick)  # ppid, cpu
+    mine, todo = set(), [os.getpid()]
+    while todo:
+        p = todo.pop()
+        mine.add(p)
+        todo.extend(c for c, (pp, _) in procs.items() if pp == p and c not in mine)
+    return sum(procs[p][1] for p in mine if p in procs)
+
+
 def device_free_bytes(device_id=0):
     """``cudaMemGetInfo``'s free bytes of the device: what every process on it has taken counts
     (an allocator's cache included). Needs cupy and a GPU."""
@@ -419,7 +440,7 @@ def bench_detaug(args, root, gpu, retinanet=False):
             get()
         sync()
         st["thread"], st["epoch"], st["stamps"] = 0.0, 0, []
-        c0, t0 = os.times(), time.perf_counter()
+        c0, t0, tree0 = os.times(), time.perf_counter(), tree_cpu_seconds()
         n = k = 0
         min_items = args.epochs * (n_rec or 0)
         while True:
@@ -433,7 +454,7 @@ def bench_detaug(args, root, gpu, retinanet=False):
                 break
         sync()
         secs = time.perf_counter() - t0
-        c1 = os.times()
+        c1, tree_s = os.times(), tree_cpu_seconds() - tree0
         if gpu:
             mem["end"] = device_free_bytes()
     finally:
@@ -469,13 +490,15 @@ def bench_detaug(args, root, gpu, retinanet=False):
            "img_s": n / secs, "images": n, "seconds": round(secs, 2), "batches": k,
            "epochs_crossed": st["epoch"], "in_epoch_img_s": steady,
            "driver_thread_ms_per_batch": thread_ms, "cores_busy": cpu_s / secs,
+           "tree_cores_busy": tree_s / secs,
            "first_batch_s": round(first_s, 2), "build_s": round(build_s, 2), "check": check,
            "settings": settings, "device_mem_mb": mem_mb, "mem_batches": mem_at,
            "device_mem_end_mb": mem_end_mb, "mem_end_batches": st["runs"],
            "device_mem_after_close_mb": left_mb,
            "notes": f"batch {bs}, {args.threads} threads, prefetch {settings['prefetch_queue_depth']}, {settings['device_workers']} device workers, {settings['batches_per_launch']} batch(es) per launch, {settings['decode_processes']} decode process(es); "
                     f"driver thread {thread_ms:.3f} ms CPU/batch (target < 1); "
-                    f"in-epoch {steady or 0:.0f} img/s; {cpu_s / secs:.1f} cores busy; "
+                    f"in-epoch {steady or 0:.0f} img/s; {cpu_s / secs:.1f} cores busy "
+                    f"({tree_s / secs:.1f} with its worker processes); "
                     f"{st['epoch']} epoch ends crossed"
                     + (f"; device memory {mem_mb:,.0f} MB after {mem_at} batches, "
                        f"{mem_end_mb:,.0f} MB after {st['runs']}" if gpu else "")}

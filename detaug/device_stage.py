@@ -10,6 +10,7 @@ import os
 from .batch import BoxBatch, DeviceImages, ImageBatch
 from .decode_proc import _Lease
 from .errors import SampleError
+from .launch_profile import stamp
 from .plan_ahead import LaunchPlan, NotPlanned
 
 
@@ -163,8 +164,11 @@ class DeviceStage:
         ctx.stream = stream or self._stream
         try:
             admit.decode()  # a ring slot, in launch order
+            stamp(admit, "ring")
             self._run_ops(ctx, self._device_ops_a)  # decode: runs ahead
+            stamp(admit, "decoded")
             admit()  # an output slot, in launch order
+            stamp(admit, "output")
             self._to_output_stream(ctx, admit)
             self._run_ops(ctx, self._device_ops_b)
         except SampleError as e:
@@ -174,6 +178,7 @@ class DeviceStage:
                                      self._replacement(key, ctx, e, ctx.walks),
                                      stream=ctx.stream, skips=ctx.skips, walks=ctx.walks)
         out = self._collect(ctx)
+        stamp(admit, "made")
         admit.decoded()  # its decoded images are retired: the next launch may decode
         return out
 

@@ -16,6 +16,7 @@ import collections
 import concurrent.futures as cf
 import threading
 
+from . import launch_profile
 from .context import BatchContext  # noqa: F401 (importable here as before)
 from .errors import NotFed, SampleError  # noqa: F401
 
@@ -157,15 +158,24 @@ class Executor:
             seq = self._seq
             self._seq += 1
             admit = _Admit(self.slots, self.decode_slots, seq, self.slots.epoch)
-            fut = self.device_pool.submit(
-                lambda: self.p._run_device(host(), self.pool, self._local.stream, admit))
+            launch_profile.mark(self.slots, seq, "submitted")
+
+            def device_work():
+                launch_profile.mark(self.slots, seq, "picked")
+                h = host()
+                launch_profile.mark(self.slots, seq, "planned")
+                return self.p._run_device(h, self.pool, self._local.stream, admit)
+
+            fut = self.device_pool.submit(device_work)
         self.queue.append((key, fut, seq))
         return True
 
     def pop(self):
         key, fut, seq = self.queue.popleft()
         try:
-            return key, fut.result()
+            out = fut.result()
+            launch_profile.mark(getattr(self, "slots", None), seq, "popped")
+            return key, out
         finally:
             if seq is not None:
                 self.slots.release(seq)

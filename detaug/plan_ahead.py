@@ -34,6 +34,7 @@ from . import types
 from .batch import BoxBatch, DeferredWarp, ImageBatch, PaddedBoxes, PlannedImages
 from .context import BatchContext
 from .errors import NotPlannable, SampleError
+from .launch_profile import stamp
 
 # device ops that plan on the host (their pixels, if any, come from the planned warp)
 PLANNABLE = {"decoders.image", "decoders.image_slice", "_upload", "flip", "crop", "resize",
@@ -158,8 +159,11 @@ class PlanAhead:
             ctx.prepared, ctx.sizes, ctx.skips, ctx.walks = prepared, plan.sizes, plan.skips, plan.walks
             try:
                 admit.decode()  # a ring slot, in launch order
+                stamp(admit, "ring")
                 decoded = self._decode_plan(ctx, plan)
+                stamp(admit, "decoded")
                 admit()  # an output slot, in launch order
+                stamp(admit, "output")
                 self._to_output_stream(ctx, admit)
                 self._realize(ctx, plan, decoded)
                 self._run_ops(ctx, self._rest_ops)
@@ -174,6 +178,7 @@ class PlanAhead:
                                              stream=ctx.stream, skips=ctx.skips, walks=ctx.walks)
                     break
         out = self._collect(ctx)
+        stamp(admit, "made")
         admit.decoded()  # its decoded images are retired: the next launch may decode
         return out
 
