@@ -110,9 +110,11 @@ class _Region:
     """A region of a decode process's ring as nvImageCodec's ``as_image`` takes it: packed
     (h, w, c) uint8 rows at a device address (the CUDA array interface, no stream to wait on)."""
 
-    def __init__(self, ptr, shape):
-        self.__cuda_array_interface__ = {"shape": tuple(int(v) for v in shape), "typestr": "|u1",
-                                         "data": (int(ptr), False), "strides": None, "version": 3}
+    __slots__ = ("__cuda_array_interface__",)
+
+    def __init__(self, ptr: int, shape: list):
+        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": "|u1", "data": (ptr, False),
+                                         "strides": None, "version": 3}
 
 
 # ------------------------------------------------------------------------------ worker side
@@ -221,8 +223,9 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
                 # made on the decode stream (a wrapper of another stream would make nvImageCodec
                 # wait on the host)
                 with stream:
-                    images = [nvimgcodec.as_image(_Region(ring + base + int(offsets[k]), shapes[k]),
-                                                  stream.ptr) for k in idx]
+                    images = [] if not idx else nvimgcodec.as_images(
+                        [_Region(ring + base + o, shp) for o, shp in
+                         zip(offsets[idx].tolist(), shapes[idx].tolist())], stream.ptr)
                 t4 = time.perf_counter()
                 results = []
                 for lo in range(0, len(idx), chunk):
