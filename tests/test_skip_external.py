@@ -76,14 +76,34 @@ def test_bad_sample_from_a_callable_under_raise_names_it():
     pipe.close()
 
 
+def _iterable_skip_pipe(size, device="cpu"):
+    data = [[_png(0), _png(10)], [_png(20), _truncated_jpeg()], [_png(40), _png(50)]]
+    pipe = Pipeline(batch_size=2, num_threads=1, seed=0, on_error="skip",
+                    device_id=0 if device == "mixed" else None)
+    with pipe:
+        pipe.set_outputs(fn.decoders.image(fn.external_source(source=data, size=size), device=device))
+    return pipe
+
+
 @pytest.mark.parametrize("size", [None, 10_000])
 def test_bad_sample_in_an_iterable_batch_under_skip_is_a_named_error_at_once(size):
-    data = [[_png(0), _png(10)], [_png(20), _truncated_jpeg()], [_png(40), _png(50)]]
-    pipe = Pipeline(batch_size=2, num_threads=1, seed=0, on_error="skip")
-    with pipe:
-        pipe.set_outputs(fn.decoders.image(fn.external_source(source=data, size=size)))
+    pipe = _iterable_skip_pipe(size)
     (first,) = pipe.run()
     assert [int(np.asarray(im)[0, 0, 0]) for im in first.data] == [0, 10]
+    with pytest.raises(SampleError, match=r"sample index 3>: cannot decode .*fed by an iterable "
+                                          r"or feed_input, whose samples cannot be replaced"):
+        pipe.run()
+    pipe.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("size", [None, 10_000])
+def test_bad_sample_in_an_iterable_batch_under_skip_on_the_gpu_is_a_named_error_at_once(size):
+    """The same with the GPU decoder (a truncated JPEG goes to the CPU decoder, which raises)."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    pipe = _iterable_skip_pipe(size, "mixed")
+    (first,) = pipe.run()
+    assert [int(np.asarray(im.get())[0, 0, 0]) for im in first.data] == [0, 10]
     with pytest.raises(SampleError, match=r"sample index 3>: cannot decode .*fed by an iterable "
                                           r"or feed_input, whose samples cannot be replaced"):
         pipe.run()

@@ -142,9 +142,9 @@ def decode_image(ctx, op, inputs, args):
         out_type = types.image_type(args["output_type"])
     except ValueError:
         raise ValueError(f"{op.name}: output_type must be one of {sorted(_MODES)}") from None
-    if op.device == "mixed":
-        return gpu_decode.decode_batch(ctx, enc, out_type, _decode_one)
     try:
+        if op.device == "mixed":  # (fed bytes are decoded here: the GPU decode's errors come now)
+            return gpu_decode.decode_batch(ctx, enc, out_type, _decode_one)
         images = ctx.map_samples(lambda k: _decode_one(enc, k, out_type), len(enc))
     except SampleError as e:
         fed = id(inputs[0]) in getattr(ctx, "fed_values", ())  # set by external_source
