@@ -1464,7 +1464,7 @@ class readers:
         Arguments (keyword only):
             root: str = None: the VOC folder (Annotations/, JPEGImages/, ImageSets/Main/); required
             split: str = 'trainval': read the ids of ImageSets/Main/<split>.txt
-            classes: sequence | str | None = None: class names (label i is classes[i]); None: the 20 VOC classes; 'discover': sorted names found
+            classes: sequence | str | None = None: class names (label i is classes[i]), or the path of a class list file, one name a line (as write_voc's classes.txt; readers.read_voc_classes); None: the 20 VOC classes; 'discover': sorted names found
             skip_difficult: bool = False: leave out objects marked difficult=1 (counted)
             on_error: str = 'raise': 'raise' (stop at the first bad file or annotation, naming it) or 'skip' (leave it out, counted in pipe.stats)
             random_shuffle: bool = False: shuffle the records every epoch (keyed by seed and epoch: the same seed gives the same order)

@@ -273,8 +273,11 @@ ARG_DOCS = {
     "readers.voc": {
         "root": ("str", "the VOC folder (Annotations/, JPEGImages/, ImageSets/Main/); required"),
         "split": ("str", "read the ids of ImageSets/Main/<split>.txt"),
-        "classes": ("sequence | str | None", "class names (label i is classes[i]); None: the 20 "
-                                             "VOC classes; 'discover': sorted names found"),
+        "classes": ("sequence | str | None", "class names (label i is classes[i]), or the path "
+                                             "of a class list file, one name a line (as "
+                                             "write_voc's classes.txt; readers.read_voc_classes); "
+                                             "None: the 20 VOC classes; 'discover': sorted names "
+                                             "found"),
         "skip_difficult": ("bool", "leave out objects marked difficult=1 (counted)"),
     },
     "readers.file": {
