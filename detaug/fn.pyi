@@ -252,8 +252,8 @@ def coco_reader(*, file_root: str | None = None, annotations_file: str | None = 
         polygon_masks: bool = False: DALI's masks: not implemented (raises)
         pixelwise_masks: bool = False: DALI's masks: not implemented (raises)
         initial_fill: int = 1024: hint, changes no value here: the size of DALI's shuffle buffer; detaug's shuffle is a full permutation of the epoch
-        pad_last_batch: bool = False: DALI: the iterators pad the shard's last batch with its last sample (detaug pads by wrapping round either way)
-        stick_to_shard: bool | None = None: DALI: False moves an unshuffled reader to shard shard_id + epoch each epoch (shards of one length); None or True keep the shard
+        pad_last_batch: bool = False: DALI's: True repeats the shard's last record after it, so that every shard has the largest shard's length (ceil(records / num_shards)), and under last_batch_policy 'fill' fills the last batch with it too (instead of wrapping round the shard's order); the reader's shards are then DALI's, not evened out by the pipeline's shard_policy. False: shard_policy and last_batch_policy alone
+        stick_to_shard: bool | None = None: DALI's: False moves an unshuffled reader's shard on by one every epoch (shard_id + epoch; refused where the shards differ in length), True keeps it; None (not given): False where the shards have one length, else the shard stays. A shuffled reader draws a new permutation of the whole dataset every epoch either way. Given (True or False), the reader's shards are DALI's (lengths may differ by one), not evened out by the pipeline's shard_policy
         shuffle_after_epoch: bool = False: DALI: reshuffle the whole dataset after each epoch (exclusive with random_shuffle)
         read_ahead: bool = False: hint, changes no value here: DALI's I/O tuning
         lazy_init: bool = False: hint, changes no value here: DALI's I/O tuning
@@ -426,8 +426,8 @@ def file_reader(*, file_root: str | None = None, file_list: str | None = None, f
         file_filters: sequence of str = ('*.jpg', '*.jpeg', '*.png', '*.bmp', '*.tif', '*.tiff', '*.pnm', '*.ppm', '*.pgm', '*.pbm', '*.jp2', '*.webp', '*.flac', '*.ogg', '*.wav'): glob patterns of the file names taken from the class folders (DALI's default list); not applied to file_list / files
         case_sensitive_filter: bool = False: match file_filters case-sensitively
         initial_fill: int = 1024: hint, changes no value here: the size of DALI's shuffle buffer; detaug's shuffle is a full permutation of the epoch
-        pad_last_batch: bool = False: DALI: the iterators pad the shard's last batch with its last sample (detaug pads by wrapping round either way)
-        stick_to_shard: bool | None = None: False: an unshuffled reader's shard moves on by one every epoch (DALI's default); True: it stays; None (not given): False where the shards have one length, else the shard stays
+        pad_last_batch: bool = False: DALI's: True repeats the shard's last record after it, so that every shard has the largest shard's length (ceil(records / num_shards)), and under last_batch_policy 'fill' fills the last batch with it too (instead of wrapping round the shard's order); the reader's shards are then DALI's, not evened out by the pipeline's shard_policy. False: shard_policy and last_batch_policy alone
+        stick_to_shard: bool | None = None: DALI's: False moves an unshuffled reader's shard on by one every epoch (shard_id + epoch; refused where the shards differ in length), True keeps it; None (not given): False where the shards have one length, else the shard stays. A shuffled reader draws a new permutation of the whole dataset every epoch either way. Given (True or False), the reader's shards are DALI's (lengths may differ by one), not evened out by the pipeline's shard_policy
         shuffle_after_epoch: bool = False: DALI: reshuffle the whole dataset after each epoch (exclusive with random_shuffle)
         read_ahead: bool = False: hint, changes no value here: DALI's I/O tuning
         lazy_init: bool = False: hint, changes no value here: DALI's I/O tuning
@@ -1357,8 +1357,8 @@ class readers:
             polygon_masks: bool = None: DALI's argument: giving it (any value) selects DALI's outputs; default False there
             pixelwise_masks: bool = None: DALI's argument: giving it (any value) selects DALI's outputs; default False there
             initial_fill: any = None: hint, changes no value here: the size of DALI's shuffle buffer; detaug's shuffle is a full permutation of the epoch
-            pad_last_batch: bool = None: DALI's argument: giving it (any value) selects DALI's outputs; default False there
-            stick_to_shard: bool | None = None: DALI's argument: giving it (any value) selects DALI's outputs; default None there
+            pad_last_batch: bool = None: DALI's argument: giving it (any value) selects DALI's outputs. True repeats the shard's last record after it, so that every shard has the largest shard's length (ceil(records / num_shards)), and under last_batch_policy 'fill' fills the last batch with it too (instead of wrapping round the shard's order); the reader's shards are then DALI's, not evened out by the pipeline's shard_policy. False: shard_policy and last_batch_policy alone
+            stick_to_shard: bool | None = None: DALI's argument: giving it (any value) selects DALI's outputs. False moves an unshuffled reader's shard on by one every epoch (refused where the shards differ in length), True keeps it; either makes the reader's shards DALI's (lengths may differ by one), not evened out by the pipeline's shard_policy. Not given: the shard stays, or where another of DALI's arguments is given, DALI's default (False where the shards have one length)
             shuffle_after_epoch: bool = None: DALI's argument: giving it (any value) selects DALI's outputs; default False there
             read_ahead: any = None: hint, changes no value here: DALI's I/O tuning
             lazy_init: any = None: hint, changes no value here: DALI's I/O tuning
@@ -1399,8 +1399,8 @@ class readers:
             file_filters: sequence of str = ('*.jpg', '*.jpeg', '*.png', '*.bmp', '*.tif', '*.tiff', '*.pnm', '*.ppm', '*.pgm', '*.pbm', '*.jp2', '*.webp', '*.flac', '*.ogg', '*.wav'): glob patterns of the file names taken from the class folders (DALI's default list); not applied to file_list / files
             case_sensitive_filter: bool = False: match file_filters case-sensitively
             initial_fill: int = 1024: hint, changes no value here: the size of DALI's shuffle buffer; detaug's shuffle is a full permutation of the epoch
-            pad_last_batch: bool = False: DALI: the iterators pad the shard's last batch with its last sample (detaug pads by wrapping round either way)
-            stick_to_shard: bool | None = None: False: an unshuffled reader's shard moves on by one every epoch (DALI's default); True: it stays; None (not given): False where the shards have one length, else the shard stays
+            pad_last_batch: bool = False: DALI's: True repeats the shard's last record after it, so that every shard has the largest shard's length (ceil(records / num_shards)), and under last_batch_policy 'fill' fills the last batch with it too (instead of wrapping round the shard's order); the reader's shards are then DALI's, not evened out by the pipeline's shard_policy. False: shard_policy and last_batch_policy alone
+            stick_to_shard: bool | None = None: DALI's: False moves an unshuffled reader's shard on by one every epoch (shard_id + epoch; refused where the shards differ in length), True keeps it; None (not given): False where the shards have one length, else the shard stays. A shuffled reader draws a new permutation of the whole dataset every epoch either way. Given (True or False), the reader's shards are DALI's (lengths may differ by one), not evened out by the pipeline's shard_policy
             shuffle_after_epoch: bool = False: DALI: reshuffle the whole dataset after each epoch (exclusive with random_shuffle)
             read_ahead: bool = False: hint, changes no value here: DALI's I/O tuning
             lazy_init: bool = False: hint, changes no value here: DALI's I/O tuning
@@ -1464,7 +1464,7 @@ class readers:
         Arguments (keyword only):
             root: str = None: the VOC folder (Annotations/, JPEGImages/, ImageSets/Main/); required
             split: str = 'trainval': read the ids of ImageSets/Main/<split>.txt
-            classes: sequence | str | None = None: class names (label i is classes[i]); None: the 20 VOC classes; 'discover': sorted names found
+            classes: sequence | str | None = None: class names (label i is classes[i]), or the path of a class list file, one name a line (as write_voc's classes.txt; readers.read_voc_classes); None: the 20 VOC classes; 'discover': sorted names found
             skip_difficult: bool = False: leave out objects marked difficult=1 (counted)
             on_error: str = 'raise': 'raise' (stop at the first bad file or annotation, naming it) or 'skip' (leave it out, counted in pipe.stats)
             random_shuffle: bool = False: shuffle the records every epoch (keyed by seed and epoch: the same seed gives the same order)

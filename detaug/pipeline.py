@@ -54,7 +54,8 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi):
             (``detaug.schedule.shard_positions``): 'pad' (default: the short shards repeat a
             record, so every shard, and every rank of a data-parallel run, takes the same steps),
             'drop' (every shard drops to the shortest) or 'uneven' (DALI's shards, sizes may
-            differ by one).
+            differ by one). A reader given DALI's ``pad_last_batch=True`` or ``stick_to_shard``
+            shards as DALI's ('uneven') whatever this is.
         on_error: 'raise' (default) or 'skip': a bad sample is replaced by the next one of the
             same epoch order, with a warning and a count in ``pipe.stats``: 'skipped' (bad files,
             each counted once per epoch), 'skipped_files' ((path, why) in order), 'batches'

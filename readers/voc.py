@@ -37,6 +37,47 @@ def safe_parser() -> etree.XMLParser:
                            huge_tree=False)
 
 
+def read_voc_classes(path) -> list:
+    """The class names of a VOC class list (``classes.txt``, as :func:`readers.write_voc` leaves
+    it): one name a line, label ``i`` being the ``i``-th name. The one reader of such files
+    (``read_voc(classes=<path>)``, detaug-convert, the demo).
+
+    Lines end at ``\\n``, ``\\r\\n`` or ``\\r`` (a character such as U+2028 inside a name is
+    kept). Each line is stripped of surrounding whitespace, as a VOC ``<name>`` is when read,
+    and a line left blank is skipped. A leading UTF-8 byte-order mark is dropped.
+
+    Raises:
+        DatasetError naming the file and the fault: missing or unreadable, not a regular file
+        or over ``readers.limits.MAX_LABEL_FILE_BYTES``, not UTF-8, no name at all, or a name
+        listed twice (VOC objects name their class: two labels of one name would read as one).
+    """
+    path = os.fspath(path)
+    try:
+        data = limits.read_bytes(path, what="class list")
+    except FileNotFoundError:
+        raise DatasetError(path, "class list not found") from None
+    except OSError as exc:
+        raise DatasetError(path, f"cannot read the class list ({exc})") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DatasetError(path, f"class list is not UTF-8 text ({exc})") from None
+    names, first = [], {}
+    for number, line in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), 1):
+        name = line.strip()
+        if not name:
+            continue
+        if name in first:
+            raise DatasetError(path, f"line {number}: class {name!r} is listed twice (first on "
+                                     f"line {first[name]}); VOC objects name their class, so "
+                                     "the two would read as one")
+        first[name] = number
+        names.append(name)
+    if not names:
+        raise DatasetError(path, "class list holds no class name (empty, or blank lines only)")
+    return names
+
+
 def read_voc(root, split="trainval", classes=None, *, skip_difficult=False, on_error="raise",
              check_images=True, progress=None) -> Dataset:
     """Read a Pascal VOC tree (``Annotations/``, ``ImageSets/Main/``, ``JPEGImages/``).
@@ -49,7 +90,8 @@ def read_voc(root, split="trainval", classes=None, *, skip_difficult=False, on_e
             order. An id listed twice is a fault: DatasetError, or under ``on_error="skip"``
             one record and the repeat listed in ``skipped``. A split file that is not UTF-8
             always raises.
-        classes: None for the 20 standard classes (``VOC_CLASSES``), a list of names, or
+        classes: None for the 20 standard classes (``VOC_CLASSES``), a list of names, the
+            path of a class list file (one name a line: :func:`read_voc_classes`), or
             ``"discover"`` for the sorted union of the names in the files. Label ``i`` is
             ``classes[i]``; an object of another class is a fault. Names must be distinct
             (ValueError): an object names its class.
@@ -69,6 +111,8 @@ def read_voc(root, split="trainval", classes=None, *, skip_difficult=False, on_e
         ``extra["box_keys"]`` (per box: ``pose``, ``occluded``, ``part``, ...).
         ``Dataset.emptied`` counts images whose every object was bad (skipped).
     """
+    if isinstance(classes, os.PathLike) or (isinstance(classes, str) and classes != "discover"):
+        classes = read_voc_classes(classes)  # (a str is a path: never a list of its letters)
     root = real_dir(root)
     sink = ErrorSink(on_error, "read_voc")
     parsed = _parse_all(root, _list_ids(root, split, sink), sink, check_images, progress)

@@ -450,10 +450,14 @@ def class_name_fault(dataset, fmt):
     """Why ``fmt``'s class list cannot hold ``dataset.class_names`` as they are (None if it can):
     YOLO keeps one name a line of ``classes.txt`` (read back stripped, empty lines skipped); VOC
     names each object by its class name (XML text, stripped on reading), so names must also be
-    distinct there, or two classes would read back as one. COCO and TFRecord label maps hold
-    any text."""
+    distinct there, or two classes would read back as one, and there must be one at least (an
+    empty VOC class list is a fault of the file: ``read_voc_classes``). COCO and TFRecord label
+    maps hold any text."""
     if fmt not in ("yolo", "voc"):
         return None
+    if fmt == "voc" and not dataset.class_names:
+        return "no class: a VOC class list (classes.txt) needs one name at least (read back, " \
+               "an empty one is a faulty file)"
     seen = {}
     for k, name in enumerate(dataset.class_names):
         what = f"class {k} ({name!r:.60})"

@@ -576,7 +576,7 @@ def test_class_names_a_target_cannot_hold_are_refused_by_name(tmp_path, capsys, 
     back = (readers.read_yolo(out) if to == "yolo" else
             readers.read_coco(out / "annotations.json", out / "images") if to == "coco" else
             read_tfrecord(out, label_map=out / "label_map.pbtxt") if to == "tfrecord" else
-            readers.read_voc(out, classes=(out / "classes.txt").read_text().splitlines()))
+            readers.read_voc(out, classes=readers.read_voc_classes(out / "classes.txt")))
     assert back.class_names == names
     assert [back.class_names[i] for i in back.records[0].labels] == names
 

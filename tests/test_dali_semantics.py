@@ -191,6 +191,37 @@ def test_stick_to_shard_false_moves_the_shard_every_epoch(seven_files):
         _labels_of(root, names, 1, stick_to_shard=True, shuffle_after_epoch=True)
 
 
+@pytest.mark.parametrize("shard_policy", ["pad", "drop", "uneven"])
+def test_dali_sharding_arguments_as_documented(seven_files, shard_policy):
+    """What ops/arg_docs.py says of pad_last_batch and stick_to_shard, on 7 records in 2 shards
+    (3 and 4) of batch 3: pad_last_batch=True repeats the shard's last record to the largest
+    shard's length (4), and under 'fill' to a full batch; either argument given makes the shards
+    DALI's (3 and 4 records) whatever the pipeline's shard_policy, which alone evens them out."""
+    root, names = seven_files
+
+    def epoch(sid, last="fill", **reader):
+        pipe = track(Pipeline(batch_size=3, num_threads=1, seed=0, last_batch_policy=last,
+                              shard_policy=shard_policy))
+        with pipe:
+            _, labels = fn.readers.file(file_root=root, files=names, labels=list(range(7)),
+                                        shard_id=sid, num_shards=2, **reader)
+            pipe.set_outputs(labels)
+        return [pipe.run_batch(b)[0].tolist() for b in range(len(pipe))]
+
+    padded = {"fill": ([[0, 1, 2], [2, 2, 2]], [[3, 4, 5], [6, 6, 6]]),
+              "partial": ([[0, 1, 2], [2]], [[3, 4, 5], [6]]),
+              "drop": ([[0, 1, 2]], [[3, 4, 5]])}
+    for last, want in padded.items():
+        for stick in ({}, {"stick_to_shard": True}):
+            assert (epoch(0, last, pad_last_batch=True, **stick),
+                    epoch(1, last, pad_last_batch=True, **stick)) == want
+    dali = ([[0, 1, 2]], [[3, 4, 5], [6, 3, 4]])  # 'fill' wraps round the shard's own order
+    assert (epoch(0, stick_to_shard=True), epoch(1, stick_to_shard=True)) == dali
+    own = {"pad": ([[0, 1, 2], [0, 0, 1]], [[3, 4, 5], [6, 3, 4]]),  # shard 0 repeats record 0
+           "drop": ([[0, 1, 2]], [[3, 4, 5]]), "uneven": dali}[shard_policy]
+    assert (epoch(0), epoch(1)) == (epoch(0, pad_last_batch=False), epoch(1)) == own
+
+
 def test_dali_iterator_with_pad_last_batch_fill(seven_files):
     """DALIGenericIterator(reader_name=...) under FILL hands over the padding: both shards give
     2 batches, the last of shard 0 is its last sample three times; PARTIAL leaves it out."""

@@ -56,18 +56,13 @@ def read_back(fmt, dst):
                                  os.path.join(dst, "images"))
     if fmt == "voc":
         sidecar = os.path.join(dst, "classes.txt")  # as write_voc leaves
-        return readers.read_voc(dst, classes=_voc_classes(sidecar)
+        return readers.read_voc(dst, classes=readers.read_voc_classes(sidecar)
                                 if os.path.isfile(sidecar) else None)
     if fmt == "tfrecord":
         from readers.tfrecord_od import read_tfrecord
 
         return read_tfrecord(dst, label_map=os.path.join(dst, "label_map.pbtxt"))
     return readers.read_yolo(dst)
-
-
-def _voc_classes(path):
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f if line.rstrip("\n")]
 
 
 def check_convert(src, src_fmt, dst_fmt, skip_bad, overwrite, named, extra=()):

@@ -47,7 +47,7 @@ import textwrap
 from readers.checks import check_image_headers, count_flagged, drop_flagged
 from readers.coco import read_coco
 from readers.errors import DatasetError
-from readers.voc import read_voc
+from readers.voc import read_voc, read_voc_classes
 from readers.writers import class_name_fault, write_coco, write_voc, write_yolo
 from readers.yolo import read_yolo
 
@@ -144,6 +144,25 @@ def class_list(spec):
     return [name.strip() for name in spec.split(",") if name.strip()]
 
 
+def voc_class_list(args):
+    """A VOC source's classes: ``--classes`` (a class list file, read by
+    ``readers.read_voc_classes``; comma-separated names; or ``discover``), else the source's
+    ``classes.txt`` (as write_voc leaves) where there is one, else None (the 20 standard
+    classes). A class list file's faults are a DatasetError naming it; names given twice on
+    the command line are a UsageError (VOC objects name their class)."""
+    spec = args.classes
+    if spec is None:
+        sidecar = os.path.join(args.src, "classes.txt")
+        return read_voc_classes(sidecar) if os.path.isfile(sidecar) else None
+    if spec != "discover" and os.path.isfile(spec):
+        return read_voc_classes(spec)
+    classes = class_list(spec)
+    if isinstance(classes, list) and len(set(classes)) < len(classes):
+        twice = sorted({c for c in classes if classes.count(c) > 1})
+        raise UsageError(f"VOC classes {twice} are listed twice (VOC names classes by name)")
+    return classes
+
+
 def coco_image_root(annotations_file, image_root=None):
     """``--image-root``, else ``images/`` beside the JSON when it exists, else the JSON's folder."""
     if image_root:
@@ -230,8 +249,8 @@ def _progress(label, args):
 
 def read(args):
     on_error = "skip" if args.skip_bad else "raise"
-    classes = class_list(args.classes)
     if args.src_format == "coco":
+        classes = class_list(args.classes)
         if classes == "discover":
             classes = None
         categories = None if classes is None else [int(c) if c.isdigit() else c for c in classes]
@@ -248,14 +267,9 @@ def read(args):
         return read_tfrecord(args.src, label_map=label_map, on_error=on_error,
                              progress=_progress("reading", args))
     if args.src_format == "voc":
-        sidecar = os.path.join(args.src, "classes.txt")  # written by write_voc
-        if classes is None and os.path.isfile(sidecar):
-            classes = class_list(sidecar)
-        if isinstance(classes, list) and len(set(classes)) < len(classes):
-            twice = sorted({c for c in classes if classes.count(c) > 1})
-            raise UsageError(f"VOC classes {twice} are listed twice (VOC names classes by name)")
-        return read_voc(args.src, split=args.split or "trainval", classes=classes,
+        return read_voc(args.src, split=args.split or "trainval", classes=voc_class_list(args),
                         on_error=on_error, progress=_progress("reading", args))
+    classes = class_list(args.classes)
     return read_yolo(args.src, split=args.split, on_error=on_error,
                      progress=_progress("reading", args),
                      classes=None if classes in (None, "discover") else classes)
@@ -294,8 +308,9 @@ def apply_policies(dataset, args):
     summary lines for what was kept or emptied."""
     fault = class_name_fault(dataset, args.dst_format)
     if fault is not None:  # named here by the source, before any image is opened
-        raise DatasetError(_class_source(args), f"{fault} (rename it in the source, or convert "
-                                                "to COCO)")
+        fix = "rename it in the source, or convert to COCO" if dataset.class_names else \
+              "convert to COCO or YOLO"
+        raise DatasetError(_class_source(args), f"{fault} ({fix})")
     check_image_headers(dataset, "skip" if args.skip_bad else "raise")
     lines, emptied = [], 0
     for name, flag, what in (("iscrowd", args.skip_crowd, "crowd boxes (iscrowd=1)"),

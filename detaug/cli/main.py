@@ -59,13 +59,14 @@ def coco_files(root: str) -> tuple:
 
 
 def voc_classes(root: str):
-    """The class list of a VOC folder: its ``classes.txt`` (one name a line, as detaug's VOC writer
-    leaves it) where there is one, else None (the 20 VOC classes)."""
+    """The class list of a VOC folder: its ``classes.txt`` (as detaug's VOC writer leaves it;
+    ``readers.read_voc_classes``) where there is one, else None (the 20 VOC classes)."""
     path = os.path.join(root, "classes.txt")
     if not os.path.isfile(path):
         return None
-    with open(path, encoding="utf-8") as f:
-        return [ln.strip() for ln in f if ln.strip()]
+    from readers.voc import read_voc_classes
+
+    return read_voc_classes(path)
 
 
 def load_dataset(data: str, root: str):

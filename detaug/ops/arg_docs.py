@@ -11,9 +11,14 @@ from __future__ import annotations
 RANGE = "(float, float)"
 
 SHARED = {
-    "stick_to_shard": ("bool | None", "DALI: False moves an unshuffled reader to shard shard_id + "
-                                      "epoch each epoch (shards of one length); None or True keep "
-                                      "the shard"),
+    "stick_to_shard": ("bool | None", "DALI's: False moves an unshuffled reader's shard on by one "
+                                      "every epoch (shard_id + epoch; refused where the shards "
+                                      "differ in length), True keeps it; None (not given): False "
+                                      "where the shards have one length, else the shard stays. A "
+                                      "shuffled reader draws a new permutation of the whole "
+                                      "dataset every epoch either way. Given (True or False), the "
+                                      "reader's shards are DALI's (lengths may differ by one), not "
+                                      "evened out by the pipeline's shard_policy"),
     "dtype": ("str | None", "DALI's output type of the draws (e.g. 'int32', 'float32'): values "
                             "rounded half away from zero and clamped to the type's range"),
     "file_filters": ("sequence of str", "DALI: glob patterns of the file names the reader takes "
@@ -24,8 +29,13 @@ SHARED = {
                                "pipeline's shard_id)"),
     "num_shards": ("int | None", "split the records into this many shards (None: the pipeline's "
                                  "num_shards)"),
-    "pad_last_batch": ("bool", "DALI: the iterators pad the shard's last batch with its last "
-                               "sample (detaug pads by wrapping round either way)"),
+    "pad_last_batch": ("bool", "DALI's: True repeats the shard's last record after it, so that "
+                               "every shard has the largest shard's length (ceil(records / "
+                               "num_shards)), and under last_batch_policy 'fill' fills the last "
+                               "batch with it too (instead of wrapping round the shard's order); "
+                               "the reader's shards are then DALI's, not evened out by the "
+                               "pipeline's shard_policy. False: shard_policy and "
+                               "last_batch_policy alone"),
     "shuffle_after_epoch": ("bool", "DALI: reshuffle the whole dataset after each epoch (exclusive "
                                     "with random_shuffle)"),
     "on_error": ("str", "'raise' (stop at the first bad file or annotation, naming it) or 'skip' "
@@ -273,8 +283,11 @@ ARG_DOCS = {
     "readers.voc": {
         "root": ("str", "the VOC folder (Annotations/, JPEGImages/, ImageSets/Main/); required"),
         "split": ("str", "read the ids of ImageSets/Main/<split>.txt"),
-        "classes": ("sequence | str | None", "class names (label i is classes[i]); None: the 20 "
-                                             "VOC classes; 'discover': sorted names found"),
+        "classes": ("sequence | str | None", "class names (label i is classes[i]), or the path "
+                                             "of a class list file, one name a line (as "
+                                             "write_voc's classes.txt; readers.read_voc_classes); "
+                                             "None: the 20 VOC classes; 'discover': sorted names "
+                                             "found"),
         "skip_difficult": ("bool", "leave out objects marked difficult=1 (counted)"),
     },
     "readers.file": {

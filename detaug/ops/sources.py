@@ -9,6 +9,7 @@ import numpy as np
 
 from ..batch import BoxBatch, EncodedBatch, ImageBatch, concat_boxes
 from ..errors import SampleError
+from .arg_docs import SHARED
 from .registry import register
 
 _SHARDING = {"random_shuffle": False, "shard_id": None, "num_shards": None}
@@ -17,7 +18,9 @@ _SHARDING = {"random_shuffle": False, "shard_id": None, "num_shards": None}
 # pad_last_batch (the shard's last batch repeats its last sample, and every shard has the largest
 # shard's length) and stick_to_shard (False: an unshuffled reader's shard moves on by one every
 # epoch, shard_id + epoch; None, not given: DALI's default False where the shards have one
-# length, else the shard stays: _Source.moves_shards). random_shuffle's initial_fill (the size of DALI's
+# length, else the shard stays: _Source.moves_shards); pad_last_batch=True or stick_to_shard given
+# makes the reader's shards DALI's ('uneven'), whatever the pipeline's shard_policy
+# (Sharding._shard_policy_of). random_shuffle's initial_fill (the size of DALI's
 # shuffle buffer) is accepted: detaug's shuffle is a full permutation of the epoch. The others tune
 # DALI's I/O and change no value.
 _DALI_READER = {"initial_fill": 1024, "pad_last_batch": False, "stick_to_shard": None,
@@ -101,8 +104,9 @@ class _Source:
             raise NotImplementedError(
                 f"{self.op.name}: stick_to_shard=False moves each shard on by one every epoch, "
                 f"and the {ns} shards of {self.size} records have different lengths: the shard's "
-                "length would change from epoch to epoch. Pass stick_to_shard=True (keep the "
-                "shard; the same when not given) or random_shuffle=True")
+                "length would change from epoch to epoch. Pass stick_to_shard=True (the shard "
+                "stays, DALI's lengths), leave it out (the shard stays, its length evened out by "
+                "the pipeline's shard_policy) or pass random_shuffle=True")
         return True
 
 
@@ -287,7 +291,17 @@ register("readers.coco", devices=("cpu",), inputs=(0, 0), kind="source",
                    "ratio": "DALI's mode: boxes divided by the image's width and height",
                    **{k: "DALI's argument: giving it (any value) selects DALI's outputs; "
                          f"default {v!r} there" for k, v in _COCO_DALI_DEFAULTS.items()
-                      if k not in ("ltrb", "ratio") and k not in _DALI_READER_HINTS}},
+                      if k not in ("ltrb", "ratio") and k not in _DALI_READER_HINTS},
+                   "pad_last_batch": "DALI's argument: giving it (any value) selects DALI's "
+                                     "outputs. " + SHARED["pad_last_batch"][1].removeprefix("DALI's: "),
+                   "stick_to_shard": "DALI's argument: giving it (any value) selects DALI's "
+                                     "outputs. False moves an unshuffled reader's shard on by one "
+                                     "every epoch (refused where the shards differ in length), "
+                                     "True keeps it; either makes the reader's shards DALI's "
+                                     "(lengths may differ by one), not evened out by the "
+                                     "pipeline's shard_policy. Not given: the shard stays, or "
+                                     "where another of DALI's arguments is given, DALI's default "
+                                     "(False where the shards have one length)"},
          doc="COCO instances JSON (pycocotools): encoded images and their boxes")(_coco_reader)
 register("coco_reader", devices=("cpu",), inputs=(0, 0), kind="source",
          outputs=lambda n, a: dali_coco_outputs(a),
@@ -363,10 +377,6 @@ register("readers.file", devices=("cpu",), inputs=(0, 0), outputs=2, kind="sourc
          hints=_DALI_READER_HINTS,
          arg_docs={"file_filters": "glob patterns of the file names taken from the class folders "
                                    "(DALI's default list); not applied to file_list / files",
-                   "stick_to_shard": "False: an unshuffled reader's shard moves on by one every "
-                                     "epoch (DALI's default); True: it stays; None (not given): "
-                                     "False where the shards have one length, else the shard "
-                                     "stays",
                    "case_sensitive_filter": "match file_filters case-sensitively"},
          output_spec="(encoded bytes, int64 (B,) labels)",
          doc="classification folders or DALI file lists: encoded images and labels")(_FileReader)
