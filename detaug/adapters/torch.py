@@ -303,11 +303,12 @@ class DetaugIterator:
     def reset(self) -> None:
         """Move every pipeline to the next epoch (new shuffle). The next epoch's launches that
         a pipeline has in flight are kept, also where this iterator ends the epoch before the
-        pipeline does (:func:`_skip_rest_of_epoch`)."""
+        pipeline does (``Pipeline.end_epoch``)."""
         for p in self.pipes:
             if self.size is not None:
-                _skip_rest_of_epoch(p)
-            p.reset()
+                p.end_epoch()
+            else:
+                p.reset()
         self._batch, self._ended = 0, False
 
     def state_dict(self) -> dict:
@@ -396,25 +397,6 @@ def _images(batch: ImageBatch):
     if tensors and all(x.shape == tensors[0].shape for x in tensors):
         return torch.stack(tensors)
     return tensors
-
-
-def _skip_rest_of_epoch(pipe):
-    """Drop what is left of the pipeline's current epoch without touching the next epoch's
-    launches: the batches split off a launch and not handed out, and the queued launches of
-    this epoch, taken off the queue's head as the pipeline takes them (``Executor.pop``: waited
-    for, their output slots released, so that the launches after them are admitted in order)
-    and thrown away. ``pipe.reset()`` then finds the next epoch's first launch at the head of
-    its queue and keeps the queue, where it would otherwise clear it and start the next epoch
-    again from nothing."""
-    pipe._ready.clear()
-    ex = pipe._executor
-    if ex is None:
-        return
-    while ex.queue and ex.queue[0][0][0] == pipe.epoch:
-        try:
-            ex.pop()
-        except Exception:  # noqa: BLE001 - a failure of a batch nobody will see
-            pass
 
 
 def _shard_size(pipe):
