@@ -18,7 +18,8 @@ from .rng import epoch_permutation
 
 class Sharding:
     """Epochs, batches and shards of :class:`~detaug.pipeline.Pipeline` (its state: ``_driver``,
-    ``_sources``, ``seed``, ``batch_size``, ``last_batch_policy``, ``shard_*``)."""
+    ``_sources``, ``seed``, ``batch_size``, ``last_batch_policy``, ``shard_*``; ``end_epoch``
+    also ``_epoch``, ``_ready`` and ``_executor``'s queue)."""
 
     # ---- epochs and batches ------------------------------------------------------------------
     def _shard_order(self, epoch):
@@ -65,6 +66,25 @@ class Sharding:
         if self._driver.size is None:
             raise TypeError("this pipeline's source has no size: give external_source a size")
         return _schedule.batches_per_epoch(self._epoch_samples(), self.batch_size, self.last_batch_policy)
+
+    def end_epoch(self) -> None:
+        """End the current epoch where it stands and move on to the next, keeping what is in
+        flight of the next: the next ``run()`` (or ``next()``) gives the next epoch's first batch.
+
+        Dropped: this epoch's batches split off a launch and not handed out, and its queued
+        launches, each taken off the queue's head as ``run()`` takes it (waited for, its output
+        slots released, so that the launches after it are admitted in order; its failure is
+        nobody's) and thrown away. Then ``reset()`` finds the next epoch's first launch at the
+        head of the queue and keeps the queue, where on its own it would clear it and make those
+        launches again. At an epoch's end it is ``reset()``."""
+        self._ready.clear()
+        ex = self._executor
+        while ex is not None and ex.queue and ex.queue[0][0][0] == self._epoch:
+            try:
+                ex.pop()
+            except Exception:  # noqa: BLE001 - a failure of a batch nobody will see
+                pass
+        self.reset()
 
     def _indices(self, epoch, batch_index, count=1):
         """(record indices, positions in the shard order, batch sizes) of batches

@@ -246,6 +246,89 @@ def test_dali_iterator_with_pad_last_batch_fill(seven_files):
 
 
 # ---- random_bbox_crop: fixed-size windows, pruning --------------------------------------------------
+
+class _SimulatedRanks:
+    """A process group of ``world`` ranks simulated in one process, one thread a rank:
+    torch.distributed's calls the iterator makes answer for the calling thread's rank, and
+    ``all_gather_object`` exchanges the ranks' objects through a barrier (copied, as gloo pickles
+    them)."""
+
+    def __init__(self, monkeypatch, world):
+        import copy
+        import threading
+
+        import torch.distributed as dist
+
+        self.world, self.local = world, threading.local()
+        self.slots, self.barrier = [None] * world, threading.Barrier(world, timeout=60)
+
+        def all_gather_object(out, obj):
+            self.slots[self.local.rank] = copy.deepcopy(obj)
+            self.barrier.wait()
+            out[:] = copy.deepcopy(self.slots)
+            self.barrier.wait()
+
+        for name, fake in {"is_available": lambda: True, "is_initialized": lambda: True,
+                           "get_world_size": lambda: world, "get_backend": lambda: "gloo",
+                           "get_rank": lambda: self.local.rank,
+                           "all_gather_object": all_gather_object}.items():
+            monkeypatch.setattr(dist, name, fake)
+
+    def run(self, work):
+        """``work(rank)`` on every rank at once; the results (or the exceptions) by rank."""
+        import threading
+
+        out = [None] * self.world
+
+        def main(rank):
+            self.local.rank = rank
+            try:
+                out[rank] = work(rank)
+            except Exception as e:  # noqa: BLE001 - handed to the test
+                out[rank] = e
+
+        threads = [threading.Thread(target=main, args=(r,)) for r in range(self.world)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        return out
+
+
+def test_dali_iterator_pad_last_batch_under_ddp_ranks_agree(seven_files, monkeypatch):
+    """Two DDP ranks (simulated), 7 records in shards of 3 and 4, batch 3, pad_last_batch: under
+    FILL both iterators count the largest shard (4 samples, 2 steps), so the ranks agree and each
+    gives its padded batches. The check compares the padded steps, not the shards' own (1 and 2
+    steps: before the fix every rank raised 'disagree on steps per epoch'). PARTIAL leaves the
+    padding out: 1 and 2 steps is a real disagreement (a rank would stop early), still raised on
+    both ranks."""
+    pytest.importorskip("torch.distributed")
+    root, names = seven_files
+    ranks = _SimulatedRanks(monkeypatch, 2)
+
+    def make(sid):
+        pipe = track(Pipeline(batch_size=3, num_threads=1, seed=0))
+        with pipe:
+            _, labels = ops.FileReader(file_root=root, files=names, labels=list(range(7)),
+                                       shard_id=sid, num_shards=2, pad_last_batch=True,
+                                       stick_to_shard=True, name="Reader")()
+            pipe.set_outputs(labels)
+        return pipe
+
+    def fill(rank):
+        it = DALIGenericIterator([make(rank)], ["label"], reader_name="Reader")
+        return len(it), [d[0]["label"].reshape(-1).tolist() for d in it]
+
+    got = ranks.run(fill)
+    assert got == [(2, [[0, 1, 2], [2, 2, 2]]), (2, [[3, 4, 5], [6, 6, 6]])]
+
+    def partial(rank):
+        DALIGenericIterator([make(rank)], ["label"], reader_name="Reader",
+                            last_batch_policy=LastBatchPolicy.PARTIAL)
+
+    for err in ranks.run(partial):
+        assert isinstance(err, ValueError) and "disagree on steps per epoch" in str(err), err
+
 def _boxes(rng, n_samples=6):
     out = []
     for _ in range(n_samples):

@@ -311,6 +311,37 @@ def test_torch_gets_device_tensors_without_copy(monkeypatch):
     assert img.data_ptr() == own.data.data.ptr, "the tensor is a copy of the pipeline's output"
 
 
+def test_to_host_copies_after_the_batch_event():
+    """The iterator's small host copies (counts, valid flags: adapters.torch._to_host) run on a
+    stream of their own that waits for the batch's event on the device (no host wait on the
+    event): values written on another stream behind a 0.2 s kernel, then the event, are what
+    the host gets, C-ordered from a transposed view too; an empty array gives an empty one."""
+    import cupy as cp
+
+    from detaug.adapters.torch import _to_host
+
+    rate_khz = cp.cuda.runtime.getDeviceProperties(0)["clockRate"]
+    want = np.arange(64 * 3, dtype=np.int32).reshape(64, 3)
+    with cp.cuda.Device(0):
+        a = cp.zeros((64, 3), cp.int32)
+        cp.cuda.runtime.deviceSynchronize()
+        side = cp.cuda.Stream(non_blocking=True)
+        with side:
+            _spin_kernel()((1,), (1,), (np.int64(rate_khz * 200),))  # about 0.2 s
+            a[...] = cp.asarray(want)
+            event = side.record()
+        assert not event.done, "the spin finished early: the check proves nothing"
+        got = _to_host(a, event)
+        assert isinstance(got, np.ndarray) and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, want)
+        t = _to_host(a.T, event)
+        assert t.flags.c_contiguous and t.shape == (3, 64)
+        np.testing.assert_array_equal(t, want.T)
+        empty = _to_host(cp.zeros((0, 4), cp.float32), event)
+        assert empty.shape == (0, 4) and empty.dtype == np.float32
+        np.testing.assert_array_equal(_to_host(a, None), want)
+
+
 def test_gpu_decode_skip_corrupt_file(tmp_path):
     """on_error='skip' with the GPU decoder: the truncated file is replaced by the next record of
     the epoch, batches keep their size, and the skip is counted once per batch handed out."""

@@ -126,6 +126,89 @@ def test_epoch_end_and_reset():
     assert p.run()[0].paths
 
 
+def _epoch_probe(seed):
+    """Reader and one random draw a sample, no decode (cheap): a batch names its records (the
+    epoch's keyed shuffle) and the draws keyed by (seed, epoch, sample). 40 records in 7 batches
+    of 6, launches of 2 batches, 2 launches in flight: the next epoch's first launch is made while
+    this epoch's last batches are handed out."""
+    pipe = Pipeline(batch_size=6, num_threads=1, seed=seed, batches_per_launch=2,
+                    prefetch_queue_depth=2)
+    with pipe:
+        enc, boxes = fn.readers.voc(root=VOC, random_shuffle=True)
+        pipe.set_outputs(enc, boxes, fn.random.uniform(range=(0, 1)))
+    return pipe
+
+
+def _probe(out):
+    enc, boxes, draw = out
+    return ([os.path.basename(p) for p in enc.paths], np.array(boxes.boxes), np.array(boxes.labels),
+            np.array(draw))
+
+
+def _same_probes(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g[0] == w[0]
+        for a, b in zip(g[1:], w[1:]):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("seed", [5, "fresh"])
+def test_end_epoch_mid_way_starts_the_next_epoch_at_its_first_batch(seed, monkeypatch):
+    """``end_epoch()`` after k of the 7 batches (k = 0, at a launch's split, at a launch's edge,
+    the last but one, all 7): the pipeline is at batch 0 of the next epoch, and its batches are
+    those of a fresh pipeline reset to that epoch. The next epoch's launches made before the end
+    are kept: no launch is made twice."""
+    from detaug import executor
+
+    if seed == "fresh":
+        seed = int.from_bytes(os.urandom(4), "little")
+        print(f"seed {seed}")
+    made, submit = [], executor.Executor.submit
+
+    def spy(self, key):
+        if self.p is pipe:
+            made.append(key)
+        return submit(self, key)
+
+    monkeypatch.setattr(executor.Executor, "submit", spy)
+
+    def fresh(epoch, k):
+        ref = _epoch_probe(seed)
+        for _ in range(epoch):
+            ref.reset()
+        out = [_probe(ref.run()) for _ in range(k)]
+        ref.close()
+        return out
+
+    pipe = _epoch_probe(seed)
+    ends = [3, 0, 1, 2, 6, 7, 5]
+    assert len(pipe) == 7
+    for epoch, k in enumerate(ends):
+        assert (pipe.epoch, pipe.state_dict()["batch"]) == (epoch, 0)
+        _same_probes([_probe(pipe.run()) for _ in range(k)], fresh(epoch, k))
+        if k == 6:  # the next epoch's first launch is already made: end_epoch keeps it
+            assert any(key[:2] == (epoch + 1, 0) for key in made)
+        pipe.end_epoch()
+    assert (pipe.epoch, pipe.state_dict()["batch"]) == (len(ends), 0)
+    _same_probes([_probe(pipe.run()) for _ in range(3)], fresh(len(ends), 3))
+    assert len(made) == len(set(made)), made
+    assert made[0] == (0, 0, 2) and (len(ends), 0, 2) in made
+    pipe.close()
+
+
+def test_end_epoch_before_the_first_run_and_under_iteration():
+    """Before anything ran (no launch in flight) end_epoch() moves to epoch 1; iterating the
+    pipeline then ends with epoch 1's 7 batches, the batches of random access."""
+    pipe, ref = _epoch_probe(3), _epoch_probe(3)
+    pipe.end_epoch()
+    assert pipe.epoch == 1
+    got = [_probe(b) for b in pipe]
+    _same_probes(got, [_probe(ref.run_batch(b, epoch=1)) for b in range(7)])
+    pipe.close()
+    ref.close()
+
+
 def _corrupt_voc(tmp_path):
     root = tmp_path / "voc"
     shutil.copytree(VOC, root)

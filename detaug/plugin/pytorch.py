@@ -113,9 +113,11 @@ class DALIGenericIterator(DetaugIterator):
             shard = int(size) // len(pipes) if len(pipes) > 1 else int(size)
         self.output_names = list(output_map)
         super().__init__(pipes, self.output_names, boxes_format="padded", last_batch_policy=policy,
-                         auto_reset=_auto_reset(auto_reset), size=None if padded else shard)
+                         auto_reset=_auto_reset(auto_reset), size=None if padded else shard,
+                         check_ranks=False)
         if padded:  # a shorter shard's padding counts: every shard has as many batches (DALI)
             self.size = shard
+        self._check_ranks_agree()  # on the steps counted with the padding, as they will run
 
     def _check_shards(self):
         """DALI's iterator reads the pipelines as they are sharded: unlike DetaugIterator, it
