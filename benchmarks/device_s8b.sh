@@ -22,8 +22,8 @@ if [ "${TESTS:-1}" = 1 ]; then
   grep -E "^FAILED|^ERROR|^E  |passed|failed" "$OUT/gpu_tests.log" | cut -c1-300 | head -40
 fi
 timeout 100 python3 benchmarks/bench_gpu.py --data $DATA --keep-data --only ceiling,ceiling_mp --min-seconds 5 --max-seconds 7 \
-  --ceiling-processes 1,3 2>&1 | quiet > "/tmp/ceiling.log"
-echo "== ceilings"; grep -E "^\| " "/tmp/ceiling.log" | grep -v detaug | cut -c1-60
+  --ceiling-processes ${CEIL_P:-1,2,3,4} 2>&1 | quiet > "/tmp/ceiling.log"
+echo "== ceilings"; grep -E "^\| " "/tmp/ceiling.log" | grep -v detaug | cut -c1-60; cp /tmp/ceiling.log $OUT/
 export DETAUG_DECODE_PROFILE=1 DETAUG_LAUNCH_PROFILE=1
 if [ -n "$ROWS" ]; then eval "$ROWS"; else
 row defaults
