@@ -1,6 +1,7 @@
 """Issue 16: DALI's defaults and reader semantics under the DALI names, or errors that name what
 detaug does not do. Expected values are hand-computed from DALI's documented rules (cited beside
 each case) or recomputed independently from the outputs (brute force in float64)."""
+import functools
 import os
 
 import numpy as np
@@ -222,20 +223,22 @@ def test_dali_sharding_arguments_as_documented(seven_files, shard_policy):
     assert (epoch(0), epoch(1)) == (epoch(0, pad_last_batch=False), epoch(1)) == own
 
 
+def _padded_reader_pipe(root, names, sid):
+    """Shard ``sid`` of 2 of the seven files, batch 3, pad_last_batch, named 'Reader'."""
+    pipe = track(Pipeline(batch_size=3, num_threads=1, seed=0))
+    with pipe:
+        _, labels = ops.FileReader(file_root=root, files=names, labels=list(range(7)),
+                                   shard_id=sid, num_shards=2, pad_last_batch=True,
+                                   stick_to_shard=True, name="Reader")()
+        pipe.set_outputs(labels)
+    return pipe
+
+
 def test_dali_iterator_with_pad_last_batch_fill(seven_files):
     """DALIGenericIterator(reader_name=...) under FILL hands over the padding: both shards give
     2 batches, the last of shard 0 is its last sample three times; PARTIAL leaves it out."""
     root, names = seven_files
-
-    def make(sid):
-        pipe = track(Pipeline(batch_size=3, num_threads=1, seed=0))
-        with pipe:
-            _, labels = ops.FileReader(file_root=root, files=names, labels=list(range(7)),
-                                       shard_id=sid, num_shards=2, pad_last_batch=True,
-                                       stick_to_shard=True, name="Reader")()
-            pipe.set_outputs(labels)
-        return pipe
-
+    make = functools.partial(_padded_reader_pipe, root, names)
     for sid, want in ((0, [[0, 1, 2], [2, 2, 2]]), (1, [[3, 4, 5], [6, 6, 6]])):
         it = DALIGenericIterator([make(sid)], ["label"], reader_name="Reader")
         assert len(it) == 2
@@ -244,8 +247,6 @@ def test_dali_iterator_with_pad_last_batch_fill(seven_files):
                              last_batch_policy=LastBatchPolicy.PARTIAL)
     assert [d[0]["label"].reshape(-1).tolist() for d in it] == [[0, 1, 2]]
 
-
-# ---- random_bbox_crop: fixed-size windows, pruning --------------------------------------------------
 
 class _SimulatedRanks:
     """A process group of ``world`` ranks simulated in one process, one thread a rank:
@@ -305,15 +306,7 @@ def test_dali_iterator_pad_last_batch_under_ddp_ranks_agree(seven_files, monkeyp
     pytest.importorskip("torch.distributed")
     root, names = seven_files
     ranks = _SimulatedRanks(monkeypatch, 2)
-
-    def make(sid):
-        pipe = track(Pipeline(batch_size=3, num_threads=1, seed=0))
-        with pipe:
-            _, labels = ops.FileReader(file_root=root, files=names, labels=list(range(7)),
-                                       shard_id=sid, num_shards=2, pad_last_batch=True,
-                                       stick_to_shard=True, name="Reader")()
-            pipe.set_outputs(labels)
-        return pipe
+    make = functools.partial(_padded_reader_pipe, root, names)
 
     def fill(rank):
         it = DALIGenericIterator([make(rank)], ["label"], reader_name="Reader")
@@ -328,6 +321,9 @@ def test_dali_iterator_pad_last_batch_under_ddp_ranks_agree(seven_files, monkeyp
 
     for err in ranks.run(partial):
         assert isinstance(err, ValueError) and "disagree on steps per epoch" in str(err), err
+
+
+# ---- random_bbox_crop: fixed-size windows, pruning --------------------------------------------------
 
 def _boxes(rng, n_samples=6):
     out = []
