@@ -353,14 +353,15 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi):
     def _make_ctx(self, key, prepared, pool, indices=None, ctx_type=BatchContext):
         """The batch context of a launch: the schedule's sample indices (:meth:`_schedule`), cut
         to the fed batches' lengths where a source is fed (:meth:`_fit_to_fed`); ``indices``
-        (a retry's) replace the indices. Every random op draws once per sample of it."""
+        (a retry's) replace the indices, and a replaced sample's position is its record's place
+        in the epoch order. Every random op draws once per sample of it."""
         epoch, b, count = key
         idx, pos, sizes = self._schedule(epoch, b, count)
         fed = self._fed_sizes(prepared)
         if fed is not None:
             idx, pos, sizes = self._fit_to_fed(key, idx, pos, sizes, fed)
-        if indices is not None:
-            idx = indices
+        if indices is not None:  # a retry's
+            idx, pos = indices, self._replaced_positions(epoch, idx, pos, indices)
         ctx = ctx_type(self, epoch, b, idx, pos, self._stream, pool)
         ctx.prepared, ctx.sizes = prepared, sizes
         return ctx

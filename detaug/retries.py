@@ -52,6 +52,17 @@ class Retries:
         indices[e.position] = nxt
         return indices
 
+    def _replaced_positions(self, epoch, idx, pos, indices):
+        """The positions of a retry's ``indices``: a sample that replaces a skipped one takes its
+        record's own place in the epoch order (the others keep theirs); None stays None."""
+        if pos is None:
+            return None
+        order = self._shard_order(epoch)
+        pos = np.array(pos, np.int64)
+        for k in np.nonzero(np.asarray(indices) != np.asarray(idx))[0]:
+            pos[k] = np.nonzero(order == indices[k])[0][0]
+        return pos
+
     def _count_skips(self, skips, epoch):
         """Warn about and count each bad file once per epoch: a retry's replacement, or the
         last batch's wrap-around under 'fill', can meet the same file again in one epoch.

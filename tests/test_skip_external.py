@@ -108,3 +108,23 @@ def test_bad_sample_in_an_iterable_batch_under_skip_on_the_gpu_is_a_named_error_
                                           r"or feed_input, whose samples cannot be replaced"):
         pipe.run()
     pipe.close()
+
+
+@pytest.mark.parametrize("seed", [0, int(np.random.default_rng().integers(1 << 30))])
+def test_a_retry_gives_a_replaced_sample_its_records_place(seed):
+    """Pipeline._make_ctx with a retry's indices: a replaced sample's position is its record's
+    place in the (shuffled) epoch order; the other samples keep theirs."""
+    pipe = Pipeline(batch_size=4, num_threads=1, seed=seed, host_processes=0)
+    with pipe:
+        pipe.set_outputs(fn.external_source(source=lambda info: np.zeros((2, 2, 3), np.uint8),
+                                            batch=False, size=11))
+    pipe.build()
+    order = pipe._shard_order(1)
+    ctx = pipe._make_ctx((1, 1, 1), {}, None)
+    assert list(ctx.positions) == [4, 5, 6, 7] and list(ctx.sample_index) == list(order[4:8])
+    indices = ctx.sample_index.copy()
+    indices[1], indices[3] = order[9], order[10]  # two samples replaced by later records
+    retry = pipe._make_ctx((1, 1, 1), {}, None, indices)
+    assert list(retry.positions) == [4, 9, 6, 10]
+    assert list(retry.sample_index) == list(indices)
+    pipe.close()

@@ -564,13 +564,10 @@ class _External(_Source):
     def _positions(ctx):
         """Each sample's place in the epoch order (the callable's ``idx_in_epoch``). A sample
         that replaces a skipped one (``on_error='skip'``) is the next record of the order: it
-        gets that record's own place, so that the callable is asked for another sample (asked
-        for the same place again, it gave the same bad sample until the whole order failed)."""
-        pos = np.asarray(ctx.positions, np.int64)
-        order = ctx.pipeline._shard_order(ctx.epoch)
-        for k in np.nonzero(order[pos] != ctx.sample_index)[0]:
-            pos[k] = np.nonzero(order == ctx.sample_index[k])[0][0]
-        return pos
+        has that record's own place (``Pipeline._make_ctx``), so that the callable is asked for
+        another sample (asked for the same place again, it gave the same bad sample until the
+        whole order failed)."""
+        return np.asarray(ctx.positions, np.int64)
 
     def read(self, ctx, payload):
         if payload is None:
