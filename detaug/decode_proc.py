@@ -98,6 +98,10 @@ def packed_offsets(shapes) -> tuple:
     return offsets, int(sizes.sum())
 
 
+class _Stopping(Exception):
+    """The decode process is stopping: a decoder thread waiting for a ring slot leaves."""
+
+
 class _Failed(Exception):
     """A request's files that cannot be decoded: [(position, message)]."""
 
@@ -126,7 +130,7 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
     from nvidia import nvimgcodec
 
     from .errors import SampleError
-    from .ops.decode import _decode_one
+    from .ops.decode import PixelLimitError, _decode_one, check_pixels
     from .ops.gpu_decode import code_streams, decode_params, warm_up
     from .ops.sources import EncodedBatch, read_files
 
@@ -194,11 +198,16 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
 
             idx = []
             for k, s in enumerate(streams):
-                if s is not None:  # (its header parsed: code_streams)
-                    shapes[k, :2] = s.height, s.width
-                    idx.append(k)
-                else:
+                if s is None:
                     on_host(k)
+                    continue
+                try:  # the CPU decoder's pixel limit, on the header (its error, skippable)
+                    check_pixels((s.width, s.height))
+                except PixelLimitError as e:
+                    errors.append((k, f"{paths[k]}: {e}"))
+                    continue
+                shapes[k, :2] = s.height, s.width  # (its header parsed: code_streams)
+                idx.append(k)
             if errors:
                 return ("done", req, None, None, errors)
             offsets, total = packed_offsets(shapes)
@@ -214,7 +223,7 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
             with room:  # wait for a slot to come back (the receiving thread frees them)
                 while (base := alloc.alloc(req, total)) is None:
                     if state["stop"]:
-                        raise EOFError
+                        raise _Stopping
                     room.wait()
             t3 = time.perf_counter()
             try:
@@ -233,27 +242,35 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
                                                   images=images[lo:lo + chunk], params=decode_params(output_type),
                                                   cuda_stream=stream.ptr))
                 t5 = time.perf_counter()
+                tail = total  # the slot's free end: for a CPU-decoded image larger than its header
                 for k, r in zip(idx, results):
-                    if r is None:  # the GPU could not decode it: the CPU decoder decodes it or says why not
-                        header = shapes[k].copy()
+                    # an image the GPU could not decode, or (never seen) not into its region:
+                    # the CPU decoder decodes it or says why not
+                    if r is None or r.__cuda_array_interface__["data"][0] != ring + base + int(offsets[k]):
+                        header = int(np.prod(shapes[k]))
                         on_host(k)
-                        if k in host and host[k].nbytes > int(np.prod(header)):
-                            errors.append((k, f"{paths[k]}: decoded on the CPU to {shapes[k, 1]}x{shapes[k, 0]}, "
-                                              f"larger than its header's {header[1]}x{header[0]}"))
+                        if k in host and host[k].nbytes > header:  # placed at the slot's end
+                            size = -(-host[k].nbytes // ALIGN) * ALIGN
+                            if tail + size > alloc.slot_bytes:
+                                errors.append((k, f"{paths[k]}: decoded on the CPU to {shapes[k, 1]}x"
+                                                  f"{shapes[k, 0]}, larger than its header, and the "
+                                                  "decode process's buffer has no room left for it"))
+                                continue
+                            offsets[k], tail = tail, tail + size
                 if errors:
                     raise _Failed(errors)
                 for k, a in host.items():  # (stream-ordered after the decode; the call stages the bytes)
                     rt.memcpyAsync(ring + base + int(offsets[k]), a.ctypes.data, a.nbytes,
                                    rt.memcpyHostToDevice, stream.ptr)
+                done[req % N_EVENTS].record(stream)
+                decoded = cp.cuda.Event(block=False, disable_timing=True)
+                decoded.record(stream)
             except BaseException:  # the slot goes back once nothing more is written into it
                 stream.synchronize()
                 with room:
                     alloc.free(req)
                     room.notify_all()
                 raise
-            done[req % N_EVENTS].record(stream)
-            decoded = cp.cuda.Event(block=False, disable_timing=True)
-            decoded.record(stream)
             keep.append((decoded, images))  # the wrappers, until the decode into them has run
             if timing is not None:
                 for name, a, b in (("read", t0, t1), ("parse", t1, t2), ("wait ring", t2, t3),
@@ -272,7 +289,7 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
             while (m := work.get()) is not None:
                 try:
                     msg = serve(*m[1:])
-                except (EOFError, OSError):  # stopping, or the pipeline's process went away
+                except _Stopping:
                     return
                 except _Failed as e:  # files that cannot be decoded, named
                     msg = ("done", m[1], None, None, e.errors)
@@ -470,7 +487,9 @@ class DecodeService:
                 w.proc.terminate()
             raise
         self._ids = itertools.count()
-        self._lock = threading.Lock()
+        # reentrant: a lease dropped by the garbage collector inside a locked section retires
+        # itself through this lock, in the same thread
+        self._lock = threading.RLock()
         self.device_id = device_id
 
     def decode(self, paths, output_type, chunk, stream):

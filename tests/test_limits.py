@@ -223,3 +223,30 @@ def test_fifo_image_in_a_dataset_is_refused_by_reader_and_converter(tmp_path, ca
         signal.alarm(0)
     assert "skipped 1 bad items" in capsys.readouterr().out
     assert sorted(os.listdir(tmp_path / "out" / "images")) == ["a.jpg"]
+
+
+def test_a_file_that_shrinks_while_read_is_a_named_error(tmp_path, monkeypatch):
+    """readv returning 0 before the size fstat gave (the file was cut meanwhile) is a
+    SampleError naming the file, not an endless loop; a short read that goes on is read whole."""
+    from detaug.ops import sources
+
+    data = bytes(range(256)) * 40
+    path = tmp_path / "x.jpg"
+    path.write_bytes(data)
+    real = os.readv
+    calls = []
+
+    def short(fd, bufs):  # 100 bytes a call, then (second run) the end of the file at 300
+        calls.append(1)
+        if cut and sum(len(b) for b in bufs) <= len(data) - 300:
+            return 0
+        view = memoryview(bufs[0])[:100]
+        return real(fd, [view])
+
+    monkeypatch.setattr(sources.os, "readv", short)
+    cut = False
+    got = sources._read_bytes(str(path), 4)
+    assert bytes(got) == data and len(calls) == -(-len(data) // 100)
+    cut = True
+    with pytest.raises(SampleError, match=r"x\.jpg: the file shrank while it was read \(300 of 10240"):
+        sources._read_bytes(str(path), 4)

@@ -186,7 +186,8 @@ def main(argv=None) -> int:
         return 2
     try:
         r = run_demo(args)
-    except (FileNotFoundError, RuntimeError, SystemExit) as e:  # SystemExit: pick_device's
+    except (FileNotFoundError, RuntimeError, ValueError, SystemExit) as e:  # SystemExit: pick_device's;
+        # ValueError: a bad data set (readers' DatasetError names the file and the fault)
         print(f"detaug demo: {e}", file=sys.stderr)
         return 1
     where = "gpu (mixed decode, device ops)" if r["device"] == "gpu" else \

@@ -127,7 +127,11 @@ def _read_bytes(path, position):
             buf = np.empty(st.st_size, np.uint8)
             got = os.readv(fd, [buf]) if len(buf) else 0
             while got < len(buf):  # readv may return short counts
-                got += os.readv(fd, [buf[got:]])
+                more = os.readv(fd, [buf[got:]])
+                if more == 0:  # the end of the file, early: it shrank since fstat
+                    raise SampleError(f"{path}: the file shrank while it was read ({got} of "
+                                      f"{len(buf)} bytes); refused", position, path)
+                got += more
         finally:
             os.close(fd)
         return buf
