@@ -131,7 +131,7 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
 
     from .errors import SampleError
     from .ops.decode import PixelLimitError, _decode_one, check_pixels
-    from .ops.gpu_decode import code_streams, decode_params, warm_up
+    from .ops.gpu_decode import code_streams, decode_chunks, warm_up
     from .ops.sources import EncodedBatch, read_files
 
     rt = cp.cuda.runtime
@@ -236,11 +236,8 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
                         [_Region(ring + base + o, shp) for o, shp in
                          zip(offsets[idx].tolist(), shapes[idx].tolist())], stream.ptr)
                 t4 = time.perf_counter()
-                results = []
-                for lo in range(0, len(idx), chunk):
-                    results.extend(decoder.decode([streams[k] for k in idx[lo:lo + chunk]],
-                                                  images=images[lo:lo + chunk], params=decode_params(output_type),
-                                                  cuda_stream=stream.ptr))
+                results = decode_chunks(decoder, [streams[k] for k in idx], output_type, chunk,
+                                        stream.ptr, images)
                 t5 = time.perf_counter()
                 tail = total  # the slot's free end: for a CPU-decoded image larger than its header
                 for k, r in zip(idx, results):

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import os
 
-from . import graph as _graph
 from . import types
 from .batch import BoxBatch, DeferredWarp, ImageBatch, PaddedBoxes, PlannedImages
 from .context import BatchContext
@@ -68,9 +67,7 @@ def _static_plannable(op) -> bool:
 
 def _keys_of(op):
     """(op id, output index) of every value ``op`` reads: inputs and data-node arguments."""
-    keys = [(i.op.id, i.index) for i in op.inputs]
-    keys += [(v.op.id, v.index) for v in op.args.values() if isinstance(v, _graph.DataNode)]
-    return keys
+    return [(v.op.id, v.index) for v in [*op.inputs, *op.arg_inputs.values()]]
 
 
 class NotPlanned:

@@ -59,3 +59,32 @@ def test_worker_that_cannot_start_is_a_clear_error():
 
     with pytest.raises(RuntimeError, match="did not start.*decode_processes=0"):
         DecodeService(2, 0, 16)  # two started together: both are stopped
+
+
+def test_decode_chunks_splits_sources_and_their_images_alike(monkeypatch):
+    """gpu_decode.decode_chunks (the in-thread decode, and the decode processes' decode into
+    their rings): calls of at most ``chunk`` sources, each with the same slice of ``images``
+    where given and without the argument where not; the results in order. A stand-in decoder
+    (nvImageCodec is not needed)."""
+    from detaug.ops import gpu_decode
+
+    monkeypatch.setattr(gpu_decode, "decode_params", lambda t: ("params", t))
+
+    class Decoder:
+        def __init__(self):
+            self.calls = []
+
+        def decode(self, srcs, **kw):
+            self.calls.append((list(srcs), kw))
+            return [f"r{s}" for s in srcs]
+
+    srcs, images = list(range(7)), [f"i{k}" for k in range(7)]
+    dec = Decoder()
+    assert gpu_decode.decode_chunks(dec, srcs, "RGB", 3, 42, images) == [f"r{k}" for k in range(7)]
+    assert [c[0] for c in dec.calls] == [[0, 1, 2], [3, 4, 5], [6]]
+    assert [c[1]["images"] for c in dec.calls] == [["i0", "i1", "i2"], ["i3", "i4", "i5"], ["i6"]]
+    assert all(c[1]["params"] == ("params", "RGB") and c[1]["cuda_stream"] == 42 for c in dec.calls)
+    dec = Decoder()
+    assert gpu_decode.decode_chunks(dec, srcs, "GRAY", 4, 7) == [f"r{k}" for k in range(7)]
+    assert [c[0] for c in dec.calls] == [[0, 1, 2, 3], [4, 5, 6]]
+    assert all("images" not in c[1] for c in dec.calls)

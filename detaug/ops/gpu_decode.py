@@ -170,14 +170,18 @@ def decode_params(output_type: str):
                                    allow_any_depth=False)
 
 
-def decode_chunks(decoder, srcs, output_type, chunk, stream_ptr) -> list:
+def decode_chunks(decoder, srcs, output_type, chunk, stream_ptr, images=None) -> list:
     """Decode CodeStreams ``srcs`` in calls of at most ``chunk`` images: with nvImageCodec 0.9,
     smaller calls decoded faster than one call for the whole batch (benchmarks/probe_decode.py,
-    benchmarks/RESULTS.md). None where an image could not be decoded."""
+    benchmarks/RESULTS.md). ``images``: nvImageCodec Images to decode into, one per source (a
+    decode process's ring regions), else the decoder makes its own. None where an image could
+    not be decoded."""
     params = decode_params(output_type)
     results = []
     for lo in range(0, len(srcs), chunk):
-        results.extend(decoder.decode(srcs[lo:lo + chunk], params=params, cuda_stream=stream_ptr))
+        into = {} if images is None else {"images": images[lo:lo + chunk]}
+        results.extend(decoder.decode(srcs[lo:lo + chunk], params=params, cuda_stream=stream_ptr,
+                                      **into))
     return results
 
 
