@@ -1,6 +1,8 @@
 """Probe, on the GPU machine: the pipeline's decode side alone. ``readers.coco -> decoders.image
-(device="mixed")`` and nothing after it: the decode processes, their rings and the launches, no
-warps, no output slots of warped images. Its img/s beside bench_gpu's rows and P-process ceiling
+(device="mixed")`` and nothing after it (or only a resize to a small size, ``--resize N``): the
+decode processes, their rings and the launches, without the detection pipeline's warps. Without
+``--resize`` the queue's outputs hold their ring regions, so the rings, not the decoders, can
+be what limits it. Its img/s beside bench_gpu's rows and P-process ceiling
 of the same call tells whether the decode side or the rest of the pipeline keeps a row under the
 ceiling. Prints one line: img/s, images, seconds, device memory (the drop of cudaMemGetInfo's free
 bytes from before the build, all processes), the plan.
@@ -24,6 +26,9 @@ def main(argv=None):
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--name", default="decode only")
+    ap.add_argument("--resize", type=int, default=0,
+                    help="then resize to N x N on the GPU (a small output: the ring regions are "
+                         "released once it has run, not held by the queue's outputs)")
     args = ap.parse_args(argv)
     if not os.path.exists(os.path.join(args.data, "annotations.json")):
         bench_gpu.make_dataset(args.data, 1024, os.cpu_count())
@@ -36,7 +41,8 @@ def main(argv=None):
         enc, _ = fn.readers.coco(file_root=os.path.join(args.data, "images"),
                                  annotations_file=os.path.join(args.data, "annotations.json"),
                                  random_shuffle=True)
-        return fn.decoders.image(enc, device="mixed")
+        img = fn.decoders.image(enc, device="mixed")
+        return fn.resize(img, size=(args.resize, args.resize)) if args.resize else img
 
     bench_gpu.free_gpu_memory()
     before = bench_gpu.device_free_bytes()

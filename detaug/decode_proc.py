@@ -151,9 +151,11 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
     send_lock = threading.Lock()
     state = {"stop": False}
     # DETAUG_DECODE_CPU_THREADS: nvImageCodec's CPU threads per decoder (0 = one per core).
-    # Default 2: with one per core, each of up to 6 decoders ran 16 threads on 16 cores; 2 took
-    # 35-70 MB less device memory per process and ran as fast or faster (RESULTS.md, session 7)
-    cpu_threads = int(os.environ.get("DETAUG_DECODE_CPU_THREADS", 2))
+    # Default 4: one per core (16 threads for each of up to 6 decoders on 16 cores) took 35-70 MB
+    # more device memory per process and ran no faster than 2 (session 7); 4 ran faster than 2
+    # in each of 4 same-call pairs (defaults +4 %, +21 %; 8 GB +9 %, +28 %) for ~15 MB more per
+    # process (RESULTS.md, session 9)
+    cpu_threads = int(os.environ.get("DETAUG_DECODE_CPU_THREADS", 4))
 
     def reply(msg):
         with send_lock:
@@ -505,6 +507,9 @@ class DecodeService:
             except (EOFError, OSError):  # (BrokenPipeError) the worker is gone
                 raise w.death(req) from None
             _, _, shapes, starts, errors = w.wait(req)
+        except BaseException:  # the worker is gone (or the wait was interrupted): no lease
+            self._retired(w)   # will own the slot counted for this request
+            raise
         finally:
             with self._lock:
                 w.outstanding -= 1

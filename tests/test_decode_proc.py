@@ -88,3 +88,63 @@ def test_decode_chunks_splits_sources_and_their_images_alike(monkeypatch):
     assert gpu_decode.decode_chunks(dec, srcs, "GRAY", 4, 7) == [f"r{k}" for k in range(7)]
     assert [c[0] for c in dec.calls] == [[0, 1, 2, 3], [4, 5, 6]]
     assert all("images" not in c[1] for c in dec.calls)
+
+
+def test_decode_chunks_hands_a_failed_call_to_the_cpu_per_image(monkeypatch):
+    """A call nvImageCodec raises on does not fail the batch unnamed: its images come back None
+    (the callers decode each on the CPU, which names the file it cannot decode), with a warning
+    naming the error; the other calls' results are kept, in order. Random chunk sizes and failing
+    calls."""
+    from detaug.ops import gpu_decode
+
+    monkeypatch.setattr(gpu_decode, "decode_params", lambda t: ("params", t))
+    rng = np.random.default_rng()
+    for _ in range(20):
+        n, chunk = int(rng.integers(1, 30)), int(rng.integers(1, 9))
+        calls = -(-n // chunk)
+        bad = set(rng.choice(calls, size=int(rng.integers(1, calls + 1)), replace=False).tolist())
+
+        class Decoder:
+            k = 0
+
+            def decode(self, srcs, **kw):
+                k, self.k = self.k, self.k + 1
+                if k in bad:
+                    raise ValueError(f"call {k} broke")
+                return [f"r{s}" for s in srcs]
+
+        with pytest.warns(RuntimeWarning, match="ValueError: call .* broke.*decoded on the CPU"):
+            got = gpu_decode.decode_chunks(Decoder(), list(range(n)), "RGB", chunk, 0)
+        want = [None if s // chunk in bad else f"r{s}" for s in range(n)]
+        assert got == want
+
+
+@pytest.mark.parametrize("where", ["send", "wait"])
+def test_a_request_to_a_dead_worker_leaves_no_ring_slot_counted(where):
+    """DecodeService counts the ring slots each worker's requests hold, and sends the next
+    request to the worker with the fewest: a request that fails because its worker is gone (on
+    send or while waiting for the reply) must not stay counted. Stand-in workers, no processes."""
+    import itertools
+    import threading
+
+    from detaug.decode_proc import DecodeService
+
+    class Worker:
+        held = outstanding = 0
+
+        def send(self, msg):
+            if where == "send":
+                raise BrokenPipeError
+
+        def wait(self, req):
+            raise RuntimeError(f"decode process died (request {req})")
+
+        def death(self, req):
+            return RuntimeError(f"decode process died (request {req})")
+
+    svc = DecodeService.__new__(DecodeService)
+    svc.workers, svc._ids, svc._lock, svc.device_id = [Worker(), Worker()], itertools.count(), threading.RLock(), 0
+    for k in range(5):
+        with pytest.raises(RuntimeError, match=f"died \\(request {k}\\)"):
+            svc.decode(["a.jpg"], "RGB", 64, None)
+    assert [(w.held, w.outstanding) for w in svc.workers] == [(0, 0), (0, 0)]

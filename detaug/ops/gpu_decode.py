@@ -12,6 +12,7 @@ import atexit
 import collections
 import functools
 import threading
+import warnings
 import weakref
 
 import numpy as np
@@ -175,13 +176,19 @@ def decode_chunks(decoder, srcs, output_type, chunk, stream_ptr, images=None) ->
     smaller calls decoded faster than one call for the whole batch (benchmarks/probe_decode.py,
     benchmarks/RESULTS.md). ``images``: nvImageCodec Images to decode into, one per source (a
     decode process's ring regions), else the decoder makes its own. None where an image could
-    not be decoded."""
+    not be decoded, and for every image of a call that raised (a warning says so): the caller
+    hands those to the CPU decoder, one by one, which decodes each or names the file it cannot."""
     params = decode_params(output_type)
     results = []
     for lo in range(0, len(srcs), chunk):
+        part = srcs[lo:lo + chunk]
         into = {} if images is None else {"images": images[lo:lo + chunk]}
-        results.extend(decoder.decode(srcs[lo:lo + chunk], params=params, cuda_stream=stream_ptr,
-                                      **into))
+        try:
+            results.extend(decoder.decode(part, params=params, cuda_stream=stream_ptr, **into))
+        except Exception as e:  # noqa: BLE001 -- not the whole batch unnamed: per image, on the CPU
+            warnings.warn(f"nvImageCodec raised on a call of {len(part)} images ({type(e).__name__}: "
+                          f"{e}); they are decoded on the CPU", RuntimeWarning, stacklevel=2)
+            results.extend([None] * len(part))
     return results
 
 
