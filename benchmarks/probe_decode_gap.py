@@ -1,0 +1,147 @@
+"""Probe, on the GPU machine: where a decode process's decode loses to the decode ceiling.
+
+The ceiling (bench_gpu's ``ceiling_work``) decodes preloaded bytes into nvImageCodec's own images,
+with one decoder per process, warmed by a batch of real images, one CPU thread per core. A detaug
+decode thread reads the files, parses their headers (``code_streams``), decodes into ring regions
+(``as_images``) with a decoder of 4 CPU threads warmed on 64 tiny JPEGs, two threads per process.
+Each variant below changes one of those steps from the ceiling towards detaug, and runs in P
+processes at once (spawned, started together on a barrier), batches of 64 for ``--seconds``;
+the summed img/s of each variant tells which step costs what, under the same P-process load as
+the multi-process ceiling.
+
+Usage: python benchmarks/probe_decode_gap.py DATA [--procs 3] [--seconds 5] [--variants a,b]
+"""
+import argparse
+import glob
+import multiprocessing as mp
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+BASE = dict(src="pre", parse=False, into=False, cpu=0, warm="real", threads=1)
+VARIANTS = {
+    "ceiling": {},
+    "cpu4": dict(cpu=4),
+    "cpu4 tiny warm-up": dict(cpu=4, warm="tiny"),
+    "cpu4 parsed": dict(cpu=4, parse=True),
+    "cpu4 read+parsed": dict(cpu=4, src="read", parse=True),
+    "cpu4 into ring": dict(cpu=4, parse=True, into=True),
+    "as detaug 1 thread": dict(cpu=4, src="read", parse=True, into=True, warm="tiny"),
+    "as detaug 2 threads": dict(cpu=4, src="read", parse=True, into=True, warm="tiny", threads=2),
+}
+SLOT = 96 << 20  # one batch of 64 images of up to 640 x 640 x 3
+
+
+def _proc(k, root, cfg, seconds, batch, barrier, results):  # pragma: no cover - GPU machine
+    import cupy as cp
+    from nvidia import nvimgcodec
+
+    from detaug.decode_proc import _Region
+    from detaug.ops.gpu_decode import code_streams, decode_params, warm_up
+    from detaug.ops.sources import read_files
+
+    cp.cuda.Device(0).use()
+    rt = cp.cuda.runtime
+    rt.deviceSetLimit(getattr(rt, "cudaLimitStackSize", 0), 0)
+    files = sorted(glob.glob(os.path.join(root, "images", "*.jpg")))
+    arrays = [np.fromfile(f, np.uint8) for f in files]
+    params = decode_params("RGB")
+    counts = [0] * cfg["threads"]
+    ready = threading.Barrier(cfg["threads"] + 1, timeout=120)
+    go = threading.Event()
+    stop = threading.Event()
+
+    def work(t):
+        cp.cuda.Device(0).use()
+        stream = cp.cuda.Stream(non_blocking=True)
+        dec = nvimgcodec.Decoder(device_id=0, max_num_cpu_threads=cfg["cpu"])
+        ring = rt.malloc(2 * SLOT) if cfg["into"] else None
+        rng = np.random.default_rng(100 * k + t)
+        keep = []
+
+        def one(j):
+            ids = rng.choice(len(files), batch, replace=False)
+            if cfg["src"] == "read":  # (as the decode processes: the bytes to code_streams)
+                data = read_files([files[i] for i in ids])
+            else:
+                data = [arrays[i] for i in ids]
+            srcs = code_streams(data) if cfg["parse"] else data
+            kw = {}
+            if cfg["into"]:
+                shapes = [(s.height, s.width, 3) for s in srcs]
+                base, regions = ring + (j % 2) * SLOT, []
+                for shp in shapes:
+                    regions.append(_Region(base, list(shp)))
+                    base += -(-int(np.prod(shp)) // 256) * 256
+                with stream:
+                    kw["images"] = nvimgcodec.as_images(regions, stream.ptr)
+            out = dec.decode(srcs, params=params, cuda_stream=stream.ptr, **kw)
+            keep.append(out)
+            if len(keep) > 8:
+                keep.pop(0)
+            return len(ids)
+
+        if cfg["warm"] == "tiny":
+            warm_up(dec, 0)
+        else:
+            one(0)
+        stream.synchronize()
+        ready.wait()
+        go.wait()
+        j = 1
+        while not stop.is_set():
+            counts[t] += one(j)
+            j += 1
+        stream.synchronize()
+        keep.clear()
+
+    pool = [threading.Thread(target=work, args=(t,), daemon=True) for t in range(cfg["threads"])]
+    for th in pool:
+        th.start()
+    ready.wait()
+    barrier.wait()
+    t0 = time.perf_counter()
+    go.set()
+    time.sleep(seconds)
+    stop.set()
+    for th in pool:
+        th.join()
+    results.put((k, sum(counts), time.perf_counter() - t0))
+
+
+def run(root, name, cfg, procs, seconds, batch):
+    ctx = mp.get_context("spawn")
+    barrier, results = ctx.Barrier(procs), ctx.Queue()
+    ps = [ctx.Process(target=_proc, args=(k, root, cfg, seconds, batch, barrier, results), daemon=True)
+          for k in range(procs)]
+    for p in ps:
+        p.start()
+    got = [results.get(timeout=180) for _ in ps]
+    for p in ps:
+        p.join(timeout=30)
+    rate = sum(n / s for _, n, s in got)
+    print(f"| {name} | {procs} | {rate:,.0f} | {', '.join(f'{n / s:,.0f}' for _, n, s in sorted(got))} |",
+          flush=True)
+    return rate
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("data")
+    ap.add_argument("--procs", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    args = ap.parse_args(argv)
+    print("| variant | processes | img/s summed | per process |\n|---|---:|---:|---|", flush=True)
+    for name in args.variants.split(","):
+        run(args.data, name, {**BASE, **VARIANTS[name]}, args.procs, args.seconds, args.batch)
+
+
+if __name__ == "__main__":
+    main()
