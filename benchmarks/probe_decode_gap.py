@@ -9,7 +9,12 @@ processes at once (spawned, started together on a barrier), batches of 64 for ``
 the summed img/s of each variant tells which step costs what, under the same P-process load as
 the multi-process ceiling.
 
+With ``--load``, each variant runs beside a load: busy CPU processes, or a process of its own
+whose kernels read and write a launch of outputs R times a second (the pipeline's GPU work in its
+own CUDA context).
+
 Usage: python benchmarks/probe_decode_gap.py DATA [--procs 3] [--seconds 5] [--variants a,b]
+       [--load cpu:N|gpu:R]
 """
 import argparse
 import glob
@@ -114,6 +119,51 @@ def _proc(k, root, cfg, seconds, batch, barrier, results):  # pragma: no cover -
     results.put((k, sum(counts), time.perf_counter() - t0))
 
 
+def _spin(stop):  # pragma: no cover - a CPU load: one busy core
+    x = 0
+    while not stop.is_set():
+        for _ in range(10000):
+            x += 1
+
+
+def _gpu_load(stop, rate, batch):  # pragma: no cover - GPU machine
+    """A GPU load like the pipeline's own work: ``rate`` times a second, one elementwise kernel
+    that reads and writes a launch of outputs (batch x 3 x 640 x 640 float32), in its own
+    process (its own CUDA context, as the pipeline's process beside its decode processes)."""
+    import cupy as cp
+
+    s = cp.cuda.Stream(non_blocking=True)
+    a = cp.ones((batch, 3, 640, 640), cp.float32)
+    out = cp.empty_like(a)
+    t = time.perf_counter()
+    while not stop.is_set():
+        with s:
+            cp.multiply(a, 0.5, out=out)
+        s.synchronize()
+        t += 1.0 / rate
+        time.sleep(max(0.0, t - time.perf_counter()))
+
+
+def start_load(load, batch):
+    """'cpu:N' (N busy processes) or 'gpu:R' (R kernels a second), or ''; returns a stop()."""
+    if not load:
+        return lambda: None
+    ctx = mp.get_context("spawn")
+    stop = ctx.Event()
+    kind, n = load.split(":")
+    ps = ([ctx.Process(target=_spin, args=(stop,), daemon=True) for _ in range(int(n))] if kind == "cpu"
+          else [ctx.Process(target=_gpu_load, args=(stop, float(n), batch), daemon=True)])
+    for p in ps:
+        p.start()
+    time.sleep(3)  # (the GPU load's context and buffers up)
+
+    def halt():
+        stop.set()
+        for p in ps:
+            p.join(timeout=30)
+    return halt
+
+
 def run(root, name, cfg, procs, seconds, batch):
     ctx = mp.get_context("spawn")
     barrier, results = ctx.Barrier(procs), ctx.Queue()
@@ -137,10 +187,17 @@ def main(argv=None):
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--load", default="", help="beside each variant: 'cpu:N' busy processes, or "
+                                               "'gpu:R' launch-sized kernels a second in a process of its own")
     args = ap.parse_args(argv)
     print("| variant | processes | img/s summed | per process |\n|---|---:|---:|---|", flush=True)
     for name in args.variants.split(","):
-        run(args.data, name, {**BASE, **VARIANTS[name]}, args.procs, args.seconds, args.batch)
+        halt = start_load(args.load, args.batch)
+        try:
+            run(args.data, f"{name}{' + load ' + args.load if args.load else ''}",
+                {**BASE, **VARIANTS[name]}, args.procs, args.seconds, args.batch)
+        finally:
+            halt()
 
 
 if __name__ == "__main__":
