@@ -145,14 +145,16 @@ def _gpu_load(stop, rate, batch):  # pragma: no cover - GPU machine
 
 
 def start_load(load, batch):
-    """'cpu:N' (N busy processes) or 'gpu:R' (R kernels a second), or ''; returns a stop()."""
+    """'cpu:N' (N busy processes) or 'gpu:R[:B]' (R kernels a second, each over B images of
+    outputs, default the batch), or ''; returns a stop()."""
     if not load:
         return lambda: None
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
-    kind, n = load.split(":")
+    kind, n, *size = load.split(":")
+    size = int(size[0]) if size else batch
     ps = ([ctx.Process(target=_spin, args=(stop,), daemon=True) for _ in range(int(n))] if kind == "cpu"
-          else [ctx.Process(target=_gpu_load, args=(stop, float(n), batch), daemon=True)])
+          else [ctx.Process(target=_gpu_load, args=(stop, float(n), size), daemon=True)])
     for p in ps:
         p.start()
     time.sleep(3)  # (the GPU load's context and buffers up)
@@ -188,7 +190,7 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--load", default="", help="beside each variant: 'cpu:N' busy processes, or "
-                                               "'gpu:R' launch-sized kernels a second in a process of its own")
+                                               "'gpu:R[:B]' launch-sized kernels (B images) a second in a process of its own")
     args = ap.parse_args(argv)
     print("| variant | processes | img/s summed | per process |\n|---|---:|---:|---|", flush=True)
     for name in args.variants.split(","):
