@@ -11,8 +11,8 @@ follow, unless set explicitly:
   sized from the images' annotated sizes where the reader knows them: :data:`RING_LAUNCHES`
   launches of the queue, in launch order, plus one for a batch made by random access); at most
   :data:`DECODE_SHARE` of the budget;
-* ``batches_per_launch``: 1, or 4 from :data:`BIG_BUDGET` on (a launch's outputs are alive
-  together until the last of its batches is consumed);
+* ``batches_per_launch``: 1, or 4 from :data:`BIG_BUDGET` on where launches are not planned
+  ahead (a launch's outputs are alive together until the last of its batches is consumed);
 * the output slots (:func:`output_slots`), decided after the first launch from what its outputs
   really take: the number of launches whose outputs may exist at once (made and not yet handed
   out, or being made); the rest of the budget, less one launch for the batch the caller holds.
@@ -127,12 +127,10 @@ def plan_decode(budget: int, launch_bytes: int, processes=None, threads=None,
     return DecodePlan(p, t, ring, cost(p, t), launches)
 
 
-def batches_per_launch(budget: int) -> int:
-    """1, or 4 from BIG_BUDGET on: larger launches amortise the per-launch work (planning a
-    launch of 4 batches takes 2.6 ms per 64 images against 7.1 for one; fewer launches on the
-    GPU). Planned ahead as well: at 8 GB, 4 batches a launch ran 1.06x and 1.15x one batch in the
-    same call, at 7.3 GB (benchmarks/RESULTS.md, session 9)."""
-    return 4 if budget >= BIG_BUDGET else 1
+def batches_per_launch(budget: int, planned: bool = False) -> int:
+    """1, or 4 from BIG_BUDGET on for a pipeline whose launches are not planned ahead (its
+    per-launch host work runs in the pipeline's process: larger launches amortise it)."""
+    return 4 if budget >= BIG_BUDGET and not planned else 1
 
 
 def output_slots(budget: int, decode_bytes: int, launch_output_bytes: int, depth: int) -> int:

@@ -67,8 +67,8 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi):
             pass of every op, one launch per kernel) and hand them out one by one: the per-batch
             Python cost is paid once per group. Results are identical (every draw is keyed by
             the sample); needs a sized source. Default (None): for pipelines with a GPU stage and
-            a sized source, from ``device_memory_budget`` (4 from 6 GB on, else 1: a launch's
-            outputs live together), else 1.
+            a sized source, from ``device_memory_budget`` (4 from 6 GB on for a pipeline whose
+            launches are not planned ahead, else 1: a launch's outputs live together), else 1.
         device_memory_budget: device memory (bytes, or a string such as '2GB') that a pipeline
             with a GPU stage may take besides what this process already holds: its decode
             processes (context, decoders, ring buffers) and its output batches in flight.
@@ -236,7 +236,8 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi):
         if self._batches_per_launch_arg is None and self.has_device_stage and self._driver.size is not None:
             from . import memory_plan
 
-            self.batches_per_launch = memory_plan.batches_per_launch(self.device_memory_budget)
+            self.batches_per_launch = memory_plan.batches_per_launch(self.device_memory_budget,
+                                                                     self.plan_ahead)
         if self._mixed_decode:
             self._start_decode_service()
         if self._prefetch_arg is None and self._decode_service is not None:

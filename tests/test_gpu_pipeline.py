@@ -427,7 +427,7 @@ def test_decode_process_defaults_follow_the_budget_and_give_the_same_batches(mon
     """With every default (a 2 GB budget), a GPU-decoding pipeline runs two decode processes
     with two decoder threads each, 6 launches in flight, 1 batch per launch, its output slots set from
     the first launch's measured size, and gives the batches of the in-thread decode; an 8 GB
-    budget runs 3 processes and 12 launches of 4 batches in flight, with the same batches."""
+    budget runs 3 processes and 12 launches in flight, with the same batches."""
     pytest.importorskip("nvidia.nvimgcodec")
     for v in ("DETAUG_DECODE_PROCESSES", "DETAUG_DECODE_THREADS", "DETAUG_DEVICE_MEMORY_BUDGET"):
         monkeypatch.delenv(v, raising=False)
@@ -445,8 +445,8 @@ def test_decode_process_defaults_follow_the_budget_and_give_the_same_batches(mon
     big.device_memory_budget = 8_000_000_000
     big.build()
     assert (len(big._decode_service.workers), big._decode_service.threads) == (3, 2)
-    # planned ahead, 4 batches a launch; rings of 4 launches per process, all of them in flight
-    assert big.plan_ahead and big.batches_per_launch == 4
+    # planned ahead, one batch a launch; rings of 4 launches per process, all of them in flight
+    assert big.plan_ahead and big.batches_per_launch == 1
     assert big.decode_slots == 12 and big.prefetch_queue_depth == big.device_workers == 12
     _assert_same_epochs(threads, _epochs(big))
     plain = _coco_decode_pipe(0, batches_per_launch=None, prefetch=None).build()
