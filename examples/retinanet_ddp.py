@@ -194,6 +194,7 @@ def train(args):
         print(f"rank 0: saved step {step} to {args.save}", flush=True)
     dist.barrier()
     pipe.close()
+    del ddp  # its reducer holds the process group: released here, not in the interpreter's teardown
     dist.destroy_process_group()
 
 

@@ -17,12 +17,25 @@ pytest.importorskip("torch")
 SCRIPT = os.path.join(REPO, "examples", "retinanet_ddp.py")
 
 
+# torch's teardown, after the example's last line on every rank, now and then aborts one rank in
+# C++ (seen twice in CI on 2 cores, sessions 7 and 9, on the gloo backend: the work and its
+# output were complete; the example releases DDP and destroys its process group before it exits)
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
 def torchrun(nproc, *args, timeout=240):
+    """(exit status, output) of the example on ``nproc`` ranks. A launch in which every rank
+    printed its closing summary and one then aborted in torch's teardown (TEARDOWN_ABORT) runs
+    once more: the test then asserts on the second launch; any other failure is returned."""
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc_per_node={nproc}", SCRIPT, *args]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-    return proc.returncode, proc.stdout + proc.stderr
+    for attempt in range(2):
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+        out = proc.stdout + proc.stderr
+        finished = len(set(re.findall(r"rank (\d+): steps per epoch", out))) == nproc
+        if proc.returncode == 0 or attempt or not (finished and TEARDOWN_ABORT in out):
+            return proc.returncode, out
 
 
 def _steps(out):
