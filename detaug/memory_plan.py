@@ -19,8 +19,9 @@ follow, unless set explicitly:
 
 The per-process costs are measured constants (``benchmarks/probe_memory.py``, H100, CUDA 13,
 nvImageCodec 0.7-0.9): a process's CUDA context 551 MB, 272 MB once its stack reservation is
-dropped (decode_proc does: ``benchmarks/probe_context.py``); each decoder thread 52-54 MB once warm,
-counted as 80 (its scratch buffers: it decodes straight into the ring, so it holds no images of
+dropped (decode_proc does: ``benchmarks/probe_context.py``); each decoder thread 52-54 MB once warm
+with 2 nvImageCodec CPU threads, about 6 MB more with the 4 decode_proc now gives it, counted as 80
+(its scratch buffers: it decodes straight into the ring, so it holds no images of
 its own; it held 182 MB when it decoded into images of its own: ``benchmarks/probe_into.py``).
 Measured on the benchmark's 640x480 JPEGs: nvJPEG's scratch buffers grow with the images, so a
 data set of much larger images may take more than planned. Pure arithmetic: tested on
