@@ -83,13 +83,14 @@ def _proc(k, root, cfg, seconds, batch, barrier, results):  # pragma: no cover -
                 for shp in shapes:
                     regions.append(_Region(base, list(shp)))
                     base += -(-int(np.prod(shp)) // 256) * 256
+                assert base <= ring + (j % 2 + 1) * SLOT, "a batch larger than its ring slot"
                 with stream:
                     kw["images"] = nvimgcodec.as_images(regions, stream.ptr)
             out = dec.decode(srcs, params=params, cuda_stream=stream.ptr, **kw)
             keep.append(out)
             if len(keep) > 8:
                 keep.pop(0)
-            return len(ids)
+            return sum(r is not None for r in out)  # (the images decoded)
 
         if cfg["warm"] == "tiny":
             warm_up(dec, 0)

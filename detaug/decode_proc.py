@@ -153,7 +153,7 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
     # DETAUG_DECODE_CPU_THREADS: nvImageCodec's CPU threads per decoder (0 = one per core).
     # Default 4: one per core (16 threads for each of up to 6 decoders on 16 cores) took 35-70 MB
     # more device memory per process and ran no faster than 2 (session 7); 4 ran faster than 2
-    # in each of 4 same-call pairs (defaults +4 %, +21 %; 8 GB +9 %, +28 %) for ~15 MB more per
+    # in each of 4 same-call pairs (defaults +4 %, +21 %; 8 GB +8 %, +28 %) for ~15 MB more per
     # process (RESULTS.md, session 9)
     cpu_threads = int(os.environ.get("DETAUG_DECODE_CPU_THREADS", 4))
 
@@ -518,10 +518,11 @@ class DecodeService:
             return None, errors
         import cupy as cp
 
+        lease = _Lease(w, req, self)  # first: if what follows raises, the lease frees the slot
         cp.cuda.runtime.streamWaitEvent(stream.ptr, w.done[req % N_EVENTS], 0)
         ptrs = np.asarray(starts, np.uint64) + np.uint64(w.ring)
         pitches = shapes[:, 1] * shapes[:, 2]
-        return DeviceImages(ptrs, shapes, pitches, _Lease(w, req, self), self.device_id), []
+        return DeviceImages(ptrs, shapes, pitches, lease, self.device_id), []
 
     def _retired(self, worker):
         with self._lock:

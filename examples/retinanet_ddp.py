@@ -196,6 +196,7 @@ def train(args):
     pipe.close()
     del ddp  # its reducer holds the process group: released here, not in the interpreter's teardown
     dist.destroy_process_group()
+    print(f"rank {rank}: done", flush=True)
 
 
 def main(argv=None):

@@ -25,15 +25,16 @@ TEARDOWN_ABORT = "terminate called without an active exception"
 
 def torchrun(nproc, *args, timeout=240):
     """(exit status, output) of the example on ``nproc`` ranks. A launch in which every rank
-    printed its closing summary and one then aborted in torch's teardown (TEARDOWN_ABORT) runs
-    once more: the test then asserts on the second launch; any other failure is returned."""
+    got through its whole script (its last line, "rank N: done", printed after the process group
+    is destroyed) and one then aborted in the interpreter's teardown (TEARDOWN_ABORT) runs once
+    more: the test then asserts on the second launch; any other failure is returned."""
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc_per_node={nproc}", SCRIPT, *args]
     for attempt in range(2):
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
         out = proc.stdout + proc.stderr
-        finished = len(set(re.findall(r"rank (\d+): steps per epoch", out))) == nproc
+        finished = len(set(re.findall(r"rank (\d+): done", out))) == nproc
         if proc.returncode == 0 or attempt or not (finished and TEARDOWN_ABORT in out):
             return proc.returncode, out
 

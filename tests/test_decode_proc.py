@@ -94,7 +94,7 @@ def test_decode_chunks_hands_a_failed_call_to_the_cpu_per_image(monkeypatch):
     """A call nvImageCodec raises on does not fail the batch unnamed: its images come back None
     (the callers decode each on the CPU, which names the file it cannot decode), with a warning
     naming the error; the other calls' results are kept, in order. Random chunk sizes and failing
-    calls."""
+    calls. An error that is not nvImageCodec's (RuntimeError, ValueError) propagates."""
     from detaug.ops import gpu_decode
 
     monkeypatch.setattr(gpu_decode, "decode_params", lambda t: ("params", t))
@@ -117,6 +117,13 @@ def test_decode_chunks_hands_a_failed_call_to_the_cpu_per_image(monkeypatch):
             got = gpu_decode.decode_chunks(Decoder(), list(range(n)), "RGB", chunk, 0)
         want = [None if s // chunk in bad else f"r{s}" for s in range(n)]
         assert got == want
+
+    class Broken:  # not one of nvImageCodec's errors (an API change, a bug): it propagates
+        def decode(self, srcs, **kw):
+            raise TypeError("decode() got an unexpected keyword argument")
+
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        gpu_decode.decode_chunks(Broken(), list(range(5)), "RGB", 2, 0)
 
 
 @pytest.mark.parametrize("where", ["send", "wait"])

@@ -185,9 +185,14 @@ def decode_chunks(decoder, srcs, output_type, chunk, stream_ptr, images=None) ->
         into = {} if images is None else {"images": images[lo:lo + chunk]}
         try:
             results.extend(decoder.decode(part, params=params, cuda_stream=stream_ptr, **into))
-        except Exception as e:  # noqa: BLE001 -- not the whole batch unnamed: per image, on the CPU
+        except (RuntimeError, ValueError) as e:  # nvImageCodec's errors (others propagate):
+            # not the whole batch unnamed, but each image on the CPU, which names a bad file
             warnings.warn(f"nvImageCodec raised on a call of {len(part)} images ({type(e).__name__}: "
                           f"{e}); they are decoded on the CPU", RuntimeWarning, stacklevel=2)
+            if images is not None:  # whatever the failed call queued into the caller's buffers
+                import cupy as cp   # is done before the CPU-decoded pixels are written there
+
+                cp.cuda.runtime.deviceSynchronize()
             results.extend([None] * len(part))
     return results
 
