@@ -46,7 +46,7 @@ def _proc(k, root, cfg, seconds, batch, barrier, results):  # pragma: no cover -
     import cupy as cp
     from nvidia import nvimgcodec
 
-    from detaug.decode_proc import _Region
+    from detaug.decode_proc import _Region, packed_offsets
     from detaug.ops.gpu_decode import code_streams, decode_params, warm_up
     from detaug.ops.sources import read_files
 
@@ -78,12 +78,11 @@ def _proc(k, root, cfg, seconds, batch, barrier, results):  # pragma: no cover -
             srcs = code_streams(data) if cfg["parse"] else data
             kw = {}
             if cfg["into"]:
-                shapes = [(s.height, s.width, 3) for s in srcs]
-                base, regions = ring + (j % 2) * SLOT, []
-                for shp in shapes:
-                    regions.append(_Region(base, list(shp)))
-                    base += -(-int(np.prod(shp)) // 256) * 256
-                assert base <= ring + (j % 2 + 1) * SLOT, "a batch larger than its ring slot"
+                shapes = np.array([(s.height, s.width, 3) for s in srcs], np.int64)
+                offsets, total = packed_offsets(shapes)  # (as a decode process packs its slot)
+                assert total <= SLOT, "a batch larger than its ring slot"
+                base = ring + (j % 2) * SLOT
+                regions = [_Region(base + o, shp) for o, shp in zip(offsets.tolist(), shapes.tolist())]
                 with stream:
                     kw["images"] = nvimgcodec.as_images(regions, stream.ptr)
             out = dec.decode(srcs, params=params, cuda_stream=stream.ptr, **kw)

@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from detaug.decode_proc import packed_offsets  # noqa: E402 (the ring's packing)
 SLOT = 96 << 20  # one request of 64 images of up to 640 x 640 x 3 (78.6 MB)
 
 
@@ -33,16 +34,9 @@ def setup(root):
     return files, [np.fromfile(f, np.uint8) for f in files]
 
 
-def packed(shapes):
-    sizes = -(-(shapes[:, 0] * shapes[:, 1] * shapes[:, 2]) // 256) * 256
-    off = np.zeros(len(shapes), np.int64)
-    off[1:] = np.cumsum(sizes)[:-1]
-    return off, int(sizes.sum())
-
-
 def views(cp, ring, base, streams):
     shapes = np.array([(s.height, s.width, 3) for s in streams], np.int64)
-    off, total = packed(shapes)
+    off, total = packed_offsets(shapes)
     return [ring[base + o: base + o + h * w * c].reshape(h, w, c)
             for o, (h, w, c) in zip(off.tolist(), shapes.tolist())], total
 
@@ -159,7 +153,7 @@ def run_mode(root, mode, threads, seconds=8.0):
                 ev.record(s)
                 rt.streamWaitEvent(cs.ptr, ev.ptr, 0)
                 shapes = np.array([(o.shape[0], o.shape[1], 3) for o in out], np.int64)
-                off, _ = packed(shapes)
+                off, _ = packed_offsets(shapes)
                 for o, (h, w, c), d in zip(out, shapes.tolist(), off.tolist()):
                     cai = o.__cuda_array_interface__
                     pitch = cai["strides"][0] if cai.get("strides") else w * c

@@ -164,11 +164,9 @@ class DeviceStage:
         ctx.stream = stream or self._stream
         try:
             admit.decode()  # a ring slot, in launch order
-            stamp(admit, "ring")
             self._run_ops(ctx, self._device_ops_a)  # decode: runs ahead
             stamp(admit, "decoded")
             admit()  # an output slot, in launch order
-            stamp(admit, "output")
             self._to_output_stream(ctx, admit)
             self._run_ops(ctx, self._device_ops_b)
         except SampleError as e:

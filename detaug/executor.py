@@ -74,7 +74,8 @@ class OutputSlots:
 class _Admit:
     """A launch's admission tickets, each granted once and in launch order: ``decode()`` a
     place in the decode rings (given back by ``decoded()`` once the launch's decoded images are
-    retired), ``__call__`` an output slot (given back when the launch is handed out)."""
+    retired), ``__call__`` an output slot (given back when the launch is handed out). Each grant
+    is stamped for the launch profile (``ring``, ``output``: detaug/launch_profile.py)."""
 
     def __init__(self, slots, decode_slots, seq, epoch):
         self.slots, self.decode_slots, self.seq, self.epoch = slots, decode_slots, seq, epoch
@@ -84,11 +85,13 @@ class _Admit:
         if not self.done:
             self.slots.acquire(self.seq, self.epoch)
             self.done = True
+            launch_profile.mark(self.slots, self.seq, "output")
 
     def decode(self):
         if not self.decoding:
             self.decode_slots.acquire(self.seq, self.epoch)
             self.decoding = True
+            launch_profile.mark(self.slots, self.seq, "ring")
 
     def decoded(self):
         self.decode_slots.release(self.seq)

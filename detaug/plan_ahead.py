@@ -156,11 +156,9 @@ class PlanAhead:
             ctx.prepared, ctx.sizes, ctx.skips, ctx.walks = prepared, plan.sizes, plan.skips, plan.walks
             try:
                 admit.decode()  # a ring slot, in launch order
-                stamp(admit, "ring")
                 decoded = self._decode_plan(ctx, plan)
                 stamp(admit, "decoded")
                 admit()  # an output slot, in launch order
-                stamp(admit, "output")
                 self._to_output_stream(ctx, admit)
                 self._realize(ctx, plan, decoded)
                 self._run_ops(ctx, self._rest_ops)
