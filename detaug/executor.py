@@ -186,16 +186,24 @@ class Executor:
                 self.p._after_launch_out()
 
     def clear(self):
+        """Drop every queued launch, once each has finished or been cancelled (their failures
+        are of batches nobody will see). An interrupt (Ctrl-C) while it waits is raised after
+        the queue is cleared: it was swallowed, and a loop that called reset() ran on."""
         for _, fut, _ in self.queue:
             fut.cancel()
         self._reset_gates()  # waiters for a slot give up (Cancelled)
+        interrupt = None
         for _, fut, _ in self.queue:
             try:
                 fut.result()
-            except BaseException:
+            except Exception:  # (CancelledError included)
                 pass
+            except BaseException as e:  # KeyboardInterrupt, SystemExit: the caller's
+                interrupt = interrupt or e
         self.queue.clear()
         self._reset_gates()
+        if interrupt is not None:
+            raise interrupt
 
     def _reset_gates(self):
         """Nothing held in either admission gate, admission on at the next launch submitted."""

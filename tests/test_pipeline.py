@@ -1,4 +1,5 @@
 """Engine: determinism, resume, epochs, shards, last batch, bad files, DALI styles, export."""
+import collections
 import os
 import shutil
 import subprocess
@@ -465,3 +466,37 @@ def test_prefetch_and_device_worker_defaults_and_serialized_arguments():
     q = det_pipe(VOC, batch_size=4, seed=1, prefetch_queue_depth=3)
     assert q.prefetch_queue_depth == 3
     assert pickle.loads(q.serialize())["params"]["prefetch_queue_depth"] == 3
+
+
+def test_an_interrupt_while_the_queue_is_cleared_is_raised_not_swallowed():
+    """Executor.clear (reset(), close()) waits for every queued launch. A Ctrl-C during that
+    wait (here: a launch whose wait raises KeyboardInterrupt) is raised once the queue is
+    cleared. It was swallowed with the launches' own failures, and a training loop that called
+    reset() ran on (seen: tests/test_host_workers.py's Ctrl-C case timed out in CI). Every launch
+    is still waited for, and failures of launches nobody will see stay quiet."""
+    from detaug.executor import Executor
+
+    class Fut:
+        def __init__(self, exc):
+            self.exc, self.waited = exc, False
+
+        def cancel(self):
+            return False
+
+        def result(self):
+            self.waited = True
+            if self.exc is not None:
+                raise self.exc
+
+    ex = Executor.__new__(Executor)
+    ex.device_pool = None
+    futs = [Fut(RuntimeError("a failed launch")), Fut(KeyboardInterrupt()), Fut(None),
+            Fut(KeyboardInterrupt())]
+    ex.queue = collections.deque(((0, k, 1), f, None) for k, f in enumerate(futs))
+    with pytest.raises(KeyboardInterrupt):
+        ex.clear()
+    assert all(f.waited for f in futs) and not ex.queue
+    futs = [Fut(RuntimeError("a failed launch")), Fut(None)]
+    ex.queue = collections.deque(((0, k, 1), f, None) for k, f in enumerate(futs))
+    ex.clear()  # no interrupt: nothing raised
+    assert all(f.waited for f in futs) and not ex.queue
