@@ -267,7 +267,8 @@ def test_no_worker_left_after_close_error_ctrl_c_or_kill(tmp_path):
 
     script = tmp_path / "loop.py"
     script.write_text(textwrap.dedent(f"""
-        import sys, os
+        import faulthandler, os, signal, sys
+        faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's dump on a hang
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         from test_host_workers import det_pipe
         pipe = det_pipe(3)
@@ -287,7 +288,14 @@ def test_no_worker_left_after_close_error_ctrl_c_or_kill(tmp_path):
         if mode != "raise":  # Ctrl-C; or the training process killed (the workers die with it)
             time.sleep(0.5)
             proc.send_signal(signal.SIGINT if mode == "sigint" else signal.SIGKILL)
-        err = proc.communicate(timeout=30)[1]
+        try:
+            err = proc.communicate(timeout=30)[1]
+        except subprocess.TimeoutExpired:  # say where it hangs (seen twice in CI under load)
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            proc.kill()
+            err = proc.communicate()[1]
+            pytest.fail(f"{mode}: the loop did not exit within 30 s; its threads:\n{err[-8000:]}")
         assert proc.returncode != 0
         if mode != "sigkill":
             assert ("KeyboardInterrupt" if mode == "sigint" else "the training loop failed") in err
