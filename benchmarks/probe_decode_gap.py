@@ -13,6 +13,10 @@ With ``--load``, each variant runs beside a load: busy CPU processes, or a proce
 whose kernels read and write a launch of outputs R times a second (the pipeline's GPU work in its
 own CUDA context).
 
+The variant "+ stage b" runs a launch's output work in each decode process instead (in its own
+context, on its decode stream): the comparison of the two says whether moving stage b into the
+decode processes would win back what the load takes.
+
 Usage: python benchmarks/probe_decode_gap.py DATA [--procs 3] [--seconds 5] [--variants a,b]
        [--load cpu:N|gpu:R]
 """
@@ -28,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-BASE = dict(src="pre", parse=False, into=False, cpu=0, warm="real", threads=1)
+BASE = dict(src="pre", parse=False, into=False, cpu=0, warm="real", threads=1, stage_b=False)
 VARIANTS = {
     "ceiling": {},
     "cpu4": dict(cpu=4),
@@ -38,6 +42,11 @@ VARIANTS = {
     "cpu4 into ring": dict(cpu=4, parse=True, into=True),
     "as detaug 1 thread": dict(cpu=4, src="read", parse=True, into=True, warm="tiny"),
     "as detaug 2 threads": dict(cpu=4, src="read", parse=True, into=True, warm="tiny", threads=2),
+    # the launch's GPU work in the decode process's own context: after each decode, on the same
+    # stream, one kernel reads the decoded slot (uint8) and writes a launch of float32 outputs
+    # (as a warp + normalize would): what running stage b in the decode processes would cost
+    "as detaug 2 threads + stage b": dict(cpu=4, src="read", parse=True, into=True, warm="tiny",
+                                          threads=2, stage_b=True),
 }
 SLOT = 96 << 20  # one batch of 64 images of up to 640 x 640 x 3
 
@@ -66,6 +75,7 @@ def _proc(k, root, cfg, seconds, batch, barrier, results):  # pragma: no cover -
         stream = cp.cuda.Stream(non_blocking=True)
         dec = nvimgcodec.Decoder(device_id=0, max_num_cpu_threads=cfg["cpu"])
         ring = rt.malloc(2 * SLOT) if cfg["into"] else None
+        out = cp.empty(SLOT, cp.float32) if cfg["stage_b"] else None  # (a launch's outputs)
         rng = np.random.default_rng(100 * k + t)
         keep = []
 
@@ -85,11 +95,16 @@ def _proc(k, root, cfg, seconds, batch, barrier, results):  # pragma: no cover -
                 regions = [_Region(base + o, shp) for o, shp in zip(offsets.tolist(), shapes.tolist())]
                 with stream:
                     kw["images"] = nvimgcodec.as_images(regions, stream.ptr)
-            out = dec.decode(srcs, params=params, cuda_stream=stream.ptr, **kw)
-            keep.append(out)
+            res = dec.decode(srcs, params=params, cuda_stream=stream.ptr, **kw)
+            if out is not None:  # stage b here: reads the slot, writes 4 bytes per decoded byte
+                mem = cp.cuda.UnownedMemory(base, total, None)
+                src = cp.ndarray((total,), cp.uint8, cp.cuda.MemoryPointer(mem, 0))
+                with stream:
+                    cp.multiply(src, np.float32(1 / 255), out=out[:total])
+            keep.append(res)
             if len(keep) > 8:
                 keep.pop(0)
-            return sum(r is not None for r in out)  # (the images decoded)
+            return sum(r is not None for r in res)  # (the images decoded)
 
         if cfg["warm"] == "tiny":
             warm_up(dec, 0)

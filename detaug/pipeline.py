@@ -151,7 +151,7 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi):
         self.output_slots = 1     # launches whose outputs may exist at once (after the first)
         self.output_slots_peak = 0  # the most that did (as seen when batches are handed out)
         self.decode_slots = 1 << 30  # launches decoding or holding decoded images at once
-        self._out_streams = []
+        self._out_stream = None
         self._launch_out_bytes = None
         self._host_processes_arg = host_processes
         self.host_processes = 0  # set at build
@@ -262,9 +262,8 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi):
             # batch's kernels stay in order on its own stream
             self._streams = [cp.cuda.Stream(non_blocking=True) for _ in range(self.device_workers)]
             self._stream = self._streams[0]
-            # one stream per output slot (at most the launches in flight): Pipeline._to_output_stream
-            self._out_streams = [cp.cuda.Stream(non_blocking=True)
-                                 for _ in range(max(1, self.prefetch_queue_depth))]
+            # the one stream every launch's outputs are made on: Pipeline._to_output_stream
+            self._out_stream = cp.cuda.Stream(non_blocking=True)
         self._built = True
         self.device_summary = self._summarize_devices()
         logging.getLogger("detaug").info("pipeline built: %s", self.device_summary)

@@ -77,6 +77,10 @@ def test_bench_train_options():
     assert keys == ["fixed", "defaults", "high-throughput", "mid", "tv", "fixed"]
     args.only = ["fixed", "mid"]
     assert [r["key"] for r in bt.plan_rows(args)] == ["fixed", "mid", "fixed"]
+    args.only, args.rounds = None, 2  # (a) and the detaug rows alternate
+    rows = bt.plan_rows(args)
+    assert [r["key"] for r in rows] == ["fixed", "defaults", "high-throughput", "mid"] * 2 + ["tv", "fixed"]
+    assert len({r["label"] for r in rows}) == len(rows), [r["label"] for r in rows]
 
 
 HARNESS = textwrap.dedent('''
