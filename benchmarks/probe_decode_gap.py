@@ -47,6 +47,9 @@ VARIANTS = {
     # (as a warp + normalize would): what running stage b in the decode processes would cost
     "as detaug 2 threads + stage b": dict(cpu=4, src="read", parse=True, into=True, warm="tiny",
                                           threads=2, stage_b=True),
+    # the same on a stream of its own (waiting for the decode by an event), as stage b would run
+    "as detaug 2 threads + stage b own stream": dict(cpu=4, src="read", parse=True, into=True,
+                                                     warm="tiny", threads=2, stage_b="own"),
 }
 SLOT = 96 << 20  # one batch of 64 images of up to 640 x 640 x 3
 
@@ -76,6 +79,7 @@ def _proc(k, root, cfg, seconds, batch, barrier, results):  # pragma: no cover -
         dec = nvimgcodec.Decoder(device_id=0, max_num_cpu_threads=cfg["cpu"])
         ring = rt.malloc(2 * SLOT) if cfg["into"] else None
         out = cp.empty(SLOT, cp.float32) if cfg["stage_b"] else None  # (a launch's outputs)
+        b_stream = cp.cuda.Stream(non_blocking=True) if cfg["stage_b"] == "own" else stream
         rng = np.random.default_rng(100 * k + t)
         keep = []
 
@@ -99,7 +103,9 @@ def _proc(k, root, cfg, seconds, batch, barrier, results):  # pragma: no cover -
             if out is not None:  # stage b here: reads the slot, writes 4 bytes per decoded byte
                 mem = cp.cuda.UnownedMemory(base, total, None)
                 src = cp.ndarray((total,), cp.uint8, cp.cuda.MemoryPointer(mem, 0))
-                with stream:
+                if b_stream is not stream:
+                    b_stream.wait_event(stream.record())
+                with b_stream:
                     cp.multiply(src, np.float32(1 / 255), out=out[:total])
             keep.append(res)
             if len(keep) > 8:
