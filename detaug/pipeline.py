@@ -28,8 +28,11 @@ _POLICIES = ("fill", "drop", "partial")
 
 # default prefetch_queue_depth (launches in flight) of pipelines that decode in decode processes:
 # each launch holds a device worker while its files are decoded, so the decoders idle with few
-# launches in flight (6 beat 4 with 3 processes: benchmarks/RESULTS.md, session 3)
-DECODE_PROCESS_PREFETCH = 6
+# launches in flight (6 beat 4 with 3 processes: benchmarks/RESULTS.md, session 3). 12: training
+# RetinaNet (bench_train, batch 16, 2 GB) fed with 12 in flight ran at 0.989 and 0.998 of a batch
+# kept on the GPU, with 6 at 0.962 and 0.981 (same call; 0.918-0.960 in two calls before). The
+# outputs in flight stay within the memory budget (output slots); the device workers stay 6
+DECODE_PROCESS_PREFETCH = 12
 MAX_DEVICE_WORKERS = 6  # default device_workers: min(prefetch depth, this)
 
 
