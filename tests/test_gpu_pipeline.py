@@ -462,7 +462,7 @@ def test_decode_process_defaults_follow_the_budget_and_give_the_same_batches(mon
     threads = _epochs(_coco_decode_pipe(0))
     pipe = _coco_decode_pipe(None, batches_per_launch=None, prefetch=None).build()
     assert (len(pipe._decode_service.workers), pipe._decode_service.threads) == (2, 2)
-    assert (pipe.prefetch_queue_depth, pipe.device_workers, pipe.batches_per_launch) == (6, 6, 1)
+    assert (pipe.prefetch_queue_depth, pipe.device_workers, pipe.batches_per_launch) == (12, 6, 1)
     got = _epochs(pipe)
     _assert_same_epochs(threads, got)
     # outputs of 8 x 3 x 96 x 128 float32 plus padded boxes: small, so every launch in flight
