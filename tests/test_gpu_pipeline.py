@@ -453,7 +453,7 @@ def test_decode_processes_give_the_same_batches(k):
 
 def test_decode_process_defaults_follow_the_budget_and_give_the_same_batches(monkeypatch):
     """With every default (a 2 GB budget), a GPU-decoding pipeline runs two decode processes
-    with two decoder threads each, 6 launches in flight, 1 batch per launch, its output slots set from
+    with two decoder threads each, 12 launches in flight (6 device workers), 1 batch per launch, its output slots set from
     the first launch's measured size, and gives the batches of the in-thread decode; an 8 GB
     budget runs 3 processes and 12 launches in flight, with the same batches."""
     pytest.importorskip("nvidia.nvimgcodec")
