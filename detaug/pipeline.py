@@ -47,7 +47,7 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi):
             pipeline per process and GPU), else device 0 for a GPU stage.
         seed: pipeline seed; every random draw is keyed by (seed, op id, epoch, sample index).
         prefetch_queue_depth: launches in flight (host stage of k+1.. while k is consumed; a
-            launch is ``batches_per_launch`` batches). Default (None): 6 for a pipeline that
+            launch is ``batches_per_launch`` batches). Default (None): 12 for a pipeline that
             decodes in decode processes (their decode runs that far ahead; the launches whose
             outputs exist at once are bounded by ``device_memory_budget``), else 2.
         last_batch_policy: 'fill' (pad the last batch by wrapping around the shard's order),
