@@ -370,6 +370,7 @@ class _Worker:
         self.retired = queue.SimpleQueue()
         self.send_lock = threading.Lock()
         self.replies, self.cond = {}, threading.Condition()
+        self.abandoned = {}  # req -> what to do with its reply (its waiter was interrupted)
         self.alive = True
         self.reader = threading.Thread(target=self._receive, daemon=True, name="detaug-decode-rx")
         self.reader.start()
@@ -383,11 +384,18 @@ class _Worker:
             except (EOFError, OSError):
                 break
             with self.cond:
-                self.replies[m[1]] = m
-                self.cond.notify_all()
+                then = self.abandoned.pop(m[1], None)
+                if then is None:
+                    self.replies[m[1]] = m
+                    self.cond.notify_all()
+            if then is not None:
+                then(m)
         with self.cond:
             self.alive = False
+            left, self.abandoned = list(self.abandoned.values()), {}
             self.cond.notify_all()
+        for then in left:  # no reply will come
+            then(None)
         self.retired.put(None)
 
     def _release(self):
@@ -439,6 +447,17 @@ class _Worker:
                     raise self.death(req)
                 self.cond.wait()
             return self.replies.pop(req)
+
+    def abandon(self, req, then):
+        """Nobody waits for ``req`` any more (its wait was interrupted, the worker still has it):
+        ``then(reply)`` runs when the reply comes (in the receiving thread), or ``then(None)``
+        once the worker is gone without one."""
+        with self.cond:
+            m = self.replies.pop(req, None)
+            if m is None and self.alive:
+                self.abandoned[req] = then
+                return
+        then(m)
 
 
 class _Lease:
@@ -501,14 +520,22 @@ class DecodeService:
             w = min(self.workers, key=lambda x: (x.held, x.outstanding))
             w.outstanding += 1
             w.held += 1
+        sent = False
         try:
             try:
                 w.send(("decode", req, list(paths), output_type, int(chunk)))
             except (EOFError, OSError):  # (BrokenPipeError) the worker is gone
                 raise w.death(req) from None
+            sent = True
             _, _, shapes, starts, errors = w.wait(req)
-        except BaseException:  # the worker is gone (or the wait was interrupted): no lease
-            self._retired(w)   # will own the slot counted for this request
+        except BaseException:  # no lease will own the slot counted for this request
+            if sent and getattr(w, "alive", False):
+                # the wait was interrupted (Ctrl-C) while the worker decodes: the slot is its
+                # until it replies; then the region goes back (a later request would otherwise
+                # wait for that slot forever)
+                w.abandon(req, lambda m: self._unclaimed(w, req, m))
+            else:  # the worker is gone, or never got the request
+                self._retired(w)
             raise
         finally:
             with self._lock:
@@ -527,6 +554,13 @@ class DecodeService:
     def _retired(self, worker):
         with self._lock:
             worker.held -= 1
+
+    def _unclaimed(self, worker, req, reply):
+        """The reply to a request whose waiter was interrupted (None: the worker died first): a
+        region it decoded into goes back to the worker (nothing of this process used it)."""
+        if reply is not None and not reply[4]:
+            worker.retired.put((None, req))  # the releaser sends ("free", req)
+        self._retired(worker)
 
     def stop(self):
         """Ask the workers to stop (they are daemons); do not wait for them."""

@@ -155,3 +155,97 @@ def test_a_request_to_a_dead_worker_leaves_no_ring_slot_counted(where):
         with pytest.raises(RuntimeError, match=f"died \\(request {k}\\)"):
             svc.decode(["a.jpg"], "RGB", 64, None)
     assert [(w.held, w.outstanding) for w in svc.workers] == [(0, 0), (0, 0)]
+
+
+def _piped_worker():
+    """A real _Worker's pipeline side (receiving and releasing threads) over an in-process pipe,
+    with no process behind it: the test plays the decode process on the other end."""
+    import multiprocessing
+    import queue
+    import threading
+
+    from detaug.decode_proc import _Worker
+
+    w = _Worker.__new__(_Worker)
+    w.conn, child = multiprocessing.Pipe()
+    w.held = w.outstanding = 0
+    w.ring, w.done = 0, []
+    w.retired, w.send_lock = queue.SimpleQueue(), threading.Lock()
+    w.replies, w.cond, w.abandoned, w.alive = {}, threading.Condition(), {}, True
+    w.reader = threading.Thread(target=w._receive, daemon=True)
+    w.releaser = threading.Thread(target=w._release, daemon=True)
+    w.reader.start()
+    w.releaser.start()
+    return w, child
+
+
+def _service(workers):
+    import itertools
+    import threading
+
+    from detaug.decode_proc import DecodeService
+
+    svc = DecodeService.__new__(DecodeService)
+    svc.workers, svc._ids, svc._lock, svc.device_id = workers, itertools.count(), threading.RLock(), 0
+    return svc
+
+
+def _eventually(cond, what, seconds=10.0):
+    import time
+
+    end = time.monotonic() + seconds
+    while not cond():
+        assert time.monotonic() < end, what
+        time.sleep(0.005)
+
+
+@pytest.mark.parametrize("reply", ["decoded", "failed", "before the interrupt", "worker dies"])
+def test_an_interrupted_wait_gives_the_slot_back_when_the_worker_replies(reply):
+    """Ctrl-C while DecodeService.decode waits for a live worker: the worker still decodes into
+    a ring slot, so the slot stays counted until its reply comes; then a region it decoded into
+    is freed (("free", req) to the worker), a failed request's (no region) is not, and nothing
+    is left in the replies. Before, the slot was uncounted at once and never freed: the
+    worker's ring lost a slot for good, and a later request waited for it forever."""
+    import threading
+
+    w, child = _piped_worker()
+    svc = _service([w])
+    real_wait = w.wait
+
+    def interrupted(req):
+        if reply == "before the interrupt":  # the reply is already in when Ctrl-C lands
+            _eventually(lambda: req in w.replies, "the reply did not arrive")
+        raise KeyboardInterrupt
+
+    def answer():  # the decode process: takes the request and replies
+        m = child.recv()
+        child.send(("done", m[1], np.zeros((1, 3), np.int64), [0], []))
+
+    w.wait = interrupted
+    if reply == "before the interrupt":
+        threading.Thread(target=answer, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        svc.decode(["a.jpg"], "RGB", 64, None)
+    w.wait = real_wait
+    if reply != "before the interrupt":
+        msg = child.recv()
+        assert msg[0] == "decode" and msg[2] == ["a.jpg"]
+        req = msg[1]
+        assert (w.held, w.outstanding) == (1, 0)  # the worker has the slot until it replies
+        if reply == "decoded":
+            child.send(("done", req, np.zeros((1, 3), np.int64), [0], []))
+        elif reply == "failed":
+            child.send(("done", req, None, None, [(0, "a.jpg: not a JPEG")]))
+        else:
+            child.close()
+    else:
+        req = 0
+    _eventually(lambda: w.held == 0, f"the slot stayed counted ({w.held})")
+    if reply in ("decoded", "before the interrupt"):
+        assert child.poll(10), "the decoded region was never freed"
+        assert child.recv() == ("free", req)
+    elif reply == "failed":
+        assert not child.poll(0.3)  # no region to free
+    assert w.replies == {} and w.abandoned == {}
+    if reply != "worker dies":
+        child.close()
