@@ -508,12 +508,15 @@ def bench_detaug(args, root, gpu, retinanet=False):
 
 
 # ---------------------------------------------------------------------------- 3a. decode ceiling
-def ceiling_work(blobs, batch_size, seed=1, with_asarray=False):
+def ceiling_work(blobs, batch_size, seed=1, with_asarray=False, outputs=0):
     """The decode ceiling's work, one definition for the one-process and the P-process ceiling:
     nvImageCodec ``Decoder(device_id=0)`` (its defaults: one CPU thread per core), detaug's
     ``decode_params("RGB")``, batches of ``batch_size`` of the preloaded bytes (successive random
     permutations) on a non-blocking stream, results released 8 batches later (as detaug's decode
-    op). Returns (step, sync, keep): ``step()`` decodes one batch and returns its image count."""
+    op). Returns (step, sync, keep): ``step()`` decodes one batch and returns its image count.
+    ``outputs`` (a side, e.g. SIZE): after each decode, on its stream, one kernel also writes the
+    batch's outputs as the pipeline's are (batch x 3 x side x side float32, from as many uint8):
+    the least GPU work a pipeline that makes those outputs adds to the decode."""
     import cupy as cp
 
     nvimgcodec = import_nvimgcodec()
@@ -523,6 +526,11 @@ def ceiling_work(blobs, batch_size, seed=1, with_asarray=False):
     arrays = [np.frombuffer(b, np.uint8) for b in blobs]  # as detaug's reader hands them over
     idx = index_stream(len(arrays), batch_size, seed=seed)
     keep = collections.deque(maxlen=8)  # as detaug's decode op: release a few batches later
+    if outputs:
+        with stream:
+            src = cp.zeros((batch_size, outputs, outputs, 3), cp.uint8)
+            out = cp.empty((batch_size, 3, outputs, outputs), cp.float32)
+        scale = np.float32(1 / 255)
 
     def step():
         ids = next(idx)
@@ -530,6 +538,9 @@ def ceiling_work(blobs, batch_size, seed=1, with_asarray=False):
         bad = sum(r is None for r in res)
         if bad:
             raise RuntimeError(f"nvImageCodec returned None for {bad} images")
+        if outputs:
+            with stream:
+                cp.multiply(src.transpose(0, 3, 1, 2), scale, out=out)
         if with_asarray:
             with stream:
                 keep.append([cp.asarray(r) for r in res])
@@ -559,7 +570,7 @@ def bench_decode_ceiling(args, blobs, with_asarray=False):
                      "sync at the end; no augmentation; one thread of this process"}
 
 
-def _ceiling_proc(k, paths, batch_size, warmup, window, rounds, barriers, conn, wait_s):
+def _ceiling_proc(k, paths, batch_size, warmup, window, rounds, barriers, conn, wait_s, outputs=0):
     """One process of the P-process ceiling (spawned): reads its own copy of the files, makes its
     decoder and decodes one batch, waits on the "ready" barrier (every process and the parent);
     then for each round P it takes part in (k < P): the round's "warm" barrier (its P processes
@@ -573,7 +584,7 @@ def _ceiling_proc(k, paths, batch_size, warmup, window, rounds, barriers, conn, 
         for p in paths:
             with open(p, "rb") as f:
                 blobs.append(f.read())
-        step, sync, keep = ceiling_work(blobs, batch_size, seed=1 + k)
+        step, sync, keep = ceiling_work(blobs, batch_size, seed=1 + k, outputs=outputs)
         step()  # first-call set-up of the decoder, before any round
         sync()
         barriers["ready"].wait(timeout=wait_s)
@@ -632,7 +643,8 @@ def bench_decode_ceiling_mp(args, recs):
         parent, child = ctx.Pipe(duplex=False)
         pr = ctx.Process(target=_ceiling_proc, name=f"decode-ceiling-{k}", daemon=True,
                          args=(k, paths, args.batch_size, args.warmup, window, rounds, barriers,
-                               child, start_s + 2 * window * len(rounds)))
+                               child, start_s + 2 * window * len(rounds),
+                               SIZE if args.ceiling_outputs else 0))
         pr.start()
         child.close()
         procs.append(pr)
@@ -686,10 +698,13 @@ def bench_decode_ceiling_mp(args, recs):
             detail["rounds"][P] = {"img_s_summed": summed, "img_s_per_process": per,
                                    "images": n_all, "img_s_over_span": n_all / span,
                                    "span_s": span, "start_skew_ms": 1e3 * skew}
-            row = {"name": f"decode ceiling, P={P} process{'es' if P > 1 else ''}",
+            plus = " + outputs" if args.ceiling_outputs else ""
+            too = " (each batch's outputs written too)" if args.ceiling_outputs else ""
+            row = {"name": f"decode ceiling{plus}, P={P} process{'es' if P > 1 else ''}",
                    "img_s": summed, "images": n_all, "seconds": round(span, 2), "processes": P,
+                   "outputs": bool(args.ceiling_outputs),
                    "img_s_per_process": per, "img_s_over_span": n_all / span,
-                   "notes": f"the one-process ceiling's work in {P} spawned process(es) at once, "
+                   "notes": f"the one-process ceiling's work{too} in {P} spawned process(es) at once, "
                             f"each on its own copy of the bytes, {window:g} s window, summed; "
                             f"per process {', '.join(f'{r:,.0f}' for r in per)}; all images / "
                             f"span {n_all / span:,.0f}; start skew {1e3 * skew:.1f} ms"}
@@ -1196,7 +1211,8 @@ def report(args, info):
             print(f"warp alone: {w.get('error') or w.get('skipped')}")
     one = next((r for r in ROWS if r["name"] == "nvImageCodec batched decode (ceiling)"
                 and r.get("img_s")), None)
-    multi = [r for r in ROWS if r["name"].startswith("decode ceiling, P=") and r.get("img_s")]
+    multi = [r for r in ROWS if r.get("processes") and r["name"].startswith("decode ceiling")
+             and r.get("img_s")]
     best = max(multi, key=lambda r: r["img_s"], default=None)
     if one or multi:
         print()
@@ -1205,7 +1221,8 @@ def report(args, info):
                   + (f"; detaug / it = {d / one['img_s']:.2f}x (issue 11 target 1, at the defaults: "
                      ">= 1.2x)" if d else ""))
         if multi:
-            print("decode ceiling, P processes (summed): " + ", ".join(
+            plus = " + outputs" if any(r.get("outputs") for r in multi) else ""
+            print(f"decode ceiling{plus}, P processes (summed): " + ", ".join(
                 f"P={r['processes']} {r['img_s']:,.0f}" for r in multi) + " img/s"
                 + (f"; detaug / best (P={best['processes']}) = {d / best['img_s']:.3f} (issue 11 "
                    "target 2, high-throughput setting: >= 0.90)" if d else ""))
@@ -1222,7 +1239,10 @@ def report(args, info):
     out = {"device": info, "args": vars(args), "rows": ROWS, "extra": EXTRA,
            "detaug_img_s": d, "detaug_device_mem_mb": det.get("device_mem_mb") if det else None,
            "decode_ceiling_one_process_img_s": one["img_s"] if one else None,
-           "decode_ceiling_processes_img_s": {r["processes"]: r["img_s"] for r in multi},
+           "decode_ceiling_processes_img_s": {r["processes"]: r["img_s"] for r in multi
+                                              if not r.get("outputs")},
+           "decode_ceiling_outputs_processes_img_s": {r["processes"]: r["img_s"] for r in multi
+                                                      if r.get("outputs")},
            "total_s": round(time.perf_counter() - T_START, 1)}
     write_json(out, args.json, "bench_gpu.json")
 
@@ -1264,6 +1284,10 @@ def main(argv=None):
     ap.add_argument("--ceiling-seconds", type=float, default=None, help="decode ceiling seconds (6)")
     ap.add_argument("--ceiling-processes", default="1,2,3,4",
                     help="P of the P-process decode ceiling (comma-separated; '' skips it)")
+    ap.add_argument("--ceiling-outputs", action="store_true",
+                    help="the P-process ceiling also writes each batch's outputs (one kernel: batch x "
+                         "3 x 640 x 640 float32 from as many uint8), the least GPU work a pipeline "
+                         "making them adds to the decode")
     ap.add_argument("--ceiling-window", type=float, default=5.0,
                     help="timed seconds of each P-process round (the same window in every process)")
     ap.add_argument("--mem-batches", type=int, default=300,

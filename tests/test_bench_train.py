@@ -88,8 +88,9 @@ HARNESS = textwrap.dedent('''
     sys.path.insert(0, {bench!r})
     import bench_gpu
 
-    def fake_work(blobs, batch_size, seed=1, with_asarray=False):
+    def fake_work(blobs, batch_size, seed=1, with_asarray=False, outputs=0):
         """CPU stand-in for nvImageCodec's decode: hash a batch of the bytes."""
+        assert outputs == (bench_gpu.SIZE if os.environ.get("OUTPUTS") == "1" else 0), outputs
         if os.environ.get("FAIL_PROCESS") == str(seed - 1):
             raise RuntimeError("injected failure")
         idx = bench_gpu.index_stream(len(blobs), batch_size, seed=seed)
@@ -111,7 +112,7 @@ HARNESS = textwrap.dedent('''
         bench_gpu.make_dataset(root, 16, 1)
         recs, _ = bench_gpu.load_records(root)
         args = argparse.Namespace(ceiling_processes=[1, 2], ceiling_window=0.3, batch_size=4,
-                                  warmup=1)
+                                  warmup=1, ceiling_outputs=os.environ.get("OUTPUTS") == "1")
         bench_gpu.section("decode ceiling, P processes", bench_gpu.bench_decode_ceiling_mp,
                           args, recs)
         for r in bench_gpu.ROWS:
@@ -120,8 +121,8 @@ HARNESS = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.parametrize("fail", [None, "1"])
-def test_decode_ceiling_processes_orchestration(tmp_path, fail):
+@pytest.mark.parametrize("fail,outputs", [(None, False), ("1", False), (None, True)])
+def test_decode_ceiling_processes_orchestration(tmp_path, fail, outputs):
     """bench_gpu's P-process ceiling with its decode replaced by CPU work: one row per P, the
     rates summed over the processes; a process that fails ends the section at once with its
     error (an earlier probe's multi-process run once never reported)."""
@@ -130,6 +131,7 @@ def test_decode_ceiling_processes_orchestration(tmp_path, fail):
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     if fail:
         env["FAIL_PROCESS"] = fail
+    env["OUTPUTS"] = "1" if outputs else "0"  # --ceiling-outputs: its rows, and their work's flag
     proc = subprocess.run([sys.executable, str(script), str(tmp_path / "data")], cwd=REPO,
                           env=env, capture_output=True, text=True, timeout=120)
     out = proc.stdout + proc.stderr
@@ -139,6 +141,8 @@ def test_decode_ceiling_processes_orchestration(tmp_path, fail):
         assert rows == [("decode ceiling, P processes", "None", rows[0][2])], out
         assert "injected failure" in rows[0][2], out
     else:
-        assert [r[0] for r in rows] == ["decode ceiling, P=1 process", "decode ceiling, P=2 processes"], out
+        plus = " + outputs" if outputs else ""
+        assert [r[0] for r in rows] == [f"decode ceiling{plus}, P=1 process",
+                                        f"decode ceiling{plus}, P=2 processes"], out
         assert all(float(r[1]) > 0 and r[2] == "None" for r in rows), out
         assert "ROUNDS [1, 2]" in out, out

@@ -16,12 +16,28 @@ def _mod():
     return mod
 
 
-def _write(tmp_path, name, det, one=None, multi=None, mem=None):
+def _write(tmp_path, name, det, one=None, multi=None, mem=None, plus=None):
     p = tmp_path / f"{name}.json"
     p.write_text(json.dumps({"detaug_img_s": det, "detaug_device_mem_mb": mem,
                              "decode_ceiling_one_process_img_s": one,
-                             "decode_ceiling_processes_img_s": {str(k): v for k, v in (multi or {}).items()}}))
+                             "decode_ceiling_processes_img_s": {str(k): v for k, v in (multi or {}).items()},
+                             "decode_ceiling_outputs_processes_img_s":
+                                 {str(k): v for k, v in (plus or {}).items()}}))
     return str(p)
+
+
+def test_pairs_against_the_ceiling_that_writes_outputs_are_their_own_kind(tmp_path):
+    """bench_gpu --ceiling-outputs: the P-process ceiling that also writes each batch's outputs;
+    its pairs are named as such and cannot be mixed with the decode-only ceiling's."""
+    m = _mod()
+    p = [_write(tmp_path, "o1", 21_000, plus={3: 23_000, 4: 24_000}, mem=5_900),   # 0.875x
+         _write(tmp_path, "o2", 22_800, plus={3: 24_000, 4: 23_000}, mem=6_000)]   # 0.95x
+    line = m.table([("8GB", x) for x in p]).splitlines()[2]
+    assert "| 8GB | best P-process + outputs |" in line
+    assert "21,000 / 24,000 (0.88x)" in line and "22,800 / 24,000 (0.95x)" in line
+    assert "| 0.91x | 0.90x met | 5,900-6,000 |" in line
+    with pytest.raises(ValueError, match="different ceilings"):
+        m.table([("s", p[0]), ("s", _write(tmp_path, "m", 1.0, multi={3: 1.0}))])
 
 
 def test_pairs_give_each_ratio_and_the_median_against_the_target(tmp_path):
