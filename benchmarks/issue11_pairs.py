@@ -19,7 +19,7 @@ import json
 import statistics
 import sys
 
-TARGETS = {"one": 1.2, "multi": 0.90, "multi+outputs": 0.90}
+TARGETS = {"one": 1.2, "multi": 0.90}  # (the ceiling with outputs is a reference: no target)
 CEILINGS = {"one": "one-process", "multi": "best P-process",
             "multi+outputs": "best P-process + outputs"}
 
@@ -63,7 +63,10 @@ def table(items):
         lines.append(
             f"| {name} | {CEILINGS[kind]} | "
             + "; ".join(f"{det:,.0f} / {ceil:,.0f} ({det / ceil:.2f}x)" for _, det, ceil, _ in rows)
-            + f" | {med:.2f}x | {TARGETS[kind]:.2f}x {'met' if med >= TARGETS[kind] else 'NOT met'} | "
+            + f" | {med:.2f}x | "
+            + (f"{TARGETS[kind]:.2f}x {'met' if med >= TARGETS[kind] else 'NOT met'}" if kind in TARGETS
+               else "reference")
+            + " | "
             + (f"{min(mem):,.0f}-{max(mem):,.0f}" if mem else "-") + " |")
     return "\n".join(lines)
 

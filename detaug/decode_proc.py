@@ -407,8 +407,11 @@ class _Worker:
                 return
             ev, req = item
             try:
-                if ev is not None:
-                    ev.synchronize()  # blocking-sync event: sleeps in the driver, GIL released
+                if ev is None:  # no work of this process used the region (a lease dropped
+                    # unused, an abandoned request): the worker's own decode into it may still
+                    # run (it replies before the device is done), so wait for its "done" event
+                    ev = _IpcDone(self.done[req % N_EVENTS])
+                ev.synchronize()  # (a blocking-sync event sleeps in the driver, GIL released)
                 self.send(("free", req))
             except Exception:  # the worker is gone, or the interpreter is shutting down
                 return
@@ -458,6 +461,20 @@ class _Worker:
                 self.abandoned[req] = then
                 return
         then(m)
+
+
+class _IpcDone:
+    """A worker's interprocess "done" event (a raw handle), waited on as a cupy Event is."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def synchronize(self):
+        import cupy as cp
+
+        cp.cuda.runtime.eventSynchronize(self.handle)
 
 
 class _Lease:
@@ -520,26 +537,31 @@ class DecodeService:
             w = min(self.workers, key=lambda x: (x.held, x.outstanding))
             w.outstanding += 1
             w.held += 1
-        sent = False
+        # (set before the send: an interrupt inside it may land after the bytes went out; a
+        # request counted as sent that never was only keeps its count until the worker goes)
+        sent, reply = True, None
         try:
             try:
                 w.send(("decode", req, list(paths), output_type, int(chunk)))
             except (EOFError, OSError):  # (BrokenPipeError) the worker is gone
+                sent = False
                 raise w.death(req) from None
-            sent = True
-            _, _, shapes, starts, errors = w.wait(req)
+            reply = w.wait(req)
         except BaseException:  # no lease will own the slot counted for this request
-            if sent and getattr(w, "alive", False):
+            if reply is not None:  # interrupted once the reply was in
+                self._unclaimed(w, req, reply)
+            elif sent and getattr(w, "alive", False):
                 # the wait was interrupted (Ctrl-C) while the worker decodes: the slot is its
                 # until it replies; then the region goes back (a later request would otherwise
                 # wait for that slot forever)
                 w.abandon(req, lambda m: self._unclaimed(w, req, m))
-            else:  # the worker is gone, or never got the request
+            else:  # the worker is gone
                 self._retired(w)
             raise
         finally:
             with self._lock:
                 w.outstanding -= 1
+        _, _, shapes, starts, errors = reply
         if errors:
             self._retired(w)  # (the worker took no slot)
             return None, errors

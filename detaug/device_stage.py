@@ -1,7 +1,7 @@
 """The device stage of a pipeline with a GPU stage (a mixin of :class:`detaug.pipeline.Pipeline`):
 the check that a GPU is there, the decode processes and their memory plan, the two phases of a
-launch's device work (decode, admitted in launch order; then the outputs, each launch on its output
-slot's stream), the collection of a launch's outputs with its event, and the release of decode-ring
+launch's device work (decode, admitted in launch order; then the outputs, on the one output
+stream), the collection of a launch's outputs with its event, and the release of decode-ring
 leases. docs/design.md ("GPU pipeline") describes it; detaug/memory_plan.py sizes it."""
 from __future__ import annotations
 
@@ -188,9 +188,11 @@ class DeviceStage:
         benchmark), and on one stream per output slot, one per slot (the pool held twice the
         outputs in use: 7.6 GB for 3.8 GB at 8 GB with launches of 4 batches, session 10). On
         one stream it holds no more blocks than were in use at once (the output slots' and the
-        batches the caller still holds). Launches are
-        handed out in order, so one stream costs them no waiting. In-thread GPU decode keeps its
-        thread's stream (its decoder frees on it)."""
+        batches the caller still holds). What one stream costs: stage b kernels of different
+        launches no longer overlap on the GPU, and a launch's event (with its leases' release)
+        comes after the kernels that launches before it queued there (they are handed out in
+        that order anyway). In-thread GPU decode keeps its thread's stream (its decoder frees on
+        it)."""
         if getattr(admit, "seq", None) is None or self._out_stream is None or (
                 self._mixed_decode and self._decode_service is None):
             return

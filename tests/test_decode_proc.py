@@ -164,12 +164,12 @@ def _piped_worker():
     import queue
     import threading
 
-    from detaug.decode_proc import _Worker
+    from detaug.decode_proc import N_EVENTS, _Worker
 
     w = _Worker.__new__(_Worker)
     w.conn, child = multiprocessing.Pipe()
     w.held = w.outstanding = 0
-    w.ring, w.done = 0, []
+    w.ring, w.done = 0, [1000 + k for k in range(N_EVENTS)]  # stand-ins for the IPC event handles
     w.retired, w.send_lock = queue.SimpleQueue(), threading.Lock()
     w.replies, w.cond, w.abandoned, w.alive = {}, threading.Condition(), {}, True
     w.reader = threading.Thread(target=w._receive, daemon=True)
@@ -200,7 +200,7 @@ def _eventually(cond, what, seconds=10.0):
 
 
 @pytest.mark.parametrize("reply", ["decoded", "failed", "before the interrupt", "worker dies"])
-def test_an_interrupted_wait_gives_the_slot_back_when_the_worker_replies(reply):
+def test_an_interrupted_wait_gives_the_slot_back_when_the_worker_replies(reply, monkeypatch):
     """Ctrl-C while DecodeService.decode waits for a live worker: the worker still decodes into
     a ring slot, so the slot stays counted until its reply comes; then a region it decoded into
     is freed (("free", req) to the worker), a failed request's (no region) is not, and nothing
@@ -208,6 +208,10 @@ def test_an_interrupted_wait_gives_the_slot_back_when_the_worker_replies(reply):
     worker's ring lost a slot for good, and a later request waited for it forever."""
     import threading
 
+    from detaug import decode_proc
+
+    waited = []  # the worker replies before its device is done: the free waits for its event
+    monkeypatch.setattr(decode_proc._IpcDone, "synchronize", lambda self: waited.append(self.handle))
     w, child = _piped_worker()
     svc = _service([w])
     real_wait = w.wait
@@ -244,8 +248,29 @@ def test_an_interrupted_wait_gives_the_slot_back_when_the_worker_replies(reply):
     if reply in ("decoded", "before the interrupt"):
         assert child.poll(10), "the decoded region was never freed"
         assert child.recv() == ("free", req)
+        assert waited == [w.done[req % decode_proc.N_EVENTS]]  # after the decode's "done" event
     elif reply == "failed":
-        assert not child.poll(0.3)  # no region to free
+        assert not child.poll(0.3) and waited == []  # no region to free
     assert w.replies == {} and w.abandoned == {}
     if reply != "worker dies":
         child.close()
+
+
+def test_a_lease_dropped_unused_frees_its_region_after_the_workers_decode(monkeypatch):
+    """A lease whose images were never used by the pipeline (dropped before its batch was made)
+    retires with no event of this process: the region goes back only after the worker's own
+    "done" event for it (the worker replies before its decode has run on the device; freed at
+    once, its other decoder thread could decode into the region while the first still writes)."""
+    from detaug import decode_proc
+
+    waited = []
+    monkeypatch.setattr(decode_proc._IpcDone, "synchronize", lambda self: waited.append(self.handle))
+    w, child = _piped_worker()
+    svc = _service([w])
+    w.held = 1
+    lease = decode_proc._Lease(w, 70, svc)
+    del lease  # (CPython: the last reference; retire(None) from __del__)
+    assert child.poll(10), "the region was never freed"
+    assert child.recv() == ("free", 70)
+    assert waited == [w.done[70 % decode_proc.N_EVENTS]] and w.held == 0
+    child.close()
