@@ -651,6 +651,8 @@ def bench_decode_ceiling_mp(args, recs):
         conns.append(parent)
     detail = {"window_s": window, "batch": args.batch_size, "rounds": {}}
     EXTRA["decode_ceiling_mp"] = detail
+    plus = " + outputs" if args.ceiling_outputs else ""
+    too = " (each batch's outputs written too)" if args.ceiling_outputs else ""
     t_start = time.perf_counter()
 
     def meet(key, timeout):
@@ -698,8 +700,6 @@ def bench_decode_ceiling_mp(args, recs):
             detail["rounds"][P] = {"img_s_summed": summed, "img_s_per_process": per,
                                    "images": n_all, "img_s_over_span": n_all / span,
                                    "span_s": span, "start_skew_ms": 1e3 * skew}
-            plus = " + outputs" if args.ceiling_outputs else ""
-            too = " (each batch's outputs written too)" if args.ceiling_outputs else ""
             row = {"name": f"decode ceiling{plus}, P={P} process{'es' if P > 1 else ''}",
                    "img_s": summed, "images": n_all, "seconds": round(span, 2), "processes": P,
                    "outputs": bool(args.ceiling_outputs),

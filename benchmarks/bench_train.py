@@ -107,8 +107,8 @@ def plan_rows(args):
     for name, kw in args.config:
         det.append((name, f"detaug {name}: " + (", ".join(f"{k}={v!r}" for k, v in kw.items())
                                                 or "defaults"), kw))
-    rows = []
-    for k in range(max(1, getattr(args, "rounds", 1))):  # (a) and the detaug rows, alternated
+    rows, rounds = [], max(1, getattr(args, "rounds", 1))
+    for k in range(rounds):  # (a) and the detaug rows, alternated
         again = "" if k == 0 else (", again" if k == 1 else f", again ({k + 1})")
         rows.append({"key": "fixed", "kind": "fixed", "label": "(a) one batch kept on the GPU" + again})
         rows += [{"key": key, "kind": "detaug", "label": label + again, "pipe_kwargs": kw}
@@ -116,7 +116,7 @@ def plan_rows(args):
     rows.append({"key": "tv", "kind": "tv",
                  "label": f"(d) torchvision v2 DataLoader, {args.tv_workers} workers"})
     rows.append({"key": "fixed", "kind": "fixed", "label": "(a) one batch kept on the GPU, last"
-                 if getattr(args, "rounds", 1) > 1 else "(a) one batch kept on the GPU, again"})
+                 if rounds > 1 else "(a) one batch kept on the GPU, again"})
     if not args.gpu:
         for r in rows:
             r["label"] = r["label"].replace("on the GPU", "in memory").replace(" GPU pipeline",

@@ -579,10 +579,11 @@ class DecodeService:
 
     def _unclaimed(self, worker, req, reply):
         """The reply to a request whose waiter was interrupted (None: the worker died first): a
-        region it decoded into goes back to the worker (nothing of this process used it)."""
+        region it decoded into goes back to the worker as an unused lease's does."""
         if reply is not None and not reply[4]:
-            worker.retired.put((None, req))  # the releaser sends ("free", req)
-        self._retired(worker)
+            _Lease(worker, req, self).retire()
+        else:  # (no region)
+            self._retired(worker)
 
     def stop(self):
         """Ask the workers to stop (they are daemons); do not wait for them."""
