@@ -192,7 +192,9 @@ class DeviceStage:
         launches no longer overlap on the GPU, and a launch's event (with its leases' release)
         comes after the kernels that launches before it queued there (they are handed out in
         that order anyway). In-thread GPU decode keeps its thread's stream (its decoder frees on
-        it)."""
+        it). Before the outputs are made, batches the caller is done with go back to the pool
+        (detaug/handout.py)."""
+        self._handed.poll()
         if getattr(admit, "seq", None) is None or self._out_stream is None or (
                 self._mixed_decode and self._decode_service is None):
             return

@@ -20,6 +20,7 @@ from .device_stage import DeviceStage
 from .plan_ahead import PlanAhead
 from .errors import NotFed as _NotFed
 from .executor import BatchContext, Executor
+from .handout import HandOut, HeldOutputs
 from .retries import Retries
 from .sharding import Sharding, _local_rank
 
@@ -36,7 +37,7 @@ DECODE_PROCESS_PREFETCH = 12
 MAX_DEVICE_WORKERS = 6  # default device_workers: min(prefetch depth, this)
 
 
-class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi):
+class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi, HandOut):
     """A graph of ops producing batches.
 
     Args:
@@ -174,6 +175,8 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi):
         self._skips_seen = set()  # (epoch, path) of the files counted
         self._stream = None
         self.last_event = None  # cupy Event recorded after the last batch's device work
+        self._handed = HeldOutputs()  # batches handed out, kept until the caller's work on them ran
+        self._consumers = {}  # name -> () -> a stream the caller queues work on (see consume_on)
         self._lock = threading.Lock()
 
     # ---- definition -------------------------------------------------------------------------
@@ -471,21 +474,10 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi):
             self._ready.extend((b + k, part, event) for k, part in enumerate(parts))
         b, outs, event = self._ready.popleft()
         self._batch = b + 1
-        self._hand_out(event)
+        self._hand_out(outs, event)
         self.stats["batches"] += 1
         self._fill_queue()
         return outs
-
-    def _hand_out(self, event):
-        """A batch goes to the caller: ``last_event`` is its event, and the caller's current
-        stream (cupy's, in this thread) waits for it on the device, so that cupy work on the
-        outputs, a .get() included, is ordered after the kernels that made them (output slots
-        hand batches out as soon as they are queued)."""
-        self.last_event = event
-        if event is not None:
-            import cupy as cp
-
-            cp.cuda.get_current_stream().wait_event(event)
 
     def __iter__(self):
         return self
@@ -524,7 +516,7 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi):
         result = ex.run_now(key, self._prepare(key))
         if self.has_device_stage:
             result = self._run_device(result, ex.pool)
-        self._hand_out(result[1])
+        self._hand_out(result[0], result[1])
         self._count_skips(result[2], key[0])
         return result[0]
 
@@ -569,6 +561,7 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi):
         if self._executor is not None:
             self._executor.shutdown()
             self._executor = None
+        self._let_go_handed()
         self._release_device_buffers(sync=True)
         if self._decode_service is not None:
             self._decode_service.close()

@@ -342,6 +342,74 @@ def test_torch_gets_device_tensors_without_copy(monkeypatch):
     assert img.data_ptr() == own.data.data.ptr, "the tensor is a copy of the pipeline's output"
 
 
+class _NoHold:
+    """The hand-out before detaug/handout.py: nothing held past the caller's own references."""
+
+    def __len__(self):
+        return 0
+
+    def hold(self, outs):
+        pass
+
+    def fence(self, streams):
+        pass
+
+    def poll(self):
+        return 0
+
+
+def _step_behind(pipe, hold):
+    """A training step the GPU has not run when the loop moves on: torch reads batch k once
+    (``before``), then 0.3 s of GPU sleep, then reads it again (``after``), all queued on
+    torch's stream; the loop drops batch k and asks for 6 more while the sleep runs. Returns
+    (before, after, batch k's pointer, the later batches' pointers, the sleep still ran)."""
+    import cupy as cp
+    import torch
+
+    from detaug.adapters.torch import DetaugIterator
+
+    if not hold:
+        pipe.build()
+        pipe._handed = _NoHold()
+    it = iter(DetaugIterator(pipe, output_map=("images", "boxes"), size=100000))
+    for _ in range(4):  # compiled, the pool's blocks made
+        next(it)
+    torch.cuda.synchronize()
+    rate_khz = cp.cuda.runtime.getDeviceProperties(0)["clockRate"]
+    batch = next(it)
+    img = batch["images"]
+    ptr = img.data_ptr()
+    before = img.clone()
+    torch.cuda._sleep(int(rate_khz * 1000 * 0.3))
+    after = img.clone()
+    sleeping = torch.cuda.Event()
+    sleeping.record()
+    del batch, img
+    later = [next(it)["images"].data_ptr() for _ in range(6)]
+    busy = not sleeping.query()
+    torch.cuda.synchronize()
+    return before, after, ptr, later, busy
+
+
+def test_a_dropped_batch_is_not_reused_while_the_callers_queued_work_may_read_it():
+    """Zero-copy batches go back to cupy's pool when the caller drops them; the pipeline holds
+    each one until an event recorded on torch's stream at the next request has run, so a later
+    launch cannot overwrite a batch a queued training step still reads. Without the hold (the
+    code before session 11) the block is reused at once and the step reads a later batch."""
+    torch = pytest.importorskip("torch")
+    before, after, ptr, later, busy = _step_behind(_bench_pipe(8, depth=2, device_workers=1), True)
+    print(f"\nheld: batch at {ptr:#x}, later batches at {[hex(p) for p in later]}")
+    assert busy, "the sleep finished early: the check proves nothing"
+    assert ptr not in later
+    assert torch.equal(before, after)
+    # the control: without the hold, the same loop reads another batch's pixels
+    before, after, ptr, later, busy = _step_behind(_bench_pipe(8, depth=2, device_workers=1), False)
+    print(f"not held: batch at {ptr:#x}, later batches at {[hex(p) for p in later]}, "
+          f"mean abs diff {float((before - after).abs().mean()):.3f}")
+    assert busy and ptr in later
+    assert not torch.equal(before, after)
+
+
 def test_to_host_copies_after_the_batch_event():
     """The iterator's small host copies (counts, valid flags: adapters.torch._to_host) run on a
     stream of their own that waits for the batch's event on the device (no host wait on the

@@ -32,7 +32,7 @@ LAYER_OF = {  # module (or package prefix ending in '.') -> layer
     "detaug.context": "runtime", "detaug.executor": "runtime", "detaug.host_workers": "runtime",
     "detaug.decode_proc": "runtime", "detaug.persist": "runtime", "detaug.device_stage": "runtime",
     "detaug.plan_ahead": "runtime", "detaug.sharding": "runtime", "detaug.retries": "runtime",
-    "detaug.dali_api": "runtime", "detaug.launch_profile": "runtime",
+    "detaug.dali_api": "runtime", "detaug.launch_profile": "runtime", "detaug.handout": "runtime",
     "detaug": "facade", "detaug.pipeline": "facade",
     "detaug.__main__": "frontends", "detaug.adapters": "frontends", "detaug.adapters.": "frontends",
     "detaug.plugin": "frontends", "detaug.plugin.": "frontends",

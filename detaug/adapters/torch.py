@@ -30,6 +30,7 @@ with torchrun on one machine or several):
 """
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 
@@ -94,19 +95,20 @@ def _wait_for(pipe, event):
         return
     import cupy
 
+    cupy.cuda.runtime.streamWaitEvent(_torch_stream_ptr(pipe), event.ptr, 0)
+
+
+def _torch_stream_ptr(pipe) -> int:
+    """torch's current stream on the pipeline's device (of the calling thread), as a handle."""
     torch = _torch()
-    with torch.cuda.device(pipe.device_id or 0):
-        stream = torch.cuda.current_stream()
-    cupy.cuda.runtime.streamWaitEvent(stream.cuda_stream, event.ptr, 0)
+    return torch.cuda.current_stream(pipe.device_id or 0).cuda_stream
 
 
 def _torch_stream_for_cupy(pipe):
     """torch's current stream as a cupy stream, for the few kernels run at hand-over."""
     import cupy
 
-    torch = _torch()
-    with torch.cuda.device(pipe.device_id or 0):
-        return cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+    return cupy.cuda.ExternalStream(_torch_stream_ptr(pipe))
 
 
 class DetaugIterator:
@@ -143,9 +145,12 @@ class DetaugIterator:
     (B, C, H, W) as the pipeline laid it out (zero copy when the batch is dense); ragged sizes
     give a list of B tensors. Other NumPy / cupy outputs become tensors.
 
-    Lifetime: tensors share memory with the pipeline's outputs. A batch handed over stays valid
-    until ``prefetch_queue_depth`` further batches have been requested; clone what you keep
-    longer.
+    Lifetime: tensors share memory with the pipeline's outputs, and stay valid as long as you
+    hold them. The pipeline also keeps each batch of a GPU stage until the work queued on
+    torch's current stream before the next request has run on the device, so a step the GPU has
+    not finished when the loop moves on still reads its batch, not a later one
+    (detaug/handout.py). Work queued on a batch on another stream, after it was dropped, is not
+    covered.
     """
 
     def __init__(self, pipelines, output_map=("images", "boxes"), *, boxes_format="padded",
@@ -163,6 +168,8 @@ class DetaugIterator:
         self.label_offset = int(label_offset)
         for p in self.pipes:
             p.build()
+            if p.has_device_stage:  # its batches are held until torch's queued work ran
+                p.consume_on("torch", functools.partial(_torch_stream_ptr, p))
         self.batch_size = self.pipes[0].batch_size
         if any(p.batch_size != self.batch_size for p in self.pipes):
             raise ValueError("zipped pipelines must have the same batch_size")

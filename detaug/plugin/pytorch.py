@@ -9,8 +9,8 @@ with ``fn.pad``, resize the images); a detaug BoxBatch output is handed over pad
 ``name`` / ``name_labels`` / ``name_counts`` (see DetaugIterator). A file reader's labels come as
 DALI gives them, ``(B, 1) int32``.
 
-Lifetime: tensors share memory with the pipeline's outputs; a batch stays valid until
-``prefetch_queue_depth`` further batches have been requested.
+Lifetime: tensors share memory with the pipeline's outputs and stay valid as long as they are
+held (see DetaugIterator).
 """
 from __future__ import annotations
 
