@@ -329,10 +329,10 @@ def load_records(root):
 
 # ---------------------------------------------------------------------------- 2. detaug
 def make_det_pipe(root, decode_device, retinanet=False, max_boxes=64, targets=True, size=None,
-                  **pipe_kwargs):
+                  dtype="float32", **pipe_kwargs):
     """The benchmark pipeline on the data set at ``root`` (images/, annotations.json): readers.coco
     -> decode -> random_iou_crop -> flip (-> rotate) -> resize (``size`` x ``size``, default
-    SIZE) -> prune -> normalize CHW, boxes padded (to the batch's largest count with
+    SIZE) -> prune -> normalize CHW (``dtype``), boxes padded (to the batch's largest count with
     max_boxes=None) (-> RetinaNet targets). One definition for bench_gpu, bench_cpu, bench_train
     and the profiling scripts."""
     from detaug import fn, pipeline_def
@@ -351,7 +351,7 @@ def make_det_pipe(root, decode_device, retinanet=False, max_boxes=64, targets=Tr
             img, boxes = fn.rotate(img, boxes, angle=fn.random.uniform(range=(-10, 10)))
         img, boxes = fn.resize(img, boxes, size=(size, size))
         boxes = fn.prune_boxes(boxes, min_size=1)
-        img = fn.normalize(img, mean=list(MEAN), std=list(STD), output_layout="CHW")
+        img = fn.normalize(img, mean=list(MEAN), std=list(STD), output_layout="CHW", dtype=dtype)
         if retinanet and targets:  # (targets=False: the RetinaNet pipeline without its targets)
             reg, cls = fn.retinanet_encode(boxes, num_classes=80)
             return img, fn.pad_boxes(boxes, max_boxes=max_boxes), reg, cls
@@ -381,7 +381,7 @@ def bench_detaug(args, root, gpu, retinanet=False):
                   device_workers=args.device_workers, decode_processes=args.decode_processes)
     kwargs.update(json.loads(args.pipe_kwargs))  # (--pipe-kwargs wins)
     pipe = make_det_pipe(root, "mixed" if gpu else "cpu", retinanet, targets=args.retinanet_targets,
-                         **kwargs)
+                         dtype=args.dtype, **kwargs)
     t0 = time.perf_counter()
     pipe.build()
     build_s = time.perf_counter() - t0
@@ -508,7 +508,12 @@ def bench_detaug(args, root, gpu, retinanet=False):
 
 
 # ---------------------------------------------------------------------------- 3a. decode ceiling
-def ceiling_work(blobs, batch_size, seed=1, with_asarray=False, outputs=0):
+OUTPUT_KINDS = {  # --ceiling-outputs KIND: (output dtype, whether the decoded bytes are read)
+    "convert": ("float32", True), "write32": ("float32", False),
+    "convert16": ("float16", True), "write16": ("float16", False)}
+
+
+def ceiling_work(blobs, batch_size, seed=1, with_asarray=False, outputs=0, out_kind="convert"):
     """The decode ceiling's work, one definition for the one-process and the P-process ceiling:
     nvImageCodec ``Decoder(device_id=0)`` (its defaults: one CPU thread per core), detaug's
     ``decode_params("RGB")``, batches of ``batch_size`` of the preloaded bytes (successive random
@@ -516,7 +521,10 @@ def ceiling_work(blobs, batch_size, seed=1, with_asarray=False, outputs=0):
     op). Returns (step, sync, keep): ``step()`` decodes one batch and returns its image count.
     ``outputs`` (a side, e.g. SIZE): after each decode, on its stream, one kernel also writes the
     batch's outputs as the pipeline's are (batch x 3 x side x side float32, from as many uint8):
-    the least GPU work a pipeline that makes those outputs adds to the decode."""
+    the least GPU work a pipeline that makes those outputs adds to the decode. ``out_kind``
+    (OUTPUT_KINDS): "convert" reads uint8 and writes float32 as above; "write32" only writes the
+    float32 outputs (a fill: the bytes any pipeline making them writes, nothing read);
+    "convert16" / "write16" the same with float16 outputs."""
     import cupy as cp
 
     nvimgcodec = import_nvimgcodec()
@@ -529,7 +537,8 @@ def ceiling_work(blobs, batch_size, seed=1, with_asarray=False, outputs=0):
     if outputs:
         with stream:
             src = cp.zeros((batch_size, outputs, outputs, 3), cp.uint8)
-            out = cp.empty((batch_size, 3, outputs, outputs), cp.float32)
+            out_dtype, reads = OUTPUT_KINDS[out_kind]
+            out = cp.empty((batch_size, 3, outputs, outputs), out_dtype)
         scale = np.float32(1 / 255)
 
     def step():
@@ -540,7 +549,10 @@ def ceiling_work(blobs, batch_size, seed=1, with_asarray=False, outputs=0):
             raise RuntimeError(f"nvImageCodec returned None for {bad} images")
         if outputs:
             with stream:
-                cp.multiply(src.transpose(0, 3, 1, 2), scale, out=out)
+                if reads:
+                    cp.multiply(src.transpose(0, 3, 1, 2), scale, out=out, casting="unsafe")
+                else:
+                    out.fill(0)
         if with_asarray:
             with stream:
                 keep.append([cp.asarray(r) for r in res])
@@ -552,6 +564,14 @@ def ceiling_work(blobs, batch_size, seed=1, with_asarray=False, outputs=0):
         cp.cuda.runtime.deviceSynchronize()
 
     return step, sync, keep
+
+
+def _outputs_label(kind):
+    """The rows' name for a ceiling with outputs: " + outputs" (convert, as before), else with
+    the kind."""
+    if not kind:
+        return ""
+    return " + outputs" if kind == "convert" else f" + outputs ({kind})"
 
 
 def bench_decode_ceiling(args, blobs, with_asarray=False):
@@ -570,7 +590,8 @@ def bench_decode_ceiling(args, blobs, with_asarray=False):
                      "sync at the end; no augmentation; one thread of this process"}
 
 
-def _ceiling_proc(k, paths, batch_size, warmup, window, rounds, barriers, conn, wait_s, outputs=0):
+def _ceiling_proc(k, paths, batch_size, warmup, window, rounds, barriers, conn, wait_s, outputs=0,
+                  out_kind="convert"):
     """One process of the P-process ceiling (spawned): reads its own copy of the files, makes its
     decoder and decodes one batch, waits on the "ready" barrier (every process and the parent);
     then for each round P it takes part in (k < P): the round's "warm" barrier (its P processes
@@ -584,7 +605,8 @@ def _ceiling_proc(k, paths, batch_size, warmup, window, rounds, barriers, conn, 
         for p in paths:
             with open(p, "rb") as f:
                 blobs.append(f.read())
-        step, sync, keep = ceiling_work(blobs, batch_size, seed=1 + k, outputs=outputs)
+        step, sync, keep = ceiling_work(blobs, batch_size, seed=1 + k, outputs=outputs,
+                                        out_kind=out_kind)
         step()  # first-call set-up of the decoder, before any round
         sync()
         barriers["ready"].wait(timeout=wait_s)
@@ -644,15 +666,16 @@ def bench_decode_ceiling_mp(args, recs):
         pr = ctx.Process(target=_ceiling_proc, name=f"decode-ceiling-{k}", daemon=True,
                          args=(k, paths, args.batch_size, args.warmup, window, rounds, barriers,
                                child, start_s + 2 * window * len(rounds),
-                               SIZE if args.ceiling_outputs else 0))
+                               SIZE if args.ceiling_outputs else 0,
+                               args.ceiling_outputs or "convert"))
         pr.start()
         child.close()
         procs.append(pr)
         conns.append(parent)
     detail = {"window_s": window, "batch": args.batch_size, "rounds": {}}
     EXTRA["decode_ceiling_mp"] = detail
-    plus = " + outputs" if args.ceiling_outputs else ""
-    too = " (each batch's outputs written too)" if args.ceiling_outputs else ""
+    plus = _outputs_label(args.ceiling_outputs)
+    too = f" (each batch's outputs written too: {args.ceiling_outputs})" if args.ceiling_outputs else ""
     t_start = time.perf_counter()
 
     def meet(key, timeout):
@@ -702,7 +725,7 @@ def bench_decode_ceiling_mp(args, recs):
                                    "span_s": span, "start_skew_ms": 1e3 * skew}
             row = {"name": f"decode ceiling{plus}, P={P} process{'es' if P > 1 else ''}",
                    "img_s": summed, "images": n_all, "seconds": round(span, 2), "processes": P,
-                   "outputs": bool(args.ceiling_outputs),
+                   "outputs": args.ceiling_outputs or False,
                    "img_s_per_process": per, "img_s_over_span": n_all / span,
                    "notes": f"the one-process ceiling's work{too} in {P} spawned process(es) at once, "
                             f"each on its own copy of the bytes, {window:g} s window, summed; "
@@ -1221,7 +1244,7 @@ def report(args, info):
                   + (f"; detaug / it = {d / one['img_s']:.2f}x (issue 11 target 1, at the defaults: "
                      ">= 1.2x)" if d else ""))
         if multi:
-            plus = " + outputs" if any(r.get("outputs") for r in multi) else ""
+            plus = _outputs_label(next((r["outputs"] for r in multi if r.get("outputs")), None))
             print(f"decode ceiling{plus}, P processes (summed): " + ", ".join(
                 f"P={r['processes']} {r['img_s']:,.0f}" for r in multi) + " img/s"
                 + (f"; detaug / best (P={best['processes']}) = {d / best['img_s']:.3f} "
@@ -1285,10 +1308,14 @@ def main(argv=None):
     ap.add_argument("--ceiling-seconds", type=float, default=None, help="decode ceiling seconds (6)")
     ap.add_argument("--ceiling-processes", default="1,2,3,4",
                     help="P of the P-process decode ceiling (comma-separated; '' skips it)")
-    ap.add_argument("--ceiling-outputs", action="store_true",
+    ap.add_argument("--ceiling-outputs", nargs="?", const="convert", default=None,
+                    choices=sorted(OUTPUT_KINDS),
                     help="the P-process ceiling also writes each batch's outputs (one kernel: batch x "
                          "3 x 640 x 640 float32 from as many uint8), the least GPU work a pipeline "
-                         "making them adds to the decode")
+                         "making them adds to the decode; write32: the float32 writes alone (a "
+                         "fill); convert16 / write16: float16 outputs")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "float16"),
+                    help="the detaug pipeline's image output (normalize's dtype)")
     ap.add_argument("--ceiling-window", type=float, default=5.0,
                     help="timed seconds of each P-process round (the same window in every process)")
     ap.add_argument("--mem-batches", type=int, default=300,

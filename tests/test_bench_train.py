@@ -88,9 +88,10 @@ HARNESS = textwrap.dedent('''
     sys.path.insert(0, {bench!r})
     import bench_gpu
 
-    def fake_work(blobs, batch_size, seed=1, with_asarray=False, outputs=0):
+    def fake_work(blobs, batch_size, seed=1, with_asarray=False, outputs=0, out_kind="convert"):
         """CPU stand-in for nvImageCodec's decode: hash a batch of the bytes."""
         assert outputs == (bench_gpu.SIZE if os.environ.get("OUTPUTS") == "1" else 0), outputs
+        assert out_kind == "convert", out_kind
         if os.environ.get("FAIL_PROCESS") == str(seed - 1):
             raise RuntimeError("injected failure")
         idx = bench_gpu.index_stream(len(blobs), batch_size, seed=seed)
@@ -112,7 +113,7 @@ HARNESS = textwrap.dedent('''
         bench_gpu.make_dataset(root, 16, 1)
         recs, _ = bench_gpu.load_records(root)
         args = argparse.Namespace(ceiling_processes=[1, 2], ceiling_window=0.3, batch_size=4,
-                                  warmup=1, ceiling_outputs=os.environ.get("OUTPUTS") == "1")
+                                  warmup=1, ceiling_outputs="convert" if os.environ.get("OUTPUTS") == "1" else None)
         bench_gpu.section("decode ceiling, P processes", bench_gpu.bench_decode_ceiling_mp,
                           args, recs)
         for r in bench_gpu.ROWS:
