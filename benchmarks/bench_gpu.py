@@ -433,7 +433,7 @@ def bench_detaug(args, root, gpu, retinanet=False):
                  f"{int(boxes['counts'].sum())} boxes kept; first batch {first_s:.2f} s "
                  f"(build {build_s:.2f} s)")
         log("detaug " + check)
-        if tuple(data.shape) != (bs, 3, SIZE, SIZE) or "float32" not in str(data.dtype):
+        if tuple(data.shape) != (bs, 3, SIZE, SIZE) or args.dtype not in str(data.dtype):
             raise AssertionError(f"unexpected output {tuple(data.shape)} {data.dtype}")
         del first, data, boxes
         for _ in range(max(0, args.warmup - 1)):

@@ -279,9 +279,14 @@ def test_memory_stable_over_1000_batches():
     assert marks[100][0] == marks[1000][0]
     # (pool total after free_all_blocks is in-use blocks plus partly used chunks: printed, not
     # asserted; in-use bytes and the device's free memory are)
-    # device-wide free memory: nothing of ours grew (other tests' leftovers in the same process
-    # may still release memory in between, so it may rise, never fall)
-    assert marks[1000][2] >= marks[100][2]
+    # device-wide free memory: nothing of ours grew with the batches (other tests' leftovers in
+    # the same process may still release memory in between, so it may rise). The pool's chunks
+    # may differ by one launch's outputs: a batch handed out is held until the caller's work on
+    # it has run (detaug/handout.py), so when a launch is admitted its predecessor's block may
+    # still be held, and the pool then keeps a partly used chunk of that size (seen: 20 MiB =
+    # one launch of these outputs, rounded to 2 MiB pages, between the marks)
+    launch = -(-pipe._launch_out_bytes // 2**21) * 2**21
+    assert marks[1000][2] >= marks[100][2] - launch
     # pinned staging buffers are reused: a handful, however many batches (thousands of uploads)
     assert marks[1000][3] - marks[100][3] <= 2  # (the ring is process-wide: earlier tests fill it)
 
