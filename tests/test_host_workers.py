@@ -269,6 +269,10 @@ def test_no_worker_left_after_close_error_ctrl_c_or_kill(tmp_path):
     script.write_text(textwrap.dedent(f"""
         import faulthandler, os, signal, sys
         faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's dump on a hang
+        # Ctrl-C as at a terminal: a test run in the background (`cmd &` in a script) starts with
+        # SIGINT ignored, and Python then installs no KeyboardInterrupt handler (the hang seen in
+        # CI runs: the signal did nothing)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         from test_host_workers import det_pipe
         pipe = det_pipe(3)
