@@ -12,8 +12,10 @@ stream, and the streams adapters register: torch's current stream), after all th
 so far (:meth:`HeldOutputs.fence`); the earlier batches are let go once that event has completed on
 the device (:meth:`HeldOutputs.poll`: a query, never a host wait). The caller's own references
 keep a batch alive as long as it likes. What is not covered: work the caller queues on a batch
-*after* asking for a later one, once it has dropped its references, or on a stream it has not
-registered (clone the batch to keep using it there).
+*after* asking for a later one (a loop that fetches a batch ahead, as Lightning's default fetcher
+does), or on a stream it has not registered, once it has dropped its references: such a caller
+must hold the batch until that work has run on the GPU, or clone it. (Fencing a batch only once
+the caller's references to it are gone would cover both; not built.)
 
 ``poll`` is also called by the device workers before a launch's outputs are made, so a batch the
 GPU is done with goes back to the pool before the memory is wanted, not at the next request.
@@ -121,7 +123,7 @@ class HandOut:
     def _caller_streams(self) -> list:
         import cupy as cp
 
-        return [cp.cuda.get_current_stream().ptr, *(f() for f in self._consumers.values())]
+        return [cp.cuda.get_current_stream().ptr, *(f() for f in list(self._consumers.values()))]
 
     def _let_go_handed(self):
         """At close: every batch held goes, after the work the caller queued on them has run."""

@@ -272,6 +272,8 @@ def test_memory_stable_over_1000_batches():
                 fut.result()
             gc.collect()
             cp.cuda.runtime.deviceSynchronize()
+            pipe._handed.poll()  # every fenced batch goes: only the last one handed out is held
+            assert len(pipe._handed) == 1
             pool.free_all_blocks()  # count memory in use, not the pool's cache of free blocks
             marks[k] = (pool.used_bytes(), pool.total_bytes(), cp.cuda.runtime.memGetInfo()[0],
                         backend._RING.count)

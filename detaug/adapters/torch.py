@@ -108,7 +108,7 @@ def _torch_stream_for_cupy(pipe):
     """torch's current stream as a cupy stream, for the few kernels run at hand-over."""
     import cupy
 
-    return cupy.cuda.ExternalStream(_torch_stream_ptr(pipe))
+    return cupy.cuda.ExternalStream(_torch_stream_ptr(pipe), device_id=pipe.device_id or 0)
 
 
 class DetaugIterator:
@@ -145,12 +145,13 @@ class DetaugIterator:
     (B, C, H, W) as the pipeline laid it out (zero copy when the batch is dense); ragged sizes
     give a list of B tensors. Other NumPy / cupy outputs become tensors.
 
-    Lifetime: tensors share memory with the pipeline's outputs, and stay valid as long as you
-    hold them. The pipeline also keeps each batch of a GPU stage until the work queued on
-    torch's current stream before the next request has run on the device, so a step the GPU has
-    not finished when the loop moves on still reads its batch, not a later one
-    (detaug/handout.py). Work queued on a batch on another stream, after it was dropped, is not
-    covered.
+    Lifetime: tensors share memory with the pipeline's outputs. The pipeline keeps each batch of
+    a GPU stage until the work queued on torch's current stream before the next request has run
+    on the device, so a step the GPU has not finished when the loop moves on still reads its
+    batch, not a later one (detaug/handout.py). Not covered: work on a batch queued after a later
+    batch was requested (a loop that fetches one batch ahead, as Lightning's default fetcher
+    does) or on a stream not registered with ``Pipeline.consume_on``; keep a reference to the
+    batch until that work has run on the GPU (a synchronize), or clone it.
     """
 
     def __init__(self, pipelines, output_map=("images", "boxes"), *, boxes_format="padded",
