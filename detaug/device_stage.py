@@ -10,6 +10,7 @@ import os
 from .batch import BoxBatch, DeviceImages, ImageBatch
 from .decode_proc import _Lease
 from .errors import SampleError
+from .handout import device_arrays
 from .launch_profile import stamp
 from .plan_ahead import LaunchPlan, NotPlanned
 
@@ -32,27 +33,7 @@ _NO_ADMIT = _NoAdmit()
 
 def _device_bytes(outs) -> int:
     """Device bytes held by a launch's outputs (images, boxes, padded boxes, arrays)."""
-    seen, total = set(), 0
-
-    def add(a):
-        nonlocal total
-        if hasattr(a, "__cuda_array_interface__") and id(a) not in seen:
-            seen.add(id(a))
-            total += int(a.nbytes)
-
-    for v in outs:
-        if isinstance(v, ImageBatch):
-            for a in (v.data if isinstance(v.data, list) else [v.data]):
-                add(a)
-        elif isinstance(v, BoxBatch):
-            for a in (v.boxes, v.labels, v.valid, *v.fields.values()):
-                add(a)
-        elif isinstance(v, dict) or hasattr(v, "items"):
-            for a in v.values():
-                add(a)
-        else:
-            add(v)
-    return total
+    return sum(int(a.nbytes) for a in device_arrays(outs))
 
 
 class DeviceStage:
@@ -192,9 +173,11 @@ class DeviceStage:
         launches no longer overlap on the GPU, and a launch's event (with its leases' release)
         comes after the kernels that launches before it queued there (they are handed out in
         that order anyway). In-thread GPU decode keeps its thread's stream (its decoder frees on
-        it). Before the outputs are made, batches the caller is done with go back to the pool
-        (detaug/handout.py)."""
-        self._handed.poll()
+        it). Before a queued launch's outputs are made, the batches the caller has dropped go
+        back to the pool once the work it had queued on them has run: a worker waits for it, so
+        that their blocks serve this launch (detaug/handout.py); random access (run_batch, in the
+        caller's thread) does not wait."""
+        self._handed.poll(wait=getattr(admit, "seq", None) is not None)
         if getattr(admit, "seq", None) is None or self._out_stream is None or (
                 self._mixed_decode and self._decode_service is None):
             return

@@ -272,8 +272,8 @@ def test_memory_stable_over_1000_batches():
                 fut.result()
             gc.collect()
             cp.cuda.runtime.deviceSynchronize()
-            pipe._handed.poll()  # every fenced batch goes: only the last one handed out is held
-            assert len(pipe._handed) == 1
+            pipe._handed.poll(wait=True)  # every batch handed out was dropped: none is held
+            assert len(pipe._handed) == 0
             pool.free_all_blocks()  # count memory in use, not the pool's cache of free blocks
             marks[k] = (pool.used_bytes(), pool.total_bytes(), cp.cuda.runtime.memGetInfo()[0],
                         backend._RING.count)
@@ -355,21 +355,23 @@ class _NoHold:
     def __len__(self):
         return 0
 
-    def hold(self, outs):
+    def hold(self, outs, streams):
         pass
 
-    def fence(self, streams):
-        pass
-
-    def poll(self):
+    def poll(self, wait=False):
         return 0
 
+    def drain(self, streams=()):
+        pass
 
-def _step_behind(pipe, hold):
+
+def _step_behind(pipe, hold, ahead=False):
     """A training step the GPU has not run when the loop moves on: torch reads batch k once
     (``before``), then 0.3 s of GPU sleep, then reads it again (``after``), all queued on
-    torch's stream; the loop drops batch k and asks for 6 more while the sleep runs. Returns
-    (before, after, batch k's pointer, the later batches' pointers, the sleep still ran)."""
+    torch's stream (``ahead``: after batch k+1 was requested, as a loop fetching one batch ahead
+    does); the loop drops batch k, then takes the 6 batches already made (while the sleep runs)
+    and 6 made after the drop. Returns (before, after, batch k's pointer, the later batches'
+    pointers, the sleep still ran after the first 6)."""
     import cupy as cp
     import torch
 
@@ -382,38 +384,49 @@ def _step_behind(pipe, hold):
     for _ in range(4):  # compiled, the pool's blocks made
         next(it)
     torch.cuda.synchronize()
+    for _, fut, _ in pipe._executor.queue:  # the queue's launches made
+        fut.result()
     rate_khz = cp.cuda.runtime.getDeviceProperties(0)["clockRate"]
     batch = next(it)
     img = batch["images"]
     ptr = img.data_ptr()
+    if ahead:
+        nxt = next(it)
     before = img.clone()
     torch.cuda._sleep(int(rate_khz * 1000 * 0.3))
     after = img.clone()
     sleeping = torch.cuda.Event()
     sleeping.record()
     del batch, img
-    later = [next(it)["images"].data_ptr() for _ in range(6)]
+    later = [next(it)["images"].data_ptr() for _ in range(5 if ahead else 6)]
     busy = not sleeping.query()
+    later += [next(it)["images"].data_ptr() for _ in range(6)]
     torch.cuda.synchronize()
+    if ahead:
+        later.insert(0, nxt["images"].data_ptr())
     return before, after, ptr, later, busy
 
 
 def test_a_dropped_batch_is_not_reused_while_the_callers_queued_work_may_read_it():
-    """Zero-copy batches go back to cupy's pool when the caller drops them; the pipeline holds
-    each one until an event recorded on torch's stream at the next request has run, so a later
-    launch cannot overwrite a batch a queued training step still reads. Without the hold (the
-    code before session 11) the block is reused at once and the step reads a later batch."""
+    """Zero-copy batches go back to cupy's pool when the caller drops them; the pipeline keeps
+    each one's memory until the caller has dropped it and an event recorded on torch's stream
+    then has completed, so a later launch cannot overwrite a batch a queued training step still
+    reads, also when the loop fetches one batch ahead. Without the hold (the code before session
+    11) the block is reused by the next launch and the step reads a later batch."""
     torch = pytest.importorskip("torch")
-    before, after, ptr, later, busy = _step_behind(_bench_pipe(8, depth=2, device_workers=1), True)
-    print(f"\nheld: batch at {ptr:#x}, later batches at {[hex(p) for p in later]}")
-    assert busy, "the sleep finished early: the check proves nothing"
-    assert ptr not in later
-    assert torch.equal(before, after)
+    for ahead in (False, True):
+        before, after, ptr, later, busy = _step_behind(
+            _bench_pipe(8, depth=6, device_workers=1), True, ahead)
+        print(f"\nheld (ahead={ahead}): batch at {ptr:#x}, later batches at "
+              f"{[hex(p) for p in later]}")
+        assert busy, "the sleep finished early: the check proves nothing"
+        assert ptr not in later[:6]
+        assert torch.equal(before, after)
     # the control: without the hold, the same loop reads another batch's pixels
-    before, after, ptr, later, busy = _step_behind(_bench_pipe(8, depth=2, device_workers=1), False)
+    before, after, ptr, later, busy = _step_behind(_bench_pipe(8, depth=6, device_workers=1), False)
     print(f"not held: batch at {ptr:#x}, later batches at {[hex(p) for p in later]}, "
           f"mean abs diff {float((before - after).abs().mean()):.3f}")
-    assert busy and ptr in later
+    assert busy and ptr in later[6:]
     assert not torch.equal(before, after)
 
 

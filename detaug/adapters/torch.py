@@ -145,13 +145,12 @@ class DetaugIterator:
     (B, C, H, W) as the pipeline laid it out (zero copy when the batch is dense); ragged sizes
     give a list of B tensors. Other NumPy / cupy outputs become tensors.
 
-    Lifetime: tensors share memory with the pipeline's outputs. The pipeline keeps each batch of
-    a GPU stage until the work queued on torch's current stream before the next request has run
-    on the device, so a step the GPU has not finished when the loop moves on still reads its
-    batch, not a later one (detaug/handout.py). Not covered: work on a batch queued after a later
-    batch was requested (a loop that fetches one batch ahead, as Lightning's default fetcher
-    does) or on a stream not registered with ``Pipeline.consume_on``; keep a reference to the
-    batch until that work has run on the GPU (a synchronize), or clone it.
+    Lifetime: tensors share memory with the pipeline's outputs and stay valid as long as you
+    hold them. Once you have dropped a batch's tensors, its memory goes back to the pool only
+    after the work torch's current stream had queued by then has run on the GPU, so a step the
+    GPU has not finished still reads its own batch, whatever order the loop asks and drops in
+    (detaug/handout.py). Work on another stream must be registered (``Pipeline.consume_on``) or
+    finished before the batch is dropped.
     """
 
     def __init__(self, pipelines, output_map=("images", "boxes"), *, boxes_format="padded",
