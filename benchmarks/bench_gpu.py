@@ -510,7 +510,8 @@ def bench_detaug(args, root, gpu, retinanet=False):
 # ---------------------------------------------------------------------------- 3a. decode ceiling
 OUTPUT_KINDS = {  # --ceiling-outputs KIND: (output dtype, whether the decoded bytes are read)
     "convert": ("float32", True), "write32": ("float32", False),
-    "convert16": ("float16", True), "write16": ("float16", False)}
+    "convert16": ("float16", True), "write16": ("float16", False),
+    "warp": ("float32", "warp")}  # detaug's own fused warp of the decoded batch
 
 
 def ceiling_work(blobs, batch_size, seed=1, with_asarray=False, outputs=0, out_kind="convert"):
@@ -524,7 +525,10 @@ def ceiling_work(blobs, batch_size, seed=1, with_asarray=False, outputs=0, out_k
     the least GPU work a pipeline that makes those outputs adds to the decode. ``out_kind``
     (OUTPUT_KINDS): "convert" reads uint8 and writes float32 as above; "write32" only writes the
     float32 outputs (a fill: the bytes any pipeline making them writes, nothing read);
-    "convert16" / "write16" the same with float16 outputs."""
+    "convert16" / "write16" the same with float16 outputs; "warp": detaug's fused warp kernel
+    (``warp_cupy``: crop + flip + resize + normalize to float32 CHW, one launch, its metadata
+    uploaded) of the decoded images themselves, with bench_warp's random windows: a pipeline's
+    stage b run in the decode process, with no pipeline around it."""
     import cupy as cp
 
     nvimgcodec = import_nvimgcodec()
@@ -535,10 +539,16 @@ def ceiling_work(blobs, batch_size, seed=1, with_asarray=False, outputs=0, out_k
     idx = index_stream(len(arrays), batch_size, seed=seed)
     keep = collections.deque(maxlen=8)  # as detaug's decode op: release a few batches later
     if outputs:
-        with stream:
-            src = cp.zeros((batch_size, outputs, outputs, 3), cp.uint8)
-            out_dtype, reads = OUTPUT_KINDS[out_kind]
-            out = cp.empty((batch_size, 3, outputs, outputs), out_dtype)
+        out_dtype, reads = OUTPUT_KINDS[out_kind]
+        if reads == "warp":
+            from detaug.kernels import warp as W
+
+            rng = np.random.default_rng(seed)
+            warp_kw = dict(fill=0.0, mean=MEAN, std=STD, out_dtype=np.float32, layout="CHW")
+        else:
+            with stream:
+                src = cp.zeros((batch_size, outputs, outputs, 3), cp.uint8)
+                out = cp.empty((batch_size, 3, outputs, outputs), out_dtype)
         scale = np.float32(1 / 255)
 
     def step():
@@ -547,7 +557,13 @@ def ceiling_work(blobs, batch_size, seed=1, with_asarray=False, outputs=0, out_k
         bad = sum(r is None for r in res)
         if bad:
             raise RuntimeError(f"nvImageCodec returned None for {bad} images")
-        if outputs:
+        if outputs and reads == "warp":  # (its output goes back to the pool, stream-ordered)
+            imgs = [cp.asarray(r) for r in res]
+            sizes = np.array([im.shape[:2] for im in imgs], np.int64)
+            m, _, _ = crop_flip_resize_matrices(sizes, rng)
+            W.warp_cupy(imgs, m, np.tile([outputs, outputs], (len(imgs), 1)), stream=stream,
+                        **warp_kw)
+        elif outputs:
             with stream:
                 if reads:
                     cp.multiply(src.transpose(0, 3, 1, 2), scale, out=out, casting="unsafe")
@@ -1313,7 +1329,8 @@ def main(argv=None):
                     help="the P-process ceiling also writes each batch's outputs (one kernel: batch x "
                          "3 x 640 x 640 float32 from as many uint8), the least GPU work a pipeline "
                          "making them adds to the decode; write32: the float32 writes alone (a "
-                         "fill); convert16 / write16: float16 outputs")
+                         "fill); convert16 / write16: float16 outputs; warp: detaug's own fused "
+                         "warp (crop + flip + resize + normalize) of the decoded batch")
     ap.add_argument("--dtype", default="float32", choices=("float32", "float16"),
                     help="the detaug pipeline's image output (normalize's dtype)")
     ap.add_argument("--ceiling-window", type=float, default=5.0,

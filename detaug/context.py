@@ -21,6 +21,7 @@ class BatchContext:
         self.sample_index = np.asarray(sample_index, np.int64)
         self.positions = positions
         self.stream, self.pool = stream, pool
+        self.earlier_streams = []  # streams its work ran on before ``stream`` (outputs may hold their blocks)
         self.values = {}
         self.batch_size = len(self.sample_index)
         # decode-process leases of this batch's images: given the batch's final event in

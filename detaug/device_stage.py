@@ -173,11 +173,11 @@ class DeviceStage:
         launches no longer overlap on the GPU, and a launch's event (with its leases' release)
         comes after the kernels that launches before it queued there (they are handed out in
         that order anyway). In-thread GPU decode keeps its thread's stream (its decoder frees on
-        it). Before a queued launch's outputs are made, the batches the caller has dropped go
-        back to the pool once the work it had queued on them has run: a worker waits for it, so
-        that their blocks serve this launch (detaug/handout.py); random access (run_batch, in the
-        caller's thread) does not wait."""
-        self._handed.poll(wait=getattr(admit, "seq", None) is not None)
+        it). Before a launch's outputs are made, the batches the caller has dropped go back to the
+        pool behind a device-side wait of the streams they were made on for the work the caller
+        had queued on them, so that their blocks serve this launch (detaug/handout.py); no host
+        thread waits."""
+        self._handed.poll()
         if getattr(admit, "seq", None) is None or self._out_stream is None or (
                 self._mixed_decode and self._decode_service is None):
             return
@@ -190,6 +190,7 @@ class DeviceStage:
             ev = cp.cuda.Event(block=False, disable_timing=True)
             ev.record(ctx.stream)
             out.wait_event(ev)
+        ctx.earlier_streams.append(ctx.stream)
         ctx.stream = out
 
     @staticmethod
@@ -230,8 +231,11 @@ class DeviceStage:
             nbytes = _device_bytes(outs)
             if self._launch_out_bytes is None or nbytes > self._launch_out_bytes:
                 self._launch_out_bytes = nbytes
-            return tuple(outs), ev, ctx.skips, ctx.sizes
-        return tuple(outs), None, ctx.skips, ctx.sizes
+            # the streams its outputs were allocated on: cupy's pool reuses a freed block only
+            # for allocations on the stream it was made on (detaug/handout.py)
+            made_on = tuple(dict.fromkeys(s.ptr for s in [*ctx.earlier_streams, ctx.stream]))
+            return tuple(outs), ev, ctx.skips, ctx.sizes, made_on
+        return tuple(outs), None, ctx.skips, ctx.sizes, None
 
     def _release_device_buffers(self, sync):
         """Free what decoders own (kept a few batches) while this pipeline's streams still exist."""

@@ -1,27 +1,30 @@
-"""Batches handed to the caller, held until the work the caller queued on them has run.
+"""Batches handed to the caller, and the ordering that keeps their memory from being reused early.
 
 A GPU pipeline hands its outputs out without a copy: a cupy array, or a torch tensor over it. When
-the caller drops one, its block goes back to cupy's pool at once, and the pool gives it to a later
-launch's outputs on the pipeline's own stream, with no ordering against the caller's stream. A
-training loop whose CPU runs ahead of the GPU (no sync in the step) still has kernels queued that
-read the batch: a later launch could overwrite it before they run.
+the caller drops one, its block goes back to cupy's pool, which gives it to a later launch's
+outputs made on the stream the block was allocated on. A training loop whose CPU runs ahead of the
+GPU (no sync in the step) still has kernels queued that read the batch: without an ordering, a
+later launch could overwrite it before they run.
 
 So the pipeline keeps the memory of each batch it hands out (:meth:`HeldOutputs.hold`: the
 arrays' memory pointers, not the arrays) and watches the arrays themselves through weak
 references. Once the caller has dropped every array of a batch (a torch tensor over one keeps it
-alive, and so does a view of it), all the work it queued on the batch is queued: an event is then
-recorded on the streams the caller used when it got the batch (cupy's current stream, and those
-adapters register through ``Pipeline.consume_on``: torch's current stream), and the memory goes
-back to the pool once that event has completed on the device (:meth:`HeldOutputs.poll`). This
-holds whatever order the caller works in: a loop that fetches one batch ahead (as Lightning's
-default fetcher does), another thread asking for batches, a batch kept for a while. Not covered:
-work on a stream the caller did not register, and work through a view of the launch's base array
-that outlives the batch's own arrays (batches split off a multi-batch launch).
+alive, and so does a view of it), all the work it queued on the batch is queued: at the next
+:meth:`HeldOutputs.poll`, an event is recorded on the streams the caller used when it got the batch
+(cupy's current stream, and those adapters register through ``Pipeline.consume_on``: torch's
+current stream), the stream the batch's outputs were made on waits for those events on the
+device (``cudaStreamWaitEvent``), and only then does the memory go back to the pool. cupy's pool
+hands a freed block out again only to allocations on the stream it was allocated on, so whatever
+reuses it is queued behind that wait: it cannot run before the caller's work on the batch has.
+No host thread waits for the device (``close()`` aside), and the block serves the next launch at
+once (the pool does not grow by a batch).
 
-``poll`` runs in the caller's thread at each request (never waits) and in the device workers
-before they make a launch's outputs: there it waits for the fences of the batches the caller has
-dropped, so a dropped batch's block is reused by the next launch, as it was before the hold (the
-pool does not grow by a batch), and the loader waits at most for the caller's work already queued.
+This holds whatever order the caller works in: a loop that fetches one batch ahead (as
+Lightning's default fetcher does), another thread asking for batches, a batch kept for a while.
+Not covered: work on a stream the caller did not register, and work through a view of the
+launch's base array that outlives the batch's own arrays (batches split off a multi-batch
+launch). ``poll`` runs in the caller's thread at each request and in the device workers before
+they make a launch's outputs; neither waits.
 """
 from __future__ import annotations
 
@@ -65,15 +68,22 @@ def _cupy_record(stream_ptr: int):
     return ev
 
 
-class _Entry:
-    __slots__ = ("memory", "watch", "dead", "streams", "fences", "__weakref__")
+def _cupy_wait(stream_ptr: int, event) -> None:
+    """The stream ``stream_ptr`` waits for ``event`` on the device (the host does not wait)."""
+    import cupy as cp
 
-    def __init__(self, memory, streams):
+    cp.cuda.runtime.streamWaitEvent(stream_ptr, event.ptr, 0)
+
+
+class _Entry:
+    __slots__ = ("memory", "watch", "dead", "streams", "made_on", "__weakref__")
+
+    def __init__(self, memory, streams, made_on):
         self.memory = memory      # what keeps the blocks allocated (the arrays' memory pointers)
         self.watch = []           # weak references to the arrays handed out
         self.dead = []            # one item per array the caller has let go (list.append: atomic)
         self.streams = streams    # the caller's streams when it got the batch
-        self.fences = None        # events recorded on them once every array was let go
+        self.made_on = made_on    # the streams the outputs were allocated on (None: unknown)
 
     @property
     def dropped(self) -> bool:
@@ -81,13 +91,15 @@ class _Entry:
 
 
 class HeldOutputs:
-    """The memory of handed-out batches, each let go after the caller has dropped the batch and
-    the work it had queued on its streams by then has run. ``record(stream_ptr)`` returns an
-    object with ``.done`` and ``.synchronize()`` (a cupy Event by default); ``memory_of(array)``
-    what keeps an array's memory allocated without keeping the array (its ``.data``)."""
+    """The memory of handed-out batches, each let go once the caller has dropped the batch, behind
+    a device-side wait of the stream it was made on for the work the caller had queued on its
+    streams by then. ``record(stream_ptr)`` returns an event (``.synchronize()``; a cupy Event by
+    default), ``wait(stream_ptr, event)`` queues a wait for it on a stream, ``memory_of(array)``
+    is what keeps an array's memory allocated without keeping the array (its ``.data``)."""
 
-    def __init__(self, record=_cupy_record, memory_of=lambda a: a.data):
+    def __init__(self, record=_cupy_record, wait=_cupy_wait, memory_of=lambda a: a.data):
         self._record = record
+        self._wait = wait
         self._memory_of = memory_of
         self._lock = threading.Lock()
         self._held = collections.deque()   # _Entry, oldest first
@@ -96,45 +108,56 @@ class HeldOutputs:
     def __len__(self) -> int:
         return len(self._held)
 
-    def hold(self, outs, stream_ptrs) -> None:
-        """Keep the memory of ``outs`` (a batch about to be handed out to a caller working on
-        ``stream_ptrs``) until the caller has dropped its arrays and that work has run."""
+    def hold(self, outs, stream_ptrs, made_on) -> None:
+        """Keep the memory of ``outs`` (a batch allocated on the streams ``made_on``, None where
+        unknown, about to be handed out to a caller working on ``stream_ptrs``) until the caller
+        has dropped its arrays."""
         arrays = device_arrays(outs)
         if not arrays:
             return
-        entry = _Entry([self._memory_of(a) for a in arrays], list(dict.fromkeys(stream_ptrs)))
+        entry = _Entry([self._memory_of(a) for a in arrays], list(dict.fromkeys(stream_ptrs)),
+                       made_on)
         dead = entry.dead
         entry.watch = [weakref.ref(a, lambda _, dead=dead: dead.append(1)) for a in arrays]
         with self._lock:
             self._held.append(entry)
             self.peak = max(self.peak, len(self._held))
 
-    def poll(self, wait: bool = False) -> int:
-        """Fence the batches the caller has dropped since the last poll, and let go of those
-        whose fences have completed; ``wait``: first wait (on the host) for the fences of every
-        dropped batch. Returns how many batches were let go."""
+    def _fence(self, entry) -> list:
+        """Events recorded now on the caller's streams of ``entry``, each stream its outputs were
+        allocated on waiting for them on the device; returns the events."""
+        fences = [self._record(p) for p in entry.streams]
+        for s in entry.made_on or ():
+            for f in fences:
+                self._wait(s, f)
+        return fences
+
+    def poll(self) -> int:
+        """Let go of the batches the caller has dropped: the streams each one's outputs were
+        allocated on first wait (on the device) for the work queued by now on the streams the
+        caller used, then its memory goes back to the pool. Never waits on the host (a batch whose
+        streams are unknown aside: its fences are waited for). Returns how many batches were let
+        go."""
         with self._lock:
-            for e in self._held:
-                if e.fences is None and e.dropped:
-                    e.fences = [self._record(p) for p in e.streams]
-            pending = [f for e in self._held if e.fences is not None for f in e.fences] if wait else ()
-        for f in pending:  # (outside the lock: the caller's thread never waits for a worker's wait)
+            gone = [e for e in self._held if e.dropped]
+            if not gone:
+                return 0
+            self._held = collections.deque(e for e in self._held if not e.dropped)
+            # under the lock: one poll fences a batch, each before its memory goes
+            unknown = [f for e in gone for f in self._fence(e) if e.made_on is None]
+        for f in unknown:
             f.synchronize()
-        with self._lock:
-            keep = collections.deque(e for e in self._held
-                                     if e.fences is None or not all(f.done for f in e.fences))
-            gone = len(self._held) - len(keep)
-            self._held = keep
-        return gone
+        n = len(gone)
+        gone.clear()  # (the memory goes back here, after the waits are queued)
+        return n
 
     def drain(self, stream_ptrs=()) -> None:
         """Let go of every batch, dropped or not, after the work queued on its streams and on
         ``stream_ptrs`` has completed (a host wait: for close)."""
         with self._lock:
             held, self._held = self._held, collections.deque()
-            fences = [f for e in held for f in (e.fences or [])]
-            fences += [self._record(p) for p in dict.fromkeys(
-                [*stream_ptrs, *(p for e in held if e.fences is None for p in e.streams)])]
+            fences = [self._record(p) for p in dict.fromkeys(
+                [*stream_ptrs, *(p for e in held for p in e.streams)])]
         for f in fences:
             f.synchronize()
         held.clear()
@@ -144,19 +167,20 @@ class HandOut:
     """The hand-out methods of Pipeline (which holds ``_handed``, ``_consumers``,
     ``device_id`` and ``last_event``)."""
 
-    def _hand_out(self, outs, event):
+    def _hand_out(self, outs, event, made_on=None):
         """A batch goes to the caller: ``last_event`` is its event, and the caller's current
         stream (cupy's, in this thread) waits for it on the device, so that cupy work on the
         outputs, a .get() included, is ordered after the kernels that made them (output slots
-        hand batches out as soon as they are queued). Its memory is held until the caller has
-        dropped it and the work it queued by then has run; batches it dropped are fenced."""
+        hand batches out as soon as they are queued). Its memory (allocated on the streams
+        ``made_on``) is held until the caller has dropped it; batches it dropped are let go
+        behind a device-side wait for the caller's work on them."""
         self.last_event = event
         if event is not None:
             import cupy as cp
 
             with cp.cuda.Device(self.device_id or 0):
                 self._handed.poll()
-                self._handed.hold(outs, self._caller_streams())
+                self._handed.hold(outs, self._caller_streams(), made_on)
                 cp.cuda.get_current_stream().wait_event(event)
 
     def consume_on(self, name: str, stream_of) -> None:

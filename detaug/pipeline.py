@@ -468,13 +468,13 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi, HandOut):
             ex = self._executor
             if not ex.queue or ex.queue[0][0][0] != self._epoch:
                 raise StopIteration
-            (epoch, b, _), (outs, event, skips, sizes) = ex.pop()
+            (epoch, b, _), (outs, event, skips, sizes, made_on) = ex.pop()
             self._count_skips(skips, epoch)
             parts = split_batches(outs, sizes) if len(sizes) > 1 else [outs]
-            self._ready.extend((b + k, part, event) for k, part in enumerate(parts))
-        b, outs, event = self._ready.popleft()
+            self._ready.extend((b + k, part, event, made_on) for k, part in enumerate(parts))
+        b, outs, event, made_on = self._ready.popleft()
         self._batch = b + 1
-        self._hand_out(outs, event)
+        self._hand_out(outs, event, made_on)
         self.stats["batches"] += 1
         self._fill_queue()
         return outs
@@ -516,7 +516,7 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi, HandOut):
         result = ex.run_now(key, self._prepare(key))
         if self.has_device_stage:
             result = self._run_device(result, ex.pool)
-        self._hand_out(result[0], result[1])
+        self._hand_out(result[0], result[1], result[4])
         self._count_skips(result[2], key[0])
         return result[0]
 

@@ -146,10 +146,10 @@ class DetaugIterator:
     give a list of B tensors. Other NumPy / cupy outputs become tensors.
 
     Lifetime: tensors share memory with the pipeline's outputs and stay valid as long as you
-    hold them. Once you have dropped a batch's tensors, its memory goes back to the pool only
-    after the work torch's current stream had queued by then has run on the GPU, so a step the
-    GPU has not finished still reads its own batch, whatever order the loop asks and drops in
-    (detaug/handout.py). Work on another stream must be registered (``Pipeline.consume_on``) or
+    hold them. Once you have dropped a batch's tensors, its memory goes back to the pool behind a
+    wait, on the GPU, of the pipeline's streams for the work torch's current stream had queued by
+    then, so a step the GPU has not finished still reads its own batch, whatever order the loop
+    asks and drops in; no thread waits on the host for it (detaug/handout.py). Work on another stream must be registered (``Pipeline.consume_on``) or
     finished before the batch is dropped.
     """
 
