@@ -5,6 +5,7 @@ stream), the collection of a launch's outputs with its event, and the release of
 leases. docs/design.md ("GPU pipeline") describes it; detaug/memory_plan.py sizes it."""
 from __future__ import annotations
 
+import contextlib
 import os
 
 from .batch import BoxBatch, DeviceImages, ImageBatch
@@ -206,19 +207,23 @@ class DeviceStage:
 
     def _collect(self, ctx):
         outs = []
-        for node in self._outputs:
-            v = ctx.values[(node.op.id, node.index)]
-            if isinstance(v, ImageBatch):
-                v = v.materialize(ctx)
-                if isinstance(v.raw, DeviceImages) and isinstance(v.raw.owners, _Lease):
-                    # decoded images still in a decode process's buffer: the user gets copies
-                    # (the buffer is reused once the batch is done), made on the batch's stream,
-                    # which waits for the decode and orders the lease's release after them
-                    with ctx.stream:
+        # the outputs are allocated under the batch's stream (cupy's pool keys a block by the
+        # stream current at allocation; detaug/handout.py reuses a dropped batch's blocks only
+        # behind waits of the streams it was made on)
+        with contextlib.nullcontext() if ctx.stream is None else ctx.stream:
+            for node in self._outputs:
+                v = ctx.values[(node.op.id, node.index)]
+                if isinstance(v, ImageBatch):
+                    v = v.materialize(ctx)
+                    if isinstance(v.raw, DeviceImages) and isinstance(v.raw.owners, _Lease):
+                        # decoded images still in a decode process's buffer: the user gets
+                        # copies (the buffer is reused once the batch is done), made on the
+                        # batch's stream, which waits for the decode and orders the lease's
+                        # release after them
                         v = ImageBatch([a.copy() for a in v.data], v.device, v.layout)
-            elif isinstance(v, BoxBatch):
-                v = v.materialize(ctx)
-            outs.append(v)
+                elif isinstance(v, BoxBatch):
+                    v = v.materialize(ctx)
+                outs.append(v)
         if ctx.stream is not None:
             import cupy as cp
 

@@ -75,6 +75,13 @@ def _cupy_wait(stream_ptr: int, event) -> None:
     cp.cuda.runtime.streamWaitEvent(stream_ptr, event.ptr, 0)
 
 
+def _cupy_sync_all() -> None:
+    """Every stream of the current device has finished its work (a host wait)."""
+    import cupy as cp
+
+    cp.cuda.runtime.deviceSynchronize()
+
+
 class _Entry:
     __slots__ = ("memory", "watch", "dead", "streams", "made_on", "__weakref__")
 
@@ -95,14 +102,18 @@ class HeldOutputs:
     a device-side wait of the stream it was made on for the work the caller had queued on its
     streams by then. ``record(stream_ptr)`` returns an event (``.synchronize()``; a cupy Event by
     default), ``wait(stream_ptr, event)`` queues a wait for it on a stream, ``memory_of(array)``
-    is what keeps an array's memory allocated without keeping the array (its ``.data``)."""
+    is what keeps an array's memory allocated without keeping the array (its ``.data``),
+    ``sync_all()`` waits on the host for the whole device (where a fence cannot be made)."""
 
-    def __init__(self, record=_cupy_record, wait=_cupy_wait, memory_of=lambda a: a.data):
+    def __init__(self, record=_cupy_record, wait=_cupy_wait, memory_of=lambda a: a.data,
+                 sync_all=_cupy_sync_all):
         self._record = record
         self._wait = wait
+        self._sync_all = sync_all
         self._memory_of = memory_of
         self._lock = threading.Lock()
         self._held = collections.deque()   # _Entry, oldest first
+        self._seen = {}                    # every caller stream of a batch held (ordered set)
         self.peak = 0                      # the most batches held at once (a diagnostic)
 
     def __len__(self) -> int:
@@ -121,6 +132,7 @@ class HeldOutputs:
         entry.watch = [weakref.ref(a, lambda _, dead=dead: dead.append(1)) for a in arrays]
         with self._lock:
             self._held.append(entry)
+            self._seen.update(dict.fromkeys(entry.streams))
             self.peak = max(self.peak, len(self._held))
 
     def _fence(self, entry) -> list:
@@ -139,12 +151,24 @@ class HeldOutputs:
         streams are unknown aside: its fences are waited for). Returns how many batches were let
         go."""
         with self._lock:
-            gone = [e for e in self._held if e.dropped]
+            gone, keep = [], collections.deque()
+            for e in self._held:  # (``dropped`` read once: a drop may land during this loop)
+                (gone if e.dropped else keep).append(e)
             if not gone:
                 return 0
-            self._held = collections.deque(e for e in self._held if not e.dropped)
+            self._held = keep
             # under the lock: one poll fences a batch, each before its memory goes
-            unknown = [f for e in gone for f in self._fence(e) if e.made_on is None]
+            unknown, failed = [], False
+            for e in gone:
+                try:
+                    fences = self._fence(e)
+                except Exception:  # noqa: BLE001 -- e.g. a caller's stream already destroyed:
+                    failed = True   # no fence, so the device finishes first (below)
+                    continue
+                if e.made_on is None:
+                    unknown += fences
+        if failed:
+            self._sync_all()
         for f in unknown:
             f.synchronize()
         n = len(gone)
@@ -152,12 +176,12 @@ class HeldOutputs:
         return n
 
     def drain(self, stream_ptrs=()) -> None:
-        """Let go of every batch, dropped or not, after the work queued on its streams and on
-        ``stream_ptrs`` has completed (a host wait: for close)."""
+        """Let go of every batch, dropped or not, after the work queued on ``stream_ptrs`` and on
+        every caller stream of a batch ever held has completed (a host wait: for close; batches
+        let go before are covered too, their blocks having only device-side waits behind them)."""
         with self._lock:
             held, self._held = self._held, collections.deque()
-            fences = [self._record(p) for p in dict.fromkeys(
-                [*stream_ptrs, *(p for e in held for p in e.streams)])]
+            fences = [self._record(p) for p in dict.fromkeys([*stream_ptrs, *self._seen])]
         for f in fences:
             f.synchronize()
         held.clear()
@@ -197,8 +221,10 @@ class HandOut:
         return [cp.cuda.get_current_stream().ptr, *(f() for f in list(self._consumers.values()))]
 
     def _let_go_handed(self):
-        """At close: every batch held goes, after the work the caller queued on them has run."""
-        if len(self._handed):
+        """At close: every batch held goes, after the work the caller queued on them has run.
+        Also once every batch was let go already: their blocks are in the pool behind waits of
+        this pipeline's streams, which close destroys, so the caller's work is waited for here."""
+        if self._handed.peak:
             import cupy as cp
 
             with cp.cuda.Device(self.device_id or 0):

@@ -371,7 +371,8 @@ def _step_behind(pipe, hold, ahead=False):
     torch's stream (``ahead``: after batch k+1 was requested, as a loop fetching one batch ahead
     does); the loop drops batch k, then takes the 6 batches already made (while the sleep runs)
     and 6 made after the drop. Returns (before, after, batch k's pointer, the later batches'
-    pointers, the sleep still ran after the first 6)."""
+    pointers, the sleep still ran after the first 6, the output stream waited for it 50 ms after
+    the drop)."""
     import cupy as cp
     import torch
 
@@ -398,13 +399,20 @@ def _step_behind(pipe, hold, ahead=False):
     sleeping = torch.cuda.Event()
     sleeping.record()
     del batch, img
+    # the drop fenced now (as the next request would): the output stream, where any reuse of the
+    # block is queued, waits on the device for the step (event recorded 50 ms later still pending)
+    pipe._handed.poll()
+    out_ev = cp.cuda.Event()
+    out_ev.record(pipe._out_stream)
+    time.sleep(0.05)
+    out_waits = not out_ev.done
     later = [next(it)["images"].data_ptr() for _ in range(5 if ahead else 6)]
     busy = not sleeping.query()
     later += [next(it)["images"].data_ptr() for _ in range(6)]
     torch.cuda.synchronize()
     if ahead:
         later.insert(0, nxt["images"].data_ptr())
-    return before, after, ptr, later, busy
+    return before, after, ptr, later, busy, out_waits
 
 
 def test_a_dropped_batch_is_not_reused_while_the_callers_queued_work_may_read_it():
@@ -416,19 +424,21 @@ def test_a_dropped_batch_is_not_reused_while_the_callers_queued_work_may_read_it
     reused by the next launch at once and the step reads a later batch."""
     torch = pytest.importorskip("torch")
     for ahead in (False, True):
-        before, after, ptr, later, busy = _step_behind(
+        before, after, ptr, later, busy, out_waits = _step_behind(
             _bench_pipe(8, depth=6, device_workers=1), True, ahead)
         print(f"\nheld (ahead={ahead}): batch at {ptr:#x}, later batches at "
-              f"{[hex(p) for p in later]}")
+              f"{[hex(p) for p in later]}, output stream waited for the step: {out_waits}")
+        assert out_waits  # the device-side wait that orders any reuse of the block after the step
         assert busy, "the sleep finished early: the check proves nothing"
         # (the block may serve a later launch at once: seen in one of the two loops of each
         # device run, session 12; which free block the pool picks is not fixed)
         assert torch.equal(before, after)  # the step read its own batch
     # the control: without the hold, the same loop reads another batch's pixels
-    before, after, ptr, later, busy = _step_behind(_bench_pipe(8, depth=6, device_workers=1), False)
+    before, after, ptr, later, busy, out_waits = _step_behind(
+        _bench_pipe(8, depth=6, device_workers=1), False)
     print(f"not held: batch at {ptr:#x}, later batches at {[hex(p) for p in later]}, "
           f"mean abs diff {float((before - after).abs().mean()):.3f}")
-    assert busy and ptr in later[6:]
+    assert busy and not out_waits and ptr in later[6:]
     assert not torch.equal(before, after)
 
 

@@ -4,6 +4,7 @@ were allocated on, for events recorded then on the caller's streams (stand-in ar
 events; the GPU tests are test_gpu_pipeline's
 test_a_dropped_batch_is_not_reused_while_the_callers_queued_work_may_read_it and
 test_graph_never_waits_for_the_device)."""
+import sys
 import threading
 import weakref
 
@@ -46,10 +47,12 @@ class _Array:
         self.mem = _Mem()
 
 
-def _held(log, streams=None):
+def _held(log, streams=None, synced=None):
     streams = _Streams() if streams is None else streams
 
     def record(ptr):
+        if ptr == "gone":  # a stream the caller has destroyed
+            raise RuntimeError("invalid resource handle")
         ev = _Event(ptr, log)
         streams[ptr].ops.append(ev)
         return ev
@@ -57,7 +60,8 @@ def _held(log, streams=None):
     def wait(ptr, ev):
         streams[ptr].ops.append(("wait", ev))
 
-    return HeldOutputs(record=record, wait=wait, memory_of=lambda a: a.mem)
+    return HeldOutputs(record=record, wait=wait, memory_of=lambda a: a.mem,
+                       sync_all=lambda: (synced if synced is not None else []).append(1))
 
 
 def _batch():
@@ -142,12 +146,33 @@ def test_drain_fences_everything_and_waits():
     h = _held(log)
     kept, mems = _batch()
     h.hold(kept, [3], (8,))
+    gone, _ = _batch()
+    h.hold(gone, [5], (8,))
+    del gone
+    assert h.poll() == 1  # let go behind a device-side wait only
     h.drain([3, 4])
-    assert len(h) == 0 and sorted(e.stream for e in log) == [3, 4] and all(e.waited for e in log)
+    # every caller stream ever seen is waited for on the host, the let-go batch's too
+    assert len(h) == 0 and sorted(e.stream for e in log[1:]) == [3, 4, 5]
+    assert all(e.waited for e in log[1:])
     del kept
     assert all(m() is None for m in mems)
-    h.drain([4])  # nothing held: the caller's stream is still waited for
-    assert [e.stream for e in log[2:]] == [4] and log[2].waited
+    h.drain([4])  # nothing held: the streams are still waited for
+    assert sorted(e.stream for e in log[4:]) == [3, 4, 5] and all(e.waited for e in log[4:])
+
+
+def test_a_fence_that_cannot_be_made_waits_for_the_whole_device():
+    """A caller's stream already destroyed: the batch still goes (nothing is lost or held for
+    ever), after a host wait for the whole device; the other batches of the poll are fenced."""
+    log, synced = [], []
+    h = _held(log, synced=synced)
+    a, mems_a = _batch()
+    h.hold(a, ["gone"], (8,))
+    b, mems_b = _batch()
+    h.hold(b, [2], (8,))
+    del a, b
+    assert h.poll() == 2 and len(h) == 0 and synced == [1]
+    assert [e.stream for e in log] == [2]
+    assert all(m() is None for m in mems_a + mems_b)
 
 
 def test_workers_polling_never_free_a_batch_early():
@@ -182,21 +207,26 @@ def test_workers_polling_never_free_a_batch_early():
             h.poll()
 
     threads = [threading.Thread(target=worker) for _ in range(3)]
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch often: a drop lands inside a poll
     for t in threads:
         t.start()
     alive = []
     rng = np.random.default_rng(0)
-    for k in range(1500):
-        outs, mems = _batch()
-        made_on = (-1 - k % 3, -9)
-        weakref.finalize(outs[0].data.mem, on_free, k, made_on)
-        h.hold(outs, [k], made_on)
-        alive.append((k, outs))
-        del outs, mems
-        while len(alive) > rng.integers(1, 4):
-            with lock:
-                dropped.add(alive[0][0])  # (marked before the drop: a worker may free it at once)
-            del alive[0]
+    try:
+        for k in range(1500):
+            outs, mems = _batch()
+            made_on = (-1 - k % 3, -9)
+            weakref.finalize(outs[0].data.mem, on_free, k, made_on)
+            h.hold(outs, [k], made_on)
+            alive.append((k, outs))
+            del outs, mems
+            while len(alive) > rng.integers(1, 4):
+                with lock:
+                    dropped.add(alive[0][0])  # (marked before the drop: a worker may free it now)
+                del alive[0]
+    finally:
+        sys.setswitchinterval(switch)
     with lock:
         dropped.update(k for k, _ in alive)
     alive.clear()
