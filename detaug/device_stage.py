@@ -231,6 +231,8 @@ class DeviceStage:
             # sleeps instead of spinning a core
             ev = cp.cuda.Event(block=True, disable_timing=True)
             ev.record(ctx.stream)
+            for s in ctx.earlier_streams:  # scratch made there (a BGR copy) and read on ctx.stream
+                s.wait_event(ev)  # goes back to that stream's pool: reused there after the reads
             for lease in ctx.leases:  # the images' last use: their regions go back after it
                 lease.retire(ev)
             nbytes = _device_bytes(outs)
