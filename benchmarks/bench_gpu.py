@@ -74,6 +74,8 @@ from detaug.ops.gpu_decode import decode_params  # noqa: E402  (detaug's own dec
 MEAN = (123.675, 116.28, 103.53)  # pixel units (ImageNet mean * 255)
 STD = (58.395, 57.12, 57.375)
 SIZE = 640
+# the benchmark's fused warp: normalize to float32 CHW (bench_warp's case, the ceiling's "warp")
+WARP_KW = dict(fill=0.0, mean=MEAN, std=STD, out_dtype=np.float32, layout="CHW")
 # The 80 COCO category ids (non-contiguous), used when coco-mini's file cannot be read.
 COCO_IDS = [i for i in range(1, 91) if i not in (12, 26, 29, 30, 45, 66, 68, 69, 71, 83)]
 
@@ -544,7 +546,6 @@ def ceiling_work(blobs, batch_size, seed=1, with_asarray=False, outputs=0, out_k
             from detaug.kernels import warp as W
 
             rng = np.random.default_rng(seed)
-            warp_kw = dict(fill=0.0, mean=MEAN, std=STD, out_dtype=np.float32, layout="CHW")
         else:
             with stream:
                 src = cp.zeros((batch_size, outputs, outputs, 3), cp.uint8)
@@ -562,7 +563,7 @@ def ceiling_work(blobs, batch_size, seed=1, with_asarray=False, outputs=0, out_k
             sizes = np.array([im.shape[:2] for im in imgs], np.int64)
             m, _, _ = crop_flip_resize_matrices(sizes, rng)
             W.warp_cupy(imgs, m, np.tile([outputs, outputs], (len(imgs), 1)), stream=stream,
-                        **warp_kw)
+                        **WARP_KW)
         elif outputs:
             with stream:
                 if reads:
@@ -1092,8 +1093,7 @@ def warp_case(blobs, bs, gpu):
     out_sizes = np.tile([SIZE, SIZE], (bs, 1))
     src_bytes = float(np.sum(cw * ch * 3))
     out_bytes = float(bs * 3 * SIZE * SIZE * 4)
-    kw = dict(fill=0.0, mean=MEAN, std=STD, out_dtype=np.float32, layout="CHW")
-    return imgs, m, out_sizes, src_bytes, out_bytes, kw
+    return imgs, m, out_sizes, src_bytes, out_bytes, dict(WARP_KW)
 
 
 def bench_warp(args, blobs, gpu):

@@ -7,6 +7,8 @@ re-exports :class:`BatchContext` where it has always been importable.
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from . import materialize as _materialize
@@ -27,6 +29,13 @@ class BatchContext:
         # decode-process leases of this batch's images: given the batch's final event in
         # Pipeline._collect, so that releasing them needs no CUDA call (see decode_proc._Lease)
         self.leases = []
+
+    def on_stream(self):
+        """The batch's stream as cupy's current one (nothing without one). Device work of the
+        batch runs under it: cupy's pool keys a block by the stream current at its allocation,
+        and a handed-out batch's blocks are reused only behind waits of the streams it was made
+        on (detaug/handout.py)."""
+        return contextlib.nullcontext() if self.stream is None else self.stream
 
     def rng(self, op) -> SampleRNG:
         seed = op.args.get("seed")

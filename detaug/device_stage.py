@@ -5,7 +5,6 @@ stream), the collection of a launch's outputs with its event, and the release of
 leases. docs/design.md ("GPU pipeline") describes it; detaug/memory_plan.py sizes it."""
 from __future__ import annotations
 
-import contextlib
 import os
 
 from .batch import BoxBatch, DeviceImages, ImageBatch
@@ -207,10 +206,7 @@ class DeviceStage:
 
     def _collect(self, ctx):
         outs = []
-        # the outputs are allocated under the batch's stream (cupy's pool keys a block by the
-        # stream current at allocation; detaug/handout.py reuses a dropped batch's blocks only
-        # behind waits of the streams it was made on)
-        with contextlib.nullcontext() if ctx.stream is None else ctx.stream:
+        with ctx.on_stream():
             for node in self._outputs:
                 v = ctx.values[(node.op.id, node.index)]
                 if isinstance(v, ImageBatch):

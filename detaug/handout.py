@@ -191,7 +191,7 @@ class HandOut:
     """The hand-out methods of Pipeline (which holds ``_handed``, ``_consumers``,
     ``device_id`` and ``last_event``)."""
 
-    def _hand_out(self, outs, event, made_on=None):
+    def _hand_out(self, outs, event, made_on):
         """A batch goes to the caller: ``last_event`` is its event, and the caller's current
         stream (cupy's, in this thread) waits for it on the device, so that cupy work on the
         outputs, a .get() included, is ordered after the kernels that made them (output slots

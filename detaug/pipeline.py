@@ -378,8 +378,8 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi, HandOut):
                     for k, v in op.args.items()}
             if op.schema.kind == "source":
                 outs = self._sources[op.id].read(ctx, ctx.prepared[op.id])
-            elif op.device != "cpu" and ctx.stream is not None:
-                with ctx.stream:
+            elif op.device != "cpu":
+                with ctx.on_stream():
                     outs = op.schema.impl(ctx, op, inputs, args)
             else:
                 outs = op.schema.impl(ctx, op, inputs, args)

@@ -156,15 +156,12 @@ class PlanAhead:
             ctx.prepared, ctx.sizes, ctx.skips, ctx.walks = prepared, plan.sizes, plan.skips, plan.walks
             try:
                 admit.decode()  # a ring slot, in launch order
-                # (allocations under the stream the work runs on: cupy's pool keys a block by
-                # the stream current at allocation, and a handed-out batch's blocks are reused
-                # only behind waits of the streams it was made on: detaug/handout.py)
-                with ctx.stream:
+                with ctx.on_stream():
                     decoded = self._decode_plan(ctx, plan)
                 stamp(admit, "decoded")
                 admit()  # an output slot, in launch order
                 self._to_output_stream(ctx, admit)
-                with ctx.stream:
+                with ctx.on_stream():
                     self._realize(ctx, plan, decoded)
                 self._run_ops(ctx, self._rest_ops)
                 break
