@@ -69,7 +69,7 @@ import numpy as np  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
-from detaug.backend import gpu_available  # noqa: E402  (imports no GPU library)
+from detaug.core.backend import gpu_available  # noqa: E402  (imports no GPU library)
 from detaug.ops.gpu_decode import decode_params  # noqa: E402  (detaug's own decode settings)
 MEAN = (123.675, 116.28, 103.53)  # pixel units (ImageNet mean * 255)
 STD = (58.395, 57.12, 57.375)
@@ -999,8 +999,8 @@ def bench_kornia(args, recs, blobs, gpu):
 # ---------------------------------------------------------------------------- 4. warp alone
 def crop_flip_resize_matrices(sizes_hw, rng):
     """Matrices of an IoU-crop-like window (each side 0.3-1 of the image), a coin-flip mirror
-    and a resize to SIZE x SIZE, composed with detaug.geometry; and the window sizes."""
-    from detaug import geometry as G
+    and a resize to SIZE x SIZE, composed with detaug.core.geometry; and the window sizes."""
+    from detaug.core import geometry as G
 
     h, w = sizes_hw[:, 0].astype(np.float64), sizes_hw[:, 1].astype(np.float64)
     b = len(sizes_hw)

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from detaug import retinanet as rn
+from detaug.targets import retinanet as rn
 
 
 def make_batch(rng, batch, boxes_per_image, hw, num_classes):
@@ -33,7 +33,7 @@ def time_numpy(enc, boxes, labels, offsets, iters):
 
 def time_gpu(enc, boxes, labels, offsets, iters):
     """ms per batch, or None without cupy or a device."""
-    from detaug.backend import gpu_available
+    from detaug.core.backend import gpu_available
 
     if not gpu_available():
         return None

@@ -58,7 +58,7 @@ def _proc(k, root, cfg, seconds, batch, barrier, results):  # pragma: no cover -
     import cupy as cp
     from nvidia import nvimgcodec
 
-    from detaug.decode_proc import _Region, packed_offsets
+    from detaug.runtime.gpu.decode_proc import _Region, packed_offsets
     from detaug.ops.gpu_decode import code_streams, decode_params, warm_up
     from detaug.ops.sources import read_files
 

@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from detaug.decode_proc import packed_offsets  # noqa: E402 (the ring's packing)
+from detaug.runtime.gpu.decode_proc import packed_offsets  # noqa: E402 (the ring's packing)
 SLOT = 96 << 20  # one request of 64 images of up to 640 x 640 x 3 (78.6 MB)
 
 

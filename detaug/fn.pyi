@@ -2,7 +2,7 @@
 from the op registry; the functions themselves are made by detaug/ops/registry.py)."""
 from typing import Any, Callable, Iterable, Sequence
 
-from detaug.graph import DataNode
+from detaug.graph.trace import DataNode
 
 
 def affine(images: Any, boxes: Any = ..., /, *, rotate: float | DataNode = 0.0, scale: float | DataNode = 1.0, scale_y: float | None | DataNode = None, translate_x: float | DataNode = 0.0, translate_y: float | DataNode = 0.0, shear_x: float | DataNode = 0.0, shear_y: float | DataNode = 0.0, fill: float | Sequence[Any] = 0.0, box_mode: str = 'corners', device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:

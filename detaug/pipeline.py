@@ -12,17 +12,17 @@ import os
 import threading
 from typing import Any
 
-from . import graph as _graph
-from . import schedule as _schedule
-from .batch import split_batches
-from .dali_api import DALI_PIPELINE_HINTS, DaliApi, _check_dali_tuning
-from .device_stage import DeviceStage
-from .plan_ahead import PlanAhead
-from .errors import NotFed as _NotFed
-from .executor import BatchContext, Executor
-from .handout import HandOut, HeldOutputs
-from .retries import Retries
-from .sharding import Sharding, _local_rank
+from .graph import trace as _graph
+from .core import schedule as _schedule
+from .core.batch import split_batches
+from .dali.pipeline_api import DALI_PIPELINE_HINTS, DaliApi, _check_dali_tuning
+from .runtime.gpu.device_stage import DeviceStage
+from .runtime.gpu.plan_ahead import PlanAhead
+from .core.errors import NotFed as _NotFed
+from .runtime.executor import BatchContext, Executor
+from .runtime.gpu.handout import HandOut, HeldOutputs
+from .runtime.retries import Retries
+from .core.sharding import Sharding, _local_rank
 
 _POLICIES = ("fill", "drop", "partial")
 
@@ -55,7 +55,7 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi, HandOut):
             'drop' (drop an incomplete last batch) or 'partial' (a smaller last batch).
         shard_id, num_shards: default sharding for readers that do not set their own.
         shard_policy: how shards whose parts of the epoch differ in size are evened out
-            (``detaug.schedule.shard_positions``): 'pad' (default: the short shards repeat a
+            (``detaug.core.schedule.shard_positions``): 'pad' (default: the short shards repeat a
             record, so every shard, and every rank of a data-parallel run, takes the same steps),
             'drop' (every shard drops to the shortest) or 'uneven' (DALI's shards, sizes may
             differ by one). A reader given DALI's ``pad_last_batch=True`` or ``stick_to_shard``
@@ -147,7 +147,7 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi, HandOut):
         self.batches_per_launch = 1 if batches_per_launch is None else max(1, int(batches_per_launch))
         self.decode_processes = decode_processes
         self.decode_buffer_mb = None if decode_buffer_mb is None else int(decode_buffer_mb)
-        from . import memory_plan
+        from .runtime.gpu import memory_plan
 
         self.device_memory_budget = memory_plan.budget_from(device_memory_budget)
         self._budget_arg = device_memory_budget
@@ -240,7 +240,7 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi, HandOut):
             self._check_gpu()
         self._setup_plan_ahead()
         if self._batches_per_launch_arg is None and self.has_device_stage and self._driver.size is not None:
-            from . import memory_plan
+            from .runtime.gpu import memory_plan
 
             self.batches_per_launch = memory_plan.batches_per_launch(self.device_memory_budget,
                                                                      self.plan_ahead)
@@ -278,9 +278,9 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi, HandOut):
     def _resolve_host_processes(self) -> int:
         """The number of host worker processes (see ``host_processes``); 0 runs the host stage in
         threads. A pipeline with a GPU stage keeps threads (its decode has processes of its own)."""
-        from . import host_workers
+        from .runtime import host_workers
 
-        from . import plan_ahead
+        from .runtime.gpu import plan_ahead
 
         n = self._host_processes_arg
         if n is None:

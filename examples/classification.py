@@ -87,7 +87,7 @@ def main(argv=None):
     import torch
 
     from detaug.adapters.torch import DetaugIterator
-    from detaug.backend import pick_device
+    from detaug.core.backend import pick_device
 
     device = pick_device(args.device, torch_cuda=True)
     tmp = None

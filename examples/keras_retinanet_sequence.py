@@ -134,7 +134,7 @@ def main(argv=None):
     import keras
 
     from detaug.adapters.keras import DetaugSequence
-    from detaug.backend import pick_device
+    from detaug.core.backend import pick_device
     from readers.voc import VOC_CLASSES
 
     device = pick_device(args.device)

@@ -164,7 +164,7 @@ def main(argv=None):
             sys.exit("this example needs torchvision (pip install torchvision); "
                      "--dry-run runs the data part without it")
     from detaug.adapters.torch import DetaugIterator
-    from detaug.backend import pick_device
+    from detaug.core.backend import pick_device
 
     device = pick_device(args.device, torch_cuda=True)
     pipe = build_pipeline(args.root, args.size, device, args.batch_size, args.seed, args.threads)

@@ -34,3 +34,15 @@ def rng(request):
     seed = zlib.crc32(request.node.nodeid.encode())
     print(f"rng seed {seed}")
     return np.random.default_rng(seed)
+
+
+def pytest_configure(config):
+    """One fresh seed per test run, drawn before pytest-xdist starts its workers (they inherit
+    it), so that parametrised 'fresh' cases are the same in every worker's collection. Set
+    DETAUG_FRESH_SEED to replay a run."""
+    os.environ.setdefault("DETAUG_FRESH_SEED", str(int(np.random.SeedSequence().entropy % (1 << 30))))
+
+
+def fresh_seed() -> int:
+    """This run's fresh seed (printed in a failing test's parameters)."""
+    return int(os.environ.get("DETAUG_FRESH_SEED") or np.random.SeedSequence().entropy % (1 << 30))

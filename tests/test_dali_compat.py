@@ -21,7 +21,8 @@ import detaug.types as types
 from detaug import pipeline_def
 from detaug.pipeline import Pipeline
 # from nvidia.dali.plugin.pytorch import DALIGenericIterator, DALIClassificationIterator, LastBatchPolicy
-from detaug.plugin.pytorch import DALIClassificationIterator, DALIGenericIterator, LastBatchPolicy
+from detaug.dali.plugin.pytorch import (DALIClassificationIterator, DALIGenericIterator,
+    LastBatchPolicy)
 
 from conftest import COCO
 from helpers import close_pipelines, track  # noqa: F401  (fixture)
@@ -52,7 +53,7 @@ def folder(tmp_path, rng):
 
 def _h(a):
     """A sample as a host array (device outputs are cupy arrays)."""
-    from detaug.backend import to_host
+    from detaug.core.backend import to_host
 
     return np.asarray(to_host(a))
 

@@ -11,7 +11,7 @@ import detaug.fn as fn
 import detaug.ops as ops
 import detaug.types as types
 from detaug.pipeline import Pipeline
-from detaug.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+from detaug.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
 from conftest import COCO, VOC
 from helpers import close_pipelines, track  # noqa: F401  (fixture)

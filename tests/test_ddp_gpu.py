@@ -44,7 +44,7 @@ def test_gpu_pipeline_epoch_end_keeps_the_next_epochs_launches(monkeypatch):
     """As tests/test_ddp_pipeline.py's CPU check, on a GPU pipeline (4 batches a launch): the
     iterator ('drop') ends each epoch before its 'fill' pipeline; no launch is made twice and
     the batches are those of random access."""
-    from detaug import executor
+    from detaug.runtime import executor
     from detaug.adapters.torch import DetaugIterator
 
     keys, submit = [], executor.Executor.submit

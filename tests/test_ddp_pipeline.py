@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from detaug import Pipeline, fn, pipeline_def  # noqa: E402
 from detaug.adapters.torch import DetaugIterator, shard_from_torch_distributed  # noqa: E402
-from detaug.rng import epoch_permutation  # noqa: E402
+from detaug.core.rng import epoch_permutation  # noqa: E402
 
 from conftest import VOC  # noqa: E402
 
@@ -147,7 +147,7 @@ def test_torchrun_variables_shard_an_unsharded_pipeline(monkeypatch, record_of):
 @pytest.fixture
 def submissions(monkeypatch):
     """Every launch key the executors are given, in order."""
-    from detaug import executor
+    from detaug.runtime import executor
 
     keys, submit = [], executor.Executor.submit
 

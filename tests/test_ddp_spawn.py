@@ -185,7 +185,7 @@ def test_ranks_read_their_parts_of_one_shuffle(ranks, case):
     """Rank r reads positions POSITIONS[policy][r] of the permutation keyed by (seed, epoch):
     the ranks agree on the shuffle without communicating; their parts are disjoint and cover
     the epoch (pad: 2 records twice; drop: 1 record left out)."""
-    from detaug.rng import epoch_permutation
+    from detaug.core.rng import epoch_permutation
 
     shard_policy, policy, batch = CASES[case]
     for epoch in range(EPOCHS):
@@ -217,7 +217,7 @@ def test_every_rank_resumes_from_rank_zeros_state(ranks):
         assert out["resumed"][:2] == uninterrupted[RESUME_AT:RESUME_AT + 2]
         assert len(out["resumed"]) == RESUME_STEPS
     # beyond the epochs recorded above: the resumed runs still read disjoint parts
-    from detaug.rng import epoch_permutation
+    from detaug.core.rng import epoch_permutation
 
     perm = epoch_permutation(SEED, 2, N)
     for r, out in enumerate(ranks):

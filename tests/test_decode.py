@@ -6,7 +6,7 @@ import pytest
 from PIL import Image
 
 from detaug import Pipeline, fn
-from detaug.executor import SampleError
+from detaug.runtime.executor import SampleError
 from helpers import images_of
 
 

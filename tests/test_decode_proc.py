@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from conftest import _gpu
-from detaug.decode_proc import ALIGN, SlotRing, packed_offsets
+from detaug.runtime.gpu.decode_proc import ALIGN, SlotRing, packed_offsets
 
 
 def test_packed_offsets_hand_computed():
@@ -55,7 +55,7 @@ def test_worker_that_cannot_start_is_a_clear_error():
     pytest.importorskip("cupy")
     if _gpu():
         pytest.skip("a GPU is present: the worker would start")
-    from detaug.decode_proc import DecodeService
+    from detaug.runtime.gpu.decode_proc import DecodeService
 
     with pytest.raises(RuntimeError, match="did not start.*decode_processes=0"):
         DecodeService(2, 0, 16)  # two started together: both are stopped
@@ -134,7 +134,7 @@ def test_a_request_to_a_dead_worker_leaves_no_ring_slot_counted(where):
     import itertools
     import threading
 
-    from detaug.decode_proc import DecodeService
+    from detaug.runtime.gpu.decode_proc import DecodeService
 
     class Worker:
         held = outstanding = 0
@@ -164,7 +164,7 @@ def _piped_worker():
     import queue
     import threading
 
-    from detaug.decode_proc import N_EVENTS, _Worker
+    from detaug.runtime.gpu.decode_proc import N_EVENTS, _Worker
 
     w = _Worker.__new__(_Worker)
     w.conn, child = multiprocessing.Pipe()
@@ -183,7 +183,7 @@ def _service(workers):
     import itertools
     import threading
 
-    from detaug.decode_proc import DecodeService
+    from detaug.runtime.gpu.decode_proc import DecodeService
 
     svc = DecodeService.__new__(DecodeService)
     svc.workers, svc._ids, svc._lock, svc.device_id = workers, itertools.count(), threading.RLock(), 0
@@ -208,7 +208,7 @@ def test_an_interrupted_wait_gives_the_slot_back_when_the_worker_replies(reply, 
     worker's ring lost a slot for good, and a later request waited for it forever."""
     import threading
 
-    from detaug import decode_proc
+    from detaug.runtime.gpu import decode_proc
 
     waited = []  # the worker replies before its device is done: the free waits for its event
     monkeypatch.setattr(decode_proc._IpcDone, "synchronize", lambda self: waited.append(self.handle))
@@ -261,7 +261,7 @@ def test_a_lease_dropped_unused_frees_its_region_after_the_workers_decode(monkey
     retires with no event of this process: the region goes back only after the worker's own
     "done" event for it (the worker replies before its decode has run on the device; freed at
     once, its other decoder thread could decode into the region while the first still writes)."""
-    from detaug import decode_proc
+    from detaug.runtime.gpu import decode_proc
 
     waited = []
     monkeypatch.setattr(decode_proc._IpcDone, "synchronize", lambda self: waited.append(self.handle))

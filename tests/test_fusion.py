@@ -22,7 +22,8 @@ import math
 import numpy as np
 import pytest
 
-from detaug import Pipeline, backend, fn
+from detaug import Pipeline, fn
+from detaug.core import backend
 from conftest import VOC
 from helpers import boxes_of, close_pipelines, images_of, run_graph, to_np, track  # noqa: F401  (autouse fixture)
 

@@ -18,7 +18,7 @@ from hypothesis import given, settings, strategies as st
 from PIL import Image
 
 from detaug import Pipeline, fn
-from detaug.executor import SampleError
+from detaug.runtime.executor import SampleError
 from detaug.ops.decode import _decode_one
 from detaug.ops.sources import EncodedBatch
 from test_fuzz_readers import CORPUS, EXAMPLES, FUZZ, byte_mutation, time_bound

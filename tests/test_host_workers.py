@@ -19,7 +19,7 @@ import pytest
 
 import detaug
 from detaug import fn
-from detaug.host_workers import WorkerDied, unavailable
+from detaug.runtime.host_workers import WorkerDied, unavailable
 
 from conftest import VOC as VOC_MINI
 
@@ -154,7 +154,7 @@ def test_worker_error_keeps_type_message_and_path(tmp_path):
     for workers in (0, 2):
         pipe = det_pipe(workers, root=root)
         try:
-            with pytest.raises(detaug.executor.SampleError) as e:
+            with pytest.raises(detaug.runtime.executor.SampleError) as e:
                 epochs(pipe, 1)
             msgs.append((str(e.value), e.value.path, e.value.position))
         finally:

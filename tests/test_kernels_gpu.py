@@ -279,7 +279,7 @@ def test_upload_many_round_trips_ragged_arrays_in_one_buffer(rng):
     """backend.upload_many (the kernels' metadata and the pipeline's ragged host-image uploads):
     values, dtypes and shapes survive, every view starts 16-byte aligned inside one device
     buffer, the copy is ordered on the given stream, and an empty array is allowed."""
-    from detaug.backend import upload_many
+    from detaug.core.backend import upload_many
 
     arrays = random_images(rng, [(int(rng.integers(1, 50)), int(rng.integers(1, 60)), 3) for _ in range(5)])
     arrays += [rng.standard_normal((7, 3)), np.arange(5, dtype=np.int64), np.zeros((0, 4), np.float32),

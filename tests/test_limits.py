@@ -11,7 +11,7 @@ from PIL import Image
 
 import readers
 from detaug import Pipeline, fn
-from detaug.executor import SampleError
+from detaug.runtime.executor import SampleError
 from detaug.ops import decode as decode_mod
 from readers import DatasetError, limits
 from readers_fixtures import COCO_MINI, VOC_MINI

@@ -6,8 +6,8 @@ import time
 import numpy as np
 import pytest
 
-from detaug import memory_plan as mp
-from detaug.executor import Cancelled, OutputSlots
+from detaug.runtime.gpu import memory_plan as mp
+from detaug.runtime.executor import Cancelled, OutputSlots
 
 
 def test_budget_parsing(monkeypatch):

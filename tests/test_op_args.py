@@ -17,9 +17,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from detaug import Pipeline, fn, graph
-from detaug.batch import BoxBatch, EncodedBatch, ImageBatch, PaddedBoxes
-from detaug.ops import REGISTRY, types
+from detaug import Pipeline, fn
+from detaug.graph import trace as graph
+from detaug.core.batch import BoxBatch, EncodedBatch, ImageBatch, PaddedBoxes
+from detaug import types
+from detaug.ops import REGISTRY
 
 from helpers import close_pipelines, track  # noqa: F401 (fixture)
 

@@ -22,7 +22,7 @@ import pytest
 
 import test_op_args as oa
 from detaug import fn
-from detaug.batch import BoxBatch, EncodedBatch, ImageBatch, PaddedBoxes
+from detaug.core.batch import BoxBatch, EncodedBatch, ImageBatch, PaddedBoxes
 from detaug.ops import REGISTRY
 
 from helpers import close_pipelines  # noqa: F401 (fixture)

@@ -10,7 +10,7 @@ import pytest
 
 import detaug
 from detaug import fn, ops
-from detaug.graph import DataNode
+from detaug.graph.trace import DataNode
 from detaug.ops import registry as R
 from detaug.ops.registry import ALIASES, COMMON_ARGS, OPTIONAL, REGISTRY
 

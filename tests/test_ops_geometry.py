@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from detaug import fn
-from detaug import geometry as G
+from detaug.core import geometry as G
 from helpers import boxes_of, images_of, run_graph
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from detaug import Pipeline, fn, pipeline_def
-from detaug.rng import SampleRNG
+from detaug.core.rng import SampleRNG
 from conftest import VOC
 from helpers import boxes_of, images_of, run_graph
 

@@ -2,6 +2,7 @@
 wheel that ships them (built offline from a copy of the sources)."""
 import glob
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -87,9 +88,17 @@ def test_demo_runs_from_a_non_editable_install(wheel, tmp_path):
     unrelated folder: no examples/data there, so the demo generates its sample (in the cache
     folder it names) and draws it."""
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True,
-                   timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"
+    # the dependencies come from this interpreter's site-packages (a venv's, not the base
+    # interpreter's that --system-site-packages would give): its folders on the new venv's path,
+    # without running their .pth files, so that this checkout's editable install stays unseen
+    import sysconfig
+
+    theirs = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                            check=True, capture_output=True, text=True).stdout.strip()
+    ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    (pathlib.Path(theirs) / "_deps_of_the_test.pth").write_text("\n".join(sorted(ours)) + "\n")
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel],
                    check=True, capture_output=True, timeout=120)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DETAUG_CACHE")}

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from detaug import Pipeline, fn, ops, pipeline_def
-from detaug.executor import SampleError
+from detaug.runtime.executor import SampleError
 from detaug.ops.registry import REGISTRY
 from conftest import COCO, VOC
 
@@ -160,7 +160,7 @@ def test_end_epoch_mid_way_starts_the_next_epoch_at_its_first_batch(seed, monkey
     the last but one, all 7): the pipeline is at batch 0 of the next epoch, and its batches are
     those of a fresh pipeline reset to that epoch. The next epoch's launches made before the end
     are kept: no launch is made twice."""
-    from detaug import executor
+    from detaug.runtime import executor
 
     if seed == "fresh":
         seed = int.from_bytes(os.urandom(4), "little")
@@ -474,7 +474,7 @@ def test_an_interrupt_while_the_queue_is_cleared_is_raised_not_swallowed():
     cleared. It was swallowed with the launches' own failures, and a training loop that called
     reset() ran on (seen: tests/test_host_workers.py's Ctrl-C case timed out in CI). Every launch
     is still waited for, and failures of launches nobody will see stay quiet."""
-    from detaug.executor import Executor
+    from detaug.runtime.executor import Executor
 
     class Fut:
         def __init__(self, exc):

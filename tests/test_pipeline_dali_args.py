@@ -42,7 +42,7 @@ def test_feed_before_each_run_without_iter_setup():
 def test_split_batches_cuts_per_sample_lists():
     """Outputs that are plain lists of per-sample arrays (DALI-style ops) split with their batch
     when several batches run as one launch."""
-    from detaug.batch import split_batches
+    from detaug.core.batch import split_batches
 
     rng = np.random.default_rng(2)
     samples = [rng.random((int(rng.integers(0, 4)), 4)).astype(np.float32) for _ in range(7)]

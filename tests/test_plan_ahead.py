@@ -12,13 +12,15 @@ import sys
 import numpy as np
 import pytest
 
-from detaug import fn, geometry as G, materialize as M
-from detaug.batch import DeferredWarp, ImageBatch, PlannedImages
-from detaug.errors import NotPlannable
+from detaug import fn
+from detaug.core import geometry as G
+from detaug.graph import materialize as M
+from detaug.core.batch import DeferredWarp, ImageBatch, PlannedImages
+from detaug.core.errors import NotPlannable
 from detaug.kernels import launch as launch_mod
 from detaug.kernels import warp as W
 from detaug.ops.geometry import apply_geometry
-from detaug.plan_ahead import PLANNABLE, _static_plannable
+from detaug.runtime.gpu.plan_ahead import PLANNABLE, _static_plannable
 from test_warp import MEAN, STD, _build_emulation, _fake_cupy, rand_image
 
 
@@ -155,7 +157,7 @@ class _FakeService:
         self.shapes, self.errors, self.calls = shapes, list(errors), []
 
     def decode(self, paths, output_type, chunk, stream):
-        from detaug.batch import DeviceImages
+        from detaug.core.batch import DeviceImages
 
         self.calls.append((list(paths), output_type, chunk))
         if self.errors:
@@ -176,8 +178,8 @@ def test_planned_decode_checks_what_the_decode_made():
     their images come back with their lease, and a size or channel count other than planned, or a
     file the process could not decode, is a SampleError naming the file (its place in the batch),
     so that on_error='skip' replaces it. Unknown sizes or BGR cannot be planned."""
-    from detaug.batch import EncodedBatch
-    from detaug.errors import SampleError
+    from detaug.core.batch import EncodedBatch
+    from detaug.core.errors import SampleError
     from detaug.ops import gpu_decode as gd
 
     paths = ["a.jpg", "b.jpg", "c.jpg"]
@@ -250,7 +252,9 @@ def test_a_launch_planned_without_a_gpu_equals_the_cpu_pipeline(fake_gpu, monkey
     import pickle
     import types
 
-    from detaug import Pipeline, backend, decode_proc
+    from detaug import Pipeline
+    from detaug.core import backend
+    from detaug.runtime.gpu import decode_proc
     from detaug.ops.decode import decode_pillow
     from detaug.ops.sources import read_files
 
@@ -299,7 +303,7 @@ def test_box_upload_takes_every_array_and_puts_each_back_in_its_place():
     """BoxBatch.device_arrays / on_device (to_device's upload, and a planned launch's): boxes,
     labels, each field and the mask go up in one list and come back under their names, with
     the host batch as the host copy; a batch without a mask gets none."""
-    from detaug.batch import BoxBatch
+    from detaug.core.batch import BoxBatch
 
     rng = np.random.default_rng()
     n = int(rng.integers(1, 9))

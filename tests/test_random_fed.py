@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from detaug import Pipeline, fn
-from detaug.batch import BoxBatch, ImageBatch
+from detaug.core.batch import BoxBatch, ImageBatch
 from conftest import VOC
 from helpers import close_pipelines, images_of, track  # noqa: F401 (autouse fixture)
 

@@ -8,7 +8,7 @@ uses for snippets that need more than the package (torchvision, a model, a datas
 Each block runs as a script (``__name__ == "__main__"``) in a subprocess with the repository as
 its working directory (the examples' data is in examples/data). It must either run to completion,
 or, where this machine cannot run GPU ops (no GPU, cupy or nvImageCodec), fail at ``build()`` with
-exactly one line: ``detaug.backend.DeviceUnavailableError: this pipeline ... but <what is
+exactly one line: ``detaug.core.backend.DeviceUnavailableError: this pipeline ... but <what is
 missing>: pip install '.[gpu]', or drop ... to run on the CPU``.
 """
 import os
@@ -22,7 +22,7 @@ from conftest import REPO, VOC
 
 README = os.path.join(REPO, "README.md")
 FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```", re.S | re.M)
-ONE_LINE = re.compile(r"^detaug\.backend\.DeviceUnavailableError: this pipeline (decodes on the GPU "
+ONE_LINE = re.compile(r"^detaug\.core\.backend\.DeviceUnavailableError: this pipeline (decodes on the GPU "
                       r"\(device='mixed'\)|runs ops on the GPU \([^)]*\)) but [^\n:]+: "
                       r"pip install '\.\[gpu\]', or drop [^\n]+ to run on the CPU$")
 
@@ -48,7 +48,7 @@ def run_block(code, tmp_path, timeout=180):
 
 
 def _gpu_missing():
-    from detaug.backend import gpu_missing
+    from detaug.core.backend import gpu_missing
 
     return gpu_missing(nvimgcodec=True)
 
@@ -90,7 +90,7 @@ def test_readme_main_example_with_mixed_fails_in_one_line_without_gpu(tmp_path):
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert ONE_LINE.match(last), proc.stderr
-    assert last.startswith("detaug.backend.DeviceUnavailableError: this pipeline decodes on the GPU "
+    assert last.startswith("detaug.core.backend.DeviceUnavailableError: this pipeline decodes on the GPU "
                            "(device='mixed') but "), last
     assert "ModuleNotFoundError" not in proc.stderr
 
@@ -110,8 +110,9 @@ def _pipe(device, **kw):
 
 
 def test_mixed_without_gpu_raises_at_build_before_any_process(monkeypatch):
-    from detaug import backend, decode_proc
-    from detaug.backend import DeviceUnavailableError
+    from detaug.core import backend
+    from detaug.runtime.gpu import decode_proc
+    from detaug.core.backend import DeviceUnavailableError
 
     monkeypatch.setattr(backend, "gpu_missing", lambda nvimgcodec=False: "cupy is not installed")
 
@@ -130,8 +131,9 @@ def test_mixed_without_gpu_raises_at_build_before_any_process(monkeypatch):
 
 
 def test_gpu_ops_without_gpu_name_them(monkeypatch):
-    from detaug import backend, fn, pipeline_def
-    from detaug.backend import DeviceUnavailableError
+    from detaug.core import backend
+    from detaug import fn, pipeline_def
+    from detaug.core.backend import DeviceUnavailableError
 
     monkeypatch.setattr(backend, "gpu_missing", lambda nvimgcodec=False: "cupy finds no GPU")
 
@@ -148,7 +150,7 @@ def test_gpu_ops_without_gpu_name_them(monkeypatch):
 
 
 def test_auto_places_the_decoder(monkeypatch):
-    from detaug import backend
+    from detaug.core import backend
 
     monkeypatch.setattr(backend, "gpu_missing", lambda nvimgcodec=False: "cupy is not installed")
     pipe = _pipe("auto")

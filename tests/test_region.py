@@ -1,12 +1,12 @@
-"""The valid region of a fused chain (detaug.geometry.valid_region): which output points hold
+"""The valid region of a fused chain (detaug.core.geometry.valid_region): which output points hold
 source content and which fill the others take, against a brute-force float64 evaluation of the
 ops one by one (a point is content iff it lies inside the source and every intermediate canvas;
 else it holds the fill of the LAST op that found it outside its input)."""
 import numpy as np
 import pytest
 
-from detaug import geometry as G
-from detaug.batch import _identity_geometry
+from detaug.core import geometry as G
+from detaug.core.batch import _identity_geometry
 
 
 def _random_op(rng, hw):

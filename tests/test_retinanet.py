@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from detaug import retinanet as rn
+from detaug.targets import retinanet as rn
 
 C = 5
 
@@ -353,5 +353,5 @@ def test_encoder_dispatch_and_checks():
 
 
 def test_import_needs_no_cupy_or_torch():
-    code = "import sys, detaug.retinanet; assert 'cupy' not in sys.modules and 'torch' not in sys.modules"
+    code = "import sys, detaug.targets.retinanet; assert 'cupy' not in sys.modules and 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -11,7 +11,7 @@ try:
 except Exception:  # no driver, no device
     _HAS_GPU = False
 
-from detaug import retinanet as rn  # noqa: E402
+from detaug.targets import retinanet as rn  # noqa: E402
 from detaug.kernels.launch import launch_counts, reset_launch_counts  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _HAS_GPU, reason="no CUDA device")]

@@ -10,7 +10,8 @@ import pytest
 from PIL import Image
 
 from detaug import fn, pipeline_def
-from detaug.retinanet import AnchorConfig, TargetConfig, anchors_for_shape, encode_targets_numpy
+from detaug.targets.retinanet import (AnchorConfig, TargetConfig, anchors_for_shape,
+    encode_targets_numpy)
 from conftest import VOC
 from helpers import close_pipelines, track  # noqa: F401  (an autouse fixture)
 

@@ -1,8 +1,8 @@
-"""detaug.schedule: the epoch's batches, hand-computed."""
+"""detaug.core.schedule: the epoch's batches, hand-computed."""
 import numpy as np
 import pytest
 
-from detaug import schedule as S
+from detaug.core import schedule as S
 
 
 def test_shards_cover_the_records_once():

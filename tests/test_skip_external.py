@@ -12,10 +12,11 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import fresh_seed
 from PIL import Image
 
 from detaug import Pipeline, fn
-from detaug.executor import SampleError
+from detaug.runtime.executor import SampleError
 
 
 def _png(value):
@@ -118,7 +119,7 @@ def test_bad_sample_in_an_iterable_batch_under_skip_on_the_gpu_is_a_named_error_
     gc.collect()
 
 
-@pytest.mark.parametrize("seed", [0, int(np.random.default_rng().integers(1 << 30))])
+@pytest.mark.parametrize("seed", [0, fresh_seed()])
 def test_a_retry_gives_a_replaced_sample_its_records_place(seed):
     """Pipeline._make_ctx with a retry's indices: a replaced sample's position is its record's
     place in the (shuffled) epoch order; the other samples keep theirs."""

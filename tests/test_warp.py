@@ -18,7 +18,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from detaug import geometry as G
+from detaug.core import geometry as G
 from detaug.kernels import warp as W
 from detaug.kernels.warp import warp_cv2, warp_numpy
 

@@ -189,7 +189,7 @@ def test_gpu_device_images_with_row_pitch(cp):
     """DeviceImages (what the GPU decode hands over: pointers, shapes and row pitches, no array
     per image) warps exactly as the same images given as arrays; rows with a pitch wider than
     W * C (decoders pad rows) are read through the pitch; views and slices show the pixels."""
-    from detaug.batch import DeviceImages
+    from detaug.core.batch import DeviceImages
 
     rng = np.random.default_rng(5)
     B = 5

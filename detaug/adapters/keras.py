@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, Union
 
 import numpy as np
 
-from .. import backend
-from ..batch import BoxBatch, ImageBatch
+from ..core import backend
+from ..core.batch import BoxBatch, ImageBatch
 from ..ops.boxes import PaddedBoxes
 
 if TYPE_CHECKING:
@@ -362,7 +362,7 @@ class _SequenceMixin:
         import concurrent.futures as cf
         import contextlib
 
-        from ..host_workers import _forking
+        from ..runtime.host_workers import _forking
 
         # a process pool forks as work is submitted: OpenCV set to one thread around it (its
         # thread pool does not survive a fork: the children hung in CI), as for host workers;
@@ -450,7 +450,7 @@ def _init_worker_process(seq):
     """A worker process's initializer: keep the sequence (its pipeline is rebuilt from
     ``serialize()`` on first use, since the process id differs); nothing computed ahead here."""
     global _WORKER_SEQUENCE
-    from .. import host_workers
+    from ..runtime import host_workers
 
     host_workers._IN_WORKER = True  # its pipeline runs in threads here: no nested forks
     seq._ahead_n, seq._ahead, seq._ahead_pool = 0, {}, None

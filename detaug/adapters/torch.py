@@ -16,7 +16,7 @@ with torchrun on one machine or several):
 - The same number of steps on every rank: the pipeline's ``shard_policy`` ('pad', the default,
   repeats a record on the short shards; 'drop' drops to the shortest) makes every shard equally
   long, so every rank's ``len(iterator)`` is the same and no all-reduce waits for a rank that has
-  stopped (``detaug.schedule.shard_positions``).
+  stopped (``detaug.core.schedule.shard_positions``).
 - The same shuffle: every rank shuffles the epoch with the permutation keyed by (seed, epoch)
   and takes its part of it, so give every rank the same ``seed``. Under an initialised process
   group the iterator checks once, when it is made, that the ranks agree (seed, dataset size,
@@ -36,8 +36,8 @@ import warnings
 
 import numpy as np
 
-from .. import backend
-from ..batch import BoxBatch, ImageBatch
+from ..core import backend
+from ..core.batch import BoxBatch, ImageBatch
 from ..ops.boxes import PaddedBoxes
 
 _POLICIES = ("fill", "drop", "partial")

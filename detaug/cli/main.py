@@ -16,7 +16,7 @@ import os
 import sys
 import time
 
-from ..backend import cpu_warp, pick_device, to_host
+from ..core.backend import cpu_warp, pick_device, to_host
 from ..visualize import class_color, draw_grid  # noqa: F401  (class_color: the tests')
 
 SAMPLES = {"voc": "voc-mini", "coco": "coco-mini"}

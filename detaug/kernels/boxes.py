@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import upload, upload_many
-from ..batch import host_offsets as _host_offsets
-from ..batch import sample_index_from_offsets
-from ..geometry import canvas_rects
+from ..core.backend import upload, upload_many
+from ..core.batch import host_offsets as _host_offsets
+from ..core.batch import sample_index_from_offsets
+from ..core.geometry import canvas_rects
 from .launch import get_kernel, launch
 
 _SRC = "boxes.cu"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import upload
+from ..core.backend import upload
 
 from .launch import get_kernel, launch
 

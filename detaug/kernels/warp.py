@@ -17,7 +17,7 @@ with ``u = x - 0.5, v = y - 0.5`` the four taps are ``floor(u) + {0, 1}`` x ``fl
 with the usual bilinear weights, clamped to the image (edge pixels replicate); a sample point
 outside the source domain ``[0, W) x [0, H)`` takes ``fill`` as a whole. So a resize or a crop
 inside the image never darkens its borders, and what a rotation or a paste brings in from outside
-is exactly ``fill``. A fused chain passes its ``region`` (:func:`detaug.geometry.valid_region`):
+is exactly ``fill``. A fused chain passes its ``region`` (:func:`detaug.core.geometry.valid_region`):
 the domain is then the rect ``[x_lo, x_hi) x [y_lo, y_hi)`` within the image (source
 coordinates; ``fill`` outside it), the taps are clamped to its columns ``[cx0, cx1]`` and rows ``[cy0, cy1]``, and a
 point whose output position ``(ox, oy)`` violates a slab ``0 <= (a ox + b oy) + c < r`` takes
@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import upload_many
-from ..batch import DeviceImages
-from ..geometry import canvas_rects, clamp_of_rect
+from ..core.backend import upload_many
+from ..core.batch import DeviceImages
+from ..core.geometry import canvas_rects, clamp_of_rect
 
 _OUT_DTYPES = (np.dtype(np.uint8), np.dtype(np.float32), np.dtype(np.float16))
 _LAYOUTS = ("HWC", "CHW")
@@ -282,7 +282,7 @@ def warp_numpy(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_tap
         out_dtype: uint8 (round half up, clamp; no normalize), float32 or float16.
         layout: "HWC" or "CHW".
         region: None (the whole source image), or a fused chain's ``(rect, clamp, slabs,
-            slab_fill, nslab)`` from :func:`detaug.geometry.valid_region` (module docstring).
+            slab_fill, nslab)`` from :func:`detaug.core.geometry.valid_region` (module docstring).
 
     Returns:
         One dense ``(B, H, W, C)`` / ``(B, C, H, W)`` array when all output sizes are equal,

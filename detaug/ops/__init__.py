@@ -1,17 +1,11 @@
-"""Op families; importing this package registers every op and builds ``fn`` and the class API.
+"""detaug's op families; importing this package registers each of them.
 
-The class API lives on this module itself, as DALI's ``ops``: ``ops.Flip``, ``ops.readers.COCO``,
-``ops.decoders.Image``, ``ops.random.Uniform``.
+The class API lives on this module, as DALI's ``ops``: ``ops.Flip``, ``ops.readers.COCO``,
+``ops.decoders.Image``, ``ops.random.Uniform``. The facade (``detaug/__init__.py``) attaches it,
+with ``detaug.fn``, once every op is registered: detaug's families here and DALI's ops under
+their own names in ``detaug/dali/ops.py`` (a layer above this one).
 """
-import sys
-
-from . import boxes, color, compat, crops, decode, geometry, rand, sources, targets, tfrecord  # noqa: F401  (registration)
-from .. import types  # noqa: F401  (detaug.types, as nvidia.dali.types, for `import detaug as dali`)
-from .registry import REGISTRY, make_classes, make_functional, op_table
-
-fn = make_functional()
-# ``import detaug.fn as fn`` (DALI: ``import nvidia.dali.fn as fn``) finds the namespace object
-sys.modules.setdefault(__name__.rsplit(".", 1)[0] + ".fn", fn)
-globals().update({k: v for k, v in vars(make_classes()).items() if not k.startswith("_")})
+from . import boxes, color, crops, decode, geometry, rand, sources, targets, tfrecord  # noqa: F401  (registration)
+from .registry import REGISTRY, op_table
 
 __all__ = ["fn", "REGISTRY", "op_table"]

@@ -6,9 +6,9 @@ import warnings
 
 import numpy as np
 
-from .. import backend
-from .. import materialize as M
-from ..batch import BoxBatch, PaddedBoxes
+from ..core import backend
+from ..graph import materialize as M
+from ..core.batch import BoxBatch, PaddedBoxes
 from ..kernels import boxes as kb
 from .registry import register
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import materialize as M
-from .. import geometry as G
-from ..batch import ImageBatch
+from ..graph import materialize as M
+from ..core import geometry as G
+from ..core.batch import ImageBatch
 from .geometry import apply_geometry, crop_plan, per_sample
 from .registry import register
 
@@ -25,7 +25,7 @@ def _dtype(op, value):
 
 
 def _layout(value):
-    from .. import types
+    from ..core import types
 
     return types.layout(value)
 
@@ -165,7 +165,7 @@ def crop_mirror_normalize(ctx, op, inputs, args):
                                   f"{args['out_of_bounds_policy']!r}: detaug fills a window that "
                                   "reaches outside the image ('pad')")
     if args["image_type"] is not None:
-        from .. import types
+        from ..core import types
 
         types.image_type(args["image_type"])
     fill = args["fill"] if args["fill_values"] is None else args["fill_values"]

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import materialize as M
-from .. import geometry as G
+from ..graph import materialize as M
+from ..core import geometry as G
 from .geometry import GEO, apply_geometry, pair
 from .registry import register
 

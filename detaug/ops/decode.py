@@ -16,8 +16,8 @@ import io
 
 import numpy as np
 
-from ..batch import EncodedBatch, ImageBatch
-from ..errors import SampleError
+from ..core.batch import EncodedBatch, ImageBatch
+from ..core.errors import SampleError
 from . import gpu_decode
 from .gpu_decode import jpeg_complete  # noqa: F401 (importable here as before)
 from .registry import register
@@ -136,7 +136,7 @@ def as_encoded(op, v, sample_index=None) -> EncodedBatch:
               "device='auto': 'mixed' where a GPU, cupy and nvImageCodec are present, else 'cpu'")
 def decode_image(ctx, op, inputs, args):
     enc = as_encoded(op, inputs[0], ctx.sample_index)
-    from .. import types
+    from ..core import types
 
     try:
         out_type = types.image_type(args["output_type"])

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import materialize as M
-from .. import geometry as G
-from ..batch import BoxBatch, ImageBatch
+from ..graph import materialize as M
+from ..core import geometry as G
+from ..core.batch import BoxBatch, ImageBatch
 from .registry import register
 
 GEO = dict(devices=("cpu", "gpu"), inputs=(1, 2), kind="geometric",
@@ -38,7 +38,7 @@ def apply_geometry(ctx, op, inputs, plan, fill=None, box_mode=None, antialias=Tr
     out_sizes (B, 2), keep: host bool mask over the boxes or None)``.
     Inputs: (images[, boxes]) or (boxes,) alone (then the boxes' canvas gives the sizes).
     ``antialias=False`` turns supersampling off for the fused warp of the chain this op joins
-    (:attr:`detaug.batch.Geometry.antialias`): one bilinear sample per output pixel.
+    (:attr:`detaug.core.batch.Geometry.antialias`): one bilinear sample per output pixel.
     """
     images = next((i for i in inputs if isinstance(i, ImageBatch)), None)
     boxes = next((i for i in inputs if isinstance(i, BoxBatch)), None)
@@ -166,7 +166,7 @@ def resize_sizes(args, sizes):
                             "'not_smaller' (cover both sizes)"},
           doc="resize to size=(h, w) (stretch, or keep_aspect), resize_shorter/longer, max_size")
 def resize(ctx, op, inputs, args):
-    from .. import types
+    from ..core import types
 
     for k in ("interp_type", "min_filter", "mag_filter"):
         if args[k] is not None:
@@ -245,7 +245,7 @@ def _dali_rotate(op, args):
     """(expand rule, fill) for rotate called with DALI's arguments (keep_size, fill_value, size,
     interp_type): DALI enlarges the canvas unless keep_size=True; it repeats the border where no
     fill_value is given, which detaug's warp cannot: that raises."""
-    from .. import types
+    from ..core import types
 
     if args["interp_type"] is not None:
         types.interp_type(args["interp_type"], op.name)

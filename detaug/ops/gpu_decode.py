@@ -17,9 +17,9 @@ import weakref
 
 import numpy as np
 
-from ..backend import upload
-from ..batch import DeviceImages, EncodedBatch, ImageBatch, PlannedImages
-from ..errors import NotPlannable, SampleError
+from ..core.backend import upload
+from ..core.batch import DeviceImages, EncodedBatch, ImageBatch, PlannedImages
+from ..core.errors import NotPlannable, SampleError
 
 _lock = threading.Lock()
 # One decoder per (device, live thread): a Decoder is not safe for concurrent decode calls (seen

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import types as _types
+from ..core import types as _types
 from .geometry import round_half_away
 from .registry import register
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import inspect
 
-from ..graph import (ALIASES, COMMON_ARGS, REGISTRY, OpSchema, _takes_auto,  # noqa: F401
-                     call_op, register, schema_of)
+from ..graph.trace import (ALIASES, COMMON_ARGS, REGISTRY, OpSchema, _takes_auto, call_op, register,
+    schema_of)
 from . import arg_docs as _arg_docs
 
 # ---- signatures and docstrings, generated from the schema ----------------------------------------

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..batch import BoxBatch, EncodedBatch, ImageBatch, concat_boxes
-from ..errors import SampleError
+from ..core.batch import BoxBatch, EncodedBatch, ImageBatch, concat_boxes
+from ..core.errors import SampleError
 from .arg_docs import SHARED
 from .registry import register
 
@@ -464,7 +464,7 @@ class _External(_Source):
         if self.cycle not in (None, False, True, "quiet", "raise", "no"):
             raise ValueError(f"{op.name}: cycle must be True, False, 'quiet', 'raise' or 'no'")
         self.n_out = a["num_outputs"] or 1
-        from .. import types
+        from ..core import types
 
         self.dtype = None if a["dtype"] is None else types.to_numpy_type(a["dtype"])
         self.ndim = None if a["ndim"] is None else int(a["ndim"])
@@ -622,13 +622,13 @@ register("external_source", devices=("cpu",), inputs=(0, 0), kind="source",
 @register("_upload", devices=("mixed",), inputs=(1, 1), kind="other",
           doc="host -> device copy (inserted by build)")
 def _upload(ctx, op, inputs, args):
-    from ..backend import upload, upload_many
+    from ..core.backend import upload, upload_many
 
     v = inputs[0]
     if getattr(ctx, "planning", False):  # planned ahead: boxes stay on the host until realised
         if isinstance(v, (BoxBatch, EncodedBatch)):
             return v
-        from ..errors import NotPlannable
+        from ..core.errors import NotPlannable
 
         raise NotPlannable(f"{op.name}: an upload of {type(v).__name__}")
     if isinstance(v, BoxBatch):

@@ -5,10 +5,10 @@ import functools
 
 import numpy as np
 
-from .. import materialize as M
-from .. import backend
-from ..batch import BoxBatch
-from ..retinanet import AnchorConfig, RetinaNetEncoder, TargetConfig
+from ..graph import materialize as M
+from ..core import backend
+from ..core.batch import BoxBatch
+from ..targets.retinanet import AnchorConfig, RetinaNetEncoder, TargetConfig
 from .registry import register
 
 

@@ -18,8 +18,8 @@ import os
 
 import numpy as np
 
-from ..batch import BoxBatch
-from ..errors import SampleError
+from ..core.batch import BoxBatch
+from ..core.errors import SampleError
 from .registry import register
 from .sources import _SHARDING, EncodedBatch, _code_streams, _DetectionReader
 

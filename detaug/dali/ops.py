@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import materialize as M
-from .. import geometry as G
-from .. import types as _types
-from ..batch import BoxBatch, ImageBatch
-from .geometry import GEO, apply_geometry, per_sample, round_half_away
-from .registry import register
+from ..graph import materialize as M
+from ..core import geometry as G
+from ..core import types as _types
+from ..core.batch import BoxBatch, ImageBatch
+from ..ops.geometry import GEO, apply_geometry, per_sample, round_half_away
+from ..ops.registry import register
 
 HOST = dict(devices=("cpu",), kind="other")
 
@@ -409,7 +409,7 @@ def slice_(ctx, op, inputs, args):
 
 
 def _host(v):
-    from ..backend import to_host
+    from ..core.backend import to_host
 
     return to_host(v) if not isinstance(v, (list, np.ndarray)) else np.asarray(v, np.float64)
 
@@ -421,7 +421,7 @@ def _host(v):
           doc="DALI's decoders.image_slice: decode, then slice as fn.slice (the anchor and shape "
               "of fn.random_bbox_crop)")
 def image_slice(ctx, op, inputs, args):
-    from .decode import decode_image
+    from ..ops.decode import decode_image
 
     images = decode_image(ctx, op, inputs[:1], {"output_type": args["output_type"]})
     return _slice_images(ctx, op, images, _host(inputs[1]), _host(inputs[2]), args)

@@ -270,7 +270,7 @@ class ImageBatch:
 
     def materialize(self, ctx, **epilogue) -> "ImageBatch":
         """This batch with its pending chain run as one warp (and ``epilogue``: mean, std,
-        dtype, layout; see :func:`detaug.materialize.images`). The execution context ``ctx``
+        dtype, layout; see :func:`detaug.graph.materialize.images`). The execution context ``ctx``
         does the work (``ctx.materialize``): batch types hold data only."""
         return ctx.materialize(self, **epilogue)
 
@@ -376,7 +376,7 @@ class BoxBatch:
 
     def materialize(self, ctx) -> "BoxBatch":
         """The boxes transformed once through the pending chain (see
-        :func:`detaug.materialize.boxes`), by the execution context ``ctx``."""
+        :func:`detaug.graph.materialize.boxes`), by the execution context ``ctx``."""
         return ctx.materialize(self)
 
     def host_view(self) -> "BoxBatch":

@@ -16,9 +16,9 @@ import collections
 import concurrent.futures as cf
 import threading
 
-from . import launch_profile
+from .gpu import launch_profile
 from .context import BatchContext  # noqa: F401 (importable here as before)
-from .errors import NotFed, SampleError  # noqa: F401
+from ..core.errors import NotFed, SampleError  # noqa: F401
 
 
 class Cancelled(Exception):

@@ -164,7 +164,7 @@ def _takes_auto(schema: OpSchema) -> bool:
 
 def _infer_device(schema: OpSchema, inputs, device):
     if device == "auto" and _takes_auto(schema):
-        from .backend import resolve_auto_device
+        from ..core.backend import resolve_auto_device
 
         return resolve_auto_device("mixed")
     if device is not None:

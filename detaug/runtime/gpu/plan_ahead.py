@@ -10,8 +10,8 @@ checks them), so the whole plan can be made before the decode, from the reader's
 
 * **plan** (:meth:`PlanAhead._plan_launch`, in a host worker process, or a thread): the host
   ops, then the plannable device ops (:data:`PLANNABLE`) with the images a
-  :class:`~detaug.batch.PlannedImages` (shapes, no pixels), the boxes on the host (the NumPy
-  twins of the box kernels) and the warp a :class:`~detaug.batch.DeferredWarp` (the launch's
+  :class:`~detaug.core.batch.PlannedImages` (shapes, no pixels), the boxes on the host (the NumPy
+  twins of the box kernels) and the warp a :class:`~detaug.core.batch.DeferredWarp` (the launch's
   metadata, :func:`~detaug.kernels.warp.plan_warp`). What the rest of the graph and the outputs
   need travels as a :class:`LaunchPlan`, arrays in shared memory (host_workers.py).
 * **run** (:meth:`PlanAhead._run_planned`, a device thread of this process): the decode request
@@ -22,17 +22,17 @@ checks them), so the whole plan can be made before the decode, from the reader's
 The results are the same whether a launch is planned in a worker, in a thread, or re-planned
 here after a bad file is replaced: the same functions on the same keyed draws. A launch that
 cannot be planned (an image size the reader does not know, an op reading pixels before the
-warp: :class:`~detaug.errors.NotPlannable`) runs the whole graph here instead, as before; which
+warp: :class:`~detaug.core.errors.NotPlannable`) runs the whole graph here instead, as before; which
 launches do depends only on the data, never on the settings.
 """
 from __future__ import annotations
 
 import os
 
-from . import types
-from .batch import BoxBatch, DeferredWarp, ImageBatch, PaddedBoxes, PlannedImages
-from .context import BatchContext
-from .errors import NotPlannable, SampleError
+from ...core import types
+from ...core.batch import BoxBatch, DeferredWarp, ImageBatch, PaddedBoxes, PlannedImages
+from ..context import BatchContext
+from ...core.errors import NotPlannable, SampleError
 from .launch_profile import stamp
 
 # device ops that plan on the host (their pixels, if any, come from the planned warp)
@@ -191,7 +191,7 @@ class PlanAhead:
         return list(seen.values())
 
     def _decode_plan(self, ctx, plan) -> dict:
-        from .ops.gpu_decode import decode_planned
+        from ...ops.gpu_decode import decode_planned
 
         return {id(src): decode_planned(ctx, src) for src in self._sources_of(plan)}
 
@@ -200,8 +200,8 @@ class PlanAhead:
         decoded images (the pending chain kept), a deferred warp runs (one launch), and every
         host array of the planned box values goes up in ONE copy. Values of the host ops stay
         as they are."""
-        from .backend import upload_many
-        from .kernels.warp import launch_warp
+        from ...core.backend import upload_many
+        from ...kernels.warp import launch_warp
 
         host, todo = [], []
         for k, v in plan.values.items():

@@ -21,7 +21,7 @@ reply in any order; the pipeline sends each request to the worker with the fewes
   ``req % N`` on its stream and replies ``("done", req, shapes, offsets, errors)``. Nothing
   waits on the host for the device.
 * the pipeline makes its stream wait for that event (device-side), wraps the region as a
-  :class:`~detaug.batch.DeviceImages` whose owner is a :class:`_Lease`; when the last reference
+  :class:`~detaug.core.batch.DeviceImages` whose owner is a :class:`_Lease`; when the last reference
   to the images goes, the lease records an event on the stream the images were used on; once
   that event has completed (a releaser thread waits for it, blocking, without the GIL) the
   pipeline sends ``("free", req)`` and
@@ -129,10 +129,10 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
     import cupy as cp
     from nvidia import nvimgcodec
 
-    from .errors import SampleError
-    from .ops.decode import PixelLimitError, _decode_one, check_pixels
-    from .ops.gpu_decode import code_streams, decode_chunks, warm_up
-    from .ops.sources import EncodedBatch, read_files
+    from ...core.errors import SampleError
+    from ...ops.decode import PixelLimitError, _decode_one, check_pixels
+    from ...ops.gpu_decode import code_streams, decode_chunks, warm_up
+    from ...ops.sources import EncodedBatch, read_files
 
     rt = cp.cuda.runtime
     cp.cuda.Device(device_id).use()
@@ -530,7 +530,7 @@ class DecodeService:
     def decode(self, paths, output_type, chunk, stream):
         """Decode the files ``paths`` in a worker: (DeviceImages, errors). The images are ready
         in ``stream``'s order (a device-side wait); errors is a list of (position, message)."""
-        from .batch import DeviceImages
+        from ...core.batch import DeviceImages
 
         with self._lock:  # to the worker with the fewest ring slots taken, then requests in hand
             req = next(self._ids)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pickle
 
-from . import graph as _graph
+from ..graph import trace as _graph
 
 _FORMAT = "detaug-pipeline-1"
 _COLORS = {"cpu": "lightblue", "mixed": "plum", "gpu": "palegreen"}
@@ -48,7 +48,7 @@ def dumps(params: dict, ops, outputs) -> bytes:
 def loads(data: bytes):
     """(parameters, rebuild): ``rebuild(graph)`` adds the ops to a new pipeline's graph and
     returns its output nodes."""
-    from .ops.registry import schema_of
+    from ..ops.registry import schema_of
 
     d = pickle.loads(data)
     if d.get("format") != _FORMAT:

@@ -1,6 +1,6 @@
 """Errors that cross layers: raised by ops and kernels, caught by the executor.
 
-Bottom layer (imports nothing of detaug), so that every layer can raise them; ``detaug.executor``
+Bottom layer (imports nothing of detaug), so that every layer can raise them; ``detaug.runtime.executor``
 re-exports :class:`SampleError` where it has always been importable.
 """
 from __future__ import annotations

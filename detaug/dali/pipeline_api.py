@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import warnings
 
-from . import persist as _persist
+from ..runtime import persist as _persist
 
 # DALI's Pipeline arguments that tune its executor or memory and change no value here
 DALI_PIPELINE_HINTS = ("bytes_per_sample", "set_affinity", "max_streams",

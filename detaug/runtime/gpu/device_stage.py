@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import os
 
-from .batch import BoxBatch, DeviceImages, ImageBatch
+from ...core.batch import BoxBatch, DeviceImages, ImageBatch
 from .decode_proc import _Lease
-from .errors import SampleError
+from ...core.errors import SampleError
 from .handout import device_arrays
 from .launch_profile import stamp
 from .plan_ahead import LaunchPlan, NotPlanned
@@ -42,7 +42,7 @@ class DeviceStage:
     def _check_gpu(self):
         """Before anything starts: GPU ops where cupy (or nvImageCodec, for a GPU decoder) is
         missing or no GPU is visible raise one line saying what is missing and what to do."""
-        from .backend import DeviceUnavailableError, gpu_missing
+        from ...core.backend import DeviceUnavailableError, gpu_missing
 
         missing = gpu_missing(nvimgcodec=self._mixed_decode)
         if missing is None:

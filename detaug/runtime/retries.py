@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 
 from .context import BatchContext
-from .errors import SampleError
+from ..core.errors import SampleError
 
 
 class Retries:

@@ -32,7 +32,7 @@ import collections
 import threading
 import weakref
 
-from .batch import BoxBatch, ImageBatch
+from ...core.batch import BoxBatch, ImageBatch
 
 
 def device_arrays(outs) -> list:

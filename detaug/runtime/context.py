@@ -2,7 +2,7 @@
 
 Runtime layer (docs/design.md, "Layers"): above the ops and the batch types, so that it can
 materialise a batch (:meth:`BatchContext.materialize`, the one warp / box transform of
-detaug/materialize.py) without the batch types importing any kernel. ``detaug.executor``
+detaug/materialize.py) without the batch types importing any kernel. ``detaug.runtime.executor``
 re-exports :class:`BatchContext` where it has always been importable.
 """
 from __future__ import annotations
@@ -11,8 +11,8 @@ import contextlib
 
 import numpy as np
 
-from . import materialize as _materialize
-from .rng import SampleRNG
+from ..graph import materialize as _materialize
+from ..core.rng import SampleRNG
 
 
 class BatchContext:

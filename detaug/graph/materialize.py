@@ -1,6 +1,6 @@
 """Running a batch's pending geometry: the one warp of the images, the one transform of the boxes.
 
-This is the executing half of the lazy batches of :mod:`detaug.batch`, which hold data only. It
+This is the executing half of the lazy batches of :mod:`detaug.core.batch`, which hold data only. It
 sits above both the batch types and the kernels (layer rule: docs/design.md) and picks the
 kernel: cupy on the device; on the host the NumPy twin when ``backend.cpu_warp()`` is
 'reference', else OpenCV, split over the context's host threads.
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import backend
-from .batch import BoxBatch, DeferredWarp, ImageBatch, PlannedImages
-from .errors import NotPlannable
-from .kernels import boxes as kb
-from .kernels import warp
+from ..core import backend
+from ..core.batch import BoxBatch, DeferredWarp, ImageBatch, PlannedImages
+from ..core.errors import NotPlannable
+from ..kernels import boxes as kb
+from ..kernels import warp
 
 
 def images(batch: ImageBatch, ctx, *, mean=None, std=None, dtype=None, layout=None,

@@ -1,0 +1,1 @@
+"""DALI's ``nvidia.dali.plugin`` layout (frontends): imports its framework lazily."""

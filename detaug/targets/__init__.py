@@ -1,0 +1,2 @@
+"""Training targets computed from boxes: RetinaNet anchors and their encoding (``retinanet``).
+Imports core and kernels."""
