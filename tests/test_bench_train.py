@@ -1,4 +1,4 @@
-"""The benchmark tools of issue 11 on a machine without a GPU: bench_train.py's --cpu-smoke end to
+"""The GPU benchmark tools on a machine without a GPU: bench_train.py's --cpu-smoke end to
 end (as a subprocess, as a user runs it), its option parsing, and bench_gpu.py's P-process decode
 ceiling's process orchestration (spawn, barriers, results, a failing process) with a CPU stand-in
 for nvImageCodec's decode."""
@@ -87,14 +87,16 @@ HARNESS = textwrap.dedent('''
     import argparse, collections, hashlib, os, sys
     sys.path.insert(0, {bench!r})
     import bench_gpu
+    import gpu_ceilings
+    import gpu_common
 
     def fake_work(blobs, batch_size, seed=1, with_asarray=False, outputs=0, out_kind="convert"):
         """CPU stand-in for nvImageCodec's decode: hash a batch of the bytes."""
-        assert outputs == (bench_gpu.SIZE if os.environ.get("OUTPUTS") == "1" else 0), outputs
+        assert outputs == (gpu_common.SIZE if os.environ.get("OUTPUTS") == "1" else 0), outputs
         assert out_kind == "convert", out_kind
         if os.environ.get("FAIL_PROCESS") == str(seed - 1):
             raise RuntimeError("injected failure")
-        idx = bench_gpu.index_stream(len(blobs), batch_size, seed=seed)
+        idx = gpu_common.index_stream(len(blobs), batch_size, seed=seed)
 
         def step():
             ids = next(idx)
@@ -104,21 +106,21 @@ HARNESS = textwrap.dedent('''
         return step, (lambda: None), collections.deque()
 
     def fake_proc(*a):
-        bench_gpu.ceiling_work = fake_work
-        return bench_gpu._ceiling_proc(*a)
+        gpu_ceilings.ceiling_work = fake_work
+        return gpu_ceilings._ceiling_proc(*a)
 
     if __name__ == "__main__":
-        bench_gpu._ceiling_proc = fake_proc
+        gpu_ceilings._ceiling_proc = fake_proc
         root = sys.argv[1]
         bench_gpu.make_dataset(root, 16, 1)
         recs, _ = bench_gpu.load_records(root)
         args = argparse.Namespace(ceiling_processes=[1, 2], ceiling_window=0.3, batch_size=4,
                                   warmup=1, ceiling_outputs="convert" if os.environ.get("OUTPUTS") == "1" else None)
-        bench_gpu.section("decode ceiling, P processes", bench_gpu.bench_decode_ceiling_mp,
+        gpu_common.section("decode ceiling, P processes", gpu_ceilings.bench_decode_ceiling_mp,
                           args, recs)
-        for r in bench_gpu.ROWS:
+        for r in gpu_common.ROWS:
             print("ROW", r["name"], "|", r.get("img_s"), "|", r.get("error"))
-        print("ROUNDS", sorted(bench_gpu.EXTRA["decode_ceiling_mp"]["rounds"]))
+        print("ROUNDS", sorted(gpu_common.EXTRA["decode_ceiling_mp"]["rounds"]))
 ''')
 
 
