@@ -325,7 +325,7 @@ def report(args, info):
         print()
         if one:
             print(f"decode ceiling, one process (this process, one thread): {one['img_s']:,.0f} img/s"
-                  + (f"; detaug / it = {d / one['img_s']:.2f}x (issue 11 target 1, at the defaults: "
+                  + (f"; detaug / it = {d / one['img_s']:.2f}x (target at the defaults: "
                      ">= 1.2x)" if d else ""))
         if multi:
             plus = _outputs_label(next((r["outputs"] for r in multi if r.get("outputs")), None))
@@ -333,11 +333,11 @@ def report(args, info):
                 f"P={r['processes']} {r['img_s']:,.0f}" for r in multi) + " img/s"
                 + (f"; detaug / best (P={best['processes']}) = {d / best['img_s']:.3f} "
                    + ("(a reference: the least a pipeline writing the outputs adds)" if plus
-                      else "(issue 11 target 2, high-throughput setting: >= 0.90)") if d else ""))
+                      else "(target, high-throughput setting: >= 0.90)") if d else ""))
     if det and det.get("device_mem_mb") is not None:
         print(f"detaug device memory (cudaMemGetInfo drop, whole device, decode processes included): "
               f"{det['device_mem_mb']:,.0f} MB after {det['mem_batches']} batches "
-              f"(issue 11 target 1, at the defaults: <= 2,200 MB); "
+              f"(target at the defaults: <= 2,200 MB); "
               f"{det['device_mem_end_mb']:,.0f} MB after {det['mem_end_batches']}")
     if det:
         print(f"detaug driving thread: {det['driver_thread_ms_per_batch']:.3f} ms CPU per batch "
