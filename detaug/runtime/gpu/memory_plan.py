@@ -104,7 +104,8 @@ def launch_image_bytes(sizes_hw, channels: int, images_per_launch: int) -> int:
 
 def ring_launches(budget: int) -> int:
     """Launches each decode process holds at once: more in flight keep the decoders busy
-    (measured when planning ahead came in, 2026-11-24; git history of benchmarks/RESULTS.md), where the budget has room for them."""
+    (measured when planning ahead came in, 2026-11-24: git history of benchmarks/RESULTS.md),
+    where the budget has room for them."""
     return BIG_RING_LAUNCHES if budget >= BIG_BUDGET else RING_LAUNCHES
 
 
