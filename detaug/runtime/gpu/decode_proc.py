@@ -3,8 +3,9 @@ another process, into a device buffer that process shares with the pipeline thro
 
 Why processes: nvImageCodec's decode call takes the GIL back many times while it runs (about 150
 times per call of 64 images, measured with a probe kept in git history; benchmarks/RESULTS.md,
-findings). In the pipeline's process every other thread holding the GIL (planning, reading, kernel launches) stalls it for up
-to the interpreter's switch interval each time: in-process decode ran at half its speed alone.
+findings). In the pipeline's process every other thread holding the GIL (planning, reading,
+kernel launches) stalls it for up to the interpreter's switch interval each time: in-process
+decode ran at half its speed alone.
 In a process of its own the decoder only competes with its own reading.
 
 Protocol (one pipe per worker; a worker's decoder threads serve its requests in parallel and
