@@ -532,12 +532,18 @@ def table(items):
 
 
 def pairs_main(argv=None):
-    args = sys.argv[1:] if argv is None else argv
+    import argparse
+
+    ap = argparse.ArgumentParser(description="The table of paired bench_gpu runs: each detaug row "
+                                 "against the ceiling measured right after it, and their median.")
+    ap.add_argument("pairs", nargs="+", metavar="NAME=FILE.json",
+                    help="one bench_gpu --json file; files with the same NAME are one setting")
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     items = []
-    for a in args:
+    for a in args.pairs:
         name, sep, path = a.partition("=")
         if not sep:
-            raise SystemExit(f"{a!r}: expected NAME=FILE.json")
+            ap.error(f"{a!r}: expected NAME=FILE.json")
         items.append((name, path))
     print(table(items))
 

@@ -149,3 +149,42 @@ def test_decode_ceiling_processes_orchestration(tmp_path, fail, outputs):
                                         f"decode ceiling{plus}, P=2 processes"], out
         assert all(float(r[1]) > 0 and r[2] == "None" for r in rows), out
         assert "ROUNDS [1, 2]" in out, out
+
+
+SCRIPTS = sorted(f[:-3] for f in os.listdir(BENCH)
+                 if f.endswith(".py") and (f.startswith("bench_") or f == "gpu_ceilings.py"))
+
+
+def test_the_benchmark_scripts_are_the_ones_results_md_names():
+    """Every script a user runs is named in RESULTS.md, and the parts of bench_gpu exist."""
+    text = open(os.path.join(BENCH, "RESULTS.md"), encoding="utf-8").read()
+    assert {"bench_gpu", "bench_cpu", "bench_train", "bench_soak", "bench_ddp", "bench_readers",
+            "bench_retinanet", "bench_tfrecord_index", "gpu_ceilings"} <= set(SCRIPTS)
+    for s in SCRIPTS:
+        if s.startswith("bench_"):
+            assert f"{s}.py" in text, f"benchmarks/RESULTS.md has no figure of {s}.py"
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_benchmark_script_parses_its_arguments(script):
+    """Each script imports (bench_gpu's parts included) and prints its usage, as a user runs it."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore",
+               PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, os.path.join(BENCH, f"{script}.py"), "--help"], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith(f"usage: {script}.py"), proc.stdout
+
+
+def test_device_runner_parts_are_documented_and_parse():
+    """benchmarks/device.sh: bash accepts it, and each part it defines is described in its header
+    and refused by name when unknown."""
+    path = os.path.join(BENCH, "device.sh")
+    assert subprocess.run(["bash", "-n", path], capture_output=True).returncode == 0
+    text = open(path, encoding="utf-8").read()
+    parts = re.findall(r"^part_(\w+)\(\) \{", text, re.M)
+    assert parts == ["tests", "gpu", "pairs", "train", "soak", "cpu", "ddp"], parts
+    header = text.split("\nset -u", 1)[0]
+    for p in parts:
+        assert re.search(rf"^#   {p}\s", header, re.M), f"device.sh's header does not describe {p!r}"
+    assert f"choose from {' '.join(parts)}" in text
