@@ -1,4 +1,4 @@
-"""Soak of the GPU pipeline (issue 11, target 1): the bench_gpu pipeline run for --batches
+"""Soak of the GPU pipeline: the bench_gpu pipeline run for --batches
 batches across epochs; the device memory of the pipeline and its decode processes (the drop of
 ``cudaMemGetInfo``'s free bytes from before the build, whole device) sampled at batch 1,000 and
 at the last batch, and cupy's pool in this process at both; img/s over the batches after 1,000.

@@ -1,4 +1,4 @@
-"""Training throughput of torchvision's RetinaNet, fed by detaug and by its peers (issue 11, target 4).
+"""Training throughput of torchvision's RetinaNet, fed by detaug and by its peers.
 
     python benchmarks/bench_train.py --data DIR [--warmup 20] [--steps 100] [--json F]
     python benchmarks/bench_train.py --cpu-smoke     # plumbing test on a machine without a GPU
@@ -20,7 +20,7 @@ horizontal flip -> resize 640 x 640 -> drop boxes under 1 px -> normalise, float
 * (a) one batch made once by the detaug pipeline and kept on the GPU: the upper bound. Measured
   first and again last (A/B/A: the GPU's clock drifts); the ratios are to the mean of the two.
 * (b) the detaug GPU pipeline (``bench_gpu.make_det_pipe``, decode ``mixed``) at its defaults
-  (the 2 GB device memory budget: the low-memory setting of issue 11's target 1),
+  (the 2 GB device memory budget: the low-memory setting),
   through ``DetaugIterator(pipe, output_map=("images", "boxes"), boxes_format="list",
   auto_reset=True)``: the pipeline's own batches of 16.
 * (c) the same at the high-throughput setting: ``device_memory_budget="8GB"``.
@@ -46,7 +46,7 @@ sets ``OMP_NUM_THREADS=1`` unless it is set (one intra-op CPU thread for torch h
 
 Data: ``bench_gpu.make_dataset`` into ``--data`` (default: a temporary folder): 1,024 COCO-like
 640x480 JPEGs. Time: 20 + 100 steps of 0.12-0.14 s per row (RetinaNet trained at 115-117
-img/s on an H100 here, 129-133 on an H200 in issue 11), five rows of 17-26 s with the model's and
+img/s on an H100 here, 129-133 on an H200), five rows of 17-26 s with the model's and
 the feeder's set-up: 123 s in all on an H100 (2026-11-23, data made beforehand); rows not started
 within ``--budget`` seconds are skipped. ``--cpu-smoke``: the CPU backend, 64 x 64 images, batch
 2, 16 images, 1 + 2 steps; without torchvision it says so and runs the detaug rows with a tiny
@@ -498,7 +498,7 @@ def report(args, info):
         rates = [x["img_s"] for x in ROWS if x.get("key") == key and x.get("img_s")]
         if rates and base:
             each = f" (rows {', '.join(f'{v / base:.3f}' for v in rates)})" if len(rates) > 1 else ""
-            print(f"{what} / (a) = {sum(rates) / len(rates) / base:.3f}{each} (issue 11 target 4: >= 0.98)")
+            print(f"{what} / (a) = {sum(rates) / len(rates) / base:.3f}{each} (target: >= 0.98)")
     print(f"total wall time {time.perf_counter() - bg.T_START:.1f} s")
     out = {"date": info["date"], "commit": info.get("commit"), "device": info,
            "args": {k: v for k, v in vars(args).items()}, "rows": ROWS, "fixed_img_s": fixed,

@@ -1,4 +1,4 @@
-"""The benchmark tools of issue 11 on a machine without a GPU: bench_train.py's --cpu-smoke end to
+"""The GPU benchmark tools on a machine without a GPU: bench_train.py's --cpu-smoke end to
 end (as a subprocess, as a user runs it), its option parsing, and bench_gpu.py's P-process decode
 ceiling's process orchestration (spawn, barriers, results, a failing process) with a CPU stand-in
 for nvImageCodec's decode."""
@@ -87,14 +87,16 @@ HARNESS = textwrap.dedent('''
     import argparse, collections, hashlib, os, sys
     sys.path.insert(0, {bench!r})
     import bench_gpu
+    import gpu_ceilings
+    import gpu_common
 
     def fake_work(blobs, batch_size, seed=1, with_asarray=False, outputs=0, out_kind="convert"):
         """CPU stand-in for nvImageCodec's decode: hash a batch of the bytes."""
-        assert outputs == (bench_gpu.SIZE if os.environ.get("OUTPUTS") == "1" else 0), outputs
+        assert outputs == (gpu_common.SIZE if os.environ.get("OUTPUTS") == "1" else 0), outputs
         assert out_kind == "convert", out_kind
         if os.environ.get("FAIL_PROCESS") == str(seed - 1):
             raise RuntimeError("injected failure")
-        idx = bench_gpu.index_stream(len(blobs), batch_size, seed=seed)
+        idx = gpu_common.index_stream(len(blobs), batch_size, seed=seed)
 
         def step():
             ids = next(idx)
@@ -104,21 +106,21 @@ HARNESS = textwrap.dedent('''
         return step, (lambda: None), collections.deque()
 
     def fake_proc(*a):
-        bench_gpu.ceiling_work = fake_work
-        return bench_gpu._ceiling_proc(*a)
+        gpu_ceilings.ceiling_work = fake_work
+        return gpu_ceilings._ceiling_proc(*a)
 
     if __name__ == "__main__":
-        bench_gpu._ceiling_proc = fake_proc
+        gpu_ceilings._ceiling_proc = fake_proc
         root = sys.argv[1]
         bench_gpu.make_dataset(root, 16, 1)
         recs, _ = bench_gpu.load_records(root)
         args = argparse.Namespace(ceiling_processes=[1, 2], ceiling_window=0.3, batch_size=4,
                                   warmup=1, ceiling_outputs="convert" if os.environ.get("OUTPUTS") == "1" else None)
-        bench_gpu.section("decode ceiling, P processes", bench_gpu.bench_decode_ceiling_mp,
+        gpu_common.section("decode ceiling, P processes", gpu_ceilings.bench_decode_ceiling_mp,
                           args, recs)
-        for r in bench_gpu.ROWS:
+        for r in gpu_common.ROWS:
             print("ROW", r["name"], "|", r.get("img_s"), "|", r.get("error"))
-        print("ROUNDS", sorted(bench_gpu.EXTRA["decode_ceiling_mp"]["rounds"]))
+        print("ROUNDS", sorted(gpu_common.EXTRA["decode_ceiling_mp"]["rounds"]))
 ''')
 
 
@@ -147,3 +149,42 @@ def test_decode_ceiling_processes_orchestration(tmp_path, fail, outputs):
                                         f"decode ceiling{plus}, P=2 processes"], out
         assert all(float(r[1]) > 0 and r[2] == "None" for r in rows), out
         assert "ROUNDS [1, 2]" in out, out
+
+
+SCRIPTS = sorted(f[:-3] for f in os.listdir(BENCH)
+                 if f.endswith(".py") and (f.startswith("bench_") or f == "gpu_ceilings.py"))
+
+
+def test_the_benchmark_scripts_are_the_ones_results_md_names():
+    """Every script a user runs is named in RESULTS.md, and the parts of bench_gpu exist."""
+    text = open(os.path.join(BENCH, "RESULTS.md"), encoding="utf-8").read()
+    assert {"bench_gpu", "bench_cpu", "bench_train", "bench_soak", "bench_ddp", "bench_readers",
+            "bench_retinanet", "bench_tfrecord_index", "gpu_ceilings"} <= set(SCRIPTS)
+    for s in SCRIPTS:
+        if s.startswith("bench_"):
+            assert f"{s}.py" in text, f"benchmarks/RESULTS.md has no figure of {s}.py"
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_benchmark_script_parses_its_arguments(script):
+    """Each script imports (bench_gpu's parts included) and prints its usage, as a user runs it."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore",
+               PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, os.path.join(BENCH, f"{script}.py"), "--help"], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith(f"usage: {script}.py"), proc.stdout
+
+
+def test_device_runner_parts_are_documented_and_parse():
+    """benchmarks/device.sh: bash accepts it, and each part it defines is described in its header
+    and refused by name when unknown."""
+    path = os.path.join(BENCH, "device.sh")
+    assert subprocess.run(["bash", "-n", path], capture_output=True).returncode == 0
+    text = open(path, encoding="utf-8").read()
+    parts = re.findall(r"^part_(\w+)\(\) \{", text, re.M)
+    assert parts == ["tests", "gpu", "pairs", "train", "soak", "cpu", "ddp"], parts
+    header = text.split("\nset -u", 1)[0]
+    for p in parts:
+        assert re.search(rf"^#   {p}\s", header, re.M), f"device.sh's header does not describe {p!r}"
+    assert f"choose from {' '.join(parts)}" in text

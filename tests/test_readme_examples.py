@@ -1,4 +1,5 @@
-"""The README's Python examples run as printed, on the machine the tests run on.
+"""The Python examples of the README and of the pages under docs/ run as printed, on the machine
+the tests run on (docs/api.md, generated from the registry, shows signatures, not examples).
 
 Which blocks run: every fenced block whose info string is exactly ``python`` (```` ```python ````).
 Blocks with any other info string are shown, not run: ```` ```bash ````, ```` ```text ````, or
@@ -21,20 +22,35 @@ import pytest
 from conftest import REPO, VOC
 
 README = os.path.join(REPO, "README.md")
+GENERATED = {"api.md"}  # docs pages generated from the registry: signatures, not examples
 FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```", re.S | re.M)
 ONE_LINE = re.compile(r"^detaug\.core\.backend\.DeviceUnavailableError: this pipeline (decodes on the GPU "
                       r"\(device='mixed'\)|runs ops on the GPU \([^)]*\)) but [^\n:]+: "
                       r"pip install '\.\[gpu\]', or drop [^\n]+ to run on the CPU$")
 
 
-def readme_blocks():
-    """(info string, code) of every fenced block of README.md, in order."""
-    with open(README, encoding="utf-8") as f:
+def doc_pages():
+    """The README and every hand-written page under docs/, as paths relative to the repository."""
+    docs = sorted(f for f in os.listdir(os.path.join(REPO, "docs"))
+                  if f.endswith(".md") and f not in GENERATED)
+    return ["README.md"] + [f"docs/{f}" for f in docs]
+
+
+def fenced_blocks(page="README.md"):
+    """(info string, code) of every fenced block of ``page``, in order."""
+    with open(os.path.join(REPO, page), encoding="utf-8") as f:
         return [(m.group(1).strip(), m.group(2)) for m in FENCE.finditer(f.read())]
 
 
-def python_blocks():
-    return [code for info, code in readme_blocks() if info == "python"]
+def readme_blocks():
+    return fenced_blocks("README.md")
+
+
+def python_blocks(page="README.md"):
+    return [code for info, code in fenced_blocks(page) if info == "python"]
+
+
+DOC_BLOCKS = [(page, i) for page in doc_pages() for i in range(len(python_blocks(page)))]
 
 
 def run_block(code, tmp_path, timeout=180):
@@ -53,21 +69,27 @@ def _gpu_missing():
     return gpu_missing(nvimgcodec=True)
 
 
-def test_readme_has_python_blocks_and_block_selection():
-    blocks = readme_blocks()
-    infos = {info for info, _ in blocks}
+@pytest.mark.parametrize("page", doc_pages())
+def test_doc_page_block_selection(page):
+    """Every block says how it is treated: run (python), shown (the rest); no other info string."""
+    infos = {info for info, _ in fenced_blocks(page)}
+    assert infos <= {"python", "python no-run", "bash", "text"}, (page, infos)
+
+
+def test_readme_and_docs_have_python_blocks_to_run():
     assert python_blocks(), "README.md has no ```python block to run"
-    assert infos <= {"python", "python no-run", "bash", "text"}, infos
+    assert len({page for page, _ in DOC_BLOCKS}) >= 3, DOC_BLOCKS  # README, training, readers
 
 
-@pytest.mark.parametrize("index", range(len(python_blocks())))
-def test_readme_python_block_runs(index, tmp_path):
-    proc = run_block(python_blocks()[index], tmp_path)
+@pytest.mark.parametrize("page,index", DOC_BLOCKS)
+def test_doc_python_block_runs(page, index, tmp_path):
+    proc = run_block(python_blocks(page)[index], tmp_path)
     if proc.returncode == 0:
         return  # ran to completion
     lines = proc.stderr.strip().splitlines()
-    assert _gpu_missing() is not None, f"block {index} failed on a machine with a GPU:\n{proc.stderr}"
-    assert lines and ONE_LINE.match(lines[-1]), (f"block {index} failed without the one-line "
+    where = f"{page} block {index}"
+    assert _gpu_missing() is not None, f"{where} failed on a machine with a GPU:\n{proc.stderr}"
+    assert lines and ONE_LINE.match(lines[-1]), (f"{where} failed without the one-line "
                                                  f"message:\n{proc.stdout}\n{proc.stderr}")
     assert "_check_gpu" in proc.stderr  # from build(), before any process started
 

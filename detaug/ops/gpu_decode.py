@@ -69,7 +69,7 @@ def warm_up(decoder, device_id: int):
     """Make ``decoder`` decode the same pixels whatever it decoded before: nvImageCodec fixes
     how many images of a call its hardware JPEG decoder takes from the decoder's FIRST call
     (that count rounded up to a multiple of the engines; the rest go to the CUDA decoder, whose
-    pixels differ by up to 3 levels: benchmarks/probe_context.py, RESULTS.md). A first call of
+    pixels differ by up to 3 levels: benchmarks/RESULTS.md, findings). A first call of
     CHUNK images, the most any later call holds, gives every later image to the hardware
     decoder where it can take it, in a decode process and in a thread alike. Returns it."""
     import cupy as cp
@@ -173,8 +173,8 @@ def decode_params(output_type: str):
 
 def decode_chunks(decoder, srcs, output_type, chunk, stream_ptr, images=None) -> list:
     """Decode CodeStreams ``srcs`` in calls of at most ``chunk`` images: with nvImageCodec 0.9,
-    smaller calls decoded faster than one call for the whole batch (benchmarks/probe_decode.py,
-    benchmarks/RESULTS.md). ``images``: nvImageCodec Images to decode into, one per source (a
+    smaller calls decoded faster than one call for the whole batch (a probe in git
+    history of benchmarks/). ``images``: nvImageCodec Images to decode into, one per source (a
     decode process's ring regions), else the decoder makes its own. None where an image could
     not be decoded, and for every image of a call that raised (a warning says so): the caller
     hands those to the CPU decoder, one by one, which decodes each or names the file it cannot."""

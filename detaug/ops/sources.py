@@ -13,7 +13,7 @@ from .arg_docs import SHARED
 from .registry import register
 
 _SHARDING = {"random_shuffle": False, "shard_id": None, "num_shards": None}
-# DALI's reader arguments (README, "Coming from DALI"). Honoured: shuffle_after_epoch (a new
+# DALI's reader arguments (docs/dali.md). Honoured: shuffle_after_epoch (a new
 # permutation of the whole dataset every epoch, sharded: what detaug's random_shuffle does),
 # pad_last_batch (the shard's last batch repeats its last sample, and every shard has the largest
 # shard's length) and stick_to_shard (False: an unshuffled reader's shard moves on by one every
@@ -93,8 +93,7 @@ class _Source:
         new random draw every epoch either way. Shards of different lengths cannot move without
         changing the shard's length from epoch to epoch (and the iterators' counts with it):
         given ``stick_to_shard=False`` they are refused; not given, the shard stays (DALI's
-        epochs of such shards straddle shards, as its reader is one stream: README, "Coming
-        from DALI")."""
+        epochs of such shards straddle shards, as its reader is one stream: docs/dali.md)."""
         ns = self.shard[1]
         if self.stick_to_shard or self.shuffle or ns == 1:
             return False

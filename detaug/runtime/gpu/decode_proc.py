@@ -2,9 +2,10 @@
 another process, into a device buffer that process shares with the pipeline through CUDA IPC.
 
 Why processes: nvImageCodec's decode call takes the GIL back many times while it runs (about 150
-times per call of 64 images, measured with ``benchmarks/probe_decode.py``). In the pipeline's
-process every other thread holding the GIL (planning, reading, kernel launches) stalls it for up
-to the interpreter's switch interval each time: in-process decode ran at half its speed alone.
+times per call of 64 images, measured with a probe kept in git history; benchmarks/RESULTS.md,
+findings). In the pipeline's process every other thread holding the GIL (planning, reading,
+kernel launches) stalls it for up to the interpreter's switch interval each time: in-process
+decode ran at half its speed alone.
 In a process of its own the decoder only competes with its own reading.
 
 Protocol (one pipe per worker; a worker's decoder threads serve its requests in parallel and
@@ -32,7 +33,7 @@ reply in any order; the pipeline sends each request to the worker with the fewes
 
 Each worker runs ``threads`` decoder threads (the memory plan's choice, 1-2): each has its own
 nvImageCodec decoder and streams, so one thread's file reads and host work overlap another's
-decode (one decoder per process was 10.7k img/s, two 12.8k, on an H100: probe_memory.py).
+decode (one decoder per process was 10.7k img/s, two 12.8k, on an H100: a probe in git history).
 
 The ring is cut into equal slots, one request each (its images packed one after another, each
 start 256-byte aligned). The pipeline sends each worker at most as many requests as it has slots
@@ -139,7 +140,7 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
     cp.cuda.runtime.free(0)  # the context
     # the context's local-memory reservation is stack size x resident threads (277 MB on an
     # H100 at the default 1 KiB); nothing here needs a stack up front (the driver grows it for a
-    # kernel that does): 549 -> 272 MB, same decode rate and pixels (probe_context.py)
+    # kernel that does): 549 -> 272 MB, same decode rate and pixels (a probe in git history)
     rt.deviceSetLimit(getattr(rt, "cudaLimitStackSize", 0), 0)
     ring = rt.malloc(ring_bytes)
     done = [cp.cuda.Event(block=False, disable_timing=True, interprocess=True)
@@ -230,7 +231,7 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
             t3 = time.perf_counter()
             try:
                 # the decoder writes straight into the slot: no images of its own, no copies
-                # (benchmarks/probe_into.py: the same pixels as its own images). The wrappers are
+                # (a probe in git history: the same pixels as its own images). The wrappers are
                 # made on the decode stream (a wrapper of another stream would make nvImageCodec
                 # wait on the host)
                 with stream:

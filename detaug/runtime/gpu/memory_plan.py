@@ -17,12 +17,12 @@ follow, unless set explicitly:
   really take: the number of launches whose outputs may exist at once (made and not yet handed
   out, or being made); the rest of the budget, less one launch for the batch the caller holds.
 
-The per-process costs are measured constants (``benchmarks/probe_memory.py``, H100, CUDA 13,
+The per-process costs are measured constants (probes kept in git history, H100, CUDA 13,
 nvImageCodec 0.7-0.9): a process's CUDA context 551 MB, 272 MB once its stack reservation is
-dropped (decode_proc does: ``benchmarks/probe_context.py``); each decoder thread 52-54 MB once warm
+dropped (decode_proc does); each decoder thread 52-54 MB once warm
 with 2 nvImageCodec CPU threads, about 6 MB more with the 4 decode_proc now gives it, counted as 80
 (its scratch buffers: it decodes straight into the ring, so it holds no images of
-its own; it held 182 MB when it decoded into images of its own: ``benchmarks/probe_into.py``).
+its own; it held 182 MB when it decoded into images of its own).
 Measured on the benchmark's 640x480 JPEGs: nvJPEG's scratch buffers grow with the images, so a
 data set of much larger images may take more than planned. Pure arithmetic: tested on
 the CPU; the device figures that check it are in benchmarks/RESULTS.md.
@@ -104,7 +104,8 @@ def launch_image_bytes(sizes_hw, channels: int, images_per_launch: int) -> int:
 
 def ring_launches(budget: int) -> int:
     """Launches each decode process holds at once: more in flight keep the decoders busy
-    (benchmarks/RESULTS.md, session 7), where the budget has room for them."""
+    (measured when planning ahead came in, 2026-11-24: git history of benchmarks/RESULTS.md),
+    where the budget has room for them."""
     return BIG_RING_LAUNCHES if budget >= BIG_BUDGET else RING_LAUNCHES
 
 

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# The device runs behind benchmarks/RESULTS.md, in named parts (GPU machine, repository root):
+#
+#   bash benchmarks/device.sh PART [PART ...]
+#
+#   tests   the GPU tests (`pytest -m gpu tests`): failures with their reason, the summary line
+#   gpu     bench_gpu.py with every section: detaug, its RetinaNet input, the decode ceilings, the
+#           peers (torchvision v2 on the GPU and in a CPU DataLoader, kornia), the fused warp alone
+#   pairs   PAIRS (3) pairs per setting, each one bench_gpu invocation (detaug, then its ceiling):
+#           the defaults against the one-process ceiling, 8 GB against the P=3,4 ceilings; then
+#           the table of ratios and their medians (python benchmarks/gpu_ceilings.py NAME=JSON ...)
+#   train   bench_train.py: a ResNet-50 + FPN RetinaNet step fed by a kept batch, by detaug at its
+#           defaults and high-throughput settings, and by a torchvision DataLoader
+#   soak    bench_soak.py: SOAK_BATCHES (20,000) batches at the defaults; rate and memory after a mark
+#   cpu     bench_cpu.py at N = NS ("2 4 8 15") workers: detaug's host stage in N processes and in
+#           N threads, albumentations and torchvision v2 in DataLoaders of N workers (carry
+#           albumentations' wheels in .whl for its rows)
+#   ddp     two GPUs (kind nvidia-h100-x2): the DDP GPU tests, examples/retinanet_ddp.py under
+#           torchrun on 2 ranks and on 1, bench_ddp.py (the pipeline alone) on 2 ranks and on 1
+#
+# Each part fits in one 600 s device call; logs and JSON go to $OUT. Knobs: SECONDS_PER_ROW (6),
+# PAIRS (3), SOAK_BATCHES (20000), TRAIN_BUDGET (250), NS ("2 4 8 15"), ITERS (100), TEST_S (300).
+# Data: 1,024 COCO-like JPEGs (bench_gpu.make_dataset) in /tmp/bench_data, made once.
+set -u
+source .ci/device_setup.sh >/dev/null 2>&1 || { echo "device setup failed"; exit 1; }
+DATA=/tmp/bench_data
+[ $# -gt 0 ] || { sed -n '2,24p' "$0"; exit 2; }
+
+part_tests() {
+  timeout "${TEST_S:-300}" python3 -m pytest -m gpu -q -rf --tb=short -p no:cacheprovider tests \
+    2>&1 | quiet > "$OUT/gpu_tests.log"
+  echo "pytest -m gpu tests: rc=${PIPESTATUS[0]}"
+  grep -E "^FAILED|^ERROR|passed|failed|Segmentation" "$OUT/gpu_tests.log" | cut -c1-300 | tail -20
+}
+
+part_gpu() {
+  bench_data $DATA
+  timeout 560 python3 benchmarks/bench_gpu.py --data $DATA --keep-data --json "$OUT/bench_gpu.json" \
+    --min-seconds 8 --peer-seconds 10 2>&1 | quiet > "$OUT/bench_gpu.log"
+  sed -n '/^| name/,$p' "$OUT/bench_gpu.log"
+}
+
+part_pairs() {
+  bench_data $DATA
+  local args=() i
+  for i in $(seq "${PAIRS:-3}"); do
+    timeout 60 python3 benchmarks/bench_gpu.py --data $DATA --keep-data --only detaug,ceiling \
+      --min-seconds "${SECONDS_PER_ROW:-6}" --max-seconds 9 --json "$OUT/pair_defaults$i.json" \
+      > "$OUT/pair_defaults$i.log" 2>&1 && args+=("defaults=$OUT/pair_defaults$i.json") \
+      || tail -3 "$OUT/pair_defaults$i.log"
+    timeout 120 python3 benchmarks/bench_gpu.py --data $DATA --keep-data --only detaug,ceiling_mp \
+      --ceiling-processes 3,4 --min-seconds "${SECONDS_PER_ROW:-6}" --max-seconds 9 \
+      --pipe-kwargs '{"device_memory_budget": "8GB"}' --json "$OUT/pair_8GB$i.json" \
+      > "$OUT/pair_8GB$i.log" 2>&1 && args+=("8GB=$OUT/pair_8GB$i.json") || tail -3 "$OUT/pair_8GB$i.log"
+  done
+  python3 benchmarks/gpu_ceilings.py "${args[@]}"
+}
+
+part_train() {
+  bench_data $DATA
+  timeout 560 python3 benchmarks/bench_train.py --data $DATA --budget "${TRAIN_BUDGET:-250}" \
+    2>&1 | quiet > "$OUT/bench_train.log"
+  grep -E "^\| |/ \(a\)|next\(\)" "$OUT/bench_train.log" | cut -c1-300
+}
+
+part_soak() {
+  bench_data $DATA
+  timeout 200 python3 benchmarks/bench_soak.py --data $DATA --batches "${SOAK_BATCHES:-20000}" \
+    --max-seconds 170 2>&1 | quiet | grep -E "^\|" | cut -c1-400
+}
+
+part_cpu() {
+  bench_data $DATA
+  local n
+  for n in ${NS:-2 4 8 15}; do
+    timeout 200 python3 benchmarks/bench_cpu.py --workers "$n" --rounds 1 --epochs 1 \
+      --min-seconds "${SECONDS_PER_ROW:-8}" --data $DATA > "$OUT/cpu_$n.log" 2>&1
+    DETAUG_HOST_PROCESSES=0 timeout 100 python3 benchmarks/bench_cpu.py --workers "$n" --rounds 1 \
+      --epochs 1 --min-seconds "${SECONDS_PER_ROW:-8}" --data $DATA --only detaug \
+      > "$OUT/cpu_threads_$n.log" 2>&1
+    echo "== N=$n"
+    grep -E "^\| (engine|detaug|albu|torchvision)" "$OUT/cpu_$n.log"
+    grep -E "^\| detaug" "$OUT/cpu_threads_$n.log" | sed 's/^| detaug/| detaug, host stage in threads/'
+  done
+}
+
+part_ddp() {
+  nvidia-smi -L
+  timeout 220 python3 -m pytest -q -rf --tb=short -p no:cacheprovider tests/test_ddp_gpu.py \
+    tests/test_ddp_spawn.py 2>&1 | quiet | tail -15
+  local n
+  for n in 2 1; do
+    echo "== torchrun --nproc_per_node=$n examples/retinanet_ddp.py --iters ${ITERS:-100}"
+    timeout 150 python3 -m torch.distributed.run --nproc_per_node=$n examples/retinanet_ddp.py \
+      --iters "${ITERS:-100}" --report 25 2>&1 | quiet | grep -v -i warn | tail -12
+  done
+  bench_data $DATA
+  for n in 2 1; do
+    timeout 120 python3 -m torch.distributed.run --nproc_per_node=$n benchmarks/bench_ddp.py \
+      --data $DATA --seconds 15 2>&1 | quiet | grep -E "^\|" | cut -c1-400
+  done
+}
+
+for part in "$@"; do
+  if ! declare -F "part_$part" >/dev/null; then
+    echo "unknown part '$part': choose from tests gpu pairs train soak cpu ddp"; exit 2
+  fi
+  echo "##### $part"
+  "part_$part"
+done
