@@ -324,8 +324,9 @@ def jpeg_compression(ctx, op, inputs, args):
     u = ctx.rng(op).uniform(1)[:, 0]
     q = args["quality"]
     if isinstance(q, (tuple, list)):
-        if len(q) != 2 or int(q[0]) > int(q[1]):
-            raise ValueError(f"{op.name}: quality takes a number or a (lo, hi) range, got {q!r}")
+        if len(q) != 2 or int(q[0]) > int(q[1]) or not 1 <= int(q[0]) <= int(q[1]) <= 100:
+            raise ValueError(f"{op.name}: quality takes a number or a (lo, hi) range in 1..100 "
+                             f"with lo <= hi, got {q!r}")
         lo, hi = int(q[0]), int(q[1])
         qs = np.minimum(lo + np.floor(u * (hi - lo + 1)).astype(np.int64), hi)
     else:
