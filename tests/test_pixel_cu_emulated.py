@@ -105,7 +105,6 @@ def emulated(lib, monkeypatch):
     the launches made are recorded."""
     fake = types.SimpleNamespace(
         ascontiguousarray=lambda a: _dev(np.ascontiguousarray(a)),
-        empty_like=lambda a: _dev(np.full_like(a, 77)),
         empty=lambda n, dtype: _dev(np.full(n, 77, dtype)), uint8=np.uint8,
         cuda=types.SimpleNamespace(get_current_stream=lambda: contextlib.nullcontext()))
     monkeypatch.setitem(sys.modules, "cupy", fake)

@@ -358,3 +358,17 @@ def test_run_batch_in_any_order_gives_the_same_erasing():
     second = [b.run_batch(0)[0].data, b.run_batch(1)[0].data]
     for x, y in zip(first[::-1], second):
         assert all(np.array_equal(p, q) for p, q in zip(x, y))
+
+
+def test_erase_after_a_pending_flip_measures_the_flipped_boxes():
+    """The boxes' visible fraction is taken where the boxes are now (the flip is still pending
+    on them): a box flipped out from under the region stays visible."""
+    img = np.full((20, 20, 3), 50, np.uint8)
+    out_i, out_b = run_graph([img], [BOX], lambda i, b: fn.erase(
+        *fn.flip(i, b, horizontal=1), anchor=(0, 0), shape=(10, 5), box_policy="flag"))
+    d = out_b.per_sample()[0]
+    np.testing.assert_allclose(d["boxes"], [[10, 0, 20, 10], [2, 12, 8, 18]])
+    np.testing.assert_allclose(d["visibility"], [1.0, 1.0])
+    out_i, out_b = run_graph([img], [BOX], lambda i, b: fn.erase(
+        *fn.flip(i, b, horizontal=1), anchor=(0, 15), shape=(10, 5), box_policy="flag"))
+    np.testing.assert_allclose(out_b.per_sample()[0]["visibility"], [0.5, 1.0])

@@ -144,7 +144,7 @@ def gaussian_blur_cupy(images, wx, wy, *, stream=None):
         _check_weights(items, wx, wy)
         items = [cp.ascontiguousarray(im) for im in items]
         if dense:
-            out = cp.empty_like(images)
+            out = cp.empty(images.shape, cp.uint8)
             outs = [out[i] for i in range(out.shape[0])]
         else:
             flat = cp.empty((sum(int(im.size) for im in items),), cp.uint8)

@@ -210,7 +210,7 @@ def _outputs(cp, images):
     items, _ = _items(images)
     items = [cp.ascontiguousarray(im) for im in items]
     if dense:
-        out = cp.empty_like(images)
+        out = cp.empty(images.shape, cp.uint8)
         return items, [out[i] for i in range(out.shape[0])], out
     sizes = [int(im.size) for im in items]
     flat = cp.empty((sum(sizes),), cp.uint8)
