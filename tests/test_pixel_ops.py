@@ -372,3 +372,22 @@ def test_erase_after_a_pending_flip_measures_the_flipped_boxes():
     out_i, out_b = run_graph([img], [BOX], lambda i, b: fn.erase(
         *fn.flip(i, b, horizontal=1), anchor=(0, 15), shape=(10, 5), box_policy="flag"))
     np.testing.assert_allclose(out_b.per_sample()[0]["visibility"], [0.5, 1.0])
+
+
+def test_erase_takes_per_sample_regions():
+    imgs = [np.full((20, 30, 3), 9, np.uint8), np.full((25, 20, 3), 9, np.uint8)]
+    anchors = [np.array([2.0, 3.0], np.float32), np.array([10.0, 0.0], np.float32)]
+    shapes = [np.array([4.0, 5.0], np.float32), np.array([1.0, 20.0], np.float32)]
+    pipe = track(Pipeline(batch_size=2, num_threads=1, seed=0))
+    with pipe:
+        i, a, s = fn.external_source(source=lambda info: (imgs[info.idx_in_epoch], anchors[info.idx_in_epoch],
+                                                          shapes[info.idx_in_epoch]),
+                                     batch=False, num_outputs=3, size=2)
+        pipe.set_outputs(fn.erase(i, anchor=a, shape=s, fill_value=0))
+    (out,) = pipe.run()
+    m1 = (out.data[1] == 0).all(-1)
+    want0 = np.zeros((20, 30), bool)
+    want0[2:6, 3:8] = True
+    want1 = np.zeros((25, 20), bool)
+    want1[10:11, :] = True
+    assert np.array_equal((out.data[0] == 0).all(-1), want0) and np.array_equal(m1, want1)

@@ -120,6 +120,8 @@ def launch_plan(shapes, wx, wy):
         offs[i] = at
         packed += [np.asarray(a, np.float32), np.asarray(v, np.float32)]
         at += len(a) + len(v)
+    if b > 65535:
+        raise ValueError(f"gaussian_blur: {b} samples in one launch; the GPU kernel takes 65535")
     ry = int(dims[:, 4].max(initial=0))
     if ry > MAX_RADIUS_Y:
         raise ValueError(f"gaussian_blur: a vertical kernel of {2 * ry + 1} taps is wider than the "

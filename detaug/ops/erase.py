@@ -207,9 +207,15 @@ def _axes(op, args):
 
 
 def _regions(op, name, value, b, per):
-    """(B, k * per) float64 from a flat literal (the same for every sample) or a per-sample input."""
-    if isinstance(value, np.ndarray) and value.ndim >= 1 and value.shape[0] == b and value.ndim == 2:
-        a = value.astype(np.float64)
+    """(B, k * per) float64 from a flat literal (the same for every sample) or a per-sample input
+    (an array with one row per sample)."""
+    if isinstance(value, np.ndarray) and value.ndim in (1, 2) and value.shape[0] == b:
+        a = value.astype(np.float64).reshape(b, -1)
+    elif isinstance(value, list) and len(value) == b and all(isinstance(v, np.ndarray) for v in value):
+        if len({np.size(v) for v in value}) > 1:
+            raise ValueError(f"{op.name}: a per-sample {name} must give every sample the same "
+                             "number of regions")
+        a = np.stack([np.asarray(v, np.float64).reshape(-1) for v in value]) if b else np.zeros((0, 0))
     else:
         a = np.broadcast_to(np.asarray(value, np.float64).reshape(1, -1), (b, np.size(value)))
     if a.shape[1] % per:
