@@ -509,7 +509,7 @@ def flip(images: Any, boxes: Any = ..., /, *, horizontal: int | bool | DataNode 
 
 def gaussian_blur(images: Any, /, *, sigma: float | tuple[float, float] | None | DataNode = None, window_size: int | tuple[int, int] | None | DataNode = None, kernel_size: int | tuple[int, int] | None = None, sigma_range: tuple[float, float] | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
-    Gaussian blur, sigma per sample (DALI's sigma / window_size or torchvision's kernel_size / sigma range); separable, borders reflected (torchvision's).
+    Gaussian blur, sigma per sample (DALI's sigma / window_size or torchvision's kernel_size / sigma range); separable, borders reflected (torchvision's); OpenCV on the CPU (the NumPy twin with backend.set_cpu_warp('reference')).
     
     Inputs (positional only, 1):
         images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op

@@ -15,6 +15,15 @@ pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
 
 
+@pytest.fixture(autouse=True)
+def reference_cpu_path():
+    from detaug.core import backend
+
+    backend.set_cpu_warp("reference")  # the CPU blur runs the twin, not OpenCV
+    yield
+    backend.set_cpu_warp("opencv")
+
+
 def _batches(rng):
     ragged = random_images(rng, [(37, 53, 3), (1, 1, 3), (0, 4, 3), (64, 17, 3), (130, 200, 3), (9, 300, 1)])
     dense = np.stack(random_images(rng, [(33, 45, 3)] * 4))

@@ -217,3 +217,44 @@ def test_jitter_rules():
         want = img[sy, sx] if 0 <= sy < 30 and 0 <= sx < 40 else [1, 2, 3]
         np.testing.assert_array_equal(out[y, x], want)
     assert all(abs((dx == v).mean() - 1 / 3) < 0.05 for v in (-1, 0, 1))
+
+
+@pytest.mark.parametrize("seed", [21, fresh_seed()])
+def test_opencv_blur_equals_twin_within_one_level(seed):
+    rng = np.random.default_rng(seed)
+    shapes = [(40, 50, 3), (3, 2, 3), (1, 7, 1), (60, 33, 4), (0, 5, 3), (120, 90, 3)]
+    imgs = random_images(rng, shapes)
+    sig = rng.uniform(0.2, 6.0, (len(shapes), 2))
+    wy = [KB.gaussian_weights(int(2 * np.ceil(3 * s[0]) + 1), s[0]) for s in sig]
+    wx = [KB.gaussian_weights(int(2 * np.ceil(3 * s[1]) + 1), s[1]) for s in sig]
+    for got, want in zip(KB.gaussian_blur_cv2(imgs, wx, wy), KB.gaussian_blur_numpy(imgs, wx, wy)):
+        assert got.shape == want.shape and got.dtype == np.uint8
+        if got.size:
+            d = np.abs(got.astype(int) - want)
+            assert d.max() <= 1 and (d > 0).mean() < 1e-3, seed
+
+
+def test_poisson_inversion_equals_the_kernels_linear_search():
+    """pixel.cu's loop, written out: k = 0, p = F = exp(-lam); while u > F and k < 1000:
+    k += 1, p *= lam / k, F += p."""
+    rng = np.random.default_rng(22)
+    x = rng.integers(0, 256, 3000)
+    key = np.uint64(5)
+    n = np.arange(3000, dtype=np.uint64)
+    u_all = to_unit(counter_bits(key, 2 * n))
+    for factor in (0.5, 3.0, 8.0, 20.0):
+        lam = x / factor
+        want = []
+        for u, lm in zip(u_all, lam):
+            p = f = math.exp(-lm)
+            k = 0.0
+            while u > f and k < 1000.0:
+                k += 1.0
+                p = p * (lm / k)
+                f = f + p
+            want.append(k)
+        small = (lam > 0) & (lam < KN.SHOT_INVERSION_MAX)
+        got = KN.poisson_at(key, n, lam)
+        np.testing.assert_array_equal(got[small], np.array(want)[small])
+        np.testing.assert_array_equal(KN.poisson_at(key, n, lam, np.arange(256) / factor, x), got)
+        assert (got[lam == 0] == 0).all()

@@ -85,8 +85,12 @@ def counter_bits(key, counter) -> np.ndarray:
     key (one :meth:`SampleRNG.bits` draw) and the pixel's index; their CUDA versions compute the
     same words (detaug/kernels/pixel.cu), so CPU and GPU draw the same noise."""
     with np.errstate(over="ignore"):
-        c = np.asarray(counter, dtype=np.uint64)
-        return _mix(np.asarray(key, dtype=np.uint64) + (c + np.uint64(1)) * _GOLDEN)
+        z = np.asarray(key, dtype=np.uint64) + (np.asarray(counter, dtype=np.uint64) + np.uint64(1)) * _GOLDEN
+        for shift, mult in ((30, _M1), (27, _M2)):  # _mix, in place (large per-pixel arrays)
+            z ^= z >> np.uint64(shift)
+            z *= mult
+        z ^= z >> np.uint64(31)
+        return z
 
 
 def to_unit(bits) -> np.ndarray:

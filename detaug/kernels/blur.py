@@ -108,6 +108,27 @@ def gaussian_blur_numpy(images, wx, wy):
     return outs
 
 
+def gaussian_blur_cv2(images, wx, wy):
+    """The CPU backend's blur: OpenCV's ``sepFilter2D`` (float32 output, BORDER_REFLECT_101)
+    with the same float32 weights, rounded half up and clamped; a list of arrays back. Its sums
+    may round differently from the twin's in the last float32 bit (tests/test_pixel_kernels.py
+    bounds the difference by one level)."""
+    import cv2
+
+    items, _ = _items(images)
+    _check_weights(items, wx, wy)
+    outs = []
+    for im, a, b in zip(items, wx, wy):
+        if im.size == 0:
+            outs.append(im.copy())
+            continue
+        f = cv2.sepFilter2D(np.ascontiguousarray(im), cv2.CV_32F, np.asarray(a, np.float32),
+                            np.asarray(b, np.float32), borderType=cv2.BORDER_REFLECT_101)
+        outs.append(np.floor(np.clip(f.reshape(im.shape), np.float32(0), np.float32(255))
+                             + np.float32(0.5)).astype(np.uint8))
+    return outs
+
+
 def launch_plan(shapes, wx, wy):
     """Host metadata of one launch: dims (B, 5) int32, weight offsets (B,) int64, the packed
     float32 weights, grid, block and shared-memory bytes."""

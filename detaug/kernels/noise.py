@@ -61,10 +61,35 @@ def normal_at(key, n):
     return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
 
 
-def poisson_at(key, n, lam):
-    """Poisson(lam) draws at counters ``n``: inversion on the uniform of word 2n (the first k
-    whose cumulative probability reaches it, at most 1000) for lam < 32; from 32, the normal
-    approximation ``max(0, round_half_up(lam + sqrt(lam) z))`` (mean and variance lam)."""
+INVERSION_STEPS = 1000  # pixel.cu's poisson_at stops its search there
+
+
+def inversion_table(lams):
+    """(m, INVERSION_STEPS) float64: the cumulative probabilities F(0..999) of Poisson(lam) for
+    each of ``lams``, summed term by term exactly as pixel.cu's loop does (p = exp(-lam), then
+    p = p * (lam / k), F = F + p)."""
+    lams = np.asarray(lams, np.float64)
+    p = np.exp(-lams)
+    f = p.copy()
+    table = np.empty((len(lams), INVERSION_STEPS))
+    table[:, 0] = f
+    for k in range(1, INVERSION_STEPS):
+        p = p * (lams / float(k))
+        f = f + p
+        table[:, k] = f
+        if not p.any():            # every term has underflowed: F stays where it is
+            table[:, k + 1:] = f[:, None]
+            break
+    return table
+
+
+def poisson_at(key, n, lam, values=None, rows=None):
+    """Poisson(lam) draws at counters ``n``: inversion on the uniform u of word 2n (the first k
+    with u <= F(k), at most 1000) for lam < 32; from 32, the normal approximation
+    ``max(0, round_half_up(lam + sqrt(lam) z))`` (mean and variance lam). The inversion looks u
+    up in a table of F per distinct lam (``values``, with ``rows`` the index of each element's lam
+    there, as the shot noise of a uint8 image gives them; else found here) by a binary search,
+    which gives the same k as the kernel's linear one."""
     lam = np.asarray(lam, np.float64)
     n = np.asarray(n, np.uint64)
     out = np.zeros(lam.shape, np.float64)
@@ -74,18 +99,21 @@ def poisson_at(key, n, lam):
         out[big] = np.maximum(np.floor(lb + np.sqrt(lb) * normal_at(key, n[big]) + 0.5), 0.0)
     small = (lam > 0) & ~big
     if small.any():
-        ls = lam[small]
+        if values is None:
+            values, rows = np.unique(lam[small], return_inverse=True)
+            rows_s = rows
+        else:
+            rows_s = np.asarray(rows)[small]
+        table = np.concatenate([inversion_table(values), np.full((len(values), 1), np.inf)], 1)
         u = to_unit(counter_bits(key, 2 * n[small]))
-        p = np.exp(-ls)
-        f, k = p.copy(), np.zeros_like(ls)
-        active = u > f
-        while active.any():
-            k1 = k[active] + 1.0
-            k[active] = k1
-            p[active] = p[active] * (ls[active] / k1)
-            f[active] = f[active] + p[active]
-            active = active & (u > f) & (k < 1000.0)
-        out[small] = k
+        lo = np.zeros(len(u), np.int64)
+        hi = np.full(len(u), INVERSION_STEPS, np.int64)
+        for _ in range(INVERSION_STEPS.bit_length()):  # lower bound: the first k with F(k) >= u
+            mid = (lo + hi) >> 1
+            below = table[rows_s, mid] < u
+            lo = np.where(below, mid + 1, lo)
+            hi = np.where(below, hi, mid)
+        out[small] = lo
     return out
 
 
@@ -107,8 +135,8 @@ def noise_one_numpy(img, key, mode, params, per_channel):
         v = to_unit(counter_bits(key, 2 * n + np.uint64(1)))
         out = np.where(u < p0, _round_clamp(np.where(v < p1, p2, p3)), img.reshape(-1))
     elif mode == "shot":
-        out = (_round_clamp(poisson_at(key, n, x / p0) * p0) if p0 > 0
-               else img.reshape(-1).copy())
+        out = (_round_clamp(poisson_at(key, n, x / p0, np.arange(256) / p0, img.reshape(-1)) * p0)
+               if p0 > 0 else img.reshape(-1).copy())
     else:
         raise ValueError(f"noise mode {mode!r}: expected one of {sorted(MODES)}")
     return out.astype(np.uint8).reshape(h, w, c)

@@ -12,6 +12,7 @@ import io
 
 import numpy as np
 
+from ..core import backend
 from ..core.batch import ImageBatch
 from ..graph import materialize as M
 from ..kernels import blur as kbl
@@ -128,7 +129,8 @@ def blur_plan(op, args, b, u):
                     "sigma_range": "torchvision GaussianBlur's sigma=(min, max): sigma drawn "
                                    "uniformly per sample, the same on both axes"},
           doc="Gaussian blur, sigma per sample (DALI's sigma / window_size or torchvision's "
-              "kernel_size / sigma range); separable, borders reflected (torchvision's)")
+              "kernel_size / sigma range); separable, borders reflected (torchvision's); "
+              "OpenCV on the CPU (the NumPy twin with backend.set_cpu_warp('reference'))")
 def gaussian_blur(ctx, op, inputs, args):
     img = _images(ctx, op, inputs[0])
     b = img.batch_size
@@ -136,7 +138,8 @@ def gaussian_blur(ctx, op, inputs, args):
     win, sigma = blur_plan(op, args, b, u)
     wy = [kbl.gaussian_weights(int(win[i, 0]), sigma[i, 0]) for i in range(b)]
     wx = [kbl.gaussian_weights(int(win[i, 1]), sigma[i, 1]) for i in range(b)]
-    return _run(ctx, img, lambda items, lo, hi: kbl.gaussian_blur_numpy(items, wx[lo:hi], wy[lo:hi]),
+    host = kbl.gaussian_blur_numpy if backend.cpu_warp() == "reference" else kbl.gaussian_blur_cv2
+    return _run(ctx, img, lambda items, lo, hi: host(items, wx[lo:hi], wy[lo:hi]),
                 lambda d: kbl.gaussian_blur_cupy(d, wx, wy, stream=ctx.stream))
 
 
