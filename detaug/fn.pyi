@@ -507,7 +507,7 @@ def flip(images: Any, boxes: Any = ..., /, *, horizontal: int | bool | DataNode 
     Functional form: fn.flip; class form: ops.Flip
     """
 
-def gaussian_blur(images: Any, /, *, sigma: float | tuple[float, float] | None | DataNode = None, window_size: int | tuple[int, int] | None | DataNode = None, kernel_size: int | tuple[int, int] | None = None, sigma_range: tuple[float, float] | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def gaussian_blur(images: Any, /, *, sigma: float | tuple[float, float] | None | DataNode = None, window_size: int | tuple[int, int] | None | DataNode = None, kernel_size: int | tuple[int, int] | None = None, sigma_range: tuple[float, float] | None = None, probability: float | DataNode = 1.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Gaussian blur, sigma per sample (DALI's sigma / window_size or torchvision's kernel_size / sigma range); separable, borders reflected (torchvision's); OpenCV on the CPU (the NumPy twin with backend.set_cpu_warp('reference')).
     
@@ -519,6 +519,7 @@ def gaussian_blur(images: Any, /, *, sigma: float | tuple[float, float] | None |
         window_size: int | (int, int) | None = None [per-sample]: DALI's: kernel diameter (odd), one value or (h, w); left out, 2 * ceil(3 * sigma) + 1
         kernel_size: int | (int, int) | None = None: torchvision's: kernel size (odd), one value or (kx, ky)
         sigma_range: (float, float) | None = None: torchvision GaussianBlur's sigma=(min, max): sigma drawn uniformly per sample, the same on both axes
+        probability: float = 1.0 [per-sample]: chance that a sample is blurred (else it is copied)
     
     Common keywords (every op):
         device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
@@ -675,7 +676,7 @@ def jitter(images: Any, /, *, nDegree: int = 2, fill_value: float | Sequence[Any
     Functional form: fn.jitter; class form: ops.Jitter
     """
 
-def jpeg_compression(images: Any, /, *, quality: int | tuple[int, int] | DataNode = 50, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def jpeg_compression(images: Any, /, *, quality: int | tuple[int, int] | DataNode = 50, probability: float | DataNode = 1.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     JPEG compression artefacts: encode at a quality drawn per sample and decode (Pillow); CPU only.
     
@@ -684,6 +685,7 @@ def jpeg_compression(images: Any, /, *, quality: int | tuple[int, int] | DataNod
     
     Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
         quality: int | (int, int) = 50 [per-sample]: JPEG quality 1..100: a number (DALI's, default 50), a (lo, hi) range drawn per sample, both ends included (torchvision's JPEG), or a per-sample input
+        probability: float = 1.0 [per-sample]: chance that a sample is compressed (else it is copied)
     
     Common keywords (every op):
         device: str | None = None: 'cpu' only; None runs on 'cpu'
@@ -699,7 +701,7 @@ def jpeg_compression(images: Any, /, *, quality: int | tuple[int, int] | DataNod
     Functional form: fn.jpeg_compression; class form: ops.JpegCompression
     """
 
-def jpeg_compression_distortion(images: Any, /, *, quality: int | tuple[int, int] | DataNode = 50, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def jpeg_compression_distortion(images: Any, /, *, quality: int | tuple[int, int] | DataNode = 50, probability: float | DataNode = 1.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     JPEG compression artefacts: encode at a quality drawn per sample and decode (Pillow); CPU only.
     
@@ -710,6 +712,7 @@ def jpeg_compression_distortion(images: Any, /, *, quality: int | tuple[int, int
     
     Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
         quality: int | (int, int) = 50 [per-sample]: JPEG quality 1..100: a number (DALI's, default 50), a (lo, hi) range drawn per sample, both ends included (torchvision's JPEG), or a per-sample input
+        probability: float = 1.0 [per-sample]: chance that a sample is compressed (else it is copied)
     
     Common keywords (every op):
         device: str | None = None: 'cpu' only; None runs on 'cpu'

@@ -233,7 +233,7 @@ CASES = {
                           "align": 4}),
     "gaussian_blur": (_images, {"sigma": 1.0}, {
         "sigma": 2.0, "window_size": 5, "kernel_size": With((5, 1), before=(1, 5), sigma=None),
-        "sigma_range": With((2.0, 3.0), sigma=None, window_size=7)}),
+        "sigma_range": With((2.0, 3.0), sigma=None, window_size=7), "probability": 0.0}),
     "noise": (_images, {}, {
         "mode": "salt_and_pepper", "mean": 5.0, "std": (1.0, 30.0),
         "amount": With(0.3, mode="salt_and_pepper"),
@@ -245,7 +245,7 @@ CASES = {
     "noise.shot": (_images, {}, {"factor": 5.0}),
     "jitter": (_images, {}, {"nDegree": 5, "fill_value": With(99.0, nDegree=9), "mask": 0,
                              "interp_type": types.INTERP_LINEAR}),
-    "jpeg_compression": (_images, {}, {"quality": (5, 10)}),
+    "jpeg_compression": (_images, {}, {"quality": (5, 10), "probability": 0.0}),
     "random_erasing": (_images_boxes, {"probability": 1.0, "scale": (0.3, 0.4)}, {
         "probability": 0.0, "scale": (0.1, 0.15), "ratio": (2.0, 3.0), "value": "random",
         "min_visibility": 0.9, "box_policy": With("flag", min_visibility=0.9)}),

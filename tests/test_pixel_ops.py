@@ -34,7 +34,7 @@ def test_blur_sigma_range_draws_per_sample_and_matches_torchvision(seed):
     imgs = _imgs(rng, 4)
     out = _images_only(imgs, lambda i: fn.gaussian_blur(i, kernel_size=7, sigma_range=(0.5, 2.5)), seed)
     # the draw: the op's keyed stream (seed, op 1 after the source, epoch 0, sample k)
-    u = SampleRNG(seed, 1, 0, np.arange(4)).uniform(1)[:, 0]
+    u = SampleRNG(seed, 1, 0, np.arange(4)).uniform(2)[:, 0]
     sig = 0.5 + 2.0 * u
     assert len(set(np.round(sig, 6))) == 4
     for k, img in enumerate(imgs):
@@ -54,6 +54,9 @@ def test_blur_dali_arguments():
     out = _images_only(imgs, lambda i: fn.gaussian_blur(i, window_size=9))
     for k, img in enumerate(imgs):
         assert np.abs(out.data[k].astype(np.float64) - tv_gaussian_blur(img, (9, 9), (1.7, 1.7))).max() <= 1
+    # probability 0: copied exactly
+    same = _images_only(imgs, lambda i: fn.gaussian_blur(i, sigma=3.0, probability=0.0))
+    assert all(np.array_equal(a, b) for a, b in zip(same.data, imgs))
     # a per-sample sigma
     out = _images_only(imgs, lambda i: fn.gaussian_blur(i, sigma=fn.random.uniform(range=(1.0, 1.0))))
     for k, img in enumerate(imgs):
@@ -136,6 +139,8 @@ def test_jpeg_compression_is_pillows_round_trip_at_the_drawn_quality():
         assert hit, "not a round trip at quality 5 or 6"
         used += hit
     assert set(used) == {5, 6}                                       # both ends are drawn
+    same = _images_only(imgs, lambda i: fn.jpeg_compression(i, quality=5, probability=0.0))
+    assert all(np.array_equal(a, b) for a, b in zip(same.data, imgs))
     for q in (1, 100, (100, 100)):
         _images_only(imgs[:1], lambda i: fn.jpeg_compression(i, quality=q))
     for q in (0, 101, 50.5, (10, 5), (0, 10)):

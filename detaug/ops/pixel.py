@@ -119,25 +119,29 @@ def blur_plan(op, args, b, u):
 
 
 @register("gaussian_blur", **PIXEL,
-          args={"sigma": None, "window_size": None, "kernel_size": None, "sigma_range": None},
-          per_sample=("sigma", "window_size"),
+          args={"sigma": None, "window_size": None, "kernel_size": None, "sigma_range": None,
+                "probability": 1.0},
+          per_sample=("sigma", "window_size", "probability"),
           arg_docs={"sigma": "DALI's: standard deviation in pixels, one value or (sigma_h, "
                              "sigma_w), per sample; left out, 0.3 * ((window - 1) / 2 - 1) + 0.8",
                     "window_size": "DALI's: kernel diameter (odd), one value or (h, w); left "
                                    "out, 2 * ceil(3 * sigma) + 1",
                     "kernel_size": "torchvision's: kernel size (odd), one value or (kx, ky)",
                     "sigma_range": "torchvision GaussianBlur's sigma=(min, max): sigma drawn "
-                                   "uniformly per sample, the same on both axes"},
+                                   "uniformly per sample, the same on both axes",
+                    "probability": "chance that a sample is blurred (else it is copied)"},
           doc="Gaussian blur, sigma per sample (DALI's sigma / window_size or torchvision's "
               "kernel_size / sigma range); separable, borders reflected (torchvision's); "
               "OpenCV on the CPU (the NumPy twin with backend.set_cpu_warp('reference'))")
 def gaussian_blur(ctx, op, inputs, args):
     img = _images(ctx, op, inputs[0])
     b = img.batch_size
-    u = ctx.rng(op).uniform(1)[:, 0]
-    win, sigma = blur_plan(op, args, b, u)
-    wy = [kbl.gaussian_weights(int(win[i, 0]), sigma[i, 0]) for i in range(b)]
-    wx = [kbl.gaussian_weights(int(win[i, 1]), sigma[i, 1]) for i in range(b)]
+    u = ctx.rng(op).uniform(2)
+    win, sigma = blur_plan(op, args, b, u[:, 0])
+    on = u[:, 1] < _fraction(op, "probability", per_sample(args["probability"], b))
+    one = np.ones(1, np.float32)  # a one-tap kernel of weight 1 copies the sample exactly
+    wy = [kbl.gaussian_weights(int(win[i, 0]), sigma[i, 0]) if on[i] else one for i in range(b)]
+    wx = [kbl.gaussian_weights(int(win[i, 1]), sigma[i, 1]) if on[i] else one for i in range(b)]
     host = kbl.gaussian_blur_numpy if backend.cpu_warp() == "reference" else kbl.gaussian_blur_cv2
     return _run(ctx, img, lambda items, lo, hi: host(items, wx[lo:hi], wy[lo:hi]),
                 lambda d: kbl.gaussian_blur_cupy(d, wx, wy, stream=ctx.stream))
@@ -314,17 +318,21 @@ def jpeg_roundtrip(img: np.ndarray, quality: int) -> np.ndarray:
 
 @register("jpeg_compression", devices=("cpu",), inputs=(1, 1), kind="color",
           output_spec="uint8 images, same sizes",
-          args={"quality": 50}, per_sample=("quality",), aliases=("jpeg_compression_distortion",),
+          args={"quality": 50, "probability": 1.0}, per_sample=("quality", "probability"),
+          aliases=("jpeg_compression_distortion",),
           unavailable={"gpu": JPEG_GPU},
           arg_docs={"quality": "JPEG quality 1..100: a number (DALI's, default 50), a (lo, hi) "
                                "range drawn per sample, both ends included (torchvision's JPEG), "
-                               "or a per-sample input"},
+                               "or a per-sample input",
+                    "probability": "chance that a sample is compressed (else it is copied)"},
           doc="JPEG compression artefacts: encode at a quality drawn per sample and decode "
               "(Pillow); CPU only")
 def jpeg_compression(ctx, op, inputs, args):
     img = _images(ctx, op, inputs[0])
     b = img.batch_size
-    u = ctx.rng(op).uniform(1)[:, 0]
+    draws = ctx.rng(op).uniform(2)
+    u = draws[:, 0]
+    on = draws[:, 1] < _fraction(op, "probability", per_sample(args["probability"], b))
     q = args["quality"]
     if isinstance(q, (tuple, list)):
         if len(q) != 2 or int(q[0]) > int(q[1]) or not 1 <= int(q[0]) <= int(q[1]) <= 100:
@@ -341,5 +349,6 @@ def jpeg_compression(ctx, op, inputs, args):
         raise ValueError(f"{op.name}: quality must lie in 1..100, got {q!r}")
     if b and img.channels not in (1, 3):
         raise ValueError(f"{op.name}: JPEG takes 1 or 3 channels, got {img.channels}")
-    return _run(ctx, img, lambda items, lo, hi: [jpeg_roundtrip(np.ascontiguousarray(im), qs[lo + i])
-                                                 for i, im in enumerate(items)], None)
+    return _run(ctx, img, lambda items, lo, hi: [
+        jpeg_roundtrip(np.ascontiguousarray(im), qs[lo + i]) if on[lo + i] else im.copy()
+        for i, im in enumerate(items)], None)
