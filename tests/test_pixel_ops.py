@@ -96,7 +96,8 @@ def test_noise_probability_ranges_and_dali_names():
     g = _images_only([np.full((100, 100, 3), 100, np.uint8)], lambda i: fn.noise.gaussian(i, mean=5, stddev=3))
     assert abs(g.data[0].mean() - 105) < 0.2 and abs(g.data[0].std() - 3) < 0.2
     for bad, name in (({"mode": "speckle"}, "mode"), ({"mode": "salt_and_pepper", "amount": 1.5}, "amount"),
-                      ({"probability": 2.0}, "probability"), ({"std": (3.0, 1.0)}, "std")):
+                      ({"probability": 2.0}, "probability"), ({"std": (3.0, 1.0)}, "std"),
+                      ({"mode": "salt_and_pepper", "std": 5.0}, "std"), ({"amount": 0.2}, "amount")):
         with pytest.raises(ValueError, match=name):
             _images_only(imgs, lambda i: fn.noise(i, **bad))
 

@@ -160,9 +160,11 @@ def _fraction(op, name, v):
     return v
 
 
-@register("noise", **PIXEL,
-          args={"mode": "gaussian", "mean": 0.0, "std": 10.0, "amount": 0.05,
-                "salt_vs_pepper": 0.5, "per_channel": None, "probability": 1.0},
+NOISE_DEFAULTS = {"mode": "gaussian", "mean": 0.0, "std": 10.0, "amount": 0.05,
+                  "salt_vs_pepper": 0.5, "per_channel": None, "probability": 1.0}
+
+
+@register("noise", **PIXEL, args=NOISE_DEFAULTS,
           per_sample=("mean", "std", "amount", "salt_vs_pepper", "probability"),
           arg_docs={"mode": "'gaussian' (mean, std) or 'salt_and_pepper' (amount, salt_vs_pepper)",
                     "mean": "gaussian: added to every value (pixel units)",
@@ -187,6 +189,12 @@ def noise(ctx, op, inputs, args):
     if mode not in ("gaussian", "salt_and_pepper"):
         raise ValueError(f"{op.name}: mode {mode!r}: expected 'gaussian' or 'salt_and_pepper' "
                          "(fn.noise.shot for shot noise)")
+    other = ("amount", "salt_vs_pepper") if mode == "gaussian" else ("mean", "std")
+    for k in other:  # an argument of the other mode is not ignored in silence
+        v = args[k]
+        if isinstance(v, np.ndarray) or v != NOISE_DEFAULTS[k]:
+            raise ValueError(f"{op.name}: {k} is an argument of mode "
+                             f"{'salt_and_pepper' if mode == 'gaussian' else 'gaussian'}, not of {mode!r}")
     on = u[:, 0] < _fraction(op, "probability", per_sample(args["probability"], b))
     params = np.zeros((b, 4))
     if mode == "gaussian":
