@@ -397,3 +397,10 @@ def test_erase_takes_per_sample_regions():
     want1 = np.zeros((25, 20), bool)
     want1[10:11, :] = True
     assert np.array_equal((out.data[0] == 0).all(-1), want0) and np.array_equal(m1, want1)
+
+
+def test_pixel_ops_refuse_normalised_images_by_name():
+    img = np.zeros((8, 8, 3), np.uint8)
+    for name, kw in (("gaussian_blur", {"sigma": 1.0}), ("noise", {}), ("erase", {"anchor": (0, 0), "shape": (2, 2)})):
+        with pytest.raises(ValueError, match=f"{name}.*uint8 HWC"):
+            _images_only([img], lambda i: getattr(fn, name)(fn.normalize(i, mean=0, std=1), **kw))

@@ -20,7 +20,7 @@ from ..core.batch import BoxBatch, ImageBatch
 from ..graph import materialize as M
 from ..kernels import noise as kn
 from .geometry import per_sample
-from .pixel import fill_bytes
+from .pixel import fill_bytes, pixel_images
 from .registry import register
 
 ERASE = dict(devices=("cpu", "gpu"), inputs=(1, 2), kind="other", outputs=lambda n, a: n,
@@ -71,7 +71,7 @@ def _apply(ctx, op, inputs, args, rects, offsets, fills, random, keys):
     mv = float(args["min_visibility"])
     if not 0.0 <= mv <= 1.0:
         raise ValueError(f"{op.name}: min_visibility must lie in [0, 1], got {mv}")
-    img = M.images(images, ctx)
+    img = pixel_images(ctx, op, images)
     if img.device == "gpu":
         out = ImageBatch(kn.erase_cupy(img.data, rects, offsets, fills, random, keys,
                                        stream=ctx.stream), "gpu", img.layout)

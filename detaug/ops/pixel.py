@@ -24,11 +24,12 @@ PIXEL = dict(devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
              output_spec="uint8 images, same sizes")
 
 
-def _images(ctx, op, v) -> ImageBatch:
+def pixel_images(ctx, op, v) -> ImageBatch:
+    """``v`` as uint8 HWC images with no pending geometry (the chain runs now)."""
     if not isinstance(v, ImageBatch):
         raise TypeError(f"{op.name}: takes images, got {type(v).__name__}")
     img = M.images(v, ctx)
-    if img.layout != "HWC" or any(np.asarray(a).dtype != np.uint8 for a in img.data[:1]):
+    if img.layout != "HWC" or any(a.dtype != np.uint8 for a in list(img.data[:1])):  # no copy: cupy too
         raise ValueError(f"{op.name}: takes uint8 HWC images; put normalize after it")
     return img
 
@@ -134,7 +135,7 @@ def blur_plan(op, args, b, u):
               "kernel_size / sigma range); separable, borders reflected (torchvision's); "
               "OpenCV on the CPU (the NumPy twin with backend.set_cpu_warp('reference'))")
 def gaussian_blur(ctx, op, inputs, args):
-    img = _images(ctx, op, inputs[0])
+    img = pixel_images(ctx, op, inputs[0])
     b = img.batch_size
     u = ctx.rng(op).uniform(2)
     win, sigma = blur_plan(op, args, b, u[:, 0])
@@ -180,7 +181,7 @@ NOISE_DEFAULTS = {"mode": "gaussian", "mean": 0.0, "std": 10.0, "amount": 0.05,
           doc="additive gaussian noise (std per sample) or salt and pepper (amount, "
               "salt_vs_pepper per sample); per-pixel draws keyed, the same on CPU and GPU")
 def noise(ctx, op, inputs, args):
-    img = _images(ctx, op, inputs[0])
+    img = pixel_images(ctx, op, inputs[0])
     b = img.batch_size
     rng = ctx.rng(op)
     u = rng.uniform(3)
@@ -217,7 +218,7 @@ def noise(ctx, op, inputs, args):
                     "stddev": "DALI's: standard deviation of the noise (pixel units)"},
           doc="DALI's gaussian noise: out = x + N(mean, stddev) per element, rounded and clamped")
 def noise_gaussian(ctx, op, inputs, args):
-    img = _images(ctx, op, inputs[0])
+    img = pixel_images(ctx, op, inputs[0])
     b = img.batch_size
     keys = _keys(ctx, op)
     std = per_sample(args["stddev"], b)
@@ -240,7 +241,7 @@ def noise_gaussian(ctx, op, inputs, args):
                     "per_channel": "DALI's: draw per channel (True) or per pixel (False)"},
           doc="DALI's salt and pepper noise (prob, salt_vs_pepper, salt_val, pepper_val per sample)")
 def noise_salt_and_pepper(ctx, op, inputs, args):
-    img = _images(ctx, op, inputs[0])
+    img = pixel_images(ctx, op, inputs[0])
     b = img.batch_size
     keys = _keys(ctx, op)
     params = np.zeros((b, 4))
@@ -256,7 +257,7 @@ def noise_salt_and_pepper(ctx, op, inputs, args):
           doc="DALI's shot noise: out = poisson(x / factor) * factor, rounded and clamped "
               "(Poisson by inversion; a rounded normal from a mean of 32)")
 def noise_shot(ctx, op, inputs, args):
-    img = _images(ctx, op, inputs[0])
+    img = pixel_images(ctx, op, inputs[0])
     b = img.batch_size
     keys = _keys(ctx, op)
     params = np.zeros((b, 4))
@@ -287,7 +288,7 @@ def fill_bytes(op, name, value, b, c):
                     "mask": "DALI's: 1 jitters the sample, 0 copies it (per sample)"},
           doc="DALI's jitter: each pixel replaced by a random neighbour within nDegree // 2")
 def jitter(ctx, op, inputs, args):
-    img = _images(ctx, op, inputs[0])
+    img = pixel_images(ctx, op, inputs[0])
     b = img.batch_size
     keys = _keys(ctx, op)
     if args["interp_type"] is not None and str(getattr(args["interp_type"], "value", args["interp_type"])).lower() \
@@ -336,7 +337,7 @@ def jpeg_roundtrip(img: np.ndarray, quality: int) -> np.ndarray:
           doc="JPEG compression artefacts: encode at a quality drawn per sample and decode "
               "(Pillow); CPU only")
 def jpeg_compression(ctx, op, inputs, args):
-    img = _images(ctx, op, inputs[0])
+    img = pixel_images(ctx, op, inputs[0])
     b = img.batch_size
     draws = ctx.rng(op).uniform(2)
     u = draws[:, 0]
