@@ -370,6 +370,39 @@ def crop_mirror_normalize(images: Any, boxes: Any = ..., /, *, crop: tuple[float
     Functional form: fn.crop_mirror_normalize; class form: ops.CropMirrorNormalize
     """
 
+def erase(images: Any, boxes: Any = ..., /, *, anchor: Sequence[float] | DataNode = (), shape: Sequence[float] | DataNode = (), axis_names: str = 'HW', axes: Sequence[int] | None = None, fill_value: float | Sequence[Any] = 0.0, normalized: bool = False, normalized_anchor: bool = False, normalized_shape: bool = False, centered_anchor: bool = False, min_visibility: float = 0.0, box_policy: str = 'drop', device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's erase: given regions (anchor, shape) filled with fill_value; pixels whose centre lies in a region; boxes under min_visibility dropped or flagged.
+    
+    Inputs (positional only, 1 to 2):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+        boxes (optional): BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        anchor: sequence of float = () [per-sample]: DALI's: region starts, flat over the regions, in the order of axis_names (e.g. (y0, x0, y1, x1) for two regions over 'HW')
+        shape: sequence of float = () [per-sample]: DALI's: region extents, laid out as anchor
+        axis_names: str = 'HW': DALI's: the axes anchor and shape give ('HW', 'WH', 'H', 'W')
+        axes: sequence of int | None = None: DALI's: the same by index (0 = H, 1 = W); overrides axis_names
+        fill_value: float | sequence = 0.0: DALI's: one value or one per channel
+        normalized: bool = False: DALI's: anchor and shape relative to the image size
+        normalized_anchor: bool = False: the anchor is relative to the image size (True) or in pixels
+        normalized_shape: bool = False: the shape is relative to the image size (True) or in pixels
+        centered_anchor: bool = False: DALI's: anchor is the region's centre
+        min_visibility: float = 0.0: a box whose visible fraction (area outside the erased rectangles / its area) is under this is dropped or flagged
+        box_policy: str = 'drop': 'drop' (the box and its labels and fields) or 'flag' (fields 'occluded' and 'visibility' are written instead)
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'erase_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output per input (a tuple when there are two); same inputs: uint8 images (same sizes) and boxes (dropped or flagged)
+    
+    Functional form: fn.erase; class form: ops.Erase
+    """
+
 def external_source(*, source: Iterable[Any] | Callable[..., Any] | None = None, num_outputs: int | None = None, batch: bool = True, size: int | None = None, random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, layout: str | None = None, dtype: Any | str | None = None, ndim: int | None = None, cycle: bool | str | None = None, parallel: bool = False, prefetch_queue_depth: int = 1, no_copy: Any = None, blocking: Any = None, cuda_stream: Any = None, use_copy_kernel: Any = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Data from Python: an iterable of batches, a per-sample callable (random access), or feed_input.
@@ -472,6 +505,32 @@ def flip(images: Any, boxes: Any = ..., /, *, horizontal: int | bool | DataNode 
     Returns: one output per input (a tuple when there are two); same inputs: images (uint8 HWC, new sizes) and boxes (xyxy, same fields)
     
     Functional form: fn.flip; class form: ops.Flip
+    """
+
+def gaussian_blur(images: Any, /, *, sigma: float | tuple[float, float] | None | DataNode = None, window_size: int | tuple[int, int] | None | DataNode = None, kernel_size: int | tuple[int, int] | None = None, sigma_range: tuple[float, float] | None = None, probability: float | DataNode = 1.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    Gaussian blur, sigma per sample (DALI's sigma / window_size or torchvision's kernel_size / sigma range); separable, borders reflected (torchvision's); OpenCV on the CPU (the NumPy twin with backend.set_cpu_warp('reference')).
+    
+    Inputs (positional only, 1):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        sigma: float | (float, float) | None = None [per-sample]: DALI's: standard deviation in pixels, one value or (sigma_h, sigma_w), per sample; left out, 0.3 * ((window - 1) / 2 - 1) + 0.8
+        window_size: int | (int, int) | None = None [per-sample]: DALI's: kernel diameter (odd), one value or (h, w); left out, 2 * ceil(3 * sigma) + 1
+        kernel_size: int | (int, int) | None = None: torchvision's: kernel size (odd), one value or (kx, ky)
+        sigma_range: (float, float) | None = None: torchvision GaussianBlur's sigma=(min, max): sigma drawn uniformly per sample, the same on both axes
+        probability: float = 1.0 [per-sample]: chance that a sample is blurred (else it is copied)
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'gaussian_blur_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output; uint8 images, same sizes
+    
+    Functional form: fn.gaussian_blur; class form: ops.GaussianBlur
     """
 
 def host_decoder(encoded: Any, /, *, output_type: str = 'RGB', hw_decoder_load: Any = None, use_fast_idct: Any = None, device_memory_padding: Any = None, host_memory_padding: Any = None, hybrid_huffman_threshold: Any = None, affine: Any = None, split_stages: Any = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
@@ -592,6 +651,81 @@ def image_decoder_slice(encoded: Any, anchor: Any, shape: Any, /, *, output_type
     Functional form: fn.image_decoder_slice; class form: ops.ImageDecoderSlice
     """
 
+def jitter(images: Any, /, *, nDegree: int = 2, fill_value: float | Sequence[Any] = 0.0, interp_type: Any | None = None, mask: int | DataNode = 1, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's jitter: each pixel replaced by a random neighbour within nDegree // 2.
+    
+    Inputs (positional only, 1):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        nDegree: int = 2: DALI's: each pixel is taken from one displaced by (rand mod nDegree) - nDegree // 2 in x and in y
+        fill_value: float | sequence = 0.0: DALI's: value where the displaced pixel lies outside
+        interp_type: types.DALIInterpType | None = None: DALI's: INTERP_NN only (nearest pixel)
+        mask: int = 1 [per-sample]: DALI's: 1 jitters the sample, 0 copies it (per sample)
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'jitter_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output; uint8 images, same sizes
+    
+    Functional form: fn.jitter; class form: ops.Jitter
+    """
+
+def jpeg_compression(images: Any, /, *, quality: int | tuple[int, int] | DataNode = 50, probability: float | DataNode = 1.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    JPEG compression artefacts: encode at a quality drawn per sample and decode (Pillow); CPU only.
+    
+    Inputs (positional only, 1):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        quality: int | (int, int) = 50 [per-sample]: JPEG quality 1..100: a number (DALI's, default 50), a (lo, hi) range drawn per sample, both ends included (torchvision's JPEG), or a per-sample input
+        probability: float = 1.0 [per-sample]: chance that a sample is compressed (else it is copied)
+    
+    Common keywords (every op):
+        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'jpeg_compression_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu
+    
+    Returns: one output; uint8 images, same sizes
+    
+    Aliases: fn.jpeg_compression_distortion
+    
+    Functional form: fn.jpeg_compression; class form: ops.JpegCompression
+    """
+
+def jpeg_compression_distortion(images: Any, /, *, quality: int | tuple[int, int] | DataNode = 50, probability: float | DataNode = 1.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    JPEG compression artefacts: encode at a quality drawn per sample and decode (Pillow); CPU only.
+    
+    Alias of fn.jpeg_compression (same arguments and behaviour).
+    
+    Inputs (positional only, 1):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        quality: int | (int, int) = 50 [per-sample]: JPEG quality 1..100: a number (DALI's, default 50), a (lo, hi) range drawn per sample, both ends included (torchvision's JPEG), or a per-sample input
+        probability: float = 1.0 [per-sample]: chance that a sample is compressed (else it is copied)
+    
+    Common keywords (every op):
+        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'jpeg_compression_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu
+    
+    Returns: one output; uint8 images, same sizes
+    
+    Functional form: fn.jpeg_compression_distortion; class form: ops.JpegCompressionDistortion
+    """
+
 def letterbox(images: Any, boxes: Any = ..., /, *, size: tuple[int, int] | None = None, fill: float | Sequence[Any] = 114.0, center: bool = True, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Fit into size=(h, w) keeping the aspect ratio, centred (or top-left with center=False, as keras-retinanet pads), padding with fill.
@@ -637,6 +771,34 @@ def materialize(images: Any, boxes: Any = ..., /, *, device: str | None = None, 
     Returns: one output per input (a tuple when there are two); same inputs, pending chain applied
     
     Functional form: fn.materialize; class form: ops.Materialize
+    """
+
+def noise(images: Any, /, *, mode: str = 'gaussian', mean: float | DataNode = 0.0, std: float | tuple[float, float] | DataNode = 10.0, amount: float | tuple[float, float] | DataNode = 0.05, salt_vs_pepper: float | tuple[float, float] | DataNode = 0.5, per_channel: bool | None = None, probability: float | DataNode = 1.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    Additive gaussian noise (std per sample) or salt and pepper (amount, salt_vs_pepper per sample); per-pixel draws keyed, the same on CPU and GPU.
+    
+    Inputs (positional only, 1):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        mode: str = 'gaussian': 'gaussian' (mean, std) or 'salt_and_pepper' (amount, salt_vs_pepper)
+        mean: float = 0.0 [per-sample]: gaussian: added to every value (pixel units)
+        std: float | (float, float) = 10.0 [per-sample]: gaussian: standard deviation in pixel units (0..255); a (lo, hi) range draws it uniformly per sample
+        amount: float | (float, float) = 0.05 [per-sample]: salt_and_pepper: fraction of pixels replaced; a (lo, hi) range draws it per sample
+        salt_vs_pepper: float | (float, float) = 0.5 [per-sample]: salt_and_pepper: fraction of the replaced pixels that are salt (255), the rest pepper (0); a range draws it
+        per_channel: bool | None = None: draw per channel (True) or once per pixel for every channel (False); None: True for gaussian, False for salt_and_pepper
+        probability: float = 1.0 [per-sample]: chance that a sample gets noise at all
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'noise_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output; uint8 images, same sizes
+    
+    Functional form: fn.noise; class form: ops.Noise
     """
 
 def normal(*, mean: float | DataNode = 0.0, stddev: float | DataNode = 1.0, shape: int | tuple | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
@@ -893,6 +1055,34 @@ def random_bbox_crop(boxes: Any, labels: Any = ..., /, *, thresholds: Sequence[f
     Returns: a number of outputs set by the arguments (a tuple when more than one); (anchor (B, 2) float32 [x, y], shape (B, 2) float32 [w, h], boxes per sample (n, 4) float32 relative to the crop[, labels][, bbox_indices])
     
     Functional form: fn.random_bbox_crop; class form: ops.RandomBBoxCrop
+    """
+
+def random_erasing(images: Any, boxes: Any = ..., /, *, probability: float | DataNode = 0.5, scale: Sequence[float] = (0.02, 0.33), ratio: Sequence[float] = (0.3, 3.3), value: float | Sequence[Any] | str = 0.0, min_visibility: float = 0.0, box_policy: str = 'drop', device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    Torchvision's RandomErasing (cutout): a rectangle of random area and aspect filled with a value or noise, per sample; boxes under min_visibility dropped or flagged.
+    
+    Inputs (positional only, 1 to 2):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+        boxes (optional): BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        probability: float = 0.5 [per-sample]: chance that a sample is erased (torchvision's p)
+        scale: sequence of float = (0.02, 0.33): (min, max) of the erased area as a fraction of the image
+        ratio: sequence of float = (0.3, 3.3): (min, max) of the rectangle's aspect ratio h / w, drawn in log space
+        value: float | sequence | str = 0.0: fill: one value, one per channel, or 'random' (uniform random bytes 0..255 per value; torchvision's normal noise is for float images)
+        min_visibility: float = 0.0: a box whose visible fraction (area outside the erased rectangles / its area) is under this is dropped or flagged
+        box_policy: str = 'drop': 'drop' (the box and its labels and fields) or 'flag' (fields 'occluded' and 'visibility' are written instead)
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'random_erasing_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output per input (a tuple when there are two); same inputs: uint8 images (same sizes) and boxes (dropped or flagged)
+    
+    Functional form: fn.random_erasing; class form: ops.RandomErasing
     """
 
 def random_iou_crop(images: Any, boxes: Any = ..., /, *, thresholds: Sequence[float] = (0.1, 0.3, 0.5, 0.7, 0.9), allow_no_crop: bool = True, scaling: tuple[float, float] = (0.3, 1.0), aspect_ratio: tuple[float, float] = (0.5, 2.0), num_attempts: int = 50, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
@@ -1215,6 +1405,84 @@ class decoders:
         Aliases: fn.image_decoder_slice
         
         Functional form: fn.decoders.image_slice; class form: ops.decoders.ImageSlice
+        """
+
+
+class noise:
+    """fn.noise.*"""
+
+    @staticmethod
+    def gaussian(images: Any, /, *, mean: float | DataNode = 0.0, stddev: float | DataNode = 1.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's gaussian noise: out = x + N(mean, stddev) per element, rounded and clamped.
+        
+        Inputs (positional only, 1):
+            images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+        
+        Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+            mean: float = 0.0 [per-sample]: DALI's: mean of the noise (pixel units)
+            stddev: float = 1.0 [per-sample]: DALI's: standard deviation of the noise (pixel units)
+        
+        Common keywords (every op):
+            device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'noise.gaussian_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu, gpu
+        
+        Returns: one output; uint8 images, same sizes
+        
+        Functional form: fn.noise.gaussian; class form: ops.noise.Gaussian
+        """
+
+    @staticmethod
+    def salt_and_pepper(images: Any, /, *, prob: float | DataNode = 0.05, salt_vs_pepper: float | DataNode = 0.5, salt_val: float | None | DataNode = None, pepper_val: float | None | DataNode = None, per_channel: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's salt and pepper noise (prob, salt_vs_pepper, salt_val, pepper_val per sample).
+        
+        Inputs (positional only, 1):
+            images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+        
+        Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+            prob: float = 0.05 [per-sample]: DALI's: probability of a value (pixel, or element with per_channel) being replaced
+            salt_vs_pepper: float = 0.5 [per-sample]: DALI's: probability that a replaced value is salt
+            salt_val: float | None = None [per-sample]: DALI's: salt value (None: 255 for uint8)
+            pepper_val: float | None = None [per-sample]: DALI's: pepper value (None: 0 for uint8)
+            per_channel: bool = False: DALI's: draw per channel (True) or per pixel (False)
+        
+        Common keywords (every op):
+            device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'noise.salt_and_pepper_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu, gpu
+        
+        Returns: one output; uint8 images, same sizes
+        
+        Functional form: fn.noise.salt_and_pepper; class form: ops.noise.SaltAndPepper
+        """
+
+    @staticmethod
+    def shot(images: Any, /, *, factor: float | DataNode = 20.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's shot noise: out = poisson(x / factor) * factor, rounded and clamped (Poisson by inversion; a rounded normal from a mean of 32).
+        
+        Inputs (positional only, 1):
+            images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+        
+        Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+            factor: float = 20.0 [per-sample]: DALI's: out = poisson(x / factor) * factor (<= 0: no noise)
+        
+        Common keywords (every op):
+            device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'noise.shot_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu, gpu
+        
+        Returns: one output; uint8 images, same sizes
+        
+        Functional form: fn.noise.shot; class form: ops.noise.Shot
         """
 
 

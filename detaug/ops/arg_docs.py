@@ -60,6 +60,32 @@ SHARED = {
 }
 
 ARG_DOCS = {
+    # pixel ops (detaug/ops/pixel.py, erase.py): types here, meanings in their declarations
+    "gaussian_blur": {
+        "sigma": ("float | (float, float) | None", "DALI's sigma, per axis (h, w)"),
+        "window_size": ("int | (int, int) | None", "DALI's window, per axis (h, w)"),
+        "kernel_size": ("int | (int, int) | None", "torchvision's kernel size (kx, ky)"),
+        "sigma_range": ("(float, float) | None", "torchvision's sigma range"),
+    },
+    "noise": {
+        "std": ("float | (float, float)", "standard deviation, or a range drawn per sample"),
+        "amount": ("float | (float, float)", "fraction replaced, or a range drawn per sample"),
+        "salt_vs_pepper": ("float | (float, float)", "salt share, or a range drawn per sample"),
+        "per_channel": ("bool | None", "draw per channel or per pixel"),
+    },
+    "noise.salt_and_pepper": {
+        "salt_val": ("float | None", "salt value"), "pepper_val": ("float | None", "pepper value"),
+    },
+    "jitter": {"interp_type": ("types.DALIInterpType | None", "INTERP_NN only"),
+               "fill_value": ("float | sequence", "fill where the moved pixel is outside")},
+    "jpeg_compression": {"quality": ("int | (int, int)", "JPEG quality or a range")},
+    "random_erasing": {"value": ("float | sequence | str", "fill value(s) or 'random'")},
+    "erase": {
+        "anchor": ("sequence of float", "region starts"), "shape": ("sequence of float", "region extents"),
+        "axis_names": ("str", "the axes anchor and shape give"),
+        "axes": ("sequence of int | None", "the axes by index"),
+        "fill_value": ("float | sequence", "fill value(s)"),
+    },
     "prune_boxes": {
         "clip": ("bool", "clip boxes to [0, W] x [0, H] before the tests below"),
         "min_size": ("float", "drop boxes whose width or height (pixels, after clipping) is below this"),
