@@ -16,15 +16,20 @@
 //   meta_i[16 b + k]     k = 0 in_h, 1 in_w, 2 in_pitch (bytes per row), 3 out_h, 4 out_w,
 //                        5 nx, 6 ny (taps per axis), 7 element offset of the output in `out`,
 //                        8..11 cx0, cx1, cy0, cy1 (the columns / rows taps are clamped to),
-//                        12 nslab, 13 offset g of the sample's doubles in `inv`
+//                        12 nslab, 13 offset g of the sample's doubles in `inv`, 14 projective
+//                        (1: inv(M) is a homography, points map with the perspective divide)
 //   inv[g + k]           k < 6: rows 0 and 1 of inv(M) (output -> input coordinates), float64;
 //                        6..9: the rect x_lo, x_hi, y_lo, y_hi (source coordinates);
-//                        then nslab slabs of (a, b, c, r, fill[C]) (output coordinates)
+//                        10..12: row 2 of inv(M) (read only when projective);
+//                        then nslab slabs of (a, b, c, r, d, e, f, fill[C]) (output coordinates;
+//                        d, e, f read only when projective)
 //   meta_f[3 C b + k]    fill[C] (outside the rect), mean[C], std[C] (mean 0 / std 1 when not
 //                        normalizing)
 //
 // Math: output pixel (i, j) is the mean over a < nx, b < ny of the bilinear sample at
-// inv(M) @ (j + (a + 0.5) / nx, i + (b + 0.5) / ny); with u = x - 0.5, v = y - 0.5 the taps are
+// inv(M) @ (j + (a + 0.5) / nx, i + (b + 0.5) / ny) (a projective sample: x = ((a00 ox + a01 oy)
+// + a02) / ((a20 ox + a21 oy) + a22), y alike, and a slab's value divided by (d ox + e oy) + f;
+// affine samples never divide, so they compute exactly as before); with u = x - 0.5, v = y - 0.5 the taps are
 // floor(u) + {0, 1} x floor(v) + {0, 1}, clamped to [cx0, cx1] x [cy0, cy1] (the image, or the
 // part of it a fused chain's crops keep); a point outside the rect [x_lo, x_hi) x [y_lo, y_hi)
 // (the image, or its intersection with the chain's axis-aligned canvases) takes fill, and one
@@ -161,9 +166,24 @@ struct WarpSample {
     int cx0, cx1, cy0, cy1;  // taps are clamped to these columns / rows
     double xlo, xhi, ylo, yhi;  // the rect, source coordinates
     double a00, a01, a02, a10, a11, a12;
+    double a20, a21, a22;  // row 2 of inv(M): read only when proj
     int nslab;
-    const double* slabs;  // nslab x (a, b, c, r, fill[C])
+    bool proj;  // a homography (perspective): divide
+    const double* slabs;  // nslab x (a, b, c, r, d, e, f, fill[C])
 };
+
+// The input point of output position (ox, oy): x = (a00 ox + a01 oy) + a02 (y alike), divided by
+// w = (a20 ox + a21 oy) + a22 for a projective sample (the twin's _source_points, same roundings).
+__device__ __forceinline__ void source_point(const WarpSample& s, double ox, double oy, double& x,
+                                             double& y) {
+    x = __dadd_rn(__dadd_rn(__dmul_rn(s.a00, ox), __dmul_rn(s.a01, oy)), s.a02);
+    y = __dadd_rn(__dadd_rn(__dmul_rn(s.a10, ox), __dmul_rn(s.a11, oy)), s.a12);
+    if (s.proj) {
+        const double w = __dadd_rn(__dadd_rn(__dmul_rn(s.a20, ox), __dmul_rn(s.a21, oy)), s.a22);
+        x = __ddiv_rn(x, w);
+        y = __ddiv_rn(y, w);
+    }
+}
 
 // Taps along one axis for the input coordinate t (inside the rect, so inside the image): u =
 // t - 0.5, the neighbours floor(u) and floor(u) + 1 clamped to [lo, hi], and the fraction
@@ -229,12 +249,15 @@ __device__ __forceinline__ void sample_point(float (&val)[C], const WarpSample& 
                                              double y, double ox, double oy,
                                              const float (&fs)[C]) {
     for (int k = 0; k < s.nslab; ++k) {  // uniform per sample; none in the common chains
-        const double* sl = s.slabs + k * (4 + C);
-        const double v = __dadd_rn(__dadd_rn(__dmul_rn(sl[0], ox), __dmul_rn(sl[1], oy)), sl[2]);
+        const double* sl = s.slabs + k * (7 + C);
+        double v = __dadd_rn(__dadd_rn(__dmul_rn(sl[0], ox), __dmul_rn(sl[1], oy)), sl[2]);
+        if (s.proj) {  // the canvas before a perspective: its slab with the divide
+            v = __ddiv_rn(v, __dadd_rn(__dadd_rn(__dmul_rn(sl[4], ox), __dmul_rn(sl[5], oy)), sl[6]));
+        }
         if (!(v >= 0.0 && v < sl[3])) {
 #pragma unroll
             for (int c = 0; c < C; ++c) {
-                const float f = static_cast<float>(sl[4 + c]) * DETAUG_V_SCALE;
+                const float f = static_cast<float>(sl[7 + c]) * DETAUG_V_SCALE;
                 val[c] = ACC ? val[c] + f : f;
             }
             return;
@@ -312,12 +335,14 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
     s.cy0 = static_cast<int>(mi[10]);
     s.cy1 = static_cast<int>(mi[11]);
     s.nslab = static_cast<int>(mi[12]);
+    s.proj = mi[14] != 0;
     s.src = reinterpret_cast<const unsigned char*>(static_cast<size_t>(in_ptr[b]));
     const double* m = inv + mi[13];
     s.a00 = m[0]; s.a01 = m[1]; s.a02 = m[2];
     s.a10 = m[3]; s.a11 = m[4]; s.a12 = m[5];
     s.xlo = m[6]; s.xhi = m[7]; s.ylo = m[8]; s.yhi = m[9];
-    s.slabs = m + 10;
+    s.a20 = m[10]; s.a21 = m[11]; s.a22 = m[12];
+    s.slabs = m + 13;
     const int nx = static_cast<int>(mi[5]);
     const int ny = static_cast<int>(mi[6]);
     const float scale = 1.0f / static_cast<float>(nx * ny);  // antialias mean
@@ -353,7 +378,7 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
         double ox = __dadd_rn(jd, 0.5), oy = __dadd_rn(id, 0.5);
         walk.off = 0.5;
         unsigned int idx = 0;
-        if (DETAUG_WARP_AXIS && s.a01 == 0.0 && s.a10 == 0.0 && s.nslab == 0) {
+        if (DETAUG_WARP_AXIS && s.a01 == 0.0 && s.a10 == 0.0 && s.nslab == 0 && !s.proj) {
             // Axis-aligned (crop, flip, resize, zoom-out, letterbox; uniform per sample): x
             // depends on the column alone and y on the row alone. a01 * oy and a10 * ox are +-0,
             // and t + (+-0) = t for t != 0, so x = a00 * ox + a02 and y = a11 * oy + a12 are
@@ -393,9 +418,8 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
         }
 #pragma unroll 1
         for (int kk = 0; kk < n; ++kk) {
-            const double ty = __dmul_rn(s.a01, oy), ty1 = __dmul_rn(s.a11, oy);
-            const double x = __dadd_rn(__dadd_rn(__dmul_rn(s.a00, ox), ty), s.a02);
-            const double y = __dadd_rn(__dadd_rn(__dmul_rn(s.a10, ox), ty1), s.a12);
+            double x, y;
+            source_point(s, ox, oy, x, y);
             float val[C];
             sample_point<C, false>(val, s, x, y, ox, oy, fs);
             store_pixel<C, OutT>(q, idx, val, k, bias);
@@ -420,8 +444,14 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
             double numx = 1.0;
             for (int ta = 0; ta < nx; ++ta, numx = __dadd_rn(numx, 2.0)) {
                 const double ox = __dadd_rn(jd, tap_offset(numx, dx, rx));
-                const double x = __dadd_rn(__dadd_rn(__dmul_rn(s.a00, ox), ty), s.a02);
-                const double y = __dadd_rn(__dadd_rn(__dmul_rn(s.a10, ox), ty1), s.a12);
+                double x = __dadd_rn(__dadd_rn(__dmul_rn(s.a00, ox), ty), s.a02);
+                double y = __dadd_rn(__dadd_rn(__dmul_rn(s.a10, ox), ty1), s.a12);
+                if (s.proj) {  // uniform per sample
+                    const double w =
+                        __dadd_rn(__dadd_rn(__dmul_rn(s.a20, ox), __dmul_rn(s.a21, oy)), s.a22);
+                    x = __ddiv_rn(x, w);
+                    y = __ddiv_rn(y, w);
+                }
                 sample_point<C, true>(acc, s, x, y, ox, oy, fs);
             }
         }

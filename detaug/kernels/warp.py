@@ -45,7 +45,8 @@ class _Spec:
     """Validated, per-sample arrays shared by the three implementations."""
 
     __slots__ = ("images", "B", "C", "in_shapes", "in_pitches", "inv", "taps", "out_sizes", "fill",
-                 "mean", "std", "out_dtype", "layout", "rect", "clamp", "slabs", "slab_fill", "nslab")
+                 "mean", "std", "out_dtype", "layout", "rect", "clamp", "slabs", "slab_fill", "nslab",
+                 "proj")
 
 
 def _per_sample_channels(value, B, C, name, default=None):
@@ -70,13 +71,48 @@ def _as_image_list(images):
     return list(images)
 
 
-def taps_for(inv: np.ndarray, antialias: bool, max_taps: int) -> np.ndarray:
-    """Supersampling taps ``(nx, ny)`` per sample from the inverse matrices ``(B, 3, 3)``."""
+def _projective_scale(inv: np.ndarray, out_sizes) -> np.ndarray:
+    """(B, 2): the largest norms of the columns of the inverse map's Jacobian over the output
+    canvas, for projective ``inv`` (B, 3, 3), taken at its 4 corners and its centre. With
+    ``(x, y) = (N0, N1) / w`` the Jacobian's column k is ``(inv[0, k] - x inv[2, k],
+    inv[1, k] - y inv[2, k]) / w``; its scale is a smooth function of ``1 / w``, which is
+    monotone along every line of a canvas the map keeps on one side of the horizon, so the
+    corners bound it."""
+    h, w = (np.asarray(out_sizes, np.float64)[:, i] for i in (0, 1))
+    pts = np.stack([np.stack([0 * w, 0 * h], -1), np.stack([w, 0 * h], -1), np.stack([0 * w, h], -1),
+                    np.stack([w, h], -1), np.stack([w / 2, h / 2], -1)], 1)  # (B, 5, 2)
+    num = pts @ np.swapaxes(inv[:, :2, :2], 1, 2) + inv[:, None, :2, 2]
+    den = pts @ inv[:, 2, :2, None] + inv[:, None, 2, 2:3]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        xy = num / den
+        cols = [np.hypot(inv[:, None, 0, k] - xy[..., 0] * inv[:, None, 2, k],
+                         inv[:, None, 1, k] - xy[..., 1] * inv[:, None, 2, k]) / np.abs(den[..., 0])
+                for k in (0, 1)]
+    s = np.stack([c.max(1) for c in cols], -1)
+    return np.where(np.isfinite(s), s, np.inf)
+
+
+def taps_for(inv: np.ndarray, antialias: bool, max_taps: int, out_sizes=None) -> np.ndarray:
+    """Supersampling taps ``(nx, ny)`` per sample from the inverse matrices ``(B, 3, 3)``. For
+    a projective sample (a perspective in the chain; ``out_sizes`` (B, 2) then needed) the
+    local scale varies over the output: the taps are set by the most shrunk point of the
+    canvas (:func:`_projective_scale`), for the whole sample, so no part is under-sampled and
+    the less shrunk parts take more taps than they need (the same box filter over each output
+    pixel, sampled more finely)."""
     B = inv.shape[0]
     if not antialias:
         return np.ones((B, 2), dtype=np.int64)
     s = np.hypot(inv[:, 0, :2], inv[:, 1, :2])  # (B, 2): norms of inv(A)'s columns 0 and 1
-    return np.clip(np.ceil(s - 1e-3), 1, max_taps).astype(np.int64)
+    proj = _proj_rows(inv)
+    if proj.any():
+        s = s.copy()
+        s[proj] = _projective_scale(inv[proj], np.asarray(out_sizes)[proj])
+    return np.clip(np.ceil(np.minimum(s, 2.0 * max_taps) - 1e-3), 1, max_taps).astype(np.int64)
+
+
+def _proj_rows(m: np.ndarray) -> np.ndarray:
+    """(B,) whether each (B, 3, 3) matrix is projective (last row not [0, 0, 1])."""
+    return (m[:, 2, 0] != 0) | (m[:, 2, 1] != 0) | (m[:, 2, 2] != 1)
 
 
 def _check_images(imgs) -> int:
@@ -96,13 +132,18 @@ def _check_images(imgs) -> int:
 
 
 def _check_geometry(matrices, out_sizes, B):
-    """``(B, 3, 3)`` float64 affine, invertible matrices and ``(B, 2)`` positive sizes."""
+    """``(B, 3, 3)`` float64 invertible matrices (affine, or projective: a homography) and
+    ``(B, 2)`` positive sizes."""
     mats = np.asarray(matrices, dtype=np.float64).reshape(-1, 3, 3) if B else np.zeros((0, 3, 3))
     if mats.shape != (B, 3, 3):
         raise ValueError(f"matrices must be ({B}, 3, 3); got {np.shape(matrices)}")
-    if not np.all(np.isfinite(mats)) or not np.allclose(mats[:, 2], [0.0, 0.0, 1.0], atol=1e-12):
-        raise ValueError("matrices must be finite affine 3x3 matrices (last row [0, 0, 1])")
+    if not np.all(np.isfinite(mats)):
+        raise ValueError("matrices must be finite 3x3 matrices")
     det = mats[:, 0, 0] * mats[:, 1, 1] - mats[:, 0, 1] * mats[:, 1, 0]
+    proj = _proj_rows(mats)
+    if proj.any():
+        det = np.where(proj, np.linalg.det(mats) / np.maximum(np.abs(mats).max((1, 2)), 1e-300) ** 3,
+                       det)
     if np.any(np.abs(det) < 1e-12):
         bad = np.nonzero(np.abs(det) < 1e-12)[0].tolist()
         raise ValueError(f"singular matrix for samples {bad}")
@@ -134,12 +175,15 @@ def _region(region, in_shapes, B, C):
     the given region, checked, or the whole source image (no slabs)."""
     if region is None:
         rect = canvas_rects(in_shapes[:, :2])[:, [0, 2, 1, 3]]  # [0, W, 0, H]
-        return (rect, clamp_of_rect(rect, in_shapes[:, :2]), np.zeros((B, 0, 4)),
+        return (rect, clamp_of_rect(rect, in_shapes[:, :2]), np.zeros((B, 0, 7)),
                 np.zeros((B, 0, C)), np.zeros(B, np.int64))
     rect, clamp, slabs, slab_fill, nslab = region
     rect = np.asarray(rect, np.float64).reshape(B, 4)
     clamp = np.asarray(clamp, np.int64).reshape(B, 4)
-    slabs = np.asarray(slabs, np.float64).reshape(B, -1, 4)
+    slabs = np.asarray(slabs, np.float64)
+    slabs = slabs.reshape(B, -1, slabs.shape[-1] if slabs.ndim == 3 and slabs.shape[-1] == 7 else 4)
+    if slabs.shape[-1] == 4:  # affine slabs: denominator (0 ox + 0 oy) + 1
+        slabs = np.concatenate([slabs, np.broadcast_to([0.0, 0.0, 1.0], slabs.shape[:2] + (3,))], -1)
     slab_fill = np.asarray(slab_fill, np.float64)
     slab_fill = np.broadcast_to(slab_fill.reshape(B, slabs.shape[1], -1) if slab_fill.size else
                                 slab_fill, (B, slabs.shape[1], C)).copy()
@@ -181,8 +225,13 @@ def _prepare(images, matrices, out_sizes, fill, antialias, max_taps, mean, std, 
     spec.images, spec.B, spec.C = imgs, B, C
     spec.in_shapes, spec.in_pitches = in_shapes, in_pitches
     spec.inv = np.linalg.inv(mats) if B else mats.copy()
-    spec.inv[:, 2] = (0.0, 0.0, 1.0)
-    spec.taps = taps_for(spec.inv, antialias, int(max_taps))
+    proj = _proj_rows(mats)
+    spec.inv[~proj, 2] = (0.0, 0.0, 1.0)
+    if proj.any():  # homographies: the inverse scaled to a last entry of 1 where it is not 0
+        d = spec.inv[proj, 2, 2]
+        spec.inv[proj] /= np.where(d != 0, d, 1.0)[:, None, None]
+    spec.proj = proj
+    spec.taps = taps_for(spec.inv, antialias, int(max_taps), sizes)
     spec.out_sizes = sizes
     spec.fill = _per_sample_channels(fill, B, C, "fill")
     normalize = mean is not None or std is not None
@@ -240,10 +289,27 @@ def _bilinear(img: np.ndarray, x: np.ndarray, y: np.ndarray, clamp) -> np.ndarra
 
 
 def _slab_inside(slab, ox, oy):
-    """Whether output points ``(ox, oy)`` lie in the slab ``0 <= (a ox + b oy) + c < r``."""
-    a, b, c, r = slab
+    """Whether output points ``(ox, oy)`` lie in the slab ``0 <= (a ox + b oy) + c < r``; a
+    projective slab ``[a, b, c, r, d, e, f]`` divides by ``(d ox + e oy) + f`` first."""
+    a, b, c, r = slab[:4]
     v = (a * ox + b * oy) + c
+    if len(slab) > 4 and (slab[4] != 0 or slab[5] != 0 or slab[6] != 1):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            v = v / ((slab[4] * ox + slab[5] * oy) + slab[6])
     return (v >= 0) & (v < r)
+
+
+def _source_points(inv, ox, oy):
+    """The input points ``(x, y)`` of output positions ``(ox, oy)`` through ``inv`` (3, 3), as
+    warp.cu computes them: ``x = (a00 ox + a01 oy) + a02`` (y alike), then, for a projective
+    ``inv``, divided by ``w = (a20 ox + a21 oy) + a22``."""
+    x = inv[0, 0] * ox + inv[0, 1] * oy + inv[0, 2]
+    y = inv[1, 0] * ox + inv[1, 1] * oy + inv[1, 2]
+    if inv[2, 0] != 0 or inv[2, 1] != 0 or inv[2, 2] != 1:
+        w = inv[2, 0] * ox + inv[2, 1] * oy + inv[2, 2]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            x, y = x / w, y / w
+    return x, y
 
 
 def _warp_one_numpy(img, inv, nx, ny, out_hw, spec, b) -> np.ndarray:
@@ -256,9 +322,9 @@ def _warp_one_numpy(img, inv, nx, ny, out_hw, spec, b) -> np.ndarray:
         oy = ii + (tb + 0.5) / ny
         for ta in range(nx):
             ox = jj + (ta + 0.5) / nx
-            x = inv[0, 0] * ox + inv[0, 1] * oy + inv[0, 2]
-            y = inv[1, 0] * ox + inv[1, 1] * oy + inv[1, 2]
+            x, y = _source_points(inv, ox, oy)
             inside = (x >= rect[0]) & (x < rect[1]) & (y >= rect[2]) & (y < rect[3])
+            x, y = np.where(inside, x, 0.0), np.where(inside, y, 0.0)  # no NaN into the taps
             value = np.where(inside[..., None], _bilinear(src, x, y, clamp), spec.fill[b])
             for k in range(int(spec.nslab[b]) - 1, -1, -1):  # the first slab wins: applied last
                 value = np.where(_slab_inside(spec.slabs[b, k], ox, oy)[..., None], value,
@@ -327,7 +393,12 @@ def _inside_masks(inv, ox, oy, spec, b, grid):
     (columns) and ``oy`` (rows), by the twin's formulas: as a (rows, cols) grid when ``grid``,
     else point by point (``ox``, ``oy`` of one shape)."""
     rect = spec.rect[b]
-    if grid:
+    if spec.proj[b]:  # a homography: the points with the divide, as the twin maps them
+        if grid:
+            ox, oy = ox[None, :], oy[:, None]
+        x, y = _source_points(inv, ox, oy)
+        inside = (x >= rect[0]) & (x < rect[1]) & (y >= rect[2]) & (y < rect[3])
+    elif grid:
         if inv[0, 1] == 0 and inv[1, 0] == 0:  # axis-aligned: x from the column, y from the row
             x, y = inv[0, 0] * ox + inv[0, 2], inv[1, 1] * oy + inv[1, 2]
             inside = ((y >= rect[2]) & (y < rect[3]))[:, None] & ((x >= rect[0]) & (x < rect[1]))[None, :]
@@ -346,6 +417,8 @@ def _inside_masks(inv, ox, oy, spec, b, grid):
 def _reaches_outside(inv, nx, ny, out_hw, spec, b) -> bool:
     """Whether any sample point of the output grid falls outside the region (the sample points'
     hull is the parallelogram of the four extreme ones, and the region is convex)."""
+    if spec.proj[b]:  # a homography may bend the hull past the horizon: always test
+        return True
     h, w = out_hw
     px, py = np.meshgrid([0.5 / nx, w - 0.5 / nx], [0.5 / ny, h - 0.5 / ny])
     inside, slabs = _inside_masks(inv, px, py, spec, b, grid=False)
@@ -361,10 +434,17 @@ def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layou
     h, w = (int(s) for s in out_hw)
     C = img.shape[2]
     shrink = nx * ny > 1
-    m_idx = _index_inverse(inv, nx, ny)[:2]
+    proj = bool(spec.proj[b])
     cx0, cx1, cy0, cy1 = (int(v) for v in spec.clamp[b])
-    m_idx[0, 2] -= cx0
-    m_idx[1, 2] -= cy0
+    if proj:  # cv2.warpPerspective: the whole 3x3 map, shifted to the clamp rectangle's origin
+        m_idx = _index_inverse(inv, nx, ny)
+        m_idx[0] -= cx0 * m_idx[2]
+        m_idx[1] -= cy0 * m_idx[2]
+    else:
+        m_idx = _index_inverse(inv, nx, ny)[:2]
+        m_idx[0, 2] -= cx0
+        m_idx[1, 2] -= cy0
+    warp = cv2.warpPerspective if proj else cv2.warpAffine
     outside = _reaches_outside(inv, nx, ny, (h, w), spec, b)
     fills = [spec.fill[b]] + [spec.slab_fill[b, k] for k in range(int(spec.nslab[b]))]
     exact_fill = all(float(f).is_integer() and 0 <= f <= 255 for fv in fills for f in fv)
@@ -375,12 +455,12 @@ def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layou
     direct = out_dtype == np.uint8 and layout == "HWC" and not shrink and src.dtype == np.uint8
     if direct:
         target = plane(dst)
-        _put(target, cv2.warpAffine(plane(src), m_idx, (w, h), dst=target, flags=flags,
-                                    borderMode=cv2.BORDER_REPLICATE))
+        _put(target, warp(plane(src), m_idx, (w, h), dst=target, flags=flags,
+                          borderMode=cv2.BORDER_REPLICATE))
         big = dst
     else:
-        big = cv2.warpAffine(plane(src), m_idx, (nx * w, ny * h), flags=flags,
-                             borderMode=cv2.BORDER_REPLICATE)  # (H, W) where C == 1
+        big = warp(plane(src), m_idx, (nx * w, ny * h), flags=flags,
+                   borderMode=cv2.BORDER_REPLICATE)  # (H, W) where C == 1
     if outside:
         inside, slabs = _inside_masks(inv, _grid_positions(w, nx), _grid_positions(h, ny), spec, b,
                                       grid=True)
@@ -467,7 +547,7 @@ def warp_cv2(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=
 # --------------------------------------------------------------------------- CUDA path
 _KERNEL_DTYPE = {np.dtype(np.uint8): "u8", np.dtype(np.float32): "f32", np.dtype(np.float16): "f16"}
 _META_INTS = 16  # in_h, in_w, in_pitch, out_h, out_w, nx, ny, out_offset, cx0, cx1, cy0, cy1,
-#                 nslab, geo_offset, 2 unused
+#                 nslab, geo_offset, projective, 1 unused
 
 
 def _device_inputs(cp, images):
@@ -506,10 +586,12 @@ def launch_plan(spec: _Spec) -> dict:
     meta_i[:, 7] = offsets[:-1]
     meta_i[:, 8:12] = spec.clamp
     meta_i[:, 12] = spec.nslab
-    meta_i[:, 14:] = 0
-    # per sample: inv(M) rows 0 and 1, the rect, then the slabs (a, b, c, r, fill[C]) each
+    meta_i[:, 14] = spec.proj
+    meta_i[:, 15] = 0
+    # per sample: inv(M) rows 0 and 1, the rect, inv(M) row 2, then the slabs (a, b, c, r,
+    # d, e, f, fill[C]) each
     slabs = np.concatenate([spec.slabs, spec.slab_fill], -1).reshape(B, -1)
-    geo = np.concatenate([spec.inv[:, :2, :].reshape(B, 6), spec.rect, slabs], 1)
+    geo = np.concatenate([spec.inv[:, :2, :].reshape(B, 6), spec.rect, spec.inv[:, 2, :], slabs], 1)
     meta_i[:, 13] = np.arange(B) * geo.shape[1]
     mean = spec.mean if spec.mean is not None else np.zeros((B, C))
     std = spec.std if spec.std is not None else np.ones((B, C))
