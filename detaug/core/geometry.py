@@ -119,9 +119,13 @@ def homography(start, end) -> np.ndarray:
     rows_v = np.stack([zero, zero, zero, x, y, one, -v * x, -v * y], -1)
     a = np.concatenate([rows_u, rows_v], 1)  # (B, 8, 8)
     rhs = np.concatenate([u, v], 1)
-    det = np.linalg.det(a)
-    scale = np.abs(a).max((1, 2)) ** 8
-    bad = ~np.isfinite(det) | (np.abs(det) <= 1e-12 * scale)
+    bad = ~(np.isfinite(s).all((1, 2)) & np.isfinite(e).all((1, 2)))
+    for q in (s, e):  # a homography needs 4 points, no 3 of them on a line, on each side
+        for i, j, k in ((0, 1, 2), (0, 1, 3), (0, 2, 3), (1, 2, 3)):
+            d1, d2 = q[:, j] - q[:, i], q[:, k] - q[:, i]
+            cross = d1[:, 0] * d2[:, 1] - d1[:, 1] * d2[:, 0]
+            span = np.maximum(np.abs(d1).max(1), np.abs(d2).max(1))
+            bad |= ~(np.abs(cross) > 1e-9 * span * span)
     if bad.any():
         raise ValueError(f"perspective: the corner points of samples {np.nonzero(bad)[0].tolist()} "
                          "are degenerate (three on a line, or repeated)")
