@@ -3,8 +3,8 @@ tests/test_warp.py's C++ shim, OpenCV's warpPerspective path and the GPU, each a
 NumPy twin; boxes.cu's divide on the GPU against the box twin.
 
 Tolerances: the emulated kernel computes coordinates with the twin's very operations (the divide
-correctly rounded on both), so uint8 outputs agree within 1 grey level (float32 sums) and float32
-within 1e-3 / 58; OpenCV quantises sample positions to 1/32 px: PSNR >= 40 dB against the twin.
+through a reciprocal and one residual step: the twin's quotient but for rare last bits), so uint8
+outputs agree within 1 grey level (float32 sums) and float32 within 1e-3 / 58; OpenCV quantises sample positions to 1/32 px: PSNR >= 40 dB against the twin.
 """
 from __future__ import annotations
 

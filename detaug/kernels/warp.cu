@@ -51,7 +51,9 @@
 // rounding through a round-down add, normalize as one fma with 1 / std computed once, 32-bit
 // indices off per-lane base pointers. Results are unchanged up to float32 rounding of the
 // epilogue (1 / std instead of a division).
-// Registers: 64 (C = 3, 4 blocks of 256 per SM), <= 80 (C = 1, 3 blocks), no spills. The
+// Registers: 64 (C = 3, 4 blocks of 256 per SM), <= 80 (C = 1, 3 blocks), no spills (ptxas,
+// sm_90, CUDA 13.0); the _p kernels of batches with a perspective: the same counts with 52-64
+// bytes of spill stores (the divide's registers). The
 // tunables below were timed by benchmarks/warp_sweep.py (benchmarks/RESULTS.md).
 
 // Tunables (compile-time; benchmarks/warp_sweep.py times other values with -D options):
@@ -166,22 +168,52 @@ struct WarpSample {
     int cx0, cx1, cy0, cy1;  // taps are clamped to these columns / rows
     double xlo, xhi, ylo, yhi;  // the rect, source coordinates
     double a00, a01, a02, a10, a11, a12;
-    double a20, a21, a22;  // row 2 of inv(M): read only when proj
     int nslab;
-    bool proj;  // a homography (perspective): divide
-    const double* slabs;  // nslab x (a, b, c, r, d, e, f, fill[C])
+    const double* slabs;  // nslab x (a, b, c, r, d, e, f, fill[C]), after inv(M)'s row 2
 };
 
+// The perspective denominator (a20 ox + a21 oy) + a22 of a projective sample: row 2 of inv(M),
+// read at slabs - 3 when needed.
+__device__ __forceinline__ double proj_w(const WarpSample& s, double ox, double oy) {
+    const double* r = s.slabs - 3;
+    return __dadd_rn(__dadd_rn(__dmul_rn(__ldg(r), ox), __dmul_rn(__ldg(r + 1), oy)), __ldg(r + 2));
+}
+
+// 1 / w for the perspective divide, without a call: CUDA's correctly rounded division has a slow
+// path that is a function call, and a call in the kernel made every body spill registers. The
+// hardware's approximate reciprocal (about 2^-23) and two Newton steps give 1 / w within an ulp.
+__device__ __forceinline__ double recip(double w) {
+#ifdef __CUDA_ARCH__
+    double r;
+    asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(r) : "d"(w));
+    double e = __fma_rn(-w, r, 1.0);
+    r = __fma_rn(r, e, r);
+    e = __fma_rn(-w, r, 1.0);
+    return __fma_rn(r, e, r);
+#else
+    return 1.0 / w;
+#endif
+}
+
+// x / w from r ~ 1 / w: the product, then one residual step (the correctly rounded quotient but
+// for rare last-bit cases; w = 0 gives NaN, outside every test, as the twin's infinity is).
+__device__ __forceinline__ double quot(double x, double w, double r) {
+    const double q = __dmul_rn(x, r);
+    return __fma_rn(__fma_rn(-q, w, x), r, q);
+}
+
 // The input point of output position (ox, oy): x = (a00 ox + a01 oy) + a02 (y alike), divided by
-// w = (a20 ox + a21 oy) + a22 for a projective sample (the twin's _source_points, same roundings).
+// w = (a20 ox + a21 oy) + a22 for a projective sample (the twin's _source_points; the quotient
+// within the last bit of the twin's).
+template <bool PROJ>
 __device__ __forceinline__ void source_point(const WarpSample& s, double ox, double oy, double& x,
                                              double& y) {
     x = __dadd_rn(__dadd_rn(__dmul_rn(s.a00, ox), __dmul_rn(s.a01, oy)), s.a02);
     y = __dadd_rn(__dadd_rn(__dmul_rn(s.a10, ox), __dmul_rn(s.a11, oy)), s.a12);
-    if (s.proj) {
-        const double w = __dadd_rn(__dadd_rn(__dmul_rn(s.a20, ox), __dmul_rn(s.a21, oy)), s.a22);
-        x = __ddiv_rn(x, w);
-        y = __ddiv_rn(y, w);
+    if (PROJ) {
+        const double w = proj_w(s, ox, oy), r = recip(w);
+        x = quot(x, w, r);
+        y = quot(y, w, r);
     }
 }
 
@@ -244,15 +276,16 @@ __device__ __forceinline__ const unsigned char* row_ptr(const WarpSample& s, uns
 // val), scaled by 2^-22 (see byte_bits). A violated slab gives its fill (the first one wins);
 // outside the rect: fill as a whole (fs: fill * 2^-22); inside, taps clamped to the clamp
 // rectangle (its edge pixels replicate).
-template <int C, bool ACC>
+template <int C, bool ACC, bool PROJ>
 __device__ __forceinline__ void sample_point(float (&val)[C], const WarpSample& s, double x,
                                              double y, double ox, double oy,
                                              const float (&fs)[C]) {
     for (int k = 0; k < s.nslab; ++k) {  // uniform per sample; none in the common chains
         const double* sl = s.slabs + k * (7 + C);
         double v = __dadd_rn(__dadd_rn(__dmul_rn(sl[0], ox), __dmul_rn(sl[1], oy)), sl[2]);
-        if (s.proj) {  // the canvas before a perspective: its slab with the divide
-            v = __ddiv_rn(v, __dadd_rn(__dadd_rn(__dmul_rn(sl[4], ox), __dmul_rn(sl[5], oy)), sl[6]));
+        if (PROJ) {  // the canvas before a perspective: its slab with the divide
+            const double d = __dadd_rn(__dadd_rn(__dmul_rn(sl[4], ox), __dmul_rn(sl[5], oy)), sl[6]);
+            v = quot(v, d, recip(d));
         }
         if (!(v >= 0.0 && v < sl[3])) {
 #pragma unroll
@@ -309,7 +342,9 @@ struct LaneWalk {
     }
 };
 
-template <int C, typename OutT, bool CHW>
+// PROJ: the sample's inv(M) is a homography (meta_i[14]); the _p kernels branch once per block
+// (uniform: blockIdx.y is the sample) into the body made for it.
+template <int C, typename OutT, bool CHW, bool PROJ>
 __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__ in_ptr,
                                           const long long* __restrict__ meta_i,
                                           const double* __restrict__ inv,
@@ -335,14 +370,12 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
     s.cy0 = static_cast<int>(mi[10]);
     s.cy1 = static_cast<int>(mi[11]);
     s.nslab = static_cast<int>(mi[12]);
-    s.proj = mi[14] != 0;
     s.src = reinterpret_cast<const unsigned char*>(static_cast<size_t>(in_ptr[b]));
     const double* m = inv + mi[13];
     s.a00 = m[0]; s.a01 = m[1]; s.a02 = m[2];
     s.a10 = m[3]; s.a11 = m[4]; s.a12 = m[5];
     s.xlo = m[6]; s.xhi = m[7]; s.ylo = m[8]; s.yhi = m[9];
-    s.a20 = m[10]; s.a21 = m[11]; s.a22 = m[12];
-    s.slabs = m + 13;
+    s.slabs = m + 13;  // after inv(M)'s row 2 (m[10..12], see proj_w)
     const int nx = static_cast<int>(mi[5]);
     const int ny = static_cast<int>(mi[6]);
     const float scale = 1.0f / static_cast<float>(nx * ny);  // antialias mean
@@ -378,7 +411,7 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
         double ox = __dadd_rn(jd, 0.5), oy = __dadd_rn(id, 0.5);
         walk.off = 0.5;
         unsigned int idx = 0;
-        if (DETAUG_WARP_AXIS && s.a01 == 0.0 && s.a10 == 0.0 && s.nslab == 0 && !s.proj) {
+        if (DETAUG_WARP_AXIS && s.a01 == 0.0 && s.a10 == 0.0 && s.nslab == 0 && !PROJ) {
             // Axis-aligned (crop, flip, resize, zoom-out, letterbox; uniform per sample): x
             // depends on the column alone and y on the row alone. a01 * oy and a10 * ox are +-0,
             // and t + (+-0) = t for t != 0, so x = a00 * ox + a02 and y = a11 * oy + a12 are
@@ -419,9 +452,9 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
 #pragma unroll 1
         for (int kk = 0; kk < n; ++kk) {
             double x, y;
-            source_point(s, ox, oy, x, y);
+            source_point<PROJ>(s, ox, oy, x, y);
             float val[C];
-            sample_point<C, false>(val, s, x, y, ox, oy, fs);
+            sample_point<C, false, PROJ>(val, s, x, y, ox, oy, fs);
             store_pixel<C, OutT>(q, idx, val, k, bias);
             idx += stride;  // next pixel of this lane: 32 further
             walk.next(ox, oy);
@@ -446,13 +479,12 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
                 const double ox = __dadd_rn(jd, tap_offset(numx, dx, rx));
                 double x = __dadd_rn(__dadd_rn(__dmul_rn(s.a00, ox), ty), s.a02);
                 double y = __dadd_rn(__dadd_rn(__dmul_rn(s.a10, ox), ty1), s.a12);
-                if (s.proj) {  // uniform per sample
-                    const double w =
-                        __dadd_rn(__dadd_rn(__dmul_rn(s.a20, ox), __dmul_rn(s.a21, oy)), s.a22);
-                    x = __ddiv_rn(x, w);
-                    y = __ddiv_rn(y, w);
+                if (PROJ) {
+                    const double w = proj_w(s, ox, oy), r = recip(w);
+                    x = quot(x, w, r);
+                    y = quot(y, w, r);
                 }
-                sample_point<C, true>(acc, s, x, y, ox, oy, fs);
+                sample_point<C, true, PROJ>(acc, s, x, y, ox, oy, fs);
             }
         }
         store_pixel<C, OutT>(q, idx, acc, k, bias);
@@ -461,12 +493,26 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
     }
 }
 
+// Two kernels per type: NAME for batches of affine samples only (the body without any divide:
+// compiled exactly as before perspectives existed, 64 / 80 registers and no spills), NAME_p for
+// a batch holding projective samples (one launch still: each block takes the body made for its
+// sample; that kernel spills a little where the divide adds registers). warp.py's launch_plan
+// picks the name.
 #define DETAUG_WARP_KERNEL(NAME, C, OUT_T, CHW)                                               \
     extern "C" __global__ void __launch_bounds__(256, C == 3 ? DETAUG_WARP_MINB : 3) NAME(                     \
         const unsigned long long* __restrict__ in_ptr, const long long* __restrict__ meta_i,  \
         const double* __restrict__ inv, const float* __restrict__ meta_f,                     \
         OUT_T* __restrict__ out) {                                                            \
-        warp_body<C, OUT_T, CHW>(in_ptr, meta_i, inv, meta_f, out);                           \
+        warp_body<C, OUT_T, CHW, false>(in_ptr, meta_i, inv, meta_f, out);                    \
+    }                                                                                         \
+    extern "C" __global__ void __launch_bounds__(256, C == 3 ? DETAUG_WARP_MINB : 3) NAME##_p(                 \
+        const unsigned long long* __restrict__ in_ptr, const long long* __restrict__ meta_i,  \
+        const double* __restrict__ inv, const float* __restrict__ meta_f,                     \
+        OUT_T* __restrict__ out) {                                                            \
+        if (meta_i[16 * blockIdx.y + 14])                                                     \
+            warp_body<C, OUT_T, CHW, true>(in_ptr, meta_i, inv, meta_f, out);                 \
+        else                                                                                  \
+            warp_body<C, OUT_T, CHW, false>(in_ptr, meta_i, inv, meta_f, out);                \
     }
 
 DETAUG_WARP_KERNEL(warp_u8_hwc_c1, 1, unsigned char, false)

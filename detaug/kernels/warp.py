@@ -384,7 +384,10 @@ def launch_plan(spec: _Spec) -> dict:
         inv=np.ascontiguousarray(geo),
         meta_f=np.concatenate([spec.fill, mean, std], axis=1).astype(np.float32),
         offsets=offsets,
-        name=f"warp_{_KERNEL_DTYPE[spec.out_dtype]}_{spec.layout.lower()}_c{C}",
+        # the _p kernel where a sample is projective (warp.cu: affine batches keep the kernel
+        # that has no divide in it)
+        name=f"warp_{_KERNEL_DTYPE[spec.out_dtype]}_{spec.layout.lower()}_c{C}"
+             + ("_p" if spec.proj.any() else ""),
         grid=((int(npix.max()) + _BLOCK * _PIX_PER_LANE - 1) // (_BLOCK * _PIX_PER_LANE), B, 1),
         block=(_BLOCK, 1, 1),
     )
