@@ -1206,17 +1206,16 @@ def uniform(*, range: tuple[float, float] | DataNode = (-1.0, 1.0), values: Sequ
     Functional form: fn.uniform; class form: ops.Uniform
     """
 
-def warp_affine(images: Any, boxes: Any = ..., input2: Any = ..., /, *, matrix: Sequence[float] | None | DataNode = None, size: tuple[int, int] | None = None, fill_value: float | None = None, interp_type: Any | None = None, inverse_map: bool = True, dtype: Any | None = None, bytes_per_sample_hint: int = 0, preserve: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def warp_affine(images: Any, boxes: Any = ..., /, *, matrix: Sequence[float] | None | DataNode = None, size: tuple[int, int] | None = None, fill_value: float | None = None, interp_type: Any | None = None, inverse_map: bool = True, dtype: Any | None = None, bytes_per_sample_hint: int = 0, preserve: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     DALI's warp_affine (continuous coordinates, pixel centres at +0.5, as DALI's); boxes follow; joins the fused chain.
     
-    Inputs (positional only, 1 to 3):
+    Inputs (positional only, 1 to 2):
         images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
         boxes (optional): BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
-        input2 (optional): the output of another op
     
     Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
-        matrix: sequence of float | None = None [per-sample]: DALI's 2x3 (M11, M12, M13, M21, M22, M23), per sample allowed (or as a second input, DALI's mtx); output -> input with inverse_map
+        matrix: sequence of float | None = None [per-sample]: DALI's 2x3 (M11, M12, M13, M21, M22, M23), per sample allowed (DALI's mtx input goes here); output -> input with inverse_map
         size: (int, int) | None = None: the output (H, W); default the input's
         fill_value: float | None = None: required: DALI repeats the border without it, which detaug's warp does not do
         interp_type: types.DALIInterpType | None = None: INTERP_LINEAR (default: bilinear, no antialias, as DALI) or INTERP_TRIANGULAR (antialiased); others raise

@@ -403,6 +403,35 @@ def test_warp_affine_dali_semantics_by_hand_and_reference(rng):
     np.testing.assert_allclose(boxes_of(ob)[0]["boxes"], wb[alive], atol=1e-4)
 
 
+def test_warp_affine_per_sample_matrix_and_dalis_mtx_input():
+    """A per-sample matrix (DALI's argument input) moves each image by its own translation; DALI's
+    positional mtx input is refused with a message that says where it goes."""
+    rng = np.random.default_rng(2)
+    imgs = [rng.integers(0, 256, (20, 30, 3), dtype=np.uint8) for _ in range(3)]
+    mats = [np.array([1, 0, -k, 0, 1, -1], np.float32) for k in range(3)]
+
+    def src(info):
+        return imgs[info.idx_in_epoch], mats[info.idx_in_epoch]
+
+    for positional in (False, True):
+        pipe = track(Pipeline(batch_size=3, num_threads=1, seed=0))
+        with pipe:
+            i, m = fn.external_source(source=src, batch=False, num_outputs=2, size=3)
+            if positional:
+                pipe.set_outputs(*fn.warp_affine(i, m, fill_value=0))
+            else:
+                pipe.set_outputs(fn.warp_affine(i, matrix=m, fill_value=0))
+        if positional:
+            with pytest.raises(TypeError, match="matrix="):
+                pipe.run()
+            continue
+        (out,) = pipe.run()
+        for k in range(3):
+            a = to_np(out.data[k])
+            np.testing.assert_array_equal(a[1:, k:], imgs[k][:-1, :30 - k])
+            assert (a[0] == 0).all() and (a[:, :k] == 0).all()
+
+
 def test_warp_affine_refusals():
     img, bx = [np.zeros((8, 8, 3), np.uint8)], [np.zeros((0, 4), np.float32)]
     with pytest.raises(NotImplementedError, match="fill_value"):
@@ -451,8 +480,8 @@ def test_recipe_chains_fused_equal_op_by_op(name):
         assert_same_pixels(images_of(fi), images_of(si), desc, border=3)
 
 
-def _recipe_pipe(device="cpu", seed=11, batch_size=4):
-    pipe = track(Pipeline(batch_size=batch_size, num_threads=1, seed=seed,
+def _recipe_pipe(device="cpu", seed=11, batch_size=4, num_threads=1):
+    pipe = track(Pipeline(batch_size=batch_size, num_threads=num_threads, seed=seed,
                           device_id=0 if device == "gpu" else None))
     with pipe:
         enc, bx = fn.readers.coco(file_root=os.path.join(COCO, "images"),
@@ -479,6 +508,8 @@ def test_recipe_ops_random_access_in_any_order_equals_the_run():
     run = [_key(pipe.run()) for _ in range(3)]
     other = _recipe_pipe()
     assert [_key(other.run_batch(i, epoch=0)) for i in (2, 0, 1)] == [run[2], run[0], run[1]]
+    threads = _recipe_pipe(num_threads=2)  # two host workers: the same batches
+    assert [_key(threads.run()) for _ in range(3)] == run
 
 
 @pytest.mark.gpu

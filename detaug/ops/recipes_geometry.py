@@ -278,14 +278,14 @@ def dali_affine(matrix, b, inverse_map):
     return np.linalg.inv(m) if inverse_map else m
 
 
-@register("warp_affine", **{**GEO, "inputs": (1, 3)},
+@register("warp_affine", **GEO,
           args={"matrix": None, "size": None, "fill_value": None, "interp_type": None,
                 "inverse_map": True, "dtype": None, "bytes_per_sample_hint": 0, "preserve": False},
           per_sample=("matrix",),
           hints={"bytes_per_sample_hint": "DALI's allocation tuning",
                  "preserve": "every op of the graph is kept"},
-          arg_docs={"matrix": "DALI's 2x3 (M11, M12, M13, M21, M22, M23), per sample allowed (or "
-                              "as a second input, DALI's mtx); output -> input with inverse_map",
+          arg_docs={"matrix": "DALI's 2x3 (M11, M12, M13, M21, M22, M23), per sample allowed (DALI's "
+                              "mtx input goes here); output -> input with inverse_map",
                     "size": "the output (H, W); default the input's",
                     "fill_value": "required: DALI repeats the border without it, which detaug's "
                                   "warp does not do",
@@ -299,15 +299,14 @@ def dali_affine(matrix, b, inverse_map):
 def warp_affine(ctx, op, inputs, args):
     from ..core import types
 
-    mtx = [v for v in inputs if not isinstance(v, (ImageBatch, BoxBatch))]
-    inputs = tuple(v for v in inputs if isinstance(v, (ImageBatch, BoxBatch)))
-    if len(mtx) > 1:
-        raise TypeError("warp_affine: takes (images[, mtx]) and boxes")
-    if mtx and args["matrix"] is not None:
-        raise ValueError("warp_affine: matrix is given both as an input (mtx) and as matrix=")
-    matrix = mtx[0] if mtx else args["matrix"]
+    if any(not isinstance(v, (ImageBatch, BoxBatch)) for v in inputs):
+        # the op's second input is boxes (they follow the images); DALI's positional mtx would
+        # make the output count depend on the input's kind
+        raise TypeError("warp_affine: takes (images[, boxes]); pass DALI's mtx input as matrix= "
+                        "(a per-sample argument: fn.warp_affine(images, matrix=mtx, ...))")
+    matrix = args["matrix"]
     if matrix is None:
-        raise ValueError("warp_affine: matrix= (or an mtx input) is required")
+        raise ValueError("warp_affine: matrix= is required")
     if args["fill_value"] is None:
         raise NotImplementedError("warp_affine: without fill_value DALI repeats the border pixels; "
                                   "detaug fills outside the image with a constant: pass fill_value=")
