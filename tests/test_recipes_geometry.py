@@ -242,6 +242,10 @@ def test_random_perspective_follows_torchvisions_rule():
         else:
             assert 0.35 < changed.mean() < 0.65
         assert len(np.unique(got, axis=0)) > n * p * 0.8  # per-sample draws
+    # a 1-pixel side: the corners [0, W - 1] coincide, the image is left as it is
+    tiny = [np.full((1, 5, 3), 9, np.uint8), np.full((4, 1, 3), 9, np.uint8)]
+    ti, _ = run_graph(tiny, [np.zeros((0, 4), np.float32)] * 2, lambda i, b: fn.perspective(i, b, p=1.0))
+    assert [a.tolist() for a in images_of(ti)] == [a.tolist() for a in tiny]
     _, ob = run_graph(imgs[:8], box[:8], lambda i, b: fn.perspective(i, b, p=0.0))
     for x in boxes_of(ob):
         np.testing.assert_array_equal(x["boxes"][0], box[0][0])

@@ -116,6 +116,8 @@ def perspective(ctx, op, inputs, args):
             start, end = random_perspective_points(u[:, :8], sizes, ds)
             p = per_sample(0.5 if args["p"] is None else args["p"], b)
         on = u[:, 8] < p
+        if not given:  # torchvision's corners [0, W - 1] coincide on a 1-pixel side: left as is
+            on &= (sizes >= 2).all(1)
         m = G.identity(b)
         if on.any():
             m[on] = checked_homography(start[on], end[on], sizes[on])
