@@ -491,9 +491,9 @@ def _recipe_pipe(device="cpu", seed=11, batch_size=4, num_threads=1):
         enc, bx = fn.readers.coco(file_root=os.path.join(COCO, "images"),
                                   annotations_file=os.path.join(COCO, "annotations.json"),
                                   random_shuffle=True)
-        img = fn.decoders.image(enc, device="mixed" if device == "gpu" else "cpu")
+        img = fn.decoders.image(enc, device="cpu")  # one decoder: the warps are compared
         if device == "gpu":
-            bx = bx.gpu()
+            img, bx = img.gpu(), bx.gpu()
         img, bx = fn.random_shortest_size(img, bx, min_size=[96, 128, 160], max_size=220)
         img, bx = fn.perspective(img, bx, distortion_scale=0.3)
         img, bx = fn.scale_jitter(img, bx, size=(128, 128), scale_range=(0.5, 1.5))
