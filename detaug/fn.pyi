@@ -993,6 +993,34 @@ def paste(images: Any, boxes: Any = ..., /, *, ratio: float | DataNode | None = 
     Functional form: fn.paste; class form: ops.Paste
     """
 
+def perspective(images: Any, boxes: Any = ..., /, *, startpoints: Sequence[Any] | None | DataNode = None, endpoints: Sequence[Any] | None | DataNode = None, distortion_scale: float | None | DataNode = None, p: float | None | DataNode = None, fill: float | Sequence[Any] = 0.0, antialias: bool = True, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    Homography mapping startpoints onto endpoints (torchvision's perspective), or torchvision's RandomPerspective (distortion_scale, p) drawn per sample; canvas kept, boxes: enclosing box of the 4 corners mapped with the divide.
+    
+    Inputs (positional only, 1 to 2):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+        boxes (optional): BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        startpoints: sequence | None = None [per-sample]: 4 points [[x, y], ...] (top-left, top-right, bottom-right, bottom-left, as torchvision) in continuous coordinates, or per sample (B, 4, 2); with endpoints
+        endpoints: sequence | None = None [per-sample]: where the startpoints go (same shape)
+        distortion_scale: float | None = None [per-sample]: random mode (no points): torchvision RandomPerspective's corner displacement, 0.5 when not given
+        p: float | None = None [per-sample]: probability of applying, per sample: 1 with points, 0.5 in random mode when not given
+        fill: float | sequence = 0.0: value of the pixels the perspective brings in from outside
+        antialias: bool = True: supersample where the perspective shrinks (taps set by the most shrunk corner of the canvas); False: one bilinear sample a pixel (torchvision's perspective)
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'perspective_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output per input (a tuple when there are two); same inputs: images (uint8 HWC, new sizes) and boxes (xyxy, same fields)
+    
+    Functional form: fn.perspective; class form: ops.Perspective
+    """
+
 def prune_boxes(boxes: Any, /, *, clip: bool = True, min_size: float = 0.0, min_area: float = 0.0, min_visibility: float = 0.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Clip boxes to the canvas; drop boxes under min_size (w or h), min_area, or whose visible fraction after clipping is under min_visibility; fields follow.
@@ -1139,6 +1167,32 @@ def random_resized_crop(images: Any, boxes: Any = ..., /, *, size: tuple[int, in
     Functional form: fn.random_resized_crop; class form: ops.RandomResizedCrop
     """
 
+def random_shortest_size(images: Any, boxes: Any = ..., /, *, min_size: int | Sequence[int] | None = None, max_size: int | None = None, rounding: str = 'trunc', antialias: bool = True, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    Multi-scale resize: shorter side drawn from min_size per sample, longer side at most max_size, aspect ratio kept; fused.
+    
+    Inputs (positional only, 1 to 2):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+        boxes (optional): BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
+    
+    Arguments (keyword only):
+        min_size: int | sequence of int = None: the shorter side's length, or a list to draw it from per sample
+        max_size: int | None = None: cap of the longer side
+        rounding: str = 'trunc': 'trunc' (torchvision's RandomShortestSize) or 'round' (Detectron2's ResizeShortestEdge)
+        antialias: bool = True: supersample where the image shrinks; False: one bilinear sample a pixel
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'random_shortest_size_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output per input (a tuple when there are two); same inputs: images (uint8 HWC, new sizes) and boxes (xyxy, same fields)
+    
+    Functional form: fn.random_shortest_size; class form: ops.RandomShortestSize
+    """
+
 def resize(images: Any, boxes: Any = ..., /, *, size: tuple[int, int] | None = None, resize_shorter: float | None = None, resize_longer: float | None = None, resize_x: float | None = None, resize_y: float | None = None, max_size: float | None = None, keep_aspect: bool = False, antialias: bool = True, interp_type: Any | None = None, min_filter: Any | None = None, mag_filter: Any | None = None, mode: str = 'default', device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Resize to size=(h, w) (stretch, or keep_aspect), resize_shorter/longer, max_size.
@@ -1234,6 +1288,35 @@ def rotate(images: Any, boxes: Any = ..., /, *, angle: float | DataNode = 0.0, e
     Functional form: fn.rotate; class form: ops.Rotate
     """
 
+def scale_jitter(images: Any, boxes: Any = ..., /, *, size: tuple[int, int] | None = None, scale_range: tuple[float, float] = (0.1, 2.0), crop: bool = True, pad: bool = True, fill: float | Sequence[Any] = 128.0, rounding: str = 'round', antialias: bool = True, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    Large-scale jitter (LSJ): resize keeping the aspect ratio by a factor drawn in scale_range of fitting size, then crop and pad to size; fused.
+    
+    Inputs (positional only, 1 to 2):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+        boxes (optional): BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
+    
+    Arguments (keyword only):
+        size: (int, int) = None: the target (h, w): the scale is relative to fitting it, and the output is cropped / padded to it
+        scale_range: (float, float) = (0.1, 2.0): (min_scale, max_scale) of the uniform scale, per sample
+        crop: bool = True: crop a larger image to size at a random position (Detectron2's FixedSizeCrop); False: torchvision's ScaleJitter (resize only)
+        pad: bool = True: pad a smaller image at the bottom and right up to size
+        fill: float | sequence = 128.0: the padding's value (Detectron2's pad_value 128)
+        rounding: str = 'round': 'round' (Detectron2's ResizeScale) or 'trunc' (torchvision)
+        antialias: bool = True: supersample where the image shrinks; False: one bilinear sample a pixel
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'scale_jitter_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output per input (a tuple when there are two); same inputs: images (uint8 HWC, new sizes) and boxes (xyxy, same fields)
+    
+    Functional form: fn.scale_jitter; class form: ops.ScaleJitter
+    """
+
 def slice(images: Any, anchor: Any, shape: Any, /, *, axes: tuple = (1, 0), axis_names: str | None = None, normalized_anchor: bool = True, normalized_shape: bool = True, out_of_bounds_policy: str = 'error', fill_values: float | Sequence[Any] = 0.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     DALI's slice of images: anchor and shape per sample (relative by default, in the order of axes: (1, 0) = x, y), rounded as DALI; out_of_bounds_policy error / pad / trim_to_shape.
@@ -1311,6 +1394,36 @@ def uniform(*, range: tuple[float, float] | DataNode = (-1.0, 1.0), values: Sequ
     Returns: one output; float32 (B, *shape), or dtype
     
     Functional form: fn.uniform; class form: ops.Uniform
+    """
+
+def warp_affine(images: Any, boxes: Any = ..., /, *, matrix: Sequence[float] | None | DataNode = None, size: tuple[int, int] | None = None, fill_value: float | None = None, interp_type: Any | None = None, inverse_map: bool = True, dtype: Any | None = None, bytes_per_sample_hint: int = 0, preserve: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's warp_affine (continuous coordinates, pixel centres at +0.5, as DALI's); boxes follow; joins the fused chain.
+    
+    Inputs (positional only, 1 to 2):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+        boxes (optional): BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        matrix: sequence of float | None = None [per-sample]: DALI's 2x3 (M11, M12, M13, M21, M22, M23), per sample allowed (DALI's mtx input goes here); output -> input with inverse_map
+        size: (int, int) | None = None: the output (H, W); default the input's
+        fill_value: float | None = None: required: DALI repeats the border without it, which detaug's warp does not do
+        interp_type: types.DALIInterpType | None = None: INTERP_LINEAR (default: bilinear, no antialias, as DALI) or INTERP_TRIANGULAR (antialiased); others raise
+        inverse_map: bool = True: True: matrix maps output to input (DALI's default); False: input to output
+        dtype: types.DALIDataType | None = None: only uint8 (the input's type)
+        bytes_per_sample_hint: int = 0: hint, changes no value here: DALI's allocation tuning
+        preserve: bool = False: hint, changes no value here: every op of the graph is kept
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'warp_affine_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output per input (a tuple when there are two); same inputs: images (uint8 HWC, new sizes) and boxes (xyxy, same fields)
+    
+    Functional form: fn.warp_affine; class form: ops.WarpAffine
     """
 
 def zoom_out(images: Any, boxes: Any = ..., /, *, ratio: tuple[float, float] = (1.0, 4.0), probability: float = 0.5, fill: float | Sequence[Any] = 0.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:

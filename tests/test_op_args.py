@@ -143,6 +143,9 @@ def _external(op, args):
 # thresholds that a first attempt often misses
 HARD = {"thresholds": (0.3, 0.5, 0.7), "scaling": (0.2, 0.6), "allow_no_crop": False}
 
+# perspective's given corners (torchvision's: the image's, to a keystone)
+PERSP_START, PERSP_END = ((0, 0), (60, 0), (60, 40), (0, 40)), ((4, 3), (50, 1), (60, 40), (2, 33))
+
 # op -> (how to run it, base arguments, {argument: changed value or With(value, **context)})
 CASES = {
     "flip": (_images_boxes, {}, {"horizontal": 0, "vertical": 1}),
@@ -178,6 +181,23 @@ CASES = {
     "random_resized_crop": (_images_boxes, {"size": (16, 16)}, {
         "size": (20, 10), "random_area": (0.2, 0.3), "random_aspect_ratio": (0.5, 0.6),
         "num_attempts": 1, "antialias": False}),
+    "perspective": (_images_boxes, {}, {
+        "startpoints": With(((1, 2), (55, 0), (60, 40), (0, 35)), before=PERSP_START, endpoints=PERSP_END),
+        "endpoints": With(((1, 2), (55, 0), (60, 40), (0, 35)), before=PERSP_END, startpoints=PERSP_START),
+        "distortion_scale": With(0.9, p=1.0), "p": With(0.0, before=1.0), "fill": With(200.0, p=1.0),
+        "antialias": With(False, p=1.0, distortion_scale=0.9)}),
+    "scale_jitter": (_images_boxes, {"size": (32, 32)}, {
+        "size": (24, 40), "scale_range": (0.5, 0.6), "crop": False,
+        "pad": With(False, scale_range=(0.3, 0.4)), "fill": With(0.0, scale_range=(0.3, 0.4)),
+        "rounding": With("trunc", size=(31, 31), scale_range=(1.0, 1.0)),  # 40x60: 20.67 -> 21 / 20
+        "antialias": With(False, scale_range=(0.3, 0.4))}),
+    "random_shortest_size": (_images_boxes, {"min_size": 20}, {
+        "min_size": 30, "max_size": 25, "rounding": With("round", min_size=25),  # 37.5 -> 38 / 37
+        "antialias": False}),
+    "warp_affine": (_images_boxes, {"matrix": (1, 0.1, 2, 0, 1, 1), "fill_value": 0.0}, {
+        "matrix": (1, 0, -3, 0, 1, 2), "size": (30, 30), "fill_value": 50.0,
+        "interp_type": With(types.INTERP_TRIANGULAR, matrix=(2, 0, 0, 0, 2, 0)),
+        "inverse_map": False, "dtype": types.FLOAT}),
     "materialize": (_images_boxes, {}, {}),
     "brightness_contrast": (_images, {}, {"brightness": 1.5, "contrast": 0.5,
                                           "contrast_center": With(0.0, contrast=0.5)}),

@@ -35,7 +35,8 @@ KEEPS_IMAGE_DTYPE = {"flip", "affine", "crop", "resize", "letterbox", "rotate", 
                      "random_iou_crop", "random_resized_crop", "materialize",
                      "brightness_contrast", "hsv", "slice", "transpose", "pad",
                      "gaussian_blur", "noise", "noise.gaussian", "noise.salt_and_pepper",
-                     "noise.shot", "jitter", "jpeg_compression", "random_erasing", "erase"}
+                     "noise.shot", "jitter", "jpeg_compression", "random_erasing", "erase",
+                     "perspective", "scale_jitter", "random_shortest_size", "warp_affine"}
 # ops whose output shape depends on the batch by definition (padded to the batch's largest
 # sample): a sample alone is compared with the same region of its padded version
 BATCH_SHAPED = {"pad"}

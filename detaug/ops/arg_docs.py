@@ -135,6 +135,31 @@ ARG_DOCS = {
         "fill": ("float | sequence", "value of the padding pixels (114: YOLO's grey)"),
         "center": ("bool", "centre the image (True) or put it at the top-left corner"),
     },
+    "perspective": {  # meanings in the op's declaration (ops/recipes_geometry.py)
+        "startpoints": ("sequence | None", ""),
+        "endpoints": ("sequence | None", ""),
+        "distortion_scale": ("float | None", ""),
+        "p": ("float | None", ""),
+        "fill": ("float | sequence", "value of the pixels the perspective brings in from outside"),
+        "antialias": ("bool", ""),
+    },
+    "scale_jitter": {
+        "size": ("(int, int)", ""), "scale_range": ("(float, float)", ""), "crop": ("bool", ""),
+        "pad": ("bool", ""), "fill": ("float | sequence", ""), "rounding": ("str", ""),
+        "antialias": ("bool", "supersample where the image shrinks; False: one bilinear sample a "
+                              "pixel"),
+    },
+    "random_shortest_size": {
+        "min_size": ("int | sequence of int", ""), "max_size": ("int | None", ""),
+        "rounding": ("str", ""),
+        "antialias": ("bool", "supersample where the image shrinks; False: one bilinear sample a "
+                              "pixel"),
+    },
+    "warp_affine": {
+        "matrix": ("sequence of float | None", ""), "size": ("(int, int) | None", ""),
+        "fill_value": ("float | None", ""), "interp_type": ("types.DALIInterpType | None", ""),
+        "inverse_map": ("bool", ""), "dtype": ("types.DALIDataType | None", ""),
+    },
     "rotate": {
         "angle": ("float", "degrees, counter-clockwise, about the image centre"),
         "expand": ("bool", "enlarge the canvas to hold the whole rotated image (rounded outward as "
