@@ -394,3 +394,170 @@ def test_cuda_source_color_twist(emulated, in_dtype, out_dtype):
                            _ptr(counts), ctypes.c_int(b), _ptr(m32))
     for got, want in zip(outs, KP.color_twist_numpy(imgs, mats, out_dtype)):
         close(got, want.astype(np.float64), 1 if out_dtype == np.uint8 else 1e-3)
+
+
+# ----------------------------------------------------------------------------- DALI's colour twist
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_color_twist_matches_dali_reference(seed):
+    rng, imgs = fresh(seed, [(9, 14, 3), (5, 5, 3), (20, 3, 3)])
+    b = len(imgs)
+    h, s = rng.uniform(-180, 180, b), rng.uniform(0, 2, b)
+    br, ct = rng.uniform(0, 2, b), rng.uniform(0, 2, b)
+    out = KP.color_twist_numpy(imgs, KP.color_twist_matrices(br, ct, s, h, 128.0))
+    fimgs = [(i / 255.0).astype(np.float32) for i in imgs]
+    fout = KP.color_twist_numpy(fimgs, KP.color_twist_matrices(br, ct, s, h, 0.5))
+    for k in range(b):
+        close(out[k], ref_color_twist(imgs[k], h[k], s[k], br[k], ct[k]), 1)
+        close(fout[k], ref_color_twist(fimgs[k], h[k], s[k], br[k], ct[k]), 1e-5)
+        assert fout[k].dtype == np.float32
+
+
+def test_hsv_and_brightness_contrast_agree_with_color_twist():
+    """fn.hsv(hue, saturation, value) is color_twist(hue, saturation, brightness=value), and
+    fn.brightness_contrast about 128 is color_twist(brightness, contrast): same DALI matrices."""
+    rng, imgs = fresh(11, [(12, 10, 3), (7, 8, 3)])
+    h, s, v = rng.uniform(-90, 90, 2), rng.uniform(0, 2, 2), rng.uniform(0.5, 1.5, 2)
+    twist = KP.color_twist_numpy(imgs, KP.color_twist_matrices(v, np.ones(2), s, h, 128.0))
+    for a, c in zip(twist, KC.hsv_numpy(imgs, h, s, v)):
+        close(a, c.astype(float), 1)
+    br, ct = rng.uniform(0.5, 1.5, 2), rng.uniform(0, 2, 2)
+    twist = KP.color_twist_numpy(imgs, KP.color_twist_matrices(br, ct, np.ones(2), np.zeros(2), 128.0))
+    for a, c in zip(twist, KC.brightness_contrast_numpy(imgs, br, ct, contrast_center=128.0)):
+        close(a, c.astype(float), 1)
+
+
+def test_color_twist_hand_values():
+    img = np.array([[[10, 128, 250]]], np.uint8)
+    one, zero = np.ones(1), np.zeros(1)
+    # brightness 2: 2x, clamped; contrast 0: everything at 128; contrast 2: 128 + 2 (x - 128)
+    np.testing.assert_array_equal(KP.color_twist_numpy([img], KP.color_twist_matrices(one * 2, one, one, zero, 128.0))[0],
+                                  [[[20, 255, 255]]])
+    np.testing.assert_array_equal(KP.color_twist_numpy([img], KP.color_twist_matrices(one, zero, one, zero, 128.0))[0],
+                                  [[[128, 128, 128]]])
+    np.testing.assert_array_equal(KP.color_twist_numpy([img], KP.color_twist_matrices(one, one * 2, one, zero, 128.0))[0],
+                                  [[[0, 128, 255]]])
+    # saturation 0: every channel the YIQ luma 0.299 * 10 + 0.587 * 128 + 0.114 * 250 = 106.626
+    np.testing.assert_array_equal(KP.color_twist_numpy([img], KP.color_twist_matrices(one, one, zero, zero, 128.0))[0],
+                                  [[[107, 107, 107]]])
+    # a float output keeps unclamped values in the input's units (DALI)
+    f = KP.color_twist_numpy([img], KP.color_twist_matrices(one * 2, one, one, zero, 128.0), np.float32)[0]
+    np.testing.assert_allclose(f, [[[20, 256, 500]]], rtol=1e-9)
+
+
+# ----------------------------------------------------------------------------- the ops in a pipeline
+
+
+def _pipe(images, graph, batch_size=None, seed=5):
+    def src(info):
+        return images[info.idx_in_epoch]
+
+    pipe = track(Pipeline(batch_size=batch_size or len(images), num_threads=1, seed=seed))
+    with pipe:
+        img = fn.external_source(source=src, batch=False, size=len(images))
+        out = graph(img)
+        pipe.set_outputs(*(out if isinstance(out, tuple) else (out,)))
+    return pipe
+
+
+def _samples(batch):
+    return [np.asarray(a) for a in batch.data]
+
+
+def test_p0_is_identity_and_p1_applies_every_part():
+    _, imgs = fresh(12, [(16, 12, 3)] * 6)
+    out = _samples(_pipe(imgs, lambda i: fn.photometric_distort(i, p=0.0)).run()[0])
+    for o, i in zip(out, imgs):
+        np.testing.assert_array_equal(o, i)
+    b, c, s, h = 1.1, 0.7, 1.3, 0.02
+    out = _samples(_pipe(imgs, lambda i: fn.photometric_distort(
+        i, brightness=(b, b), contrast=(c, c), saturation=(s, s), hue=(h, h), p=1.0)).run()[0])
+    seen = set()
+    for o, img in zip(out, imgs):
+        # which of the 12 outcomes (contrast first or last, 6 permutations) this sample drew
+        cands = [(first, k) for first in (True, False) for k in range(6)
+                 if np.abs(o - ref_distort(img, b, c, s, h, first, KP.PERMS[k])).max() <= 2]
+        assert cands, "matches no contrast order and permutation"
+        seen.add(cands[0])
+    assert len(seen) > 1  # the order and permutation are drawn per sample
+
+
+def test_photometric_distort_probability_per_part():
+    """With p = 0.5 each part is applied about half of the time (here: brightness alone, read off
+    the output: a uniform image scaled by 1.125 exactly)."""
+    img = np.full((4, 4, 3), 80, np.uint8)
+    out = _samples(_pipe([img] * 400, lambda i: fn.photometric_distort(
+        i, brightness=(1.125, 1.125), contrast=(1.0, 1.0), saturation=(1.0, 1.0), hue=(0.0, 0.0)),
+        batch_size=400).run()[0])
+    bright = np.mean([o[0, 0, 0] == 90 for o in out])
+    assert all(o[0, 0, 0] in (80, 90) for o in out)
+    assert 0.4 < bright < 0.6
+
+
+def test_keyed_draws_any_order_and_batch_size():
+    _, imgs = fresh(13, [(int(8 + k % 4), 10, 3) for k in range(8)])
+
+    def graph(i):
+        return fn.photometric_distort(i), fn.grayscale(i, p=0.5), fn.color_twist(
+            i, hue=fn.random.uniform(range=(-30.0, 30.0)), saturation=fn.random.uniform(range=(0.5, 1.5)))
+
+    whole = _pipe(imgs, graph, batch_size=4)
+    fwd = [whole.run_batch(k) for k in (0, 1)]
+    back = [whole.run_batch(k) for k in (1, 0)][::-1]
+    single = _pipe(imgs, graph, batch_size=1)
+    for k in range(8):
+        one = single.run_batch(k)
+        for j in range(3):
+            a = _samples(fwd[k // 4][j])[k % 4]
+            np.testing.assert_array_equal(a, _samples(back[k // 4][j])[k % 4])
+            np.testing.assert_array_equal(a, _samples(one[j])[0])
+    other_seed = _pipe(imgs, graph, batch_size=4, seed=6).run_batch(0)
+    assert any((a != b).any() for a, b in zip(_samples(fwd[0][0]), _samples(other_seed[0])))
+
+
+def test_per_sample_p_and_grayscale_op():
+    _, imgs = fresh(14, [(6, 7, 3)] * 6)
+    # p drawn per sample as 0 or 1: a sample is grey exactly where its p is 1
+    pipe = _pipe(imgs, lambda i: (lambda p: (p, fn.grayscale(i, p=p)))(fn.random.uniform(values=[0.0, 1.0])))
+    p, out = pipe.run()
+    out = _samples(out)
+    grey = [bool((o == o[..., :1]).all()) for o in out]
+    for o, img, g in zip(out, imgs, grey):
+        if g:
+            np.testing.assert_array_equal(o, ref_gray(img.astype(float), True).astype(np.uint8))
+        else:
+            np.testing.assert_array_equal(o, img)
+    assert grey == [bool(v) for v in np.asarray(p).reshape(-1)]
+    assert any(grey) and not all(grey)
+    one = _samples(_pipe(imgs, lambda i: fn.grayscale(i, num_output_channels=1)).run()[0])
+    assert one[0].shape == (6, 7, 1)
+
+
+def test_ops_follow_the_fused_warp_and_keep_float_images():
+    _, imgs = fresh(15, [(20, 30, 3), (10, 14, 3)])
+    a = _samples(_pipe(imgs, lambda i: fn.hue(fn.flip(i, horizontal=1), hue=40.0)).run()[0])
+    for o, img in zip(a, imgs):
+        want = KP.color_twist_numpy([img[:, ::-1]], KP.color_twist_matrices(
+            np.ones(1), np.ones(1), np.ones(1), np.full(1, 40.0), 128.0))[0]
+        np.testing.assert_array_equal(o, want)
+    f = _samples(_pipe(imgs, lambda i: fn.photometric_distort(
+        fn.normalize(i, mean=0.0, std=255.0, dtype="float32"), p=1.0)).run()[0])
+    assert all(x.dtype == np.float32 and 0 <= x.min() and x.max() <= 1 for x in f)
+
+
+@pytest.mark.parametrize("graph,match", [
+    (lambda i: fn.photometric_distort(i, hue=(-0.6, 0.0)), "hue"),
+    (lambda i: fn.photometric_distort(i, contrast=(1.5, 0.5)), "contrast"),
+    (lambda i: fn.photometric_distort(i, brightness=(-1.0, 1.0)), "brightness"),
+    (lambda i: fn.photometric_distort(i, p=1.5), "p must be"),
+    (lambda i: fn.grayscale(i, num_output_channels=2), "num_output_channels"),
+    (lambda i: fn.grayscale(i, p=0.5, num_output_channels=1), "num_output_channels=1"),
+    (lambda i: fn.color_twist(i, saturation=-1.0), "saturation"),
+    (lambda i: fn.brightness(i, dtype="float16"), "dtype"),
+    (lambda i: fn.contrast(fn.normalize(i, mean=0.0, std=1.0, output_layout="CHW"), contrast=2.0), "HWC"),
+])
+def test_bad_arguments_name_themselves(graph, match):
+    _, imgs = fresh(16, [(6, 6, 3)] * 4)
+    with pytest.raises(ValueError, match=match):
+        _pipe(imgs, graph).run()

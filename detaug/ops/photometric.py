@@ -148,9 +148,13 @@ def _color_twist(ctx, op, inputs, args):
     middle of the input's range (kernels/photometric.py color_twist_matrices)."""
     from ..core import types
 
-    if types.image_type(args.get("image_type", "RGB")) != "RGB":
+    try:
+        rgb = types.image_type(args["image_type"]) == "RGB"
+    except ValueError:
+        rgb = False
+    if not rgb:
         raise ValueError(f"{op.name}: image_type {args['image_type']!r} is not supported: detaug's "
-                         "colour ops take RGB images")
+                         "colour ops take RGB images (types.RGB)")
     img = _rgb_images(ctx, op, inputs[0])
     b = img.batch_size
     vals = {}
