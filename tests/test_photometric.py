@@ -561,3 +561,17 @@ def test_bad_arguments_name_themselves(graph, match):
     _, imgs = fresh(16, [(6, 6, 3)] * 4)
     with pytest.raises(ValueError, match=match):
         _pipe(imgs, graph).run()
+
+
+def test_cuda_source_compiles_for_the_device(tmp_path):
+    """The device path (warp shuffles, atomics: not in the emulation) compiles with the kernel's
+    options, where a CUDA compiler is installed; ptxas reports no stack frame (no local memory)."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("no nvcc")
+    src = os.path.join(os.path.dirname(KP.__file__), "photometric.cu")
+    res = subprocess.run([nvcc, *KP._OPTIONS, "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o",
+                          str(tmp_path / "p.cubin"), src], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    frames = [ln for ln in res.stderr.splitlines() if "stack frame" in ln]
+    assert len(frames) == 8 and all(ln.strip().startswith("0 bytes stack frame") for ln in frames), frames

@@ -173,9 +173,9 @@ __device__ void pd_apply(const unsigned long long* in_ptrs, const unsigned long 
       if (flags & PD_SATURATION) pd_saturation<U8>(p, fp[3], fp[4]);
       if (flags & PD_HUE) pd_hue<U8>(p, fp[5]);
       if ((flags & PD_CONTRAST) && !(flags & PD_CONTRAST_FIRST)) pd_blend<U8>(p, mean, fp[1], fp[2]);
-      if (flags & PD_PERMUTE) {
+      if (flags & PD_PERMUTE) {              // selects, not an indexed read: no local memory
         const Px q = p;
-        for (int k = 0; k < 3; ++k) p.c[k] = q.c[perm[k]];
+        for (int k = 0; k < 3; ++k) p.c[k] = perm[k] == 0 ? q.c[0] : (perm[k] == 1 ? q.c[1] : q.c[2]);
       }
       if (flags & PD_GRAY) {
         float g = pd_gray(p);
