@@ -296,13 +296,16 @@ static void grid(unsigned gx, unsigned gy, unsigned bx) {
     grid(gx, gy, bx); \
     for (unsigned y = 0; y < gy; ++y) for (unsigned x = 0; x < gx; ++x) for (unsigned t = 0; t < bx; ++t) { \
         blockIdx.x = x; blockIdx.y = y; threadIdx.x = t; CALL; }
-extern "C" void emulate_photometric(void* rk, void* ak, unsigned rgx, unsigned gx, unsigned gy,
-                                    unsigned bx, const unsigned long long* in_ptrs,
-                                    const unsigned long long* out_ptrs,
-                                    const unsigned long long* counts, int b, const int* ip,
-                                    const float* fp, unsigned long long* sums) {
-    if (rk) { EACH_THREAD(rgx, gy, bx, ((reduce_t)rk)(in_ptrs, counts, b, ip, fp, sums)) }
-    EACH_THREAD(gx, gy, bx, ((apply_t)ak)(in_ptrs, out_ptrs, counts, b, ip, fp, sums))
+extern "C" void emulate_reduce(void* k, unsigned gx, unsigned gy, unsigned bx,
+                               const unsigned long long* in_ptrs, const unsigned long long* counts,
+                               int b, const int* ip, const float* fp, unsigned long long* sums) {
+    EACH_THREAD(gx, gy, bx, ((reduce_t)k)(in_ptrs, counts, b, ip, fp, sums))
+}
+extern "C" void emulate_apply(void* k, unsigned gx, unsigned gy, unsigned bx,
+                              const unsigned long long* in_ptrs, const unsigned long long* out_ptrs,
+                              const unsigned long long* counts, int b, const int* ip,
+                              const float* fp, const unsigned long long* sums) {
+    EACH_THREAD(gx, gy, bx, ((apply_t)k)(in_ptrs, out_ptrs, counts, b, ip, fp, sums))
 }
 extern "C" void emulate_twist(void* k, unsigned gx, unsigned gy, unsigned bx,
                               const unsigned long long* in_ptrs, const unsigned long long* out_ptrs,
@@ -332,6 +335,10 @@ def _ptr(a):
     return ctypes.c_void_p(a.ctypes.data)
 
 
+def _kernel(lib, name):
+    return ctypes.cast(getattr(lib, name), ctypes.c_void_p)
+
+
 def _emulate_photometric(lib, images, ip, fp, grid_x=3, block=64):
     """Run the kernels on the CPU with a small grid (every grid-stride path is taken)."""
     tag = "u8" if images[0].dtype == np.uint8 else "f32"
@@ -342,12 +349,13 @@ def _emulate_photometric(lib, images, ip, fp, grid_x=3, block=64):
     counts = np.array([i.shape[0] * i.shape[1] for i in imgs], np.uint64)
     sums = np.zeros(len(imgs), np.uint64)
     ip, fp = np.ascontiguousarray(ip, np.int32), np.ascontiguousarray(fp, np.float32)
-    rk = ctypes.cast(getattr(lib, f"photometric_reduce_{tag}"), ctypes.c_void_p) \
-        if np.any(ip[:, 0] & KP.CONTRAST) else ctypes.c_void_p(0)
-    ak = ctypes.cast(getattr(lib, f"photometric_{tag}"), ctypes.c_void_p)
-    lib.emulate_photometric(rk, ak, ctypes.c_uint(2), ctypes.c_uint(grid_x), ctypes.c_uint(len(imgs)),
-                            ctypes.c_uint(block), _ptr(ptrs[0]), _ptr(ptrs[1]), _ptr(counts),
-                            ctypes.c_int(len(imgs)), _ptr(ip), _ptr(fp), _ptr(sums))
+    if np.any(ip[:, 0] & KP.CONTRAST):
+        lib.emulate_reduce(_kernel(lib, f"photometric_reduce_{tag}"), ctypes.c_uint(2),
+                           ctypes.c_uint(len(imgs)), ctypes.c_uint(block), _ptr(ptrs[0]),
+                           _ptr(counts), ctypes.c_int(len(imgs)), _ptr(ip), _ptr(fp), _ptr(sums))
+    lib.emulate_apply(_kernel(lib, f"photometric_{tag}"), ctypes.c_uint(grid_x),
+                      ctypes.c_uint(len(imgs)), ctypes.c_uint(block), _ptr(ptrs[0]), _ptr(ptrs[1]),
+                      _ptr(counts), ctypes.c_int(len(imgs)), _ptr(ip), _ptr(fp), _ptr(sums))
     return outs
 
 
@@ -389,7 +397,7 @@ def test_cuda_source_color_twist(emulated, in_dtype, out_dtype):
     counts = np.array([i.shape[0] * i.shape[1] for i in imgs], np.uint64)
     m32 = np.ascontiguousarray(mats, np.float32)
     name = f"color_twist_{'u8' if in_dtype == np.uint8 else 'f32'}_{'u8' if out_dtype == np.uint8 else 'f32'}"
-    emulated.emulate_twist(ctypes.cast(getattr(emulated, name), ctypes.c_void_p), ctypes.c_uint(2),
+    emulated.emulate_twist(_kernel(emulated, name), ctypes.c_uint(2),
                            ctypes.c_uint(b), ctypes.c_uint(32), _ptr(ptrs[0]), _ptr(ptrs[1]),
                            _ptr(counts), ctypes.c_int(b), _ptr(m32))
     for got, want in zip(outs, KP.color_twist_numpy(imgs, mats, out_dtype)):
@@ -575,3 +583,71 @@ def test_cuda_source_compiles_for_the_device(tmp_path):
     assert res.returncode == 0, res.stderr
     frames = [ln for ln in res.stderr.splitlines() if "stack frame" in ln]
     assert len(frames) == 8 and all(ln.strip().startswith("0 bytes stack frame") for ln in frames), frames
+
+
+class _FakeDeviceArray(np.ndarray):
+    """A host array that answers cupy's ``.data.ptr``: lets the cupy launchers' host code run
+    with the emulated kernels (as tests/test_warp.py does for warp_cupy)."""
+
+    @property
+    def data(self):
+        import types
+
+        return types.SimpleNamespace(ptr=self.ctypes.data)
+
+
+def _fake_cupy():
+    import contextlib
+    import types
+
+    dev = lambda a: np.asarray(a).view(_FakeDeviceArray)  # noqa: E731
+    stream = contextlib.nullcontext()
+    return types.SimpleNamespace(
+        asarray=dev, ascontiguousarray=lambda a: dev(np.ascontiguousarray(a)),
+        empty=lambda shape, dtype: dev(np.full(shape, 77, dtype)), ndarray=_FakeDeviceArray,
+        cuda=types.SimpleNamespace(get_current_stream=lambda: stream))
+
+
+def test_cupy_launchers_host_code_with_emulated_kernels(emulated, monkeypatch):
+    """photometric_cupy / color_twist_cupy's pointers, counts, grids, parameter upload and
+    output buffers, run through the emulated kernels: equal to the twins; the reduction runs
+    only where a sample adjusts its contrast."""
+    import sys
+
+    calls = []
+
+    def fake_launch(kernel, grid, block, args, *, shared_mem=0, stream=None, name=None):
+        calls.append(name)
+        c_args = [ctypes.c_int(int(a)) if isinstance(a, np.int32) else _ptr(a) for a in args]
+        runner = {"photometric_reduce": emulated.emulate_reduce, "photometric": emulated.emulate_apply,
+                  "color_twist": emulated.emulate_twist}[name]
+        runner(_kernel(emulated, kernel), ctypes.c_uint(grid[0]), ctypes.c_uint(grid[1]),
+               ctypes.c_uint(block[0]), *c_args)
+
+    fake = _fake_cupy()
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    # the pinned staging upload needs real CUDA; the emulation takes the host arrays as they are
+    monkeypatch.setattr(KP, "upload_many", lambda arrays, stream=None: [fake.asarray(np.array(a)) for a in arrays])
+    monkeypatch.setattr(KP, "get_kernel", lambda src, name, options=(): name)
+    monkeypatch.setattr(KP, "launch", fake_launch)
+    rng, imgs = fresh(21, [(33, 20, 3), (1, 1, 3), (0, 4, 3), (50, 61, 3)])
+    ip, fp = _random_params(rng, len(imgs))
+    ip[0, 0] |= KP.CONTRAST
+    got = KP.photometric_cupy([fake.asarray(i) for i in imgs], ip, fp)
+    for g, w in zip(got, KP.photometric_numpy(imgs, ip, fp)):
+        np.testing.assert_array_equal(np.asarray(g), w)
+    assert calls == ["photometric_reduce", "photometric"]
+    calls.clear()
+    dense = np.stack(random_images(rng, [(9, 7, 3)] * 3))
+    gip, gfp = KP.photometric_params(3, KP.GRAY, out_channels=1)
+    got = KP.photometric_cupy(fake.asarray(dense)[:, :, ::-1], gip, gfp)  # non-contiguous input
+    assert got.shape == (3, 9, 7, 1)
+    np.testing.assert_array_equal(np.asarray(got), KP.photometric_numpy(dense[:, :, ::-1].copy(), gip, gfp))
+    assert calls == ["photometric"]
+    calls.clear()
+    mats = KP.color_twist_matrices(np.full(3, 0.8), np.full(3, 1.2), np.full(3, 0.5), np.full(3, 25.0), 128.0)
+    got = KP.color_twist_cupy(fake.asarray(dense), mats, np.float32)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(np.asarray(got), KP.color_twist_numpy(dense, mats, np.float32), atol=1e-3)
+    assert calls == ["color_twist"]
+    assert KP.photometric_cupy([], *KP.photometric_params(0, 0)) == []
