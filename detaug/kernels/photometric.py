@@ -34,6 +34,7 @@ are ``(B,)`` arrays (a scalar is broadcast).
 """
 from __future__ import annotations
 
+import cv2
 import numpy as np
 
 from ..core.backend import upload_many
@@ -114,86 +115,114 @@ def photometric_params(b, flags, brightness=1.0, contrast=1.0, saturation=1.0, h
 # ----------------------------------------------------------------------------- NumPy twins
 
 
+_LEVELS = np.arange(256, dtype=np.float32)
+_GRAY_LUT = _LEVELS[None, :] * GRAY_WEIGHTS[:, None]          # uint8 v -> v * w_c, as float32
+_GRAY_LUT_3 = np.ascontiguousarray(_GRAY_LUT.T[None])            # (1, 256, 3): cv2.LUT per channel
+_SEL = np.array([[0, 3, 1], [2, 0, 1], [1, 0, 3], [1, 2, 0], [3, 1, 0], [0, 1, 2]])  # (v, p, q, t)
+
+
 def _settle(x, u8):
     x = np.minimum(np.maximum(x, _F(0)), _F(255) if u8 else _F(1))
     return np.floor(x) if u8 else x
 
 
 def _gray(x):
+    """0.2989 R + 0.587 G + 0.114 B summed left to right in float32; uint8 x through exact
+    per-level product tables (the same float32 products)."""
+    if x.dtype == np.uint8:
+        p = _lut(x, _GRAY_LUT_3)
+        return (p[..., 0] + p[..., 1]) + p[..., 2]
     return x[..., 0] * GRAY_WEIGHTS[0] + x[..., 1] * GRAY_WEIGHTS[1] + x[..., 2] * GRAY_WEIGHTS[2]
 
 
-def _blend(x, other, ratio, one_minus, u8):
-    return _settle(x * ratio + np.asarray(other, np.float32)[..., None] * one_minus, u8)
+def _levels(x, lut):
+    """uint8 x through a 256-entry float32 table of settled values (every uint8 step ends on an
+    integer: the table holds exactly what the float32 step gives for each level)."""
+    return _lut(x, _settle(lut, True).astype(np.uint8))
+
+
+def _lut(x, table):
+    """``table[x]`` for uint8 (H, W, 3) x: OpenCV's LUT (a lookup, no arithmetic), per channel
+    where the table has 3 channels; NumPy indexing for an empty image."""
+    if x.size == 0:
+        return table.reshape(256, -1)[x, np.arange(3) if table.ndim == 3 else 0]
+    return cv2.LUT(np.ascontiguousarray(x), table).reshape(x.shape)
+
+
+def _brightness(x, b, u8):
+    return _levels(x, _LEVELS * b) if u8 else _settle(x * b, False)
+
+
+def _contrast(x, fp, u8):
+    """Blend with the mean grayscale (uint8: of the floored grayscale, an exact integer sum)."""
+    g = _gray(x)
+    total = np.floor(g).astype(np.float64).sum() if u8 else g.astype(np.float64).sum()
+    other = _F(total / max(g.size, 1)) * fp[2]
+    return _levels(x, _LEVELS * fp[1] + other) if u8 else _settle(x * fp[1] + other, False)
 
 
 def _saturation(x, s, one_minus, u8):
     g = _gray(x)
-    return _blend(x, np.floor(g) if u8 else g, s, one_minus, u8)
+    if u8:
+        g = np.floor(g)
+    v = x.astype(np.float32) * s + (g * one_minus)[..., None]
+    return _settle(v, u8).astype(x.dtype)
 
 
 def _hue(x, factor, u8):
-    """torchvision's _rgb_to_hsv / _hsv_to_rgb in float32, photometric.cu's pd_hue."""
+    """torchvision's _rgb_to_hsv / _hsv_to_rgb in float32, photometric.cu's pd_hue (exact
+    equivalents where faster: fmod(a, 1) for a in [5/6, 11/6] is a - (a >= 1))."""
+    shape = x.shape
+    planes = np.ascontiguousarray(x.reshape(-1, 3).T, np.float32)
     if u8:
-        x = x * _F(1.0 / 255.0)
-    r, g, b = x[..., 0], x[..., 1], x[..., 2]
+        planes *= _F(1.0 / 255.0)
+    r, g, b = planes
     maxc, minc = np.maximum(r, np.maximum(g, b)), np.minimum(r, np.minimum(g, b))
     eqc = maxc == minc
     rng = maxc - minc
     s = rng / np.where(eqc, _F(1), maxc)
     div = np.where(eqc, _F(1), rng)
     rc, gc, bc = (maxc - r) / div, (maxc - g) / div, (maxc - b) / div
-    h = np.where(maxc == r, bc - gc, np.where(maxc == g, (rc + _F(2)) - bc, (gc + _F(4)) - rc))
-    h = np.fmod(h * _F(1.0 / 6.0) + _F(1), _F(1))
+    on_r = maxc == r
+    h = (gc + _F(4)) - rc
+    np.copyto(h, (rc + _F(2)) - bc, where=(maxc == g) & ~on_r)
+    np.copyto(h, bc - gc, where=on_r)
+    a = h * _F(1.0 / 6.0) + _F(1)
+    h = a - (a >= _F(1)).astype(np.float32)
     h = h + factor
     h = h - np.floor(h)
     h6 = h * _F(6)
     fi = np.floor(h6)
     f = h6 - fi
-    i = fi.astype(np.int64) % 6
+    i = fi.astype(np.intp)
+    i[i >= 6] -= 6
     sxf, oms = s * f, _F(1) - s
-    q = np.clip((_F(1) - sxf) * maxc, _F(0), _F(1))
-    t = np.clip((sxf + oms) * maxc, _F(0), _F(1))
-    p = np.clip(oms * maxc, _F(0), _F(1))
-    v = maxc
-    out = np.stack([np.choose(i, [v, q, p, p, t, v]), np.choose(i, [t, v, v, q, p, p]),
-                    np.choose(i, [p, p, t, v, v, q])], -1)
-    return _settle(out * _F(255.999), True) if u8 else out
-
-
-def _before_contrast(x, flags, fp, u8):
-    if flags & BRIGHTNESS:
-        x = _settle(x * fp[0], u8)
-    if not flags & CONTRAST_FIRST:
-        if flags & SATURATION:
-            x = _saturation(x, fp[3], fp[4], u8)
-        if flags & HUE:
-            x = _hue(x, fp[5], u8)
-    return x
-
-
-def contrast_mean(x, flags, fp, u8):
-    """The mean grayscale of one sample (float32 (H, W, 3) array) at its contrast step, as the
-    kernel computes it: an exact sum of floored values (uint8) or a float64 sum (float)."""
-    g = _gray(_before_contrast(x, flags, fp, u8))
-    total = np.floor(g).astype(np.float64).sum() if u8 else g.astype(np.float64).sum()
-    return _F(total / max(g.size, 1))
+    vpqt = np.empty((maxc.size, 4), np.float32)
+    vpqt[:, 0] = maxc
+    vpqt[:, 1] = np.clip(oms * maxc, _F(0), _F(1))
+    vpqt[:, 2] = np.clip((_F(1) - sxf) * maxc, _F(0), _F(1))
+    vpqt[:, 3] = np.clip((sxf + oms) * maxc, _F(0), _F(1))
+    flat = (np.arange(maxc.size) * 4)[:, None] + _SEL[i]
+    out = vpqt.reshape(-1)[flat].reshape(shape)
+    return _settle(out * _F(255.999), True).astype(np.uint8) if u8 else out
 
 
 def _photometric_one(im, ip, fp):
+    """One sample's steps in RandomPhotometricDistort's order. A uint8 image stays uint8 between
+    steps (each ends on an integer); the contrast mean is taken at the step, as the kernel's
+    reduction recomputes it."""
     flags, u8 = int(ip[0]), im.dtype == np.uint8
-    x = im.astype(np.float32)
-    mean = contrast_mean(x, flags, fp, u8) if flags & CONTRAST else _F(0)
+    x = im if u8 else im.astype(np.float32)
     if flags & BRIGHTNESS:
-        x = _settle(x * fp[0], u8)
+        x = _brightness(x, fp[0], u8)
     if flags & CONTRAST and flags & CONTRAST_FIRST:
-        x = _blend(x, mean, fp[1], fp[2], u8)
+        x = _contrast(x, fp, u8)
     if flags & SATURATION:
         x = _saturation(x, fp[3], fp[4], u8)
     if flags & HUE:
         x = _hue(x, fp[5], u8)
     if flags & CONTRAST and not flags & CONTRAST_FIRST:
-        x = _blend(x, mean, fp[1], fp[2], u8)
+        x = _contrast(x, fp, u8)
     if flags & PERMUTE:
         x = x[..., PERMS[int(ip[1])]]
     if flags & GRAY:
