@@ -116,8 +116,10 @@ __device__ __forceinline__ void pd_before_contrast(Px& p, int flags, const float
   }
 }
 
-// sums[b] += the grayscale of every pixel at the contrast step (floored for uint8: an exact
-// integer sum in a uint64; float images: a double, stored in the same 8 bytes).
+// sums[b] += the grayscale of every pixel at the contrast step: floored for uint8, in fixed point
+// (round(g * 2^24), two's complement) for float images. Integer sums: exact, in any order, so
+// the mean is the same on every run and equal to the twin's.
+#define PD_FIXED 16777216.0
 template <typename T, bool U8>
 __device__ void pd_reduce(const unsigned long long* in_ptrs, const unsigned long long* counts,
                           int num_samples, const int* iparams, const float* fparams,
@@ -129,22 +131,15 @@ __device__ void pd_reduce(const unsigned long long* in_ptrs, const unsigned long
     const long long n = (long long)counts[b];
     const float* fp = fparams + PD_FPARAMS * b;
     unsigned long long isum = 0;
-    double fsum = 0.0;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x) {
       Px p = pd_load(src, i);
       pd_before_contrast<U8>(p, flags, fp);
       const float g = pd_gray(p);
-      if (U8) isum += (unsigned long long)floorf(g);
-      else fsum += (double)g;
+      isum += U8 ? (unsigned long long)floorf(g) : (unsigned long long)llrint((double)g * PD_FIXED);
     }
-    if (U8) {
-      isum = PD_WARP_SUM(isum);
-      if (PD_WARP_LEADER && isum) atomicAdd(sums + b, isum);
-    } else {
-      fsum = PD_WARP_SUM(fsum);
-      if (PD_WARP_LEADER && fsum != 0.0) atomicAdd((double*)(sums + b), fsum);
-    }
+    isum = PD_WARP_SUM(isum);
+    if (PD_WARP_LEADER && isum) atomicAdd(sums + b, isum);
   }
 }
 
@@ -162,7 +157,7 @@ __device__ void pd_apply(const unsigned long long* in_ptrs, const unsigned long 
     const float* fp = fparams + PD_FPARAMS * b;
     float mean = 0.0f;
     if (flags & PD_CONTRAST) {
-      const double total = U8 ? (double)sums[b] : *(const double*)(sums + b);
+      const double total = U8 ? (double)sums[b] : (double)(long long)sums[b] * (1.0 / PD_FIXED);
       mean = (float)(total / (double)(n > 0 ? n : 1));
     }
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;

@@ -19,9 +19,10 @@ step clamped to the dtype's range and, for uint8, cast back (truncated) as torch
 Grayscale values are summed left to right in float32. Each step runs where its bit is set in a
 sample's ``flags``, in the order of ``RandomPhotometricDistort``: brightness, contrast (here when
 ``CONTRAST_FIRST``), saturation, hue, contrast (here otherwise), permutation, grayscale. The
-twin does every float operation in float32 in the kernel's order, and the kernel is compiled
-without fused multiply-adds, so the two agree bit for bit (the mean of float images, summed in
-float64 in another order on the device, may differ in its last bits).
+twin does every float operation in float32 in the kernel's order (uint8 steps through tables of
+the same float32 values), and the kernel is compiled without fused multiply-adds, so the two
+agree bit for bit; the contrast mean is an integer sum (floored grayscale, or float grayscale in
+fixed point 2^-24), the same in any order, so the device's atomics give the same batch every run.
 
 **Colour twist** (:func:`color_twist_numpy`, kernels ``color_twist_<in>_<out>``): one affine map
 ``out = M @ rgb + offset`` per sample (:func:`color_twist_matrices`, DALI's composition); a uint8
@@ -54,6 +55,7 @@ PERMS = np.array([[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 
 GRAY_WEIGHTS = np.array([0.2989, 0.587, 0.114], np.float32)
 
 _F = np.float32
+_FIXED = 16777216.0  # 2^24: the fixed point of float images' grayscale sums (photometric.cu PD_FIXED)
 
 
 # ----------------------------------------------------------------------------- batch helpers
@@ -154,9 +156,13 @@ def _brightness(x, b, u8):
 
 
 def _contrast(x, fp, u8):
-    """Blend with the mean grayscale (uint8: of the floored grayscale, an exact integer sum)."""
+    """Blend with the mean grayscale: uint8, of the floored grayscale; float, of the grayscale in
+    fixed point (round(g * 2^24)). Both are integer sums, exact in any order (the kernel's too)."""
     g = _gray(x)
-    total = np.floor(g).astype(np.float64).sum() if u8 else g.astype(np.float64).sum()
+    if u8:
+        total = float(np.floor(g).astype(np.int64).sum())
+    else:
+        total = float(np.rint(g.astype(np.float64) * _FIXED).astype(np.int64).sum()) * (1.0 / _FIXED)
     other = _F(total / max(g.size, 1)) * fp[2]
     return _levels(x, _LEVELS * fp[1] + other) if u8 else _settle(x * fp[1] + other, False)
 
