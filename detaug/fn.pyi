@@ -135,17 +135,17 @@ def box_convert(boxes: Any, /, *, fmt: str = 'xyxy', normalized: bool = False, d
     Functional form: fn.box_convert; class form: ops.BoxConvert
     """
 
-def brightness(images: Any, /, *, brightness: float | DataNode = 1.0, dtype: str | None = None, image_type: str = 'RGB', preserve: bool = False, bytes_per_sample_hint: int = 0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def brightness(images: Any, /, *, brightness: float | DataNode = 1.0, brightness_shift: float | DataNode = 0.0, dtype: str | None = None, preserve: bool = False, bytes_per_sample_hint: int = 0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
-    DALI's brightness: out = brightness * x, per sample.
+    DALI's brightness: out = brightness_shift * R_out + brightness * x * R_out / R_in (R: 255 for uint8, 1 for float), per sample.
     
     Inputs (positional only, 1):
         images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
     
     Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
         brightness: float = 1.0 [per-sample]: factor >= 0 (0 black, 1 unchanged)
-        dtype: str | None = None: output dtype: None keeps the input's; uint8 (types.UINT8) or float32 (types.FLOAT), values not rescaled (DALI)
-        image_type: str = 'RGB': colour space of the images: RGB only (types.RGB)
+        brightness_shift: float = 0.0 [per-sample]: added, in units of the output range (255 for uint8, 1 for float)
+        dtype: str | None = None: output dtype: None keeps the input's; uint8 (types.UINT8) or float32 (types.FLOAT)
         preserve: bool = False: hint, changes no value here: DALI keeps an op whose output is unused; detaug runs every op in the graph that an output needs
         bytes_per_sample_hint: int = 0: hint, changes no value here: DALI's allocation tuning
     
@@ -156,7 +156,7 @@ def brightness(images: Any, /, *, brightness: float | DataNode = 1.0, dtype: str
     
     Devices: cpu, gpu
     
-    Returns: one output; images, same sizes, the input's dtype unless dtype is given
+    Returns: one output; 3-channel images, same sizes, the input's dtype unless dtype is given
     
     Functional form: fn.brightness; class form: ops.Brightness
     """
@@ -339,7 +339,7 @@ def color_twist(images: Any, /, *, brightness: float | DataNode = 1.0, contrast:
         contrast: float = 1.0 [per-sample]: factor >= 0 about the middle of the range (128 for uint8, 0.5 for float; 0 grey, 1 unchanged)
         saturation: float = 1.0 [per-sample]: factor >= 0 (0 grey, 1 unchanged), scaling the YIQ chroma
         hue: float = 0.0 [per-sample]: rotation of the YIQ chroma, in degrees
-        dtype: str | None = None: output dtype: None keeps the input's; uint8 (types.UINT8) or float32 (types.FLOAT), values not rescaled (DALI)
+        dtype: str | None = None: output dtype: None keeps the input's; uint8 (types.UINT8) or float32 (types.FLOAT)
         image_type: str = 'RGB': colour space of the images: RGB only (types.RGB)
         preserve: bool = False: hint, changes no value here: DALI keeps an op whose output is unused; detaug runs every op in the graph that an output needs
         bytes_per_sample_hint: int = 0: hint, changes no value here: DALI's allocation tuning
@@ -351,22 +351,22 @@ def color_twist(images: Any, /, *, brightness: float | DataNode = 1.0, contrast:
     
     Devices: cpu, gpu
     
-    Returns: one output; images, same sizes, the input's dtype unless dtype is given
+    Returns: one output; 3-channel images, same sizes, the input's dtype unless dtype is given
     
     Functional form: fn.color_twist; class form: ops.ColorTwist
     """
 
-def contrast(images: Any, /, *, contrast: float | DataNode = 1.0, dtype: str | None = None, image_type: str = 'RGB', preserve: bool = False, bytes_per_sample_hint: int = 0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def contrast(images: Any, /, *, contrast: float | DataNode = 1.0, contrast_center: float | None | DataNode = None, dtype: str | None = None, preserve: bool = False, bytes_per_sample_hint: int = 0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
-    DALI's contrast: out = c0 + contrast * (x - c0), c0 = 128 (uint8) or 0.5 (float), per sample.
+    DALI's contrast: out = c + contrast * (x - c), c = contrast_center (default 128 for uint8, 0.5 for float), rescaled to the output dtype's range, per sample.
     
     Inputs (positional only, 1):
         images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
     
     Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
         contrast: float = 1.0 [per-sample]: factor >= 0 about the middle of the range (128 for uint8, 0.5 for float; 0 grey, 1 unchanged)
-        dtype: str | None = None: output dtype: None keeps the input's; uint8 (types.UINT8) or float32 (types.FLOAT), values not rescaled (DALI)
-        image_type: str = 'RGB': colour space of the images: RGB only (types.RGB)
+        contrast_center: float | None = None [per-sample]: the level contrast keeps, in input units; None: the middle of the input's range (128 for uint8, 0.5 for float)
+        dtype: str | None = None: output dtype: None keeps the input's; uint8 (types.UINT8) or float32 (types.FLOAT)
         preserve: bool = False: hint, changes no value here: DALI keeps an op whose output is unused; detaug runs every op in the graph that an output needs
         bytes_per_sample_hint: int = 0: hint, changes no value here: DALI's allocation tuning
     
@@ -377,7 +377,7 @@ def contrast(images: Any, /, *, contrast: float | DataNode = 1.0, dtype: str | N
     
     Devices: cpu, gpu
     
-    Returns: one output; images, same sizes, the input's dtype unless dtype is given
+    Returns: one output; 3-channel images, same sizes, the input's dtype unless dtype is given
     
     Functional form: fn.contrast; class form: ops.Contrast
     """
@@ -642,7 +642,7 @@ def hue(images: Any, /, *, hue: float | DataNode = 0.0, dtype: str | None = None
     
     Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
         hue: float = 0.0 [per-sample]: rotation of the YIQ chroma, in degrees
-        dtype: str | None = None: output dtype: None keeps the input's; uint8 (types.UINT8) or float32 (types.FLOAT), values not rescaled (DALI)
+        dtype: str | None = None: output dtype: None keeps the input's; uint8 (types.UINT8) or float32 (types.FLOAT)
         image_type: str = 'RGB': colour space of the images: RGB only (types.RGB)
         preserve: bool = False: hint, changes no value here: DALI keeps an op whose output is unused; detaug runs every op in the graph that an output needs
         bytes_per_sample_hint: int = 0: hint, changes no value here: DALI's allocation tuning
@@ -654,7 +654,7 @@ def hue(images: Any, /, *, hue: float | DataNode = 0.0, dtype: str | None = None
     
     Devices: cpu, gpu
     
-    Returns: one output; images, same sizes, the input's dtype unless dtype is given
+    Returns: one output; 3-channel images, same sizes, the input's dtype unless dtype is given
     
     Functional form: fn.hue; class form: ops.Hue
     """
@@ -1209,7 +1209,7 @@ def saturation(images: Any, /, *, saturation: float | DataNode = 1.0, dtype: str
     
     Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
         saturation: float = 1.0 [per-sample]: factor >= 0 (0 grey, 1 unchanged), scaling the YIQ chroma
-        dtype: str | None = None: output dtype: None keeps the input's; uint8 (types.UINT8) or float32 (types.FLOAT), values not rescaled (DALI)
+        dtype: str | None = None: output dtype: None keeps the input's; uint8 (types.UINT8) or float32 (types.FLOAT)
         image_type: str = 'RGB': colour space of the images: RGB only (types.RGB)
         preserve: bool = False: hint, changes no value here: DALI keeps an op whose output is unused; detaug runs every op in the graph that an output needs
         bytes_per_sample_hint: int = 0: hint, changes no value here: DALI's allocation tuning
@@ -1221,7 +1221,7 @@ def saturation(images: Any, /, *, saturation: float | DataNode = 1.0, dtype: str
     
     Devices: cpu, gpu
     
-    Returns: one output; images, same sizes, the input's dtype unless dtype is given
+    Returns: one output; 3-channel images, same sizes, the input's dtype unless dtype is given
     
     Functional form: fn.saturation; class form: ops.Saturation
     """

@@ -188,8 +188,9 @@ CASES = {
     "grayscale": (_images, {}, {"p": 0.0, "num_output_channels": 1}),
     "color_twist": (_images, {}, {"brightness": 0.5, "contrast": 0.5, "saturation": 0.5,
                                   "hue": 30.0, "dtype": types.FLOAT, "image_type": types.BGR}),
-    "brightness": (_images, {}, {"brightness": 0.5, "dtype": types.FLOAT, "image_type": types.BGR}),
-    "contrast": (_images, {}, {"contrast": 0.5, "dtype": types.FLOAT, "image_type": types.BGR}),
+    "brightness": (_images, {}, {"brightness": 0.5, "brightness_shift": 0.1, "dtype": types.FLOAT}),
+    "contrast": (_images, {}, {"contrast": 0.5, "contrast_center": With(20.0, contrast=0.5),
+                               "dtype": types.FLOAT}),
     "saturation": (_images, {}, {"saturation": 0.5, "dtype": types.FLOAT, "image_type": types.BGR}),
     "hue": (_images, {}, {"hue": 30.0, "dtype": types.FLOAT, "image_type": types.BGR}),
     "normalize": (_images, {}, {

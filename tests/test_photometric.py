@@ -413,6 +413,31 @@ def test_ops_follow_the_fused_warp_and_keep_float_images():
     assert all(x.dtype == np.float32 and 0 <= x.min() and x.max() <= 1 for x in f)
 
 
+def test_dali_single_ops_hand_values():
+    """DALI's brightness / contrast (BrightnessContrast: rescaled to the output dtype's range) and
+    hue / saturation (ColorTwist with one argument), on hand values."""
+    img = np.array([[[0, 100, 200], [255, 128, 27]]], np.uint8)
+    x = img.astype(np.float64)
+
+    def run(graph):
+        return _samples(_pipe([img], graph).run()[0])[0]
+
+    # 0.1 * 255 + 0.5 x, rounded half up and clamped
+    np.testing.assert_array_equal(run(lambda i: fn.brightness(i, brightness=0.5, brightness_shift=0.1)),
+                                  np.floor(np.clip(25.5 + 0.5 * x, 0, 255) + 0.5))
+    f = run(lambda i: fn.brightness(i, brightness=2.0, dtype="float32"))
+    assert f.dtype == np.float32
+    np.testing.assert_allclose(f, 2 * x / 255, rtol=1e-6)                     # x * 1 / 255 * 2
+    np.testing.assert_array_equal(run(lambda i: fn.contrast(i, contrast=2.0, contrast_center=100.0)),
+                                  np.clip(100 + 2 * (x - 100), 0, 255))
+    np.testing.assert_array_equal(run(lambda i: fn.contrast(i, contrast=0.5)),
+                                  np.floor(128 + 0.5 * (x - 128) + 0.5))
+    for graph, kw in ((lambda i: fn.hue(i, hue=70.0), dict(hue=70.0)),
+                      (lambda i: fn.saturation(i, saturation=0.3), dict(saturation=0.3))):
+        kw = {"hue": 0.0, "saturation": 1.0, **kw}
+        close(run(graph), ref_color_twist(img[0], kw["hue"], kw["saturation"], 1.0, 1.0)[None], 1)
+
+
 @pytest.mark.parametrize("graph,match", [
     (lambda i: fn.photometric_distort(i, hue=(-0.6, 0.0)), "hue"),
     (lambda i: fn.photometric_distort(i, contrast=(1.5, 0.5)), "contrast"),

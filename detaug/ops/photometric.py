@@ -131,21 +131,28 @@ def grayscale(ctx, op, inputs, args):
     return _run_staged(ctx, img, ip, fp)
 
 
-# ---- DALI's colour twist family ------------------------------------------------------------------
-_TWIST_DEFAULTS = {"brightness": 1.0, "contrast": 1.0, "saturation": 1.0, "hue": 0.0}
-_TWIST_DOCS = {"brightness": "factor >= 0 (0 black, 1 unchanged)",
-               "contrast": "factor >= 0 about the middle of the range (128 for uint8, 0.5 for "
-                           "float; 0 grey, 1 unchanged)",
-               "saturation": "factor >= 0 (0 grey, 1 unchanged), scaling the YIQ chroma",
-               "hue": "rotation of the YIQ chroma, in degrees",
-               "dtype": "output dtype: None keeps the input's; uint8 (types.UINT8) or float32 "
-                        "(types.FLOAT), values not rescaled (DALI)",
-               "image_type": "colour space of the images: RGB only (types.RGB)"}
+# ---- DALI's colour twist and brightness / contrast families --------------------------------------
+# color_twist, hue and saturation are DALI's ColorTwist (one YIQ map, values not rescaled between
+# dtypes); brightness and contrast are DALI's BrightnessContrast kernels (values rescaled to the
+# output dtype's range). All of them run as one per-sample affine map of RGB (one launch).
+_DEFAULTS = {"brightness": 1.0, "contrast": 1.0, "saturation": 1.0, "hue": 0.0,
+             "brightness_shift": 0.0, "contrast_center": None}
+_DOCS = {"brightness": "factor >= 0 (0 black, 1 unchanged)",
+         "contrast": "factor >= 0 about the middle of the range (128 for uint8, 0.5 for float; 0 "
+                     "grey, 1 unchanged)",
+         "saturation": "factor >= 0 (0 grey, 1 unchanged), scaling the YIQ chroma",
+         "hue": "rotation of the YIQ chroma, in degrees",
+         "brightness_shift": "added, in units of the output range (255 for uint8, 1 for float)",
+         "contrast_center": "the level contrast keeps, in input units; None: the middle of the "
+                            "input's range (128 for uint8, 0.5 for float)",
+         "dtype": "output dtype: None keeps the input's; uint8 (types.UINT8) or float32 "
+                  "(types.FLOAT)",
+         "image_type": "colour space of the images: RGB only (types.RGB)"}
+_FULL_RANGE = {np.dtype(np.uint8): 255.0, np.dtype(np.float32): 1.0}
+_HALF_RANGE = {np.dtype(np.uint8): 128.0, np.dtype(np.float32): 0.5}
 
 
-def _color_twist(ctx, op, inputs, args):
-    """DALI's ColorTwist: out = brightness * (c0 + contrast * (YIQ twist(rgb) - c0)), c0 the
-    middle of the input's range (kernels/photometric.py color_twist_matrices)."""
+def _check_rgb(op, args):
     from ..core import types
 
     try:
@@ -155,19 +162,37 @@ def _color_twist(ctx, op, inputs, args):
     if not rgb:
         raise ValueError(f"{op.name}: image_type {args['image_type']!r} is not supported: detaug's "
                          "colour ops take RGB images (types.RGB)")
+
+
+def _dali_linear(ctx, op, inputs, args):
+    """DALI's ColorTwist (color_twist, hue, saturation): out = brightness * (c0 + contrast *
+    (YIQ twist(rgb) - c0)), c0 the middle of the input's range, not rescaled to the output dtype.
+    DALI's BrightnessContrast (brightness, contrast): out = shift * R_out + brightness * R_out /
+    R_in * (center + contrast * (x - center)), R the dtypes' full ranges (255, or 1 for float)."""
+    if "image_type" in args:
+        _check_rgb(op, args)
     img = _rgb_images(ctx, op, inputs[0])
     b = img.batch_size
-    vals = {}
-    for k, default in _TWIST_DEFAULTS.items():
-        vals[k] = per_sample(args.get(k, default), b)
-        if k != "hue" and (np.any(vals[k] < 0) or np.any(np.isnan(vals[k]))):
+    vals = {k: per_sample(args[k] if k in args else d, b) for k, d in _DEFAULTS.items()
+            if k != "contrast_center"}
+    for k in ("brightness", "contrast", "saturation"):
+        if np.any(vals[k] < 0) or np.any(np.isnan(vals[k])):
             raise ValueError(f"{op.name}: {k} must be non-negative, got {args[k]!r}")
     in_dtype = _image_dtype(img)
     out_dtype = in_dtype if args["dtype"] is None else np.dtype(_dtype(op, args["dtype"]))
-    if out_dtype not in (np.uint8, np.float32):
+    if out_dtype not in _FULL_RANGE:
         raise ValueError(f"{op.name}: dtype {args['dtype']!r}: colour ops give uint8 or float32")
-    mats = kp.color_twist_matrices(vals["brightness"], vals["contrast"], vals["saturation"],
-                                   vals["hue"], 128.0 if in_dtype == np.uint8 else 0.5)
+    if op.schema.name in ("brightness", "contrast"):
+        center = args.get("contrast_center")
+        center = _HALF_RANGE[in_dtype] if center is None else per_sample(center, b)
+        norm = vals["brightness"] * _FULL_RANGE[out_dtype] / _FULL_RANGE[in_dtype]
+        mats = np.zeros((b, 3, 4))
+        mats[:, [0, 1, 2], [0, 1, 2]] = (norm * vals["contrast"])[:, None]
+        mats[:, :, 3] = (vals["brightness_shift"] * _FULL_RANGE[out_dtype]
+                         + norm * (center - vals["contrast"] * center))[:, None]
+    else:
+        mats = kp.color_twist_matrices(vals["brightness"], vals["contrast"], vals["saturation"],
+                                       vals["hue"], _HALF_RANGE[in_dtype])
     if img.device == "gpu":
         out = kp.color_twist_cupy(img.data, mats, out_dtype, stream=ctx.stream)
     else:
@@ -175,23 +200,26 @@ def _color_twist(ctx, op, inputs, args):
     return ImageBatch(out, img.device, img.layout)
 
 
-def _register_twist(name, params, doc):
-    args = {k: _TWIST_DEFAULTS[k] for k in params}
-    args.update({"dtype": None, "image_type": "RGB", "preserve": False, "bytes_per_sample_hint": 0})
+def _register_dali(name, params, doc, image_type=True):
+    args = {k: _DEFAULTS[k] for k in params}
+    args.update({"dtype": None, **({"image_type": "RGB"} if image_type else {}), "preserve": False,
+                 "bytes_per_sample_hint": 0})
     register(name, devices=("cpu", "gpu"), inputs=(1, 1), kind="color", args=args,
-             per_sample=tuple(params), hints=_DALI_HINTS,
-             arg_docs={k: _TWIST_DOCS[k] for k in (*params, "dtype", "image_type")},
-             output_spec="images, same sizes, the input's dtype unless dtype is given",
-             doc=doc)(_color_twist)
+             per_sample=tuple(k for k in params), hints=_DALI_HINTS,
+             arg_docs={k: _DOCS[k] for k in args if k in _DOCS},
+             output_spec="3-channel images, same sizes, the input's dtype unless dtype is given",
+             doc=doc)(_dali_linear)
 
 
-_register_twist("color_twist", ("brightness", "contrast", "saturation", "hue"),
-                "DALI's color_twist: hue (degrees) and saturation in YIQ, then contrast about the "
-                "middle of the range and brightness, per sample, as one linear map")
-_register_twist("brightness", ("brightness",), "DALI's brightness: out = brightness * x, per sample")
-_register_twist("contrast", ("contrast",),
-                "DALI's contrast: out = c0 + contrast * (x - c0), c0 = 128 (uint8) or 0.5 (float), "
-                "per sample")
-_register_twist("saturation", ("saturation",),
-                "DALI's saturation: the YIQ chroma scaled, per sample")
-_register_twist("hue", ("hue",), "DALI's hue: the YIQ chroma rotated by hue degrees, per sample")
+_register_dali("color_twist", ("brightness", "contrast", "saturation", "hue"),
+               "DALI's color_twist: hue (degrees) and saturation in YIQ, then contrast about the "
+               "middle of the range and brightness, per sample, as one linear map")
+_register_dali("saturation", ("saturation",), "DALI's saturation: the YIQ chroma scaled, per sample")
+_register_dali("hue", ("hue",), "DALI's hue: the YIQ chroma rotated by hue degrees, per sample")
+_register_dali("brightness", ("brightness", "brightness_shift"),
+               "DALI's brightness: out = brightness_shift * R_out + brightness * x * R_out / R_in "
+               "(R: 255 for uint8, 1 for float), per sample", image_type=False)
+_register_dali("contrast", ("contrast", "contrast_center"),
+               "DALI's contrast: out = c + contrast * (x - c), c = contrast_center (default 128 for "
+               "uint8, 0.5 for float), rescaled to the output dtype's range, per sample",
+               image_type=False)
