@@ -27,6 +27,7 @@ import pytest
 from detaug import Pipeline, fn
 from detaug.kernels import color as KC
 from detaug.kernels import photometric as KP
+from conftest import fresh_seed
 from helpers import close_pipelines, random_images, track  # noqa: F401 (fixture)
 
 # ----------------------------------------------------------------------------- float64 references
@@ -126,7 +127,7 @@ def fresh(seed, shapes, dtype=np.uint8):
     return rng, imgs
 
 
-SEEDS = [0, 1, int(np.random.SeedSequence().entropy % 100000)]  # two fixed, one fresh per run
+SEEDS = [0, 1, fresh_seed()]  # two fixed, one fresh per run (conftest: the same in every xdist worker)
 
 
 # ----------------------------------------------------------------------------- single steps
