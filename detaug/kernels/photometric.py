@@ -290,6 +290,21 @@ def color_twist_numpy(images, mats, out_dtype=None):
     return _pack(outs, dense, getattr(images, "shape", (0, 0, 0)), out_dtype, 3)
 
 
+def color_twist_cv2(images, mats, out_dtype=None):
+    """The CPU backend's :func:`color_twist_numpy`: OpenCV's ``transform`` (float32 math, uint8
+    saturated with rounding to nearest, ties to even) for uint8 -> uint8 and float32 -> float32,
+    about 30x faster; within one grey level (uint8) or 1e-5 relative (float) of the twin. Other
+    dtype pairs and empty images take the twin."""
+    items, dense, dtype = _as_list(images)
+    out_dtype = np.dtype(out_dtype or dtype)
+    mats = np.asarray(mats, np.float64)
+    if out_dtype != dtype or mats.shape != (len(items), 3, 4):
+        return color_twist_numpy(images, mats, out_dtype)
+    outs = [cv2.transform(np.ascontiguousarray(im), mats[i]) if im.size else
+            color_twist_numpy([im], mats[i:i + 1], out_dtype)[0] for i, im in enumerate(items)]
+    return _pack(outs, dense, getattr(images, "shape", (0, 0, 0)), out_dtype, 3)
+
+
 # ----------------------------------------------------------------------------- cupy
 
 

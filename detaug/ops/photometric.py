@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph import materialize as M
+from ..core import backend
 from ..core.batch import ImageBatch
 from ..kernels import photometric as kp
 from .color import _dtype
@@ -195,8 +196,10 @@ def _dali_linear(ctx, op, inputs, args):
                                        vals["hue"], _HALF_RANGE[in_dtype])
     if img.device == "gpu":
         out = kp.color_twist_cupy(img.data, mats, out_dtype, stream=ctx.stream)
-    else:
+    elif backend.cpu_warp() == "reference":
         out = kp.color_twist_numpy(img.data, mats, out_dtype)
+    else:  # OpenCV's transform, within a grey level of the twin (as the CPU warp is)
+        out = kp.color_twist_cv2(img.data, mats, out_dtype)
     return ImageBatch(out, img.device, img.layout)
 
 
