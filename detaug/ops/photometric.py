@@ -1,5 +1,6 @@
 """Photometric ops: SSD's photometric distortion and grayscale as torchvision v2 computes them,
-and DALI's colour twist family (color_twist, brightness, contrast, saturation, hue).
+and DALI's linear colour ops (color_twist, hue, saturation: ColorTwist; brightness, contrast:
+BrightnessContrast).
 
 They consume pixels, so they end a pending geometric chain (its one warp runs first). Images are
 HWC RGB, uint8 (kept uint8) or float32 (kept float32; torchvision's ops then take values in
@@ -34,10 +35,8 @@ def _rgb_images(ctx, op, v) -> ImageBatch:
                          "the colour ops)")
     if img.batch_size and img.channels != 3:
         raise ValueError(f"{op.name}: takes 3-channel RGB images, got {img.channels} channels")
-    if img.batch_size:
-        dtype = np.dtype(img.data.dtype if img.is_dense else img.data[0].dtype)
-        if dtype not in (np.uint8, np.float32):
-            raise ValueError(f"{op.name}: takes uint8 or float32 images, got {dtype}")
+    if _image_dtype(img) not in (np.uint8, np.float32):
+        raise ValueError(f"{op.name}: takes uint8 or float32 images, got {_image_dtype(img)}")
     return img
 
 
