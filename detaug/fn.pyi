@@ -135,6 +135,32 @@ def box_convert(boxes: Any, /, *, fmt: str = 'xyxy', normalized: bool = False, d
     Functional form: fn.box_convert; class form: ops.BoxConvert
     """
 
+def brightness(images: Any, /, *, brightness: float | DataNode = 1.0, brightness_shift: float | DataNode = 0.0, dtype: str | None = None, preserve: bool = False, bytes_per_sample_hint: int = 0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's brightness: out = brightness_shift * R_out + brightness * x * R_out / R_in (R: 255 for uint8, 1 for float), per sample.
+    
+    Inputs (positional only, 1):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        brightness: float = 1.0 [per-sample]: factor >= 0 (0 black, 1 unchanged)
+        brightness_shift: float = 0.0 [per-sample]: added, in units of the output range (255 for uint8, 1 for float)
+        dtype: str | None = None: output dtype: None keeps the input's; uint8 (types.UINT8) or float32 (types.FLOAT)
+        preserve: bool = False: hint, changes no value here: DALI keeps an op whose output is unused; detaug runs every op in the graph that an output needs
+        bytes_per_sample_hint: int = 0: hint, changes no value here: DALI's allocation tuning
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'brightness_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output; 3-channel images, same sizes, the input's dtype unless dtype is given
+    
+    Functional form: fn.brightness; class form: ops.Brightness
+    """
+
 def brightness_contrast(images: Any, /, *, brightness: float | DataNode = 1.0, contrast: float | DataNode = 1.0, contrast_center: float = 128.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Out = brightness * (center + contrast * (x - center)), per sample.
@@ -299,6 +325,61 @@ def coin_flip(*, probability: float | DataNode = 0.5, shape: int | tuple | None 
     Returns: one output; int32 (B, *shape) of 0/1, or dtype
     
     Functional form: fn.coin_flip; class form: ops.CoinFlip
+    """
+
+def color_twist(images: Any, /, *, brightness: float | DataNode = 1.0, contrast: float | DataNode = 1.0, saturation: float | DataNode = 1.0, hue: float | DataNode = 0.0, dtype: str | None = None, image_type: str = 'RGB', preserve: bool = False, bytes_per_sample_hint: int = 0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's color_twist: hue (degrees) and saturation in YIQ, then contrast about the middle of the range and brightness, per sample, as one linear map.
+    
+    Inputs (positional only, 1):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        brightness: float = 1.0 [per-sample]: factor >= 0 (0 black, 1 unchanged)
+        contrast: float = 1.0 [per-sample]: factor >= 0 about the middle of the range (128 for uint8, 0.5 for float; 0 grey, 1 unchanged)
+        saturation: float = 1.0 [per-sample]: factor >= 0 (0 grey, 1 unchanged), scaling the YIQ chroma
+        hue: float = 0.0 [per-sample]: rotation of the YIQ chroma, in degrees
+        dtype: str | None = None: output dtype: None keeps the input's; uint8 (types.UINT8) or float32 (types.FLOAT)
+        image_type: str = 'RGB': colour space of the images: RGB only (types.RGB)
+        preserve: bool = False: hint, changes no value here: DALI keeps an op whose output is unused; detaug runs every op in the graph that an output needs
+        bytes_per_sample_hint: int = 0: hint, changes no value here: DALI's allocation tuning
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'color_twist_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output; 3-channel images, same sizes, the input's dtype unless dtype is given
+    
+    Functional form: fn.color_twist; class form: ops.ColorTwist
+    """
+
+def contrast(images: Any, /, *, contrast: float | DataNode = 1.0, contrast_center: float | None | DataNode = None, dtype: str | None = None, preserve: bool = False, bytes_per_sample_hint: int = 0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's contrast: out = c + contrast * (x - c), c = contrast_center (default 128 for uint8, 0.5 for float), rescaled to the output dtype's range, per sample.
+    
+    Inputs (positional only, 1):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        contrast: float = 1.0 [per-sample]: factor >= 0 about the middle of the range (128 for uint8, 0.5 for float; 0 grey, 1 unchanged)
+        contrast_center: float | None = None [per-sample]: the level contrast keeps, in input units; None: the middle of the input's range (128 for uint8, 0.5 for float)
+        dtype: str | None = None: output dtype: None keeps the input's; uint8 (types.UINT8) or float32 (types.FLOAT)
+        preserve: bool = False: hint, changes no value here: DALI keeps an op whose output is unused; detaug runs every op in the graph that an output needs
+        bytes_per_sample_hint: int = 0: hint, changes no value here: DALI's allocation tuning
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'contrast_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output; 3-channel images, same sizes, the input's dtype unless dtype is given
+    
+    Functional form: fn.contrast; class form: ops.Contrast
     """
 
 def crop(images: Any, boxes: Any = ..., /, *, crop: tuple[float, float] | None = None, crop_h: float | None | DataNode = None, crop_w: float | None | DataNode = None, crop_pos_x: float | DataNode = 0.5, crop_pos_y: float | DataNode = 0.5, window: tuple[float, float, float, float] | None | DataNode = None, fill: float | Sequence[Any] = 0.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
@@ -533,6 +614,29 @@ def gaussian_blur(images: Any, /, *, sigma: float | tuple[float, float] | None |
     Functional form: fn.gaussian_blur; class form: ops.GaussianBlur
     """
 
+def grayscale(images: Any, /, *, p: float | DataNode = 1.0, num_output_channels: int = 3, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    0.2989 R + 0.587 G + 0.114 B (torchvision's rgb_to_grayscale: uint8 truncated), with probability p per sample, in 3 channels or 1.
+    
+    Inputs (positional only, 1):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        p: float = 1.0 [per-sample]: probability that a sample is turned grey (torchvision's RandomGrayscale); 1: every sample (Grayscale)
+        num_output_channels: int = 3: 3 (grey in every channel) or 1; 1 needs p=1
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'grayscale_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output; images of the input's dtype, num_output_channels channels, same sizes
+    
+    Functional form: fn.grayscale; class form: ops.Grayscale
+    """
+
 def host_decoder(encoded: Any, /, *, output_type: str = 'RGB', hw_decoder_load: Any = None, use_fast_idct: Any = None, device_memory_padding: Any = None, host_memory_padding: Any = None, hybrid_huffman_threshold: Any = None, affine: Any = None, split_stages: Any = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Decode JPEG/PNG/...: Pillow on the host, nvImageCodec on the GPU (mixed); device='auto': 'mixed' where a GPU, cupy and nvImageCodec are present, else 'cpu'.
@@ -586,6 +690,32 @@ def hsv(images: Any, /, *, hue: float | DataNode = 0.0, saturation: float | Data
     Returns: one output; uint8 images, same sizes
     
     Functional form: fn.hsv; class form: ops.Hsv
+    """
+
+def hue(images: Any, /, *, hue: float | DataNode = 0.0, dtype: str | None = None, image_type: str = 'RGB', preserve: bool = False, bytes_per_sample_hint: int = 0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's hue: the YIQ chroma rotated by hue degrees, per sample.
+    
+    Inputs (positional only, 1):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        hue: float = 0.0 [per-sample]: rotation of the YIQ chroma, in degrees
+        dtype: str | None = None: output dtype: None keeps the input's; uint8 (types.UINT8) or float32 (types.FLOAT)
+        image_type: str = 'RGB': colour space of the images: RGB only (types.RGB)
+        preserve: bool = False: hint, changes no value here: DALI keeps an op whose output is unused; detaug runs every op in the graph that an output needs
+        bytes_per_sample_hint: int = 0: hint, changes no value here: DALI's allocation tuning
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'hue_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output; 3-channel images, same sizes, the input's dtype unless dtype is given
+    
+    Functional form: fn.hue; class form: ops.Hue
     """
 
 def image_decoder(encoded: Any, /, *, output_type: str = 'RGB', hw_decoder_load: Any = None, use_fast_idct: Any = None, device_memory_padding: Any = None, host_memory_padding: Any = None, hybrid_huffman_threshold: Any = None, affine: Any = None, split_stages: Any = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
@@ -1021,6 +1151,32 @@ def perspective(images: Any, boxes: Any = ..., /, *, startpoints: Sequence[Any] 
     Functional form: fn.perspective; class form: ops.Perspective
     """
 
+def photometric_distort(images: Any, /, *, brightness: Sequence[float] = (0.875, 1.125), contrast: Sequence[float] = (0.5, 1.5), saturation: Sequence[float] = (0.5, 1.5), hue: Sequence[float] = (-0.05, 0.05), p: float | DataNode = 0.5, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    SSD's photometric distortion as torchvision v2's RandomPhotometricDistort, per sample: brightness, contrast (before or after the saturation and hue, at random), saturation, hue, channel permutation, each with probability p.
+    
+    Inputs (positional only, 1):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        brightness: sequence of float = (0.875, 1.125): range of the brightness factor (adjust_brightness: x * b)
+        contrast: sequence of float = (0.5, 1.5): range of the contrast factor (adjust_contrast: blend with the image's mean grayscale)
+        saturation: sequence of float = (0.5, 1.5): range of the saturation factor (adjust_saturation: blend with the pixel's grayscale)
+        hue: sequence of float = (-0.05, 0.05): range of the hue shift, in turns, within [-0.5, 0.5] (adjust_hue)
+        p: float = 0.5 [per-sample]: probability of each part (brightness, contrast, saturation, hue, channel permutation), drawn apart per sample
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'photometric_distort_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output; images of the input's dtype (uint8 or float32 in [0, 1]), same sizes
+    
+    Functional form: fn.photometric_distort; class form: ops.PhotometricDistort
+    """
+
 def prune_boxes(boxes: Any, /, *, clip: bool = True, min_size: float = 0.0, min_area: float = 0.0, min_visibility: float = 0.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Clip boxes to the canvas; drop boxes under min_size (w or h), min_area, or whose visible fraction after clipping is under min_visibility; fields follow.
@@ -1286,6 +1442,32 @@ def rotate(images: Any, boxes: Any = ..., /, *, angle: float | DataNode = 0.0, e
     Returns: one output per input (a tuple when there are two); same inputs: images (uint8 HWC, new sizes) and boxes (xyxy, same fields)
     
     Functional form: fn.rotate; class form: ops.Rotate
+    """
+
+def saturation(images: Any, /, *, saturation: float | DataNode = 1.0, dtype: str | None = None, image_type: str = 'RGB', preserve: bool = False, bytes_per_sample_hint: int = 0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's saturation: the YIQ chroma scaled, per sample.
+    
+    Inputs (positional only, 1):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        saturation: float = 1.0 [per-sample]: factor >= 0 (0 grey, 1 unchanged), scaling the YIQ chroma
+        dtype: str | None = None: output dtype: None keeps the input's; uint8 (types.UINT8) or float32 (types.FLOAT)
+        image_type: str = 'RGB': colour space of the images: RGB only (types.RGB)
+        preserve: bool = False: hint, changes no value here: DALI keeps an op whose output is unused; detaug runs every op in the graph that an output needs
+        bytes_per_sample_hint: int = 0: hint, changes no value here: DALI's allocation tuning
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'saturation_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output; 3-channel images, same sizes, the input's dtype unless dtype is given
+    
+    Functional form: fn.saturation; class form: ops.Saturation
     """
 
 def scale_jitter(images: Any, boxes: Any = ..., /, *, size: tuple[int, int] | None = None, scale_range: tuple[float, float] = (0.1, 2.0), crop: bool = True, pad: bool = True, fill: float | Sequence[Any] = 128.0, rounding: str = 'round', antialias: bool = True, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:

@@ -202,6 +202,17 @@ CASES = {
     "brightness_contrast": (_images, {}, {"brightness": 1.5, "contrast": 0.5,
                                           "contrast_center": With(0.0, contrast=0.5)}),
     "hsv": (_images, {}, {"hue": 40.0, "saturation": 0.5, "value": 0.5}),
+    "photometric_distort": (_images, {"p": 1.0}, {
+        "brightness": (1.2, 1.3), "contrast": (0.2, 0.3), "saturation": (0.1, 0.2),
+        "hue": (0.2, 0.3), "p": 0.0}),
+    "grayscale": (_images, {}, {"p": 0.0, "num_output_channels": 1}),
+    "color_twist": (_images, {}, {"brightness": 0.5, "contrast": 0.5, "saturation": 0.5,
+                                  "hue": 30.0, "dtype": types.FLOAT, "image_type": types.BGR}),
+    "brightness": (_images, {}, {"brightness": 0.5, "brightness_shift": 0.1, "dtype": types.FLOAT}),
+    "contrast": (_images, {}, {"contrast": 0.5, "contrast_center": With(20.0, contrast=0.5),
+                               "dtype": types.FLOAT}),
+    "saturation": (_images, {}, {"saturation": 0.5, "dtype": types.FLOAT, "image_type": types.BGR}),
+    "hue": (_images, {}, {"hue": 30.0, "dtype": types.FLOAT, "image_type": types.BGR}),
     "normalize": (_images, {}, {
         "mean": 10.0, "std": 3.0, "output_layout": "CHW", "dtype": "float16", "stddev": 3.0,
         "axes": (2,), "axis_names": "C", "batch": True, "scale": 2.0, "shift": 1.0,

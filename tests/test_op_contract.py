@@ -36,7 +36,9 @@ KEEPS_IMAGE_DTYPE = {"flip", "affine", "crop", "resize", "letterbox", "rotate", 
                      "brightness_contrast", "hsv", "slice", "transpose", "pad",
                      "gaussian_blur", "noise", "noise.gaussian", "noise.salt_and_pepper",
                      "noise.shot", "jitter", "jpeg_compression", "random_erasing", "erase",
-                     "perspective", "scale_jitter", "random_shortest_size", "warp_affine"}
+                     "perspective", "scale_jitter", "random_shortest_size", "warp_affine",
+                     "photometric_distort", "grayscale", "color_twist", "brightness", "contrast",
+                     "saturation", "hue"}
 # ops whose output shape depends on the batch by definition (padded to the batch's largest
 # sample): a sample alone is compared with the same region of its padded version
 BATCH_SHAPED = {"pad"}

@@ -230,6 +230,10 @@ ARG_DOCS = {
         "saturation": ("float", "saturation factor (0 grey, 1 unchanged)"),
         "value": ("float", "brightness factor (1 unchanged)"),
     },
+    "contrast": {
+        "contrast_center": ("float | None", "the level contrast keeps, in input units; None: the "
+                                            "middle of the input's range (128 uint8, 0.5 float)"),
+    },
     "random_bbox_crop": {
         "thresholds": ("sequence of float", "minimum overlap; one is drawn per sample (0 and "
                                             "allow_no_crop: any window)"),
