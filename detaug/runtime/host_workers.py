@@ -110,7 +110,10 @@ def _die_with_parent(parent_pid):
 
     def watch_pidfd(fd):
         try:
-            select.select([fd], [], [])  # readable once the parent process has exited
+            poll = select.poll()  # (not select.select: a forked worker's fds may pass 1024)
+            poll.register(fd, select.POLLIN)
+            while not poll.poll():  # readable once the parent process has exited
+                pass
         finally:
             gone()
 
