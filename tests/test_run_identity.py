@@ -224,3 +224,12 @@ def test_a_state_of_the_previous_format_is_checked_for_what_it_holds(tmp_path):
         pipe.load_state_dict({**old, "seed": 4})
     with pytest.raises(ValueError, match="past the 5 batches"):
         pipe.load_state_dict({**pipe.state_dict(), "batch": 6})
+
+
+def test_set_shard_refused_before_anything_changes():
+    pipe = place_pipe(6, batch_size=2, shard_policy="drop")
+    assert np.asarray(pipe.run()[0]).ravel().tolist() == [0, 1]
+    with pytest.raises(ValueError, match="shard 0 of 8 holds none"):
+        pipe.set_shard(0, 8)
+    # the cursor did not move back: the next batch is batch 1
+    assert np.asarray(pipe.run()[0]).ravel().tolist() == [2, 3]

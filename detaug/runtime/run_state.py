@@ -30,16 +30,26 @@ class RunState:
 
     def set_shard(self, shard_id: int, num_shards: int, shard_policy: str | None = None) -> None:
         """Sharding's ``set_shard`` under the cursor lock; a shard whose epoch would hold no
-        batch is refused as at build (and the shard is left as it was)."""
+        batch is refused as at build, before anything changes."""
         with self._cursor_lock:
-            before = (self.shard_id, self.num_shards, self.shard_policy)
+            if self._built and 0 <= int(shard_id) < int(num_shards):
+                self._check_shard(int(shard_id), int(num_shards), shard_policy)
             super().set_shard(shard_id, num_shards, shard_policy)
-            try:
-                if self._built:
-                    check_epoch_has_batches(self)
-            except ValueError:
-                super().set_shard(*before)
-                raise
+
+    def _check_shard(self, shard_id, num_shards, shard_policy):
+        """:func:`check_epoch_has_batches` for the shard ``set_shard`` would set (the driving
+        reader's, unless it has a shard of its own), everything put back after."""
+        src = self._driver
+        args = self.graph.ops[src.op.id].args
+        saved = src.shard, self.shard_policy
+        try:
+            if args.get("shard_id") is None and args.get("num_shards") is None:
+                src.shard = (shard_id, num_shards)
+            if shard_policy is not None:
+                self.shard_policy = _schedule.check_shard_policy(shard_policy, "shard_policy")
+            check_epoch_has_batches(self)
+        finally:
+            src.shard, self.shard_policy = saved
 
     def end_epoch(self) -> None:
         """Sharding's ``end_epoch`` under the cursor lock."""
