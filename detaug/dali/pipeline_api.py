@@ -64,7 +64,9 @@ class DaliApi:
         Anything else is refused with ``persist.GraphFormatError`` (a ValueError): a pickle (it
         could run code), bytes that are not the format, or an op, argument or parameter that this
         version does not have."""
-        known = set(inspect.signature(cls.__init__).parameters) - {"self", "dali_tuning"}
+        known = {name for c in cls.__mro__ if "__init__" in vars(c) and c is not object
+                 for name, p in inspect.signature(c.__init__).parameters.items()
+                 if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)} - {"self"}
         params, rebuild = _persist.loads(data, known)
         pipe = cls(**{**params, **overrides})
         pipe.set_outputs(*rebuild(pipe.graph))
