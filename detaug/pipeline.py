@@ -22,6 +22,7 @@ from .core.errors import NotFed as _NotFed
 from .runtime.executor import BatchContext, Executor
 from .runtime.gpu.handout import HandOut, HeldOutputs
 from .runtime.retries import Retries
+from .runtime import run_state as _run_state
 from .core.sharding import Sharding, _local_rank
 
 _POLICIES = ("fill", "drop", "partial")
@@ -37,7 +38,7 @@ DECODE_PROCESS_PREFETCH = 12
 MAX_DEVICE_WORKERS = 6  # default device_workers: min(prefetch depth, this)
 
 
-class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi, HandOut):
+class Pipeline(_run_state.RunState, Sharding, Retries, DeviceStage, PlanAhead, DaliApi, HandOut):
     """A graph of ops producing batches.
 
     Args:
@@ -178,6 +179,7 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi, HandOut):
         self._handed = HeldOutputs()  # batches handed out, kept until the caller's work on them ran
         self._consumers = {}  # name -> () -> a stream the caller queues work on (see consume_on)
         self._lock = threading.Lock()
+        self._cursor_lock = threading.RLock()  # run/next/reset/state: one caller at a time
 
     # ---- definition -------------------------------------------------------------------------
     def __enter__(self):
@@ -231,6 +233,7 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi, HandOut):
         sizes = {s.size for s in self._sources.values() if s.size is not None}
         if len(sizes) > 1:
             raise ValueError(f"the pipeline's readers have different sizes {sorted(sizes)}")
+        _run_state.check_epoch_has_batches(self)  # a ValueError that says why
         self._host_ops = [op for op in self._needed_ops() if op.device == "cpu"]
         self._device_ops = [op for op in self._needed_ops() if op.device != "cpu"]
         self.has_device_stage = bool(self._device_ops)
@@ -447,12 +450,19 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi, HandOut):
                 break
             self._submitted = (e, b + count)
 
+    @_run_state.serialised
     def run(self) -> tuple:
         """The next batch: a tuple with one value per output. As DALI's readers do, a pipeline
         driven by a reader goes on into the next epoch at the end of one (the batches of
         ``reset()`` + ``run()``: the epoch's keyed order, as ``run_batch`` and ``state_dict``
         give it); an external source raises StopIteration at its end (then call ``reset()``).
-        Iterating the pipeline (``for batch in pipe``, ``next(pipe)``) ends with each epoch."""
+        Iterating the pipeline (``for batch in pipe``, ``next(pipe)``) ends with each epoch.
+
+        Threads: ``run``, ``next``, ``reset``, ``end_epoch``, ``set_shard``, ``state_dict`` and
+        ``load_state_dict`` take one lock, so concurrent callers (from any threads) are served
+        one at a time: each batch is handed out exactly once, in order (the order in which their
+        calls take the lock; a caller waits while another waits for its batch). ``run_batch``
+        moves no cursor and may run beside them (see there)."""
         try:
             return self._next_of_epoch()
         except StopIteration:
@@ -482,9 +492,11 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi, HandOut):
     def __iter__(self):
         return self
 
+    @_run_state.serialised
     def __next__(self):
         return self._next_of_epoch()
 
+    @_run_state.serialised
     def reset(self) -> None:
         """Move on to the next epoch (new shuffle). Batches of it already prefetched are kept."""
         ex = self._executor
@@ -505,40 +517,31 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi, HandOut):
 
     def run_batch(self, batch_index: int, epoch: int | None = None) -> tuple:
         """Batch ``batch_index`` of ``epoch`` (default: the current one), computed on its own:
-        random access for Keras' Sequence. Does not move the iteration cursor. Thread-safe."""
+        random access for Keras' Sequence. Does not move the iteration cursor. Thread-safe: on a
+        CPU pipeline only its sources' preparation takes the cursor lock (``run``), and batches
+        are computed concurrently; on a pipeline with a GPU stage (one ``last_event``, one
+        decoder) the whole call does."""
         self.build()
         if self._driver.size is None:
             raise TypeError("random access needs a reader or a sized external source")
         if not 0 <= batch_index < len(self):
             raise IndexError(f"batch {batch_index} out of range (0..{len(self) - 1})")
+        if self.has_device_stage:
+            with self._cursor_lock:
+                return self._run_batch(batch_index, epoch)
+        return self._run_batch(batch_index, epoch)
+
+    def _run_batch(self, batch_index, epoch):
         ex = self._executor_ready()
-        key = (self._epoch if epoch is None else epoch, batch_index, 1)
-        result = ex.run_now(key, self._prepare(key))
+        with self._cursor_lock:
+            key = (self._epoch if epoch is None else epoch, batch_index, 1)
+            prepared = self._prepare(key)
+        result = ex.run_now(key, prepared)
         if self.has_device_stage:
             result = self._run_device(result, ex.pool)
         self._hand_out(result[0], result[1], result[4])
         self._count_skips(result[2], key[0])
         return result[0]
-
-    def state_dict(self) -> dict:
-        """Where the iteration stands: resuming from it gives exactly the next batch."""
-        return {"epoch": self._epoch, "batch": self._batch, "seed": self.seed,
-                "batch_size": self.batch_size, "shard": (self.shard_id, self.num_shards)}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Resume at ``state``'s batch. A source fed whole batches (an iterable, ``feed_input``)
-        cannot be rewound: resuming such a pipeline in the middle of an epoch raises (at an
-        epoch's start the iterable is iterated again from its beginning)."""
-        if state["seed"] != self.seed or state["batch_size"] != self.batch_size:
-            raise ValueError("state_dict comes from a pipeline with another seed or batch size")
-        self.build()
-        fed = [self.graph.ops[i].name for i, s in self._sources.items() if getattr(s, "fed", False)]
-        if fed and state["batch"] > 0:
-            raise ValueError(f"cannot resume at batch {state['batch']} of epoch {state['epoch']}: "
-                             f"external source {fed[0]!r} is fed whole batches (an iterable or "
-                             "feed_input), which cannot be rewound to a batch; resume at an epoch's "
-                             "start, or use a reader or a per-sample callable (batch=False)")
-        self._start(state["epoch"], state["batch"])
 
     @property
     def class_names(self) -> list | None:

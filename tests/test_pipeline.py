@@ -454,18 +454,18 @@ def test_prefetch_and_device_worker_defaults_and_serialized_arguments():
     """CPU pipelines keep 2 launches in flight; device_workers follows the prefetch depth up to 6;
     serialize() keeps the arguments as given (None stays None: the defaults are resolved again
     where the pipeline is rebuilt)."""
-    import pickle
+    import json
 
     p = det_pipe(VOC, batch_size=4, seed=11)
     p.build()
     assert (p.prefetch_queue_depth, p.device_workers) == (2, 2)
-    params = pickle.loads(p.serialize())["params"]
+    params = json.loads(p.serialize())["params"]
     assert params["prefetch_queue_depth"] is None and params["device_workers"] is None
     assert [Pipeline(prefetch_queue_depth=d).device_workers for d in (1, 5, 9)] == [1, 5, 6]
     assert Pipeline(prefetch_queue_depth=9, device_workers=2).device_workers == 2
     q = det_pipe(VOC, batch_size=4, seed=1, prefetch_queue_depth=3)
     assert q.prefetch_queue_depth == 3
-    assert pickle.loads(q.serialize())["params"]["prefetch_queue_depth"] == 3
+    assert json.loads(q.serialize())["params"]["prefetch_queue_depth"] == 3
 
 
 def test_an_interrupt_while_the_queue_is_cleared_is_raised_not_swallowed():

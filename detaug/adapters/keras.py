@@ -30,8 +30,8 @@ Processes (``use_multiprocessing=True``): the sequence's worker processes (a
 ``concurrent.futures.ProcessPoolExecutor``, started on the first batch computed ahead) each
 rebuild the pipeline from ``pipeline.serialize()`` on their first batch (a forked copy of the
 pipeline's thread pools would not run) and send the batch back as NumPy arrays; the graph's
-arguments must therefore be picklable, and only CPU pipelines are allowed (CUDA does not survive
-a fork). ``seq.close()`` (or garbage collection) stops them.
+arguments must therefore be data (``serialize()`` refuses an external source's callable), and
+only CPU pipelines are allowed (CUDA does not survive a fork). ``seq.close()`` (or garbage collection) stops them.
 """
 from __future__ import annotations
 

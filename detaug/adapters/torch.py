@@ -339,7 +339,7 @@ class DetaugIterator:
                              "their number, so resume mid-epoch with the same world size (or at "
                              "an epoch's start)")
         for p, s in zip(self.pipes, states):
-            p.load_state_dict(s)
+            p.load_state_dict(s, any_shard=True)  # another rank's state resumes this rank
         self._batch, self._ended = int(state["batch"]), False
 
     # ---- conversion ---------------------------------------------------------------------------

@@ -5,6 +5,7 @@ refused), and the traced graph's export: ``serialize`` / ``deserialize`` (detaug
 format) and ``save_graph_to_dot_file`` (Graphviz)."""
 from __future__ import annotations
 
+import inspect
 import warnings
 
 from ..runtime import persist as _persist
@@ -39,8 +40,10 @@ class DaliApi:
         _persist.save_dot(path, self._needed_ops(), self._outputs)
 
     def serialize(self) -> bytes:
-        """The pipeline's parameters and traced graph as bytes (pickle); arguments such as an
-        external source's callable must be picklable."""
+        """The pipeline's parameters and traced graph as data only: UTF-8 JSON, arrays as arrays
+        (detaug/runtime/persist.py), so that ``deserialize`` runs no code. A value that is not
+        data, such as an external source's callable or generator, raises TypeError naming its op
+        and argument."""
         self.build()
         params = dict(batch_size=self.batch_size, num_threads=self.num_threads,
                       device_id=self._device_id_arg, seed=self.seed,
@@ -57,8 +60,14 @@ class DaliApi:
 
     @classmethod
     def deserialize(cls, data: bytes, **overrides) -> DaliApi:  # a Pipeline (cls)
-        """A pipeline rebuilt from :meth:`serialize`'s bytes (``overrides`` replace parameters)."""
-        params, rebuild = _persist.loads(data)
+        """A pipeline rebuilt from :meth:`serialize`'s bytes (``overrides`` replace parameters).
+        Anything else is refused with ``persist.GraphFormatError`` (a ValueError): a pickle (it
+        could run code), bytes that are not the format, or an op, argument or parameter that this
+        version does not have."""
+        known = {name for c in cls.__mro__ if "__init__" in vars(c) and c is not object
+                 for name, p in inspect.signature(c.__init__).parameters.items()
+                 if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)} - {"self"}
+        params, rebuild = _persist.loads(data, known)
         pipe = cls(**{**params, **overrides})
         pipe.set_outputs(*rebuild(pipe.graph))
         return pipe

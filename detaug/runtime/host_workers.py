@@ -19,23 +19,25 @@ any loader).
 Failure: an exception in a worker reaches the caller with its type and message (and the
 worker's traceback as a note); a worker that dies (killed, out of memory) fails the batches it
 owed with :class:`WorkerDied`, naming the worker, its exit code and the batch; workers ignore
-Ctrl-C (the caller decides), die with the caller (PR_SET_PDEATHSIG), and are stopped by
-``close()``.
+Ctrl-C (the caller decides), die with the process that started them (:func:`_die_with_parent`:
+tied to that process, not to the thread that forked them, so a pipeline first run in a thread
+that ends keeps its workers), and are stopped by ``close()``.
 """
 from __future__ import annotations
 
 import collections
 import contextlib
 import concurrent.futures as cf
-import ctypes
 import itertools
 import mmap
 import multiprocessing as mp
 import os
 import pickle
+import select
 import signal
 import sys
 import threading
+import time
 import traceback
 import weakref
 from multiprocessing import reduction
@@ -94,11 +96,42 @@ def _layout(sizes):
     return spans, end
 
 
-def _die_with_parent():
-    try:  # Linux: SIGKILL this worker when the process that forked it dies
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:
+def _die_with_parent(parent_pid):
+    """SIGKILL this worker when the process ``parent_pid`` (its parent) ends, by any means.
+
+    Not ``PR_SET_PDEATHSIG``: that fires when the *thread* that forked the worker exits, and a
+    pipeline is often first run in a thread that ends (a helper thread, a per-epoch prefetch
+    thread) while the process and its pipeline go on. A daemon thread watches the parent process
+    instead: it blocks on a pidfd of the parent (readable when the whole process has exited; no
+    polling), or where pidfds are missing (Linux < 5.3) checks ``os.getppid()`` once a second (a
+    worker is re-parented when its parent dies)."""
+    def gone():
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def watch_pidfd(fd):
+        try:
+            poll = select.poll()  # (not select.select: a forked worker's fds may pass 1024)
+            poll.register(fd, select.POLLIN)
+            while not poll.poll():  # readable once the parent process has exited
+                pass
+        finally:
+            gone()
+
+    def watch_ppid():
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        gone()
+
+    fd = None
+    try:
+        fd = os.pidfd_open(parent_pid)
+    except (AttributeError, OSError):
         pass
+    if os.getppid() != parent_pid:  # the parent died before the watch began
+        gone()
+    # (checked after the pidfd is open: the pid then names the parent, not a reused pid)
+    target, args = (watch_pidfd, (fd,)) if fd is not None else (watch_ppid, ())
+    threading.Thread(target=target, args=args, daemon=True, name="detaug-parent-watch").start()
 
 
 def _worker_main(conn, run, parent_pid, inherited, cv2_loaded):
@@ -108,7 +141,7 @@ def _worker_main(conn, run, parent_pid, inherited, cv2_loaded):
     global _IN_WORKER
     _IN_WORKER = True
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with_parent()
+    _die_with_parent(parent_pid)
     for c in inherited:  # the caller's ends of the other workers' sockets: EOF must reach them
         try:
             c.close()
