@@ -106,6 +106,12 @@ class OpSchema:
             here: name -> why. Their arg_docs say 'hint', and setting one to anything but its
             default warns once per process (:func:`call_op`). Every other argument changes the
             output or is refused (tests/test_op_args.py).
+        partners: a multi-sample op (mosaic, mixup) makes each output sample from a group of
+            input samples: ``partners(op, rng, n_records) -> (groups (B + 1,), members (M,))``
+            draws, from the op's keyed streams of its B output samples (``rng``, a SampleRNG),
+            the record indices its inputs must hold: sample b's group is
+            ``members[groups[b]:groups[b + 1]]``, the sample itself first
+            (detaug/runtime/partners.py runs the ops upstream on them).
     """
 
     name: str
@@ -123,6 +129,7 @@ class OpSchema:
     input_names: tuple = ()
     arg_docs: dict = field(default_factory=dict)
     hints: dict = field(default_factory=dict)
+    partners: Callable | None = None
 
     def num_outputs(self, n_inputs: int, args: dict) -> int:
         return self.outputs(n_inputs, args) if callable(self.outputs) else self.outputs

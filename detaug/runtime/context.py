@@ -13,6 +13,7 @@ import numpy as np
 
 from ..graph import materialize as _materialize
 from ..core.rng import SampleRNG
+from .partners import LaunchLevels
 
 
 class BatchContext:
@@ -29,6 +30,39 @@ class BatchContext:
         # decode-process leases of this batch's images: given the batch's final event in
         # Pipeline._collect, so that releasing them needs no CUDA call (see decode_proc._Lease)
         self.leases = []
+        self._levels = None  # the samples of each level (multi-sample ops: partners.py)
+        self.level = ()
+
+    def levels(self):
+        """This launch's :class:`~detaug.runtime.partners.LaunchLevels` (made on first use from
+        the schedule's samples)."""
+        if self._levels is None:
+            # (first made at level (), where use_level starts)
+            self._levels = LaunchLevels(self.pipeline, self.epoch, self.sample_index,
+                                        self.positions)
+        return self._levels
+
+    def use_level(self, path):
+        """Make the samples of level ``path`` (``()``: the schedule's) the ones that ops see:
+        ``sample_index`` (keyed draws, the reader's records), ``positions``, ``batch_size``."""
+        if path == self.level:
+            return
+        lv = self.levels().get(path)
+        self.sample_index, self.positions = lv.sample_index, lv.positions
+        self.batch_size, self.level = len(lv.sample_index), path
+
+    def owner(self, position, path=None):
+        """The schedule's sample (its place in the launch) that owns sample ``position`` of level
+        ``path`` (default: the current one)."""
+        path = self.level if path is None else path
+        return position if not path else int(self.levels().get(path).owner[position])
+
+    def partner_groups(self, op):
+        """(groups (B + 1,), input sample indices (M,)) of the multi-sample op ``op``, which runs
+        at the current level: output sample b is made from inputs ``groups[b]:groups[b + 1]``."""
+        path = self.level + (op.id,)
+        lv = self.levels().get(path)
+        return self._levels.groups[path], lv.sample_index
 
     def on_stream(self):
         """The batch's stream as cupy's current one (nothing without one). Device work of the
