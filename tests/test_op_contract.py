@@ -32,7 +32,7 @@ SEED = 20261124
 
 # ops whose image output has the dtype of their image input
 KEEPS_IMAGE_DTYPE = {"flip", "affine", "crop", "resize", "letterbox", "rotate", "zoom_out", "paste",
-                     "random_iou_crop", "random_resized_crop", "materialize",
+                     "random_iou_crop", "random_resized_crop", "materialize", "mosaic", "mixup",
                      "brightness_contrast", "hsv", "slice", "transpose", "pad"}
 # ops whose output shape depends on the batch by definition (padded to the batch's largest
 # sample): a sample alone is compared with the same region of its padded version
