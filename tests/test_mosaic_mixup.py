@@ -51,13 +51,16 @@ def op_of(pipe, name):
 
 
 # ---- the reference, written from Ultralytics' Mosaic._mosaic4 -----------------------------------
-def ref_groups(seed, rng_id, idx, n, p=1.0):
+def ref_groups(seed, rng_id, idx, n, p=1.0, pool=None):
     """Members of each output's group, from the definition: draw 0 < p applies the mosaic,
-    draws 1..3 are the partners floor(u n); draws 4, 5 the centre."""
+    draws 1..3 are the partners: record floor(u n) (over the epoch), or the batch's sample at
+    position floor(u len(pool)) (``pool``: the batch's records); draws 4, 5 the centre."""
     u = SampleRNG(seed, rng_id, 0, idx).uniform(6)
     out = []
     for k, i in enumerate(idx):
-        members = [int(i)] + [int(np.floor(v * n)) for v in u[k, 1:4]] if u[k, 0] < p else [int(i)]
+        pick = ((lambda v: int(np.floor(v * n))) if pool is None
+                else (lambda v: int(pool[int(np.floor(v * len(pool)))])))
+        members = [int(i)] + [pick(v) for v in u[k, 1:4]] if u[k, 0] < p else [int(i)]
         out.append((members, u[k, 4:6]))
     return out
 
@@ -108,14 +111,15 @@ def ref_mosaic(images, boxes, members, uc, s, resize, fill=114):
     return canvas, out_boxes
 
 
-def _check_against_reference(pipe, sizes, extra, s, resize, min_vis=0.0):
-    out_img, out_bx = pipe.run()
+def _check_against_reference(pipe, sizes, extra, s, resize, min_vis=0.0, batch=0):
+    out_img, out_bx = pipe.run_batch(batch)
     n = len(sizes)
     images = [flat_source(sizes, extra)(type("I", (), {"idx_in_epoch": i})())[0] for i in range(n)]
     boxes = [[[0, 0, w, h]] + list(extra[i] if extra else []) for i, (h, w) in enumerate(sizes)]
     op = op_of(pipe, "mosaic")
-    groups = ref_groups(pipe.seed, op.rng_id, np.arange(len(out_img)), n,
-                        op.args["probability"])
+    idx = batch * pipe.batch_size + np.arange(len(out_img))
+    pool = idx if op.args["partners"] == "batch" else None
+    groups = ref_groups(pipe.seed, op.rng_id, idx, n, op.args["probability"], pool)
     per = out_bx.per_sample()
     for k, (members, uc) in enumerate(groups):
         canvas, ref_boxes = ref_mosaic(images, boxes, members, uc, s, resize)
@@ -199,6 +203,21 @@ def test_mosaic_resized_flat_against_reference(seed):
     pipe = run_pipe(flat_source(sizes, extra), n,
                     lambda i, b: fn.mosaic(i, b, size=24, min_visibility=0.4), seed=seed)
     _check_against_reference(pipe, sizes, extra, 24, True, min_vis=0.4)
+
+
+@pytest.mark.parametrize("seed", [8, FRESH])
+def test_mosaic_partners_from_the_batch_against_reference(seed):
+    """partners='batch': the partners are samples of the output's own batch (the schedule's),
+    drawn as over the epoch but within the batch."""
+    rng = np.random.default_rng(seed)
+    n = 10
+    sizes = [(int(rng.integers(8, 60)), int(rng.integers(8, 60))) for _ in range(n)]
+    extra = [[[1, 1, 5, 6]] for _ in sizes]
+    pipe = run_pipe(flat_source(sizes, extra), n,
+                    lambda i, b: fn.mosaic(i, b, size=20, partners="batch", probability=0.7),
+                    seed=seed, batch_size=4, last_batch_policy="partial")
+    for batch in (2, 0, 1):  # the last batch holds 2 samples: its pool is those 2
+        _check_against_reference(pipe, sizes, extra, 20, True, batch=batch)
 
 
 def test_mosaic_probability_zero_centres_the_sample():

@@ -12,16 +12,16 @@ from helpers import close_pipelines, track  # noqa: F401 (fixture)
 ROOT = os.path.join(os.path.dirname(__file__), "..", "examples", "data", "coco-mini")
 
 
-def yolo_pipe(device="cpu", **kw):
+def yolo_pipe(device="cpu", partners="epoch", **kw):
     @pipeline_def(batch_size=4, seed=1234, **kw)
     def p():
         enc, boxes = fn.readers.coco(annotations_file=os.path.join(ROOT, "annotations.json"),
                                      file_root=os.path.join(ROOT, "images"), random_shuffle=True)
         img = fn.decoders.image(enc, device="mixed" if device == "gpu" else "cpu")
-        img, boxes = fn.mosaic(img, boxes, size=48)
+        img, boxes = fn.mosaic(img, boxes, size=48, partners=partners)
         img, boxes = fn.affine(img, boxes, rotate=fn.random.uniform(range=(-10, 10)),
                                scale=fn.random.uniform(range=(0.5, 1.5)), fill=114.0)
-        img, boxes = fn.mixup(img, boxes, probability=0.5)
+        img, boxes = fn.mixup(img, boxes, probability=0.5, partners=partners)
         img = fn.hsv(img, hue=fn.random.uniform(range=(-10, 10)))
         img, boxes = fn.flip(img, boxes, horizontal=fn.random.coin_flip())
         img, boxes = fn.letterbox(img, boxes, size=(64, 64))
@@ -45,28 +45,52 @@ def same(a, b, atol=0.0, img_tol=0):
             np.testing.assert_allclose(x[k], y[k], atol=atol)
 
 
-def test_random_access_any_order_and_resume():
-    pipe = yolo_pipe(host_processes=0)
+@pytest.mark.parametrize("partners", ["epoch", "batch"])
+def test_random_access_any_order_and_resume(partners):
+    pipe = yolo_pipe(partners=partners, host_processes=0)
     seq = [host(pipe.run()) for _ in range(3)]
-    other = yolo_pipe(host_processes=0)
+    other = yolo_pipe(partners=partners, host_processes=0)
     for i in (2, 0, 1):
         same(host(other.run_batch(i)), seq[i])
-    pipe2 = yolo_pipe(host_processes=0)
+    pipe2 = yolo_pipe(partners=partners, host_processes=0)
     pipe2.run()
     state_after_one = pipe2.state_dict()
-    resumed = yolo_pipe(host_processes=0)
+    resumed = yolo_pipe(partners=partners, host_processes=0)
     resumed.load_state_dict(state_after_one)
     same(host(resumed.run()), seq[1])
     same(host(resumed.run()), seq[2])
+    # several batches run together give each its own pool: the same batches
+    grouped = yolo_pipe(partners=partners, host_processes=0, batches_per_launch=3)
+    for i in range(3):
+        same(host(grouped.run()), seq[i])
     # the partners really come from the epoch: more labels than the batch's own records hold
     assert any("mixup_weight" in d and len(d["labels"]) for d in seq[0][1])
 
 
-def test_one_or_many_host_workers():
-    one = yolo_pipe(host_processes=0, num_threads=1)
-    many = yolo_pipe(host_processes=2, num_threads=2)
+@pytest.mark.parametrize("partners", ["epoch", "batch"])
+def test_one_or_many_host_workers(partners):
+    one = yolo_pipe(partners=partners, host_processes=0, num_threads=1)
+    many = yolo_pipe(partners=partners, host_processes=2, num_threads=2)
     for _ in range(3):
         same(host(one.run()), host(many.run()))
+
+
+def test_decoded_images_per_batch():
+    """Epoch partners: the batch, the 3 mosaic partners of each, and for each mixup the
+    partner's record and its 3 (4 per mixup); batch partners: the batch alone."""
+    from detaug.core.rng import SampleRNG
+    from detaug.runtime.partners import decoded_per_batch
+
+    pipe = yolo_pipe(host_processes=0)
+    pipe.build()
+    mixup = next(op for op in pipe.graph.ops if op.schema.name == "mixup")
+    for b in range(3):
+        idx = pipe._indices(0, b)[0]
+        blended = int((SampleRNG(1234, mixup.rng_id, 0, idx).uniform(1)[:, 0] < 0.5).sum())
+        assert decoded_per_batch(pipe, 0, b) == 4 * (len(idx) + blended)
+    pool = yolo_pipe(partners="batch", host_processes=0)
+    pool.build()
+    assert [decoded_per_batch(pool, 0, b) for b in range(3)] == [4, 4, 4]
 
 
 def test_an_op_used_on_both_sides_of_a_mosaic_is_refused():
@@ -88,6 +112,17 @@ def test_a_source_without_random_access_is_refused():
         img = fn.external_source(source=[imgs])
         pipe.set_outputs(fn.mosaic(img, size=4))
     with pytest.raises(ValueError, match="random access"):
+        pipe.build()
+    pipe = track(Pipeline(batch_size=2, seed=0))  # from the batch: no random access needed
+    with pipe:
+        img = fn.external_source(source=[imgs])
+        pipe.set_outputs(fn.mosaic(img, size=4, partners="batch"))
+    assert pipe.run()[0].data.shape == (2, 8, 8, 3)
+    pipe = track(Pipeline(batch_size=2, seed=0))
+    with pipe:
+        img = fn.external_source(source=[imgs])
+        pipe.set_outputs(fn.mosaic(img, size=4, partners="launch"))
+    with pytest.raises(ValueError, match="partners must be 'epoch' or 'batch'"):
         pipe.build()
 
 
@@ -151,10 +186,12 @@ def test_compose_cupy_matches_twin():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _has_gpu(), reason="needs a CUDA device")
-def test_cpu_equals_gpu():
+@pytest.mark.parametrize("partners", ["epoch", "batch"])
+def test_cpu_equals_gpu(partners):
     """The same groups, centres, weights and boxes on both devices; pixels within the warp's
     tolerance (OpenCV on the CPU, warp.cu on the GPU: a few grey levels at edges)."""
-    cpu, gpu_pipe = yolo_pipe("cpu", host_processes=0), yolo_pipe("gpu", device_id=0)
+    cpu = yolo_pipe("cpu", partners, host_processes=0)
+    gpu_pipe = yolo_pipe("gpu", partners, device_id=0)
     for i in (0, 2):
         a, b = host(cpu.run_batch(i)), host(gpu_pipe.run_batch(i))
         for x, y in zip(a[0], b[0]):

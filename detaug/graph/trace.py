@@ -107,11 +107,12 @@ class OpSchema:
             default warns once per process (:func:`call_op`). Every other argument changes the
             output or is refused (tests/test_op_args.py).
         partners: a multi-sample op (mosaic, mixup) makes each output sample from a group of
-            input samples: ``partners(op, rng, n_records) -> (groups (B + 1,), members (M,))``
+            input samples: ``partners(op, rng, pool_sizes) -> (groups (B + 1,), picks (M,))``
             draws, from the op's keyed streams of its B output samples (``rng``, a SampleRNG),
-            the record indices its inputs must hold: sample b's group is
-            ``members[groups[b]:groups[b + 1]]``, the sample itself first
-            (detaug/runtime/partners.py runs the ops upstream on them).
+            sample b's group ``picks[groups[b]:groups[b + 1]]``: -1 for the sample itself (first),
+            else a partner's index in its pool of ``pool_sizes[b]`` (the epoch's records, or the
+            samples of its own batch: the op's ``partners`` argument). detaug/runtime/partners.py
+            runs the ops upstream on the members.
     """
 
     name: str

@@ -14,6 +14,11 @@ from ..core.batch import BoxBatch, ImageBatch
 from ..graph import materialize as M
 from ..kernels import compose as kc
 from .registry import register
+from .take import take_boxes, take_images
+
+_PARTNERS_DOC = ("where partners come from: 'epoch' (any record, read and decoded with the "
+                 "batch: Ultralytics' draw) or 'batch' (the output's own batch: nothing more is "
+                 "decoded; Ultralytics' buffer of recent images is the like)")
 
 
 def _inputs(op, inputs):
@@ -25,11 +30,25 @@ def _inputs(op, inputs):
     return images, boxes
 
 
-def _groups(ctx, op, n_inputs):
-    groups, _ = ctx.partner_groups(op)
-    if groups[-1] != n_inputs:
-        raise RuntimeError(f"{op.name}: {n_inputs} input samples for groups of {groups[-1]}")
-    return groups
+def _grouped(ctx, op, images, boxes):
+    """(groups (B + 1,), images, boxes) with the inputs lined up as the groups' members: the
+    inputs themselves (partners drawn over the epoch: the graph above ran on the members), or
+    the samples of the batch that the groups name (partners drawn from the batch)."""
+    groups, gather = ctx.partner_groups(op)
+    if gather is not None:
+        images = take_images(images, gather)
+        boxes = None if boxes is None else take_boxes(boxes, gather, ctx)
+    if groups[-1] != images.batch_size:
+        raise RuntimeError(f"{op.name}: {images.batch_size} input samples for groups of "
+                           f"{groups[-1]}")
+    return groups, images, boxes
+
+
+def _groups_of(picks_per_sample, counts):
+    """(groups, picks) from (B, k) picks (column 0 the sample itself, -1) and group sizes."""
+    groups = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    keep = np.arange(picks_per_sample.shape[1])[None, :] < counts[:, None]
+    return groups, picks_per_sample[keep]
 
 
 def _compose(ctx, images: ImageBatch, origins, groups, canvas, fill, weights=None,
@@ -54,16 +73,15 @@ def _regroup(b: BoxBatch, groups, canvas) -> BoxBatch:
 
 
 # ---- mosaic ---------------------------------------------------------------------------------
-def _mosaic_partners(op, rng, n_records):
-    """Draws 0..2 of a sample's stream: applied (< probability) and 3 partner records."""
+def _mosaic_partners(op, rng, pool_sizes):
+    """Draws 0..3 of a sample's stream: applied (< probability) and 3 partners, each uniform
+    over its pool (the epoch's records, or its batch: ``partners``)."""
     u = rng.uniform(4)
     applied = u[:, 0] < float(op.args["probability"])
-    partners = np.minimum((u[:, 1:] * n_records).astype(np.int64), n_records - 1)
-    counts = np.where(applied, 4, 1)
-    groups = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    members = np.concatenate([rng.sample_index[:, None], partners], 1)
-    members = members[np.arange(4)[None, :] < counts[:, None]]
-    return groups, members
+    n = np.asarray(pool_sizes, np.int64)[:, None]
+    picks = np.minimum((u[:, 1:] * n).astype(np.int64), n - 1)
+    picks = np.concatenate([np.full((len(u), 1), -1, np.int64), picks], 1)
+    return _groups_of(picks, np.where(applied, 4, 1))
 
 
 _mosaic_partners.group_size = 4
@@ -128,8 +146,9 @@ def mosaic_centres(rng, s):
 @register("mosaic", devices=("cpu", "gpu"), inputs=(1, 2), kind="other",
           outputs=lambda n, a: n, partners=_mosaic_partners,
           args={"size": 640, "probability": 1.0, "fill": 114.0, "resize": True,
-                "antialias": True, "min_size": 0.0, "min_area": 0.0, "min_visibility": 0.0},
-          arg_docs={"size": "s: each sample's longer side is resized to s; the canvas is 2s x 2s",
+                "antialias": True, "min_size": 0.0, "min_area": 0.0, "min_visibility": 0.0,
+                "partners": "epoch"},
+          arg_docs={"partners": _PARTNERS_DOC,"size": "s: each sample's longer side is resized to s; the canvas is 2s x 2s",
                     "probability": "chance that a sample becomes a mosaic of itself and 3 "
                                    "partners; otherwise it is centred alone on the canvas",
                     "fill": "canvas value where no sample lands (Ultralytics' 114)",
@@ -145,8 +164,7 @@ def mosaic_centres(rng, s):
           doc="Ultralytics' mosaic: each sample and 3 partners drawn over the epoch tiled around "
               "a random centre of a 2s x 2s canvas; boxes clipped to their tile, pruned, fields kept")
 def mosaic(ctx, op, inputs, args):
-    images, boxes = _inputs(op, inputs)
-    groups = _groups(ctx, op, images.batch_size)
+    groups, images, boxes = _grouped(ctx, op, *_inputs(op, inputs))
     s = int(args["size"])
     if s < 2:
         raise ValueError(f"{op.name}: size must be at least 2, got {s}")
@@ -168,15 +186,15 @@ def mosaic(ctx, op, inputs, args):
 
 
 # ---- mixup ----------------------------------------------------------------------------------
-def _mixup_partners(op, rng, n_records):
-    """Draws 0..1 of a sample's stream: applied (< probability) and the partner record."""
+def _mixup_partners(op, rng, pool_sizes):
+    """Draws 0..1 of a sample's stream: applied (< probability) and the partner, uniform over
+    its pool (the epoch's records, or its batch: ``partners``)."""
     u = rng.uniform(2)
     applied = u[:, 0] < float(op.args["probability"])
-    partner = np.minimum((u[:, 1] * n_records).astype(np.int64), n_records - 1)
-    counts = np.where(applied, 2, 1)
-    groups = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    members = np.stack([rng.sample_index, partner], 1)[np.arange(2)[None, :] < counts[:, None]]
-    return groups, members
+    n = np.asarray(pool_sizes, np.int64)
+    picks = np.stack([np.full(len(u), -1, np.int64), np.minimum((u[:, 1] * n).astype(np.int64),
+                                                                n - 1)], 1)
+    return _groups_of(picks, np.where(applied, 2, 1))
 
 
 _mixup_partners.group_size = 2
@@ -215,8 +233,8 @@ def mixup_weights(rng, alpha, beta):
 @register("mixup", devices=("cpu", "gpu"), inputs=(1, 2), kind="other",
           outputs=lambda n, a: n, partners=_mixup_partners,
           args={"probability": 1.0, "alpha": 32.0, "beta": 32.0, "fill": 114.0,
-                "weight_field": "mixup_weight"},
-          arg_docs={"probability": "chance that a sample is blended with a partner drawn over "
+                "weight_field": "mixup_weight", "partners": "epoch"},
+          arg_docs={"partners": _PARTNERS_DOC,"probability": "chance that a sample is blended with a partner drawn over "
                                    "the epoch (Ultralytics' mixup); otherwise it is kept",
                     "alpha": "the sample's weight r ~ Beta(alpha, beta) (Ultralytics: 32, 32)",
                     "beta": "see alpha",
@@ -227,8 +245,7 @@ def mixup_weights(rng, alpha, beta):
           doc="blend each sample with a partner drawn over the epoch, r a + (1 - r) b with r ~ "
               "Beta(alpha, beta) per sample, both top-left; boxes of both, r kept per box")
 def mixup(ctx, op, inputs, args):
-    images, boxes = _inputs(op, inputs)
-    groups = _groups(ctx, op, images.batch_size)
+    groups, images, boxes = _grouped(ctx, op, *_inputs(op, inputs))
     w = mixup_weights(ctx.rng(op), args["alpha"], args["beta"])
     images = M.images(images, ctx)
     sizes = images.sizes()

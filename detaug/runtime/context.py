@@ -13,7 +13,7 @@ import numpy as np
 
 from ..graph import materialize as _materialize
 from ..core.rng import SampleRNG
-from .partners import LaunchLevels
+from .partners import LaunchLevels, expands
 
 
 class BatchContext:
@@ -34,12 +34,11 @@ class BatchContext:
         self.level = ()
 
     def levels(self):
-        """This launch's :class:`~detaug.runtime.partners.LaunchLevels` (made on first use from
-        the schedule's samples)."""
+        """This launch's :class:`~detaug.runtime.partners.LaunchLevels` (made on first use, at
+        level ``()``, from the schedule's samples and batches)."""
         if self._levels is None:
-            # (first made at level (), where use_level starts)
             self._levels = LaunchLevels(self.pipeline, self.epoch, self.sample_index,
-                                        self.positions)
+                                        self.positions, getattr(self, "sizes", None))
         return self._levels
 
     def use_level(self, path):
@@ -58,11 +57,15 @@ class BatchContext:
         return position if not path else int(self.levels().get(path).owner[position])
 
     def partner_groups(self, op):
-        """(groups (B + 1,), input sample indices (M,)) of the multi-sample op ``op``, which runs
-        at the current level: output sample b is made from inputs ``groups[b]:groups[b + 1]``."""
+        """(groups (B + 1,), gather) of the multi-sample op ``op``, which runs at the current
+        level: output sample b is made from inputs ``groups[b]:groups[b + 1]`` (partners drawn
+        over the epoch: gather is None), or from the inputs at positions
+        ``gather[groups[b]:groups[b + 1]]`` (partners drawn from the batch)."""
+        if not expands(op):
+            return self.levels().gather(op, self.level)
         path = self.level + (op.id,)
-        lv = self.levels().get(path)
-        return self._levels.groups[path], lv.sample_index
+        self.levels().get(path)
+        return self._levels.groups[path], None
 
     def on_stream(self):
         """The batch's stream as cupy's current one (nothing without one). Device work of the
