@@ -67,7 +67,7 @@ def _capture(name, monkeypatch):
     monkeypatch.setattr(oa, "REL", rel)
     seen = {}
 
-    def record(cols, graph_fn, seed=0):
+    def record(cols, graph_fn, seed=0, batch_size=None):
         seen["cols"], seen["graph_fn"] = cols, graph_fn
         return (None, None)
 
