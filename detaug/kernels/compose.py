@@ -71,12 +71,6 @@ def _shapes(tiles):
     return np.array([t.shape for t in tiles], np.int64).reshape(-1, 3)
 
 
-def _pack(outs, canvas, xp):
-    if len(outs) and bool(np.all(canvas == canvas[0])):
-        return xp.stack(outs) if outs else outs
-    return outs
-
-
 def compose_numpy(tiles, origins, groups, canvas, fill, *, weights=None, mode="first"):
     """Reference twin (and the CPU path).
 
@@ -95,25 +89,37 @@ def compose_numpy(tiles, origins, groups, canvas, fill, *, weights=None, mode="f
     tiles = list(tiles)
     origins, groups, canvas, fill, w, c = _check(_shapes(tiles), origins, groups, canvas, fill,
                                                  weights, mode)
+    dense = len(canvas) and bool(np.all(canvas == canvas[0]))
+    # one buffer for a dense batch, written in place (fresh pages are slow to fault in: once)
+    buf = np.empty((len(canvas), int(canvas[0, 0]), int(canvas[0, 1]), c), np.uint8) if dense else None
     outs = []
     for b in range(len(canvas)):
         h, wd = (int(v) for v in canvas[b])
         lo, hi = int(groups[b]), int(groups[b + 1])
         if mode == "first":
-            out = np.empty((h, wd, c), np.uint8)
-            out[...] = fill[b]
+            out = buf[b] if dense else np.empty((h, wd, c), np.uint8)
+            out[...] = _row(fill[b], wd, np.uint8)
             for t in range(hi - 1, lo - 1, -1):  # the first tile wins: pasted last
                 _paste(out, tiles[t], origins[t])
         else:
-            acc = np.zeros((h, wd, c), np.int64)
+            # sum_t w_t v_t = sum_t w_t fill + sum_t w_t (tile_t - fill) where tile t lies:
+            # the fill's share once, then each tile's difference on its own rectangle (int32:
+            # |w (tile - fill)| < 2^24, and the sum is the non-negative weighted sum)
+            acc = np.empty((h, wd, c), np.int32)
+            acc[...] = _row(int(w[lo:hi].sum()) * fill[b].astype(np.int64) + ONE // 2, wd, np.int32)
             for t in range(lo, hi):
-                v = np.empty((h, wd, c), np.int64)
-                v[...] = fill[b]
-                _paste(v, tiles[t], origins[t])
-                acc += w[t] * v
-            out = ((acc + ONE // 2) >> 16).astype(np.uint8)
+                _accumulate(acc, tiles[t], origins[t], int(w[t]), fill[b])
+            acc >>= 16
+            out = buf[b] if dense else np.empty((h, wd, c), np.uint8)
+            np.copyto(out, acc, casting="unsafe")
         outs.append(out)
-    return _pack(outs, canvas, np)
+    return buf if dense else outs
+
+
+def _row(value, width, dtype):
+    """One canvas row of ``value`` per pixel, contiguous: assigned to a whole canvas it is copied
+    row by row (a (C,) value broadcast to every pixel is copied C bytes at a time: 40x slower)."""
+    return np.ascontiguousarray(np.broadcast_to(np.asarray(value).astype(dtype), (width, len(value))))
 
 
 def _paste(out, tile, origin):
@@ -124,6 +130,19 @@ def _paste(out, tile, origin):
     xa, xb = max(x0, 0), min(x0 + tw, out.shape[1])
     if ya < yb and xa < xb:
         out[ya:yb, xa:xb] = tile[ya - y0:yb - y0, xa - x0:xb - x0]
+
+
+def _accumulate(acc, tile, origin, weight, fill):
+    """``acc += weight * (tile - fill)`` on the part of ``acc`` that ``tile`` covers."""
+    x0, y0 = int(origin[0]), int(origin[1])
+    th, tw = tile.shape[:2]
+    ya, yb = max(y0, 0), min(y0 + th, acc.shape[0])
+    xa, xb = max(x0, 0), min(x0 + tw, acc.shape[1])
+    if ya < yb and xa < xb and weight:
+        d = tile[ya - y0:yb - y0, xa - x0:xb - x0].astype(np.int32)
+        d -= _row(fill, xb - xa, np.int32)
+        d *= weight
+        acc[ya:yb, xa:xb] += d
 
 
 def launch_meta(tile_shapes, tile_pitches, origins, groups, canvas, fill, weights, mode):
