@@ -263,15 +263,21 @@ def test_mosaic_properties(seed):
 
 
 # ---- mixup --------------------------------------------------------------------------------------
-def test_mixup_hand_case():
-    sizes = [(6, 10), (8, 4), (5, 5)]
-    pipe = run_pipe(flat_source(sizes), 3, lambda i, b: fn.mixup(i, b), seed=4)
-    img, bx = pipe.run()
+@pytest.mark.parametrize("partners", ["epoch", "batch"])
+def test_mixup_hand_case(partners):
+    """Batch 1 (records 3..5) of 6: the partner is record floor(u 6) (epoch) or the batch's
+    sample at floor(u 3) (batch); pixels blended in integers, boxes of both with r, 1 - r."""
+    sizes = [(6, 10), (8, 4), (5, 5), (7, 3), (4, 9), (6, 6)]
+    pipe = run_pipe(flat_source(sizes), 6, lambda i, b: fn.mixup(i, b, partners=partners),
+                    seed=4, batch_size=3)
+    img, bx = pipe.run_batch(1)
     op = op_of(pipe, "mixup")
-    u = SampleRNG(pipe.seed, op.rng_id, 0, np.arange(3)).uniform(2)
-    for k in range(3):
-        partner = int(np.floor(u[k, 1] * 3))
-        d = bx.per_sample()[k]
+    records = np.arange(3, 6)
+    u = SampleRNG(pipe.seed, op.rng_id, 0, records).uniform(2)
+    for j, k in enumerate(records):
+        partner = (int(np.floor(u[j, 1] * 6)) if partners == "epoch"
+                   else int(records[int(np.floor(u[j, 1] * 3))]))
+        d = bx.per_sample()[j]
         r = float(d["mixup_weight"][0])
         weight = round(r * 65536)
         assert abs(weight / 65536 - r) < 1e-7 and 0.2 < r < 0.8
@@ -282,7 +288,7 @@ def test_mixup_hand_case():
         b = np.full((h, w, 3), 114, np.int64)
         b[:hb, :wb] = colour(partner)
         want = np.floor((weight * a + (65536 - weight) * b) / 65536 + 0.5).astype(np.uint8)
-        np.testing.assert_array_equal(np.asarray(img.data[k]), want)
+        np.testing.assert_array_equal(np.asarray(img.data[j]), want)
         assert d["labels"].tolist() == [k, partner]
         np.testing.assert_allclose(d["boxes"], [[0, 0, wa, ha], [0, 0, wb, hb]])
         np.testing.assert_allclose(d["mixup_weight"], [r, 1 - r], atol=1e-6)

@@ -245,9 +245,11 @@ def mixup_weights(rng, alpha, beta):
           doc="blend each sample with a partner drawn over the epoch, r a + (1 - r) b with r ~ "
               "Beta(alpha, beta) per sample, both top-left; boxes of both, r kept per box")
 def mixup(ctx, op, inputs, args):
-    groups, images, boxes = _grouped(ctx, op, *_inputs(op, inputs))
+    images, boxes = _inputs(op, inputs)
+    # made first: a sample that is also a partner (partners='batch') is warped once
+    images, boxes = M.images(images, ctx), None if boxes is None else M.boxes(boxes, ctx)
+    groups, images, boxes = _grouped(ctx, op, images, boxes)
     w = mixup_weights(ctx.rng(op), args["alpha"], args["beta"])
-    images = M.images(images, ctx)
     sizes = images.sizes()
     b = len(groups) - 1
     canvas = np.maximum.reduceat(sizes, groups[:-1], axis=0) if b else np.zeros((0, 2), np.int64)
