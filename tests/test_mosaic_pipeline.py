@@ -13,7 +13,9 @@ ROOT = os.path.join(os.path.dirname(__file__), "..", "examples", "data", "coco-m
 
 
 def yolo_pipe(device="cpu", partners="epoch", **kw):
-    @pipeline_def(batch_size=4, seed=1234, **kw)
+    kw.setdefault("batch_size", 4)
+
+    @pipeline_def(seed=1234, **kw)
     def p():
         enc, boxes = fn.readers.coco(annotations_file=os.path.join(ROOT, "annotations.json"),
                                      file_root=os.path.join(ROOT, "images"), random_shuffle=True)
@@ -167,6 +169,7 @@ def _has_gpu():
 def test_compose_cupy_matches_twin():
     import cupy as cp
 
+    from detaug.core.batch import DeviceImages
     from detaug.kernels import compose as K
     from detaug.kernels.launch import reset_launch_counts, total_launches
     from test_mosaic_mixup import random_compose_case
@@ -176,12 +179,14 @@ def test_compose_cupy_matches_twin():
         for mode in ("first", "weighted"):
             tiles, origins, groups, canvas, fill, weights = random_compose_case(rng)
             ref = K.compose_numpy(tiles, origins, groups, canvas, fill, weights=weights, mode=mode)
-            reset_launch_counts()
-            got = K.compose_cupy([cp.asarray(t) for t in tiles], origins, groups, canvas, fill,
-                                 weights=weights, mode=mode)
-            assert total_launches() == 1
-            for g, r in zip(got, ref):
-                np.testing.assert_array_equal(cp.asnumpy(g), r)
+            for as_pointers in (False, True):  # cupy arrays, or a DeviceImages (the decoder's)
+                dev = [cp.asarray(t) for t in tiles]
+                dev = DeviceImages.from_arrays(dev) if as_pointers else dev
+                reset_launch_counts()
+                got = K.compose_cupy(dev, origins, groups, canvas, fill, weights=weights, mode=mode)
+                assert total_launches() == 1
+                for g, r in zip(got, ref):
+                    np.testing.assert_array_equal(cp.asnumpy(g), r)
 
 
 @pytest.mark.gpu
@@ -201,3 +206,33 @@ def test_cpu_equals_gpu(partners):
             assert x["labels"].tolist() == y["labels"].tolist()
             np.testing.assert_allclose(x["boxes"], y["boxes"], atol=2e-3)
             np.testing.assert_allclose(x["mixup_weight"], y["mixup_weight"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _has_gpu(), reason="needs a CUDA device")
+@pytest.mark.parametrize("partners", ["epoch", "batch"])
+def test_launches_do_not_grow_with_the_batch(partners):
+    """Each kernel is launched the same number of times for a batch of 1 and of 16."""
+    from detaug.kernels import launch as L
+
+    counts = {}
+    for bs in (1, 16):
+        pipe = yolo_pipe("gpu", partners, device_id=0, batch_size=bs)
+        pipe.run_batch(0)  # compile
+        L.reset_launch_counts()
+        pipe.run_batch(1)
+        counts[bs] = L.launch_counts()
+    assert counts[1] == counts[16], counts
+    assert counts[1].get("compose_u8") == 2  # one for the mosaic, one for the mixup
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _has_gpu(), reason="needs a CUDA device")
+def test_yolo_example_trains_on_the_gpu():
+    pytest.importorskip("torch")
+    from test_examples import run_example
+
+    rc, out = run_example("yolo_style.py", "--device", "gpu", "--size", "128", "--iters", "3",
+                          "--batch-size", "8", timeout=600)
+    assert rc == 0, out
+    assert "pipeline on gpu" in out and out.count("step ") == 3, out
