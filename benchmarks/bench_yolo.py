@@ -272,6 +272,7 @@ def main(argv=None):
     only = set(args.only.split(","))
     root = args.data or os.path.join(tempfile.gettempdir(), f"detaug_bench_yolo_{args.num_images}")
     os.environ.setdefault("YOLO_CONFIG_DIR", os.path.join(root, "ultralytics_config"))
+    os.environ.setdefault("YOLO_OFFLINE", "1")  # no DNS probe at its import
     make_dataset(root, args.num_images, min(8, os.cpu_count() or 1))
     names = write_yolo_labels(root)
     log(f"data: {args.num_images} images in {root}, {len(names)} classes; {os.cpu_count()} CPUs")
