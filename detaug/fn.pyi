@@ -641,7 +641,7 @@ def materialize(images: Any, boxes: Any = ..., /, *, device: str | None = None, 
 
 def mixup(images: Any, boxes: Any = ..., /, *, probability: float = 1.0, alpha: float = 32.0, beta: float = 32.0, fill: float | Sequence[Any] = 114.0, weight_field: str = 'mixup_weight', partners: str = 'epoch', device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
-    Blend each sample with a partner drawn over the epoch, r a + (1 - r) b with r ~ Beta(alpha, beta) per sample, both top-left; boxes of both, r kept per box.
+    Blend each sample with a partner (drawn over the epoch, or from its batch): r a + (1 - r) b with r ~ Beta(alpha, beta) per sample, both top-left; boxes of both, r kept per box.
     
     Inputs (positional only, 1 to 2):
         images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
@@ -669,7 +669,7 @@ def mixup(images: Any, boxes: Any = ..., /, *, probability: float = 1.0, alpha: 
 
 def mosaic(images: Any, boxes: Any = ..., /, *, size: int = 640, probability: float = 1.0, fill: float | Sequence[Any] = 114.0, resize: bool = True, antialias: bool = True, min_size: float = 0.0, min_area: float = 0.0, min_visibility: float = 0.0, partners: str = 'epoch', device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
-    Ultralytics' mosaic: each sample and 3 partners drawn over the epoch tiled around a random centre of a 2s x 2s canvas; boxes clipped to their tile, pruned, fields kept.
+    Ultralytics' mosaic: each sample and 3 partners (drawn over the epoch, or from its batch) tiled around a random centre of a 2s x 2s canvas; boxes clipped to their tile, pruned, fields kept.
     
     Inputs (positional only, 1 to 2):
         images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op

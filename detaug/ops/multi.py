@@ -161,8 +161,9 @@ def mosaic_centres(rng, s):
                     "min_visibility": "drop boxes whose visible fraction in their tile is under "
                                       "this"},
           output_spec="images uint8 (B, 2s, 2s, C); boxes: the union of the group's, on the canvas",
-          doc="Ultralytics' mosaic: each sample and 3 partners drawn over the epoch tiled around "
-              "a random centre of a 2s x 2s canvas; boxes clipped to their tile, pruned, fields kept")
+          doc="Ultralytics' mosaic: each sample and 3 partners (drawn over the epoch, or from its "
+              "batch) tiled around a random centre of a 2s x 2s canvas; boxes clipped to their "
+              "tile, pruned, fields kept")
 def mosaic(ctx, op, inputs, args):
     groups, images, boxes = _grouped(ctx, op, *_inputs(op, inputs))
     s = int(args["size"])
@@ -242,8 +243,9 @@ def mixup_weights(rng, alpha, beta):
                     "weight_field": "name of the per-box field holding each box's weight (r for "
                                     "the sample's boxes, 1 - r for the partner's, 1 unblended)"},
           output_spec="images uint8 (B, H, W, C), the larger of the two sizes; boxes of both",
-          doc="blend each sample with a partner drawn over the epoch, r a + (1 - r) b with r ~ "
-              "Beta(alpha, beta) per sample, both top-left; boxes of both, r kept per box")
+          doc="blend each sample with a partner (drawn over the epoch, or from its batch): "
+              "r a + (1 - r) b with r ~ Beta(alpha, beta) per sample, both top-left; boxes of "
+              "both, r kept per box")
 def mixup(ctx, op, inputs, args):
     images, boxes = _inputs(op, inputs)
     # made first: a sample that is also a partner (partners='batch') is warped once
