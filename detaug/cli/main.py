@@ -116,12 +116,24 @@ OP_DEMO_ARGS = {"resize": {"size": (SIZE, SIZE)}, "letterbox": {"size": (SIZE, S
 _DRAWN_KINDS = ("geometric", "color", "box", "other")
 
 
+def _drawable(schema) -> bool:
+    """An op that takes (images[, boxes]) and gives uint8 images (and xyxy boxes) back, or takes
+    xyxy boxes and gives a BoxBatch back: what the grid can show."""
+    from ..ops.registry import input_names
+
+    names, spec = input_names(schema), schema.output_spec.lower()
+    if names[:1] == ("images",) and names[1:2] in ((), ("boxes",)):
+        return not any(w in spec for w in ("normalis", "float"))
+    return names == ("boxes",) and spec.startswith("boxbatch") and "format" not in spec
+
+
 def demo_ops() -> list:
-    """The ops ``--op`` can show: those that take (images[, boxes]) or boxes and give them back."""
+    """The ops ``--op`` can show (:func:`_drawable`): any registered image or box op of that
+    kind, new ones included."""
     from ..ops import REGISTRY
 
-    return sorted(n for n, s in REGISTRY.items() if s.kind in _DRAWN_KINDS and not n.startswith("_")
-                  and s.inputs[0] >= 1 and ("cpu" in s.devices or "gpu" in s.devices))
+    return sorted(n for n, s in REGISTRY.items() if s.kind in _DRAWN_KINDS
+                  and not n.startswith("_") and _drawable(s))
 
 
 def op_pipeline(data: str, root: str, op: str, device: str = "cpu", batch_size: int = 8,

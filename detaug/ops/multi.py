@@ -1,8 +1,9 @@
 """Multi-sample ops: mosaic (four samples tiled around a random centre) and mixup (two samples
 blended). Each output sample is made from a group of input samples: the sample itself and
-partners drawn over the epoch's records from the op's keyed stream (``partners`` of the schema;
-detaug/runtime/partners.py runs the graph upstream on them, so that the partners are read and
-decoded with the launch). Boxes of every member follow, with their labels and fields.
+partners drawn from the op's keyed stream (``partners`` of the schema), over the epoch's records
+(detaug/runtime/partners.py runs the graph upstream on them: they are read and decoded with the
+launch) or among the samples of the output's own batch (lined up by ops/take.py: nothing more is
+decoded). Boxes of every member follow, with their labels and fields.
 """
 from __future__ import annotations
 
