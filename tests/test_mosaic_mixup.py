@@ -411,3 +411,18 @@ def test_compose_cuda_source_matches_twin(emulated, mode, seed):
         for k in range(len(canvas)):
             got = flat[o[k]:o[k + 1]].reshape(int(canvas[k, 0]), int(canvas[k, 1]), c)
             np.testing.assert_array_equal(got, ref[k])
+
+
+@pytest.mark.parametrize("op,kw,match", [
+    ("mosaic", {"size": 1}, "size must be an integer of at least 2"),
+    ("mosaic", {"size": 10.5}, "size must be an integer"),
+    ("mosaic", {"probability": 1.5}, r"probability must lie in \[0, 1\]"),
+    ("mixup", {"alpha": 0.0}, "alpha must be positive"),
+    ("mixup", {"beta": -1.0}, "beta must be positive"),
+    ("mixup", {"probability": -0.1}, r"probability must lie in \[0, 1\]"),
+])
+def test_bad_arguments_name_the_op_and_argument(op, kw, match):
+    sizes = [(6, 10), (8, 4)]
+    pipe = run_pipe(flat_source(sizes), 2, lambda i, b: getattr(fn, op)(i, b, **kw), seed=0)
+    with pytest.raises(ValueError, match=rf"{op}_\d+: {match}"):
+        pipe.run()

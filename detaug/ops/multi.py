@@ -45,6 +45,13 @@ def _grouped(ctx, op, images, boxes):
     return groups, images, boxes
 
 
+def _probability(op) -> float:
+    p = float(op.args["probability"])
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"{op.name}: probability must lie in [0, 1], got {p}")
+    return p
+
+
 def _groups_of(picks_per_sample, counts):
     """(groups, picks) from (B, k) picks (column 0 the sample itself, -1) and group sizes."""
     groups = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -78,7 +85,7 @@ def _mosaic_partners(op, rng, pool_sizes):
     """Draws 0..3 of a sample's stream: applied (< probability) and 3 partners, each uniform
     over its pool (the epoch's records, or its batch: ``partners``)."""
     u = rng.uniform(4)
-    applied = u[:, 0] < float(op.args["probability"])
+    applied = u[:, 0] < _probability(op)
     n = np.asarray(pool_sizes, np.int64)[:, None]
     picks = np.minimum((u[:, 1:] * n).astype(np.int64), n - 1)
     picks = np.concatenate([np.full((len(u), 1), -1, np.int64), picks], 1)
@@ -166,10 +173,11 @@ def mosaic_centres(rng, s):
               "batch) tiled around a random centre of a 2s x 2s canvas; boxes clipped to their "
               "tile, pruned, fields kept")
 def mosaic(ctx, op, inputs, args):
+    s = args["size"]
+    if isinstance(s, bool) or not float(s).is_integer() or int(s) < 2:
+        raise ValueError(f"{op.name}: size must be an integer of at least 2, got {s!r}")
+    s = int(s)
     groups, images, boxes = _grouped(ctx, op, *_inputs(op, inputs))
-    s = int(args["size"])
-    if s < 2:
-        raise ValueError(f"{op.name}: size must be at least 2, got {s}")
     mats, tiles, origins = mosaic_plan(images.sizes(), groups, mosaic_centres(ctx.rng(op), s), s,
                                        bool(args["resize"]))
     b = len(groups) - 1
@@ -192,7 +200,7 @@ def _mixup_partners(op, rng, pool_sizes):
     """Draws 0..1 of a sample's stream: applied (< probability) and the partner, uniform over
     its pool (the epoch's records, or its batch: ``partners``)."""
     u = rng.uniform(2)
-    applied = u[:, 0] < float(op.args["probability"])
+    applied = u[:, 0] < _probability(op)
     n = np.asarray(pool_sizes, np.int64)
     picks = np.stack([np.full(len(u), -1, np.int64), np.minimum((u[:, 1] * n).astype(np.int64),
                                                                 n - 1)], 1)
@@ -248,6 +256,9 @@ def mixup_weights(rng, alpha, beta):
               "r a + (1 - r) b with r ~ Beta(alpha, beta) per sample, both top-left; boxes of "
               "both, r kept per box")
 def mixup(ctx, op, inputs, args):
+    for k in ("alpha", "beta"):
+        if not float(args[k]) > 0:
+            raise ValueError(f"{op.name}: {k} must be positive (a Beta parameter), got {args[k]!r}")
     images, boxes = _inputs(op, inputs)
     # made first: a sample that is also a partner (partners='batch') is warped once
     images, boxes = M.images(images, ctx), None if boxes is None else M.boxes(boxes, ctx)
