@@ -14,9 +14,10 @@ from detaug import Pipeline, fn
 from detaug.core.rng import SampleRNG
 from detaug.kernels import compose as K
 from detaug.ops.multi import gamma_draws
+from conftest import fresh_seed
 from helpers import close_pipelines, track  # noqa: F401 (fixture)
 
-FRESH = int(np.random.SeedSequence().entropy % 2**31)
+FRESH = fresh_seed()  # this run's (the same in every xdist worker)
 
 
 def colour(i):

@@ -174,7 +174,9 @@ def test_compose_cupy_matches_twin():
     from detaug.kernels.launch import reset_launch_counts, total_launches
     from test_mosaic_mixup import random_compose_case
 
-    for seed in (0, int(np.random.SeedSequence().entropy % 2**31)):
+    from conftest import fresh_seed
+
+    for seed in (0, fresh_seed()):
         rng = np.random.default_rng(seed)
         for mode in ("first", "weighted"):
             tiles, origins, groups, canvas, fill, weights = random_compose_case(rng)

@@ -152,7 +152,9 @@ class LaunchLevels:
         self.pipeline, self.epoch = pipeline, epoch
         idx = np.asarray(sample_index, np.int64)
         self._levels = {(): _Level(idx, positions, np.arange(len(idx), dtype=np.int64))}
-        sizes = [len(idx)] if batch_sizes is None else list(batch_sizes)
+        sizes = list(batch_sizes) if batch_sizes is not None else []
+        if sum(int(n) for n in sizes) != len(idx):  # unknown or not these samples': one batch
+            sizes = [len(idx)]
         self._batch_of = np.repeat(np.arange(len(sizes)), sizes)  # top-level sample -> batch
         self.groups = {}  # level of an op's inputs -> its groups (B + 1,)
         self._gathers = {}
