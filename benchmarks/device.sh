@@ -15,16 +15,22 @@
 #   cpu     bench_cpu.py at N = NS ("2 4 8 15") workers: detaug's host stage in N processes and in
 #           N threads, albumentations and torchvision v2 in DataLoaders of N workers (carry
 #           albumentations' wheels in .whl for its rows)
+#   yolo    the YOLO-style recipe (bench_yolo.py): detaug on the GPU and on the CPU at WORKERS
+#           ("2,15") host workers, partners 'epoch' and 'batch', beside Ultralytics 8.4's loader
+#           with the same workers, same recipe and data, one run. Ultralytics is AGPL: it travels
+#           as one wheel for this run only (`pip download --no-deps -d .whl ultralytics==8.4.190`
+#           here; its loader needs nothing else the device image lacks), never a dependency
 #   ddp     two GPUs (kind nvidia-h100-x2): the DDP GPU tests, examples/retinanet_ddp.py under
 #           torchrun on 2 ranks and on 1, bench_ddp.py (the pipeline alone) on 2 ranks and on 1
 #
 # Each part fits in one 600 s device call; logs and JSON go to $OUT. Knobs: SECONDS_PER_ROW (6),
-# PAIRS (3), SOAK_BATCHES (20000), TRAIN_BUDGET (250), NS ("2 4 8 15"), ITERS (100), TEST_S (300).
+# PAIRS (3), SOAK_BATCHES (20000), TRAIN_BUDGET (250), NS ("2 4 8 15"), ITERS (100), TEST_S (300),
+# WORKERS ("2,15"), BATCHES (12).
 # Data: 1,024 COCO-like JPEGs (bench_gpu.make_dataset) in /tmp/bench_data, made once.
 set -u
 source .ci/device_setup.sh >/dev/null 2>&1 || { echo "device setup failed"; exit 1; }
 DATA=/tmp/bench_data
-[ $# -gt 0 ] || { sed -n '2,24p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,31p' "$0"; exit 2; }
 
 part_tests() {
   timeout "${TEST_S:-300}" python3 -m pytest -m gpu -q -rf --tb=short -p no:cacheprovider tests \
@@ -84,6 +90,14 @@ part_cpu() {
   done
 }
 
+part_yolo() {
+  export YOLO_OFFLINE=1  # no DNS probe at import (the device has no network)
+  bench_data $DATA
+  timeout 560 python3 benchmarks/bench_yolo.py --data $DATA --workers "${WORKERS:-2,15}" \
+    --batches "${BATCHES:-12}" 2>&1 | quiet > "$OUT/bench_yolo.log"
+  grep -E "^\| |FAILED|Error" "$OUT/bench_yolo.log" | cut -c1-260
+}
+
 part_ddp() {
   nvidia-smi -L
   timeout 220 python3 -m pytest -q -rf --tb=short -p no:cacheprovider tests/test_ddp_gpu.py \
@@ -103,7 +117,7 @@ part_ddp() {
 
 for part in "$@"; do
   if ! declare -F "part_$part" >/dev/null; then
-    echo "unknown part '$part': choose from tests gpu pairs train soak cpu ddp"; exit 2
+    echo "unknown part '$part': choose from tests gpu pairs train soak cpu yolo ddp"; exit 2
   fi
   echo "##### $part"
   "part_$part"

@@ -903,6 +903,65 @@ def materialize(images: Any, boxes: Any = ..., /, *, device: str | None = None, 
     Functional form: fn.materialize; class form: ops.Materialize
     """
 
+def mixup(images: Any, boxes: Any = ..., /, *, probability: float = 1.0, alpha: float = 32.0, beta: float = 32.0, fill: float | Sequence[Any] = 114.0, weight_field: str = 'mixup_weight', partners: str = 'epoch', device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    Blend each sample with a partner (drawn over the epoch, or from its batch): r a + (1 - r) b with r ~ Beta(alpha, beta) per sample, both top-left; boxes of both, r kept per box.
+    
+    Inputs (positional only, 1 to 2):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+        boxes (optional): BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
+    
+    Arguments (keyword only):
+        probability: float = 1.0: chance that a sample is blended with a partner drawn over the epoch (Ultralytics' mixup); otherwise it is kept
+        alpha: float = 32.0: the sample's weight r ~ Beta(alpha, beta) (Ultralytics: 32, 32)
+        beta: float = 32.0: see alpha
+        fill: float | sequence = 114.0: value of the canvas where one of the two images does not reach
+        weight_field: str = 'mixup_weight': name of the per-box field holding each box's weight (r for the sample's boxes, 1 - r for the partner's, 1 unblended)
+        partners: str = 'epoch': where partners come from: 'epoch' (any record, read and decoded with the batch: Ultralytics' draw) or 'batch' (the output's own batch: nothing more is decoded; Ultralytics' buffer of recent images is the like)
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'mixup_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output per input (a tuple when there are two); images uint8 (B, H, W, C), the larger of the two sizes; boxes of both
+    
+    Functional form: fn.mixup; class form: ops.Mixup
+    """
+
+def mosaic(images: Any, boxes: Any = ..., /, *, size: int = 640, probability: float = 1.0, fill: float | Sequence[Any] = 114.0, resize: bool = True, antialias: bool = True, min_size: float = 0.0, min_area: float = 0.0, min_visibility: float = 0.0, partners: str = 'epoch', device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    Ultralytics' mosaic: each sample and 3 partners (drawn over the epoch, or from its batch) tiled around a random centre of a 2s x 2s canvas; boxes clipped to their tile, pruned, fields kept.
+    
+    Inputs (positional only, 1 to 2):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+        boxes (optional): BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
+    
+    Arguments (keyword only):
+        size: int = 640: s: each sample's longer side is resized to s; the canvas is 2s x 2s
+        probability: float = 1.0: chance that a sample becomes a mosaic of itself and 3 partners; otherwise it is centred alone on the canvas
+        fill: float | sequence = 114.0: canvas value where no sample lands (Ultralytics' 114)
+        resize: bool = True: resize each sample to longer side s first (Ultralytics' load_image); False: place it at its own size
+        antialias: bool = True: antialias the resize where it shrinks (False: bilinear, as Ultralytics' INTER_LINEAR)
+        min_size: float = 0.0: drop boxes narrower or lower than this (pixels) in their tile
+        min_area: float = 0.0: drop boxes with less area than this in their tile
+        min_visibility: float = 0.0: drop boxes whose visible fraction in their tile is under this
+        partners: str = 'epoch': where partners come from: 'epoch' (any record, read and decoded with the batch: Ultralytics' draw) or 'batch' (the output's own batch: nothing more is decoded; Ultralytics' buffer of recent images is the like)
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'mosaic_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output per input (a tuple when there are two); images uint8 (B, 2s, 2s, C); boxes: the union of the group's, on the canvas
+    
+    Functional form: fn.mosaic; class form: ops.Mosaic
+    """
+
 def noise(images: Any, /, *, mode: str = 'gaussian', mean: float | DataNode = 0.0, std: float | tuple[float, float] | DataNode = 10.0, amount: float | tuple[float, float] | DataNode = 0.05, salt_vs_pepper: float | tuple[float, float] | DataNode = 0.5, per_channel: bool | None = None, probability: float | DataNode = 1.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Additive gaussian noise (std per sample) or salt and pepper (amount, salt_vs_pepper per sample); per-pixel draws keyed, the same on CPU and GPU.

@@ -19,6 +19,7 @@ from .dali.pipeline_api import DALI_PIPELINE_HINTS, DaliApi, _check_dali_tuning
 from .runtime.gpu.device_stage import DeviceStage
 from .runtime.gpu.plan_ahead import PlanAhead
 from .core.errors import NotFed as _NotFed
+from .core.errors import SampleError
 from .runtime.executor import BatchContext, Executor
 from .runtime.gpu.handout import HandOut, HeldOutputs
 from .runtime.retries import Retries
@@ -164,6 +165,7 @@ class Pipeline(_run_state.RunState, Sharding, Retries, DeviceStage, PlanAhead, D
         self.has_device_stage = False  # after build: some op runs on the GPU
         self.plan_ahead = False  # after build: launches are planned ahead (detaug/plan_ahead.py)
         self._paths_only = set()
+        self._levels, self._fan_out = {}, 1  # multi-sample ops (set at build)
         self._ready = collections.deque()  # batches split off a multi-batch launch, not yet handed out
         self.graph = _graph.Graph()
         self._outputs = None
@@ -234,6 +236,9 @@ class Pipeline(_run_state.RunState, Sharding, Retries, DeviceStage, PlanAhead, D
         if len(sizes) > 1:
             raise ValueError(f"the pipeline's readers have different sizes {sorted(sizes)}")
         _run_state.check_epoch_has_batches(self)  # a ValueError that says why
+        from .runtime import partners
+
+        partners.setup(self)  # multi-sample ops: the level of each op, the fan-out
         self._host_ops = [op for op in self._needed_ops() if op.device == "cpu"]
         self._device_ops = [op for op in self._needed_ops() if op.device != "cpu"]
         self.has_device_stage = bool(self._device_ops)
@@ -375,6 +380,20 @@ class Pipeline(_run_state.RunState, Sharding, Retries, DeviceStage, PlanAhead, D
         return ctx
 
     def _run_ops(self, ctx, ops):
+        if not self._levels:
+            return self._run_level(ctx, ops)
+        try:
+            for op in ops:  # each op sees the samples of its level (runtime/partners.py)
+                ctx.use_level(self._levels.get(op.id, ()))
+                self._run_level(ctx, (op,))
+        except SampleError as e:  # a partner's bad file: the schedule's sample that owns it
+            if e.position is not None:
+                e.position = ctx.owner(e.position)
+            raise
+        finally:
+            ctx.use_level(())
+
+    def _run_level(self, ctx, ops):
         for op in ops:
             inputs = [ctx.values[(i.op.id, i.index)] for i in op.inputs]
             args = {k: (ctx.values[(v.op.id, v.index)] if isinstance(v, _graph.DataNode) else v)

@@ -168,3 +168,32 @@ def test_generated_boxes_are_the_drawn_shapes_pixels(tmp_path):
         assert im.shape == (r.height, r.width, 3)
         assert np.all(r.boxes >= 0) and np.all(r.boxes[:, [2, 3]] <= [r.width, r.height])
         assert np.all(r.boxes[:, [2, 3]] - r.boxes[:, [0, 1]] >= [r.width // 8, r.height // 8])
+
+
+def test_demo_op_list():
+    """Every image or box op the grid can draw, the multi-sample ones included; none of the
+    ops whose output it cannot draw (normalised images, padded or converted boxes, targets)."""
+    ops = set(cli.demo_ops())
+    assert {"mosaic", "mixup", "affine", "hsv", "flip", "letterbox", "prune_boxes"} <= ops
+    assert not ops & {"normalize", "crop_mirror_normalize", "pad_boxes", "box_convert",
+                      "retinanet_encode", "decoders.image", "bb_flip", "slice"}
+
+
+@pytest.mark.parametrize("op", cli.demo_ops())
+def test_demo_shows_one_op(tmp_path, capsys, op):
+    """``--op``: the grid is the op's output with its boxes; the rate line names the op."""
+    out = tmp_path / "op.png"
+    rc = cli.main(["demo", "--op", op, "--batches", "1", "--batch-size", "4", "--grid", "2",
+                   "--out", str(out), "--device", "cpu"])
+    text = capsys.readouterr().out
+    assert rc == 0 and f"(fn.{op})" in text
+    grid = np.asarray(Image.open(out).convert("RGB"))
+    assert grid.shape == (512, 512, 3) and grid.std() > 10
+    if op == "mosaic":  # the canvas' fill (114) shows where no sample landed
+        assert (grid == 114).all(-1).mean() > 0.02
+
+
+def test_demo_refuses_an_op_it_cannot_draw(tmp_path, capsys):
+    rc = cli.main(["demo", "--op", "readers.coco", "--out", str(tmp_path / "x.png"),
+                   "--device", "cpu"])
+    assert rc == 1 and "not an op that takes and gives images" in capsys.readouterr().err

@@ -66,3 +66,14 @@ def test_retinanet_torchvision_trains_two_iterations():
                           "--size", "128", "--batch-size", "2", "--threads", "2", timeout=300)
     assert rc == 0, out
     assert re.search(r"iter +2/2  loss [0-9.]+", out) and "mean loss of iterations" in out, out
+
+
+def test_yolo_style_example_trains_on_the_cpu():
+    pytest.importorskip("torch")
+    rc, out = run_example("yolo_style.py", "--device", "cpu", "--size", "128", "--iters", "3",
+                          "--batch-size", "4", "--threads", "1", timeout=300)
+    assert rc == 0, out
+    assert "pipeline on cpu" in out, out
+    steps = re.findall(r"step (\d): images \(4, 3, 128, 128\)  boxes (\d+)  loss ([0-9.]+)", out)
+    assert [s for s, _, _ in steps] == ["0", "1", "2"], out
+    assert all(int(n) > 0 and 0 < float(v) < 10 for _, n, v in steps), out

@@ -64,9 +64,10 @@ def feed_pipe(cols, graph_fn, batch_size, seed=0):
     return pipe
 
 
-def _feed(cols, graph_fn, seed=0):
-    """Run ``graph_fn(*sources)`` once on per-sample columns ``cols``; the outputs."""
-    return feed_pipe(cols, graph_fn, len(cols[0]), seed).run()
+def _feed(cols, graph_fn, seed=0, batch_size=None):
+    """Run ``graph_fn(*sources)`` once on per-sample columns ``cols`` (one batch of them all, or
+    the first of ``batch_size``); the outputs."""
+    return feed_pipe(cols, graph_fn, batch_size or len(cols[0]), seed).run()
 
 
 def _box_dicts():
@@ -76,6 +77,12 @@ def _box_dicts():
 # input kinds: how an op is fed and called
 def _images_boxes(op, args):
     return _feed([IMAGES, _box_dicts()], lambda i, b: op(i, b, **args))
+
+
+def _images_boxes_batch_of_two(op, args):
+    """Four samples (the images and their mirror images) in batches of two: the first batch."""
+    cols = [IMAGES + [i[:, ::-1].copy() for i in IMAGES], _box_dicts() * 2]
+    return _feed(cols, lambda i, b: op(i, b, **args), batch_size=2)
 
 
 def _images(op, args):
@@ -199,6 +206,12 @@ CASES = {
         "interp_type": With(types.INTERP_TRIANGULAR, matrix=(2, 0, 0, 0, 2, 0)),
         "inverse_map": False, "dtype": types.FLOAT}),
     "materialize": (_images_boxes, {}, {}),
+    "mosaic": (_images_boxes_batch_of_two, {"size": 32}, {
+        "size": 24, "probability": 0.0, "fill": 0.0, "resize": False, "antialias": False,
+        "min_size": 12.0, "min_area": 300.0, "min_visibility": 0.9, "partners": "batch"}),
+    "mixup": (_images_boxes_batch_of_two, {}, {"probability": 0.0, "alpha": 0.5, "beta": 4.0,
+                                  "fill": With(0.0, partners="batch"), "weight_field": "w",
+                                  "partners": "batch"}),
     "brightness_contrast": (_images, {}, {"brightness": 1.5, "contrast": 0.5,
                                           "contrast_center": With(0.0, contrast=0.5)}),
     "hsv": (_images, {}, {"hue": 40.0, "saturation": 0.5, "value": 0.5}),

@@ -38,7 +38,7 @@ KEEPS_IMAGE_DTYPE = {"flip", "affine", "crop", "resize", "letterbox", "rotate", 
                      "noise.shot", "jitter", "jpeg_compression", "random_erasing", "erase",
                      "perspective", "scale_jitter", "random_shortest_size", "warp_affine",
                      "photometric_distort", "grayscale", "color_twist", "brightness", "contrast",
-                     "saturation", "hue"}
+                     "saturation", "hue", "mosaic", "mixup"}
 # ops whose output shape depends on the batch by definition (padded to the batch's largest
 # sample): a sample alone is compared with the same region of its padded version
 BATCH_SHAPED = {"pad"}
@@ -72,7 +72,7 @@ def _capture(name, monkeypatch):
     monkeypatch.setattr(oa, "REL", rel)
     seen = {}
 
-    def record(cols, graph_fn, seed=0):
+    def record(cols, graph_fn, seed=0, batch_size=None):
         seen["cols"], seen["graph_fn"] = cols, graph_fn
         return (None, None)
 

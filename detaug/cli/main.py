@@ -3,6 +3,7 @@ its throughput and writes a grid of augmented images with their boxes drawn
 (:func:`detaug.visualize.draw_grid`).
 
     detaug demo [--data voc|coco] [--device cpu|gpu|auto] [--batches N] [--out demo.png]
+                [--op NAME]   (one op, e.g. mosaic, with its defaults, instead of the pipeline)
     python -m detaug demo ...
 
 The sample is the repository's ``examples/data/<voc-mini|coco-mini>`` (real photographs) in a
@@ -108,13 +109,83 @@ def demo_pipeline(data: str, root: str, device: str = "cpu", batch_size: int = 8
     return detection()
 
 
+# arguments an op needs to run at all (no default): the demo's own choice for them
+OP_DEMO_ARGS = {"resize": {"size": (SIZE, SIZE)}, "letterbox": {"size": (SIZE, SIZE)},
+                "random_resized_crop": {"size": (SIZE, SIZE)}, "crop": {"crop": (SIZE // 2, SIZE // 2)},
+                "paste": {"ratio": 2.0}, "mosaic": {"size": SIZE // 2}}
+_DRAWN_KINDS = ("geometric", "color", "box", "other")
+
+
+def _drawable(schema) -> bool:
+    """An op that takes (images[, boxes]) and gives uint8 images (and xyxy boxes) back, or takes
+    xyxy boxes and gives a BoxBatch back: what the grid can show."""
+    from ..ops.registry import input_names
+
+    names, spec = input_names(schema), schema.output_spec.lower()
+    if names[:1] == ("images",) and names[1:2] in ((), ("boxes",)):
+        return not any(w in spec for w in ("normalis", "float"))
+    return names == ("boxes",) and spec.startswith("boxbatch") and "format" not in spec
+
+
+def demo_ops() -> list:
+    """The ops ``--op`` can show (:func:`_drawable`): any registered image or box op of that
+    kind, new ones included."""
+    from ..ops import REGISTRY
+
+    return sorted(n for n, s in REGISTRY.items() if s.kind in _DRAWN_KINDS
+                  and not n.startswith("_") and _drawable(s))
+
+
+def op_pipeline(data: str, root: str, op: str, device: str = "cpu", batch_size: int = 8,
+                seed: int = 0):
+    """The sample through one op with its defaults (and :data:`OP_DEMO_ARGS` where it has
+    required ones): (images, boxes) of the op, for the grid."""
+    from detaug import fn, pipeline_def
+    from ..ops import REGISTRY
+
+    if op not in demo_ops():
+        raise ValueError(f"--op {op}: not an op that takes and gives images with boxes; one of "
+                         f"{', '.join(demo_ops())}")
+    schema = REGISTRY[op]
+    call = fn
+    for part in op.split("."):
+        call = getattr(call, part)
+
+    @pipeline_def(batch_size=batch_size, num_threads=min(4, os.cpu_count() or 1), seed=seed,
+                  device_id=0 if device == "gpu" else None)
+    def one_op():
+        enc, boxes = _reader(data, root)
+        img = fn.decoders.image(enc, device="mixed" if device == "gpu" else "cpu")
+        kw = dict(OP_DEMO_ARGS.get(op, {}))
+        if schema.kind == "box":
+            return img, call(boxes, **kw)
+        if schema.inputs[1] >= 2:
+            out = call(img, boxes, **kw)
+            return (out[0], out[1]) if isinstance(out, tuple) else (out, boxes)
+        return call(img, **kw), boxes
+
+    return one_op()
+
+
+def _reader(data, root):
+    from detaug import fn
+
+    if data == "voc":
+        return fn.readers.voc(root=root, classes=voc_classes(root), random_shuffle=True)
+    ann, images = coco_files(root)
+    return fn.readers.coco(annotations_file=ann, file_root=images, random_shuffle=True)
+
+
 # ---- the demo -----------------------------------------------------------------------------------
 def run_demo(args) -> dict:
     """Time ``args.batches`` batches, then run untimed batches until the grid's
     ``args.grid ** 2`` cells are filled (going round the epoch as often as that takes)."""
     root = find_sample_root(args.data, args.root)
     device = pick_device(args.device)
-    pipe = demo_pipeline(args.data, root, device, args.batch_size, args.seed)
+    if getattr(args, "op", None):
+        pipe = op_pipeline(args.data, root, args.op, device, args.batch_size, args.seed)
+    else:
+        pipe = demo_pipeline(args.data, root, device, args.batch_size, args.seed)
     pipe.build()
     want = args.grid * args.grid
     images, targets, n, dt, runs = [], [], 0, 0.0, 0
@@ -128,6 +199,7 @@ def run_demo(args) -> dict:
             n += len(img)
         runs += 1
         if len(images) < want:  # host copies for drawing, outside the timed work
+            _check_drawable(args, img, boxes)
             images.extend(to_host(a) for a in list(img.data)[:want - len(images)])
             targets.extend(boxes.per_sample()[:want - len(targets)])
     class_names = pipe.class_names  # the reader's Dataset: the annotations are read once
@@ -137,6 +209,15 @@ def run_demo(args) -> dict:
     return {"root": root, "device": device, "images": n, "seconds": dt, "out": args.out,
             "grid": grid.size, "records": pipe.epoch_size(), "classes": len(class_names),
             "threads": pipe.num_threads}
+
+
+def _check_drawable(args, img, boxes):
+    from ..core.batch import BoxBatch
+
+    data = list(img.data) if hasattr(img, "data") else []
+    if not data or data[0].dtype != "uint8" or not isinstance(boxes, BoxBatch):
+        raise ValueError(f"--op {args.op}: its output is not uint8 images with boxes (xyxy), "
+                         "which the grid draws")
 
 
 def package_version() -> str:
@@ -172,6 +253,9 @@ def _parser():
                         "coco-mini>, else a generated sample of shapes in ~/.cache/detaug)")
     d.add_argument("--grid", type=int, default=4, help="grid is N x N images (default 4)")
     d.add_argument("--cell", type=int, default=256, help="pixels per grid cell (default 256)")
+    d.add_argument("--op", default=None,
+                   help="show one op with its defaults (fn.<op>: mosaic, mixup, affine, hsv, ...) "
+                        "on the sample instead of the demo pipeline")
     d.add_argument("--seed", type=int, default=0,
                    help="the pipeline's random seed: the same seed draws the same augmentations "
                         "(default 0)")
@@ -195,7 +279,8 @@ def main(argv=None) -> int:
     print(f"detaug demo: {args.data} sample, {r['records']} images, {r['classes']} classes "
           f"({r['root']})")
     print(f"device: {where}")
-    print(f"{args.batches} batches x {args.batch_size} images ({SIZE}x{SIZE}) in "
+    size = f"{SIZE}x{SIZE}" if not args.op else f"fn.{args.op}"
+    print(f"{args.batches} batches x {args.batch_size} images ({size}) in "
           f"{r['seconds']:.2f} s: {r['images'] / r['seconds']:.1f} img/s")
     print(f"wrote {r['out']} ({args.grid}x{args.grid} grid, {r['grid'][0]}x{r['grid'][1]} px)")
     return 0

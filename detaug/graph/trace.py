@@ -108,6 +108,13 @@ class OpSchema:
             here: name -> why. Their arg_docs say 'hint', and setting one to anything but its
             default warns once per process (:func:`call_op`). Every other argument changes the
             output or is refused (tests/test_op_args.py).
+        partners: a multi-sample op (mosaic, mixup) makes each output sample from a group of
+            input samples: ``partners(op, rng, pool_sizes) -> (groups (B + 1,), picks (M,))``
+            draws, from the op's keyed streams of its B output samples (``rng``, a SampleRNG),
+            sample b's group ``picks[groups[b]:groups[b + 1]]``: -1 for the sample itself (first),
+            else a partner's index in its pool of ``pool_sizes[b]`` (the epoch's records, or the
+            samples of its own batch: the op's ``partners`` argument). detaug/runtime/partners.py
+            runs the ops upstream on the members.
     """
 
     name: str
@@ -126,6 +133,7 @@ class OpSchema:
     arg_docs: dict = field(default_factory=dict)
     hints: dict = field(default_factory=dict)
     unavailable: dict = field(default_factory=dict)
+    partners: Callable | None = None
 
     def num_outputs(self, n_inputs: int, args: dict) -> int:
         return self.outputs(n_inputs, args) if callable(self.outputs) else self.outputs

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..graph import materialize as _materialize
 from ..core.rng import SampleRNG
+from .partners import LaunchLevels, expands
 
 
 class BatchContext:
@@ -29,6 +30,42 @@ class BatchContext:
         # decode-process leases of this batch's images: given the batch's final event in
         # Pipeline._collect, so that releasing them needs no CUDA call (see decode_proc._Lease)
         self.leases = []
+        self._levels = None  # the samples of each level (multi-sample ops: partners.py)
+        self.level = ()
+
+    def levels(self):
+        """This launch's :class:`~detaug.runtime.partners.LaunchLevels` (made on first use, at
+        level ``()``, from the schedule's samples and batches)."""
+        if self._levels is None:
+            self._levels = LaunchLevels(self.pipeline, self.epoch, self.sample_index,
+                                        self.positions, getattr(self, "sizes", None))
+        return self._levels
+
+    def use_level(self, path):
+        """Make the samples of level ``path`` (``()``: the schedule's) the ones that ops see:
+        ``sample_index`` (keyed draws, the reader's records), ``positions``, ``batch_size``."""
+        if path == self.level:
+            return
+        lv = self.levels().get(path)
+        self.sample_index, self.positions = lv.sample_index, lv.positions
+        self.batch_size, self.level = len(lv.sample_index), path
+
+    def owner(self, position, path=None):
+        """The schedule's sample (its place in the launch) that owns sample ``position`` of level
+        ``path`` (default: the current one)."""
+        path = self.level if path is None else path
+        return position if not path else int(self.levels().get(path).owner[position])
+
+    def partner_groups(self, op):
+        """(groups (B + 1,), gather) of the multi-sample op ``op``, which runs at the current
+        level: output sample b is made from inputs ``groups[b]:groups[b + 1]`` (partners drawn
+        over the epoch: gather is None), or from the inputs at positions
+        ``gather[groups[b]:groups[b + 1]]`` (partners drawn from the batch)."""
+        if not expands(op):
+            return self.levels().gather(op, self.level)
+        path = self.level + (op.id,)
+        self.levels().get(path)
+        return self._levels.groups[path], None
 
     def on_stream(self):
         """The batch's stream as cupy's current one (nothing without one). Device work of the

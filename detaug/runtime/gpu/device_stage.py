@@ -78,7 +78,7 @@ class DeviceStage:
         n = self.decode_processes if self.decode_processes is not None else env("DETAUG_DECODE_PROCESSES")
         if n is not None and int(n) <= 0:
             return
-        images = self.batch_size * self.batches_per_launch
+        images = self.batch_size * self.batches_per_launch * self._fan_out  # partners too
         launch = memory_plan.launch_image_bytes(self._decoded_sizes(), 3, images)
         plan = memory_plan.plan_decode(
             self.device_memory_budget, launch, processes=None if n is None else int(n),

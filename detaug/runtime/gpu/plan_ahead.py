@@ -157,7 +157,7 @@ class PlanAhead:
             try:
                 admit.decode()  # a ring slot, in launch order
                 with ctx.on_stream():
-                    decoded = self._decode_plan(ctx, plan)
+                    decoded = self._decode_planned_of(ctx, plan)
                 stamp(admit, "decoded")
                 admit()  # an output slot, in launch order
                 self._to_output_stream(ctx, admit)
@@ -189,6 +189,19 @@ class PlanAhead:
             if isinstance(src, PlannedImages):
                 seen.setdefault(id(src), src)
         return list(seen.values())
+
+    def _decode_planned_of(self, ctx, plan) -> dict:
+        """:meth:`_decode_plan`; a bad file of a multi-sample op's partner is charged to the
+        schedule's sample that owns it (runtime/partners.py)."""
+        try:
+            return self._decode_plan(ctx, plan)
+        except SampleError as e:
+            if self._levels and e.position is not None:
+                if self._decode_level is None:  # decoders at several levels: no one owner
+                    e.position = None
+                else:
+                    e.position = ctx.owner(e.position, self._decode_level)
+            raise
 
     def _decode_plan(self, ctx, plan) -> dict:
         from ...ops.gpu_decode import decode_planned

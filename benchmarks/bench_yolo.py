@@ -1,0 +1,306 @@
+"""The YOLO-style row: detaug beside Ultralytics 8.4's data loader, same recipe, same data, one run.
+
+    python benchmarks/bench_yolo.py [--num-images 1024] [--batch-size 64] [--workers 2,15]
+                                    [--partners epoch,batch] [--only ultralytics,cpu,gpu]
+    python benchmarks/bench_yolo.py --cpu-smoke     # plumbing test: tiny data, CPU, seconds
+
+Recipe, per output image (Ultralytics' ``v8_transforms`` with its 8.4 defaults and mixup 0.5):
+mosaic of 4 (imgsz 640: each image's longer side to 640, 1280 x 1280 canvas, centre in
+[320, 960)) -> random affine (degrees 10, translate 0.1, scale 0.5, shear 2; Ultralytics also
+applies perspective 0.0005, which detaug does here only once ``fn.perspective`` exists: the row
+says which) cut to the centre 640 x 640 -> mixup (p 0.5, r ~ Beta(32, 32)) -> HSV (gains 0.015 /
+0.7 / 0.4) -> horizontal flip 0.5 -> letterbox 640 x 640; batches of 64, uint8 images and padded
+boxes out (the trainer normalises on the GPU).
+
+Rows:
+* ``ultralytics`` (if ``import ultralytics`` works; AGPL, never a dependency of detaug: install it
+  in the benchmark's environment only): ``build_yolo_dataset`` + ``build_dataloader`` with N
+  workers (``--workers``), no RAM cache, on YOLO labels written beside the images. Its mosaic
+  takes partners from its buffer of recently loaded images (``dataset.buffer``): about 1.5
+  decodes per output at mixup 0.5 (counted: every ``imread`` of its workers).
+* ``detaug cpu`` (host worker processes = N) and ``detaug gpu`` (nvImageCodec decode, device ops),
+  each with ``--partners``: 'epoch' (partners read and decoded from the whole epoch: 4 decodes a
+  mosaic, about 6 per output) and 'batch' (partners from the output's own batch: 1 decode per
+  output). Decoded images per second are counted from the keyed draws
+  (``detaug.runtime.partners.decoded_per_batch``).
+
+Printed per row: img/s, decoded source images/s, the ratio to Ultralytics at the same worker count
+(and to its largest N), and on the GPU the device memory taken (the drop of ``cudaMemGetInfo``'s
+free bytes from before the pipeline is built: every process on the device). The data comes from
+bench_gpu's ``make_dataset`` (COCO-like JPEGs about 640 x 480). Ultralytics runs first, before
+this process touches CUDA (its DataLoader workers fork). Not part of the test suite.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import sys
+import tempfile
+import time
+import traceback
+
+for _v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
+
+import numpy as np  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+for _p in (REPO, HERE):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+from bench_gpu import make_dataset  # noqa: E402  (the benchmark's COCO-like data)
+
+MB = 1e6
+ROWS = []
+T0 = time.perf_counter()
+HSV_GAINS = (0.015, 0.7, 0.4)  # Ultralytics' hsv_h, hsv_s, hsv_v
+
+
+def log(msg):
+    print(f"[{time.perf_counter() - T0:7.1f}s] {msg}", flush=True)
+
+
+def row(name, **kw):
+    kw["name"] = name
+    ROWS.append(kw)
+    if kw.get("img_s") is not None:
+        log(f"{name}: {kw['img_s']:.1f} img/s, {kw.get('decoded_s', 0):.1f} decoded/s "
+            f"{kw.get('notes', '')}")
+    else:
+        log(f"{name}: {kw.get('skipped') or kw.get('error')}")
+
+
+def guarded(name, fn, *a, **kw):
+    try:
+        return fn(*a, **kw)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 -- one failure must not lose the other rows
+        traceback.print_exc()
+        row(name, img_s=None, error=f"{type(e).__name__}: {e}"[:300])
+        return None
+
+
+# ---------------------------------------------------------------------------- data
+def write_yolo_labels(root):
+    """YOLO text labels (``labels/<stem>.txt``: class cx cy w h, normalised) beside
+    ``images/``, from annotations.json, and the class names; Ultralytics finds them by path."""
+    with open(os.path.join(root, "annotations.json")) as f:
+        coco = json.load(f)
+    cats = sorted(c["id"] for c in coco["categories"])
+    index = {c: k for k, c in enumerate(cats)}
+    names = {c["id"]: c["name"] for c in coco["categories"]}
+    images = {im["id"]: im for im in coco["images"]}
+    lines = {i: [] for i in images}
+    for a in coco["annotations"]:
+        im = images[a["image_id"]]
+        x, y, w, h = a["bbox"]
+        lines[a["image_id"]].append(f"{index[a['category_id']]} {(x + w / 2) / im['width']:.6f} "
+                                    f"{(y + h / 2) / im['height']:.6f} {w / im['width']:.6f} "
+                                    f"{h / im['height']:.6f}")
+    os.makedirs(os.path.join(root, "labels"), exist_ok=True)
+    for i, im in images.items():
+        stem = os.path.splitext(im["file_name"])[0]
+        with open(os.path.join(root, "labels", stem + ".txt"), "w") as f:
+            f.write("\n".join(lines[i]) + ("\n" if lines[i] else ""))
+    return [names[c] for c in cats]
+
+
+# ---------------------------------------------------------------------------- ultralytics
+def ultralytics_loader(root, names, size, batch, workers, mixup):
+    """Ultralytics' YOLODataset and InfiniteDataLoader, training mode, the recipe's settings;
+    its imread counted across its workers (a shared counter, inherited at fork)."""
+    from ultralytics.cfg import get_cfg
+    from ultralytics.data import build_dataloader, build_yolo_dataset
+    from ultralytics.data import base as ul_base
+
+    cfg = get_cfg(overrides=dict(imgsz=size, mosaic=1.0, degrees=10.0, translate=0.1, scale=0.5,
+                                 shear=2.0, perspective=0.0005, mixup=mixup, fliplr=0.5,
+                                 hsv_h=HSV_GAINS[0], hsv_s=HSV_GAINS[1], hsv_v=HSV_GAINS[2],
+                                 cache=False, rect=False, workers=workers, cutmix=0.0,
+                                 copy_paste=0.0))
+    data = {"names": dict(enumerate(names)), "nc": len(names), "channels": 3}
+    counter = mp.get_context("fork").Value("q", 0, lock=True)
+    imread = ul_base.imread
+
+    def counted(*a, **kw):
+        with counter.get_lock():
+            counter.value += 1
+        return imread(*a, **kw)
+
+    ul_base.imread = counted
+    ds = build_yolo_dataset(cfg, os.path.join(root, "images"), batch, data, mode="train")
+    return build_dataloader(ds, batch, workers, shuffle=True), counter
+
+
+def bench_ultralytics(args, root, names, workers):
+    name = f"ultralytics 8.4 loader, {workers} workers"
+    loader, counter = ultralytics_loader(root, names, args.size, args.batch_size, workers,
+                                         args.mixup)
+    it = iter(loader)
+    for _ in range(args.warmup):
+        next(it)
+    d0, t0 = counter.value, time.perf_counter()
+    n = 0
+    for _ in range(args.batches):
+        n += len(next(it)["img"])
+    dt = time.perf_counter() - t0
+    row(name, img_s=n / dt, decoded_s=(counter.value - d0) / dt, workers=workers,
+        notes=f"({n} images in {dt:.2f} s; perspective 0.0005)")
+    del it, loader
+
+
+# ---------------------------------------------------------------------------- detaug
+def detaug_pipe(root, size, batch, device, workers, partners, mixup, seed=0):
+    from detaug import fn, pipeline_def
+
+    gpu = device == "gpu"
+    kw = dict(device_id=0) if gpu else dict(host_processes=workers)
+
+    @pipeline_def(batch_size=batch, num_threads=max(1, workers), seed=seed, **kw)
+    def yolo():
+        enc, boxes = fn.readers.coco(annotations_file=os.path.join(root, "annotations.json"),
+                                     file_root=os.path.join(root, "images"), random_shuffle=True)
+        img = fn.decoders.image(enc, device="mixed" if gpu else "cpu")
+        img, boxes = fn.mosaic(img, boxes, size=size, antialias=False, partners=partners)
+        u = fn.random.uniform
+        t = 0.1 * size
+        img, boxes = fn.affine(img, boxes, rotate=u(range=(-10, 10)), scale=u(range=(0.5, 1.5)),
+                               shear_x=u(range=(-2, 2)), shear_y=u(range=(-2, 2)),
+                               translate_x=u(range=(-t, t)), translate_y=u(range=(-t, t)),
+                               fill=114.0)
+        img, boxes = fn.crop(img, boxes, crop=(size, size), fill=114.0)
+        boxes = fn.prune_boxes(boxes, min_size=2.0, min_visibility=0.1)
+        img, boxes = fn.mixup(img, boxes, probability=mixup, partners=partners)
+        h = HSV_GAINS[0] * 180
+        img = fn.hsv(img, hue=u(range=(-h, h)), saturation=u(range=(1 - HSV_GAINS[1], 1 + HSV_GAINS[1])),
+                     value=u(range=(1 - HSV_GAINS[2], 1 + HSV_GAINS[2])))
+        img, boxes = fn.flip(img, boxes, horizontal=fn.random.coin_flip())
+        img, boxes = fn.letterbox(img, boxes, size=(size, size), fill=114.0)
+        return img, fn.pad_boxes(fn.prune_boxes(boxes, min_size=2.0))
+
+    return yolo()
+
+
+def bench_detaug(args, root, device, workers, partners):
+    from detaug.runtime.partners import decoded_per_batch
+
+    name = f"detaug {device}, partners={partners}" + (f", {workers} workers" if device == "cpu" else "")
+    free0 = None
+    if device == "gpu":
+        import cupy as cp
+
+        free0 = int(cp.cuda.runtime.memGetInfo()[0])
+    pipe = detaug_pipe(root, args.size, args.batch_size, device, workers, partners, args.mixup)
+    pipe.build()
+    sync = (lambda: pipe.last_event.synchronize() if pipe.last_event is not None else None)
+    for _ in range(args.warmup):
+        pipe.run()
+    sync()
+    start = (pipe.epoch, pipe.state_dict()["batch"])
+    t0, n = time.perf_counter(), 0
+    done = []
+    for _ in range(args.batches):
+        e, b = pipe.epoch, pipe.state_dict()["batch"]
+        img, _ = pipe.run()
+        done.append((e, b))
+        n += len(img)
+    sync()
+    dt = time.perf_counter() - t0
+    decoded = sum(decoded_per_batch(pipe, e, b) for e, b in done)
+    extra = {}
+    if free0 is not None:
+        import cupy as cp
+
+        extra["device_mb"] = (free0 - int(cp.cuda.runtime.memGetInfo()[0])) / MB
+    row(name, img_s=n / dt, decoded_s=decoded / dt, workers=workers, partners=partners,
+        notes=f"({n} images in {dt:.2f} s from batch {start}; no perspective"
+              + (f"; device memory {extra['device_mb']:.0f} MB" if extra else "") + ")", **extra)
+    pipe.close()
+
+
+# ---------------------------------------------------------------------------- report
+def report(args):
+    ul = {r["workers"]: r["img_s"] for r in ROWS
+          if r["name"].startswith("ultralytics") and r.get("img_s")}
+    best = max(ul.values()) if ul else None
+    print("\n| row | img/s | decoded img/s | x Ultralytics (same N) | x Ultralytics (best N) | "
+          "device MB |")
+    print("|---|---|---|---|---|---|")
+    for r in ROWS:
+        if r.get("img_s") is None:
+            print(f"| {r['name']} | - | - | - | - | {r.get('skipped') or r.get('error')} |")
+            continue
+        same = ul.get(r.get("workers"))
+        ratio = f"{r['img_s'] / same:.2f}" if same and not r["name"].startswith("ultra") else "-"
+        vs_best = f"{r['img_s'] / best:.2f}" if best and not r["name"].startswith("ultra") else "-"
+        mem = f"{r['device_mb']:.0f}" if r.get("device_mb") is not None else "-"
+        print(f"| {r['name']} | {r['img_s']:.1f} | {r['decoded_s']:.1f} | {ratio} | {vs_best} | "
+              f"{mem} |")
+    out = args.json or (os.path.join(os.environ["OUT"], "bench_yolo.json")
+                        if os.environ.get("OUT") else None)
+    if out:
+        with open(out, "w") as f:
+            json.dump({"rows": ROWS, "args": vars(args), "cpus": os.cpu_count()}, f, indent=1)
+        log(f"wrote {out}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--num-images", type=int, default=1024)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--size", type=int, default=640)
+    ap.add_argument("--mixup", type=float, default=0.5)
+    ap.add_argument("--workers", default="2,15", help="worker counts (Ultralytics, detaug cpu)")
+    ap.add_argument("--partners", default="epoch,batch", help="detaug's partners: epoch, batch")
+    ap.add_argument("--only", default="ultralytics,cpu,gpu")
+    ap.add_argument("--batches", type=int, default=20, help="timed batches a row")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--data", default=None, help="data folder (default: a temporary one)")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--cpu-smoke", action="store_true",
+                    help="tiny run on the CPU: 32 images of 160, batches of 4, 2 timed")
+    args = ap.parse_args(argv)
+    if args.cpu_smoke:
+        args.num_images, args.batch_size, args.size = 32, 4, 160
+        args.batches, args.warmup, args.workers = 2, 1, "0,2"
+        args.only = args.only.replace(",gpu", "").replace("gpu", "")
+    workers = [int(w) for w in args.workers.split(",") if w.strip()]
+    only = set(args.only.split(","))
+    root = args.data or os.path.join(tempfile.gettempdir(), f"detaug_bench_yolo_{args.num_images}")
+    os.environ.setdefault("YOLO_CONFIG_DIR", os.path.join(root, "ultralytics_config"))
+    os.environ.setdefault("YOLO_OFFLINE", "1")  # no DNS probe at its import
+    make_dataset(root, args.num_images, min(8, os.cpu_count() or 1))
+    names = write_yolo_labels(root)
+    log(f"data: {args.num_images} images in {root}, {len(names)} classes; {os.cpu_count()} CPUs")
+    if "ultralytics" in only:
+        try:
+            import ultralytics  # noqa: F401
+        except ImportError as e:
+            row("ultralytics 8.4 loader", img_s=None,
+                skipped=f"ultralytics is not importable ({e}); install it in this environment "
+                        "only (AGPL): pip install 'ultralytics==8.4.*'")
+        else:
+            for n in workers:
+                guarded(f"ultralytics {n} workers", bench_ultralytics, args, root, names, n)
+    partners = [p for p in args.partners.split(",") if p.strip()]
+    if "cpu" in only:
+        for p in partners:
+            for n in workers:
+                guarded(f"detaug cpu {p} {n}", bench_detaug, args, root, "cpu", n, p)
+    if "gpu" in only:
+        from detaug.core.backend import gpu_available
+
+        if not gpu_available():
+            row("detaug gpu", img_s=None, skipped="no GPU")
+        else:
+            for p in partners:
+                guarded(f"detaug gpu {p}", bench_detaug, args, root, "gpu", 0, p)
+    report(args)
+
+
+if __name__ == "__main__":
+    main()

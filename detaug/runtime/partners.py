@@ -1,0 +1,198 @@
+"""Multi-sample ops (mosaic, mixup): which records a launch reads, and which samples each op sees.
+
+A multi-sample op (an ``OpSchema`` with ``partners``) makes each output sample from a group: the
+sample itself, then partners drawn from the op's keyed stream ``(seed, op id, epoch, output sample
+index)``. Its ``partners`` argument says from where:
+
+* ``'epoch'`` (the default): any record of the dataset, uniformly (Ultralytics' ``get_indexes``
+  without its buffer). The graph above the op then runs on the groups' members: a launch's
+  *levels*. Level ``()`` holds the schedule's samples; the inputs of such an op ``m`` running at
+  level ``L`` are at level ``L + (m,)``, whose samples are the members of ``m``'s groups drawn for
+  the samples of ``L``. Every op runs at one level, fixed at build (:func:`plan_levels`); while it
+  runs, the batch context's ``sample_index`` (its keyed draws, the reader's records) is its
+  level's (:meth:`LaunchLevels.get`, ``BatchContext.use_level``). So a YOLO recipe ``reader ->
+  decode -> mosaic -> affine -> mixup`` reads and decodes, per output sample, its record and 3
+  mosaic partners, and where mixup applies the partner's record and ITS 3 mosaic partners: the
+  mixup partner is exactly the mosaic that record makes as a sample of its own (the same keyed
+  draws), as in Ultralytics, whose mixup partner goes through the same pre-transform. Cost: up
+  to 4 decodes an output for a mosaic, 8 for a mosaic then a mixup (6 on average at mixup 0.5).
+* ``'batch'``: a sample of the output's own batch (the schedule's batch, whatever the launch:
+  :meth:`LaunchLevels.gather`). Nothing more is read or decoded: each decoded image serves as a
+  sample and as partner of others, as Ultralytics' mosaic takes its partners from the buffer of
+  images its worker decoded last (``dataset.buffer``, up to 8 batches; its partners depend on
+  the worker's history, here on the batch alone). The batch is a random draw of the shuffled
+  epoch, so partners still come from the whole epoch over its batches.
+
+Nothing depends on the launch or the order: batch ``i`` made on its own, a resumed run, any
+number of workers and either device read and draw the same (a pool is the batch, never the
+launch). benchmarks/bench_yolo.py prints the decoded images per second beside the output rate.
+
+A bad file met at a level (``on_error='skip'``) is charged to the schedule's sample that owns
+it (:attr:`_Level.owner`): that sample is replaced, as a bad sample of its own would be, and
+its groups are drawn anew from its replacement's keys.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.rng import SampleRNG
+
+MODES = ("epoch", "batch")
+
+
+def expands(op) -> bool:
+    """Whether ``op`` draws its partners over the epoch (its inputs then form a level of their
+    own); a multi-sample op drawing from its batch runs at its inputs' level."""
+    if op.schema.partners is None:
+        return False
+    mode = op.args.get("partners", "epoch")
+    if mode not in MODES:
+        raise ValueError(f"{op.name}: partners must be 'epoch' or 'batch', got {mode!r}")
+    return mode == "epoch"
+
+
+def plan_levels(ops, outputs) -> dict:
+    """``{op id: level}`` for the ops below a multi-sample op drawing over the epoch (level: the
+    tuple of such op ids on the way to the outputs, outermost first); ops at level ``()`` are
+    left out.
+
+    ``ops``: the needed ops in topological order (inputs first); ``outputs``: the output
+    DataNodes. An op whose outputs feed two levels (an output of the pipeline that is also a
+    mosaic's input, say) is refused by name: its samples would be two different lists."""
+    level, users = {}, {}
+    for op in ops:
+        for i in op.inputs:
+            users.setdefault(i.op.id, []).append((op, True))
+        for a in op.arg_inputs.values():
+            users.setdefault(a.op.id, []).append((op, False))
+    out_ids = {o.op.id for o in outputs}
+    for op in reversed(ops):
+        need = {()} if op.id in out_ids else set()
+        for user, positional in users.get(op.id, []):
+            if user.id in level:
+                need.add(level[user.id] + ((user.id,) if positional and expands(user) else ()))
+        if len(need) > 1:
+            raise ValueError(f"{op.name}: its outputs are used both by a multi-sample op (mosaic, "
+                             "mixup) and after it; a value has one list of samples: trace the op "
+                             "twice (one call on each side)")
+        level[op.id] = need.pop() if need else ()
+    return {k: v for k, v in level.items() if v}
+
+
+def fan_out(ops, levels) -> int:
+    """The most source samples one output sample may need (the product of the group sizes
+    along the deepest level): what a launch's reads and decodes are sized for."""
+    by_id = {op.id: op for op in ops}
+    most = 1
+    for path in set(levels.values()):
+        n = 1
+        for op_id in path:
+            n *= int(getattr(by_id[op_id].schema.partners, "group_size", 1))
+        most = max(most, n)
+    return most
+
+
+def setup(pipe):
+    """At build: ``pipe._levels`` (:func:`plan_levels`), ``pipe._fan_out`` (:func:`fan_out`) and
+    ``pipe._decode_level`` (the level of its decoders, whose planned GPU decode maps a bad file to
+    its owner: plan_ahead.py); a multi-sample op over the epoch needs random access."""
+    needed = pipe._needed_ops()
+    for op in needed:
+        expands(op)  # checks the mode
+    pipe._levels = plan_levels(needed, pipe._outputs)
+    pipe._fan_out = fan_out(needed, pipe._levels)
+    decoders = {pipe._levels.get(op.id, ()) for op in needed if op.schema.name.startswith("decoders.")}
+    pipe._decode_level = decoders.pop() if len(decoders) == 1 else None
+    if pipe._levels and pipe._driver.size is None:
+        multi = next(op for op in needed if expands(op))
+        raise ValueError(f"{multi.name}: its partners are drawn from the epoch's records, so the "
+                         "source needs random access: a reader, or external_source with a "
+                         "per-sample callable and size= (or draw them from the batch: "
+                         "partners='batch')")
+
+
+def decoded_per_batch(pipe, epoch, batch_index) -> int:
+    """The source images batch ``batch_index`` of ``epoch`` decodes (the samples at each
+    decoder's level): what the benchmarks count as decoded images."""
+    idx, pos, sizes = pipe._schedule(epoch, batch_index, 1)
+    lv = LaunchLevels(pipe, epoch, idx, pos, sizes)
+    paths = {pipe._levels.get(op.id, ()) for op in pipe._needed_ops()
+             if op.schema.name.startswith("decoders.")}
+    return sum(len(lv.get(p).sample_index) for p in paths)
+
+
+class _Level:
+    __slots__ = ("sample_index", "positions", "owner")
+
+    def __init__(self, sample_index, positions, owner):
+        self.sample_index, self.positions, self.owner = sample_index, positions, owner
+
+
+def _rng(pipe, op, epoch, sample_index):
+    seed = op.args.get("seed")
+    return SampleRNG(pipe.seed if seed is None else seed, op.rng_id, epoch, sample_index)
+
+
+def _draw(op, rng, pool_sizes):
+    groups, picks = op.schema.partners(op, rng, np.asarray(pool_sizes, np.int64))
+    groups, picks = np.asarray(groups, np.int64), np.asarray(picks, np.int64)
+    first = groups[:-1]
+    if len(groups) != len(rng) + 1 or not (picks[first] == -1).all():
+        raise RuntimeError(f"{op.name}: its partners() must give one group per sample, the "
+                           "sample itself (-1) first")
+    return groups, picks
+
+
+class LaunchLevels:
+    """The samples of every level of one launch (computed on first use, then kept), and the
+    groups of the ops drawing from their batch. ``batch_sizes``: the launch's batches (the
+    schedule's), which bound those pools; None: one batch."""
+
+    def __init__(self, pipeline, epoch, sample_index, positions, batch_sizes=None):
+        self.pipeline, self.epoch = pipeline, epoch
+        idx = np.asarray(sample_index, np.int64)
+        self._levels = {(): _Level(idx, positions, np.arange(len(idx), dtype=np.int64))}
+        sizes = list(batch_sizes) if batch_sizes is not None else []
+        if sum(int(n) for n in sizes) != len(idx):  # unknown or not these samples': one batch
+            sizes = [len(idx)]
+        self._batch_of = np.repeat(np.arange(len(sizes)), sizes)  # top-level sample -> batch
+        self.groups = {}  # level of an op's inputs -> its groups (B + 1,)
+        self._gathers = {}
+
+    def get(self, path) -> _Level:
+        lv = self._levels.get(path)
+        if lv is None:
+            parent = self.get(path[:-1])
+            op = self.pipeline.graph.ops[path[-1]]
+            n = int(self.pipeline._driver.size)
+            groups, picks = _draw(op, _rng(self.pipeline, op, self.epoch, parent.sample_index),
+                                  np.full(len(parent.sample_index), n))
+            owner_of = np.repeat(np.arange(len(groups) - 1), np.diff(groups))
+            first = picks < 0
+            members = np.where(first, parent.sample_index[owner_of], picks)
+            pos = None
+            if parent.positions is not None:  # a partner's place: its record index
+                pos = np.where(first, np.asarray(parent.positions, np.int64)[owner_of], picks)
+            lv = self._levels[path] = _Level(members, pos, parent.owner[owner_of])
+            self.groups[path] = groups
+        return lv
+
+    def gather(self, op, path):
+        """(groups (B + 1,), positions (M,)) of ``op`` drawing from the batch at level ``path``:
+        output sample b is made of the level's samples at ``positions[groups[b]:groups[b+1]]``,
+        the sample itself first, partners among the samples of its own batch (the schedule's
+        batch of the sample that owns it), in their order."""
+        key = (op.id, path)
+        if key not in self._gathers:
+            lv = self.get(path)
+            batch = self._batch_of[lv.owner]
+            order = np.argsort(batch, kind="stable")  # each batch's samples, in order
+            counts = np.bincount(batch)
+            starts = np.concatenate([[0], np.cumsum(counts)])[batch]
+            groups, picks = _draw(op, _rng(self.pipeline, op, self.epoch, lv.sample_index),
+                                  counts[batch])
+            owner_of = np.repeat(np.arange(len(groups) - 1), np.diff(groups))
+            own = np.arange(len(lv.sample_index))[owner_of]
+            positions = np.where(picks < 0, own, order[np.maximum(picks, 0) + starts[owner_of]])
+            self._gathers[key] = (groups, positions)
+        return self._gathers[key]
