@@ -452,7 +452,13 @@ class Pipeline(Sharding, Retries, DeviceStage, PlanAhead, DaliApi, HandOut):
         driven by a reader goes on into the next epoch at the end of one (the batches of
         ``reset()`` + ``run()``: the epoch's keyed order, as ``run_batch`` and ``state_dict``
         give it); an external source raises StopIteration at its end (then call ``reset()``).
-        Iterating the pipeline (``for batch in pipe``, ``next(pipe)``) ends with each epoch."""
+        Iterating the pipeline (``for batch in pipe``, ``next(pipe)``) ends with each epoch.
+        In DALI mode, outputs that are not image or box batches come as DALI TensorLists
+        (docs/dali.md, "Outputs of pipe.run()"); DALI's API-type check applies."""
+        self._check_api_type("BASIC")
+        return self._dali_run_outputs(self._run())
+
+    def _run(self) -> tuple:
         try:
             return self._next_of_epoch()
         except StopIteration:

@@ -1,0 +1,65 @@
+"""What ``pipe.run()`` hands a DALI program: DALI's TensorLists, in DALI's shapes and dtypes.
+
+Image batches always carry DALI's TensorList methods (core/tensor_list.py). Other outputs (plain
+arrays, lists of per-sample arrays) are NumPy values in detaug's API; ``run()`` turns them into
+:class:`~detaug.core.tensor_list.TensorList` in *DALI mode* only:
+
+- ``pipe.dali_outputs = True`` / ``False`` says so outright;
+- left at None (the default), a pipeline is in DALI mode when its graph holds an op that exists
+  for DALI programs only and whose outputs DALI shapes differently from detaug
+  (:data:`DALI_ONLY_OPS`: DALI's file reader, whose labels are per-sample ``(1,)`` int32).
+
+detaug's own API is untouched: ``run_batch``, ``for batch in pipe``, and the adapters read the
+detaug value (``TensorList.value``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.batch import BoxBatch, EncodedBatch, ImageBatch
+from ..core.tensor_list import TensorList
+
+# (op, output index) -> (shape of a sample, dtype) where DALI's sample differs from detaug's.
+DALI_SAMPLE_FORM = {("readers.file", 1): ((1,), np.int32)}
+# ops whose presence puts a pipeline in DALI mode (by their registered name)
+DALI_ONLY_OPS = frozenset({"readers.file"})
+
+
+def dali_mode(pipe) -> bool:
+    """Whether ``pipe.run()`` hands out DALI TensorLists for its plain outputs."""
+    forced = getattr(pipe, "dali_outputs", None)
+    if forced is not None:
+        return bool(forced)
+    return any(op.schema.name in DALI_ONLY_OPS for op in pipe.graph.ops)
+
+
+def dali_sample_form(node, v):
+    """``v`` (one output of ``node``) as DALI gives it: a (B, ...) array reshaped and cast per
+    :data:`DALI_SAMPLE_FORM`; else unchanged."""
+    form = DALI_SAMPLE_FORM.get((node.op.schema.name, node.index)) if node is not None else None
+    if form is not None and isinstance(v, np.ndarray):
+        return np.ascontiguousarray(v.astype(form[1]).reshape((len(v),) + form[0]))
+    return v
+
+
+def as_tensor_list(node, v):
+    """One output for a DALI program: image and box batches as they are; arrays and lists of
+    arrays as a TensorList of DALI's samples."""
+    if isinstance(v, (ImageBatch, BoxBatch, EncodedBatch, dict, TensorList)) or v is None:
+        return v
+    form = dali_sample_form(node, v)
+    if isinstance(form, (list, tuple)):
+        samples = list(form)
+    elif hasattr(form, "shape") and getattr(form, "ndim", 0) >= 1:
+        samples = [form[k] for k in range(len(form))]
+    else:
+        return v
+    return TensorList(samples, value=v)
+
+
+def run_outputs(pipe, outs) -> tuple:
+    """``outs`` of ``pipe.run()`` in DALI mode as TensorLists (see the module's docstring)."""
+    if not dali_mode(pipe):
+        return outs
+    nodes = list(getattr(pipe, "_outputs", None) or [None] * len(outs))
+    return tuple(as_tensor_list(n, v) for n, v in zip(nodes, outs))
