@@ -69,8 +69,9 @@ def random_crop_windows(u, sizes, area, aspect, attempts):
                     else (W, H)
                 shrink = min(f32(1), f32(area[1]) * f32(W * H) / f32(w * h))
                 w, h = max(1, int(w * np.sqrt(shrink))), max(1, int(h * np.sqrt(shrink)))
-        x = min(int(v[-2] * (W - w + 1)), W - w)
-        y = min(int(v[-1] * (H - h + 1)), H - h)
+        # the anchor: uniform over the integer positions (DALI's uniform_int_distribution)
+        x = min(int(u[s, -2] * (W - w + 1)), W - w)
+        y = min(int(u[s, -1] * (H - h + 1)), H - h)
         out[s] = (x, y, x + w, y + h)
     return out
 
