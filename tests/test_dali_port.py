@@ -454,3 +454,31 @@ def test_a_dali_op_detaug_lacks_raises_one_line_naming_it():
     assert fn_names.not_in_detaug_markdown(list(REGISTRY) + list(ALIASES)) in docs, \
         "docs/dali.md's 'Not in detaug' list is stale: python -m detaug.dali.fn_names"
     assert re.search(r"^## Not in detaug", docs, re.M)
+
+
+# ---- a default that differs from DALI's warns once, naming the argument --------------------------
+def test_rotate_with_only_angle_warns_once_naming_keep_size(monkeypatch):
+    from detaug.ops import geometry
+
+    monkeypatch.setattr(geometry, "_CANVAS_SAID", set())
+
+    def rotated(**kw):
+        pipe = track(Pipeline(batch_size=1, num_threads=1, seed=0))
+        with pipe:
+            img = fn.external_source(source=lambda i: np.zeros((298, 394, 3), np.uint8), batch=False,
+                                     size=1)
+            pipe.set_outputs(fn.rotate(img, angle=30.0, **kw))
+        return pipe.run()[0]
+
+    with pytest.warns(UserWarning, match="keep_size=False, fill_value=0 for DALI's canvas"):
+        out = rotated()
+    assert out.at(0).shape == (298, 394, 3)  # detaug's canvas, as the warning says
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rotated()                                 # once
+        monkeypatch.setattr(geometry, "_CANVAS_SAID", set())
+        rotated(expand=False)                     # said which: silent
+        big = rotated(keep_size=False, fill_value=0)
+    # DALI's canvas: ceil(394 cos 30 + 298 sin 30 - .01) = ceil(490.21) = 491, odd where 394 is
+    # even: 492; ceil(298 cos 30 + 394 sin 30 - .01) = ceil(455.07) = 456 (even as 298)
+    assert big.at(0).shape == (456, 492, 3)

@@ -256,7 +256,24 @@ def _dali_rotate(op, args):
     return args["fill_value"]
 
 
-@register("rotate", **GEO, args={"angle": 0.0, "expand": False, "fill": 0.0, "box_mode": "corners",
+_CANVAS_SAID: set = set()
+
+
+def _warn_canvas_once(op) -> None:
+    """fn.rotate with neither expand= nor any of DALI's arguments: detaug keeps the canvas where
+    DALI enlarges it; say so once per process, naming the arguments that choose."""
+    if "rotate" in _CANVAS_SAID:
+        return
+    _CANVAS_SAID.add("rotate")
+    import warnings
+
+    warnings.warn(f"{op.name}: detaug keeps the input size (fill 0) where DALI's rotate enlarges "
+                  "the canvas: pass keep_size=False, fill_value=0 for DALI's canvas, or "
+                  "expand=False / expand=True for detaug's (this warning then goes)", UserWarning,
+                  stacklevel=2)
+
+
+@register("rotate", **GEO, args={"angle": 0.0, "expand": None, "fill": 0.0, "box_mode": "corners",
                                  "keep_size": None, "fill_value": None, "size": None,
                                  "interp_type": None},
           arg_docs={"keep_size": "DALI: False (DALI's default when any DALI argument is given) "
@@ -274,6 +291,8 @@ def rotate(ctx, op, inputs, args):
 
     dali = any(args[k] is not None for k in ("keep_size", "fill_value", "size", "interp_type"))
     fill = _dali_rotate(op, args) if dali else args["fill"]
+    if not dali and args["expand"] is None:
+        _warn_canvas_once(op)
 
     def plan(sizes, boxes):
         angle = per_sample(args["angle"], len(sizes))
