@@ -482,3 +482,12 @@ def test_rotate_with_only_angle_warns_once_naming_keep_size(monkeypatch):
     # DALI's canvas: ceil(394 cos 30 + 298 sin 30 - .01) = ceil(490.21) = 491, odd where 394 is
     # even: 492; ceil(298 cos 30 + 394 sin 30 - .01) = ceil(455.07) = 456 (even as 298)
     assert big.at(0).shape == (456, 492, 3)
+
+
+def test_resize_size_with_a_zero_extent_keeps_the_aspect_as_dali():
+    pipe = track(Pipeline(batch_size=1, num_threads=1, seed=0))
+    with pipe:
+        img = fn.external_source(source=lambda i: np.zeros((20, 40, 3), np.uint8), batch=False, size=1)
+        pipe.set_outputs(fn.resize(img, size=(0, 30)), fn.resize(img, size=[12, 0]))
+    a, b = pipe.run()
+    assert a.at(0).shape == (15, 30, 3) and b.at(0).shape == (12, 24, 3)  # 40 * 12 / 20 = 24

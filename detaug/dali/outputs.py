@@ -34,11 +34,13 @@ def dali_mode(pipe) -> bool:
 
 
 def dali_sample_form(node, v):
-    """``v`` (one output of ``node``) as DALI gives it: a (B, ...) array reshaped and cast per
-    :data:`DALI_SAMPLE_FORM`; else unchanged."""
+    """``v`` (one output of ``node``, or of an upload of it) as DALI gives it: a (B, ...) array
+    (NumPy or cupy) reshaped and cast per :data:`DALI_SAMPLE_FORM`; else unchanged."""
+    while node is not None and node.op.schema.name == "_upload":  # labels.gpu(): the reader's
+        node = node.op.inputs[0]
     form = DALI_SAMPLE_FORM.get((node.op.schema.name, node.index)) if node is not None else None
-    if form is not None and isinstance(v, np.ndarray):
-        return np.ascontiguousarray(v.astype(form[1]).reshape((len(v),) + form[0]))
+    if form is not None and hasattr(v, "astype") and hasattr(v, "reshape"):  # NumPy or cupy
+        return v.astype(form[1]).reshape((len(v),) + form[0])
     return v
 
 

@@ -180,6 +180,13 @@ def resize(ctx, op, inputs, args):
     if mode != "default" and not (args["size"] is not None or (args["resize_x"] and args["resize_y"])):
         raise NotImplementedError(f"{op.name}: mode={mode!r} needs both output extents here "
                                   "(size= or resize_x and resize_y)")
+    size = args["size"]
+    if size is not None and np.ndim(size) and 0 in [float(v) for v in size]:
+        # DALI: an extent of 0 is computed to keep the aspect ratio (size=(0, 300): width 300)
+        oh, ow = pair(size, "size")
+        args = {**args, "size": None, "resize_y": oh or None, "resize_x": ow or None}
+        if not (oh or ow):
+            raise ValueError(f"{op.name}: size={tuple(size)}: at least one extent must be > 0")
     if mode == "not_larger":
         args = {**args, "keep_aspect": True}
     elif mode == "not_smaller":
