@@ -452,7 +452,7 @@ def test_a_dali_op_detaug_lacks_raises_one_line_naming_it():
     # docs/dali.md's list is the table minus the registry, as generated now
     docs = open(os.path.join(os.path.dirname(__file__), "..", "docs", "dali.md")).read()
     assert fn_names.not_in_detaug_markdown(list(REGISTRY) + list(ALIASES)) in docs, \
-        "docs/dali.md's 'Not in detaug' list is stale: python -m detaug.dali.fn_names"
+        "docs/dali.md's 'Not in detaug' list is stale: python -m detaug.cli.dali_docs"
     assert re.search(r"^## Not in detaug", docs, re.M)
 
 
