@@ -350,11 +350,35 @@ class ExternalInputIterator:
         return batch, labels
 
 
+def _files(root):
+    return sorted((os.path.join(root, c, f), int(c[-1])) for c in sorted(os.listdir(root))
+                  for f in sorted(os.listdir(os.path.join(root, c))))
+
+
+def test_external_source_tutorial_run_outputs(flat_folder):
+    root, colours = flat_folder
+    eii = ExternalInputIterator(5, _files(root))
+    pipe = track(Pipeline(batch_size=5, num_threads=2, device_id=0))
+    with pipe:
+        jpegs, labels = fn.external_source(source=eii, num_outputs=2, dtype=types.UINT8)
+        decode = fn.decoders.image(jpegs, device=DEVICE["decoder"], output_type=types.RGB)
+        enhance = fn.brightness_contrast(decode, contrast=2)
+        pipe.set_outputs(enhance, labels)
+    pipe.build()
+    pipe_out = pipe.run()
+    batch_cpu = pipe_out[0].as_cpu()
+    labels_cpu = pipe_out[1]
+    img = batch_cpu.at(2)
+    assert img.ndim == 3 and labels_cpu.at(2).shape == (1,) and labels_cpu.at(2).dtype == np.uint8
+    # contrast 2 about 128: c -> clip(128 + 2 (c - 128)), a flat image stays flat
+    want = {tuple(int(np.clip(128 + 2 * (v - 128), 0, 255)) for v in col): lab
+            for col, lab in colours.items()}
+    assert want[tuple(int(v) for v in img[0, 0])] == labels_cpu.at(2)[0]
+
+
 def test_external_source_generic_iterator(flat_folder):
     root, colours = flat_folder
-    files = sorted((os.path.join(root, c, f), int(c[-1])) for c in sorted(os.listdir(root))
-                   for f in sorted(os.listdir(os.path.join(root, c))))
-    eii = ExternalInputIterator(5, files)
+    eii = ExternalInputIterator(5, _files(root))
     pipe = track(Pipeline(batch_size=5, num_threads=2, device_id=0))
     with pipe:
         jpegs, labels = fn.external_source(source=eii, num_outputs=2, dtype=types.UINT8)

@@ -63,3 +63,7 @@ def test_image_random_crop_gpu_equals_cpu_and_fuses_with_resize(tmp_path, rng):
         np.testing.assert_array_equal(outs["cpu"][0].at(k), outs["mixed"][0].as_cpu().at(k))
         d = np.abs(outs["cpu"][1].at(k).astype(int) - outs["mixed"][1].as_cpu().at(k).astype(int))
         assert d.max() <= 1, d.max()
+
+
+def test_external_source_tutorial_gpu(flat_folder):
+    T.test_external_source_tutorial_run_outputs(flat_folder)

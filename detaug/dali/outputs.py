@@ -5,9 +5,10 @@ arrays, lists of per-sample arrays) are NumPy values in detaug's API; ``run()`` 
 :class:`~detaug.core.tensor_list.TensorList` in *DALI mode* only:
 
 - ``pipe.dali_outputs = True`` / ``False`` says so outright;
-- left at None (the default), a pipeline is in DALI mode when its graph holds an op that exists
-  for DALI programs only and whose outputs DALI shapes differently from detaug
-  (:data:`DALI_ONLY_OPS`: DALI's file reader, whose labels are per-sample ``(1,)`` int32).
+- left at None (the default), a pipeline is in DALI mode when it is written in one of DALI's
+  idioms (:func:`dali_mode`): DALI's file reader (whose labels are per-sample ``(1,)`` int32),
+  an external source given DALI's own arguments (``dtype=``, ``layout=``, ...), or a Pipeline
+  subclass with its own ``define_graph``.
 
 detaug's own API is untouched: ``run_batch``, ``for batch in pipe``, and the adapters read the
 detaug value (``TensorList.value``).
@@ -25,12 +26,29 @@ DALI_SAMPLE_FORM = {("readers.file", 1): ((1,), np.int32)}
 DALI_ONLY_OPS = frozenset({"readers.file"})
 
 
+# external_source arguments that only DALI programs pass (detaug's own: source, num_outputs,
+# batch, size and the sharding ones)
+DALI_ONLY_SOURCE_ARGS = ("dtype", "layout", "ndim", "cycle", "no_copy", "blocking", "cuda_stream",
+                         "use_copy_kernel")
+
+
 def dali_mode(pipe) -> bool:
-    """Whether ``pipe.run()`` hands out DALI TensorLists for its plain outputs."""
+    """Whether ``pipe.run()`` hands out DALI TensorLists for its plain outputs: ``dali_outputs``
+    when set, else whether the pipeline was written in one of DALI's idioms: a ``define_graph``
+    of its own (DALI's older Pipeline subclass), an op of :data:`DALI_ONLY_OPS`, or an external
+    source given one of DALI's own arguments (:data:`DALI_ONLY_SOURCE_ARGS`)."""
     forced = getattr(pipe, "dali_outputs", None)
     if forced is not None:
         return bool(forced)
-    return any(op.schema.name in DALI_ONLY_OPS for op in pipe.graph.ops)
+    if getattr(type(pipe).define_graph, "__qualname__", "") != "Pipeline.define_graph":
+        return True
+    for op in pipe.graph.ops:
+        if op.schema.name in DALI_ONLY_OPS:
+            return True
+        if op.schema.name == "external_source" and any(
+                op.args.get(k) is not None for k in DALI_ONLY_SOURCE_ARGS):
+            return True
+    return False
 
 
 def dali_sample_form(node, v):
