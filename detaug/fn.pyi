@@ -135,6 +135,32 @@ def box_convert(boxes: Any, /, *, fmt: str = 'xyxy', normalized: bool = False, d
     Functional form: fn.box_convert; class form: ops.BoxConvert
     """
 
+def brightness(images: Any, /, *, brightness: float | DataNode = 1.0, brightness_shift: float | DataNode = 0.0, dtype: str | None = None, preserve: bool = False, bytes_per_sample_hint: int = 0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's brightness: out = brightness_shift * R_out + brightness * x * R_out / R_in (R: 255 for uint8, 1 for float), per sample.
+    
+    Inputs (positional only, 1):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        brightness: float = 1.0 [per-sample]: factor >= 0 (0 black, 1 unchanged)
+        brightness_shift: float = 0.0 [per-sample]: added, in units of the output range (255 for uint8, 1 for float)
+        dtype: str | None = None: output dtype: None keeps the input's; uint8 (types.UINT8) or float32 (types.FLOAT)
+        preserve: bool = False: hint, changes no value here: DALI keeps an op whose output is unused; detaug runs every op in the graph that an output needs
+        bytes_per_sample_hint: int = 0: hint, changes no value here: DALI's allocation tuning
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'brightness_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output; 3-channel images, same sizes, the input's dtype unless dtype is given
+    
+    Functional form: fn.brightness; class form: ops.Brightness
+    """
+
 def brightness_contrast(images: Any, /, *, brightness: float | DataNode = 1.0, contrast: float | DataNode = 1.0, contrast_center: float = 128.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Out = brightness * (center + contrast * (x - center)), per sample.
@@ -301,6 +327,61 @@ def coin_flip(*, probability: float | DataNode = 0.5, shape: int | tuple | None 
     Functional form: fn.coin_flip; class form: ops.CoinFlip
     """
 
+def color_twist(images: Any, /, *, brightness: float | DataNode = 1.0, contrast: float | DataNode = 1.0, saturation: float | DataNode = 1.0, hue: float | DataNode = 0.0, dtype: str | None = None, image_type: str = 'RGB', preserve: bool = False, bytes_per_sample_hint: int = 0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's color_twist: hue (degrees) and saturation in YIQ, then contrast about the middle of the range and brightness, per sample, as one linear map.
+    
+    Inputs (positional only, 1):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        brightness: float = 1.0 [per-sample]: factor >= 0 (0 black, 1 unchanged)
+        contrast: float = 1.0 [per-sample]: factor >= 0 about the middle of the range (128 for uint8, 0.5 for float; 0 grey, 1 unchanged)
+        saturation: float = 1.0 [per-sample]: factor >= 0 (0 grey, 1 unchanged), scaling the YIQ chroma
+        hue: float = 0.0 [per-sample]: rotation of the YIQ chroma, in degrees
+        dtype: str | None = None: output dtype: None keeps the input's; uint8 (types.UINT8) or float32 (types.FLOAT)
+        image_type: str = 'RGB': colour space of the images: RGB only (types.RGB)
+        preserve: bool = False: hint, changes no value here: DALI keeps an op whose output is unused; detaug runs every op in the graph that an output needs
+        bytes_per_sample_hint: int = 0: hint, changes no value here: DALI's allocation tuning
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'color_twist_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output; 3-channel images, same sizes, the input's dtype unless dtype is given
+    
+    Functional form: fn.color_twist; class form: ops.ColorTwist
+    """
+
+def contrast(images: Any, /, *, contrast: float | DataNode = 1.0, contrast_center: float | None | DataNode = None, dtype: str | None = None, preserve: bool = False, bytes_per_sample_hint: int = 0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's contrast: out = c + contrast * (x - c), c = contrast_center (default 128 for uint8, 0.5 for float), rescaled to the output dtype's range, per sample.
+    
+    Inputs (positional only, 1):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        contrast: float = 1.0 [per-sample]: factor >= 0 about the middle of the range (128 for uint8, 0.5 for float; 0 grey, 1 unchanged)
+        contrast_center: float | None = None [per-sample]: the level contrast keeps, in input units; None: the middle of the input's range (128 for uint8, 0.5 for float)
+        dtype: str | None = None: output dtype: None keeps the input's; uint8 (types.UINT8) or float32 (types.FLOAT)
+        preserve: bool = False: hint, changes no value here: DALI keeps an op whose output is unused; detaug runs every op in the graph that an output needs
+        bytes_per_sample_hint: int = 0: hint, changes no value here: DALI's allocation tuning
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'contrast_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output; 3-channel images, same sizes, the input's dtype unless dtype is given
+    
+    Functional form: fn.contrast; class form: ops.Contrast
+    """
+
 def crop(images: Any, boxes: Any = ..., /, *, crop: tuple[float, float] | None = None, crop_h: float | None | DataNode = None, crop_w: float | None | DataNode = None, crop_pos_x: float | DataNode = 0.5, crop_pos_y: float | DataNode = 0.5, window: tuple[float, float, float, float] | None | DataNode = None, fill: float | Sequence[Any] = 0.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Crop a window: crop=(h, w) at crop_pos_x/y in [0, 1], or window=(x0, y0, x1, y1).
@@ -368,6 +449,39 @@ def crop_mirror_normalize(images: Any, boxes: Any = ..., /, *, crop: tuple[float
     Returns: one output per input (a tuple when there are two); normalised images (and boxes, mirrored/cropped with them)
     
     Functional form: fn.crop_mirror_normalize; class form: ops.CropMirrorNormalize
+    """
+
+def erase(images: Any, boxes: Any = ..., /, *, anchor: Sequence[float] | DataNode = (), shape: Sequence[float] | DataNode = (), axis_names: str = 'HW', axes: Sequence[int] | None = None, fill_value: float | Sequence[Any] = 0.0, normalized: bool = False, normalized_anchor: bool = False, normalized_shape: bool = False, centered_anchor: bool = False, min_visibility: float = 0.0, box_policy: str = 'drop', device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's erase: given regions (anchor, shape) filled with fill_value; pixels whose centre lies in a region; boxes under min_visibility dropped or flagged.
+    
+    Inputs (positional only, 1 to 2):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+        boxes (optional): BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        anchor: sequence of float = () [per-sample]: DALI's: region starts, flat over the regions, in the order of axis_names (e.g. (y0, x0, y1, x1) for two regions over 'HW')
+        shape: sequence of float = () [per-sample]: DALI's: region extents, laid out as anchor
+        axis_names: str = 'HW': DALI's: the axes anchor and shape give ('HW', 'WH', 'H', 'W')
+        axes: sequence of int | None = None: DALI's: the same by index (0 = H, 1 = W); overrides axis_names
+        fill_value: float | sequence = 0.0: DALI's: one value or one per channel
+        normalized: bool = False: DALI's: anchor and shape relative to the image size
+        normalized_anchor: bool = False: the anchor is relative to the image size (True) or in pixels
+        normalized_shape: bool = False: the shape is relative to the image size (True) or in pixels
+        centered_anchor: bool = False: DALI's: anchor is the region's centre
+        min_visibility: float = 0.0: a box whose visible fraction (area outside the erased rectangles / its area) is under this is dropped or flagged
+        box_policy: str = 'drop': 'drop' (the box and its labels and fields) or 'flag' (fields 'occluded' and 'visibility' are written instead)
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'erase_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output per input (a tuple when there are two); same inputs: uint8 images (same sizes) and boxes (dropped or flagged)
+    
+    Functional form: fn.erase; class form: ops.Erase
     """
 
 def external_source(*, source: Iterable[Any] | Callable[..., Any] | None = None, num_outputs: int | None = None, batch: bool = True, size: int | None = None, random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, layout: str | None = None, dtype: Any | str | None = None, ndim: int | None = None, cycle: bool | str | None = None, parallel: bool = False, prefetch_queue_depth: int = 1, no_copy: Any = None, blocking: Any = None, cuda_stream: Any = None, use_copy_kernel: Any = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
@@ -474,6 +588,55 @@ def flip(images: Any, boxes: Any = ..., /, *, horizontal: int | bool | DataNode 
     Functional form: fn.flip; class form: ops.Flip
     """
 
+def gaussian_blur(images: Any, /, *, sigma: float | tuple[float, float] | None | DataNode = None, window_size: int | tuple[int, int] | None | DataNode = None, kernel_size: int | tuple[int, int] | None = None, sigma_range: tuple[float, float] | None = None, probability: float | DataNode = 1.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    Gaussian blur, sigma per sample (DALI's sigma / window_size or torchvision's kernel_size / sigma range); separable, borders reflected (torchvision's); OpenCV on the CPU (the NumPy twin with backend.set_cpu_warp('reference')).
+    
+    Inputs (positional only, 1):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        sigma: float | (float, float) | None = None [per-sample]: DALI's: standard deviation in pixels, one value or (sigma_h, sigma_w), per sample; left out, 0.3 * ((window - 1) / 2 - 1) + 0.8
+        window_size: int | (int, int) | None = None [per-sample]: DALI's: kernel diameter (odd), one value or (h, w); left out, 2 * ceil(3 * sigma) + 1
+        kernel_size: int | (int, int) | None = None: torchvision's: kernel size (odd), one value or (kx, ky)
+        sigma_range: (float, float) | None = None: torchvision GaussianBlur's sigma=(min, max): sigma drawn uniformly per sample, the same on both axes
+        probability: float = 1.0 [per-sample]: chance that a sample is blurred (else it is copied)
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'gaussian_blur_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output; uint8 images, same sizes
+    
+    Functional form: fn.gaussian_blur; class form: ops.GaussianBlur
+    """
+
+def grayscale(images: Any, /, *, p: float | DataNode = 1.0, num_output_channels: int = 3, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    0.2989 R + 0.587 G + 0.114 B (torchvision's rgb_to_grayscale: uint8 truncated), with probability p per sample, in 3 channels or 1.
+    
+    Inputs (positional only, 1):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        p: float = 1.0 [per-sample]: probability that a sample is turned grey (torchvision's RandomGrayscale); 1: every sample (Grayscale)
+        num_output_channels: int = 3: 3 (grey in every channel) or 1; 1 needs p=1
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'grayscale_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output; images of the input's dtype, num_output_channels channels, same sizes
+    
+    Functional form: fn.grayscale; class form: ops.Grayscale
+    """
+
 def host_decoder(encoded: Any, /, *, output_type: str = 'RGB', hw_decoder_load: Any = None, use_fast_idct: Any = None, device_memory_padding: Any = None, host_memory_padding: Any = None, device_memory_padding_jpeg2k: Any = None, host_memory_padding_jpeg2k: Any = None, preallocate_width_hint: Any = None, preallocate_height_hint: Any = None, hybrid_huffman_threshold: Any = None, affine: Any = None, split_stages: Any = None, use_chunk_allocator: Any = None, memory_stats: Any = None, bytes_per_sample_hint: Any = None, preserve: Any = None, jpeg_fancy_upsampling: Any = None, adjust_orientation: bool | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Decode JPEG/PNG/...: Pillow on the host, nvImageCodec on the GPU (mixed); device='auto': 'mixed' where a GPU, cupy and nvImageCodec are present, else 'cpu'.
@@ -538,6 +701,32 @@ def hsv(images: Any, /, *, hue: float | DataNode = 0.0, saturation: float | Data
     Returns: one output; uint8 images, same sizes
     
     Functional form: fn.hsv; class form: ops.Hsv
+    """
+
+def hue(images: Any, /, *, hue: float | DataNode = 0.0, dtype: str | None = None, image_type: str = 'RGB', preserve: bool = False, bytes_per_sample_hint: int = 0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's hue: the YIQ chroma rotated by hue degrees, per sample.
+    
+    Inputs (positional only, 1):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        hue: float = 0.0 [per-sample]: rotation of the YIQ chroma, in degrees
+        dtype: str | None = None: output dtype: None keeps the input's; uint8 (types.UINT8) or float32 (types.FLOAT)
+        image_type: str = 'RGB': colour space of the images: RGB only (types.RGB)
+        preserve: bool = False: hint, changes no value here: DALI keeps an op whose output is unused; detaug runs every op in the graph that an output needs
+        bytes_per_sample_hint: int = 0: hint, changes no value here: DALI's allocation tuning
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'hue_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output; 3-channel images, same sizes, the input's dtype unless dtype is given
+    
+    Functional form: fn.hue; class form: ops.Hue
     """
 
 def image_decoder(encoded: Any, /, *, output_type: str = 'RGB', hw_decoder_load: Any = None, use_fast_idct: Any = None, device_memory_padding: Any = None, host_memory_padding: Any = None, device_memory_padding_jpeg2k: Any = None, host_memory_padding_jpeg2k: Any = None, preallocate_width_hint: Any = None, preallocate_height_hint: Any = None, hybrid_huffman_threshold: Any = None, affine: Any = None, split_stages: Any = None, use_chunk_allocator: Any = None, memory_stats: Any = None, bytes_per_sample_hint: Any = None, preserve: Any = None, jpeg_fancy_upsampling: Any = None, adjust_orientation: bool | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
@@ -677,6 +866,81 @@ def image_decoder_slice(encoded: Any, anchor: Any, shape: Any, /, *, output_type
     Functional form: fn.image_decoder_slice; class form: ops.ImageDecoderSlice
     """
 
+def jitter(images: Any, /, *, nDegree: int = 2, fill_value: float | Sequence[Any] = 0.0, interp_type: Any | None = None, mask: int | DataNode = 1, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's jitter: each pixel replaced by a random neighbour within nDegree // 2.
+    
+    Inputs (positional only, 1):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        nDegree: int = 2: DALI's: each pixel is taken from one displaced by (rand mod nDegree) - nDegree // 2 in x and in y
+        fill_value: float | sequence = 0.0: DALI's: value where the displaced pixel lies outside
+        interp_type: types.DALIInterpType | None = None: DALI's: INTERP_NN only (nearest pixel)
+        mask: int = 1 [per-sample]: DALI's: 1 jitters the sample, 0 copies it (per sample)
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'jitter_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output; uint8 images, same sizes
+    
+    Functional form: fn.jitter; class form: ops.Jitter
+    """
+
+def jpeg_compression(images: Any, /, *, quality: int | tuple[int, int] | DataNode = 50, probability: float | DataNode = 1.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    JPEG compression artefacts: encode at a quality drawn per sample and decode (Pillow); CPU only.
+    
+    Inputs (positional only, 1):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        quality: int | (int, int) = 50 [per-sample]: JPEG quality 1..100: a number (DALI's, default 50), a (lo, hi) range drawn per sample, both ends included (torchvision's JPEG), or a per-sample input
+        probability: float = 1.0 [per-sample]: chance that a sample is compressed (else it is copied)
+    
+    Common keywords (every op):
+        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'jpeg_compression_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu
+    
+    Returns: one output; uint8 images, same sizes
+    
+    Aliases: fn.jpeg_compression_distortion
+    
+    Functional form: fn.jpeg_compression; class form: ops.JpegCompression
+    """
+
+def jpeg_compression_distortion(images: Any, /, *, quality: int | tuple[int, int] | DataNode = 50, probability: float | DataNode = 1.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    JPEG compression artefacts: encode at a quality drawn per sample and decode (Pillow); CPU only.
+    
+    Alias of fn.jpeg_compression (same arguments and behaviour).
+    
+    Inputs (positional only, 1):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        quality: int | (int, int) = 50 [per-sample]: JPEG quality 1..100: a number (DALI's, default 50), a (lo, hi) range drawn per sample, both ends included (torchvision's JPEG), or a per-sample input
+        probability: float = 1.0 [per-sample]: chance that a sample is compressed (else it is copied)
+    
+    Common keywords (every op):
+        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'jpeg_compression_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu
+    
+    Returns: one output; uint8 images, same sizes
+    
+    Functional form: fn.jpeg_compression_distortion; class form: ops.JpegCompressionDistortion
+    """
+
 def letterbox(images: Any, boxes: Any = ..., /, *, size: tuple[int, int] | None = None, fill: float | Sequence[Any] = 114.0, center: bool = True, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Fit into size=(h, w) keeping the aspect ratio, centred (or top-left with center=False, as keras-retinanet pads), padding with fill.
@@ -722,6 +986,34 @@ def materialize(images: Any, boxes: Any = ..., /, *, device: str | None = None, 
     Returns: one output per input (a tuple when there are two); same inputs, pending chain applied
     
     Functional form: fn.materialize; class form: ops.Materialize
+    """
+
+def noise(images: Any, /, *, mode: str = 'gaussian', mean: float | DataNode = 0.0, std: float | tuple[float, float] | DataNode = 10.0, amount: float | tuple[float, float] | DataNode = 0.05, salt_vs_pepper: float | tuple[float, float] | DataNode = 0.5, per_channel: bool | None = None, probability: float | DataNode = 1.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    Additive gaussian noise (std per sample) or salt and pepper (amount, salt_vs_pepper per sample); per-pixel draws keyed, the same on CPU and GPU.
+    
+    Inputs (positional only, 1):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        mode: str = 'gaussian': 'gaussian' (mean, std) or 'salt_and_pepper' (amount, salt_vs_pepper)
+        mean: float = 0.0 [per-sample]: gaussian: added to every value (pixel units)
+        std: float | (float, float) = 10.0 [per-sample]: gaussian: standard deviation in pixel units (0..255); a (lo, hi) range draws it uniformly per sample
+        amount: float | (float, float) = 0.05 [per-sample]: salt_and_pepper: fraction of pixels replaced; a (lo, hi) range draws it per sample
+        salt_vs_pepper: float | (float, float) = 0.5 [per-sample]: salt_and_pepper: fraction of the replaced pixels that are salt (255), the rest pepper (0); a range draws it
+        per_channel: bool | None = None: draw per channel (True) or once per pixel for every channel (False); None: True for gaussian, False for salt_and_pepper
+        probability: float = 1.0 [per-sample]: chance that a sample gets noise at all
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'noise_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output; uint8 images, same sizes
+    
+    Functional form: fn.noise; class form: ops.Noise
     """
 
 def normal(*, mean: float | DataNode = 0.0, stddev: float | DataNode = 1.0, shape: int | tuple | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
@@ -927,6 +1219,60 @@ def paste(images: Any, boxes: Any = ..., /, *, ratio: float | DataNode | None = 
     Functional form: fn.paste; class form: ops.Paste
     """
 
+def perspective(images: Any, boxes: Any = ..., /, *, startpoints: Sequence[Any] | None | DataNode = None, endpoints: Sequence[Any] | None | DataNode = None, distortion_scale: float | None | DataNode = None, p: float | None | DataNode = None, fill: float | Sequence[Any] = 0.0, antialias: bool = True, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    Homography mapping startpoints onto endpoints (torchvision's perspective), or torchvision's RandomPerspective (distortion_scale, p) drawn per sample; canvas kept, boxes: enclosing box of the 4 corners mapped with the divide.
+    
+    Inputs (positional only, 1 to 2):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+        boxes (optional): BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        startpoints: sequence | None = None [per-sample]: 4 points [[x, y], ...] (top-left, top-right, bottom-right, bottom-left, as torchvision) in continuous coordinates, or per sample (B, 4, 2); with endpoints
+        endpoints: sequence | None = None [per-sample]: where the startpoints go (same shape)
+        distortion_scale: float | None = None [per-sample]: random mode (no points): torchvision RandomPerspective's corner displacement, 0.5 when not given
+        p: float | None = None [per-sample]: probability of applying, per sample: 1 with points, 0.5 in random mode when not given
+        fill: float | sequence = 0.0: value of the pixels the perspective brings in from outside
+        antialias: bool = True: supersample where the perspective shrinks (taps set by the most shrunk corner of the canvas); False: one bilinear sample a pixel (torchvision's perspective)
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'perspective_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output per input (a tuple when there are two); same inputs: images (uint8 HWC, new sizes) and boxes (xyxy, same fields)
+    
+    Functional form: fn.perspective; class form: ops.Perspective
+    """
+
+def photometric_distort(images: Any, /, *, brightness: Sequence[float] = (0.875, 1.125), contrast: Sequence[float] = (0.5, 1.5), saturation: Sequence[float] = (0.5, 1.5), hue: Sequence[float] = (-0.05, 0.05), p: float | DataNode = 0.5, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    SSD's photometric distortion as torchvision v2's RandomPhotometricDistort, per sample: brightness, contrast (before or after the saturation and hue, at random), saturation, hue, channel permutation, each with probability p.
+    
+    Inputs (positional only, 1):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        brightness: sequence of float = (0.875, 1.125): range of the brightness factor (adjust_brightness: x * b)
+        contrast: sequence of float = (0.5, 1.5): range of the contrast factor (adjust_contrast: blend with the image's mean grayscale)
+        saturation: sequence of float = (0.5, 1.5): range of the saturation factor (adjust_saturation: blend with the pixel's grayscale)
+        hue: sequence of float = (-0.05, 0.05): range of the hue shift, in turns, within [-0.5, 0.5] (adjust_hue)
+        p: float = 0.5 [per-sample]: probability of each part (brightness, contrast, saturation, hue, channel permutation), drawn apart per sample
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'photometric_distort_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output; images of the input's dtype (uint8 or float32 in [0, 1]), same sizes
+    
+    Functional form: fn.photometric_distort; class form: ops.PhotometricDistort
+    """
+
 def prune_boxes(boxes: Any, /, *, clip: bool = True, min_size: float = 0.0, min_area: float = 0.0, min_visibility: float = 0.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Clip boxes to the canvas; drop boxes under min_size (w or h), min_area, or whose visible fraction after clipping is under min_visibility; fields follow.
@@ -991,6 +1337,34 @@ def random_bbox_crop(boxes: Any, labels: Any = ..., /, *, thresholds: Sequence[f
     Functional form: fn.random_bbox_crop; class form: ops.RandomBBoxCrop
     """
 
+def random_erasing(images: Any, boxes: Any = ..., /, *, probability: float | DataNode = 0.5, scale: Sequence[float] = (0.02, 0.33), ratio: Sequence[float] = (0.3, 3.3), value: float | Sequence[Any] | str = 0.0, min_visibility: float = 0.0, box_policy: str = 'drop', device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    Torchvision's RandomErasing (cutout): a rectangle of random area and aspect filled with a value or noise, per sample; boxes under min_visibility dropped or flagged.
+    
+    Inputs (positional only, 1 to 2):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+        boxes (optional): BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        probability: float = 0.5 [per-sample]: chance that a sample is erased (torchvision's p)
+        scale: sequence of float = (0.02, 0.33): (min, max) of the erased area as a fraction of the image
+        ratio: sequence of float = (0.3, 3.3): (min, max) of the rectangle's aspect ratio h / w, drawn in log space
+        value: float | sequence | str = 0.0: fill: one value, one per channel, or 'random' (uniform random bytes 0..255 per value; torchvision's normal noise is for float images)
+        min_visibility: float = 0.0: a box whose visible fraction (area outside the erased rectangles / its area) is under this is dropped or flagged
+        box_policy: str = 'drop': 'drop' (the box and its labels and fields) or 'flag' (fields 'occluded' and 'visibility' are written instead)
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'random_erasing_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output per input (a tuple when there are two); same inputs: uint8 images (same sizes) and boxes (dropped or flagged)
+    
+    Functional form: fn.random_erasing; class form: ops.RandomErasing
+    """
+
 def random_iou_crop(images: Any, boxes: Any = ..., /, *, thresholds: Sequence[float] = (0.1, 0.3, 0.5, 0.7, 0.9), allow_no_crop: bool = True, scaling: tuple[float, float] = (0.3, 1.0), aspect_ratio: tuple[float, float] = (0.5, 2.0), num_attempts: int = 50, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     SSD crop: a window whose IoU with some box is >= a threshold drawn per sample; boxes whose centre leaves the window are dropped (with their fields).
@@ -1043,6 +1417,32 @@ def random_resized_crop(images: Any, boxes: Any = ..., /, *, size: tuple[int, in
     Returns: one output per input (a tuple when there are two); same inputs: images (uint8 HWC, new sizes) and boxes (xyxy, same fields)
     
     Functional form: fn.random_resized_crop; class form: ops.RandomResizedCrop
+    """
+
+def random_shortest_size(images: Any, boxes: Any = ..., /, *, min_size: int | Sequence[int] | None = None, max_size: int | None = None, rounding: str = 'trunc', antialias: bool = True, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    Multi-scale resize: shorter side drawn from min_size per sample, longer side at most max_size, aspect ratio kept; fused.
+    
+    Inputs (positional only, 1 to 2):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+        boxes (optional): BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
+    
+    Arguments (keyword only):
+        min_size: int | sequence of int = None: the shorter side's length, or a list to draw it from per sample
+        max_size: int | None = None: cap of the longer side
+        rounding: str = 'trunc': 'trunc' (torchvision's RandomShortestSize) or 'round' (Detectron2's ResizeShortestEdge)
+        antialias: bool = True: supersample where the image shrinks; False: one bilinear sample a pixel
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'random_shortest_size_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output per input (a tuple when there are two); same inputs: images (uint8 HWC, new sizes) and boxes (xyxy, same fields)
+    
+    Functional form: fn.random_shortest_size; class form: ops.RandomShortestSize
     """
 
 def resize(images: Any, boxes: Any = ..., /, *, size: tuple[int, int] | None = None, resize_shorter: float | None = None, resize_longer: float | None = None, resize_x: float | None = None, resize_y: float | None = None, max_size: float | None = None, keep_aspect: bool = False, antialias: bool = True, interp_type: Any | None = None, min_filter: Any | None = None, mag_filter: Any | None = None, mode: str = 'default', device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
@@ -1140,6 +1540,61 @@ def rotate(images: Any, boxes: Any = ..., /, *, angle: float | DataNode = 0.0, e
     Functional form: fn.rotate; class form: ops.Rotate
     """
 
+def saturation(images: Any, /, *, saturation: float | DataNode = 1.0, dtype: str | None = None, image_type: str = 'RGB', preserve: bool = False, bytes_per_sample_hint: int = 0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's saturation: the YIQ chroma scaled, per sample.
+    
+    Inputs (positional only, 1):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        saturation: float = 1.0 [per-sample]: factor >= 0 (0 grey, 1 unchanged), scaling the YIQ chroma
+        dtype: str | None = None: output dtype: None keeps the input's; uint8 (types.UINT8) or float32 (types.FLOAT)
+        image_type: str = 'RGB': colour space of the images: RGB only (types.RGB)
+        preserve: bool = False: hint, changes no value here: DALI keeps an op whose output is unused; detaug runs every op in the graph that an output needs
+        bytes_per_sample_hint: int = 0: hint, changes no value here: DALI's allocation tuning
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'saturation_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output; 3-channel images, same sizes, the input's dtype unless dtype is given
+    
+    Functional form: fn.saturation; class form: ops.Saturation
+    """
+
+def scale_jitter(images: Any, boxes: Any = ..., /, *, size: tuple[int, int] | None = None, scale_range: tuple[float, float] = (0.1, 2.0), crop: bool = True, pad: bool = True, fill: float | Sequence[Any] = 128.0, rounding: str = 'round', antialias: bool = True, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    Large-scale jitter (LSJ): resize keeping the aspect ratio by a factor drawn in scale_range of fitting size, then crop and pad to size; fused.
+    
+    Inputs (positional only, 1 to 2):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+        boxes (optional): BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
+    
+    Arguments (keyword only):
+        size: (int, int) = None: the target (h, w): the scale is relative to fitting it, and the output is cropped / padded to it
+        scale_range: (float, float) = (0.1, 2.0): (min_scale, max_scale) of the uniform scale, per sample
+        crop: bool = True: crop a larger image to size at a random position (Detectron2's FixedSizeCrop); False: torchvision's ScaleJitter (resize only)
+        pad: bool = True: pad a smaller image at the bottom and right up to size
+        fill: float | sequence = 128.0: the padding's value (Detectron2's pad_value 128)
+        rounding: str = 'round': 'round' (Detectron2's ResizeScale) or 'trunc' (torchvision)
+        antialias: bool = True: supersample where the image shrinks; False: one bilinear sample a pixel
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'scale_jitter_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output per input (a tuple when there are two); same inputs: images (uint8 HWC, new sizes) and boxes (xyxy, same fields)
+    
+    Functional form: fn.scale_jitter; class form: ops.ScaleJitter
+    """
+
 def slice(images: Any, anchor: Any, shape: Any, /, *, axes: tuple = (1, 0), axis_names: str | None = None, normalized_anchor: bool = True, normalized_shape: bool = True, out_of_bounds_policy: str = 'error', fill_values: float | Sequence[Any] = 0.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     DALI's slice of images: anchor and shape per sample (relative by default, in the order of axes: (1, 0) = x, y), rounded as DALI; out_of_bounds_policy error / pad / trim_to_shape.
@@ -1217,6 +1672,36 @@ def uniform(*, range: tuple[float, float] | DataNode = (-1.0, 1.0), values: Sequ
     Returns: one output; float32 (B, *shape), or dtype
     
     Functional form: fn.uniform; class form: ops.Uniform
+    """
+
+def warp_affine(images: Any, boxes: Any = ..., /, *, matrix: Sequence[float] | None | DataNode = None, size: tuple[int, int] | None = None, fill_value: float | None = None, interp_type: Any | None = None, inverse_map: bool = True, dtype: Any | None = None, bytes_per_sample_hint: int = 0, preserve: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's warp_affine (continuous coordinates, pixel centres at +0.5, as DALI's); boxes follow; joins the fused chain.
+    
+    Inputs (positional only, 1 to 2):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+        boxes (optional): BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        matrix: sequence of float | None = None [per-sample]: DALI's 2x3 (M11, M12, M13, M21, M22, M23), per sample allowed (DALI's mtx input goes here); output -> input with inverse_map
+        size: (int, int) | None = None: the output (H, W); default the input's
+        fill_value: float | None = None: required: DALI repeats the border without it, which detaug's warp does not do
+        interp_type: types.DALIInterpType | None = None: INTERP_LINEAR (default: bilinear, no antialias, as DALI) or INTERP_TRIANGULAR (antialiased); others raise
+        inverse_map: bool = True: True: matrix maps output to input (DALI's default); False: input to output
+        dtype: types.DALIDataType | None = None: only uint8 (the input's type)
+        bytes_per_sample_hint: int = 0: hint, changes no value here: DALI's allocation tuning
+        preserve: bool = False: hint, changes no value here: every op of the graph is kept
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'warp_affine_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output per input (a tuple when there are two); same inputs: images (uint8 HWC, new sizes) and boxes (xyxy, same fields)
+    
+    Functional form: fn.warp_affine; class form: ops.WarpAffine
     """
 
 def zoom_out(images: Any, boxes: Any = ..., /, *, ratio: tuple[float, float] = (1.0, 4.0), probability: float = 0.5, fill: float | Sequence[Any] = 0.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
@@ -1386,6 +1871,84 @@ class decoders:
         Aliases: fn.image_decoder_slice
         
         Functional form: fn.decoders.image_slice; class form: ops.decoders.ImageSlice
+        """
+
+
+class noise:
+    """fn.noise.*"""
+
+    @staticmethod
+    def gaussian(images: Any, /, *, mean: float | DataNode = 0.0, stddev: float | DataNode = 1.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's gaussian noise: out = x + N(mean, stddev) per element, rounded and clamped.
+        
+        Inputs (positional only, 1):
+            images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+        
+        Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+            mean: float = 0.0 [per-sample]: DALI's: mean of the noise (pixel units)
+            stddev: float = 1.0 [per-sample]: DALI's: standard deviation of the noise (pixel units)
+        
+        Common keywords (every op):
+            device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'noise.gaussian_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu, gpu
+        
+        Returns: one output; uint8 images, same sizes
+        
+        Functional form: fn.noise.gaussian; class form: ops.noise.Gaussian
+        """
+
+    @staticmethod
+    def salt_and_pepper(images: Any, /, *, prob: float | DataNode = 0.05, salt_vs_pepper: float | DataNode = 0.5, salt_val: float | None | DataNode = None, pepper_val: float | None | DataNode = None, per_channel: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's salt and pepper noise (prob, salt_vs_pepper, salt_val, pepper_val per sample).
+        
+        Inputs (positional only, 1):
+            images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+        
+        Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+            prob: float = 0.05 [per-sample]: DALI's: probability of a value (pixel, or element with per_channel) being replaced
+            salt_vs_pepper: float = 0.5 [per-sample]: DALI's: probability that a replaced value is salt
+            salt_val: float | None = None [per-sample]: DALI's: salt value (None: 255 for uint8)
+            pepper_val: float | None = None [per-sample]: DALI's: pepper value (None: 0 for uint8)
+            per_channel: bool = False: DALI's: draw per channel (True) or per pixel (False)
+        
+        Common keywords (every op):
+            device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'noise.salt_and_pepper_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu, gpu
+        
+        Returns: one output; uint8 images, same sizes
+        
+        Functional form: fn.noise.salt_and_pepper; class form: ops.noise.SaltAndPepper
+        """
+
+    @staticmethod
+    def shot(images: Any, /, *, factor: float | DataNode = 20.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's shot noise: out = poisson(x / factor) * factor, rounded and clamped (Poisson by inversion; a rounded normal from a mean of 32).
+        
+        Inputs (positional only, 1):
+            images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+        
+        Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+            factor: float = 20.0 [per-sample]: DALI's: out = poisson(x / factor) * factor (<= 0: no noise)
+        
+        Common keywords (every op):
+            device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'noise.shot_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu, gpu
+        
+        Returns: one output; uint8 images, same sizes
+        
+        Functional form: fn.noise.shot; class form: ops.noise.Shot
         """
 
 

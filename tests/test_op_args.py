@@ -143,6 +143,9 @@ def _external(op, args):
 # thresholds that a first attempt often misses
 HARD = {"thresholds": (0.3, 0.5, 0.7), "scaling": (0.2, 0.6), "allow_no_crop": False}
 
+# perspective's given corners (torchvision's: the image's, to a keystone)
+PERSP_START, PERSP_END = ((0, 0), (60, 0), (60, 40), (0, 40)), ((4, 3), (50, 1), (60, 40), (2, 33))
+
 # op -> (how to run it, base arguments, {argument: changed value or With(value, **context)})
 CASES = {
     "flip": (_images_boxes, {}, {"horizontal": 0, "vertical": 1}),
@@ -178,10 +181,38 @@ CASES = {
     "random_resized_crop": (_images_boxes, {"size": (16, 16)}, {
         "size": (20, 10), "random_area": (0.2, 0.3), "random_aspect_ratio": (0.5, 0.6),
         "num_attempts": 1, "antialias": False}),
+    "perspective": (_images_boxes, {}, {
+        "startpoints": With(((1, 2), (55, 0), (60, 40), (0, 35)), before=PERSP_START, endpoints=PERSP_END),
+        "endpoints": With(((1, 2), (55, 0), (60, 40), (0, 35)), before=PERSP_END, startpoints=PERSP_START),
+        "distortion_scale": With(0.9, p=1.0), "p": With(0.0, before=1.0), "fill": With(200.0, p=1.0),
+        "antialias": With(False, p=1.0, distortion_scale=0.9)}),
+    "scale_jitter": (_images_boxes, {"size": (32, 32)}, {
+        "size": (24, 40), "scale_range": (0.5, 0.6), "crop": False,
+        "pad": With(False, scale_range=(0.3, 0.4)), "fill": With(0.0, scale_range=(0.3, 0.4)),
+        "rounding": With("trunc", size=(31, 31), scale_range=(1.0, 1.0)),  # 40x60: 20.67 -> 21 / 20
+        "antialias": With(False, scale_range=(0.3, 0.4))}),
+    "random_shortest_size": (_images_boxes, {"min_size": 20}, {
+        "min_size": 30, "max_size": 25, "rounding": With("round", min_size=25),  # 37.5 -> 38 / 37
+        "antialias": False}),
+    "warp_affine": (_images_boxes, {"matrix": (1, 0.1, 2, 0, 1, 1), "fill_value": 0.0}, {
+        "matrix": (1, 0, -3, 0, 1, 2), "size": (30, 30), "fill_value": 50.0,
+        "interp_type": With(types.INTERP_TRIANGULAR, matrix=(2, 0, 0, 0, 2, 0)),
+        "inverse_map": False, "dtype": types.FLOAT}),
     "materialize": (_images_boxes, {}, {}),
     "brightness_contrast": (_images, {}, {"brightness": 1.5, "contrast": 0.5,
                                           "contrast_center": With(0.0, contrast=0.5)}),
     "hsv": (_images, {}, {"hue": 40.0, "saturation": 0.5, "value": 0.5}),
+    "photometric_distort": (_images, {"p": 1.0}, {
+        "brightness": (1.2, 1.3), "contrast": (0.2, 0.3), "saturation": (0.1, 0.2),
+        "hue": (0.2, 0.3), "p": 0.0}),
+    "grayscale": (_images, {}, {"p": 0.0, "num_output_channels": 1}),
+    "color_twist": (_images, {}, {"brightness": 0.5, "contrast": 0.5, "saturation": 0.5,
+                                  "hue": 30.0, "dtype": types.FLOAT, "image_type": types.BGR}),
+    "brightness": (_images, {}, {"brightness": 0.5, "brightness_shift": 0.1, "dtype": types.FLOAT}),
+    "contrast": (_images, {}, {"contrast": 0.5, "contrast_center": With(20.0, contrast=0.5),
+                               "dtype": types.FLOAT}),
+    "saturation": (_images, {}, {"saturation": 0.5, "dtype": types.FLOAT, "image_type": types.BGR}),
+    "hue": (_images, {}, {"hue": 30.0, "dtype": types.FLOAT, "image_type": types.BGR}),
     "normalize": (_images, {}, {
         "mean": 10.0, "std": 3.0, "output_layout": "CHW", "dtype": "float16", "stddev": 3.0,
         "axes": (2,), "axis_names": "C", "batch": True, "scale": 2.0, "shift": 1.0,
@@ -235,6 +266,30 @@ CASES = {
                                                  "output_layout": "CHW"}),
     "pad": (_ragged, {}, {"fill_value": 5.0, "axes": (0,), "axis_names": "H", "shape": (3, 4),
                           "align": 4}),
+    "gaussian_blur": (_images, {"sigma": 1.0}, {
+        "sigma": 2.0, "window_size": 5, "kernel_size": With((5, 1), before=(1, 5), sigma=None),
+        "sigma_range": With((2.0, 3.0), sigma=None, window_size=7), "probability": 0.0}),
+    "noise": (_images, {}, {
+        "mode": "salt_and_pepper", "mean": 5.0, "std": (1.0, 30.0),
+        "amount": With(0.3, mode="salt_and_pepper"),
+        "salt_vs_pepper": With(0.9, mode="salt_and_pepper"), "per_channel": False,
+        "probability": 0.0}),
+    "noise.gaussian": (_images, {}, {"mean": 5.0, "stddev": 9.0}),
+    "noise.salt_and_pepper": (_images, {}, {"prob": 0.5, "salt_vs_pepper": 0.9, "salt_val": 200.0,
+                                            "pepper_val": 30.0, "per_channel": True}),
+    "noise.shot": (_images, {}, {"factor": 5.0}),
+    "jitter": (_images, {}, {"nDegree": 5, "fill_value": With(99.0, nDegree=9), "mask": 0,
+                             "interp_type": types.INTERP_LINEAR}),
+    "jpeg_compression": (_images, {}, {"quality": (5, 10), "probability": 0.0}),
+    "random_erasing": (_images_boxes, {"probability": 1.0, "scale": (0.3, 0.4)}, {
+        "probability": 0.0, "scale": (0.1, 0.15), "ratio": (2.0, 3.0), "value": "random",
+        "min_visibility": 0.9, "box_policy": With("flag", min_visibility=0.9)}),
+    "erase": (_images_boxes, {"anchor": (5, 5), "shape": (20, 20)}, {
+        "anchor": (0, 0), "shape": (10, 10), "axis_names": "H", "axes": (1,),
+        "fill_value": 99.0, "normalized": With(True, anchor=(0.1, 0.1), shape=(0.5, 0.5)),
+        "normalized_anchor": With(True, anchor=(0.1, 0.1)),
+        "normalized_shape": With(True, shape=(0.5, 0.5)), "centered_anchor": True,
+        "min_visibility": 0.9, "box_policy": With("flag", min_visibility=0.9)}),
     "random.uniform": (_random, {}, {"range": (5.0, 6.0), "values": (1.0, 2.0), "shape": (3,),
                                      "dtype": types.INT32}),
     "random.coin_flip": (_random, {"shape": (16,)}, {"probability": 0.0, "shape": (8,),

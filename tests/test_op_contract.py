@@ -33,7 +33,12 @@ SEED = 20261124
 # ops whose image output has the dtype of their image input
 KEEPS_IMAGE_DTYPE = {"flip", "affine", "crop", "resize", "letterbox", "rotate", "zoom_out", "paste",
                      "random_iou_crop", "random_resized_crop", "materialize",
-                     "brightness_contrast", "hsv", "slice", "transpose", "pad"}
+                     "brightness_contrast", "hsv", "slice", "transpose", "pad",
+                     "gaussian_blur", "noise", "noise.gaussian", "noise.salt_and_pepper",
+                     "noise.shot", "jitter", "jpeg_compression", "random_erasing", "erase",
+                     "perspective", "scale_jitter", "random_shortest_size", "warp_affine",
+                     "photometric_distort", "grayscale", "color_twist", "brightness", "contrast",
+                     "saturation", "hue"}
 # ops whose output shape depends on the batch by definition (padded to the batch's largest
 # sample): a sample alone is compared with the same region of its padded version
 BATCH_SHAPED = {"pad"}

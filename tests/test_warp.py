@@ -270,8 +270,10 @@ def test_inputs_not_mutated(impl):
 
 def test_bad_input_raises():
     img = rand_image(_rng())
-    with pytest.raises(ValueError, match="affine"):
-        warp_numpy([img], np.array([[[1, 0, 0], [0, 1, 0], [0.1, 0, 1]]]), [(4, 4)])
+    with pytest.raises(ValueError, match="finite"):  # (a projective matrix is a perspective)
+        warp_numpy([img], np.array([[[1, 0, 0], [0, 1, 0], [np.nan, 0, 1]]]), [(4, 4)])
+    with pytest.raises(ValueError, match="singular"):
+        warp_numpy([img], np.array([[[1, 0, 0], [0, 1, 0], [1, 0, 0]]]), [(4, 4)])
     with pytest.raises(TypeError, match="uint8"):
         warp_numpy([img.astype(np.float32)], np.eye(3)[None], [(4, 4)])
     with pytest.raises(ValueError, match="channel"):
@@ -298,6 +300,7 @@ static Dim3 blockIdx, threadIdx, blockDim;
 // device intrinsics used by warp.cu (round-to-nearest ones are the plain operations on the host)
 static inline double __dadd_rn(double a, double b) { return a + b; }
 static inline double __dmul_rn(double a, double b) { return a * b; }
+static inline double __ddiv_rn(double a, double b) { return a / b; }
 static inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
 static inline int __double2loint(double d) {
     unsigned long long u; memcpy(&u, &d, 8); return (int)(unsigned)u; }

@@ -80,7 +80,8 @@ class Geometry:
 
     def box_stages(self):
         """(matrices (K, B, 3, 3), clip rectangles (K, B, 4), modes) of the chain for the box
-        kernels: one stage per op, each clipping to its canvas. A chain of axis-aligned ops
+        kernels: one stage per op, each clipping to its canvas (a perspective's stage maps the
+        corners with the divide). A chain of axis-aligned ops
         (crop, flip, resize, pad, letterbox, zoom-out) is one stage: its composed matrix and the
         intersection of every canvas mapped to the output (clipping commutes with such maps, so
         the boxes are the same, with one map instead of K). The identity on the current canvas
@@ -88,7 +89,8 @@ class Geometry:
         if not self.steps:
             return self.matrices[None], G.canvas_rects(self.sizes)[None], ["corners"]
         ops = np.stack([s.matrix for s in self.steps])
-        if not (ops[:, :, 0, 1].any() or ops[:, :, 1, 0].any() or any(s.ellipse for s in self.steps)):
+        if not (ops[:, :, 0, 1].any() or ops[:, :, 1, 0].any() or G.is_projective(ops).any()
+                or any(s.ellipse for s in self.steps)):
             rect = G.axis_canvases_in_output(np.stack([s.composed for s in self.steps]),
                                              np.stack([s.sizes for s in self.steps]))
             return self.matrices[None], rect[None], ["corners"]

@@ -79,10 +79,58 @@ def shear_linear(shear_x_deg, shear_y_deg) -> np.ndarray:
     return out
 
 
+def is_projective(m: np.ndarray) -> np.ndarray:
+    """(...,) whether each (..., 3, 3) matrix has a last row other than [0, 0, 1] (a
+    homography: points map with the perspective divide)."""
+    m = np.asarray(m)
+    return (m[..., 2, 0] != 0) | (m[..., 2, 1] != 0) | (m[..., 2, 2] != 1)
+
+
 def apply_points(m: np.ndarray, pts: np.ndarray) -> np.ndarray:
-    """Map (B, K, 2) points through (B, 3, 3) matrices."""
+    """Map (B, K, 2) points through (B, 3, 3) matrices, with the perspective divide
+    ``(x', y') = (M0 . p, M1 . p) / (M2 . p)`` where a matrix is projective (an affine one maps
+    exactly as before: no divide)."""
     # matmul, not einsum: einsum's set-up costs tens of microseconds on these tiny batches
-    return pts @ np.swapaxes(m[:, :2, :2], 1, 2) + m[:, None, :2, 2]
+    out = pts @ np.swapaxes(m[:, :2, :2], 1, 2) + m[:, None, :2, 2]
+    if is_projective(m).any():
+        w = pts @ m[:, 2, :2, None] + m[:, None, 2, 2:3]  # (B, K, 1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = out / w
+    return out
+
+
+def homography(start, end) -> np.ndarray:
+    """(B, 3, 3) float64 matrices mapping the 4 points ``start`` (B, 4, 2) onto ``end``
+    (B, 4, 2) (continuous coordinates), normalised to ``H[2, 2] = 1``: the exact solution of
+    the 8 equations ``x'_k (h20 x_k + h21 y_k + 1) = h00 x_k + h01 y_k + h02`` (and y' alike),
+    as torchvision's ``_get_perspective_coeffs`` sets them up (it solves the inverse map, end ->
+    start, and rounds the coefficients to float32; this is the float64 solve).
+
+    Raises:
+        ValueError: for a degenerate quadrilateral (three points on a line, a singular system).
+    """
+    s = np.asarray(start, np.float64).reshape(-1, 4, 2)
+    e = np.asarray(end, np.float64).reshape(-1, 4, 2)
+    b = max(len(s), len(e))
+    s, e = np.broadcast_to(s, (b, 4, 2)), np.broadcast_to(e, (b, 4, 2))
+    x, y, u, v = s[..., 0], s[..., 1], e[..., 0], e[..., 1]
+    one, zero = np.ones_like(x), np.zeros_like(x)
+    rows_u = np.stack([x, y, one, zero, zero, zero, -u * x, -u * y], -1)
+    rows_v = np.stack([zero, zero, zero, x, y, one, -v * x, -v * y], -1)
+    a = np.concatenate([rows_u, rows_v], 1)  # (B, 8, 8)
+    rhs = np.concatenate([u, v], 1)
+    bad = ~(np.isfinite(s).all((1, 2)) & np.isfinite(e).all((1, 2)))
+    for q in (s, e):  # a homography needs 4 points, no 3 of them on a line, on each side
+        for i, j, k in ((0, 1, 2), (0, 1, 3), (0, 2, 3), (1, 2, 3)):
+            d1, d2 = q[:, j] - q[:, i], q[:, k] - q[:, i]
+            cross = d1[:, 0] * d2[:, 1] - d1[:, 1] * d2[:, 0]
+            span = np.maximum(np.abs(d1).max(1), np.abs(d2).max(1))
+            bad |= ~(np.abs(cross) > 1e-9 * span * span)
+    if bad.any():
+        raise ValueError(f"perspective: the corner points of samples {np.nonzero(bad)[0].tolist()} "
+                         "are degenerate (three on a line, or repeated)")
+    h = np.linalg.solve(a, rhs[..., None])[..., 0]
+    return np.concatenate([h, np.ones((b, 1))], 1).reshape(b, 3, 3)
 
 
 def canvas_region(m: np.ndarray, region: np.ndarray, out_sizes_hw: np.ndarray) -> np.ndarray:
@@ -185,7 +233,11 @@ def valid_region(source_sizes, ops, composed, sizes, fills, fill):
     * ``slabs`` (B, S, 4) ``[a, b, c, r]`` in OUTPUT coordinates for the other canvases (after a
       free rotation or shear): a point ``(ox, oy)`` is inside iff ``0 <= (a ox + b oy) + c < r``;
       ``slab_fill`` (B, S, C); ``nslab`` (B,) of them are used, in priority order: the first
-      slab a point violates gives its fill, then the rect.
+      slab a point violates gives its fill, then the rect. Where a perspective (a projective
+      op) follows canvas k, the map output -> canvas k is projective and its slabs are
+      ``[a, b, c, r, d, e, f]`` (B, S, 7): inside iff ``0 <= ((a ox + b oy) + c) / ((d ox +
+      e oy) + f) < r`` (the perspective divide); the 4-column form is returned when every slab
+      is affine.
 
     Every axis-aligned canvas joins the rect, the output canvas too (a crop followed by a resize
     clamps the resize's taps to the crop, as running them one by one does). Other canvases need
@@ -207,7 +259,7 @@ def valid_region(source_sizes, ops, composed, sizes, fills, fill):
     rect_fill = (fills[0] if fills else fill).copy()
     if ops:
         comp = np.stack(composed)  # (K, B, 3, 3)
-        if not (comp[:, :, 0, 1].any() or comp[:, :, 1, 0].any()) and all(
+        if not (comp[:, :, 0, 1].any() or comp[:, :, 1, 0].any() or is_projective(comp).any()) and all(
                 np.array_equal(f, rect_fill) for f in fills):
             # the common chains (crop, flip, resize, pad, letterbox, zoom-out; one fill): every
             # canvas joins the rect, all at once
@@ -228,7 +280,7 @@ def valid_region(source_sizes, ops, composed, sizes, fills, fill):
             needed = ~_inside(back, size_k, 1e-9 * (1.0 + size_k.max(1, keepdims=True)))
             fill_k = fills[k + 1]
         ck = composed[k]
-        axis = (ck[:, 0, 1] == 0) & (ck[:, 1, 0] == 0)
+        axis = (ck[:, 0, 1] == 0) & (ck[:, 1, 0] == 0) & ~is_projective(ck)
         same = (fill_k == rect_fill).all(1)
         # axis-aligned canvases join the rect even where redundant: they cut no content then,
         # but they clamp the taps as the op that reads them would
@@ -240,9 +292,9 @@ def valid_region(source_sizes, ops, composed, sizes, fills, fill):
             rect[:, 0::2] = np.where(sel, np.maximum(rect[:, 0::2], lo), rect[:, 0::2])
             rect[:, 1::2] = np.where(sel, np.minimum(rect[:, 1::2], hi), rect[:, 1::2])
         if to_slab.any():
-            r = ck @ final_inv  # output -> canvas k
+            r = ck @ final_inv  # output -> canvas k (projective where a perspective follows k)
             for ax in (0, 1):
-                slab_rows.append(np.concatenate([r[:, ax, :], size_k[:, 1 - ax, None]], -1))
+                slab_rows.append(np.concatenate([r[:, ax, :], size_k[:, 1 - ax, None], r[:, 2, :]], -1))
                 slab_fill.append(fill_k)
                 slab_use.append(to_slab)
         merging &= ~to_slab
@@ -258,4 +310,8 @@ def valid_region(source_sizes, ops, composed, sizes, fills, fill):
     fill = np.take_along_axis(fill, order[:, :, None], 1)
     nslab = use.sum(1).astype(np.int64)
     width = int(nslab.max())
-    return rect, rect_fill, clamp, rows[:, :width], fill[:, :width], nslab
+    rows = rows[:, :width]
+    d = rows[..., 4:]
+    if not ((d[..., 0] != 0) | (d[..., 1] != 0) | (d[..., 2] != 1)).any():
+        rows = rows[..., :4]  # affine slabs: [a, b, c, r]
+    return rect, rect_fill, clamp, rows, fill[:, :width], nslab

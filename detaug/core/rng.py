@@ -78,6 +78,26 @@ class SampleRNG:
         return np.minimum((self.uniform(k) * n).astype(np.int64), np.asarray(n) - 1)
 
 
+def counter_bits(key, counter) -> np.ndarray:
+    """uint64 words ``SplitMix64(key + (counter + 1) * golden)``, broadcast over ``key`` and
+    ``counter`` (wrapping arithmetic): the stream of one key at positions ``counter``, as
+    :meth:`SampleRNG.bits` makes it. Pixel kernels draw per-pixel values with it from a per-sample
+    key (one :meth:`SampleRNG.bits` draw) and the pixel's index; their CUDA versions compute the
+    same words (detaug/kernels/pixel.cu), so CPU and GPU draw the same noise."""
+    with np.errstate(over="ignore"):
+        z = np.asarray(key, dtype=np.uint64) + (np.asarray(counter, dtype=np.uint64) + np.uint64(1)) * _GOLDEN
+        for shift, mult in ((30, _M1), (27, _M2)):  # _mix, in place (large per-pixel arrays)
+            z ^= z >> np.uint64(shift)
+            z *= mult
+        z ^= z >> np.uint64(31)
+        return z
+
+
+def to_unit(bits) -> np.ndarray:
+    """float64 uniform on [0, 1) from uint64 words: the top 53 bits times 2**-53 (exact)."""
+    return (np.asarray(bits, np.uint64) >> np.uint64(11)).astype(np.float64) * _MASK53
+
+
 def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
     """The shuffled order of ``n`` records for ``epoch``: the same on every shard and process.
 

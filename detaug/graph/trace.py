@@ -105,6 +105,8 @@ class OpSchema:
         input_names: names of the positional inputs, for signatures and docs (default: by kind,
             see ``input_names``).
         arg_docs: optional one-line meaning of each argument, for docstrings and docs/api.md.
+        unavailable: devices the op does not run on that a user may ask for (DALI has it
+            there): device -> why, and what to do instead; asking for one raises with it.
         hints: arguments accepted for compatibility (DALI's tuning knobs) that change no value
             here: name -> why. Their arg_docs say 'hint', and setting one to anything but its
             default warns once per process (:func:`call_op`). Every other argument changes the
@@ -126,6 +128,7 @@ class OpSchema:
     input_names: tuple = ()
     arg_docs: dict = field(default_factory=dict)
     hints: dict = field(default_factory=dict)
+    unavailable: dict = field(default_factory=dict)
 
     def num_outputs(self, n_inputs: int, args: dict) -> int:
         return self.outputs(n_inputs, args) if callable(self.outputs) else self.outputs
@@ -170,6 +173,12 @@ def _infer_device(schema: OpSchema, inputs, device):
         from ..core.backend import resolve_auto_device
 
         return resolve_auto_device("mixed")
+    on_gpu = any(getattr(i, "device", "cpu") in ("gpu", "mixed") for i in inputs)
+    asked = device if device is not None else ("gpu" if on_gpu else None)
+    if asked in schema.unavailable:
+        raise NotImplementedError(f"{schema.name}: device {asked!r}"
+                                  f"{'' if device else ' (its input is on the GPU)'}: "
+                                  f"{schema.name} {schema.unavailable[asked]}")
     if device is not None:
         if device not in schema.devices:
             raise ValueError(f"{schema.name}: device {device!r} not supported "

@@ -7,7 +7,7 @@
 #define DETAUG_FULL_MASK 0xffffffffu
 
 // ------------------------------------------------------------------------- box_transform
-// Enclosing box of (x0, y0, x1, y1) mapped through the affine m (rows 0 and 1): of the 4 corners
+// Enclosing box of (x0, y0, x1, y1) mapped through m (3x3; projective: with the divide): of the 4 corners
 // (mode 0, in the order of the twin: (x0,y0) (x1,y0) (x1,y1) (x0,y1)) or of the inscribed
 // ellipse (mode 1).
 __device__ __forceinline__ void map_box(const double* m, int mode, double& x0, double& y0,
@@ -18,11 +18,24 @@ __device__ __forceinline__ void map_box(const double* m, int mode, double& x0, d
     const double cx[4] = {x0, x1, x1, x0};
     const double cy[4] = {y0, y0, y1, y1};
     double tx0, ty0, tx1, ty1;
+    // a projective m (a perspective: last row not [0, 0, 1]) maps with the divide
+    const double a20 = m[6], a21 = m[7], a22 = m[8];
+    const bool proj = a20 != 0.0 || a21 != 0.0 || a22 != 1.0;
     tx0 = tx1 = a00 * cx[0] + a01 * cy[0] + a02;
     ty0 = ty1 = a10 * cx[0] + a11 * cy[0] + a12;
+    if (proj) {
+      const double w = a20 * cx[0] + a21 * cy[0] + a22;
+      tx0 = tx1 = tx0 / w;
+      ty0 = ty1 = ty0 / w;
+    }
     for (int k = 1; k < 4; ++k) {
-      const double px = a00 * cx[k] + a01 * cy[k] + a02;
-      const double py = a10 * cx[k] + a11 * cy[k] + a12;
+      double px = a00 * cx[k] + a01 * cy[k] + a02;
+      double py = a10 * cx[k] + a11 * cy[k] + a12;
+      if (proj) {
+        const double w = a20 * cx[k] + a21 * cy[k] + a22;
+        px = px / w;
+        py = py / w;
+      }
       tx0 = fmin(tx0, px);
       tx1 = fmax(tx1, px);
       ty0 = fmin(ty0, py);

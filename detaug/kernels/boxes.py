@@ -9,7 +9,9 @@ Conventions (docs/design.md): a box is ``float32 [x0, y0, x1, y1]`` in continuou
 (the image covers ``[0, W] x [0, H]``). The boxes of B samples are packed in one ``(N, 4)``
 array; ``offsets (B + 1,)`` int64 on the host delimit the samples and ``sample_index (N,)`` int32
 names the sample of each box (:func:`sample_index_from_offsets`). Per-sample ``matrices
-(B, 3, 3)`` map input to output coordinates; only their affine part (rows 0 and 1) is used.
+(B, 3, 3)`` map input to output coordinates: affine, or projective (a perspective: the box's
+corners map with the divide ``(M0 . p, M1 . p) / (M2 . p)``; the last row of an affine matrix is
+not read, so affine chains compute exactly as before).
 """
 from __future__ import annotations
 
@@ -94,6 +96,12 @@ def _map_box(t, A, ellipse):
         xs, ys = t[:, [0, 2, 2, 0]], t[:, [1, 1, 3, 3]]
         tx = a00 * xs + a01 * ys + a02
         ty = a10 * xs + a11 * ys + a12
+        proj = (A[:, 2, 0] != 0) | (A[:, 2, 1] != 0) | (A[:, 2, 2] != 1)
+        if proj.any():  # the perspective divide, on those boxes only
+            w = A[:, 2, 0, None] * xs + A[:, 2, 1, None] * ys + A[:, 2, 2, None]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                tx = np.where(proj[:, None], tx / w, tx)
+                ty = np.where(proj[:, None], ty / w, ty)
         return np.stack([tx.min(1), ty.min(1), tx.max(1), ty.max(1)], axis=1)
     cx, cy = (t[:, 0:1] + t[:, 2:3]) * 0.5, (t[:, 1:2] + t[:, 3:4]) * 0.5
     ha, hb = (t[:, 2:3] - t[:, 0:1]) * 0.5, (t[:, 3:4] - t[:, 1:2]) * 0.5
@@ -120,8 +128,8 @@ def box_transform_numpy(boxes, sample_index, matrices, canvas, *, mode="corners"
 
     At each stage, with ``A`` the 2x2 linear part and ``t`` the translation of its matrix:
 
-    - ``mode="corners"``: the 4 corners go through ``x -> A x + t``; the result is their
-      enclosing box.
+    - ``mode="corners"``: the 4 corners go through ``x -> A x + t`` (a projective matrix:
+      with the perspective divide); the result is their enclosing box.
     - ``mode="ellipse"``: the box is read as its inscribed axis-aligned ellipse (centre ``c``,
       semi-axes ``a = w/2``, ``b = h/2``); the result is centred at ``A c + t`` with half-extents
       ``sqrt((A00 a)^2 + (A01 b)^2)`` and ``sqrt((A10 a)^2 + (A11 b)^2)`` (a rotated square

@@ -16,15 +16,20 @@
 //   meta_i[16 b + k]     k = 0 in_h, 1 in_w, 2 in_pitch (bytes per row), 3 out_h, 4 out_w,
 //                        5 nx, 6 ny (taps per axis), 7 element offset of the output in `out`,
 //                        8..11 cx0, cx1, cy0, cy1 (the columns / rows taps are clamped to),
-//                        12 nslab, 13 offset g of the sample's doubles in `inv`
+//                        12 nslab, 13 offset g of the sample's doubles in `inv`, 14 projective
+//                        (1: inv(M) is a homography, points map with the perspective divide)
 //   inv[g + k]           k < 6: rows 0 and 1 of inv(M) (output -> input coordinates), float64;
 //                        6..9: the rect x_lo, x_hi, y_lo, y_hi (source coordinates);
-//                        then nslab slabs of (a, b, c, r, fill[C]) (output coordinates)
+//                        10..12: row 2 of inv(M) (read only when projective);
+//                        then nslab slabs of (a, b, c, r, d, e, f, fill[C]) (output coordinates;
+//                        d, e, f read only when projective)
 //   meta_f[3 C b + k]    fill[C] (outside the rect), mean[C], std[C] (mean 0 / std 1 when not
 //                        normalizing)
 //
 // Math: output pixel (i, j) is the mean over a < nx, b < ny of the bilinear sample at
-// inv(M) @ (j + (a + 0.5) / nx, i + (b + 0.5) / ny); with u = x - 0.5, v = y - 0.5 the taps are
+// inv(M) @ (j + (a + 0.5) / nx, i + (b + 0.5) / ny) (a projective sample: x = ((a00 ox + a01 oy)
+// + a02) / ((a20 ox + a21 oy) + a22), y alike, and a slab's value divided by (d ox + e oy) + f;
+// affine samples never divide, so they compute exactly as before); with u = x - 0.5, v = y - 0.5 the taps are
 // floor(u) + {0, 1} x floor(v) + {0, 1}, clamped to [cx0, cx1] x [cy0, cy1] (the image, or the
 // part of it a fused chain's crops keep); a point outside the rect [x_lo, x_hi) x [y_lo, y_hi)
 // (the image, or its intersection with the chain's axis-aligned canvases) takes fill, and one
@@ -46,7 +51,9 @@
 // rounding through a round-down add, normalize as one fma with 1 / std computed once, 32-bit
 // indices off per-lane base pointers. Results are unchanged up to float32 rounding of the
 // epilogue (1 / std instead of a division).
-// Registers: 64 (C = 3, 4 blocks of 256 per SM), <= 80 (C = 1, 3 blocks), no spills. The
+// Registers: 64 (C = 3, 4 blocks of 256 per SM), <= 80 (C = 1, 3 blocks), no spills (ptxas,
+// sm_90, CUDA 13.0); the _p kernels of batches with a perspective: the same counts with 52-64
+// bytes of spill stores (the divide's registers). The
 // tunables below were timed by benchmarks/warp_sweep.py (benchmarks/RESULTS.md).
 
 // Tunables (compile-time; benchmarks/warp_sweep.py times other values with -D options):
@@ -162,8 +169,53 @@ struct WarpSample {
     double xlo, xhi, ylo, yhi;  // the rect, source coordinates
     double a00, a01, a02, a10, a11, a12;
     int nslab;
-    const double* slabs;  // nslab x (a, b, c, r, fill[C])
+    const double* slabs;  // nslab x (a, b, c, r, d, e, f, fill[C]), after inv(M)'s row 2
 };
+
+// The perspective denominator (a20 ox + a21 oy) + a22 of a projective sample: row 2 of inv(M),
+// read at slabs - 3 when needed.
+__device__ __forceinline__ double proj_w(const WarpSample& s, double ox, double oy) {
+    const double* r = s.slabs - 3;
+    return __dadd_rn(__dadd_rn(__dmul_rn(__ldg(r), ox), __dmul_rn(__ldg(r + 1), oy)), __ldg(r + 2));
+}
+
+// 1 / w for the perspective divide, without a call: CUDA's correctly rounded division has a slow
+// path that is a function call, and a call in the kernel made every body spill registers. The
+// hardware's approximate reciprocal (about 2^-23) and two Newton steps give 1 / w within an ulp.
+__device__ __forceinline__ double recip(double w) {
+#ifdef __CUDA_ARCH__
+    double r;
+    asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(r) : "d"(w));
+    double e = __fma_rn(-w, r, 1.0);
+    r = __fma_rn(r, e, r);
+    e = __fma_rn(-w, r, 1.0);
+    return __fma_rn(r, e, r);
+#else
+    return 1.0 / w;
+#endif
+}
+
+// x / w from r ~ 1 / w: the product, then one residual step (the correctly rounded quotient but
+// for rare last-bit cases; w = 0 gives NaN, outside every test, as the twin's infinity is).
+__device__ __forceinline__ double quot(double x, double w, double r) {
+    const double q = __dmul_rn(x, r);
+    return __fma_rn(__fma_rn(-q, w, x), r, q);
+}
+
+// The input point of output position (ox, oy): x = (a00 ox + a01 oy) + a02 (y alike), divided by
+// w = (a20 ox + a21 oy) + a22 for a projective sample (the twin's _source_points; the quotient
+// within the last bit of the twin's).
+template <bool PROJ>
+__device__ __forceinline__ void source_point(const WarpSample& s, double ox, double oy, double& x,
+                                             double& y) {
+    x = __dadd_rn(__dadd_rn(__dmul_rn(s.a00, ox), __dmul_rn(s.a01, oy)), s.a02);
+    y = __dadd_rn(__dadd_rn(__dmul_rn(s.a10, ox), __dmul_rn(s.a11, oy)), s.a12);
+    if (PROJ) {
+        const double w = proj_w(s, ox, oy), r = recip(w);
+        x = quot(x, w, r);
+        y = quot(y, w, r);
+    }
+}
 
 // Taps along one axis for the input coordinate t (inside the rect, so inside the image): u =
 // t - 0.5, the neighbours floor(u) and floor(u) + 1 clamped to [lo, hi], and the fraction
@@ -224,17 +276,21 @@ __device__ __forceinline__ const unsigned char* row_ptr(const WarpSample& s, uns
 // val), scaled by 2^-22 (see byte_bits). A violated slab gives its fill (the first one wins);
 // outside the rect: fill as a whole (fs: fill * 2^-22); inside, taps clamped to the clamp
 // rectangle (its edge pixels replicate).
-template <int C, bool ACC>
+template <int C, bool ACC, bool PROJ>
 __device__ __forceinline__ void sample_point(float (&val)[C], const WarpSample& s, double x,
                                              double y, double ox, double oy,
                                              const float (&fs)[C]) {
     for (int k = 0; k < s.nslab; ++k) {  // uniform per sample; none in the common chains
-        const double* sl = s.slabs + k * (4 + C);
-        const double v = __dadd_rn(__dadd_rn(__dmul_rn(sl[0], ox), __dmul_rn(sl[1], oy)), sl[2]);
+        const double* sl = s.slabs + k * (7 + C);
+        double v = __dadd_rn(__dadd_rn(__dmul_rn(sl[0], ox), __dmul_rn(sl[1], oy)), sl[2]);
+        if (PROJ) {  // the canvas before a perspective: its slab with the divide
+            const double d = __dadd_rn(__dadd_rn(__dmul_rn(sl[4], ox), __dmul_rn(sl[5], oy)), sl[6]);
+            v = quot(v, d, recip(d));
+        }
         if (!(v >= 0.0 && v < sl[3])) {
 #pragma unroll
             for (int c = 0; c < C; ++c) {
-                const float f = static_cast<float>(sl[4 + c]) * DETAUG_V_SCALE;
+                const float f = static_cast<float>(sl[7 + c]) * DETAUG_V_SCALE;
                 val[c] = ACC ? val[c] + f : f;
             }
             return;
@@ -286,7 +342,9 @@ struct LaneWalk {
     }
 };
 
-template <int C, typename OutT, bool CHW>
+// PROJ: the sample's inv(M) is a homography (meta_i[14]); the _p kernels branch once per block
+// (uniform: blockIdx.y is the sample) into the body made for it.
+template <int C, typename OutT, bool CHW, bool PROJ>
 __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__ in_ptr,
                                           const long long* __restrict__ meta_i,
                                           const double* __restrict__ inv,
@@ -317,7 +375,7 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
     s.a00 = m[0]; s.a01 = m[1]; s.a02 = m[2];
     s.a10 = m[3]; s.a11 = m[4]; s.a12 = m[5];
     s.xlo = m[6]; s.xhi = m[7]; s.ylo = m[8]; s.yhi = m[9];
-    s.slabs = m + 10;
+    s.slabs = m + 13;  // after inv(M)'s row 2 (m[10..12], see proj_w)
     const int nx = static_cast<int>(mi[5]);
     const int ny = static_cast<int>(mi[6]);
     const float scale = 1.0f / static_cast<float>(nx * ny);  // antialias mean
@@ -353,7 +411,7 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
         double ox = __dadd_rn(jd, 0.5), oy = __dadd_rn(id, 0.5);
         walk.off = 0.5;
         unsigned int idx = 0;
-        if (DETAUG_WARP_AXIS && s.a01 == 0.0 && s.a10 == 0.0 && s.nslab == 0) {
+        if (DETAUG_WARP_AXIS && s.a01 == 0.0 && s.a10 == 0.0 && s.nslab == 0 && !PROJ) {
             // Axis-aligned (crop, flip, resize, zoom-out, letterbox; uniform per sample): x
             // depends on the column alone and y on the row alone. a01 * oy and a10 * ox are +-0,
             // and t + (+-0) = t for t != 0, so x = a00 * ox + a02 and y = a11 * oy + a12 are
@@ -393,11 +451,10 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
         }
 #pragma unroll 1
         for (int kk = 0; kk < n; ++kk) {
-            const double ty = __dmul_rn(s.a01, oy), ty1 = __dmul_rn(s.a11, oy);
-            const double x = __dadd_rn(__dadd_rn(__dmul_rn(s.a00, ox), ty), s.a02);
-            const double y = __dadd_rn(__dadd_rn(__dmul_rn(s.a10, ox), ty1), s.a12);
+            double x, y;
+            source_point<PROJ>(s, ox, oy, x, y);
             float val[C];
-            sample_point<C, false>(val, s, x, y, ox, oy, fs);
+            sample_point<C, false, PROJ>(val, s, x, y, ox, oy, fs);
             store_pixel<C, OutT>(q, idx, val, k, bias);
             idx += stride;  // next pixel of this lane: 32 further
             walk.next(ox, oy);
@@ -420,9 +477,14 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
             double numx = 1.0;
             for (int ta = 0; ta < nx; ++ta, numx = __dadd_rn(numx, 2.0)) {
                 const double ox = __dadd_rn(jd, tap_offset(numx, dx, rx));
-                const double x = __dadd_rn(__dadd_rn(__dmul_rn(s.a00, ox), ty), s.a02);
-                const double y = __dadd_rn(__dadd_rn(__dmul_rn(s.a10, ox), ty1), s.a12);
-                sample_point<C, true>(acc, s, x, y, ox, oy, fs);
+                double x = __dadd_rn(__dadd_rn(__dmul_rn(s.a00, ox), ty), s.a02);
+                double y = __dadd_rn(__dadd_rn(__dmul_rn(s.a10, ox), ty1), s.a12);
+                if (PROJ) {
+                    const double w = proj_w(s, ox, oy), r = recip(w);
+                    x = quot(x, w, r);
+                    y = quot(y, w, r);
+                }
+                sample_point<C, true, PROJ>(acc, s, x, y, ox, oy, fs);
             }
         }
         store_pixel<C, OutT>(q, idx, acc, k, bias);
@@ -431,12 +493,26 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
     }
 }
 
+// Two kernels per type: NAME for batches of affine samples only (the body without any divide:
+// compiled exactly as before perspectives existed, 64 / 80 registers and no spills), NAME_p for
+// a batch holding projective samples (one launch still: each block takes the body made for its
+// sample; that kernel spills a little where the divide adds registers). warp.py's launch_plan
+// picks the name.
 #define DETAUG_WARP_KERNEL(NAME, C, OUT_T, CHW)                                               \
     extern "C" __global__ void __launch_bounds__(256, C == 3 ? DETAUG_WARP_MINB : 3) NAME(                     \
         const unsigned long long* __restrict__ in_ptr, const long long* __restrict__ meta_i,  \
         const double* __restrict__ inv, const float* __restrict__ meta_f,                     \
         OUT_T* __restrict__ out) {                                                            \
-        warp_body<C, OUT_T, CHW>(in_ptr, meta_i, inv, meta_f, out);                           \
+        warp_body<C, OUT_T, CHW, false>(in_ptr, meta_i, inv, meta_f, out);                    \
+    }                                                                                         \
+    extern "C" __global__ void __launch_bounds__(256, C == 3 ? DETAUG_WARP_MINB : 3) NAME##_p(                 \
+        const unsigned long long* __restrict__ in_ptr, const long long* __restrict__ meta_i,  \
+        const double* __restrict__ inv, const float* __restrict__ meta_f,                     \
+        OUT_T* __restrict__ out) {                                                            \
+        if (meta_i[16 * blockIdx.y + 14])                                                     \
+            warp_body<C, OUT_T, CHW, true>(in_ptr, meta_i, inv, meta_f, out);                 \
+        else                                                                                  \
+            warp_body<C, OUT_T, CHW, false>(in_ptr, meta_i, inv, meta_f, out);                \
     }
 
 DETAUG_WARP_KERNEL(warp_u8_hwc_c1, 1, unsigned char, false)

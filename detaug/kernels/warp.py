@@ -1,4 +1,4 @@
-"""Affine warp with antialiasing and a fused normalize / layout / dtype epilogue.
+"""Affine or projective warp with antialiasing and a fused normalize / layout / dtype epilogue.
 
 Three implementations share one signature and one piece of math:
 
@@ -13,6 +13,10 @@ coordinates; the warp samples through its inverse. Let ``A`` be the 2x2 part of 
 ``antialias`` the taps per axis are ``nx = clamp(ceil(sx - 1e-3), 1, max_taps)`` (``ny`` alike),
 otherwise ``nx = ny = 1``. Output pixel ``(i, j)`` is the mean over ``a < nx, b < ny`` of the
 bilinear sample at the input point ``inv(M) @ (j + (a + 0.5) / nx, i + (b + 0.5) / ny, 1)``:
+(a projective ``M``, last row not ``[0, 0, 1]``: the point is divided by its third coordinate,
+``x = ((a00 ox + a01 oy) + a02) / ((a20 ox + a21 oy) + a22)`` and ``y`` alike, ``inv(M)`` scaled to
+``a22 = 1``; the taps ``nx, ny`` are then those of the most shrunk of the output canvas's corners
+and centre, :func:`taps_for`; the CPU path uses ``cv2.warpPerspective``);
 with ``u = x - 0.5, v = y - 0.5`` the four taps are ``floor(u) + {0, 1}`` x ``floor(v) + {0, 1}``
 with the usual bilinear weights, clamped to the image (edge pixels replicate); a sample point
 outside the source domain ``[0, W) x [0, H)`` takes ``fill`` as a whole. So a resize or a crop
@@ -31,184 +35,13 @@ import numpy as np
 
 from ..core.backend import upload_many
 from ..core.batch import DeviceImages
-from ..core.geometry import canvas_rects, clamp_of_rect
-
-_OUT_DTYPES = (np.dtype(np.uint8), np.dtype(np.float32), np.dtype(np.float16))
-_LAYOUTS = ("HWC", "CHW")
+# the host preparation shared by the three implementations (re-exported: tests and benchmarks
+# plan launches with W._prepare / W.taps_for)
+from .warp_spec import (_Spec, _allocate_numpy, _is_dense, _out_shape, _prepare,  # noqa: F401
+                        _proj_rows, taps_for)
 _BLOCK = 256
 _PIX_PER_LANE = 16  # output pixels per lane (a warp covers 32 * 16 consecutive output pixels)
 _OPTIONS = ("-std=c++17", f"-DDETAUG_WARP_PPL={_PIX_PER_LANE}")  # warp.cu's compile options
-
-
-# --------------------------------------------------------------------------- host preparation
-class _Spec:
-    """Validated, per-sample arrays shared by the three implementations."""
-
-    __slots__ = ("images", "B", "C", "in_shapes", "in_pitches", "inv", "taps", "out_sizes", "fill",
-                 "mean", "std", "out_dtype", "layout", "rect", "clamp", "slabs", "slab_fill", "nslab")
-
-
-def _per_sample_channels(value, B, C, name, default=None):
-    """Broadcast a scalar, ``(C,)`` or ``(B, C)`` argument to a ``(B, C)`` float64 array."""
-    if value is None:
-        if default is None:
-            return None
-        value = default
-    arr = np.asarray(value, dtype=np.float64)
-    if arr.ndim == 0 or arr.shape == (C,) or arr.shape == (1,):
-        return np.broadcast_to(arr, (B, C)).copy()
-    if arr.shape == (B, C):
-        return arr.copy()
-    raise ValueError(f"{name} must be a scalar, shape ({C},) or ({B}, {C}); got {arr.shape}")
-
-
-def _as_image_list(images):
-    if hasattr(images, "ndim") and not isinstance(images, (list, tuple)):
-        if images.ndim != 4:
-            raise ValueError(f"a dense image batch must be (B, H, W, C); got {images.shape}")
-        return [images[b] for b in range(images.shape[0])]
-    return list(images)
-
-
-def taps_for(inv: np.ndarray, antialias: bool, max_taps: int) -> np.ndarray:
-    """Supersampling taps ``(nx, ny)`` per sample from the inverse matrices ``(B, 3, 3)``."""
-    B = inv.shape[0]
-    if not antialias:
-        return np.ones((B, 2), dtype=np.int64)
-    s = np.hypot(inv[:, 0, :2], inv[:, 1, :2])  # (B, 2): norms of inv(A)'s columns 0 and 1
-    return np.clip(np.ceil(s - 1e-3), 1, max_taps).astype(np.int64)
-
-
-def _check_images(imgs) -> int:
-    """Validate the images; return their common channel count."""
-    C = None
-    for b, img in enumerate(imgs):
-        if img.ndim != 3 or img.shape[2] not in (1, 3) or img.shape[0] < 1 or img.shape[1] < 1:
-            raise ValueError(f"image {b} must be HxWxC with C in (1, 3) and H, W >= 1; "
-                             f"got {img.shape}")
-        if img.dtype != np.uint8:
-            raise TypeError(f"image {b} must be uint8; got {img.dtype}")
-        if C is not None and img.shape[2] != C:
-            raise ValueError(f"all images must have the same channel count; image {b} has "
-                             f"{img.shape[2]}, image 0 has {C}")
-        C = img.shape[2]
-    return C or 1
-
-
-def _check_geometry(matrices, out_sizes, B):
-    """``(B, 3, 3)`` float64 affine, invertible matrices and ``(B, 2)`` positive sizes."""
-    mats = np.asarray(matrices, dtype=np.float64).reshape(-1, 3, 3) if B else np.zeros((0, 3, 3))
-    if mats.shape != (B, 3, 3):
-        raise ValueError(f"matrices must be ({B}, 3, 3); got {np.shape(matrices)}")
-    if not np.all(np.isfinite(mats)) or not np.allclose(mats[:, 2], [0.0, 0.0, 1.0], atol=1e-12):
-        raise ValueError("matrices must be finite affine 3x3 matrices (last row [0, 0, 1])")
-    det = mats[:, 0, 0] * mats[:, 1, 1] - mats[:, 0, 1] * mats[:, 1, 0]
-    if np.any(np.abs(det) < 1e-12):
-        bad = np.nonzero(np.abs(det) < 1e-12)[0].tolist()
-        raise ValueError(f"singular matrix for samples {bad}")
-    sizes = np.asarray(out_sizes, dtype=np.int64).reshape(-1, 2) if B else np.zeros((0, 2), int)
-    if sizes.shape != (B, 2) or np.any(sizes < 1):
-        raise ValueError(f"out_sizes must be ({B}, 2) positive (H_out, W_out); "
-                         f"got {np.shape(out_sizes)}")
-    return mats, sizes
-
-
-def _device_images_channels(images) -> int:
-    """The common channel count of a DeviceImages batch (checked from its shape table)."""
-    sh = images.shapes
-    if len(sh) == 0:
-        return 1
-    bad = np.nonzero((sh[:, 0] < 1) | (sh[:, 1] < 1) | ((sh[:, 2] != 1) & (sh[:, 2] != 3)))[0]
-    if len(bad):
-        raise ValueError(f"image {bad[0]} must be HxWxC with C in (1, 3) and H, W >= 1; "
-                         f"got {tuple(sh[bad[0]])}")
-    diff = np.nonzero(sh[:, 2] != sh[0, 2])[0]
-    if len(diff):
-        raise ValueError(f"all images must have the same channel count; image {diff[0]} has "
-                         f"{sh[diff[0], 2]}, image 0 has {sh[0, 2]}")
-    return int(sh[0, 2])
-
-
-def _region(region, in_shapes, B, C):
-    """(rect (B, 4), clamp (B, 4) int64, slabs (B, S, 4), slab_fill (B, S, C), nslab (B,)):
-    the given region, checked, or the whole source image (no slabs)."""
-    if region is None:
-        rect = canvas_rects(in_shapes[:, :2])[:, [0, 2, 1, 3]]  # [0, W, 0, H]
-        return (rect, clamp_of_rect(rect, in_shapes[:, :2]), np.zeros((B, 0, 4)),
-                np.zeros((B, 0, C)), np.zeros(B, np.int64))
-    rect, clamp, slabs, slab_fill, nslab = region
-    rect = np.asarray(rect, np.float64).reshape(B, 4)
-    clamp = np.asarray(clamp, np.int64).reshape(B, 4)
-    slabs = np.asarray(slabs, np.float64).reshape(B, -1, 4)
-    slab_fill = np.asarray(slab_fill, np.float64)
-    slab_fill = np.broadcast_to(slab_fill.reshape(B, slabs.shape[1], -1) if slab_fill.size else
-                                slab_fill, (B, slabs.shape[1], C)).copy()
-    nslab = np.asarray(nslab, np.int64).reshape(B)
-    if np.any(nslab < 0) or np.any(nslab > slabs.shape[1]):
-        raise ValueError("region: nslab must lie in [0, slabs.shape[1]]")
-    # the domain is the rect within the image (so that the kernel's taps stay inside it)
-    hw = in_shapes[:, [1, 1, 0, 0]]
-    rect = np.clip(rect, 0, hw)
-    if (clamp < 0).any() or (clamp >= hw).any() or (clamp[:, 0::2] > clamp[:, 1::2]).any():
-        raise ValueError("region: clamp must hold columns / rows of the image, lo <= hi")
-    return rect, clamp, slabs, slab_fill, nslab
-
-
-def _prepare(images, matrices, out_sizes, fill, antialias, max_taps, mean, std, out_dtype,
-             layout, region=None) -> _Spec:
-    if isinstance(images, DeviceImages):
-        imgs, B = images, len(images)
-        C = _device_images_channels(images)
-        in_shapes, in_pitches = images.shapes, images.pitches
-    else:
-        imgs = _as_image_list(images)
-        B = len(imgs)
-        C = _check_images(imgs)
-        in_shapes = np.array([img.shape for img in imgs], np.int64).reshape(-1, 3)
-        in_pitches = in_shapes[:, 1] * in_shapes[:, 2]  # C-contiguous rows (see _device_inputs)
-    mats, sizes = _check_geometry(matrices, out_sizes, B)
-    if int(max_taps) < 1:
-        raise ValueError("max_taps must be >= 1")
-    out_dtype = np.dtype(out_dtype)
-    if out_dtype not in _OUT_DTYPES:
-        raise TypeError(f"out_dtype must be uint8, float32 or float16; got {out_dtype}")
-    if layout not in _LAYOUTS:
-        raise ValueError(f"layout must be 'HWC' or 'CHW'; got {layout!r}")
-    if out_dtype == np.uint8 and (mean is not None or std is not None):
-        raise ValueError("normalize (mean/std) needs a float out_dtype, not uint8")
-
-    spec = _Spec()
-    spec.images, spec.B, spec.C = imgs, B, C
-    spec.in_shapes, spec.in_pitches = in_shapes, in_pitches
-    spec.inv = np.linalg.inv(mats) if B else mats.copy()
-    spec.inv[:, 2] = (0.0, 0.0, 1.0)
-    spec.taps = taps_for(spec.inv, antialias, int(max_taps))
-    spec.out_sizes = sizes
-    spec.fill = _per_sample_channels(fill, B, C, "fill")
-    normalize = mean is not None or std is not None
-    spec.mean = _per_sample_channels(mean, B, C, "mean", default=0.0) if normalize else None
-    spec.std = _per_sample_channels(std, B, C, "std", default=1.0) if normalize else None
-    if normalize and np.any(spec.std == 0):
-        raise ValueError("std must be non-zero")
-    spec.out_dtype, spec.layout = out_dtype, layout
-    spec.rect, spec.clamp, spec.slabs, spec.slab_fill, spec.nslab = _region(region, in_shapes, B, C)
-    return spec
-
-
-def _out_shape(spec: _Spec, b: int) -> tuple:
-    h, w = (int(s) for s in spec.out_sizes[b])
-    return (h, w, spec.C) if spec.layout == "HWC" else (spec.C, h, w)
-
-
-def _is_dense(spec: _Spec) -> bool:
-    return spec.B > 0 and bool(np.all(spec.out_sizes == spec.out_sizes[0]))
-
-
-def _allocate_numpy(spec: _Spec):
-    """Dense ``(B, ...)`` buffer when all output sizes agree, else a list of arrays."""
-    if _is_dense(spec):
-        return np.empty((spec.B,) + _out_shape(spec, 0), dtype=spec.out_dtype)
-    return [np.empty(_out_shape(spec, b), dtype=spec.out_dtype) for b in range(spec.B)]
 
 
 def _finish(value: np.ndarray, spec: _Spec, b: int) -> np.ndarray:
@@ -240,10 +73,27 @@ def _bilinear(img: np.ndarray, x: np.ndarray, y: np.ndarray, clamp) -> np.ndarra
 
 
 def _slab_inside(slab, ox, oy):
-    """Whether output points ``(ox, oy)`` lie in the slab ``0 <= (a ox + b oy) + c < r``."""
-    a, b, c, r = slab
+    """Whether output points ``(ox, oy)`` lie in the slab ``0 <= (a ox + b oy) + c < r``; a
+    projective slab ``[a, b, c, r, d, e, f]`` divides by ``(d ox + e oy) + f`` first."""
+    a, b, c, r = slab[:4]
     v = (a * ox + b * oy) + c
+    if len(slab) > 4 and (slab[4] != 0 or slab[5] != 0 or slab[6] != 1):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            v = v / ((slab[4] * ox + slab[5] * oy) + slab[6])
     return (v >= 0) & (v < r)
+
+
+def _source_points(inv, ox, oy):
+    """The input points ``(x, y)`` of output positions ``(ox, oy)`` through ``inv`` (3, 3), as
+    warp.cu computes them: ``x = (a00 ox + a01 oy) + a02`` (y alike), then, for a projective
+    ``inv``, divided by ``w = (a20 ox + a21 oy) + a22``."""
+    x = inv[0, 0] * ox + inv[0, 1] * oy + inv[0, 2]
+    y = inv[1, 0] * ox + inv[1, 1] * oy + inv[1, 2]
+    if inv[2, 0] != 0 or inv[2, 1] != 0 or inv[2, 2] != 1:
+        w = inv[2, 0] * ox + inv[2, 1] * oy + inv[2, 2]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            x, y = x / w, y / w
+    return x, y
 
 
 def _warp_one_numpy(img, inv, nx, ny, out_hw, spec, b) -> np.ndarray:
@@ -256,9 +106,9 @@ def _warp_one_numpy(img, inv, nx, ny, out_hw, spec, b) -> np.ndarray:
         oy = ii + (tb + 0.5) / ny
         for ta in range(nx):
             ox = jj + (ta + 0.5) / nx
-            x = inv[0, 0] * ox + inv[0, 1] * oy + inv[0, 2]
-            y = inv[1, 0] * ox + inv[1, 1] * oy + inv[1, 2]
+            x, y = _source_points(inv, ox, oy)
             inside = (x >= rect[0]) & (x < rect[1]) & (y >= rect[2]) & (y < rect[3])
+            x, y = np.where(inside, x, 0.0), np.where(inside, y, 0.0)  # no NaN into the taps
             value = np.where(inside[..., None], _bilinear(src, x, y, clamp), spec.fill[b])
             for k in range(int(spec.nslab[b]) - 1, -1, -1):  # the first slab wins: applied last
                 value = np.where(_slab_inside(spec.slabs[b, k], ox, oy)[..., None], value,
@@ -327,7 +177,12 @@ def _inside_masks(inv, ox, oy, spec, b, grid):
     (columns) and ``oy`` (rows), by the twin's formulas: as a (rows, cols) grid when ``grid``,
     else point by point (``ox``, ``oy`` of one shape)."""
     rect = spec.rect[b]
-    if grid:
+    if spec.proj[b]:  # a homography: the points with the divide, as the twin maps them
+        if grid:
+            ox, oy = ox[None, :], oy[:, None]
+        x, y = _source_points(inv, ox, oy)
+        inside = (x >= rect[0]) & (x < rect[1]) & (y >= rect[2]) & (y < rect[3])
+    elif grid:
         if inv[0, 1] == 0 and inv[1, 0] == 0:  # axis-aligned: x from the column, y from the row
             x, y = inv[0, 0] * ox + inv[0, 2], inv[1, 1] * oy + inv[1, 2]
             inside = ((y >= rect[2]) & (y < rect[3]))[:, None] & ((x >= rect[0]) & (x < rect[1]))[None, :]
@@ -346,6 +201,8 @@ def _inside_masks(inv, ox, oy, spec, b, grid):
 def _reaches_outside(inv, nx, ny, out_hw, spec, b) -> bool:
     """Whether any sample point of the output grid falls outside the region (the sample points'
     hull is the parallelogram of the four extreme ones, and the region is convex)."""
+    if spec.proj[b]:  # a homography may bend the hull past the horizon: always test
+        return True
     h, w = out_hw
     px, py = np.meshgrid([0.5 / nx, w - 0.5 / nx], [0.5 / ny, h - 0.5 / ny])
     inside, slabs = _inside_masks(inv, px, py, spec, b, grid=False)
@@ -361,10 +218,17 @@ def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layou
     h, w = (int(s) for s in out_hw)
     C = img.shape[2]
     shrink = nx * ny > 1
-    m_idx = _index_inverse(inv, nx, ny)[:2]
+    proj = bool(spec.proj[b])
     cx0, cx1, cy0, cy1 = (int(v) for v in spec.clamp[b])
-    m_idx[0, 2] -= cx0
-    m_idx[1, 2] -= cy0
+    if proj:  # cv2.warpPerspective: the whole 3x3 map, shifted to the clamp rectangle's origin
+        m_idx = _index_inverse(inv, nx, ny)
+        m_idx[0] -= cx0 * m_idx[2]
+        m_idx[1] -= cy0 * m_idx[2]
+    else:
+        m_idx = _index_inverse(inv, nx, ny)[:2]
+        m_idx[0, 2] -= cx0
+        m_idx[1, 2] -= cy0
+    warp = cv2.warpPerspective if proj else cv2.warpAffine
     outside = _reaches_outside(inv, nx, ny, (h, w), spec, b)
     fills = [spec.fill[b]] + [spec.slab_fill[b, k] for k in range(int(spec.nslab[b]))]
     exact_fill = all(float(f).is_integer() and 0 <= f <= 255 for fv in fills for f in fv)
@@ -375,12 +239,12 @@ def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layou
     direct = out_dtype == np.uint8 and layout == "HWC" and not shrink and src.dtype == np.uint8
     if direct:
         target = plane(dst)
-        _put(target, cv2.warpAffine(plane(src), m_idx, (w, h), dst=target, flags=flags,
-                                    borderMode=cv2.BORDER_REPLICATE))
+        _put(target, warp(plane(src), m_idx, (w, h), dst=target, flags=flags,
+                          borderMode=cv2.BORDER_REPLICATE))
         big = dst
     else:
-        big = cv2.warpAffine(plane(src), m_idx, (nx * w, ny * h), flags=flags,
-                             borderMode=cv2.BORDER_REPLICATE)  # (H, W) where C == 1
+        big = warp(plane(src), m_idx, (nx * w, ny * h), flags=flags,
+                   borderMode=cv2.BORDER_REPLICATE)  # (H, W) where C == 1
     if outside:
         inside, slabs = _inside_masks(inv, _grid_positions(w, nx), _grid_positions(h, ny), spec, b,
                                       grid=True)
@@ -467,7 +331,7 @@ def warp_cv2(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=
 # --------------------------------------------------------------------------- CUDA path
 _KERNEL_DTYPE = {np.dtype(np.uint8): "u8", np.dtype(np.float32): "f32", np.dtype(np.float16): "f16"}
 _META_INTS = 16  # in_h, in_w, in_pitch, out_h, out_w, nx, ny, out_offset, cx0, cx1, cy0, cy1,
-#                 nslab, geo_offset, 2 unused
+#                 nslab, geo_offset, projective, 1 unused
 
 
 def _device_inputs(cp, images):
@@ -506,10 +370,12 @@ def launch_plan(spec: _Spec) -> dict:
     meta_i[:, 7] = offsets[:-1]
     meta_i[:, 8:12] = spec.clamp
     meta_i[:, 12] = spec.nslab
-    meta_i[:, 14:] = 0
-    # per sample: inv(M) rows 0 and 1, the rect, then the slabs (a, b, c, r, fill[C]) each
+    meta_i[:, 14] = spec.proj
+    meta_i[:, 15] = 0
+    # per sample: inv(M) rows 0 and 1, the rect, inv(M) row 2, then the slabs (a, b, c, r,
+    # d, e, f, fill[C]) each
     slabs = np.concatenate([spec.slabs, spec.slab_fill], -1).reshape(B, -1)
-    geo = np.concatenate([spec.inv[:, :2, :].reshape(B, 6), spec.rect, slabs], 1)
+    geo = np.concatenate([spec.inv[:, :2, :].reshape(B, 6), spec.rect, spec.inv[:, 2, :], slabs], 1)
     meta_i[:, 13] = np.arange(B) * geo.shape[1]
     mean = spec.mean if spec.mean is not None else np.zeros((B, C))
     std = spec.std if spec.std is not None else np.ones((B, C))
@@ -518,7 +384,10 @@ def launch_plan(spec: _Spec) -> dict:
         inv=np.ascontiguousarray(geo),
         meta_f=np.concatenate([spec.fill, mean, std], axis=1).astype(np.float32),
         offsets=offsets,
-        name=f"warp_{_KERNEL_DTYPE[spec.out_dtype]}_{spec.layout.lower()}_c{C}",
+        # the _p kernel where a sample is projective (warp.cu: affine batches keep the kernel
+        # that has no divide in it)
+        name=f"warp_{_KERNEL_DTYPE[spec.out_dtype]}_{spec.layout.lower()}_c{C}"
+             + ("_p" if spec.proj.any() else ""),
         grid=((int(npix.max()) + _BLOCK * _PIX_PER_LANE - 1) // (_BLOCK * _PIX_PER_LANE), B, 1),
         block=(_BLOCK, 1, 1),
     )

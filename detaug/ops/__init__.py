@@ -5,7 +5,8 @@ The class API lives on this module, as DALI's ``ops``: ``ops.Flip``, ``ops.reade
 with ``detaug.fn``, once every op is registered: detaug's families here and DALI's ops under
 their own names in ``detaug/dali/ops.py`` (a layer above this one).
 """
-from . import boxes, color, crops, decode, geometry, rand, sources, targets, tfrecord  # noqa: F401  (registration)
+from . import (boxes, color, crops, decode, erase, geometry, photometric, pixel, rand,  # noqa: F401
+               recipes_geometry, sources, targets, tfrecord)  # (registration)
 from .registry import REGISTRY, op_table
 
 __all__ = ["fn", "REGISTRY", "op_table"]

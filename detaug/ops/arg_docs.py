@@ -62,6 +62,32 @@ SHARED = {
 }
 
 ARG_DOCS = {
+    # pixel ops (detaug/ops/pixel.py, erase.py): types here, meanings in their declarations
+    "gaussian_blur": {
+        "sigma": ("float | (float, float) | None", "DALI's sigma, per axis (h, w)"),
+        "window_size": ("int | (int, int) | None", "DALI's window, per axis (h, w)"),
+        "kernel_size": ("int | (int, int) | None", "torchvision's kernel size (kx, ky)"),
+        "sigma_range": ("(float, float) | None", "torchvision's sigma range"),
+    },
+    "noise": {
+        "std": ("float | (float, float)", "standard deviation, or a range drawn per sample"),
+        "amount": ("float | (float, float)", "fraction replaced, or a range drawn per sample"),
+        "salt_vs_pepper": ("float | (float, float)", "salt share, or a range drawn per sample"),
+        "per_channel": ("bool | None", "draw per channel or per pixel"),
+    },
+    "noise.salt_and_pepper": {
+        "salt_val": ("float | None", "salt value"), "pepper_val": ("float | None", "pepper value"),
+    },
+    "jitter": {"interp_type": ("types.DALIInterpType | None", "INTERP_NN only"),
+               "fill_value": ("float | sequence", "fill where the moved pixel is outside")},
+    "jpeg_compression": {"quality": ("int | (int, int)", "JPEG quality or a range")},
+    "random_erasing": {"value": ("float | sequence | str", "fill value(s) or 'random'")},
+    "erase": {
+        "anchor": ("sequence of float", "region starts"), "shape": ("sequence of float", "region extents"),
+        "axis_names": ("str", "the axes anchor and shape give"),
+        "axes": ("sequence of int | None", "the axes by index"),
+        "fill_value": ("float | sequence", "fill value(s)"),
+    },
     "prune_boxes": {
         "clip": ("bool", "clip boxes to [0, W] x [0, H] before the tests below"),
         "min_size": ("float", "drop boxes whose width or height (pixels, after clipping) is below this"),
@@ -110,6 +136,31 @@ ARG_DOCS = {
         "size": ("(int, int)", "output (height, width); the image is scaled to fit inside, aspect kept"),
         "fill": ("float | sequence", "value of the padding pixels (114: YOLO's grey)"),
         "center": ("bool", "centre the image (True) or put it at the top-left corner"),
+    },
+    "perspective": {  # meanings in the op's declaration (ops/recipes_geometry.py)
+        "startpoints": ("sequence | None", ""),
+        "endpoints": ("sequence | None", ""),
+        "distortion_scale": ("float | None", ""),
+        "p": ("float | None", ""),
+        "fill": ("float | sequence", "value of the pixels the perspective brings in from outside"),
+        "antialias": ("bool", ""),
+    },
+    "scale_jitter": {
+        "size": ("(int, int)", ""), "scale_range": ("(float, float)", ""), "crop": ("bool", ""),
+        "pad": ("bool", ""), "fill": ("float | sequence", ""), "rounding": ("str", ""),
+        "antialias": ("bool", "supersample where the image shrinks; False: one bilinear sample a "
+                              "pixel"),
+    },
+    "random_shortest_size": {
+        "min_size": ("int | sequence of int", ""), "max_size": ("int | None", ""),
+        "rounding": ("str", ""),
+        "antialias": ("bool", "supersample where the image shrinks; False: one bilinear sample a "
+                              "pixel"),
+    },
+    "warp_affine": {
+        "matrix": ("sequence of float | None", ""), "size": ("(int, int) | None", ""),
+        "fill_value": ("float | None", ""), "interp_type": ("types.DALIInterpType | None", ""),
+        "inverse_map": ("bool", ""), "dtype": ("types.DALIDataType | None", ""),
     },
     "rotate": {
         "angle": ("float", "degrees, counter-clockwise, about the image centre"),
@@ -182,6 +233,10 @@ ARG_DOCS = {
         "hue": ("float", "hue rotation in degrees"),
         "saturation": ("float", "saturation factor (0 grey, 1 unchanged)"),
         "value": ("float", "brightness factor (1 unchanged)"),
+    },
+    "contrast": {
+        "contrast_center": ("float | None", "the level contrast keeps, in input units; None: the "
+                                            "middle of the input's range (128 uint8, 0.5 float)"),
     },
     "random_bbox_crop": {
         "thresholds": ("sequence of float", "minimum overlap; one is drawn per sample (0 and "

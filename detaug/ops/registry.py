@@ -228,6 +228,9 @@ def make_functional(missing=None):
         f.__qualname__ = name
         f.__doc__ = op_docstring(name)
         f.__signature__ = signature_of(name)  # what help() and inspect show; the call is f's
+        held = getattr(ns, parts[-1], None)
+        if isinstance(held, _Namespace):  # an op that is a namespace too (fn.noise, fn.noise.shot)
+            f.__dict__.update({k: v for k, v in vars(held).items() if not k.startswith("_")})
         setattr(ns, parts[-1], f)
     return fn
 
