@@ -31,6 +31,7 @@ from ..ops.decode import DECODER_HINTS, check_decoder_args, decode_image, decode
 from ..ops.geometry import apply_geometry, pair
 from ..ops.registry import register
 
+
 def random_crop_windows(u, sizes, area, aspect, attempts):
     """DALI's random crop windows (see the module's docstring) for a batch.
 
@@ -43,7 +44,8 @@ def random_crop_windows(u, sizes, area, aspect, attempts):
     f32 = np.float32
     out = np.zeros((len(sizes), 4), np.int64)
     r0, r1 = f32(aspect[0]), f32(aspect[1])
-    for s, (H, W) in enumerate(np.asarray(sizes, np.int64)):
+    # one sample at a time, as DALI's generator (the attempts stop at the first that fits)
+    for s, (H, W) in enumerate(np.asarray(sizes, np.int64).tolist()):
         v = u[s].astype(f32)
         min_area = f32(W * H) * f32(area[0])
         max_w = max(1, int(f32(H) * r1))
@@ -68,7 +70,7 @@ def random_crop_windows(u, sizes, area, aspect, attempts):
                 w, h = (max_w, H) if f32(W) / f32(H) > r1 else (W, max_h) if f32(W) / f32(H) < r0 \
                     else (W, H)
                 shrink = min(f32(1), f32(area[1]) * f32(W * H) / f32(w * h))
-                w, h = max(1, int(w * np.sqrt(shrink))), max(1, int(h * np.sqrt(shrink)))
+                w, h = max(1, int(f32(w) * np.sqrt(shrink))), max(1, int(f32(h) * np.sqrt(shrink)))
         # the anchor: uniform over the integer positions (DALI's uniform_int_distribution)
         x = min(int(u[s, -2] * (W - w + 1)), W - w)
         y = min(int(u[s, -1] * (H - h + 1)), H - h)
