@@ -167,7 +167,7 @@ def test_image_random_crop_gives_windows_of_the_source(tmp_path, rng):
 
 def _dali_window_reference(u, H, W, area, aspect, attempts):
     """DALI's RandomCropGenerator::GenerateCropWindowImpl (dali/util/random_crop_generator.cc),
-    line by line in float32, on given uniforms: u[2a] the area draw, u[2a + 1] the log-ratio draw
+    line by line in float32, one sample and one attempt at a time, on given uniforms: u[2a] the area draw, u[2a + 1] the log-ratio draw
     of attempt a, u[-2], u[-1] the anchor's."""
     f = np.float32
     H, W = int(H), int(W)  # C++ ints: int * float is float (float32 here, as numpy's weak ints)
@@ -184,7 +184,9 @@ def _dali_window_reference(u, H, W, area, aspect, attempts):
             a = attempts - left
             scale = f(area[0]) + f(u[2 * a]) * (f(area[1]) - f(area[0]))
             target = scale * f(H * W)
-            ratio = f(np.exp(f(np.log(min_wh)) + f(u[2 * a + 1]) * (f(np.log(max_wh)) - f(np.log(min_wh)))))
+            # exp(U(log lo, log hi)) (std::exp of a float in DALI; here in double, then float)
+            lo, hi = np.log(np.float64(min_wh)), np.log(np.float64(max_wh))
+            ratio = f(np.exp(lo + np.float64(f(u[2 * a + 1])) * (hi - lo)))
             cw = max(1, int(np.floor(np.sqrt(f(target * ratio)) + f(0.5))))
             ch = max(1, int(np.floor(np.sqrt(f(target / ratio)) + f(0.5))))
             r = f(cw) / f(ch)

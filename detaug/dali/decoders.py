@@ -33,49 +33,56 @@ from ..ops.registry import register
 
 
 def random_crop_windows(u, sizes, area, aspect, attempts):
-    """DALI's random crop windows (see the module's docstring) for a batch.
+    """DALI's random crop windows (see the module's docstring) for a batch, every attempt of
+    every sample at once; each sample takes its first attempt that fits.
 
     Args:
         u: (B, 2 * attempts + 2) uniforms in [0, 1): per attempt (area, log-ratio), then (x, y).
         sizes: (B, 2) (H, W); area, aspect: (min, max) pairs; attempts: the number of attempts.
     Returns:
         (B, 4) int64 windows [x0, y0, x1, y1].
+
+    Float32 as DALI's generator computes (its ``roundf`` / ``sqrtf``); the aspect ratio's
+    ``exp`` is taken in float64 and rounded to float32 (the same value on every CPU).
     """
     f32 = np.float32
-    out = np.zeros((len(sizes), 4), np.int64)
+    u = np.asarray(u, np.float64)
+    sizes = np.asarray(sizes, np.int64).reshape(-1, 2)
+    H, W = sizes[:, 0], sizes[:, 1]
     r0, r1 = f32(aspect[0]), f32(aspect[1])
-    # one sample at a time, as DALI's generator (the attempts stop at the first that fits)
-    for s, (H, W) in enumerate(np.asarray(sizes, np.int64).tolist()):
-        v = u[s].astype(f32)
-        min_area = f32(W * H) * f32(area[0])
-        max_w = max(1, int(f32(H) * r1))
-        max_h = max(1, int(f32(W) * (f32(1) / r0)))
-        if H * max_w < min_area:      # too wide for any window of the ranges
-            w, h = max_w, H
-        elif W * max_h < min_area:    # too tall
-            w, h = W, max_h
-        else:
-            w = h = 0
-            for a in range(attempts):
-                scale = f32(area[0]) + (f32(area[1]) - f32(area[0])) * v[2 * a]
-                target = scale * f32(H * W)
-                lo, hi = np.log(r0), np.log(r1)
-                ratio = np.exp(f32(lo + (hi - lo) * v[2 * a + 1]))
-                w = max(1, int(_roundf(np.sqrt(f32(target * ratio)))))
-                h = max(1, int(_roundf(np.sqrt(f32(target / ratio)))))
-                r = f32(w) / f32(h)
-                if w <= W and h <= H and r0 <= r <= r1:
-                    break
-            else:
-                w, h = (max_w, H) if f32(W) / f32(H) > r1 else (W, max_h) if f32(W) / f32(H) < r0 \
-                    else (W, H)
-                shrink = min(f32(1), f32(area[1]) * f32(W * H) / f32(w * h))
-                w, h = max(1, int(f32(w) * np.sqrt(shrink))), max(1, int(f32(h) * np.sqrt(shrink)))
-        # the anchor: uniform over the integer positions (DALI's uniform_int_distribution)
-        x = min(int(u[s, -2] * (W - w + 1)), W - w)
-        y = min(int(u[s, -1] * (H - h + 1)), H - h)
-        out[s] = (x, y, x + w, y + h)
-    return out
+    a0, a1 = f32(area[0]), f32(area[1])
+    hw = (H * W).astype(f32)
+    min_area = hw * a0
+    max_w = np.maximum(1, (H.astype(f32) * r1).astype(np.int64))
+    max_h = np.maximum(1, (W.astype(f32) * (f32(1) / r0)).astype(np.int64))
+    too_wide = H * max_w < min_area
+    too_tall = ~too_wide & (W * max_h < min_area)
+    # the attempts, (B, attempts)
+    target = (a0 + (a1 - a0) * u[:, 0:2 * attempts:2].astype(f32)) * hw[:, None]
+    lo, hi = np.log(np.float64(r0)), np.log(np.float64(r1))
+    ratio = np.exp(lo + (hi - lo) * u[:, 1:2 * attempts:2].astype(f32).astype(np.float64)).astype(f32)
+    w = np.maximum(1, _roundf(np.sqrt(target * ratio)).astype(np.int64))
+    h = np.maximum(1, _roundf(np.sqrt(target / ratio)).astype(np.int64))
+    r = w.astype(f32) / h.astype(f32)
+    ok = (w <= W[:, None]) & (h <= H[:, None]) & (r >= r0) & (r <= r1)
+    first = ok.argmax(1)
+    rows = np.arange(len(sizes))
+    cw, ch = w[rows, first], h[rows, first]
+    # no attempt fitted: the whole image, its aspect clamped into range, shrunk to area[1]
+    whole = W.astype(f32) / H.astype(f32)
+    fw = np.where(whole > r1, max_w, W)
+    fh = np.where(whole > r1, H, np.where(whole < r0, max_h, H))
+    shrink = np.sqrt(np.minimum(f32(1), a1 * hw / (fw * fh).astype(f32)))
+    fw = np.maximum(1, (fw.astype(f32) * shrink).astype(np.int64))
+    fh = np.maximum(1, (fh.astype(f32) * shrink).astype(np.int64))
+    failed = ~ok.any(1)
+    cw, ch = np.where(failed, fw, cw), np.where(failed, fh, ch)
+    cw = np.where(too_wide, max_w, np.where(too_tall, W, cw))
+    ch = np.where(too_wide, H, np.where(too_tall, max_h, ch))
+    # the anchor: uniform over the integer positions (DALI's uniform_int_distribution)
+    x = np.minimum((u[:, -2] * (W - cw + 1)).astype(np.int64), W - cw)
+    y = np.minimum((u[:, -1] * (H - ch + 1)).astype(np.int64), H - ch)
+    return np.stack([x, y, x + cw, y + ch], -1)
 
 
 def _roundf(x):
