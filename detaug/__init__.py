@@ -13,14 +13,28 @@ import sys as _sys
 from .core.batch import BoxBatch, ImageBatch
 from . import ops
 from .dali import ops as _dali_ops  # noqa: F401  (registration of DALI's ops)
+from .dali import decoders as _dali_decoders  # noqa: F401  (decoders.image_random_crop)
 from .ops.boxes import PaddedBoxes
 from .ops.registry import make_classes as _make_classes, make_functional as _make_functional
 
-fn = _make_functional()
+from .dali.fn_names import missing_message as _missing  # noqa: E402
+
+fn = _make_functional(_missing)
 # ``import detaug.fn as fn`` (DALI: ``import nvidia.dali.fn as fn``) finds the namespace object
 _sys.modules.setdefault(__name__ + ".fn", fn)
 ops.fn = fn
-vars(ops).update({k: v for k, v in vars(_make_classes()).items() if not k.startswith("_")})
+_classes = _make_classes(_missing)
+vars(ops).update({k: v for k, v in vars(_classes).items() if not k.startswith("_")})
+
+
+def _ops_getattr(name):
+    """``ops.<Name>`` that no op makes: one line naming DALI's op (PEP 562)."""
+    if name.startswith("_"):
+        raise AttributeError(f"module 'detaug.ops' has no attribute {name!r}")
+    return getattr(_classes, name)  # raises NotInDetaug, or gives one of DALI's namespaces
+
+
+ops.__getattr__ = _ops_getattr
 
 from . import types  # noqa: E402  (detaug.types, as nvidia.dali.types: `import detaug as dali`)
 from .pipeline import Pipeline, pipeline_def  # noqa: E402

@@ -637,7 +637,7 @@ def grayscale(images: Any, /, *, p: float | DataNode = 1.0, num_output_channels:
     Functional form: fn.grayscale; class form: ops.Grayscale
     """
 
-def host_decoder(encoded: Any, /, *, output_type: str = 'RGB', hw_decoder_load: Any = None, use_fast_idct: Any = None, device_memory_padding: Any = None, host_memory_padding: Any = None, hybrid_huffman_threshold: Any = None, affine: Any = None, split_stages: Any = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def host_decoder(encoded: Any, /, *, output_type: str = 'RGB', hw_decoder_load: Any = None, use_fast_idct: Any = None, device_memory_padding: Any = None, host_memory_padding: Any = None, device_memory_padding_jpeg2k: Any = None, host_memory_padding_jpeg2k: Any = None, preallocate_width_hint: Any = None, preallocate_height_hint: Any = None, hybrid_huffman_threshold: Any = None, affine: Any = None, split_stages: Any = None, use_chunk_allocator: Any = None, memory_stats: Any = None, bytes_per_sample_hint: Any = None, preserve: Any = None, jpeg_fancy_upsampling: Any = None, adjust_orientation: bool | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Decode JPEG/PNG/...: Pillow on the host, nvImageCodec on the GPU (mixed); device='auto': 'mixed' where a GPU, cupy and nvImageCodec are present, else 'cpu'.
     
@@ -648,13 +648,24 @@ def host_decoder(encoded: Any, /, *, output_type: str = 'RGB', hw_decoder_load: 
     
     Arguments (keyword only):
         output_type: str = 'RGB': colour space of the decoded image: 'RGB' (or types.RGB); 'BGR' and 'GRAY' as DALI's
-        hw_decoder_load: any = None: hint, changes no value here: DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels whatever its value
-        use_fast_idct: any = None: hint, changes no value here: DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels whatever its value
-        device_memory_padding: any = None: hint, changes no value here: DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels whatever its value
-        host_memory_padding: any = None: hint, changes no value here: DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels whatever its value
-        hybrid_huffman_threshold: any = None: hint, changes no value here: DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels whatever its value
-        affine: any = None: hint, changes no value here: DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels whatever its value
-        split_stages: any = None: hint, changes no value here: DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels whatever its value
+        hw_decoder_load: any = None: hint, changes no value here: DALI's share of images for the hardware JPEG decoder
+        use_fast_idct: any = None: hint, changes no value here: nvJPEG's fast IDCT; Pillow and nvImageCodec decode as they always do
+        device_memory_padding: any = None: hint, changes no value here: nvJPEG's device buffer preallocation
+        host_memory_padding: any = None: hint, changes no value here: nvJPEG's pinned host buffer preallocation
+        device_memory_padding_jpeg2k: any = None: hint, changes no value here: nvJPEG2000's device buffer preallocation
+        host_memory_padding_jpeg2k: any = None: hint, changes no value here: nvJPEG2000's host buffer preallocation
+        preallocate_width_hint: any = None: hint, changes no value here: the hardware decoder's preallocated width
+        preallocate_height_hint: any = None: hint, changes no value here: the hardware decoder's preallocated height
+        hybrid_huffman_threshold: any = None: hint, changes no value here: nvJPEG's host/device Huffman split
+        affine: any = None: hint, changes no value here: DALI's thread affinity
+        split_stages: any = None: hint, changes no value here: deprecated in DALI
+        use_chunk_allocator: any = None: hint, changes no value here: deprecated in DALI
+        memory_stats: any = None: hint, changes no value here: DALI's allocation statistics
+        bytes_per_sample_hint: any = None: hint, changes no value here: DALI's output preallocation
+        preserve: any = None: hint, changes no value here: DALI's pruning of unused ops (detaug runs what the outputs need)
+        jpeg_fancy_upsampling: any = None: hint, changes no value here: the mixed decoder's chroma upsampling (detaug's CPU decoder, Pillow, always upsamples smoothly; nvImageCodec decodes as it does)
+        adjust_orientation: bool | None = None: DALI's EXIF rotation: only False is accepted (boxes refer to the stored pixels)
+        dtype: str | None = None: only types.UINT8
     
     Common keywords (every op):
         device: str | None = None: one of 'cpu', 'mixed'; None runs on 'cpu'; 'auto' runs on 'mixed' where a GPU, cupy and nvImageCodec are present, else on 'cpu' (pipe.device_summary says where it ran)
@@ -718,7 +729,7 @@ def hue(images: Any, /, *, hue: float | DataNode = 0.0, dtype: str | None = None
     Functional form: fn.hue; class form: ops.Hue
     """
 
-def image_decoder(encoded: Any, /, *, output_type: str = 'RGB', hw_decoder_load: Any = None, use_fast_idct: Any = None, device_memory_padding: Any = None, host_memory_padding: Any = None, hybrid_huffman_threshold: Any = None, affine: Any = None, split_stages: Any = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def image_decoder(encoded: Any, /, *, output_type: str = 'RGB', hw_decoder_load: Any = None, use_fast_idct: Any = None, device_memory_padding: Any = None, host_memory_padding: Any = None, device_memory_padding_jpeg2k: Any = None, host_memory_padding_jpeg2k: Any = None, preallocate_width_hint: Any = None, preallocate_height_hint: Any = None, hybrid_huffman_threshold: Any = None, affine: Any = None, split_stages: Any = None, use_chunk_allocator: Any = None, memory_stats: Any = None, bytes_per_sample_hint: Any = None, preserve: Any = None, jpeg_fancy_upsampling: Any = None, adjust_orientation: bool | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Decode JPEG/PNG/...: Pillow on the host, nvImageCodec on the GPU (mixed); device='auto': 'mixed' where a GPU, cupy and nvImageCodec are present, else 'cpu'.
     
@@ -729,13 +740,24 @@ def image_decoder(encoded: Any, /, *, output_type: str = 'RGB', hw_decoder_load:
     
     Arguments (keyword only):
         output_type: str = 'RGB': colour space of the decoded image: 'RGB' (or types.RGB); 'BGR' and 'GRAY' as DALI's
-        hw_decoder_load: any = None: hint, changes no value here: DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels whatever its value
-        use_fast_idct: any = None: hint, changes no value here: DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels whatever its value
-        device_memory_padding: any = None: hint, changes no value here: DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels whatever its value
-        host_memory_padding: any = None: hint, changes no value here: DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels whatever its value
-        hybrid_huffman_threshold: any = None: hint, changes no value here: DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels whatever its value
-        affine: any = None: hint, changes no value here: DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels whatever its value
-        split_stages: any = None: hint, changes no value here: DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels whatever its value
+        hw_decoder_load: any = None: hint, changes no value here: DALI's share of images for the hardware JPEG decoder
+        use_fast_idct: any = None: hint, changes no value here: nvJPEG's fast IDCT; Pillow and nvImageCodec decode as they always do
+        device_memory_padding: any = None: hint, changes no value here: nvJPEG's device buffer preallocation
+        host_memory_padding: any = None: hint, changes no value here: nvJPEG's pinned host buffer preallocation
+        device_memory_padding_jpeg2k: any = None: hint, changes no value here: nvJPEG2000's device buffer preallocation
+        host_memory_padding_jpeg2k: any = None: hint, changes no value here: nvJPEG2000's host buffer preallocation
+        preallocate_width_hint: any = None: hint, changes no value here: the hardware decoder's preallocated width
+        preallocate_height_hint: any = None: hint, changes no value here: the hardware decoder's preallocated height
+        hybrid_huffman_threshold: any = None: hint, changes no value here: nvJPEG's host/device Huffman split
+        affine: any = None: hint, changes no value here: DALI's thread affinity
+        split_stages: any = None: hint, changes no value here: deprecated in DALI
+        use_chunk_allocator: any = None: hint, changes no value here: deprecated in DALI
+        memory_stats: any = None: hint, changes no value here: DALI's allocation statistics
+        bytes_per_sample_hint: any = None: hint, changes no value here: DALI's output preallocation
+        preserve: any = None: hint, changes no value here: DALI's pruning of unused ops (detaug runs what the outputs need)
+        jpeg_fancy_upsampling: any = None: hint, changes no value here: the mixed decoder's chroma upsampling (detaug's CPU decoder, Pillow, always upsamples smoothly; nvImageCodec decodes as it does)
+        adjust_orientation: bool | None = None: DALI's EXIF rotation: only False is accepted (boxes refer to the stored pixels)
+        dtype: str | None = None: only types.UINT8
     
     Common keywords (every op):
         device: str | None = None: one of 'cpu', 'mixed'; None runs on 'cpu'; 'auto' runs on 'mixed' where a GPU, cupy and nvImageCodec are present, else on 'cpu' (pipe.device_summary says where it ran)
@@ -749,7 +771,52 @@ def image_decoder(encoded: Any, /, *, output_type: str = 'RGB', hw_decoder_load:
     Functional form: fn.image_decoder; class form: ops.ImageDecoder
     """
 
-def image_decoder_slice(encoded: Any, anchor: Any, shape: Any, /, *, output_type: str = 'RGB', axes: tuple = (1, 0), axis_names: str | None = None, normalized_anchor: bool = True, normalized_shape: bool = True, out_of_bounds_policy: str = 'error', fill_values: float | Sequence[Any] = 0.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def image_decoder_random_crop(encoded: Any, /, *, output_type: str = 'RGB', random_area: Sequence[float] = (0.08, 1.0), random_aspect_ratio: Sequence[float] = (0.75, 1.333333), num_attempts: int = 10, hw_decoder_load: Any = None, use_fast_idct: Any = None, device_memory_padding: Any = None, host_memory_padding: Any = None, device_memory_padding_jpeg2k: Any = None, host_memory_padding_jpeg2k: Any = None, preallocate_width_hint: Any = None, preallocate_height_hint: Any = None, hybrid_huffman_threshold: Any = None, affine: Any = None, split_stages: Any = None, use_chunk_allocator: Any = None, memory_stats: Any = None, bytes_per_sample_hint: Any = None, preserve: Any = None, jpeg_fancy_upsampling: Any = None, adjust_orientation: bool | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's decoders.image_random_crop: decode, then a random window of DALI's RandomCropGenerator (random_area, random_aspect_ratio, num_attempts, fallback), drawn per sample from detaug's keyed streams.
+    
+    Alias of fn.decoders.image_random_crop (same arguments and behaviour).
+    
+    Inputs (positional only, 1):
+        encoded: encoded image bytes: the first output of a reader (or external_source)
+    
+    Arguments (keyword only):
+        output_type: str = 'RGB': colour space of the decoded image: 'RGB' (or types.RGB); 'BGR' and 'GRAY' as DALI's
+        random_area: sequence of float = (0.08, 1.0): the window's area as a fraction of the image's, drawn uniformly from [min, max]
+        random_aspect_ratio: sequence of float = (0.75, 1.333333): the window's width / height, drawn log-uniformly from [min, max]
+        num_attempts: int = 10: draws before the fallback (the whole image, its aspect clamped into range, shrunk to random_area's max)
+        hw_decoder_load: any = None: hint, changes no value here: DALI's share of images for the hardware JPEG decoder
+        use_fast_idct: any = None: hint, changes no value here: nvJPEG's fast IDCT; Pillow and nvImageCodec decode as they always do
+        device_memory_padding: any = None: hint, changes no value here: nvJPEG's device buffer preallocation
+        host_memory_padding: any = None: hint, changes no value here: nvJPEG's pinned host buffer preallocation
+        device_memory_padding_jpeg2k: any = None: hint, changes no value here: nvJPEG2000's device buffer preallocation
+        host_memory_padding_jpeg2k: any = None: hint, changes no value here: nvJPEG2000's host buffer preallocation
+        preallocate_width_hint: any = None: hint, changes no value here: the hardware decoder's preallocated width
+        preallocate_height_hint: any = None: hint, changes no value here: the hardware decoder's preallocated height
+        hybrid_huffman_threshold: any = None: hint, changes no value here: nvJPEG's host/device Huffman split
+        affine: any = None: hint, changes no value here: DALI's thread affinity
+        split_stages: any = None: hint, changes no value here: deprecated in DALI
+        use_chunk_allocator: any = None: hint, changes no value here: deprecated in DALI
+        memory_stats: any = None: hint, changes no value here: DALI's allocation statistics
+        bytes_per_sample_hint: any = None: hint, changes no value here: DALI's output preallocation
+        preserve: any = None: hint, changes no value here: DALI's pruning of unused ops (detaug runs what the outputs need)
+        jpeg_fancy_upsampling: any = None: hint, changes no value here: the mixed decoder's chroma upsampling (detaug's CPU decoder, Pillow, always upsamples smoothly; nvImageCodec decodes as it does)
+        adjust_orientation: bool | None = None: DALI's EXIF rotation: only False is accepted (boxes refer to the stored pixels)
+        dtype: str | None = None: only types.UINT8
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'mixed'; None runs on 'cpu'; 'auto' runs on 'mixed' where a GPU, cupy and nvImageCodec are present, else on 'cpu' (pipe.device_summary says where it ran)
+        name: str | None = None: this op's name in the graph and in error messages (default 'decoders.image_random_crop_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, mixed
+    
+    Returns: one output; ImageBatch uint8 HWC of the window sizes (a pending crop on the GPU, fused into the next warp)
+    
+    Functional form: fn.image_decoder_random_crop; class form: ops.ImageDecoderRandomCrop
+    """
+
+def image_decoder_slice(encoded: Any, anchor: Any, shape: Any, /, *, output_type: str = 'RGB', axes: tuple = (1, 0), axis_names: str | None = None, normalized_anchor: bool = True, normalized_shape: bool = True, out_of_bounds_policy: str = 'error', fill_values: float | Sequence[Any] = 0.0, hw_decoder_load: Any = None, use_fast_idct: Any = None, device_memory_padding: Any = None, host_memory_padding: Any = None, device_memory_padding_jpeg2k: Any = None, host_memory_padding_jpeg2k: Any = None, preallocate_width_hint: Any = None, preallocate_height_hint: Any = None, hybrid_huffman_threshold: Any = None, affine: Any = None, split_stages: Any = None, use_chunk_allocator: Any = None, memory_stats: Any = None, bytes_per_sample_hint: Any = None, preserve: Any = None, jpeg_fancy_upsampling: Any = None, adjust_orientation: bool | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     DALI's decoders.image_slice: decode, then slice as fn.slice (the anchor and shape of fn.random_bbox_crop).
     
@@ -768,6 +835,24 @@ def image_decoder_slice(encoded: Any, anchor: Any, shape: Any, /, *, output_type
         normalized_shape: bool = True: the shape is relative to the image size (True) or in pixels
         out_of_bounds_policy: str = 'error': a window reaching outside the image: 'error' raises, 'pad' fills with fill_values, 'trim_to_shape' cuts it to the image
         fill_values: float | sequence = 0.0: value (or one per channel) of pixels outside the image
+        hw_decoder_load: any = None: hint, changes no value here: DALI's share of images for the hardware JPEG decoder
+        use_fast_idct: any = None: hint, changes no value here: nvJPEG's fast IDCT; Pillow and nvImageCodec decode as they always do
+        device_memory_padding: any = None: hint, changes no value here: nvJPEG's device buffer preallocation
+        host_memory_padding: any = None: hint, changes no value here: nvJPEG's pinned host buffer preallocation
+        device_memory_padding_jpeg2k: any = None: hint, changes no value here: nvJPEG2000's device buffer preallocation
+        host_memory_padding_jpeg2k: any = None: hint, changes no value here: nvJPEG2000's host buffer preallocation
+        preallocate_width_hint: any = None: hint, changes no value here: the hardware decoder's preallocated width
+        preallocate_height_hint: any = None: hint, changes no value here: the hardware decoder's preallocated height
+        hybrid_huffman_threshold: any = None: hint, changes no value here: nvJPEG's host/device Huffman split
+        affine: any = None: hint, changes no value here: DALI's thread affinity
+        split_stages: any = None: hint, changes no value here: deprecated in DALI
+        use_chunk_allocator: any = None: hint, changes no value here: deprecated in DALI
+        memory_stats: any = None: hint, changes no value here: DALI's allocation statistics
+        bytes_per_sample_hint: any = None: hint, changes no value here: DALI's output preallocation
+        preserve: any = None: hint, changes no value here: DALI's pruning of unused ops (detaug runs what the outputs need)
+        jpeg_fancy_upsampling: any = None: hint, changes no value here: the mixed decoder's chroma upsampling (detaug's CPU decoder, Pillow, always upsamples smoothly; nvImageCodec decodes as it does)
+        adjust_orientation: bool | None = None: DALI's EXIF rotation: only False is accepted (boxes refer to the stored pixels); True raises
+        dtype: str | None = None: DALI's output type of the draws (e.g. 'int32', 'float32'): values rounded half away from zero and clamped to the type's range
     
     Common keywords (every op):
         device: str | None = None: one of 'cpu', 'mixed'; None runs on 'cpu'; 'auto' runs on 'mixed' where a GPU, cupy and nvImageCodec are present, else on 'cpu' (pipe.device_summary says where it ran)
@@ -1075,7 +1160,7 @@ def normalize(images: Any, /, *, mean: float | Sequence[Any] | None = None, std:
     Functional form: fn.normalize; class form: ops.Normalize
     """
 
-def nv_jpeg_decoder(encoded: Any, /, *, output_type: str = 'RGB', hw_decoder_load: Any = None, use_fast_idct: Any = None, device_memory_padding: Any = None, host_memory_padding: Any = None, hybrid_huffman_threshold: Any = None, affine: Any = None, split_stages: Any = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def nv_jpeg_decoder(encoded: Any, /, *, output_type: str = 'RGB', hw_decoder_load: Any = None, use_fast_idct: Any = None, device_memory_padding: Any = None, host_memory_padding: Any = None, device_memory_padding_jpeg2k: Any = None, host_memory_padding_jpeg2k: Any = None, preallocate_width_hint: Any = None, preallocate_height_hint: Any = None, hybrid_huffman_threshold: Any = None, affine: Any = None, split_stages: Any = None, use_chunk_allocator: Any = None, memory_stats: Any = None, bytes_per_sample_hint: Any = None, preserve: Any = None, jpeg_fancy_upsampling: Any = None, adjust_orientation: bool | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Decode JPEG/PNG/...: Pillow on the host, nvImageCodec on the GPU (mixed); device='auto': 'mixed' where a GPU, cupy and nvImageCodec are present, else 'cpu'.
     
@@ -1086,13 +1171,24 @@ def nv_jpeg_decoder(encoded: Any, /, *, output_type: str = 'RGB', hw_decoder_loa
     
     Arguments (keyword only):
         output_type: str = 'RGB': colour space of the decoded image: 'RGB' (or types.RGB); 'BGR' and 'GRAY' as DALI's
-        hw_decoder_load: any = None: hint, changes no value here: DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels whatever its value
-        use_fast_idct: any = None: hint, changes no value here: DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels whatever its value
-        device_memory_padding: any = None: hint, changes no value here: DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels whatever its value
-        host_memory_padding: any = None: hint, changes no value here: DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels whatever its value
-        hybrid_huffman_threshold: any = None: hint, changes no value here: DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels whatever its value
-        affine: any = None: hint, changes no value here: DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels whatever its value
-        split_stages: any = None: hint, changes no value here: DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels whatever its value
+        hw_decoder_load: any = None: hint, changes no value here: DALI's share of images for the hardware JPEG decoder
+        use_fast_idct: any = None: hint, changes no value here: nvJPEG's fast IDCT; Pillow and nvImageCodec decode as they always do
+        device_memory_padding: any = None: hint, changes no value here: nvJPEG's device buffer preallocation
+        host_memory_padding: any = None: hint, changes no value here: nvJPEG's pinned host buffer preallocation
+        device_memory_padding_jpeg2k: any = None: hint, changes no value here: nvJPEG2000's device buffer preallocation
+        host_memory_padding_jpeg2k: any = None: hint, changes no value here: nvJPEG2000's host buffer preallocation
+        preallocate_width_hint: any = None: hint, changes no value here: the hardware decoder's preallocated width
+        preallocate_height_hint: any = None: hint, changes no value here: the hardware decoder's preallocated height
+        hybrid_huffman_threshold: any = None: hint, changes no value here: nvJPEG's host/device Huffman split
+        affine: any = None: hint, changes no value here: DALI's thread affinity
+        split_stages: any = None: hint, changes no value here: deprecated in DALI
+        use_chunk_allocator: any = None: hint, changes no value here: deprecated in DALI
+        memory_stats: any = None: hint, changes no value here: DALI's allocation statistics
+        bytes_per_sample_hint: any = None: hint, changes no value here: DALI's output preallocation
+        preserve: any = None: hint, changes no value here: DALI's pruning of unused ops (detaug runs what the outputs need)
+        jpeg_fancy_upsampling: any = None: hint, changes no value here: the mixed decoder's chroma upsampling (detaug's CPU decoder, Pillow, always upsamples smoothly; nvImageCodec decodes as it does)
+        adjust_orientation: bool | None = None: DALI's EXIF rotation: only False is accepted (boxes refer to the stored pixels)
+        dtype: str | None = None: only types.UINT8
     
     Common keywords (every op):
         device: str | None = None: one of 'cpu', 'mixed'; None runs on 'cpu'; 'auto' runs on 'mixed' where a GPU, cupy and nvImageCodec are present, else on 'cpu' (pipe.device_summary says where it ran)
@@ -1473,7 +1569,7 @@ def retinanet_encode(boxes: Any, /, *, num_classes: int | None = None, sizes: Se
     Functional form: fn.retinanet_encode; class form: ops.RetinanetEncode
     """
 
-def rotate(images: Any, boxes: Any = ..., /, *, angle: float | DataNode = 0.0, expand: bool = False, fill: float | Sequence[Any] = 0.0, box_mode: str = 'corners', keep_size: bool | None = None, fill_value: float | None = None, size: tuple[int, int] | None = None, interp_type: Any | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def rotate(images: Any, boxes: Any = ..., /, *, angle: float | DataNode = 0.0, expand: bool | None = None, fill: float | Sequence[Any] = 0.0, box_mode: str = 'corners', keep_size: bool | None = None, fill_value: float | None = None, size: tuple[int, int] | None = None, interp_type: Any | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Rotate by angle degrees counter-clockwise about the centre; keep canvas (fill 0) or expand=True (canvas rounded outward as torchvision's, image centred); boxes: 'corners' (enclosing box) or 'ellipse'.
     
@@ -1483,7 +1579,7 @@ def rotate(images: Any, boxes: Any = ..., /, *, angle: float | DataNode = 0.0, e
     
     Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
         angle: float = 0.0 [per-sample]: degrees, counter-clockwise, about the image centre
-        expand: bool = False: enlarge the canvas to hold the whole rotated image (rounded outward as torchvision's); False keeps the input size
+        expand: bool | None = None: enlarge the canvas to hold the whole rotated image (rounded outward as torchvision's); False keeps the input size; None (not given): False, with a warning once that DALI enlarges the canvas (keep_size=False, fill_value=0 gives DALI's)
         fill: float | sequence = 0.0: value of the pixels uncovered by the rotation
         box_mode: str = 'corners': how a box follows a rotation or shear: 'corners' (box enclosing the four moved corners) or 'ellipse' (box enclosing the inscribed ellipse, tighter)
         keep_size: bool | None = None: DALI: False (DALI's default when any DALI argument is given) enlarges the canvas by DALI's rule, True keeps it
@@ -1697,7 +1793,7 @@ class decoders:
     """fn.decoders.*"""
 
     @staticmethod
-    def image(encoded: Any, /, *, output_type: str = 'RGB', hw_decoder_load: Any = None, use_fast_idct: Any = None, device_memory_padding: Any = None, host_memory_padding: Any = None, hybrid_huffman_threshold: Any = None, affine: Any = None, split_stages: Any = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    def image(encoded: Any, /, *, output_type: str = 'RGB', hw_decoder_load: Any = None, use_fast_idct: Any = None, device_memory_padding: Any = None, host_memory_padding: Any = None, device_memory_padding_jpeg2k: Any = None, host_memory_padding_jpeg2k: Any = None, preallocate_width_hint: Any = None, preallocate_height_hint: Any = None, hybrid_huffman_threshold: Any = None, affine: Any = None, split_stages: Any = None, use_chunk_allocator: Any = None, memory_stats: Any = None, bytes_per_sample_hint: Any = None, preserve: Any = None, jpeg_fancy_upsampling: Any = None, adjust_orientation: bool | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
         """
         Decode JPEG/PNG/...: Pillow on the host, nvImageCodec on the GPU (mixed); device='auto': 'mixed' where a GPU, cupy and nvImageCodec are present, else 'cpu'.
         
@@ -1706,13 +1802,24 @@ class decoders:
         
         Arguments (keyword only):
             output_type: str = 'RGB': colour space of the decoded image: 'RGB' (or types.RGB); 'BGR' and 'GRAY' as DALI's
-            hw_decoder_load: any = None: hint, changes no value here: DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels whatever its value
-            use_fast_idct: any = None: hint, changes no value here: DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels whatever its value
-            device_memory_padding: any = None: hint, changes no value here: DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels whatever its value
-            host_memory_padding: any = None: hint, changes no value here: DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels whatever its value
-            hybrid_huffman_threshold: any = None: hint, changes no value here: DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels whatever its value
-            affine: any = None: hint, changes no value here: DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels whatever its value
-            split_stages: any = None: hint, changes no value here: DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels whatever its value
+            hw_decoder_load: any = None: hint, changes no value here: DALI's share of images for the hardware JPEG decoder
+            use_fast_idct: any = None: hint, changes no value here: nvJPEG's fast IDCT; Pillow and nvImageCodec decode as they always do
+            device_memory_padding: any = None: hint, changes no value here: nvJPEG's device buffer preallocation
+            host_memory_padding: any = None: hint, changes no value here: nvJPEG's pinned host buffer preallocation
+            device_memory_padding_jpeg2k: any = None: hint, changes no value here: nvJPEG2000's device buffer preallocation
+            host_memory_padding_jpeg2k: any = None: hint, changes no value here: nvJPEG2000's host buffer preallocation
+            preallocate_width_hint: any = None: hint, changes no value here: the hardware decoder's preallocated width
+            preallocate_height_hint: any = None: hint, changes no value here: the hardware decoder's preallocated height
+            hybrid_huffman_threshold: any = None: hint, changes no value here: nvJPEG's host/device Huffman split
+            affine: any = None: hint, changes no value here: DALI's thread affinity
+            split_stages: any = None: hint, changes no value here: deprecated in DALI
+            use_chunk_allocator: any = None: hint, changes no value here: deprecated in DALI
+            memory_stats: any = None: hint, changes no value here: DALI's allocation statistics
+            bytes_per_sample_hint: any = None: hint, changes no value here: DALI's output preallocation
+            preserve: any = None: hint, changes no value here: DALI's pruning of unused ops (detaug runs what the outputs need)
+            jpeg_fancy_upsampling: any = None: hint, changes no value here: the mixed decoder's chroma upsampling (detaug's CPU decoder, Pillow, always upsamples smoothly; nvImageCodec decodes as it does)
+            adjust_orientation: bool | None = None: DALI's EXIF rotation: only False is accepted (boxes refer to the stored pixels)
+            dtype: str | None = None: only types.UINT8
         
         Common keywords (every op):
             device: str | None = None: one of 'cpu', 'mixed'; None runs on 'cpu'; 'auto' runs on 'mixed' where a GPU, cupy and nvImageCodec are present, else on 'cpu' (pipe.device_summary says where it ran)
@@ -1729,7 +1836,53 @@ class decoders:
         """
 
     @staticmethod
-    def image_slice(encoded: Any, anchor: Any, shape: Any, /, *, output_type: str = 'RGB', axes: tuple = (1, 0), axis_names: str | None = None, normalized_anchor: bool = True, normalized_shape: bool = True, out_of_bounds_policy: str = 'error', fill_values: float | Sequence[Any] = 0.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    def image_random_crop(encoded: Any, /, *, output_type: str = 'RGB', random_area: Sequence[float] = (0.08, 1.0), random_aspect_ratio: Sequence[float] = (0.75, 1.333333), num_attempts: int = 10, hw_decoder_load: Any = None, use_fast_idct: Any = None, device_memory_padding: Any = None, host_memory_padding: Any = None, device_memory_padding_jpeg2k: Any = None, host_memory_padding_jpeg2k: Any = None, preallocate_width_hint: Any = None, preallocate_height_hint: Any = None, hybrid_huffman_threshold: Any = None, affine: Any = None, split_stages: Any = None, use_chunk_allocator: Any = None, memory_stats: Any = None, bytes_per_sample_hint: Any = None, preserve: Any = None, jpeg_fancy_upsampling: Any = None, adjust_orientation: bool | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's decoders.image_random_crop: decode, then a random window of DALI's RandomCropGenerator (random_area, random_aspect_ratio, num_attempts, fallback), drawn per sample from detaug's keyed streams.
+        
+        Inputs (positional only, 1):
+            encoded: encoded image bytes: the first output of a reader (or external_source)
+        
+        Arguments (keyword only):
+            output_type: str = 'RGB': colour space of the decoded image: 'RGB' (or types.RGB); 'BGR' and 'GRAY' as DALI's
+            random_area: sequence of float = (0.08, 1.0): the window's area as a fraction of the image's, drawn uniformly from [min, max]
+            random_aspect_ratio: sequence of float = (0.75, 1.333333): the window's width / height, drawn log-uniformly from [min, max]
+            num_attempts: int = 10: draws before the fallback (the whole image, its aspect clamped into range, shrunk to random_area's max)
+            hw_decoder_load: any = None: hint, changes no value here: DALI's share of images for the hardware JPEG decoder
+            use_fast_idct: any = None: hint, changes no value here: nvJPEG's fast IDCT; Pillow and nvImageCodec decode as they always do
+            device_memory_padding: any = None: hint, changes no value here: nvJPEG's device buffer preallocation
+            host_memory_padding: any = None: hint, changes no value here: nvJPEG's pinned host buffer preallocation
+            device_memory_padding_jpeg2k: any = None: hint, changes no value here: nvJPEG2000's device buffer preallocation
+            host_memory_padding_jpeg2k: any = None: hint, changes no value here: nvJPEG2000's host buffer preallocation
+            preallocate_width_hint: any = None: hint, changes no value here: the hardware decoder's preallocated width
+            preallocate_height_hint: any = None: hint, changes no value here: the hardware decoder's preallocated height
+            hybrid_huffman_threshold: any = None: hint, changes no value here: nvJPEG's host/device Huffman split
+            affine: any = None: hint, changes no value here: DALI's thread affinity
+            split_stages: any = None: hint, changes no value here: deprecated in DALI
+            use_chunk_allocator: any = None: hint, changes no value here: deprecated in DALI
+            memory_stats: any = None: hint, changes no value here: DALI's allocation statistics
+            bytes_per_sample_hint: any = None: hint, changes no value here: DALI's output preallocation
+            preserve: any = None: hint, changes no value here: DALI's pruning of unused ops (detaug runs what the outputs need)
+            jpeg_fancy_upsampling: any = None: hint, changes no value here: the mixed decoder's chroma upsampling (detaug's CPU decoder, Pillow, always upsamples smoothly; nvImageCodec decodes as it does)
+            adjust_orientation: bool | None = None: DALI's EXIF rotation: only False is accepted (boxes refer to the stored pixels)
+            dtype: str | None = None: only types.UINT8
+        
+        Common keywords (every op):
+            device: str | None = None: one of 'cpu', 'mixed'; None runs on 'cpu'; 'auto' runs on 'mixed' where a GPU, cupy and nvImageCodec are present, else on 'cpu' (pipe.device_summary says where it ran)
+            name: str | None = None: this op's name in the graph and in error messages (default 'decoders.image_random_crop_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu, mixed
+        
+        Returns: one output; ImageBatch uint8 HWC of the window sizes (a pending crop on the GPU, fused into the next warp)
+        
+        Aliases: fn.image_decoder_random_crop
+        
+        Functional form: fn.decoders.image_random_crop; class form: ops.decoders.ImageRandomCrop
+        """
+
+    @staticmethod
+    def image_slice(encoded: Any, anchor: Any, shape: Any, /, *, output_type: str = 'RGB', axes: tuple = (1, 0), axis_names: str | None = None, normalized_anchor: bool = True, normalized_shape: bool = True, out_of_bounds_policy: str = 'error', fill_values: float | Sequence[Any] = 0.0, hw_decoder_load: Any = None, use_fast_idct: Any = None, device_memory_padding: Any = None, host_memory_padding: Any = None, device_memory_padding_jpeg2k: Any = None, host_memory_padding_jpeg2k: Any = None, preallocate_width_hint: Any = None, preallocate_height_hint: Any = None, hybrid_huffman_threshold: Any = None, affine: Any = None, split_stages: Any = None, use_chunk_allocator: Any = None, memory_stats: Any = None, bytes_per_sample_hint: Any = None, preserve: Any = None, jpeg_fancy_upsampling: Any = None, adjust_orientation: bool | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
         """
         DALI's decoders.image_slice: decode, then slice as fn.slice (the anchor and shape of fn.random_bbox_crop).
         
@@ -1746,6 +1899,24 @@ class decoders:
             normalized_shape: bool = True: the shape is relative to the image size (True) or in pixels
             out_of_bounds_policy: str = 'error': a window reaching outside the image: 'error' raises, 'pad' fills with fill_values, 'trim_to_shape' cuts it to the image
             fill_values: float | sequence = 0.0: value (or one per channel) of pixels outside the image
+            hw_decoder_load: any = None: hint, changes no value here: DALI's share of images for the hardware JPEG decoder
+            use_fast_idct: any = None: hint, changes no value here: nvJPEG's fast IDCT; Pillow and nvImageCodec decode as they always do
+            device_memory_padding: any = None: hint, changes no value here: nvJPEG's device buffer preallocation
+            host_memory_padding: any = None: hint, changes no value here: nvJPEG's pinned host buffer preallocation
+            device_memory_padding_jpeg2k: any = None: hint, changes no value here: nvJPEG2000's device buffer preallocation
+            host_memory_padding_jpeg2k: any = None: hint, changes no value here: nvJPEG2000's host buffer preallocation
+            preallocate_width_hint: any = None: hint, changes no value here: the hardware decoder's preallocated width
+            preallocate_height_hint: any = None: hint, changes no value here: the hardware decoder's preallocated height
+            hybrid_huffman_threshold: any = None: hint, changes no value here: nvJPEG's host/device Huffman split
+            affine: any = None: hint, changes no value here: DALI's thread affinity
+            split_stages: any = None: hint, changes no value here: deprecated in DALI
+            use_chunk_allocator: any = None: hint, changes no value here: deprecated in DALI
+            memory_stats: any = None: hint, changes no value here: DALI's allocation statistics
+            bytes_per_sample_hint: any = None: hint, changes no value here: DALI's output preallocation
+            preserve: any = None: hint, changes no value here: DALI's pruning of unused ops (detaug runs what the outputs need)
+            jpeg_fancy_upsampling: any = None: hint, changes no value here: the mixed decoder's chroma upsampling (detaug's CPU decoder, Pillow, always upsamples smoothly; nvImageCodec decodes as it does)
+            adjust_orientation: bool | None = None: DALI's EXIF rotation: only False is accepted (boxes refer to the stored pixels); True raises
+            dtype: str | None = None: DALI's output type of the draws (e.g. 'int32', 'float32'): values rounded half away from zero and clamped to the type's range
         
         Common keywords (every op):
             device: str | None = None: one of 'cpu', 'mixed'; None runs on 'cpu'; 'auto' runs on 'mixed' where a GPU, cupy and nvImageCodec are present, else on 'cpu' (pipe.device_summary says where it ran)

@@ -481,7 +481,14 @@ class Pipeline(_run_state.RunState, Sharding, Retries, DeviceStage, PlanAhead, D
         ``load_state_dict`` take one lock, so concurrent callers (from any threads) are served
         one at a time: each batch is handed out exactly once, in order (the order in which their
         calls take the lock; a caller waits while another waits for its batch). ``run_batch``
-        moves no cursor and may run beside them (see there)."""
+        moves no cursor and may run beside them (see there).
+
+        In DALI mode, outputs that are not image or box batches come as DALI TensorLists
+        (docs/dali.md, "Outputs of pipe.run()"); DALI's API-type check applies."""
+        self._check_api_type("BASIC")
+        return self._dali_run_outputs(self._run())
+
+    def _run(self) -> tuple:
         try:
             return self._next_of_epoch()
         except StopIteration:

@@ -133,11 +133,19 @@ def train(it, args, num_classes, device):
                   f"(classification {parts['classification'].item():.4f}, box "
                   f"{parts['bbox_regression'].item():.4f})  {seen / dt:.1f} img/s", flush=True)
             t0, seen = time.perf_counter(), 0
-    n = min(REPORT_EVERY, len(losses))
+    print(loss_trend(losses, REPORT_EVERY))
+
+
+def loss_trend(losses, window):
+    """The last line: the mean loss of the first and of the last ``window`` iterations, two
+    windows that never overlap (at most half of a short run each)."""
+    n = min(window, len(losses) // 2)
+    if n < 1:
+        return f"{len(losses)} iteration(s): too few to compare a first and a last window"
     first, last = sum(losses[:n]) / n, sum(losses[-n:]) / n
-    print(f"mean loss of iterations 1-{n}: {first:.4f}; of iterations "
-          f"{len(losses) - n + 1}-{len(losses)}: {last:.4f}; "
-          f"{'decreased' if last < first else 'did NOT decrease'}")
+    return (f"mean loss of iterations 1-{n}: {first:.4f}; of iterations "
+            f"{len(losses) - n + 1}-{len(losses)}: {last:.4f}; "
+            f"{'decreased' if last < first else 'did NOT decrease'}")
 
 
 def main(argv=None):

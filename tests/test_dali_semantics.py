@@ -147,7 +147,7 @@ def _labels_of(root, names, batches, **reader):
     with pipe:
         _, labels = fn.readers.file(file_root=root, files=names, labels=list(range(7)), **reader)
         pipe.set_outputs(labels)
-    return pipe, [pipe.run()[0].tolist() for _ in range(batches)]
+    return pipe, [pipe.run()[0].as_array().ravel().tolist() for _ in range(batches)]
 
 
 def test_pad_last_batch_repeats_the_shards_last_sample(seven_files):
@@ -179,7 +179,7 @@ def test_stick_to_shard_false_moves_the_shard_every_epoch(seven_files):
             _, labels = fn.readers.file(file_root=root, files=names[:6], labels=list(range(6)),
                                         shard_id=1, num_shards=2, **kw)
             pipe.set_outputs(labels)
-        return [pipe.run()[0].tolist() for _ in range(6)]
+        return [pipe.run()[0].as_array().ravel().tolist() for _ in range(6)]
 
     assert six() == six(stick_to_shard=False) == [[3, 4], [5, 3], [0, 1], [2, 0], [3, 4], [5, 3]]
     assert six(stick_to_shard=True) == [[3, 4], [5, 3]] * 3

@@ -209,3 +209,14 @@ def test_process_workers_rebuild_the_pipeline():
     model.compile(optimizer="sgd",
                   loss=lambda t, p: keras.ops.mean((p - t[:, 0, :NUM_CLASSES]) ** 2))
     assert np.isfinite(model.fit(seq, epochs=1, verbose=0).history["loss"]).all()
+
+
+def test_a_bad_selection_name_is_reported_when_the_sequence_is_made():
+    """Issue 31: y='nmae' raised only at the first batch; now DetaugSequence(...) raises."""
+    with pytest.raises(ValueError, match="y='nmae' is not an output of this pipeline"):
+        _sequence(output_map=("images", "boxes"), x="images", y="nmae")
+    with pytest.raises(ValueError, match="x='boxes.nope' is not an output"):
+        _sequence(output_map=("images", "boxes"), x="boxes.nope", y="images")
+    _, seq = _sequence(output_map=("images", "boxes"), x="images", y=("boxes.boxes", "labels"))
+    x, (b, lab) = seq[0]
+    assert x.shape[0] == b.shape[0] == lab.shape[0] == 8

@@ -265,10 +265,14 @@ CASES = {
         "out_of_bounds_policy": "pad", "fill_values": With(7.0, out_of_bounds_policy="pad")}),
     "decoders.image_slice": (_encoded_window, {}, {
         "output_type": types.GRAY, "axes": (0, 1), "axis_names": "HW", "normalized_anchor": False,
-        "normalized_shape": False}),
+        "normalized_shape": False, "adjust_orientation": True, "dtype": types.FLOAT}),
     "decoders.image_slice@outside": (_encoded_outside, {"out_of_bounds_policy": "trim_to_shape"}, {
         "out_of_bounds_policy": "pad", "fill_values": With(7.0, out_of_bounds_policy="pad")}),
-    "decoders.image": (_encoded, {}, {"output_type": types.GRAY}),
+    "decoders.image": (_encoded, {}, {"output_type": types.GRAY, "adjust_orientation": True,
+                                      "dtype": types.FLOAT}),
+    "decoders.image_random_crop": (_encoded, {}, {
+        "output_type": types.GRAY, "random_area": (0.5, 0.6), "random_aspect_ratio": (0.5, 0.6),
+        "num_attempts": 1, "adjust_orientation": True, "dtype": types.FLOAT}),
     "cast": (_images, {"dtype": types.FLOAT}, {"dtype": types.INT32}),
     "transpose": (_images, {"perm": (0, 1, 2)}, {"perm": (2, 0, 1),
                                                  "transpose_layout": With(False, perm=(2, 0, 1)),

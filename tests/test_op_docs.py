@@ -150,7 +150,7 @@ def test_per_sample_rule_unchanged():
 def test_hand_checked_rotate_pad_boxes_and_voc():
     common = "device: str | None = None, name: str | None = None, seed: int | None = None"
     assert str(inspect.signature(fn.rotate)) == (
-        "(images, boxes=<optional>, /, *, angle: float = 0.0, expand: bool = False, "
+        "(images, boxes=<optional>, /, *, angle: float = 0.0, expand: bool | None = None, "
         "fill: float | sequence = 0.0, box_mode: str = 'corners', keep_size: bool | None = None, "
         "fill_value: float | None = None, size: (int, int) | None = None, "
         f"interp_type: types.DALIInterpType | None = None, {common})")
@@ -162,9 +162,9 @@ def test_hand_checked_rotate_pad_boxes_and_voc():
         f"shard_id: int | None = None, num_shards: int | None = None, {common})")
     assert str(inspect.signature(ops.readers.VOC)) == str(inspect.signature(fn.readers.voc))
     text = pydoc.render_doc(fn.rotate, renderer=pydoc.plaintext)
-    assert "rotate(images, boxes=<optional>, /, *, angle: float = 0.0, expand: bool = False, " in text
+    assert "rotate(images, boxes=<optional>, /, *, angle: float = 0.0, expand: bool | None = None, " in text
     assert "angle: float = 0.0 [per-sample]: degrees, counter-clockwise, about the image centre" in text
-    assert "expand: bool = False: enlarge the canvas" in text
+    assert "expand: bool | None = None: enlarge the canvas" in text
     assert "Devices: cpu, gpu" in text
     pad = fn.pad_boxes.__doc__
     assert "boxes: BoxBatch" in pad and "[per-sample]" not in pad

@@ -143,7 +143,7 @@ def test_dali_tutorial_classification_pipelines(class_folders):
         return fn.rotate(images, angle=fn.random.uniform(range=(-10.0, 10.0)), fill=0), labels
 
     imgs, labels = rotate_pipe(class_folders).run()
-    assert imgs.batch_size == 6 and set(labels.tolist()) <= {0, 1, 2}
+    assert imgs.batch_size == 6 and set(labels.as_array().ravel().tolist()) <= {0, 1, 2}
 
     @pipeline_def(batch_size=6, num_threads=2, seed=12)
     def train_pipe(root):

@@ -239,6 +239,18 @@ class _SequenceMixin:
             except Exception as e:
                 raise ValueError("use_multiprocessing=True rebuilds the pipeline in each worker "
                                  f"from pipeline.serialize(), which failed: {e}") from e
+        self._check_selection_names()
+
+    def _check_selection_names(self) -> None:
+        """An unknown name in ``x`` / ``y`` raises now, not at the first batch: names of
+        ``output_map`` pass as they are; any other (``"<output>.<field>"``, a bare field name
+        such as ``"labels"``) is looked up in batch 0's outputs, computed once here."""
+        names = [n for spec in (self.x, self.y) if spec is not None and not callable(spec)
+                 for n in (spec.values() if isinstance(spec, Mapping) else
+                           [spec] if isinstance(spec, str) else spec)]
+        unsure = [n for n in names if not isinstance(n, str) or n not in self.output_map]
+        if unsure:
+            self._numpy_batch(0, self.epoch)  # raises ValueError / TypeError naming the bad one
 
     # ---- Sequence protocol --------------------------------------------------------------------
     def __len__(self) -> int:

@@ -38,6 +38,7 @@ import numpy as np
 
 from ..core import backend
 from ..core.batch import BoxBatch, ImageBatch
+from ..core.tensor_list import detaug_value
 from ..ops.boxes import PaddedBoxes
 
 _POLICIES = ("fill", "drop", "partial")
@@ -290,7 +291,7 @@ class DetaugIterator:
         outs = []
         for pipe in self.pipes:
             try:
-                raw = pipe.run()
+                raw = tuple(map(detaug_value, pipe.run()))  # detaug's values, not DALI's
             except StopIteration:
                 self._end_epoch()
             outs.append(self._convert(pipe, raw))

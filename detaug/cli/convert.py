@@ -1,6 +1,6 @@
 """``detaug-convert``: convert a detection dataset among COCO, Pascal VOC, YOLO and TFRecord.
 
-    detaug-convert SRC DST --from voc --to coco [--split trainval] [--classes a,b | discover]
+    detaug-convert SRC DST [--from voc] --to coco [--split trainval] [--classes a,b | discover]
                    [--image-root DIR] [--skip-bad] [--link] [--overwrite] [--dry-run]
                    [--skip-crowd] [--skip-difficult] [--num-shards N] [--prefix NAME]
                    [--progress-interval SECONDS] [--version]
@@ -51,6 +51,7 @@ from readers.voc import read_voc, read_voc_classes
 from readers.writers import class_name_fault, write_coco, write_voc, write_yolo
 from readers.yolo import read_yolo
 
+from . import detect
 from .progress import Progress
 
 FORMATS = ("coco", "voc", "yolo", "tfrecord")
@@ -77,9 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
                                "file / glob / folder")
     p.add_argument("dst", help="destination folder (must not exist or be empty, unless "
                                "--overwrite; never the source, inside it, or around it)")
-    p.add_argument("--from", dest="src_format", choices=FORMATS, required=True,
+    p.add_argument("--from", dest="src_format", choices=FORMATS, default=None,
                    help="source format: coco (annotations JSON), voc (Pascal VOC folder), yolo "
-                        "(YOLO folder) or tfrecord (TF Object Detection API records)")
+                        "(YOLO folder) or tfrecord (TF Object Detection API records); left "
+                        "out, told from the source's layout (detaug/cli/detect.py), and said")
     p.add_argument("--to", dest="dst_format", choices=FORMATS, required=True,
                    help="target format, the same choices: coco (annotations.json and images/), "
                         "voc, yolo, or tfrecord (shards and label_map.pbtxt)")
@@ -433,8 +435,10 @@ def main(argv=None) -> int:
     Every fault is one line on stderr (``detaug-convert: error: ...``), never a traceback."""
     args = parse_args(argv)
     try:
+        if args.src_format is None:  # told from the layout, and said on stderr
+            args.src_format = detect.choose_format(args.src, lambda m: print(m, file=sys.stderr))
         lines = convert(args)
-    except (UsageError, DatasetError) as exc:  # one line, even where a file name has a break
+    except (UsageError, DatasetError, detect.UndetectedFormat) as exc:  # one line, even where a file name has a break
         print(f"detaug-convert: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except UnicodeDecodeError as exc:

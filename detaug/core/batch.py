@@ -14,6 +14,7 @@ import numpy as np
 
 from . import backend
 from . import geometry as G
+from .tensor_list import Layout, TensorListMethods
 
 
 @dataclass(frozen=True)
@@ -209,15 +210,32 @@ class DeferredWarp:
         return self[0]
 
 
-class ImageBatch:
+class ImageBatch(TensorListMethods):
     """B images on one device, HWC uint8 until normalised.
 
     ``data`` is a dense (B, H, W, C) array (or (B, C, H, W) for layout 'CHW') or a list of B arrays
-    of their own sizes. ``geometry`` is the pending chain, if any.
+    of their own sizes. ``geometry`` is the pending chain, if any. DALI's TensorList methods
+    (``at``, ``as_tensor``, ``shape()``, ``layout()``, ...) come from
+    :class:`~detaug.core.tensor_list.TensorListMethods`.
     """
 
     def __init__(self, data, device: str, layout: str = "HWC", geometry: Geometry | None = None):
-        self.raw, self.device, self.layout, self.geometry = data, device, layout, geometry
+        self.raw, self.device, self.geometry = data, device, geometry
+        self.layout = Layout(layout)
+
+    # ---- DALI's TensorList methods (core/tensor_list.py) ------------------------------------
+    def _samples(self) -> list:
+        return list(self.data)
+
+    def _layout_str(self) -> str:
+        return str(self.layout)
+
+    def as_cpu(self) -> "ImageBatch":
+        """The images on the host (DALI's TensorListGPU.as_cpu)."""
+        if self.device == "cpu":
+            return self
+        data = self.data
+        return ImageBatch(data.get() if self.is_dense else [a.get() for a in data], "cpu", self.layout)
 
     @property
     def data(self):

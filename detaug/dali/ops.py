@@ -21,6 +21,7 @@ from ..core import geometry as G
 from ..core import types as _types
 from ..core.batch import BoxBatch, ImageBatch
 from ..ops.geometry import GEO, apply_geometry, per_sample, round_half_away
+from ..ops.decode import DECODER_HINTS, check_decoder_args, decoder_declaration
 from ..ops.registry import register
 
 HOST = dict(devices=("cpu",), kind="other")
@@ -416,13 +417,15 @@ def _host(v):
 
 @register("decoders.image_slice", devices=("cpu", "mixed"), inputs=(3, 3), kind="other",
           input_names=("encoded", "anchor", "shape"), aliases=("image_decoder_slice",),
-          args={"output_type": "RGB", **SLICE_ARGS},
+          args={"output_type": "RGB", **SLICE_ARGS, **decoder_declaration()},
+          hints=dict(DECODER_HINTS),
           output_spec="ImageBatch uint8 HWC of the window sizes",
           doc="DALI's decoders.image_slice: decode, then slice as fn.slice (the anchor and shape "
               "of fn.random_bbox_crop)")
 def image_slice(ctx, op, inputs, args):
     from ..ops.decode import decode_image
 
+    check_decoder_args(op, args)
     images = decode_image(ctx, op, inputs[:1], {"output_type": args["output_type"]})
     return _slice_images(ctx, op, images, _host(inputs[1]), _host(inputs[2]), args)
 

@@ -5,10 +5,12 @@ refused), and the traced graph's export: ``serialize`` / ``deserialize`` (detaug
 format) and ``save_graph_to_dot_file`` (Graphviz)."""
 from __future__ import annotations
 
+import contextlib
 import inspect
 import warnings
 
 from ..runtime import persist as _persist
+from . import outputs as _outputs
 
 # DALI's Pipeline arguments that tune its executor or memory and change no value here
 DALI_PIPELINE_HINTS = ("bytes_per_sample", "set_affinity", "max_streams",
@@ -31,7 +33,48 @@ def _check_dali_tuning(kwargs):
 
 
 class DaliApi:
-    """The graph export of :class:`~detaug.pipeline.Pipeline` (DALI's names)."""
+    """The graph export of :class:`~detaug.pipeline.Pipeline` (DALI's names), DALI's check
+    against mixing ``run()`` with an iterator, and the DALI form of ``run()``'s outputs."""
+
+    # None: DALI mode when the graph holds a DALI-only op (dali/outputs.py); True / False: say so
+    dali_outputs = None
+    _api_type = None        # DALI's PipelineAPIType in use: 'BASIC' (run()) or 'ITERATOR'
+    _skip_api_check = False
+    _in_api_scope = False
+
+    # ---- DALI's API-type check ----------------------------------------------------------------
+    def enable_api_check(self, enable: bool) -> None:
+        """DALI's switch: False lets ``run()`` and a DALI iterator share this pipeline (the
+        iterator then starts where ``run()`` left the epoch: docs/dali.md)."""
+        self._skip_api_check = not enable
+
+    def _check_api_type(self, kind: str) -> None:
+        """As DALI: the first of ``run()`` ('BASIC') and a DALI iterator ('ITERATOR') to use the
+        pipeline fixes its API type; the other then raises RuntimeError."""
+        if self._skip_api_check or self._in_api_scope:
+            return
+        if self._api_type is None:
+            self._api_type = kind
+        elif self._api_type != kind:
+            raise RuntimeError(f"Mixing pipeline API type. Currently used: PipelineAPIType."
+                               f"{self._api_type}, but trying to use PipelineAPIType.{kind} (as "
+                               "DALI: use a fresh pipeline for the iterator, or call "
+                               "pipe.enable_api_check(False))")
+
+    @contextlib.contextmanager
+    def _api_scope(self, kind: str):
+        """Checks ``kind`` once, then lets the calls inside through (an iterator's run())."""
+        self._check_api_type(kind)
+        self._in_api_scope = True
+        try:
+            yield
+        finally:
+            self._in_api_scope = False
+
+    def _dali_run_outputs(self, outs) -> tuple:
+        """``run()``'s outputs: DALI TensorLists in DALI mode (dali/outputs.py)."""
+        self.build()
+        return _outputs.run_outputs(self, outs)
 
     # ---- graph export -----------------------------------------------------------------------
     def save_graph_to_dot_file(self, path: str) -> None:

@@ -28,7 +28,10 @@ class DataNode:
         return f"DataNode({self.name}, device={self.device})"
 
     def gpu(self) -> "DataNode":
-        """This output on the device (DALI's ``.gpu()``): an explicit upload op."""
+        """This output on the device (DALI's ``.gpu()``): an explicit upload op; an output
+        already on the device is itself (as DALI's)."""
+        if self.device == "gpu":
+            return self
         return call_op("_upload", (self,), {"device": "mixed"})
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 RANGE = "(float, float)"
 
 SHARED = {
+    "adjust_orientation": ("bool | None", "DALI's EXIF rotation: only False is accepted (boxes "
+                                          "refer to the stored pixels); True raises"),
     "stick_to_shard": ("bool | None", "DALI's: False moves an unshuffled reader's shard on by one "
                                       "every epoch (shard_id + epoch; refused where the shards "
                                       "differ in length), True keeps it; None (not given): False "
@@ -162,8 +164,10 @@ ARG_DOCS = {
     },
     "rotate": {
         "angle": ("float", "degrees, counter-clockwise, about the image centre"),
-        "expand": ("bool", "enlarge the canvas to hold the whole rotated image (rounded outward as "
-                           "torchvision's); False keeps the input size"),
+        "expand": ("bool | None", "enlarge the canvas to hold the whole rotated image (rounded "
+                                  "outward as torchvision's); False keeps the input size; None "
+                                  "(not given): False, with a warning once that DALI enlarges "
+                                  "the canvas (keep_size=False, fill_value=0 gives DALI's)"),
         "fill": ("float | sequence", "value of the pixels uncovered by the rotation"),
         "interp_type": ("types.DALIInterpType | None", "DALI's filter (checked as resize's); any "
                                                        "DALI argument switches to DALI's canvas rule"),

@@ -121,20 +121,59 @@ def as_encoded(op, v, sample_index=None) -> EncodedBatch:
     return EncodedBatch([np.ascontiguousarray(r) for r in rows], names)
 
 
+# DALI's decoder arguments that tune its memory or codec and change no value here
+DECODER_HINTS = {
+    "hw_decoder_load": "DALI's share of images for the hardware JPEG decoder",
+    "use_fast_idct": "nvJPEG's fast IDCT; Pillow and nvImageCodec decode as they always do",
+    "device_memory_padding": "nvJPEG's device buffer preallocation",
+    "host_memory_padding": "nvJPEG's pinned host buffer preallocation",
+    "device_memory_padding_jpeg2k": "nvJPEG2000's device buffer preallocation",
+    "host_memory_padding_jpeg2k": "nvJPEG2000's host buffer preallocation",
+    "preallocate_width_hint": "the hardware decoder's preallocated width",
+    "preallocate_height_hint": "the hardware decoder's preallocated height",
+    "hybrid_huffman_threshold": "nvJPEG's host/device Huffman split",
+    "affine": "DALI's thread affinity",
+    "split_stages": "deprecated in DALI",
+    "use_chunk_allocator": "deprecated in DALI",
+    "memory_stats": "DALI's allocation statistics",
+    "bytes_per_sample_hint": "DALI's output preallocation",
+    "preserve": "DALI's pruning of unused ops (detaug runs what the outputs need)",
+    "jpeg_fancy_upsampling": "the mixed decoder's chroma upsampling (detaug's CPU decoder, "
+                             "Pillow, always upsamples smoothly; nvImageCodec decodes as it does)",
+}
+# DALI's decoder arguments that would change values: accepted at the value detaug gives
+DECODER_CHECKED = {"adjust_orientation": None, "dtype": None}
+
+
+def check_decoder_args(op, args) -> None:
+    """Refuse, by name, a DALI decoder argument whose value detaug does not give."""
+    if args.get("adjust_orientation"):
+        raise NotImplementedError(f"{op.name}: adjust_orientation=True (EXIF orientation) is not "
+                                  "applied: detaug's boxes refer to the stored pixel grid; pass "
+                                  "adjust_orientation=False")
+    dt = args.get("dtype")
+    if dt is not None and str(getattr(dt, "name", dt)).lower() not in ("uint8", "types.uint8"):
+        raise NotImplementedError(f"{op.name}: dtype={dt!r}: detaug's decoders give uint8 "
+                                  "(types.UINT8); cast after decoding (fn.cast)")
+
+
+def decoder_declaration() -> dict:
+    """The hint and checked arguments every DALI-style decoder declares."""
+    return {**{k: None for k in DECODER_HINTS}, **DECODER_CHECKED}
+
+
 @register("decoders.image", devices=("cpu", "mixed"), inputs=(1, 1), kind="other",
-          args={"output_type": "RGB", "hw_decoder_load": None, "use_fast_idct": None,
-                "device_memory_padding": None, "host_memory_padding": None,
-                "hybrid_huffman_threshold": None, "affine": None, "split_stages": None},
+          args={"output_type": "RGB", **decoder_declaration()},
           aliases=("image_decoder", "host_decoder", "nv_jpeg_decoder"),
-          hints={k: "DALI's nvJPEG tuning; Pillow and nvImageCodec decode the same pixels "
-                    "whatever its value" for k in ("hw_decoder_load", "use_fast_idct",
-                                                   "device_memory_padding", "host_memory_padding",
-                                                   "hybrid_huffman_threshold", "affine",
-                                                   "split_stages")},
+          hints=dict(DECODER_HINTS),
+          arg_docs={"adjust_orientation": "DALI's EXIF rotation: only False is accepted (boxes "
+                                          "refer to the stored pixels)",
+                    "dtype": "only types.UINT8"},
           output_spec="ImageBatch uint8 HWC (C=3 for RGB/BGR, 1 for GRAY), ragged",
           doc="decode JPEG/PNG/...: Pillow on the host, nvImageCodec on the GPU (mixed); "
               "device='auto': 'mixed' where a GPU, cupy and nvImageCodec are present, else 'cpu'")
 def decode_image(ctx, op, inputs, args):
+    check_decoder_args(op, args)
     enc = as_encoded(op, inputs[0], ctx.sample_index)
     from ..core import types
 

@@ -180,6 +180,13 @@ def resize(ctx, op, inputs, args):
     if mode != "default" and not (args["size"] is not None or (args["resize_x"] and args["resize_y"])):
         raise NotImplementedError(f"{op.name}: mode={mode!r} needs both output extents here "
                                   "(size= or resize_x and resize_y)")
+    size = args["size"]
+    if size is not None and np.ndim(size) and 0 in [float(v) for v in size]:
+        # DALI: an extent of 0 is computed to keep the aspect ratio (size=(0, 300): width 300)
+        oh, ow = pair(size, "size")
+        args = {**args, "size": None, "resize_y": oh or None, "resize_x": ow or None}
+        if not (oh or ow):
+            raise ValueError(f"{op.name}: size={tuple(size)}: at least one extent must be > 0")
     if mode == "not_larger":
         args = {**args, "keep_aspect": True}
     elif mode == "not_smaller":
@@ -256,7 +263,24 @@ def _dali_rotate(op, args):
     return args["fill_value"]
 
 
-@register("rotate", **GEO, args={"angle": 0.0, "expand": False, "fill": 0.0, "box_mode": "corners",
+_CANVAS_SAID: set = set()
+
+
+def _warn_canvas_once(op) -> None:
+    """fn.rotate with neither expand= nor any of DALI's arguments: detaug keeps the canvas where
+    DALI enlarges it; say so once per process, naming the arguments that choose."""
+    if "rotate" in _CANVAS_SAID:
+        return
+    _CANVAS_SAID.add("rotate")
+    import warnings
+
+    warnings.warn(f"{op.name}: detaug keeps the input size (fill 0) where DALI's rotate enlarges "
+                  "the canvas: pass keep_size=False, fill_value=0 for DALI's canvas, or "
+                  "expand=False / expand=True for detaug's (this warning then goes)", UserWarning,
+                  stacklevel=2)
+
+
+@register("rotate", **GEO, args={"angle": 0.0, "expand": None, "fill": 0.0, "box_mode": "corners",
                                  "keep_size": None, "fill_value": None, "size": None,
                                  "interp_type": None},
           arg_docs={"keep_size": "DALI: False (DALI's default when any DALI argument is given) "
@@ -274,6 +298,8 @@ def rotate(ctx, op, inputs, args):
 
     dali = any(args[k] is not None for k in ("keep_size", "fill_value", "size", "interp_type"))
     fill = _dali_rotate(op, args) if dali else args["fill"]
+    if not dali and args["expand"] is None:
+        _warn_canvas_once(op)
 
     def plan(sizes, boxes):
         angle = per_sample(args["angle"], len(sizes))

@@ -171,12 +171,34 @@ def op_docstring(name: str, for_class: bool = False) -> str:
     return "\n".join(lines)
 
 
+class NotInDetaug(AttributeError):
+    """``fn.<name>`` / ``ops.<Name>`` that detaug has no op for: one line naming it (an
+    AttributeError, so that ``hasattr`` still answers False)."""
+
+
 class _Namespace:
-    def __init__(self, path=""):
-        self._path = path
+    def __init__(self, path="", missing=None, api="fn"):
+        self._path, self._missing, self._api = path, missing, api
 
     def __repr__(self):
-        return f"<detaug namespace {self._path or 'fn'}>"
+        return f"<detaug namespace {self._path or self._api}>"
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        path = f"{self._path}.{name}" if self._path else name
+        msg = self._missing(path, self._api) if self._missing else \
+            f"{self._api}.{path}: no such op in detaug; the ops: docs/api.md"
+        if msg is None:  # a namespace of DALI's (fn.math): its ops say what they are
+            return _Namespace(path, self._missing, self._api)
+        raise NotInDetaug(msg)
+
+    def _child(self, name):
+        """The sub-namespace ``name`` (made on first use)."""
+        if name not in vars(self):
+            setattr(self, name, _Namespace(f"{self._path}.{name}" if self._path else name,
+                                           self._missing, self._api))
+        return vars(self)[name]
 
 
 def _camel(last: str) -> str:
@@ -187,18 +209,17 @@ def _camel(last: str) -> str:
     return special.get(last, "".join(p.capitalize() for p in last.split("_")))
 
 
-def make_functional():
-    """Build ``fn``: one function per registered name and alias, nested by dots."""
-    fn = _Namespace()
+def make_functional(missing=None):
+    """Build ``fn``: one function per registered name and alias, nested by dots.
+    ``missing(path, 'fn')``: the message of a name it lacks (detaug/dali/fn_names.py)."""
+    fn = _Namespace(missing=missing)
     for name in list(REGISTRY) + list(ALIASES):
         if name.startswith("_"):
             continue
         parts = name.split(".")
         ns = fn
         for p in parts[:-1]:
-            if not hasattr(ns, p):
-                setattr(ns, p, _Namespace(p))
-            ns = getattr(ns, p)
+            ns = ns._child(p)
 
         def f(*inputs, _name=name, **kwargs):
             return call_op(_name, inputs, kwargs)
@@ -251,18 +272,16 @@ def _make_class(name: str) -> type:
                                         "__init__": __init__, "__call__": __call__})
 
 
-def make_classes():
+def make_classes(missing=None):
     """Build ``ops``: ``ops.Flip``, ``ops.readers.COCO``, ``ops.random.Uniform``, ..."""
-    ops = _Namespace("ops")
+    ops = _Namespace(missing=missing, api="ops")
     for name in list(REGISTRY) + list(ALIASES):
         if name.startswith("_"):
             continue
         parts = name.split(".")
         ns = ops
         for p in parts[:-1]:
-            if not hasattr(ns, p):
-                setattr(ns, p, _Namespace(p))
-            ns = getattr(ns, p)
+            ns = ns._child(p)
         cls = _make_class(name)
         setattr(ns, cls.__name__, cls)
     return ops

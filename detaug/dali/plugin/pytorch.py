@@ -14,12 +14,14 @@ held (see DetaugIterator).
 """
 from __future__ import annotations
 
+import contextlib
 import enum
 import warnings
 
 import numpy as np
 
 from ...adapters.torch import DetaugIterator, shard_from_torch_distributed  # noqa: F401  (re-export)
+from ..outputs import dali_sample_form
 
 
 class LastBatchPolicy(str, enum.Enum):
@@ -34,9 +36,6 @@ class LastBatchPolicy(str, enum.Enum):
     __hash__ = str.__hash__
 
 
-# Outputs that DALI shapes differently from detaug's readers: (op, output index) -> (shape of
-# a sample, dtype). DALI's file reader gives each label as a (1,) int32 tensor.
-_DALI_SAMPLE_FORM = {("readers.file", 1): ((1,), np.int32)}
 
 
 def _policy(last_batch_policy, fill_last_batch) -> str:
@@ -101,6 +100,8 @@ class DALIGenericIterator(DetaugIterator):
                  fill_last_batch=None, dynamic_shape=False, last_batch_padded=False,
                  last_batch_policy=LastBatchPolicy.FILL, prepare_first_batch=True):
         pipes = list(pipelines) if isinstance(pipelines, (list, tuple)) else [pipelines]
+        for p in pipes:  # as DALI: a pipeline already driven by run() is refused
+            p._check_api_type("ITERATOR")
         policy = _policy(last_batch_policy, fill_last_batch)
         if reader_name is not None and size not in (-1, None):
             raise ValueError("give size or reader_name, not both (as in DALI)")
@@ -125,7 +126,10 @@ class DALIGenericIterator(DetaugIterator):
         gives no shard_id reads the whole dataset on every rank)."""
 
     def __next__(self):
-        out = super().__next__()
+        with contextlib.ExitStack() as scope:
+            for p in self.pipes:
+                scope.enter_context(p._api_scope("ITERATOR"))
+            out = super().__next__()
         return [out] if isinstance(out, dict) else out
 
     def _convert(self, pipe, raw) -> dict:
@@ -143,9 +147,7 @@ class DALIGenericIterator(DetaugIterator):
 
     def _dali_form(self, pipe, k, v):
         node = pipe._outputs[k] if getattr(pipe, "_outputs", None) else None
-        form = _DALI_SAMPLE_FORM.get((node.op.schema.name, node.index)) if node is not None else None
-        if form is not None and isinstance(v, np.ndarray):
-            return np.ascontiguousarray(v.astype(form[1]).reshape((len(v),) + form[0]))
+        v = dali_sample_form(node, v)
         if isinstance(v, list):
             arrays = [np.asarray(a) for a in v]
             if arrays and all(a.shape == arrays[0].shape and a.dtype == arrays[0].dtype for a in arrays):

@@ -1,0 +1,166 @@
+"""DALI's TensorList methods on what ``pipe.run()`` returns (``is_dense_tensor``, ``as_tensor``,
+``at``, ``as_array``, ``as_cpu``, ``__len__``, ``layout()``, ``shape()``), so that a DALI program
+that reads its outputs ports by changing its imports.
+
+Two carriers: :class:`TensorListMethods`, mixed into :class:`~detaug.core.batch.ImageBatch`
+(its own attributes stay as they were; ``layout`` is a :class:`Layout`, a str that may also be
+called, as DALI's ``layout()``), and :class:`TensorList`, a batch of plain per-sample arrays that
+the DALI layer hands out in DALI mode (docs/dali.md, "Outputs of pipe.run()"). The detaug value a
+TensorList was made from stays in ``TensorList.value`` (what detaug's own adapters read).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _host(a):
+    """A sample as a host NumPy array (cupy arrays are copied)."""
+    return a.get() if type(a).__module__.startswith("cupy") else np.asarray(a)
+
+
+def _on_device(a) -> bool:
+    return type(a).__module__.startswith("cupy")
+
+
+class Layout(str):
+    """A layout string ('HWC') that may also be called: DALI's ``batch.layout()``."""
+
+    def __call__(self) -> str:
+        return str(self)
+
+
+class Tensor:
+    """DALI's TensorCPU / TensorGPU: one dense array (``as_tensor()``, ``tl[i]``): ``shape()``
+    (a method, as DALI's), ``layout()``, ``dtype``, ``as_cpu()``, ``np.array(t)`` and, on the
+    device, ``__cuda_array_interface__``."""
+
+    def __init__(self, array, layout: str = ""):
+        self._a, self._layout = array, layout
+
+    def shape(self) -> list:
+        return list(self._a.shape)
+
+    def layout(self) -> str:
+        return self._layout
+
+    @property
+    def dtype(self):
+        return self._a.dtype
+
+    def as_cpu(self) -> "Tensor":
+        return Tensor(_host(self._a), self._layout)
+
+    def squeeze(self, dim=None) -> "Tensor":
+        return Tensor(self._a.squeeze() if dim is None else self._a.squeeze(dim), self._layout)
+
+    def __array__(self, dtype=None, copy=None):
+        a = _host(self._a)
+        return a if dtype is None else a.astype(dtype)
+
+    @property
+    def __cuda_array_interface__(self):
+        if not _on_device(self._a):
+            raise AttributeError("a host tensor has no __cuda_array_interface__ (DALI's TensorCPU)")
+        return self._a.__cuda_array_interface__
+
+    def __dlpack__(self, *args, **kwargs):
+        return self._a.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+    def __repr__(self) -> str:
+        return f"Tensor{'GPU' if _on_device(self._a) else 'CPU'}(shape={self.shape()}, dtype={self.dtype})"
+
+
+class TensorListMethods:
+    """DALI's TensorList methods over ``self._samples()`` (a list of per-sample arrays) and
+    ``self._dense()`` (the (B, ...) array, or None where the samples differ in shape)."""
+
+    def _samples(self) -> list:
+        raise NotImplementedError
+
+    def _dense(self):
+        samples = self._samples()
+        if samples and all(s.shape == samples[0].shape and s.dtype == samples[0].dtype
+                           for s in samples):
+            xp = __import__("cupy") if _on_device(samples[0]) else np
+            return xp.stack(samples)
+        return None
+
+    def _layout_str(self) -> str:
+        return ""
+
+    def is_dense_tensor(self) -> bool:
+        """True when every sample has one shape (DALI: the list is one tensor)."""
+        samples = self._samples()
+        return all(s.shape == samples[0].shape for s in samples)
+
+    def as_tensor(self) -> Tensor:
+        """The batch as one (B, ...) tensor; ValueError, as DALI's, where the shapes differ."""
+        d = self._dense()
+        if d is None:
+            raise ValueError(f"as_tensor(): the samples have different shapes "
+                             f"({sorted({tuple(s.shape) for s in self._samples()})[:4]}); "
+                             "is_dense_tensor() says so (DALI raises too)")
+        return Tensor(d, ("N" + self._layout_str()) if self._layout_str() else "")
+
+    def as_array(self) -> np.ndarray:
+        """DALI's TensorListCPU.as_array: the dense batch as one host NumPy array."""
+        return np.asarray(self.as_tensor())
+
+    def at(self, i: int) -> np.ndarray:
+        """Sample ``i`` as a host NumPy array (DALI's TensorListCPU.at)."""
+        return _host(self._samples()[i])
+
+    def shape(self) -> list:
+        """Per-sample shapes, a list of tuples (DALI's TensorList.shape() is a method)."""
+        return [tuple(int(n) for n in s.shape) for s in self._samples()]
+
+
+class TensorList(TensorListMethods):
+    """DALI's TensorListCPU / TensorListGPU for an output that is not an image batch: per-sample
+    arrays (``samples``) in DALI's shapes and dtypes, and the detaug ``value`` they came from.
+
+    Indexing and iteration give the samples as arrays; ``np.array(tl)`` the dense batch."""
+
+    def __init__(self, samples: list, value=None, layout: str = ""):
+        self._list, self.value, self._lay = list(samples), value, layout
+
+    def _samples(self) -> list:
+        return self._list
+
+    def _layout_str(self) -> str:
+        return self._lay
+
+    def layout(self) -> str:
+        return self._lay
+
+    @property
+    def device(self) -> str:
+        return "gpu" if self._list and _on_device(self._list[0]) else "cpu"
+
+    def as_cpu(self) -> "TensorList":
+        return TensorList([_host(s) for s in self._list], self.value, self._lay)
+
+    def __len__(self) -> int:
+        return len(self._list)
+
+    def __getitem__(self, i):
+        return self._list[i]
+
+    def __iter__(self):
+        return iter(self._list)
+
+    def __array__(self, dtype=None, copy=None):
+        a = np.asarray(self.as_tensor())
+        return a if dtype is None else a.astype(dtype)
+
+    def __repr__(self) -> str:
+        kind = "GPU" if self.device == "gpu" else "CPU"
+        return f"TensorList{kind}({len(self)} samples, shapes {self.shape()[:3]}...)"
+
+
+def detaug_value(v):
+    """What detaug's own API returns for an output (a TensorList's ``value``; else ``v``)."""
+    return v.value if isinstance(v, TensorList) else v
