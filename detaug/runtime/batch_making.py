@@ -1,0 +1,95 @@
+"""How a Pipeline makes one launch's batches from its traced graph (a mixin of
+:class:`detaug.pipeline.Pipeline`): each source's data for the launch, the batch context with the
+schedule's sample indices, and the ops run in order on it (each multi-sample op on the samples of
+its level, detaug/runtime/partners.py), on the host or, for device ops, on the launch's stream."""
+from __future__ import annotations
+
+from ..core.errors import NotFed as _NotFed
+from ..core.errors import SampleError
+from ..graph import trace as _graph
+from .executor import BatchContext
+
+
+class BatchMaking:
+    """The host stage and the op loop of a launch ``key = (epoch, first batch, batch count)``."""
+
+    def _prepare(self, key):
+        """Every source's data for the launch ``key = (epoch, first batch, batch count)``, in
+        submission order. ``iter_setup`` runs once per batch of the launch (before it is
+        scheduled), so that ``feed_input`` gives each batch its own data."""
+        for _ in range(key[2]):
+            self.iter_setup()
+        hungry = [self.graph.ops[i].name for i, s in self._sources.items()
+                  if getattr(s, "fed", False) and getattr(s, "source", True) is None
+                  and len(self._fed.get(self.graph.ops[i].name) or ()) < key[2]]
+        if hungry:  # nothing taken: the launch waits for feed_input (see _fill_queue)
+            raise _NotFed(f"{hungry[0]}: no data fed; call pipe.feed_input() before run() or in "
+                          "iter_setup()")
+        return {op_id: s.prepare(key) for op_id, s in self._sources.items()}
+
+    def _make_ctx(self, key, prepared, pool, indices=None, ctx_type=BatchContext):
+        """The batch context of a launch: the schedule's sample indices (:meth:`_schedule`), cut
+        to the fed batches' lengths where a source is fed (:meth:`_fit_to_fed`); ``indices``
+        (a retry's) replace the indices, and a replaced sample's position is its record's place
+        in the epoch order. Every random op draws once per sample of it."""
+        epoch, b, count = key
+        idx, pos, sizes = self._schedule(epoch, b, count)
+        fed = self._fed_sizes(prepared)
+        if fed is not None:
+            idx, pos, sizes = self._fit_to_fed(key, idx, pos, sizes, fed)
+        if indices is not None:  # a retry's
+            idx, pos = indices, self._replaced_positions(epoch, idx, pos, indices)
+        ctx = ctx_type(self, epoch, b, idx, pos, self._stream, pool)
+        ctx.prepared, ctx.sizes = prepared, sizes
+        return ctx
+
+    def _run_ops(self, ctx, ops):
+        if not self._levels:
+            return self._run_level(ctx, ops)
+        try:
+            for op in ops:  # each op sees the samples of its level (runtime/partners.py)
+                ctx.use_level(self._levels.get(op.id, ()))
+                self._run_level(ctx, (op,))
+        except SampleError as e:  # a partner's bad file: the schedule's sample that owns it
+            if e.position is not None:
+                e.position = ctx.owner(e.position)
+            raise
+        finally:
+            ctx.use_level(())
+
+    def _run_level(self, ctx, ops):
+        for op in ops:
+            inputs = [ctx.values[(i.op.id, i.index)] for i in op.inputs]
+            args = {k: (ctx.values[(v.op.id, v.index)] if isinstance(v, _graph.DataNode) else v)
+                    for k, v in op.args.items()}
+            if op.schema.kind == "source":
+                outs = self._sources[op.id].read(ctx, ctx.prepared[op.id])
+            elif op.device != "cpu":
+                with ctx.on_stream():
+                    outs = op.schema.impl(ctx, op, inputs, args)
+            else:
+                outs = op.schema.impl(ctx, op, inputs, args)
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            for k, v in enumerate(outs):
+                ctx.values[(op.id, k)] = v
+
+    def _host_stage(self, key, prepared, pool):
+        """The host ops of a launch (bad samples replaced: Retries): its batch context."""
+        return self._with_retries(key, prepared, pool, lambda c: self._run_ops(c, self._host_ops))
+
+    def _run_whole(self, ctx):
+        """A launch's every op, host and device, in this process (a retried GPU launch)."""
+        self._run_ops(ctx, self._host_ops)
+        self._run_ops(ctx, self._device_ops)
+
+    def _run_host_job(self, key, prepared):
+        """The host stage of a launch in a host worker process (single-threaded there): a CPU
+        pipeline's outputs, or a GPU pipeline's plan (detaug/plan_ahead.py)."""
+        out = self._run_host(key, prepared, None)
+        return out[2] if self.has_device_stage else out
+
+    def _run_host(self, key, prepared, pool):
+        if self.has_device_stage and self.plan_ahead:
+            return key, prepared, self._plan_or_not(key, prepared, pool)
+        ctx = self._host_stage(key, prepared, pool)
+        return (key, prepared, ctx) if self.has_device_stage else self._collect(ctx)
