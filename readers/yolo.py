@@ -136,6 +136,8 @@ def yaml_names(text: str, path="data.yaml"):
         raise DatasetError(path, "not valid YAML (" + " ".join(str(exc).split()) + ")") from None
     except RecursionError:
         raise DatasetError(path, "not valid YAML (nested too deeply)") from None
+    except ValueError as exc:  # an int over Python's digit limit
+        raise DatasetError(path, f"not valid YAML ({exc})") from None
     if data is None:
         return None
     if not isinstance(data, dict):
@@ -147,23 +149,32 @@ def yaml_names(text: str, path="data.yaml"):
     if isinstance(names, dict):
         keys = list(names)
         if not all(type(k) is int for k in keys) or sorted(keys) != list(range(len(keys))):
-            raise DatasetError(path, f"'names' keys are {keys!r:.80}: they must be the whole "
+            raise DatasetError(path, f"'names' keys are {_short(keys, 80)}: they must be the whole "
                                      f"numbers 0 .. {len(keys) - 1} (label i is key i)")
         names = [names[k] for k in range(len(keys))]
     elif not isinstance(names, list):
-        raise DatasetError(path, f"'names' is {names!r:.60}: not a list or a mapping of names")
+        raise DatasetError(path, f"'names' is {_short(names)}: not a list or a mapping of names")
     for i, name in enumerate(names):
         if not isinstance(name, str):
-            raise DatasetError(path, f"names[{i}] is {name!r:.60} ({type(name).__name__}): "
+            raise DatasetError(path, f"names[{i}] is {_short(name)} ({type(name).__name__}): "
                                      "YAML does not read it as text (yes, no, on, off, null, "
                                      "numbers); quote it")
         if not name.strip() or name != name.strip() or name.splitlines() != [name]:
-            raise DatasetError(path, f"names[{i}] is {name!r:.60}: blank, or with surrounding "
+            raise DatasetError(path, f"names[{i}] is {_short(name)}: blank, or with surrounding "
                                      "whitespace or a line break")
     nc = data.get("nc")
     if nc is not None and (type(nc) is not int or nc != len(names)):
-        raise DatasetError(path, f"'nc' is {nc!r:.40} but 'names' holds {len(names)} names")
+        raise DatasetError(path, f"'nc' is {_short(nc, 40)} but 'names' holds {len(names)} names")
     return names
+
+
+def _short(value, width=60) -> str:
+    """``repr(value)`` cut to ``width`` characters (an int over Python's digit limit, whose
+    repr raises, by its size)."""
+    try:
+        return repr(value)[:width]
+    except ValueError:
+        return f"<an int of {value.bit_length()} bits>" if isinstance(value, int) else "<?>"
 
 
 class _YamlDuplicate(Exception):
@@ -193,7 +204,7 @@ def _strict_loader():
                 except TypeError:  # an unhashable key: the base class says so
                     break
                 if duplicate:
-                    raise _YamlDuplicate(f"the key {key!r:.60} is given twice (line "
+                    raise _YamlDuplicate(f"the key {_short(key)} is given twice (line "
                                          f"{key_node.start_mark.line + 1}); refused")
             return super().construct_mapping(node, deep)
 
