@@ -204,12 +204,20 @@ def _index(data, file):
 def _categories(coco, wanted, file):
     """Return (sorted ids, their names, set of selected ids)."""
     all_ids = sorted(coco.getCatIds())
-    by_name = {coco.cats[i].get("name", str(i)): i for i in all_ids}
+    by_name, twice = {}, {}
+    for i in all_ids:
+        name = coco.cats[i].get("name", str(i))
+        if name in by_name:
+            twice.setdefault(name, [by_name[name]]).append(i)
+        by_name[name] = i
     if wanted is None:
         ids = all_ids
     else:
         ids = []
         for w in wanted:
+            if isinstance(w, str) and w in twice:
+                raise DatasetError(file, f"category name {w!r} names the ids {twice[w]}: "
+                                         "select by id")
             if w in by_name:
                 ids.append(by_name[w])
             elif isinstance(w, (int, np.integer)) and int(w) in coco.cats:

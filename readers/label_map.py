@@ -18,7 +18,7 @@ def read_label_map(spec) -> dict:
     from . import limits
 
     try:
-        text = limits.read_bytes(path, "MAX_LABEL_FILE_BYTES", "label map").decode("utf-8")
+        text = limits.read_bytes(path, "MAX_LABEL_FILE_BYTES", "label map").decode("utf-8-sig")
     except FileNotFoundError:
         raise DatasetError(path, "label map file not found") from None
     except UnicodeDecodeError:

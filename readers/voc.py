@@ -136,7 +136,7 @@ def _list_ids(root, split, sink):
     split_file = os.path.join(root, "ImageSets", "Main", f"{split}.txt")
     if os.path.isfile(split_file):
         try:
-            text = limits.read_bytes(split_file, what="split file").decode("utf-8")
+            text = limits.read_bytes(split_file, what="split file").decode("utf-8-sig")
         except UnicodeDecodeError as exc:
             raise DatasetError(split_file, f"split file is not UTF-8 text ({exc})") from None
         lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")

@@ -255,3 +255,25 @@ def test_file_list_label_is_an_ascii_int_in_range(tmp_path, label):
         warnings.simplefilter("ignore")
         ds = read_file_list(tmp_path / "list.txt", on_error="skip")
     assert len(ds) == 1 and ds.class_names == ["0"]
+
+
+def test_coco_category_name_given_to_two_ids_is_not_selected_silently(tmp_path):
+    # (categories=["cat"] took whichever "cat" came last)
+    path, images = _coco(tmp_path)
+    doc = json.loads(open(path).read())
+    doc["categories"].append({"id": 5, "name": "cat"})
+    open(path, "w").write(json.dumps(doc))
+    with pytest.raises(DatasetError, match=r"category name 'cat' names the ids \[1, 5\]"):
+        read_coco(path, images, categories=["cat"])
+    assert read_coco(path, images, categories=[5]).category_ids == [5]
+
+
+def test_split_file_and_label_map_with_a_bom(tmp_path):
+    # (the BOM became part of the first id: its annotation file was "not found")
+    root = write_voc(tmp_path / "voc", {"a": voc_xml("a.jpg", (100, 80), [("dog", 1, 1, 9, 9)])})
+    split = os.path.join(root, "ImageSets", "Main", "trainval.txt")
+    open(split, "wb").write("\ufeffa\n".encode())
+    assert [r.image_id for r in read_voc(root).records] == ["a"]
+    path = tmp_path / "label_map.pbtxt"
+    path.write_bytes("\ufeffitem { id: 1 name: 'cat' }".encode())
+    assert read_label_map(path) == {1: "cat"}
