@@ -267,9 +267,11 @@ def _read_lines(label_file, num_classes, sink):
                 f"{bad!r:.30} is not a decimal number"
             sink.fault(label_file, f"line {number}: {what}")
             continue
-        cls, values = int(parts[0]), [float(v) for v in parts[1:]]
+        # (a class of 19 digits or more is past any class list; int() refuses 4300+ digits)
+        cls = int(parts[0]) if len(parts[0]) < 19 else num_classes
+        values = [float(v) for v in parts[1:]]
         if not 0 <= cls < num_classes:
-            sink.fault(label_file, f"line {number}: unknown class {cls} "
+            sink.fault(label_file, f"line {number}: unknown class {parts[0]:.30} "
                                    f"(the class list has {num_classes})")
             continue
         rows.append((cls, values, number))
