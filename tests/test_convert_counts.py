@@ -2,8 +2,8 @@
 ``bbox`` of the wrong length is a named fault (or a counted skip), never a raw exception.
 
 Item 3: two images of one stem (``a.jpg``, ``a.png``) and one image file listed under two
-ids are converted from every source that can hold them (COCO, VOC, TFRecord; a YOLO source
-cannot: its reader refuses shared stems) to every target. Each run either refuses with a
+ids are converted from every source (COCO, VOC, TFRecord; a YOLO source cannot hold them: its
+reader refuses shared stems, naming both) to every target. Each run either refuses with a
 DatasetError naming both inputs, leaving no destination, or writes a dataset whose every
 output, read back by the target's reader, holds exactly the images and boxes the summary
 counts, image by image.
@@ -85,7 +85,24 @@ def _tfrecord_source(folder, case):
     return os.path.join(out, "train-00000-of-00001.tfrecord"), names
 
 
-SOURCES = {"coco": _coco_source, "voc": _voc_source, "tfrecord": _tfrecord_source}
+def _yolo_source(folder, case):
+    """YOLO: images/a.jpg and images/a.png would share labels/a.txt (the reader refuses);
+    one file under two ids cannot be written in YOLO, so ``shared`` is the same case."""
+    path, _ = _coco_source(os.path.join(folder, "coco"), "stem")
+    root = os.path.join(folder, "yolo")
+    for sub in ("images", "labels"):
+        os.makedirs(os.path.join(root, sub))
+    for name in ("a.jpg", "a.png"):
+        os.link(os.path.join(folder, "coco", "images", name), os.path.join(root, "images", name))
+    with open(os.path.join(root, "labels", "a.txt"), "w") as f:
+        f.write("0 0.5 0.5 0.2 0.2\n")
+    with open(os.path.join(root, "classes.txt"), "w") as f:
+        f.write("cat\ndog\n")
+    return root, ["a.jpg", "a.png"]
+
+
+SOURCES = {"coco": _coco_source, "voc": _voc_source, "tfrecord": _tfrecord_source,
+           "yolo": _yolo_source}
 
 
 def _read_back(fmt, dst):
