@@ -151,7 +151,9 @@ def place(tmp: str, dst: str) -> None:
         os.replace(tmp, dst)  # onto nothing, or onto an empty folder: one rename
         return
     if exchange(tmp, dst):
-        shutil.rmtree(tmp)  # the previous content (a kill here: the next run removes it)
+        # the previous content; what cannot be removed now (a kill, a permission) is left
+        # under the run's name for the next run to remove: the new dataset is in place
+        shutil.rmtree(tmp, ignore_errors=True)
         return
     old = staging_folder(dst, "convert-old")
     aside = os.path.join(old, "previous")
@@ -162,4 +164,4 @@ def place(tmp: str, dst: str) -> None:
         os.rename(aside, dst)
         os.rmdir(old)
         raise
-    shutil.rmtree(old)
+    shutil.rmtree(old, ignore_errors=True)  # (as above: the next run removes what is left)
