@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import os
 import re
@@ -99,7 +100,10 @@ def _load_json(file):
     except OSError as exc:  # a folder, no permission, ...
         raise DatasetError(file, f"cannot read the annotations file ({exc})") from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise DatasetError(file, f"an object gives the key {exc.args[0]!r} twice (JSON readers "
+                                 "disagree on which value counts); refused") from None
     except (ValueError, UnicodeDecodeError) as exc:  # also ints over Python's digit limit
         raise DatasetError(file, f"malformed JSON ({exc})") from None
     except RecursionError:
@@ -116,6 +120,20 @@ def _load_json(file):
 
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_keys(pairs):
+    """A JSON object as a dict; a key given twice is refused (``json`` keeps the last value
+    silently, other readers the first)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        raise _DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return out
 
 
 def _check_surrogates(data, file):
@@ -186,12 +204,20 @@ def _index(data, file):
 def _categories(coco, wanted, file):
     """Return (sorted ids, their names, set of selected ids)."""
     all_ids = sorted(coco.getCatIds())
-    by_name = {coco.cats[i].get("name", str(i)): i for i in all_ids}
+    by_name, twice = {}, {}
+    for i in all_ids:
+        name = coco.cats[i].get("name", str(i))
+        if name in by_name:
+            twice.setdefault(name, [by_name[name]]).append(i)
+        by_name[name] = i
     if wanted is None:
         ids = all_ids
     else:
         ids = []
         for w in wanted:
+            if isinstance(w, str) and w in twice:
+                raise DatasetError(file, f"category name {w!r} names the ids {twice[w]}: "
+                                         "select by id")
             if w in by_name:
                 ids.append(by_name[w])
             elif isinstance(w, (int, np.integer)) and int(w) in coco.cats:
@@ -227,11 +253,12 @@ def _images(entries, root, file, sink, check_images):
         if check_images and not index.exists(path):
             sink.fault(path, f"image file not found (image id {image_id} in {file})")
             continue
-        size = [entry.get(key) or 0 for key in ("width", "height")]
+        size = [entry.get(key) for key in ("width", "height")]
+        size = [0 if v is None else v for v in size]  # absent or null: read from the header
         bad = [key for key, v in zip(("width", "height"), size) if not _is_size(v)]
         if bad:
             sink.fault(file, f"image id {image_id}: {bad[0]!r} is {entry[bad[0]]!r:.40}, "
-                             "not a non-negative number")
+                             "not a non-negative number (a whole number of pixels)")
             continue
         width, height = int(size[0]), int(size[1])
         if (width <= 0 or height <= 0) and os.path.exists(path):
@@ -273,19 +300,24 @@ def _columns(anns):
     ann_ids = [a.get("id", -1) for a in anns]
     if not set(map(type, image_ids + cat_ids + ann_ids)) <= {int}:  # numpy takes "1" or 1.5
         raise TypeError("an id is not an int")
+    bboxes = [a["bbox"] for a in anns]
+    # Exactly 4 numbers each: numpy would take "1" or True as numbers, and reshape 8 numbers
+    # into two boxes (or 2 + 2 numbers of two annotations into one).
+    if not all(type(b) is list and len(b) == 4 for b in bboxes) \
+            or not set(map(type, itertools.chain.from_iterable(bboxes))) <= {int, float}:
+        raise TypeError("a bbox is not 4 numbers")
+    flags = {k: [a.get(k, 0) for a in anns] for k in ("iscrowd",) + FLAG_KEYS
+             if k == "iscrowd" or any(k in a for a in anns)}
+    if any(v.__class__ is not int or v not in (0, 1) for f in flags.values() for v in f):
+        raise ValueError("a 0/1 flag holds another value")  # numpy takes 1.5 or True as 1
     table = {
         "image_id": np.fromiter(image_ids, np.int64, n),
         "category_id": np.fromiter(cat_ids, np.int64, n),
-        "xywh": np.array([a["bbox"] for a in anns], dtype=np.float64).reshape(-1, 4),
+        "xywh": np.array(bboxes, dtype=np.float64).reshape(n, 4),
         "ann_id": np.fromiter(ann_ids, np.int64, n),
-        "iscrowd": np.fromiter((a.get("iscrowd", 0) for a in anns), np.uint8, n),
         "pos": np.arange(n),
     }
-    for key in FLAG_KEYS:
-        if any(key in a for a in anns):
-            table[key] = np.fromiter((a.get(key, 0) for a in anns), np.uint8, n)
-    if any((table[k] > 1).any() for k in ("iscrowd",) + FLAG_KEYS if k in table):
-        raise ValueError("a 0/1 flag holds another value")
+    table.update({k: np.fromiter(v, np.uint8, n) for k, v in flags.items()})
     return table
 
 
@@ -305,8 +337,9 @@ def _is_number(value):
 
 
 def _is_size(value):
+    """A whole number of pixels (``640`` or ``640.0``; ``640.5`` is no size: it was truncated)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and 0 <= value < 2**31
+        and 0 <= value < 2**31 and float(value).is_integer()
 
 
 def _annotation_ok(a, i, file, sink):
@@ -320,18 +353,14 @@ def _annotation_ok(a, i, file, sink):
             sink.fault(file, f"{where}: {key!r} missing or not a non-negative int64")
             return False
     bbox = a.get("bbox")
-    if not (isinstance(bbox, list) and len(bbox) == 4
-            and all(_is_number(v) for v in bbox)):
+    if not (type(bbox) is list and len(bbox) == 4 and all(_is_number(v) for v in bbox)):
         sink.fault(file, f"{where}: 'bbox' must be 4 numbers [x, y, w, h], got {bbox!r:.60}")
         return False
     if "id" in a and not _is_id(a["id"]):
         sink.fault(file, f"{where}: 'id' is not a non-negative int64")
         return False
-    if a.get("iscrowd", 0) not in (0, 1):
-        sink.fault(file, f"{where}: 'iscrowd' is {a['iscrowd']!r}, not 0 or 1")
-        return False
-    for key in FLAG_KEYS:
-        if a.get(key, 0) not in (0, 1):
+    for key in ("iscrowd",) + FLAG_KEYS:
+        if not (a.get(key, 0).__class__ is int and a.get(key, 0) in (0, 1)):
             sink.fault(file, f"{where}: {key!r} is {a[key]!r}, not 0 or 1")
             return False
     return True

@@ -6,13 +6,17 @@ but a :class:`FolderDataset` of parallel ``paths`` and ``labels``.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ._common import (IMAGE_EXTENSIONS, ErrorSink, FileIndex, outside_root_reason, real_dir,
                       resolve_under)
+from . import limits
 from .errors import DatasetError
+
+_LABEL = re.compile(r"[0-9]+")
 
 
 @dataclass
@@ -88,12 +92,15 @@ def read_file_list(file_list, root=None, *, on_error="raise") -> FolderDataset:
     root = real_dir(root if root is not None else os.path.dirname(os.path.abspath(file_list)))
     sink, index = ErrorSink(on_error, "read_file_list"), FileIndex()
     try:
-        with open(file_list, encoding="utf-8") as f:
-            lines = f.read().splitlines()
+        text = limits.read_bytes(file_list, what="file list").decode("utf-8-sig")
     except FileNotFoundError:
         raise DatasetError(file_list, "file list not found") from None
+    except OSError as exc:
+        raise DatasetError(file_list, f"cannot read the file list ({exc})") from None
     except UnicodeDecodeError as exc:
         raise DatasetError(file_list, f"not UTF-8 text ({exc})") from None
+    # lines end at \n, \r\n or \r (str.splitlines would also split a path at U+2028, ...)
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     paths, labels = [], []
     for number, line in enumerate(lines, 1):
         entry = _entry(line, root, index, f"{file_list}:{number}", sink)
@@ -110,8 +117,12 @@ def _entry(line, root, index, where, sink):
     if not text or text.startswith("#"):
         return None
     parts = text.rsplit(maxsplit=1)
-    if len(parts) != 2 or not parts[1].isdigit():
+    if len(parts) != 2 or not _LABEL.fullmatch(parts[1]):  # ASCII: "\u00b2".isdigit() too
         sink.fault(where, f"expected 'path label' with a non-negative int label, got {text!r}")
+        return None
+    if int(parts[1]) >= limits.MAX_CLASSES:
+        sink.fault(where, f"label {parts[1]} is over readers.limits.MAX_CLASSES "
+                          f"({limits.MAX_CLASSES:,}): the class list is built up to it")
         return None
     path = resolve_under(root, parts[0])
     if path is None:

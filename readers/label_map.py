@@ -13,12 +13,12 @@ def read_label_map(spec) -> dict:
     """``{id: name}`` from a dict, or a ``label_map.pbtxt`` in the Object Detection API's text
     format (``item { id: 1 name: 'cat' }``; ``display_name`` is used where ``name`` is absent)."""
     if isinstance(spec, dict):
-        return {int(k): str(v) for k, v in spec.items()}
+        return _checked_dict(spec)
     path = os.fspath(spec)
     from . import limits
 
     try:
-        text = limits.read_bytes(path, "MAX_LABEL_FILE_BYTES", "label map").decode("utf-8")
+        text = limits.read_bytes(path, "MAX_LABEL_FILE_BYTES", "label map").decode("utf-8-sig")
     except FileNotFoundError:
         raise DatasetError(path, "label map file not found") from None
     except UnicodeDecodeError:
@@ -29,13 +29,37 @@ def read_label_map(spec) -> dict:
     out = {}  # an empty (or comments-only) file is a map of no classes, as write_tfrecord writes
     for k, item in enumerate(items):
         ids = item.get("id", []) if isinstance(item, dict) else []
-        names = [v for key in ("name", "display_name") for v in
-                 (item.get(key, []) if isinstance(item, dict) else []) if isinstance(v, str)]
+        given = {key: item.get(key, []) if isinstance(item, dict) else []
+                 for key in ("name", "display_name")}
+        names = [v for key in ("name", "display_name") for v in given[key] if isinstance(v, str)]
         if len(ids) != 1 or not isinstance(ids[0], int) or not names:
             raise DatasetError(path, f"label map item #{k} needs one 'id' and a 'name'")
+        twice = next((key for key, v in given.items() if len(v) > 1), None)
+        if twice or len(names) < sum(map(len, given.values())):
+            raise DatasetError(path, f"label map item #{k} (id {ids[0]}): "
+                                     + (f"'{twice}' is given twice" if twice else
+                                        "a name that is not a quoted string"))
+        if not 0 <= ids[0] < 2**63:
+            raise DatasetError(path, f"label map item #{k}: id {ids[0]} is not a non-negative "
+                                     "int64")
         if ids[0] in out:
             raise DatasetError(path, f"label map id {ids[0]} is defined twice")
         out[ids[0]] = names[0]
+    return out
+
+
+def _checked_dict(spec):
+    """``{id: name}`` given directly: ids ints (or their decimal strings) in int64, names
+    strings; anything else is a ValueError naming the entry (never read as something else)."""
+    out = {}
+    for key, name in spec.items():
+        ok = type(key) is int or (isinstance(key, str) and re.fullmatch(r"[0-9]+", key))
+        if not ok or not 0 <= int(key) < 2**63 or not isinstance(name, str):
+            raise ValueError(f"label map entry {key!r}: {name!r}: needs a non-negative int "
+                             "id and a str name")
+        if int(key) in out:
+            raise ValueError(f"label map id {int(key)} is given twice")
+        out[int(key)] = name
     return out
 
 

@@ -14,6 +14,9 @@ Set them for a run, e.g. ``readers.limits.MAX_ANNOTATION_BYTES = 4 << 30`` (``No
   it (default 178,956,970, Pillow's own hard limit; a 30,000 x 30,000 PNG bomb is refused).
   The pipeline's decoder has its own limit, ``detaug.ops.decode.MAX_PIXELS``.
 
+- ``MAX_CLASSES``: a class label of a file list (``read_file_list``) must be below it (default
+  1,048,576): the class list ``"0" .. str(max label)`` is built from the largest.
+
 - ``FOLLOW_SYMLINKS_OUTSIDE_ROOT``: a file name that stays inside the dataset root but is a
   symbolic link to a file outside it is followed (default True: links are the owner's choice);
   set False for datasets from untrusted sources, and such a file is refused like a name with
@@ -32,6 +35,7 @@ from .errors import DatasetError
 MAX_ANNOTATION_BYTES = 1 << 30
 MAX_LABEL_FILE_BYTES = 16 << 20
 MAX_IMAGE_PIXELS = 178_956_970
+MAX_CLASSES = 1 << 20
 FOLLOW_SYMLINKS_OUTSIDE_ROOT = True
 
 

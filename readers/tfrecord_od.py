@@ -31,6 +31,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
+import re
 
 import numpy as np
 
@@ -50,6 +51,7 @@ LABEL, TEXT, AREA = "image/object/class/label", "image/object/class/text", "imag
 MODELED = {"image/encoded", "image/filename", "image/source_id", "image/height", "image/width",
            "image/format", "image/key/sha256", *BOX_KEYS, LABEL, TEXT, AREA, *FLAGS.values()}
 LABEL_MAP_FILE = "label_map.pbtxt"
+_CANONICAL_INT = re.compile(r"0|[1-9][0-9]*")
 _MAGIC = ((b"\xff\xd8\xff", "jpeg"), (b"\x89PNG\r\n\x1a\n", "png"), (b"BM", "bmp"),
           (b"RIFF", "webp"))
 
@@ -194,7 +196,9 @@ def _decode(file, offset, data, ex, where, sink):
         width, height = _header_size(data[start:stop])
     if not (0 < width < 2**31 and 0 < height < 2**31):
         raise _Fault(f"image/width x image/height is {width} x {height}")
-    image_id = int(source_id) if source_id and source_id.isdigit() \
+    # an int only where it is one's canonical decimal ("7", not "007" or "\u0667": those
+    # stay text, as written)
+    image_id = int(source_id) if source_id and _CANONICAL_INT.fullmatch(source_id) \
         and int(source_id) < 2**63 else (source_id or None)
     name = filename or f"{source_id or offset}.{fmt or _sniff(data[start:stop])}"
     path = os.path.join(file, name.lstrip("/"))
@@ -212,6 +216,8 @@ def _decode(file, offset, data, ex, where, sink):
     area = ex.floats(AREA) if AREA in ex else None
     if area is not None:
         lengths[AREA] = len(area)
+    if (ids < 0).any():
+        raise _Fault(f"{LABEL} holds the negative id {int(ids[ids < 0][0])}")
     if len(set(lengths.values())) > 1:
         raise _Fault("per-box features differ in length: "
                      + ", ".join(f"{k} {v}" for k, v in lengths.items()))

@@ -7,6 +7,7 @@ continuous coordinates, so ``(xmin, ymin, xmax, ymax)`` maps to
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 from lxml import etree
@@ -135,7 +136,7 @@ def _list_ids(root, split, sink):
     split_file = os.path.join(root, "ImageSets", "Main", f"{split}.txt")
     if os.path.isfile(split_file):
         try:
-            text = limits.read_bytes(split_file, what="split file").decode("utf-8")
+            text = limits.read_bytes(split_file, what="split file").decode("utf-8-sig")
         except UnicodeDecodeError as exc:
             raise DatasetError(split_file, f"split file is not UTF-8 text ({exc})") from None
         lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
@@ -196,8 +197,12 @@ def _parse_file(xml_path, image_id, images, parser, index, check_images):
         raise DatasetError(xml_path, "malformed XML (no root element)")
     if ann.tag != "annotation":
         raise DatasetError(xml_path, f"root element is <{ann.tag}>, not <annotation>")
+    twice = _repeated(ann, ("filename", "size")) or \
+        _repeated(ann.find("size"), ("width", "height"), "size/")
+    if twice:
+        raise DatasetError(xml_path, f"<{twice}> is given twice: which one counts is unknown")
     path = _image_path(ann.findtext("filename"), image_id, images, index, xml_path, check_images)
-    width, height = _size(ann), _size(ann, "height")
+    width, height = _size(ann, xml_path), _size(ann, xml_path, "height")
     if width <= 0 or height <= 0:
         width, height = header_size(path)
     objects = [_object(obj) for obj in ann.iterfind("object")]
@@ -247,12 +252,33 @@ def _image_path(filename, image_id, images, index, xml_path, check_images):
     raise DatasetError(candidates[0], f"image file not found (named in {xml_path})")
 
 
-def _size(ann, key="width"):
-    text = ann.findtext(f"size/{key}")
+def _repeated(el, tags, prefix=""):
+    """The first of ``tags`` that ``el`` has more than one child of (with ``prefix``), or None."""
+    if el is None:
+        return None
+    found = [c.tag for c in el if c.tag in tags]
+    return next((prefix + t for t in tags if found.count(t) > 1), None)
+
+
+def _size(ann, xml_path, key="width"):
+    """``<size><key>``: a whole number of pixels; 0 where absent or empty (then the image
+    header gives it). Anything else (``abc``, ``-5``, ``500.5``, ``inf``) is a fault of the
+    file: it was read as "unknown" before, silently."""
+    text = (ann.findtext(f"size/{key}") or "").strip()
+    if not text:
+        return 0
     try:
-        return int(float(text)) if text and text.strip() else 0
-    except (ValueError, OverflowError):  # "abc", "inf", "1e400"
-        return 0  # unreadable size: fall back to the image header
+        value = float(text)
+        ok = value.is_integer() and 0 <= value < 2**31
+    except (ValueError, OverflowError):
+        ok = False
+    if not ok or not _DECIMAL.fullmatch(text):
+        raise DatasetError(xml_path, f"<size><{key}> is {text!r:.40}, not a whole number of "
+                                     "pixels")
+    return int(value)
+
+
+_DECIMAL = re.compile(r"[+]?[0-9]+(?:\.0*)?")
 
 
 def _object(obj):
@@ -265,16 +291,25 @@ def _object(obj):
     is one of the other elements (it overrode the box when it came after the ``bndbox``, as
     write_voc puts the other elements, so a VOC -> VOC round trip changed the box).
     """
-    values, box = {}, {}
+    values, box, twice = {}, {}, None
     for child in obj:
         if child.tag == "bndbox":
+            if "bndbox" in values:
+                twice = "bndbox"
+            values["bndbox"] = None
             for coord in child:
+                if coord.tag in box and coord.tag in _COORDS:
+                    twice = f"bndbox/{coord.tag}"
                 box[coord.tag] = coord.text
         else:
+            if child.tag in values and child.tag in _OBJECT_TAGS:
+                twice = child.tag
             values[child.tag] = child.text
     name = (values.get("name") or "").strip()
     if not name:  # also what an unexpanded entity reference leaves behind
         return name, _NAN_BOX, 0, 0, "object without a <name>", {}
+    if twice:
+        return name, _NAN_BOX, 0, 0, f"object {name!r}: <{twice}> is given twice", {}
     try:
         coords = [float(box[k]) for k in _COORDS]
     except (KeyError, TypeError, ValueError):

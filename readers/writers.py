@@ -364,6 +364,9 @@ def write_yolo(dataset, root, *, split=None, link=False, progress=None,
     Returns:
         WriteReport. Each line is ``label cx cy w h`` normalised (6 decimals; ``max_shift_px``
         is the largest move this rounding causes); an image without boxes gets an empty file.
+        Two records that would share a label file (one image file under two ids, or images
+        of one stem such as ``a.jpg`` and ``a.png``) are refused before anything is written:
+        DatasetError naming both.
         Per-box fields, ids, segmentation and category ids are counted under ``not_held``.
     """
     _check_labels(dataset)
@@ -371,13 +374,13 @@ def write_yolo(dataset, root, *, split=None, link=False, progress=None,
     report = WriteReport("yolo", os.fspath(root), classes=dataset.num_classes)
     images, labels = (os.path.join(root, d, split or "") for d in ("images", "labels"))
     base = _image_base(dataset)
+    rels = _yolo_names(dataset, base)
     if not dry_run:
         for folder in (images, labels):  # even with no image: a dataset reads back
             os.makedirs(folder, exist_ok=True)
         with open(os.path.join(root, "classes.txt"), "w", encoding="utf-8") as f:
             f.writelines(f"{name}\n" for name in dataset.class_names)
-    for k, record in enumerate(dataset.records):
-        rel = _relname(record.path, base)
+    for k, (record, rel) in enumerate(zip(dataset.records, rels)):
         lines = _yolo_lines(record, report)
         if not dry_run:
             place_image(record.path, os.path.join(images, rel), link)
@@ -393,6 +396,27 @@ def write_yolo(dataset, root, *, split=None, link=False, progress=None,
     report.images = len(dataset)
     _unheld_common(dataset, report, "yolo")
     return report
+
+
+def _yolo_names(dataset, base):
+    """Each record's image path relative to ``base``; two records that would share one label
+    file (one image listed under two ids, or ``a.jpg`` and ``a.png``) are refused, naming
+    both: the second would overwrite the first's boxes."""
+    rels, by_label = [], {}
+    for record in dataset.records:
+        rel = _relname(record.path, base)
+        key = os.path.normcase(os.path.splitext(rel)[0])
+        if key in by_label:
+            other = by_label[key]
+            what = "is the same image as" if other.path == record.path else \
+                "shares its label file stem with"
+            raise DatasetError(record.path, f"image id {record.image_id!r} {what} image id "
+                                            f"{other.image_id!r} ({other.path}): both would "
+                                            f"write labels/{key}.txt, which holds one image's "
+                                            "boxes; rename one, or convert to COCO")
+        by_label[key] = record
+        rels.append(rel)
+    return rels
 
 
 def _yolo_lines(record, report):

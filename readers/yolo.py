@@ -25,8 +25,9 @@ def read_yolo(root, classes_file=None, *, split=None, classes=None, on_error="ra
 
     Args:
         root: folder holding ``images/`` and ``labels/``.
-        classes_file: text file of class names, one a line (label ``i`` is line ``i``). Default:
-            ``root/classes.txt``, else the ``names`` of ``root/data.yaml`` (list or ``i: name``).
+        classes_file: text file of class names, one a line (label ``i`` is line ``i``), or a
+            ``.yaml`` / ``.yml`` file read as a data.yaml. Default: ``root/classes.txt``, else
+            the ``names`` of ``root/data.yaml`` (list or ``i: name``; :func:`yaml_names`).
         split: sub-folder of ``images/`` and ``labels/`` to read (e.g. ``"train"``).
         classes: the class names, given directly (overrides the files).
         on_error: ``"raise"`` or ``"skip"``: a bad line drops that box; an unreadable image
@@ -63,21 +64,35 @@ def read_yolo(root, classes_file=None, *, split=None, classes=None, on_error="ra
 
 
 def _class_names(root, classes_file):
-    path = classes_file or os.path.join(root, "classes.txt")
+    path = os.fspath(classes_file) if classes_file else os.path.join(root, "classes.txt")
+    if classes_file and path.lower().endswith((".yaml", ".yml")) and os.path.isfile(path):
+        names = yaml_names(read_text(path), path)
+        if names is not None:
+            return names
+        raise DatasetError(path, "no 'names' key: not a YOLO data.yaml")
     if os.path.isfile(path):
-        return [line.strip() for line in read_text(path).splitlines() if line.strip()]
+        return class_lines(read_text(path))
     yaml = os.path.join(root, "data.yaml")
     if classes_file is None and os.path.isfile(yaml):
-        names = yaml_names(read_text(yaml))
+        names = yaml_names(read_text(yaml), yaml)
         if names:
             return names
     raise DatasetError(path, "class list not found (need classes.txt or data.yaml 'names')")
 
 
+def class_lines(text):
+    """The names of a ``classes.txt``: one a line, stripped, blank lines skipped. Lines end at
+    ``\\n``, ``\\r\\n`` or ``\\r`` only, as write_yolo writes them and read_voc_classes reads
+    them (``str.splitlines`` would also split at U+2028, form feeds, ... inside a name)."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return [line.strip() for line in lines if line.strip()]
+
+
 def read_text(path) -> str:
-    """The file as UTF-8 text; DatasetError naming the file when it is not."""
+    """The file as UTF-8 text (a leading byte-order mark dropped); DatasetError naming the
+    file when it is not."""
     try:
-        return limits.read_bytes(path, what="text file").decode("utf-8")
+        return limits.read_bytes(path, what="text file").decode("utf-8-sig")
     except OSError as exc:
         raise DatasetError(path, f"cannot read the file ({exc})") from None
     except UnicodeDecodeError as exc:
@@ -100,32 +115,101 @@ def _same_stem(rels, images, labels, sink):
     return [rel for rel in rels if os.path.splitext(rel)[0] not in shared]
 
 
-def yaml_names(text: str):
-    """The ``names`` of a simple YOLO data.yaml, without a YAML dependency.
+def yaml_names(text: str, path="data.yaml"):
+    """The class names of a YOLO ``data.yaml``, read by PyYAML's safe loader: ``names`` a list
+    (label ``i`` is item ``i``) or a mapping ``{0: a, 1: b, ...}`` whose keys are exactly
+    ``0 .. n-1``. Returns None when there is no ``names`` key.
 
-    Understands ``names: [a, 'b']``, a block of ``- a`` items, or a block of ``0: a`` items.
-    Returns None when there is no ``names`` key.
+    Raises:
+        DatasetError naming ``path`` and the fault: not YAML, not a mapping at the top, a key
+        given twice, ``names`` of another type, a name that YAML does not read as text
+        (``yes``, ``null``, ``1.5``, a list, ...: quote it) or that is blank, mapping keys
+        that are not the whole numbers ``0 .. n-1``, or an ``nc`` that is not their count.
     """
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        m = re.match(r"^names\s*:\s*(.*?)\s*$", line)
-        if not m:
-            continue
-        if m.group(1).startswith("["):
-            return [_unquote(v) for v in m.group(1).strip("[]").split(",") if v.strip()]
-        items = {}
-        for item in lines[i + 1:]:
-            if item.strip() and not item[:1].isspace():
-                break
-            keyed = re.match(r"^\s+(?:-\s*|(\d+)\s*:\s*)(.+?)\s*$", item)
-            if keyed:
-                items[int(keyed.group(1)) if keyed.group(1) else len(items)] = _unquote(keyed.group(2))
-        return [items[k] for k in sorted(items)]
-    return None
+    import yaml
+
+    try:
+        data = yaml.load(text, Loader=_strict_loader())
+    except _YamlDuplicate as exc:
+        raise DatasetError(path, str(exc)) from None
+    except yaml.YAMLError as exc:
+        raise DatasetError(path, "not valid YAML (" + " ".join(str(exc).split()) + ")") from None
+    except RecursionError:
+        raise DatasetError(path, "not valid YAML (nested too deeply)") from None
+    except ValueError as exc:  # an int over Python's digit limit
+        raise DatasetError(path, f"not valid YAML ({exc})") from None
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise DatasetError(path, f"the top level is a {type(data).__name__}, not a mapping "
+                                 "with a 'names' key")
+    if "names" not in data:
+        return None
+    names = data["names"]
+    if isinstance(names, dict):
+        keys = list(names)
+        if not all(type(k) is int for k in keys) or sorted(keys) != list(range(len(keys))):
+            raise DatasetError(path, f"'names' keys are {_short(keys, 80)}: they must be the whole "
+                                     f"numbers 0 .. {len(keys) - 1} (label i is key i)")
+        names = [names[k] for k in range(len(keys))]
+    elif not isinstance(names, list):
+        raise DatasetError(path, f"'names' is {_short(names)}: not a list or a mapping of names")
+    for i, name in enumerate(names):
+        if not isinstance(name, str):
+            raise DatasetError(path, f"names[{i}] is {_short(name)} ({type(name).__name__}): "
+                                     "YAML does not read it as text (yes, no, on, off, null, "
+                                     "numbers); quote it")
+        if not name.strip() or name != name.strip() or name.splitlines() != [name]:
+            raise DatasetError(path, f"names[{i}] is {_short(name)}: blank, or with surrounding "
+                                     "whitespace or a line break")
+    nc = data.get("nc")
+    if nc is not None and (type(nc) is not int or nc != len(names)):
+        raise DatasetError(path, f"'nc' is {_short(nc, 40)} but 'names' holds {len(names)} names")
+    return names
 
 
-def _unquote(value: str) -> str:
-    return value.strip().strip("'\"")
+def _short(value, width=60) -> str:
+    """``repr(value)`` cut to ``width`` characters (an int over Python's digit limit, whose
+    repr raises, by its size)."""
+    try:
+        return repr(value)[:width]
+    except ValueError:
+        return f"<an int of {value.bit_length()} bits>" if isinstance(value, int) else "<?>"
+
+
+class _YamlDuplicate(Exception):
+    pass
+
+
+_LOADER = []
+
+
+def _strict_loader():
+    """PyYAML's safe loader (the C one where built), refusing a mapping key given twice
+    (PyYAML keeps the last value silently)."""
+    if _LOADER:
+        return _LOADER[0]
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class StrictLoader(base):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    duplicate = key in seen
+                    seen.add(key)
+                except TypeError:  # an unhashable key: the base class says so
+                    break
+                if duplicate:
+                    raise _YamlDuplicate(f"the key {_short(key)} is given twice (line "
+                                         f"{key_node.start_mark.line + 1}); refused")
+            return super().construct_mapping(node, deep)
+
+    _LOADER.append(StrictLoader)
+    return StrictLoader
 
 
 def _relative_images(images):
@@ -173,19 +257,30 @@ def _read_lines(label_file, num_classes, sink):
         parts = line.split()
         if not parts:
             continue
-        try:
-            if len(parts) != 5:
-                raise ValueError(f"expected 5 values 'class cx cy w h', got {len(parts)}")
-            cls, values = int(parts[0]), [float(v) for v in parts[1:]]
-        except ValueError as exc:
-            sink.fault(label_file, f"line {number}: {exc}")
+        if len(parts) != 5:
+            sink.fault(label_file, f"line {number}: expected 5 values 'class cx cy w h', "
+                                   f"got {len(parts)}")
             continue
+        bad = next((p for p in parts[1:] if not _NUMBER.fullmatch(p)), None)
+        if not _INDEX.fullmatch(parts[0]) or bad is not None:
+            what = f"class {parts[0]!r:.30} is not a whole number" if bad is None else \
+                f"{bad!r:.30} is not a decimal number"
+            sink.fault(label_file, f"line {number}: {what}")
+            continue
+        # (a class of 19 digits or more is past any class list; int() refuses 4300+ digits)
+        cls = int(parts[0]) if len(parts[0]) < 19 else num_classes
+        values = [float(v) for v in parts[1:]]
         if not 0 <= cls < num_classes:
-            sink.fault(label_file, f"line {number}: unknown class {cls} "
+            sink.fault(label_file, f"line {number}: unknown class {parts[0]:.30} "
                                    f"(the class list has {num_classes})")
             continue
         rows.append((cls, values, number))
     return rows
+
+
+# ASCII decimals only: int() and float() also take "1_0" (10), "\u0661" (1), "nan", "inf".
+_INDEX = re.compile(r"[0-9]+")
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
 def _orphans(labels, rels, sink):

@@ -106,3 +106,34 @@ def test_16_bit_grayscale_png_scales_to_8_bits():
     rgb = decode_pillow(np.frombuffer(buf.getvalue(), np.uint8), "RGB")
     np.testing.assert_array_equal(rgb, np.repeat(want[..., None], 3, -1))
     assert abs(rgb.mean() - 127.5) < 1
+
+
+def _tiff(a, mode=None):
+    buf = io.BytesIO()
+    Image.fromarray(a, mode).save(buf, "TIFF")
+    return np.frombuffer(buf.getvalue(), np.uint8)
+
+
+@pytest.mark.parametrize("array", [np.array([[0.25, 0.75]], np.float32),
+                                   np.array([[0, 70000]], np.int32),
+                                   np.array([[-5, 100]], np.int32)],
+                         ids=["float32", "int32 over 16 bits", "negative int32"])
+def test_pixels_with_no_8_bit_scale_are_refused_naming_the_file(tmp_path, array):
+    """Issue 30, item 10: Pillow's convert clipped float and 32-bit pixels silently (a float
+    image of 0.25 / 0.75 came out 0 / 0)."""
+    from detaug.ops.decode import decode_pillow
+
+    with pytest.raises(ValueError, match="no 8-bit scale is defined"):
+        decode_pillow(_tiff(array), "RGB")
+    (tmp_path / "f.tif").write_bytes(_tiff(array).tobytes())
+    with pytest.raises(SampleError, match=r"f\.tif: cannot decode image .*no 8-bit scale"):
+        _decode(tmp_path, ["f.tif"])
+
+
+def test_32_bit_int_image_within_16_bits_scales_like_16_bit():
+    from detaug.ops.decode import decode_pillow
+
+    a = np.array([[0, 128, 129, 65535, 40000]], np.int32)
+    gray = decode_pillow(_tiff(a), "GRAY")[..., 0]
+    want = np.floor(a.astype(np.float64) * 255 / 65535 + 0.5).astype(np.uint8)
+    np.testing.assert_array_equal(gray, want)

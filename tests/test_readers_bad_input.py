@@ -181,8 +181,19 @@ def test_voc_split_file_not_utf8(tmp_path):
         assert err.value.file == split
 
 
-@pytest.mark.parametrize("width", ["inf", "1e400", "nan", "wide"])
-def test_voc_unreadable_size_falls_back_to_the_image_header(tmp_path, width):
+@pytest.mark.parametrize("width", ["inf", "1e400", "nan", "wide", "-100", "100.5", "1_00"])
+def test_voc_unreadable_size_is_a_named_fault(tmp_path, width):
+    # (issue 30: it was read as "unknown" and replaced by the header's, silently)
+    root = write_voc(tmp_path / "voc", {"a": voc_xml("a.jpg", (width, 80), [("dog", 1, 1, 9, 9)])})
+    with pytest.raises(DatasetError, match=r"<size><width> is .* not a whole number") as err:
+        read_voc(root)
+    assert err.value.file.endswith(os.path.join("Annotations", "a.xml"))
+    with pytest.warns(UserWarning, match="skipped 1"):
+        assert len(read_voc(root, on_error="skip")) == 0
+
+
+@pytest.mark.parametrize("width", ["", "100", "100.0", " 100 "])
+def test_voc_empty_or_whole_size_is_read(tmp_path, width):
     root = write_voc(tmp_path / "voc", {"a": voc_xml("a.jpg", (width, 80), [("dog", 1, 1, 9, 9)])})
     ds = read_voc(root)
     assert (ds[0].width, ds[0].height) == (100, 80) and ds[0].num_boxes == 1

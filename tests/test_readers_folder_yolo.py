@@ -98,7 +98,7 @@ def test_yolo_without_class_list(tmp_path):
 @pytest.mark.parametrize("line,fault", [
     ("5 0.5 0.5 0.1 0.1", "unknown class 5"),
     ("0 0.5 0.5 0.1", "expected 5 values"),
-    ("0 0.5 0.5 zero 0.1", "could not convert"),
+    ("0 0.5 0.5 zero 0.1", "'zero' is not a decimal number"),
     ("0 0.5 0.5 0 0.1", "zero width or height"),
     ("0 3.0 3.0 0.1 0.1", "wholly outside"),
 ])

@@ -20,9 +20,12 @@ inside TFRecords are written out unchanged (to a temporary folder, then copied o
 
 Data safety: the source is never opened for writing; DST may not be the source, inside it or
 around it; a non-empty DST is refused unless ``--overwrite``; the dataset is written into a
-temporary folder beside DST and moved into place only when complete (with ``--overwrite`` the
-old content is removed only after that), so a failed or interrupted run leaves DST as it was.
-``--dry-run`` prints the summary and writes nothing. Image sizes are checked against the image
+temporary folder beside DST and moved into place only when complete (with ``--overwrite``, on
+Linux, swapped with the old content in one atomic step, the old content removed after;
+elsewhere, set aside first and, after a crash between the two moves, put back by the next
+run), so a failed or interrupted run leaves DST as it was. Hidden folders that killed runs
+left beside DST are removed by the next run, which says so. ``--dry-run`` prints the summary
+and writes nothing (not even DST's parent folders). Image sizes are checked against the image
 headers (header only); crowd and difficult boxes are kept unless ``--skip-crowd`` /
 ``--skip-difficult``, and counted either way. Every user mistake is one line on stderr
 and exit status 2.
@@ -52,6 +55,7 @@ from readers.writers import class_name_fault, write_coco, write_voc, write_yolo
 from readers.yolo import read_yolo
 
 from . import detect
+from .place import place, recover, staging_folder
 from .progress import Progress
 
 FORMATS = ("coco", "voc", "yolo", "tfrecord")
@@ -357,46 +361,27 @@ def summary(dataset, report, args, folder=None, policy_lines=()):
     return lines + report.summary_lines()
 
 
-def _place(tmp, dst):
-    """Move the complete folder ``tmp`` to ``dst``; an existing ``dst`` is set aside first and
-    removed only once ``tmp`` is in its place (it is put back if that move fails)."""
-    if os.path.isdir(dst):
-        mode = os.stat(dst).st_mode & 0o7777
-    else:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o777 & ~umask
-    os.chmod(tmp, mode)  # mkdtemp made it 0700
-    if not (os.path.isdir(dst) and os.listdir(dst)):
-        os.replace(tmp, dst)  # onto nothing, or onto an empty folder
-        return
-    old = tempfile.mkdtemp(prefix=f".{os.path.basename(dst)}.detaug-convert-old-",
-                           dir=os.path.dirname(dst))
-    aside = os.path.join(old, "previous")
-    os.rename(dst, aside)
-    try:
-        os.rename(tmp, dst)
-    except BaseException:
-        os.rename(aside, dst)
-        os.rmdir(old)
-        raise
-    shutil.rmtree(old)
-
-
 def convert(args):
-    """Check, read, write into a temporary folder beside the destination, then move it into
-    place; return the summary lines. Nothing is left at the destination unless complete."""
+    """Clean up after killed runs into the destination, check, read, write into a temporary
+    folder beside the destination, then move it into place; return the summary lines.
+    Nothing is left at the destination unless complete. A dry run creates nothing: not the
+    destination's parent folders, nor anything beside it (a TFRecord source's images are
+    unpacked under the system's temporary folder, and removed)."""
+    recovered = recover(os.path.realpath(os.path.abspath(args.dst)), args.dry_run)
+    for line in recovered:
+        print(f"detaug-convert: {line}", file=sys.stderr)
     dst = check_destination(args, check_source(args))
     dataset = read(args)
     parent = os.path.dirname(dst)
-    os.makedirs(parent, exist_ok=True)
+    if not args.dry_run:
+        os.makedirs(parent, exist_ok=True)
     staged, renamed = None, 0
     try:
         if args.src_format == "tfrecord":  # the writers and header checks need image files
             from readers.tfrecord_od import extract_images
 
-            staged = tempfile.mkdtemp(prefix=f".{os.path.basename(dst)}.detaug-images-",
-                                      dir=parent)
+            staged = tempfile.mkdtemp(prefix="detaug-convert-images-") if args.dry_run \
+                else staging_folder(dst, "images")
             renamed = extract_images(dataset, staged)
             args.link = True  # staged copies: a hard link moves them at no cost
         return _convert(args, dst, dataset, parent, renamed)
@@ -414,12 +399,12 @@ def _convert(args, dst, dataset, parent, renamed=0):
         report = write(dataset, args, dst, dry_run=True)
         report.path = args.dst
         return summary(dataset, report, args, None, policy) + ["dry run: nothing was written"]
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(dst)}.detaug-convert-", dir=parent)
+    tmp = staging_folder(dst, "convert")
     try:
         report = write(dataset, args, tmp)
         report.path = os.path.normpath(os.path.join(args.dst, os.path.relpath(report.path, tmp)))
         lines = summary(dataset, report, args, tmp, policy)
-        _place(tmp, dst)
+        place(tmp, dst)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

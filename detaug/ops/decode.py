@@ -29,17 +29,19 @@ _MODES = {"RGB": ("RGB", 3), "BGR": ("RGB", 3), "GRAY": ("L", 1)}
 
 def decode_pillow(buf, output_type="RGB"):
     """Decode one encoded image to uint8 HWC. Grayscale, palette and CMYK JPEGs become 3
-    channels when RGB/BGR is asked. Raises on truncated or corrupt data (Pillow's own errors)."""
+    channels when RGB/BGR is asked; 16-bit grayscale is scaled to 8 bits. Raises on truncated
+    or corrupt data (Pillow's own errors), and ValueError on pixels with no 8-bit scale
+    (floats, signed or 32-bit ints beyond 16 bits), which Pillow would clip silently."""
     from PIL import Image
 
     mode, _ = _MODES[output_type]
     with Image.open(io.BytesIO(memoryview(buf))) as im:  # lazy: reads the header only
         check_pixels(im.size)
         im.load()
-        if im.mode.startswith("I;16") or im.mode == "I":
+        if im.mode.startswith("I") or im.mode == "F":
             # 16-bit grayscale: Pillow's convert("L") clips at 255 (an image of mean 127 came
             # out 98% white); scale to 8 bits instead, v * 255 / 65535 rounded
-            im = Image.fromarray(_to_8bit(np.asarray(im)))
+            im = Image.fromarray(_to_8bit(_sixteen_bit(im)))
         if im.mode != mode:
             im = im.convert(mode)
         a = np.asarray(im)
@@ -47,6 +49,24 @@ def decode_pillow(buf, output_type="RGB"):
         a = a[:, :, None]
     if output_type == "BGR":
         a = np.ascontiguousarray(a[:, :, ::-1])
+    return a
+
+
+def _sixteen_bit(im) -> np.ndarray:
+    """The samples of an integer or float grayscale image (Pillow modes ``I;16*``, ``I``,
+    ``F``) as 16-bit values, or ValueError: signed 16-bit, 32-bit ints outside 0..65535 and
+    floats have no defined 8-bit scale, and Pillow's conversion clips them silently."""
+    if im.mode == "F":
+        raise ValueError("32-bit float pixels (Pillow mode F): no 8-bit scale is defined; "
+                         "convert the image to 8 or 16 bits first")
+    if im.mode not in ("I", "I;16", "I;16B", "I;16L", "I;16N"):
+        raise ValueError(f"signed or unusual integer pixels (Pillow mode {im.mode}): no 8-bit "
+                         "scale is defined; convert the image to 8 or 16 bits first")
+    a = np.asarray(im)
+    if a.size and (a.min() < 0 or a.max() > 65535):
+        raise ValueError(f"32-bit integer pixels (Pillow mode {im.mode}) from {a.min()} to "
+                         f"{a.max()}, outside 0..65535: no 8-bit scale is defined; convert "
+                         "the image to 8 or 16 bits first")
     return a
 
 
