@@ -99,7 +99,7 @@ def test_demo_runs_from_a_non_editable_install(wheel, tmp_path):
                             check=True, capture_output=True, text=True).stdout.strip()
     ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     (pathlib.Path(theirs) / "_deps_of_the_test.pth").write_text("\n".join(sorted(ours)) + "\n")
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel],
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--ignore-installed", wheel],
                    check=True, capture_output=True, timeout=120)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DETAUG_CACHE")}
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")

@@ -110,6 +110,7 @@ def label_pipe(root, names, **kw):
         _, labels = fn.readers.file(file_root=str(root), files=names,
                                     labels=list(range(len(names))), **shard)
         pipe.set_outputs(labels)
+    pipe.dali_outputs = False  # detaug's own outputs: labels (B,) (readers.file turns on DALI mode)
     return track(pipe)
 
 

@@ -112,7 +112,12 @@ def demo_pipeline(data: str, root: str, device: str = "cpu", batch_size: int = 8
 # arguments an op needs to run at all (no default): the demo's own choice for them
 OP_DEMO_ARGS = {"resize": {"size": (SIZE, SIZE)}, "letterbox": {"size": (SIZE, SIZE)},
                 "random_resized_crop": {"size": (SIZE, SIZE)}, "crop": {"crop": (SIZE // 2, SIZE // 2)},
-                "paste": {"ratio": 2.0}, "mosaic": {"size": SIZE // 2}}
+                "paste": {"ratio": 2.0}, "mosaic": {"size": SIZE // 2},
+                "scale_jitter": {"size": (SIZE, SIZE)},
+                "random_shortest_size": {"min_size": [SIZE // 2, SIZE * 3 // 4, SIZE],
+                                         "max_size": SIZE * 2},
+                "warp_affine": {"matrix": [0.9, 0.2, 0.0, -0.2, 0.9, 40.0], "fill_value": 0},
+                "gaussian_blur": {"sigma_range": (0.5, 3.0)}}
 _DRAWN_KINDS = ("geometric", "color", "box", "other")
 
 
