@@ -22,6 +22,7 @@ _sys.modules.setdefault(__name__ + ".fn", fn)
 ops.fn = fn
 vars(ops).update({k: v for k, v in vars(_make_classes()).items() if not k.startswith("_")})
 
+from . import fn  # noqa: E402,F811  (the object above; IDEs read this import: detaug/fn.pyi)
 from . import types  # noqa: E402  (detaug.types, as nvidia.dali.types: `import detaug as dali`)
 from .pipeline import Pipeline, pipeline_def  # noqa: E402
 
