@@ -354,3 +354,60 @@ def test_coco_size_threshold_keeps_boxes_of_exactly_that_size(tmp_path):
     anns = [ann(1, 1, [5, 5, 2, 2]), ann(2, 1, [7, 7, 1.99, 5]), ann(3, 1, [1, 1, 5, 1.99])]
     ds = read_coco(*write_coco(tmp_path, [image(1)], anns), size_threshold=2)
     assert ds[0].fields["annotation_id"].tolist() == [1]
+
+
+# ---------------------------------------------------------------------------------- DALI's ops
+def test_dali_random_bbox_crop_threshold_and_centre_edges_are_inclusive():
+    """DALI's RandomBBoxCrop (relative coordinates): the window [0, 0, 0.5, 0.5] (scaling 0.5,
+    anchor 0) and the box [0, 0, 0.5, 0.25] have IoU 0.125 / 0.25 = 0.5 exactly: accepted at
+    threshold 0.5. A box is kept when its centre lies in the window, edges included (DALI's
+    rule; torchvision's is strict): centres at x = 0.5 and x = 0 are kept, at 0.55 not."""
+    from detaug.dali.ops import bbox_crop_one
+
+    u = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0])  # option, then (w, h, order, x, y)
+    boxes = np.array([[0, 0, 0.5, 0.25], [0.25, 0, 0.75, 0.5], [-0.1, 0, 0.1, 0.2],
+                      [0.3, 0, 0.8, 0.2]])
+    got = bbox_crop_one(u, boxes, [0.5], (0.5, 0.5), (0.5, 2.0), 1, False, "iou")
+    assert got is not None
+    np.testing.assert_array_equal(got[0], [0, 0, 0.5, 0.5])
+    np.testing.assert_array_equal(got[1], [True, True, True, False])
+
+
+def test_dali_random_bbox_crop_prune_threshold_is_inclusive_and_needs_overlap():
+    """bbox_prune_threshold 0.5: [0.25, 0, 0.75, 0.5] overlaps the window by 0.125 of its 0.25:
+    kept; a box only touching the window (overlap 0) is never kept, even at threshold 0."""
+    from detaug.dali.ops import bbox_crop_one
+
+    u = np.zeros(6)
+    boxes = np.array([[0.25, 0, 0.75, 0.5], [0.5, 0, 0.7, 0.2], [0.0, 0.0, 0.2, 0.2]])
+    _, keep = bbox_crop_one(u, boxes, [0.0], (0.5, 0.5), (0.5, 2.0), 1, False, "iou", prune=0.5)
+    np.testing.assert_array_equal(keep, [True, False, True])
+    _, keep = bbox_crop_one(u, boxes, [0.0], (0.5, 0.5), (0.5, 2.0), 1, False, "iou", prune=0.0)
+    np.testing.assert_array_equal(keep, [True, False, True])
+
+
+def test_dali_slice_rounds_halves_away_and_may_end_on_the_edge():
+    """Normalised anchor 0.25 and shape 0.5 of a 10-wide image: start round(2.5) = 3, end
+    round(7.5) = 8 (halves away from zero: NumPy's to-even gives 2 and 8); a window ending exactly
+    at the image's edge is inside (out_of_bounds_policy='error' does not raise)."""
+    from detaug.dali.ops import SLICE_ARGS, slice_windows
+
+    class Op:
+        name = "slice"
+
+    win = slice_windows(Op, np.array([[10, 10]]), [[0.25, 0.25]], [[0.5, 0.5]], SLICE_ARGS)
+    np.testing.assert_array_equal(win, [[3, 3, 8, 8]])
+    win = slice_windows(Op, np.array([[10, 10]]), [[0.5, 0.0]], [[0.5, 1.0]], SLICE_ARGS)
+    np.testing.assert_array_equal(win, [[5, 0, 10, 10]])
+
+
+def test_dali_paste_truncates_canvas_and_offset():
+    """DALI's paste: canvas int(1.26 * 10) = 12 (round: 13), image at int(0.75 * (12 - 10)) =
+    int(1.5) = 1 (round: 2)."""
+    img = np.full((10, 10, 3), 200, np.uint8)
+    out_img, out_b = run_graph([img], [[[0, 0, 10, 10]]],
+                               lambda i, b: fn.paste(i, b, ratio=1.26, paste_x=0.75, paste_y=0.0))
+    got = images_of(out_img)[0]
+    assert got.shape == (12, 12, 3)
+    np.testing.assert_array_equal(boxes_of(out_b)[0]["boxes"], [[1, 0, 11, 10]])
+    assert (got[:10, 1:11] == 200).all() and (got[:, 0] == 0).all() and (got[:, 11] == 0).all()
