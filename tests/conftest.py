@@ -70,7 +70,7 @@ def optional_module(name: str):
 
 def _use_loadgroup(config):
     """Under ``-n``, pytest-xdist's default 'load' becomes 'loadgroup': the tests marked
-    ``xdist_group`` (those importing TensorFlow or keras in the test process) run in one worker,
+    ``xdist_group`` (those importing TensorFlow in the test process) run in one worker,
     which alone pays for the import; every other test is scheduled as with 'load'."""
     if getattr(config.option, "dist", "no") == "load":
         config.option.dist = "loadgroup"

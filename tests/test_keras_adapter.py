@@ -14,7 +14,6 @@ import pytest
 from conftest import optional_module
 
 keras = optional_module("keras")  # imported where a test uses it
-pytestmark = pytest.mark.xdist_group("keras")  # one worker imports it (conftest: loadgroup)
 
 from detaug import fn, pipeline_def  # noqa: E402
 from conftest import REPO, VOC  # noqa: E402

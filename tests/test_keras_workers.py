@@ -11,7 +11,6 @@ import pytest
 from conftest import optional_module
 
 keras = optional_module("keras")  # imported where a test uses it
-pytestmark = pytest.mark.xdist_group("keras")  # one worker imports it (conftest: loadgroup)
 
 from conftest import VOC  # noqa: E402
 from helpers import close_pipelines, track  # noqa: E402,F401  (an autouse fixture)

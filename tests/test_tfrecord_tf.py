@@ -152,6 +152,7 @@ print("OK", h.history["loss"], h2.history["loss"], flush=True)
 import runpy
 sys.argv = ["tf_keras_classification.py", "--epochs", "2", "--batches", "2"]
 os.chdir({repo!r})
+sys.path.insert(0, os.path.join({repo!r}, "examples"))  # as `python examples/...py` puts it
 runpy.run_path(os.path.join({repo!r}, "examples", "tf_keras_classification.py"), run_name="__main__")
 """
 
