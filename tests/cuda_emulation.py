@@ -5,8 +5,9 @@ A ``.cu`` file is compiled as host C++ by g++ behind a shim: the CUDA keywords b
 kernels their round-to-nearest host operations, and each ``extern "C" __global__`` kernel gets a
 wrapper that takes its arguments as ``void**`` (as ``cuLaunchKernel`` does). A launch runs the
 grid's blocks one after the other. A kernel that synchronises (``__syncthreads``, warp
-shuffles) runs each block's threads as real threads, with a barrier per block and one per warp
-of 32; any other kernel runs its threads in a loop. Float contraction is off (``--fmad=false``).
+shuffles) runs each block's threads as fibers of one thread (ucontext), switched at every barrier
+(a warp's when all its live lanes wait there, the block's when all its live threads do); any
+other kernel runs its threads in a loop. Float contraction is off (``--fmad=false``).
 
 :func:`install_fake_cupy` makes a module's ``*_cupy`` host code run with the emulated kernels:
 host arrays stand in for device arrays (``.data.ptr`` answers), uploads are identities, and
@@ -23,6 +24,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import types
 
 import numpy as np
@@ -33,41 +35,47 @@ KERNEL_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
 
 _SHIM = r"""
 #include <algorithm>
-#include <barrier>
 #include <cmath>
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <memory>
-#include <thread>
 #include <vector>
+#include <ucontext.h>
 using namespace std;
 struct Dim3 { unsigned int x, y, z; };
-static thread_local Dim3 blockIdx, threadIdx;
-static Dim3 blockDim, gridDim;
-static barrier<>* emu_block_barrier = nullptr;
-static vector<unique_ptr<barrier<>>> emu_warp_barriers;
+static Dim3 blockIdx, threadIdx, blockDim, gridDim;
+// A synchronising kernel's threads are fibers of this one thread (ucontext), run by a scheduler
+// that releases a warp barrier when every live lane of the warp waits at it and the block barrier
+// when every live thread waits at it: __syncthreads and warp shuffles keep their CUDA meaning,
+// deterministically and without OS threads.
+enum { EMU_RUN = 0, EMU_BLOCK = 1, EMU_WARP = 2, EMU_DONE = 3 };
+struct EmuFiber { ucontext_t ctx; int state; Dim3 tid; unsigned flat; };
+static ucontext_t emu_sched;
+static vector<EmuFiber> emu_fibers;
+static vector<char> emu_stacks;
+static const size_t EMU_STACK = 1 << 16;
+static EmuFiber* emu_cur = nullptr;
+static void* emu_fn = nullptr;
+static void** emu_args = nullptr;
 static unsigned long long emu_exchange[1024];
-static inline unsigned emu_tid() {
-    return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
-static inline void __syncthreads() { emu_block_barrier->arrive_and_wait(); }
-// Warp shuffles: every lane of the warp must take part (true of detaug's kernels).
+typedef void (*emu_call_t)(void**);
+static void emu_wait(int state) { emu_cur->state = state; swapcontext(&emu_cur->ctx, &emu_sched); }
+static inline void __syncthreads() { emu_wait(EMU_BLOCK); }
 template <class T> static inline T emu_shuffle(T v, int src_lane) {
-    const unsigned t = emu_tid(), base = t & ~31u;
+    const unsigned t = emu_cur->flat, base = t & ~31u;
     unsigned long long bits = 0; memcpy(&bits, &v, sizeof(T)); emu_exchange[t] = bits;
-    emu_warp_barriers[t >> 5]->arrive_and_wait();
+    emu_wait(EMU_WARP);
     T r; memcpy(&r, &emu_exchange[base + src_lane], sizeof(T));
-    emu_warp_barriers[t >> 5]->arrive_and_wait();
+    emu_wait(EMU_WARP);
     return r; }
 template <class T> static inline T __shfl_xor_sync(unsigned, T v, int m) {
-    return emu_shuffle(v, (int)((emu_tid() & 31) ^ m)); }
+    return emu_shuffle(v, (int)((emu_cur->flat & 31) ^ m)); }
 template <class T> static inline T __shfl_up_sync(unsigned, T v, int d) {
-    const int lane = emu_tid() & 31; T r = emu_shuffle(v, lane >= d ? lane - d : lane);
+    const int lane = emu_cur->flat & 31; T r = emu_shuffle(v, lane >= d ? lane - d : lane);
     return lane >= d ? r : v; }
 static inline unsigned long long atomicMax(unsigned long long* p, unsigned long long v) {
-    unsigned long long old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
-    while (old < v && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST,
-                                                   __ATOMIC_SEQ_CST)) {}
-    return old; }
+    const unsigned long long old = *p; if (v > old) *p = v; return old; }
 // round-to-nearest device intrinsics are the plain host operations
 static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fsub_rn(float a, float b) { return a - b; }
@@ -91,34 +99,70 @@ template <class T> static inline T __ldg(const T* p) { return *p; }
 #define __shared__ static
 #define asm(...) (void)0
 #include "SOURCE"
-typedef void (*emu_call_t)(void**);
+static void emu_entry() { ((emu_call_t)emu_fn)(emu_args); emu_cur->state = EMU_DONE; }
+static void emu_run_block(unsigned n) {
+    emu_fibers.assign(n, EmuFiber());
+    if (emu_stacks.size() < n * EMU_STACK) emu_stacks.resize(n * EMU_STACK);
+    for (unsigned t = 0; t < n; ++t) {
+        EmuFiber& f = emu_fibers[t];
+        f.state = EMU_RUN; f.flat = t;
+        f.tid = {t % blockDim.x, (t / blockDim.x) % blockDim.y, t / (blockDim.x * blockDim.y)};
+        getcontext(&f.ctx);
+        f.ctx.uc_stack.ss_sp = emu_stacks.data() + t * EMU_STACK;
+        f.ctx.uc_stack.ss_size = EMU_STACK;
+        f.ctx.uc_link = &emu_sched;
+        makecontext(&f.ctx, emu_entry, 0);
+    }
+    for (;;) {
+        for (unsigned t = 0; t < n; ++t) {
+            EmuFiber& f = emu_fibers[t];
+            if (f.state != EMU_RUN) continue;
+            emu_cur = &f; threadIdx = f.tid;
+            swapcontext(&emu_sched, &f.ctx);
+        }
+        bool live = false, released = false, all_block = true;
+        for (unsigned w = 0; w < (n + 31) / 32; ++w) {
+            bool all_warp = true, any = false;
+            for (unsigned t = 32 * w; t < min(n, 32 * w + 32); ++t) {
+                const int st = emu_fibers[t].state;
+                if (st == EMU_DONE) continue;
+                any = true;
+                if (st != EMU_WARP) all_warp = false;
+            }
+            if (any && all_warp) {
+                for (unsigned t = 32 * w; t < min(n, 32 * w + 32); ++t)
+                    if (emu_fibers[t].state == EMU_WARP) emu_fibers[t].state = EMU_RUN;
+                released = true;
+            }
+        }
+        for (unsigned t = 0; t < n; ++t) {
+            const int st = emu_fibers[t].state;
+            if (st != EMU_DONE) live = true;
+            if (st != EMU_DONE && st != EMU_BLOCK) all_block = false;
+        }
+        if (!live) return;
+        if (released) continue;
+        if (all_block) {
+            for (auto& f : emu_fibers) if (f.state == EMU_BLOCK) f.state = EMU_RUN;
+            continue;
+        }
+        fprintf(stderr, "emulation: threads of a block wait at different barriers\n");
+        abort();
+    }
+}
 extern "C" void emu_launch(void* fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                            unsigned by, unsigned bz, void** args, int threaded) {
     gridDim = {gx, gy, gz}; blockDim = {bx, by, bz};
+    emu_fn = fn; emu_args = args;
     const unsigned n = bx * by * bz;
     for (unsigned z = 0; z < gz; ++z) for (unsigned y = 0; y < gy; ++y)
     for (unsigned x = 0; x < gx; ++x) {
-        if (!threaded) {
-            blockIdx = {x, y, z};
-            for (unsigned t = 0; t < n; ++t) {
-                threadIdx = {t % bx, (t / bx) % by, t / (bx * by)};
-                ((emu_call_t)fn)(args);
-            }
-            continue;
+        blockIdx = {x, y, z};
+        if (threaded) { emu_run_block(n); continue; }
+        for (unsigned t = 0; t < n; ++t) {
+            threadIdx = {t % bx, (t / bx) % by, t / (bx * by)};
+            ((emu_call_t)fn)(args);
         }
-        barrier<> block(n);
-        emu_block_barrier = &block;
-        emu_warp_barriers.clear();
-        for (unsigned w = 0; w < (n + 31) / 32; ++w)
-            emu_warp_barriers.emplace_back(new barrier<>(min(32u, n - 32 * w)));
-        vector<thread> threads;
-        for (unsigned t = 0; t < n; ++t)
-            threads.emplace_back([=] {
-                blockIdx = {x, y, z};
-                threadIdx = {t % bx, (t / bx) % by, t / (bx * by)};
-                ((emu_call_t)fn)(args);
-            });
-        for (auto& th : threads) th.join();
     }
 }
 """
@@ -195,13 +239,21 @@ def build(tmp_dir, source: str, *, defines=(), signatures=None, threaded=()) -> 
         + ", ".join(f"*({t}*)a[{i}]" for i, t in enumerate(ts)) + "); }\n"
         for n, ts in signatures.items())
     text = _SHIM.replace("SOURCE", source) + wrappers
-    tag = hashlib.sha1((text + repr(defines)).encode()).hexdigest()[:12]
-    cpp, so = os.path.join(str(tmp_dir), f"{tag}.cpp"), os.path.join(str(tmp_dir), f"{tag}.so")
-    with open(cpp, "w") as f:
-        f.write(text)
-    subprocess.run([cxx, "-std=c++20", "-O1", "-ffp-contract=off", "-shared", "-fPIC", "-w",
-                    "-pthread", f"-I{KERNEL_DIR}", *(f"-D{d}" for d in defines), cpp, "-o", so],
-                   check=True)
+    flags = ["-std=c++20", "-O1", "-ffp-contract=off", "-shared", "-fPIC", "-w",
+             f"-I{KERNEL_DIR}", *(f"-D{d}" for d in defines)]
+    with open(os.path.join(KERNEL_DIR, source), "rb") as f:
+        key = hashlib.sha1(f.read() + text.encode() + repr((cxx, flags)).encode()).hexdigest()
+    # built once per content (pytest-xdist workers and test modules share it): keyed by the
+    # source, the shim and the flags, so a stale build is never loaded
+    cache = os.path.join(tempfile.gettempdir(), f"detaug-cuda-emulation-{os.getuid()}")
+    so = os.path.join(cache, f"{source}-{key[:16]}.so")
+    if not os.path.exists(so):
+        os.makedirs(cache, exist_ok=True)
+        cpp, tmp_so = os.path.join(str(tmp_dir), f"{key}.cpp"), f"{so}.{os.getpid()}.tmp"
+        with open(cpp, "w") as f:
+            f.write(text)
+        subprocess.run([cxx, *flags, cpp, "-o", tmp_so], check=True)
+        os.replace(tmp_so, so)  # atomic: a concurrent build or load sees the whole file
     return Emulation(ctypes.CDLL(so), signatures, threaded)
 
 
