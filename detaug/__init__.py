@@ -36,6 +36,7 @@ def _ops_getattr(name):
 
 ops.__getattr__ = _ops_getattr
 
+from . import fn  # noqa: E402,F811  (the object above; IDEs read this import: detaug/fn.pyi)
 from . import types  # noqa: E402  (detaug.types, as nvidia.dali.types: `import detaug as dali`)
 from .pipeline import Pipeline, pipeline_def  # noqa: E402
 

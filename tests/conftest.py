@@ -1,4 +1,7 @@
+import importlib
+import importlib.util
 import os
+import types
 import zlib
 
 import numpy as np
@@ -36,13 +39,38 @@ def rng(request):
     return np.random.default_rng(seed)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     """One fresh seed per test run, drawn before pytest-xdist starts its workers (they inherit
     it), so that parametrised 'fresh' cases are the same in every worker's collection. Set
     DETAUG_FRESH_SEED to replay a run."""
     os.environ.setdefault("DETAUG_FRESH_SEED", str(int(np.random.SeedSequence().entropy % (1 << 30))))
+    _use_loadgroup(config)
 
 
 def fresh_seed() -> int:
     """This run's fresh seed (printed in a failing test's parameters)."""
     return int(os.environ.get("DETAUG_FRESH_SEED") or np.random.SeedSequence().entropy % (1 << 30))
+
+
+class _LazyModule(types.ModuleType):
+    def __getattr__(self, attr):
+        return getattr(importlib.import_module(self.__name__), attr)
+
+
+def optional_module(name: str):
+    """``pytest.importorskip(name)`` decided at collection without importing ``name``: the
+    test module is skipped where ``name`` is not installed, and ``name`` (TensorFlow, keras: seconds
+    to import) is imported on first use, by the pytest-xdist worker that runs a test needing
+    it, not by every worker that collects the file."""
+    if importlib.util.find_spec(name.split(".")[0]) is None:
+        pytest.skip(f"could not import {name!r}: not installed", allow_module_level=True)
+    return _LazyModule(name)
+
+
+def _use_loadgroup(config):
+    """Under ``-n``, pytest-xdist's default 'load' becomes 'loadgroup': the tests marked
+    ``xdist_group`` (those importing TensorFlow in the test process) run in one worker,
+    which alone pays for the import; every other test is scheduled as with 'load'."""
+    if getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadgroup"

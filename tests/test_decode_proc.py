@@ -1,5 +1,7 @@
-"""The decode processes' buffer bookkeeping (detaug/decode_proc.py), on the CPU: slots never
-overlap while alive, come back in any order, and requests too large are refused."""
+"""The decode processes (detaug/runtime/gpu/decode_proc.py) on the CPU: the ring's bookkeeping
+(slots never overlap while alive, come back in any order, requests too large are refused), a
+worker that cannot start, and the pipeline side's protocol with stand-in workers; the one test
+that needs a GPU is marked gpu."""
 import numpy as np
 import pytest
 
@@ -49,16 +51,26 @@ def test_ring_slots_refuse_oversize_and_wait_when_full():
         ring.alloc(4, 769)
 
 
+@pytest.mark.skipif(_gpu(), reason="a GPU is present: the worker would start (the gpu test "
+                                    "below fails it on a missing device)")
 def test_worker_that_cannot_start_is_a_clear_error():
-    """Where a decode process cannot start (here: no GPU, or no cupy in the child), building
-    the service fails with an error that says so and names the way out, instead of hanging."""
-    pytest.importorskip("cupy")
-    if _gpu():
-        pytest.skip("a GPU is present: the worker would start")
+    """Where a decode process cannot start (here: no GPU, or no cupy at all: the spawned child
+    dies before its handshake), building the service fails with an error that says so and names
+    the way out, instead of hanging."""
     from detaug.runtime.gpu.decode_proc import DecodeService
 
     with pytest.raises(RuntimeError, match="did not start.*decode_processes=0"):
         DecodeService(2, 0, 16)  # two started together: both are stopped
+
+
+@pytest.mark.gpu
+def test_worker_on_a_missing_device_is_a_clear_error():
+    import cupy as cp
+
+    from detaug.runtime.gpu.decode_proc import DecodeService
+
+    with pytest.raises(RuntimeError, match="did not start.*decode_processes=0"):
+        DecodeService(1, cp.cuda.runtime.getDeviceCount(), 16)
 
 
 def test_decode_chunks_splits_sources_and_their_images_alike(monkeypatch):

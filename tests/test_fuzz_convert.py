@@ -31,7 +31,7 @@ from test_fuzz_readers import (COCO_BYTES, CORPUS, EXAMPLES, FUZZ, NASTY_STRINGS
                                YOLO_LABELS, byte_mutation, coco_mutation, time_bound,
                                voc_mutation, yolo_mutation)
 
-CONVERT_FUZZ = settings(FUZZ, max_examples=max(EXAMPLES // 2, 10))
+CONVERT_FUZZ = settings(FUZZ, max_examples=max(EXAMPLES // 4, 10))  # a conversion and a read-back each
 TARGETS = ("coco", "voc", "yolo", "tfrecord")
 
 

@@ -230,6 +230,23 @@ def _alive(pids):
     return alive
 
 
+def _wait_exit(pids, timeout):
+    """Wait (an event: each process's pidfd turns readable when it exits, child or not) until
+    every process in ``pids`` has exited, or ``timeout`` seconds have passed."""
+    import select
+
+    end = time.monotonic() + timeout
+    for p in pids:
+        try:
+            fd = os.pidfd_open(p)
+        except ProcessLookupError:
+            continue
+        try:
+            select.select([fd], [], [], max(end - time.monotonic(), 0))
+        finally:
+            os.close(fd)
+
+
 def test_dead_worker_is_named_and_close_returns():
     pipe = det_pipe(2, prefetch=1)
     pipe.run()
@@ -281,6 +298,8 @@ def test_no_worker_left_after_close_error_ctrl_c_or_kill(tmp_path):
         mode = sys.argv[1]
         if mode == "raise":
             raise RuntimeError("the training loop failed")
+        pipe.run()
+        print("looping", flush=True)
         while True:
             pipe.run() if pipe._batch < len(pipe) else pipe.reset()
     """))
@@ -290,7 +309,7 @@ def test_no_worker_left_after_close_error_ctrl_c_or_kill(tmp_path):
         pids = [int(p) for p in proc.stdout.readline().split()]
         assert len(pids) == 3
         if mode != "raise":  # Ctrl-C; or the training process killed (the workers die with it)
-            time.sleep(0.5)
+            assert proc.stdout.readline() == "looping\n"  # mid-run: a batch is being made
             proc.send_signal(signal.SIGINT if mode == "sigint" else signal.SIGKILL)
         try:
             err = proc.communicate(timeout=30)[1]
@@ -303,9 +322,7 @@ def test_no_worker_left_after_close_error_ctrl_c_or_kill(tmp_path):
         assert proc.returncode != 0
         if mode != "sigkill":
             assert ("KeyboardInterrupt" if mode == "sigint" else "the training loop failed") in err
-        deadline = time.time() + 10
-        while _alive(pids) and time.time() < deadline:
-            time.sleep(0.1)
+        _wait_exit(pids, 10)
         assert _alive(pids) == [], mode
 
 

@@ -11,7 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-keras = pytest.importorskip("keras")
+from conftest import optional_module
+
+keras = optional_module("keras")  # imported where a test uses it
 
 from detaug import fn, pipeline_def  # noqa: E402
 from conftest import REPO, VOC  # noqa: E402

@@ -8,7 +8,9 @@ os.environ.setdefault("KERAS_BACKEND", "torch")
 import numpy as np
 import pytest
 
-keras = pytest.importorskip("keras")
+from conftest import optional_module
+
+keras = optional_module("keras")  # imported where a test uses it
 
 from conftest import VOC  # noqa: E402
 from helpers import close_pipelines, track  # noqa: E402,F401  (an autouse fixture)
@@ -107,6 +109,17 @@ def _recording(log):
     return Recording
 
 
+_ONE_WORKER = {}  # shuffle -> (log, loss, batches per epoch) of the one-worker reference fit
+
+
+def _one_worker_fit(shuffle):
+    """The one-worker fit, made once a module run (deterministic: seed 3, keras seed 0)."""
+    if shuffle not in _ONE_WORKER:
+        _, seq, log, loss = _fit_recorded(1, shuffle)
+        _ONE_WORKER[shuffle] = log, loss, len(seq)
+    return _ONE_WORKER[shuffle]
+
+
 def _fit_recorded(workers, shuffle, processes=False):
     log = []
     pipe, seq = _seq(_recording(log), y="boxes", workers=workers, use_multiprocessing=processes)
@@ -118,10 +131,9 @@ def _fit_recorded(workers, shuffle, processes=False):
 
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_workers_1_and_2_train_on_the_same_batches_across_epochs(shuffle):
-    runs = {w: _fit_recorded(w, shuffle) for w in (1, 2)}
-    (_, seq1, log1, loss1), (pipe2, seq2, log2, loss2) = runs[1], runs[2]
+    log1, loss1, n = _one_worker_fit(shuffle)
+    pipe2, seq2, log2, loss2 = _fit_recorded(2, shuffle)
     assert seq2.workers == 1 and seq2.thread_workers == 2  # Keras' enqueuer is not used
-    n = len(seq1)
     # fit: one peeked batch of epoch 0, then epochs 1 and 2, every batch once, nothing else
     for log in (log1, log2):
         assert [e for e, _, _ in log] == [0] + [1] * n + [2] * n
@@ -145,19 +157,18 @@ def test_process_workers_train_on_the_same_batches_as_one_worker_across_epochs()
     order one worker gives, over two epochs, with the same losses."""
     import concurrent.futures as cf
 
-    _, seq1, log1, loss1 = _fit_recorded(1, False)
+    log1, loss1, n = _one_worker_fit(False)
     pipe2, seq2, log2, loss2 = _fit_recorded(2, False, processes=True)
     try:
         assert seq2.workers == 1 and seq2.use_multiprocessing is False
         assert seq2.process_workers == 2 and seq2.thread_workers == 0
         assert isinstance(seq2._ahead_pool, cf.ProcessPoolExecutor)
         assert len(seq2._ahead_pool._processes) == 2  # the batches ahead came from them
-        n = len(seq1)
         assert [(e, i) for e, i, _ in log2] == [(e, i) for e, i, _ in log1] \
             == [(0, 0)] + [(e, i) for e in (1, 2) for i in range(n)]
         for (e, i, a), (_, _, b) in zip(log1, log2, strict=True):
             _assert_same(a, b)
-            _assert_same(b, seq1.get_batch(i, epoch=e))
+            _assert_same(b, seq2.get_batch(i, epoch=e))  # exactly that batch of that epoch
         assert loss1 == loss2
     finally:
         seq2.close()

@@ -1,7 +1,6 @@
 """The GPU pipeline's memory plan (detaug/memory_plan.py) and the executor's ordered output
 slots: pure arithmetic and threading, checked on the CPU against hand-computed values."""
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -83,22 +82,52 @@ def test_output_slots_and_batches_per_launch():
     assert big.ring_bytes == -(-5 * 64 * 990_000 // 2**20) * 2**20
 
 
+class _Watched(threading.Condition):
+    """An OutputSlots' condition that tells the test when a waiter has blocked (a condition of
+    its own, so the test waits for that event instead of sleeping). A waiter counted here holds
+    the lock until it is inside wait(), so a release() after the count is seen reaches it."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocked = 0
+        self.watch = threading.Condition()
+
+    def _count(self, d):
+        with self.watch:
+            self.blocked += d
+            self.watch.notify_all()
+
+    def wait(self, timeout=None):
+        self._count(1)
+        try:
+            return super().wait(timeout)
+        finally:
+            self._count(-1)
+
+    def until(self, pred, what):
+        with self.watch:
+            assert self.watch.wait_for(pred, timeout=10), what
+
+
 def test_output_slots_admit_in_order_and_bound():
     slots = OutputSlots(2)
-    order, lock = [], threading.Lock()
+    slots.cond = cond = _Watched()
+    order = []
 
     def take(seq):
         slots.acquire(seq, 0)
-        with lock:
+        with cond.watch:
             order.append(seq)
+            cond.watch.notify_all()
 
     ts = [threading.Thread(target=take, args=(s,)) for s in (3, 2, 1, 0)]
     for t in ts:
         t.start()
-    time.sleep(0.2)
-    assert order == [0, 1]  # in order, two at once, although 3 and 2 asked first
+    # in order, two at once, although 3 and 2 asked first: they wait
+    cond.until(lambda: len(order) == 2 and cond.blocked == 2, (order, cond.blocked))
+    assert order == [0, 1]
     slots.release(1)
-    time.sleep(0.2)
+    cond.until(lambda: len(order) == 3 and cond.blocked == 1, (order, cond.blocked))
     assert order == [0, 1, 2]
     slots.release(0)
     for t in ts:
@@ -111,6 +140,7 @@ def test_output_slots_admit_in_order_and_bound():
 
 def test_output_slots_reset_cancels_waiters():
     slots = OutputSlots(1)
+    slots.cond = cond = _Watched()
     slots.acquire(0, 0)
     got = []
 
@@ -123,7 +153,7 @@ def test_output_slots_reset_cancels_waiters():
 
     t = threading.Thread(target=wait)
     t.start()
-    time.sleep(0.1)
+    cond.until(lambda: cond.blocked == 1, "the second acquire never waited")
     slots.reset(5)
     t.join(5)
     assert got == ["cancelled"]

@@ -88,7 +88,10 @@ def test_demo_runs_from_a_non_editable_install(wheel, tmp_path):
     unrelated folder: no examples/data there, so the demo generates its sample (in the cache
     folder it names) and draws it."""
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    # without pip of its own (ensurepip takes most of this test's time): this interpreter's pip
+    # installs into it (pip --python)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)
     py = venv / "bin" / "python"
     # the dependencies come from this interpreter's site-packages (a venv's, not the base
     # interpreter's that --system-site-packages would give): its folders on the new venv's path,
@@ -99,8 +102,9 @@ def test_demo_runs_from_a_non_editable_install(wheel, tmp_path):
                             check=True, capture_output=True, text=True).stdout.strip()
     ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     (pathlib.Path(theirs) / "_deps_of_the_test.pth").write_text("\n".join(sorted(ours)) + "\n")
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--ignore-installed", wheel],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps",
+                    "--no-index", "--ignore-installed", wheel], check=True, capture_output=True,
+                   timeout=120)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DETAUG_CACHE")}
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
     work = tmp_path / "elsewhere"

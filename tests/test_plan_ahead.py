@@ -6,7 +6,6 @@ plannable ops. The whole pipeline, planned in workers, is tested on the device
 (tests/test_plan_ahead_gpu.py)."""
 from __future__ import annotations
 
-import ctypes
 import sys
 
 import numpy as np
@@ -17,11 +16,11 @@ from detaug.core import geometry as G
 from detaug.graph import materialize as M
 from detaug.core.batch import DeferredWarp, ImageBatch, PlannedImages
 from detaug.core.errors import NotPlannable
-from detaug.kernels import launch as launch_mod
 from detaug.kernels import warp as W
 from detaug.ops.geometry import apply_geometry
 from detaug.runtime.gpu.plan_ahead import PLANNABLE, _static_plannable
-from test_warp import MEAN, STD, _build_emulation, _fake_cupy, rand_image
+import cuda_emulation as emu
+from test_warp import MEAN, STD, _build_emulation, rand_image
 
 
 @pytest.fixture(scope="module")
@@ -31,21 +30,11 @@ def emulated_kernels(tmp_path_factory):
 
 @pytest.fixture
 def fake_gpu(emulated_kernels, monkeypatch):
-    """cupy replaced by host arrays and warp.cu's kernel emulated on the CPU."""
-    calls = []
-
-    def fake_launch(kernel, grid, block, args, *, shared_mem=0, stream=None, name=None):
-        calls.append(name)
-        k = ctypes.cast(getattr(emulated_kernels, name), ctypes.c_void_p)
-        emulated_kernels.emulate(k, ctypes.c_uint(grid[0]), ctypes.c_uint(grid[1]),
-                                 ctypes.c_uint(block[0]), *(ctypes.c_void_p(a.ctypes.data) for a in args))
-
-    fake = _fake_cupy()
-    monkeypatch.setitem(sys.modules, "cupy", fake)
-    monkeypatch.setattr(W, "upload_many", lambda arrays, stream=None: [fake.asarray(a) for a in arrays])
-    monkeypatch.setattr(launch_mod, "get_kernel", lambda src, name, options=(): name)
-    monkeypatch.setattr(launch_mod, "launch", fake_launch)
-    return calls
+    """cupy replaced by host arrays and warp.cu's kernel emulated on the CPU; the launched
+    kernels' names."""
+    emulated_kernels.calls.clear()
+    emu.install_fake_cupy(monkeypatch, emulated_kernels, W)
+    return emulated_kernels.calls
 
 
 class _Op:
@@ -102,9 +91,8 @@ def test_a_planned_warp_runs_later_on_the_decoded_images(fake_gpu, seed):
     ref = W.warp_numpy(imgs, geo.matrices, geo.sizes, **kw)
     assert got.shape == (b, 3, 40, 48)
     assert np.abs(got - ref).max() <= 1e-3
-    from test_warp import _FakeDeviceArray
 
-    direct = W.warp_cupy([i.view(_FakeDeviceArray) for i in imgs], geo.matrices, geo.sizes, **kw)
+    direct = W.warp_cupy([emu.dev(i) for i in imgs], geo.matrices, geo.sizes, **kw)
     np.testing.assert_array_equal(got, direct)
     assert fake_gpu == ["warp_f32_chw_c3"] * 2
 

@@ -9,7 +9,10 @@ import sys
 import numpy as np
 import pytest
 
-tf = pytest.importorskip("tensorflow")
+from conftest import optional_module
+
+tf = optional_module("tensorflow")  # imported where a test uses it
+pytestmark = pytest.mark.xdist_group("tensorflow")  # one worker imports it (conftest: loadgroup)
 
 from conftest import COCO, REPO  # noqa: E402
 from readers import read_coco  # noqa: E402
@@ -144,30 +147,31 @@ seq = DetaugSequence(pipe(batch_size=8, num_threads=1, seed=4), x="images", y="c
                      max_boxes=40, max_batches=3)
 h2 = model().fit(seq, epochs=2, verbose=0)
 assert len(h2.history["loss"]) == 2 and np.isfinite(h2.history["loss"]).all()
-print("OK", h.history["loss"], h2.history["loss"])
+print("OK", h.history["loss"], h2.history["loss"], flush=True)
+# the example as a user runs it, in this process: TensorFlow and keras are imported once
+import runpy
+sys.argv = ["tf_keras_classification.py", "--epochs", "2", "--batches", "2"]
+os.chdir({repo!r})
+sys.path.insert(0, os.path.join({repo!r}, "examples"))  # as `python examples/...py` puts it
+runpy.run_path(os.path.join({repo!r}, "examples", "tf_keras_classification.py"), run_name="__main__")
 """
 
 
-def test_tf_dataset_and_sequence_fit_under_tensorflow_backend(tmp_path):
+def test_tf_dataset_sequence_and_example_fit_under_tensorflow_backend(tmp_path):
+    """One subprocess under KERAS_BACKEND=tensorflow (importing TensorFlow and keras is most of
+    its time): the tf.data adapter and DetaugSequence fit, then examples/tf_keras_classification.py
+    runs as ``__main__`` with its command line."""
     code = FIT.format(repo=REPO, ann=ANN, images=IMAGES, out=str(tmp_path / "tf"))
     env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3"}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          timeout=600)
     assert res.returncode == 0 and "OK" in res.stdout, res.stdout + res.stderr[-3000:]
+    assert "backend tensorflow: loss per epoch" in res.stdout, res.stdout
+    losses = [float(v) for v in res.stdout.split("loss per epoch")[1].split()]
+    assert len(losses) == 2 and all(np.isfinite(losses))
 
 
 def test_import_detaug_imports_no_tensorflow():
     code = ("import sys, detaug, detaug.adapters.tf, readers; "
             "assert 'tensorflow' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
-
-
-def test_tf_keras_classification_example_fits():
-    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3"}
-    res = subprocess.run([sys.executable, os.path.join(REPO, "examples", "tf_keras_classification.py"),
-                          "--epochs", "2", "--batches", "2"], capture_output=True, text=True,
-                         env=env, timeout=600, cwd=REPO)
-    assert res.returncode == 0, res.stdout + res.stderr[-3000:]
-    assert "backend tensorflow: loss per epoch" in res.stdout
-    losses = [float(v) for v in res.stdout.split("loss per epoch")[1].split()]
-    assert len(losses) == 2 and all(np.isfinite(losses))

@@ -10,14 +10,13 @@ exactly for both.
 """
 from __future__ import annotations
 
-import ctypes
 import os
-import shutil
-import subprocess
+import re
 
 import numpy as np
 import pytest
 
+import cuda_emulation as emu
 from detaug.core import geometry as G
 from detaug.kernels import warp as W
 from detaug.kernels.warp import warp_cv2, warp_numpy
@@ -285,61 +284,19 @@ def test_bad_input_raises():
 
 
 # ----------------------------------------------------------------------------- CUDA source on CPU
-_SHIM = r"""
-#include <cmath>
-#include <cstddef>
-using namespace std;
-struct Dim3 { unsigned int x, y, z; };
-static Dim3 blockIdx, threadIdx, blockDim;
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __launch_bounds__(...)
-#define asm(...) (void)0
-#include <cstring>
-// device intrinsics used by warp.cu (round-to-nearest ones are the plain operations on the host)
-static inline double __dadd_rn(double a, double b) { return a + b; }
-static inline double __dmul_rn(double a, double b) { return a * b; }
-static inline double __ddiv_rn(double a, double b) { return a / b; }
-static inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
-static inline int __double2loint(double d) {
-    unsigned long long u; memcpy(&u, &d, 8); return (int)(unsigned)u; }
-static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
-static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
-static inline float __fadd_rd(float a, float b) {  // exact in double for the operands used
-    double s = (double)a + (double)b; float f = (float)s;
-    return (double)f > s ? nextafterf(f, -INFINITY) : f; }
-template <class T> static inline T __ldg(const T* p) { return *p; }
-#include "warp.cu"
-typedef void (*kernel_t)(const unsigned long long*, const long long*, const double*,
-                         const float*, void*);
-extern "C" void emulate(void* k, unsigned gx, unsigned gy, unsigned bx, const void* p,
-                        const void* mi, const void* inv, const void* mf, void* out) {
-    blockDim.x = bx; blockDim.y = blockDim.z = 1;
-    for (unsigned y = 0; y < gy; ++y)
-        for (unsigned x = 0; x < gx; ++x)
-            for (unsigned t = 0; t < bx; ++t) {
-                blockIdx.x = x; blockIdx.y = y; threadIdx.x = t;
-                ((kernel_t)k)((const unsigned long long*)p, (const long long*)mi,
-                              (const double*)inv, (const float*)mf, out);
-            }
-}
-"""
+def _warp_signatures():
+    """warp.cu's kernels are made by a macro: their names and output types from its uses."""
+    with open(os.path.join(emu.KERNEL_DIR, "warp.cu")) as f:
+        uses = re.findall(r"^DETAUG_WARP_KERNEL\((\w+), \d, ([\w ]+), \w+\)", f.read(), re.M)
+    head = ["const unsigned long long*", "const long long*", "const double*", "const float*"]
+    return {name: head + [f"{out_t}*"] for name, out_t in uses}
 
 
 def _build_emulation(tmp_path_factory, *defines):
-    """warp.cu compiled as host C++ (CUDA keywords shimmed; the float16 store is not emulated)."""
-    cxx = shutil.which("g++")
-    if cxx is None:
-        pytest.skip("no g++ to emulate the CUDA source")
-    d = tmp_path_factory.mktemp("warp_cu")
-    (d / "shim.cpp").write_text(_SHIM)
-    kdir = os.path.dirname(W.__file__)
-    subprocess.run([cxx, "-std=c++17", "-O1", "-shared", "-fPIC", "-w", f"-I{kdir}",
-                    f"-DDETAUG_WARP_PPL={W._PIX_PER_LANE}", *(f"-D{x}" for x in defines),
-                    str(d / "shim.cpp"), "-o",
-                    str(d / "warp_emu.so")], check=True)
-    return ctypes.CDLL(str(d / "warp_emu.so"))
+    """warp.cu compiled as host C++ (tests/cuda_emulation.py; the float16 store is not emulated)."""
+    return emu.build(tmp_path_factory.mktemp("warp_cu"), "warp.cu",
+                     defines=(f"DETAUG_WARP_PPL={W._PIX_PER_LANE}", *defines),
+                     signatures=_warp_signatures())
 
 
 @pytest.fixture(scope="module")
@@ -362,11 +319,8 @@ def _emulate(lib, images, matrices, out_sizes, **kw):
     imgs = [np.ascontiguousarray(x) for x in spec.images]
     ptrs = np.array([x.ctypes.data for x in imgs], np.uint64)
     flat = np.zeros(int(plan["offsets"][-1]), spec.out_dtype)
-    meta_i, inv, meta_f = plan["meta_i"], plan["inv"], plan["meta_f"]
-    k = ctypes.cast(getattr(lib, plan["name"]), ctypes.c_void_p)
-    lib.emulate(k, ctypes.c_uint(plan["grid"][0]), ctypes.c_uint(plan["grid"][1]),
-                ctypes.c_uint(plan["block"][0]), *(ctypes.c_void_p(a.ctypes.data)
-                                                   for a in (ptrs, meta_i, inv, meta_f, flat)))
+    lib.launch(plan["name"], plan["grid"], plan["block"],
+               [ptrs, plan["meta_i"], plan["inv"], plan["meta_f"], flat])
     o = plan["offsets"]
     outs = [flat[o[b]:o[b + 1]].reshape(W._out_shape(spec, b)) for b in range(spec.B)]
     return np.stack(outs) if W._is_dense(spec) else outs
@@ -444,55 +398,13 @@ def test_cuda_source_axis_fast_path_equals_general_path(emulated_kernels, emulat
         assert np.abs(f.astype(np.float64) - r).max() <= tol, f"seed {seed}, sample {b}"
 
 
-class _FakeDeviceArray(np.ndarray):
-    """A host array that answers cupy's ``.data.ptr`` / ``.data.mem``: lets warp_cupy's host
-    code (pointers, offsets, views of one buffer, float16 as uint16) run with the emulated
-    kernel."""
-
-    @property
-    def data(self):
-        import types
-
-        base = self
-        while isinstance(base.base, np.ndarray):
-            base = base.base
-        return types.SimpleNamespace(ptr=self.ctypes.data,
-                                     mem=types.SimpleNamespace(ptr=base.ctypes.data))
-
-
-def _fake_cupy():
-    import contextlib
-    import types
-
-    dev = lambda a: np.asarray(a).view(_FakeDeviceArray)  # noqa: E731
-    stream = contextlib.nullcontext()
-    return types.SimpleNamespace(
-        asarray=dev, ascontiguousarray=lambda a: dev(np.ascontiguousarray(a)),
-        empty=lambda n, dtype: dev(np.full(n, 77, dtype)), uint16=np.uint16,
-        cuda=types.SimpleNamespace(get_current_stream=lambda: stream))
-
-
 def test_warp_cupy_host_code_with_emulated_kernel(emulated_kernels, monkeypatch):
-    import sys
-
-    from detaug.kernels import launch as launch_mod
+    """warp_cupy's host code (pointers, offsets, views of one buffer, float16 as uint16) run with
+    the emulated kernel."""
     from detaug.kernels import warp as warp_mod
 
-    calls = []
-
-    def fake_launch(kernel, grid, block, args, *, shared_mem=0, stream=None, name=None):
-        calls.append(name)
-        lib = emulated_kernels
-        k = ctypes.cast(getattr(lib, name), ctypes.c_void_p)
-        lib.emulate(k, ctypes.c_uint(grid[0]), ctypes.c_uint(grid[1]), ctypes.c_uint(block[0]),
-                    *(ctypes.c_void_p(a.ctypes.data) for a in args))
-
-    fake = _fake_cupy()
-    monkeypatch.setitem(sys.modules, "cupy", fake)
-    # the pinned staging upload needs real CUDA; the emulation takes the host arrays as they are
-    monkeypatch.setattr(warp_mod, "upload_many", lambda arrays, stream=None: [fake.asarray(a) for a in arrays])
-    monkeypatch.setattr(launch_mod, "get_kernel", lambda src, name, options=(): name)
-    monkeypatch.setattr(launch_mod, "launch", fake_launch)
+    emulated_kernels.calls.clear()
+    emu.install_fake_cupy(monkeypatch, emulated_kernels, warp_mod)
     rng = _rng(15)
     in_sizes = [(40, 50), (23, 31), (1, 1)]
     imgs = [rand_image(rng, h, w) for h, w in in_sizes]
@@ -500,7 +412,7 @@ def test_warp_cupy_host_code_with_emulated_kernel(emulated_kernels, monkeypatch)
         mats = np.stack([random_affine(rng, i, o) for i, o in zip(in_sizes, out_sizes)])
         kw = dict(fill=[9, 8, 7], out_dtype=np.float32, layout="CHW", mean=MEAN, std=STD)
         # a non-contiguous input goes through ascontiguousarray
-        got = W.warp_cupy([imgs[0][:, ::-1].view(_FakeDeviceArray)] + imgs[1:], mats, out_sizes,
+        got = W.warp_cupy([imgs[0][:, ::-1].view(emu.FakeDeviceArray)] + imgs[1:], mats, out_sizes,
                           **kw)
         ref = warp_numpy([imgs[0][:, ::-1]] + imgs[1:], mats, out_sizes, **kw)
         assert isinstance(got, list) == isinstance(ref, list)
@@ -508,13 +420,13 @@ def test_warp_cupy_host_code_with_emulated_kernel(emulated_kernels, monkeypatch)
             assert len({g.data.mem.ptr for g in got}) == 1  # views of one buffer
         for g, r in zip(got, ref):
             assert g.shape == r.shape and np.abs(g - r).max() <= 1e-4
-        dense = W.warp_cupy(np.stack([imgs[2]] * 2).view(_FakeDeviceArray), mats[:2],
+        dense = W.warp_cupy(np.stack([imgs[2]] * 2).view(emu.FakeDeviceArray), mats[:2],
                             out_sizes[:2], out_dtype=np.uint8)
         ref = warp_numpy([imgs[2]] * 2, mats[:2], out_sizes[:2])
         for g, r in zip(dense, ref):
             assert np.abs(g.astype(int) - r).max() <= 1
     assert W.warp_cupy([], np.zeros((0, 3, 3)), np.zeros((0, 2), int)) == []
-    assert calls == ["warp_f32_chw_c3", "warp_u8_hwc_c3"] * 2
+    assert emulated_kernels.calls == ["warp_f32_chw_c3", "warp_u8_hwc_c3"] * 2
 
 
 # ----------------------------------------------------------------------------- fused-chain region

@@ -337,18 +337,27 @@ def affine(ctx, op, inputs, args):
 
 
 # ---- zoom out (SSD expand / DALI paste) -----------------------------------------------------------
+def zoom_out_windows(u, sizes, ratio, probability):
+    """Where SSD's expand pastes each image: ``u`` (B, 4) uniforms in [0, 1) (zoom?, ratio,
+    x, y), ``sizes`` (B, 2) (H, W). A sample zooms when ``u0 < probability``, by
+    ``r = lo + (hi - lo) * u1``; its canvas is ``max(round(size * r), size)`` and the image's
+    top-left corner ``floor(u * (canvas - size + 1))`` (clipped to ``[0, canvas - size]``), so
+    every integer position is equally likely. Returns (x0 (B,), y0 (B,), canvas (B, 2) (H, W))."""
+    lo, hi = ratio
+    r = np.where(u[:, 0] < float(probability), lo + (hi - lo) * u[:, 1], 1.0)
+    out = np.maximum(np.round(sizes * r[:, None]), sizes)
+    x0 = np.floor(u[:, 2] * (out[:, 1] - sizes[:, 1] + 1)).clip(0, out[:, 1] - sizes[:, 1])
+    y0 = np.floor(u[:, 3] * (out[:, 0] - sizes[:, 0] + 1)).clip(0, out[:, 0] - sizes[:, 0])
+    return x0, y0, out
+
+
 @register("zoom_out", **GEO, args={"ratio": (1.0, 4.0), "probability": 0.5, "fill": 0.0},
           doc="SSD expand: paste into a canvas ratio x larger (ratio range per sample) at a random "
               "integer position, with probability; boxes follow")
 def zoom_out(ctx, op, inputs, args):
     def plan(sizes, boxes):
-        rng = ctx.rng(op)
-        u = rng.uniform(4)
-        lo, hi = pair(args["ratio"], "ratio")
-        r = np.where(u[:, 0] < float(args["probability"]), lo + (hi - lo) * u[:, 1], 1.0)
-        out = np.maximum(np.round(sizes * r[:, None]), sizes)
-        x0 = np.floor(u[:, 2] * (out[:, 1] - sizes[:, 1] + 1)).clip(0, out[:, 1] - sizes[:, 1])
-        y0 = np.floor(u[:, 3] * (out[:, 0] - sizes[:, 0] + 1)).clip(0, out[:, 0] - sizes[:, 0])
+        x0, y0, out = zoom_out_windows(ctx.rng(op).uniform(4), sizes,
+                                       pair(args["ratio"], "ratio"), args["probability"])
         return G.translate(x0, y0), out, None
 
     return apply_geometry(ctx, op, inputs, plan, fill=args["fill"])

@@ -351,10 +351,7 @@ class _Worker:
         self.outstanding = 0  # decode requests sent and not yet answered (DecodeService._lock)
 
     def connect(self):
-        import cupy as cp
-
-        rt = cp.cuda.runtime
-        try:
+        try:  # before importing cupy here: a worker that cannot start says so wherever it is
             kind, mem, events = self.conn.recv()
         except (EOFError, OSError):
             self.proc.join(timeout=10)
@@ -363,6 +360,9 @@ class _Worker:
                 "error is printed above; a script that builds GPU pipelines needs the "
                 "`if __name__ == \"__main__\":` guard, as workers start with spawn). "
                 "Pipeline(decode_processes=0) decodes in the pipeline's own threads instead") from None
+        import cupy as cp
+
+        rt = cp.cuda.runtime
         self.ring = rt.ipcOpenMemHandle(mem)
         self.done = [rt.ipcOpenEventHandle(h) for h in events]
         # (event, req) of regions whose images are gone: the releaser thread waits for each
