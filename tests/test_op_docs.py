@@ -315,7 +315,7 @@ def test_an_ide_shows_the_signature_and_docstring():
 
     (rot,) = sig("from detaug import fn\nfn.rotate(")
     assert rot.startswith("rotate(images: Any, boxes: Any=..., /, *, angle: float | DataNode=0.0, "
-                          "expand: bool=False,")
+                          "expand: bool | None=None,")
     (voc,) = sig("import detaug\ndetaug.fn.readers.voc(")
     assert "root: str | None=None, split: str='trainval'" in voc
     (pad,) = sig("import detaug.fn as fn\nfn.pad_boxes(")

@@ -289,7 +289,8 @@ def _warp_signatures():
     with open(os.path.join(emu.KERNEL_DIR, "warp.cu")) as f:
         uses = re.findall(r"^DETAUG_WARP_KERNEL\((\w+), \d, ([\w ]+), \w+\)", f.read(), re.M)
     head = ["const unsigned long long*", "const long long*", "const double*", "const float*"]
-    return {name: head + [f"{out_t}*"] for name, out_t in uses}
+    # each use makes NAME (affine batches) and NAME_p (batches holding projective samples)
+    return {n: head + [f"{out_t}*"] for name, out_t in uses for n in (name, name + "_p")}
 
 
 def _build_emulation(tmp_path_factory, *defines):
