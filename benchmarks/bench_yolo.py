@@ -6,9 +6,9 @@
 
 Recipe, per output image (Ultralytics' ``v8_transforms`` with its 8.4 defaults and mixup 0.5):
 mosaic of 4 (imgsz 640: each image's longer side to 640, 1280 x 1280 canvas, centre in
-[320, 960)) -> random affine (degrees 10, translate 0.1, scale 0.5, shear 2; Ultralytics also
-applies perspective 0.0005, which detaug does here only once ``fn.perspective`` exists: the row
-says which) cut to the centre 640 x 640 -> mixup (p 0.5, r ~ Beta(32, 32)) -> HSV (gains 0.015 /
+[320, 960)) -> random perspective (degrees 10, translate 0.1, scale 0.5, shear 2, perspective
+0.0005: ``fn.affine``'s perspective_x/y are its P[2, 0], P[2, 1]; no antialiasing, as its
+cv2.warpPerspective) cut to the centre 640 x 640 -> mixup (p 0.5, r ~ Beta(32, 32)) -> HSV (gains 0.015 /
 0.7 / 0.4) -> horizontal flip 0.5 -> letterbox 640 x 640; batches of 64, uint8 images and padded
 boxes out (the trainer normalises on the GPU).
 
@@ -23,6 +23,10 @@ Rows:
   mosaic, about 6 per output) and 'batch' (partners from the output's own batch: 1 decode per
   output). Decoded images per second are counted from the keyed draws
   (``detaug.runtime.partners.decoded_per_batch``).
+
+Timing, the same for every row (:func:`timed_window`): warm-up batches (the loader's prefetch
+depth plus ``--warmup``), then a window of at least ``--min-seconds`` and ``--batches`` (over
+epochs), at most ``--max-seconds``; a window under 1 s or of no image makes the row INVALID.
 
 Printed per row: img/s, decoded source images/s, the ratio to Ultralytics at the same worker count
 (and to its largest N), and on the GPU the device memory taken (the drop of ``cudaMemGetInfo``'s
@@ -58,7 +62,8 @@ ROWS = []
 T0 = time.perf_counter()
 HSV_GAINS = (0.015, 0.7, 0.4)  # Ultralytics' hsv_h, hsv_s, hsv_v
 MIN_WINDOW_S = 1.0  # a shorter timed window is reported as invalid
-PERSPECTIVE_NOTE = "no perspective"
+PERSPECTIVE = 0.0005  # Ultralytics' perspective: P[2, 0], P[2, 1] ~ U(-p, p)
+PERSPECTIVE_NOTE = f"perspective {PERSPECTIVE}"
 
 
 def log(msg):
@@ -233,7 +238,9 @@ def detaug_pipe(root, size, batch, device, workers, partners, mixup, seed=0):
         img, boxes = fn.affine(img, boxes, rotate=u(range=(-10, 10)), scale=u(range=(0.5, 1.5)),
                                shear_x=u(range=(-2, 2)), shear_y=u(range=(-2, 2)),
                                translate_x=u(range=(-t, t)), translate_y=u(range=(-t, t)),
-                               fill=114.0)
+                               perspective_x=u(range=(-PERSPECTIVE, PERSPECTIVE)),
+                               perspective_y=u(range=(-PERSPECTIVE, PERSPECTIVE)),
+                               fill=114.0, antialias=False)
         img, boxes = fn.crop(img, boxes, crop=(size, size), fill=114.0)
         boxes = fn.prune_boxes(boxes, min_size=2.0, min_visibility=0.1)
         img, boxes = fn.mixup(img, boxes, probability=mixup, partners=partners)
