@@ -209,6 +209,27 @@ def _reaches_outside(inv, nx, ny, out_hw, spec, b) -> bool:
     return not (inside.all() and all(m.all() for m in slabs))
 
 
+def _unit_steps(m_idx, src_hw, out_hw):
+    """(rows, cols) slices of the source that an inverse index map with unit steps (+-1 on the
+    diagonal, 0 off it) and integer offsets reads, all inside the source; else None. Such a map
+    (an integer crop, a flip, a paste) samples pixel centres exactly: OpenCV's warp would copy
+    the same pixels, slower."""
+    if m_idx.shape[0] != 2 or m_idx[0, 1] != 0 or m_idx[1, 0] != 0:
+        return None
+    out = []
+    for (step, off), n_out, n_src in (((m_idx[1, 1], m_idx[1, 2]), out_hw[0], src_hw[0]),
+                                      ((m_idx[0, 0], m_idx[0, 2]), out_hw[1], src_hw[1])):
+        if abs(step) != 1 or abs(off - round(off)) > 1e-9:
+            return None
+        first, step = int(round(off)), int(step)
+        last = first + step * (n_out - 1)
+        if min(first, last) < 0 or max(first, last) >= n_src:
+            return None
+        stop = last + step
+        out.append(slice(first, None if stop < 0 else stop, step))
+    return tuple(out)
+
+
 def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layout, dst):
     """Warp one sample into ``dst`` (its final layout and dtype). Large intermediates are
     avoided where OpenCV can write into ``dst`` directly (fresh pages are slow to fault in).
@@ -237,6 +258,11 @@ def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layou
     flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
     plane = (lambda a: a[:, :, 0]) if C == 1 else (lambda a: a)
     direct = out_dtype == np.uint8 and layout == "HWC" and not shrink and src.dtype == np.uint8
+    if direct and not outside:
+        take = _unit_steps(m_idx, src.shape[:2], (h, w))
+        if take is not None:  # a flip, an integer crop or paste: the pixels themselves
+            np.copyto(dst, src[take])
+            return
     if direct:
         target = plane(dst)
         _put(target, warp(plane(src), m_idx, (w, h), dst=target, flags=flags,
