@@ -200,13 +200,42 @@ def _inside_masks(inv, ox, oy, spec, b, grid):
 
 def _reaches_outside(inv, nx, ny, out_hw, spec, b) -> bool:
     """Whether any sample point of the output grid falls outside the region (the sample points'
-    hull is the parallelogram of the four extreme ones, and the region is convex)."""
-    if spec.proj[b]:  # a homography may bend the hull past the horizon: always test
-        return True
+    hull is the parallelogram of the four extreme ones, and the region is convex).
+
+    A homography: where its divide (and each projective slab's) is positive at the four extreme
+    points, it is positive over their hull, which it maps onto the hull of their images (a
+    projective map keeps lines and convexity where the divide keeps its sign); so the grid is
+    inside when those four points are, each by a margin (1e-7 of a pixel, relative) that
+    rounding in the per-point test cannot cross. Otherwise (a divide not positive, a point
+    within the margin): True, and every point is tested."""
     h, w = out_hw
     px, py = np.meshgrid([0.5 / nx, w - 0.5 / nx], [0.5 / ny, h - 0.5 / ny])
-    inside, slabs = _inside_masks(inv, px, py, spec, b, grid=False)
-    return not (inside.all() and all(m.all() for m in slabs))
+    if not spec.proj[b]:
+        inside, slabs = _inside_masks(inv, px, py, spec, b, grid=False)
+        return not (inside.all() and all(m.all() for m in slabs))
+    if not ((inv[2, 0] * px + inv[2, 1] * py) + inv[2, 2] > 0).all():
+        return True
+    x, y = _source_points(inv, px, py)
+    rect = spec.rect[b]
+    if not _inside_by_margin([(x, rect[0], rect[1]), (y, rect[2], rect[3])]):
+        return True
+    for k in range(int(spec.nslab[b])):
+        sl = spec.slabs[b, k]
+        den = (sl[4] * px + sl[5] * py) + sl[6] if len(sl) > 4 else np.ones_like(px)
+        if not (den > 0).all():
+            return True
+        if not _inside_by_margin([(((sl[0] * px + sl[1] * py) + sl[2]) / den, 0.0, sl[3])]):
+            return True
+    return False
+
+
+def _inside_by_margin(tests) -> bool:
+    """All values ``v`` of each ``(v, lo, hi)`` in ``[lo, hi)`` with a relative margin."""
+    for v, lo, hi in tests:
+        eps = 1e-7 * (1.0 + np.abs(v))
+        if not ((v - eps >= lo) & (v + eps < hi)).all():
+            return False
+    return True
 
 
 def _unit_steps(m_idx, src_hw, out_hw):
