@@ -259,6 +259,37 @@ def _unit_steps(m_idx, src_hw, out_hw):
     return tuple(out)
 
 
+def _resize_window(m_full, img_hw, out_hw, clamp):
+    """((full H, full W), (rows, cols)) where an inverse index map ``m_full`` (on the whole
+    image) is cv2.resize's (``x_src = (x + 0.5) sx - 0.5``, edges replicated) onto a full size
+    whose scale is exactly the map's, then an integer window of it (a mosaic's tile: resize,
+    then the part on the canvas), and every bilinear tap of the window lies in the clamp
+    rectangle (so reading the whole image is reading the clamped one); else None."""
+    if m_full.shape[0] != 2 or m_full[0, 1] != 0 or m_full[1, 0] != 0:
+        return None
+    full, window = [], []
+    for (sc, off), n_out, n_src, (c0, c1) in (
+            ((m_full[1, 1], m_full[1, 2]), out_hw[0], img_hw[0], (clamp[2], clamp[3])),
+            ((m_full[0, 0], m_full[0, 2]), out_hw[1], img_hw[1], (clamp[0], clamp[1]))):
+        if not sc > 0:
+            return None
+        n_full = int(round(n_src / sc))
+        first = (off + 0.5) / sc - 0.5
+        if (n_full < 1 or abs(n_full * sc - n_src) > 1e-9 * n_src
+                or abs(first - round(first)) > 1e-6):
+            return None
+        first = int(round(first))
+        if first < 0 or first + n_out > n_full:
+            return None
+        lo = int(np.floor((first + 0.5) * sc - 0.5))
+        hi = int(np.floor((first + n_out - 0.5) * sc - 0.5)) + 1
+        if min(max(lo, 0), n_src - 1) < c0 or min(max(hi, 0), n_src - 1) > c1:
+            return None
+        full.append(n_full)
+        window.append(slice(first, first + n_out))
+    return tuple(full), tuple(window)
+
+
 def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layout, dst):
     """Warp one sample into ``dst`` (its final layout and dtype). Large intermediates are
     avoided where OpenCV can write into ``dst`` directly (fresh pages are slow to fault in).
@@ -291,6 +322,19 @@ def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layou
         take = _unit_steps(m_idx, src.shape[:2], (h, w))
         if take is not None:  # a flip, an integer crop or paste: the pixels themselves
             np.copyto(dst, src[take])
+            return
+        m_full = m_idx.copy()
+        m_full[0, 2] += cx0
+        m_full[1, 2] += cy0
+        fit = _resize_window(m_full, img.shape[:2], (h, w), (cx0, cx1, cy0, cy1))
+        if fit is not None:  # a resize (then a window of it): cv2.resize, the same bilinear rule
+            (fh, fw), (rows, cols) = fit
+            if (fh, fw) == (h, w):
+                _put(plane(dst), cv2.resize(plane(img), (w, h), dst=plane(dst),
+                                            interpolation=cv2.INTER_LINEAR))
+            else:
+                full = cv2.resize(plane(img), (fw, fh), interpolation=cv2.INTER_LINEAR)
+                np.copyto(plane(dst), full[rows, cols])
             return
     if direct:
         target = plane(dst)
