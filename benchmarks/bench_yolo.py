@@ -8,9 +8,9 @@ Recipe, per output image (Ultralytics' ``v8_transforms`` with its 8.4 defaults a
 mosaic of 4 (imgsz 640: each image's longer side to 640, 1280 x 1280 canvas, centre in
 [320, 960)) -> random perspective (degrees 10, translate 0.1, scale 0.5, shear 2, perspective
 0.0005: ``fn.affine``'s perspective_x/y are its P[2, 0], P[2, 1]; no antialiasing, as its
-cv2.warpPerspective) cut to the centre 640 x 640 -> mixup (p 0.5, r ~ Beta(32, 32)) -> HSV (gains 0.015 /
-0.7 / 0.4) -> horizontal flip 0.5 -> letterbox 640 x 640; batches of 64, uint8 images and padded
-boxes out (the trainer normalises on the GPU).
+cv2.warpPerspective) cut to the centre 640 x 640 -> mixup (p 0.5, r ~ Beta(32, 32)) -> HSV
+(gains 0.015 / 0.7 / 0.4) -> horizontal flip 0.5 -> letterbox 640 x 640; batches of 64, uint8
+images and padded boxes out (the trainer normalises on the GPU).
 
 Rows:
 * ``ultralytics`` (if ``import ultralytics`` works; AGPL, never a dependency of detaug: install it
@@ -26,7 +26,9 @@ Rows:
 
 Timing, the same for every row (:func:`timed_window`): warm-up batches (the loader's prefetch
 depth plus ``--warmup``), then a window of at least ``--min-seconds`` and ``--batches`` (over
-epochs), at most ``--max-seconds``; a window under 1 s or of no image makes the row INVALID.
+epochs), at most ``--max-seconds``; a window under 1 s or of no image makes the row INVALID
+(and a row that raises is marked FAILED, its error printed). Ultralytics' workers are then shut
+down the graceful way (``_shutdown_workers``), before the next row starts.
 
 Printed per row: img/s, decoded source images/s, the ratio to Ultralytics at the same worker count
 (and to its largest N), and on the GPU the device memory taken (the drop of ``cudaMemGetInfo``'s
