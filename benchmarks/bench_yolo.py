@@ -6,11 +6,11 @@
 
 Recipe, per output image (Ultralytics' ``v8_transforms`` with its 8.4 defaults and mixup 0.5):
 mosaic of 4 (imgsz 640: each image's longer side to 640, 1280 x 1280 canvas, centre in
-[320, 960)) -> random affine (degrees 10, translate 0.1, scale 0.5, shear 2; Ultralytics also
-applies perspective 0.0005, which detaug does here only once ``fn.perspective`` exists: the row
-says which) cut to the centre 640 x 640 -> mixup (p 0.5, r ~ Beta(32, 32)) -> HSV (gains 0.015 /
-0.7 / 0.4) -> horizontal flip 0.5 -> letterbox 640 x 640; batches of 64, uint8 images and padded
-boxes out (the trainer normalises on the GPU).
+[320, 960)) -> random perspective (degrees 10, translate 0.1, scale 0.5, shear 2, perspective
+0.0005: ``fn.affine``'s perspective_x/y are its P[2, 0], P[2, 1]; no antialiasing, as its
+cv2.warpPerspective) cut to the centre 640 x 640 -> mixup (p 0.5, r ~ Beta(32, 32)) -> HSV
+(gains 0.015 / 0.7 / 0.4) -> horizontal flip 0.5 -> letterbox 640 x 640; batches of 64, uint8
+images and padded boxes out (the trainer normalises on the GPU).
 
 Rows:
 * ``ultralytics`` (if ``import ultralytics`` works; AGPL, never a dependency of detaug: install it
@@ -23,6 +23,12 @@ Rows:
   mosaic, about 6 per output) and 'batch' (partners from the output's own batch: 1 decode per
   output). Decoded images per second are counted from the keyed draws
   (``detaug.runtime.partners.decoded_per_batch``).
+
+Timing, the same for every row (:func:`timed_window`): warm-up batches (the loader's prefetch
+depth plus ``--warmup``), then a window of at least ``--min-seconds`` and ``--batches`` (over
+epochs), at most ``--max-seconds``; a window under 1 s or of no image makes the row INVALID
+(and a row that raises is marked FAILED, its error printed). Ultralytics' workers are then shut
+down the graceful way (``_shutdown_workers``), before the next row starts.
 
 Printed per row: img/s, decoded source images/s, the ratio to Ultralytics at the same worker count
 (and to its largest N), and on the GPU the device memory taken (the drop of ``cudaMemGetInfo``'s
@@ -57,6 +63,9 @@ MB = 1e6
 ROWS = []
 T0 = time.perf_counter()
 HSV_GAINS = (0.015, 0.7, 0.4)  # Ultralytics' hsv_h, hsv_s, hsv_v
+MIN_WINDOW_S = 1.0  # a shorter timed window is reported as invalid
+PERSPECTIVE = 0.0005  # Ultralytics' perspective: P[2, 0], P[2, 1] ~ U(-p, p)
+PERSPECTIVE_NOTE = f"perspective {PERSPECTIVE}"
 
 
 def log(msg):
@@ -80,8 +89,53 @@ def guarded(name, fn, *a, **kw):
         raise
     except BaseException as e:  # noqa: BLE001 -- one failure must not lose the other rows
         traceback.print_exc()
-        row(name, img_s=None, error=f"{type(e).__name__}: {e}"[:300])
+        print(f"FAILED {name}: {type(e).__name__}: {e}", flush=True)
+        row(name, img_s=None, error=f"FAILED {type(e).__name__}: {e}"[:300])
         return None
+
+
+def timed_window(next_batch, depth, args, sync=None, on_start=None):
+    """Steady-state rate of a loader, the same for every row.
+
+    Warm-up: ``depth + args.warmup`` batches (``depth``: the batches the loader may hold
+    ready; consuming them all ensures nothing made before the clock starts is counted and that
+    every worker has made at least one batch: workers deliver in bursts of about N batches).
+    Then the clock runs over whole batches until both ``args.min_seconds`` and ``args.batches``
+    are reached (over as many epochs as that takes), or ``args.max_seconds`` passed. ``sync``
+    (the GPU's event) is waited on before the clock starts and before it stops.
+    ``next_batch() -> images in the batch``. Returns (images, batches, seconds, warm-up s)."""
+    t = time.perf_counter()
+    for _ in range(depth + args.warmup):
+        next_batch()
+    if sync:
+        sync()
+    warm = time.perf_counter() - t
+    if on_start:
+        on_start()
+    n = nb = 0
+    t0 = time.perf_counter()
+    while True:
+        n += next_batch()
+        nb += 1
+        dt = time.perf_counter() - t0
+        if (dt >= args.min_seconds and nb >= args.batches) or dt >= args.max_seconds:
+            break
+    if sync:
+        sync()
+    return n, nb, time.perf_counter() - t0, warm
+
+
+def valid_row(name, n, nb, dt, warm, decoded, notes="", **kw):
+    """A row from a timed window, or an INVALID row (no rate) when the window measured nothing:
+    no image, or under ``MIN_WINDOW_S`` seconds."""
+    notes = f"({n} images, {nb} batches in {dt:.2f} s after {warm:.1f} s warm-up; {notes})"
+    if n <= 0 or dt < MIN_WINDOW_S:
+        why = f"INVALID window: {n} images in {dt:.3f} s (needs > 0 images, >= {MIN_WINDOW_S} s)"
+        print(f"FAILED {name}: {why}", flush=True)
+        row(name, img_s=None, error=f"{why} {notes}", **kw)
+        return
+    row(name, img_s=n / dt, decoded_s=decoded / dt, seconds=dt, images=n, batches=nb,
+        warmup_s=warm, notes=notes, **kw)
 
 
 # ---------------------------------------------------------------------------- data
@@ -140,17 +194,32 @@ def bench_ultralytics(args, root, names, workers):
     name = f"ultralytics 8.4 loader, {workers} workers"
     loader, counter = ultralytics_loader(root, names, args.size, args.batch_size, workers,
                                          args.mixup)
+    # its queue: num_workers x prefetch_factor batches (build_dataloader sets 4)
+    depth = loader.num_workers * (loader.prefetch_factor or 0)
     it = iter(loader)
-    for _ in range(args.warmup):
-        next(it)
-    d0, t0 = counter.value, time.perf_counter()
-    n = 0
-    for _ in range(args.batches):
-        n += len(next(it)["img"])
-    dt = time.perf_counter() - t0
-    row(name, img_s=n / dt, decoded_s=(counter.value - d0) / dt, workers=workers,
-        notes=f"({n} images in {dt:.2f} s; perspective 0.0005)")
-    del it, loader
+    marks = {}
+
+    def mark():
+        marks["decoded"] = counter.value
+
+    try:
+        n, nb, dt, warm = timed_window(lambda: len(next(it)["img"]), depth, args, on_start=mark)
+        decoded = counter.value - marks["decoded"]
+    finally:
+        shutdown_ultralytics(loader)
+    valid_row(name, n, nb, dt, warm, decoded, workers=workers,
+              notes=f"depth {depth}; perspective 0.0005")
+
+
+def shutdown_ultralytics(loader):
+    """Stop the DataLoader's workers the graceful way (torch's ``_shutdown_workers``: its pin
+    thread is joined before the workers go, so no batch is half sent), then drop it. Its own
+    ``InfiniteDataLoader.__del__`` terminates the workers first, which can cut a tensor's fd
+    hand-over in the pin thread (the ConnectionResetError in ``rebuild_storage_fd``)."""
+    inner = getattr(loader, "iterator", None)
+    if inner is not None and hasattr(inner, "_shutdown_workers"):
+        inner._shutdown_workers()
+    del loader
 
 
 # ---------------------------------------------------------------------------- detaug
@@ -171,7 +240,9 @@ def detaug_pipe(root, size, batch, device, workers, partners, mixup, seed=0):
         img, boxes = fn.affine(img, boxes, rotate=u(range=(-10, 10)), scale=u(range=(0.5, 1.5)),
                                shear_x=u(range=(-2, 2)), shear_y=u(range=(-2, 2)),
                                translate_x=u(range=(-t, t)), translate_y=u(range=(-t, t)),
-                               fill=114.0)
+                               perspective_x=u(range=(-PERSPECTIVE, PERSPECTIVE)),
+                               perspective_y=u(range=(-PERSPECTIVE, PERSPECTIVE)),
+                               fill=114.0, antialias=False)
         img, boxes = fn.crop(img, boxes, crop=(size, size), fill=114.0)
         boxes = fn.prune_boxes(boxes, min_size=2.0, min_visibility=0.1)
         img, boxes = fn.mixup(img, boxes, probability=mixup, partners=partners)
@@ -195,31 +266,40 @@ def bench_detaug(args, root, device, workers, partners):
 
         free0 = int(cp.cuda.runtime.memGetInfo()[0])
     pipe = detaug_pipe(root, args.size, args.batch_size, device, workers, partners, args.mixup)
-    pipe.build()
-    sync = (lambda: pipe.last_event.synchronize() if pipe.last_event is not None else None)
-    for _ in range(args.warmup):
-        pipe.run()
-    sync()
-    start = (pipe.epoch, pipe.state_dict()["batch"])
-    t0, n = time.perf_counter(), 0
-    done = []
-    for _ in range(args.batches):
-        e, b = pipe.epoch, pipe.state_dict()["batch"]
-        img, _ = pipe.run()
-        done.append((e, b))
-        n += len(img)
-    sync()
-    dt = time.perf_counter() - t0
-    decoded = sum(decoded_per_batch(pipe, e, b) for e, b in done)
-    extra = {}
-    if free0 is not None:
-        import cupy as cp
+    try:
+        pipe.build()
+        # launches kept in flight: the depth, times the host processes of a CPU pipeline
+        depth = pipe.prefetch_queue_depth * (1 if pipe.has_device_stage
+                                             else max(1, pipe.host_processes))
+        done = []
 
-        extra["device_mb"] = (free0 - int(cp.cuda.runtime.memGetInfo()[0])) / MB
-    row(name, img_s=n / dt, decoded_s=decoded / dt, workers=workers, partners=partners,
-        notes=f"({n} images in {dt:.2f} s from batch {start}; no perspective"
-              + (f"; device memory {extra['device_mb']:.0f} MB" if extra else "") + ")", **extra)
-    pipe.close()
+        def one():
+            e, b = pipe.epoch, pipe.state_dict()["batch"]
+            img, _ = pipe.run()
+            done.append((e, b))
+            return len(img)
+
+        def sync():
+            if pipe.last_event is not None:
+                pipe.last_event.synchronize()
+
+        start = {}
+
+        def mark():
+            start["at"] = len(done)
+
+        n, nb, dt, warm = timed_window(one, depth, args, sync=sync, on_start=mark)
+        decoded = sum(decoded_per_batch(pipe, e, b) for e, b in done[start["at"]:])
+        extra = {}
+        if free0 is not None:
+            import cupy as cp
+
+            extra["device_mb"] = (free0 - int(cp.cuda.runtime.memGetInfo()[0])) / MB
+    finally:
+        pipe.close()
+    valid_row(name, n, nb, dt, warm, decoded, workers=workers, partners=partners,
+              notes=f"depth {depth}; {PERSPECTIVE_NOTE}"
+              + (f"; device memory {extra['device_mb']:.0f} MB" if extra else ""), **extra)
 
 
 # ---------------------------------------------------------------------------- report
@@ -228,18 +308,18 @@ def report(args):
           if r["name"].startswith("ultralytics") and r.get("img_s")}
     best = max(ul.values()) if ul else None
     print("\n| row | img/s | decoded img/s | x Ultralytics (same N) | x Ultralytics (best N) | "
-          "device MB |")
-    print("|---|---|---|---|---|---|")
+          "device MB | window |")
+    print("|---|---|---|---|---|---|---|")
     for r in ROWS:
         if r.get("img_s") is None:
-            print(f"| {r['name']} | - | - | - | - | {r.get('skipped') or r.get('error')} |")
+            print(f"| {r['name']} | - | - | - | - | - | {r.get('skipped') or r.get('error')} |")
             continue
         same = ul.get(r.get("workers"))
         ratio = f"{r['img_s'] / same:.2f}" if same and not r["name"].startswith("ultra") else "-"
         vs_best = f"{r['img_s'] / best:.2f}" if best and not r["name"].startswith("ultra") else "-"
         mem = f"{r['device_mb']:.0f}" if r.get("device_mb") is not None else "-"
         print(f"| {r['name']} | {r['img_s']:.1f} | {r['decoded_s']:.1f} | {ratio} | {vs_best} | "
-              f"{mem} |")
+              f"{mem} | {r['images']} img / {r['seconds']:.1f} s |")
     out = args.json or (os.path.join(os.environ["OUT"], "bench_yolo.json")
                         if os.environ.get("OUT") else None)
     if out:
@@ -257,8 +337,13 @@ def main(argv=None):
     ap.add_argument("--workers", default="2,15", help="worker counts (Ultralytics, detaug cpu)")
     ap.add_argument("--partners", default="epoch,batch", help="detaug's partners: epoch, batch")
     ap.add_argument("--only", default="ultralytics,cpu,gpu")
-    ap.add_argument("--batches", type=int, default=20, help="timed batches a row")
-    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--batches", type=int, default=20, help="timed batches a row (at least)")
+    ap.add_argument("--min-seconds", type=float, default=10.0,
+                    help="timed window a row (at least; and --batches)")
+    ap.add_argument("--max-seconds", type=float, default=40.0,
+                    help="the timed window stops here even short of --batches")
+    ap.add_argument("--warmup", type=int, default=3,
+                    help="warm-up batches beyond the loader's prefetch depth")
     ap.add_argument("--data", default=None, help="data folder (default: a temporary one)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--cpu-smoke", action="store_true",
@@ -267,6 +352,7 @@ def main(argv=None):
     if args.cpu_smoke:
         args.num_images, args.batch_size, args.size = 32, 4, 160
         args.batches, args.warmup, args.workers = 2, 1, "0,2"
+        args.min_seconds, args.max_seconds = 1.0, 5.0
         args.only = args.only.replace(",gpu", "").replace("gpu", "")
     workers = [int(w) for w in args.workers.split(",") if w.strip()]
     only = set(args.only.split(","))

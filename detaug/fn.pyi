@@ -5,9 +5,9 @@ from typing import Any, Callable, Iterable, Sequence
 from detaug.graph.trace import DataNode
 
 
-def affine(images: Any, boxes: Any = ..., /, *, rotate: float | DataNode = 0.0, scale: float | DataNode = 1.0, scale_y: float | None | DataNode = None, translate_x: float | DataNode = 0.0, translate_y: float | DataNode = 0.0, shear_x: float | DataNode = 0.0, shear_y: float | DataNode = 0.0, fill: float | Sequence[Any] = 0.0, box_mode: str = 'corners', device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def affine(images: Any, boxes: Any = ..., /, *, rotate: float | DataNode = 0.0, scale: float | DataNode = 1.0, scale_y: float | None | DataNode = None, translate_x: float | DataNode = 0.0, translate_y: float | DataNode = 0.0, shear_x: float | DataNode = 0.0, shear_y: float | DataNode = 0.0, perspective_x: float | DataNode = 0.0, perspective_y: float | DataNode = 0.0, fill: float | Sequence[Any] = 0.0, box_mode: str = 'corners', antialias: bool = True, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
-    About the centre: x -> T(c + t) R(rotate) S(scale) Sh(shear) T(-c) x; canvas kept.
+    About the centre: x -> T(c + t) R(rotate) S(scale) Sh(shear) P(perspective) T(-c) x (P: Ultralytics' perspective terms, with the divide); canvas kept.
     
     Inputs (positional only, 1 to 2):
         images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
@@ -21,8 +21,11 @@ def affine(images: Any, boxes: Any = ..., /, *, rotate: float | DataNode = 0.0, 
         translate_y: float = 0.0 [per-sample]: shift down, in pixels
         shear_x: float = 0.0 [per-sample]: horizontal shear, degrees
         shear_y: float = 0.0 [per-sample]: vertical shear, degrees
+        perspective_x: float = 0.0 [per-sample]: Ultralytics' perspective term P[2, 0] (per pixel, about the centre; its RandomPerspective draws it in +-perspective)
+        perspective_y: float = 0.0 [per-sample]: Ultralytics' perspective term P[2, 1]
         fill: float | sequence = 0.0: value of the pixels outside the source image (one value or one per channel)
         box_mode: str = 'corners': how a box follows a rotation or shear: 'corners' (box enclosing the four moved corners) or 'ellipse' (box enclosing the inscribed ellipse, tighter)
+        antialias: bool = True: supersample where the map shrinks; False: one bilinear sample a pixel (Ultralytics' cv2.warpAffine / warpPerspective)
     
     Common keywords (every op):
         device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'

@@ -102,3 +102,30 @@ def test_empty_not_mutated_and_checks():
         brightness_contrast_numpy([np.zeros((2, 2, 3), np.float32)], 1.0, 1.0)
     with pytest.raises(ValueError):
         brightness_contrast_numpy(batch, [1.0, 1.0, 1.0], 1.0)
+
+
+def test_hsv_twin_is_the_float64_sum_bit_for_bit(rng):
+    """hsv_numpy's per-pixel product (OpenCV's double transform) is exactly the float64 sum
+    (m[i, 0] r + m[i, 1] g) + m[i, 2] b of the former einsum path, then floor(x + 0.5) clamped:
+    on fresh random images and parameters, dense and ragged, including the 0 / 255 extremes."""
+    from detaug.kernels.color import hsv_matrices
+
+    shapes = [(int(rng.integers(1, 40)), int(rng.integers(1, 40)), 3) for _ in range(5)]
+    batch = random_images(rng, shapes)
+    batch[0][0, 0] = (255, 255, 255)
+    batch[0][-1, -1] = (0, 0, 0)
+    h, s, v = rng.uniform(-180, 180, 5), rng.uniform(0, 2, 5), rng.uniform(0, 2, 5)
+    mats = hsv_matrices(h, s, v).astype(np.float64)
+    got = hsv_numpy(batch, h, s, v)
+    for b, im in enumerate(batch):
+        x = im.astype(np.float64)
+        m = mats[b]
+        want = np.stack([(m[i, 0] * x[..., 0] + m[i, 1] * x[..., 1]) + m[i, 2] * x[..., 2]
+                         for i in range(3)], -1)
+        want = np.clip(np.floor(want + 0.5), 0, 255).astype(np.uint8)
+        np.testing.assert_array_equal(got[b], want)
+        np.testing.assert_array_equal(
+            want, np.clip(np.floor(np.einsum("ij,hwj->hwi", m, x) + 0.5), 0, 255).astype(np.uint8))
+    dense = np.stack(random_images(rng, [(17, 23, 3)] * 3))
+    np.testing.assert_array_equal(hsv_numpy(dense, h[:3], s[:3], v[:3]),
+                                  np.stack(hsv_numpy(list(dense), h[:3], s[:3], v[:3])))

@@ -159,7 +159,8 @@ CASES = {
     "affine": (_images_boxes, {}, {
         "rotate": 30.0, "scale": 1.5, "scale_y": 0.5, "translate_x": 5.0, "translate_y": -5.0,
         "shear_x": 10.0, "shear_y": 10.0, "fill": With(200.0, rotate=30.0),
-        "box_mode": With("ellipse", rotate=30.0)}),
+        "box_mode": With("ellipse", rotate=30.0), "perspective_x": 0.005, "perspective_y": 0.005,
+        "antialias": With(False, scale=0.4)}),
     "crop": (_images_boxes, {}, {
         "crop": (20, 20), "crop_h": With(15, crop_w=20), "crop_w": With(10, crop_h=20),
         "crop_pos_x": With(0.0, crop=(20, 20)), "crop_pos_y": With(0.0, crop=(20, 20)),

@@ -345,3 +345,72 @@ def test_iou_crop_prefilter_changes_nothing(rng, box_scale, thresholds):
     rwin, rkeep = _iou_crop_reference(u, sizes, boxes, offsets, valid, thresholds, (0.1, 1.0), (0.5, 2.0))
     np.testing.assert_array_equal(win, rwin)
     np.testing.assert_array_equal(keep, rkeep)
+
+
+def _ultralytics_matrix(w, h, angle, scale, tx, ty, px, py):
+    """Ultralytics' RandomPerspective matrix (shear 0), from its definition: M = T R P C, with
+    C the centring, P = [[1, 0, 0], [0, 1, 0], [px, py, 1]], R = cv2.getRotationMatrix2D(angle,
+    (0, 0), scale), T the translation to the centre plus (tx, ty); input -> output."""
+    C = np.array([[1, 0, -w / 2], [0, 1, -h / 2], [0, 0, 1]], float)
+    P = np.array([[1, 0, 0], [0, 1, 0], [px, py, 1]], float)
+    a = np.deg2rad(angle)
+    R = np.array([[scale * np.cos(a), scale * np.sin(a), 0],
+                  [-scale * np.sin(a), scale * np.cos(a), 0], [0, 0, 1]])
+    T = np.array([[1, 0, w / 2 + tx], [0, 1, h / 2 + ty], [0, 0, 1]], float)
+    return T @ R @ P @ C
+
+
+@pytest.mark.parametrize("trial", range(4))
+def test_affine_perspective_terms_match_ultralytics_matrix(rng, trial):
+    """affine's perspective_x / perspective_y are Ultralytics' P[2, 0], P[2, 1]: boxes are the
+    enclosing boxes of the corners mapped with the divide; pixels (antialias=False) follow the
+    float64 warp rule through the inverse of Ultralytics' matrix."""
+    from test_recipes_geometry import detaug_rule_image
+    from test_fusion import psnr
+
+    h, w = int(rng.integers(40, 90)), int(rng.integers(40, 90))
+    img = rand_img(rng, h, w)
+    img = np.asarray(np.cumsum(np.cumsum(img.astype(float), 0), 1) % 256, np.uint8)  # some structure
+    boxes = np.sort(rng.uniform(0, min(h, w), (6, 2, 2)), axis=1).transpose(0, 2, 1).reshape(6, 4)
+    p = dict(rotate=float(rng.uniform(-10, 10)), scale=float(rng.uniform(0.6, 1.4)),
+             translate_x=float(rng.uniform(-5, 5)), translate_y=float(rng.uniform(-5, 5)),
+             perspective_x=float(rng.uniform(-3e-3, 3e-3)), perspective_y=float(rng.uniform(-3e-3, 3e-3)))
+    oi, ob = run_graph([img], [boxes], lambda i, b: fn.affine(i, b, antialias=False, fill=114.0, **p))
+    m = _ultralytics_matrix(w, h, p["rotate"], p["scale"], p["translate_x"], p["translate_y"],
+                            p["perspective_x"], p["perspective_y"])
+    cx, cy = boxes[:, [0, 2, 2, 0]], boxes[:, [1, 1, 3, 3]]
+    den = m[2, 0] * cx + m[2, 1] * cy + m[2, 2]
+    x, y = (m[0, 0] * cx + m[0, 1] * cy + m[0, 2]) / den, (m[1, 0] * cx + m[1, 1] * cy + m[1, 2]) / den
+    want = np.clip(np.stack([x.min(1), y.min(1), x.max(1), y.max(1)], 1), 0, [w, h, w, h])
+    alive = (want[:, 2] > want[:, 0]) & (want[:, 3] > want[:, 1])
+    got = boxes_of(ob)[0]
+    np.testing.assert_allclose(got["boxes"], want[alive], atol=1e-3)
+    np.testing.assert_array_equal(got["labels"], np.arange(6)[alive])
+    out = images_of(oi)[0]
+    rule = detaug_rule_image(img, np.linalg.inv(m), (h, w), fill=114.0)
+    assert psnr(out, rule) >= 40.0
+    assert np.mean(np.abs(out.astype(float) - rule)) < 0.5
+
+
+def test_affine_antialias_switch(rng):
+    """antialias=False on a strong shrink is one bilinear sample a pixel (the float64 rule);
+    the default supersamples (a different, smoother image); no shrink: the two agree."""
+    from test_recipes_geometry import detaug_rule_image
+
+    img = rand_img(rng, 64, 80)
+    off, _ = run_graph([img], [[[1, 1, 5, 5]]], lambda i, b: fn.affine(i, b, scale=0.4, antialias=False))
+    on, _ = run_graph([img], [[[1, 1, 5, 5]]], lambda i, b: fn.affine(i, b, scale=0.4))
+    c = np.array([40.0, 32.0])
+    m = np.eye(3)
+    m[:2, :2] = np.diag([0.4, 0.4])
+    m[:2, 2] = c - 0.4 * c
+    rule = detaug_rule_image(img, np.linalg.inv(m), (64, 80))
+    off, on = images_of(off)[0].astype(float), images_of(on)[0].astype(float)
+    assert np.abs(off - rule).max() <= 2
+    inner = (slice(24, 40), slice(30, 50))  # inside the shrunk image (the rest is fill in both)
+    # random pixels: the supersampled block mean is far from one sample, and smoother
+    assert np.abs(on - rule)[inner].mean() > 10
+    assert on[inner].std() < 0.8 * off[inner].std()
+    same = [run_graph([img], [[[1, 1, 5, 5]]], lambda i, b: fn.affine(i, b, rotate=7.0, antialias=a))[0]
+            for a in (False, True)]
+    np.testing.assert_array_equal(images_of(same[0])[0], images_of(same[1])[0])

@@ -466,6 +466,12 @@ RECIPE_CHAINS = {
         ("warp_affine", "warp_affine", {"matrix": [0.9, 0.2, -3, -0.1, 1.05, 2], "fill_value": 0}),
         ("perspective", "perspective", {"p": 1.0}),
         ("crop", "crop", {"window": (-6, 8, 60, 70)})],
+    "affine_perspective_terms-crop-flip": [  # the YOLO recipe's RandomPerspective, no antialias
+        ("affine", "affine", {"rotate": 8.0, "scale": 0.7, "translate_x": 4.0,
+                              "perspective_x": 2e-3, "perspective_y": -1.5e-3,
+                              "antialias": False, "fill": 114.0}),
+        ("crop", "crop", {"window": (5, 3, 61, 55), "fill": 114.0}),
+        ("flip", "flip", {"horizontal": 1})],
 }
 
 

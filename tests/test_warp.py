@@ -572,3 +572,81 @@ def test_cv2_matches_twin_with_region(c):
             d = np.abs(a - b)
             worst_max, worst_mean = max(worst_max, d.max()), max(worst_mean, d.mean())
     assert worst_max <= 8 and worst_mean < 0.5, (worst_max, worst_mean)
+
+
+@pytest.mark.parametrize("trial", range(6))
+def test_cv2_unit_step_maps_copy_pixels_without_a_warp(trial, monkeypatch):
+    """Flips and integer crops / pastes inside the image (unit steps, integer offsets) take the
+    pixels themselves on the OpenCV path (no cv2.warpAffine call), equal to slicing by hand and
+    to the twin; a map reaching outside, or a fractional offset, still warps."""
+    import cv2
+
+    rng = np.random.default_rng([trial, 7])
+    c = int(rng.choice([1, 3]))
+    h, w = int(rng.integers(8, 40)), int(rng.integers(8, 40))
+    img = rand_image(rng, h, w, c)
+    oh, ow = int(rng.integers(1, h + 1)), int(rng.integers(1, w + 1))
+    y0, x0 = int(rng.integers(0, h - oh + 1)), int(rng.integers(0, w - ow + 1))
+    fx, fy = bool(rng.integers(2)), bool(rng.integers(2))
+    # output pixel j takes input x0 + j, or x0 + ow - 1 - j when flipped (centres: continuous
+    # x_out = x_in - x0, or x0 + ow - x_in)
+    m = np.eye(3)
+    m[0] = [-1, 0, x0 + ow] if fx else [1, 0, -x0]
+    m[1] = [0, -1, y0 + oh] if fy else [0, 1, -y0]
+    want = img[y0:y0 + oh, x0:x0 + ow][::-1 if fy else 1, ::-1 if fx else 1]
+    calls = []
+    real = cv2.warpAffine
+    monkeypatch.setattr(cv2, "warpAffine", lambda *a, **k: calls.append(1) or real(*a, **k))
+    got = warp_cv2([img], m[None], [(oh, ow)])[0]
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(warp_numpy([img], m[None], [(oh, ow)])[0], want)
+    assert calls == []
+    # half a pixel off, or reaching past the image: the warp runs (and still matches the twin
+    # where OpenCV is exact: the fill outside)
+    for shift, size in (((0.5, 0), (oh, ow)), ((0, 0), (h + 3, w))):
+        m2 = m.copy()
+        m2[0, 2] += shift[0]
+        out = warp_cv2([img], m2[None], [size], fill=9.0)[0]
+        assert len(calls) == 1
+        calls.clear()
+        ref = warp_numpy([img], m2[None], [size], fill=9.0)[0]
+        assert np.abs(out.astype(int) - ref).max() <= 8
+
+
+@pytest.mark.parametrize("trial", range(6))
+def test_cv2_resize_maps_take_cv2_resize(trial, monkeypatch):
+    """A resize onto an integer size, or an integer window of one (a mosaic tile), goes
+    through cv2.resize (no cv2.warpAffine): within one grey level of the twin and of a float64
+    bilinear resize by hand; a window half a pixel off still warps."""
+    import cv2
+
+    rng = np.random.default_rng([trial, 11])
+    c = int(rng.choice([1, 3]))
+    h, w = int(rng.integers(12, 60)), int(rng.integers(12, 60))
+    img = rand_image(rng, h, w, c)
+    fh, fw = int(rng.integers(8, 90)), int(rng.integers(8, 90))
+    oh, ow = int(rng.integers(1, fh + 1)), int(rng.integers(1, fw + 1))
+    y0, x0 = int(rng.integers(0, fh - oh + 1)), int(rng.integers(0, fw - ow + 1))
+    m = G.translate(-x0, -y0)[0] @ G.scale(fw / w, fh / h)[0]
+    # by hand: output pixel (i, j) at full-size centre (y0 + i + 0.5, x0 + j + 0.5), source
+    # point (that) * (h / fh, w / fw), bilinear with the edges replicated
+    ys = (y0 + np.arange(oh) + 0.5) * (h / fh) - 0.5
+    xs = (x0 + np.arange(ow) + 0.5) * (w / fw) - 0.5
+    yi, xi = np.floor(ys).astype(int), np.floor(xs).astype(int)
+    fy, fx = (ys - yi)[:, None, None], (xs - xi)[None, :, None]
+    f = img.astype(np.float64)
+    at = lambda yy, xx: f[np.clip(yy, 0, h - 1)][:, np.clip(xx, 0, w - 1)]  # noqa: E731
+    want = ((1 - fy) * ((1 - fx) * at(yi, xi) + fx * at(yi, xi + 1))
+            + fy * ((1 - fx) * at(yi + 1, xi) + fx * at(yi + 1, xi + 1)))
+    want = np.clip(np.floor(want + 0.5), 0, 255)
+    calls = []
+    real = cv2.warpAffine
+    monkeypatch.setattr(cv2, "warpAffine", lambda *a, **k: calls.append(1) or real(*a, **k))
+    got = warp_cv2([img], m[None], [(oh, ow)], antialias=False)[0].astype(int)
+    assert calls == []
+    assert np.abs(got - want).max() <= 1
+    twin = warp_numpy([img], m[None], [(oh, ow)], antialias=False)[0].astype(int)
+    assert np.abs(got - twin).max() <= 1
+    m2 = G.translate(0.5, 0)[0] @ m
+    warp_cv2([img], m2[None], [(oh, ow)], antialias=False)
+    assert calls == [1]

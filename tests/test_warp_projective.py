@@ -178,3 +178,44 @@ def test_gpu_projective_boxes_match_twin(cp):
     got, keep = box_transform_cupy(cp.asarray(bx), cp.asarray(si), mats, canvas, min_visibility=0.2)
     np.testing.assert_array_equal(cp.asnumpy(keep), keep_w)
     np.testing.assert_allclose(cp.asnumpy(got)[keep_w], want[keep_w], atol=1e-4)
+
+
+def _mild_homography(rng, h, w, oh, ow, p):
+    """Ultralytics-like: centre, perspective terms ~ U(-p, p), rotate a little, centre on the
+    output: an input -> output homography, mostly inside the image for small p."""
+    P = np.array([[1, 0, 0], [0, 1, 0], [rng.uniform(-p, p), rng.uniform(-p, p), 1.0]])
+    a = np.deg2rad(rng.uniform(-10, 10))
+    R = np.array([[np.cos(a), np.sin(a), 0], [-np.sin(a), np.cos(a), 0], [0, 0, 1.0]])
+    return G.translate(ow / 2, oh / 2)[0] @ R @ P @ G.translate(-w / 2, -h / 2)[0]
+
+
+@pytest.mark.parametrize("seed", [5, fresh_seed()])
+def test_opencv_projective_fill_test_skipped_only_where_no_point_is_outside(seed, monkeypatch):
+    """The OpenCV path tests every grid point against the region only where some may fall
+    outside (a homography's hull: its four extreme points, with a margin): the output is bit
+    for bit the one with every point tested, for maps well inside, maps reaching outside, maps
+    through the horizon, and chains with projective slabs; and the shortcut is taken for the
+    maps well inside (the YOLO recipe's case)."""
+    rng = np.random.default_rng(seed)
+    img = rand_image(rng, 90, 100, 3)
+    real = W._reaches_outside
+    cases = []
+    for _ in range(6):
+        cases.append((_mild_homography(rng, 90, 100, 40, 50, 1e-3), (40, 50), None, 17.0, False))
+        cases.append((_mild_homography(rng, 90, 100, 120, 120, 3e-3), (120, 120), None, 17.0, True))
+        cases.append((random_homography(rng, 90, 100, 70, 60, 0.6), (70, 60), None, 17.0, None))
+    horizon = np.array([[1, 0, 0], [0, 1, 0], [0.02, 0, 1.0]])  # w = 0 at x = -50 (output side)
+    cases.append((horizon, (60, 60), None, 17.0, True))
+    m, out_hw, fill, region = projective_chain_region(rng, 90, 100, 3)
+    cases.append((m, out_hw, region, fill, None))
+    for m, out_hw, region, fill, outside in cases:
+        spec = W._prepare([img], m[None], [out_hw], fill, False, 8, None, None, np.uint8, "HWC",
+                          region)
+        got = real(spec.inv[0], 1, 1, out_hw, spec, 0)
+        if outside is not None:
+            assert got == outside
+        fast = warp_cv2([img], m[None], [out_hw], fill=fill, region=region, antialias=False)[0]
+        with monkeypatch.context() as mp:
+            mp.setattr(W, "_reaches_outside", lambda *a: True)
+            full = warp_cv2([img], m[None], [out_hw], fill=fill, region=region, antialias=False)[0]
+        np.testing.assert_array_equal(fast, full)

@@ -58,8 +58,29 @@ def _per_sample(xp, value, batch_size, dtype):
     return xp.ascontiguousarray(xp.broadcast_to(a, (batch_size,)))
 
 
-def _round_clamp_u8(x):
-    return np.clip(np.floor(x + 0.5), 0, 255).astype(np.uint8)
+def _round_clamp_u8(x, out=None):
+    """``floor(x + 0.5)`` clamped to [0, 255], as uint8 (into ``out`` when given). ``x`` is a
+    float temporary of the caller's and is overwritten (no further full-size arrays)."""
+    np.add(x, 0.5, out=x)
+    np.floor(x, out=x)
+    np.clip(x, 0, 255, out=x)
+    if out is None:
+        return x.astype(np.uint8)
+    np.copyto(out, x, casting="unsafe")
+    return out
+
+
+def _rgb_matrix_f64(m, im):
+    """``m @ rgb`` per pixel in float64, each output ``(m[i, 0] r + m[i, 1] g) + m[i, 2] b``:
+    ``cv2.transform`` on the float64 image (OpenCV's double path is that sum; about 10x
+    NumPy's einsum, which sums in the same order: tests/test_color_kernels.py checks the two
+    agree bit for bit on fresh random images). An empty image takes einsum."""
+    x = im.astype(np.float64)
+    if x.size == 0:
+        return np.einsum("ij,hwj->hwi", m, x)
+    import cv2
+
+    return cv2.transform(x, np.ascontiguousarray(m, np.float64)).reshape(x.shape)
 
 
 def _pack_numpy(outs, dense, images):
@@ -116,9 +137,12 @@ def hsv_numpy(images, hue, saturation, value):
     b = len(items)
     mats = hsv_matrices(_per_sample(np, hue, b, np.float64), _per_sample(np, saturation, b, np.float64),
                         _per_sample(np, value, b, np.float64)).astype(np.float64)
-    outs = [_round_clamp_u8(np.einsum("ij,hwj->hwi", mats[i], im.astype(np.float64)))
-            for i, im in enumerate(items)]
-    return _pack_numpy(outs, dense, images)
+    if dense:  # rounded straight into the batch (no per-sample arrays stacked afterwards)
+        out = np.empty_like(images)
+        for i, im in enumerate(items):
+            _round_clamp_u8(_rgb_matrix_f64(mats[i], im), out=out[i])
+        return out
+    return [_round_clamp_u8(_rgb_matrix_f64(mats[i], im)) for i, im in enumerate(items)]
 
 
 # ----------------------------------------------------------------------------- cupy

@@ -101,6 +101,11 @@ def compose_numpy(tiles, origins, groups, canvas, fill, *, weights=None, mode="f
             out[...] = _row(fill[b], wd, np.uint8)
             for t in range(hi - 1, lo - 1, -1):  # the first tile wins: pasted last
                 _paste(out, tiles[t], origins[t])
+        elif (hi - lo == 1 and int(w[lo]) == ONE and tuple(tiles[lo].shape[:2]) == (h, wd)
+              and int(origins[lo, 0]) == 0 and int(origins[lo, 1]) == 0):
+            # one tile of full weight covering the canvas: (ONE t + ONE / 2) >> 16 = t exactly
+            out = buf[b] if dense else np.empty((h, wd, c), np.uint8)
+            np.copyto(out, tiles[lo])
         else:
             # sum_t w_t v_t = sum_t w_t fill + sum_t w_t (tile_t - fill) where tile t lies:
             # the fill's share once, then each tile's difference on its own rectangle (int32:

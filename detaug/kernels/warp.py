@@ -200,13 +200,94 @@ def _inside_masks(inv, ox, oy, spec, b, grid):
 
 def _reaches_outside(inv, nx, ny, out_hw, spec, b) -> bool:
     """Whether any sample point of the output grid falls outside the region (the sample points'
-    hull is the parallelogram of the four extreme ones, and the region is convex)."""
-    if spec.proj[b]:  # a homography may bend the hull past the horizon: always test
-        return True
+    hull is the parallelogram of the four extreme ones, and the region is convex).
+
+    A homography: where its divide (and each projective slab's) is positive at the four extreme
+    points, it is positive over their hull, which it maps onto the hull of their images (a
+    projective map keeps lines and convexity where the divide keeps its sign); so the grid is
+    inside when those four points are, each by a margin (1e-7 of a pixel, relative) that
+    rounding in the per-point test cannot cross. Otherwise (a divide not positive, a point
+    within the margin): True, and every point is tested."""
     h, w = out_hw
     px, py = np.meshgrid([0.5 / nx, w - 0.5 / nx], [0.5 / ny, h - 0.5 / ny])
-    inside, slabs = _inside_masks(inv, px, py, spec, b, grid=False)
-    return not (inside.all() and all(m.all() for m in slabs))
+    if not spec.proj[b]:
+        inside, slabs = _inside_masks(inv, px, py, spec, b, grid=False)
+        return not (inside.all() and all(m.all() for m in slabs))
+    if not ((inv[2, 0] * px + inv[2, 1] * py) + inv[2, 2] > 0).all():
+        return True
+    x, y = _source_points(inv, px, py)
+    rect = spec.rect[b]
+    if not _inside_by_margin([(x, rect[0], rect[1]), (y, rect[2], rect[3])]):
+        return True
+    for k in range(int(spec.nslab[b])):
+        sl = spec.slabs[b, k]
+        den = (sl[4] * px + sl[5] * py) + sl[6] if len(sl) > 4 else np.ones_like(px)
+        if not (den > 0).all():
+            return True
+        if not _inside_by_margin([(((sl[0] * px + sl[1] * py) + sl[2]) / den, 0.0, sl[3])]):
+            return True
+    return False
+
+
+def _inside_by_margin(tests) -> bool:
+    """All values ``v`` of each ``(v, lo, hi)`` in ``[lo, hi)`` with a relative margin."""
+    for v, lo, hi in tests:
+        eps = 1e-7 * (1.0 + np.abs(v))
+        if not ((v - eps >= lo) & (v + eps < hi)).all():
+            return False
+    return True
+
+
+def _unit_steps(m_idx, src_hw, out_hw):
+    """(rows, cols) slices of the source that an inverse index map with unit steps (+-1 on the
+    diagonal, 0 off it) and integer offsets reads, all inside the source; else None. Such a map
+    (an integer crop, a flip, a paste) samples pixel centres exactly: OpenCV's warp would copy
+    the same pixels, slower."""
+    if m_idx.shape[0] != 2 or m_idx[0, 1] != 0 or m_idx[1, 0] != 0:
+        return None
+    out = []
+    for (step, off), n_out, n_src in (((m_idx[1, 1], m_idx[1, 2]), out_hw[0], src_hw[0]),
+                                      ((m_idx[0, 0], m_idx[0, 2]), out_hw[1], src_hw[1])):
+        if abs(step) != 1 or abs(off - round(off)) > 1e-9:
+            return None
+        first, step = int(round(off)), int(step)
+        last = first + step * (n_out - 1)
+        if min(first, last) < 0 or max(first, last) >= n_src:
+            return None
+        stop = last + step
+        out.append(slice(first, None if stop < 0 else stop, step))
+    return tuple(out)
+
+
+def _resize_window(m_full, img_hw, out_hw, clamp):
+    """((full H, full W), (rows, cols)) where an inverse index map ``m_full`` (on the whole
+    image) is cv2.resize's (``x_src = (x + 0.5) sx - 0.5``, edges replicated) onto a full size
+    whose scale is exactly the map's, then an integer window of it (a mosaic's tile: resize,
+    then the part on the canvas), and every bilinear tap of the window lies in the clamp
+    rectangle (so reading the whole image is reading the clamped one); else None."""
+    if m_full.shape[0] != 2 or m_full[0, 1] != 0 or m_full[1, 0] != 0:
+        return None
+    full, window = [], []
+    for (sc, off), n_out, n_src, (c0, c1) in (
+            ((m_full[1, 1], m_full[1, 2]), out_hw[0], img_hw[0], (clamp[2], clamp[3])),
+            ((m_full[0, 0], m_full[0, 2]), out_hw[1], img_hw[1], (clamp[0], clamp[1]))):
+        if not sc > 0:
+            return None
+        n_full = int(round(n_src / sc))
+        first = (off + 0.5) / sc - 0.5
+        if (n_full < 1 or abs(n_full * sc - n_src) > 1e-9 * n_src
+                or abs(first - round(first)) > 1e-6):
+            return None
+        first = int(round(first))
+        if first < 0 or first + n_out > n_full:
+            return None
+        lo = int(np.floor((first + 0.5) * sc - 0.5))
+        hi = int(np.floor((first + n_out - 0.5) * sc - 0.5)) + 1
+        if min(max(lo, 0), n_src - 1) < c0 or min(max(hi, 0), n_src - 1) > c1:
+            return None
+        full.append(n_full)
+        window.append(slice(first, first + n_out))
+    return tuple(full), tuple(window)
 
 
 def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layout, dst):
@@ -237,6 +318,24 @@ def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layou
     flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
     plane = (lambda a: a[:, :, 0]) if C == 1 else (lambda a: a)
     direct = out_dtype == np.uint8 and layout == "HWC" and not shrink and src.dtype == np.uint8
+    if direct and not outside:
+        take = _unit_steps(m_idx, src.shape[:2], (h, w))
+        if take is not None:  # a flip, an integer crop or paste: the pixels themselves
+            np.copyto(dst, src[take])
+            return
+        m_full = m_idx.copy()
+        m_full[0, 2] += cx0
+        m_full[1, 2] += cy0
+        fit = _resize_window(m_full, img.shape[:2], (h, w), (cx0, cx1, cy0, cy1))
+        if fit is not None:  # a resize (then a window of it): cv2.resize, the same bilinear rule
+            (fh, fw), (rows, cols) = fit
+            if (fh, fw) == (h, w):
+                _put(plane(dst), cv2.resize(plane(img), (w, h), dst=plane(dst),
+                                            interpolation=cv2.INTER_LINEAR))
+            else:
+                full = cv2.resize(plane(img), (fw, fh), interpolation=cv2.INTER_LINEAR)
+                np.copyto(plane(dst), full[rows, cols])
+            return
     if direct:
         target = plane(dst)
         _put(target, warp(plane(src), m_idx, (w, h), dst=target, flags=flags,
@@ -310,7 +409,9 @@ def warp_cv2(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=
     OpenCV quantises sub-pixel positions to 1/32 px and uses 15-bit fixed-point weights for
     uint8, and rounds the supersampled grid to uint8, so results differ from the twin by up to a
     few grey levels at sharp edges (tests/test_warp.py states the tolerances); constant images
-    and integer-coordinate maps (identity, flips, 90-degree turns, crops) are exact.
+    and integer-coordinate maps (identity, flips, 90-degree turns, crops) are exact. Fast paths
+    (uint8 HWC, one tap, no point outside): unit-step maps copy the pixels; resize maps (and an
+    integer window of one) take ``cv2.resize`` (11-bit weights: within one level of the twin).
     """
     import cv2
 

@@ -183,6 +183,11 @@ ARG_DOCS = {
         "translate_y": ("float", "shift down, in pixels"),
         "shear_x": ("float", "horizontal shear, degrees"),
         "shear_y": ("float", "vertical shear, degrees"),
+        "perspective_x": ("float", "Ultralytics' perspective term P[2, 0] (per pixel, about the "
+                                   "centre; its RandomPerspective draws it in +-perspective)"),
+        "perspective_y": ("float", "Ultralytics' perspective term P[2, 1]"),
+        "antialias": ("bool", "supersample where the map shrinks; False: one bilinear sample a "
+                              "pixel (Ultralytics' cv2.warpAffine / warpPerspective)"),
     },
     "zoom_out": {
         "ratio": (RANGE, "the canvas is r times the image (each side), r drawn uniformly in this "

@@ -317,10 +317,13 @@ def rotate(ctx, op, inputs, args):
 
 
 @register("affine", **GEO, args={"rotate": 0.0, "scale": 1.0, "scale_y": None, "translate_x": 0.0,
-                                 "translate_y": 0.0, "shear_x": 0.0, "shear_y": 0.0, "fill": 0.0,
-                                 "box_mode": "corners"},
-          per_sample=("rotate", "scale", "scale_y", "translate_x", "translate_y", "shear_x", "shear_y"),
-          doc="about the centre: x -> T(c + t) R(rotate) S(scale) Sh(shear) T(-c) x; canvas kept")
+                                 "translate_y": 0.0, "shear_x": 0.0, "shear_y": 0.0,
+                                 "perspective_x": 0.0, "perspective_y": 0.0, "fill": 0.0,
+                                 "box_mode": "corners", "antialias": True},
+          per_sample=("rotate", "scale", "scale_y", "translate_x", "translate_y", "shear_x", "shear_y",
+                      "perspective_x", "perspective_y"),
+          doc="about the centre: x -> T(c + t) R(rotate) S(scale) Sh(shear) P(perspective) T(-c) x "
+              "(P: Ultralytics' perspective terms, with the divide); canvas kept")
 def affine(ctx, op, inputs, args):
     def plan(sizes, boxes):
         b = len(sizes)
@@ -331,9 +334,19 @@ def affine(ctx, op, inputs, args):
                @ G.shear_linear(per_sample(args["shear_x"], b), per_sample(args["shear_y"], b)))
         c = sizes[:, ::-1] / 2.0
         t = np.stack([per_sample(args["translate_x"], b), per_sample(args["translate_y"], b)], -1)
-        return G.linear_about(lin, c, c + t), sizes, None
+        m = G.linear_about(lin, c, c + t)
+        px, py = per_sample(args["perspective_x"], b), per_sample(args["perspective_y"], b)
+        if px.any() or py.any():
+            # Ultralytics' RandomPerspective: P = [[1, 0, 0], [0, 1, 0], [px, py, 1]] on the
+            # centred coordinates, first: M = T(c + t) L P T(-c) = (T(c + t) L T(-c)) P_c with
+            # P_c = T(c) P T(-c)
+            p = G.identity(b)
+            p[:, 2, 0], p[:, 2, 1] = px, py
+            m = m @ G.translate(c[:, 0], c[:, 1]) @ p @ G.translate(-c[:, 0], -c[:, 1])
+        return m, sizes, None
 
-    return apply_geometry(ctx, op, inputs, plan, fill=args["fill"], box_mode=args["box_mode"])
+    return apply_geometry(ctx, op, inputs, plan, fill=args["fill"], box_mode=args["box_mode"],
+                          antialias=bool(args["antialias"]))
 
 
 # ---- zoom out (SSD expand / DALI paste) -----------------------------------------------------------
