@@ -83,8 +83,10 @@ def test_cuda_source_emulated_projective_matches_twin(emulated, seed, dtype, lay
     got = _emulate(emulated, [img], m[None], [out_hw], **kw)[0]
     ref = warp_numpy([img], m[None], [out_hw], **kw)[0]
     assert np.abs(got.astype(np.float64) - ref).max() <= (1 if dtype == np.uint8 else 1e-3 / 58)
-    if dtype == np.uint8 and layout == "HWC":
-        # all three fills show: the rotate's (the slab), the perspective's and the crop's (rect)
+    if dtype == np.uint8 and layout == "HWC" and seed in (2, 8):
+        # all three fills show: the rotate's (the slab), the perspective's and the crop's (rect);
+        # checked on the fixed seeds, whose chains are known to show them (a fresh seed's mild
+        # homography can keep its fill inside the crop, which the comparison above still covers)
         vals = {tuple(v) for v in ref.reshape(-1, c).astype(int).tolist()}
         assert {(11,) * c, (22,) * c} <= vals
 
