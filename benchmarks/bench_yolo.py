@@ -196,14 +196,23 @@ def bench_ultralytics(args, root, names, workers):
                                          args.mixup)
     # its queue: num_workers x prefetch_factor batches (build_dataloader sets 4)
     depth = loader.num_workers * (loader.prefetch_factor or 0)
-    it = iter(loader)
+    state = {"it": iter(loader)}
     marks = {}
 
     def mark():
         marks["decoded"] = counter.value
 
+    def next_batch():
+        # its InfiniteDataLoader ends an iteration after an epoch (16 batches of the 1,024
+        # images) and keeps its workers: a new iteration goes on with them
+        try:
+            return len(next(state["it"])["img"])
+        except StopIteration:
+            state["it"] = iter(loader)
+            return len(next(state["it"])["img"])
+
     try:
-        n, nb, dt, warm = timed_window(lambda: len(next(it)["img"]), depth, args, on_start=mark)
+        n, nb, dt, warm = timed_window(next_batch, depth, args, on_start=mark)
         decoded = counter.value - marks["decoded"]
     finally:
         shutdown_ultralytics(loader)
