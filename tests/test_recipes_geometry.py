@@ -301,6 +301,16 @@ def test_scale_jitter_sizes_by_hand():
     assert out.tolist() == [[11, 16]]
 
 
+def _maps_back(out_boxes, src_boxes, sx, sy, ox, oy, tol=0.05):
+    """Every output box, carried back through x -> (x + ox) / sx, y -> (y + oy) / sy, lies
+    within a source box (clipping only shrinks a box): a necessary condition of the candidate."""
+    back = (np.asarray(out_boxes, np.float64) + [ox, oy, ox, oy]) / [sx, sy, sx, sy]
+    src = np.asarray(src_boxes, np.float64)
+    inside = ((back[:, None, :2] >= src[None, :, :2] - tol)
+              & (back[:, None, 2:] <= src[None, :, 2:] + tol))
+    return bool(inside.all(-1).any(-1).all())
+
+
 def test_scale_jitter_in_a_pipeline_is_resize_then_crop_or_pad():
     """The fused op equals resize -> crop window at the drawn offset (Detectron2's one uniform
     for both axes: ox / (nw - tw) and oy / (nh - th) round the same u), boxes too."""
@@ -323,6 +333,12 @@ def test_scale_jitter_in_a_pipeline_is_resize_then_crop_or_pad():
                 u = ox / max(nw - 40, 1)
                 oy = round((nh - 40) * u)
                 if round((nw - 40) * u) != ox:
+                    continue
+                # a quick necessary test first (the continuous-coordinate map of the candidate
+                # carries each fused box's corners to the source box it came from); only a
+                # candidate that passes is run op by op, which decides
+                if len(bxs[k]["boxes"]) and not _maps_back(bxs[k]["boxes"], boxes[k], nw / 72,
+                                                           nh / 48, ox, oy):
                     continue
                 win = (ox, oy, ox + 40, oy + 40)
                 si, sb = run_graph([imgs[k]], [boxes[k]], lambda i, b: fn.crop(
