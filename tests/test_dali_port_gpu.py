@@ -14,6 +14,20 @@ flat_folder = T.flat_folder
 
 
 @pytest.fixture(autouse=True)
+def collect_before_close(close_pipelines):
+    """The test's garbage is collected while its pipelines (and their decoders' streams) still
+    exist, before close_pipelines closes them. Without it, running this file then
+    tests/test_ddp_gpu.py died of a segmentation fault in the garbage collector at the next
+    test, 3 of 3 times (H200, 2026-11-26): decoded GPU images of a DALI-mode pipeline freed
+    after its streams, the class of fault session 12 found in test_skip_external. The library
+    side is open (see the issue's note)."""
+    yield
+    import gc
+
+    gc.collect()
+
+
+@pytest.fixture(autouse=True)
 def on_the_gpu(monkeypatch):
     pytest.importorskip("cupy")
     monkeypatch.setitem(T.DEVICE, "decoder", "mixed")
