@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from ..core.backend import upload_many
+from .color import _as_list as _items  # the batch check every uint8 HWC kernel shares
 from .launch import get_kernel, launch
 
 _SRC = "pixel.cu"
@@ -55,17 +56,6 @@ def reflect101(i, n):
     period = 2 * (n - 1)
     i = np.mod(i, period)
     return np.where(i < n, i, period - i)
-
-
-def _items(images):
-    dense = not isinstance(images, (list, tuple))
-    if dense and images.ndim != 4:
-        raise ValueError(f"a dense batch must be (B, H, W, C), got shape {images.shape}")
-    items = [images[i] for i in range(images.shape[0])] if dense else list(images)
-    for i, im in enumerate(items):
-        if im.ndim != 3 or im.dtype != np.uint8:
-            raise ValueError(f"sample {i}: expected uint8 (H, W, C), got {im.dtype} {im.shape}")
-    return items, dense
 
 
 def _check_weights(items, wx, wy):

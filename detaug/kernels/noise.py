@@ -21,6 +21,8 @@ import numpy as np
 
 from ..core.backend import upload_many
 from ..core.rng import counter_bits, to_unit
+from .color import _as_list as _items  # the batch check every uint8 HWC kernel shares
+from .color import _pack_numpy as _pack
 from .launch import get_kernel, launch
 
 _SRC = "pixel.cu"
@@ -30,23 +32,6 @@ _MAX_GRID_X = 1024
 _MAX_GRID_Y = 65535
 MODES = {"gaussian": 0, "salt_and_pepper": 1, "shot": 2}
 SHOT_INVERSION_MAX = 32.0  # pixel.cu: below it Poisson by inversion, from it a rounded normal
-
-
-def _items(images):
-    dense = not isinstance(images, (list, tuple))
-    if dense and images.ndim != 4:
-        raise ValueError(f"a dense batch must be (B, H, W, C), got shape {images.shape}")
-    items = [images[i] for i in range(images.shape[0])] if dense else list(images)
-    for i, im in enumerate(items):
-        if im.ndim != 3 or im.dtype != np.uint8:
-            raise ValueError(f"sample {i}: expected uint8 (H, W, C), got {im.dtype} {im.shape}")
-    return items, dense
-
-
-def _pack(outs, dense, images):
-    if dense:
-        return np.stack(outs) if outs else np.empty_like(images)
-    return outs
 
 
 def _round_clamp(v):
