@@ -131,15 +131,28 @@ def _worker_init(_):
 _CV2_THREADS = 1
 
 
-def _loader_epochs(dataset, collate, args):
-    """Drive ``dataset`` with a torch DataLoader (N worker processes, kept across epochs)."""
+def make_loader(dataset, collate, workers, batch_size):
+    """The peers' torch DataLoader: ``workers`` processes kept across epochs, shuffled, batch
+    ``batch_size`` (bench_cpu and bench_startup)."""
     import torch
     from torch.utils.data import DataLoader
 
-    loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
-                        collate_fn=collate, persistent_workers=args.workers > 0,
-                        worker_init_fn=_worker_init, prefetch_factor=2 if args.workers else None,
-                        generator=torch.Generator().manual_seed(0))
+    return DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers,
+                      collate_fn=collate, persistent_workers=workers > 0,
+                      worker_init_fn=_worker_init, prefetch_factor=2 if workers else None,
+                      generator=torch.Generator().manual_seed(0))
+
+
+def stop_loader(loader):
+    """Stop a DataLoader's persistent workers now, not when the loader is collected."""
+    it = getattr(loader, "_iterator", None)
+    if it is not None and hasattr(it, "_shutdown_workers"):
+        it._shutdown_workers()
+
+
+def _loader_epochs(dataset, collate, args):
+    """Drive ``dataset`` with a torch DataLoader (N worker processes, kept across epochs)."""
+    loader = make_loader(dataset, collate, args.workers, args.batch_size)
 
     def epoch():
         n = 0
@@ -149,10 +162,8 @@ def _loader_epochs(dataset, collate, args):
 
     try:
         return timed_epochs(epoch, args.warmup, args.epochs, args.min_seconds)
-    finally:  # stop the persistent workers now, not when the loader is collected
-        it = getattr(loader, "_iterator", None)
-        if it is not None and hasattr(it, "_shutdown_workers"):
-            it._shutdown_workers()
+    finally:
+        stop_loader(loader)
 
 
 # ---------------------------------------------------------------------------- torchvision v2
