@@ -312,7 +312,7 @@ def run_section(args, pair, w=None):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default="/tmp/bench_data", help="bench_gpu.make_dataset's folder")
     ap.add_argument("--procs", type=int, default=3, help="cold processes per engine (3)")
     ap.add_argument("--seconds", type=float, default=8.0, help="steady window (8 s)")

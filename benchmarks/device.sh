@@ -22,15 +22,22 @@
 #           here; its loader needs nothing else the device image lacks), never a dependency
 #   ddp     two GPUs (kind nvidia-h100-x2): the DDP GPU tests, examples/retinanet_ddp.py under
 #           torchrun on 2 ranks and on 1, bench_ddp.py (the pipeline alone) on 2 ranks and on 1
+#   startup bench_startup.py: time to first batch from a fresh process (STARTUP_PROCS (3) processes
+#           per engine, alternated, and warm: a second pipeline in the same process), then steady
+#           img/s, CPU s per image of the process tree and device memory: detaug's GPU pipeline
+#           against DALI 2.4 (its wheel installed in /tmp/site with nvimgcodec: one pip call),
+#           detaug's CPU pipeline against a DataLoader + albumentations (wheels in .whl) at
+#           STARTUP_WORKERS ("2,8") workers; about 150 s
 #
 # Each part fits in one 600 s device call; logs and JSON go to $OUT. Knobs: SECONDS_PER_ROW (6),
 # PAIRS (3), SOAK_BATCHES (20000), TRAIN_BUDGET (250), NS ("2 4 8 15"), ITERS (100), TEST_S (300),
-# WORKERS ("2,15"), BATCHES (8; yolo), MIN_SECONDS (15; yolo).
+# WORKERS ("2,15"), BATCHES (8; yolo), MIN_SECONDS (15; yolo), STARTUP_PROCS (3), STARTUP_SECONDS (8),
+# STARTUP_WORKERS ("2,8").
 # Data: 1,024 COCO-like JPEGs (bench_gpu.make_dataset) in /tmp/bench_data, made once.
 set -u
 source .ci/device_setup.sh >/dev/null 2>&1 || { echo "device setup failed"; exit 1; }
 DATA=/tmp/bench_data
-[ $# -gt 0 ] || { sed -n '2,31p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,36p' "$0"; exit 2; }
 
 part_tests() {
   timeout "${TEST_S:-300}" python3 -m pytest -m gpu -q -rf --tb=short -p no:cacheprovider tests \
@@ -119,9 +126,17 @@ part_ddp() {
   done
 }
 
+part_startup() {
+  bench_data $DATA
+  timeout 300 python3 benchmarks/bench_startup.py --data $DATA --procs "${STARTUP_PROCS:-3}" \
+    --seconds "${STARTUP_SECONDS:-8}" --workers "${STARTUP_WORKERS:-2,8}" \
+    --json "$OUT/bench_startup.json" 2>&1 | quiet > "$OUT/bench_startup.log"
+  grep -E "^\||^detaug /|^###|FAILED|^bench_startup" "$OUT/bench_startup.log" | cut -c1-400
+}
+
 for part in "$@"; do
   if ! declare -F "part_$part" >/dev/null; then
-    echo "unknown part '$part': choose from tests gpu pairs train soak cpu yolo ddp"; exit 2
+    echo "unknown part '$part': choose from tests gpu pairs train soak cpu yolo ddp startup"; exit 2
   fi
   echo "##### $part"
   "part_$part"
