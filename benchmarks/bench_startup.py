@@ -146,8 +146,7 @@ class Dali(Engine):
         return len(p.run()[0])  # the reader wraps around at the epoch's end
 
     def close(self, p):
-        del p  # DALI frees a pipeline when it is collected
-        gc.collect()
+        p._shutdown()  # what DALI's Pipeline.__del__ does (DALI has no public close)
 
 
 class AlbuLoader(Engine):
@@ -206,6 +205,8 @@ def child(args):
     sync = cuda.sync if eng.gpu else (lambda: None)
     if args.mode == "cold":  # warm: a second pipeline, built and run after the first is closed
         eng.close(h)
+        h = None
+        gc.collect()  # the first pipeline gone before the second is built
         t5 = time.time()
         h = eng.build()
         eng.get(h)

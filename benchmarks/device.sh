@@ -127,6 +127,9 @@ part_ddp() {
 }
 
 part_startup() {
+  # DALI finds nvImageCodec's library (carried in .whl) only beside itself or on this path
+  export LD_LIBRARY_PATH=/tmp/site/nvidia/nvimgcodec:${LD_LIBRARY_PATH:-}
+  python3 -c "import nvidia.dali, albumentations" 2>&1 | tail -1
   bench_data $DATA
   timeout 300 python3 benchmarks/bench_startup.py --data $DATA --procs "${STARTUP_PROCS:-3}" \
     --seconds "${STARTUP_SECONDS:-8}" --workers "${STARTUP_WORKERS:-2,8}" \
