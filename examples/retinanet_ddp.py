@@ -171,8 +171,12 @@ def train(args):
     tdev = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
 
     node = os.environ.get("GROUP_RANK", "?")  # torchrun's node rank (c10d's order, not --node_rank's)
+    where = "cpu"
+    if cuda:  # the physical GPU (its UUID): LOCAL_RANK indexes the GPUs this process sees
+        uuid = str(getattr(torch.cuda.get_device_properties(local_rank), "uuid", "?"))
+        where = f"cuda:{local_rank} (GPU-{uuid[:8]})"
     print(f"rank {rank}/{world}: node {node} ({socket.gethostname()}), local rank {local_rank}, "
-          f"device {'cuda:%d' % local_rank if cuda else 'cpu'} (CUDA_VISIBLE_DEVICES="
+          f"device {where} (CUDA_VISIBLE_DEVICES="
           f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})", flush=True)
 
     pipe = build_pipeline(args.root, args.size, cuda, args.batch_size, args.seed, args.threads,
