@@ -24,6 +24,7 @@ import pytest
 from conftest import REPO, VOC
 
 pytest.importorskip("torch")
+pytestmark = pytest.mark.slow  # two launches of two torchrun "machines": 8 processes start torch
 SCRIPT = os.path.join(REPO, "examples", "retinanet_ddp.py")
 DOCS = os.path.join(REPO, "docs", "training.md")
 TEARDOWN_ABORT = "terminate called without an active exception"  # see test_ddp_example.py
