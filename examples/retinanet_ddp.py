@@ -25,9 +25,9 @@ The model and its inputs are as in ``retinanet_torchvision.py``: 640 x 640 image
 detaug, ``min_size=max_size=640`` and identity mean/std in the model, labels 0-based
 (``num_classes=20`` for VOC), SGD with warm-up and gradient clipping. Nothing is downloaded.
 
-It prints, per rank, its node, local rank and device, the shard and the steps per epoch; every ``--report`` steps the loss (mean
-over the ranks) and img/s (all ranks together); at the end each rank's steps per epoch, images
-and img/s.
+It prints, per rank, its node, local rank and device, the shard and the steps per epoch; every
+``--report`` steps the loss (mean over the ranks) and img/s (all ranks together); at the end
+each rank's steps per epoch, images and img/s.
 
 Backends: NCCL when CUDA is present (GPU pipeline, ``decoders.image(device='mixed')``), gloo
 otherwise (CPU pipeline). torchvision is imported lazily: ``--dry-run`` trains a stand-in model
@@ -116,8 +116,8 @@ def to_model_inputs(batch, tdev):
 
 
 class RecordNames:
-    """The VOC image id of a sample, from its boxes and labels as the reader gives them (every
-    record of the sample has its own; checked)."""
+    """The VOC image id of a sample, from its boxes and labels as the reader gives them (no two
+    records of the data set have the same ones; checked)."""
 
     def __init__(self, root):
         from readers.voc import read_voc
@@ -139,9 +139,9 @@ class RecordNames:
 def save_checkpoint(path, state):
     """Write ``state`` to ``path`` whole or not at all (a temporary file renamed over it), as
     several machines' first processes may write the same file on a shared file system."""
-    tmp = f"{path}.{socket.gethostname()}.{os.getpid()}.tmp"
     import torch
 
+    tmp = f"{path}.{socket.gethostname()}.{os.getpid()}.tmp"
     torch.save(state, tmp)
     os.replace(tmp, path)
 
@@ -170,7 +170,7 @@ def train(args):
     rank, world = dist.get_rank(), dist.get_world_size()
     tdev = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
 
-    node = os.environ.get("GROUP_RANK", "?")  # torchrun's node rank (c10d's order, not --node_rank's)
+    node = os.environ.get("GROUP_RANK", "?")  # the rendezvous's node order, not --node_rank's
     where = "cpu"
     if cuda:  # the physical GPU (its UUID): LOCAL_RANK indexes the GPUs this process sees
         uuid = str(getattr(torch.cuda.get_device_properties(local_rank), "uuid", "?"))
