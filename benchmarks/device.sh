@@ -28,16 +28,23 @@
 #           against DALI 2.4 (its wheel installed in /tmp/site with nvimgcodec: one pip call),
 #           detaug's CPU pipeline against a DataLoader + albumentations (wheels in .whl) at
 #           STARTUP_WORKERS ("2,8") workers; about 150 s
+#   multinode  two GPUs (kind nvidia-h100-x2): two machines simulated on one host, as
+#           docs/training.md's multi-machine lines: two torchrun launches (--nnodes=2, c10d
+#           rendezvous on localhost), one GPU each through CUDA_VISIBLE_DEVICES=0 / =1 (LOCAL_RANK
+#           0 on both), each in its own directory. examples/retinanet_ddp.py (NCCL, RetinaNet at
+#           MN_SIZE 320, MN_ARGS to change) trains 7 steps with a checkpoint at step 5, then
+#           resumes from each machine's copy; benchmarks/multinode_check.py prints per rank its
+#           machine, shard, steps and first records, and checks disjoint shards and the resume
 #
 # Each part fits in one 600 s device call; logs and JSON go to $OUT. Knobs: SECONDS_PER_ROW (6),
 # PAIRS (3), SOAK_BATCHES (20000), TRAIN_BUDGET (250), NS ("2 4 8 15"), ITERS (100), TEST_S (300),
 # WORKERS ("2,15"), BATCHES (8; yolo), MIN_SECONDS (15; yolo), STARTUP_PROCS (3), STARTUP_SECONDS (8),
-# STARTUP_WORKERS ("2,8").
+# STARTUP_WORKERS ("2,8"), MN_SIZE (320), MN_ARGS, MN_TIMEOUT (80 s a launch; multinode).
 # Data: 1,024 COCO-like JPEGs (bench_gpu.make_dataset) in /tmp/bench_data, made once.
 set -u
 source .ci/device_setup.sh >/dev/null 2>&1 || { echo "device setup failed"; exit 1; }
 DATA=/tmp/bench_data
-[ $# -gt 0 ] || { sed -n '2,36p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,43p' "$0"; exit 2; }
 
 part_tests() {
   timeout "${TEST_S:-300}" python3 -m pytest -m gpu -q -rf --tb=short -p no:cacheprovider tests \
@@ -137,9 +144,38 @@ part_startup() {
   grep -E "^\||^detaug /|^###|FAILED|^bench_startup" "$OUT/bench_startup.log" | cut -c1-400
 }
 
+part_multinode() {
+  nvidia-smi -L
+  local d=/tmp/multinode ex=$PWD/examples/retinanet_ddp.py tag n port
+  rm -rf $d && mkdir -p $d/machine0 $d/machine1
+  # shellcheck disable=SC2206
+  local args=(${MN_ARGS:---size ${MN_SIZE:-320} --batch-size 8 --threads 2} --iters 7 --report 7)
+  for tag in full resumed; do
+    port=$((29400 + RANDOM % 2000))
+    local extra=(--save 'ck-{step}.pt' --save-every 5 --trace 'full-{rank}.json')
+    [ $tag = resumed ] && extra=(--resume ck-5.pt --trace 'resumed-{rank}.json')
+    echo "== $tag: torchrun --nnodes=2 --node_rank=0|1 --nproc_per_node=1 --rdzv_backend=c10d" \
+      "--rdzv_endpoint=localhost:$port examples/retinanet_ddp.py ${args[*]} ${extra[*]}"
+    SECONDS=0
+    for n in 0 1; do
+      (cd $d/machine$n && CUDA_VISIBLE_DEVICES=$n timeout "${MN_TIMEOUT:-80}" python3 -m \
+        torch.distributed.run --nnodes=2 --node_rank=$n --nproc_per_node=1 --rdzv_backend=c10d \
+        --rdzv_endpoint=localhost:$port "$ex" "${args[@]}" "${extra[@]}" \
+        > "$OUT/multinode_${tag}_machine$n.log" 2>&1; echo "machine$n: rc=$?" \
+        >> "$OUT/multinode_${tag}_machine$n.log") &
+    done
+    wait
+    echo "   ($SECONDS s)"
+    for n in 0 1; do
+      quiet < "$OUT/multinode_${tag}_machine$n.log" | grep -E "^rank|^step|rc=|Error" | cut -c1-200
+    done
+  done
+  python3 benchmarks/multinode_check.py $d/machine0 $d/machine1 --records 40 --resumed-from 5
+}
+
 for part in "$@"; do
   if ! declare -F "part_$part" >/dev/null; then
-    echo "unknown part '$part': choose from tests gpu pairs train soak cpu yolo ddp startup"; exit 2
+    echo "unknown part '$part': choose from tests gpu pairs train soak cpu yolo ddp startup multinode"; exit 2
   fi
   echo "##### $part"
   "part_$part"
