@@ -253,8 +253,9 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
         if self._batches_per_launch_arg is None and self.has_device_stage and self._driver.size is not None:
             from .runtime.gpu import memory_plan
 
-            self.batches_per_launch = memory_plan.batches_per_launch(self.device_memory_budget,
-                                                                     self.plan_ahead)
+            b = self._batch_bytes()  # a launch's outputs, where the graph fixes them
+            self.batches_per_launch = memory_plan.batches_per_launch(
+                self.device_memory_budget, self.plan_ahead, b and b.outputs, b.working if b else 0)
         if self._mixed_decode:
             self._start_decode_service()
         if self._prefetch_arg is None and self._decode_service is not None:
@@ -271,6 +272,7 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
                                       max(MAX_DEVICE_WORKERS, self.decode_slots
                                           if self._decode_service is not None else 0))
         self.host_processes = self._resolve_host_processes()
+        self._check_memory_budget()  # BudgetError where the least it runs with exceeds the budget
         if self.has_device_stage:
             import cupy as cp
 
