@@ -138,7 +138,7 @@ def test_check_budget_message():
     assert "4,435 MB" in msg and "device_memory_budget='4.5GB'" in msg
     assert "labels 1,591 MB" in msg and "batch_size" in msg and "batches_per_launch=1" in msg
     assert "decode_processes" in msg and "2.00 GB" in msg
-    assert isinstance(e.value, ValueError)
+    assert isinstance(e.value, ValueError) and e.value.need == 4_435_000_000
 
 
 class _Started(Exception):

@@ -62,7 +62,12 @@ IN_THREAD_KEEP = 8
 
 
 class BudgetError(ValueError):
-    """The pipeline cannot run within its device_memory_budget (raised by build)."""
+    """The pipeline cannot run within its device_memory_budget (raised by build). ``need``: the
+    least it runs with, in bytes (a budget of that much builds it, with one output slot)."""
+
+    def __init__(self, message: str, need: int):
+        super().__init__(message)
+        self.need = int(need)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,7 +221,7 @@ def check_budget(budget: int, decode_bytes: int, decode_what: str, launch_bytes:
         f"runs with is {_mb(need)}: the decode side ({decode_what}), one launch being made "
         f"({batches} batch(es) of outputs: {_mb(launch_bytes)}" + (f" = {what}" if what else "")
         + f"; its ops' working memory {_mb(working)}) and the launch the caller holds "
-        f"({_mb(launch_bytes)}). Set " + "; or ".join(fixes) + ".")
+        f"({_mb(launch_bytes)}). Set " + "; or ".join(fixes) + ".", need)
 
 
 def output_slots(budget: int, decode_bytes: int, launch_output_bytes: int, depth: int,
