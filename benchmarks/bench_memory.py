@@ -22,7 +22,10 @@ MB of 10^6 bytes, each measured in a process of its own so that no cache carries
    batches the caller holds: total and in use), the hand-out hold's peak (batches held at once),
    the output slots and the memory plan. What the decode side takes is the drop less the pool.
    Rows: the defaults; 1 decode process with 2, 3 and 4 decoder threads; 2 processes of 1 thread;
-   decode in the device-stage threads (decode_processes=0); the RetinaNet input at batch 16.
+   decode in the device-stage threads (decode_processes=0); the RetinaNet input at batch 16. The
+   hold: each row drops its batch before asking for the next; the "-for" rows keep it bound
+   while asking, as ``for batch in pipe`` does, so the caller holds two batches at that moment
+   (the plan counts one).
    Every setting gives the same batches (the engine's promise); only memory and speed differ.
 
 A table per part goes to stdout; everything to ``--json`` (default ``$OUT/bench_memory.json``
@@ -53,15 +56,19 @@ CONTEXTS = [
     ("stack 0 + 1 decoder, 64 data set images decoded", {}, {"stack0": True, "decoders": 1, "decode": 64}),
 ]
 
-# (key, label, pipeline kwargs, environment, retinanet, batch size)
+# (key, label, pipeline kwargs, environment, retinanet, batch size); a key ending in "-for"
+# iterates as a for loop does (the previous batch still bound while the next is asked for: the
+# caller holds two batches then); the others drop each batch before asking for the next
 ROWS = [
     ("defaults", "defaults (2 GB budget)", {}, {}, False, 64),
+    ("defaults-for", "defaults, for-loop idiom (previous batch bound during next())", {}, {}, False, 64),
     ("1x2", "decode_processes=1 (2 threads)", {"decode_processes": 1}, {}, False, 64),
     ("1x3", "decode_processes=1, 3 threads", {"decode_processes": 1}, {"DETAUG_DECODE_THREADS": "3"}, False, 64),
     ("1x4", "decode_processes=1, 4 threads", {"decode_processes": 1}, {"DETAUG_DECODE_THREADS": "4"}, False, 64),
     ("2x1", "decode_processes=2, 1 thread", {"decode_processes": 2}, {"DETAUG_DECODE_THREADS": "1"}, False, 64),
     ("0", "decode_processes=0 (decode in device threads)", {"decode_processes": 0}, {}, False, 64),
     ("retinanet16", "RetinaNet input, batch 16, defaults", {}, {}, True, 16),
+    ("retinanet16-for", "RetinaNet input, batch 16, for-loop idiom", {}, {}, True, 16),
 ]
 
 
@@ -149,14 +156,20 @@ def child_pipeline(row, data, seconds):  # pragma: no cover - GPU
         del del_out
     cp.cuda.runtime.deviceSynchronize()
     lowest, n, k = _free(), 0, 0
+    keep_previous = key.endswith("-for")
+    out = None
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < seconds:
-        out = get()
+        if keep_previous:
+            out = get()  # (the previous batch is let go only once this returns)
+        else:
+            out = None
+            out = get()
         n += bs
         k += 1
-        del out
         if k % 4 == 0:
             lowest = min(lowest, _free())
+    del out
     cp.cuda.runtime.deviceSynchronize()
     el = time.perf_counter() - t0
     lowest = min(lowest, _free())
