@@ -25,10 +25,11 @@ def data(tmp_path_factory):
     return root
 
 
-def _free():
+def _free(sync=True):
     import cupy as cp
 
-    cp.cuda.runtime.deviceSynchronize()
+    if sync:
+        cp.cuda.runtime.deviceSynchronize()
     return cp.cuda.runtime.memGetInfo()[0]
 
 
@@ -55,10 +56,15 @@ def test_retinanet_within_the_default_budget(data, batch_size, monkeypatch):
     try:
         for _ in range(BATCHES):  # each batch dropped before the next is asked for (the plan
             # counts one batch in the caller's hands: memory_plan.minimum_outputs)
-            out = pipe.run()
+            try:
+                out = pipe.run()
+            except StopIteration:  # (16 batches an epoch)
+                pipe.reset()
+                out = pipe.run()
             assert out[3].shape == (batch_size, 76_725, 81)
             del out
-            lowest = min(lowest, _free())
+            lowest = min(lowest, _free(sync=False))  # (allocations show without a sync)
+        lowest = min(lowest, _free())
         drop = before - lowest
         budget = memory_plan.DEFAULT_BUDGET
         import cupy as cp
