@@ -84,7 +84,11 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
             Default 2 GB (DETAUG_DEVICE_MEMORY_BUDGET). The decode processes and their decoder
             threads, the rings, ``batches_per_launch`` and the number of launches whose outputs
             exist at once follow from it (detaug/memory_plan.py; ``pipe.memory_plan`` says what
-            was chosen). Larger budgets buy throughput: '8GB' is the high-throughput setting.
+            was chosen), sized by what a launch's outputs take (read off the graph where it fixes
+            them: RetinaNet targets are 31 MB an image at 640 x 640). Where one decode process,
+            one launch being made and the one the caller holds exceed it, build raises
+            ``BudgetError`` (a ValueError) with the figure needed. Larger budgets buy
+            throughput: '8GB' is the high-throughput setting.
         decode_processes: for a GPU decoder (decoders.image device='mixed'): worker processes
             that read and decode the files (nvImageCodec) into a device buffer shared with this
             process, so that the decoder never waits for this process's GIL (detaug/decode_proc.py
