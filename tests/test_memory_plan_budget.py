@@ -66,6 +66,24 @@ def test_plain_pipeline_and_unknown_sizes(data):
     p = shorter(batch_size=4)
     assert output_sizes.batch_bytes(_needed(p), p._outputs, [[480, 640]], 4) is None
 
+    def resized(**kw):
+        @pipeline_def
+        def one():
+            enc, boxes = fn.readers.coco(file_root=os.path.join(data, "images"),
+                                         annotations_file=os.path.join(data, "annotations.json"))
+            img = fn.decoders.image(enc, device="mixed")
+            img, boxes = fn.resize(img, boxes, **kw)
+            return img
+        p = one(batch_size=2)
+        b = output_sizes.batch_bytes(_needed(p), p._outputs, [[480, 640]], 2)
+        return None if b is None else b.outputs
+
+    assert resized(size=(300, 200)) == 2 * 300 * 200 * 3
+    assert resized(size=(300, 200), mode="not_larger") == 2 * 300 * 200 * 3  # at most
+    assert resized(size=(300, 200), mode="not_smaller") is None  # larger along one side
+    assert resized(resize_longer=500) == 2 * 500 * 500 * 3  # at most
+    assert resized(size=(0, 300)) is None  # the height follows each image's aspect
+
 
 def test_mosaic_and_hsv_working_memory(data):
     from detaug import fn, pipeline_def

@@ -80,7 +80,10 @@ def _resize(img, a):
     if size is None and a.get("resize_x") is not None and a.get("resize_y") is not None:
         size = _pair((a["resize_y"], a["resize_x"]))
     if size is not None:
-        if a.get("keep_aspect") or a.get("mode") not in (None, "default", "stretch"):
+        mode, keep = a.get("mode") or "default", a.get("keep_aspect")
+        if mode == "not_smaller" or keep == "cover":
+            return None  # covers size: larger along one side, by each image's aspect
+        if keep or mode == "not_larger":
             return Img(None, size, img.channels, img.itemsize)  # fits inside size
         return Img(size, None, img.channels, img.itemsize)
     for key in ("resize_longer", "max_size"):
