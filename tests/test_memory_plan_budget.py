@@ -95,6 +95,7 @@ def test_mosaic_and_hsv_working_memory(data):
         img = fn.decoders.image(enc, device="mixed")
         img, boxes = fn.mosaic(img, boxes, size=320)
         img = fn.hsv(img, hue=10.0)
+        img = fn.brightness_contrast(img, brightness=1.1)
         img, boxes = fn.letterbox(img, boxes, size=(320, 320))
         return img, boxes
 
@@ -106,9 +107,10 @@ def test_mosaic_and_hsv_working_memory(data):
                                  plan_levels(ops, p._outputs))
     canvas = 640 * 640 * 3            # the 2s x 2s mosaic canvas, uint8
     tiles = 4 * 320 * 320 * 3         # each output sample: 4 tiles resized to s x s
-    # held: the mosaic's canvas (read by hsv) and hsv's output (read by letterbox's warp); and
-    # the mosaic's tiles. The mosaic's inputs (decoded images) are the decode side's.
-    assert b.working == 2 * (canvas + canvas + tiles)
+    # held until the launch is collected: the mosaic's canvas (read by hsv), hsv's output (read
+    # by brightness_contrast), brightness_contrast's (read by letterbox's warp); and the mosaic's
+    # tiles. The mosaic's inputs (decoded images) are the decode side's.
+    assert b.working == 2 * (3 * canvas + tiles)
     assert b.outputs == 2 * (320 * 320 * 3 + output_sizes.BOX_BYTES)
 
 

@@ -13,8 +13,9 @@ Working memory: what a launch holds besides its outputs while its ops run. On th
 geometric ops, and a normalize after it, is one warp that writes the output directly, so a
 geometric op's image is held only where a non-geometric op reads it (a colour op other than
 normalize, mosaic, mixup, a pixel op), and any other op's image (a colour op's, a mosaic's) is
-held where another op reads it; the two largest of those count (an op's input and output
-are alive together). A mosaic also holds its tiles (each sample resized to s x s before they
+held where another op reads it; all of them count, since a launch keeps every value of its
+graph until its outputs are collected (runtime/context.py: ``BatchContext.values``). A mosaic
+also holds its tiles (each sample resized to s x s before they
 are composed) and a mixup its partners' images. Decoded images are the decode side's (the ring
 of a decode process). Boxes and small arrays are counted at ``BOX_BYTES`` a sample."""
 from __future__ import annotations
@@ -236,5 +237,5 @@ def batch_bytes(ops, outputs, sizes_hw, batch_size, levels=None):
             return None
         parts.append((node.name, nb * batch_size))
         total += nb * batch_size
-    work = (sum(sorted(held)[-2:]) + extra) * batch_size
+    work = (sum(held) + extra) * batch_size
     return LaunchBytes(total, work, tuple(parts))
