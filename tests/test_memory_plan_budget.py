@@ -219,6 +219,9 @@ def test_build_fits_retinanet_batch_16_at_the_default_budget(data, fake_gpu):
     assert (procs, threads) == (2, 1)  # 2 x 2 no longer fits beside two launches of 501 MB
     assert pipe.memory_plan.bytes + 2 * pipe._batch_bytes().outputs <= 2_000_000_000
     assert pipe.batches_per_launch == 1
+    # output slots from the budget at build: (2,000 - 854 - 501) // 501 = 1
+    assert pipe.memory_plan.bytes == 2 * (280_000_000 + 80_000_000 + ring) and ring == 64 << 20
+    assert pipe.output_slots == 1
 
 
 def test_build_plain_pipeline_keeps_its_plan(data, fake_gpu):
@@ -233,3 +236,30 @@ def test_build_plain_pipeline_keeps_its_plan(data, fake_gpu):
     with pytest.raises(_Started):
         pipe.build()
     assert [(p, t) for p, t, _ in fake_gpu] == [(3, 2)]
+
+
+def test_outputs_measured_on_the_first_launch_are_checked_then(data):
+    """Where the graph does not fix a launch's bytes, the first launch's measured outputs set
+    the output slots, and a launch that cannot fit twice beside the decode side is refused
+    then, with the figure."""
+    from detaug.runtime.executor import OutputSlots
+
+    class Ex:
+        slots = OutputSlots(1)
+
+        def shutdown(self, wait=True):
+            pass
+
+    pipe = bench_gpu.make_det_pipe(data, "mixed", batch_size=8, seed=0)
+    pipe._static_bytes = None  # (as for a resize to each image's aspect)
+    pipe._executor, pipe._decode_bytes, pipe.prefetch_queue_depth = Ex(), 500_000_000, 12
+    pipe._launch_out_bytes = 200_000_000
+    pipe._after_launch_out()
+    # (2,000 - 500 - 200) // 200 = 6 launches of outputs at once
+    assert pipe.output_slots == 6 and Ex.slots.n == 6
+    pipe._budget_checked = False
+    pipe._launch_out_bytes = 800_000_000  # 500 + 2 x 800 = 2,100 MB > 2,000
+    with pytest.raises(mp.BudgetError, match="2,100 MB") as e:
+        pipe._after_launch_out()
+    assert e.value.need == 2_100_000_000
+    pipe._executor = None
