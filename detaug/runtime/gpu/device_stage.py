@@ -119,10 +119,10 @@ class DeviceStage:
             images = self.batch_size * self.batches_per_launch * self._fan_out
             launch = memory_plan.launch_image_bytes(self._decoded_sizes(), 3, images)
             decode = memory_plan.in_thread_decode_bytes(self.device_workers, launch)
-            what = (f"decode in {self.device_workers} device-stage threads, "
+            what = (f"decode in {self.device_workers} device-stage threads (device_workers), "
                     f"~{decode / 1e6:,.0f} MB")
         self._decode_bytes = decode
-        self._refuse_over_budget(decode, what, self._mixed_decode)
+        self._refuse_over_budget(decode, what, False)
 
     def _start_decode_service(self):
         from . import decode_proc
