@@ -263,3 +263,20 @@ def test_outputs_measured_on_the_first_launch_are_checked_then(data):
         pipe._after_launch_out()
     assert e.value.need == 2_100_000_000
     pipe._executor = None
+
+
+def test_build_refuses_in_thread_decode_too(data, fake_gpu):
+    """decode_processes=0: the decode side is the device-stage threads' decoders and the
+    decoded images they keep (memory_plan.in_thread_decode_bytes), checked at build as well."""
+    pipe = bench_gpu.make_det_pipe(data, "mixed", retinanet=True, batch_size=64, seed=0,
+                                   decode_processes=0)
+    with pytest.raises(mp.BudgetError, match=r"decode in 2 device-stage threads") as e:
+        pipe.build()
+    assert fake_gpu == []
+    # 2 threads x 182 MB + (8 kept + 2 in use) launches of 64 images (the data set's 8, 8
+    # times, each 256-aligned) + 2 x 2,004 MB of outputs
+    import json
+
+    with open(os.path.join(data, "annotations.json")) as f:
+        every = sum(-(-im["height"] * im["width"] * 3 // 256) * 256 for im in json.load(f)["images"])
+    assert e.value.need == 2 * 182_000_000 + 10 * 8 * every + 2 * 2_003_881_472
