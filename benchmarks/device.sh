@@ -20,6 +20,9 @@
 #           with the same workers, same recipe and data, one run. Ultralytics is AGPL: it travels
 #           as one wheel for this run only (`pip download --no-deps -d .whl ultralytics==8.4.190`
 #           here; its loader needs nothing else the device image lacks), never a dependency
+#   memory  bench_memory.py: device memory part by part (a context, decoders, rings, outputs in
+#           flight, the hold) and the settings that could reach DALI's 1,366 MB, img/s beside each
+#           (about 120 s at SECONDS_PER_ROW=6)
 #   ddp     two GPUs (kind nvidia-h100-x2): the DDP GPU tests, examples/retinanet_ddp.py under
 #           torchrun on 2 ranks and on 1, bench_ddp.py (the pipeline alone) on 2 ranks and on 1
 #   startup bench_startup.py: time to first batch from a fresh process (STARTUP_PROCS (3) processes
@@ -44,7 +47,7 @@
 set -u
 source .ci/device_setup.sh >/dev/null 2>&1 || { echo "device setup failed"; exit 1; }
 DATA=/tmp/bench_data
-[ $# -gt 0 ] || { sed -n '2,43p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,46p' "$0"; exit 2; }
 
 part_tests() {
   timeout "${TEST_S:-300}" python3 -m pytest -m gpu -q -rf --tb=short -p no:cacheprovider tests \
@@ -116,6 +119,12 @@ part_yolo() {
   grep -E "^\| |FAILED|INVALID|Error|launch profile|img/s" "$OUT/bench_yolo.log" | cut -c1-300
 }
 
+part_memory() {
+  bench_data $DATA
+  timeout 300 python3 benchmarks/bench_memory.py --data $DATA --seconds "${SECONDS_PER_ROW:-6}" \
+    --json "$OUT/bench_memory.json" 2>&1 | quiet | grep -E "^\|" | cut -c1-400
+}
+
 part_ddp() {
   nvidia-smi -L
   timeout 220 python3 -m pytest -q -rf --tb=short -p no:cacheprovider tests/test_ddp_gpu.py \
@@ -175,7 +184,7 @@ part_multinode() {
 
 for part in "$@"; do
   if ! declare -F "part_$part" >/dev/null; then
-    echo "unknown part '$part': choose from tests gpu pairs train soak cpu yolo ddp startup multinode"; exit 2
+    echo "unknown part '$part': choose from tests gpu pairs train soak cpu yolo memory ddp startup multinode"; exit 2
   fi
   echo "##### $part"
   "part_$part"

@@ -84,7 +84,11 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
             Default 2 GB (DETAUG_DEVICE_MEMORY_BUDGET). The decode processes and their decoder
             threads, the rings, ``batches_per_launch`` and the number of launches whose outputs
             exist at once follow from it (detaug/memory_plan.py; ``pipe.memory_plan`` says what
-            was chosen). Larger budgets buy throughput: '8GB' is the high-throughput setting.
+            was chosen), sized by what a launch's outputs take (read off the graph where it fixes
+            them: RetinaNet targets are 31 MB an image at 640 x 640). Where one decode process,
+            one launch being made and the one the caller holds exceed it, build raises
+            ``BudgetError`` (a ValueError) with the figure needed. Larger budgets buy
+            throughput: '8GB' is the high-throughput setting.
         decode_processes: for a GPU decoder (decoders.image device='mixed'): worker processes
             that read and decode the files (nvImageCodec) into a device buffer shared with this
             process, so that the decoder never waits for this process's GIL (detaug/decode_proc.py
@@ -253,8 +257,9 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
         if self._batches_per_launch_arg is None and self.has_device_stage and self._driver.size is not None:
             from .runtime.gpu import memory_plan
 
-            self.batches_per_launch = memory_plan.batches_per_launch(self.device_memory_budget,
-                                                                     self.plan_ahead)
+            b = self._batch_bytes()  # a launch's outputs, where the graph fixes them
+            self.batches_per_launch = memory_plan.batches_per_launch(
+                self.device_memory_budget, self.plan_ahead, b and b.outputs, b.working if b else 0)
         if self._mixed_decode:
             self._start_decode_service()
         if self._prefetch_arg is None and self._decode_service is not None:
@@ -271,6 +276,7 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
                                       max(MAX_DEVICE_WORKERS, self.decode_slots
                                           if self._decode_service is not None else 0))
         self.host_processes = self._resolve_host_processes()
+        self._check_memory_budget()  # BudgetError where the least it runs with exceeds the budget
         if self.has_device_stage:
             import cupy as cp
 

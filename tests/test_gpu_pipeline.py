@@ -650,11 +650,19 @@ def test_decode_process_defaults_follow_the_budget_and_give_the_same_batches(mon
 
 def test_output_slots_bound_the_launches_with_outputs():
     """A budget that leaves room for one launch of outputs: never more than one launch made and
-    not handed out at once, whatever the prefetch depth, and the same batches as without it."""
+    not handed out at once, whatever the prefetch depth, and the same batches as without it.
+    Less than that is refused at build, with the figure that would do (memory_plan.BudgetError)."""
+    from detaug.runtime.gpu.memory_plan import BudgetError
+
     pytest.importorskip("nvidia.nvimgcodec")
     ref = _epochs(_coco_decode_pipe(1, prefetch=6))
+    small = _coco_decode_pipe(1, prefetch=6)
+    small.device_memory_budget = 1
+    with pytest.raises(BudgetError) as e:
+        small.build()
+    assert small._decode_service is None  # refused before a decode process started
     pipe = _coco_decode_pipe(1, prefetch=6)
-    pipe.device_memory_budget = 1  # nothing left after the decode side: one slot
+    pipe.device_memory_budget = e.value.need  # the least it runs with: one slot
     got = _epochs(pipe)
     assert pipe.output_slots == 1 and pipe.output_slots_peak == 1
     _assert_same_epochs(ref, got)

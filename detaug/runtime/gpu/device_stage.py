@@ -67,6 +67,63 @@ class DeviceStage:
         return (f"gpu {self.device_id or 0}: {dec}, {n_dev} ops on the GPU, {n_host} on the CPU; "
                 f"device memory budget {self.device_memory_budget / 1e9:.2f} GB")
 
+    def _batch_bytes(self):
+        """One batch's device bytes (outputs, working memory) as the graph fixes them at build,
+        or None where they are only known once a launch is made (output_sizes.py)."""
+        if not hasattr(self, "_static_bytes"):
+            from . import output_sizes
+
+            self._static_bytes = output_sizes.batch_bytes(
+                self._needed_ops(), self._outputs, self._decoded_sizes(any_decoder=True),
+                self.batch_size, self._levels)
+        return self._static_bytes
+
+    def _launch_bytes(self):
+        """(outputs, working) of one launch (``batches_per_launch`` batches); outputs None
+        where not known at build."""
+        b = self._batch_bytes()
+        if b is None:
+            return None, 0
+        return b.outputs * self.batches_per_launch, b.working * self.batches_per_launch
+
+    def _refuse_over_budget(self, decode_bytes, decode_what, fixed_decode):
+        """BudgetError at build where the least this pipeline runs with exceeds its budget."""
+        from . import memory_plan
+
+        out, work = self._launch_bytes()
+        if out is None:
+            return  # known after the first launch (_after_launch_out)
+        parts = [(n, b * self.batches_per_launch) for n, b in self._batch_bytes().parts]
+        memory_plan.check_budget(self.device_memory_budget, decode_bytes, decode_what, out, work,
+                                 parts, self.batches_per_launch, fixed_decode)
+        self.output_slots = memory_plan.output_slots(self.device_memory_budget, decode_bytes, out,
+                                                     self.prefetch_queue_depth, work)
+
+    def _check_memory_budget(self):
+        """At build, for a GPU pipeline without decode processes (a pipeline with them was
+        checked before they started): its decode side is the decoders of the device-stage
+        threads (decode_processes=0) or nothing (CPU decode)."""
+        from . import memory_plan
+
+        if not self.has_device_stage:
+            return
+        if self._decode_service is not None:  # (checked already) the slots at the final depth
+            out, work = self._launch_bytes()
+            if out is not None:
+                self.output_slots = memory_plan.output_slots(
+                    self.device_memory_budget, self._decode_bytes, out, self.prefetch_queue_depth, work)
+            return
+
+        decode, what = 0, "decode on the CPU"
+        if self._mixed_decode:
+            images = self.batch_size * self.batches_per_launch * self._fan_out
+            launch = memory_plan.launch_image_bytes(self._decoded_sizes(), 3, images)
+            decode = memory_plan.in_thread_decode_bytes(self.device_workers, launch)
+            what = (f"decode in {self.device_workers} device-stage threads (device_workers), "
+                    f"~{decode / 1e6:,.0f} MB")
+        self._decode_bytes = decode
+        self._refuse_over_budget(decode, what, False)
+
     def _start_decode_service(self):
         from . import decode_proc
 
@@ -80,10 +137,16 @@ class DeviceStage:
             return
         images = self.batch_size * self.batches_per_launch * self._fan_out  # partners too
         launch = memory_plan.launch_image_bytes(self._decoded_sizes(), 3, images)
+        out, work = self._launch_bytes()
         plan = memory_plan.plan_decode(
             self.device_memory_budget, launch, processes=None if n is None else int(n),
             threads=env("DETAUG_DECODE_THREADS"),
-            ring_bytes=None if self.decode_buffer_mb is None else self.decode_buffer_mb << 20)
+            ring_bytes=None if self.decode_buffer_mb is None else self.decode_buffer_mb << 20,
+            cap=memory_plan.decode_cap(self.device_memory_budget, out, work))
+        # before any process starts: refuse what cannot fit
+        self._refuse_over_budget(plan.bytes, plan.describe(),
+                                 n is not None or self.decode_buffer_mb is not None)
+        self._decode_bytes = plan.bytes
         self.memory_plan = plan
         self._decode_service = decode_proc.DecodeService(plan.processes, self.device_id or 0,
                                                          plan.ring_bytes, plan.threads, plan.slots)
@@ -102,11 +165,12 @@ class DeviceStage:
             if users and all(u.schema.name == "decoders.image" and u.device == "mixed" for u in users):
                 self._paths_only.add(op.id)
 
-    def _decoded_sizes(self):
-        """(N, 2) annotated heights and widths of the images a GPU decoder decodes, where the
-        reader feeding it knows them (None otherwise): the decode rings are sized from them."""
+    def _decoded_sizes(self, any_decoder=False):
+        """(N, 2) annotated heights and widths of the images a GPU decoder decodes (any
+        decoder's with ``any_decoder``), where the reader feeding it knows them (None
+        otherwise): the decode rings and the memory plan are sized from them."""
         for op in self._needed_ops():
-            if op.schema.name == "decoders.image" and op.device == "mixed" and op.inputs:
+            if op.schema.name == "decoders.image" and (any_decoder or op.device == "mixed") and op.inputs:
                 src = self._sources.get(op.inputs[0].op.id)
                 sizes = getattr(src, "sizes", None)
                 if sizes is not None and len(sizes):
@@ -116,16 +180,23 @@ class DeviceStage:
     def _after_launch_out(self):
         """A launch was handed out: once the first launch's outputs have been measured, set the
         output slots from the budget (what remains after the decode side, less one launch for
-        the batch the caller holds)."""
+        the batch the caller holds, in launches of outputs and working memory). A pipeline
+        whose outputs were not known at build is refused here if they cannot fit."""
         ex = self._executor
         if self._launch_out_bytes is None or ex is None or getattr(ex, "slots", None) is None:
             return
         self.output_slots_peak = max(self.output_slots_peak, ex.slots.peak)
         from . import memory_plan
 
-        decode = self.memory_plan.bytes if self.memory_plan is not None else 0
+        decode = getattr(self, "_decode_bytes", 0)
+        static, work = self._launch_bytes()
+        if static is None and not getattr(self, "_budget_checked", False):
+            self._budget_checked = True
+            what = self.memory_plan.describe() if self.memory_plan is not None else "decode side"
+            memory_plan.check_budget(self.device_memory_budget, decode, what,
+                                     self._launch_out_bytes, work, (), self.batches_per_launch)
         n = memory_plan.output_slots(self.device_memory_budget, decode, self._launch_out_bytes,
-                                     self.prefetch_queue_depth)
+                                     self.prefetch_queue_depth, work)
         if n != self.output_slots:
             self.output_slots = n
             ex.slots.resize(n)

@@ -13,9 +13,18 @@ follow, unless set explicitly:
   :data:`DECODE_SHARE` of the budget;
 * ``batches_per_launch``: 1, or 4 from :data:`BIG_BUDGET` on where launches are not planned
   ahead (a launch's outputs are alive together until the last of its batches is consumed);
-* the output slots (:func:`output_slots`), decided after the first launch from what its outputs
-  really take: the number of launches whose outputs may exist at once (made and not yet handed
-  out, or being made); the rest of the budget, less one launch for the batch the caller holds.
+* the output slots (:func:`output_slots`): the number of launches whose outputs may exist at
+  once (made and not yet handed out, or being made, each with its ops' working memory); the rest
+  of the budget, less one launch for the batch the caller holds. Sized at build from the
+  outputs' bytes where the graph fixes them (detaug/runtime/gpu/output_sizes.py: an image
+  resized to a fixed canvas, RetinaNet targets, whose anchor count follows from the canvas),
+  and from what the first launch's outputs really take once it is made.
+
+Where a launch's outputs are large, the decode side gets less (:func:`decode_cap`): one launch
+being made and the one the caller holds come first. Where even the least the pipeline runs
+with (:func:`minimum_bytes`: one decode process of one decoder thread, one launch being made,
+the one the caller holds) exceeds the budget, build refuses with :class:`BudgetError`, naming
+the figure it would need and the settings that change it (:func:`check_budget`).
 
 The per-process costs are measured constants (probes kept in git history, H100, CUDA 13,
 nvImageCodec 0.7-0.9): a process's CUDA context 551 MB, 272 MB once its stack reservation is
@@ -45,6 +54,20 @@ RING_SLOTS = RING_LAUNCHES + 1        # ring slots: one more, for batches made o
 FALLBACK_IMAGE_BYTES = 1024 * 1024 * 3  # per image, where the reader does not know the sizes
 MIN_RING = 64 << 20
 MAX_DECODE_PROCESSES, MAX_DECODE_THREADS = 3, 2
+# decode in the device-stage threads (decode_processes=0): each thread's nvImageCodec decoder
+# with the images it decodes into (182 MB measured with its own images, above), and the decoded
+# images kept IN_THREAD_KEEP launches (detaug/ops/gpu_decode.py keep_queue) besides those in use
+IN_THREAD_DECODER_BYTES = 182_000_000
+IN_THREAD_KEEP = 8
+
+
+class BudgetError(ValueError):
+    """The pipeline cannot run within its device_memory_budget (raised by build). ``need``: the
+    least it runs with, in bytes (a budget of that much builds it, with one output slot)."""
+
+    def __init__(self, message: str, need: int):
+        super().__init__(message)
+        self.need = int(need)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,11 +133,12 @@ def ring_launches(budget: int) -> int:
 
 
 def plan_decode(budget: int, launch_bytes: int, processes=None, threads=None,
-                ring_bytes=None) -> DecodePlan:
+                ring_bytes=None, cap=None) -> DecodePlan:
     """Decode processes, decoder threads and ring size from the budget. The largest
-    processes x threads (processes first: they do not share a GIL) whose cost fits
-    DECODE_SHARE of the budget; at least one process with one thread, whatever the budget.
-    Explicit ``processes`` / ``threads`` / ``ring_bytes`` are kept as given."""
+    processes x threads (processes first: they do not share a GIL) whose cost fits ``cap``
+    (default DECODE_SHARE of the budget; :func:`decode_cap` where the outputs are known); at
+    least one process with one thread, whatever the budget. Explicit ``processes`` /
+    ``threads`` / ``ring_bytes`` are kept as given."""
     launches = ring_launches(budget)
     ring = int(ring_bytes) if ring_bytes else max(MIN_RING, (launches + 1) * int(launch_bytes))
     ring = -(-ring // (1 << 20)) << 20
@@ -123,22 +147,89 @@ def plan_decode(budget: int, launch_bytes: int, processes=None, threads=None,
              if (processes is None or p == processes) and (threads is None or t == threads)]
     if not cands:  # an explicit value beyond the table: as given
         cands = [(processes or 1, threads or 1)]
-    fits = [c for c in cands if cost(*c) <= DECODE_SHARE * budget]
+    cap = DECODE_SHARE * budget if cap is None else cap
+    fits = [c for c in cands if cost(*c) <= cap]
     # the most decoders, then the most processes
     p, t = max(fits, key=lambda c: (c[0] * c[1], c[0])) if fits else min(cands, key=lambda c: cost(*c))
     return DecodePlan(p, t, ring, cost(p, t), launches)
 
 
-def batches_per_launch(budget: int, planned: bool = False) -> int:
+def batches_per_launch(budget: int, planned: bool = False, batch_bytes: int | None = None,
+                       batch_working: int = 0) -> int:
     """1, or 4 from BIG_BUDGET on for a pipeline whose launches are not planned ahead (its
-    per-launch host work runs in the pipeline's process: larger launches amortise it)."""
-    return 4 if budget >= BIG_BUDGET and not planned else 1
+    per-launch host work runs in the pipeline's process: larger launches amortise it), fewer
+    where the least a launch of k batches needs (:func:`minimum_outputs`: one being made, one
+    held) would take more than half the budget (``batch_bytes``: one batch's outputs, where
+    known at build)."""
+    k = 4 if budget >= BIG_BUDGET and not planned else 1
+    while k > 1 and batch_bytes is not None and \
+            minimum_outputs(k * batch_bytes, k * batch_working) > budget // 2:
+        k -= 1
+    return k
 
 
-def output_slots(budget: int, decode_bytes: int, launch_output_bytes: int, depth: int) -> int:
+def minimum_outputs(launch_bytes: int, working: int = 0) -> int:
+    """The outputs' part of the least a pipeline runs with: one launch being made (its outputs
+    and its ops' working memory) and the one the caller holds."""
+    return 2 * max(0, int(launch_bytes)) + max(0, int(working))
+
+
+def decode_cap(budget: int, launch_bytes: int | None, working: int = 0) -> float:
+    """What the decode side may take: DECODE_SHARE of the budget, and no more than the budget
+    leaves besides :func:`minimum_outputs` (where a launch's outputs are known)."""
+    share = DECODE_SHARE * budget
+    if launch_bytes is None:
+        return share
+    return min(share, budget - minimum_outputs(launch_bytes, working))
+
+
+def in_thread_decode_bytes(workers: int, launch_image_bytes: int) -> int:
+    """Device memory of decoding in the device-stage threads: one decoder per thread, the
+    launches of decoded images in use (one per thread) and those kept (IN_THREAD_KEEP)."""
+    return int(workers) * IN_THREAD_DECODER_BYTES + (IN_THREAD_KEEP + int(workers)) * int(launch_image_bytes)
+
+
+def minimum_bytes(decode_bytes: int, launch_bytes: int, working: int = 0) -> int:
+    """The least the pipeline runs with: its decode side and :func:`minimum_outputs`."""
+    return int(decode_bytes) + minimum_outputs(launch_bytes, working)
+
+
+def _mb(n) -> str:
+    return f"{n / 1e6:,.0f} MB"
+
+
+def check_budget(budget: int, decode_bytes: int, decode_what: str, launch_bytes: int,
+                 working: int = 0, parts=(), batches: int = 1, fixed_decode: bool = False) -> None:
+    """Raise :class:`BudgetError` where :func:`minimum_bytes` exceeds ``budget``: the message
+    gives the figure needed, what it is made of, and which settings change it. ``decode_what``
+    describes the decode side (DecodePlan.describe()); ``parts``: (name, bytes) of one launch's
+    outputs; ``batches``: batches per launch; ``fixed_decode``: the decode side was set
+    explicitly (decode_processes / decode_buffer_mb) rather than planned."""
+    need = minimum_bytes(decode_bytes, launch_bytes, working)
+    if need <= budget:
+        return
+    what = ", ".join(f"{n} {_mb(b)}" for n, b in parts) if parts else ""
+    fixes = [f"device_memory_budget='{-(-need // 10**8) / 10:.1f}GB' or more "
+             "(or DETAUG_DEVICE_MEMORY_BUDGET)",
+             "a smaller batch_size (a launch's outputs grow with it)"]
+    if batches > 1:
+        fixes.append("batches_per_launch=1")
+    if fixed_decode:
+        fixes.append("fewer decode_processes or a smaller decode_buffer_mb")
+    raise BudgetError(
+        f"device_memory_budget {budget / 1e9:.2f} GB cannot hold this GPU pipeline: the least it "
+        f"runs with is {_mb(need)}: the decode side ({decode_what}), one launch being made "
+        f"({batches} batch(es) of outputs: {_mb(launch_bytes)}" + (f" = {what}" if what else "")
+        + f"; its ops' working memory {_mb(working)}) and the launch the caller holds "
+        f"({_mb(launch_bytes)}). Set " + "; or ".join(fixes) + ".", need)
+
+
+def output_slots(budget: int, decode_bytes: int, launch_output_bytes: int, depth: int,
+                 working: int = 0) -> int:
     """Launches whose outputs may exist at once: what the budget leaves after the decode side,
-    less one launch for the batch the caller holds; at least 1, at most ``depth`` (the launches
-    in flight)."""
+    less one launch for the batch the caller holds, in launches of outputs and working memory
+    (each launch being made holds both); at least 1, at most ``depth`` (the launches in
+    flight)."""
     room = budget - decode_bytes - max(0, launch_output_bytes)
-    n = room // max(1, launch_output_bytes)
+    n = room // max(1, launch_output_bytes + max(0, working))
     return int(max(1, min(depth, n)))

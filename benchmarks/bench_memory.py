@@ -1,0 +1,305 @@
+"""Device memory of the default GPU pipeline, part by part, and of the settings that could bring it
+to DALI's 1,366 MB (issue 32) at no loss of img/s.
+
+    python benchmarks/bench_memory.py [--data DIR] [--num-images 2048] [--seconds 8]
+                                      [--only contexts,pipelines] [--rows defaults,1x3,...] [--json F]
+
+Every figure is a drop of ``cudaMemGetInfo``'s free bytes (the whole device, every process), in
+MB of 10^6 bytes, each measured in a process of its own so that no cache carries over:
+
+1. contexts: this process holds a CUDA context of its own (the observer) and starts one child per
+   variant; the child sets itself up, says READY and waits; the drop seen here meanwhile is what
+   the child holds: a CUDA context as cupy makes it (what the main process of a pipeline pays),
+   with the stack reservation dropped (what decode processes do), with the malloc heap and printf
+   buffer made small too, with eager module loading (``CUDA_MODULE_LOADING=EAGER``, the opposite
+   of the default lazy loading, to show what lazy saves), and with nvImageCodec decoders warmed up
+   as a decode process warms them (1 or 2 decoders, 4 or 1 CPU threads each; one also decoding
+   the data set's images, whose scratch buffers grow with them).
+2. pipelines: one child per row builds ``bench_gpu.make_det_pipe`` (the benchmark pipeline) with
+   the row's settings and measures, from after its own context is up: the drop after build, after
+   the first batch and its lowest free bytes over ``--seconds`` of batches (img/s over the same
+   window, the GPU synchronised at its ends), and its cupy pool (the outputs in flight and the
+   batches the caller holds: total and in use), the hand-out hold's peak (batches held at once),
+   the output slots and the memory plan. What the decode side takes is the drop less the pool.
+   Rows: the defaults; 1 decode process with 2, 3 and 4 decoder threads; 2 processes of 1 thread;
+   decode in the device-stage threads (decode_processes=0); the RetinaNet input at batch 16. The
+   hold: each row drops its batch before asking for the next; the "-for" rows keep it bound
+   while asking, as ``for batch in pipe`` does, so the caller holds two batches at that moment
+   (the plan counts one).
+   Every setting gives the same batches (the engine's promise); only memory and speed differ.
+
+A table per part goes to stdout; everything to ``--json`` (default ``$OUT/bench_memory.json``
+where $OUT is set). Needs cupy, nvImageCodec and a GPU; not part of the test suite.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+MB = 1e6
+
+# (name, environment, setup): what a context child does before READY
+CONTEXTS = [
+    ("cupy context (a pipeline's main process)", {}, {}),
+    ("+ stack limit 0 (decode processes)", {}, {"stack0": True}),
+    ("+ stack 0, malloc heap 1 MiB, printf 64 KiB", {}, {"stack0": True, "small_limits": True}),
+    ("stack 0, CUDA_MODULE_LOADING=EAGER", {"CUDA_MODULE_LOADING": "EAGER"}, {"stack0": True}),
+    ("stack 0 + 1 decoder warm (4 CPU threads)", {}, {"stack0": True, "decoders": 1}),
+    ("stack 0 + 2 decoders warm (4 CPU threads)", {}, {"stack0": True, "decoders": 2}),
+    ("stack 0 + 1 decoder warm (1 CPU thread)", {}, {"stack0": True, "decoders": 1, "cpu_threads": 1}),
+    ("stack 0 + 1 decoder, 64 data set images decoded", {}, {"stack0": True, "decoders": 1, "decode": 64}),
+]
+
+# (key, label, pipeline kwargs, environment, retinanet, batch size); a key ending in "-for"
+# iterates as a for loop does (the previous batch still bound while the next is asked for: the
+# caller holds two batches then); the others drop each batch before asking for the next
+ROWS = [
+    ("defaults", "defaults (2 GB budget)", {}, {}, False, 64),
+    ("defaults-for", "defaults, for-loop idiom (previous batch bound during next())", {}, {}, False, 64),
+    ("1x2", "decode_processes=1 (2 threads)", {"decode_processes": 1}, {}, False, 64),
+    ("1x3", "decode_processes=1, 3 threads", {"decode_processes": 1}, {"DETAUG_DECODE_THREADS": "3"}, False, 64),
+    ("1x4", "decode_processes=1, 4 threads", {"decode_processes": 1}, {"DETAUG_DECODE_THREADS": "4"}, False, 64),
+    ("2x1", "decode_processes=2, 1 thread", {"decode_processes": 2}, {"DETAUG_DECODE_THREADS": "1"}, False, 64),
+    ("0", "decode_processes=0 (decode in device threads)", {"decode_processes": 0}, {}, False, 64),
+    ("retinanet16", "RetinaNet input, batch 16, defaults", {}, {}, True, 16),
+    ("retinanet16-for", "RetinaNet input, batch 16, for-loop idiom", {}, {}, True, 16),
+]
+
+
+def _free():
+    import cupy as cp
+
+    return int(cp.cuda.runtime.memGetInfo()[0])
+
+
+# ---- children ---------------------------------------------------------------------------------
+
+def child_context(spec, data):  # pragma: no cover - GPU
+    import cupy as cp
+
+    rt = cp.cuda.runtime
+    cp.cuda.Device(0).use()
+    rt.free(0)
+    if spec.get("stack0"):
+        rt.deviceSetLimit(getattr(rt, "cudaLimitStackSize", 0), 0)
+    if spec.get("small_limits"):  # before any kernel runs (the heap is fixed at the first)
+        rt.deviceSetLimit(getattr(rt, "cudaLimitMallocHeapSize", 2), 1 << 20)
+        rt.deviceSetLimit(getattr(rt, "cudaLimitPrintfFifoSize", 1), 64 << 10)
+    cp.zeros(1).sum()  # a kernel module loaded, as any process that runs one
+    keep = []
+    if spec.get("decoders"):
+        from nvidia import nvimgcodec
+
+        from detaug.ops.gpu_decode import decode_params, warm_up
+
+        for _ in range(spec["decoders"]):
+            keep.append(warm_up(nvimgcodec.Decoder(device_id=0, max_num_cpu_threads=spec.get(
+                "cpu_threads", 4)), 0))
+        if spec.get("decode"):
+            folder = os.path.join(data, "images")
+            names = sorted(os.listdir(folder))[: spec["decode"]]
+            blobs = [open(os.path.join(folder, n), "rb").read() for n in names]
+            s = cp.cuda.Stream(non_blocking=True)
+            out = keep[0].decode([nvimgcodec.CodeStream(b) for b in blobs],
+                                 params=decode_params("RGB"), cuda_stream=s.ptr)
+            s.synchronize()
+            del out
+    cp.get_default_memory_pool().free_all_blocks()
+    rt.deviceSynchronize()
+    print("READY", flush=True)
+    sys.stdin.readline()
+
+
+def child_pipeline(row, data, seconds):  # pragma: no cover - GPU
+    import cupy as cp
+
+    import bench_gpu
+
+    key, label, kwargs, env, retinanet, bs = next(r for r in ROWS if r[0] == row)
+    cp.cuda.Device(0).use()
+    cp.zeros(1).sum()
+    cp.cuda.runtime.deviceSynchronize()
+    f0 = _free()
+    res = {"row": key, "label": label}
+    t = time.perf_counter()
+    pipe = bench_gpu.make_det_pipe(data, "mixed", retinanet, batch_size=bs, device_id=0, seed=0,
+                                   **kwargs)
+    try:
+        pipe.build()
+    except ValueError as e:  # BudgetError: the refusal is the row's result
+        res["error"] = str(e)[:300]
+        print("RESULT " + json.dumps(res), flush=True)
+        return
+    res["build_s"] = time.perf_counter() - t
+    cp.cuda.runtime.deviceSynchronize()
+    res["after_build"] = f0 - _free()
+
+    def get():
+        try:
+            return pipe.run()
+        except StopIteration:
+            pipe.reset()
+            return pipe.run()
+
+    out = get()
+    cp.cuda.runtime.deviceSynchronize()
+    res["after_first"] = f0 - _free()
+    del out
+    for _ in range(pipe.prefetch_queue_depth + 3):
+        del_out = get()
+        del del_out
+    cp.cuda.runtime.deviceSynchronize()
+    lowest, n, k = _free(), 0, 0
+    keep_previous = key.endswith("-for")
+    out = None
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        if keep_previous:
+            out = get()  # (the previous batch is let go only once this returns)
+        else:
+            out = None
+            out = get()
+        n += bs
+        k += 1
+        if k % 4 == 0:
+            lowest = min(lowest, _free())
+    del out
+    cp.cuda.runtime.deviceSynchronize()
+    el = time.perf_counter() - t0
+    lowest = min(lowest, _free())
+    pool = cp.get_default_memory_pool()
+    plan = pipe.memory_plan
+    svc = pipe._decode_service
+    res.update(img_s=n / el, batches=k, drop=f0 - lowest, pool_total=pool.total_bytes(),
+               pool_used=pool.used_bytes(), hold_peak=pipe._handed.peak,
+               output_slots=pipe.output_slots, output_slots_peak=pipe.output_slots_peak,
+               launch_out=pipe._launch_out_bytes, plan=plan.describe() if plan else None,
+               planned_decode=getattr(pipe, "_decode_bytes", None),
+               processes=len(svc.workers) if svc is not None else 0,
+               threads=svc.threads if svc is not None else 0,
+               ring=plan.ring_bytes if plan else 0, env=env, kwargs=kwargs)
+    pipe.close()
+    print("RESULT " + json.dumps(res), flush=True)
+
+
+# ---- the observer -----------------------------------------------------------------------------
+
+def _env(extra):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), HERE,
+                                                       os.environ.get("PYTHONPATH", "")]))
+    env.update(extra)
+    return env
+
+
+def measure_contexts(data, args):
+    import cupy as cp
+
+    cp.cuda.Device(0).use()
+    cp.zeros(1).sum()
+    rows = []
+    for name, env, spec in CONTEXTS:
+        cp.cuda.runtime.deviceSynchronize()
+        before = _free()
+        p = subprocess.Popen([sys.executable, __file__, "--child-context", json.dumps(spec),
+                              "--data", data], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, env=_env(env))
+        try:
+            line = ""
+            t = time.perf_counter()
+            while "READY" not in line and time.perf_counter() - t < 60:
+                line = p.stdout.readline()
+                if not line and p.poll() is not None:
+                    break
+            drop = before - _free() if "READY" in line else None
+            p.stdin.write("\n")
+            p.stdin.flush()
+            p.wait(30)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        rows.append({"name": name, "drop": drop})
+        print(f"| {name} | " + (f"{drop / MB:,.0f}" if drop is not None else "failed") + " |",
+              flush=True)
+    return rows
+
+
+def measure_pipelines(data, args):
+    rows = []
+    keys = args.rows.split(",") if args.rows else [r[0] for r in ROWS]
+    for key in keys:
+        env = next(r for r in ROWS if r[0] == key)[3]
+        try:
+            proc = subprocess.run([sys.executable, __file__, "--child-pipeline", key, "--data", data,
+                                   "--seconds", str(args.seconds)], capture_output=True, text=True,
+                                  env=_env(env), timeout=args.seconds + 90)
+            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+            res = json.loads(lines[-1][7:]) if lines else {
+                "row": key, "error": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}
+        except subprocess.TimeoutExpired:
+            res = {"row": key, "error": "timed out"}
+        rows.append(res)
+        print(_row_line(res), flush=True)
+    return rows
+
+
+def _mb(v):
+    return "-" if v is None else f"{v / MB:,.0f}"
+
+
+def _row_line(r):
+    if r.get("error"):
+        return f"| {r.get('label', r['row'])} | error: {r['error']} |"
+    decode = r["drop"] - r["pool_total"]
+    per = decode / r["processes"] if r["processes"] else None
+    return (f"| {r['label']} | {r['img_s']:,.0f} | {_mb(r['drop'])} | {_mb(r['after_build'])} | "
+            f"{_mb(decode)} ({r['processes']} x {r['threads']}, ring {_mb(r['ring'])}, "
+            f"per process {_mb(per)}) | {_mb(r['pool_total'])} / {_mb(r['pool_used'])} | "
+            f"{_mb(r['launch_out'])} | {r['output_slots']} (peak {r['output_slots_peak']}), "
+            f"hold peak {r['hold_peak']} | {_mb(r['planned_decode'])} |")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="bench_memory.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default="/tmp/bench_data", help="data set folder (made if missing)")
+    ap.add_argument("--num-images", type=int, default=1024)
+    ap.add_argument("--seconds", type=float, default=8.0, help="timed window of each pipeline row")
+    ap.add_argument("--only", default="contexts,pipelines", help="parts: contexts, pipelines")
+    ap.add_argument("--rows", default=None, help="pipeline rows, comma-separated keys: " +
+                    ",".join(r[0] for r in ROWS))
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--child-context", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--child-pipeline", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child_context:
+        return child_context(json.loads(args.child_context), args.data)
+    if args.child_pipeline:
+        return child_pipeline(args.child_pipeline, args.data, args.seconds)
+    import bench_gpu
+
+    bench_gpu.make_dataset(args.data, args.num_images, os.cpu_count() or 1)
+    result = {"seconds": args.seconds, "num_images": args.num_images}
+    parts = args.only.split(",")
+    if "pipelines" in parts:  # first: its children start before this process holds a context
+        print("| pipeline | img/s | device MB | after build | decode side (procs x threads) | "
+              "cupy pool total / used | launch outputs | output slots, hold | planned decode |")
+        print("|---|---:|---:|---:|---|---|---:|---|---:|")
+        result["pipelines"] = measure_pipelines(args.data, args)
+    if "contexts" in parts:
+        print("\n| context variant (one process) | device MB |\n|---|---:|")
+        result["contexts"] = measure_contexts(args.data, args)
+    path = args.json or (os.path.join(os.environ["OUT"], "bench_memory.json")
+                         if os.environ.get("OUT") else None)
+    if path:
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
