@@ -127,8 +127,23 @@ def bench_detaug(args, root, gpu, retinanet=False):
     kwargs.update(json.loads(args.pipe_kwargs))  # (--pipe-kwargs wins)
     pipe = make_det_pipe(root, "mixed" if gpu else "cpu", retinanet, targets=args.retinanet_targets,
                          dtype=args.dtype, **kwargs)
+    refused = None
     t0 = time.perf_counter()
-    pipe.build()
+    try:
+        pipe.build()
+    except ValueError as e:  # memory_plan.BudgetError: refused at build, with what it needs
+        need = getattr(e, "need", None)
+        if need is None or "device_memory_budget" in kwargs:
+            raise
+        budget = -(-need // 500_000_000) * 500_000_000  # the need, rounded up to 0.5 GB
+        refused = f"refused at the default budget (needs {need / 1e9:.2f} GB); run at {budget / 1e9:.1f} GB"
+        log(f"detaug: {e}\ndetaug: {refused}")
+        pipe.close()
+        pipe = make_det_pipe(root, "mixed" if gpu else "cpu", retinanet,
+                             targets=args.retinanet_targets, dtype=args.dtype,
+                             **dict(kwargs, device_memory_budget=budget))
+        t0 = time.perf_counter()
+        pipe.build()
     build_s = time.perf_counter() - t0
     settings = pipe_settings(pipe)
     n_rec = pipe.epoch_size() if not isinstance(pipe.epoch_size(), dict) else None
@@ -244,7 +259,7 @@ def bench_detaug(args, root, gpu, retinanet=False):
                     f"driver thread {thread_ms:.3f} ms CPU/batch (target < 1); "
                     f"in-epoch {steady or 0:.0f} img/s; {cpu_s / secs:.1f} cores busy "
                     f"({tree_s / secs:.1f} with its worker processes); "
-                    f"{st['epoch']} epoch ends crossed"
+                    f"{st['epoch']} epoch ends crossed" + (f"; {refused}" if refused else "")
                     + (f"; device memory {mem_mb:,.0f} MB after {mem_at} batches, "
                        f"{mem_end_mb:,.0f} MB after {st['runs']}" if gpu else "")}
     log(f"detaug: driving thread {thread_ms:.3f} ms CPU per batch of {bs} "
