@@ -68,20 +68,34 @@ def validate_boxes(boxes, widths, heights):
         left as given), bool (N,) mask of bad boxes, and the number of good boxes moved by more
         than ``CLIP_TOLERANCE_PX``.
     """
+    clipped, bad, moved = validate_boxes_mask(boxes, widths, heights)
+    return clipped, bad, int(np.count_nonzero(moved))
+
+
+def validate_boxes_mask(boxes, widths, heights):
+    """:func:`validate_boxes`, giving the bool (N,) mask of the good boxes that clipping moved by
+    more than ``CLIP_TOLERANCE_PX`` in place of their count. Works a column at a time, so that
+    its temporaries are (N,) vectors (a million boxes: 8 MB each, not 32)."""
     b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
-    w = np.broadcast_to(np.asarray(widths, dtype=np.float64), (len(b),))
-    h = np.broadcast_to(np.asarray(heights, dtype=np.float64), (len(b),))
+    n = len(b)
+    w = np.broadcast_to(np.asarray(widths, dtype=np.float64), (n,))
+    h = np.broadcast_to(np.asarray(heights, dtype=np.float64), (n,))
+    x0, y0, x1, y1 = b.T
     with np.errstate(invalid="ignore"):
         bad = ~np.isfinite(b).all(axis=1)
-        bad |= (b[:, 2] <= b[:, 0]) | (b[:, 3] <= b[:, 1])
-        bad |= (w > 0) & ((b[:, 0] >= w) | (b[:, 2] <= 0))
-        bad |= (h > 0) & ((b[:, 1] >= h) | (b[:, 3] <= 0))
-        hi = np.stack([w, h, w, h], axis=1)
-        hi = np.where(hi > 0, hi, np.inf)
-        clipped = np.clip(b, 0.0, hi)
-        moved = (np.abs(clipped - b) > CLIP_TOLERANCE_PX).any(axis=1) & ~bad
-    clipped[bad] = b[bad]
-    return clipped.astype(np.float32), bad, int(moved.sum())
+        bad |= (x1 <= x0) | (y1 <= y0)
+        bad |= (w > 0) & ((x0 >= w) | (x1 <= 0))
+        bad |= (h > 0) & ((y0 >= h) | (y1 <= 0))
+        clipped = np.empty((n, 4), dtype=np.float32)
+        moved = np.zeros(n, dtype=bool)
+        for j, size in enumerate((w, h, w, h)):
+            hi = np.where(size > 0, size, np.inf)
+            column = np.clip(b[:, j], 0.0, hi)
+            moved |= np.abs(column - b[:, j]) > CLIP_TOLERANCE_PX
+            np.copyto(column, b[:, j], where=bad)  # bad rows are left as given
+            clipped[:, j] = column
+    moved &= ~bad
+    return clipped, bad, moved
 
 
 def box_fault(box, width, height) -> str:
