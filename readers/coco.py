@@ -404,7 +404,10 @@ def _filter(table, images, selected, cat_ids, file, sink, dataset, include_iscro
     ids = np.array([im[0] for im in images] or [-1], dtype=np.int64)
     sizes = np.array(list(map(itemgetter(2, 3), images)) or [(0, 0)], dtype=np.float64)
     order = np.argsort(ids, kind="stable")
-    pos = order[np.clip(np.searchsorted(ids[order], table["image_id"]), 0, len(ids) - 1)]
+    pos = np.searchsorted(ids[order], table["image_id"])
+    np.minimum(pos, len(ids) - 1, out=pos)
+    if (order != np.arange(len(ids))).any():  # (ids listed in ascending order: no lookup)
+        pos = order[pos]
     known_image = (ids[pos] == table["image_id"]) & (len(images) > 0)
     table["image"] = pos
     known_cat = np.isin(table["category_id"], np.fromiter(selected, np.int64, len(selected)))
@@ -412,13 +415,12 @@ def _filter(table, images, selected, cat_ids, file, sink, dataset, include_iscro
     xyxy = table.pop("xywh")  # made [x, y, x + w, y + h] in place: no second (N, 4) array
     small = (xyxy[:, 2] < threshold) | (xyxy[:, 3] < threshold) if threshold > 0 else None
     xyxy[:, 2:] += xyxy[:, :2]
-    w, h = sizes[pos, 0], sizes[pos, 1]
-    boxes, bad_box, moved = validate_boxes_mask(xyxy, w, h)
-    all_ids = np.asarray(table["image_id"])
-    ok = _report_faults(table, file, sink, images, known_image, known_cat, bad_box, xyxy, w, h,
-                        all_ids)
+    boxes, bad_box, moved = validate_boxes_mask(xyxy, lambda: sizes[pos, 0],
+                                                lambda: sizes[pos, 1])
+    ok = known_image & known_cat & ~bad_box
     dataset.emptied = 0
-    if not ok.all():  # (np.unique's first call imports numpy.ma: 25 ms)
+    if not ok.all():  # (only then: np.unique's first call imports numpy.ma, 25 ms)
+        _report_faults(table, file, sink, images, ok, known_image, known_cat, xyxy, sizes, pos)
         had_bad = np.unique(table["image"][~ok & known_image])
         dataset.emptied = int(np.setdiff1d(had_bad, table["image"][ok]).size)
     ok = count_drop(dataset, ok, ~wanted_cat, "boxes of categories not selected")
@@ -427,15 +429,17 @@ def _filter(table, images, selected, cat_ids, file, sink, dataset, include_iscro
     if small is not None:
         ok = count_drop(dataset, ok, small, f"boxes under size_threshold={threshold:g}")
     dataset.clipped = int(np.count_nonzero(moved & ok))
-    del xyxy, w, h, moved
+    del xyxy, moved
     table["box"] = boxes
-    table["label"] = np.searchsorted(np.asarray(cat_ids, dtype=np.int64), table["category_id"])
+    table["label"] = np.searchsorted(np.asarray(cat_ids, dtype=np.int64),
+                                     table.pop("category_id"))
+    del table["image_id"]
     return _take(table, ok)
 
 
-def _report_faults(table, file, sink, images, known_image, known_cat, bad_box, xyxy, w, h, ids):
-    """Send every faulty annotation to the sink (raise or record); return the mask of good ones."""
-    ok = known_image & known_cat & ~bad_box
+def _report_faults(table, file, sink, images, ok, known_image, known_cat, xyxy, sizes, pos):
+    """Send every faulty annotation (``~ok``) to the sink: raise, or record and go on."""
+    ids = table["image_id"]
     for i in np.flatnonzero(~ok):
         where = f"annotation id {table['ann_id'][i]} (image id {ids[i]})"
         if not known_image[i]:
@@ -445,8 +449,7 @@ def _report_faults(table, file, sink, images, known_image, known_cat, bad_box, x
         else:
             name = images[table["image"][i]][1]
             sink.fault(file, f"{where}, {os.path.basename(name)}: "
-                             + box_fault(xyxy[i], int(w[i]), int(h[i])))
-    return ok
+                             + box_fault(xyxy[i], int(sizes[pos[i], 0]), int(sizes[pos[i], 1])))
 
 
 def _group(images, table, skip_empty, dataset):
@@ -454,14 +457,19 @@ def _group(images, table, skip_empty, dataset):
     image_of = table["image"]
     offsets = group_offsets(image_of, len(images))
     if np.all(image_of[1:] >= image_of[:-1]):  # already grouped (a file written image by image)
-        order = rows = None
+        order = None
     else:
         order = np.argsort(image_of, kind="stable")
-        rows = order.tolist()
 
     def sort(v):
-        return v if order is None else (v[order] if isinstance(v, np.ndarray) else
-                                        [v[i] for i in rows])
+        if order is None:
+            return v
+        if isinstance(v, np.ndarray):
+            return v[order]
+        out = []  # in slices: a list of a million Python ints would cost 36 MB meanwhile
+        for start in range(0, len(order), 1 << 16):
+            out.extend([v[i] for i in order[start:start + (1 << 16)].tolist()])
+        return out
 
     boxes, labels = sort(table.pop("box")), sort(table.pop("label"))
     fields = {"iscrowd": sort(table.pop("iscrowd")), "annotation_id": sort(table.pop("ann_id"))}
