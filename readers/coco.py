@@ -274,14 +274,33 @@ def _annotations(anns, plain, file, sink):
             table["segmentation"] = [v or None for v in segmentation]
         del segmentation
     if keys - ANNOTATION_KEYS:
-        # Pop the canonical keys: each dict keeps only the keys no field models, in their
-        # order, and becomes that box's ``box_keys`` (a second dict each would double them).
-        for key in keys & ANNOTATION_KEYS:
-            _drain(map(dict.pop, anns, _repeat(key), _repeat(None)))
-        for i, others in enumerate(anns):  # a copy is sized for what is left (a third of it)
-            anns[i] = dict(others)
-        table["box_keys"] = anns
+        table["box_keys"] = _box_keys(anns, keys)
     return table
+
+
+_MISSING = object()
+_CHUNK = 1 << 16
+
+
+def _box_keys(anns, keys):
+    """Each annotation's keys that no field models, as a dict in the file's order (for
+    ``extra["box_keys"]``), made in place of the annotations' dicts: a chunk's dicts are
+    released as its new ones are made, so the peak holds one chunk twice, not the list."""
+    others = keys - ANNOTATION_KEYS
+    if len(others) == 1:  # COCO's own files: "area" alone
+        (key,) = others
+        for start in range(0, len(anns), _CHUNK):
+            values = list(map(dict.get, anns[start:start + _CHUNK], _repeat(key),
+                              _repeat(_MISSING)))
+            anns[start:start + _CHUNK] = [{} if v is _MISSING else {key: v} for v in values]
+        return anns
+    # Pop the canonical keys: each dict keeps only the others, in their order; a copy is then
+    # sized for what is left.
+    for key in keys & ANNOTATION_KEYS:
+        _drain(map(dict.pop, anns, _repeat(key), _repeat(None)))
+    for i, rest in enumerate(anns):
+        anns[i] = dict(rest)
+    return anns
 
 
 def _columns(anns, plain=False):

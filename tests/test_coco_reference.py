@@ -44,6 +44,7 @@ def random_file(tmp_path, rng):
         if rng.random() > 0.05:  # else the image file is missing: it is skipped
             (root / im["file_name"]).write_bytes(b"")
     flags = [k for k in ("difficult", "truncated") if rng.random() < 0.4]
+    note_rate = rng.choice([0.0, 0.2])  # "area" alone, or beside "note": the two box_keys paths
     anns = []
     for j in range(int(rng.integers(0, 120))):
         im = images[int(rng.integers(n_images))]
@@ -70,7 +71,7 @@ def random_file(tmp_path, rng):
             a["category_id"] = 99  # no such category
         if rng.random() < 0.2:
             a["segmentation"] = [[1, 2, 3, 4, 5, 6]] if rng.random() < 0.7 else []
-        if rng.random() < 0.2:
+        if rng.random() < note_rate:
             a["note"] = "x" if not literal else bool(rng.integers(2))
         for k in flags:
             if rng.random() < 0.8:
