@@ -197,17 +197,32 @@ def _parse_file(xml_path, image_id, images, parser, index, check_images):
         raise DatasetError(xml_path, "malformed XML (no root element)")
     if ann.tag != "annotation":
         raise DatasetError(xml_path, f"root element is <{ann.tag}>, not <annotation>")
-    twice = _repeated(ann, ("filename", "size")) or \
-        _repeated(ann.find("size"), ("width", "height"), "size/")
+    # One pass over the children (ElementPath's findtext("size/width") costs more than the rest)
+    filename = size = None
+    objects, counts = [], {"filename": 0, "size": 0}
+    for child in ann:
+        tag = child.tag
+        if tag == "object":
+            objects.append(child)
+        elif tag in counts:
+            counts[tag] += 1
+            if tag == "filename" and filename is None:
+                filename = child
+            elif tag == "size" and size is None:
+                size = child
+    twice = next((t for t in ("filename", "size") if counts[t] > 1), None) or \
+        _repeated(size, ("width", "height"), "size/")
     if twice:
         raise DatasetError(xml_path, f"<{twice}> is given twice: which one counts is unknown")
-    path = _image_path(ann.findtext("filename"), image_id, images, index, xml_path, check_images)
-    width, height = _size(ann, xml_path), _size(ann, xml_path, "height")
+    path = _image_path(None if filename is None else filename.text, image_id, images, index,
+                       xml_path, check_images)
+    width, height = (_size(None if size is None else size.findtext(key), xml_path, key)
+                     for key in ("width", "height"))
     if width <= 0 or height <= 0:
         width, height = header_size(path)
-    objects = [_object(obj) for obj in ann.iterfind("object")]
     return {"xml": xml_path, "id": image_id, "path": path, "width": width, "height": height,
-            "objects": objects, "image_keys": element_dict(ann, _IMAGE_TAGS)}
+            "objects": [_object(obj) for obj in objects],
+            "image_keys": element_dict(ann, _IMAGE_TAGS)}
 
 
 def element_value(el):
@@ -260,22 +275,27 @@ def _repeated(el, tags, prefix=""):
     return next((prefix + t for t in tags if found.count(t) > 1), None)
 
 
-def _size(ann, xml_path, key="width"):
-    """``<size><key>``: a whole number of pixels; 0 where absent or empty (then the image
+def _size(text, xml_path, key):
+    """``<size><key>``'s text: a whole number of pixels; 0 where absent or empty (then the image
     header gives it). Anything else (``abc``, ``-5``, ``500.5``, ``inf``) is a fault of the
     file: it was read as "unknown" before, silently."""
-    text = (ann.findtext(f"size/{key}") or "").strip()
+    text = (text or "").strip()
     if not text:
         return 0
+    if text.isdigit() and text.isascii():  # the usual "500": no float, no pattern
+        return int(text) if int(text) < 2**31 else _size_fault(text, xml_path, key)
     try:
         value = float(text)
         ok = value.is_integer() and 0 <= value < 2**31
     except (ValueError, OverflowError):
         ok = False
     if not ok or not _DECIMAL.fullmatch(text):
-        raise DatasetError(xml_path, f"<size><{key}> is {text!r:.40}, not a whole number of "
-                                     "pixels")
+        _size_fault(text, xml_path, key)
     return int(value)
+
+
+def _size_fault(text, xml_path, key):
+    raise DatasetError(xml_path, f"<size><{key}> is {text!r:.40}, not a whole number of pixels")
 
 
 _DECIMAL = re.compile(r"[+]?[0-9]+(?:\.0*)?")
