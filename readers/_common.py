@@ -126,8 +126,11 @@ def resolve_under(root: str, name: str):
     ``readers.limits.FOLLOW_SYMLINKS_OUTSIDE_ROOT`` is False (for datasets from untrusted
     sources): then the resolved path must lie under the root too.
     """
-    path = os.path.normpath(os.path.join(root, name))
     prefix = root.rstrip(os.sep) + os.sep
+    if limits.FOLLOW_SYMLINKS_OUTSIDE_ROOT and name and name not in (".", "..") \
+            and os.sep not in name and not (os.altsep and os.altsep in name):
+        return prefix + name  # a plain name: what normpath(join(root, name)) gives, 3x sooner
+    path = os.path.normpath(os.path.join(root, name))
     if path == root or not path.startswith(prefix):
         return None
     if not limits.FOLLOW_SYMLINKS_OUTSIDE_ROOT:  # untrusted datasets: one realpath per file

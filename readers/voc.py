@@ -145,8 +145,11 @@ def _list_ids(root, split, sink):
             line = line.strip()
             if not line:
                 continue
-            whole = resolve_under(os.path.join(root, "Annotations"), line + ".xml")
-            image_id = line if whole and index.exists(whole) else line.split()[0]
+            if line.isprintable() and " " not in line:  # no inner blank: the line is the id
+                image_id = line
+            else:
+                whole = resolve_under(os.path.join(root, "Annotations"), line + ".xml")
+                image_id = line if whole and index.exists(whole) else line.split()[0]
             if image_id in first:
                 sink.fault(split_file, f"line {number}: id {image_id!r} is listed twice "
                                        f"(first on line {first[image_id]})")
@@ -311,9 +314,10 @@ def _object(obj):
     is one of the other elements (it overrode the box when it came after the ``bndbox``, as
     write_voc puts the other elements, so a VOC -> VOC round trip changed the box).
     """
-    values, box, twice = {}, {}, None
+    values, box, twice, others = {}, {}, None, []
     for child in obj:
-        if child.tag == "bndbox":
+        tag = child.tag
+        if tag == "bndbox":
             if "bndbox" in values:
                 twice = "bndbox"
             values["bndbox"] = None
@@ -322,9 +326,12 @@ def _object(obj):
                     twice = f"bndbox/{coord.tag}"
                 box[coord.tag] = coord.text
         else:
-            if child.tag in values and child.tag in _OBJECT_TAGS:
-                twice = child.tag
-            values[child.tag] = child.text
+            if tag in _OBJECT_TAGS:
+                if tag in values:
+                    twice = tag
+            elif isinstance(tag, str):  # (a comment's tag is a function)
+                others.append(child)
+            values[tag] = child.text
     name = (values.get("name") or "").strip()
     if not name:  # also what an unexpanded entity reference leaves behind
         return name, _NAN_BOX, 0, 0, "object without a <name>", {}
@@ -341,7 +348,7 @@ def _object(obj):
         if text not in ("0", "1"):
             return name, coords, 0, 0, f"object {name!r}: <{key}> is {text!r}, not 0 or 1", {}
         flags[i] = int(text)
-    return name, coords, flags[0], flags[1], None, element_dict(obj, _OBJECT_TAGS)
+    return name, coords, flags[0], flags[1], None, element_dict(others, ())
 
 
 _NAN_BOX = [float("nan")] * 4
