@@ -10,7 +10,9 @@ empty placeholder file per image, so the reader's existence check runs as on rea
 Loaders: ``pycocotools`` = ``pycocotools.coco.COCO(path)`` (json.load, then its index);
 ``read_coco`` = ``readers.read_coco(path, images)`` as a user calls it (``check_images=True``:
 one directory listing, every file name checked; every entry and box validated, boxes clipped);
-``read_coco nocheck`` = the same with ``check_images=False`` (pycocotools checks no file).
+``read_coco nocheck`` = the same with ``check_images=False`` (pycocotools checks no file);
+``json.load`` = the parse alone, the floor both share (``json.load nogc``: with the cyclic
+collector off, as read_coco parses).
 
 VOC: for each size N, about N objects in N/3.5 XML files (1-6 objects each) with ``<size>``, a
 split file and placeholder images. Loaders: ``ElementTree`` = what torchvision's
@@ -137,6 +139,15 @@ def _load(loader, path):
         from pycocotools.coco import COCO
         with contextlib.redirect_stdout(io.StringIO()):  # it prints its progress
             return _run(lambda: COCO(path), lambda c: (len(c.imgs), len(c.anns)))
+    if loader.startswith("json.load"):  # the floor both COCO loaders share: the parse alone
+        import gc
+
+        def parse():
+            if "nogc" in loader:
+                gc.disable()
+            with open(path) as f:
+                return json.load(f)
+        return _run(parse, lambda d: (len(d["images"]), len(d["annotations"])))
     if loader.startswith("read_coco"):
         from readers import read_coco
         return _run(lambda: read_coco(path, os.path.join(os.path.dirname(path), "images"),
@@ -224,7 +235,8 @@ def main(argv=None):
         if not os.path.exists(path):
             shutil.rmtree(folder, ignore_errors=True)
             make_coco(folder, max(1, n // 7), n, rng)
-        sets.append((f"COCO {n:,} ann", path, ("pycocotools", "read_coco", "read_coco nocheck")))
+        sets.append((f"COCO {n:,} ann", path, ("pycocotools", "read_coco", "read_coco nocheck",
+                                               "json.load", "json.load nogc")))
     for n in [int(v) for v in args.voc.split(",") if v]:
         folder = os.path.join(data, f"voc_{n}")
         if not os.path.exists(os.path.join(folder, "ImageSets", "Main", "trainval.txt")):

@@ -4,10 +4,11 @@ A COCO box ``[x, y, w, h]`` becomes ``[x, y, x + w, y + h]`` (float32, continuou
 coordinates, see docs/design.md). Category ids become contiguous 0-based labels in ascending id order;
 ``Dataset.category_ids[label]`` is the original id.
 
-Cost: at most pycocotools' ``COCO()`` in time and peak memory (``benchmarks/bench_readers.py``).
-The parsed tree is taken apart as it is read: each column comes out in one ``map`` over the
-annotations, the canonical keys are popped so that the dicts left over are the records'
-``box_keys`` (no second dict per annotation), and the JSON text is gone before the tree grows.
+Cost: measured against pycocotools' ``COCO()`` (``benchmarks/bench_readers.py``, RESULTS.md).
+The JSON is parsed once, plainly, with the collector paused (``coco_json``); the tree is then
+taken apart as it is read: each column comes out in one ``map`` over the
+annotations, the records' ``box_keys`` dicts replace the annotations' dicts chunk by chunk (the
+memory of the one is reused by the other), and the JSON text is gone before the tree grows.
 A list that fails a fast check is read again entry by entry, so every fault is named.
 """
 from __future__ import annotations
