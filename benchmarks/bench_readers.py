@@ -245,8 +245,8 @@ def main(argv=None):
         sets.append((f"VOC ~{n:,} obj", folder, ("ElementTree", "read_voc", "read_voc nocheck")))
     rows = []
     print("| set | loader | images | boxes | wall s | CPU s | peak RSS MB (base) | wall x | "
-          "CPU x | RSS x |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "CPU x | RSS x | RSS over base x |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, path, loaders in sets:
         ref = None
         for loader in loaders:
@@ -256,7 +256,9 @@ def main(argv=None):
             print(f"| {name} | {loader} | {r['images']:,} | {r['boxes']:,} | {r['wall']:.2f} | "
                   f"{r['cpu']:.2f} | {r['peak_mb']:.0f} ({r['base_mb']:.0f}) | "
                   f"{r['wall'] / ref['wall']:.2f} | {r['cpu'] / ref['cpu']:.2f} | "
-                  f"{r['peak_mb'] / ref['peak_mb']:.2f} |", flush=True)
+                  f"{r['peak_mb'] / ref['peak_mb']:.2f} | "
+                  f"{(r['peak_mb'] - r['base_mb']) / (ref['peak_mb'] - ref['base_mb']):.2f} |",
+                  flush=True)
     print(f"load average (1 min) at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     if args.json:
         with open(args.json, "w") as f:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 
 import numpy as np
 from lxml import etree
@@ -233,7 +234,8 @@ def element_value(el):
     that repeats gives a list)."""
     children = [c for c in el if isinstance(c.tag, str)]  # comments have a non-str tag
     if not children:
-        return (el.text or "").strip()
+        # Interned: a dataset repeats a few values ("Unspecified", "0") 100,000 times
+        return sys.intern((el.text or "").strip())
     return element_dict(el, ())
 
 
@@ -242,13 +244,13 @@ def element_dict(el, skip):
     for child in el:
         if not isinstance(child.tag, str) or child.tag in skip:
             continue
-        value = element_value(child)
-        if child.tag not in out:
-            out[child.tag] = value
-        elif isinstance(out[child.tag], list):  # element_value never gives a list itself
-            out[child.tag].append(value)
+        value, tag = element_value(child), sys.intern(child.tag)
+        if tag not in out:
+            out[tag] = value
+        elif isinstance(out[tag], list):  # element_value never gives a list itself
+            out[tag].append(value)
         else:
-            out[child.tag] = [out[child.tag], value]
+            out[tag] = [out[tag], value]
     return out
 
 
@@ -332,13 +334,13 @@ def _object(obj):
             elif isinstance(tag, str):  # (a comment's tag is a function)
                 others.append(child)
             values[tag] = child.text
-    name = (values.get("name") or "").strip()
+    name = sys.intern((values.get("name") or "").strip())
     if not name:  # also what an unexpanded entity reference leaves behind
         return name, _NAN_BOX, 0, 0, "object without a <name>", {}
     if twice:
         return name, _NAN_BOX, 0, 0, f"object {name!r}: <{twice}> is given twice", {}
     try:
-        coords = [float(box[k]) for k in _COORDS]
+        coords = tuple([float(box[k]) for k in _COORDS])
     except (KeyError, TypeError, ValueError):
         given = [box.get(k) for k in _COORDS]
         return name, _NAN_BOX, 0, 0, f"object {name!r}: bndbox is not 4 numbers {given}", {}
