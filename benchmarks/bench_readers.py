@@ -1,28 +1,53 @@
-"""Time the COCO and VOC readers on synthetic sets of realistic size.
+"""Time and memory of the COCO and VOC readers against the field's usual loaders, at growing scale.
 
-    python benchmarks/bench_readers.py [--images 100000] [--annotations 700000] [--voc 20000]
+    python benchmarks/bench_readers.py [--coco 10000,100000,1000000] [--voc 10000,100000]
+                                       [--repeat 3] [--data DIR] [--json FILE]
 
-COCO: one instances JSON of ``--images`` images and ``--annotations`` box-only annotations over
-80 categories with non-contiguous ids (as COCO's 1..90); the image folder holds an empty
-placeholder file per image, so the reader's existence check runs as it would on real data.
-VOC: ``--voc`` XML files with ``<size>``, a split file, and empty placeholder images.
-Timed: ``read_coco`` including JSON loading, and ``read_voc``; best of ``--repeat`` runs.
+COCO: for each size N, one instances JSON of N box-only annotations on N/7 images (COCO's ratio)
+over 80 categories with non-contiguous ids (as COCO's 1..90), each annotation with COCO's keys
+(``id``, ``image_id``, ``category_id``, ``bbox``, ``area``, ``iscrowd``); the image folder holds an
+empty placeholder file per image, so the reader's existence check runs as on real data.
+Loaders: ``pycocotools`` = ``pycocotools.coco.COCO(path)`` (json.load, then its index);
+``read_coco`` = ``readers.read_coco(path, images)`` as a user calls it (``check_images=True``:
+one directory listing, every file name checked; every entry and box validated, boxes clipped);
+``read_coco nocheck`` = the same with ``check_images=False`` (pycocotools checks no file);
+``json.load`` = the parse alone, the floor both share (``json.load nogc``: with the cyclic
+collector off, as read_coco parses).
+
+VOC: for each size N, about N objects in N/3.5 XML files (1-6 objects each) with ``<size>``, a
+split file and placeholder images. Loaders: ``ElementTree`` = what torchvision's
+``VOCDetection`` does per item (``xml.etree.ElementTree.parse`` of the file, then its recursive
+``parse_voc_xml`` into dicts), for every id of the split: the field's usual VOC parse, and the
+one a user gets without detaug (pycocotools has no VOC reader); ``read_voc`` / ``read_voc
+nocheck`` = ``readers.read_voc(root)`` with and without the image check.
+
+Every run is a fresh process (``python bench_readers.py --child ...``): wall and CPU seconds of
+the load call alone (imports done before), and peak RSS of that process (``VmHWM``: the
+``ru_maxrss`` of a fresh process, see ``_peak_mb``), which includes the interpreter and imports
+(``base`` = its RSS before the load). Best of ``--repeat``
+for each figure (wall, CPU and RSS separately). Ratios are against the first loader of the set.
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
+import resource
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from readers.coco import read_coco  # noqa: E402
-from readers.voc import VOC_CLASSES, read_voc  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
 
+VOC_CLASSES = ("aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair",
+               "cow", "diningtable", "dog", "horse", "motorbike", "person", "pottedplant",
+               "sheep", "sofa", "train", "tvmonitor")
 VOC_TEMPLATE = """<annotation>
   <folder>VOC2012</folder>
   <filename>{name}.jpg</filename>
@@ -38,12 +63,12 @@ VOC_OBJECT = """  <object>
 
 
 def make_coco(folder, n_images, n_annotations, rng):
-    """Write annotations.json and empty image placeholders; return the JSON path."""
+    """Write annotations.json and empty image placeholders; return (json path, image folder)."""
     image_dir = os.path.join(folder, "images")
     os.makedirs(image_dir)
     sizes = rng.integers(200, 641, size=(n_images, 2))
     images = [{"id": i + 1, "file_name": f"{i + 1:012d}.jpg", "width": int(w), "height": int(h)}
-              for i, (w, h) in enumerate(sizes)]
+              for i, (w, h) in enumerate(sizes.tolist())]
     for im in images:
         open(os.path.join(image_dir, im["file_name"]), "wb").close()
     cat_ids = np.sort(rng.choice(np.arange(1, 91), size=80, replace=False))
@@ -53,13 +78,15 @@ def make_coco(folder, n_images, n_annotations, rng):
     bw = np.maximum(rng.random((n_annotations, 2)) * (wh - xy), 1.0)
     bbox = np.round(np.concatenate([xy, bw], axis=1), 2).tolist()
     cats = rng.choice(cat_ids, size=n_annotations).tolist()
-    annotations = [{"id": j + 1, "image_id": int(img[j]) + 1, "category_id": cats[j],
-                    "bbox": bbox[j], "area": round(bbox[j][2] * bbox[j][3], 2), "iscrowd": 0}
+    img = (img + 1).tolist()
+    annotations = [{"id": j + 1, "image_id": img[j], "category_id": cats[j], "bbox": bbox[j],
+                    "area": round(bbox[j][2] * bbox[j][3], 2), "iscrowd": 0}
                    for j in range(n_annotations)]
     categories = [{"id": int(c), "name": f"class{c}", "supercategory": "thing"} for c in cat_ids]
     path = os.path.join(folder, "annotations.json")
     with open(path, "w") as f:
-        json.dump({"images": images, "annotations": annotations, "categories": categories}, f)
+        f.write(json.dumps({"images": images, "annotations": annotations,
+                            "categories": categories}))
     return path, image_dir
 
 
@@ -84,42 +111,160 @@ def make_voc(folder, n_files, rng):
     return folder
 
 
-def best_time(fn, repeat):
-    """Best wall and best CPU (process) seconds of ``repeat`` runs, and the last result.
+def parse_voc_xml(node):
+    """torchvision.datasets.VOCDetection.parse_voc_xml (torchvision 0.20), verbatim in effect:
+    an element tree as nested dicts, ``object`` always a list."""
+    voc_dict = {}
+    children = list(node)
+    if children:
+        def_dic = collections.defaultdict(list)
+        for dc in map(parse_voc_xml, children):
+            for ind, v in dc.items():
+                def_dic[ind].append(v)
+        if node.tag == "annotation":
+            def_dic["object"] = [def_dic["object"]]
+        voc_dict = {node.tag: {ind: v[0] if len(v) == 1 else v for ind, v in def_dic.items()}}
+    if node.text:
+        text = node.text.strip()
+        if not children:
+            voc_dict[node.tag] = text
+    return voc_dict
 
-    CPU time is reported beside wall time because a shared machine inflates wall time; the
-    readers are single-threaded, so on an idle machine the two agree.
-    """
-    walls, cpus, result = [], [], None
+
+def _load(loader, path):
+    """The child's work: (object to keep alive, images, boxes)."""
+    if loader == "pycocotools":
+        import contextlib
+        import io
+        from pycocotools.coco import COCO
+        with contextlib.redirect_stdout(io.StringIO()):  # it prints its progress
+            return _run(lambda: COCO(path), lambda c: (len(c.imgs), len(c.anns)))
+    if loader.startswith("json.load"):  # the floor both COCO loaders share: the parse alone
+        import gc
+
+        def parse():
+            if "nogc" in loader:
+                gc.disable()
+            with open(path) as f:
+                return json.load(f)
+        return _run(parse, lambda d: (len(d["images"]), len(d["annotations"])))
+    if loader.startswith("read_coco"):
+        from readers import read_coco
+        return _run(lambda: read_coco(path, os.path.join(os.path.dirname(path), "images"),
+                                      check_images="nocheck" not in loader), _count)
+    if loader == "ElementTree":
+        import xml.etree.ElementTree as ET
+
+        def load():
+            split = os.path.join(path, "ImageSets", "Main", "trainval.txt")
+            with open(split) as f:
+                ids = [line.strip() for line in f if line.strip()]
+            return [parse_voc_xml(ET.parse(os.path.join(path, "Annotations", i + ".xml"))
+                                  .getroot()) for i in ids]
+        return _run(load, lambda t: (len(t), sum(len(d["annotation"]["object"]) for d in t)))
+    if loader.startswith("read_voc"):
+        from readers import read_voc
+        return _run(lambda: read_voc(path, check_images="nocheck" not in loader), _count)
+    raise ValueError(loader)
+
+
+def _count(dataset):
+    return len(dataset), sum(r.num_boxes for r in dataset)
+
+
+def _run(load, count):
+    base = _rss_mb()
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = load()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    peak = _peak_mb()
+    images, boxes = count(out)
+    return {"wall": wall, "cpu": cpu, "peak_mb": peak, "base_mb": base, "images": images,
+            "boxes": boxes}
+
+
+def _peak_mb():
+    """This process's peak RSS since its exec (VmHWM). ``getrusage(...).ru_maxrss`` would do on
+    a fresh interpreter, but Linux carries it over exec from the forking parent (here the
+    driver, which made the data sets): it read 140 MB for every loader of a small set."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # not Linux: KiB
+
+
+def _rss_mb():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def measure(loader, path, repeat):
+    """Best of ``repeat`` fresh processes (each figure on its own)."""
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    runs = []
     for _ in range(repeat):
-        wall, cpu = time.perf_counter(), time.process_time()
-        result = fn()
-        walls.append(time.perf_counter() - wall)
-        cpus.append(time.process_time() - cpu)
-    return min(walls), min(cpus), result
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", loader, path],
+                             env=env, capture_output=True, text=True, check=True)
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    best = {k: min(r[k] for r in runs) for k in ("wall", "cpu", "peak_mb", "base_mb")}
+    return best | {"images": runs[-1]["images"], "boxes": runs[-1]["boxes"]}
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--images", type=int, default=100_000)
-    p.add_argument("--annotations", type=int, default=700_000)
-    p.add_argument("--voc", type=int, default=20_000)
-    p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--coco", default="10000,100000,1000000",
+                   help="annotation counts of the COCO sets (images = count / 7); '' for none")
+    p.add_argument("--voc", default="10000,100000",
+                   help="object counts of the VOC sets (files = count / 3.5); '' for none")
+    p.add_argument("--repeat", type=int, default=3, help="fresh processes per loader (best of)")
+    p.add_argument("--data", default=None, help="folder for the generated sets (kept; reused "
+                                                "when already there). Default: a temporary one")
+    p.add_argument("--json", default=None, help="write the rows here too")
+    p.add_argument("--child", nargs=2, metavar=("LOADER", "PATH"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.child:
+        print(json.dumps(_load(*args.child)))
+        return
+    data = args.data or tempfile.mkdtemp(prefix="bench_readers_")
     rng = np.random.default_rng(0)
-    with tempfile.TemporaryDirectory() as tmp:
-        coco_json, image_dir = make_coco(os.path.join(tmp, "coco"), args.images,
-                                         args.annotations, rng)
-        voc_root = make_voc(os.path.join(tmp, "voc"), args.voc, rng)
-        wall_coco, cpu_coco, ds = best_time(lambda: read_coco(coco_json, image_dir), args.repeat)
-        n_coco = sum(r.num_boxes for r in ds)
-        wall_voc, cpu_voc, dv = best_time(lambda: read_voc(voc_root), args.repeat)
-        n_voc = sum(r.num_boxes for r in dv)
-    print(f"read_coco: {len(ds)} images, {n_coco} boxes, {ds.num_classes} classes: "
-          f"{wall_coco:.2f} s wall, {cpu_coco:.2f} s CPU (target < 12 s)")
-    print(f"read_voc:  {len(dv)} files, {n_voc} boxes: "
-          f"{wall_voc:.2f} s wall, {cpu_voc:.2f} s CPU (target < 5 s)")
+    sets = []
+    for n in [int(v) for v in args.coco.split(",") if v]:
+        folder = os.path.join(data, f"coco_{n}")
+        path = os.path.join(folder, "annotations.json")
+        if not os.path.exists(path):
+            shutil.rmtree(folder, ignore_errors=True)
+            make_coco(folder, max(1, n // 7), n, rng)
+        sets.append((f"COCO {n:,} ann", path, ("pycocotools", "read_coco", "read_coco nocheck",
+                                               "json.load", "json.load nogc")))
+    for n in [int(v) for v in args.voc.split(",") if v]:
+        folder = os.path.join(data, f"voc_{n}")
+        if not os.path.exists(os.path.join(folder, "ImageSets", "Main", "trainval.txt")):
+            shutil.rmtree(folder, ignore_errors=True)
+            make_voc(folder, max(1, round(n / 3.5)), rng)
+        sets.append((f"VOC ~{n:,} obj", folder, ("ElementTree", "read_voc", "read_voc nocheck")))
+    rows = []
+    print("| set | loader | images | boxes | wall s | CPU s | peak RSS MB (base) | wall x | "
+          "CPU x | RSS x | RSS over base x |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, path, loaders in sets:
+        ref = None
+        for loader in loaders:
+            r = measure(loader, path, args.repeat)
+            ref = ref or r
+            rows.append({"set": name, "loader": loader} | r)
+            print(f"| {name} | {loader} | {r['images']:,} | {r['boxes']:,} | {r['wall']:.2f} | "
+                  f"{r['cpu']:.2f} | {r['peak_mb']:.0f} ({r['base_mb']:.0f}) | "
+                  f"{r['wall'] / ref['wall']:.2f} | {r['cpu'] / ref['cpu']:.2f} | "
+                  f"{r['peak_mb'] / ref['peak_mb']:.2f} | "
+                  f"{(r['peak_mb'] - r['base_mb']) / (ref['peak_mb'] - ref['base_mb']):.2f} |",
+                  flush=True)
     print(f"load average (1 min) at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    if not args.data:
+        shutil.rmtree(data, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -68,20 +68,39 @@ def validate_boxes(boxes, widths, heights):
         left as given), bool (N,) mask of bad boxes, and the number of good boxes moved by more
         than ``CLIP_TOLERANCE_PX``.
     """
+    clipped, bad, moved = validate_boxes_mask(boxes, widths, heights)
+    return clipped, bad, int(np.count_nonzero(moved))
+
+
+def validate_boxes_mask(boxes, widths, heights):
+    """:func:`validate_boxes`, giving the bool (N,) mask of the good boxes that clipping moved by
+    more than ``CLIP_TOLERANCE_PX`` in place of their count. Works a column at a time in two
+    reused (N,) buffers, so that a million boxes need 16 MB of temporaries, not ~100.
+    ``widths`` / ``heights`` may also be callables giving them, called one axis at a time (a
+    caller with a million boxes then holds one (N,) size vector at a time)."""
     b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
-    w = np.broadcast_to(np.asarray(widths, dtype=np.float64), (len(b),))
-    h = np.broadcast_to(np.asarray(heights, dtype=np.float64), (len(b),))
+    n = len(b)
+    clipped = np.empty((n, 4), dtype=np.float32)
+    moved = np.zeros(n, dtype=bool)
+    column, diff = np.empty(n), np.empty(n)
     with np.errstate(invalid="ignore"):
         bad = ~np.isfinite(b).all(axis=1)
         bad |= (b[:, 2] <= b[:, 0]) | (b[:, 3] <= b[:, 1])
-        bad |= (w > 0) & ((b[:, 0] >= w) | (b[:, 2] <= 0))
-        bad |= (h > 0) & ((b[:, 1] >= h) | (b[:, 3] <= 0))
-        hi = np.stack([w, h, w, h], axis=1)
-        hi = np.where(hi > 0, hi, np.inf)
-        clipped = np.clip(b, 0.0, hi)
-        moved = (np.abs(clipped - b) > CLIP_TOLERANCE_PX).any(axis=1) & ~bad
-    clipped[bad] = b[bad]
-    return clipped.astype(np.float32), bad, int(moved.sum())
+        for axis, size in enumerate((widths, heights)):
+            size = np.broadcast_to(np.asarray(size() if callable(size) else size,
+                                              dtype=np.float64), (n,))
+            known = size > 0  # a size of 0 is unknown: no check, no upper clip on that axis
+            bad |= known & ((b[:, axis] >= size) | (b[:, axis + 2] <= 0))
+            for j in (axis, axis + 2):  # = np.clip(b[:, j], 0, size where known else inf)
+                np.maximum(b[:, j], 0.0, out=column)
+                np.minimum(column, size, out=column, where=known)
+                np.subtract(column, b[:, j], out=diff)
+                np.abs(diff, out=diff)
+                moved |= diff > CLIP_TOLERANCE_PX
+                clipped[:, j] = column
+    clipped[bad] = b[bad]  # bad rows are left as given
+    moved &= ~bad
+    return clipped, bad, moved
 
 
 def box_fault(box, width, height) -> str:
@@ -107,8 +126,11 @@ def resolve_under(root: str, name: str):
     ``readers.limits.FOLLOW_SYMLINKS_OUTSIDE_ROOT`` is False (for datasets from untrusted
     sources): then the resolved path must lie under the root too.
     """
-    path = os.path.normpath(os.path.join(root, name))
     prefix = root.rstrip(os.sep) + os.sep
+    if limits.FOLLOW_SYMLINKS_OUTSIDE_ROOT and name and name not in (".", "..") \
+            and os.sep not in name and not (os.altsep and os.altsep in name):
+        return prefix + name  # a plain name: what normpath(join(root, name)) gives, 3x sooner
+    path = os.path.normpath(os.path.join(root, name))
     if path == root or not path.startswith(prefix):
         return None
     if not limits.FOLLOW_SYMLINKS_OUTSIDE_ROOT:  # untrusted datasets: one realpath per file

@@ -1,25 +1,32 @@
-"""COCO instances JSON -> canonical records (pycocotools index, numpy grouping).
+"""COCO instances JSON -> canonical records (columns extracted in C-speed passes, numpy grouping).
 
 A COCO box ``[x, y, w, h]`` becomes ``[x, y, x + w, y + h]`` (float32, continuous pixel
 coordinates, see docs/design.md). Category ids become contiguous 0-based labels in ascending id order;
 ``Dataset.category_ids[label]`` is the original id.
+
+Cost: measured against pycocotools' ``COCO()`` (``benchmarks/bench_readers.py``, RESULTS.md).
+The JSON is parsed once, plainly, with the collector paused (``coco_json``); the tree is then
+taken apart as it is read: each column comes out in one ``map`` over the
+annotations, the records' ``box_keys`` dicts replace the annotations' dicts chunk by chunk (the
+memory of the one is reused by the other), and the JSON text is gone before the tree grows.
+A list that fails a fast check is read again entry by entry, so every fault is named.
 """
 from __future__ import annotations
 
-import contextlib
-import io
+import collections
 import itertools
-import json
 import os
-import re
+from array import array
+from operator import itemgetter
 
 import numpy as np
 
 from ._common import (ErrorSink, FileIndex, box_fault, count_drop, group_offsets, header_size,
-                      outside_root_reason, real_dir, resolve_under, validate_boxes)
+                      outside_root_reason, real_dir, resolve_under, validate_boxes_mask)
 from . import limits
+from .coco_json import gc_paused, load_coco_json
 from .errors import DatasetError
-from .records import Dataset, DetectionRecord
+from .records import Dataset, trusted_record
 
 # Annotation keys that the COCO writer adds for VOC flags; read back into per-box fields.
 FLAG_KEYS = ("difficult", "truncated")
@@ -28,6 +35,11 @@ ANNOTATION_KEYS = {"id", "image_id", "category_id", "bbox", "iscrowd", "segmenta
 IMAGE_KEYS = {"id", "file_name", "width", "height"}
 CATEGORY_KEYS = {"id", "name"}
 TOP_KEYS = {"images", "annotations", "categories"}
+_repeat = itertools.repeat
+
+
+def _drain(iterator):
+    collections.deque(iterator, maxlen=0)
 
 
 def read_coco(annotations_file, image_root, *, skip_empty=False, include_iscrowd=True,
@@ -69,15 +81,25 @@ def read_coco(annotations_file, image_root, *, skip_empty=False, include_iscrowd
     """
     file = os.fspath(annotations_file)
     sink = ErrorSink(on_error, "read_coco")
-    data = _load_json(file)
-    data["categories"] = _check_categories(data["categories"], file, sink)
-    coco = _index(data, file)
-    cat_ids, names, selected = _categories(coco, categories, file)
-    images = _images(data["images"], real_dir(image_root), file, sink, check_images)
-    table = _annotations(data["annotations"], file, sink)
-    dataset = Dataset([], names, cat_ids, root=real_dir(image_root))
+    data, plain = load_coco_json(file)
+    with gc_paused():  # builds ~10 objects an image: collecting meanwhile finds no garbage
+        dataset = _read(data, plain, file, image_root, sink, skip_empty, include_iscrowd,
+                        size_threshold, categories, keep_original_ids, check_images)
+    dataset.skipped = sink.finish()
+    return dataset
+
+
+def _read(data, plain, file, image_root, sink, skip_empty, include_iscrowd, size_threshold,
+          categories, keep_original_ids, check_images):
+    cats = {c["id"]: c for c in _check_categories(data.pop("categories"), file, sink)}
+    cat_ids, names, selected = _categories(cats, categories, file)
+    root = real_dir(image_root)
+    # Popped from the tree: each list is freed as soon as its columns are out.
+    images = _images(data.pop("images"), root, file, sink, check_images)
+    table = _annotations(data.pop("annotations"), plain, file, sink)
+    dataset = Dataset([], names, cat_ids, root=root)
     dataset.extra = {k: v for k, v in data.items() if k not in TOP_KEYS}
-    category_keys = [{k: v for k, v in coco.cats[i].items() if k not in CATEGORY_KEYS}
+    category_keys = [{k: v for k, v in cats[i].items() if k not in CATEGORY_KEYS}
                      for i in cat_ids]
     if any(category_keys):
         dataset.extra["category_keys"] = category_keys
@@ -88,73 +110,7 @@ def read_coco(annotations_file, image_root, *, skip_empty=False, include_iscrowd
     dataset.records = _group(images, table, skip_empty, dataset)
     if skip_empty:
         dataset.emptied = 0  # those images were dropped, and counted as empty
-    dataset.skipped = sink.finish()
     return dataset
-
-
-def _load_json(file):
-    try:
-        text = limits.read_bytes(file, "MAX_ANNOTATION_BYTES", "COCO annotations file")
-    except FileNotFoundError:
-        raise DatasetError(file, "annotations file not found") from None
-    except OSError as exc:  # a folder, no permission, ...
-        raise DatasetError(file, f"cannot read the annotations file ({exc})") from None
-    try:
-        data = json.loads(text, object_pairs_hook=_unique_keys)
-    except _DuplicateKey as exc:
-        raise DatasetError(file, f"an object gives the key {exc.args[0]!r} twice (JSON readers "
-                                 "disagree on which value counts); refused") from None
-    except (ValueError, UnicodeDecodeError) as exc:  # also ints over Python's digit limit
-        raise DatasetError(file, f"malformed JSON ({exc})") from None
-    except RecursionError:
-        raise DatasetError(file, "malformed JSON (nested too deeply)") from None
-    if _SURROGATE_ESCAPE.search(text):  # rare: checked in full only then
-        _check_surrogates(data, file)
-    if not isinstance(data, dict) or not isinstance(data.get("images"), list) \
-            or not isinstance(data.get("categories"), list):
-        raise DatasetError(file, "not a COCO instances file: needs 'images' and 'categories' lists")
-    data.setdefault("annotations", [])
-    if not isinstance(data["annotations"], list):
-        raise DatasetError(file, "'annotations' is not a list")
-    return data
-
-
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-
-
-class _DuplicateKey(Exception):
-    pass
-
-
-def _unique_keys(pairs):
-    """A JSON object as a dict; a key given twice is refused (``json`` keeps the last value
-    silently, other readers the first)."""
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        seen = set()
-        raise _DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
-    return out
-
-
-def _check_surrogates(data, file):
-    """Refuse a string holding a lone UTF-16 surrogate (a ``\\ud800`` escape without its pair):
-    JSON lets it through, but it is not text any file, XML or label file can hold (the writers
-    raised UnicodeEncodeError)."""
-    stack = [data]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, dict):
-            stack.extend(v.keys())
-            stack.extend(v.values())
-        elif isinstance(v, list):
-            stack.extend(v)
-        elif isinstance(v, str):
-            try:
-                v.encode("utf-8")
-            except UnicodeEncodeError:
-                raise DatasetError(file, f"the string {v[:40]!r} holds a lone UTF-16 surrogate "
-                                         "(a \\uD800-\\uDFFF escape without its pair): not "
-                                         "valid text") from None
 
 
 def _check_categories(entries, file, sink):
@@ -183,30 +139,12 @@ def _check_categories(entries, file, sink):
     return kept
 
 
-def _index(data, file):
-    """Build pycocotools' index from the already-parsed dict (one JSON parse, not two)."""
-    from pycocotools.coco import COCO
-
-    # The index holds images and categories only: annotations are grouped with numpy (faster
-    # than pycocotools' per-annotation dicts), and a malformed annotation must reach the
-    # on_error policy instead of failing inside createIndex.
-    coco = COCO()
-    coco.dataset = {"images": [im for im in data["images"] if isinstance(im, dict) and "id" in im],
-                    "categories": data["categories"], "annotations": []}
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
-            coco.createIndex()
-    except (KeyError, TypeError) as exc:
-        raise DatasetError(file, f"malformed COCO entry (missing or bad key {exc})") from None
-    return coco
-
-
-def _categories(coco, wanted, file):
-    """Return (sorted ids, their names, set of selected ids)."""
-    all_ids = sorted(coco.getCatIds())
+def _categories(cats, wanted, file):
+    """Return (sorted ids, their names, set of all ids); ``cats`` maps id -> entry."""
+    all_ids = sorted(cats)
     by_name, twice = {}, {}
     for i in all_ids:
-        name = coco.cats[i].get("name", str(i))
+        name = cats[i].get("name", str(i))
         if name in by_name:
             twice.setdefault(name, [by_name[name]]).append(i)
         by_name[name] = i
@@ -220,17 +158,61 @@ def _categories(coco, wanted, file):
                                          "select by id")
             if w in by_name:
                 ids.append(by_name[w])
-            elif isinstance(w, (int, np.integer)) and int(w) in coco.cats:
+            elif isinstance(w, (int, np.integer)) and int(w) in cats:
                 ids.append(int(w))
             else:
                 raise DatasetError(file, f"category {w!r} is not in the file")
         ids = sorted(set(ids))
-    names = [str(coco.cats[i].get("name", i)) for i in ids]
+    names = [str(cats[i].get("name", i)) for i in ids]
     return ids, names, set(all_ids)
 
 
 def _images(entries, root, file, sink, check_images):
     """Validate image entries; return list of (image_id, path, width, height, other keys)."""
+    kept = _images_fast(entries, root, check_images)
+    return kept if kept is not None else _images_checked(entries, root, file, sink, check_images)
+
+
+def _images_fast(entries, root, check_images):
+    """What :func:`_images_checked` returns, in C-speed passes, for a list where every entry
+    is an object with an int ``id`` (non-negative, unique), a plain file name (no folder part),
+    positive int ``width`` and ``height``, and (when checked) an existing file; else None.
+    The entries' dicts become the other-keys dicts (the four canonical keys popped)."""
+    n = len(entries)
+    if not n or set(map(type, entries)) != {dict} or not limits.FOLLOW_SYMLINKS_OUTSIDE_ROOT:
+        return None if n else []
+    ids, names, widths, heights = (list(map(dict.get, entries, _repeat(k)))
+                                   for k in ("id", "file_name", "width", "height"))
+    if set(map(type, ids)) != {int} or set(map(type, names)) != {str} \
+            or set(map(type, widths)) | set(map(type, heights)) != {int}:
+        return None
+    if min(ids) < 0 or max(ids) >= 2**63 or len(set(ids)) != n or min(widths) <= 0 \
+            or min(heights) <= 0 or max(widths) >= 2**31 or max(heights) >= 2**31:
+        return None
+    joined = "".join(names)
+    if os.sep in joined or (os.altsep and os.altsep in joined) \
+            or not {"", ".", ".."}.isdisjoint(names):
+        return None  # names with folders, or odd ones: resolve_under decides, name by name
+    if check_images:
+        try:
+            listing = set(os.listdir(root))
+        except OSError:
+            return None
+        if not listing.issuperset(names):
+            return None
+    prefix = root.rstrip(os.sep) + os.sep  # = resolve_under(root, name) for these names
+    paths = [prefix + name for name in names]
+    if set(map(len, entries)) == {len(IMAGE_KEYS)}:
+        others = _repeat({}, n)
+    else:
+        for key in IMAGE_KEYS:
+            _drain(map(dict.pop, entries, _repeat(key)))
+        others = entries  # each now holds its other keys only, in the file's order
+    return list(zip(ids, paths, widths, heights, others))
+
+
+def _images_checked(entries, root, file, sink, check_images):
+    """Entry by entry, each fault named (see :func:`_images`)."""
     index = FileIndex()
     seen = set()
     kept = []
@@ -273,52 +255,113 @@ def _images(entries, root, file, sink, check_images):
     return kept
 
 
-def _annotations(anns, file, sink):
-    """Columns of the annotation list as numpy arrays (one pass per column, no objects).
+def _annotations(anns, plain, file, sink):
+    """Columns of the annotation list as numpy arrays (one C-speed pass per column).
 
     A list that fails the fast extraction is checked entry by entry, so each malformed
     annotation reaches the on_error policy by name; the good ones are then extracted.
+    The annotations' dicts are consumed: what is left of each is its ``box_keys`` dict.
     """
     try:
-        table = _columns(anns)
+        table = _columns(anns, plain)
     except (KeyError, TypeError, ValueError, OverflowError, AttributeError):
         keep = [i for i, a in enumerate(anns) if _annotation_ok(a, i, file, sink)]
         anns = [anns[i] for i in keep]
-        table = _columns(anns) | {"pos": np.asarray(keep, dtype=np.int64)}
-    if any(a.get("segmentation") for a in anns):
-        table["segmentation"] = [a.get("segmentation") or None for a in anns]
-    others = [{k: v for k, v in a.items() if k not in ANNOTATION_KEYS} for a in anns]
-    if any(others):
-        table["box_keys"] = others
+        table = _columns(anns, plain)
+    keys = table.pop("keys")
+    if "segmentation" in keys:
+        segmentation = list(map(dict.get, anns, _repeat("segmentation")))
+        if any(segmentation):
+            table["segmentation"] = [v or None for v in segmentation]
+        del segmentation
+    if keys - ANNOTATION_KEYS:
+        table["box_keys"] = _box_keys(anns, keys)
     return table
 
 
-def _columns(anns):
-    """Raises on any malformed entry, including a 0/1 flag (iscrowd, difficult, truncated) > 1."""
+_MISSING = object()
+_CHUNK = 1 << 16
+
+
+def _box_keys(anns, keys):
+    """Each annotation's keys that no field models, as a dict in the file's order (for
+    ``extra["box_keys"]``), made in place of the annotations' dicts: a chunk's dicts are
+    released as its new ones are made, so the peak holds one chunk twice, not the list."""
+    others = keys - ANNOTATION_KEYS
+    if len(others) == 1:  # COCO's own files: "area" alone
+        (key,) = others
+        for start in range(0, len(anns), _CHUNK):
+            values = list(map(dict.get, anns[start:start + _CHUNK], _repeat(key),
+                              _repeat(_MISSING)))
+            anns[start:start + _CHUNK] = [{} if v is _MISSING else {key: v} for v in values]
+        return anns
+    # Pop the canonical keys: each dict keeps only the others, in their order; a copy is then
+    # sized for what is left.
+    for key in keys & ANNOTATION_KEYS:
+        _drain(map(dict.pop, anns, _repeat(key), _repeat(None)))
+    for i, rest in enumerate(anns):
+        anns[i] = dict(rest)
+    return anns
+
+
+def _columns(anns, plain=False):
+    """Raises on any malformed entry, including a 0/1 flag (iscrowd, difficult, truncated) > 1;
+    leaves ``anns`` as it was then.
+
+    ``plain``: the file holds no ``true`` / ``false`` / ``null``, so no bool or None is in the
+    tree; the ``array`` module's conversions then check every type in the pass that converts
+    (an int array takes ints only, a double array ints and floats only). Otherwise each column's
+    types are checked first (numpy would take ``"1"``, ``1.5`` or ``True`` as a number).
+    """
     n = len(anns)
-    image_ids, cat_ids = [a["image_id"] for a in anns], [a["category_id"] for a in anns]
-    ann_ids = [a.get("id", -1) for a in anns]
-    if not set(map(type, image_ids + cat_ids + ann_ids)) <= {int}:  # numpy takes "1" or 1.5
-        raise TypeError("an id is not an int")
-    bboxes = [a["bbox"] for a in anns]
+    if n and set(map(type, anns)) != {dict}:
+        raise TypeError("an annotation is not an object")
+    keys = set(itertools.chain.from_iterable(anns))
+    table = {"image_id": _ints(map(itemgetter("image_id"), anns), plain),
+             "category_id": _ints(map(itemgetter("category_id"), anns), plain),
+             "ann_id": _ints(map(dict.get, anns, _repeat("id"), _repeat(-1)), plain)}
+    bboxes = list(map(itemgetter("bbox"), anns))
     # Exactly 4 numbers each: numpy would take "1" or True as numbers, and reshape 8 numbers
     # into two boxes (or 2 + 2 numbers of two annotations into one).
-    if not all(type(b) is list and len(b) == 4 for b in bboxes) \
-            or not set(map(type, itertools.chain.from_iterable(bboxes))) <= {int, float}:
+    if n and (set(map(len, bboxes)) != {4} or not plain and set(map(type, bboxes)) != {list}):
         raise TypeError("a bbox is not 4 numbers")
-    flags = {k: [a.get(k, 0) for a in anns] for k in ("iscrowd",) + FLAG_KEYS
-             if k == "iscrowd" or any(k in a for a in anns)}
-    if any(v.__class__ is not int or v not in (0, 1) for f in flags.values() for v in f):
-        raise ValueError("a 0/1 flag holds another value")  # numpy takes 1.5 or True as 1
-    table = {
-        "image_id": np.fromiter(image_ids, np.int64, n),
-        "category_id": np.fromiter(cat_ids, np.int64, n),
-        "xywh": np.array(bboxes, dtype=np.float64).reshape(n, 4),
-        "ann_id": np.fromiter(ann_ids, np.int64, n),
-        "pos": np.arange(n),
-    }
-    table.update({k: np.fromiter(v, np.uint8, n) for k, v in flags.items()})
+    coords = itertools.chain.from_iterable(bboxes)
+    if plain:
+        table["xywh"] = np.frombuffer(array("d", coords), np.float64).reshape(n, 4)
+    else:
+        if not set(map(type, coords)) <= {int, float}:
+            raise TypeError("a bbox is not 4 numbers")
+        table["xywh"] = np.fromiter(itertools.chain.from_iterable(bboxes), np.float64,
+                                    4 * n).reshape(n, 4)
+    del bboxes, coords
+    for key in ("iscrowd",) + FLAG_KEYS:
+        if key == "iscrowd" or key in keys:
+            values = map(dict.get, anns, _repeat(key), _repeat(0))
+            if plain:
+                table[key] = np.frombuffer(array("B", values), np.uint8)
+            else:
+                values = list(values)
+                if n and (set(map(type, values)) != {int} or not set(values) <= {0, 1}):
+                    raise ValueError(f"{key!r} is not 0 or 1")
+                table[key] = np.fromiter(values, np.uint8, n)
+            if n and table[key].max() > 1:
+                raise ValueError("a 0/1 flag holds another value")  # numpy takes 1.5 or True
+    table["keys"] = keys
     return table
+
+
+def _all_have(anns, key):
+    return all(map(dict.__contains__, anns, _repeat(key)))
+
+
+def _ints(values, plain):
+    """int64 array of an iterable of ints; TypeError for any other type."""
+    if plain:
+        return np.frombuffer(array("q", values), np.int64)
+    values = list(values)
+    if not set(map(type, values)) <= {int}:  # numpy takes "1" or 1.5
+        raise TypeError("an id is not an int")
+    return np.fromiter(values, np.int64, len(values))
 
 
 def _is_id(value):
@@ -367,7 +410,11 @@ def _annotation_ok(a, i, file, sink):
 
 
 def _take(table, mask):
-    return {k: ([v[i] for i in np.flatnonzero(mask)] if isinstance(v, list) else v[mask])
+    if mask.all():
+        return table
+    idx = np.flatnonzero(mask)
+    rows = idx.tolist()
+    return {k: ([v[i] for i in rows] if isinstance(v, list) else v[idx])
             for k, v in table.items()}
 
 
@@ -375,37 +422,44 @@ def _filter(table, images, selected, cat_ids, file, sink, dataset, include_iscro
     """Attach image index and label to each annotation; drop, clip and count as the options say."""
     # A sentinel image (id -1, size 0) keeps the lookups valid when no image was kept.
     ids = np.array([im[0] for im in images] or [-1], dtype=np.int64)
-    sizes = np.array([im[2:4] for im in images] or [(0, 0)], dtype=np.float64)
+    sizes = np.array(list(map(itemgetter(2, 3), images)) or [(0, 0)], dtype=np.float64)
     order = np.argsort(ids, kind="stable")
-    pos = order[np.clip(np.searchsorted(ids[order], table["image_id"]), 0, len(ids) - 1)]
+    pos = np.searchsorted(ids[order], table["image_id"])
+    np.minimum(pos, len(ids) - 1, out=pos)
+    if (order != np.arange(len(ids))).any():  # (ids listed in ascending order: no lookup)
+        pos = order[pos]
     known_image = (ids[pos] == table["image_id"]) & (len(images) > 0)
     table["image"] = pos
     known_cat = np.isin(table["category_id"], np.fromiter(selected, np.int64, len(selected)))
     wanted_cat = np.isin(table["category_id"], np.asarray(cat_ids, dtype=np.int64))
-    xywh = table["xywh"]
-    xyxy = np.concatenate([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]], axis=1)
-    w, h = sizes[pos, 0], sizes[pos, 1]
-    boxes, bad_box, _ = validate_boxes(xyxy, w, h)
-    all_ids = np.asarray(table["image_id"])
-    ok = _report_faults(table, file, sink, images, known_image, known_cat, bad_box, xyxy, w, h,
-                        all_ids)
-    had_bad = np.unique(table["image"][~ok & known_image])
-    dataset.emptied = int(np.setdiff1d(had_bad, table["image"][ok]).size)
+    xyxy = table.pop("xywh")  # made [x, y, x + w, y + h] in place: no second (N, 4) array
+    small = (xyxy[:, 2] < threshold) | (xyxy[:, 3] < threshold) if threshold > 0 else None
+    xyxy[:, 2:] += xyxy[:, :2]
+    boxes, bad_box, moved = validate_boxes_mask(xyxy, lambda: sizes[pos, 0],
+                                                lambda: sizes[pos, 1])
+    ok = known_image & known_cat & ~bad_box
+    dataset.emptied = 0
+    if not ok.all():  # (only then: np.unique's first call imports numpy.ma, 25 ms)
+        _report_faults(table, file, sink, images, ok, known_image, known_cat, xyxy, sizes, pos)
+        had_bad = np.unique(table["image"][~ok & known_image])
+        dataset.emptied = int(np.setdiff1d(had_bad, table["image"][ok]).size)
     ok = count_drop(dataset, ok, ~wanted_cat, "boxes of categories not selected")
     if not include_iscrowd:
         ok = count_drop(dataset, ok, table["iscrowd"] > 0, "crowd boxes (include_iscrowd=False)")
-    if threshold > 0:
-        small = (xywh[:, 2] < threshold) | (xywh[:, 3] < threshold)
+    if small is not None:
         ok = count_drop(dataset, ok, small, f"boxes under size_threshold={threshold:g}")
-    _, _, dataset.clipped = validate_boxes(xyxy[ok], w[ok], h[ok])
+    dataset.clipped = int(np.count_nonzero(moved & ok))
+    del xyxy, moved
     table["box"] = boxes
-    table["label"] = np.searchsorted(np.asarray(cat_ids, dtype=np.int64), table["category_id"])
+    table["label"] = np.searchsorted(np.asarray(cat_ids, dtype=np.int64),
+                                     table.pop("category_id"))
+    del table["image_id"]
     return _take(table, ok)
 
 
-def _report_faults(table, file, sink, images, known_image, known_cat, bad_box, xyxy, w, h, ids):
-    """Send every faulty annotation to the sink (raise or record); return the mask of good ones."""
-    ok = known_image & known_cat & ~bad_box
+def _report_faults(table, file, sink, images, ok, known_image, known_cat, xyxy, sizes, pos):
+    """Send every faulty annotation (``~ok``) to the sink: raise, or record and go on."""
+    ids = table["image_id"]
     for i in np.flatnonzero(~ok):
         where = f"annotation id {table['ann_id'][i]} (image id {ids[i]})"
         if not known_image[i]:
@@ -415,31 +469,45 @@ def _report_faults(table, file, sink, images, known_image, known_cat, bad_box, x
         else:
             name = images[table["image"][i]][1]
             sink.fault(file, f"{where}, {os.path.basename(name)}: "
-                             + box_fault(xyxy[i], int(w[i]), int(h[i])))
-    return ok
+                             + box_fault(xyxy[i], int(sizes[pos[i], 0]), int(sizes[pos[i], 1])))
 
 
 def _group(images, table, skip_empty, dataset):
     """One record per image: annotations sorted stably by image, then sliced per image."""
-    order = np.argsort(table["image"], kind="stable")
-    offsets = group_offsets(table["image"], len(images))
-    boxes, labels = table["box"][order], table["label"][order]
-    fields = {"iscrowd": table["iscrowd"][order], "annotation_id": table["ann_id"][order]}
+    image_of = table["image"]
+    offsets = group_offsets(image_of, len(images))
+    if np.all(image_of[1:] >= image_of[:-1]):  # already grouped (a file written image by image)
+        order = None
+    else:
+        order = np.argsort(image_of, kind="stable")
+
+    def sort(v):
+        if order is None:
+            return v
+        if isinstance(v, np.ndarray):
+            return v[order]
+        out = []  # in slices: a list of a million Python ints would cost 36 MB meanwhile
+        for start in range(0, len(order), 1 << 16):
+            out.extend([v[i] for i in order[start:start + (1 << 16)].tolist()])
+        return out
+
+    boxes, labels = sort(table.pop("box")), sort(table.pop("label"))
+    fields = {"iscrowd": sort(table.pop("iscrowd")), "annotation_id": sort(table.pop("ann_id"))}
     for key in FLAG_KEYS:
         if key in table:
-            fields[key] = table[key][order]
-    per_box = [k for k in ("segmentation", "box_keys") if k in table]
-    records, empty = [], 0
+            fields[key] = sort(table.pop(key))
+    per_box = {k: sort(table.pop(k)) for k in ("segmentation", "box_keys") if k in table}
+    records, empty, bounds = [], 0, offsets.tolist()
     for k, (image_id, path, width, height, image_keys) in enumerate(images):
-        s, e = int(offsets[k]), int(offsets[k + 1])
+        s, e = bounds[k], bounds[k + 1]
         if s == e and skip_empty:
             empty += 1
             continue
-        extra = {key: [table[key][i] for i in order[s:e]] for key in per_box}
+        extra = {key: v[s:e] for key, v in per_box.items()}
         if image_keys:
             extra["image_keys"] = image_keys
-        records.append(DetectionRecord(path, width, height, boxes[s:e], labels[s:e],
-                                       {n: v[s:e] for n, v in fields.items()}, image_id, extra))
+        records.append(trusted_record(path, width, height, boxes[s:e], labels[s:e],
+                                      {n: v[s:e] for n, v in fields.items()}, image_id, extra))
     if empty:
         dataset.dropped["empty images (skip_empty)"] = empty
     return records

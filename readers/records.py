@@ -70,6 +70,23 @@ class DetectionRecord:
                                self.image_id, extra)
 
 
+def trusted_record(path, width, height, boxes, labels, fields, image_id, extra):
+    """A :class:`DetectionRecord` from parts a reader has already made canonical (float32
+    (N, 4) boxes, int64 (N,) labels, fields of length N, int sizes): the same object as the
+    constructor gives, without ``__post_init__``'s conversions and checks (a reader building
+    a million records pays them a million times)."""
+    record = object.__new__(DetectionRecord)
+    record.path = path
+    record.width = width
+    record.height = height
+    record.boxes = boxes
+    record.labels = labels
+    record.fields = fields
+    record.image_id = image_id
+    record.extra = extra
+    return record
+
+
 @dataclass
 class Dataset:
     """Records plus the class list.

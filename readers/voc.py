@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 
 import numpy as np
 from lxml import etree
@@ -145,8 +146,11 @@ def _list_ids(root, split, sink):
             line = line.strip()
             if not line:
                 continue
-            whole = resolve_under(os.path.join(root, "Annotations"), line + ".xml")
-            image_id = line if whole and index.exists(whole) else line.split()[0]
+            if line.isprintable() and " " not in line:  # no inner blank: the line is the id
+                image_id = line
+            else:
+                whole = resolve_under(os.path.join(root, "Annotations"), line + ".xml")
+                image_id = line if whole and index.exists(whole) else line.split()[0]
             if image_id in first:
                 sink.fault(split_file, f"line {number}: id {image_id!r} is listed twice "
                                        f"(first on line {first[image_id]})")
@@ -197,17 +201,32 @@ def _parse_file(xml_path, image_id, images, parser, index, check_images):
         raise DatasetError(xml_path, "malformed XML (no root element)")
     if ann.tag != "annotation":
         raise DatasetError(xml_path, f"root element is <{ann.tag}>, not <annotation>")
-    twice = _repeated(ann, ("filename", "size")) or \
-        _repeated(ann.find("size"), ("width", "height"), "size/")
+    # One pass over the children (ElementPath's findtext("size/width") costs more than the rest)
+    filename = size = None
+    objects, counts = [], {"filename": 0, "size": 0}
+    for child in ann:
+        tag = child.tag
+        if tag == "object":
+            objects.append(child)
+        elif tag in counts:
+            counts[tag] += 1
+            if tag == "filename" and filename is None:
+                filename = child
+            elif tag == "size" and size is None:
+                size = child
+    twice = next((t for t in ("filename", "size") if counts[t] > 1), None) or \
+        _repeated(size, ("width", "height"), "size/")
     if twice:
         raise DatasetError(xml_path, f"<{twice}> is given twice: which one counts is unknown")
-    path = _image_path(ann.findtext("filename"), image_id, images, index, xml_path, check_images)
-    width, height = _size(ann, xml_path), _size(ann, xml_path, "height")
+    path = _image_path(None if filename is None else filename.text, image_id, images, index,
+                       xml_path, check_images)
+    width, height = (_size(None if size is None else size.findtext(key), xml_path, key)
+                     for key in ("width", "height"))
     if width <= 0 or height <= 0:
         width, height = header_size(path)
-    objects = [_object(obj) for obj in ann.iterfind("object")]
     return {"xml": xml_path, "id": image_id, "path": path, "width": width, "height": height,
-            "objects": objects, "image_keys": element_dict(ann, _IMAGE_TAGS)}
+            "objects": [_object(obj) for obj in objects],
+            "image_keys": element_dict(ann, _IMAGE_TAGS)}
 
 
 def element_value(el):
@@ -215,7 +234,8 @@ def element_value(el):
     that repeats gives a list)."""
     children = [c for c in el if isinstance(c.tag, str)]  # comments have a non-str tag
     if not children:
-        return (el.text or "").strip()
+        # Interned: a dataset repeats a few values ("Unspecified", "0") 100,000 times
+        return sys.intern((el.text or "").strip())
     return element_dict(el, ())
 
 
@@ -224,13 +244,13 @@ def element_dict(el, skip):
     for child in el:
         if not isinstance(child.tag, str) or child.tag in skip:
             continue
-        value = element_value(child)
-        if child.tag not in out:
-            out[child.tag] = value
-        elif isinstance(out[child.tag], list):  # element_value never gives a list itself
-            out[child.tag].append(value)
+        value, tag = element_value(child), sys.intern(child.tag)
+        if tag not in out:
+            out[tag] = value
+        elif isinstance(out[tag], list):  # element_value never gives a list itself
+            out[tag].append(value)
         else:
-            out[child.tag] = [out[child.tag], value]
+            out[tag] = [out[tag], value]
     return out
 
 
@@ -260,22 +280,27 @@ def _repeated(el, tags, prefix=""):
     return next((prefix + t for t in tags if found.count(t) > 1), None)
 
 
-def _size(ann, xml_path, key="width"):
-    """``<size><key>``: a whole number of pixels; 0 where absent or empty (then the image
+def _size(text, xml_path, key):
+    """``<size><key>``'s text: a whole number of pixels; 0 where absent or empty (then the image
     header gives it). Anything else (``abc``, ``-5``, ``500.5``, ``inf``) is a fault of the
     file: it was read as "unknown" before, silently."""
-    text = (ann.findtext(f"size/{key}") or "").strip()
+    text = (text or "").strip()
     if not text:
         return 0
+    if text.isdigit() and text.isascii():  # the usual "500": no float, no pattern
+        return int(text) if int(text) < 2**31 else _size_fault(text, xml_path, key)
     try:
         value = float(text)
         ok = value.is_integer() and 0 <= value < 2**31
     except (ValueError, OverflowError):
         ok = False
     if not ok or not _DECIMAL.fullmatch(text):
-        raise DatasetError(xml_path, f"<size><{key}> is {text!r:.40}, not a whole number of "
-                                     "pixels")
+        _size_fault(text, xml_path, key)
     return int(value)
+
+
+def _size_fault(text, xml_path, key):
+    raise DatasetError(xml_path, f"<size><{key}> is {text!r:.40}, not a whole number of pixels")
 
 
 _DECIMAL = re.compile(r"[+]?[0-9]+(?:\.0*)?")
@@ -291,9 +316,10 @@ def _object(obj):
     is one of the other elements (it overrode the box when it came after the ``bndbox``, as
     write_voc puts the other elements, so a VOC -> VOC round trip changed the box).
     """
-    values, box, twice = {}, {}, None
+    values, box, twice, others = {}, {}, None, []
     for child in obj:
-        if child.tag == "bndbox":
+        tag = child.tag
+        if tag == "bndbox":
             if "bndbox" in values:
                 twice = "bndbox"
             values["bndbox"] = None
@@ -302,16 +328,19 @@ def _object(obj):
                     twice = f"bndbox/{coord.tag}"
                 box[coord.tag] = coord.text
         else:
-            if child.tag in values and child.tag in _OBJECT_TAGS:
-                twice = child.tag
-            values[child.tag] = child.text
-    name = (values.get("name") or "").strip()
+            if tag in _OBJECT_TAGS:
+                if tag in values:
+                    twice = tag
+            elif isinstance(tag, str):  # (a comment's tag is a function)
+                others.append(child)
+            values[tag] = child.text
+    name = sys.intern((values.get("name") or "").strip())
     if not name:  # also what an unexpanded entity reference leaves behind
         return name, _NAN_BOX, 0, 0, "object without a <name>", {}
     if twice:
         return name, _NAN_BOX, 0, 0, f"object {name!r}: <{twice}> is given twice", {}
     try:
-        coords = [float(box[k]) for k in _COORDS]
+        coords = tuple([float(box[k]) for k in _COORDS])
     except (KeyError, TypeError, ValueError):
         given = [box.get(k) for k in _COORDS]
         return name, _NAN_BOX, 0, 0, f"object {name!r}: bndbox is not 4 numbers {given}", {}
@@ -321,7 +350,7 @@ def _object(obj):
         if text not in ("0", "1"):
             return name, coords, 0, 0, f"object {name!r}: <{key}> is {text!r}, not 0 or 1", {}
         flags[i] = int(text)
-    return name, coords, flags[0], flags[1], None, element_dict(obj, _OBJECT_TAGS)
+    return name, coords, flags[0], flags[1], None, element_dict(others, ())
 
 
 _NAN_BOX = [float("nan")] * 4
