@@ -2130,7 +2130,7 @@ class readers:
     @staticmethod
     def coco(*, file_root: str | None = None, annotations_file: str | None = None, skip_empty: bool = False, include_iscrowd: bool = True, size_threshold: float | None = None, categories: Sequence[Any] | None = None, keep_original_ids: bool = False, on_error: str = 'raise', random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, ltrb: bool | None = None, ratio: bool | None = None, image_ids: bool | None = None, avoid_class_remapping: bool | None = None, polygon_masks: bool | None = None, pixelwise_masks: bool | None = None, initial_fill: Any = None, pad_last_batch: bool | None = None, stick_to_shard: bool | None = None, shuffle_after_epoch: bool | None = None, read_ahead: Any = None, lazy_init: Any = None, prefetch_queue_depth: Any = None, dont_use_mmap: Any = None, skip_cached_images: Any = None, tensor_init_bytes: Any = None, bytes_per_sample_hint: Any = None, preserve: Any = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
         """
-        COCO instances JSON (pycocotools): encoded images and their boxes.
+        COCO instances JSON: encoded images and their boxes.
         
         Inputs: none (called with keyword arguments only).
         

@@ -305,7 +305,7 @@ register("readers.coco", devices=("cpu",), inputs=(0, 0), kind="source",
                                      "pipeline's shard_policy. Not given: the shard stays, or "
                                      "where another of DALI's arguments is given, DALI's default "
                                      "(False where the shards have one length)"},
-         doc="COCO instances JSON (pycocotools): encoded images and their boxes")(_coco_reader)
+         doc="COCO instances JSON: encoded images and their boxes")(_coco_reader)
 register("coco_reader", devices=("cpu",), inputs=(0, 0), kind="source",
          outputs=lambda n, a: dali_coco_outputs(a),
          args={"file_root": None, "annotations_file": None, "skip_empty": False,
