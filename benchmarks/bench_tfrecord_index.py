@@ -1,7 +1,13 @@
 """Index 100,000 TFRecord records (OD layout, one 11.6 kB JPEG each, 3 boxes) and time
-readers.read_tfrecord (its index: one pass over the record headers, CRCs checked).
+readers.read_tfrecord: cold (no index cache: framing, both CRCs, the Example scan), cached (the
+index cache beside the shards), the reference parser record by record (``--reference``), and
+the bounds of a pass in Python over the same bytes: the header walk alone, and the data CRCs
+alone (google-crc32c over each record).
 
     python benchmarks/bench_tfrecord_index.py IMAGE.jpg [--records 100000] [--shards 10]
+        [--repeat 3] [--reference]
+
+Prints one line per measurement, microseconds per record (best of ``--repeat``).
 """
 from __future__ import annotations
 
@@ -15,7 +21,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from readers import tfrecord as T  # noqa: E402
-from readers.tfrecord_od import read_tfrecord  # noqa: E402
+from readers import tfrecord_cache  # noqa: E402
+from readers.tfrecord_od import _read_reference, read_tfrecord  # noqa: E402
 
 
 def write_shards(folder, jpeg, n, shards, seed=0):
@@ -39,26 +46,85 @@ def write_shards(folder, jpeg, n, shards, seed=0):
         T.write_records(os.path.join(folder, f"train-{s:05d}-of-{shards:05d}.tfrecord"), exs)
 
 
+def _best(fn, repeat):
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return min(times), out
+
+
+def _framing_only(files):
+    """The sequential part of the index: one header unpack a record (no CRC, no parse)."""
+    n, unpack = 0, T._HEADER.unpack_from
+    for path in files:
+        with open(path, "rb") as f:
+            buf = f.read()
+        off, size = 0, len(buf)
+        while off < size:
+            length = unpack(buf, off)[0]
+            off += 16 + length
+            n += 1
+    return n
+
+
+def _crc_only(files):
+    """The data CRC of every record (offsets from the header walk), nothing else."""
+    n, unpack, crc = 0, T._HEADER.unpack_from, T.crc32c
+    for path in files:
+        with open(path, "rb") as f:
+            buf = f.read()
+        off, size = 0, len(buf)
+        while off < size:
+            length = unpack(buf, off)[0]
+            crc(buf[off + 12:off + 12 + length])
+            off += 16 + length
+            n += 1
+    return n
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("image", help="a JPEG file, stored in every record")
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--shards", type=int, default=10)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--reference", action="store_true",
+                    help="also time the reference parser (slow: ~300 us a record)")
     args = ap.parse_args(argv)
     with open(args.image, "rb") as f:
         jpeg = f.read()
+    tfrecord_cache.RACY_NS = -10**12  # the shards are not written to during the run
     with tempfile.TemporaryDirectory() as d:
         t = time.perf_counter()
         write_shards(d, jpeg, args.records, args.shards)
-        size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
+        files = sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".tfrecord"))
+        size = sum(os.path.getsize(f) for f in files)
         print(f"wrote {args.records} records, {size / 1e6:.0f} MB, in {time.perf_counter() - t:.1f} s; "
               f"CRC: {T.CRC_IMPLEMENTATION}")
-        for _ in range(2):
-            t = time.perf_counter()
-            ds = read_tfrecord(d)
-            dt = time.perf_counter() - t
-            print(f"read_tfrecord: {len(ds)} records, {sum(r.num_boxes for r in ds.records)} boxes "
-                  f"indexed in {dt:.2f} s ({dt / len(ds) * 1e6:.1f} us/record)")
+        n = args.records
+
+        def line(what, seconds):
+            print(f"{what:<44} {seconds:7.2f} s {seconds / n * 1e6:8.1f} us/record")
+
+        line("bound: header walk only (read + unpack)", _best(lambda: _framing_only(files),
+                                                               args.repeat)[0])
+        line("bound: data CRCs only (read + walk + crc)", _best(lambda: _crc_only(files),
+                                                                 args.repeat)[0])
+        dt, ds = _best(lambda: read_tfrecord(d, index_cache=False), args.repeat)
+        line(f"read_tfrecord cold ({sum(r.num_boxes for r in ds.records)} boxes)", dt)
+        dt, _ = _best(lambda: read_tfrecord(d), 1)
+        line("read_tfrecord, first read (writes the cache)", dt)
+        dt, cached = _best(lambda: read_tfrecord(d), args.repeat)
+        line("read_tfrecord cached", dt)
+        assert len(cached) == len(ds) == n
+        if args.reference:
+            dt, ref = _best(lambda: _read_reference(d), 1)
+            line("reference parser (record by record)", dt)
+            same = all(a.path == b.path and (a.boxes == b.boxes).all() and
+                       (a.labels == b.labels).all() for a, b in zip(ds.records, ref.records))
+            print(f"fast == reference: {same and len(ref) == len(ds)}")
 
 
 if __name__ == "__main__":

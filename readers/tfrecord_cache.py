@@ -39,7 +39,7 @@ import numpy as np
 from . import tfrecord as T
 from .tfrecord_scan import FLAGS, index_shard
 
-VERSION = 2
+VERSION = 3
 # A shard changed less than this long ago is not cached: a second write within the same
 # timestamp tick, at the same size, would leave the key unchanged ("racily clean", as git
 # calls it). Such a shard is scanned at every read until it has settled.
@@ -47,7 +47,8 @@ RACY_NS = 2 * 10**9
 _DIR = ".detaug-index"
 _PER_RECORD = {"offset": np.int64, "length": np.int64, "img_start": np.int64,
                "img_stop": np.int64, "width": np.int64, "height": np.int64, "nbox": np.int64,
-               "clipped": np.int64, "area_present": np.bool_,
+               "clipped": np.int64, "area_present": np.bool_, "image_id_int": np.int64,
+               "image_id_is_int": np.bool_,
                **{f"flag_present_{f}": np.bool_ for f in FLAGS}}
 _PER_BOX = {"ids": np.int64, "text_code": np.int64, "area": np.float32,
             **{f"flag_{f}": np.uint8 for f in FLAGS}}

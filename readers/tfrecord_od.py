@@ -42,7 +42,7 @@ from .writers import count_unheld_dataset_extra
 from .tfrecord import (RecordFault, bytes_feature, float_feature, int64_feature,
                        read_record_at, serialize_example, write_records)
 from .tfrecord_cache import load_index
-from .tfrecord_example import (AREA, BOX_KEYS, FLAGS, LABEL, MODELED, TEXT, _record, _sniff,
+from .tfrecord_example import (AREA, BOX_KEYS, FLAGS, LABEL, TEXT, _record, _sniff,
                                image_id, reference_rows)
 
 LABEL_MAP_FILE = "label_map.pbtxt"
@@ -180,7 +180,9 @@ def _clean_classes(shards, fixed):
     ids = np.concatenate(ids) if ids else np.zeros(0, np.int64)
     codes = np.concatenate(codes) if codes else np.zeros(0, np.int64)
     texts = list(table)
-    pairs = np.unique(np.stack([ids, codes], 1)[codes >= 0], axis=0).tolist()
+    named = codes >= 0
+    span = len(texts) + 1
+    pairs = [divmod(v, span) for v in np.unique(ids[named] * span + codes[named]).tolist()]
     if fixed is not None:
         if not np.isin(ids, np.asarray(list(fixed), np.int64)).all():
             return None
@@ -253,7 +255,9 @@ def _fast_dataset(files, shards, names, skip_empty, sink):
 
 
 def _fast_records(file, ix, lookup):
-    """DetectionRecords of a shard's scanned records (all of them clean)."""
+    """DetectionRecords of a shard's scanned records (all of them clean). Their arrays are
+    float32 (n, 4) boxes and int64 labels by construction: the constructor's checks are
+    skipped (a record costs a few dict and tuple allocations, no more)."""
     n = len(ix["offset"])
     bounds = np.zeros(n + 1, np.int64)
     np.cumsum(ix["nbox"], out=bounds[1:])
@@ -263,19 +267,25 @@ def _fast_records(file, ix, lookup):
     flags = [(f, ix[f"flag_present_{f}"].tolist(), ix[f"flag_{f}"]) for f in FLAGS
              if ix[f"flag_present_{f}"].any()]
     area_present, area = ix["area_present"].tolist(), ix["area"].tolist()
+    ids = [i if ok else (s or None) for i, ok, s in zip(
+        ix["image_id_int"].tolist(), ix["image_id_is_int"].tolist(), ix["source_id"])]
     prefix = file + os.sep
+    new, cls = object.__new__, DetectionRecord
     out = []
-    for i, (name, sid, off, length, start, stop, w, h) in enumerate(zip(
-            ix["name"], ix["source_id"], ix["offset"].tolist(), ix["length"].tolist(),
+    for i, (name, iid, off, length, start, stop, w, h) in enumerate(zip(
+            ix["name"], ids, ix["offset"].tolist(), ix["length"].tolist(),
             ix["img_start"].tolist(), ix["img_stop"].tolist(), ix["width"].tolist(),
             ix["height"].tolist())):
         a, b = bounds[i], bounds[i + 1]
         extra = {"tfrecord_image": (file, off, length, start, stop)}
         if area_present[i]:
             extra["box_keys"] = [{"area": v} for v in area[a:b]]
-        fields = {f: v[a:b] for f, present, v in flags if present[i]}
-        out.append(DetectionRecord(prefix + name.lstrip("/"), w, h, boxes[a:b], labels[a:b],
-                                   fields, image_id(sid), extra))
+        record = new(cls)
+        record.__dict__ = {"path": prefix + name.lstrip("/"), "width": w, "height": h,
+                           "boxes": boxes[a:b], "labels": labels[a:b],
+                           "fields": {f: v[a:b] for f, present, v in flags if present[i]}
+                           if flags else {}, "image_id": iid, "extra": extra}
+        out.append(record)
     return out
 
 

@@ -170,28 +170,56 @@ def _gather(buf, start, end):
     return buf[idx], off
 
 
+def _words(buf, start, n, width):
+    """``(M, width)`` uint64: the bytes of each span as little-endian words, zero past its
+    length (one gather a word, through an array of the unaligned words at every byte)."""
+    limit = len(buf) - 8  # the last byte a whole word starts at
+    every = np.ndarray((max(limit + 1, 0),), "<u8", buf, 0, (1,))
+    out = np.zeros((len(start), width), np.uint64)
+    for j in range(width):
+        p = start + 8 * j
+        left = n - 8 * j
+        w = every[np.clip(p, 0, max(limit, 0))] if limit >= 0 else np.zeros(len(p), np.uint64)
+        for i in np.flatnonzero((left > 0) & (p > limit)).tolist():  # the file's last bytes
+            w[i] = int.from_bytes(bytes(buf[p[i]:p[i] + 8]), "little")
+        keep = np.clip(left, 0, 8).astype(np.uint64) * np.uint64(8)
+        mask = np.where(keep == 64, ~np.uint64(0), (np.uint64(1) << (keep % np.uint64(64)))
+                        - np.uint64(1))
+        out[:, j] = w & mask
+    return out
+
+
 def unique_spans(buf, start, end):
     """``(codes, values)``: the byte strings of the spans, numbered so that equal strings have
-    equal codes (``values[code]`` is the string as bytes). Rows are hashed, then compared
-    byte for byte with their group's first row; a collision is resolved by a dict."""
+    equal codes (``values[code]`` is the string as bytes). Rows are hashed (their words and
+    length), numbered by hash one distinct value at a time (few: keys, class names), then
+    compared word for word with their value's first row; past 64 distinct values, and for a
+    hash collision, rows are numbered through a dict."""
+    codes = np.full(len(start), -1, np.int64)
     if not len(start):
-        return np.zeros(0, np.int64), []
+        return codes, []
     n = end - start
-    width = max(8, -(-int(n.max()) // 8) * 8)
-    idx = start[:, None] + np.arange(width)
-    mat = np.where(np.arange(width) < n[:, None], buf[np.minimum(idx, len(buf) - 1)], 0)
-    words = np.ascontiguousarray(mat).view("<u8")
-    h = n.astype(np.uint64)
+    words = _words(buf, start, n, max(1, -(-int(n.max()) // 8)))
+    h = n.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
     for j in range(words.shape[1]):
-        h = (h * np.uint64(0x100000001B3)) ^ words[:, j]
-    _, first, codes = np.unique(h, return_index=True, return_inverse=True)
-    codes = codes.reshape(-1).astype(np.int64)
-    same = (words == words[first[codes]]).all(1) & (n == n[first[codes]])
-    values = [mat[i, :n[i]].tobytes() for i in first.tolist()]
-    if not same.all():  # a hash collision: number those rows by their bytes
+        h = (h ^ words[:, j]) * np.uint64(0x100000001B3)
+        h ^= h >> np.uint64(29)
+    first = []
+    while len(first) < 64:
+        i = int(np.argmax(codes < 0))
+        if codes[i] >= 0:
+            break
+        codes = np.where(h == h[i], len(first), codes)
+        first.append(i)
+    first = np.asarray(first, np.int64)
+    rep = first[np.maximum(codes, 0)]
+    exact = (codes >= 0) & (n == n[rep]) & (words == words[rep]).all(1)
+    values = [bytes(buf[start[i]:end[i]]) for i in first.tolist()]
+    rest = np.flatnonzero(~exact)
+    if len(rest):  # many distinct values, or a collision
         table = {v: k for k, v in enumerate(values)}
-        for i in np.flatnonzero(~same).tolist():
-            codes[i] = table.setdefault(mat[i, :n[i]].tobytes(), len(table))
+        for i in rest.tolist():
+            codes[i] = table.setdefault(bytes(buf[start[i]:end[i]]), len(table))
         values = list(table)
     return codes, values
 
@@ -304,7 +332,7 @@ class _Shard:
         start, end = np.zeros(self.n, np.int64), np.zeros(self.n, np.int64)
         code = self.codes.get(name)
         if code is not None:
-            sel = self.code == code
+            sel = slice(self.bounds[code], self.bounds[code + 1])
             r = self.rec[sel]
             self.mark(r[self.kind[sel] != _KIND[kind]])
             has[r], start[r], end[r] = True, self.ls[sel], self.le[sel]
@@ -369,9 +397,12 @@ def _entries(sh, rec, es, ee):
             sh.codes[name] = k
         else:  # unknown to the layout (kept in extra by the reference), or not UTF-8
             sh.mark(rec[code == k])
-    pair = np.sort(rec * max(len(values), 1) + code)
-    sh.mark(pair[1:][pair[1:] == pair[:-1]] // max(len(values), 1))  # a key given twice
-    sh.rec, sh.code, sh.kind, sh.ls, sh.le = rec, code, tag >> 3, ls, le
+    k = max(len(values), 1)
+    twice = np.flatnonzero(np.bincount(rec * k + code, minlength=sh.n * k) > 1)
+    sh.mark(twice // k)  # a key given twice (protobuf keeps the last: the reference reads it)
+    order = np.argsort(code, kind="stable")  # each key's entries one slice, in record order
+    sh.bounds = np.searchsorted(code[order], np.arange(len(values) + 1)).tolist()
+    sh.rec, sh.code, sh.kind, sh.ls, sh.le = (x[order] for x in (rec, code, tag >> 3, ls, le))
 
 
 def _first(values, counts):
@@ -394,6 +425,8 @@ def _features(path, sh, offs, lens, terminal):
     strings = {}
     for name in (FILENAME, SOURCE_ID, FORMAT):
         count, a, b = sh.single_bytes(name)
+        if name == SOURCE_ID:
+            sid_int, sid_is_int = _decimal(buf, np.where(count > 0, a, b), b)
         text = _strings(buf, a, b)
         sh.mark([k for k, t in enumerate(text) if t is None])
         strings[name] = [t if c else None for t, c in zip(text, count.tolist())]
@@ -459,11 +492,29 @@ def _features(path, sh, offs, lens, terminal):
     for field, numbers in flags.items():
         out[f"flag_present_{field}"] = numbers[0][F]
         out[f"flag_{field}"] = _per_box(numbers, keep, nb, np.uint8)
+    out["image_id_int"], out["image_id_is_int"] = sid_int[F], sid_is_int[F]
     out["terminal"] = terminal
     out["texts"] = texts
     out["source_id"] = [strings[SOURCE_ID][k] for k in F.tolist()]
     out["name"] = _names(buf, F, offs, img_s, img_e, strings)
     return out
+
+
+def _decimal(buf, start, end):
+    """``(value, ok)``: each span read as a canonical decimal below 2**63 (``tfrecord_example.
+    image_id``'s rule: ASCII digits, no leading zero, not empty)."""
+    n = end - start
+    ok = (n > 0) & (n <= 19)
+    idx = start[:, None] + np.arange(19)
+    d = buf[np.minimum(idx, len(buf) - 1)].astype(np.int64) - 48
+    inside = np.arange(19) < n[:, None]
+    ok &= ((d >= 0) & (d <= 9) | ~inside).all(1) & ((d[:, 0] != 0) | (n == 1))
+    value = np.zeros(len(start), np.uint64)
+    for j in range(19):
+        step = inside[:, j] & ok
+        value[step] = value[step] * np.uint64(10) + d[step, j].astype(np.uint64)
+    ok &= value < np.uint64(2**63)
+    return np.where(ok, value, 0).astype(np.int64), ok
 
 
 def _per_box(numbers, keep, nb, dtype):
