@@ -1,7 +1,7 @@
 """A cache of each TFRecord shard's fast index (``readers.tfrecord_scan``), so that a dataset is
 scanned once, not at every start.
 
-Where: ``<folder of the shard>/.detaug-index/<shard name>.index.npz``; where that folder cannot
+Where: ``<folder of the shard>/.detaug-index/<shard name>.index``; where that folder cannot
 be written, ``$XDG_CACHE_HOME/detaug/tfrecord-index/`` (``~/.cache`` without it), named by a
 hash of the shard's real path. ``read_tfrecord(index_cache=False)`` or the environment variable
 ``DETAUG_TFRECORD_INDEX_CACHE=0`` turn it off; ``index_cache="<folder>"`` puts it there.
@@ -28,7 +28,6 @@ data CRC is checked again at every read (``read_record_at``) in any case.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import tempfile
@@ -39,7 +38,7 @@ import numpy as np
 from . import tfrecord as T
 from .tfrecord_scan import FLAGS, index_shard
 
-VERSION = 3
+VERSION = 4
 # A shard changed less than this long ago is not cached: a second write within the same
 # timestamp tick, at the same size, would leave the key unchanged ("racily clean", as git
 # calls it). Such a shard is scanned at every read until it has settled.
@@ -70,12 +69,12 @@ def cache_paths(path, index_cache=None) -> list:
     if isinstance(index_cache, (str, os.PathLike)):
         return [os.path.join(os.fspath(index_cache), _hashed(real))]
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return [os.path.join(os.path.dirname(real), _DIR, os.path.basename(real) + ".index.npz"),
+    return [os.path.join(os.path.dirname(real), _DIR, os.path.basename(real) + ".index"),
             os.path.join(base, "detaug", "tfrecord-index", _hashed(real))]
 
 
 def _hashed(real):
-    return hashlib.sha256(real.encode("utf-8", "surrogateescape")).hexdigest()[:32] + ".npz"
+    return hashlib.sha256(real.encode("utf-8", "surrogateescape")).hexdigest()[:32] + ".index"
 
 
 def shard_key(path) -> dict:
@@ -112,18 +111,32 @@ def _crc(a) -> int:
     return T.crc32c(np.ascontiguousarray(a).tobytes())
 
 
+MAGIC = b"detaug-tfrecord-index\n"
+
+
 def _save(place, key, index) -> bool:
+    """Write the cache file: ``MAGIC``, the header's length (uint64) and CRC-32C (uint32), the
+    JSON header (version, key, strings, and each array's dtype, shape, place and CRC-32C),
+    then the arrays' bytes."""
+    arrays, at, table = [], 0, {}
+    for k in ARRAYS:
+        a = np.ascontiguousarray(index[k])
+        table[k] = {"dtype": a.dtype.str, "shape": list(a.shape), "at": at, "crc": _crc(a)}
+        arrays.append(a)
+        at += a.nbytes
     meta = {"version": VERSION, "key": key, "texts": index["texts"], "name": index["name"],
-            "source_id": index["source_id"], "terminal": index["terminal"],
-            "crc": {k: _crc(index[k]) for k in ARRAYS}}
+            "source_id": index["source_id"], "terminal": index["terminal"], "arrays": table}
+    head = json.dumps(meta).encode("utf-8")
     folder = os.path.dirname(place)
     tmp = None
     try:
         os.makedirs(folder, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, meta=np.frombuffer(json.dumps(meta).encode("utf-8"), np.uint8),
-                     **{k: index[k] for k in ARRAYS})
+            f.write(MAGIC + len(head).to_bytes(8, "little")
+                    + T.crc32c(head).to_bytes(4, "little") + head)
+            for a in arrays:
+                f.write(a.data)
         os.replace(tmp, place)
         return True
     except OSError:  # a read-only folder: the next place, or no cache
@@ -139,24 +152,40 @@ def _load(place, key, path):
     """The cached index at ``place``, or None when it is missing or fails any check."""
     try:
         with open(place, "rb") as f:
-            blob = f.read()
-        with np.load(io.BytesIO(blob), allow_pickle=False) as z:
-            meta = json.loads(z["meta"].tobytes().decode("utf-8"))
-            if meta.get("version") != VERSION or meta.get("key") != key:
+            blob = bytearray(os.fstat(f.fileno()).st_size)
+            if f.readinto(blob) != len(blob):
                 return None
-            index = {k: z[k] for k in ARRAYS}
-    except (OSError, ValueError, KeyError, EOFError, UnicodeDecodeError, Exception):
+    except OSError:
         return None
     try:
+        if blob[:len(MAGIC)] != MAGIC:
+            return None
+        start = len(MAGIC) + 12
+        size = int.from_bytes(blob[len(MAGIC):start - 4], "little")
+        head = bytes(blob[start:start + size])
+        if T.crc32c(head) != int.from_bytes(blob[start - 4:start], "little"):
+            return None
+        meta = json.loads(head.decode("utf-8"))
+        if meta.get("version") != VERSION or meta.get("key") != key:
+            return None
+        base, index = start + size, {}
         for k, dtype in ARRAYS.items():
-            if index[k].dtype != dtype or _crc(index[k]) != meta["crc"][k]:
+            info = meta["arrays"][k]
+            dt, shape = np.dtype(info["dtype"]), tuple(int(v) for v in info["shape"])
+            count = int(np.prod(shape, dtype=np.int64))
+            at = base + int(info["at"])
+            if dt != dtype or at + count * dt.itemsize > len(blob):
                 return None
+            a = np.frombuffer(blob, dt, count, at).reshape(shape)
+            if _crc(a) != info["crc"]:
+                return None
+            index[k] = a
         for k in ("texts", "name", "source_id"):
             index[k] = meta[k]
         index["terminal"] = None if meta["terminal"] is None else tuple(meta["terminal"])
         if not _consistent(index, key["size"]) or not _headers_match(path, index):
             return None
-    except (KeyError, TypeError, ValueError, OSError):
+    except (KeyError, TypeError, ValueError, OSError, UnicodeDecodeError, AttributeError):
         return None
     return index
 

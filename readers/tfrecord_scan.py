@@ -105,7 +105,9 @@ def frame_shard(path, buf):
                                    "this record (the rest of the file cannot be located)")
         offs, lens = offs[:k], lens[:k]
     foot = arr[(offs + 12 + lens)[:, None] + np.arange(4)].copy().view("<u4")[:, 0]
-    crc = T.crc32c  # google-crc32c takes bytes only: a slice of the map is one copy
+    # google-crc32c takes bytes only (not a view): a slice of the map is one copy
+    crc = getattr(T, "_gcrc", None)
+    crc = T.crc32c if crc is None else crc.value
     data = np.fromiter((crc(buf[o + 12:o + 12 + n]) for o, n in
                         zip(offs.tolist(), lens.tolist())), np.uint32, len(offs))
     masked = ((data >> np.uint32(15)) | (data << np.uint32(17))) + np.uint32(0xA282EAD8)
