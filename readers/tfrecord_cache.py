@@ -38,7 +38,7 @@ import numpy as np
 from . import tfrecord as T
 from .tfrecord_scan import FLAGS, index_shard
 
-VERSION = 4
+VERSION = 5
 # A shard changed less than this long ago is not cached: a second write within the same
 # timestamp tick, at the same size, would leave the key unchanged ("racily clean", as git
 # calls it). Such a shard is scanned at every read until it has settled.

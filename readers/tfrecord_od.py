@@ -74,8 +74,12 @@ def read_tfrecord(paths, *, label_map=None, skip_empty=False, on_error="raise",
                   progress=None, index_cache=None) -> Dataset:
     """Read TFRecord files in the Object Detection API layout; no TensorFlow needed.
 
-    The files are indexed here, once (no index files): each record's framing and CRCs are
-    checked and its Example parsed; the image bytes are located, not copied.
+    Each file is indexed once: its records' framing and both CRCs are checked and the features
+    of this layout read (``readers.tfrecord_scan``: over the whole file at once; a record it
+    cannot read completely, or finds a fault in, goes to the reference parser of
+    ``readers.tfrecord``, record by record); the image bytes are located, not copied. The
+    index of each file is cached beside it (``readers.tfrecord_cache``: keyed by the file's
+    path, size, mtime and ctime, checked before use, rebuilt when it does not match).
 
     Args:
         paths: a file, a glob (``"data/train-*.tfrecord"``), a folder, or a list of these.
@@ -89,6 +93,9 @@ def read_tfrecord(paths, *, label_map=None, skip_empty=False, on_error="raise",
             file and byte offset, and counted in one warning. A fault in a length field leaves
             the rest of that file unreadable: it is one skipped item naming the offset.
         progress: optional ``callable(done, total)`` per file.
+        index_cache: None (on, unless ``DETAUG_TFRECORD_INDEX_CACHE=0``): in
+            ``.detaug-index/`` beside each file, else in the user's cache folder; False: off;
+            a folder: there.
 
     Returns:
         Dataset, records in file order then record order. Per-box fields ``difficult``,

@@ -118,12 +118,18 @@ def frame_shard(path, buf):
 def _varint(buf, pos, end, width=5):
     """``(value, next, ok)`` of the varints at ``pos`` (int64 arrays), each ending before
     ``end``; ``width`` bytes at most (5: lengths and tags)."""
-    first = buf[np.minimum(pos, len(buf) - 1)].astype(np.int64)
+    last = len(buf) - 1
+    first = buf[np.minimum(pos, last)].astype(np.int64)
     one = (first < 0x80) & (pos < end)
     if one.all():  # the common case: one-byte varints
         return first, pos + 1, one
-    value, nxt, ok = first, pos + 1, one.copy()
-    many = np.flatnonzero(~one)
+    second = buf[np.minimum(pos + 1, last)].astype(np.int64)
+    two = ~one & (first >= 0x80) & (second < 0x80) & (pos + 1 < end)
+    value = np.where(two, (first & 0x7F) | (second << 7), first)
+    nxt, ok = pos + 1 + two, one | two
+    if ok.all():  # lengths below 16 KiB
+        return value, nxt, ok
+    many = np.flatnonzero(~ok)
     v, x, o = _varint_wide(buf, pos[many], end[many], width)
     value[many], nxt[many], ok[many] = v, x, o
     return value, nxt, ok
@@ -139,10 +145,11 @@ def _varint_wide(buf, pos, end, width):
     return value, pos + k + 1, stop.any(1)
 
 
-def _items(buf, start, end, tag=0x0A):
+def _items(buf, start, end, tag=0x0A, ordered=True):
     """The length-delimited fields ``tag`` that tile each span ``[start, end)``, walked in
     lockstep over all spans. Returns ``(owner, item start, item end, bad)``: items ordered by
-    owner then position; ``bad`` marks spans holding anything else."""
+    owner then position (``ordered=False``: by position in their span, then owner); ``bad``
+    marks spans holding anything else."""
     pos, bad = start.copy(), np.zeros(len(start), bool)
     active = np.flatnonzero(pos < end)
     parts = []
@@ -159,6 +166,8 @@ def _items(buf, start, end, tag=0x0A):
         z = np.zeros(0, np.int64)
         return z, z, z, bad
     owner, s, e = (np.concatenate(x) for x in zip(*parts))
+    if not ordered:
+        return owner, s, e, bad
     order = np.argsort(owner, kind="stable")
     return owner[order], s[order], e[order], bad
 
@@ -229,10 +238,14 @@ def unique_spans(buf, start, end):
 def _packed(buf, start, end):
     """A packed repeated scalar field (``0a len bytes``, or nothing) tiling each span: the
     payload ``(start, end)`` and ok."""
-    empty = start == end
-    n, s, ok = _varint(buf, start + 1, end)
-    ok &= (buf[np.minimum(start, len(buf) - 1)] == 0x0A) & (s + n == end)
-    return np.where(empty, start, s), np.where(empty, start, s + n), ok | empty
+    s, e, ok = start.copy(), start.copy(), np.ones(len(start), bool)
+    full = np.flatnonzero(start < end)
+    if len(full):
+        a, b = start[full], end[full]
+        n, s[full], good = _varint(buf, a + 1, b)
+        e[full] = s[full] + n
+        ok[full] = good & (buf[a] == 0x0A) & (e[full] == b)
+    return s, e, ok
 
 
 def _floats(buf, start, end):
@@ -265,19 +278,21 @@ def _int64s(buf, start, end):
 
 
 def _strings(buf, start, end):
-    """The spans decoded as UTF-8 (one decode for all when they are ASCII), None where a span
-    is not UTF-8."""
+    """``(texts, bad)``: the spans decoded as UTF-8 (one decode for all when they are ASCII),
+    and the indices of the spans that are not UTF-8 (their text is "")."""
     raw, off = _gather(buf, start, end)
+    bounds = off.tolist()
     if not len(raw) or raw.max() < 0x80:
-        text, bounds = raw.tobytes().decode("ascii"), off.tolist()
-        return [text[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-    out = []
-    for a, b in zip(off[:-1].tolist(), off[1:].tolist()):
+        text = raw.tobytes().decode("ascii")
+        return [text[a:b] for a, b in zip(bounds[:-1], bounds[1:])], []
+    out, bad = [], []
+    for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
         try:
             out.append(raw[a:b].tobytes().decode("utf-8"))
         except UnicodeDecodeError:
-            out.append(None)
-    return out
+            out.append("")
+            bad.append(k)
+    return out, bad
 
 
 # ---- one shard ------------------------------------------------------------------------------
@@ -334,7 +349,7 @@ class _Shard:
         start, end = np.zeros(self.n, np.int64), np.zeros(self.n, np.int64)
         code = self.codes.get(name)
         if code is not None:
-            sel = slice(self.bounds[code], self.bounds[code + 1])
+            sel = np.flatnonzero(self.code == code)
             r = self.rec[sel]
             self.mark(r[self.kind[sel] != _KIND[kind]])
             has[r], start[r], end[r] = True, self.ls[sel], self.le[sel]
@@ -369,7 +384,7 @@ def _scan(path, m):
     n1, fs, ok = _varint(buf, s + 1, e)
     sh.mark(~(ok & (lens > 0) & (buf[s] == 0x0A) & (fs + n1 == e)))
     cand = np.flatnonzero(~sh.slow)
-    owner, es, ee, bad = _items(buf, fs[cand], e[cand])
+    owner, es, ee, bad = _items(buf, fs[cand], e[cand], ordered=False)
     sh.mark(cand[bad])
     _entries(sh, cand[owner], es, ee)
     return _features(path, sh, offs, lens, terminal)
@@ -402,9 +417,7 @@ def _entries(sh, rec, es, ee):
     k = max(len(values), 1)
     twice = np.flatnonzero(np.bincount(rec * k + code, minlength=sh.n * k) > 1)
     sh.mark(twice // k)  # a key given twice (protobuf keeps the last: the reference reads it)
-    order = np.argsort(code, kind="stable")  # each key's entries one slice, in record order
-    sh.bounds = np.searchsorted(code[order], np.arange(len(values) + 1)).tolist()
-    sh.rec, sh.code, sh.kind, sh.ls, sh.le = (x[order] for x in (rec, code, tag >> 3, ls, le))
+    sh.rec, sh.code, sh.kind, sh.ls, sh.le = rec, code, tag >> 3, ls, le
 
 
 def _first(values, counts):
@@ -429,9 +442,8 @@ def _features(path, sh, offs, lens, terminal):
         count, a, b = sh.single_bytes(name)
         if name == SOURCE_ID:
             sid_int, sid_is_int = _decimal(buf, np.where(count > 0, a, b), b)
-        text = _strings(buf, a, b)
-        sh.mark([k for k, t in enumerate(text) if t is None])
-        strings[name] = [t if c else None for t, c in zip(text, count.tolist())]
+        strings[name], bad = _strings(buf, a, b)  # "" where absent: read as absent
+        sh.mark(bad)
     size = []
     for name in (WIDTH, HEIGHT):
         _, values, counts = sh.numbers(name, "int")
@@ -507,12 +519,13 @@ def _decimal(buf, start, end):
     image_id``'s rule: ASCII digits, no leading zero, not empty)."""
     n = end - start
     ok = (n > 0) & (n <= 19)
-    idx = start[:, None] + np.arange(19)
+    width = int(np.clip(n, 1, 19).max()) if len(n) else 1
+    idx = start[:, None] + np.arange(width)
     d = buf[np.minimum(idx, len(buf) - 1)].astype(np.int64) - 48
-    inside = np.arange(19) < n[:, None]
+    inside = np.arange(width) < n[:, None]
     ok &= ((d >= 0) & (d <= 9) | ~inside).all(1) & ((d[:, 0] != 0) | (n == 1))
     value = np.zeros(len(start), np.uint64)
-    for j in range(19):
+    for j in range(width):
         step = inside[:, j] & ok
         value[step] = value[step] * np.uint64(10) + d[step, j].astype(np.uint64)
     ok &= value < np.uint64(2**63)
@@ -531,12 +544,10 @@ def _per_box(numbers, keep, nb, dtype):
 def _names(buf, F, offs, img_s, img_e, strings):
     """``image/filename``, or ``<source_id or offset>.<format or the image's kind>`` (as
     ``tfrecord_od._decode`` names a record)."""
-    out = []
     fname, sid, fmt = strings[FILENAME], strings[SOURCE_ID], strings[FORMAT]
-    for k in F.tolist():
-        if fname[k]:
-            out.append(fname[k])
-        else:
-            kind = fmt[k] or _sniff(buf[img_s[k]:min(img_s[k] + 8, img_e[k])].tobytes())
-            out.append(f"{sid[k] or int(offs[k])}.{kind}")
-    return out
+
+    def made(k):
+        kind = fmt[k] or _sniff(buf[img_s[k]:min(img_s[k] + 8, img_e[k])].tobytes())
+        return f"{sid[k] or int(offs[k])}.{kind}"
+
+    return [fname[k] or made(k) for k in F.tolist()]
