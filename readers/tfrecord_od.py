@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import itertools
 import os
 
 import numpy as np
@@ -43,7 +44,7 @@ from .tfrecord import (RecordFault, bytes_feature, float_feature, int64_feature,
                        read_record_at, serialize_example, write_records)
 from .tfrecord_cache import load_index
 from .tfrecord_example import (AREA, BOX_KEYS, FLAGS, LABEL, TEXT, _record, _sniff,
-                               image_id, reference_rows)
+                               reference_rows)
 
 LABEL_MAP_FILE = "label_map.pbtxt"
 
@@ -251,11 +252,14 @@ def _fast_dataset(files, shards, names, skip_empty, sink):
                 ix["offset"].tolist(), records))] + [(o, -1, row) for o, row in rows],
                 key=lambda t: t[0])
             records = [r if k >= 0 else _row_record(r, index) for _, k, r in merged]
+        if not skip_empty:
+            dataset.records.extend(records)
+            continue
         for record in records:
-            if skip_empty and not len(record.boxes):
-                _count_empty(dataset)
-            else:
+            if len(record.boxes):
                 dataset.records.append(record)
+            else:
+                _count_empty(dataset)
     dataset.clipped, dataset.emptied = clipped, emptied
     dataset.skipped = sink.finish()
     return dataset
@@ -268,31 +272,32 @@ def _fast_records(file, ix, lookup):
     n = len(ix["offset"])
     bounds = np.zeros(n + 1, np.int64)
     np.cumsum(ix["nbox"], out=bounds[1:])
-    bounds = bounds.tolist()
+    lo, hi = bounds[:-1].tolist(), bounds[1:].tolist()
     labels = np.searchsorted(lookup, ix["ids"])
     boxes = ix["boxes"]
-    flags = [(f, ix[f"flag_present_{f}"].tolist(), ix[f"flag_{f}"]) for f in FLAGS
-             if ix[f"flag_present_{f}"].any()]
-    area_present, area = ix["area_present"].tolist(), ix["area"].tolist()
     ids = [i if ok else (s or None) for i, ok, s in zip(
         ix["image_id_int"].tolist(), ix["image_id_is_int"].tolist(), ix["source_id"])]
     prefix = file + os.sep
+    paths = [prefix + name.lstrip("/") for name in ix["name"]]
+    places = zip(itertools.repeat(file), ix["offset"].tolist(), ix["length"].tolist(),
+                 ix["img_start"].tolist(), ix["img_stop"].tolist())
     new, cls = object.__new__, DetectionRecord
     out = []
-    for i, (name, iid, off, length, start, stop, w, h) in enumerate(zip(
-            ix["name"], ids, ix["offset"].tolist(), ix["length"].tolist(),
-            ix["img_start"].tolist(), ix["img_stop"].tolist(), ix["width"].tolist(),
-            ix["height"].tolist())):
-        a, b = bounds[i], bounds[i + 1]
-        extra = {"tfrecord_image": (file, off, length, start, stop)}
-        if area_present[i]:
-            extra["box_keys"] = [{"area": v} for v in area[a:b]]
+    for path, w, h, a, b, iid, place in zip(paths, ix["width"].tolist(), ix["height"].tolist(),
+                                            lo, hi, ids, places):
         record = new(cls)
-        record.__dict__ = {"path": prefix + name.lstrip("/"), "width": w, "height": h,
-                           "boxes": boxes[a:b], "labels": labels[a:b],
-                           "fields": {f: v[a:b] for f, present, v in flags if present[i]}
-                           if flags else {}, "image_id": iid, "extra": extra}
+        record.__dict__ = {"path": path, "width": w, "height": h, "boxes": boxes[a:b],
+                           "labels": labels[a:b], "fields": {}, "image_id": iid,
+                           "extra": {"tfrecord_image": place}}
         out.append(record)
+    flags = [(f, ix[f"flag_{f}"]) for f in FLAGS if ix[f"flag_present_{f}"].any()]
+    for f, values in flags:  # per-box flags, where the record has them
+        for k in np.flatnonzero(ix[f"flag_present_{f}"]).tolist():
+            out[k].fields[f] = values[lo[k]:hi[k]]
+    if ix["area_present"].any():
+        area = ix["area"].tolist()
+        for k in np.flatnonzero(ix["area_present"]).tolist():
+            out[k].extra["box_keys"] = [{"area": v} for v in area[lo[k]:hi[k]]]
     return out
 
 

@@ -317,3 +317,36 @@ def test_a_shard_changed_just_now_is_not_cached(tmp_path):
     _shard_with_boxes(path, 0.25)
     O.read_tfrecord(path)
     assert not (tmp_path / ".detaug-index").exists()
+
+
+def test_vectorised_primitives_equal_the_reference(rng):
+    """Varints, packed int64 and byte-string numbering against readers.tfrecord's loop and
+    plain bytes, on fresh random data (spans up to the buffer's last byte included)."""
+    from readers import tfrecord_scan as S
+
+    values = [int(v) for v in rng.integers(-2**63, 2**63 - 1, 300, dtype=np.int64)] + \
+        [int(v) for v in rng.integers(0, 2**21, 300)] + [0, 1, 127, 128, 2**63 - 1, -1]
+    enc = [T._enc_varint(v) for v in values]
+    buf = np.frombuffer(b"".join(enc), np.uint8)
+    pos = np.cumsum([0] + [len(e) for e in enc[:-1]]).astype(np.int64)
+    end = np.full(len(pos), len(buf), np.int64)
+    short = np.flatnonzero(np.array([len(e) for e in enc]) <= 5)
+    got, nxt, ok = S._varint(buf, pos[short], end[short])
+    for k, i in enumerate(short.tolist()):
+        want, after = T._varint(bytes(buf), int(pos[i]), len(buf))
+        assert ok[k] and got[k] == want and nxt[k] == after
+    # packed int64 lists: a random split of the values into lists, one empty
+    cuts = np.sort(rng.choice(np.arange(1, len(enc)), 20, replace=False))
+    starts = np.r_[0, pos[cuts], len(buf)].astype(np.int64)
+    lists, counts, ok = S._int64s(buf, starts[:-1], starts[1:])
+    assert ok.all() and lists.tolist() == values and counts.sum() == len(values)
+    bad = buf.copy()
+    bad[-1] |= 0x80  # the last varint runs past its list
+    assert not S._int64s(bad, starts[:-1], starts[1:])[2][-1]
+    for size in (3, 9, 2000):
+        data = rng.integers(0, 4, size).astype(np.uint8)
+        a = rng.integers(0, size, 3000)
+        b = np.minimum(a + rng.integers(0, 20, 3000), size)
+        codes, table = S.unique_spans(data, a, b)
+        assert len(set(table)) == len(table)
+        assert all(table[c] == data[i:j].tobytes() for c, i, j in zip(codes, a, b))
