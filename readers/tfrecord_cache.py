@@ -38,7 +38,7 @@ import numpy as np
 from . import tfrecord as T
 from .tfrecord_scan import FLAGS, index_shard
 
-VERSION = 5
+VERSION = 6
 # A shard changed less than this long ago is not cached: a second write within the same
 # timestamp tick, at the same size, would leave the key unchanged ("racily clean", as git
 # calls it). Such a shard is scanned at every read until it has settled.
@@ -114,6 +114,21 @@ def _crc(a) -> int:
 MAGIC = b"detaug-tfrecord-index\n"
 
 
+def _json_values(values):
+    """A feature's values for the JSON header: bytes as ``{"bytes": [latin-1 text]}``."""
+    if values and isinstance(values[0], bytes):
+        return {"bytes": [v.decode("latin-1") for v in values]}
+    return values
+
+
+def _values(values):
+    if isinstance(values, dict):
+        return [v.encode("latin-1") for v in values["bytes"]]
+    if not isinstance(values, list):
+        raise ValueError("feature values are not a list")
+    return values
+
+
 def _save(place, key, index) -> bool:
     """Write the cache file: ``MAGIC``, the header's length (uint64) and CRC-32C (uint32), the
     JSON header (version, key, strings, and each array's dtype, shape, place and CRC-32C),
@@ -125,7 +140,9 @@ def _save(place, key, index) -> bool:
         arrays.append(a)
         at += a.nbytes
     meta = {"version": VERSION, "key": key, "texts": index["texts"], "name": index["name"],
-            "source_id": index["source_id"], "terminal": index["terminal"], "arrays": table}
+            "source_id": index["source_id"], "terminal": index["terminal"], "arrays": table,
+            "others": [None if o is None else {k: _json_values(v) for k, v in o.items()}
+                       for o in index["others"]]}
     head = json.dumps(meta).encode("utf-8")
     folder = os.path.dirname(place)
     tmp = None
@@ -183,6 +200,8 @@ def _load(place, key, path):
         for k in ("texts", "name", "source_id"):
             index[k] = meta[k]
         index["terminal"] = None if meta["terminal"] is None else tuple(meta["terminal"])
+        index["others"] = [None if o is None else {k: _values(v) for k, v in o.items()}
+                           for o in meta["others"]]
         if not _consistent(index, key["size"]) or not _headers_match(path, index):
             return None
     except (KeyError, TypeError, ValueError, OSError, UnicodeDecodeError, AttributeError):
@@ -197,7 +216,8 @@ def _consistent(ix, size) -> bool:
     nb = int(ix["nbox"].sum()) if n else 0
     if any(ix[k].shape != (nb,) for k in _PER_BOX) or ix["boxes"].shape != (nb, 4):
         return False
-    if len(ix["name"]) != n or len(ix["source_id"]) != n or (ix["nbox"] < 0).any():
+    if len(ix["name"]) != n or len(ix["source_id"]) != n or len(ix["others"]) != n \
+            or (ix["nbox"] < 0).any():
         return False
     if len(ix["slow_offset"]) != len(ix["slow_length"]):
         return False

@@ -298,6 +298,9 @@ def _fast_records(file, ix, lookup):
         area = ix["area"].tolist()
         for k in np.flatnonzero(ix["area_present"]).tolist():
             out[k].extra["box_keys"] = [{"area": v} for v in area[lo[k]:hi[k]]]
+    for record, others in zip(out, ix["others"]):
+        if others:
+            record.extra["tfrecord_features"] = others
     return out
 
 

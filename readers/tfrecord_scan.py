@@ -404,20 +404,20 @@ def _entries(sh, rec, es, ee):
     sh.mark(rec[~ok])
     rec, ks, ke, tag, ls, le = rec[ok], ks[ok], ke[ok], tag[ok], ls[ok], (ls + ll)[ok]
     code, values = unique_spans(buf, ks, ke)
-    sh.codes = {}
+    sh.codes, sh.others = {}, []
     for k, v in enumerate(values):
         try:
             name = v.decode("utf-8")
-        except UnicodeDecodeError:
-            name = None
-        if name in MODELED:
-            sh.codes[name] = k
-        else:  # unknown to the layout (kept in extra by the reference), or not UTF-8
+        except UnicodeDecodeError:  # the reference names the fault
             sh.mark(rec[code == k])
+            continue
+        sh.codes[name] = k
+        if name not in MODELED:  # kept in extra["tfrecord_features"]
+            sh.others.append(name)
     k = max(len(values), 1)
     twice = np.flatnonzero(np.bincount(rec * k + code, minlength=sh.n * k) > 1)
     sh.mark(twice // k)  # a key given twice (protobuf keeps the last: the reference reads it)
-    sh.rec, sh.code, sh.kind, sh.ls, sh.le = rec, code, tag >> 3, ls, le
+    sh.rec, sh.code, sh.kind, sh.ls, sh.le, sh.es = rec, code, tag >> 3, ls, le, es[ok]
 
 
 def _first(values, counts):
@@ -465,6 +465,7 @@ def _features(path, sh, offs, lens, terminal):
     sh.mark(_owners(id_counts)[ids < 0])
     for _, values, counts in flags.values():
         sh.mark(_owners(counts)[(values != 0) & (values != 1)])
+    others = [(name, *_other(sh, name)) for name in sh.others]
     # texts, decoded once per distinct value
     fast = ~sh.slow
     t_keep = np.repeat(fast, t_counts)
@@ -508,10 +509,51 @@ def _features(path, sh, offs, lens, terminal):
         out[f"flag_{field}"] = _per_box(numbers, keep, nb, np.uint8)
     out["image_id_int"], out["image_id_is_int"] = sid_int[F], sid_is_int[F]
     out["terminal"] = terminal
+    out["others"] = _others_by_record(others, keep, F)
     out["texts"] = texts
     out["source_id"] = [strings[SOURCE_ID][k] for k in F.tolist()]
     out["name"] = _names(buf, F, offs, img_s, img_e, strings)
     return out
+
+
+def _other(sh, name):
+    """``(records, entry starts, values)`` of a feature this layout does not model: its
+    values as ``tfrecord_od`` keeps them (bytes, or Python floats of the float32 values, or
+    ints), one list per entry; a record whose list is not canonical goes to the reference."""
+    buf = sh.buf
+    sel = np.flatnonzero(sh.code == sh.codes[name])
+    rec, kind, ls, le = sh.rec[sel], sh.kind[sel], sh.ls[sel], sh.le[sel]
+    values = [None] * len(sel)
+    for number in (1, 2, 3):
+        part = np.flatnonzero(kind == number)
+        if not len(part):
+            continue
+        if number == 1:
+            owner, vs, ve, bad = _items(buf, ls[part], le[part])
+            flat = [bytes(buf[a:b]) for a, b in zip(vs.tolist(), ve.tolist())]
+            counts = np.bincount(owner, minlength=len(part))
+        else:
+            a, b, ok = _packed(buf, ls[part], le[part])
+            got, counts, ok2 = (_floats if number == 2 else _int64s)(buf, a, b)
+            flat, bad = got.tolist(), ~(ok & ok2)
+        sh.mark(rec[part][bad])
+        bounds = np.r_[0, np.cumsum(counts)].tolist()
+        for j, k in enumerate(part.tolist()):
+            values[k] = flat[bounds[j]:bounds[j + 1]]
+    return rec, sh.es[sel], values
+
+
+def _others_by_record(others, keep, F):
+    """``{name: values}`` of each kept record's unmodeled features, in the order the record
+    holds them (as ``parse_example`` fills its dict), or None."""
+    found = []
+    for name, rec, es, values in others:
+        found += [(r, e, name, v) for r, e, v in zip(rec.tolist(), es.tolist(), values)
+                  if keep[r]]
+    by_record = {}
+    for r, _, name, v in sorted(found, key=lambda t: (t[0], t[1])):
+        by_record.setdefault(r, {})[name] = v
+    return [by_record.get(k) for k in F.tolist()]
 
 
 def _decimal(buf, start, end):
