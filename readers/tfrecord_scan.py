@@ -181,23 +181,23 @@ def _gather(buf, start, end):
     return buf[idx], off
 
 
+_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(9)], np.uint64)  # the low k bytes
+
+
 def _words(buf, start, n, width):
     """``(M, width)`` uint64: the bytes of each span as little-endian words, zero past its
-    length (one gather a word, through an array of the unaligned words at every byte)."""
+    length (one gather, through an array of the unaligned words at every byte)."""
     limit = len(buf) - 8  # the last byte a whole word starts at
-    every = np.ndarray((max(limit + 1, 0),), "<u8", buf, 0, (1,))
-    out = np.zeros((len(start), width), np.uint64)
-    for j in range(width):
-        p = start + 8 * j
-        left = n - 8 * j
-        w = every[np.clip(p, 0, max(limit, 0))] if limit >= 0 else np.zeros(len(p), np.uint64)
-        for i in np.flatnonzero((left > 0) & (p > limit)).tolist():  # the file's last bytes
-            w[i] = int.from_bytes(bytes(buf[p[i]:p[i] + 8]), "little")
-        keep = np.clip(left, 0, 8).astype(np.uint64) * np.uint64(8)
-        mask = np.where(keep == 64, ~np.uint64(0), (np.uint64(1) << (keep % np.uint64(64)))
-                        - np.uint64(1))
-        out[:, j] = w & mask
-    return out
+    at = start[:, None] + 8 * np.arange(width)
+    left = np.clip(n[:, None] - 8 * np.arange(width), 0, 8)
+    if limit >= 0:
+        every = np.ndarray((limit + 1,), "<u8", buf, 0, (1,))
+        out = every[np.minimum(at, limit)]
+    else:
+        out = np.zeros(at.shape, np.uint64)
+    for i, j in zip(*np.nonzero((left > 0) & (at > limit))):  # the file's last bytes
+        out[i, j] = int.from_bytes(bytes(buf[at[i, j]:at[i, j] + 8]), "little")
+    return out & _MASKS[left]
 
 
 def unique_spans(buf, start, end):
