@@ -9,20 +9,23 @@ and a vectorised ``tf.train.Example`` scan limited to the features ``read_tfreco
    with google-crc32c (``readers.tfrecord.crc32c``);
 2. walks the Example of every record in lockstep (NumPy over all records at once: step ``k``
    reads the ``k``-th map entry of every record), finds the keys by hashing their bytes (the
-   hash is checked byte for byte) and reads the modeled features: packed floats and varints
-   are decoded by NumPy over all records, byte lists by a lockstep walk;
+   hash is checked byte for byte) and reads the features: packed floats and varints are
+   decoded by NumPy over all records, byte lists by a lockstep walk; features the layout does
+   not model are read the same way and kept as lists (``extra["tfrecord_features"]``);
 3. checks what ``tfrecord_od._decode`` checks (one image, a positive size, per-box lengths
    alike, labels >= 0, flags 0 / 1, boxes inside their images) over all records at once.
 
 It is an exact *fast path*, not a second parser: a record is kept here only where the scan has
 read it completely and found nothing to say. Everything else (a data CRC mismatch, a wire
 form other than the canonical one -- unpacked or merged lists, a repeated map key, an empty
-Feature --, a feature the layout does not model, a missing size, any fault) is listed in
+Feature --, a key that is not UTF-8, a missing size, any fault) is listed in
 ``slow`` and handed whole to the reference parser (``readers.tfrecord.parse_example`` and
 ``tfrecord_od._record``), which gives its values or names its fault. A fault in a length field
 (the rest of the file cannot be located) is ``terminal``. Records keep file order.
 
 The result is a dict of flat NumPy arrays (the cache in ``tfrecord_cache`` stores it as is).
+The file is memory-mapped while it is scanned (no copy of its bytes): a file truncated by
+another process during those moments would end the process with SIGBUS, as any mapped read.
 """
 from __future__ import annotations
 
@@ -35,7 +38,6 @@ import numpy as np
 from . import tfrecord as T
 from ._common import validate_boxes
 from .errors import DatasetError
-
 from .tfrecord_example import AREA, BOX_KEYS, FLAGS, LABEL, MODELED, TEXT, _sniff
 
 ENCODED, FILENAME, SOURCE_ID = "image/encoded", "image/filename", "image/source_id"
