@@ -114,12 +114,17 @@ def main(argv=None):
         n = args.records
 
         def line(what, seconds):
-            print(f"{what:<44} {seconds:7.2f} s {seconds / n * 1e6:8.1f} us/record")
+            print(f"{what:<52} {seconds:7.2f} s {seconds / n * 1e6:8.1f} us/record")
 
         line("bound: header walk alone", _best(lambda: _walk(files, False), args.repeat)[0])
         line("bound: header walk + data CRCs", _best(lambda: _walk(files, True), args.repeat)[0])
-        dt, ds = _best(lambda: read_tfrecord(d, index_cache=False), args.repeat)
-        line(f"read_tfrecord cold ({sum(r.num_boxes for r in ds.records)} boxes)", dt)
+        dt, ds = _best(lambda: read_tfrecord(d, index_cache=False, index_workers=1), args.repeat)
+        line(f"read_tfrecord cold, 1 thread ({sum(r.num_boxes for r in ds.records)} boxes)", dt)
+        workers = min(args.shards, os.cpu_count() or 1, 8)
+        if workers > 1:
+            dt, _ = _best(lambda: read_tfrecord(d, index_cache=False, index_workers=workers),
+                          args.repeat)
+            line(f"read_tfrecord cold, {workers} threads (index_workers={workers})", dt)
         dt, _ = _best(lambda: read_tfrecord(d), 1)
         line("read_tfrecord, first read (writes the cache)", dt)
         dt, cached = _best(lambda: read_tfrecord(d), args.repeat)

@@ -73,7 +73,7 @@ def tfrecord_files(paths) -> list:
 
 
 def read_tfrecord(paths, *, label_map=None, skip_empty=False, on_error="raise",
-                  progress=None, index_cache=None) -> Dataset:
+                  progress=None, index_cache=None, index_workers=None) -> Dataset:
     """Read TFRecord files in the Object Detection API layout; no TensorFlow needed.
 
     Each file is indexed once: its records' framing and both CRCs are checked and the features
@@ -98,6 +98,8 @@ def read_tfrecord(paths, *, label_map=None, skip_empty=False, on_error="raise",
         index_cache: None (on, unless ``DETAUG_TFRECORD_INDEX_CACHE=0``): in
             ``.detaug-index/`` beside each file, else in the user's cache folder; False: off;
             a folder: there.
+        index_workers: files indexed at once, in threads (None: 1; threads gain only where
+            cores are free: benchmarks/RESULTS.md, "TFRecord index").
 
     Returns:
         Dataset, records in file order then record order. Per-box fields ``difficult``,
@@ -114,19 +116,43 @@ def read_tfrecord(paths, *, label_map=None, skip_empty=False, on_error="raise",
     collecting = gc.isenabled()
     gc.disable()  # ~10 objects a record, none of them garbage: the collector's passes over
     try:  # them would cost as much as making them
-        return _read_fast(files, fixed, sink, skip_empty, on_error, progress, index_cache)
+        return _read_fast(files, fixed, sink, skip_empty, on_error, progress, index_cache,
+                          index_workers)
     finally:
         if collecting:
             gc.enable()
 
 
-def _read_fast(files, fixed, sink, skip_empty, on_error, progress, index_cache):
-    shards, faults, fatal = [], [], None
-    for k, file in enumerate(files):
+def _indexes(files, index_cache, workers):
+    """Each file's index (or the DatasetError it raised), in file order; with ``workers`` > 1
+    several files at once in threads (NumPy's array work runs outside the GIL)."""
+    def one(file):
         try:
-            index = load_index(file, index_cache)
-        except DatasetError as exc:  # missing, a folder, GZIP: raised in file order below
-            fatal = exc
+            return load_index(file, index_cache)
+        except DatasetError as exc:
+            return exc
+
+    workers = 1 if workers is None else int(workers)
+    if workers <= 1 or len(files) < 2:
+        yield from map(one, files)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="detaug-tfrecord-index") as pool:
+        futures = [pool.submit(one, f) for f in files]
+        try:
+            for future in futures:
+                yield future.result()
+        finally:
+            for future in futures:
+                future.cancel()
+
+
+def _read_fast(files, fixed, sink, skip_empty, on_error, progress, index_cache, workers):
+    shards, faults, fatal = [], [], None
+    for k, (file, index) in enumerate(zip(files, _indexes(files, index_cache, workers))):
+        if isinstance(index, DatasetError):  # missing, a folder, GZIP: raised in order below
+            fatal = index
             break
         shards.append((file, index, _slow_rows(file, index, faults, on_error)))
         if progress is not None:

@@ -358,3 +358,25 @@ def test_vectorised_primitives_equal_the_reference(rng):
         codes, table = S.unique_spans(data, a, b)
         assert len(set(table)) == len(table)
         assert all(table[c] == data[i:j].tobytes() for c, i, j in zip(codes, a, b))
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_missing_file_among_others_is_raised_in_file_order(tmp_path, rng, workers):
+    """Shards indexed in threads: the faults and the missing file come out as the reference
+    meets them (a bad record of the first file before the missing second one)."""
+    _shard(tmp_path / "a.tfrecord", rng, 20)
+    _shard(tmp_path / "c.tfrecord", rng, 20)
+    files = [tmp_path / "a.tfrecord", tmp_path / "b.tfrecord", tmp_path / "c.tfrecord"]
+    for on_error in ("raise", "skip"):
+        ref = _both(lambda: O._read_reference(files, on_error=on_error))
+        got = _both(lambda: O.read_tfrecord(files, on_error=on_error, index_cache=False,
+                                            index_workers=workers))
+        assert got[:2] == ref[:2] and ref[0] == "error"
+    files.pop(1)
+    ref = _both(lambda: O._read_reference(files, on_error="skip"))
+    got = _both(lambda: O.read_tfrecord(files, on_error="skip", index_workers=workers))
+    assert got[0] == ref[0]
+    if ref[0] == "ok":
+        assert_same(got[1], ref[1])
+    else:
+        assert got[1] == ref[1]
