@@ -2224,7 +2224,7 @@ class readers:
     @staticmethod
     def tfrecord(*, path: str | Sequence[Any] | None = None, label_map: dict | str | None = None, image_label: str | None = None, skip_empty: bool = False, on_error: str = 'raise', random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
         """
-        TFRecords, Object Detection API layout (no TensorFlow, no index files): encoded images and their boxes.
+        TFRecords, Object Detection API layout (no TensorFlow, no DALI index files; its own index cached beside the shards): encoded images and their boxes.
         
         Inputs: none (called with keyword arguments only).
         

@@ -1,7 +1,9 @@
 """``fn.readers.tfrecord``: TFRecords in the TensorFlow Object Detection API layout.
 
 The files are indexed at build time by ``readers.read_tfrecord`` (framing and CRCs checked,
-every Example parsed; no index files): a record's boxes, labels and flags are packed like the
+every Example parsed, vectorised; the index is cached in ``.detaug-index/`` beside the shards,
+keyed by each shard's size and times, unless ``DETAUG_TFRECORD_INDEX_CACHE=0``): a record's
+boxes, labels and flags are packed like the
 other readers' (``sources._DetectionReader``), and its image stays in the file as
 ``(file, offset, length, start, stop)``. A batch reads each sample's record with one
 ``os.pread`` (no seek, the GIL released), checks its data CRC again (the file may have changed
@@ -114,5 +116,5 @@ register("readers.tfrecord", devices=("cpu",), inputs=(0, 0), outputs=2, kind="s
                                   "output instead of boxes",
                    "skip_empty": "leave out images with no boxes (counted)",
                    "on_error": "'raise' or 'skip' bad records (counted in pipe.stats)"},
-         doc="TFRecords, Object Detection API layout (no TensorFlow, no index files): encoded "
-             "images and their boxes")(_tfrecord_reader)
+         doc="TFRecords, Object Detection API layout (no TensorFlow, no DALI index files; its own "
+             "index cached beside the shards): encoded images and their boxes")(_tfrecord_reader)
