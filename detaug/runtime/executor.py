@@ -102,12 +102,23 @@ class Executor:
         self.p = pipeline
         self.queue = collections.deque()
         self.workers = self.pool = self.batch_pool = self.device_pool = None
+        self.first_pools = None  # (launch thread, sample threads) of the first launch, see submit
+        self._first_made = False
+        timeline = pipeline._startup
         if pipeline.host_processes:
             from .host_workers import HostWorkers
 
             # forked first, before this executor starts any thread (a GPU pipeline's workers
-            # plan its launches: detaug/plan_ahead.py; they make no CUDA call)
-            self.workers = HostWorkers(pipeline.host_processes, pipeline._run_host_job)
+            # plan its launches: detaug/plan_ahead.py; they make no CUDA call). Held: the first
+            # launch is made here, in threads over every core, before the workers take any
+            with timeline.phase("run.host_workers"):
+                self.workers = HostWorkers(pipeline.host_processes, pipeline._run_host_job,
+                                           hold=not timeline.has("first_launch.host"))
+            if self.workers.holding:
+                self.first_pools = (
+                    cf.ThreadPoolExecutor(1, thread_name_prefix="detaug-first"),
+                    cf.ThreadPoolExecutor(max(1, pipeline.num_threads),
+                                          thread_name_prefix="detaug-first-host"))
         else:
             self.pool = cf.ThreadPoolExecutor(max(1, pipeline.num_threads), thread_name_prefix="detaug-host")
             self.batch_pool = cf.ThreadPoolExecutor(max(1, pipeline.prefetch_queue_depth),
@@ -147,14 +158,32 @@ class Executor:
             return False
         if any(isinstance(v, dict) and v.get("end") for v in prepared.values()):
             return False  # an iterable source is spent: the epoch ends here
-        if self.workers is not None:
+        timeline = self.p._startup
+        if self.first_pools is not None and not self._first_made:
+            self._first_made = True
+            # the first launch: made in this process (its sample threads on every core), while
+            # the launches after it wait for it in the workers' queue (the workers take them as
+            # it is done: no core is idle, and the first batch comes in a fraction of a launch's
+            # single-threaded time). The same batches: the host stage is a pure function of the
+            # launch key (host_workers.py)
+            pools = self.first_pools
+            fut = pools[0].submit(self._first_host, key, prepared, pools[1])
+            fut.add_done_callback(lambda _: self._release_workers())
+            if self.device_pool is None:
+                self.queue.append((key, fut, None))
+                return True
+            host = fut.result
+        elif self.workers is not None:
             fut = self.workers.submit(key, prepared)
             if self.device_pool is None:
                 self.queue.append((key, fut, None))
                 return True
             host = lambda f=fut: (key, prepared, f.result())  # noqa: E731 (a worker's plan)
         else:
-            fut = self.batch_pool.submit(self.p._run_host, key, prepared, self.pool)
+            first = not self._first_made and not timeline.has("first_launch.host")
+            self._first_made = True
+            fut = self.batch_pool.submit(self._first_host if first else self.p._run_host, key,
+                                         prepared, self.pool)
             host = fut.result
         seq = None
         if self.device_pool is not None:
@@ -167,11 +196,39 @@ class Executor:
                 launch_profile.mark(self.slots, seq, "picked")
                 h = host()
                 launch_profile.mark(self.slots, seq, "planned")
-                return self.p._run_device(h, self.pool, self._local.stream, admit)
+                if seq or timeline.has("first_launch.device"):
+                    return self.p._run_device(h, self.pool, self._local.stream, admit)
+                # the first launch's device stage, timed to its end on the device (the caller
+                # waits for that batch in any case)
+                timeline.begin("first_launch.device")
+                out = self.p._run_device(h, self.pool, self._local.stream, admit)
+                if out[1] is not None:
+                    out[1].synchronize()
+                timeline.end("first_launch.device")
+                return out
 
             fut = self.device_pool.submit(device_work)
         self.queue.append((key, fut, seq))
         return True
+
+    def _first_host(self, key, prepared, pool):
+        """The first launch's host stage, in this process (timed: ``first_launch.host``)."""
+        timeline = self.p._startup
+        timeline.begin("first_launch.host")
+        try:
+            return self.p._run_host(key, prepared, pool)
+        finally:
+            timeline.end("first_launch.host")
+
+    def _release_workers(self):
+        """The first launch is done (or was never made here): the workers take their queue, and
+        the first launch's threads end once idle."""
+        pools, self.first_pools = self.first_pools, None
+        if self.workers is not None:
+            self.workers.release()
+        if pools is not None:
+            for pool in pools:
+                pool.shutdown(wait=False)
 
     def pop(self):
         key, fut, seq = self.queue.popleft()
@@ -214,6 +271,8 @@ class Executor:
     def run_now(self, key, prepared):
         """The host result of ``key`` outside the queue (random access), on a worker."""
         if self.workers is not None:
+            if self.workers.holding and not self._first_made:
+                self._release_workers()  # random access first: no launch of this process to wait for
             result = self.workers.submit(key, prepared).result()
             return (key, prepared, result) if self.p.has_device_stage else result
         return self.p._run_host(key, prepared, self.pool)
@@ -225,6 +284,6 @@ class Executor:
             self._reset_gates()  # device threads waiting for a slot give up
         if self.workers is not None:
             self.workers.close(wait=wait)
-        for pool in (self.batch_pool, self.device_pool, self.pool):
+        for pool in (self.batch_pool, self.device_pool, self.pool, *(self.first_pools or ())):
             if pool is not None:
                 pool.shutdown(wait=wait, cancel_futures=True)

@@ -36,6 +36,10 @@ def _device_bytes(outs) -> int:
     return sum(int(a.nbytes) for a in device_arrays(outs))
 
 
+def _env(name):  # an override from the environment, or None
+    return int(os.environ[name]) if os.environ.get(name) else None
+
+
 class DeviceStage:
     """The device-stage methods of Pipeline (which holds the state they use)."""
 
@@ -67,26 +71,44 @@ class DeviceStage:
         return (f"gpu {self.device_id or 0}: {dec}, {n_dev} ops on the GPU, {n_host} on the CPU; "
                 f"device memory budget {self.device_memory_budget / 1e9:.2f} GB")
 
+    def _decode_plan(self, sizes, images):
+        """The memory plan's decode processes, threads and ring for launches of ``images``
+        images of ``sizes`` (None: unknown); None where decode processes are off."""
+        from . import memory_plan
+
+        n = self.decode_processes if self.decode_processes is not None else _env("DETAUG_DECODE_PROCESSES")
+        if n is not None and int(n) <= 0:
+            return None
+        launch = memory_plan.launch_image_bytes(sizes, 3, images)
+        return memory_plan.plan_decode(
+            self.device_memory_budget, launch, processes=None if n is None else int(n),
+            threads=_env("DETAUG_DECODE_THREADS"),
+            ring_bytes=None if self.decode_buffer_mb is None else self.decode_buffer_mb << 20)
+
+    def _spawn_decode_service(self):
+        """At build, before the readers index: start the decode processes the plan will most
+        likely want (sizes unknown yet), so that their start (interpreter, imports, CUDA
+        context: seconds) overlaps the index, the plan and this process's CUDA;
+        :meth:`_start_decode_service` gives them their rings (and corrects their number)."""
+        from . import decode_proc
+
+        guess = self._decode_plan(None, self.batch_size)
+        if guess is not None and os.environ.get("DETAUG_EARLY_DECODE", "1") != "0":
+            self._decode_service = decode_proc.DecodeService(guess.processes, self.device_id or 0, None)
+
     def _start_decode_service(self):
         from . import decode_proc
 
-        from . import memory_plan
-
-        def env(name):  # an override from the environment, or None
-            return int(os.environ[name]) if os.environ.get(name) else None
-
-        n = self.decode_processes if self.decode_processes is not None else env("DETAUG_DECODE_PROCESSES")
-        if n is not None and int(n) <= 0:
-            return
         images = self.batch_size * self.batches_per_launch * self._fan_out  # partners too
-        launch = memory_plan.launch_image_bytes(self._decoded_sizes(), 3, images)
-        plan = memory_plan.plan_decode(
-            self.device_memory_budget, launch, processes=None if n is None else int(n),
-            threads=env("DETAUG_DECODE_THREADS"),
-            ring_bytes=None if self.decode_buffer_mb is None else self.decode_buffer_mb << 20)
+        plan = self._decode_plan(self._decoded_sizes(), images)
+        if plan is None:
+            return
         self.memory_plan = plan
-        self._decode_service = decode_proc.DecodeService(plan.processes, self.device_id or 0,
-                                                         plan.ring_bytes, plan.threads, plan.slots)
+        if self._decode_service is not None:  # started early: their rings, the right number
+            self._decode_service.configure(plan.processes, plan.ring_bytes, plan.threads, plan.slots)
+        else:
+            self._decode_service = decode_proc.DecodeService(plan.processes, self.device_id or 0,
+                                                             plan.ring_bytes, plan.threads, plan.slots)
         # launches whose decode may be under way or held at once: what the rings hold (in
         # launch order, so the launch due next always finds a slot: Executor)
         self.decode_slots = plan.processes * plan.launches

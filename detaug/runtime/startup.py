@@ -1,0 +1,156 @@
+"""The start-up timeline of a pipeline: where the seconds between a fresh process and its first
+batch go (``pipe.stats['startup']``).
+
+Every pipeline records, once, the phases of its start: the interpreter's own start (from the
+process's start time in ``/proc``, Linux), ``import detaug``, then ``build()``'s phases (graph,
+readers' index, planning, decode processes, CUDA) and the first ``run()``'s (host workers, the
+first launch's host stage, decode, device work, the batch out). ``pipe.stats['startup']`` is a
+list of dicts in the order the phases began::
+
+    {"phase": "build.readers", "start": 0.912, "end": 1.134, "seconds": 0.222}
+
+``start`` and ``end`` are seconds since the process started (since ``import detaug`` began
+where the process's start time cannot be read). Phases may overlap (the decode processes start
+while the readers index; the first launch is made while the host workers start), and a gap
+between two phases is the caller's own time (defining the graph, its code between build() and
+run()). :func:`table` prints them. The phases of a pipeline built later in a long process start
+late: the timeline is the process's, not the pipeline's.
+
+Phases (those that apply; a CPU pipeline has no decode processes, no CUDA):
+
+* ``interpreter``: process start -> ``import detaug`` began.
+* ``import``: ``import detaug``.
+* ``build``: the whole ``build()`` call, and inside it ``build.graph`` (validation, multi-sample
+  levels, the op lists), ``build.decode_processes.spawn`` (the decode processes started: they
+  import, make their CUDA context and decoders while the readers index), ``build.readers`` (the
+  sources made: the readers' index), ``build.plan`` (planning ahead, the memory plan),
+  ``build.decode_processes.ready`` (waiting for the decode processes' handshake), ``build.cuda``
+  (cupy imported, device and streams).
+* ``run.host_workers``: the host worker processes forked (at the first run()).
+* ``first_launch.host``: the first launch's host stage (reading, CPU decode and ops; a GPU
+  pipeline's plan), made in this process's threads while the workers start.
+* ``first_launch.device``: its device stage (decode, kernels: their first compile or load from
+  cupy's cache is in here), until its outputs exist.
+* ``first_batch``: ``build()`` called -> the first batch handed out by ``run()`` (its device work
+  synchronised where a GPU made it).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+
+_IMPORT = {}  # "start", "end": perf_counter of ``import detaug`` (set by detaug/__init__.py)
+
+
+def import_began() -> None:
+    _IMPORT.setdefault("start", time.perf_counter())
+
+
+def import_ended() -> None:
+    _IMPORT.setdefault("end", time.perf_counter())
+
+
+now = time.perf_counter
+
+
+def _process_start() -> float | None:
+    """The perf_counter value at which this process started (Linux: /proc), or None."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        now = time.perf_counter()
+        # fields[0] is the state (field 3): starttime is field 22
+        return now - (uptime - int(fields[19]) / ticks)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class Timeline:
+    """Phases of one pipeline's start, each recorded once (the first time it happens)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._phases = {}  # name -> [start, end]
+        start = _process_start()
+        imp = _IMPORT.get("start")
+        self.origin = start if start is not None and (imp is None or start <= imp) else imp
+        if self.origin is None:
+            self.origin = time.perf_counter()
+        if imp is not None:
+            if start is not None and start <= imp:
+                self._phases["interpreter"] = [start, imp]
+            if "end" in _IMPORT:
+                self._phases["import"] = [imp, _IMPORT["end"]]
+
+    def begin(self, name: str) -> None:
+        with self._lock:
+            self._phases.setdefault(name, [time.perf_counter(), None])
+
+    def end(self, name: str) -> None:
+        with self._lock:
+            span = self._phases.get(name)
+            if span is not None and span[1] is None:
+                span[1] = time.perf_counter()
+
+    def record(self, name: str, start: float, end: float) -> None:
+        with self._lock:
+            self._phases.setdefault(name, [start, end])
+
+    def has(self, name: str) -> bool:
+        return name in self._phases
+
+    def start_of(self, name: str) -> float | None:
+        span = self._phases.get(name)
+        return None if span is None else span[0]
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        self.begin(name)
+        try:
+            yield
+        finally:
+            self.end(name)
+
+    def as_list(self) -> list:
+        """The phases that ended, in the order they began (see the module's docstring)."""
+        with self._lock:
+            spans = [(n, s, e) for n, (s, e) in self._phases.items() if e is not None]
+        spans.sort(key=lambda p: (p[0] == "first_batch", p[1]))  # (the sum of them: last)
+        return [{"phase": n, "start": round(s - self.origin, 6), "end": round(e - self.origin, 6),
+                 "seconds": round(e - s, 6)} for n, s, e in spans]
+
+
+def table(phases: list) -> str:
+    """``pipe.stats['startup']`` as a table: phase, start, end, seconds (one line each)."""
+    width = max([len(p["phase"]) for p in phases] + [5])
+    lines = [f"{'phase':<{width}}  {'start s':>8}  {'end s':>8}  {'seconds':>8}"]
+    for p in phases:
+        lines.append(f"{p['phase']:<{width}}  {p['start']:8.3f}  {p['end']:8.3f}  {p['seconds']:8.3f}")
+    return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def without_main():
+    """Around ``Process.start()`` of a ``spawn`` context: the child is not told of this process's
+    ``__main__`` (spawn would run the main script again in it, as ``__mp_main__``: every import
+    at its top, torch's included, seconds before a decode process can start). Only for children
+    that unpickle nothing defined there (detaug's decode processes: a function of detaug, a
+    pipe, numbers)."""
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+    try:
+        for k in saved:
+            if k == "__spec__":
+                main.__spec__ = None
+            else:
+                del main.__dict__[k]
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.update(saved)
