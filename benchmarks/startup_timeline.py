@@ -1,7 +1,7 @@
 """Time to first batch from fresh processes, and where it goes (``pipe.stats['startup']``).
 
     python benchmarks/startup_timeline.py [--devices cpu,mixed] [--runs 5] [--num-images 1024]
-        [--data DIR] [--base PATH] [--json F]
+        [--data DIR] [--off] [--base PATH] [--json F]
 
 Each run is a fresh interpreter (``python benchmarks/startup_timeline.py --child DEVICE``) that
 imports detaug, defines the benchmark pipeline (bench_gpu.make_det_pipe: COCO reader -> decode
@@ -10,9 +10,10 @@ seed 0, the other settings at their defaults), builds it and takes one batch (sy
 a GPU), then prints one JSON line. The parent prints, per device, the median over the runs of
 the child's own clock (``import``, ``define``, ``build``, ``first run``, ``total`` from the
 process's start to the batch in hand) and of each phase of the timeline (start, end, seconds
-since the process started). ``--base PATH`` runs the same children, alternated, with another
-checkout first on ``PYTHONPATH`` (a before/after pair in one call; a checkout without the
-timeline gives the child's clock only). Runs alternate between the devices (and checkouts).
+since the process started). ``--off`` runs the same children, alternated, with
+``DETAUG_EARLY_START=0`` (the start-up order off: the "before" of one call), ``--base PATH``
+with another checkout first on ``PYTHONPATH`` (a checkout without the timeline gives the child's
+clock only). Runs alternate between the devices and variants.
 """
 from __future__ import annotations
 
@@ -79,8 +80,9 @@ def _process_start_offset() -> float:
         return 0.0
 
 
-def run_child(device, root, pythonpath):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (pythonpath, os.environ.get("PYTHONPATH")) if p))
+def run_child(device, root, pythonpath, extra_env):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (pythonpath, os.environ.get("PYTHONPATH")) if p),
+               **extra_env)
     r = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", device, "--data", root],
                        env=env, capture_output=True, text=True, timeout=300)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
@@ -132,6 +134,7 @@ def main(argv=None):
     ap.add_argument("--num-images", type=int, default=1024)
     ap.add_argument("--data", default=None, help="data set folder (made there if missing)")
     ap.add_argument("--base", default=None, help="another checkout to compare (before/after)")
+    ap.add_argument("--off", action="store_true", help="also with DETAUG_EARLY_START=0")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     if args.child:
@@ -145,12 +148,16 @@ def main(argv=None):
     if "mixed" in devices and not gpu_available():
         print("mixed: skipped (no GPU here)")
         devices.remove("mixed")
-    trees = [("after", REPO)] + ([("before", os.path.abspath(args.base))] if args.base else [])
-    results = {(d, t): [] for d in devices for t, _ in trees}
+    trees = [("after", REPO, {})]
+    if args.off:
+        trees.append(("off: DETAUG_EARLY_START=0", REPO, {"DETAUG_EARLY_START": "0"}))
+    if args.base:
+        trees.append(("before: " + args.base, os.path.abspath(args.base), {}))
+    results = {(d, t): [] for d in devices for t, _, _ in trees}
     for k in range(args.runs):
         for d in devices:
-            for label, path in (trees if k % 2 == 0 else trees[::-1]):
-                results[(d, label)].append(run_child(d, root, path))
+            for label, path, env in (trees if k % 2 == 0 else trees[::-1]):
+                results[(d, label)].append(run_child(d, root, path, env))
     out = {}
     for (d, label), rs in results.items():
         errors = [r["error"] for r in rs if "error" in r]

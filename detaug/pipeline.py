@@ -321,7 +321,8 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
 
             # the kernels this machine used before, loaded while the decode processes start
             tl.begin("build.kernels")
-            if _launch.preload(self.device_id or 0, lambda: tl.end("build.kernels")) is None:
+            if not _startup.early() or _launch.preload(self.device_id or 0,
+                                                       lambda: tl.end("build.kernels")) is None:
                 tl.end("build.kernels")
         if self._decode_service is not None and not self._decode_service.connected:
             with tl.phase("build.decode_processes.ready"):  # (their handshakes)

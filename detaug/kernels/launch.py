@@ -32,7 +32,11 @@ def get_kernel(source_name: str, kernel_name: str, options: tuple = ("-std=c++17
     and option set (cupy caches the binary on disk as well)."""
     import cupy as cp
 
-    kernel = _module(source_name, cp.cuda.Device().id, tuple(options)).get_function(kernel_name)
+    device = cp.cuda.Device().id
+    loading = _loading.get((source_name, device, tuple(options)))
+    if loading is not None:  # being loaded ahead (preload): wait for it rather than load it twice
+        loading.wait()
+    kernel = _module(source_name, device, tuple(options)).get_function(kernel_name)
     _note(source_name, kernel_name, tuple(options))
     return kernel
 
@@ -43,6 +47,7 @@ def get_kernel(source_name: str, kernel_name: str, options: tuple = ("-std=c++17
 # so that the first launch finds them compiled (cupy's disk cache: ~/.cupy/kernel_cache) and
 # loaded instead of paying for it inside the first batch. DETAUG_KERNEL_LIST: the file ('' off).
 _noted = set()
+_loading = {}  # (source, device, options) -> Event set once preload has loaded it
 
 
 def kernel_list_path() -> str | None:
@@ -93,18 +98,30 @@ def preload(device_id: int, on_done=None) -> threading.Thread | None:
     entries = [e for e in entries if os.path.exists(os.path.join(_KERNEL_DIR, e[0]))]
     if not entries:
         return None
+    events = []
+    with _lock:
+        for source_name, _, options in entries:
+            ev = _loading.setdefault((source_name, device_id, options), threading.Event())
+            events.append(ev)
 
     def work():
         try:
             import cupy as cp
 
             with cp.cuda.Device(device_id):
-                for source_name, kernel_name, options in entries:
+                for (source_name, kernel_name, options), ev in zip(entries, events):
                     try:
                         _module(source_name, device_id, options).get_function(kernel_name)
                     except Exception:  # a kernel renamed since it was listed: loaded when used
                         pass
+                    finally:
+                        ev.set()
+        except Exception:  # (no usable device here: the launches will say so)
+            pass
         finally:
+            for (source_name, _, options), ev in zip(entries, events):
+                ev.set()
+                _loading.pop((source_name, device_id, options), None)
             if on_done is not None:
                 on_done()
 

@@ -16,6 +16,7 @@ import collections
 import concurrent.futures as cf
 import threading
 
+from . import startup
 from .gpu import launch_profile
 from .context import BatchContext  # noqa: F401 (importable here as before)
 from ..core.errors import NotFed, SampleError  # noqa: F401
@@ -113,7 +114,7 @@ class Executor:
             # launch is made here, in threads over every core, before the workers take any
             with timeline.phase("run.host_workers"):
                 self.workers = HostWorkers(pipeline.host_processes, pipeline._run_host_job,
-                                           hold=not timeline.has("first_launch.host"))
+                                           hold=startup.early() and not timeline.has("first_launch.host"))
             if self.workers.holding:
                 self.first_pools = (
                     cf.ThreadPoolExecutor(1, thread_name_prefix="detaug-first"),

@@ -16,6 +16,9 @@ between two phases is the caller's own time (defining the graph, its code betwee
 run()). :func:`table` prints them. The phases of a pipeline built later in a long process start
 late: the timeline is the process's, not the pipeline's.
 
+``DETAUG_EARLY_START=0`` turns the start-up order off (:func:`early`): the phases are then those
+of the plain order (decode processes started after the index, the first launch in a worker).
+
 Phases (those that apply; a CPU pipeline has no decode processes, no CUDA):
 
 * ``interpreter``: process start -> ``import detaug`` began.
@@ -43,6 +46,13 @@ import threading
 import time
 
 _IMPORT = {}  # "start", "end": perf_counter of ``import detaug`` (set by detaug/__init__.py)
+
+
+def early() -> bool:
+    """The start-up order (on unless ``DETAUG_EARLY_START=0``, for before/after comparisons):
+    decode processes spawned before the readers index and without the main script, the first
+    launch made in this process while the host workers wait, kernels loaded ahead."""
+    return os.environ.get("DETAUG_EARLY_START", "1") != "0"
 
 
 def import_began() -> None:
@@ -142,7 +152,7 @@ def without_main():
     at its top, torch's included, seconds before a decode process can start). Only for children
     that unpickle nothing defined there (detaug's decode processes: a function of detaug, a
     pipe, numbers)."""
-    main = sys.modules.get("__main__")
+    main = sys.modules.get("__main__") if early() else None
     saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
     try:
         for k in saved:

@@ -13,6 +13,7 @@ from ...core.errors import SampleError
 from .handout import device_arrays
 from .launch_profile import stamp
 from .plan_ahead import LaunchPlan, NotPlanned
+from .. import startup
 
 
 class _NoAdmit:
@@ -92,8 +93,10 @@ class DeviceStage:
         :meth:`_start_decode_service` gives them their rings (and corrects their number)."""
         from . import decode_proc
 
-        guess = self._decode_plan(None, self.batch_size)
-        if guess is not None and os.environ.get("DETAUG_EARLY_DECODE", "1") != "0":
+        # the guess: images of 640 x 480 (COCO's typical size; the benchmark's): a plan for
+        # other sizes stops the processes too many or starts those missing (configure)
+        guess = self._decode_plan(((480, 640),), self.batch_size)
+        if guess is not None and startup.early():
             self._decode_service = decode_proc.DecodeService(guess.processes, self.device_id or 0, None)
 
     def _start_decode_service(self):
