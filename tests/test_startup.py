@@ -232,3 +232,31 @@ def test_mixed_pipeline_decode_processes_start_before_the_index_same_batches(mon
     assert "build.decode_processes.spawn" not in spans(phases)
     for a, b in zip(early, late):
         assert_same(a, b)
+
+
+def test_import_and_a_cpu_coco_pipeline_load_no_heavy_module():
+    """``import detaug``, building a CPU COCO pipeline and its first batch import none of torch,
+    cupy, keras, tensorflow, jax (nor lxml: only VOC reads XML), in a fresh process."""
+    from conftest import COCO
+
+    code = textwrap.dedent(f"""
+        import os, sys
+        import detaug
+        from detaug import fn
+        heavy = ("torch", "cupy", "keras", "tensorflow", "jax", "lxml")
+        print("import", sorted(m for m in heavy if m in sys.modules))
+        pipe = detaug.Pipeline(batch_size=2, num_threads=1, seed=0, host_processes=0)
+        with pipe:
+            enc, boxes = fn.readers.coco(file_root=os.path.join({COCO!r}, "images"),
+                                         annotations_file=os.path.join({COCO!r}, "annotations.json"))
+            img, boxes = fn.resize(fn.decoders.image(enc), boxes, size=(32, 32))
+            pipe.set_outputs(img, boxes)
+        pipe.build()
+        pipe.run()
+        print("run", sorted(m for m in heavy if m in sys.modules))
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:2] == ["import []", "run []"], r.stdout
