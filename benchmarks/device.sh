@@ -20,6 +20,9 @@
 #           with the same workers, same recipe and data, one run. Ultralytics is AGPL: it travels
 #           as one wheel for this run only (`pip download --no-deps -d .whl ultralytics==8.4.190`
 #           here; its loader needs nothing else the device image lacks), never a dependency
+#   timeline  time to first batch from fresh processes (startup_timeline.py): the benchmark
+#           pipeline on the GPU (device='mixed') and the CPU, RUNS (5) each with the start-up order
+#           on and off (DETAUG_EARLY_START=0), alternated, after one warm-up; medians and phases
 #   ddp     two GPUs (kind nvidia-h100-x2): the DDP GPU tests, examples/retinanet_ddp.py under
 #           torchrun on 2 ranks and on 1, bench_ddp.py (the pipeline alone) on 2 ranks and on 1
 #
@@ -30,7 +33,7 @@
 set -u
 source .ci/device_setup.sh >/dev/null 2>&1 || { echo "device setup failed"; exit 1; }
 DATA=/tmp/bench_data
-[ $# -gt 0 ] || { sed -n '2,31p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,34p' "$0"; exit 2; }
 
 part_tests() {
   timeout "${TEST_S:-300}" python3 -m pytest -m gpu -q -rf --tb=short -p no:cacheprovider tests \
@@ -102,6 +105,12 @@ part_yolo() {
   grep -E "^\| |FAILED|INVALID|Error|launch profile|img/s" "$OUT/bench_yolo.log" | cut -c1-300
 }
 
+part_timeline() {
+  bench_data $DATA
+  timeout 280 python3 benchmarks/startup_timeline.py --data $DATA --devices mixed,cpu \
+    --runs "${RUNS:-5}" --off --json "$OUT/startup_timeline.json" 2>&1 | quiet | grep -v "^\["
+}
+
 part_ddp() {
   nvidia-smi -L
   timeout 220 python3 -m pytest -q -rf --tb=short -p no:cacheprovider tests/test_ddp_gpu.py \
@@ -121,7 +130,7 @@ part_ddp() {
 
 for part in "$@"; do
   if ! declare -F "part_$part" >/dev/null; then
-    echo "unknown part '$part': choose from tests gpu pairs train soak cpu yolo ddp"; exit 2
+    echo "unknown part '$part': choose from tests gpu pairs train soak cpu yolo timeline ddp"; exit 2
   fi
   echo "##### $part"
   "part_$part"

@@ -10,7 +10,8 @@ seed 0, the other settings at their defaults), builds it and takes one batch (sy
 a GPU), then prints one JSON line. The parent prints, per device, the median over the runs of
 the child's own clock (``import``, ``define``, ``build``, ``first run``, ``total`` from the
 process's start to the batch in hand) and of each phase of the timeline (start, end, seconds
-since the process started). ``--off`` runs the same children, alternated, with
+since the process started). ``--warmup`` (1) runs per device go first, uncounted: a bare
+machine compiles the CUDA kernels once (cupy's disk cache) and reads the files from disk once. ``--off`` runs the same children, alternated, with
 ``DETAUG_EARLY_START=0`` (the start-up order off: the "before" of one call), ``--base PATH``
 with another checkout first on ``PYTHONPATH`` (a checkout without the timeline gives the child's
 clock only). Runs alternate between the devices and variants.
@@ -135,6 +136,8 @@ def main(argv=None):
     ap.add_argument("--data", default=None, help="data set folder (made there if missing)")
     ap.add_argument("--base", default=None, help="another checkout to compare (before/after)")
     ap.add_argument("--off", action="store_true", help="also with DETAUG_EARLY_START=0")
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="runs per device first, not counted (cupy's kernel cache, the page cache)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     if args.child:
@@ -154,6 +157,9 @@ def main(argv=None):
     if args.base:
         trees.append(("before: " + args.base, os.path.abspath(args.base), {}))
     results = {(d, t): [] for d in devices for t, _, _ in trees}
+    for d in devices:
+        for _ in range(args.warmup):
+            run_child(d, root, REPO, {})
     for k in range(args.runs):
         for d in devices:
             for label, path, env in (trees if k % 2 == 0 else trees[::-1]):
