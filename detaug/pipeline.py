@@ -262,6 +262,8 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
                 self._check_gpu()
             with tl.phase("build.decode_processes.spawn"):
                 self._spawn_decode_service()
+            # this process's CUDA context, then the kernels used before, in a background thread
+            self._cuda_warm = _startup.warm_gpu(self.device_id or 0, tl) if _startup.early() else None
         with tl.phase("build.readers"):
             self._sources = {op.id: op.schema.impl(op, self) for op in sources}
             self._driver = self._sources[sources[0].id]
@@ -309,6 +311,8 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
             tl.begin("build.cuda")
             import cupy as cp
 
+            if getattr(self, "_cuda_warm", None) is not None:
+                self._cuda_warm.wait()  # (the context made meanwhile, or failed: made here)
             cp.cuda.Device(self.device_id or 0).use()
             # one stream per device worker: batches' host-side launch work overlaps, and each
             # batch's kernels stay in order on its own stream
@@ -317,13 +321,6 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
             # the one stream every launch's outputs are made on: Pipeline._to_output_stream
             self._out_stream = cp.cuda.Stream(non_blocking=True)
             tl.end("build.cuda")
-            from .kernels import launch as _launch
-
-            # the kernels this machine used before, loaded while the decode processes start
-            tl.begin("build.kernels")
-            if not _startup.early() or _launch.preload(self.device_id or 0,
-                                                       lambda: tl.end("build.kernels")) is None:
-                tl.end("build.kernels")
         if self._decode_service is not None and not self._decode_service.connected:
             with tl.phase("build.decode_processes.ready"):  # (their handshakes)
                 self._decode_service.connect()

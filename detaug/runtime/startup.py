@@ -10,7 +10,8 @@ list of dicts in the order the phases began::
     {"phase": "build.readers", "start": 0.912, "end": 1.134, "seconds": 0.222}
 
 ``start`` and ``end`` are seconds since the process started (since ``import detaug`` began
-where the process's start time cannot be read). Phases may overlap (the decode processes start
+where the process's start time cannot be read). The list is taken at build and at the first
+batch: a background phase still running then (``build.kernels``) is not in it. Phases may overlap (the decode processes start
 while the readers index; the first launch is made while the host workers start), and a gap
 between two phases is the caller's own time (defining the graph, its code between build() and
 run()). :func:`table` prints them. The phases of a pipeline built later in a long process start
@@ -23,12 +24,15 @@ Phases (those that apply; a CPU pipeline has no decode processes, no CUDA):
 
 * ``interpreter``: process start -> ``import detaug`` began.
 * ``import``: ``import detaug``.
-* ``build``: the whole ``build()`` call, and inside it ``build.graph`` (validation, multi-sample
-  levels, the op lists), ``build.decode_processes.spawn`` (the decode processes started: they
-  import, make their CUDA context and decoders while the readers index), ``build.readers`` (the
-  sources made: the readers' index), ``build.plan`` (planning ahead, the memory plan),
-  ``build.decode_processes.ready`` (waiting for the decode processes' handshake), ``build.cuda``
-  (cupy imported, device and streams).
+* ``build``: the whole ``build()`` call, and inside it ``build.graph`` (validation),
+  ``build.gpu_check`` (cupy imported, a GPU seen), ``build.decode_processes.spawn`` (the decode
+  processes started: they import and make their CUDA context while the readers index),
+  ``build.cuda_context`` and ``build.kernels`` (in a background thread: this process's CUDA
+  context, then the CUDA modules used before on this machine, loaded; ``build.kernels`` may end
+  after the build), ``build.readers`` (the sources made: the readers' index), ``build.plan``
+  (multi-sample levels, planning ahead), ``build.decode_processes`` (the plan: their rings sent),
+  ``build.cuda`` (device and streams), ``build.decode_processes.ready`` (waiting for their
+  handshakes).
 * ``run.host_workers``: the host worker processes forked (at the first run()).
 * ``first_launch.host``: the first launch's host stage (reading, CPU decode and ops; a GPU
   pipeline's plan), made in this process's threads while the workers start.
@@ -64,6 +68,38 @@ def import_ended() -> None:
 
 
 now = time.perf_counter
+
+
+def warm_gpu(device_id: int, timeline: "Timeline") -> threading.Event:
+    """In a background thread, while the readers index: this process's CUDA context on
+    ``device_id`` (phase ``build.cuda_context``), then the CUDA modules this machine used before
+    (``build.kernels``: detaug/kernels/launch.py ``preload``). The event is set once the context
+    exists (or failed to: build then makes it, and says why)."""
+    ready = threading.Event()
+
+    def work():
+        try:
+            timeline.begin("build.cuda_context")
+            import cupy as cp
+
+            with cp.cuda.Device(device_id):
+                cp.cuda.runtime.free(0)  # (makes the context)
+            timeline.end("build.cuda_context")
+        except Exception:
+            pass
+        finally:
+            ready.set()
+        from ..kernels import launch
+
+        timeline.begin("build.kernels")
+        t = launch.preload(device_id, lambda: timeline.end("build.kernels"))
+        if t is None:
+            timeline.end("build.kernels")
+        else:
+            t.join()
+
+    threading.Thread(target=work, daemon=True, name="detaug-cuda-warm").start()
+    return ready
 
 
 def _process_start() -> float | None:
