@@ -222,8 +222,11 @@ def test_mixed_pipeline_decode_processes_start_before_the_index_same_batches(mon
     s = spans(phases)
     for name in ("build.gpu_check", "build.decode_processes.spawn", "build.cuda_context",
                  "build.readers", "build.decode_processes", "build.cuda",
-                 "build.decode_processes.ready", "first_launch.device", "first_batch"):
+                 "build.decode_processes.ready", "first_launch.device", "first_launch.decode",
+                 "first_launch.outputs", "first_batch"):
         assert name in s, name
+    assert (s["first_launch.device"][0] <= s["first_launch.decode"][0] <= s["first_launch.decode"][1]
+            <= s["first_launch.outputs"][0] <= s["first_launch.outputs"][1] <= s["first_launch.device"][1])
     assert s["build.decode_processes.spawn"][1] <= s["build.readers"][0]
     assert s["build.decode_processes.spawn"][1] <= s["build.cuda_context"][0] <= s["build.cuda"][1]
     assert s["build.cuda"][1] <= s["build.decode_processes.ready"][0]

@@ -81,8 +81,12 @@ class _Admit:
     def __init__(self, slots, decode_slots, seq, epoch):
         self.slots, self.decode_slots, self.seq, self.epoch = slots, decode_slots, seq, epoch
         self.done = self.decoding = False
+        self.on_output = None  # called as the output slot is asked for (the first launch's timeline)
 
     def __call__(self):
+        if self.on_output is not None:
+            self.on_output()
+            self.on_output = None
         if not self.done:
             self.slots.acquire(self.seq, self.epoch)
             self.done = True
@@ -202,9 +206,17 @@ class Executor:
                 # the first launch's device stage, timed to its end on the device (the caller
                 # waits for that batch in any case)
                 timeline.begin("first_launch.device")
+                timeline.begin("first_launch.decode")  # -> its decode requests answered
+
+                def decoded():
+                    timeline.end("first_launch.decode")
+                    timeline.begin("first_launch.outputs")  # the kernels (their compile or load)
+
+                admit.on_output = decoded
                 out = self.p._run_device(h, self.pool, self._local.stream, admit)
                 if out[1] is not None:
                     out[1].synchronize()
+                timeline.end("first_launch.outputs")
                 timeline.end("first_launch.device")
                 return out
 

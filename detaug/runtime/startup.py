@@ -36,8 +36,10 @@ Phases (those that apply; a CPU pipeline has no decode processes, no CUDA):
 * ``run.host_workers``: the host worker processes forked (at the first run()).
 * ``first_launch.host``: the first launch's host stage (reading, CPU decode and ops; a GPU
   pipeline's plan), made in this process's threads while the workers start.
-* ``first_launch.device``: its device stage (decode, kernels: their first compile or load from
-  cupy's cache is in here), until its outputs exist.
+* ``first_launch.device``: its device stage until its outputs exist on the device, in two parts:
+  ``first_launch.decode`` (until its decode requests are answered: the decode processes' first
+  decoders are made in here) and ``first_launch.outputs`` (the kernels, with the first compile
+  or load of those not loaded ahead, until synchronised).
 * ``first_batch``: ``build()`` called -> the first batch handed out by ``run()`` (its device work
   synchronised where a GPU made it).
 """
