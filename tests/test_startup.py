@@ -88,6 +88,16 @@ def test_first_launch_here_then_workers_same_batches_and_ordered_phases(referenc
     assert not [n for n in s if "decode_processes" in n or n in ("build.cuda", "first_launch.device")]
 
 
+@needs_workers
+def test_first_launch_over_as_many_threads_as_workers(reference):
+    """host_processes=3 with one host thread: the first launch's samples go over 3 threads of
+    this process (executor.py); the same batches."""
+    got, phases = first_batches(det_pipe(3, num_threads=1))
+    for a, b in zip(reference, got):
+        assert_same(a, b)
+    assert "first_launch.host" in spans(phases)
+
+
 def test_threads_pipeline_has_its_first_launch_timed(reference):
     got, phases = first_batches(det_pipe(0, num_threads=2))
     for a, b in zip(reference, got):

@@ -120,10 +120,11 @@ class Executor:
                 self.workers = HostWorkers(pipeline.host_processes, pipeline._run_host_job,
                                            hold=startup.early() and not timeline.has("first_launch.host"))
             if self.workers.holding:
-                self.first_pools = (
-                    cf.ThreadPoolExecutor(1, thread_name_prefix="detaug-first"),
-                    cf.ThreadPoolExecutor(max(1, pipeline.num_threads),
-                                          thread_name_prefix="detaug-first-host"))
+                # its samples over as many threads as there are workers (or host threads)
+                n = max(1, pipeline.num_threads, pipeline.host_processes)
+                self.first_pools = (cf.ThreadPoolExecutor(1, thread_name_prefix="detaug-first"),
+                                    cf.ThreadPoolExecutor(n, thread_name_prefix="detaug-first-host"))
+                self.first_pools[1].detaug_threads = n
         else:
             self.pool = cf.ThreadPoolExecutor(max(1, pipeline.num_threads), thread_name_prefix="detaug-host")
             self.batch_pool = cf.ThreadPoolExecutor(max(1, pipeline.prefetch_queue_depth),
