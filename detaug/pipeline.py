@@ -257,7 +257,8 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
                 raise ValueError("the pipeline has no reader or external source")
         if any(op.schema.name == "decoders.image" and op.device == "mixed" for op in self._needed_ops()):
             # a GPU decoder: its decode processes start now, while the readers index
-            self._mixed_decode, self._device_ops = True, [op for op in self._needed_ops() if op.device != "cpu"]
+            self._mixed_decode = True
+            self._device_ops = [op for op in self._needed_ops() if op.device != "cpu"]
             with tl.phase("build.gpu_check"):  # (imports cupy)
                 self._check_gpu()
             with tl.phase("build.decode_processes.spawn"):

@@ -84,7 +84,8 @@ def _note(source_name, kernel_name, options):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
-            json.dump([list(e[:2]) + [list(e[2])] for e in entries + [(source_name, kernel_name, options)]], f)
+            entries.append((source_name, kernel_name, options))
+            json.dump([[e[0], e[1], list(e[2])] for e in entries], f)
         os.replace(tmp, path)
     except OSError:
         pass

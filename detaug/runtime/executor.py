@@ -118,7 +118,8 @@ class Executor:
             # launch is made here, in threads over every core, before the workers take any
             with timeline.phase("run.host_workers"):
                 self.workers = HostWorkers(pipeline.host_processes, pipeline._run_host_job,
-                                           hold=startup.early() and not timeline.has("first_launch.host"))
+                                           hold=startup.early()
+                                           and not timeline.has("first_launch.host"))
             if self.workers.holding:
                 # its samples over as many threads as there are workers (or host threads)
                 n = max(1, pipeline.num_threads, pipeline.host_processes)
