@@ -23,6 +23,9 @@
 #   memory  bench_memory.py: device memory part by part (a context, decoders, rings, outputs in
 #           flight, the hold) and the settings that could reach DALI's 1,366 MB, img/s beside each
 #           (about 120 s at SECONDS_PER_ROW=6)
+#   timeline  time to first batch from fresh processes (startup_timeline.py): the benchmark
+#           pipeline on the GPU (device='mixed') and the CPU, RUNS (5) each with the start-up order
+#           on and off (DETAUG_EARLY_START=0), alternated, after one warm-up; medians and phases
 #   ddp     two GPUs (kind nvidia-h100-x2): the DDP GPU tests, examples/retinanet_ddp.py under
 #           torchrun on 2 ranks and on 1, bench_ddp.py (the pipeline alone) on 2 ranks and on 1
 #   startup bench_startup.py: time to first batch from a fresh process (STARTUP_PROCS (3) processes
@@ -42,12 +45,13 @@
 # Each part fits in one 600 s device call; logs and JSON go to $OUT. Knobs: SECONDS_PER_ROW (6),
 # PAIRS (3), SOAK_BATCHES (20000), TRAIN_BUDGET (250), NS ("2 4 8 15"), ITERS (100), TEST_S (300),
 # WORKERS ("2,15"), BATCHES (8; yolo), MIN_SECONDS (15; yolo), STARTUP_PROCS (3), STARTUP_SECONDS (8),
-# STARTUP_WORKERS ("2,8"), MN_SIZE (320), MN_ARGS, MN_TIMEOUT (80 s a launch; multinode).
+# STARTUP_WORKERS ("2,8"), RUNS (5; timeline), MN_SIZE (320), MN_ARGS, MN_TIMEOUT (80 s a launch;
+# multinode).
 # Data: 1,024 COCO-like JPEGs (bench_gpu.make_dataset) in /tmp/bench_data, made once.
 set -u
 source .ci/device_setup.sh >/dev/null 2>&1 || { echo "device setup failed"; exit 1; }
 DATA=/tmp/bench_data
-[ $# -gt 0 ] || { sed -n '2,46p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,49p' "$0"; exit 2; }
 
 part_tests() {
   timeout "${TEST_S:-300}" python3 -m pytest -m gpu -q -rf --tb=short -p no:cacheprovider tests \
@@ -125,6 +129,12 @@ part_memory() {
     --json "$OUT/bench_memory.json" 2>&1 | quiet | grep -E "^\|" | cut -c1-400
 }
 
+part_timeline() {
+  bench_data $DATA
+  timeout 280 python3 benchmarks/startup_timeline.py --data $DATA --devices mixed,cpu \
+    --runs "${RUNS:-5}" --off --json "$OUT/startup_timeline.json" 2>&1 | quiet | grep -v "^\["
+}
+
 part_ddp() {
   nvidia-smi -L
   timeout 220 python3 -m pytest -q -rf --tb=short -p no:cacheprovider tests/test_ddp_gpu.py \
@@ -184,7 +194,7 @@ part_multinode() {
 
 for part in "$@"; do
   if ! declare -F "part_$part" >/dev/null; then
-    echo "unknown part '$part': choose from tests gpu pairs train soak cpu yolo memory ddp startup multinode"; exit 2
+    echo "unknown part '$part': choose from tests gpu pairs train soak cpu yolo memory timeline ddp startup multinode"; exit 2
   fi
   echo "##### $part"
   "part_$part"

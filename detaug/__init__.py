@@ -10,6 +10,9 @@ The layers below are folders: see docs/design.md, "Layers".
 """
 import sys as _sys
 
+from .runtime import startup as _startup
+
+_startup.import_began()  # (pipe.stats['startup']: the import's phase)
 from .core.batch import BoxBatch, ImageBatch
 from . import ops
 from .dali import ops as _dali_ops  # noqa: F401  (registration of DALI's ops)
@@ -40,5 +43,6 @@ from . import fn  # noqa: E402,F811  (the object above; IDEs read this import: d
 from . import types  # noqa: E402  (detaug.types, as nvidia.dali.types: `import detaug as dali`)
 from .pipeline import Pipeline, pipeline_def  # noqa: E402
 
+_startup.import_ended()
 __version__ = "0.1.0"
 __all__ = ["fn", "ops", "types", "Pipeline", "pipeline_def", "ImageBatch", "BoxBatch", "PaddedBoxes"]

@@ -26,6 +26,7 @@ from .runtime.gpu.handout import HandOut, HeldOutputs
 from .runtime.retries import Retries
 from .runtime.batch_making import BatchMaking
 from .runtime import run_state as _run_state
+from .runtime import startup as _startup
 from .core.sharding import Sharding, _local_rank
 
 _POLICIES = ("fill", "drop", "partial")
@@ -181,7 +182,10 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
         self._submitted = None
         self._executor = None
         self._fed = {}
-        self.stats = {"skipped": 0, "skipped_files": [], "batches": 0}  # see _count_skips
+        # see _count_skips; "startup": the start-up timeline (detaug/runtime/startup.py), set
+        # at build and completed by the first batch
+        self.stats = {"skipped": 0, "skipped_files": [], "batches": 0, "startup": []}
+        self._startup = _startup.Timeline()
         self._skips_seen = set()  # (epoch, path) of the files counted
         self._stream = None
         self.last_event = None  # cupy Event recorded after the last batch's device work
@@ -227,22 +231,52 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
 
     # ---- build ------------------------------------------------------------------------------
     def build(self) -> "Pipeline":
+        """Trace the graph, make the sources (readers index here), plan, start the decode
+        processes of a GPU decoder; its phases are timed in ``pipe.stats['startup']``."""
         if self._built:
             return self
-        if self._outputs is None:
-            with self:
-                out = self.define_graph()
-            self.set_outputs(*(out if isinstance(out, (tuple, list)) else (out,)))
-        self._validate()
-        sources = [op for op in self.graph.ops if op.schema.kind == "source"]
-        if not sources:
-            raise ValueError("the pipeline has no reader or external source")
-        self._sources = {op.id: op.schema.impl(op, self) for op in sources}
-        self._driver = self._sources[sources[0].id]
-        sizes = {s.size for s in self._sources.values() if s.size is not None}
-        if len(sizes) > 1:
-            raise ValueError(f"the pipeline's readers have different sizes {sorted(sizes)}")
-        _run_state.check_epoch_has_batches(self)  # a ValueError that says why
+        tl = self._startup
+        tl.begin("build")
+        try:
+            self._build(tl)
+        except BaseException:
+            if self._decode_service is not None:  # (started early: they exit, their memory freed)
+                self._decode_service.close()
+                self._decode_service = None
+            raise
+        finally:
+            tl.end("build")
+            self.stats["startup"] = tl.as_list()
+        return self
+
+    def _build(self, tl):
+        with tl.phase("build.graph"):
+            if self._outputs is None:
+                with self:
+                    out = self.define_graph()
+                self.set_outputs(*(out if isinstance(out, (tuple, list)) else (out,)))
+            self._validate()
+            sources = [op for op in self.graph.ops if op.schema.kind == "source"]
+            if not sources:
+                raise ValueError("the pipeline has no reader or external source")
+        if any(op.schema.name == "decoders.image" and op.device == "mixed" for op in self._needed_ops()):
+            # a GPU decoder: its decode processes start now, while the readers index
+            self._mixed_decode = True
+            self._device_ops = [op for op in self._needed_ops() if op.device != "cpu"]
+            with tl.phase("build.gpu_check"):  # (imports cupy)
+                self._check_gpu()
+            with tl.phase("build.decode_processes.spawn"):
+                self._spawn_decode_service()
+            # this process's CUDA context, then the kernels used before, in a background thread
+            self._cuda_warm = _startup.warm_gpu(self.device_id or 0, tl) if _startup.early() else None
+        with tl.phase("build.readers"):
+            self._sources = {op.id: op.schema.impl(op, self) for op in sources}
+            self._driver = self._sources[sources[0].id]
+            sizes = {s.size for s in self._sources.values() if s.size is not None}
+            if len(sizes) > 1:
+                raise ValueError(f"the pipeline's readers have different sizes {sorted(sizes)}")
+            _run_state.check_epoch_has_batches(self)  # a ValueError that says why
+        tl.begin("build.plan")
         from .runtime import partners
 
         partners.setup(self)  # multi-sample ops: the level of each op, the fan-out
@@ -251,8 +285,9 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
         self.has_device_stage = bool(self._device_ops)
         self._mixed_decode = any(op.schema.name == "decoders.image" and op.device == "mixed"
                                  for op in self._device_ops)
-        if self.has_device_stage:
-            self._check_gpu()
+        if self.has_device_stage and not tl.has("build.gpu_check"):
+            with tl.phase("build.gpu_check"):  # (imports cupy)
+                self._check_gpu()
         self._setup_plan_ahead()
         if self._batches_per_launch_arg is None and self.has_device_stage and self._driver.size is not None:
             from .runtime.gpu import memory_plan
@@ -260,8 +295,10 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
             b = self._batch_bytes()  # a launch's outputs, where the graph fixes them
             self.batches_per_launch = memory_plan.batches_per_launch(
                 self.device_memory_budget, self.plan_ahead, b and b.outputs, b.working if b else 0)
+        tl.end("build.plan")
         if self._mixed_decode:
-            self._start_decode_service()
+            with tl.phase("build.decode_processes"):
+                self._start_decode_service()
         if self._prefetch_arg is None and self._decode_service is not None:
             # enough launches in flight to hold every ring slot of the queue
             self.prefetch_queue_depth = max(DECODE_PROCESS_PREFETCH, self.decode_slots)
@@ -278,8 +315,11 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
         self.host_processes = self._resolve_host_processes()
         self._check_memory_budget()  # BudgetError where the least it runs with exceeds the budget
         if self.has_device_stage:
+            tl.begin("build.cuda")
             import cupy as cp
 
+            if getattr(self, "_cuda_warm", None) is not None:
+                self._cuda_warm.wait()  # (the context made meanwhile, or failed: made here)
             cp.cuda.Device(self.device_id or 0).use()
             # one stream per device worker: batches' host-side launch work overlaps, and each
             # batch's kernels stay in order on its own stream
@@ -287,10 +327,13 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
             self._stream = self._streams[0]
             # the one stream every launch's outputs are made on: Pipeline._to_output_stream
             self._out_stream = cp.cuda.Stream(non_blocking=True)
+            tl.end("build.cuda")
+        if self._decode_service is not None and not self._decode_service.connected:
+            with tl.phase("build.decode_processes.ready"):  # (their handshakes)
+                self._decode_service.connect()
         self._built = True
         self.device_summary = self._summarize_devices()
         logging.getLogger("detaug").info("pipeline built: %s", self.device_summary)
-        return self
 
     def _resolve_host_processes(self) -> int:
         """The number of host worker processes (see ``host_processes``); 0 runs the host stage in
@@ -439,8 +482,18 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
         self._batch = b + 1
         self._hand_out(outs, event, made_on)
         self.stats["batches"] += 1
+        if not self._startup.has("first_batch"):
+            self._first_batch_out()
         self._fill_queue()
         return outs
+
+    def _first_batch_out(self):
+        """The first batch is out: ``first_batch`` (build() called -> here) ends the timeline."""
+        tl = self._startup
+        start = tl.start_of("build")
+        if start is not None:
+            tl.record("first_batch", start, _startup.now())
+        self.stats["startup"] = tl.as_list()
 
     def __iter__(self):
         return self
@@ -494,6 +547,8 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
             result = self._run_device(result, ex.pool)
         self._hand_out(result[0], result[1], result[4])
         self._count_skips(result[2], key[0])
+        if not self._startup.has("first_batch"):
+            self._first_batch_out()
         return result[0]
 
     @property

@@ -172,11 +172,36 @@ def fake_gpu(monkeypatch):
     from detaug.core import backend
     from detaug.runtime.gpu import decode_proc
 
-    started = []
+    class Log(list):  # what was started; .early: the early start's stand-in
+        pass
 
-    def service(processes, device_id, ring_bytes, threads, slots):
+    started = Log()
+
+    class Early:
+        """The decode processes started early (before the readers index, their rings unknown):
+        configured with the plan at the end of build (recorded; the build stops there), or
+        closed where the build is refused."""
+        closed = []
+
+        def __init__(self, processes):
+            self.processes = processes
+
+        def configure(self, processes, ring_bytes, threads, slots):
+            started.append((processes, threads, ring_bytes))
+            raise _Started()
+
+        def close(self):
+            Early.closed.append(self.processes)
+
+        stop = close
+
+    def service(processes, device_id, ring_bytes, threads=1, slots=None):
+        if ring_bytes is None:  # the early start (detaug.runtime.startup.early())
+            return Early(processes)
         started.append((processes, threads, ring_bytes))
         raise _Started()
+
+    started.early = Early
 
     monkeypatch.setattr(backend, "gpu_missing", lambda **k: None)
     monkeypatch.setattr(decode_proc, "DecodeService", service)
@@ -189,7 +214,8 @@ def test_build_refuses_retinanet_batch_64_at_the_default_budget(data, fake_gpu):
     pipe = bench_gpu.make_det_pipe(data, "mixed", retinanet=True, batch_size=64, seed=0)
     with pytest.raises(mp.BudgetError) as e:
         pipe.build()
-    assert fake_gpu == []  # refused before any decode process started
+    assert fake_gpu == []  # refused before any decode process was given its plan
+    assert fake_gpu.early.closed in ([], [2])  # and those started early (if any) are stopped
     msg = str(e.value)
     assert "device_memory_budget 2.00 GB" in msg and "retinanet_encode_10[1] 1,591 MB" in msg
     # the figure: 1 x 1 decode (context 280 MB + decoder 80 MB + a ring of 3 launches of 64

@@ -204,6 +204,13 @@ class _NoDecodeService:
 
     def __init__(self, *args):
         self.workers, self.threads = [], 1
+        self.connected = args[2] is not None  # (no ring size: started early, see configure)
+
+    def configure(self, processes, ring_bytes, threads, slots):
+        self.threads = threads
+
+    def connect(self):
+        self.connected = True
 
     def stop(self):
         pass

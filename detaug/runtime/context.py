@@ -97,7 +97,9 @@ class BatchContext:
         of results, in order."""
         if n == 0:
             return []
-        k = 1 if self.pool is None else min(n, max(1, self.pipeline.num_threads))
+        # (a pool may say how many threads it has: the first launch's, see executor.py)
+        k = 1 if self.pool is None else min(n, max(1, getattr(self.pool, "detaug_threads", None)
+                                                   or self.pipeline.num_threads))
         bounds = [n * j // k for j in range(k + 1)]
         if k == 1:
             return [fn(0, n)]

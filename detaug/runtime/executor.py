@@ -16,6 +16,7 @@ import collections
 import concurrent.futures as cf
 import threading
 
+from . import startup
 from .gpu import launch_profile
 from .context import BatchContext  # noqa: F401 (importable here as before)
 from ..core.errors import NotFed, SampleError  # noqa: F401
@@ -80,8 +81,12 @@ class _Admit:
     def __init__(self, slots, decode_slots, seq, epoch):
         self.slots, self.decode_slots, self.seq, self.epoch = slots, decode_slots, seq, epoch
         self.done = self.decoding = False
+        self.on_output = None  # called as the output slot is asked for (the first launch's timeline)
 
     def __call__(self):
+        if self.on_output is not None:
+            self.on_output()
+            self.on_output = None
         if not self.done:
             self.slots.acquire(self.seq, self.epoch)
             self.done = True
@@ -102,12 +107,25 @@ class Executor:
         self.p = pipeline
         self.queue = collections.deque()
         self.workers = self.pool = self.batch_pool = self.device_pool = None
+        self.first_pools = None  # (launch thread, sample threads) of the first launch, see submit
+        self._first_made = False
+        timeline = pipeline._startup
         if pipeline.host_processes:
             from .host_workers import HostWorkers
 
             # forked first, before this executor starts any thread (a GPU pipeline's workers
-            # plan its launches: detaug/plan_ahead.py; they make no CUDA call)
-            self.workers = HostWorkers(pipeline.host_processes, pipeline._run_host_job)
+            # plan its launches: detaug/plan_ahead.py; they make no CUDA call). Held: the first
+            # launch is made here, in threads over every core, before the workers take any
+            with timeline.phase("run.host_workers"):
+                self.workers = HostWorkers(pipeline.host_processes, pipeline._run_host_job,
+                                           hold=startup.early()
+                                           and not timeline.has("first_launch.host"))
+            if self.workers.holding:
+                # its samples over as many threads as there are workers (or host threads)
+                n = max(1, pipeline.num_threads, pipeline.host_processes)
+                self.first_pools = (cf.ThreadPoolExecutor(1, thread_name_prefix="detaug-first"),
+                                    cf.ThreadPoolExecutor(n, thread_name_prefix="detaug-first-host"))
+                self.first_pools[1].detaug_threads = n
         else:
             self.pool = cf.ThreadPoolExecutor(max(1, pipeline.num_threads), thread_name_prefix="detaug-host")
             self.batch_pool = cf.ThreadPoolExecutor(max(1, pipeline.prefetch_queue_depth),
@@ -147,14 +165,32 @@ class Executor:
             return False
         if any(isinstance(v, dict) and v.get("end") for v in prepared.values()):
             return False  # an iterable source is spent: the epoch ends here
-        if self.workers is not None:
+        timeline = self.p._startup
+        if self.first_pools is not None and not self._first_made:
+            self._first_made = True
+            # the first launch: made in this process (its sample threads on every core), while
+            # the launches after it wait for it in the workers' queue (the workers take them as
+            # it is done: no core is idle, and the first batch comes in a fraction of a launch's
+            # single-threaded time). The same batches: the host stage is a pure function of the
+            # launch key (host_workers.py)
+            pools = self.first_pools
+            fut = pools[0].submit(self._first_host, key, prepared, pools[1])
+            fut.add_done_callback(lambda _: self._release_workers())
+            if self.device_pool is None:
+                self.queue.append((key, fut, None))
+                return True
+            host = fut.result
+        elif self.workers is not None:
             fut = self.workers.submit(key, prepared)
             if self.device_pool is None:
                 self.queue.append((key, fut, None))
                 return True
             host = lambda f=fut: (key, prepared, f.result())  # noqa: E731 (a worker's plan)
         else:
-            fut = self.batch_pool.submit(self.p._run_host, key, prepared, self.pool)
+            first = not self._first_made and not timeline.has("first_launch.host")
+            self._first_made = True
+            fut = self.batch_pool.submit(self._first_host if first else self.p._run_host, key,
+                                         prepared, self.pool)
             host = fut.result
         seq = None
         if self.device_pool is not None:
@@ -167,11 +203,47 @@ class Executor:
                 launch_profile.mark(self.slots, seq, "picked")
                 h = host()
                 launch_profile.mark(self.slots, seq, "planned")
-                return self.p._run_device(h, self.pool, self._local.stream, admit)
+                if seq or timeline.has("first_launch.device"):
+                    return self.p._run_device(h, self.pool, self._local.stream, admit)
+                # the first launch's device stage, timed to its end on the device (the caller
+                # waits for that batch in any case)
+                timeline.begin("first_launch.device")
+                timeline.begin("first_launch.decode")  # -> its decode requests answered
+
+                def decoded():
+                    timeline.end("first_launch.decode")
+                    timeline.begin("first_launch.outputs")  # the kernels (their compile or load)
+
+                admit.on_output = decoded
+                out = self.p._run_device(h, self.pool, self._local.stream, admit)
+                if out[1] is not None:
+                    out[1].synchronize()
+                timeline.end("first_launch.outputs")
+                timeline.end("first_launch.device")
+                return out
 
             fut = self.device_pool.submit(device_work)
         self.queue.append((key, fut, seq))
         return True
+
+    def _first_host(self, key, prepared, pool):
+        """The first launch's host stage, in this process (timed: ``first_launch.host``)."""
+        timeline = self.p._startup
+        timeline.begin("first_launch.host")
+        try:
+            return self.p._run_host(key, prepared, pool)
+        finally:
+            timeline.end("first_launch.host")
+
+    def _release_workers(self):
+        """The first launch is done (or was never made here): the workers take their queue, and
+        the first launch's threads end once idle."""
+        pools, self.first_pools = self.first_pools, None
+        if self.workers is not None:
+            self.workers.release()
+        if pools is not None:
+            for pool in pools:
+                pool.shutdown(wait=False)
 
     def pop(self):
         key, fut, seq = self.queue.popleft()
@@ -214,6 +286,8 @@ class Executor:
     def run_now(self, key, prepared):
         """The host result of ``key`` outside the queue (random access), on a worker."""
         if self.workers is not None:
+            if self.workers.holding and not self._first_made:
+                self._release_workers()  # random access first: no launch of this process to wait for
             result = self.workers.submit(key, prepared).result()
             return (key, prepared, result) if self.p.has_device_stage else result
         return self.p._run_host(key, prepared, self.pool)
@@ -225,6 +299,6 @@ class Executor:
             self._reset_gates()  # device threads waiting for a slot give up
         if self.workers is not None:
             self.workers.close(wait=wait)
-        for pool in (self.batch_pool, self.device_pool, self.pool):
+        for pool in (self.batch_pool, self.device_pool, self.pool, *(self.first_pools or ())):
             if pool is not None:
                 pool.shutdown(wait=wait, cancel_futures=True)

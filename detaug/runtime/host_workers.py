@@ -276,11 +276,14 @@ class HostWorkers:
     """``n`` forked processes running ``run(key, prepared)``; :meth:`submit` gives a Future of
     the result, whose arrays live in the worker's shared memory until they are dropped."""
 
-    def __init__(self, n, run, name="detaug-host"):
+    def __init__(self, n, run, name="detaug-host", hold=False):
         ctx = mp.get_context("fork")
         self._ids = itertools.count()
         self._lock = threading.Lock()
         self._closed = False
+        # hold: tasks submitted wait here until release() (the executor makes the first launch
+        # in this process's threads, on every core, and lets the workers start after it)
+        self._held = [] if hold else None
         self.workers = []
         parent_ends = []
         with _forking() as cv2_loaded:
@@ -313,12 +316,42 @@ class HostWorkers:
             w = min(live, key=lambda w: len(w.pending))
             tid = next(self._ids)
             w.pending[tid] = (fut, key)
+            if self._held is not None:
+                self._held.append((w, tid, fut, key, prepared))
+                return fut
+        self._send_task(w, tid, key, prepared)
+        return fut
+
+    @property
+    def holding(self) -> bool:
+        return self._held is not None
+
+    def release(self) -> None:
+        """Send the tasks held since the start, in order (those cancelled meanwhile are dropped),
+        and every later one at once. (Tasks submitted while the held ones are sent are held too,
+        and sent after them: each worker gets its tasks in the order they were submitted.)"""
+        while True:
+            with self._lock:
+                if self._held is None:
+                    return
+                batch = self._held
+                if self._closed or not batch:
+                    self._held = None
+                    return
+                self._held = []
+            for w, tid, fut, key, prepared in batch:
+                if fut.cancelled():
+                    with self._lock:
+                        w.pending.pop(tid, None)
+                    continue
+                self._send_task(w, tid, key, prepared)
+
+    def _send_task(self, w, tid, key, prepared):
         try:
             with w.send_lock:
                 w.conn.send(("task", tid, key, prepared))
         except (OSError, ValueError) as e:
             self._fail(w, f"host worker {w.index} (pid {w.proc.pid}) cannot take work ({e})")
-        return fut
 
     def _read(self, w):
         """The reader thread of one worker: results to futures, until EOF."""

@@ -52,6 +52,8 @@ import time
 
 import numpy as np
 
+from ..startup import without_main
+
 # "done" events of a worker, index req % N_EVENTS: an index is recorded again only N_EVENTS
 # requests later, long after the pipeline queued its wait (a device worker has at most one
 # request out). (Interprocess events are a scarce resource: 1,024 ran out of memory once a test
@@ -126,7 +128,9 @@ class _Region:
 def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cover - runs in the child process (GPU)
     """A decode process: ``threads`` decoder threads (each with its own nvImageCodec decoder and
     streams: one decodes while another reads its files or waits for the device), a receiving
-    thread (requests and frees), replies sent under a lock, in any order."""
+    thread (requests and frees), replies sent under a lock, in any order. ``ring_bytes`` None:
+    started early, it waits for ``("ring", ring_bytes, threads, slots)`` after its imports and
+    CUDA context (DecodeService.configure)."""
     import cupy as cp
     from nvidia import nvimgcodec
 
@@ -142,6 +146,15 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
     # H100 at the default 1 KiB); nothing here needs a stack up front (the driver grows it for a
     # kernel that does): 549 -> 272 MB, same decode rate and pixels (a probe in git history)
     rt.deviceSetLimit(getattr(rt, "cudaLimitStackSize", 0), 0)
+    if ring_bytes is None:  # started early: the ring's size comes once the readers have indexed
+        try:
+            m = conn.recv()
+        except (EOFError, OSError):
+            return
+        if m[0] != "ring":
+            conn.close()
+            return
+        _, ring_bytes, threads, slots = m
     ring = rt.malloc(ring_bytes)
     done = [cp.cuda.Event(block=False, disable_timing=True, interprocess=True)
             for _ in range(N_EVENTS)]
@@ -341,14 +354,26 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
 # ------------------------------------------------------------------------------ pipeline side
 class _Worker:
     def __init__(self, mp, device_id, ring_bytes, threads=1, slots=3):
-        """Start the process; :meth:`connect` waits for its handshake (so several start at once)."""
+        """Start the process; :meth:`connect` waits for its handshake (so several start at once).
+        ``ring_bytes`` None: :meth:`configure` sends the ring's size later."""
         self.conn, child = mp.Pipe()
+        self.send_lock, self.alive = threading.Lock(), False  # (alive: once connected)
         self.held = 0  # ring slots of this worker taken by requests not yet retired
         self.proc = mp.Process(target=_worker, args=(child, device_id, ring_bytes, threads, slots), daemon=True,
                                name="detaug-decode")
-        self.proc.start()
+        with without_main():  # (spawn would run the main script again: startup.py)
+            self.proc.start()
         child.close()
         self.outstanding = 0  # decode requests sent and not yet answered (DecodeService._lock)
+
+    def configure(self, ring_bytes, threads, slots):
+        """The ring of a worker started early (one that died says so at :meth:`connect`); None:
+        it stops (not needed)."""
+        try:
+            self.conn.send(("stop",) if ring_bytes is None else
+                           ("ring", int(ring_bytes), int(threads), int(slots)))
+        except (OSError, ValueError):
+            pass
 
     def connect(self):
         try:  # before importing cupy here: a worker that cannot start says so wherever it is
@@ -369,7 +394,6 @@ class _Worker:
         # event (a blocking wait, without the GIL) and then frees the region. No polling: a
         # pipeline whose queue is full costs the training loop nothing
         self.retired = queue.SimpleQueue()
-        self.send_lock = threading.Lock()
         self.replies, self.cond = {}, threading.Condition()
         self.abandoned = {}  # req -> what to do with its reply (its waiter was interrupted)
         self.alive = True
@@ -507,26 +531,46 @@ class _Lease:
 class DecodeService:
     """The pipeline's decode worker processes (started with 'spawn': CUDA cannot fork)."""
 
-    def __init__(self, processes: int, device_id: int, ring_bytes: int, threads: int = 1,
+    def __init__(self, processes: int, device_id: int, ring_bytes: int | None, threads: int = 1,
                  slots: int = 3):
+        """``ring_bytes`` None: the processes start and wait for :meth:`configure`, then
+        :meth:`connect` (a pipeline starts them before its readers index: their seconds of start
+        overlap the index, the plan and this process's CUDA); else ready on return."""
         import multiprocessing
 
-        mp = multiprocessing.get_context("spawn")
+        self._mp = multiprocessing.get_context("spawn")
+        self.device_id = device_id
         self.threads, self.slots = int(threads), int(slots)
-        self.workers = [_Worker(mp, device_id, int(ring_bytes), self.threads, self.slots)
+        self.connected = ring_bytes is not None  # (else connect() once configured)
+        self.workers = [_Worker(self._mp, device_id, int(ring_bytes) if self.connected else None,
+                                self.threads, self.slots)
                         for _ in range(int(processes))]
-        try:  # the processes start together (each takes seconds: interpreter, CUDA, nvImageCodec)
+        self._ids = itertools.count()
+        # reentrant: a lease dropped by the garbage collector inside a locked section retires
+        # itself through this lock, in the same thread
+        self._lock = threading.RLock()
+        if self.connected:
+            self.connect()
+
+    def configure(self, processes: int, ring_bytes: int, threads: int, slots: int) -> None:
+        """For processes started early: the plan's number of processes (extra ones are stopped,
+        missing ones started now), ring size, decoder threads and ring slots."""
+        self.threads, self.slots, n = int(threads), int(slots), int(processes)
+        for k, w in enumerate(self.workers):
+            w.configure(*((ring_bytes, threads, slots) if k < n else (None, 0, 0)))
+        self.workers = self.workers[:n] + [_Worker(self._mp, self.device_id, int(ring_bytes), self.threads,
+                                                   self.slots) for _ in range(n - len(self.workers))]
+
+    def connect(self) -> None:
+        """Wait for every process's handshake."""
+        try:
             for w in self.workers:
                 w.connect()
         except BaseException:
             for w in self.workers:
                 w.proc.terminate()
             raise
-        self._ids = itertools.count()
-        # reentrant: a lease dropped by the garbage collector inside a locked section retires
-        # itself through this lock, in the same thread
-        self._lock = threading.RLock()
-        self.device_id = device_id
+        self.connected = True
 
     def decode(self, paths, output_type, chunk, stream):
         """Decode the files ``paths`` in a worker: (DeviceImages, errors). The images are ready

@@ -13,6 +13,7 @@ from ...core.errors import SampleError
 from .handout import device_arrays
 from .launch_profile import stamp
 from .plan_ahead import LaunchPlan, NotPlanned
+from .. import startup
 
 
 class _NoAdmit:
@@ -34,6 +35,10 @@ _NO_ADMIT = _NoAdmit()
 def _device_bytes(outs) -> int:
     """Device bytes held by a launch's outputs (images, boxes, padded boxes, arrays)."""
     return sum(int(a.nbytes) for a in device_arrays(outs))
+
+
+def _env(name):  # an override from the environment, or None
+    return int(os.environ[name]) if os.environ.get(name) else None
 
 
 class DeviceStage:
@@ -124,32 +129,55 @@ class DeviceStage:
         self._decode_bytes = decode
         self._refuse_over_budget(decode, what, False)
 
-    def _start_decode_service(self):
-        from . import decode_proc
-
+    def _decode_plan(self, sizes, images, cap=None):
+        """The memory plan's decode processes, threads and ring for launches of ``images``
+        images of ``sizes`` (None: unknown), the decode side within ``cap`` bytes (None: the
+        plan's share of the budget); None where decode processes are off."""
         from . import memory_plan
 
-        def env(name):  # an override from the environment, or None
-            return int(os.environ[name]) if os.environ.get(name) else None
-
-        n = self.decode_processes if self.decode_processes is not None else env("DETAUG_DECODE_PROCESSES")
+        n = self.decode_processes if self.decode_processes is not None else _env("DETAUG_DECODE_PROCESSES")
         if n is not None and int(n) <= 0:
-            return
-        images = self.batch_size * self.batches_per_launch * self._fan_out  # partners too
-        launch = memory_plan.launch_image_bytes(self._decoded_sizes(), 3, images)
-        out, work = self._launch_bytes()
-        plan = memory_plan.plan_decode(
+            return None
+        launch = memory_plan.launch_image_bytes(sizes, 3, images)
+        return memory_plan.plan_decode(
             self.device_memory_budget, launch, processes=None if n is None else int(n),
-            threads=env("DETAUG_DECODE_THREADS"),
+            threads=_env("DETAUG_DECODE_THREADS"),
             ring_bytes=None if self.decode_buffer_mb is None else self.decode_buffer_mb << 20,
-            cap=memory_plan.decode_cap(self.device_memory_budget, out, work))
-        # before any process starts: refuse what cannot fit
-        self._refuse_over_budget(plan.bytes, plan.describe(),
-                                 n is not None or self.decode_buffer_mb is not None)
+            cap=cap)
+
+    def _spawn_decode_service(self):
+        """At build, before the readers index: start the decode processes the plan will most
+        likely want (sizes unknown yet), so that their start (interpreter, imports, CUDA
+        context: seconds) overlaps the index, the plan and this process's CUDA;
+        :meth:`_start_decode_service` gives them their rings (and corrects their number)."""
+        from . import decode_proc
+
+        # the guess: images of 640 x 480 (COCO's typical size; the benchmark's): a plan for
+        # other sizes stops the processes too many or starts those missing (configure)
+        guess = self._decode_plan(((480, 640),), self.batch_size)
+        if guess is not None and startup.early():
+            self._decode_service = decode_proc.DecodeService(guess.processes, self.device_id or 0, None)
+
+    def _start_decode_service(self):
+        from . import decode_proc, memory_plan
+
+        images = self.batch_size * self.batches_per_launch * self._fan_out  # partners too
+        out, work = self._launch_bytes()
+        plan = self._decode_plan(self._decoded_sizes(), images,
+                                 cap=memory_plan.decode_cap(self.device_memory_budget, out, work))
+        if plan is None:
+            return
+        fixed = (self.decode_processes is not None or _env("DETAUG_DECODE_PROCESSES") is not None
+                 or self.decode_buffer_mb is not None)
+        # refuse what cannot fit (processes started early are closed by build: nothing is kept)
+        self._refuse_over_budget(plan.bytes, plan.describe(), fixed)
         self._decode_bytes = plan.bytes
         self.memory_plan = plan
-        self._decode_service = decode_proc.DecodeService(plan.processes, self.device_id or 0,
-                                                         plan.ring_bytes, plan.threads, plan.slots)
+        if self._decode_service is not None:  # started early: their rings, the right number
+            self._decode_service.configure(plan.processes, plan.ring_bytes, plan.threads, plan.slots)
+        else:
+            self._decode_service = decode_proc.DecodeService(plan.processes, self.device_id or 0,
+                                                             plan.ring_bytes, plan.threads, plan.slots)
         # launches whose decode may be under way or held at once: what the rings hold (in
         # launch order, so the launch due next always finds a slot: Executor)
         self.decode_slots = plan.processes * plan.launches
