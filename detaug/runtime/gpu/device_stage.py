@@ -129,7 +129,7 @@ class DeviceStage:
         self._decode_bytes = decode
         self._refuse_over_budget(decode, what, False)
 
-    def _decode_plan(self, sizes, images, cap=None):
+    def _decode_side_plan(self, sizes, images, cap=None):
         """The memory plan's decode processes, threads and ring for launches of ``images``
         images of ``sizes`` (None: unknown), the decode side within ``cap`` bytes (None: the
         plan's share of the budget); None where decode processes are off."""
@@ -154,7 +154,7 @@ class DeviceStage:
 
         # the guess: images of 640 x 480 (COCO's typical size; the benchmark's): a plan for
         # other sizes stops the processes too many or starts those missing (configure)
-        guess = self._decode_plan(((480, 640),), self.batch_size)
+        guess = self._decode_side_plan(((480, 640),), self.batch_size)
         if guess is not None and startup.early():
             self._decode_service = decode_proc.DecodeService(guess.processes, self.device_id or 0, None)
 
@@ -163,7 +163,7 @@ class DeviceStage:
 
         images = self.batch_size * self.batches_per_launch * self._fan_out  # partners too
         out, work = self._launch_bytes()
-        plan = self._decode_plan(self._decoded_sizes(), images,
+        plan = self._decode_side_plan(self._decoded_sizes(), images,
                                  cap=memory_plan.decode_cap(self.device_memory_budget, out, work))
         if plan is None:
             return
