@@ -146,6 +146,43 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
     # H100 at the default 1 KiB); nothing here needs a stack up front (the driver grows it for a
     # kernel that does): 549 -> 272 MB, same decode rate and pixels (a probe in git history)
     rt.deviceSetLimit(getattr(rt, "cudaLimitStackSize", 0), 0)
+    # DETAUG_DECODE_CPU_THREADS: nvImageCodec's CPU threads per decoder (0 = one per core).
+    # Default 4: one per core (16 threads for each of up to 6 decoders on 16 cores) took 35-70 MB
+    # more device memory per process and ran no faster than 2 (session 7); 4 ran faster than 2
+    # in each of 4 same-call pairs (defaults +4 %, +21 %; 8 GB +8 %, +28 %) for ~15 MB more per
+    # process (RESULTS.md, session 9)
+    cpu_threads = int(os.environ.get("DETAUG_DECODE_CPU_THREADS", 4))
+    # the decoders are made (and warmed up: warm_up) now, in threads, while the pipeline's
+    # process indexes its readers and plans (about a second: it was the first launch's wait);
+    # the decoder threads take them. The same decoders and first call as before: the same pixels
+    made = queue.SimpleQueue()
+    premade = {"left": max(1, int(threads))}
+    premade_lock = threading.Lock()
+
+    def make_decoder():
+        cp.cuda.Device(device_id).use()
+        try:
+            made.put(warm_up(nvimgcodec.Decoder(device_id=device_id, max_num_cpu_threads=cpu_threads),
+                             device_id))
+        except BaseException as e:  # (the decoder thread that takes it raises it)
+            made.put(e)
+
+    for _ in range(premade["left"]):
+        threading.Thread(target=make_decoder, daemon=True).start()
+
+    def take_decoder():
+        """A decoder made ahead, or a new one once they are all taken."""
+        with premade_lock:
+            mine = premade["left"] > 0
+            premade["left"] -= mine
+        if not mine:
+            return warm_up(nvimgcodec.Decoder(device_id=device_id, max_num_cpu_threads=cpu_threads),
+                           device_id)
+        d = made.get()
+        if isinstance(d, BaseException):
+            raise d
+        return d
+
     if ring_bytes is None:  # started early: the ring's size comes once the readers have indexed
         try:
             m = conn.recv()
@@ -164,12 +201,6 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
     work = queue.SimpleQueue()     # decode requests; None stops a decoder thread
     send_lock = threading.Lock()
     state = {"stop": False}
-    # DETAUG_DECODE_CPU_THREADS: nvImageCodec's CPU threads per decoder (0 = one per core).
-    # Default 4: one per core (16 threads for each of up to 6 decoders on 16 cores) took 35-70 MB
-    # more device memory per process and ran no faster than 2 (session 7); 4 ran faster than 2
-    # in each of 4 same-call pairs (defaults +4 %, +21 %; 8 GB +8 %, +28 %) for ~15 MB more per
-    # process (RESULTS.md, session 9)
-    cpu_threads = int(os.environ.get("DETAUG_DECODE_CPU_THREADS", 4))
 
     def reply(msg):
         with send_lock:
@@ -177,8 +208,7 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
 
     def decoder_thread():
         cp.cuda.Device(device_id).use()
-        decoder = warm_up(nvimgcodec.Decoder(device_id=device_id, max_num_cpu_threads=cpu_threads),
-                          device_id)
+        decoder = take_decoder()
         stream = cp.cuda.Stream(non_blocking=True)  # decode, and the CPU-decoded images' uploads
         # nvImageCodec's wrappers of ring regions, dropped once the decode into them has run
         # (their event is done)
@@ -322,7 +352,13 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
                 print(f"detaug decode thread (pid {os.getpid()}): alive {life:.1f} s; {parts}",
                       file=sys.stderr, flush=True)
 
-    pool = [threading.Thread(target=decoder_thread, daemon=True) for _ in range(max(1, int(threads)))]
+    n_threads = max(1, int(threads))
+    with premade_lock:  # decoders made ahead for more threads than the plan gave: freed
+        surplus = max(0, premade["left"] - n_threads)
+        premade["left"] -= surplus
+    if surplus:
+        threading.Thread(target=lambda: [made.get() for _ in range(surplus)], daemon=True).start()
+    pool = [threading.Thread(target=decoder_thread, daemon=True) for _ in range(n_threads)]
     for t in pool:
         t.start()
     # ("free", req) arrives only once the pipeline's work on the region has completed (its

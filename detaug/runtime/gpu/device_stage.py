@@ -156,7 +156,8 @@ class DeviceStage:
         # other sizes stops the processes too many or starts those missing (configure)
         guess = self._decode_side_plan(((480, 640),), self.batch_size)
         if guess is not None and startup.early():
-            self._decode_service = decode_proc.DecodeService(guess.processes, self.device_id or 0, None)
+            self._decode_service = decode_proc.DecodeService(guess.processes, self.device_id or 0, None,
+                                                             guess.threads)
 
     def _start_decode_service(self):
         from . import decode_proc, memory_plan
