@@ -265,8 +265,9 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
             self._device_ops = [op for op in self._needed_ops() if op.device != "cpu"]
             with tl.phase("build.gpu_check"):  # (imports cupy)
                 self._check_gpu()
-            with tl.phase("build.decode_processes.spawn"):
-                self._spawn_decode_service()
+            if _startup.early():
+                with tl.phase("build.decode_processes.spawn"):
+                    self._spawn_decode_service()
             # this process's CUDA context, then the kernels used before, in a background thread
             self._cuda_warm = _startup.warm_gpu(self.device_id or 0, tl) if _startup.early() else None
         with tl.phase("build.readers"):
