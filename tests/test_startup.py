@@ -36,8 +36,8 @@ def det_pipe(host_processes, num_threads=2, seed=5, device="cpu"):
 
 def host(batch):
     img = batch[0].data if hasattr(batch[0], "data") else batch[0]
-    img = img.get() if hasattr(img, "get") else np.asarray(img)
-    return img, batch[1].boxes, batch[1].labels, batch[1].offsets
+    on_host = lambda a: a.get() if hasattr(a, "get") else np.asarray(a)  # noqa: E731 (cupy or numpy)
+    return tuple(on_host(a) for a in (img, batch[1].boxes, batch[1].labels, batch[1].offsets))
 
 
 def assert_same(a, b):
