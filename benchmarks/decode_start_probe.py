@@ -2,7 +2,7 @@
 the imports a spawned decode process makes (detaug's package, cupy, nvImageCodec), its CUDA
 context, its decoders' first calls (``ops.gpu_decode.warm_up``: nvJPEG and the hardware decoder
 set up), then 64 of the data set's images decoded twice. The steps of
-``detaug.runtime.gpu.decode_proc._worker``, timed one after another (RESULTS.md, "Time to first
+``detaug.runtime.gpu.decode_worker._worker``, timed one after another (RESULTS.md, "Time to first
 batch": the bound of a decode process's start).
 
     python benchmarks/decode_start_probe.py [DATA]   # DATA: a folder with images/*.jpg
@@ -23,7 +23,7 @@ def lap(name):
     _last[0] = now
 
 
-import detaug.runtime.gpu.decode_proc  # noqa: E402,F401  (what a spawned decode process imports first)
+import detaug.runtime.gpu.decode_worker  # noqa: E402,F401  (what a spawned decode process imports first)
 lap("import detaug...decode_proc")
 import cupy as cp  # noqa: E402
 lap("import cupy")

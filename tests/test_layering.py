@@ -171,8 +171,8 @@ def graph():
     g = import_graph()
     assert {"detaug", "detaug.core.batch", "detaug.kernels.warp", "detaug.ops.registry",
             "readers.coco"} <= set(g)
-    # the walk sees imports inside functions: decode_proc imports these only in functions
-    assert {"detaug.ops.decode", "detaug.ops.gpu_decode"} <= set(g["detaug.runtime.gpu.decode_proc"])
+    # the walk sees imports inside functions: the decode process imports these only in functions
+    assert {"detaug.ops.decode", "detaug.ops.gpu_decode"} <= set(g["detaug.runtime.gpu.decode_worker"])
     return g
 
 
