@@ -47,10 +47,11 @@ def _steps(out):
     return got
 
 
-def test_ddp_example_three_ranks_same_steps_and_resume(tmp_path):
+def test_ddp_example_three_ranks_same_steps_and_a_checkpoint(tmp_path):
     """40 records on 3 ranks in batches of 8: 14 a shard ('pad'), 2 steps an epoch on every
-    rank. 5 steps, rank 0 saves; a second launch resumes every rank from it at step 5
-    (epoch 2, batch 1) and runs to step 8."""
+    rank. 5 steps, rank 0 saves. (Resuming from it, rank by rank against the uninterrupted run,
+    is tests/test_multinode.py's: this test's second launch went to keep the README's test
+    command within its 5 minutes.)"""
     ck = str(tmp_path / "ck.pt")
     common = ["--dry-run", "--size", "64", "--batch-size", "8", "--threads", "1", "--report", "2"]
     rc, out = torchrun(3, *common, "--iters", "5", "--save", ck)
@@ -63,11 +64,6 @@ def test_ddp_example_three_ranks_same_steps_and_resume(tmp_path):
     assert [(s, e) for s, e, *_ in losses] == [("2", "0"), ("4", "1"), ("5", "2")], out
     assert all(float(loss) > 0 and float(ips) > 0 for *_, loss, ips in losses), out
     assert "rank 0: saved step 5" in out and os.path.exists(ck)
-
-    rc, out = torchrun(3, *common, "--iters", "8", "--resume", ck)
-    assert rc == 0, out
-    assert len(re.findall(r"rank \d: resumed at step 5 \(epoch 2, batch 1\)", out)) == 3, out
-    assert _steps(out) == {r: {2: 1, 3: 2} for r in range(3)}, out
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torchvision") is None,
