@@ -171,7 +171,22 @@ class DeviceStage:
         fixed = (self.decode_processes is not None or _env("DETAUG_DECODE_PROCESSES") is not None
                  or self.decode_buffer_mb is not None)
         # refuse what cannot fit (processes started early are closed by build: nothing is kept)
-        self._refuse_over_budget(plan.bytes, plan.describe(), fixed)
+        try:
+            self._refuse_over_budget(plan.bytes, plan.describe(), fixed)
+        except memory_plan.BudgetError as e:
+            if fixed:
+                raise
+            # the figure to give is the one the plan at that budget needs (its ring may be
+            # larger there: memory_plan.ring_launches): planned again at e.need, checked again
+            budget = self.device_memory_budget
+            self.device_memory_budget = e.need
+            try:
+                again = self._decode_side_plan(self._decoded_sizes(), images,
+                                               cap=memory_plan.decode_cap(e.need, out, work))
+            finally:
+                self.device_memory_budget = budget
+            self._refuse_over_budget(max(again.bytes, plan.bytes), again.describe(), fixed)
+            raise
         self._decode_bytes = plan.bytes
         self.memory_plan = plan
         if self._decode_service is not None:  # started early: their rings, the right number
