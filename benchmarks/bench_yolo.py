@@ -232,11 +232,13 @@ def shutdown_ultralytics(loader):
 
 
 # ---------------------------------------------------------------------------- detaug
-def detaug_pipe(root, size, batch, device, workers, partners, mixup, seed=0):
+def detaug_pipe(root, size, batch, device, workers, partners, mixup, seed=0, budget=None):
     from detaug import fn, pipeline_def
 
     gpu = device == "gpu"
     kw = dict(device_id=0) if gpu else dict(host_processes=workers)
+    if budget is not None:
+        kw["device_memory_budget"] = budget
 
     @pipeline_def(batch_size=batch, num_threads=max(1, workers), seed=seed, **kw)
     def yolo():
@@ -276,7 +278,19 @@ def bench_detaug(args, root, device, workers, partners):
         free0 = int(cp.cuda.runtime.memGetInfo()[0])
     pipe = detaug_pipe(root, args.size, args.batch_size, device, workers, partners, args.mixup)
     try:
-        pipe.build()
+        try:
+            pipe.build()
+        except ValueError as e:  # memory_plan.BudgetError: refused at build, with what it needs
+            if getattr(e, "need", None) is None:
+                raise
+            budget = -(-e.need // 500_000_000) * 500_000_000  # rounded up to 0.5 GB
+            log(f"{name}: refused at the default budget (needs {e.need / 1e9:.2f} GB); "
+                f"run at {budget / 1e9:.1f} GB")
+            name += f" (device_memory_budget {budget / 1e9:.1f} GB: refused at the default)"
+            pipe.close()
+            pipe = detaug_pipe(root, args.size, args.batch_size, device, workers, partners,
+                               args.mixup, budget=budget)
+            pipe.build()
         # launches kept in flight: the depth, times the host processes of a CPU pipeline
         depth = pipe.prefetch_queue_depth * (1 if pipe.has_device_stage
                                              else max(1, pipe.host_processes))
