@@ -336,36 +336,6 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
         self.device_summary = self._summarize_devices()
         logging.getLogger("detaug").info("pipeline built: %s", self.device_summary)
 
-    def _resolve_host_processes(self) -> int:
-        """The number of host worker processes (see ``host_processes``); 0 runs the host stage in
-        threads. A pipeline with a GPU stage keeps threads (its decode has processes of its own)."""
-        from .runtime import host_workers
-
-        from .runtime.gpu import plan_ahead
-
-        n = self._host_processes_arg
-        if n is None:
-            env = os.environ.get("DETAUG_HOST_PROCESSES")
-            default = (plan_ahead.default_processes() if self.has_device_stage
-                       else self.num_threads if self.num_threads > 1 else 0)
-            n = int(env) if env not in (None, "") else default
-        n = max(0, int(n))
-        if n and self.has_device_stage and not self.plan_ahead:
-            if self._host_processes_arg:
-                raise ValueError("host_processes: this GPU pipeline cannot be planned ahead on the "
-                                 "host (its images are not decoded from files by decode processes, "
-                                 "or an op before the warp reads pixels: detaug/plan_ahead.py); "
-                                 "leave it unset")
-            return 0
-        why = host_workers.unavailable() if n else None
-        if why:
-            if self._host_processes_arg:
-                raise ValueError(f"host_processes={n}: {why}; leave it unset to run the host "
-                                 "stage in threads")
-            return 0
-        return n
-
-
     def _needed_ops(self):
         """The ops the outputs need, in a topological order (inputs first; build's implicit
         uploads are appended to the graph after the ops that consume them)."""

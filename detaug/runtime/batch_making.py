@@ -4,6 +4,8 @@ schedule's sample indices, and the ops run in order on it (each multi-sample op 
 its level, detaug/runtime/partners.py), on the host or, for device ops, on the launch's stream."""
 from __future__ import annotations
 
+import os
+
 from ..core.errors import NotFed as _NotFed
 from ..core.errors import SampleError
 from ..graph import trace as _graph
@@ -11,7 +13,8 @@ from .executor import BatchContext
 
 
 class BatchMaking:
-    """The host stage and the op loop of a launch ``key = (epoch, first batch, batch count)``."""
+    """The host stage and the op loop of a launch ``key = (epoch, first batch, batch count)``, and
+    how many host worker processes make launches."""
 
     def _prepare(self, key):
         """Every source's data for the launch ``key = (epoch, first batch, batch count)``, in
@@ -93,3 +96,31 @@ class BatchMaking:
             return key, prepared, self._plan_or_not(key, prepared, pool)
         ctx = self._host_stage(key, prepared, pool)
         return (key, prepared, ctx) if self.has_device_stage else self._collect(ctx)
+
+    def _resolve_host_processes(self) -> int:
+        """The number of host worker processes (see ``host_processes``); 0 runs the host stage in
+        threads. A pipeline with a GPU stage keeps threads (its decode has processes of its own)."""
+        from . import host_workers
+        from .gpu import plan_ahead
+
+        n = self._host_processes_arg
+        if n is None:
+            env = os.environ.get("DETAUG_HOST_PROCESSES")
+            default = (plan_ahead.default_processes() if self.has_device_stage
+                       else self.num_threads if self.num_threads > 1 else 0)
+            n = int(env) if env not in (None, "") else default
+        n = max(0, int(n))
+        if n and self.has_device_stage and not self.plan_ahead:
+            if self._host_processes_arg:
+                raise ValueError("host_processes: this GPU pipeline cannot be planned ahead on the "
+                                 "host (its images are not decoded from files by decode processes, "
+                                 "or an op before the warp reads pixels: detaug/plan_ahead.py); "
+                                 "leave it unset")
+            return 0
+        why = host_workers.unavailable() if n else None
+        if why:
+            if self._host_processes_arg:
+                raise ValueError(f"host_processes={n}: {why}; leave it unset to run the host "
+                                 "stage in threads")
+            return 0
+        return n
