@@ -116,6 +116,27 @@ class RecordFault(DatasetError):
         super().__init__(file, f"byte offset {offset}: {reason}")
 
 
+def open_record_file(path):
+    """``path`` opened for reading, or a DatasetError naming the file and the fault (missing, a
+    folder, no permission, not a regular file or over the size limit)."""
+    try:
+        limits.check_file(path, None, "TFRecord file")
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise DatasetError(path, "TFRecord file not found") from None
+    except IsADirectoryError:
+        raise DatasetError(path, "TFRecord file is a folder") from None
+    except PermissionError as exc:
+        raise DatasetError(path, f"cannot read the TFRecord file ({exc.strerror})") from None
+
+
+def refuse_gzip(path, head):
+    """DatasetError where the file's first bytes ``head`` are GZIP's magic number."""
+    if head[:2] == _GZIP_MAGIC:
+        raise DatasetError(path, "GZIP-compressed TFRecords are not read (random access "
+                                 "needs plain records): decompress the file first")
+
+
 def iter_records(path, *, verify=True):
     """Read the records of one TFRecord file in order.
 
@@ -132,23 +153,13 @@ def iter_records(path, *, verify=True):
         DatasetError: the file is missing, not a regular file, or GZIP-compressed.
     """
     path = os.fspath(path)
-    try:
-        limits.check_file(path, None, "TFRecord file")
-        f = open(path, "rb")
-    except FileNotFoundError:
-        raise DatasetError(path, "TFRecord file not found") from None
-    except IsADirectoryError:
-        raise DatasetError(path, "TFRecord file is a folder") from None
-    except PermissionError as exc:
-        raise DatasetError(path, f"cannot read the TFRecord file ({exc.strerror})") from None
-    with f:
+    with open_record_file(path) as f:
         size = os.fstat(f.fileno()).st_size
         offset = 0
         while offset < size:
             head = f.read(12)
-            if offset == 0 and head[:2] == _GZIP_MAGIC:
-                raise DatasetError(path, "GZIP-compressed TFRecords are not read (random access "
-                                         "needs plain records): decompress the file first")
+            if offset == 0:
+                refuse_gzip(path, head)
             length = _check_header(path, offset, head, size, verify)
             data = f.read(length)
             foot = f.read(4)

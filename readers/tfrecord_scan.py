@@ -37,7 +37,6 @@ import numpy as np
 
 from . import tfrecord as T
 from ._common import validate_boxes
-from .errors import DatasetError
 from .tfrecord_example import AREA, BOX_KEYS, FLAGS, LABEL, MODELED, TEXT, _sniff
 
 ENCODED, FILENAME, SOURCE_ID = "image/encoded", "image/filename", "image/source_id"
@@ -304,27 +303,14 @@ def index_shard(path) -> dict:
     Raises:
         DatasetError: the file is missing, not a regular file, or GZIP-compressed.
     """
-    from . import limits
-
     path = os.fspath(path)
-    try:
-        limits.check_file(path, None, "TFRecord file")
-        f = open(path, "rb")
-    except FileNotFoundError:
-        raise DatasetError(path, "TFRecord file not found") from None
-    except IsADirectoryError:
-        raise DatasetError(path, "TFRecord file is a folder") from None
-    except PermissionError as exc:
-        raise DatasetError(path, f"cannot read the TFRecord file ({exc.strerror})") from None
-    with f:
+    with T.open_record_file(path) as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
             return _scan(path, b"")
         m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     try:
-        if m[:2] == T._GZIP_MAGIC:
-            raise DatasetError(path, "GZIP-compressed TFRecords are not read (random access "
-                                     "needs plain records): decompress the file first")
+        T.refuse_gzip(path, m[:2])
         return _scan(path, m)
     finally:
         try:
