@@ -308,6 +308,17 @@ def color_twist_cv2(images, mats, out_dtype=None):
 # ----------------------------------------------------------------------------- cupy
 
 
+def _meta(items, outs):
+    """(3, B) uint64 rows of the kernels' per-sample table: input pointers, output pointers,
+    pixel counts; and the pixel counts as a list."""
+    pixels = [int(im.shape[0] * im.shape[1]) for im in items]
+    meta = np.empty((3, len(items)), np.uint64)
+    meta[0] = [im.data.ptr for im in items]
+    meta[1] = [o.data.ptr for o in outs]
+    meta[2] = pixels
+    return meta, pixels
+
+
 def _device_batch(cp, images, out_dtype, out_channels):
     """(items, outs, out, dense) with per-sample contiguous inputs and new outputs (dense, or
     views into one flat buffer)."""
@@ -346,14 +357,10 @@ def photometric_cupy(images, iparams, fparams, *, stream=None):
         items, outs, out, _ = _device_batch(cp, images, dtype, channels)
         if len(iparams) != len(items):
             raise ValueError(f"{len(items)} images but parameters for {len(iparams)}")
-        pixels = [int(im.shape[0] * im.shape[1]) for im in items]
+        meta, pixels = _meta(items, outs)
         b = len(items)
         if b == 0 or max(pixels) == 0:
             return out
-        meta = np.empty((3, b), np.uint64)
-        meta[0] = [im.data.ptr for im in items]
-        meta[1] = [o.data.ptr for o in outs]
-        meta[2] = pixels
         meta_d, ip_d, fp_d, sums = upload_many([meta, iparams, fparams, np.zeros(b, np.uint64)], s)
         tag = "u8" if dtype == np.uint8 else "f32"
         if np.any(iparams[:, 0] & CONTRAST):
@@ -382,14 +389,10 @@ def color_twist_cupy(images, mats, out_dtype=None, *, stream=None):
         mats = np.ascontiguousarray(mats, np.float32).reshape(-1, 12)
         if len(mats) != len(items):
             raise ValueError(f"mats must be ({len(items)}, 3, 4), got {len(mats)} maps")
-        pixels = [int(im.shape[0] * im.shape[1]) for im in items]
+        meta, pixels = _meta(items, outs)
         b = len(items)
         if b == 0 or max(pixels) == 0:
             return out
-        meta = np.empty((3, b), np.uint64)
-        meta[0] = [im.data.ptr for im in items]
-        meta[1] = [o.data.ptr for o in outs]
-        meta[2] = pixels
         meta_d, mats_d = upload_many([meta, mats], s)
         name = f"color_twist_{'u8' if dtype == np.uint8 else 'f32'}_{'u8' if out_dtype == np.uint8 else 'f32'}"
         launch(get_kernel(_SRC, name, _OPTIONS), _grid(pixels, b), (_BLOCK, 1, 1),
