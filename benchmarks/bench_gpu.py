@@ -60,8 +60,8 @@ import tempfile
 import time
 import traceback
 
-from gpu_common import (EXTRA, MB, MEAN, ROWS, SIZE, STD, T_START, _version, device_free_bytes,
-    free_gpu_memory, gpu_available, load_records, log, make_dataset, over_budget, preload_nvjpeg,
+from gpu_common import (EXTRA, MB, MEAN, ROWS, SIZE, STD, T_START, _version, build_within_budget,
+    device_free_bytes, free_gpu_memory, gpu_available, load_records, log, make_dataset, over_budget, preload_nvjpeg,
     section, skip, tree_cpu_seconds)
 from gpu_ceilings import (OUTPUT_KINDS, _outputs_label, bench_decode_ceiling,
     bench_decode_ceiling_mp, bench_warp)
@@ -125,26 +125,12 @@ def bench_detaug(args, root, gpu, retinanet=False):
                   prefetch_queue_depth=args.prefetch, batches_per_launch=args.batches_per_launch,
                   device_workers=args.device_workers, decode_processes=args.decode_processes)
     kwargs.update(json.loads(args.pipe_kwargs))  # (--pipe-kwargs wins)
-    pipe = make_det_pipe(root, "mixed" if gpu else "cpu", retinanet, targets=args.retinanet_targets,
-                         dtype=args.dtype, **kwargs)
-    refused = None
-    t0 = time.perf_counter()
-    try:
-        pipe.build()
-    except ValueError as e:  # memory_plan.BudgetError: refused at build, with what it needs
-        need = getattr(e, "need", None)
-        if need is None or "device_memory_budget" in kwargs:
-            raise
-        budget = -(-need // 500_000_000) * 500_000_000  # the need, rounded up to 0.5 GB
-        refused = f"refused at the default budget (needs {need / 1e9:.2f} GB); run at {budget / 1e9:.1f} GB"
-        log(f"detaug: {e}\ndetaug: {refused}")
-        pipe.close()
-        pipe = make_det_pipe(root, "mixed" if gpu else "cpu", retinanet,
-                             targets=args.retinanet_targets, dtype=args.dtype,
-                             **dict(kwargs, device_memory_budget=budget))
-        t0 = time.perf_counter()
-        pipe.build()
-    build_s = time.perf_counter() - t0
+    pipe, refused, build_s = build_within_budget(
+        lambda budget: make_det_pipe(root, "mixed" if gpu else "cpu", retinanet,
+                                     targets=args.retinanet_targets, dtype=args.dtype,
+                                     **(kwargs if budget is None
+                                        else dict(kwargs, device_memory_budget=budget))),
+        explicit="device_memory_budget" in kwargs, say=lambda m: log("detaug: " + m))
     settings = pipe_settings(pipe)
     n_rec = pipe.epoch_size() if not isinstance(pipe.epoch_size(), dict) else None
     if gpu:

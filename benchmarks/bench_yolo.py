@@ -276,21 +276,14 @@ def bench_detaug(args, root, device, workers, partners):
         import cupy as cp
 
         free0 = int(cp.cuda.runtime.memGetInfo()[0])
-    pipe = detaug_pipe(root, args.size, args.batch_size, device, workers, partners, args.mixup)
+    from gpu_common import build_within_budget
+
+    pipe, refused, _ = build_within_budget(
+        lambda budget: detaug_pipe(root, args.size, args.batch_size, device, workers, partners,
+                                   args.mixup, budget=budget), say=lambda m: log(f"{name}: {m}"))
+    if refused:
+        name += f" ({refused})"
     try:
-        try:
-            pipe.build()
-        except ValueError as e:  # memory_plan.BudgetError: refused at build, with what it needs
-            if getattr(e, "need", None) is None:
-                raise
-            budget = -(-e.need // 500_000_000) * 500_000_000  # rounded up to 0.5 GB
-            log(f"{name}: refused at the default budget (needs {e.need / 1e9:.2f} GB); "
-                f"run at {budget / 1e9:.1f} GB")
-            name += f" (device_memory_budget {budget / 1e9:.1f} GB: refused at the default)"
-            pipe.close()
-            pipe = detaug_pipe(root, args.size, args.batch_size, device, workers, partners,
-                               args.mixup, budget=budget)
-            pipe.build()
         # launches kept in flight: the depth, times the host processes of a CPU pipeline
         depth = pipe.prefetch_queue_depth * (1 if pipe.has_device_stage
                                              else max(1, pipe.host_processes))

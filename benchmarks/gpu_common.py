@@ -128,6 +128,30 @@ def free_gpu_memory():
                 torch.cuda.empty_cache()
 
 
+def build_within_budget(make, explicit=False, say=None):
+    """``make(budget)`` -> an unbuilt pipeline (``budget`` None: its default budget), built.
+    Where the memory plan refuses it at build (``BudgetError``, a ValueError with ``.need``) and
+    the budget was not ``explicit``, it is made again at the refusal's figure rounded up to
+    0.5 GB and built. Returns ``(pipe, note, seconds)``: note None, or what was refused and where
+    it ran; seconds: the build that succeeded."""
+    budget = note = None
+    while True:
+        pipe = make(budget)
+        try:
+            t0 = time.perf_counter()
+            pipe.build()
+            return pipe, note, time.perf_counter() - t0
+        except BaseException as e:
+            pipe.close()
+            need = getattr(e, "need", None)
+            if not isinstance(e, ValueError) or need is None or explicit or note is not None:
+                raise
+            budget = -(-need // 500_000_000) * 500_000_000
+            note = (f"refused at the default budget (needs {need / 1e9:.2f} GB); "
+                    f"run at {budget / 1e9:.1f} GB")
+            (say or log)(f"{e}\n{note}")
+
+
 def tree_cpu_seconds() -> float:
     """CPU seconds (user + system) of this process and every live descendant (decode and host
     worker processes), from /proc (Linux; 0 elsewhere)."""
