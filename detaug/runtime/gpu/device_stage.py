@@ -129,10 +129,11 @@ class DeviceStage:
         self._decode_bytes = decode
         self._refuse_over_budget(decode, what, False)
 
-    def _decode_side_plan(self, sizes, images, cap=None):
+    def _decode_side_plan(self, sizes, images, cap=None, budget=None):
         """The memory plan's decode processes, threads and ring for launches of ``images``
         images of ``sizes`` (None: unknown), the decode side within ``cap`` bytes (None: the
-        plan's share of the budget); None where decode processes are off."""
+        plan's share of the budget) of ``budget`` (None: the pipeline's); None where decode
+        processes are off."""
         from . import memory_plan
 
         n = self.decode_processes if self.decode_processes is not None else _env("DETAUG_DECODE_PROCESSES")
@@ -140,7 +141,8 @@ class DeviceStage:
             return None
         launch = memory_plan.launch_image_bytes(sizes, 3, images)
         return memory_plan.plan_decode(
-            self.device_memory_budget, launch, processes=None if n is None else int(n),
+            self.device_memory_budget if budget is None else budget, launch,
+            processes=None if n is None else int(n),
             threads=_env("DETAUG_DECODE_THREADS"),
             ring_bytes=None if self.decode_buffer_mb is None else self.decode_buffer_mb << 20,
             cap=cap)
@@ -178,13 +180,9 @@ class DeviceStage:
                 raise
             # the figure to give is the one the plan at that budget needs (its ring may be
             # larger there: memory_plan.ring_launches): planned again at e.need, checked again
-            budget = self.device_memory_budget
-            self.device_memory_budget = e.need
-            try:
-                again = self._decode_side_plan(self._decoded_sizes(), images,
-                                               cap=memory_plan.decode_cap(e.need, out, work))
-            finally:
-                self.device_memory_budget = budget
+            again = self._decode_side_plan(self._decoded_sizes(), images,
+                                           cap=memory_plan.decode_cap(e.need, out, work),
+                                           budget=e.need)
             self._refuse_over_budget(max(again.bytes, plan.bytes), again.describe(), fixed)
             raise
         self._decode_bytes = plan.bytes
