@@ -6,10 +6,11 @@ coordinates, see docs/design.md). Category ids become contiguous 0-based labels 
 
 Cost: measured against pycocotools' ``COCO()`` (``benchmarks/bench_readers.py``, RESULTS.md).
 The JSON is parsed once, plainly, with the collector paused (``coco_json``); the tree is then
-taken apart as it is read: each column comes out in one ``map`` over the
-annotations, the records' ``box_keys`` dicts replace the annotations' dicts chunk by chunk (the
-memory of the one is reused by the other), and the JSON text is gone before the tree grows.
-A list that fails a fast check is read again entry by entry, so every fault is named.
+taken apart as it is read: each column comes out in one ``map`` over the annotations, and the
+JSON text is gone before the tree grows. The records are a ``RecordTable`` (record_table.py):
+the columns grouped by image, each record made when first asked for, and a pipeline packs the
+columns without making any. A list that fails a fast check is read again entry by entry, so
+every fault is named.
 """
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ from ._common import (ErrorSink, FileIndex, box_fault, count_drop, group_offsets
 from . import limits
 from .coco_json import gc_paused, load_coco_json
 from .errors import DatasetError
-from .records import Dataset, trusted_record
+from .record_table import MISSING, RecordTable
+from .records import Dataset
 
 # Annotation keys that the COCO writer adds for VOC flags; read back into per-box fields.
 FLAG_KEYS = ("difficult", "truncated")
@@ -36,6 +38,7 @@ IMAGE_KEYS = {"id", "file_name", "width", "height"}
 CATEGORY_KEYS = {"id", "name"}
 TOP_KEYS = {"images", "annotations", "categories"}
 _repeat = itertools.repeat
+_CHUNK = 1 << 16  # annotations converted at a time (bounds the temporary lists)
 
 
 def _drain(iterator):
@@ -68,7 +71,9 @@ def read_coco(annotations_file, image_root, *, skip_empty=False, include_iscrowd
         check_images: check that each image file exists (one directory listing per folder).
 
     Returns:
-        Dataset with one record per image in file order. Per-box fields: ``iscrowd`` (uint8),
+        Dataset with one record per image in file order (``Dataset.records`` is a
+        ``RecordTable``: a sequence whose records are made when first asked for, each once;
+        editing it makes it a plain list of them). Per-box fields: ``iscrowd`` (uint8),
         ``annotation_id`` (int64), and ``difficult`` / ``truncated`` (uint8) where the file has
         those keys. ``extra["segmentation"]`` (list aligned with boxes, None where absent) when
         any annotation has one; every key the records do not model is kept unchanged:
@@ -279,24 +284,16 @@ def _annotations(anns, plain, file, sink):
     return table
 
 
-_MISSING = object()
-_CHUNK = 1 << 16
-
-
 def _box_keys(anns, keys):
-    """Each annotation's keys that no field models, as a dict in the file's order (for
-    ``extra["box_keys"]``), made in place of the annotations' dicts: a chunk's dicts are
-    released as its new ones are made, so the peak holds one chunk twice, not the list."""
+    """Each annotation's keys that no field models (its ``extra["box_keys"]`` dict, in the
+    file's order). COCO's own files hold one such key (``area``): then ``(key, values)``, one
+    value per annotation (:data:`MISSING` where absent), the dicts made only for a record
+    asked for (record_table.py). Otherwise the annotations' dicts themselves, the canonical
+    keys popped, each copied to the size of what is left."""
     others = keys - ANNOTATION_KEYS
-    if len(others) == 1:  # COCO's own files: "area" alone
+    if len(others) == 1:
         (key,) = others
-        for start in range(0, len(anns), _CHUNK):
-            values = list(map(dict.get, anns[start:start + _CHUNK], _repeat(key),
-                              _repeat(_MISSING)))
-            anns[start:start + _CHUNK] = [{} if v is _MISSING else {key: v} for v in values]
-        return anns
-    # Pop the canonical keys: each dict keeps only the others, in their order; a copy is then
-    # sized for what is left.
+        return key, list(map(dict.get, anns, _repeat(key), _repeat(MISSING)))
     for key in keys & ANNOTATION_KEYS:
         _drain(map(dict.pop, anns, _repeat(key), _repeat(None)))
     for i, rest in enumerate(anns):
@@ -326,8 +323,11 @@ def _columns(anns, plain=False):
     if n and (set(map(len, bboxes)) != {4} or not plain and set(map(type, bboxes)) != {list}):
         raise TypeError("a bbox is not 4 numbers")
     coords = itertools.chain.from_iterable(bboxes)
-    if plain:
-        table["xywh"] = np.frombuffer(array("d", coords), np.float64).reshape(n, 4)
+    if plain:  # from lists, a chunk at a time: array("d", <iterator>) took twice as long
+        xywh = array("d")
+        for start in range(0, n, _CHUNK):
+            xywh.fromlist(list(itertools.chain.from_iterable(bboxes[start:start + _CHUNK])))
+        table["xywh"] = np.frombuffer(xywh, np.float64).reshape(n, 4)
     else:
         if not set(map(type, coords)) <= {int, float}:
             raise TypeError("a bbox is not 4 numbers")
@@ -410,12 +410,15 @@ def _annotation_ok(a, i, file, sink):
 
 
 def _take(table, mask):
+    """The rows where ``mask`` is set. Per-box lists (segmentation, box_keys) are not copied:
+    ``table["source"]`` says which of their entries each kept row is."""
     if mask.all():
         return table
     idx = np.flatnonzero(mask)
-    rows = idx.tolist()
-    return {k: ([v[i] for i in rows] if isinstance(v, list) else v[idx])
-            for k, v in table.items()}
+    out = {k: v for k, v in table.items() if not isinstance(v, np.ndarray)}
+    out.update((k, v[idx]) for k, v in table.items() if isinstance(v, np.ndarray))
+    out["source"] = idx
+    return out
 
 
 def _filter(table, images, selected, cat_ids, file, sink, dataset, include_iscrowd, threshold):
@@ -423,11 +426,7 @@ def _filter(table, images, selected, cat_ids, file, sink, dataset, include_iscro
     # A sentinel image (id -1, size 0) keeps the lookups valid when no image was kept.
     ids = np.array([im[0] for im in images] or [-1], dtype=np.int64)
     sizes = np.array(list(map(itemgetter(2, 3), images)) or [(0, 0)], dtype=np.float64)
-    order = np.argsort(ids, kind="stable")
-    pos = np.searchsorted(ids[order], table["image_id"])
-    np.minimum(pos, len(ids) - 1, out=pos)
-    if (order != np.arange(len(ids))).any():  # (ids listed in ascending order: no lookup)
-        pos = order[pos]
+    pos = _positions(ids, table["image_id"])
     known_image = (ids[pos] == table["image_id"]) & (len(images) > 0)
     table["image"] = pos
     known_cat = np.isin(table["category_id"], np.fromiter(selected, np.int64, len(selected)))
@@ -457,6 +456,21 @@ def _filter(table, images, selected, cat_ids, file, sink, dataset, include_iscro
     return _take(table, ok)
 
 
+def _positions(ids, wanted):
+    """For each of ``wanted``, the position in ``ids`` (unique; -1 only as the sentinel of no
+    image) of the same value, or any position where there is none (the caller compares). A lookup table where the ids are
+    dense enough (COCO's: 118,287 images numbered up to 581,929), else a binary search."""
+    top = int(ids.max())
+    if ids.min() >= 0 and top < 8 * len(ids) + (1 << 20):
+        lut = np.zeros(top + 1, np.int64)
+        lut[ids] = np.arange(len(ids))
+        return lut[np.clip(wanted, 0, top)]
+    order = np.argsort(ids, kind="stable")
+    pos = np.searchsorted(ids[order], wanted)
+    np.minimum(pos, len(ids) - 1, out=pos)
+    return order[pos]
+
+
 def _report_faults(table, file, sink, images, ok, known_image, known_cat, xyxy, sizes, pos):
     """Send every faulty annotation (``~ok``) to the sink: raise, or record and go on."""
     ids = table["image_id"]
@@ -472,42 +486,51 @@ def _report_faults(table, file, sink, images, ok, known_image, known_cat, xyxy, 
                              + box_fault(xyxy[i], int(sizes[pos[i], 0]), int(sizes[pos[i], 1])))
 
 
+def _stable_order(keys):
+    """``np.argsort(keys, kind="stable")`` for keys in [0, 2**32): a radix sort of 16-bit
+    digits, each one a stable argsort that NumPy does as a radix sort (a million keys: 0.03 s,
+    against 0.12 s for the merge sort that int64 keys get)."""
+    order = np.argsort((keys & 0xFFFF).astype(np.uint16), kind="stable")
+    high = (keys >> 16).astype(np.uint16)
+    if high.any():
+        order = order[np.argsort(high[order], kind="stable")]
+    return order
+
+
 def _group(images, table, skip_empty, dataset):
-    """One record per image: annotations sorted stably by image, then sliced per image."""
+    """The records, grouped by image (annotations sorted stably by image), as a RecordTable:
+    shared columns, each record made when first asked for."""
     image_of = table["image"]
     offsets = group_offsets(image_of, len(images))
     if np.all(image_of[1:] >= image_of[:-1]):  # already grouped (a file written image by image)
         order = None
     else:
-        order = np.argsort(image_of, kind="stable")
+        order = _stable_order(image_of)
 
     def sort(v):
-        if order is None:
-            return v
-        if isinstance(v, np.ndarray):
-            return v[order]
-        out = []  # in slices: a list of a million Python ints would cost 36 MB meanwhile
-        for start in range(0, len(order), 1 << 16):
-            out.extend([v[i] for i in order[start:start + (1 << 16)].tolist()])
-        return out
+        return v if order is None else v[order]
 
     boxes, labels = sort(table.pop("box")), sort(table.pop("label"))
     fields = {"iscrowd": sort(table.pop("iscrowd")), "annotation_id": sort(table.pop("ann_id"))}
     for key in FLAG_KEYS:
         if key in table:
             fields[key] = sort(table.pop(key))
-    per_box = {k: sort(table.pop(k)) for k in ("segmentation", "box_keys") if k in table}
-    records, empty, bounds = [], 0, offsets.tolist()
-    for k, (image_id, path, width, height, image_keys) in enumerate(images):
-        s, e = bounds[k], bounds[k + 1]
-        if s == e and skip_empty:
-            empty += 1
-            continue
-        extra = {key: v[s:e] for key, v in per_box.items()}
-        if image_keys:
-            extra["image_keys"] = image_keys
-        records.append(trusted_record(path, width, height, boxes[s:e], labels[s:e],
-                                      {n: v[s:e] for n, v in fields.items()}, image_id, extra))
-    if empty:
-        dataset.dropped["empty images (skip_empty)"] = empty
-    return records
+    per_box = {k: table.pop(k) for k in ("segmentation", "box_keys") if k in table}
+    source = table.get("source")  # row -> entry of the per-box lists (None: the same index)
+    if per_box and order is not None:
+        source = order if source is None else source[order]
+    if images:
+        ids, paths, widths, heights, image_keys = (list(c) for c in zip(*images))
+    else:
+        ids, paths, widths, heights, image_keys = [], [], [], [], []
+    if skip_empty:
+        kept = np.flatnonzero(offsets[1:] > offsets[:-1])
+        if len(kept) < len(images):
+            dataset.dropped["empty images (skip_empty)"] = len(images) - len(kept)
+            rows = kept.tolist()
+            ids, paths, widths, heights, image_keys = ([c[k] for k in rows] for c in (
+                ids, paths, widths, heights, image_keys))
+            # An empty image owns no rows: the kept images' rows stay contiguous.
+            offsets = np.append(offsets[kept], offsets[-1])
+    return RecordTable(paths, widths, heights, ids, image_keys if any(image_keys) else None,
+                       offsets, boxes, labels, fields, per_box, source)

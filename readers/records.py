@@ -93,7 +93,8 @@ class Dataset:
 
     Attributes:
         records: one DetectionRecord per image, in a stable order (the sample index used by
-            detaug's random streams is the position in this list).
+            detaug's random streams is the position in this list): a list, or a sequence that
+            makes each record when first asked for (read_coco's ``RecordTable``).
         class_names: name of each 0-based label.
         category_ids: the dataset's own id of each label (COCO category id; for VOC/YOLO the
             label itself), so that writers and evaluators can map back.

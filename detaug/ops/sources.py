@@ -168,10 +168,14 @@ class _DetectionReader(_Source):
         if dataset.skipped:
             pipe.stats.setdefault("reader_skipped", []).extend(dataset.skipped)
         recs = dataset.records
-        self.paths = [r.path for r in recs]
-        self.sizes = np.array([[r.height, r.width] for r in recs], np.int64).reshape(-1, 2)
-        packed = concat_boxes([r.boxes for r in recs], [r.labels for r in recs],
-                              [r.fields for r in recs], self.sizes)
+        packed = recs.packed() if hasattr(recs, "packed") else None  # readers' RecordTable
+        if packed is not None:  # the reader's own columns: no record made
+            self.paths, self.sizes = packed.paths, packed.sizes
+        else:
+            self.paths = [r.path for r in recs]
+            self.sizes = np.array([[r.height, r.width] for r in recs], np.int64).reshape(-1, 2)
+            packed = concat_boxes([r.boxes for r in recs], [r.labels for r in recs],
+                                  [r.fields for r in recs], self.sizes)
         self.boxes, self.labels, self.fields = packed.boxes, packed.labels, packed.fields
         self.offsets = packed.offsets
 
@@ -223,7 +227,9 @@ class _DALICocoReader(_DetectionReader):
         self.ltrb, self.ratio = bool(a["ltrb"]), bool(a["ratio"])
         self.label_base = 0 if a["avoid_class_remapping"] else 1
         self.image_ids = bool(a["image_ids"])
-        self.ids = np.array([int(r.image_id) for r in dataset.records], np.int64)
+        recs = dataset.records
+        ids = recs.image_ids if hasattr(recs, "image_ids") else [r.image_id for r in recs]
+        self.ids = np.array(ids, np.int64)
 
     def read(self, ctx, payload):
         enc, bb = super().read(ctx, payload)

@@ -1,0 +1,154 @@
+"""Records kept as shared columns, each :class:`DetectionRecord` made when first asked for.
+
+A reader that has its whole set as columns (read_coco: every box of the file in one (N, 4)
+array, grouped by image) hands them over as a :class:`RecordTable` instead of a list of a
+record per image: building 143,000 records and their dicts cost ~1 s of the load at a million
+annotations, and a pipeline packs the columns straight back into dataset-wide arrays
+(:meth:`RecordTable.packed`) without ever needing the records. Anyone who asks for a record gets
+the same object the list held before (views of the shared columns, the same fields and extras),
+made once and then kept, so ``table[i] is table[i]``.
+
+The table is a mutable sequence: assigning, deleting or inserting turns it into a plain list of
+records first (every record made), after which it behaves as that list; ``packed`` then says
+None and the caller reads the records.
+"""
+from __future__ import annotations
+
+from collections.abc import MutableSequence
+from types import SimpleNamespace
+
+import numpy as np
+
+from .records import trusted_record
+
+class _Missing:
+    """The value of a single-key per-box extra that an annotation lacks (one object, also
+    after pickling)."""
+
+    def __reduce__(self):
+        return "MISSING"
+
+    def __repr__(self):
+        return "MISSING"
+
+
+MISSING = _Missing()
+
+
+class RecordTable(MutableSequence):
+    """A sequence of DetectionRecords backed by columns.
+
+    Args:
+        paths, widths, heights, image_ids: one entry per record (Python str / int / id).
+        image_keys: one dict per record (its ``extra["image_keys"]`` where not empty), or None.
+        offsets: (n + 1,) int64; record i owns rows ``offsets[i]:offsets[i + 1]``.
+        boxes: float32 (N, 4); labels: int64 (N,); fields: name -> (N,) array.
+        per_box: name -> list of N values (``extra[name]`` of each record, sliced), or
+            ``(key, values)``: each row's extra is ``{key: value}`` (``{}`` where the value is
+            :data:`MISSING`), for box_keys that hold one key (COCO's ``area``).
+        source: int array, the entry of the ``per_box`` lists that each row is (rows were
+            sorted by image and filtered; the lists were not), or None: the row's own index.
+    """
+
+    def __init__(self, paths, widths, heights, image_ids, image_keys, offsets, boxes, labels,
+                 fields, per_box, source=None):
+        self._cols = SimpleNamespace(paths=paths, widths=widths, heights=heights,
+                                     image_ids=image_ids, image_keys=image_keys,
+                                     offsets=offsets, bounds=offsets.tolist(), boxes=boxes,
+                                     labels=labels, fields=fields, per_box=per_box,
+                                     source=source)
+        self._items = [None] * len(paths)  # the records made so far; all of them once detached
+
+    # -- the columns --------------------------------------------------------------------------
+    def packed(self):
+        """The whole set as dataset-wide arrays, or None when they may no longer be the
+        records' (a record was handed out, and could have been changed, or the table was
+        edited): ``paths`` (list), ``sizes`` (n, 2) int64 ``[height, width]``, ``boxes``,
+        ``labels``, ``fields`` (name -> array, names sorted), ``offsets`` (n + 1,)."""
+        c = self._cols
+        if c is None or self._items.count(None) != len(self._items):
+            return None
+        sizes = np.empty((len(c.paths), 2), np.int64)
+        sizes[:, 0] = c.heights
+        sizes[:, 1] = c.widths
+        return SimpleNamespace(paths=c.paths, sizes=sizes, boxes=c.boxes, labels=c.labels,
+                               fields={k: c.fields[k] for k in sorted(c.fields)},
+                               offsets=c.offsets)
+
+    @property
+    def image_ids(self):
+        """Every record's image id, without making the records (while the columns hold)."""
+        if self._cols is None:
+            return [r.image_id for r in self._items]
+        return self._cols.image_ids
+
+    def _make(self, i):
+        c = self._cols
+        s, e = c.bounds[i], c.bounds[i + 1]
+        extra = {}
+        rows = None if c.source is None else c.source[s:e].tolist()
+        for name, values in c.per_box.items():
+            key = None
+            if isinstance(values, tuple):
+                key, values = values
+            values = values[s:e] if rows is None else [values[j] for j in rows]
+            if key is not None:
+                values = [{} if v is MISSING else {key: v} for v in values]
+            extra[name] = values
+        if c.image_keys is not None and c.image_keys[i]:
+            extra["image_keys"] = c.image_keys[i]
+        record = trusted_record(c.paths[i], c.widths[i], c.heights[i], c.boxes[s:e],
+                                c.labels[s:e], {n: v[s:e] for n, v in c.fields.items()},
+                                c.image_ids[i], extra)
+        self._items[i] = record
+        return record
+
+    def _detach(self):
+        """Every record made; from now on a plain list of them."""
+        if self._cols is not None:
+            for i, record in enumerate(self._items):
+                if record is None:
+                    self._make(i)
+            self._cols = None
+
+    # -- the sequence -------------------------------------------------------------------------
+    def __len__(self):
+        return len(self._items)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self._items)))]
+        record = self._items[i]  # IndexError / TypeError as a list gives them
+        if record is None:
+            record = self._make(i % len(self._items))
+        return record
+
+    def __iter__(self):
+        for i in range(len(self._items)):
+            yield self[i]
+
+    def __setitem__(self, i, value):
+        self._detach()
+        self._items[i] = value
+
+    def __delitem__(self, i):
+        self._detach()
+        del self._items[i]
+
+    def insert(self, i, value):
+        self._detach()
+        self._items.insert(i, value)
+
+    def __eq__(self, other):
+        if isinstance(other, (RecordTable, list)):
+            return len(self) == len(other) and all(a is b or a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None
+
+    def __add__(self, other):
+        return list(self) + list(other)
+
+    def __repr__(self):
+        made = len(self._items) - self._items.count(None)
+        return f"<RecordTable of {len(self._items)} records, {made} made>"
