@@ -64,16 +64,19 @@ class RecordTable(MutableSequence):
         """The whole set as dataset-wide arrays, or None when they may no longer be the
         records' (a record was handed out, and could have been changed, or the table was
         edited): ``paths`` (list), ``sizes`` (n, 2) int64 ``[height, width]``, ``boxes``,
-        ``labels``, ``fields`` (name -> array, names sorted), ``offsets`` (n + 1,)."""
+        ``labels``, ``fields`` (name -> array, names sorted), ``offsets`` (n + 1,); copies, so
+        that a record changed in place later leaves the caller's arrays as they were (as
+        packing the records did)."""
         c = self._cols
         if c is None or self._items.count(None) != len(self._items):
             return None
         sizes = np.empty((len(c.paths), 2), np.int64)
         sizes[:, 0] = c.heights
         sizes[:, 1] = c.widths
-        return SimpleNamespace(paths=c.paths, sizes=sizes, boxes=c.boxes, labels=c.labels,
-                               fields={k: c.fields[k] for k in sorted(c.fields)},
-                               offsets=c.offsets)
+        return SimpleNamespace(paths=list(c.paths), sizes=sizes, boxes=c.boxes.copy(),
+                               labels=c.labels.copy(),
+                               fields={k: c.fields[k].copy() for k in sorted(c.fields)},
+                               offsets=c.offsets.copy())
 
     @property
     def image_ids(self):
