@@ -131,6 +131,9 @@ class Dataset:
     def __getitem__(self, i) -> DetectionRecord:
         return self.records[i]
 
+    def __iter__(self):
+        return iter(self.records)  # (a RecordTable makes its records a run at a time)
+
     @property
     def num_classes(self) -> int:
         return len(self.class_names)

@@ -73,7 +73,8 @@ def test_a_record_is_made_once_and_the_table_is_a_sequence(tmp_path):
         table[n]
     assert [r.image_id for r in table] == table.image_ids
     made = list(table)
-    assert all(a is b for a, b in zip(table, made)) and table == made
+    assert made[0] is first and all(a is b for a, b in zip(table, made)) and table == made
+    assert list(ds) == made and all(a is b for a, b in zip(ds, made))
     # Edited: a plain list of the same records from then on, and no columns.
     new = DetectionRecord("x.jpg", 4, 3, np.zeros((0, 4)), [])
     table[1] = new
