@@ -311,8 +311,7 @@ def _columns(anns, plain=False):
     types are checked first (numpy would take ``"1"``, ``1.5`` or ``True`` as a number).
     """
     n = len(anns)
-    if n and set(map(type, anns)) != {dict}:
-        raise TypeError("an annotation is not an object")
+    # (An entry that is not an object raises TypeError in the first column's pass, or here.)
     keys = set(itertools.chain.from_iterable(anns))
     table = {"image_id": _ints(map(itemgetter("image_id"), anns), plain),
              "category_id": _ints(map(itemgetter("category_id"), anns), plain),

@@ -136,9 +136,11 @@ def _text_pairs(raw):
         while len(at):
             at = at[at >= 0]
             before = a[at]
+            quote = before == 34
+            pairs += int(np.count_nonzero(quote))
+            at, before = at[~quote], before[~quote]  # few: ':' in strings, ' : ' pretty-printed
             blank = (before == 32) | (before == 9) | (before == 10) | (before == 13)
-            pairs += int(np.count_nonzero(before[~blank] == 34))
-            at = at[blank] - 1  # step back over blanks (pretty-printed ' : ')
+            at = at[blank] - 1  # step back over blanks
     return pairs, objects, literal
 
 
