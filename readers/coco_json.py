@@ -171,17 +171,24 @@ def _tree_pairs(data, objects):
     while blocks and found < objects:
         dicts, lists = [], []
         for block in blocks:
-            kinds = set(map(type, block))
-            if kinds == {dict}:
-                dicts.append(block)
+            if not block:
                 continue
+            try:  # a block of dicts only (a COCO list of images or annotations): one pass
+                pairs += sum(map(dict.__len__, block))
+            except TypeError:  # (dict.__len__ takes dicts only)
+                pass
+            else:
+                dicts.append(block)
+                found += len(block)
+                continue
+            kinds = set(map(type, block))
             if dict in kinds:
-                dicts.append([x for x in block if x.__class__ is dict])
+                block_dicts = [x for x in block if x.__class__ is dict]
+                dicts.append(block_dicts)
+                found += len(block_dicts)
+                pairs += sum(map(len, block_dicts))
             if list in kinds:
                 lists.extend(x for x in block if x.__class__ is list)
-        for block in dicts:
-            found += len(block)
-            pairs += sum(map(len, block))
         blocks = lists + [list(itertools.chain.from_iterable(map(dict.values, block)))
                           for block in dicts] if found < objects else []
     return pairs
