@@ -121,8 +121,8 @@ def random_object(rng):
         parts.append("<xmin>1</xmin>")  # a stray coordinate outside the bndbox
     for _ in range(int(rng.choice([0, 1, 2], p=[0.05, 0.9, 0.05]))):
         x0, y0 = int(rng.integers(-10, 300)), int(rng.integers(-10, 300))
-        coords = {"xmin": x0, "ymin": y0, "xmax": x0 + int(rng.integers(-5, 200)),
-                  "ymax": y0 + int(rng.integers(-5, 200))}
+        dx, dy = (-1 if maybe(rng, 0.05) else int(rng.integers(-5, 200)) for _ in "xy")
+        coords = {"xmin": x0, "ymin": y0, "xmax": x0 + dx, "ymax": y0 + dy}  # -1: zero size
         box = []
         for key, v in coords.items():
             for _ in range(int(rng.choice([0, 1, 2], p=[0.03, 0.94, 0.03]))):
@@ -253,7 +253,7 @@ def test_random_odd_trees(tmp_path, seed):
 def test_random_trees_exercise_every_fault(tmp_path):
     """The odd files above do reach the faults the comparison is meant to cover."""
     reasons = []
-    for seed in range(8):
+    for seed in range(20):
         root = str(tmp_path / f"voc{seed}")
         random_tree(root, np.random.default_rng(seed))
         with warnings.catch_warnings():
