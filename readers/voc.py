@@ -120,22 +120,27 @@ def read_voc(root, split="trainval", classes=None, *, skip_difficult=False, on_e
     root = real_dir(root)
     sink = ErrorSink(on_error, "read_voc")
     collecting = gc.isenabled()
-    gc.disable()  # dicts and strings for every object, none of them garbage: the
-    try:  # collector's passes over them cost ~5 % of the read (10^5 objects)
-        table = _parse_all(root, _list_ids(root, split, sink), sink, check_images, progress)
+    gc.disable()  # dicts and strings for every object, none of them garbage: the collector's
+    try:  # passes over them cost ~5 % of the read (10^5 objects)
+        dataset = _read(root, split, classes, sink, skip_difficult, check_images, progress)
     finally:
         if collecting:
             gc.enable()
+    dataset.skipped = sink.finish()  # (here: its warning names read_voc's caller)
+    return dataset
+
+
+def _read(root, split, classes, sink, skip_difficult, check_images, progress):
+    table = _parse_all(root, _list_ids(root, split, sink), sink, check_images, progress)
     if classes == "discover":
         faults = table.faults
         classes = sorted({n for i, n in enumerate(table.names) if i not in faults})
     names = list(VOC_CLASSES if classes is None else classes)
     if len(set(names)) < len(names):  # objects name their class: two would read as one
-        raise ValueError(f"read_voc: classes names {sorted({n for n in names if names.count(n) > 1})}"
-                         " more than once")
+        raise ValueError(f"read_voc: classes names "
+                         f"{sorted({n for n in names if names.count(n) > 1})} more than once")
     dataset = Dataset([], names, root=root)
     dataset.records = _build(table, names, skip_difficult, sink, dataset)
-    dataset.skipped = sink.finish()
     return dataset
 
 

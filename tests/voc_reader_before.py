@@ -19,7 +19,8 @@ import numpy as np
 from lxml import etree
 
 from readers._common import (ErrorSink, FileIndex, box_fault, count_drop, group_offsets,
-                             header_size, outside_root_reason, real_dir, resolve_under, validate_boxes)
+                             header_size, outside_root_reason, real_dir, resolve_under,
+                             validate_boxes)
 from readers import limits
 from readers.errors import DatasetError
 from readers.records import Dataset, DetectionRecord
