@@ -224,7 +224,9 @@ def main(argv=None):
     p.add_argument("--coco", default="10000,100000,1000000",
                    help="annotation counts of the COCO sets (images = count / 7); '' for none")
     p.add_argument("--voc", default="10000,100000",
-                   help="object counts of the VOC sets (files = count / 3.5); '' for none")
+                   help="object counts of the VOC sets (files = count / 3.5); '' for none. "
+                        "1000000: 285,714 files and as many placeholders, made in ~1 minute "
+                        "(2-core dev box), ~1.2 GB of disk blocks")
     p.add_argument("--repeat", type=int, default=3, help="fresh processes per loader (best of)")
     p.add_argument("--data", default=None, help="folder for the generated sets (kept; reused "
                                                 "when already there). Default: a temporary one")
