@@ -86,6 +86,8 @@ def child(mode, root):
     t0 = time.perf_counter()
     if mode == "mem":
         return mem_child(root)
+    if mode == "steady":
+        return steady_child(root)
     import detaug  # noqa: F401
 
     t1 = time.perf_counter()
@@ -139,9 +141,42 @@ def mem_child(root):
           flush=True)
 
 
-def run_child(mode, root):
+def steady_child(root, batches=40):
+    """Device memory in use (the whole device: cudaMemGetInfo) from before the build to after
+    ``batches`` batches, and in this process after the first batch, with the in-process first
+    decode on or off (DETAUG_EARLY_DECODE, set by the parent)."""
+    import cupy as cp
+
+    from bench_gpu import make_det_pipe
+
+    cp.cuda.Device(0).use()
+    rt = cp.cuda.runtime
+    rt.free(0)
+    rt.deviceSynchronize()
+    f0 = rt.memGetInfo()[0]
+    pipe = make_det_pipe(root, "mixed", batch_size=64, num_threads=os.cpu_count(), seed=0, device_id=0)
+    pipe.build()
+    out = pipe.run()
+    rt.deviceSynchronize()
+    pool = cp.get_default_memory_pool().total_bytes()
+    f1 = rt.memGetInfo()[0]
+    del out
+    for _ in range(batches - 1):
+        pipe.run()
+    rt.deviceSynchronize()
+    f2 = rt.memGetInfo()[0]
+    early = pipe._decode_service.early
+    print(json.dumps({"mode": "steady", "early": os.environ.get("DETAUG_EARLY_DECODE", "1"),
+                      "first_batch_MB": (f0 - f1) / 1e6, "steady_MB": (f0 - f2) / 1e6,
+                      "pool_MB_first": pool / 1e6,
+                      "served": None if early is None else early.served,
+                      "decoder_dropped": None if early is None else early.decoder is None}), flush=True)
+    pipe.close()
+
+
+def run_child(mode, root, env=None):
     r = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", mode, "--data", root],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=120, env=dict(os.environ, **(env or {})))
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
     if r.returncode or not lines:
         return {"mode": mode, "error": (r.stderr or r.stdout).strip().splitlines()[-4:]}
@@ -154,10 +189,31 @@ def main(argv=None):
     ap.add_argument("--data", default="/tmp/bench_data")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--steady", type=int, default=0,
+                    help="only: this many pairs of fresh processes (in-process first decode on, off), "
+                         "device memory after the first batch and after 40")
     args = ap.parse_args(argv)
     sys.path.insert(0, HERE)
     if args.child:
         return child(args.child, args.data)
+    if args.steady:
+        rows = []
+        for k in range(args.steady):
+            for v in (("1", "0") if k % 2 == 0 else ("0", "1")):
+                rows.append(run_child("steady", args.data, {"DETAUG_EARLY_DECODE": v}))
+        for v in ("1", "0"):
+            rs = [r for r in rows if r.get("early") == v]
+            for r in rows:
+                if "error" in r:
+                    print("failed:", r["error"])
+            if rs:
+                med = statistics.median
+                print(f"DETAUG_EARLY_DECODE={v}: device MB used after the first batch "
+                      f"{med(r['first_batch_MB'] for r in rs):.0f} (this process's pool "
+                      f"{med(r['pool_MB_first'] for r in rs):.0f}), after 40 batches "
+                      f"{med(r['steady_MB'] for r in rs):.0f}; requests decoded in-process "
+                      f"{[r['served'] for r in rs]}, decoder dropped {[r['decoder_dropped'] for r in rs]}")
+        return None
     run_child("plain", args.data)  # warm-up: kernels compiled, files in the page cache
     res = {"plain": [], "bg": []}
     for k in range(args.runs):

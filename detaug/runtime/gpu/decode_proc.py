@@ -232,6 +232,10 @@ class _Lease:
 class DecodeService:
     """The pipeline's decode worker processes (started with 'spawn': CUDA cannot fork)."""
 
+    connected = False
+    early = None  # the pipeline's own decoder for the first launches (early_decode.py)
+    _connecting = _connect_error = None  # (connect_in_background)
+
     def __init__(self, processes: int, device_id: int, ring_bytes: int | None, threads: int = 1,
                  slots: int = 3):
         """``ring_bytes`` None: the processes start and wait for :meth:`configure`, then
@@ -273,10 +277,45 @@ class DecodeService:
             raise
         self.connected = True
 
+    def connect_in_background(self, timeline, on_done) -> None:
+        """:meth:`connect` in a thread (phase ``build.decode_processes.ready``), ``on_done()``
+        after: requests wait for it (:meth:`wait_connected`), or go to the pipeline's own decoder
+        meanwhile (early_decode.py). A failure is raised by the requests that wait."""
+        def work():
+            timeline.begin("build.decode_processes.ready")
+            try:
+                import cupy as cp
+
+                with cp.cuda.Device(self.device_id):  # (the rings are mapped in this thread)
+                    self.connect()
+            except BaseException as e:  # noqa: BLE001 -- raised where a request waits
+                self._connect_error = e
+            finally:
+                timeline.end("build.decode_processes.ready")
+                self._connecting.set()
+                on_done()
+
+        self._connecting = threading.Event()
+        threading.Thread(target=work, daemon=True, name="detaug-decode-connect").start()
+
+    def settled(self) -> bool:
+        """Every process has answered its handshake, or one could not start."""
+        return self.connected or self._connect_error is not None
+
+    def wait_connected(self) -> None:
+        if self.connected:
+            return
+        if self._connecting is not None:
+            self._connecting.wait()
+        if self._connect_error is not None:
+            raise RuntimeError(str(self._connect_error)) from self._connect_error
+
     def decode(self, paths, output_type, chunk, stream):
         """Decode the files ``paths`` in a worker: (DeviceImages, errors). The images are ready
         in ``stream``'s order (a device-side wait); errors is a list of (position, message)."""
         from ...core.batch import DeviceImages
+
+        self.wait_connected()
 
         with self._lock:  # to the worker with the fewest ring slots taken, then requests in hand
             req = next(self._ids)
@@ -340,7 +379,11 @@ class DecodeService:
                 pass
 
     def close(self):
+        if self.early is not None:
+            self.early.close()
         self.stop()
+        if self._connecting is not None:
+            self._connecting.wait(30)  # (a worker stopping answers its handshake, or its pipe closes)
         for w in self.workers:
             # a worker that died first: its ring is unmapped before the wait (a killed process
             # whose memory is still mapped here may not be torn down until it is)

@@ -118,6 +118,8 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
     premade = {"left": max(1, int(threads))}
     premade_lock = threading.Lock()
 
+    warm = threading.Semaphore(0)  # one release per decoder made ahead (or failed)
+
     def make_decoder():
         cp.cuda.Device(device_id).use()
         try:
@@ -125,8 +127,11 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
                              device_id))
         except BaseException as e:  # (the decoder thread that takes it raises it)
             made.put(e)
+        finally:
+            warm.release()
 
-    for _ in range(premade["left"]):
+    n_premade = premade["left"]
+    for _ in range(n_premade):
         threading.Thread(target=make_decoder, daemon=True).start()
 
     def take_decoder():
@@ -154,6 +159,8 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
     ring = rt.malloc(ring_bytes)
     done = [cp.cuda.Event(block=False, disable_timing=True, interprocess=True)
             for _ in range(N_EVENTS)]
+    for _ in range(n_premade):  # the handshake says "decodes now": its decoders are warm (the
+        warm.acquire()          # pipeline's own decoder serves the first launches until then)
     conn.send(("ready", rt.ipcGetMemHandle(ring), [rt.ipcGetEventHandle(e.ptr) for e in done]))
     alloc = SlotRing(ring_bytes, slots)
     room = threading.Condition()   # guards alloc; notified when a region comes back

@@ -160,6 +160,20 @@ class DeviceStage:
         if guess is not None and startup.early():
             self._decode_service = decode_proc.DecodeService(guess.processes, self.device_id or 0, None,
                                                              guess.threads)
+            from . import early_decode
+
+            if early_decode.enabled():  # this process decodes the first launches meanwhile
+                self._decode_service.early = early_decode.EarlyDecoder(self.device_id or 0,
+                                                                       self._startup)
+
+    def _connect_decode_service(self, tl):
+        """The end of build: wait for the decode processes' handshakes, or (with the pipeline's
+        own decoder for the first launches: early_decode.py) let them come in the background."""
+        if self._decode_service.early is None:
+            with tl.phase("build.decode_processes.ready"):
+                self._decode_service.connect()
+        else:
+            self._decode_service.connect_in_background(tl, self._decode_service.early.wake)
 
     def _start_decode_service(self):
         from . import decode_proc, memory_plan
