@@ -57,27 +57,36 @@ def test_the_decoder_stays_while_a_request_it_took_is_decoding():
     assert e.decoder is None
 
 
-def test_a_full_decoder_waits_for_room_or_for_the_processes():
-    """With MAX_IN_FLIGHT requests holding buffers, the next one waits: the processes' handshake
-    (wake) sends it there."""
+def test_a_full_decoder_sends_the_next_request_to_the_processes():
+    """With MAX_IN_FLIGHT requests holding buffers, the next one does not wait for room (the
+    launches holding it may wait for it in turn, or be cancelled): it goes to the processes."""
     svc, e = _Service(), _made()
     for _ in range(MAX_IN_FLIGHT):
         assert e.take(svc)
-    got, entered = [], threading.Event()
+    assert e.take(svc) is False
+    assert not e.taken_over  # (the processes are not ready: the next request with room comes here)
+    e._release_room()
+    assert e.take(svc) is True
 
-    def request():
-        entered.set()
-        got.append(e.take(svc))
 
-    t = threading.Thread(target=request)
-    t.start()
-    entered.wait(5)
-    t.join(0.05)
-    assert t.is_alive() and not got  # waiting
-    svc.ready = True
-    e.wake()
-    t.join(10)
-    assert got == [False]
+def test_requests_waiting_for_the_decoder_are_decided_in_launch_order():
+    """Requests of launches 3, 1, 2, 0 wait for the decoder; once it is made, launches 0 and 1
+    are decoded here and 2 and 3 go to the processes, whatever order they came in."""
+    svc, e = _Service(), EarlyDecoder(0, start=False)
+    got, threads = {}, []
+    for k in (3, 1, 2, 0):
+        t = threading.Thread(target=lambda k=k: got.__setitem__(k, e.take(svc, (0, k))))
+        t.start()
+        threads.append(t)
+    while True:  # all four waiting (no sleep: the condition's own state)
+        with e._cond:
+            if len(e._waiting) == 4:
+                e.decoder, e.made = object(), True
+                e._cond.notify_all()
+                break
+    for t in threads:
+        t.join(10)
+    assert got == {0: True, 1: True, 2: False, 3: False}
 
 
 def test_waits_for_the_decoder_being_made():

@@ -87,6 +87,7 @@ class EarlyDecoder:
         self._cond = threading.Condition(threading.RLock())  # (a lease's __del__ may re-enter)
         self._in_flight = 0      # requests holding a buffer (take() -> their lease retired)
         self._pending = 0        # requests between take() and the end of their decode()
+        self._waiting = []       # the launch order of the requests in take()
         self._serial = threading.Lock()  # one decode call at a time (a Decoder is not thread-safe)
         self._orphans = []       # buffers of leases dropped unretired: freed at the next request
         self._keep = collections.deque()  # (event, nvImageCodec wrappers) until the decode ran
@@ -131,24 +132,37 @@ class EarlyDecoder:
         with self._cond:
             self._cond.notify_all()
 
-    def take(self, service) -> bool:
+    def take(self, service, key=None) -> bool:
         """Whether the next request is decoded here (then :meth:`decode` must follow): while the
         decode processes (``service``) are not ready and this decoder is, with room for one more
-        request in flight; False once they are ready (from then on, always), or where this
-        decoder could not be made. Waits for whichever comes first."""
+        request in flight; False once they are ready (from then on, always), where this decoder
+        could not be made, or where it has no room (the request then waits for the processes:
+        a wait for room could outlast the launches holding it, cancelled ones included). Waits
+        for the decoder or the processes, whichever comes first; the requests waiting are then
+        decided in their launches' order (``key``: (epoch, batch index)), so the first launch is
+        the one decoded here."""
+        order = tuple(key) if key is not None else (float("inf"),)
+        retire = False
         with self._cond:
-            while True:
-                if self.taken_over or service.settled():
-                    self.taken_over = True
-                    retire = self._pending == 0 and self.decoder is not None
-                    break
-                if self.made and self.decoder is None:
-                    return False  # (no decoder here: wait for the processes)
-                if self.decoder is not None and self._in_flight < MAX_IN_FLIGHT:
-                    self._in_flight += 1
-                    self._pending += 1
-                    return True
-                self._cond.wait()
+            self._waiting.append(order)
+            try:
+                while True:
+                    if self.taken_over or service.settled():
+                        self.taken_over = True
+                        retire = self._pending == 0 and self.decoder is not None
+                        break
+                    if self.made and self.decoder is None:
+                        return False  # (no decoder here: wait for the processes)
+                    if self.decoder is not None and order <= min(self._waiting):
+                        if self._in_flight >= MAX_IN_FLIGHT:
+                            return False
+                        self._in_flight += 1
+                        self._pending += 1
+                        return True
+                    self._cond.wait()
+            finally:
+                self._waiting.remove(order)
+                self._cond.notify_all()
         if retire:
             self._retire_decoder()
         return False
