@@ -159,8 +159,11 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
     ring = rt.malloc(ring_bytes)
     done = [cp.cuda.Event(block=False, disable_timing=True, interprocess=True)
             for _ in range(N_EVENTS)]
-    for _ in range(n_premade):  # the handshake says "decodes now": its decoders are warm (the
-        warm.acquire()          # pipeline's own decoder serves the first launches until then)
+    # the handshake says "decodes now": a decoder is warm (the pipeline's own decoder serves the
+    # first launches until then). One, not all: waiting for the slowest cost a pipeline without
+    # its own decoder (DETAUG_EARLY_DECODE=0) 0.3-0.4 s of first batch on an H100
+    if n_premade:
+        warm.acquire()
     conn.send(("ready", rt.ipcGetMemHandle(ring), [rt.ipcGetEventHandle(e.ptr) for e in done]))
     alloc = SlotRing(ring_bytes, slots)
     room = threading.Condition()   # guards alloc; notified when a region comes back
