@@ -67,12 +67,12 @@ class _Worker:
         child.close()
         self.outstanding = 0  # decode requests sent and not yet answered (DecodeService._lock)
 
-    def configure(self, ring_bytes, threads, slots):
+    def configure(self, ring_bytes, threads, slots, warm_first=False):
         """The ring of a worker started early (one that died says so at :meth:`connect`); None:
-        it stops (not needed)."""
+        it stops (not needed). ``warm_first``: its handshake waits for a warm decoder."""
         try:
             self.conn.send(("stop",) if ring_bytes is None else
-                           ("ring", int(ring_bytes), int(threads), int(slots)))
+                           ("ring", int(ring_bytes), int(threads), int(slots), bool(warm_first)))
         except (OSError, ValueError):
             pass
 
@@ -257,12 +257,15 @@ class DecodeService:
         if self.connected:
             self.connect()
 
-    def configure(self, processes: int, ring_bytes: int, threads: int, slots: int) -> None:
+    def configure(self, processes: int, ring_bytes: int, threads: int, slots: int,
+                  warm_first: bool = False) -> None:
         """For processes started early: the plan's number of processes (extra ones are stopped,
-        missing ones started now), ring size, decoder threads and ring slots."""
+        missing ones started now), ring size, decoder threads and ring slots; ``warm_first``:
+        their handshakes wait for a warm decoder (the pipeline's own decoder serves until then:
+        early_decode.py; without it the first request waits in the process instead, sooner)."""
         self.threads, self.slots, n = int(threads), int(slots), int(processes)
         for k, w in enumerate(self.workers):
-            w.configure(*((ring_bytes, threads, slots) if k < n else (None, 0, 0)))
+            w.configure(*((ring_bytes, threads, slots, warm_first) if k < n else (None, 0, 0)))
         self.workers = self.workers[:n] + [_Worker(self._mp, self.device_id, int(ring_bytes), self.threads,
                                                    self.slots) for _ in range(n - len(self.workers))]
 

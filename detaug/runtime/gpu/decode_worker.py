@@ -147,6 +147,7 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
             raise d
         return d
 
+    warm_first = False
     if ring_bytes is None:  # started early: the ring's size comes once the readers have indexed
         try:
             m = conn.recv()
@@ -155,14 +156,14 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
         if m[0] != "ring":
             conn.close()
             return
-        _, ring_bytes, threads, slots = m
+        _, ring_bytes, threads, slots, warm_first = m
     ring = rt.malloc(ring_bytes)
     done = [cp.cuda.Event(block=False, disable_timing=True, interprocess=True)
             for _ in range(N_EVENTS)]
-    # the handshake says "decodes now": a decoder is warm (the pipeline's own decoder serves the
-    # first launches until then). One, not all: waiting for the slowest cost a pipeline without
-    # its own decoder (DETAUG_EARLY_DECODE=0) 0.3-0.4 s of first batch on an H100
-    if n_premade:
+    # warm_first (the pipeline decodes the first launches itself meanwhile: early_decode.py): the
+    # handshake says "decodes now", one decoder is warm (a decoder thread can take the first
+    # request). Without it the handshake comes first, and the first request waits here
+    if warm_first and n_premade:
         warm.acquire()
     conn.send(("ready", rt.ipcGetMemHandle(ring), [rt.ipcGetEventHandle(e.ptr) for e in done]))
     alloc = SlotRing(ring_bytes, slots)

@@ -104,8 +104,12 @@ class EarlyDecoder:
         try:
             import cupy as cp
 
+            rt = cp.cuda.runtime
             with cp.cuda.Device(self.device_id):
-                cp.cuda.runtime.free(0)  # the context (startup.warm_gpu's, whoever comes first)
+                rt.free(0)  # the context (startup.warm_gpu's, whoever comes first)
+                if not rt.deviceGetAttribute(getattr(rt, "cudaDevAttrMemoryPoolsSupported", 115),
+                                             self.device_id):
+                    raise RuntimeError("no stream-ordered allocator on this device")
                 from nvidia import nvimgcodec
 
                 from ...ops.gpu_decode import warm_up
