@@ -34,6 +34,11 @@
 #           against DALI 2.4 (its wheel installed in /tmp/site with nvimgcodec: one pip call),
 #           detaug's CPU pipeline against a DataLoader + albumentations (wheels in .whl) at
 #           STARTUP_WORKERS ("2,8") workers; about 150 s
+#   firstdecode  the first launches decoded in the pipeline's process (runtime/gpu/early_decode.py):
+#           startup_timeline.py on the GPU, RUNS (3) fresh processes with it on and off
+#           (DETAUG_EARLY_DECODE=0), alternated; the device memory with it on and off
+#           (first_decode_probe.py --steady 2); its GPU tests and those of the decode processes,
+#           the start-up and planning ahead; about 120 s
 #   multinode  two GPUs (kind nvidia-h100-x2): two machines simulated on one host, as
 #           docs/training.md's multi-machine lines: two torchrun launches (--nnodes=2, c10d
 #           rendezvous on localhost), one GPU each through CUDA_VISIBLE_DEVICES=0 / =1 (LOCAL_RANK
@@ -51,7 +56,7 @@
 set -u
 source .ci/device_setup.sh >/dev/null 2>&1 || { echo "device setup failed"; exit 1; }
 DATA=/tmp/bench_data
-[ $# -gt 0 ] || { sed -n '2,49p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,54p' "$0"; exit 2; }
 
 part_tests() {
   timeout "${TEST_S:-300}" python3 -m pytest -m gpu -q -rf --tb=short -p no:cacheprovider tests \
@@ -163,6 +168,18 @@ part_startup() {
   grep -E "^\||^detaug /|^###|FAILED|^bench_startup" "$OUT/bench_startup.log" | cut -c1-400
 }
 
+part_firstdecode() {
+  bench_data $DATA
+  timeout 150 python3 benchmarks/startup_timeline.py --data $DATA --devices mixed --runs "${RUNS:-3}" \
+    --env DETAUG_EARLY_DECODE=0 --json "$OUT/firstdecode_timeline.json" 2>&1 | quiet | grep -v "^\["
+  timeout 100 python3 benchmarks/first_decode_probe.py --data $DATA --steady 2 2>&1 | quiet
+  timeout "${TEST_S:-200}" python3 -m pytest -m gpu -q -rf --tb=short -p no:cacheprovider \
+    tests/test_early_decode.py tests/test_startup.py tests/test_decode_proc.py \
+    tests/test_decode_into_ring_gpu.py tests/test_plan_ahead_gpu.py 2>&1 | quiet > "$OUT/firstdecode_tests.log"
+  echo "GPU tests: rc=${PIPESTATUS[0]}"
+  grep -E "^FAILED|^ERROR|passed|failed|Segmentation" "$OUT/firstdecode_tests.log" | cut -c1-300 | tail -20
+}
+
 part_multinode() {
   nvidia-smi -L
   local d=/tmp/multinode ex=$PWD/examples/retinanet_ddp.py tag n port
@@ -194,7 +211,7 @@ part_multinode() {
 
 for part in "$@"; do
   if ! declare -F "part_$part" >/dev/null; then
-    echo "unknown part '$part': choose from tests gpu pairs train soak cpu yolo memory timeline ddp startup multinode"; exit 2
+    echo "unknown part '$part': choose from tests gpu pairs train soak cpu yolo memory timeline ddp startup firstdecode multinode"; exit 2
   fi
   echo "##### $part"
   "part_$part"

@@ -1,7 +1,7 @@
 """Time to first batch from fresh processes, and where it goes (``pipe.stats['startup']``).
 
     python benchmarks/startup_timeline.py [--devices cpu,mixed] [--runs 5] [--num-images 1024]
-        [--data DIR] [--off] [--base PATH] [--json F]
+        [--data DIR] [--off] [--env NAME=VALUE] [--base PATH] [--json F]
 
 Each run is a fresh interpreter (``python benchmarks/startup_timeline.py --child DEVICE``) that
 imports detaug, defines the benchmark pipeline (bench_gpu.make_det_pipe: COCO reader -> decode
@@ -13,7 +13,8 @@ process's start to the batch in hand) and of each phase of the timeline (start, 
 since the process started). ``--warmup`` (1) runs per device go first, uncounted: a bare
 machine compiles the CUDA kernels once (cupy's disk cache) and reads the files from disk once.
 ``--off`` runs the same children, alternated, with ``DETAUG_EARLY_START=0`` (the start-up order
-off: the "before" of one call), ``--base PATH`` with another checkout first on ``PYTHONPATH`` (a
+off: the "before" of one call), ``--env NAME=VALUE`` with that variable set (``DETAUG_EARLY_DECODE=0``:
+the first launch waits for the decode processes), ``--base PATH`` with another checkout first on ``PYTHONPATH`` (a
 checkout without the timeline gives the child's clock only). Runs alternate between the devices
 and variants.
 """
@@ -60,8 +61,10 @@ def child(device, root):
     t4 = time.perf_counter()
     clock = {"import": t1 - t0, "define": t2 - t1, "build": t3 - t2, "first_run": t4 - t3,
              "total": t4 - t0 + t_start}
+    early = getattr(getattr(pipe, "_decode_service", None), "early", None)
     print(json.dumps({"device": device, "clock": clock,
                       "phases": pipe.stats.get("startup") or [],
+                      "early_served": None if early is None else early.served,
                       "host_processes": getattr(pipe, "host_processes", None),
                       "summary": getattr(pipe, "device_summary", None)}), flush=True)
     pipe.close()
@@ -107,7 +110,8 @@ def medians(results):
                        "end": statistics.median(p["end"] for p in ps),
                        "seconds": statistics.median(p["seconds"] for p in ps), "n": len(ps)})
     return {"runs": len(ok), "clock": clock, "phases": phases,
-            "totals": sorted(round(r["clock"]["total"], 3) for r in ok)}
+            "totals": sorted(round(r["clock"]["total"], 3) for r in ok),
+            "early_served": [r.get("early_served") for r in ok]}
 
 
 def show(label, m):
@@ -117,7 +121,9 @@ def show(label, m):
     c = m["clock"]
     print(f"{label}: median of {m['runs']} fresh processes: total {c['total']:.3f} s (import "
           f"{c['import']:.3f}, define {c['define']:.3f}, build {c['build']:.3f}, first run "
-          f"{c['first_run']:.3f}); totals {m['totals']}")
+          f"{c['first_run']:.3f}); totals {m['totals']}"
+          + (f"; requests decoded in-process {m['early_served']}" if any(
+              v is not None for v in m.get("early_served", [])) else ""))
     if m["phases"]:
         w = max(len(p["phase"]) for p in m["phases"])
         print(f"  {'phase':<{w}}  {'start':>7}  {'end':>7}  {'seconds':>7}")
@@ -134,6 +140,8 @@ def main(argv=None):
     ap.add_argument("--data", default=None, help="data set folder (made there if missing)")
     ap.add_argument("--base", default=None, help="another checkout to compare (before/after)")
     ap.add_argument("--off", action="store_true", help="also with DETAUG_EARLY_START=0")
+    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                    help="also with this variable set (e.g. DETAUG_EARLY_DECODE=0); repeatable")
     ap.add_argument("--warmup", type=int, default=1,
                     help="runs per device first, not counted (cupy's kernel cache, the page cache)")
     ap.add_argument("--json", default=None)
@@ -152,6 +160,9 @@ def main(argv=None):
     trees = [("after", REPO, {})]
     if args.off:
         trees.append(("off: DETAUG_EARLY_START=0", REPO, {"DETAUG_EARLY_START": "0"}))
+    for kv in args.env:
+        name, _, value = kv.partition("=")
+        trees.append((f"env: {kv}", REPO, {name: value}))
     if args.base:
         trees.append(("before: " + args.base, os.path.abspath(args.base), {}))
     results = {(d, t): [] for d in devices for t, _, _ in trees}

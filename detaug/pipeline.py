@@ -330,8 +330,7 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
             self._out_stream = cp.cuda.Stream(non_blocking=True)
             tl.end("build.cuda")
         if self._decode_service is not None and not self._decode_service.connected:
-            with tl.phase("build.decode_processes.ready"):  # (their handshakes)
-                self._decode_service.connect()
+            self._connect_decode_service(tl)  # (their handshakes)
         self._built = True
         self.device_summary = self._summarize_devices()
         logging.getLogger("detaug").info("pipeline built: %s", self.device_summary)

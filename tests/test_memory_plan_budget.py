@@ -189,7 +189,7 @@ def fake_gpu(monkeypatch):
         def __init__(self, processes):
             self.processes = processes
 
-        def configure(self, processes, ring_bytes, threads, slots):
+        def configure(self, processes, ring_bytes, threads, slots, warm_first=False):
             started.append((processes, threads, ring_bytes))
             raise _Started()
 

@@ -206,7 +206,7 @@ class _NoDecodeService:
         self.workers, self.threads = [], 1
         self.connected = args[2] is not None  # (no ring size: started early, see configure)
 
-    def configure(self, processes, ring_bytes, threads, slots):
+    def configure(self, processes, ring_bytes, threads, slots, warm_first=False):
         self.threads = threads
 
     def connect(self):
@@ -258,6 +258,7 @@ def test_a_launch_planned_without_a_gpu_equals_the_cpu_pipeline(fake_gpu, monkey
     cuda.Stream = lambda non_blocking=True: types.SimpleNamespace(ptr=0)
     monkeypatch.setattr(Pipeline, "_check_gpu", lambda self: None)
     monkeypatch.setattr(decode_proc, "DecodeService", _NoDecodeService)
+    monkeypatch.setenv("DETAUG_EARLY_DECODE", "0")  # (no decoder of this process: no GPU here)
     monkeypatch.delenv("DETAUG_PLAN_AHEAD", raising=False)
     gpu = Pipeline(batch_size=6, seed=5, device_id=0, host_processes=0, decode_processes=1)
     _det_graph(gpu, "mixed")

@@ -219,7 +219,11 @@ def _decode(ctx, enc, output_type, chunk, cpu_decode) -> DeviceImages:
     checked against the annotated ones. A file that fails raises SampleError naming it."""
     service = getattr(ctx.pipeline, "_decode_service", None)
     if service is not None and enc.data is None:  # a paths-only reader: the processes read
-        images, errors = service.decode(enc.paths, output_type, chunk, ctx.stream)
+        # (or, while they come up, the pipeline's own decoder: runtime/gpu/early_decode.py)
+        early = getattr(service, "early", None)
+        key = (getattr(ctx, "epoch", 0), getattr(ctx, "batch_index", 0))  # (the launch's order)
+        via = early if early is not None and early.take(service, key) else service
+        images, errors = via.decode(enc.paths, output_type, chunk, ctx.stream)
         if images is not None:
             ctx.leases.append(images.owners)
         if errors:

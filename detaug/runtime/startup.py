@@ -31,8 +31,11 @@ Phases (those that apply; a CPU pipeline has no decode processes, no CUDA):
   context, then the CUDA modules used before on this machine, loaded; ``build.kernels`` may end
   after the build), ``build.readers`` (the sources made: the readers' index), ``build.plan``
   (multi-sample levels, planning ahead), ``build.decode_processes`` (the plan: their rings sent),
-  ``build.cuda`` (device and streams), ``build.decode_processes.ready`` (waiting for their
-  handshakes).
+  ``build.cuda`` (device and streams), ``build.decode_processes.ready`` (their handshakes, sent
+  once their decoders are warm: waited for here, or, with the pipeline's own decoder for the
+  first launches, in the background, ending after the build), ``build.early_decoder`` (in a
+  background thread from the spawn on: nvImageCodec imported, this process's decoder made and
+  warmed; runtime/gpu/early_decode.py, off with ``DETAUG_EARLY_DECODE=0``).
 * ``run.host_workers``: the host worker processes forked (at the first run()).
 * ``first_launch.host``: the first launch's host stage (reading, CPU decode and ops; a GPU
   pipeline's plan), made in this process's threads while the workers start.

@@ -67,12 +67,12 @@ class _Worker:
         child.close()
         self.outstanding = 0  # decode requests sent and not yet answered (DecodeService._lock)
 
-    def configure(self, ring_bytes, threads, slots):
+    def configure(self, ring_bytes, threads, slots, warm_first=False):
         """The ring of a worker started early (one that died says so at :meth:`connect`); None:
-        it stops (not needed)."""
+        it stops (not needed). ``warm_first``: its handshake waits for a warm decoder."""
         try:
             self.conn.send(("stop",) if ring_bytes is None else
-                           ("ring", int(ring_bytes), int(threads), int(slots)))
+                           ("ring", int(ring_bytes), int(threads), int(slots), bool(warm_first)))
         except (OSError, ValueError):
             pass
 
@@ -232,6 +232,10 @@ class _Lease:
 class DecodeService:
     """The pipeline's decode worker processes (started with 'spawn': CUDA cannot fork)."""
 
+    connected = False
+    early = None  # the pipeline's own decoder for the first launches (early_decode.py)
+    _connecting = _connect_error = None  # (connect_in_background)
+
     def __init__(self, processes: int, device_id: int, ring_bytes: int | None, threads: int = 1,
                  slots: int = 3):
         """``ring_bytes`` None: the processes start and wait for :meth:`configure`, then
@@ -253,12 +257,15 @@ class DecodeService:
         if self.connected:
             self.connect()
 
-    def configure(self, processes: int, ring_bytes: int, threads: int, slots: int) -> None:
+    def configure(self, processes: int, ring_bytes: int, threads: int, slots: int,
+                  warm_first: bool = False) -> None:
         """For processes started early: the plan's number of processes (extra ones are stopped,
-        missing ones started now), ring size, decoder threads and ring slots."""
+        missing ones started now), ring size, decoder threads and ring slots; ``warm_first``:
+        their handshakes wait for a warm decoder (the pipeline's own decoder serves until then:
+        early_decode.py; without it the first request waits in the process instead, sooner)."""
         self.threads, self.slots, n = int(threads), int(slots), int(processes)
         for k, w in enumerate(self.workers):
-            w.configure(*((ring_bytes, threads, slots) if k < n else (None, 0, 0)))
+            w.configure(*((ring_bytes, threads, slots, warm_first) if k < n else (None, 0, 0)))
         self.workers = self.workers[:n] + [_Worker(self._mp, self.device_id, int(ring_bytes), self.threads,
                                                    self.slots) for _ in range(n - len(self.workers))]
 
@@ -273,10 +280,45 @@ class DecodeService:
             raise
         self.connected = True
 
+    def connect_in_background(self, timeline, on_done) -> None:
+        """:meth:`connect` in a thread (phase ``build.decode_processes.ready``), ``on_done()``
+        after: requests wait for it (:meth:`wait_connected`), or go to the pipeline's own decoder
+        meanwhile (early_decode.py). A failure is raised by the requests that wait."""
+        def work():
+            timeline.begin("build.decode_processes.ready")
+            try:
+                import cupy as cp
+
+                with cp.cuda.Device(self.device_id):  # (the rings are mapped in this thread)
+                    self.connect()
+            except BaseException as e:  # noqa: BLE001 -- raised where a request waits
+                self._connect_error = e
+            finally:
+                timeline.end("build.decode_processes.ready")
+                self._connecting.set()
+                on_done()
+
+        self._connecting = threading.Event()
+        threading.Thread(target=work, daemon=True, name="detaug-decode-connect").start()
+
+    def settled(self) -> bool:
+        """Every process has answered its handshake, or one could not start."""
+        return self.connected or self._connect_error is not None
+
+    def wait_connected(self) -> None:
+        if self.connected:
+            return
+        if self._connecting is not None:
+            self._connecting.wait()
+        if self._connect_error is not None:
+            raise RuntimeError(str(self._connect_error)) from self._connect_error
+
     def decode(self, paths, output_type, chunk, stream):
         """Decode the files ``paths`` in a worker: (DeviceImages, errors). The images are ready
         in ``stream``'s order (a device-side wait); errors is a list of (position, message)."""
         from ...core.batch import DeviceImages
+
+        self.wait_connected()
 
         with self._lock:  # to the worker with the fewest ring slots taken, then requests in hand
             req = next(self._ids)
@@ -340,7 +382,11 @@ class DecodeService:
                 pass
 
     def close(self):
+        if self.early is not None:
+            self.early.close()
         self.stop()
+        if self._connecting is not None:
+            self._connecting.wait(30)  # (a worker stopping answers its handshake, or its pipe closes)
         for w in self.workers:
             # a worker that died first: its ring is unmapped before the wait (a killed process
             # whose memory is still mapped here may not be torn down until it is)

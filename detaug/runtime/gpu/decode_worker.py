@@ -118,6 +118,8 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
     premade = {"left": max(1, int(threads))}
     premade_lock = threading.Lock()
 
+    warm = threading.Semaphore(0)  # one release per decoder made ahead (or failed)
+
     def make_decoder():
         cp.cuda.Device(device_id).use()
         try:
@@ -125,8 +127,11 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
                              device_id))
         except BaseException as e:  # (the decoder thread that takes it raises it)
             made.put(e)
+        finally:
+            warm.release()
 
-    for _ in range(premade["left"]):
+    n_premade = premade["left"]
+    for _ in range(n_premade):
         threading.Thread(target=make_decoder, daemon=True).start()
 
     def take_decoder():
@@ -142,6 +147,7 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
             raise d
         return d
 
+    warm_first = False
     if ring_bytes is None:  # started early: the ring's size comes once the readers have indexed
         try:
             m = conn.recv()
@@ -150,10 +156,15 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
         if m[0] != "ring":
             conn.close()
             return
-        _, ring_bytes, threads, slots = m
+        _, ring_bytes, threads, slots, warm_first = m
     ring = rt.malloc(ring_bytes)
     done = [cp.cuda.Event(block=False, disable_timing=True, interprocess=True)
             for _ in range(N_EVENTS)]
+    # warm_first (the pipeline decodes the first launches itself meanwhile: early_decode.py): the
+    # handshake says "decodes now", one decoder is warm (a decoder thread can take the first
+    # request). Without it the handshake comes first, and the first request waits here
+    if warm_first and n_premade:
+        warm.acquire()
     conn.send(("ready", rt.ipcGetMemHandle(ring), [rt.ipcGetEventHandle(e.ptr) for e in done]))
     alloc = SlotRing(ring_bytes, slots)
     room = threading.Condition()   # guards alloc; notified when a region comes back

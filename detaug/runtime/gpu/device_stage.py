@@ -160,6 +160,21 @@ class DeviceStage:
         if guess is not None and startup.early():
             self._decode_service = decode_proc.DecodeService(guess.processes, self.device_id or 0, None,
                                                              guess.threads)
+            from . import early_decode
+
+            if early_decode.enabled():  # this process decodes the first launches meanwhile
+                self._decode_service.early = early_decode.EarlyDecoder(self.device_id or 0,
+                                                                       self._startup)
+
+    def _connect_decode_service(self, tl):
+        """The end of build: wait for the decode processes' handshakes, or (with the pipeline's
+        own decoder for the first launches: early_decode.py) let them come in the background."""
+        early = getattr(self._decode_service, "early", None)
+        if early is None:
+            with tl.phase("build.decode_processes.ready"):
+                self._decode_service.connect()
+        else:
+            self._decode_service.connect_in_background(tl, early.wake)
 
     def _start_decode_service(self):
         from . import decode_proc, memory_plan
@@ -188,7 +203,9 @@ class DeviceStage:
         self._decode_bytes = plan.bytes
         self.memory_plan = plan
         if self._decode_service is not None:  # started early: their rings, the right number
-            self._decode_service.configure(plan.processes, plan.ring_bytes, plan.threads, plan.slots)
+            early = getattr(self._decode_service, "early", None)  # (its handshakes: once warm)
+            self._decode_service.configure(plan.processes, plan.ring_bytes, plan.threads, plan.slots,
+                                           warm_first=early is not None)
         else:
             self._decode_service = decode_proc.DecodeService(plan.processes, self.device_id or 0,
                                                              plan.ring_bytes, plan.threads, plan.slots)
