@@ -238,6 +238,9 @@ def test_decode_processes_never_wait_for_the_device():
     the pipeline's streams before reusing a region, but no host thread waits for the device."""
     pytest.importorskip("nvidia.nvimgcodec")
     pipe = _coco_decode_pipe(2).build()
+    # Once the processes are up: until then this process's own decoder serves the first
+    # launches (early_decode.py), and its decode may wait for the device.
+    pipe._decode_service.wait_connected()
     # while their rings have room: a ring slot comes back once the batch's work is done (memory
     # is bounded, so a pipeline far ahead of the device does wait for it): the launches in
     # flight at the spin plus these runs stay within the 2 x 4 slots
@@ -677,7 +680,8 @@ def test_a_killed_decode_process_is_a_named_error_within_seconds():
     pytest.importorskip("nvidia.nvimgcodec")
     pipe = _coco_decode_pipe(1, prefetch=3)
     pipe.run()
-    pipe.run()
+    pipe._decode_service.wait_connected()  # (a process killed before its handshake: "did not
+    pipe.run()                              # start", tested in test_early_decode.py)
     w = pipe._decode_service.workers[0]
     os.kill(w.proc.pid, signal.SIGKILL)
     t0 = time.perf_counter()
