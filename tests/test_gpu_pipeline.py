@@ -237,7 +237,9 @@ def test_decode_processes_never_wait_for_the_device():
     """The same with the GPU decoder in worker processes: their stream waits (device-side) for
     the pipeline's streams before reusing a region, but no host thread waits for the device."""
     pytest.importorskip("nvidia.nvimgcodec")
-    pipe = _coco_decode_pipe(2).build()
+    # (prefetch 1: the runs that the rings' room allows reach past the launches made before
+    # the spin, so that the last batch is one launched behind it)
+    pipe = _coco_decode_pipe(2, prefetch=1).build()
     # Once the processes are up: until then this process's own decoder serves the first
     # launches (early_decode.py), and its decode may wait for the device.
     pipe._decode_service.wait_connected()
