@@ -23,10 +23,11 @@ split file and placeholder images. Loaders: ``ElementTree`` = what torchvision's
 one a user gets without detaug (pycocotools has no VOC reader); ``read_voc`` / ``read_voc
 nocheck`` = ``readers.read_voc(root)`` with and without the image check.
 
-Every run is a fresh process (``python bench_readers.py --child ...``): wall and CPU seconds of
+Every run is a fresh process (``python bench_readers.py --child ...``), the loaders of a set
+alternated round by round: wall and CPU seconds of
 the load call alone (imports done before), and peak RSS of that process (``VmHWM``: the
 ``ru_maxrss`` of a fresh process, see ``_peak_mb``), which includes the interpreter and imports
-(``base`` = its RSS before the load). Best of ``--repeat``
+(``base`` = its RSS before the load). Best of ``--repeat`` (and, in brackets, the ratio of the median CPU seconds)
 for each figure (wall, CPU and RSS separately). Ratios are against the first loader of the set.
 """
 from __future__ import annotations
@@ -207,16 +208,23 @@ def _rss_mb():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def measure(loader, path, repeat):
-    """Best of ``repeat`` fresh processes (each figure on its own)."""
+def measure(loaders, path, repeat):
+    """Each loader in ``repeat`` fresh processes, the loaders alternated round by round (a
+    machine that slows down for a while then slows every loader alike): per loader the best
+    of its runs (each figure on its own) and its median CPU seconds."""
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    runs = []
+    runs = {loader: [] for loader in loaders}
     for _ in range(repeat):
-        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", loader, path],
-                             env=env, capture_output=True, text=True, check=True)
-        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    best = {k: min(r[k] for r in runs) for k in ("wall", "cpu", "peak_mb", "base_mb")}
-    return best | {"images": runs[-1]["images"], "boxes": runs[-1]["boxes"]}
+        for loader in loaders:
+            out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", loader,
+                                  path], env=env, capture_output=True, text=True, check=True)
+            runs[loader].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    results = {}
+    for loader, rs in runs.items():
+        best = {k: min(r[k] for r in rs) for k in ("wall", "cpu", "peak_mb", "base_mb")}
+        results[loader] = best | {"cpu_median": float(np.median([r["cpu"] for r in rs])),
+                                  "images": rs[-1]["images"], "boxes": rs[-1]["boxes"]}
+    return results
 
 
 def main(argv=None):
@@ -256,17 +264,17 @@ def main(argv=None):
         sets.append((f"VOC ~{n:,} obj", folder, ("ElementTree", "read_voc", "read_voc nocheck")))
     rows = []
     print("| set | loader | images | boxes | wall s | CPU s | peak RSS MB (base) | wall x | "
-          "CPU x | RSS x | RSS over base x |")
+          "CPU x (of medians) | RSS x | RSS over base x |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, path, loaders in sets:
         ref = None
-        for loader in loaders:
-            r = measure(loader, path, args.repeat)
+        for loader, r in measure(loaders, path, args.repeat).items():
             ref = ref or r
             rows.append({"set": name, "loader": loader} | r)
             print(f"| {name} | {loader} | {r['images']:,} | {r['boxes']:,} | {r['wall']:.2f} | "
                   f"{r['cpu']:.2f} | {r['peak_mb']:.0f} ({r['base_mb']:.0f}) | "
-                  f"{r['wall'] / ref['wall']:.2f} | {r['cpu'] / ref['cpu']:.2f} | "
+                  f"{r['wall'] / ref['wall']:.2f} | {r['cpu'] / ref['cpu']:.2f} "
+                  f"({r['cpu_median'] / ref['cpu_median']:.2f}) | "
                   f"{r['peak_mb'] / ref['peak_mb']:.2f} | "
                   f"{(r['peak_mb'] - r['base_mb']) / (ref['peak_mb'] - ref['base_mb']):.2f} |",
                   flush=True)
