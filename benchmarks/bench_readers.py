@@ -24,11 +24,11 @@ one a user gets without detaug (pycocotools has no VOC reader); ``read_voc`` / `
 nocheck`` = ``readers.read_voc(root)`` with and without the image check.
 
 Every run is a fresh process (``python bench_readers.py --child ...``), the loaders of a set
-alternated round by round: wall and CPU seconds of
-the load call alone (imports done before), and peak RSS of that process (``VmHWM``: the
-``ru_maxrss`` of a fresh process, see ``_peak_mb``), which includes the interpreter and imports
-(``base`` = its RSS before the load). Best of ``--repeat`` (and, in brackets, the ratio of the median CPU seconds)
-for each figure (wall, CPU and RSS separately). Ratios are against the first loader of the set.
+alternated round by round: wall and CPU seconds of the load call alone (imports done before),
+and peak RSS of that process (``VmHWM``: the ``ru_maxrss`` of a fresh process, see
+``_peak_mb``), which includes the interpreter and imports (``base`` = its RSS before the load).
+Best of ``--repeat`` for each figure (wall, CPU and RSS separately), and in brackets the ratio
+of the median CPU seconds. Ratios are against the first loader of the set.
 """
 from __future__ import annotations
 
