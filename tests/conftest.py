@@ -39,6 +39,35 @@ def rng(request):
     return np.random.default_rng(seed)
 
 
+@pytest.fixture(scope="session")
+def voc_small(tmp_path_factory):
+    """The VOC sample (VOC) at an eighth of its size, written once per test process: the same 40
+    photographs, ids, labels, flags and split, each image resized to 1/8 (about 62 x 47) and its
+    boxes scaled by the same factors. For tests that read VOC only to feed a pipeline whose
+    output is small anyway (a fused warp to 64 x 64 from 500 x 375 supersamples the full image)."""
+    import dataclasses
+
+    from PIL import Image
+
+    from readers.records import Dataset
+    from readers.voc import read_voc
+    from readers.writers import write_voc
+
+    src = read_voc(VOC)
+    folder = tmp_path_factory.mktemp("voc_small_images")
+    records = []
+    for r in src.records:
+        w, h = max(8, round(r.width / 8)), max(8, round(r.height / 8))
+        path = str(folder / os.path.basename(r.path))
+        with Image.open(r.path) as im:
+            im.convert("RGB").resize((w, h), Image.BILINEAR).save(path, "JPEG", quality=90)
+        scale = np.array([w / r.width, h / r.height] * 2, np.float32)
+        records.append(dataclasses.replace(r, path=path, width=w, height=h, boxes=r.boxes * scale))
+    root = str(tmp_path_factory.mktemp("voc_small"))
+    write_voc(Dataset(records=records, class_names=list(src.class_names)), root)
+    return root
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     """One fresh seed per test run, drawn before pytest-xdist starts its workers (they inherit
