@@ -1,6 +1,7 @@
 import importlib
 import importlib.util
 import os
+import sys
 import types
 import zlib
 
@@ -84,6 +85,11 @@ def fresh_seed() -> int:
 
 class _LazyModule(types.ModuleType):
     def __getattr__(self, attr):
+        # pytest's collection probes every module-level name for private attributes
+        # (_mock_name, __test__, ...): answering those without the import keeps collection
+        # from importing the module; the tests use only public names
+        if attr.startswith("_") and self.__name__ not in sys.modules:
+            raise AttributeError(attr)
         return getattr(importlib.import_module(self.__name__), attr)
 
 

@@ -20,18 +20,23 @@ from readers.tfrecord_od import image_bytes, read_tfrecord, write_tfrecord  # no
 
 ANN = os.path.join(COCO, "annotations.json")
 IMAGES = os.path.join(COCO, "images")
-SPEC = {
-    "image/encoded": tf.io.FixedLenFeature([], tf.string),
-    "image/filename": tf.io.FixedLenFeature([], tf.string),
-    "image/source_id": tf.io.FixedLenFeature([], tf.string),
-    "image/height": tf.io.FixedLenFeature([], tf.int64),
-    "image/width": tf.io.FixedLenFeature([], tf.int64),
-    **{f"image/object/bbox/{k}": tf.io.VarLenFeature(tf.float32)
-       for k in ("xmin", "ymin", "xmax", "ymax")},
-    "image/object/class/label": tf.io.VarLenFeature(tf.int64),
-    "image/object/class/text": tf.io.VarLenFeature(tf.string),
-    "image/object/is_crowd": tf.io.VarLenFeature(tf.int64),
-}
+
+
+def spec():
+    """tf.io.parse_single_example's features for what write_tfrecord writes (a function: made
+    where a test runs, so that collecting this file does not import TensorFlow)."""
+    return {
+        "image/encoded": tf.io.FixedLenFeature([], tf.string),
+        "image/filename": tf.io.FixedLenFeature([], tf.string),
+        "image/source_id": tf.io.FixedLenFeature([], tf.string),
+        "image/height": tf.io.FixedLenFeature([], tf.int64),
+        "image/width": tf.io.FixedLenFeature([], tf.int64),
+        **{f"image/object/bbox/{k}": tf.io.VarLenFeature(tf.float32)
+           for k in ("xmin", "ymin", "xmax", "ymax")},
+        "image/object/class/label": tf.io.VarLenFeature(tf.int64),
+        "image/object/class/text": tf.io.VarLenFeature(tf.string),
+        "image/object/is_crowd": tf.io.VarLenFeature(tf.int64),
+    }
 
 
 def test_tensorflow_reads_what_detaug_writes(tmp_path):
@@ -40,7 +45,7 @@ def test_tensorflow_reads_what_detaug_writes(tmp_path):
     files = sorted(str(p) for p in tmp_path.glob("*.tfrecord"))
     got = {}
     for raw in tf.data.TFRecordDataset(files):  # TensorFlow checks the CRCs as it reads
-        ex = tf.io.parse_single_example(raw, SPEC)
+        ex = tf.io.parse_single_example(raw, spec())
         got[int(ex["image/source_id"].numpy())] = ex
     assert len(got) == len(coco)
     for r in coco.records:
