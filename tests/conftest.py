@@ -69,6 +69,38 @@ def voc_small(tmp_path_factory):
     return root
 
 
+@pytest.fixture(scope="session")
+def coco_small(tmp_path_factory):
+    """The COCO sample (COCO) at 1/8 of its size, written once per test process: the same
+    images (resized), ids, categories and annotations, boxes and areas scaled by the same
+    factors, segmentations left out (the tests that use it read boxes only). For pipelines whose
+    output is small anyway (see voc_small)."""
+    import json
+
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("coco_small")
+    os.makedirs(root / "images")
+    with open(os.path.join(COCO, "annotations.json"), encoding="utf-8") as f:
+        ann = json.load(f)
+    scale = {}
+    for im in ann["images"]:
+        w, h = max(8, round(im["width"] / 8)), max(8, round(im["height"] / 8))
+        with Image.open(os.path.join(COCO, "images", im["file_name"])) as src:
+            src.convert("RGB").resize((w, h), Image.BILINEAR).save(root / "images" / im["file_name"],
+                                                                   "JPEG", quality=90)
+        scale[im["id"]] = (w / im["width"], h / im["height"])
+        im["width"], im["height"] = w, h
+    for a in ann["annotations"]:
+        sx, sy = scale[a["image_id"]]
+        x, y, bw, bh = a["bbox"]
+        a["bbox"] = [x * sx, y * sy, bw * sx, bh * sy]
+        a["area"] = a["area"] * sx * sy
+        a.pop("segmentation", None)
+    (root / "annotations.json").write_text(json.dumps(ann))
+    return str(root)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     """One fresh seed per test run, drawn before pytest-xdist starts its workers (they inherit

@@ -12,37 +12,6 @@ from helpers import close_pipelines, track  # noqa: F401 (fixture)
 ROOT = os.path.join(os.path.dirname(__file__), "..", "examples", "data", "coco-mini")
 
 
-@pytest.fixture(scope="module")
-def coco_small(tmp_path_factory):
-    """The COCO sample at 1/8 of its size: the same images (resized), ids, categories and
-    annotations, boxes and areas scaled by the same factors, segmentations left out (nothing
-    here reads them). The CPU tests compare pipelines with each other on 48-64 px outputs, and
-    epoch partners decode 4 to 8 full photographs a sample."""
-    import json
-
-    from PIL import Image
-
-    root = tmp_path_factory.mktemp("coco_small")
-    os.makedirs(root / "images")
-    ann = json.load(open(os.path.join(ROOT, "annotations.json")))
-    scale = {}
-    for im in ann["images"]:
-        w, h = max(8, round(im["width"] / 8)), max(8, round(im["height"] / 8))
-        with Image.open(os.path.join(ROOT, "images", im["file_name"])) as src:
-            src.convert("RGB").resize((w, h), Image.BILINEAR).save(root / "images" / im["file_name"],
-                                                                   "JPEG", quality=90)
-        scale[im["id"]] = (w / im["width"], h / im["height"])
-        im["width"], im["height"] = w, h
-    for a in ann["annotations"]:
-        sx, sy = scale[a["image_id"]]
-        x, y, bw, bh = a["bbox"]
-        a["bbox"] = [x * sx, y * sy, bw * sx, bh * sy]
-        a["area"] = a["area"] * sx * sy
-        a.pop("segmentation", None)
-    (root / "annotations.json").write_text(json.dumps(ann))
-    return str(root)
-
-
 def yolo_pipe(device="cpu", partners="epoch", root=ROOT, **kw):
     kw.setdefault("batch_size", 4)
 
