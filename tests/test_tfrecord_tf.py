@@ -162,11 +162,14 @@ runpy.run_path(os.path.join({repo!r}, "examples", "tf_keras_classification.py"),
 """
 
 
-def test_tf_dataset_sequence_and_example_fit_under_tensorflow_backend(tmp_path):
+def test_tf_dataset_sequence_and_example_fit_under_tensorflow_backend(tmp_path, coco_small):
     """One subprocess under KERAS_BACKEND=tensorflow (importing TensorFlow and keras is most of
     its time): the tf.data adapter and DetaugSequence fit, then examples/tf_keras_classification.py
-    runs as ``__main__`` with its command line."""
-    code = FIT.format(repo=REPO, ann=ANN, images=IMAGES, out=str(tmp_path / "tf"))
+    runs as ``__main__`` with its command line. The records are the COCO sample at 1/8 size
+    (conftest.coco_small): the model sees 32 x 32 either way, and the two fits decoded and
+    warped some 250 full-size photographs."""
+    code = FIT.format(repo=REPO, ann=os.path.join(coco_small, "annotations.json"),
+                      images=os.path.join(coco_small, "images"), out=str(tmp_path / "tf"))
     env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3"}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          timeout=600)
