@@ -22,7 +22,9 @@ def _gpu():
         return False
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own naming of the groups
 def pytest_collection_modifyitems(config, items):
+    _name_groups(config, items)
     if _gpu():
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU with cupy")
@@ -35,7 +37,7 @@ def pytest_collection_modifyitems(config, items):
 def rng(request):
     """Random inputs from a fixed seed per test (the CRC-32 of its id: the same every run, a
     different stream for each test), printed so that a failure names it."""
-    seed = zlib.crc32(request.node.nodeid.encode())
+    seed = zlib.crc32(_ungrouped(request.node.nodeid).encode())
     print(f"rng seed {seed}")
     return np.random.default_rng(seed)
 
@@ -137,7 +139,51 @@ def optional_module(name: str):
 
 def _use_loadgroup(config):
     """Under ``-n``, pytest-xdist's default 'load' becomes 'loadgroup': the tests marked
-    ``xdist_group`` (those importing TensorFlow in the test process) run in one worker,
-    which alone pays for the import; every other test is scheduled as with 'load'."""
-    if getattr(config.option, "dist", "no") == "load":
+    ``xdist_group`` (those importing TensorFlow in the test process, and those sharing a
+    costly module fixture: ranks spawned, a wheel built) run in one worker, which alone pays
+    for it; every other test is scheduled as with 'load'.
+
+    The workers must know it too: a worker names a test by its group (``nodeid@group``, what
+    the scheduler groups by) only where its own option says loadgroup, and a worker parses the
+    command line afresh (``-n 2``: 'load'), so the controller passes it in ``workerinput``
+    (pytest_configure_node). Without that the groups were ignored: the TensorFlow tests ran on
+    both workers, each importing TensorFlow."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:  # a pytest-xdist worker
+        if workerinput.get("detaug_loadgroup"):
+            config.option.loadgroup = True
+    elif getattr(config.option, "dist", "no") == "load":
         config.option.dist = "loadgroup"
+
+
+def _group_of(nodeid: str) -> str | None:
+    """The ``@group`` suffix pytest-xdist gives a grouped test's id (None without one); an
+    ``@`` inside the parameters' brackets is not one (xdist's own rule)."""
+    at = nodeid.rfind("@")
+    return nodeid[at + 1:] if at > nodeid.rfind("]") else None
+
+
+def _ungrouped(nodeid: str) -> str:
+    return nodeid if _group_of(nodeid) is None else nodeid[:nodeid.rfind("@")]
+
+
+def _name_groups(config, items):
+    """On a pytest-xdist worker under loadgroup: give each test marked ``xdist_group`` its
+    ``@group`` id suffix, which the scheduler groups by. pytest-xdist 3.8 sets it on
+    ``item._nodeid``, which pytest 9 no longer reads (its ids are structured, ``item._id``):
+    pytest-xdist issue 1386, fixed the same way in its pull request 1388. Where xdist's own
+    suffix took effect (older pytest, or a fixed xdist) this does nothing."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        names = {str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                 for m in item.iter_markers("xdist_group")}
+        if not names or _group_of(item.nodeid) is not None:
+            continue
+        item._id = type(item._id).parse(f"{item.nodeid}@{'_'.join(sorted(names))}")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist's controller, per worker: tell it whether tests are scheduled by group."""
+    node.workerinput["detaug_loadgroup"] = node.config.option.dist == "loadgroup"

@@ -23,6 +23,8 @@ def voc_demo(tmp_path_factory):
     return rc, out, text.getvalue()
 
 
+# the two tests of the module fixture voc_demo run on one pytest-xdist worker (it is made once)
+@pytest.mark.xdist_group("voc_demo")
 def test_demo_writes_a_grid_and_prints_throughput(voc_demo):
     rc, out, text = voc_demo
     assert rc == 0 and out.exists()
@@ -51,6 +53,7 @@ def test_demo_output_lines(tmp_path, capsys):
     assert Image.open(tmp_path / "g.png").size == (512, 512)
 
 
+@pytest.mark.xdist_group("voc_demo")
 def test_boxes_are_drawn_where_the_pipeline_put_them(voc_demo):
     """Recompute batches 0 and 1 on their own (same seed) and look at the drawn left edge of
     each sample's largest box, at mid-height, in its cell."""
