@@ -1,6 +1,7 @@
 import importlib
 import importlib.util
 import os
+import sys
 import types
 import zlib
 
@@ -21,7 +22,9 @@ def _gpu():
         return False
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own naming of the groups
 def pytest_collection_modifyitems(config, items):
+    _name_groups(config, items)
     if _gpu():
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU with cupy")
@@ -34,9 +37,70 @@ def pytest_collection_modifyitems(config, items):
 def rng(request):
     """Random inputs from a fixed seed per test (the CRC-32 of its id: the same every run, a
     different stream for each test), printed so that a failure names it."""
-    seed = zlib.crc32(request.node.nodeid.encode())
+    seed = zlib.crc32(_ungrouped(request.node.nodeid).encode())
     print(f"rng seed {seed}")
     return np.random.default_rng(seed)
+
+
+@pytest.fixture(scope="session")
+def voc_small(tmp_path_factory):
+    """The VOC sample (VOC) at an eighth of its size, written once per test process: the same 40
+    photographs, ids, labels, flags and split, each image resized to 1/8 (about 62 x 47) and its
+    boxes scaled by the same factors. For tests that read VOC only to feed a pipeline whose
+    output is small anyway (a fused warp to 64 x 64 from 500 x 375 supersamples the full image)."""
+    import dataclasses
+
+    from PIL import Image
+
+    from readers.records import Dataset
+    from readers.voc import read_voc
+    from readers.writers import write_voc
+
+    src = read_voc(VOC)
+    folder = tmp_path_factory.mktemp("voc_small_images")
+    records = []
+    for r in src.records:
+        w, h = max(8, round(r.width / 8)), max(8, round(r.height / 8))
+        path = str(folder / os.path.basename(r.path))
+        with Image.open(r.path) as im:
+            im.convert("RGB").resize((w, h), Image.BILINEAR).save(path, "JPEG", quality=90)
+        scale = np.array([w / r.width, h / r.height] * 2, np.float32)
+        records.append(dataclasses.replace(r, path=path, width=w, height=h, boxes=r.boxes * scale))
+    root = str(tmp_path_factory.mktemp("voc_small"))
+    write_voc(Dataset(records=records, class_names=list(src.class_names)), root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def coco_small(tmp_path_factory):
+    """The COCO sample (COCO) at 1/8 of its size, written once per test process: the same
+    images (resized), ids, categories and annotations, boxes and areas scaled by the same
+    factors, segmentations left out (the tests that use it read boxes only). For pipelines whose
+    output is small anyway (see voc_small)."""
+    import json
+
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("coco_small")
+    os.makedirs(root / "images")
+    with open(os.path.join(COCO, "annotations.json"), encoding="utf-8") as f:
+        ann = json.load(f)
+    scale = {}
+    for im in ann["images"]:
+        w, h = max(8, round(im["width"] / 8)), max(8, round(im["height"] / 8))
+        with Image.open(os.path.join(COCO, "images", im["file_name"])) as src:
+            src.convert("RGB").resize((w, h), Image.BILINEAR).save(root / "images" / im["file_name"],
+                                                                   "JPEG", quality=90)
+        scale[im["id"]] = (w / im["width"], h / im["height"])
+        im["width"], im["height"] = w, h
+    for a in ann["annotations"]:
+        sx, sy = scale[a["image_id"]]
+        x, y, bw, bh = a["bbox"]
+        a["bbox"] = [x * sx, y * sy, bw * sx, bh * sy]
+        a["area"] = a["area"] * sx * sy
+        a.pop("segmentation", None)
+    (root / "annotations.json").write_text(json.dumps(ann))
+    return str(root)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -55,6 +119,11 @@ def fresh_seed() -> int:
 
 class _LazyModule(types.ModuleType):
     def __getattr__(self, attr):
+        # pytest's collection probes every module-level name for private attributes
+        # (_mock_name, __test__, ...): answering those without the import keeps collection
+        # from importing the module; the tests use only public names
+        if attr.startswith("_") and self.__name__ not in sys.modules:
+            raise AttributeError(attr)
         return getattr(importlib.import_module(self.__name__), attr)
 
 
@@ -70,7 +139,51 @@ def optional_module(name: str):
 
 def _use_loadgroup(config):
     """Under ``-n``, pytest-xdist's default 'load' becomes 'loadgroup': the tests marked
-    ``xdist_group`` (those importing TensorFlow in the test process) run in one worker,
-    which alone pays for the import; every other test is scheduled as with 'load'."""
-    if getattr(config.option, "dist", "no") == "load":
+    ``xdist_group`` (those importing TensorFlow in the test process, and those sharing a
+    costly module fixture: ranks spawned, a wheel built) run in one worker, which alone pays
+    for it; every other test is scheduled as with 'load'.
+
+    The workers must know it too: a worker names a test by its group (``nodeid@group``, what
+    the scheduler groups by) only where its own option says loadgroup, and a worker parses the
+    command line afresh (``-n 2``: 'load'), so the controller passes it in ``workerinput``
+    (pytest_configure_node). Without that the groups were ignored: the TensorFlow tests ran on
+    both workers, each importing TensorFlow."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:  # a pytest-xdist worker
+        if workerinput.get("detaug_loadgroup"):
+            config.option.loadgroup = True
+    elif getattr(config.option, "dist", "no") == "load":
         config.option.dist = "loadgroup"
+
+
+def _group_of(nodeid: str) -> str | None:
+    """The ``@group`` suffix pytest-xdist gives a grouped test's id (None without one); an
+    ``@`` inside the parameters' brackets is not one (xdist's own rule)."""
+    at = nodeid.rfind("@")
+    return nodeid[at + 1:] if at > nodeid.rfind("]") else None
+
+
+def _ungrouped(nodeid: str) -> str:
+    return nodeid if _group_of(nodeid) is None else nodeid[:nodeid.rfind("@")]
+
+
+def _name_groups(config, items):
+    """On a pytest-xdist worker under loadgroup: give each test marked ``xdist_group`` its
+    ``@group`` id suffix, which the scheduler groups by. pytest-xdist 3.8 sets it on
+    ``item._nodeid``, which pytest 9 no longer reads (its ids are structured, ``item._id``):
+    pytest-xdist issue 1386, fixed the same way in its pull request 1388. Where xdist's own
+    suffix took effect (older pytest, or a fixed xdist) this does nothing."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        names = {str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                 for m in item.iter_markers("xdist_group")}
+        if not names or _group_of(item.nodeid) is not None:
+            continue
+        item._id = type(item._id).parse(f"{item.nodeid}@{'_'.join(sorted(names))}")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist's controller, per worker: tell it whether tests are scheduled by group."""
+    node.workerinput["detaug_loadgroup"] = node.config.option.dist == "loadgroup"

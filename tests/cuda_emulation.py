@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import hashlib
 import os
 import re
@@ -250,11 +251,17 @@ def build(tmp_dir, source: str, *, defines=(), signatures=None, threaded=()) -> 
     so = os.path.join(cache, f"{source}-{key[:16]}.so")
     if not os.path.exists(so):
         os.makedirs(cache, exist_ok=True)
-        cpp, tmp_so = os.path.join(str(tmp_dir), f"{key}.cpp"), f"{so}.{os.getpid()}.tmp"
-        with open(cpp, "w") as f:
-            f.write(text)
-        subprocess.run([cxx, *flags, cpp, "-o", tmp_so], check=True)
-        os.replace(tmp_so, so)  # atomic: a concurrent build or load sees the whole file
+        # one compiler at a time per build: a second process (the other xdist worker, which
+        # runs tests of the same modules) waits for the first one's file instead of compiling
+        # the same source beside it on the same cores
+        with open(f"{so}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not os.path.exists(so):
+                cpp, tmp_so = os.path.join(str(tmp_dir), f"{key}.cpp"), f"{so}.{os.getpid()}.tmp"
+                with open(cpp, "w") as f:
+                    f.write(text)
+                subprocess.run([cxx, *flags, cpp, "-o", tmp_so], check=True)
+                os.replace(tmp_so, so)  # atomic: a load without the lock sees the whole file
     return Emulation(ctypes.CDLL(so), signatures, threaded)
 
 

@@ -19,6 +19,10 @@ dist = pytest.importorskip("torch.distributed")
 
 from conftest import VOC  # noqa: E402
 
+# one pytest-xdist worker runs this module, so the ranks are spawned once (the module fixture
+# of a module split over two workers is made in each: 3 processes starting torch, twice)
+pytestmark = pytest.mark.xdist_group("ddp_spawn")
+
 WORLD = 3
 N = 40
 SEED = 11

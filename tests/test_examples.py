@@ -20,10 +20,11 @@ def run_example(script, *args, timeout=120):
     return proc.returncode, proc.stdout + proc.stderr
 
 
-def test_keras_retinanet_sequence_example():
+def test_keras_retinanet_sequence_example(voc_small):
     pytest.importorskip("keras")
+    # --root: the VOC sample at 1/8 size (conftest.voc_small; the example letterboxes to 128)
     rc, out = run_example("keras_retinanet_sequence.py", "--device", "cpu", "--iters", "2",
-                          "--epochs", "2", "--size", "128", "--batch-size", "4")
+                          "--epochs", "2", "--size", "128", "--batch-size", "4", "--root", voc_small)
     assert rc == 0, out
     assert "classification (4, 3069, 21)" in out, out  # 128 x 128 canvas: 3069 anchors
     losses = re.findall(r"epoch (\d): loss ([0-9.]+)  regression ([0-9.]+)  "
@@ -81,10 +82,12 @@ def test_retinanet_loss_trend_windows_never_overlap():
     assert "too few" in rt.loss_trend([1.0], 20)
 
 
-def test_yolo_style_example_trains_on_the_cpu():
+def test_yolo_style_example_trains_on_the_cpu(coco_small):
     pytest.importorskip("torch")
+    # --root: the COCO sample at 1/8 size (conftest.coco_small; the example trains at 128, and
+    # its mosaic and mixup partners decoded 4 to 8 full-size photographs a sample)
     rc, out = run_example("yolo_style.py", "--device", "cpu", "--size", "128", "--iters", "3",
-                          "--batch-size", "4", "--threads", "1", timeout=300)
+                          "--batch-size", "4", "--threads", "1", "--root", coco_small, timeout=300)
     assert rc == 0, out
     assert "pipeline on cpu" in out, out
     steps = re.findall(r"step (\d): images \(4, 3, 128, 128\)  boxes (\d+)  loss ([0-9.]+)", out)

@@ -38,11 +38,22 @@ def voc_pipe(root, size=64, encode=False, shuffle=True):
     return img, boxes
 
 
+ROOT = {"voc": VOC}
+
+
+@pytest.fixture(autouse=True)
+def _small_images(voc_small):
+    """The sequences read the VOC sample at 1/8 size (conftest.voc_small): the same records,
+    boxes and fields; the outputs are 64 x 64 (128 x 128) either way, and these tests compare
+    batches with each other and with the pipeline, so full-size photographs only cost warp time."""
+    ROOT["voc"] = voc_small
+
+
 def _sequence(**kw):
     from detaug.adapters.keras import DetaugSequence
 
     pipe_kw = {k: kw.pop(k) for k in ("batch_size", "seed", "encode", "num_threads") if k in kw}
-    pipe = track(voc_pipe(VOC, **{"batch_size": 8, "seed": 3, "num_threads": 2, **pipe_kw}))
+    pipe = track(voc_pipe(ROOT["voc"], **{"batch_size": 8, "seed": 3, "num_threads": 2, **pipe_kw}))
     return pipe, DetaugSequence(pipe, **kw)
 
 
@@ -177,7 +188,7 @@ def test_retinanet_targets_tuple_dict_and_backend_tensors():
         return fn.normalize(img, mean=0, std=255), reg, cls
 
     names = ("images", "regression", "classification")
-    pipe = track(rn(VOC))
+    pipe = track(rn(ROOT["voc"]))
     x, y = DetaugSequence(pipe, output_map=names)[0]
     assert isinstance(y, tuple) and y[0].shape[-1] == 5 and y[1].shape[-1] == NUM_CLASSES + 1
     _, yd = DetaugSequence(pipe, output_map=names, targets_format="dict")[0]

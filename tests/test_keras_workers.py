@@ -17,12 +17,21 @@ from helpers import close_pipelines, track  # noqa: E402,F401  (an autouse fixtu
 from test_keras_adapter import _assert_same, voc_pipe  # noqa: E402
 
 M = 12  # boxes per sample (padding)
+ROOT = {"voc": VOC}
+
+
+@pytest.fixture(autouse=True)
+def _small_images(voc_small):
+    """The sequences read the VOC sample at 1/8 size (conftest.voc_small): the same records,
+    boxes and fields; the pipeline's output is 64 x 64 either way, and these tests compare
+    batches with each other, so the full-size photographs only cost warp time."""
+    ROOT["voc"] = voc_small
 
 
 def _seq(cls=None, **kw):  # output_map: the default ("images", "targets")
     from detaug.adapters.keras import DetaugSequence
 
-    pipe = track(voc_pipe(VOC, batch_size=8, seed=3, num_threads=2))
+    pipe = track(voc_pipe(ROOT["voc"], batch_size=8, seed=3, num_threads=2))
     kw.setdefault("max_boxes", M)
     return pipe, (cls or DetaugSequence)(pipe, **kw)
 

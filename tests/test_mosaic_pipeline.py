@@ -12,13 +12,13 @@ from helpers import close_pipelines, track  # noqa: F401 (fixture)
 ROOT = os.path.join(os.path.dirname(__file__), "..", "examples", "data", "coco-mini")
 
 
-def yolo_pipe(device="cpu", partners="epoch", **kw):
+def yolo_pipe(device="cpu", partners="epoch", root=ROOT, **kw):
     kw.setdefault("batch_size", 4)
 
     @pipeline_def(seed=1234, **kw)
     def p():
-        enc, boxes = fn.readers.coco(annotations_file=os.path.join(ROOT, "annotations.json"),
-                                     file_root=os.path.join(ROOT, "images"), random_shuffle=True)
+        enc, boxes = fn.readers.coco(annotations_file=os.path.join(root, "annotations.json"),
+                                     file_root=os.path.join(root, "images"), random_shuffle=True)
         img = fn.decoders.image(enc, device="mixed" if device == "gpu" else "cpu")
         img, boxes = fn.mosaic(img, boxes, size=48, partners=partners)
         img, boxes = fn.affine(img, boxes, rotate=fn.random.uniform(range=(-10, 10)),
@@ -48,21 +48,21 @@ def same(a, b, atol=0.0, img_tol=0):
 
 
 @pytest.mark.parametrize("partners", ["epoch", "batch"])
-def test_random_access_any_order_and_resume(partners):
-    pipe = yolo_pipe(partners=partners, host_processes=0)
+def test_random_access_any_order_and_resume(partners, coco_small):
+    pipe = yolo_pipe(partners=partners, root=coco_small, host_processes=0)
     seq = [host(pipe.run()) for _ in range(3)]
-    other = yolo_pipe(partners=partners, host_processes=0)
+    other = yolo_pipe(partners=partners, root=coco_small, host_processes=0)
     for i in (2, 0, 1):
         same(host(other.run_batch(i)), seq[i])
-    pipe2 = yolo_pipe(partners=partners, host_processes=0)
+    pipe2 = yolo_pipe(partners=partners, root=coco_small, host_processes=0)
     pipe2.run()
     state_after_one = pipe2.state_dict()
-    resumed = yolo_pipe(partners=partners, host_processes=0)
+    resumed = yolo_pipe(partners=partners, root=coco_small, host_processes=0)
     resumed.load_state_dict(state_after_one)
     same(host(resumed.run()), seq[1])
     same(host(resumed.run()), seq[2])
     # several batches run together give each its own pool: the same batches
-    grouped = yolo_pipe(partners=partners, host_processes=0, batches_per_launch=3)
+    grouped = yolo_pipe(partners=partners, root=coco_small, host_processes=0, batches_per_launch=3)
     for i in range(3):
         same(host(grouped.run()), seq[i])
     # the partners really come from the epoch: more labels than the batch's own records hold
@@ -70,9 +70,9 @@ def test_random_access_any_order_and_resume(partners):
 
 
 @pytest.mark.parametrize("partners", ["epoch", "batch"])
-def test_one_or_many_host_workers(partners):
-    one = yolo_pipe(partners=partners, host_processes=0, num_threads=1)
-    many = yolo_pipe(partners=partners, host_processes=2, num_threads=2)
+def test_one_or_many_host_workers(partners, coco_small):
+    one = yolo_pipe(partners=partners, root=coco_small, host_processes=0, num_threads=1)
+    many = yolo_pipe(partners=partners, root=coco_small, host_processes=2, num_threads=2)
     for _ in range(3):
         same(host(one.run()), host(many.run()))
 
@@ -128,14 +128,14 @@ def test_a_source_without_random_access_is_refused():
         pipe.build()
 
 
-def test_a_bad_partner_file_replaces_its_owner(tmp_path):
+def test_a_bad_partner_file_replaces_its_owner(tmp_path, coco_small):
     """on_error='skip': a corrupt file met as a partner is charged to the sample whose group
     drew it; every batch keeps its size and the file is counted."""
     import json
     import shutil
 
     root = tmp_path / "coco"
-    shutil.copytree(ROOT, root)
+    shutil.copytree(coco_small, root)
     ann = json.loads((root / "annotations.json").read_text())
     bad = ann["images"][3]["file_name"]
     (root / "images" / bad).write_bytes(b"not a jpeg")

@@ -102,15 +102,18 @@ def traces(dirs, name):
     return got
 
 
-def test_two_nodes_shard_by_global_rank_and_resume(tmp_path):
+def test_two_nodes_shard_by_global_rank_and_resume(tmp_path, voc_small):
     dirs = [str(tmp_path / f"machine{n}") for n in (0, 1)]
     for d in dirs:
         os.makedirs(d)
     all_records = sorted(f[:-4] for f in os.listdir(os.path.join(VOC, "Annotations")))
     assert len(all_records) == 40
+    # the VOC sample at 1/8 size (the same 40 records; the example resizes to 64 x 64 either way)
+    common = COMMON + ["--root", voc_small]
+    assert sorted(f[:-4] for f in os.listdir(os.path.join(voc_small, "Annotations"))) == all_records
 
     # the uninterrupted run; each machine's first process writes a checkpoint at step 5
-    rcs, outs = launch(dirs, COMMON + ["--save", "ck-{step}.pt", "--save-every", "5",
+    rcs, outs = launch(dirs, common + ["--save", "ck-{step}.pt", "--save-every", "5",
                                        "--trace", "full-{rank}.json"])
     assert rcs == [0, 0], "\n----\n".join(outs)
     ranks = []
@@ -148,7 +151,7 @@ def test_two_nodes_shard_by_global_rank_and_resume(tmp_path):
     assert full[0]["trace"][0]["records"] != full[0]["trace"][3]["records"]
 
     # resume on each machine from its own copy of the step-5 checkpoint (epoch 1, batch 2)
-    rcs, outs = launch(dirs, COMMON + ["--resume", "ck-5.pt", "--trace", "resumed-{rank}.json"])
+    rcs, outs = launch(dirs, common + ["--resume", "ck-5.pt", "--trace", "resumed-{rank}.json"])
     assert rcs == [0, 0], "\n----\n".join(outs)
     joined = "\n".join(outs)
     assert len(re.findall(r"rank \d: resumed at step 5 \(epoch 1, batch 2\)", joined)) == 2, joined

@@ -69,6 +69,8 @@ def wheel(tmp_path_factory):
     return path
 
 
+# the tests of the module fixture wheel run on one pytest-xdist worker (the wheel is built once)
+@pytest.mark.xdist_group("wheel")
 def test_wheel_holds_license_py_typed_and_metadata(wheel):
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
@@ -82,6 +84,7 @@ def test_wheel_holds_license_py_typed_and_metadata(wheel):
     assert "Classifier: Typing :: Typed" in metadata
 
 
+@pytest.mark.xdist_group("wheel")
 def test_demo_runs_from_a_non_editable_install(wheel, tmp_path):
     """``pip install detaug`` (the wheel, into a fresh virtual environment that sees this
     interpreter's numpy, Pillow, ... but not the repository) then ``detaug demo`` from an

@@ -42,20 +42,23 @@ def same(a, b):
             np.testing.assert_array_equal(ba[k], bb[k])
 
 
-def test_same_seed_same_batches_whatever_threads_or_depth():
-    p1 = det_pipe(VOC, batch_size=4, num_threads=1, prefetch_queue_depth=1, seed=7)
-    p4 = det_pipe(VOC, batch_size=4, num_threads=4, prefetch_queue_depth=3, seed=7)
+# Tests that compare pipelines with each other (threads, depth, resume, random access, launches
+# of several batches) read conftest.voc_small, the VOC sample at 1/8 size: their outputs are 64 or
+# 48 px either way, and full-size photographs only cost decode and warp time.
+def test_same_seed_same_batches_whatever_threads_or_depth(voc_small):
+    p1 = det_pipe(voc_small, batch_size=4, num_threads=1, prefetch_queue_depth=1, seed=7)
+    p4 = det_pipe(voc_small, batch_size=4, num_threads=4, prefetch_queue_depth=3, seed=7)
     same(batches(p1, 4), batches(p4, 4))
-    p_other = det_pipe(VOC, batch_size=4, num_threads=2, seed=8)
-    assert not np.array_equal(batches(p_other, 1)[0][0], batches(det_pipe(VOC, batch_size=4, seed=7), 1)[0][0])
+    p_other = det_pipe(voc_small, batch_size=4, num_threads=2, seed=8)
+    assert not np.array_equal(batches(p_other, 1)[0][0], batches(det_pipe(voc_small, batch_size=4, seed=7), 1)[0][0])
 
 
-def test_state_dict_resumes_at_exactly_the_next_batch():
-    p = det_pipe(VOC, batch_size=4, num_threads=2, seed=3)
+def test_state_dict_resumes_at_exactly_the_next_batch(voc_small):
+    p = det_pipe(voc_small, batch_size=4, num_threads=2, seed=3)
     batches(p, 3)
     state = p.state_dict()
     expected = batches(p, 2)
-    q = det_pipe(VOC, batch_size=4, num_threads=2, seed=3)
+    q = det_pipe(voc_small, batch_size=4, num_threads=2, seed=3)
     q.load_state_dict(state)
     same(batches(q, 2), expected)
     # across an epoch boundary too
@@ -66,10 +69,10 @@ def test_state_dict_resumes_at_exactly_the_next_batch():
     same(batches(q, 1), first)
 
 
-def test_run_batch_random_access_matches_iteration():
-    p = det_pipe(VOC, batch_size=8, num_threads=2, seed=5)
+def test_run_batch_random_access_matches_iteration(voc_small):
+    p = det_pipe(voc_small, batch_size=8, num_threads=2, seed=5)
     seq = batches(p, 5)
-    q = det_pipe(VOC, batch_size=8, num_threads=2, seed=5)
+    q = det_pipe(voc_small, batch_size=8, num_threads=2, seed=5)
     for i in (3, 0, 4):
         img, pb = q.run_batch(i)
         np.testing.assert_array_equal(np.array(img.data), seq[i][0])
@@ -413,14 +416,14 @@ def test_import_detaug_needs_only_core_dependencies():
 
 
 @pytest.mark.parametrize("policy", ["fill", "partial", "drop"])
-def test_batches_per_launch_gives_the_same_batches(policy):
+def test_batches_per_launch_gives_the_same_batches(policy, voc_small):
     """Running 3 batches through the graph together and splitting them gives exactly the batches
     of the one-at-a-time pipeline: images, padded boxes, boxes, labels, fields, epochs."""
     def make(k):
         pipe = Pipeline(batch_size=6, num_threads=2, seed=21, batches_per_launch=k,
                         last_batch_policy=policy)
         with pipe:
-            enc, boxes = fn.readers.voc(root=VOC, random_shuffle=True)
+            enc, boxes = fn.readers.voc(root=voc_small, random_shuffle=True)
             img = fn.decoders.image(enc)
             img, boxes = fn.random_iou_crop(img, boxes)
             img, boxes = fn.flip(img, boxes, horizontal=fn.random.coin_flip())

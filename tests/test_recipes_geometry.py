@@ -506,12 +506,12 @@ def test_recipe_chains_fused_equal_op_by_op(name):
         assert_same_pixels(images_of(fi), images_of(si), desc, border=3)
 
 
-def _recipe_pipe(device="cpu", seed=11, batch_size=4, num_threads=1):
+def _recipe_pipe(device="cpu", seed=11, batch_size=4, num_threads=1, root=COCO):
     pipe = track(Pipeline(batch_size=batch_size, num_threads=num_threads, seed=seed,
                           device_id=0 if device == "gpu" else None))
     with pipe:
-        enc, bx = fn.readers.coco(file_root=os.path.join(COCO, "images"),
-                                  annotations_file=os.path.join(COCO, "annotations.json"),
+        enc, bx = fn.readers.coco(file_root=os.path.join(root, "images"),
+                                  annotations_file=os.path.join(root, "annotations.json"),
                                   random_shuffle=True)
         img = fn.decoders.image(enc, device="cpu")  # one decoder: the warps are compared
         if device == "gpu":
@@ -529,12 +529,14 @@ def _key(out):
             [(d["boxes"].round(3).tobytes(), d["labels"].tobytes()) for d in boxes_of(bx)])
 
 
-def test_recipe_ops_random_access_in_any_order_equals_the_run():
-    pipe = _recipe_pipe()
+def test_recipe_ops_random_access_in_any_order_equals_the_run(coco_small):
+    """(The COCO sample at 1/8 size: the batches are compared with each other, and the recipe
+    resizes to 96-220 px either way.)"""
+    pipe = _recipe_pipe(root=coco_small)
     run = [_key(pipe.run()) for _ in range(3)]
-    other = _recipe_pipe()
+    other = _recipe_pipe(root=coco_small)
     assert [_key(other.run_batch(i, epoch=0)) for i in (2, 0, 1)] == [run[2], run[0], run[1]]
-    threads = _recipe_pipe(num_threads=2)  # two host workers: the same batches
+    threads = _recipe_pipe(num_threads=2, root=coco_small)  # two host workers: the same batches
     assert [_key(threads.run()) for _ in range(3)] == run
 
 

@@ -20,18 +20,23 @@ from readers.tfrecord_od import image_bytes, read_tfrecord, write_tfrecord  # no
 
 ANN = os.path.join(COCO, "annotations.json")
 IMAGES = os.path.join(COCO, "images")
-SPEC = {
-    "image/encoded": tf.io.FixedLenFeature([], tf.string),
-    "image/filename": tf.io.FixedLenFeature([], tf.string),
-    "image/source_id": tf.io.FixedLenFeature([], tf.string),
-    "image/height": tf.io.FixedLenFeature([], tf.int64),
-    "image/width": tf.io.FixedLenFeature([], tf.int64),
-    **{f"image/object/bbox/{k}": tf.io.VarLenFeature(tf.float32)
-       for k in ("xmin", "ymin", "xmax", "ymax")},
-    "image/object/class/label": tf.io.VarLenFeature(tf.int64),
-    "image/object/class/text": tf.io.VarLenFeature(tf.string),
-    "image/object/is_crowd": tf.io.VarLenFeature(tf.int64),
-}
+
+
+def spec():
+    """tf.io.parse_single_example's features for what write_tfrecord writes (a function: made
+    where a test runs, so that collecting this file does not import TensorFlow)."""
+    return {
+        "image/encoded": tf.io.FixedLenFeature([], tf.string),
+        "image/filename": tf.io.FixedLenFeature([], tf.string),
+        "image/source_id": tf.io.FixedLenFeature([], tf.string),
+        "image/height": tf.io.FixedLenFeature([], tf.int64),
+        "image/width": tf.io.FixedLenFeature([], tf.int64),
+        **{f"image/object/bbox/{k}": tf.io.VarLenFeature(tf.float32)
+           for k in ("xmin", "ymin", "xmax", "ymax")},
+        "image/object/class/label": tf.io.VarLenFeature(tf.int64),
+        "image/object/class/text": tf.io.VarLenFeature(tf.string),
+        "image/object/is_crowd": tf.io.VarLenFeature(tf.int64),
+    }
 
 
 def test_tensorflow_reads_what_detaug_writes(tmp_path):
@@ -40,7 +45,7 @@ def test_tensorflow_reads_what_detaug_writes(tmp_path):
     files = sorted(str(p) for p in tmp_path.glob("*.tfrecord"))
     got = {}
     for raw in tf.data.TFRecordDataset(files):  # TensorFlow checks the CRCs as it reads
-        ex = tf.io.parse_single_example(raw, SPEC)
+        ex = tf.io.parse_single_example(raw, spec())
         got[int(ex["image/source_id"].numpy())] = ex
     assert len(got) == len(coco)
     for r in coco.records:
@@ -157,11 +162,14 @@ runpy.run_path(os.path.join({repo!r}, "examples", "tf_keras_classification.py"),
 """
 
 
-def test_tf_dataset_sequence_and_example_fit_under_tensorflow_backend(tmp_path):
+def test_tf_dataset_sequence_and_example_fit_under_tensorflow_backend(tmp_path, coco_small):
     """One subprocess under KERAS_BACKEND=tensorflow (importing TensorFlow and keras is most of
     its time): the tf.data adapter and DetaugSequence fit, then examples/tf_keras_classification.py
-    runs as ``__main__`` with its command line."""
-    code = FIT.format(repo=REPO, ann=ANN, images=IMAGES, out=str(tmp_path / "tf"))
+    runs as ``__main__`` with its command line. The records are the COCO sample at 1/8 size
+    (conftest.coco_small): the model sees 32 x 32 either way, and the two fits decoded and
+    warped some 250 full-size photographs."""
+    code = FIT.format(repo=REPO, ann=os.path.join(coco_small, "annotations.json"),
+                      images=os.path.join(coco_small, "images"), out=str(tmp_path / "tf"))
     env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3"}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          timeout=600)

@@ -16,6 +16,17 @@ from detaug.adapters.torch import DetaugIterator, shard_from_torch_distributed  
 
 from conftest import REPO, VOC  # noqa: E402
 N_RECORDS = 40
+ROOT = {"voc": VOC}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _small_images(voc_small):
+    """The VOC sample at 1/8 size (conftest.voc_small: the same records, labels and fields,
+    boxes scaled with the images): these tests compare the iterator with run_batch and with the
+    records, at 256 x 256 or the decoded size, which full-size photographs only made slower."""
+    ROOT["voc"] = voc_small
+    yield
+    ROOT["voc"] = VOC
 
 
 def _augment(root, size):
@@ -49,7 +60,7 @@ def plain(root, shuffle=True):
 
 def _pair(factory=augmented, **kw):
     """Two identical pipelines: one for the iterator, one to recompute batches on its own."""
-    return factory(VOC, **kw), factory(VOC, **kw)
+    return factory(ROOT["voc"], **kw), factory(ROOT["voc"], **kw)
 
 
 def _signature(boxes, labels) -> tuple:
@@ -61,7 +72,7 @@ def _signature(boxes, labels) -> tuple:
 def voc_signatures():
     from readers.voc import read_voc
 
-    ds = read_voc(VOC)
+    ds = read_voc(ROOT["voc"])
     sigs = [_signature(r.boxes, r.labels) for r in ds.records]
     assert len(ds.records) == N_RECORDS and len(set(sigs)) == N_RECORDS  # identifies a record
     return collections.Counter(sigs)
@@ -117,10 +128,10 @@ def test_padded_form_counts_and_rows_match_the_list_form():
 
 def test_pad_boxes_output_maps_to_the_same_names():
     """A PaddedBoxes output (fn.pad_boxes) gives what the iterator makes of a BoxBatch."""
-    a = DetaugIterator(augmented(VOC), boxes_format="padded", label_offset=1)
-    b = DetaugIterator(augmented_padded(VOC), boxes_format="padded", label_offset=1)
-    c = DetaugIterator(augmented_padded(VOC), boxes_format="list", label_offset=1)
-    d = DetaugIterator(augmented(VOC), boxes_format="list", label_offset=1)
+    a = DetaugIterator(augmented(ROOT["voc"]), boxes_format="padded", label_offset=1)
+    b = DetaugIterator(augmented_padded(ROOT["voc"]), boxes_format="padded", label_offset=1)
+    c = DetaugIterator(augmented_padded(ROOT["voc"]), boxes_format="list", label_offset=1)
+    d = DetaugIterator(augmented(ROOT["voc"]), boxes_format="list", label_offset=1)
     steps = 0
     for da, db, dc, dd in zip(a, b, c, d, strict=True):
         steps += 1
@@ -160,7 +171,7 @@ def test_images_normalized_chw_and_ragged_list():
         img, boxes = fn.resize(img, boxes, size=(128, 160))
         return fn.normalize(img, mean=[124, 116, 104], std=[58, 57, 57], output_layout="CHW"), boxes
 
-    d = next(iter(DetaugIterator(chw(VOC))))
+    d = next(iter(DetaugIterator(chw(ROOT["voc"]))))
     assert d["images"].shape == (8, 3, 128, 160) and d["images"].dtype == torch.float32
 
     pipe, ref = _pair(plain, shuffle=False)
@@ -179,15 +190,15 @@ def test_numpy_output_becomes_a_tensor():
         enc, boxes = fn.readers.voc(root=root)
         return fn.decoders.image(enc), boxes, fn.random.uniform(range=(0, 1), shape=2)
 
-    d = next(iter(DetaugIterator(extra(VOC), ("images", "boxes", "u"))))
+    d = next(iter(DetaugIterator(extra(ROOT["voc"]), ("images", "boxes", "u"))))
     assert isinstance(d["u"], torch.Tensor) and d["u"].shape == (4, 2)
     with pytest.raises(ValueError, match="output_map"):
-        next(iter(DetaugIterator(extra(VOC), ("images", "boxes"))))
+        next(iter(DetaugIterator(extra(ROOT["voc"]), ("images", "boxes"))))
 
 
 # ---- epochs ---------------------------------------------------------------------------------------
 def test_len_epoch_end_and_reset():
-    pipe = plain(VOC)
+    pipe = plain(ROOT["voc"])
     it = DetaugIterator(pipe, boxes_format="list")
     assert len(it) == len(pipe) == 5
     first = [[_signature(t["boxes"], t["labels"]) for t in d["boxes"]] for d in it]
@@ -203,7 +214,7 @@ def test_len_epoch_end_and_reset():
 
 
 def test_auto_reset_runs_every_epoch():
-    it = DetaugIterator(plain(VOC), auto_reset=True)
+    it = DetaugIterator(plain(ROOT["voc"]), auto_reset=True)
     assert [sum(1 for _ in it) for _ in range(3)] == [5, 5, 5]
     assert it.pipes[0].epoch == 3
 
@@ -211,12 +222,12 @@ def test_auto_reset_runs_every_epoch():
 @pytest.mark.parametrize("policy, sizes", [("fill", [16, 16, 16]), ("partial", [16, 16, 8]),
                                            ("drop", [16, 16])])
 def test_last_batch_policy_over_a_fill_pipeline(policy, sizes, voc_signatures):
-    pipe = plain(VOC, batch_size=16)
+    pipe = plain(ROOT["voc"], batch_size=16)
     it = DetaugIterator(pipe, boxes_format="list", last_batch_policy=policy)
     got = [len(d["boxes"]) for d in it]
     assert got == sizes and len(it) == len(sizes)
     if policy == "partial":
-        pipe2 = plain(VOC, batch_size=16)
+        pipe2 = plain(ROOT["voc"], batch_size=16)
         sigs = collections.Counter(_signature(t["boxes"], t["labels"])
                                    for d in DetaugIterator(pipe2, boxes_format="list",
                                                            last_batch_policy="partial")
@@ -226,19 +237,19 @@ def test_last_batch_policy_over_a_fill_pipeline(policy, sizes, voc_signatures):
 
 def test_policy_a_pipeline_cannot_serve_is_refused():
     with pytest.raises(ValueError, match="cannot serve"):
-        DetaugIterator(plain(VOC, last_batch_policy="drop"), last_batch_policy="partial")
+        DetaugIterator(plain(ROOT["voc"], last_batch_policy="drop"), last_batch_policy="partial")
 
 
 def test_size_limits_the_epoch():
-    it = DetaugIterator(plain(VOC), size=20, boxes_format="list")
+    it = DetaugIterator(plain(ROOT["voc"]), size=20, boxes_format="list")
     assert len(it) == 3 and sum(len(d["boxes"]) for d in it) == 24  # last batch filled
     with pytest.raises(ValueError, match="more than the shard holds"):
-        DetaugIterator(plain(VOC), size=41)
+        DetaugIterator(plain(ROOT["voc"]), size=41)
 
 
 # ---- shards ---------------------------------------------------------------------------------------
 def test_two_shards_cover_every_record_once_per_epoch(voc_signatures):
-    shards = [plain(VOC, shard_id=k, num_shards=2) for k in (0, 1)]
+    shards = [plain(ROOT["voc"], shard_id=k, num_shards=2) for k in (0, 1)]
     it = DetaugIterator(shards, boxes_format="list", last_batch_policy="partial")
     assert len(it) == 3  # 20 records a shard: 8 + 8 + 4
     for epoch in range(2):
@@ -256,8 +267,8 @@ def test_two_shards_cover_every_record_once_per_epoch(voc_signatures):
 
 
 def test_padded_counts_equal_list_lengths_on_shards():
-    shards_l = [plain(VOC, shard_id=k, num_shards=2) for k in (0, 1)]
-    shards_p = [plain(VOC, shard_id=k, num_shards=2) for k in (0, 1)]
+    shards_l = [plain(ROOT["voc"], shard_id=k, num_shards=2) for k in (0, 1)]
+    shards_p = [plain(ROOT["voc"], shard_id=k, num_shards=2) for k in (0, 1)]
     it_l = DetaugIterator(shards_l, boxes_format="list")
     it_p = DetaugIterator(shards_p, boxes_format="padded")
     steps = 0
@@ -279,21 +290,21 @@ def test_shard_helper_and_world_size_warning(tmp_path):
     try:
         assert shard_from_torch_distributed() == (0, 1)
         with pytest.warns(UserWarning, match="num_shards=2"):
-            DetaugIterator(plain(VOC, shard_id=0, num_shards=2))
+            DetaugIterator(plain(ROOT["voc"], shard_id=0, num_shards=2))
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             sid, ns = shard_from_torch_distributed()
-            DetaugIterator(plain(VOC, shard_id=sid, num_shards=ns))
+            DetaugIterator(plain(ROOT["voc"], shard_id=sid, num_shards=ns))
     finally:
         dist.destroy_process_group()
 
 
 def test_state_dict_resumes_exactly():
-    a = DetaugIterator(augmented(VOC), boxes_format="padded")
+    a = DetaugIterator(augmented(ROOT["voc"]), boxes_format="padded")
     next(a), next(a)
     state = a.state_dict()
     want = next(a)
-    b = DetaugIterator(augmented(VOC), boxes_format="padded")
+    b = DetaugIterator(augmented(ROOT["voc"]), boxes_format="padded")
     b.load_state_dict(state)
     got = next(b)
     assert set(got) == set(want)
@@ -352,7 +363,7 @@ def _loss(model, images, targets, size):
 
 def test_list_targets_train_a_tiny_model():
     torch.manual_seed(0)
-    it = DetaugIterator(augmented(VOC, size=(128, 128)), boxes_format="list", label_offset=1)
+    it = DetaugIterator(augmented(ROOT["voc"], size=(128, 128)), boxes_format="list", label_offset=1)
     model = TinyDetector()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     d = next(it)
@@ -385,7 +396,7 @@ def test_unsharded_pipeline_is_sharded_from_torch_distributed(monkeypatch):
     def make():
         pipe = Pipeline(batch_size=5, seed=3)
         with pipe:
-            enc, boxes = fn.readers.voc(root=VOC, random_shuffle=True)
+            enc, boxes = fn.readers.voc(root=ROOT["voc"], random_shuffle=True)
             pipe.set_outputs(fn.decoders.image(enc), boxes)
         return pipe
 
@@ -406,6 +417,6 @@ def test_unsharded_pipeline_is_sharded_from_torch_distributed(monkeypatch):
         pipe.close()
     from readers import read_voc
 
-    ds = read_voc(VOC)
+    ds = read_voc(ROOT["voc"])
     expected = sorted(tuple(np.round(r.boxes.ravel(), 3)) for r in ds.records)
     assert sorted(seen) == expected
