@@ -84,6 +84,62 @@ class _Region:
                                          "strides": None, "version": 3}
 
 
+class DecodeRequest:
+    """A decode request's files read and sized before any decode, as a decode process and the
+    pipeline's own early decoder (early_decode.py) both serve it: ``shapes`` (n, 3) of each
+    image, from its header for the GPU decoder (EXIF orientation is not applied, so the
+    header's size is the decoded size), from the CPU decoder's result for the files the GPU
+    must not or cannot take (``host``: position -> decoded array); ``gpu``: the positions the
+    GPU decodes; ``errors``: (position, message) of the files that cannot be decoded (a
+    position of -1 or the read's own: the whole request); ``read_seconds``: the files' read."""
+
+    def __init__(self, paths, output_type):
+        from ...core.errors import SampleError
+        from ...ops.decode import PixelLimitError, check_pixels
+        from ...ops.gpu_decode import code_streams
+        from ...ops.sources import EncodedBatch, read_files
+
+        n = len(paths)
+        self.paths, self.output_type = paths, output_type
+        self.shapes = np.zeros((n, 3), np.int64)
+        self.shapes[:, 2] = 1 if output_type == "GRAY" else 3
+        self.host, self.errors, self.gpu, self.streams = {}, [], [], []
+        t = time.perf_counter()
+        try:
+            data = read_files(paths)
+        except SampleError as e:
+            self.errors.append((e.position, str(e)))
+            return
+        finally:
+            self.read_seconds = time.perf_counter() - t
+        self.streams = code_streams(data)
+        self._encoded = EncodedBatch(data, paths)
+        for k, stream in enumerate(self.streams):
+            if stream is None:
+                self.on_host(k)
+                continue
+            try:  # the CPU decoder's pixel limit, on the header (its error, skippable)
+                check_pixels((stream.width, stream.height))
+            except PixelLimitError as e:
+                self.errors.append((k, f"{paths[k]}: {e}"))
+                continue
+            self.shapes[k, :2] = stream.height, stream.width  # (its header parsed: code_streams)
+            self.gpu.append(k)
+
+    def on_host(self, k):
+        """Decode file ``k`` on the CPU (a file the GPU must not or cannot take, or could not
+        decode): into ``host`` with its shape, or its error into ``errors``."""
+        from ...core.errors import SampleError
+        from ...ops.decode import _decode_one
+
+        try:
+            a = self.host[k] = np.ascontiguousarray(_decode_one(self._encoded, k, self.output_type))
+        except SampleError as e:
+            self.errors.append((k, str(e)))
+            return
+        self.shapes[k] = (a.shape[0], a.shape[1], a.shape[2] if a.ndim == 3 else 1)
+
+
 def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cover - runs in the child process (GPU)
     """A decode process: ``threads`` decoder threads (each with its own nvImageCodec decoder and
     streams: one decodes while another reads its files or waits for the device), a receiving
@@ -93,10 +149,7 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
     import cupy as cp
     from nvidia import nvimgcodec
 
-    from ...core.errors import SampleError
-    from ...ops.decode import PixelLimitError, _decode_one, check_pixels
-    from ...ops.gpu_decode import code_streams, decode_chunks, warm_up
-    from ...ops.sources import EncodedBatch, read_files
+    from ...ops.gpu_decode import decode_chunks, warm_up
 
     rt = cp.cuda.runtime
     cp.cuda.Device(device_id).use()
@@ -185,45 +238,12 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
         keep = collections.deque()
 
         def serve(req, paths, output_type, chunk):
-            n = len(paths)
             while keep and keep[0][0].done:
                 keep.popleft()
             t0 = time.perf_counter()
-            try:
-                data = read_files(paths)
-            except SampleError as e:
-                return ("done", req, None, None, [(e.position, str(e))])
-            t1 = time.perf_counter()
-            streams = code_streams(data)
-            # each image's size, before it is decoded: from its header for the GPU decoder (EXIF
-            # orientation is not applied, so the header's size is the decoded size), from the
-            # CPU decoder's result for the files the GPU must not or cannot take
-            shapes = np.zeros((n, 3), np.int64)
-            shapes[:, 2] = 1 if output_type == "GRAY" else 3
-            host, errors = {}, []
-            enc = EncodedBatch(data, paths)
-
-            def on_host(k):
-                try:
-                    host[k] = np.ascontiguousarray(_decode_one(enc, k, output_type))
-                except SampleError as e:
-                    errors.append((k, str(e)))
-                    return
-                a = host[k]
-                shapes[k] = (a.shape[0], a.shape[1], a.shape[2] if a.ndim == 3 else 1)
-
-            idx = []
-            for k, s in enumerate(streams):
-                if s is None:
-                    on_host(k)
-                    continue
-                try:  # the CPU decoder's pixel limit, on the header (its error, skippable)
-                    check_pixels((s.width, s.height))
-                except PixelLimitError as e:
-                    errors.append((k, f"{paths[k]}: {e}"))
-                    continue
-                shapes[k, :2] = s.height, s.width  # (its header parsed: code_streams)
-                idx.append(k)
+            request = DecodeRequest(paths, output_type)
+            t1 = t0 + request.read_seconds
+            shapes, host, errors, idx = request.shapes, request.host, request.errors, request.gpu
             if errors:
                 return ("done", req, None, None, errors)
             offsets, total = packed_offsets(shapes)
@@ -252,8 +272,8 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
                         [_Region(ring + base + o, shp) for o, shp in
                          zip(offsets[idx].tolist(), shapes[idx].tolist())], stream.ptr)
                 t4 = time.perf_counter()
-                results = decode_chunks(decoder, [streams[k] for k in idx], output_type, chunk,
-                                        stream.ptr, images)
+                results = decode_chunks(decoder, [request.streams[k] for k in idx], output_type,
+                                        chunk, stream.ptr, images)
                 t5 = time.perf_counter()
                 tail = total  # the slot's free end: for a CPU-decoded image larger than its header
                 for k, r in zip(idx, results):
@@ -261,7 +281,7 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
                     # the CPU decoder decodes it or says why not
                     if r is None or r.__cuda_array_interface__["data"][0] != ring + base + int(offsets[k]):
                         header = int(np.prod(shapes[k]))
-                        on_host(k)
+                        request.on_host(k)
                         if k in host and host[k].nbytes > header:  # placed at the slot's end
                             size = -(-host[k].nbytes // ALIGN) * ALIGN
                             if tail + size > alloc.slot_bytes:
@@ -291,7 +311,7 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
                                    ("fallback", t5, time.perf_counter())):
                     timing[name] = timing.get(name, 0.0) + (b - a)
                 timing["requests"] = timing.get("requests", 0) + 1
-                timing["images"] = timing.get("images", 0) + n
+                timing["images"] = timing.get("images", 0) + len(paths)
             return ("done", req, shapes, (base + offsets).tolist(), [])
 
         # DETAUG_DECODE_PROFILE=1 (benchmarks): each decoder thread's time per phase, printed

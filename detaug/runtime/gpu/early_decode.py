@@ -36,7 +36,7 @@ import threading
 import numpy as np
 
 from .decode_proc import _Lease
-from .decode_worker import ALIGN, _Region, packed_offsets
+from .decode_worker import ALIGN, DecodeRequest, _Region, packed_offsets
 
 MAX_IN_FLIGHT = 2  # requests holding a buffer at once (each one launch's images)
 
@@ -207,45 +207,12 @@ class EarlyDecoder:
 
         from ...core.backend import upload
         from ...core.batch import DeviceImages
-        from ...core.errors import SampleError
-        from ...ops.decode import PixelLimitError, _decode_one, check_pixels
-        from ...ops.gpu_decode import code_streams, decode_chunks
-        from ...ops.sources import EncodedBatch, read_files
+        from ...ops.gpu_decode import decode_chunks
 
         rt = cp.cuda.runtime
-        n = len(paths)
         self._free_orphans()
-        try:
-            data = read_files(paths)
-        except SampleError as e:
-            return None, [(e.position, str(e))]
-        streams = code_streams(data)
-        shapes = np.zeros((n, 3), np.int64)
-        shapes[:, 2] = 1 if output_type == "GRAY" else 3
-        host, errors = {}, []
-        enc = EncodedBatch(data, paths)
-
-        def on_host(k):
-            try:
-                host[k] = np.ascontiguousarray(_decode_one(enc, k, output_type))
-            except SampleError as e:
-                errors.append((k, str(e)))
-                return
-            a = host[k]
-            shapes[k] = (a.shape[0], a.shape[1], a.shape[2] if a.ndim == 3 else 1)
-
-        idx = []
-        for k, s in enumerate(streams):  # (decode_worker's checks, in its order)
-            if s is None:
-                on_host(k)
-                continue
-            try:
-                check_pixels((s.width, s.height))
-            except PixelLimitError as e:
-                errors.append((k, f"{paths[k]}: {e}"))
-                continue
-            shapes[k, :2] = s.height, s.width
-            idx.append(k)
+        request = DecodeRequest(paths, output_type)  # (decode_worker's reads and checks)
+        shapes, host, errors, idx = request.shapes, request.host, request.errors, request.gpu
         if errors:
             return None, errors
         offsets, total = packed_offsets(shapes)
@@ -261,8 +228,8 @@ class EarlyDecoder:
                     images = [] if not idx else nvimgcodec.as_images(
                         [_Region(ptr + o, shp) for o, shp in
                          zip(offsets[idx].tolist(), shapes[idx].tolist())], stream.ptr)
-                results = decode_chunks(decoder, [streams[k] for k in idx], output_type, chunk,
-                                        stream.ptr, images)
+                results = decode_chunks(decoder, [request.streams[k] for k in idx], output_type,
+                                        chunk, stream.ptr, images)
                 decoded = cp.cuda.Event(block=True, disable_timing=True)
                 decoded.record(stream)
                 self._keep.append((decoded, images))
@@ -280,7 +247,7 @@ class EarlyDecoder:
             # decoder decodes it or says why not (decode_worker's fallback)
             if r is None or r.__cuda_array_interface__["data"][0] != ptr + int(offsets[k]):
                 header = int(np.prod(shapes[k]))
-                on_host(k)
+                request.on_host(k)
                 if k in host and host[k].nbytes > header:
                     a = upload(host.pop(k), stream)
                     extra.append((k, a))
