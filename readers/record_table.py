@@ -10,7 +10,8 @@ made once and then kept, so ``table[i] is table[i]``.
 
 The table is a mutable sequence: assigning, deleting or inserting turns it into a plain list of
 records first (every record made), after which it behaves as that list; ``packed`` then says
-None and the caller reads the records.
+None and the caller reads the records. So it does where a record handed out was given other
+arrays, fields, size, path or id (an array changed in place is the columns' own: a view).
 """
 from __future__ import annotations
 
@@ -60,17 +61,20 @@ class RecordTable(MutableSequence):
                                      labels=labels, fields=fields, per_box=per_box,
                                      source=source)
         self._items = [None] * len(paths)  # the records made so far; all of them once detached
+        self._parts = {}  # index -> what a made record was made with (RecordTable._unchanged)
 
     # -- the columns --------------------------------------------------------------------------
     def packed(self):
-        """The whole set as dataset-wide arrays, or None when they may no longer be the
-        records' (a record was handed out, and could have been changed, or the table was
+        """The whole set as dataset-wide arrays, or None where they may no longer be the
+        records' (a record handed out that no longer holds what it was made with, or the table
         edited): ``paths`` (list), ``sizes`` (n, 2) int64 ``[height, width]``, ``boxes``,
         ``labels``, ``fields`` (name -> array, names sorted), ``offsets`` (n + 1,); copies, so
         that a record changed in place later leaves the caller's arrays as they were (as
-        packing the records did)."""
-        c = self._cols
-        if c is None or self._items.count(None) != len(self._items):
+        packing the records did). A record's arrays changed in place are the columns' own
+        (views): what they hold now is packed."""
+        c, items = self._cols, self._items
+        if c is None or (items.count(None) != len(items)
+                         and not all(self._unchanged(i) for i in self._parts)):
             return None
         sizes = np.empty((len(c.paths), 2), np.int64)
         sizes[:, 0] = c.heights
@@ -80,12 +84,25 @@ class RecordTable(MutableSequence):
                                fields={k: c.fields[k].copy() for k in sorted(c.fields)},
                                offsets=c.offsets.copy())
 
+    def _unchanged(self, i):
+        """Whether record ``i`` (made) still holds what it was made with: the same arrays of
+        boxes, labels and fields (views of the columns: changed in place, the columns changed
+        with them), the same fields dict with the same arrays, its path, size and id."""
+        r = self._items[i]
+        boxes, labels, fields, values, path, width, height, image_id = self._parts[i]
+        return (r.boxes is boxes and r.labels is labels and r.fields is fields
+                and len(fields) == len(values)
+                and all(a is b for a, b in zip(fields.values(), values))
+                and r.path == path and r.width == width and r.height == height
+                and r.image_id == image_id)
+
     @property
     def image_ids(self):
-        """Every record's image id, without making the records (while the columns hold)."""
+        """Every record's image id, without making the records."""
         if self._cols is None:
             return [r.image_id for r in self._items]
-        return self._cols.image_ids
+        ids = self._cols.image_ids
+        return [ids[i] if r is None else r.image_id for i, r in enumerate(self._items)]
 
     def _make(self, lo, hi):
         """The records ``lo..hi - 1`` not yet made, made together: the per-box extras of the
@@ -113,15 +130,18 @@ class RecordTable(MutableSequence):
                 extra = {name: v[s - s0:e - s0] for name, v in extras.items()}
                 if c.image_keys is not None and c.image_keys[i]:
                     extra["image_keys"] = c.image_keys[i]
-                items[i] = trusted_record(c.paths[i], c.widths[i], c.heights[i], c.boxes[s:e],
-                                          c.labels[s:e], {n: v[s:e] for n, v in c.fields.items()},
-                                          c.image_ids[i], extra)
+                fields = {n: v[s:e] for n, v in c.fields.items()}
+                r = items[i] = trusted_record(c.paths[i], c.widths[i], c.heights[i],
+                                              c.boxes[s:e], c.labels[s:e], fields,
+                                              c.image_ids[i], extra)
+                self._parts[i] = (r.boxes, r.labels, fields, tuple(fields.values()), r.path,
+                                  r.width, r.height, r.image_id)
 
     def _detach(self):
         """Every record made; from now on a plain list of them."""
         if self._cols is not None:
             self._make(0, len(self._items))
-            self._cols = None
+            self._cols, self._parts = None, {}
 
     # -- the sequence -------------------------------------------------------------------------
     def __len__(self):
