@@ -22,10 +22,11 @@ from operator import itemgetter
 
 import numpy as np
 
-from ._common import (ErrorSink, FileIndex, box_fault, count_drop, group_offsets, header_size,
-                      outside_root_reason, real_dir, resolve_under, validate_boxes_mask)
+from ._common import (ErrorSink, FileIndex, box_fault, count_drop, gc_paused, group_offsets,
+                      header_size, outside_root_reason, real_dir, resolve_under,
+                      validate_boxes_mask)
 from . import limits
-from .coco_json import gc_paused, load_coco_json
+from .coco_json import load_coco_json
 from .errors import DatasetError
 from .record_table import MISSING, RecordTable
 from .records import Dataset
@@ -433,7 +434,8 @@ def _filter(table, images, selected, cat_ids, file, sink, dataset, include_iscro
     xyxy = table.pop("xywh")  # made [x, y, x + w, y + h] in place: no second (N, 4) array
     small = (xyxy[:, 2] < threshold) | (xyxy[:, 3] < threshold) if threshold > 0 else None
     xyxy[:, 2:] += xyxy[:, :2]
-    boxes, bad_box, moved = _validate(xyxy, sizes, pos)
+    boxes, bad_box, moved = validate_boxes_mask(xyxy, lambda lo, hi: sizes[pos[lo:hi], 0],
+                                                lambda lo, hi: sizes[pos[lo:hi], 1])
     ok = known_image & known_cat & ~bad_box
     dataset.emptied = 0
     if not ok.all():  # (only then: np.unique's first call imports numpy.ma, 25 ms)
@@ -452,19 +454,6 @@ def _filter(table, images, selected, cat_ids, file, sink, dataset, include_iscro
                                      table.pop("category_id"))
     del table["image_id"]
     return _take(table, ok)
-
-
-def _validate(xyxy, sizes, pos):
-    """``validate_boxes_mask`` of the boxes against their images' sizes, a chunk of rows at a
-    time: its temporaries (~40 bytes a box) would otherwise raise the load's peak memory."""
-    n = len(xyxy)
-    boxes, bad, moved = np.empty((n, 4), np.float32), np.empty(n, bool), np.empty(n, bool)
-    for s in range(0, n, _CHUNK):
-        e = min(s + _CHUNK, n)
-        at = pos[s:e]
-        boxes[s:e], bad[s:e], moved[s:e] = validate_boxes_mask(xyxy[s:e], sizes[at, 0],
-                                                               sizes[at, 1])
-    return boxes, bad, moved
 
 
 def _positions(ids, wanted):

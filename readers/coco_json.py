@@ -12,7 +12,6 @@ text parsed again with the hook, to name the key or clear the file.
 """
 from __future__ import annotations
 
-import gc
 import itertools
 import json
 import re
@@ -20,6 +19,7 @@ import re
 import numpy as np
 
 from . import limits
+from ._common import gc_paused
 from .errors import DatasetError
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
@@ -40,19 +40,6 @@ def unique_keys(pairs):
         seen = set()
         raise DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
     return out
-
-
-class gc_paused:
-    """Pause the cyclic garbage collector (a JSON tree holds no cycles; collecting while it
-    grows costs ~30 % of the parse); restored on exit as it was."""
-
-    def __enter__(self):
-        self.was = gc.isenabled()
-        gc.disable()
-
-    def __exit__(self, *exc):
-        if self.was:
-            gc.enable()
 
 
 def load_coco_json(file):

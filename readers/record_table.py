@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .coco_json import gc_paused
+from ._common import gc_paused
 from .records import trusted_record
 
 class _Missing:
@@ -61,7 +61,7 @@ class RecordTable(MutableSequence):
                                      labels=labels, fields=fields, per_box=per_box,
                                      source=source)
         self._items = [None] * len(paths)  # the records made so far; all of them once detached
-        self._parts = {}  # index -> what a made record was made with (RecordTable._unchanged)
+        self._parts = {}  # index -> the arrays a made record was made with (_unchanged)
 
     # -- the columns --------------------------------------------------------------------------
     def packed(self):
@@ -88,13 +88,13 @@ class RecordTable(MutableSequence):
         """Whether record ``i`` (made) still holds what it was made with: the same arrays of
         boxes, labels and fields (views of the columns: changed in place, the columns changed
         with them), the same fields dict with the same arrays, its path, size and id."""
-        r = self._items[i]
-        boxes, labels, fields, values, path, width, height, image_id = self._parts[i]
+        c, r = self._cols, self._items[i]
+        boxes, labels, fields, values = self._parts[i]
         return (r.boxes is boxes and r.labels is labels and r.fields is fields
                 and len(fields) == len(values)
                 and all(a is b for a, b in zip(fields.values(), values))
-                and r.path == path and r.width == width and r.height == height
-                and r.image_id == image_id)
+                and r.path == c.paths[i] and r.width == c.widths[i]
+                and r.height == c.heights[i] and r.image_id == c.image_ids[i])
 
     @property
     def image_ids(self):
@@ -134,8 +134,7 @@ class RecordTable(MutableSequence):
                 r = items[i] = trusted_record(c.paths[i], c.widths[i], c.heights[i],
                                               c.boxes[s:e], c.labels[s:e], fields,
                                               c.image_ids[i], extra)
-                self._parts[i] = (r.boxes, r.labels, fields, tuple(fields.values()), r.path,
-                                  r.width, r.height, r.image_id)
+                self._parts[i] = (r.boxes, r.labels, fields, tuple(fields.values()))
 
     def _detach(self):
         """Every record made; from now on a plain list of them."""

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import _gpu
-from detaug.runtime.gpu.decode_proc import ALIGN, SlotRing, packed_offsets
+from detaug.runtime.gpu.decode_worker import ALIGN, SlotRing, packed_offsets
 
 
 def test_packed_offsets_hand_computed():

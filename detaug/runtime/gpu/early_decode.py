@@ -55,21 +55,13 @@ class EarlyLease(_Lease):
 
     def __init__(self, owner, ptr, done):
         self.owner, self.ptr, self.done = owner, ptr, done
-        self.retired = False
 
-    def retire(self, event=None):
-        if self.retired:
-            return
-        self.retired = True
+    def _give_back(self, event):
         self.owner._give_back(self, event)
 
-    def __del__(self):
-        try:
-            if not self.retired:
-                self.retired = True
-                self.owner._orphaned(self)
-        except Exception:  # interpreter shutdown
-            pass
+    def _dropped(self):
+        self.retired = True
+        self.owner._orphaned(self)
 
 
 class EarlyDecoder:
