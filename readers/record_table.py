@@ -81,7 +81,8 @@ class RecordTable(MutableSequence):
         sizes[:, 1] = c.widths
         return SimpleNamespace(paths=list(c.paths), sizes=sizes, boxes=c.boxes.copy(),
                                labels=c.labels.copy(),
-                               fields={k: c.fields[k].copy() for k in sorted(c.fields)},
+                               fields={k: c.fields[k].copy() for k in sorted(c.fields)
+                                       if c.paths},  # (no record: no field, as packing them)
                                offsets=c.offsets.copy())
 
     def _unchanged(self, i):
