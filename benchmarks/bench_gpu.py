@@ -31,8 +31,11 @@ Sections (each in its own try/except: one failure never loses the others; each b
    per-sample transforms on cuda tensors); (c) torchvision v2 in a DataLoader with
    ``cpu_count - 1`` workers (CPU decode, batch 64 collate); (d) kornia 0.9: batched GPU decode,
    per-sample resize to 640x640, stack, ``AugmentationSequential(RandomResizedCrop, flip,
-   Normalize)`` with padded boxes. (b) and (d) read bytes preloaded in memory (file reading is
-   not counted for them; detaug and (c) read the files).
+   Normalize)`` with padded boxes; (e) DALI 2.4 (``gpu_peers.make_dali_pipe``) at each
+   configuration of ``--dali-configs``, each in a fresh process (bench_startup's steady child),
+   and the best of them. (b) and (d) read bytes preloaded in memory (file reading is not counted
+   for them; detaug, (c) and (e) read the files). (c) at each of ``--tv-workers``, and with
+   ``--tv-to-gpu`` also pinned and copied to the GPU.
 4. warp: one batch of decoded images already on the GPU; detaug's fused warp
    (``detaug.kernels.warp.warp_cupy``: crop + flip + resize + normalize + CHW in one launch),
    200 calls timed with CUDA events, and the same calls with the stream's queue pre-filled
@@ -44,7 +47,7 @@ Sections (each in its own try/except: one failure never loses the others; each b
 The CUDA peers and the CPU DataLoader run first/last so that DataLoader workers are forked
 before this process initialises CUDA. This script is not part of the test suite. Its parts:
 ``gpu_common.py`` (data set, timing, rows), ``gpu_ceilings.py`` (decode ceilings, the warp alone),
-``gpu_peers.py`` (torchvision v2, kornia); this file holds the detaug rows, the report and main.
+``gpu_peers.py`` (torchvision v2, kornia, DALI); this file holds the detaug rows, the report and main.
 """
 from __future__ import annotations
 
@@ -65,7 +68,8 @@ from gpu_common import (EXTRA, MB, MEAN, ROWS, SIZE, STD, T_START, _version, bui
     section, skip, tree_cpu_seconds)
 from gpu_ceilings import (OUTPUT_KINDS, _outputs_label, bench_decode_ceiling,
     bench_decode_ceiling_mp, bench_warp)
-from gpu_peers import bench_kornia, bench_tv_cpu, bench_tv_gpu
+from gpu_peers import (DALI_CONFIGS, bench_dali, bench_kornia, bench_tv_cpu, bench_tv_gpu, best_row,
+                       parse_dali_configs)
 
 # the names the other benchmarks take from bench_gpu (bench_cpu, bench_train, bench_ddp, bench_soak)
 # and .ci/device_setup.sh (make_dataset)
@@ -335,6 +339,15 @@ def report(args, info):
                 + (f"; detaug / best (P={best['processes']}) = {d / best['img_s']:.3f} "
                    + ("(a reference: the least a pipeline writing the outputs adds)" if plus
                       else "(target, high-throughput setting: >= 0.90)") if d else ""))
+    dali = [r for r in ROWS if r.get("dali_config")]
+    top = best_row(dali)
+    if top:
+        print(f"DALI 2.4, best of {len(dali)} configurations: {top['name']} {top['img_s']:,.0f} img/s"
+              + (f" at {top['device_mem_mb']:,.0f} MB" if top.get("device_mem_mb") else "")
+              + (f"; detaug / best DALI = {d / top['img_s']:.2f}x (issue 38's target: >= 1.5x)"
+                 if d else "") + "; all: " + ", ".join(
+                     f"{r['dali_config']} {r['img_s']:,.0f}" if r.get("img_s") else
+                     f"{r['dali_config']} FAILED" for r in dali))
     if det and det.get("device_mem_mb") is not None:
         print(f"detaug device memory (cudaMemGetInfo drop, whole device, decode processes included): "
               f"{det['device_mem_mb']:,.0f} MB after {det['mem_batches']} batches "
@@ -372,7 +385,7 @@ def write_json(out: dict, path, default_name: str):
 
 # ---------------------------------------------------------------------------- main
 ALL = ("tv_cpu", "detaug", "retinanet", "ceiling", "ceiling_asarray", "ceiling_mp", "tv_gpu",
-       "kornia", "warp")
+       "kornia", "dali", "warp")
 
 
 def main(argv=None):
@@ -407,7 +420,14 @@ def main(argv=None):
     ap.add_argument("--mem-batches", type=int, default=300,
                     help="detaug's device memory is sampled after this many batches (and at the end)")
     ap.add_argument("--peer-seconds", type=float, default=None, help="timed seconds per peer (12)")
-    ap.add_argument("--tv-workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
+    ap.add_argument("--tv-workers", default=str(max(1, (os.cpu_count() or 2) - 1)),
+                    help="torchvision DataLoader workers, comma-separated: a row each (cores - 1)")
+    ap.add_argument("--tv-to-gpu", action="store_true",
+                    help="torchvision DataLoader rows also with pin_memory and each batch copied to "
+                         "the GPU (what a user training on the GPU writes)")
+    ap.add_argument("--dali-configs", default=DALI_CONFIGS,
+                    help="DALI 2.4 rows (section dali, each in a fresh process): comma-separated "
+                         "DECODE[:THREADS[:HW_LOAD]], DECODE whole or slice (gpu_peers.parse_dali_config)")
     ap.add_argument("--kornia-decode", choices=("nvimgcodec", "torchvision"), default="nvimgcodec",
                     help="kornia's GPU decode (default nvImageCodec: the same decoder as detaug)")
     ap.add_argument("--warp-iters", type=int, default=200)
@@ -453,6 +473,14 @@ def main(argv=None):
         args.ceiling_processes = [int(p) for p in args.ceiling_processes.split(",") if p.strip()]
     except ValueError:
         ap.error(f"--ceiling-processes takes comma-separated integers, not {args.ceiling_processes!r}")
+    try:
+        args.tv_workers = [int(p) for p in args.tv_workers.split(",") if p.strip()] or [1]
+    except ValueError:
+        ap.error(f"--tv-workers takes comma-separated integers, not {args.tv_workers!r}")
+    try:
+        parse_dali_configs(args.dali_configs)
+    except ValueError as e:
+        ap.error(str(e))
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = set(only) - set(ALL)
     if unknown:
@@ -488,8 +516,10 @@ def main(argv=None):
         if "tv_cpu" in only and not over_budget(args, "torchvision v2 DataLoader CPU"):
             if _version("torchvision") is None:
                 skip("torchvision v2 DataLoader CPU", "torchvision not importable")
-            else:
-                section("torchvision v2 DataLoader CPU", bench_tv_cpu, args, recs)
+            else:  # a row per worker count, then pinned and copied to the GPU (--tv-to-gpu)
+                for w, to_gpu in [(w, False) for w in args.tv_workers] + (
+                        [(w, True) for w in args.tv_workers] if args.tv_to_gpu and gpu else []):
+                    section("torchvision v2 DataLoader CPU", bench_tv_cpu, args, recs, w, to_gpu)
         if "detaug" in only and not over_budget(args, "detaug"):
             section("detaug (GPU)" if gpu else "detaug (CPU backend, smoke)",
                     bench_detaug, args, root, gpu)
@@ -533,6 +563,13 @@ def main(argv=None):
             else:
                 section("kornia", bench_kornia, args, recs, blobs, gpu)
                 free_gpu_memory()
+        if "dali" in only and not over_budget(args, "DALI 2.4"):
+            if not gpu:
+                skip("DALI 2.4", "needs a GPU")
+            elif _version("nvidia.dali") is None:
+                skip("DALI 2.4", "nvidia.dali not importable")
+            else:
+                section("DALI 2.4", bench_dali, args, root)
         if "warp" in only and not over_budget(args, "detaug fused warp alone"):
             section("detaug fused warp alone", bench_warp, args, blobs, gpu)
             free_gpu_memory()

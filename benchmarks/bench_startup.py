@@ -2,33 +2,39 @@
 detaug's CPU pipeline against a torch DataLoader with albumentations at the same workers.
 
     python benchmarks/bench_startup.py --data /tmp/bench_data [--procs 3] [--seconds 8]
-        [--workers 2,8] [--cpu-only | --gpu-only] [--dali-device mixed|cpu] [--json F]
+        [--workers 2,8] [--cpu-only | --gpu-only] [--dali-configs whole,slice:8,...] [--json F]
+    python benchmarks/bench_startup.py --timeline --data DIR [--devices mixed,cpu] [--procs 5]
+        [--off] [--env NAME=VALUE] [--base PATH] [--memory-runs 2] [--json F]
 
-Each measurement runs in a FRESH Python process (this script with ``--child``), alternating the
-two engines of a section. Sections:
+Each measurement is a FRESH Python process (this script with ``--child``), engines alternated:
+(a) cold: from the child's first line (before imports) to the first batch in hand, the device
+    synchronised (``cuCtxSynchronize`` through libcuda for both engines); split into import /
+    build / first run; the benchmark's own modules (bench_gpu, bench_cpu, gpu_peers) are timed
+    apart as "harness" and left out. Warm: a second pipeline in the same process, the first
+    closed. ``--procs`` processes per engine.
+(b) steady (one more process per engine or configuration): img/s over ``--seconds`` after
+    ``--warmup`` s; CPU ms per image of the process tree (user + system from /proc, every
+    descendant); device memory: the drop of ``cuMemGetInfo``'s free bytes (whole device, every
+    process) from before the build (the child's context made first) to the window's end.
+GPU section: ``bench_gpu.make_det_pipe`` at its defaults (batch 64, ``num_threads`` = cores)
+against ``gpu_peers.make_dali_pipe`` (the same work in DALI's operators; its docstring says what
+differs, prefetch 2) at each configuration of ``--dali-configs`` (``DECODE[:THREADS[:HW_LOAD]]``:
+whole-image decode or ``decoders.image_slice`` of the crop window as DALI's SSD example, DALI's
+``num_threads``, ``hw_decoder_load``): a steady process per configuration, then detaug's, then
+the cold processes of detaug and the best configuration (most img/s); the table has every row and
+the ratios against the best. ``--dali-device cpu``: DALI's CPU pipeline alone (a check without a
+GPU). CPU section, at each W of ``--workers``: detaug's CPU pipeline (``num_threads=W`` host
+workers, batch 16) against a DataLoader of W workers over bench_cpu's ``AlbuDataset`` (cv2
+decode, RandomSizedBBoxSafeCrop 640, flip, Normalize, CHW), batch 16.
 
-(a) GPU, time to first batch, cold: ``--procs`` processes per engine; the child's clock starts at
-    its first line (interpreter up, before imports) and stops at the first batch in hand with the
-    device synchronised (``cuCtxSynchronize`` through the driver API for both engines, so neither
-    pays for an extra library). Split: import (the engine's modules) / build (pipeline defined
-    and built) / first run. The benchmark's own modules (bench_gpu, bench_cpu, dali_pipe: for the
-    DataLoader this drags in detaug) are timed apart as "harness" and left out. Warm: in the same
-    process, the first pipeline closed, a second one built and run to its first batch.
-(b) GPU, steady state (one more process per engine): after the first batch and ``--warmup``
-    seconds, img/s over ``--seconds``; CPU seconds per image of the whole process tree (user +
-    system from /proc, this process and every descendant, sampled at the window's start and end);
-    device memory: the drop of ``cuMemGetInfo``'s free bytes (whole device) from before the build
-    (the child's own CUDA context made first, as bench_gpu does) to the window's end.
-(c) CPU, at each W of ``--workers``: (a) and (b) for detaug's CPU pipeline
-    (``make_det_pipe(root, "cpu")``, ``num_threads=W`` host workers, batch 16) against a torch
-    DataLoader of W workers over bench_cpu's ``AlbuDataset`` (cv2 decode, RandomSizedBBoxSafeCrop
-    to 640, flip, Normalize, CHW; default_collate to torch tensors), batch 16.
-
-The pipelines: ``bench_gpu.make_det_pipe`` at its defaults (batch 64, ``num_threads`` = cores) and
-``dali_pipe.make_dali_pipe`` (the same work in DALI's operators; its docstring says what differs),
-DALI at ``num_threads`` = cores, prefetch 2. ``--dali-device cpu`` runs DALI's CPU pipeline (a
-check of the DALI child on a machine without a GPU). Files are in the page cache for every
-process alike (the data set is read by the first). Not part of the test suite.
+``--timeline``: detaug alone, per device and variant (the defaults; ``--off``:
+``DETAUG_EARLY_START=0``; ``--env NAME=VALUE``, e.g. ``DETAUG_EARLY_DECODE=0``; ``--base``:
+another checkout first on PYTHONPATH), ``--procs`` fresh processes each after one warm-up run
+per device, alternated: the medians of the child's clock (import, define, build, first run,
+total from the process's start) and of each phase of ``pipe.stats['startup']``. With
+``--memory-runs K``: K more GPU processes per variant, each with its context made first,
+printing the device memory in use after the first batch and after ``--memory-batches``.
+Files are in the page cache for every process alike. Not part of the test suite.
 """
 import time; _T0 = time.time()  # noqa: E402,E702  (a child's clock: its first line, before any import)
 import argparse  # noqa: E402
@@ -132,13 +138,14 @@ class Dali(Engine):
         from nvidia.dali import fn, pipeline_def, types  # noqa: F401
 
     def harness(self):
-        global dali_pipe
-        import dali_pipe
+        global gpu_peers
+        import gpu_peers  # the standard library at its top: DALI alone is paid for
 
     def build(self):
-        p = dali_pipe.make_dali_pipe(self.a.data, self.a.dali_device, batch_size=self.a.batch_size,
-                                     num_threads=os.cpu_count(), device_id=0, seed=0,
-                                     roi_decode=self.a.roi_decode)
+        cfg = gpu_peers.parse_dali_config(self.a.dali_config)
+        p = gpu_peers.make_dali_pipe(self.a.data, self.a.dali_device, batch_size=self.a.batch_size,
+                                     num_threads=cfg["num_threads"], device_id=0, seed=0,
+                                     decode=cfg["decode"], hw_decoder_load=cfg["hw_decoder_load"])
         p.build()
         return p
 
@@ -233,11 +240,27 @@ def child(args):
 
 
 # ---------------------------------------------------------------------------- parent
-def spawn(args, engine, mode, w=None):
+def key_of(engine, cfg=None):
+    """A row's key: the engine, or ``dali DECODE:THREADS[:LOAD]`` for a DALI configuration."""
+    return engine if cfg is None else f"dali {cfg}"
+
+
+def label_of(key):
+    if key.startswith("dali "):
+        from gpu_peers import dali_label, parse_dali_config
+
+        return dali_label(parse_dali_config(key[5:]))
+    return LABELS[key]
+
+
+def spawn(args, engine, mode, w=None, cfg=None):
+    """One child: ``engine`` (for "dali", ``cfg``: a DALI configuration's text) in ``mode``."""
+    key = key_of(engine, cfg)
     cmd = [sys.executable, os.path.abspath(__file__), "--child", engine, "--mode", mode,
            "--data", args.data, "--batch-size", str(args.batch_size), "--cpu-batch",
            str(args.cpu_batch), "--seconds", str(args.seconds), "--warmup", str(args.warmup),
-           "--dali-device", args.dali_device, "--w", str(w or 0)] + (["--roi-decode"] if args.roi_decode else [])
+           "--dali-device", args.dali_device, "--w", str(w or 0)] + (
+               ["--dali-config", cfg] if cfg else [])
     t_spawn = time.time()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.child_timeout)
@@ -248,14 +271,15 @@ def spawn(args, engine, mode, w=None):
     line = next((x for x in out.splitlines() if x.startswith("RESULT ")), None)
     if line is None:
         tail = " | ".join((err or "").strip().splitlines()[-3:])[-400:]
-        print(f"  {engine} {mode}{f' W={w}' if w else ''}: FAILED (rc {rc}): {tail}", flush=True)
-        return {"engine": engine, "error": f"rc {rc}: {tail}"}
+        print(f"  {key} {mode}{f' W={w}' if w else ''}: FAILED (rc {rc}): {tail}", flush=True)
+        return {"engine": key, "error": f"rc {rc}: {tail}"}
     r = json.loads(line[7:])
+    r["engine"] = key
     r["interpreter_s"] = r["t0"] - t_spawn  # fork/exec to the child's first line
     note = (f"first batch {r['total_s']:.2f} s, warm {r['warm_s']:.2f} s" if mode == "cold" else
             f"{r['img_s']:.0f} img/s, {r['cpu_ms_per_img']:.2f} CPU ms/img"
             + (f", {r['device_mb']:,.0f} MB" if r.get("device_mb") is not None else ""))
-    print(f"  {LABELS[engine]} {mode}{f' W={w}' if w else ''}: {note}", flush=True)
+    print(f"  {label_of(key)} {mode}{f' W={w}' if w else ''}: {note}", flush=True)
     return r
 
 
@@ -272,35 +296,41 @@ def _ratio(a, b):
     return f"{a / b:.2f}x" if a and b else "-"
 
 
-def report(title, pair, cold, steady):
-    """One table per section: cold (median (min-max) of the processes) and steady rows, with
-    detaug / peer ratios (time: < 1 is detaug ahead; img/s: > 1 is detaug ahead)."""
+def report(title, keys, cold, steady, peer=None):
+    """One table per section: cold (median (min-max) of the processes) and steady rows of each
+    key (detaug first), and the ratios of detaug to ``peer`` (default: the second key; for DALI
+    the configuration of the most img/s): time < 1 is detaug sooner, img/s > 1 detaug ahead.
+    With several peer rows, detaug's img/s against each as well."""
     print(f"\n### {title}\n")
     print("| engine | first batch, cold (s) | import | build | first run | interpreter | warm (s) "
           "| img/s | CPU ms / image | cores busy | device MB |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     med = {}
-    for e in pair:
+    for e in keys:
         rs = [r for r in cold if r["engine"] == e and "error" not in r]
         s = steady.get(e) or {}
         med[e] = {k: _med(rs, k) for k in ("total_s", "warm_s")}
         errs = [r["error"] for r in cold if r["engine"] == e and "error" in r] + (
             [s["error"]] if "error" in s else [])
         get = lambda k, f: f.format(s[k]) if s.get(k) is not None else "-"  # noqa: E731
-        print(f"| {LABELS[e]} ({len(rs)} proc.) | {_fmt(med[e]['total_s'])} | "
+        print(f"| {label_of(e)} ({len(rs)} proc.) | {_fmt(med[e]['total_s'])} | "
               + " | ".join(_fmt(_med(rs, k)) for k in ("import_s", "build_s", "first_s",
                                                          "interpreter_s"))
               + f" | {_fmt(med[e]['warm_s'])} | {get('img_s', '{:,.0f}')} | "
               f"{get('cpu_ms_per_img', '{:.2f}')} | {get('cores', '{:.1f}')} | "
               f"{get('device_mb', '{:,.0f}')} |" + (f" FAILED: {errs[0][:200]}" if errs else ""))
-    d, p = pair
+    d, p = keys[0], peer or keys[1]
     m = lambda e, k: (med[e][k] or (None,))[0]  # noqa: E731
     s = lambda e, k: (steady.get(e) or {}).get(k)  # noqa: E731
-    print(f"\ndetaug / {LABELS[p]}: first batch cold {_ratio(m(d, 'total_s'), m(p, 'total_s'))}, "
-          f"warm {_ratio(m(d, 'warm_s'), m(p, 'warm_s'))} (time: < 1 = detaug sooner); "
-          f"img/s {_ratio(s(d, 'img_s'), s(p, 'img_s'))}; CPU per image "
-          f"{_ratio(s(d, 'cpu_ms_per_img'), s(p, 'cpu_ms_per_img'))}; device memory "
+    best = " (the best of its rows by img/s)" if len(keys) > 2 else ""
+    print(f"\ndetaug / {label_of(p)}{best}: first batch cold "
+          f"{_ratio(m(d, 'total_s'), m(p, 'total_s'))}, warm {_ratio(m(d, 'warm_s'), m(p, 'warm_s'))} "
+          f"(time: < 1 = detaug sooner); img/s {_ratio(s(d, 'img_s'), s(p, 'img_s'))}; CPU per "
+          f"image {_ratio(s(d, 'cpu_ms_per_img'), s(p, 'cpu_ms_per_img'))}; device memory "
           f"{_ratio(s(d, 'device_mb'), s(p, 'device_mb'))} (< 1 = detaug less)")
+    if len(keys) > 2:
+        print("detaug img/s / each: " + "; ".join(
+            f"{label_of(e)} {_ratio(s(d, 'img_s'), s(e, 'img_s'))}" for e in keys[1:]))
 
 
 def run_section(args, pair, w=None):
@@ -310,6 +340,196 @@ def run_section(args, pair, w=None):
             cold.append(spawn(args, e, "cold", w))
     steady = {e: spawn(args, e, "steady", w) for e in pair}
     return cold, steady
+
+
+def run_gpu_section(args, configs):
+    """detaug against DALI at each configuration: steady first, one process per configuration
+    (in the order given), then detaug's steady process, then ``--procs`` cold processes each of
+    detaug and the best DALI configuration (by img/s), alternated. Returns (keys, cold, steady,
+    best key)."""
+    steady = {}
+    for c in configs:
+        steady[key_of("dali", c)] = spawn(args, "dali", "steady", cfg=c)
+    ok = [k for k in steady if steady[k].get("img_s")]
+    best = max(ok, key=lambda k: steady[k]["img_s"]) if ok else key_of("dali", configs[0])
+    steady["detaug"] = spawn(args, "detaug", "steady")
+    cold = []
+    for i in range(args.procs):
+        for e in (("detaug", best) if i % 2 == 0 else (best, "detaug")):
+            cold.append(spawn(args, "dali" if e != "detaug" else e, "cold",
+                              cfg=e[5:] if e != "detaug" else None))
+    return ["detaug"] + list(steady)[:-1], cold, steady, best
+
+
+# ---------------------------------------------------------------------------- --timeline
+CLOCK = ("import", "define", "build", "first_run", "total")
+
+
+def _since_process_start() -> float:
+    """Seconds from this process's start to now (Linux /proc; 0 elsewhere)."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def timeline_child(device, root, memory_batches=0):
+    """One fresh process: import detaug, define the benchmark pipeline (make_det_pipe, batch 64,
+    num_threads = cores, seed 0, the rest at its defaults), build it, take one batch
+    (synchronised on a GPU); print one JSON line: the clock, ``pipe.stats['startup']``'s phases,
+    the requests decoded in this process. ``memory_batches`` > 0 (GPU): a memory run instead: a
+    CUDA context made first, then the device memory in use (cudaMemGetInfo's free bytes, whole
+    device) after the first batch and after ``memory_batches`` batches."""
+    t_start = _since_process_start()  # the process's start to t0
+    t0 = time.perf_counter()
+    import detaug  # noqa: F401
+
+    t1 = time.perf_counter()
+    import bench_gpu
+
+    rt = free0 = None
+    if memory_batches and device != "cpu":
+        import cupy
+
+        rt = cupy.cuda.runtime
+        cupy.cuda.Device(0).use()
+        rt.free(0)  # the context made
+        rt.deviceSynchronize()
+        free0 = rt.memGetInfo()[0]
+    kw = dict(batch_size=64, num_threads=os.cpu_count(), seed=0)
+    if device != "cpu":
+        kw["device_id"] = 0
+    pipe = bench_gpu.make_det_pipe(root, device, **kw)
+    t2 = time.perf_counter()
+    pipe.build()
+    t3 = time.perf_counter()
+    out = pipe.run()
+    if device != "cpu":
+        import cupy
+
+        cupy.cuda.Device(0).synchronize()  # the batch's device work done
+    assert out is not None
+    t4 = time.perf_counter()
+    early = getattr(getattr(pipe, "_decode_service", None), "early", None)
+    res = {"device": device, "phases": pipe.stats.get("startup") or [],
+           "early_served": None if early is None else early.served}
+    if rt is not None:
+        first_mb = (free0 - rt.memGetInfo()[0]) / MB
+        del out
+        for _ in range(memory_batches - 1):
+            pipe.run()
+        rt.deviceSynchronize()
+        res.update(first_batch_mb=first_mb, steady_mb=(free0 - rt.memGetInfo()[0]) / MB,
+                   batches=memory_batches,
+                   decoder_dropped=None if early is None else early.decoder is None)
+    else:
+        res["clock"] = {"import": t1 - t0, "define": t2 - t1, "build": t3 - t2,
+                        "first_run": t4 - t3, "total": t_start + (t4 - t0)}
+    print("RESULT " + json.dumps(res), flush=True)
+    pipe.close()
+
+
+def run_timeline_child(args, device, pythonpath, env, memory=False):
+    path = os.pathsep.join(p for p in (pythonpath, os.environ.get("PYTHONPATH")) if p)
+    cmd = [sys.executable, os.path.abspath(__file__), "--timeline-child", device, "--data",
+           args.data, "--memory-batches", str(args.memory_batches if memory else 0)]
+    try:
+        r = subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=path, **env), capture_output=True,
+                           text=True, timeout=args.child_timeout)
+        out, err, rc = r.stdout, r.stderr, r.returncode
+    except subprocess.TimeoutExpired:
+        out, err, rc = "", f"timed out after {args.child_timeout} s", "timeout"
+    line = next((x for x in out.splitlines() if x.startswith("RESULT ")), None)
+    if line is None:
+        return {"device": device, "error": (err or out).strip().splitlines()[-3:]}
+    return json.loads(line[7:])
+
+
+def timeline_medians(results):
+    """Medians over the runs of the clock and of each phase's start, end and seconds."""
+    ok = [r for r in results if "clock" in r]
+    if not ok:
+        return None
+    med = statistics.median
+    names = list(dict.fromkeys(p["phase"] for r in ok for p in r["phases"]))
+    phases = []
+    for n in names:
+        ps = [p for r in ok for p in r["phases"] if p["phase"] == n]
+        phases.append({"phase": n, "start": med(p["start"] for p in ps),
+                       "end": med(p["end"] for p in ps), "seconds": med(p["seconds"] for p in ps)})
+    return {"runs": len(ok), "clock": {k: med(r["clock"][k] for r in ok) for k in CLOCK},
+            "phases": phases, "totals": sorted(round(r["clock"]["total"], 3) for r in ok),
+            "early_served": [r.get("early_served") for r in ok]}
+
+
+def run_timeline(args):
+    """``--timeline``: time to first batch from fresh processes and where it goes, per device
+    and variant (``--off``, ``--env``, ``--base``), ``--procs`` runs each after one warm-up run
+    per device (cupy's kernel cache, the page cache), alternated; then ``--memory-runs`` memory
+    runs per variant on the GPU."""
+    from gpu_common import gpu_available
+
+    devices = [d for d in args.devices.split(",") if d]
+    if "mixed" in devices and not gpu_available():
+        print("mixed: skipped (no GPU here)")
+        devices.remove("mixed")
+    variants = [("defaults", REPO, {})]
+    if args.off:
+        variants.append(("off: DETAUG_EARLY_START=0", REPO, {"DETAUG_EARLY_START": "0"}))
+    for kv in args.env:
+        name, _, value = kv.partition("=")
+        variants.append((f"env: {kv}", REPO, {name: value}))
+    if args.base:
+        variants.append(("before: " + args.base, os.path.abspath(args.base), {}))
+    res = {(d, v): [] for d in devices for v, _, _ in variants}
+    for d in devices:
+        run_timeline_child(args, d, REPO, {})
+    for k in range(args.procs):
+        for d in devices:
+            for label, path, env in (variants if k % 2 == 0 else variants[::-1]):
+                res[(d, label)].append(run_timeline_child(args, d, path, env))
+    out = {}
+    for (d, label), rs in res.items():
+        m = timeline_medians(rs)
+        errors = [r["error"] for r in rs if "error" in r]
+        out[f"{d}/{label}"] = {"median": m, "errors": errors}
+        if m is None:
+            print(f"{d} [{label}]: no run succeeded; last lines: {errors[-1:]}")
+            continue
+        c = m["clock"]
+        print(f"{d} [{label}]: median of {m['runs']} fresh processes: first batch {c['total']:.3f} s "
+              f"(import {c['import']:.3f}, define {c['define']:.3f}, build {c['build']:.3f}, first "
+              f"run {c['first_run']:.3f}); totals {m['totals']}"
+              + (f"; requests decoded in-process {m['early_served']}"
+                 if any(v is not None for v in m["early_served"]) else "")
+              + (f"; {len(errors)} runs failed: {errors[-1]}" if errors else ""))
+        w = max((len(p["phase"]) for p in m["phases"]), default=5)
+        for p in m["phases"]:
+            print(f"  {p['phase']:<{w}}  {p['start']:7.3f}  {p['end']:7.3f}  {p['seconds']:7.3f}")
+    if "mixed" in devices and args.memory_runs:
+        mem = {v: [] for v, _, _ in variants}
+        for k in range(args.memory_runs):
+            for label, path, env in (variants if k % 2 == 0 else variants[::-1]):
+                mem[label].append(run_timeline_child(args, "mixed", path, env, memory=True))
+        for label, rs in mem.items():
+            ok = [r for r in rs if "steady_mb" in r]
+            out[f"memory/{label}"] = rs
+            if ok:
+                med = statistics.median
+                print(f"mixed [{label}] device MB in use (cudaMemGetInfo, whole device, from before "
+                      f"the build): after the first batch {med(r['first_batch_mb'] for r in ok):,.0f}, "
+                      f"after {args.memory_batches} batches {med(r['steady_mb'] for r in ok):,.0f} "
+                      f"(median of {len(ok)}); requests decoded in-process "
+                      f"{[r['early_served'] for r in ok]}, decoder dropped "
+                      f"{[r['decoder_dropped'] for r in ok]}")
+            for r in rs:
+                if "error" in r:
+                    print(f"mixed [{label}] memory run failed: {r['error']}")
+    return out
 
 
 def main(argv=None):
@@ -325,8 +545,25 @@ def main(argv=None):
     ap.add_argument("--gpu-only", action="store_true", help="only sections (a) and (b)")
     ap.add_argument("--dali-device", choices=("mixed", "cpu"), default="mixed",
                     help="cpu: DALI's CPU pipeline (a check without a GPU; detaug's GPU rows skip)")
-    ap.add_argument("--roi-decode", action="store_true", help="DALI decodes only the crop window")
+    ap.add_argument("--dali-configs", default=None,
+                    help="DALI configurations to run, comma-separated DECODE[:THREADS[:HW_LOAD]] "
+                         "(DECODE whole or slice; default gpu_peers.DALI_CONFIGS: "
+                         "whole,whole:8,slice:4,slice:8,slice,slice:8:0.9; THREADS default = cores)")
+    ap.add_argument("--dali-config", default="whole", help=argparse.SUPPRESS)  # a child's
     ap.add_argument("--child-timeout", type=float, default=120.0)
+    ap.add_argument("--timeline", action="store_true",
+                    help="detaug alone: time to first batch and its phases per device and variant")
+    ap.add_argument("--devices", default="mixed,cpu", help="--timeline: devices (mixed,cpu)")
+    ap.add_argument("--off", action="store_true", help="--timeline: also DETAUG_EARLY_START=0")
+    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                    help="--timeline: also with this variable set (repeatable), e.g. "
+                         "DETAUG_EARLY_DECODE=0")
+    ap.add_argument("--base", default=None, help="--timeline: also another checkout (before/after)")
+    ap.add_argument("--memory-runs", type=int, default=0,
+                    help="--timeline: GPU memory runs per variant after the timed ones (0)")
+    ap.add_argument("--memory-batches", type=int, default=40,
+                    help="--timeline: a memory run's batches (40)")
+    ap.add_argument("--timeline-child", choices=("mixed", "cpu"), help=argparse.SUPPRESS)
     ap.add_argument("--json", default=None)
     ap.add_argument("--child", choices=sorted(ENGINES), help=argparse.SUPPRESS)
     ap.add_argument("--mode", choices=("cold", "steady"), help=argparse.SUPPRESS)
@@ -335,10 +572,24 @@ def main(argv=None):
     args.data = os.path.abspath(args.data)
     if args.child:
         return child(args)
+    if args.timeline_child:
+        return timeline_child(args.timeline_child, args.data, args.memory_batches)
+    sys.path.insert(0, REPO)
+    from gpu_peers import DALI_CONFIGS, dali_config_text, parse_dali_configs
+
+    try:
+        configs = [dali_config_text(c) for c in parse_dali_configs(args.dali_configs or DALI_CONFIGS)]
+    except ValueError as e:
+        ap.error(str(e))
     if not os.path.exists(os.path.join(args.data, "annotations.json")):
         sys.exit(f"bench_startup: no annotations.json in --data {args.data} "
                  "(make it with bench_gpu.make_dataset; device.sh's bench_data does)")
-    sys.path.insert(0, REPO)
+    if args.timeline:
+        out = run_timeline(args)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(out, f, indent=1)
+        return 0
     from detaug.core.backend import gpu_available  # imports no GPU library
 
     gpu = gpu_available()
@@ -348,19 +599,24 @@ def main(argv=None):
           flush=True)
     out = {}
     if not args.cpu_only:
-        pair = ("detaug", "dali")
+        keys = best = None
         if not gpu and args.dali_device == "cpu":  # only the DALI child can run here
-            cold = [spawn(args, "dali", "cold") for _ in range(args.procs)]
-            steady = {"dali": spawn(args, "dali", "steady")}
+            cold = [spawn(args, "dali", "cold", cfg=configs[0]) for _ in range(args.procs)]
+            steady = {key_of("dali", c): spawn(args, "dali", "steady", cfg=c) for c in configs}
+            for k, r in steady.items():
+                print(f"{label_of(k)}: {r.get('img_s') or 0:,.0f} img/s" + (
+                    f" FAILED {r['error']}" if "error" in r else ""))
         elif not gpu:
             print("GPU section skipped: no GPU (--dali-device cpu checks the DALI child alone)")
             cold, steady = None, None
         else:
-            cold, steady = run_section(args, pair)
+            keys, cold, steady, best = run_gpu_section(args, configs)
         if cold is not None:
-            out["gpu"] = {"cold": cold, "steady": steady}
-            report(f"GPU: detaug against DALI (DALI device {args.dali_device}), batch "
-                   f"{args.batch_size}", pair, cold, steady)
+            out["gpu"] = {"cold": cold, "steady": steady, "dali_configs": configs,
+                          "dali_best": best}
+        if keys:
+            report(f"GPU: detaug against DALI (DALI device {args.dali_device}; cold: the best "
+                   f"configuration), batch {args.batch_size}", keys, cold, steady, best)
     if not args.gpu_only:
         for w in [int(x) for x in args.workers.split(",") if x.strip()]:
             cold, steady = run_section(args, ("detaug_cpu", "albu"), w)

@@ -4,8 +4,10 @@
 #   bash benchmarks/device.sh PART [PART ...]
 #
 #   tests   the GPU tests (`pytest -m gpu tests`): failures with their reason, the summary line
-#   gpu     bench_gpu.py with every section: detaug, its RetinaNet input, the decode ceilings, the
-#           peers (torchvision v2 on the GPU and in a CPU DataLoader, kornia), the fused warp alone
+#   gpu     bench_gpu.py with every section (GPU_ONLY: a subset, e.g. detaug,dali): detaug, its
+#           RetinaNet input, the decode ceilings, the peers (torchvision v2 on the GPU and in a CPU
+#           DataLoader, kornia, DALI 2.4 at each of DALI_CONFIGS when carried as for startup), the
+#           fused warp alone
 #   pairs   PAIRS (3) pairs per setting, each one bench_gpu invocation (detaug, then its ceiling):
 #           the defaults against the one-process ceiling, 8 GB against the P=3,4 ceilings; then
 #           the table of ratios and their medians (python benchmarks/gpu_ceilings.py NAME=JSON ...)
@@ -23,40 +25,41 @@
 #   memory  bench_memory.py: device memory part by part (a context, decoders, rings, outputs in
 #           flight, the hold) and the settings that could reach DALI's 1,366 MB, img/s beside each
 #           (about 120 s at SECONDS_PER_ROW=6)
-#   timeline  time to first batch from fresh processes (startup_timeline.py): the benchmark
+#   timeline  time to first batch from fresh processes (bench_startup.py --timeline): the benchmark
 #           pipeline on the GPU (device='mixed') and the CPU, RUNS (5) each with the start-up order
 #           on and off (DETAUG_EARLY_START=0), alternated, after one warm-up; medians and phases
 #   ddp     two GPUs (kind nvidia-h100-x2): the DDP GPU tests, examples/retinanet_ddp.py under
 #           torchrun on 2 ranks and on 1, bench_ddp.py (the pipeline alone) on 2 ranks and on 1
-#   startup bench_startup.py: time to first batch from a fresh process (STARTUP_PROCS (3) processes
-#           per engine, alternated, and warm: a second pipeline in the same process), then steady
-#           img/s, CPU s per image of the process tree and device memory: detaug's GPU pipeline
-#           against DALI 2.4 (its wheel installed in /tmp/site with nvimgcodec: one pip call),
-#           detaug's CPU pipeline against a DataLoader + albumentations (wheels in .whl) at
-#           STARTUP_WORKERS ("2,8") workers; about 150 s
+#   startup bench_startup.py: steady img/s, CPU s per image of the process tree and device memory
+#           of DALI 2.4 at each of DALI_CONFIGS (its wheel installed in /tmp/site with nvimgcodec:
+#           one pip call) and of detaug's GPU pipeline, then time to first batch from fresh
+#           processes (STARTUP_PROCS (3) per engine, alternated; warm: a second pipeline in the same
+#           process) of detaug and the best DALI configuration; detaug's CPU pipeline against a
+#           DataLoader + albumentations (wheels in .whl) at STARTUP_WORKERS ("2,8") workers;
+#           about 230 s with the 6 default configurations
 #   firstdecode  the first launches decoded in the pipeline's process (runtime/gpu/early_decode.py):
-#           startup_timeline.py on the GPU, RUNS (3) fresh processes with it on and off
-#           (DETAUG_EARLY_DECODE=0), alternated; the device memory with it on and off
-#           (first_decode_probe.py --steady 2); its GPU tests and those of the decode processes,
-#           the start-up and planning ahead; about 120 s
+#           bench_startup.py --timeline on the GPU, RUNS (3) fresh processes with it on and off
+#           (DETAUG_EARLY_DECODE=0), alternated, then 2 memory runs each (device memory after the
+#           first batch and after 40); its GPU tests and those of the decode processes, the
+#           start-up and planning ahead; about 120 s
 #   multinode  two GPUs (kind nvidia-h100-x2): two machines simulated on one host, as
 #           docs/training.md's multi-machine lines: two torchrun launches (--nnodes=2, c10d
 #           rendezvous on localhost), one GPU each through CUDA_VISIBLE_DEVICES=0 / =1 (LOCAL_RANK
 #           0 on both), each in its own directory. examples/retinanet_ddp.py (NCCL, RetinaNet at
 #           MN_SIZE 320, MN_ARGS to change) trains 7 steps with a checkpoint at step 5, then
-#           resumes from each machine's copy; benchmarks/multinode_check.py prints per rank its
+#           resumes from each machine's copy; bench_ddp.py --check prints per rank its
 #           machine, shard, steps and first records, and checks disjoint shards and the resume
 #
 # Each part fits in one 600 s device call; logs and JSON go to $OUT. Knobs: SECONDS_PER_ROW (6),
 # PAIRS (3), SOAK_BATCHES (20000), TRAIN_BUDGET (250), NS ("2 4 8 15"), ITERS (100), TEST_S (300),
 # WORKERS ("2,15"), BATCHES (8; yolo), MIN_SECONDS (15; yolo), STARTUP_PROCS (3), STARTUP_SECONDS (8),
-# STARTUP_WORKERS ("2,8"), RUNS (5; timeline), MN_SIZE (320), MN_ARGS, MN_TIMEOUT (80 s a launch;
-# multinode).
+# STARTUP_WORKERS ("2,8"), DALI_CONFIGS (gpu_peers.DALI_CONFIGS; startup, gpu), GPU_ONLY (gpu),
+# RUNS (5; timeline), MN_SIZE (320), MN_ARGS, MN_TIMEOUT (80 s a launch; multinode).
 # Data: 1,024 COCO-like JPEGs (bench_gpu.make_dataset) in /tmp/bench_data, made once.
 set -u
 source .ci/device_setup.sh >/dev/null 2>&1 || { echo "device setup failed"; exit 1; }
 DATA=/tmp/bench_data
-[ $# -gt 0 ] || { sed -n '2,54p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,58p' "$0"; exit 2; }
 
 part_tests() {
   timeout "${TEST_S:-300}" python3 -m pytest -m gpu -q -rf --tb=short -p no:cacheprovider tests \
@@ -66,9 +69,14 @@ part_tests() {
 }
 
 part_gpu() {
+  export LD_LIBRARY_PATH=/tmp/site/nvidia/nvimgcodec:${LD_LIBRARY_PATH:-}  # DALI's rows (as startup)
   bench_data $DATA
+  local only=() cfg=()
+  [ -n "${GPU_ONLY:-}" ] && only=(--only "$GPU_ONLY")
+  [ -n "${DALI_CONFIGS:-}" ] && cfg=(--dali-configs "$DALI_CONFIGS")
   timeout 560 python3 benchmarks/bench_gpu.py --data $DATA --keep-data --json "$OUT/bench_gpu.json" \
-    --min-seconds 8 --peer-seconds 10 2>&1 | quiet > "$OUT/bench_gpu.log"
+    --min-seconds 8 --peer-seconds 10 --budget 500 ${only[@]+"${only[@]}"} ${cfg[@]+"${cfg[@]}"} 2>&1 | quiet \
+    > "$OUT/bench_gpu.log"
   sed -n '/^| name/,$p' "$OUT/bench_gpu.log"
 }
 
@@ -136,8 +144,8 @@ part_memory() {
 
 part_timeline() {
   bench_data $DATA
-  timeout 280 python3 benchmarks/startup_timeline.py --data $DATA --devices mixed,cpu \
-    --runs "${RUNS:-5}" --off --json "$OUT/startup_timeline.json" 2>&1 | quiet | grep -v "^\["
+  timeout 280 python3 benchmarks/bench_startup.py --timeline --data $DATA --devices mixed,cpu \
+    --procs "${RUNS:-5}" --off --json "$OUT/startup_timeline.json" 2>&1 | quiet | grep -v "^\["
 }
 
 part_ddp() {
@@ -162,17 +170,19 @@ part_startup() {
   export LD_LIBRARY_PATH=/tmp/site/nvidia/nvimgcodec:${LD_LIBRARY_PATH:-}
   python3 -c "import nvidia.dali, albumentations" 2>&1 | tail -1
   bench_data $DATA
-  timeout 300 python3 benchmarks/bench_startup.py --data $DATA --procs "${STARTUP_PROCS:-3}" \
-    --seconds "${STARTUP_SECONDS:-8}" --workers "${STARTUP_WORKERS:-2,8}" \
+  local cfg=()
+  [ -n "${DALI_CONFIGS:-}" ] && cfg=(--dali-configs "$DALI_CONFIGS")
+  timeout 400 python3 benchmarks/bench_startup.py --data $DATA --procs "${STARTUP_PROCS:-3}" \
+    --seconds "${STARTUP_SECONDS:-8}" --workers "${STARTUP_WORKERS:-2,8}" ${cfg[@]+"${cfg[@]}"} \
     --json "$OUT/bench_startup.json" 2>&1 | quiet > "$OUT/bench_startup.log"
-  grep -E "^\||^detaug /|^###|FAILED|^bench_startup" "$OUT/bench_startup.log" | cut -c1-400
+  grep -E "^\||^detaug |^###|FAILED|^bench_startup" "$OUT/bench_startup.log" | cut -c1-400
 }
 
 part_firstdecode() {
   bench_data $DATA
-  timeout 150 python3 benchmarks/startup_timeline.py --data $DATA --devices mixed --runs "${RUNS:-3}" \
-    --env DETAUG_EARLY_DECODE=0 --json "$OUT/firstdecode_timeline.json" 2>&1 | quiet | grep -v "^\["
-  timeout 100 python3 benchmarks/first_decode_probe.py --data $DATA --steady 2 2>&1 | quiet
+  timeout 250 python3 benchmarks/bench_startup.py --timeline --data $DATA --devices mixed \
+    --procs "${RUNS:-3}" --env DETAUG_EARLY_DECODE=0 --memory-runs 2 \
+    --json "$OUT/firstdecode_timeline.json" 2>&1 | quiet | grep -v "^\["
   timeout "${TEST_S:-200}" python3 -m pytest -m gpu -q -rf --tb=short -p no:cacheprovider \
     tests/test_early_decode.py tests/test_startup.py tests/test_decode_proc.py \
     tests/test_decode_into_ring_gpu.py tests/test_plan_ahead_gpu.py 2>&1 | quiet > "$OUT/firstdecode_tests.log"
@@ -206,7 +216,7 @@ part_multinode() {
       quiet < "$OUT/multinode_${tag}_machine$n.log" | grep -E "^rank|^step|rc=|Error" | cut -c1-200
     done
   done
-  python3 benchmarks/multinode_check.py $d/machine0 $d/machine1 --records 40 --resumed-from 5
+  python3 benchmarks/bench_ddp.py --check $d/machine0 $d/machine1 --records 40 --resumed-from 5
 }
 
 for part in "$@"; do
