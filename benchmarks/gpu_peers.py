@@ -240,7 +240,8 @@ def dali_config_text(cfg):
 def dali_label(cfg):
     """A row's name: ``DALI 2.4, slice decode, 8 threads[, hw_decoder_load 0.9]``."""
     load = cfg.get("hw_decoder_load")
-    return (f"DALI 2.4, {cfg['decode']} decode, {cfg['num_threads']} threads"
+    n = cfg["num_threads"]
+    return (f"DALI 2.4, {cfg['decode']} decode, {n} thread{'s' if n != 1 else ''}"
             + ("" if load is None else f", hw_decoder_load {load:g}"))
 
 
