@@ -125,6 +125,7 @@ def main(argv=None):
     torch.cuda.set_device(local)
     dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
+    free0 = torch.cuda.mem_get_info(local)[0]  # this rank's GPU, its context made (set_device, NCCL)
     pipe = bg.make_det_pipe(args.data, "mixed", batch_size=args.batch_size, num_threads=args.threads,
                             seed=0)
     it = DetaugIterator(pipe, output_map=("images", "boxes"), auto_reset=True)
@@ -154,12 +155,15 @@ def main(argv=None):
     dist.all_reduce(longest, op=dist.ReduceOp.MAX)
     per_epoch = sorted(set(v for k, v in steps.items() if k not in (min(steps), max(steps))))
     gathered = [None] * world
-    dist.all_gather_object(gathered, (rank, str(pipe.device_id), per_epoch, len(steps), pipe.shard_size()))
+    mb = (free0 - torch.cuda.mem_get_info(local)[0]) / 1e6  # cudaMemGetInfo: every process on it
+    dist.all_gather_object(gathered, (rank, str(pipe.device_id), per_epoch, len(steps),
+                                      pipe.shard_size(), mb))
     if rank == 0:
         print("| ranks | img/s (all ranks) | per rank | seconds | rank: device, steps per full epoch, "
-              "epochs touched, shard size |")
+              "epochs touched, shard size, device MB |")
         print("|---:|---:|---:|---:|---|")
-        desc = "; ".join(f"{r}: cuda:{d}, {s}, {ne}, {sz}" for r, d, s, ne, sz in gathered)
+        desc = "; ".join(f"{r}: cuda:{d}, {s}, {ne}, {sz}, {m:,.0f} MB"
+                         for r, d, s, ne, sz, m in gathered)
         print(f"| {world} | {total.item() / longest.item():,.0f} | "
               f"{total.item() / longest.item() / world:,.0f} | {longest.item():.1f} | {desc} |", flush=True)
     dist.barrier()

@@ -290,6 +290,10 @@ def main(argv=None):
               "cupy pool total / used | launch outputs | output slots, hold | planned decode |")
         print("|---|---:|---:|---:|---|---|---:|---|---:|")
         result["pipelines"] = measure_pipelines(args.data, args)
+        ok = [r for r in result["pipelines"] if r.get("img_s")]
+        if len(ok) > 1:  # the baseline measured in this run: the first row (the defaults)
+            print(f"\nimg/s against {ok[0]['label']} (this run): " + "; ".join(
+                f"{r['label']} {r['img_s'] / ok[0]['img_s']:.2f}x" for r in ok[1:]))
     if "contexts" in parts:
         print("\n| context variant (one process) | device MB |\n|---|---:|")
         result["contexts"] = measure_contexts(args.data, args)

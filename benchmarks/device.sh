@@ -139,7 +139,7 @@ part_yolo() {
 part_memory() {
   bench_data $DATA
   timeout 300 python3 benchmarks/bench_memory.py --data $DATA --seconds "${SECONDS_PER_ROW:-6}" \
-    --json "$OUT/bench_memory.json" 2>&1 | quiet | grep -E "^\|" | cut -c1-400
+    --json "$OUT/bench_memory.json" 2>&1 | quiet | grep -E "^\||^img/s against" | cut -c1-400
 }
 
 part_timeline() {
