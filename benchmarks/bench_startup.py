@@ -20,9 +20,9 @@ GPU section: ``bench_gpu.make_det_pipe`` at its defaults (batch 64, ``num_thread
 against ``gpu_peers.make_dali_pipe`` (the same work in DALI's operators; its docstring says what
 differs, prefetch 2) at each configuration of ``--dali-configs`` (``DECODE[:THREADS[:HW_LOAD]]``:
 whole-image decode or ``decoders.image_slice`` of the crop window as DALI's SSD example, DALI's
-``num_threads``, ``hw_decoder_load``): a steady process per configuration, then detaug's, then
-the cold processes of detaug and the best configuration (most img/s); the table has every row and
-the ratios against the best. ``--dali-device cpu``: DALI's CPU pipeline alone (a check without a
+``num_threads``, ``hw_decoder_load``): detaug's steady process, one per configuration, detaug's
+again (its drift), then the cold processes of detaug and the best configuration (most img/s);
+the table has every row and the ratios against the best. ``--dali-device cpu``: DALI's CPU pipeline alone (a check without a
 GPU). CPU section, at each W of ``--workers``: detaug's CPU pipeline (``num_threads=W`` host
 workers, batch 16) against a DataLoader of W workers over bench_cpu's ``AlbuDataset`` (cv2
 decode, RandomSizedBBoxSafeCrop 640, flip, Normalize, CHW), batch 16.
@@ -187,7 +187,8 @@ class AlbuLoader(Engine):
 
 
 ENGINES = {"detaug": DetaugGPU, "dali": Dali, "detaug_cpu": DetaugCPU, "albu": AlbuLoader}
-LABELS = {"detaug": "detaug (GPU)", "dali": "DALI 2.4", "detaug_cpu": "detaug (CPU)",
+LABELS = {"detaug": "detaug (GPU)", "detaug_again": "detaug (GPU), again after the DALI rows",
+          "dali": "DALI 2.4", "detaug_cpu": "detaug (CPU)",
           "albu": "DataLoader + albumentations"}
 
 
@@ -328,7 +329,7 @@ def report(title, keys, cold, steady, peer=None):
           f"(time: < 1 = detaug sooner); img/s {_ratio(s(d, 'img_s'), s(p, 'img_s'))}; CPU per "
           f"image {_ratio(s(d, 'cpu_ms_per_img'), s(p, 'cpu_ms_per_img'))}; device memory "
           f"{_ratio(s(d, 'device_mb'), s(p, 'device_mb'))} (< 1 = detaug less)")
-    if len(keys) > 2:
+    if len(keys) > 2:  # (against detaug's own second row: its drift within the run)
         print("detaug img/s / each: " + "; ".join(
             f"{label_of(e)} {_ratio(s(d, 'img_s'), s(e, 'img_s'))}" for e in keys[1:]))
 
@@ -343,22 +344,23 @@ def run_section(args, pair, w=None):
 
 
 def run_gpu_section(args, configs):
-    """detaug against DALI at each configuration: steady first, one process per configuration
-    (in the order given), then detaug's steady process, then ``--procs`` cold processes each of
-    detaug and the best DALI configuration (by img/s), alternated. Returns (keys, cold, steady,
-    best key)."""
-    steady = {}
-    for c in configs:
-        steady[key_of("dali", c)] = spawn(args, "dali", "steady", cfg=c)
-    ok = [k for k in steady if steady[k].get("img_s")]
-    best = max(ok, key=lambda k: steady[k]["img_s"]) if ok else key_of("dali", configs[0])
-    steady["detaug"] = spawn(args, "detaug", "steady")
+    """detaug against DALI at each configuration. Steady: detaug's process, one per DALI
+    configuration (in the order given), detaug's again (its drift over the DALI rows); then
+    ``--procs`` cold processes each of detaug and the best configuration (most img/s),
+    alternated. Returns (keys, cold, steady, the best configuration's key)."""
+    steady = {"detaug": spawn(args, "detaug", "steady")}
+    dali = [key_of("dali", c) for c in configs]
+    for k, c in zip(dali, configs):
+        steady[k] = spawn(args, "dali", "steady", cfg=c)
+    steady["detaug_again"] = dict(spawn(args, "detaug", "steady"), engine="detaug_again")
+    ok = [k for k in dali if steady[k].get("img_s")]
+    best = max(ok, key=lambda k: steady[k]["img_s"]) if ok else dali[0]
     cold = []
     for i in range(args.procs):
         for e in (("detaug", best) if i % 2 == 0 else (best, "detaug")):
-            cold.append(spawn(args, "dali" if e != "detaug" else e, "cold",
-                              cfg=e[5:] if e != "detaug" else None))
-    return ["detaug"] + list(steady)[:-1], cold, steady, best
+            cold.append(spawn(args, "detaug", "cold") if e == "detaug"
+                        else spawn(args, "dali", "cold", cfg=e[5:]))
+    return ["detaug"] + dali + ["detaug_again"], cold, steady, best
 
 
 # ---------------------------------------------------------------------------- --timeline
@@ -510,25 +512,20 @@ def run_timeline(args):
         w = max((len(p["phase"]) for p in m["phases"]), default=5)
         for p in m["phases"]:
             print(f"  {p['phase']:<{w}}  {p['start']:7.3f}  {p['end']:7.3f}  {p['seconds']:7.3f}")
-    if "mixed" in devices and args.memory_runs:
-        mem = {v: [] for v, _, _ in variants}
-        for k in range(args.memory_runs):
-            for label, path, env in (variants if k % 2 == 0 else variants[::-1]):
-                mem[label].append(run_timeline_child(args, "mixed", path, env, memory=True))
-        for label, rs in mem.items():
-            ok = [r for r in rs if "steady_mb" in r]
-            out[f"memory/{label}"] = rs
-            if ok:
-                med = statistics.median
-                print(f"mixed [{label}] device MB in use (cudaMemGetInfo, whole device, from before "
-                      f"the build): after the first batch {med(r['first_batch_mb'] for r in ok):,.0f}, "
-                      f"after {args.memory_batches} batches {med(r['steady_mb'] for r in ok):,.0f} "
-                      f"(median of {len(ok)}); requests decoded in-process "
-                      f"{[r['early_served'] for r in ok]}, decoder dropped "
-                      f"{[r['decoder_dropped'] for r in ok]}")
-            for r in rs:
-                if "error" in r:
-                    print(f"mixed [{label}] memory run failed: {r['error']}")
+    mem = {v: [] for v, _, _ in variants if "mixed" in devices and args.memory_runs}
+    for k in range(args.memory_runs if mem else 0):
+        for label, path, env in (variants if k % 2 == 0 else variants[::-1]):
+            mem[label].append(run_timeline_child(args, "mixed", path, env, memory=True))
+    for label, rs in mem.items():
+        ok, med = [r for r in rs if "steady_mb" in r], statistics.median
+        out[f"memory/{label}"] = rs
+        print(f"mixed [{label}] device MB in use (cudaMemGetInfo, whole device, from before the "
+              f"build), median of {len(ok)}: after the first batch "
+              f"{med(r['first_batch_mb'] for r in ok) if ok else 0:,.0f}, after "
+              f"{args.memory_batches} batches {med(r['steady_mb'] for r in ok) if ok else 0:,.0f}; "
+              f"decoded in-process {[r['early_served'] for r in ok]}, decoder dropped "
+              f"{[r['decoder_dropped'] for r in ok]}" + "".join(
+                  f"; a run failed: {r['error']}" for r in rs if "error" in r))
     return out
 
 
@@ -551,18 +548,14 @@ def main(argv=None):
                          "whole,whole:8,slice:4,slice:8,slice,slice:8:0.9; THREADS default = cores)")
     ap.add_argument("--dali-config", default="whole", help=argparse.SUPPRESS)  # a child's
     ap.add_argument("--child-timeout", type=float, default=120.0)
-    ap.add_argument("--timeline", action="store_true",
-                    help="detaug alone: time to first batch and its phases per device and variant")
+    ap.add_argument("--timeline", action="store_true", help="detaug alone: first batch and phases")
     ap.add_argument("--devices", default="mixed,cpu", help="--timeline: devices (mixed,cpu)")
     ap.add_argument("--off", action="store_true", help="--timeline: also DETAUG_EARLY_START=0")
     ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                    help="--timeline: also with this variable set (repeatable), e.g. "
-                         "DETAUG_EARLY_DECODE=0")
-    ap.add_argument("--base", default=None, help="--timeline: also another checkout (before/after)")
-    ap.add_argument("--memory-runs", type=int, default=0,
-                    help="--timeline: GPU memory runs per variant after the timed ones (0)")
-    ap.add_argument("--memory-batches", type=int, default=40,
-                    help="--timeline: a memory run's batches (40)")
+                    help="--timeline: also with this variable set (repeatable)")
+    ap.add_argument("--base", default=None, help="--timeline: also another checkout first")
+    ap.add_argument("--memory-runs", type=int, default=0, help="--timeline: GPU memory runs (0)")
+    ap.add_argument("--memory-batches", type=int, default=40, help="a memory run's batches (40)")
     ap.add_argument("--timeline-child", choices=("mixed", "cpu"), help=argparse.SUPPRESS)
     ap.add_argument("--json", default=None)
     ap.add_argument("--child", choices=sorted(ENGINES), help=argparse.SUPPRESS)
