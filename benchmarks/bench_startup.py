@@ -6,35 +6,28 @@ detaug's CPU pipeline against a torch DataLoader with albumentations at the same
     python benchmarks/bench_startup.py --timeline --data DIR [--devices mixed,cpu] [--procs 5]
         [--off] [--env NAME=VALUE] [--base PATH] [--memory-runs 2] [--json F]
 
-Each measurement is a FRESH Python process (this script with ``--child``), engines alternated:
-(a) cold: from the child's first line (before imports) to the first batch in hand, the device
-    synchronised (``cuCtxSynchronize`` through libcuda for both engines); split into import /
-    build / first run; the benchmark's own modules (bench_gpu, bench_cpu, gpu_peers) are timed
-    apart as "harness" and left out. Warm: a second pipeline in the same process, the first
-    closed. ``--procs`` processes per engine.
-(b) steady (one more process per engine or configuration): img/s over ``--seconds`` after
-    ``--warmup`` s; CPU ms per image of the process tree (user + system from /proc, every
-    descendant); device memory: the drop of ``cuMemGetInfo``'s free bytes (whole device, every
-    process) from before the build (the child's context made first) to the window's end.
-GPU section: ``bench_gpu.make_det_pipe`` at its defaults (batch 64, ``num_threads`` = cores)
-against ``gpu_peers.make_dali_pipe`` (the same work in DALI's operators; its docstring says what
-differs, prefetch 2) at each configuration of ``--dali-configs`` (``DECODE[:THREADS[:HW_LOAD]]``:
-whole-image decode or ``decoders.image_slice`` of the crop window as DALI's SSD example, DALI's
-``num_threads``, ``hw_decoder_load``): detaug's steady process, one per configuration, detaug's
-again (its drift), then the cold processes of detaug and the best configuration (most img/s);
-the table has every row and the ratios against the best. ``--dali-device cpu``: DALI's CPU pipeline alone (a check without a
-GPU). CPU section, at each W of ``--workers``: detaug's CPU pipeline (``num_threads=W`` host
-workers, batch 16) against a DataLoader of W workers over bench_cpu's ``AlbuDataset`` (cv2
-decode, RandomSizedBBoxSafeCrop 640, flip, Normalize, CHW), batch 16.
+Each measurement is a fresh process (this script with ``--child``). Cold: from the child's first
+line to the first batch in hand, the device synchronised (``cuCtxSynchronize`` through libcuda
+for every engine), split into import / build / first run (the benchmark's own modules timed
+apart and left out); warm: a second pipeline in the same process. Steady: img/s over
+``--seconds`` after ``--warmup`` s, CPU ms per image of the process tree (/proc), device memory
+(the drop of ``cuMemGetInfo``'s free bytes, whole device, from before the build with the child's
+context made first). GPU: ``bench_gpu.make_det_pipe`` at its defaults against
+``gpu_peers.make_dali_pipe`` at each of ``--dali-configs`` (``DECODE[:THREADS[:HW_LOAD]]``:
+whole-image decode or ``decoders.image_slice`` of the crop window as DALI's SSD example;
+``num_threads``; ``hw_decoder_load``): steady processes of detaug, of each configuration and of
+detaug again (its drift), then ``--procs`` cold processes each of detaug and the best
+configuration, alternated; every row, and the ratios against the best. ``--dali-device cpu``:
+DALI's CPU pipeline alone (a check without a GPU). CPU, at each W of ``--workers``: detaug's CPU
+pipeline (W host workers) against a DataLoader of W workers over ``bench_cpu.AlbuDataset``,
+batch 16 both, alternated.
 
-``--timeline``: detaug alone, per device and variant (the defaults; ``--off``:
-``DETAUG_EARLY_START=0``; ``--env NAME=VALUE``, e.g. ``DETAUG_EARLY_DECODE=0``; ``--base``:
-another checkout first on PYTHONPATH), ``--procs`` fresh processes each after one warm-up run
-per device, alternated: the medians of the child's clock (import, define, build, first run,
-total from the process's start) and of each phase of ``pipe.stats['startup']``. With
-``--memory-runs K``: K more GPU processes per variant, each with its context made first,
-printing the device memory in use after the first batch and after ``--memory-batches``.
-Files are in the page cache for every process alike. Not part of the test suite.
+``--timeline``: detaug alone per device and variant (the defaults; ``--off``:
+``DETAUG_EARLY_START=0``; ``--env NAME=VALUE``; ``--base``: another checkout first on the path),
+``--procs`` fresh processes each after a warm-up run, alternated: medians of the clock (import,
+define, build, first run, total from the process's start) and of ``pipe.stats['startup']``'s
+phases; ``--memory-runs K``: K GPU processes per variant, their context made first, printing the
+device memory in use after the first batch and after ``--memory-batches``. Not a test.
 """
 import time; _T0 = time.time()  # noqa: E402,E702  (a child's clock: its first line, before any import)
 import argparse  # noqa: E402
@@ -67,7 +60,7 @@ class Cuda:
 
     @staticmethod
     def _ok(rc, what):
-        if rc != 0:
+        if rc:
             raise RuntimeError(f"{what} failed with CUresult {rc}")
 
     def sync(self):
@@ -302,24 +295,23 @@ def report(title, keys, cold, steady, peer=None):
     key (detaug first), and the ratios of detaug to ``peer`` (default: the second key; for DALI
     the configuration of the most img/s): time < 1 is detaug sooner, img/s > 1 detaug ahead.
     With several peer rows, detaug's img/s against each as well."""
-    print(f"\n### {title}\n")
-    print("| engine | first batch, cold (s) | import | build | first run | interpreter | warm (s) "
-          "| img/s | CPU ms / image | cores busy | device MB |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(f"\n### {title}\n\n| engine | first batch, cold (s) | import | build | first run | "
+          "interpreter | warm (s) | img/s | CPU ms / image | cores busy | device MB |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     med = {}
     for e in keys:
         rs = [r for r in cold if r["engine"] == e and "error" not in r]
-        s = steady.get(e) or {}
+        st = steady.get(e) or {}
         med[e] = {k: _med(rs, k) for k in ("total_s", "warm_s")}
         errs = [r["error"] for r in cold if r["engine"] == e and "error" in r] + (
-            [s["error"]] if "error" in s else [])
-        get = lambda k, f: f.format(s[k]) if s.get(k) is not None else "-"  # noqa: E731
-        print(f"| {label_of(e)} ({len(rs)} proc.) | {_fmt(med[e]['total_s'])} | "
-              + " | ".join(_fmt(_med(rs, k)) for k in ("import_s", "build_s", "first_s",
-                                                         "interpreter_s"))
-              + f" | {_fmt(med[e]['warm_s'])} | {get('img_s', '{:,.0f}')} | "
-              f"{get('cpu_ms_per_img', '{:.2f}')} | {get('cores', '{:.1f}')} | "
-              f"{get('device_mb', '{:,.0f}')} |" + (f" FAILED: {errs[0][:200]}" if errs else ""))
+            [st["error"]] if "error" in st else [])
+        got = [f.format(st[k]) if st.get(k) is not None else "-" for k, f in (
+            ("img_s", "{:,.0f}"), ("cpu_ms_per_img", "{:.2f}"), ("cores", "{:.1f}"),
+            ("device_mb", "{:,.0f}"))]
+        print(f"| {label_of(e)} ({len(rs)} proc.) | " + " | ".join(
+            [_fmt(med[e]["total_s"])] + [_fmt(_med(rs, k)) for k in (
+                "import_s", "build_s", "first_s", "interpreter_s")] + [_fmt(med[e]["warm_s"])]
+            + got) + " |" + (f" FAILED: {errs[0][:200]}" if errs else ""))
     d, p = keys[0], peer or keys[1]
     m = lambda e, k: (med[e][k] or (None,))[0]  # noqa: E731
     s = lambda e, k: (steady.get(e) or {}).get(k)  # noqa: E731
@@ -453,16 +445,13 @@ def run_timeline_child(args, device, pythonpath, env, memory=False):
 
 def timeline_medians(results):
     """Medians over the runs of the clock and of each phase's start, end and seconds."""
-    ok = [r for r in results if "clock" in r]
+    ok, med = [r for r in results if "clock" in r], statistics.median
     if not ok:
         return None
-    med = statistics.median
     names = list(dict.fromkeys(p["phase"] for r in ok for p in r["phases"]))
-    phases = []
-    for n in names:
-        ps = [p for r in ok for p in r["phases"] if p["phase"] == n]
-        phases.append({"phase": n, "start": med(p["start"] for p in ps),
-                       "end": med(p["end"] for p in ps), "seconds": med(p["seconds"] for p in ps)})
+    by = {n: [p for r in ok for p in r["phases"] if p["phase"] == n] for n in names}
+    phases = [{"phase": n, **{k: med(p[k] for p in ps) for k in ("start", "end", "seconds")}}
+              for n, ps in by.items()]
     return {"runs": len(ok), "clock": {k: med(r["clock"][k] for r in ok) for k in CLOCK},
             "phases": phases, "totals": sorted(round(r["clock"]["total"], 3) for r in ok),
             "early_served": [r.get("early_served") for r in ok]}
@@ -542,10 +531,8 @@ def main(argv=None):
     ap.add_argument("--gpu-only", action="store_true", help="only sections (a) and (b)")
     ap.add_argument("--dali-device", choices=("mixed", "cpu"), default="mixed",
                     help="cpu: DALI's CPU pipeline (a check without a GPU; detaug's GPU rows skip)")
-    ap.add_argument("--dali-configs", default=None,
-                    help="DALI configurations to run, comma-separated DECODE[:THREADS[:HW_LOAD]] "
-                         "(DECODE whole or slice; default gpu_peers.DALI_CONFIGS: "
-                         "whole,whole:8,slice:4,slice:8,slice,slice:8:0.9; THREADS default = cores)")
+    ap.add_argument("--dali-configs", default=None, help="DALI configurations, comma-separated "
+                    "DECODE[:THREADS[:HW_LOAD]] (default gpu_peers.DALI_CONFIGS)")
     ap.add_argument("--dali-config", default="whole", help=argparse.SUPPRESS)  # a child's
     ap.add_argument("--child-timeout", type=float, default=120.0)
     ap.add_argument("--timeline", action="store_true", help="detaug alone: first batch and phases")
@@ -577,12 +564,15 @@ def main(argv=None):
     if not os.path.exists(os.path.join(args.data, "annotations.json")):
         sys.exit(f"bench_startup: no annotations.json in --data {args.data} "
                  "(make it with bench_gpu.make_dataset; device.sh's bench_data does)")
-    if args.timeline:
-        out = run_timeline(args)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(out, f, indent=1)
-        return 0
+    out = run_timeline(args) if args.timeline else run_sections(args, configs)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+def run_sections(args, configs):
+    """The GPU section (detaug against DALI at ``configs``) and the CPU sections."""
     from detaug.core.backend import gpu_available  # imports no GPU library
 
     gpu = gpu_available()
@@ -596,9 +586,6 @@ def main(argv=None):
         if not gpu and args.dali_device == "cpu":  # only the DALI child can run here
             cold = [spawn(args, "dali", "cold", cfg=configs[0]) for _ in range(args.procs)]
             steady = {key_of("dali", c): spawn(args, "dali", "steady", cfg=c) for c in configs}
-            for k, r in steady.items():
-                print(f"{label_of(k)}: {r.get('img_s') or 0:,.0f} img/s" + (
-                    f" FAILED {r['error']}" if "error" in r else ""))
         elif not gpu:
             print("GPU section skipped: no GPU (--dali-device cpu checks the DALI child alone)")
             cold, steady = None, None
@@ -616,10 +603,7 @@ def main(argv=None):
             out[f"cpu_w{w}"] = {"cold": cold, "steady": steady}
             report(f"CPU, W={w} workers: detaug's host workers against a DataLoader, batch "
                    f"{args.cpu_batch}", ("detaug_cpu", "albu"), cold, steady)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
-    return 0
+    return out
 
 
 if __name__ == "__main__":

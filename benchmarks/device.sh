@@ -7,7 +7,7 @@
 #   gpu     bench_gpu.py with every section (GPU_ONLY: a subset, e.g. detaug,dali): detaug, its
 #           RetinaNet input, the decode ceilings, the peers (torchvision v2 on the GPU and in a CPU
 #           DataLoader, kornia, DALI 2.4 at each of DALI_CONFIGS when carried as for startup), the
-#           fused warp alone
+#           fused warp alone (GPU_ONLY=detaug,dali: about 130 s)
 #   pairs   PAIRS (3) pairs per setting, each one bench_gpu invocation (detaug, then its ceiling):
 #           the defaults against the one-process ceiling, 8 GB against the P=3,4 ceilings; then
 #           the table of ratios and their medians (python benchmarks/gpu_ceilings.py NAME=JSON ...)
@@ -36,7 +36,7 @@
 #           processes (STARTUP_PROCS (3) per engine, alternated; warm: a second pipeline in the same
 #           process) of detaug and the best DALI configuration; detaug's CPU pipeline against a
 #           DataLoader + albumentations (wheels in .whl) at STARTUP_WORKERS ("2,8") workers;
-#           about 230 s with the 6 default configurations
+#           about 250 s with the 6 default configurations
 #   firstdecode  the first launches decoded in the pipeline's process (runtime/gpu/early_decode.py):
 #           bench_startup.py --timeline on the GPU, RUNS (3) fresh processes with it on and off
 #           (DETAUG_EARLY_DECODE=0), alternated, then 2 memory runs each (device memory after the
