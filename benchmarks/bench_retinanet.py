@@ -32,13 +32,17 @@ def time_numpy(enc, boxes, labels, offsets, iters):
 
 
 def time_gpu(enc, boxes, labels, offsets, iters):
-    """ms per batch, or None without cupy or a device."""
+    """(ms per batch, device MB), or None without cupy or a device. Device MB: the drop of
+    cudaMemGetInfo's free bytes (whole device) from before the inputs' upload, this process's
+    context made first, to after the timed calls (cupy's pool holding what the calls took)."""
     from detaug.core.backend import gpu_available
 
     if not gpu_available():
         return None
     import cupy as cp
 
+    cp.cuda.runtime.free(0)  # the context made before the first reading
+    free0 = cp.cuda.runtime.memGetInfo()[0]
     d_boxes, d_labels = cp.asarray(boxes), cp.asarray(labels, dtype=cp.int32)
     d_offsets = cp.asarray(offsets)  # device offsets: no host-to-device copy in the timed loop
     for _ in range(5):
@@ -49,7 +53,8 @@ def time_gpu(enc, boxes, labels, offsets, iters):
         enc(d_boxes, d_labels, d_offsets)
     stop.record()
     stop.synchronize()
-    return cp.cuda.get_elapsed_time(start, stop) / iters
+    return (cp.cuda.get_elapsed_time(start, stop) / iters,
+            (free0 - cp.cuda.runtime.memGetInfo()[0]) / 1e6)
 
 
 def main():
@@ -69,11 +74,13 @@ def main():
     cpu_ms = time_numpy(enc, boxes, labels, offsets, args.cpu_iters)
     print(f"{'path':<32}{'ms/batch':>12}{'img/s':>12}")
     print(f"{'numpy, per image (keras-style)':<32}{cpu_ms:>12.2f}{args.batch / cpu_ms * 1e3:>12.0f}")
-    gpu_ms = time_gpu(enc, boxes, labels, offsets, args.iters)
-    if gpu_ms is None:
+    gpu = time_gpu(enc, boxes, labels, offsets, args.iters)
+    if gpu is None:
         print("(no cupy / CUDA device: GPU path not timed)")
         return
-    print(f"{'cupy, one launch per batch':<32}{gpu_ms:>12.3f}{args.batch / gpu_ms * 1e3:>12.0f}")
+    gpu_ms, mb = gpu
+    print(f"{'cupy, one launch per batch':<32}{gpu_ms:>12.3f}{args.batch / gpu_ms * 1e3:>12.0f}"
+          f"  (device memory {mb:,.0f} MB)")
     print(f"GPU / NumPy speed-up: {cpu_ms / gpu_ms:.0f}x (target: under 2 ms per batch of 64)")
 
 
