@@ -16,8 +16,9 @@ import ast
 import pathlib
 
 import pytest
+from helpers import REPO
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(REPO)
 PACKAGES = ("detaug", "readers")
 
 # The layers are folders. A module's layer is the layer of the deepest folder below that holds it

@@ -24,7 +24,7 @@ from detaug.pipeline import Pipeline
 from detaug.dali.plugin.pytorch import (DALIClassificationIterator, DALIGenericIterator,
     LastBatchPolicy)
 
-from conftest import COCO
+from helpers import COCO
 from helpers import close_pipelines, track  # noqa: F401  (fixture)
 
 DEVICE = {"decoder": "cpu", "ops": "cpu"}  # the GPU file runs the same programs with mixed/gpu
@@ -538,3 +538,38 @@ def test_fn_coco_reader_equals_readers_coco_in_dali_mode():
     for a, b in zip(outs[0][1:], outs[1][1:]):
         for x, y in zip(a, b):
             np.testing.assert_array_equal(x, y)
+
+
+# ---------------------------------------------------------------------------------------- GPU
+# The programs above with DALI's device="mixed" decoders and device="gpu" image ops, with the same
+# value checks (issue 16 on the device).
+@pytest.fixture
+def on_the_gpu(monkeypatch):
+    monkeypatch.setitem(DEVICE, "decoder", "mixed")
+    monkeypatch.setitem(DEVICE, "ops", "gpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("on_the_gpu")
+def test_getting_started_gpu(folder):
+    test_getting_started_file_reader_decoder_shuffle_rotate(folder)
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("on_the_gpu")
+def test_external_source_gpu(folder):
+    test_external_source_feed_input_bytes_and_ragged_labels(folder)
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("on_the_gpu")
+def test_hybrid_classification_gpu(folder):
+    test_hybrid_classification_iterator_reader_name(folder)
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("on_the_gpu")
+def test_ssd_pipeline_gpu():
+    test_ssd_pipeline_boxes_follow_crop_flip_paste_float64_reference()
+
+

@@ -26,7 +26,7 @@ from detaug.pipeline import Pipeline
 # from nvidia.dali.plugin.pytorch import DALIClassificationIterator, DALIGenericIterator, LastBatchPolicy
 from detaug.plugin.pytorch import DALIClassificationIterator, DALIGenericIterator, LastBatchPolicy
 
-from helpers import close_pipelines, track  # noqa: F401  (fixture)
+from helpers import REPO, close_pipelines, track  # noqa: F401  (fixture)
 
 DEVICE = {"decoder": "cpu", "ops": "cpu"}  # the GPU file runs the same programs with mixed/gpu
 MEAN = np.array([0.485, 0.456, 0.406]) * 255
@@ -476,7 +476,7 @@ def test_a_dali_op_detaug_lacks_raises_one_line_naming_it():
     with pytest.raises(AttributeError, match="no such op in detaug or in DALI"):
         fn.no_such_thing
     # docs/dali.md's list is the table minus the registry, as generated now
-    docs = open(os.path.join(os.path.dirname(__file__), "..", "docs", "dali.md")).read()
+    docs = open(os.path.join(REPO, "docs", "dali.md")).read()
     assert fn_names.not_in_detaug_markdown(list(REGISTRY) + list(ALIASES)) in docs, \
         "docs/dali.md's 'Not in detaug' list is stale: python -m detaug.cli.dali_docs"
     assert re.search(r"^## Not in detaug", docs, re.M)
@@ -517,3 +517,98 @@ def test_resize_size_with_a_zero_extent_keeps_the_aspect_as_dali():
         pipe.set_outputs(fn.resize(img, size=(0, 30)), fn.resize(img, size=[12, 0]))
     a, b = pipe.run()
     assert a.at(0).shape == (15, 30, 3) and b.at(0).shape == (12, 24, 3)  # 40 * 12 / 20 = 24
+
+
+# ---------------------------------------------------------------------------------------- GPU
+# The ported programs above with device="mixed" decoders and device="gpu" ops.
+
+
+@pytest.fixture
+def collect_before_close(close_pipelines):
+    """The test's garbage is collected while its pipelines (and their decoders' streams) still
+    exist, before close_pipelines closes them. Without it, running this file then
+    tests/test_ddp_gpu.py died of a segmentation fault in the garbage collector at the next
+    test, 3 of 3 times (H200, 2026-11-26): decoded GPU images of a DALI-mode pipeline freed
+    after its streams, the class of fault session 12 found in test_skip_external. The library
+    side is open (see the issue's note)."""
+    yield
+    import gc
+
+    gc.collect()
+
+
+@pytest.fixture
+def on_the_gpu(monkeypatch):
+    pytest.importorskip("cupy")
+    monkeypatch.setitem(DEVICE, "decoder", "mixed")
+    monkeypatch.setitem(DEVICE, "ops", "gpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("collect_before_close")
+@pytest.mark.usefixtures("on_the_gpu")
+@pytest.mark.parametrize("is_training", [True, False], ids=["train", "val"])
+def test_resnet50_example_gpu(flat_folder, is_training):
+    test_resnet50_example_train_and_val(flat_folder, is_training)
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("collect_before_close")
+@pytest.mark.usefixtures("on_the_gpu")
+def test_getting_started_gpu(flat_folder):
+    test_getting_started_tutorial_tensor_lists(flat_folder)
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("collect_before_close")
+@pytest.mark.usefixtures("on_the_gpu")
+def test_external_source_generic_iterator_gpu(flat_folder):
+    test_external_source_generic_iterator(flat_folder)
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("collect_before_close")
+@pytest.mark.usefixtures("on_the_gpu")
+def test_old_ops_api_gpu(flat_folder):
+    test_old_ops_api_program(flat_folder)
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("collect_before_close")
+@pytest.mark.usefixtures("on_the_gpu")
+def test_image_random_crop_windows_gpu(tmp_path, rng):
+    test_image_random_crop_gives_windows_of_the_source(tmp_path, rng)
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("collect_before_close")
+@pytest.mark.usefixtures("on_the_gpu")
+def test_image_random_crop_gpu_equals_cpu_also_resized(tmp_path, rng):
+    """The same windows on both devices (exact pixels), and the crop followed by a resize (the
+    chain the GPU runs as one warp) within a grey level of the CPU's."""
+    from detaug import Pipeline, fn
+
+    srcs = [rng.integers(0, 256, (int(rng.integers(30, 80)), int(rng.integers(30, 80)), 3), np.uint8)
+            for _ in range(8)]
+    for k, s in enumerate(srcs):
+        (tmp_path / f"{k}.png").write_bytes(_png(s))
+    outs = {}
+    for dev in ("cpu", "mixed"):
+        pipe = track(Pipeline(batch_size=8, num_threads=1, seed=5))
+        with pipe:
+            jpegs, _ = fn.readers.file(file_root=str(tmp_path), files=[f"{k}.png" for k in range(8)],
+                                       labels=list(range(8)))
+            crop = fn.decoders.image_random_crop(jpegs, device=dev, random_area=[0.2, 1.0])
+            pipe.set_outputs(crop, fn.resize(crop, resize_x=16, resize_y=16))
+        outs[dev] = pipe.run()
+    for k in range(8):
+        np.testing.assert_array_equal(outs["cpu"][0].at(k), outs["mixed"][0].as_cpu().at(k))
+        d = np.abs(outs["cpu"][1].at(k).astype(int) - outs["mixed"][1].as_cpu().at(k).astype(int))
+        assert d.max() <= 1, d.max()
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("collect_before_close")
+@pytest.mark.usefixtures("on_the_gpu")
+def test_external_source_tutorial_gpu(flat_folder):
+    test_external_source_tutorial_run_outputs(flat_folder)

@@ -13,7 +13,7 @@ import detaug.types as types
 from detaug.pipeline import Pipeline
 from detaug.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
-from conftest import COCO, VOC
+from helpers import COCO, VOC
 from helpers import close_pipelines, track  # noqa: F401  (fixture)
 
 

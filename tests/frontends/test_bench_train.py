@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 
 BENCH = os.path.join(REPO, "benchmarks")
 

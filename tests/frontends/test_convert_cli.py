@@ -12,7 +12,7 @@ import detaug
 from detaug.cli.convert import build_parser, parse_args
 from detaug.cli.main import package_version
 from detaug.cli.progress import Progress
-from readers_fixtures import REPO, VOC_MINI
+from helpers.reader_files import REPO, VOC_MINI
 
 # "reading: 12/40  30% | 512.3 items/s | ETA 0:01", at the end "... | 0:02" (the time taken)
 LINE = re.compile(r"^(reading|writing): (\d+)/(\d+) +(\d+)% \| \d+\.\d items/s \| "

@@ -6,7 +6,7 @@ import pytest
 
 from detaug.cli import convert
 from detaug.cli.detect import UndetectedFormat, detect_format
-from readers_fixtures import REPO, VOC_MINI
+from helpers.reader_files import REPO, VOC_MINI
 
 COCO_JSON = os.path.join(REPO, "examples", "data", "coco-mini", "annotations.json")
 

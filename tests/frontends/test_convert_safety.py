@@ -7,8 +7,8 @@ import pytest
 
 import readers.writers
 from detaug.cli.convert import main
-from readers_fixtures import COCO_MINI, VOC_MINI, voc_xml, write_image  # noqa: F401
-from readers_fixtures import write_voc as make_voc
+from helpers.reader_files import COCO_MINI, VOC_MINI, voc_xml, write_image  # noqa: F401
+from helpers.reader_files import write_voc as make_voc
 
 
 def snapshot(folder):
@@ -506,7 +506,7 @@ def test_fifo_or_bomb_image_in_a_coco_source_is_refused(tmp_path, capsys):
     must still not open a FIFO (it blocked) and must refuse a decompression bomb by name."""
     import signal
 
-    from test_limits import bomb_png
+    from helpers.reader_files import bomb_png
 
     folder = tmp_path / "c"
     (folder / "images").mkdir(parents=True)
@@ -558,7 +558,7 @@ def test_class_names_a_target_cannot_hold_are_refused_by_name(tmp_path, capsys, 
     one-line error naming the source, with nothing written; COCO and TFRecord keep them."""
     import readers
     from readers.tfrecord_od import read_tfrecord
-    from readers_fixtures import ann, image, write_coco
+    from helpers.reader_files import ann, image, write_coco
 
     names, faults = CLASS_NAME_CASES[case]
     cats = [{"id": k + 1, "name": n} for k, n in enumerate(names)]
@@ -606,7 +606,7 @@ def test_voc_classes_listed_twice(tmp_path, capsys):
 
 
 def test_error_naming_a_file_with_a_line_break_is_one_line(tmp_path, capsys):
-    from readers_fixtures import ann, image, write_coco
+    from helpers.reader_files import ann, image, write_coco
 
     path, _ = write_coco(tmp_path / "c", [image(1, name="a\nb.jpg")], [ann(1, 1, [1, 1, 4, 4])])
     assert main([path, str(tmp_path / "o"), "--from", "coco", "--to", "voc"]) == 2

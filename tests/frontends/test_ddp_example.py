@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 
 pytest.importorskip("torch")
 SCRIPT = os.path.join(REPO, "examples", "retinanet_ddp.py")

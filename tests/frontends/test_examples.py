@@ -3,21 +3,13 @@ them)."""
 import importlib.util
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
+from helpers.cases import run_example
 
 EXAMPLES = os.path.join(REPO, "examples")
-
-
-def run_example(script, *args, timeout=120):
-    env = dict(os.environ, KERAS_BACKEND="torch", PYTHONWARNINGS="ignore")
-    proc = subprocess.run([sys.executable, os.path.join(EXAMPLES, script), *args], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=timeout)
-    return proc.returncode, proc.stdout + proc.stderr
 
 
 def test_keras_retinanet_sequence_example(voc_small):

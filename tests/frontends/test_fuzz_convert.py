@@ -9,7 +9,7 @@ failed conversion leaves the destination as it was (absent, or the previous data
 byte) and no temporary folder beside it; a successful one leaves a complete dataset (the
 previous one gone), which the target format's reader reads back with ``on_error="raise"``,
 holding the images, boxes and classes the summary counts; the source is never changed.
-Bounded and derandomized as tests/test_fuzz_readers.py (``FUZZ_EXAMPLES`` / ``FUZZ_RANDOM``
+Bounded and derandomized as tests/readers/test_fuzz_readers.py (``FUZZ_EXAMPLES`` / ``FUZZ_RANDOM``
 to fuzz longer). Inputs that once failed live in
 ``tests/fuzz_corpus/convert-*/`` and run first, every time.
 """
@@ -26,10 +26,10 @@ from hypothesis import given, settings, strategies as st
 import readers
 from detaug.cli.convert import convert, parse_args
 from readers import DatasetError
-from readers_fixtures import COCO_MINI, VOC_MINI
-from test_fuzz_readers import (COCO_BYTES, CORPUS, EXAMPLES, FUZZ, NASTY_STRINGS, VOC_ID,
-                               YOLO_LABELS, byte_mutation, coco_mutation, time_bound,
-                               voc_mutation, yolo_mutation)
+from helpers.reader_files import COCO_MINI, VOC_MINI
+from helpers.fuzz import (COCO_BYTES, CORPUS, EXAMPLES, FUZZ, NASTY_STRINGS, VOC_ID,
+                          YOLO_LABELS, byte_mutation, coco_mutation, time_bound,
+                          voc_mutation, yolo_mutation)
 
 CONVERT_FUZZ = settings(FUZZ, max_examples=max(EXAMPLES // 4, 10))  # a conversion and a read-back each
 TARGETS = ("coco", "voc", "yolo", "tfrecord")

@@ -11,31 +11,15 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import optional_module
+from helpers import optional_module
 
 keras = optional_module("keras")  # imported where a test uses it
 
 from detaug import fn, pipeline_def  # noqa: E402
-from conftest import REPO, VOC  # noqa: E402
+from helpers import REPO, VOC  # noqa: E402
 
 from helpers import close_pipelines, track  # noqa: E402,F401  (an autouse fixture)
-
-NUM_CLASSES = 20
-
-
-@pipeline_def
-def voc_pipe(root, size=64, encode=False, shuffle=True):
-    enc, boxes = fn.readers.voc(root=root, random_shuffle=shuffle)
-    img = fn.decoders.image(enc)
-    img, boxes = fn.random_iou_crop(img, boxes)
-    img, boxes = fn.flip(img, boxes, horizontal=fn.random.coin_flip())
-    img, boxes = fn.letterbox(img, boxes, size=(size, size), center=False)
-    boxes = fn.prune_boxes(boxes, min_size=1)
-    img = fn.normalize(img, mean=0, std=255)  # [0, 1] floats, HWC (Keras' channels_last)
-    if encode:
-        _, classification = fn.retinanet_encode(boxes, num_classes=NUM_CLASSES)
-        return img, classification
-    return img, boxes
+from helpers.cases import NUM_CLASSES, _assert_same, _flat, voc_pipe
 
 
 ROOT = {"voc": VOC}
@@ -55,32 +39,6 @@ def _sequence(**kw):
     pipe_kw = {k: kw.pop(k) for k in ("batch_size", "seed", "encode", "num_threads") if k in kw}
     pipe = track(voc_pipe(ROOT["voc"], **{"batch_size": 8, "seed": 3, "num_threads": 2, **pipe_kw}))
     return pipe, DetaugSequence(pipe, **kw)
-
-
-def _flat(batch):
-    """Every array of a batch (x, y), in a fixed order, as NumPy."""
-    out = []
-
-    def walk(v):
-        if isinstance(v, dict):
-            for k in sorted(v):
-                walk(v[k])
-        elif isinstance(v, (tuple, list)):
-            for e in v:
-                walk(e)
-        else:
-            out.append(np.asarray(v))
-
-    walk(batch)
-    return out
-
-
-def _assert_same(a, b):
-    fa, fb = _flat(a), _flat(b)
-    assert len(fa) == len(fb)
-    for u, v in zip(fa, fb):
-        assert u.dtype == v.dtype
-        np.testing.assert_array_equal(u, v)
 
 
 def test_import_does_not_import_keras():

@@ -8,13 +8,13 @@ os.environ.setdefault("KERAS_BACKEND", "torch")
 import numpy as np
 import pytest
 
-from conftest import optional_module
+from helpers import optional_module
 
 keras = optional_module("keras")  # imported where a test uses it
 
-from conftest import VOC  # noqa: E402
+from helpers import VOC  # noqa: E402
 from helpers import close_pipelines, track  # noqa: E402,F401  (an autouse fixture)
-from test_keras_adapter import _assert_same, voc_pipe  # noqa: E402
+from helpers.cases import _assert_same, voc_pipe  # noqa: E402
 
 M = 12  # boxes per sample (padding)
 ROOT = {"voc": VOC}

@@ -21,7 +21,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, VOC
+from helpers import REPO, VOC
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow  # two launches of two torchrun "machines": 8 processes start torch

@@ -10,7 +10,7 @@ import zipfile
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 
 try:
     import tomllib

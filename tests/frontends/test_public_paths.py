@@ -21,7 +21,7 @@ import re
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 
 FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```", re.S | re.M)
 INLINE = re.compile(r"`([^`\n]+)`")

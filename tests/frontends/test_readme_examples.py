@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, VOC
+from helpers import REPO, VOC
 
 README = os.path.join(REPO, "README.md")
 GENERATED = {"api.md"}  # docs pages generated from the registry: signatures, not examples

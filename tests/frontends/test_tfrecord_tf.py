@@ -9,12 +9,12 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import optional_module
+from helpers import optional_module
 
 tf = optional_module("tensorflow")  # imported where a test uses it
 pytestmark = pytest.mark.xdist_group("tensorflow")  # one worker imports it (conftest: loadgroup)
 
-from conftest import COCO, REPO  # noqa: E402
+from helpers import COCO, REPO  # noqa: E402
 from readers import read_coco  # noqa: E402
 from readers.tfrecord_od import image_bytes, read_tfrecord, write_tfrecord  # noqa: E402
 

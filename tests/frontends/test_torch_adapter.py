@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 from detaug import fn, pipeline_def  # noqa: E402
 from detaug.adapters.torch import DetaugIterator, shard_from_torch_distributed  # noqa: E402
 
-from conftest import REPO, VOC  # noqa: E402
+from helpers import REPO, VOC  # noqa: E402
 N_RECORDS = 40
 ROOT = {"voc": VOC}
 

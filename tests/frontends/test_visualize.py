@@ -113,7 +113,7 @@ def test_readme_draw_boxes_snippet_runs(tmp_path, monkeypatch):
     import os
     import re
 
-    from conftest import REPO, VOC
+    from helpers import REPO, VOC
     from detaug import fn, pipeline_def
 
     text = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()

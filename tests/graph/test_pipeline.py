@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from detaug import Pipeline, fn, ops, pipeline_def
-from detaug.runtime.executor import SampleError
+from detaug.core.errors import SampleError
 from detaug.ops.registry import REGISTRY
-from conftest import COCO, VOC
+from helpers import REPO, TESTS, COCO, VOC
 
 
 @pipeline_def
@@ -367,8 +367,8 @@ def test_coco_reader_pipeline_keeps_fields_aligned():
 
 def test_every_registered_op_is_covered_by_a_test():
     """STYLE 6: a new op without a test entry fails here."""
-    here = os.path.dirname(__file__)
-    text = "".join(open(os.path.join(here, f)).read() for f in os.listdir(here) if f.endswith(".py"))
+    text = "".join(open(os.path.join(d, f)).read() for d, _, files in os.walk(TESTS)
+                   for f in files if f.endswith(".py"))
     missing = [n for n in REGISTRY if not n.startswith("_")
                and f"fn.{n}(" not in text and f'"{n}"' not in text]
     assert not missing, f"ops without a test: {missing}"
@@ -379,7 +379,7 @@ def test_readme_op_table_matches_registry():
 
     from detaug.ops.registry import op_table_markdown
 
-    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
+    readme = open(os.path.join(REPO, "README.md")).read()
     table = re.search(r"<!-- op-table -->\n(.*)\n<!-- /op-table -->", readme, re.S).group(1)
     assert table == op_table_markdown(), "README's op table is stale: python -m detaug.ops.registry"
 
@@ -389,7 +389,7 @@ def test_readme_example_runs_on_the_cpu():
     takes device="auto"; tests/test_readme_examples.py runs it exactly as printed)."""
     import re
 
-    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
+    readme = open(os.path.join(REPO, "README.md")).read()
     code = re.search(r"## Example\n\n```python\n(.*?)```", readme, re.S).group(1)
     assert 'device="auto"' in code and "device_id=0" in code
     code = code.replace(', device="auto"', "").replace(" device_id=0,", "")

@@ -8,7 +8,7 @@ import pytest
 
 from detaug import Pipeline, fn
 from detaug.core.batch import BoxBatch, ImageBatch
-from conftest import VOC
+from helpers import VOC
 from helpers import close_pipelines, images_of, track  # noqa: F401 (autouse fixture)
 
 FIXED = (0, 7)

@@ -31,8 +31,9 @@ import types
 import numpy as np
 import pytest
 
-KERNEL_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                          "detaug", "kernels")
+from helpers import REPO
+
+KERNEL_DIR = os.path.join(REPO, "detaug", "kernels")
 
 _SHIM = r"""
 #include <algorithm>

@@ -1,4 +1,5 @@
-"""Small dataset builders and the named real-data-quirk fixtures for the readers tests.
+"""Small dataset builders and the named real-data-quirk fixtures for the readers tests; a
+decompression-bomb PNG; a random COCO file (tests/readers/test_coco_reference.py's draw).
 
 Test modules import the fixtures they use by name (pytest finds fixtures in module globals);
 every file is written under ``tmp_path``.
@@ -6,12 +7,17 @@ every file is written under ``tmp_path``.
 from __future__ import annotations
 
 import json
+import math
 import os
+import struct
+import zlib
 
+import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import COCO as COCO_MINI, REPO, VOC as VOC_MINI  # noqa: F401  (other tests import them from here)
+from helpers import COCO as COCO_MINI, REPO, VOC as VOC_MINI  # noqa: F401  (other tests import them from here)
+
 SECRET = "TOP-SECRET-4f1c9a"
 
 
@@ -134,3 +140,81 @@ def edge_boxes_voc(tmp_path):
     """Boxes ending exactly at the image edge (xmax == width, ymax == height)."""
     return write_voc(tmp_path / "voc", {"e": voc_xml("e.jpg", (100, 80), [
         ("dog", 1, 1, 100, 80), ("cat", 50, 40, 100, 60)])})
+
+
+def bomb_png(width=30_000, height=30_000) -> bytes:
+    """A PNG whose IHDR declares width x height (8-bit RGB) with a tiny IDAT: a few dozen
+    bytes on disk, 2.7 GB if decoded."""
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + \
+            struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + \
+        chunk(b"IDAT", zlib.compress(b"\x00" * 64)) + chunk(b"IEND", b"")
+
+
+def random_file(tmp_path, rng):
+    n_images = int(rng.integers(1, 30))
+    cat_ids = sorted(rng.choice(np.arange(1, 40), size=int(rng.integers(1, 8)),
+                                replace=False).tolist())
+    categories = [{"id": c, "name": f"c{c}", **({"supercategory": "s"} if c % 2 else {})}
+                  for c in rng.permutation(cat_ids).tolist()]
+    images, root = [], tmp_path / "img"
+    root.mkdir()
+    literal = bool(rng.integers(2))  # a true / null somewhere: no longer a "plain" file
+    for i in range(n_images):
+        w, h = int(rng.integers(1, 500)), int(rng.integers(1, 500))
+        im = {"id": int(rng.integers(0, 10**6)) * 100 + i, "file_name": f"{i}.jpg",
+              "width": w, "height": h}
+        if rng.random() < 0.3:
+            im["license"] = int(rng.integers(5))
+        if literal and rng.random() < 0.2:
+            im["flickr_url"] = None
+        images.append(im)
+        if rng.random() > 0.05:  # else the image file is missing: it is skipped
+            (root / im["file_name"]).write_bytes(b"")
+    flags = [k for k in ("difficult", "truncated") if rng.random() < 0.4]
+    note_rate = rng.choice([0.0, 0.2])  # "area" alone, or beside "note": the two box_keys paths
+    anns = []
+    for j in range(int(rng.integers(0, 120))):
+        im = images[int(rng.integers(n_images))]
+        W, H = im["width"], im["height"]
+        x, y = rng.uniform(-0.3, 1.1) * W, rng.uniform(-0.3, 1.1) * H
+        bw, bh = rng.uniform(0.01, 0.8) * W, rng.uniform(0.01, 0.8) * H
+        r = rng.random()
+        if r < 0.04:
+            bw = -bw
+        elif r < 0.06:
+            bh = 0.0
+        elif r < 0.08:
+            x = float("nan")
+        bbox = [round(x, 3), round(y, 3), round(bw, 3), round(bh, 3)]
+        if rng.random() < 0.3:
+            bbox = [int(round(v)) if math.isfinite(v) else v for v in bbox]
+        a = {"id": j + 1, "image_id": im["id"], "category_id": int(rng.choice(cat_ids)),
+             "bbox": bbox, "area": round(abs(bw * bh), 2), "iscrowd": int(rng.random() < 0.15)}
+        if rng.random() < 0.05:
+            del a["id"]
+        if rng.random() < 0.05:
+            a["image_id"] = 10**9 + j  # no such image
+        if rng.random() < 0.05:
+            a["category_id"] = 99  # no such category
+        if rng.random() < 0.2:
+            a["segmentation"] = [[1, 2, 3, 4, 5, 6]] if rng.random() < 0.7 else []
+        if rng.random() < note_rate:
+            a["note"] = "x" if not literal else bool(rng.integers(2))
+        for k in flags:
+            if rng.random() < 0.8:
+                a[k] = int(rng.integers(2))
+        if rng.random() < 0.1:
+            del a["area"]
+        anns.append(a)
+    if rng.random() < 0.3:
+        anns.sort(key=lambda a: a["image_id"])
+    if anns and rng.random() < 0.15:
+        anns[int(rng.integers(len(anns)))]["bbox"] = ["1", 2, 3, 4]  # not 4 numbers
+    doc = {"info": {"year": 2026}, "images": images, "annotations": anns,
+           "categories": categories}
+    path = tmp_path / "ann.json"
+    path.write_text(json.dumps(doc))
+    return path, root, doc

@@ -1,6 +1,6 @@
 """``readers.voc`` as it was at 050ee4a (one tuple of Python values per object, one
 ``DetectionRecord`` checked by its constructor per file), frozen here as the reference that
-tests/test_voc_parity.py holds the columnar reader to: same records, same faults, same counts.
+tests/readers/test_voc_parity.py holds the columnar reader to: same records, same faults, same counts.
 Only the imports changed (absolute), and the functions and constants the columnar reader kept
 word for word are imported from it rather than copied. Not a test module (no ``test_`` prefix).
 

@@ -16,9 +16,9 @@ from detaug.core.batch import _identity_geometry
 from detaug.kernels import warp as W
 from detaug.kernels.boxes import box_transform_numpy
 from detaug.kernels.warp import warp_cv2, warp_numpy
-from conftest import fresh_seed
-from test_fusion import psnr
-from test_warp import MEAN, STD, _build_emulation, _emulate, rand_image
+from helpers import fresh_seed
+from helpers.geometry import psnr
+from helpers.warp import MEAN, STD, _build_emulation, _emulate, rand_image
 
 
 @pytest.fixture(scope="module")
@@ -131,15 +131,6 @@ def test_projective_taps_follow_the_most_shrunk_corner():
 
 
 # ---------------------------------------------------------------------------------------- GPU
-@pytest.fixture(scope="module")
-def cp():
-    cupy = pytest.importorskip("cupy")
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("no CUDA device")
-    except Exception as exc:
-        pytest.skip(f"no CUDA device ({type(exc).__name__})")
-    return cupy
 
 
 @pytest.mark.gpu

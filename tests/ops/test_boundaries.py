@@ -3,7 +3,7 @@ that flipping a comparison (``>=`` / ``>``, ``<`` / ``<=``) or a rounding (floor
 ceil, half away / half to even) fails a test. Expected values are worked out in the comments
 from the rule's definition (the paper, DALI, torchvision, the format), never read from the module
 under test. The CUDA twins of the kernel rules are pinned on the same cases in
-test_kernels_emulated.py."""
+kernels/test_kernel_parity.py."""
 import numpy as np
 import pytest
 
@@ -15,6 +15,7 @@ from detaug.ops.crops import iou_crop_windows, resized_crop_windows
 from detaug.ops.geometry import zoom_out_windows
 from detaug.targets import retinanet as R
 from helpers import boxes_of, images_of, run_graph
+from helpers.cases import PRUNE_CASES, RN_ANCHORS, RN_BOX, RN_STATES
 
 
 # ---------------------------------------------------------------------------------- letterbox
@@ -186,22 +187,6 @@ def test_rotate_expand_canvas_rounds_outward_after_truncation():
     assert torchvision_expanded_size(4.0, 30, 38)[1] == 40
 
 
-# ---------------------------------------------------------------------------------- prune / clip
-PRUNE_CASES = [  # box on a 10 x 10 canvas, identity; (min_size, min_area, min_visibility), kept
-    ([0, 0, 2, 3], (2.0, 0.0, 0.0), True),     # w == min_size: kept (w >= min_size)
-    ([0, 0, 3, 2], (2.0, 0.0, 0.0), True),     # h == min_size
-    ([0, 0, 1.5, 3], (2.0, 0.0, 0.0), False),
-    ([0, 0, 2, 3], (0.0, 6.0, 0.0), True),     # area == min_area
-    ([0, 0, 2, 2.9], (0.0, 6.0, 0.0), False),
-    ([-5, 0, 5, 10], (0.0, 0.0, 0.5), True),   # visible fraction 50 / 100 == min_visibility
-    ([-6, 0, 4, 10], (0.0, 0.0, 0.5), False),  # 40 / 100
-    ([10, 0, 12, 5], (0.0, 0.0, 0.0), False),  # touches the right edge: clipped width 0, gone
-    ([-2, 0, 0, 5], (0.0, 0.0, 0.0), False),   # touches the left edge
-    ([0, 10, 5, 11], (0.0, 0.0, 0.0), False),  # touches the bottom edge
-    ([0, 0, 0.5, 5], (0.0, 0.0, 0.0), True),   # thin but inside
-]
-
-
 def test_prune_thresholds_are_inclusive_and_empty_boxes_drop():
     for box, (size, area, vis), kept in PRUNE_CASES:
         _, keep = box_transform_numpy(np.array([box], np.float32), [0], np.eye(3)[None],
@@ -225,16 +210,6 @@ def _encode(anchors, boxes, labels, canvas=None, force_match=False):
     return R.encode_targets_numpy(np.asarray(anchors, np.float32), np.asarray(boxes, np.float32),
                                   np.asarray(labels), [0, len(boxes)], 3, canvas=canvas,
                                   config=cfg)
-
-
-RN_ANCHORS = [[0, 0, 4, 4],     # IoU 8 / 16 = 0.5: positive (IoU >= 0.5, keras-retinanet)
-              [0, 0, 4, 5],     # 8 / 20 = 0.4: negative (ignored only when IoU > 0.4)
-              [0, 0, 4, 4.5],   # 8 / 18 = 0.44: ignored
-              [0, 0, 4, 3.9],   # 8 / 15.6 = 0.51: positive
-              [4, 0, 8, 4],     # touches the box: IoU 0, negative
-              [6, 0, 10, 4]]    # centre x = 8 = W of an (8, 8) canvas: outside, ignored
-RN_BOX = [[0, 0, 4, 2]]
-RN_STATES = [1, 0, -1, 1, 0, -1]
 
 
 def test_retinanet_thresholds_are_inclusive_positive_strict_negative():
@@ -349,7 +324,7 @@ def test_sixteen_bit_samples_round_half_up():
 def test_coco_size_threshold_keeps_boxes_of_exactly_that_size(tmp_path):
     """size_threshold=2 drops w < 2 or h < 2: a 2 x 2 box stays, 1.99 x 5 goes."""
     from readers import read_coco
-    from readers_fixtures import ann, image, write_coco
+    from helpers.reader_files import ann, image, write_coco
 
     anns = [ann(1, 1, [5, 5, 2, 2]), ann(2, 1, [7, 7, 1.99, 5]), ann(3, 1, [1, 1, 5, 1.99])]
     ds = read_coco(*write_coco(tmp_path, [image(1)], anns), size_threshold=2)

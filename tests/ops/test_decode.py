@@ -6,7 +6,7 @@ import pytest
 from PIL import Image
 
 from detaug import Pipeline, fn
-from detaug.runtime.executor import SampleError
+from detaug.core.errors import SampleError
 from helpers import images_of
 
 

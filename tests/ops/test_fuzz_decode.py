@@ -3,7 +3,7 @@ through ``fn.decoders.image`` (CPU backend).
 
 Every input either decodes to uint8 HWC or raises ``SampleError`` naming the file; through a
 pipeline under ``on_error="skip"`` each undecodable file is counted once and every batch keeps
-its size. Bounded and derandomized (see tests/test_fuzz_readers.py for running longer:
+its size. Bounded and derandomized (see tests/readers/test_fuzz_readers.py for running longer:
 ``FUZZ_EXAMPLES=5000 FUZZ_RANDOM=1``). Inputs that once escaped go in tests/fuzz_corpus/image/.
 """
 import io
@@ -18,10 +18,10 @@ from hypothesis import given, settings, strategies as st
 from PIL import Image
 
 from detaug import Pipeline, fn
-from detaug.runtime.executor import SampleError
+from detaug.core.errors import SampleError
 from detaug.ops.decode import _decode_one
 from detaug.ops.sources import EncodedBatch
-from test_fuzz_readers import CORPUS, EXAMPLES, FUZZ, byte_mutation, time_bound
+from helpers.fuzz import CORPUS, EXAMPLES, FUZZ, byte_mutation, time_bound
 
 
 def _encoded(fmt, **kw):

@@ -14,8 +14,9 @@ from detaug import Pipeline, fn
 from detaug.core.rng import SampleRNG
 from detaug.kernels import compose as K
 from detaug.ops.multi import gamma_draws
-from conftest import fresh_seed
+from helpers import fresh_seed
 from helpers import close_pipelines, track  # noqa: F401 (fixture)
+from helpers.cases import random_compose_case
 
 FRESH = fresh_seed()  # this run's (the same in every xdist worker)
 
@@ -372,24 +373,6 @@ def emulated(tmp_path_factory):
                     f"-I{os.path.dirname(K.__file__)}", str(d / "shim.cpp"), "-o",
                     str(d / "emu.so")], check=True)
     return ctypes.CDLL(str(d / "emu.so"))
-
-
-def random_compose_case(rng, c=3):
-    b = int(rng.integers(1, 5))
-    counts = rng.integers(1, 5, b)
-    groups = np.concatenate([[0], np.cumsum(counts)])
-    canvas = rng.integers(1, 40, (b, 2))
-    tiles, origins, weights = [], [], []
-    for k in range(b):
-        raw = rng.integers(0, 65537, counts[k])
-        w = np.floor(raw / raw.sum() * 65536).astype(np.int64) if raw.sum() else np.zeros(counts[k], np.int64)
-        w[0] += 65536 - w.sum()
-        weights.extend(w)
-        for _ in range(counts[k]):
-            tiles.append(rng.integers(0, 256, (int(rng.integers(1, 30)), int(rng.integers(1, 30)), c),
-                                      dtype=np.uint8))
-            origins.append(rng.integers(-10, 35, 2))
-    return tiles, np.array(origins), groups, canvas, rng.integers(0, 256, (b, c)), np.array(weights)
 
 
 @pytest.mark.parametrize("mode", ["first", "weighted"])

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from detaug import Pipeline, fn, pipeline_def
-from helpers import close_pipelines, track  # noqa: F401 (fixture)
+from helpers import COCO, close_pipelines, track  # noqa: F401 (fixture)
 
-ROOT = os.path.join(os.path.dirname(__file__), "..", "examples", "data", "coco-mini")
+ROOT = COCO
 
 
 def yolo_pipe(device="cpu", partners="epoch", root=ROOT, **kw):
@@ -152,29 +152,16 @@ def test_a_bad_partner_file_replaces_its_owner(tmp_path, coco_small):
     assert pipe.stats["skipped"] == 1
 
 
-# ---- GPU parity (the lead runs these on the device) -------------------------------------------
-def _has_gpu():
-    try:
-        import cupy as cp
-
-        return cp.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # no cupy, no driver, no device
-        return False
-
-
-
-
 @pytest.mark.gpu
-@pytest.mark.skipif(not _has_gpu(), reason="needs a CUDA device")
 def test_compose_cupy_matches_twin():
     import cupy as cp
 
     from detaug.core.batch import DeviceImages
     from detaug.kernels import compose as K
     from detaug.kernels.launch import reset_launch_counts, total_launches
-    from test_mosaic_mixup import random_compose_case
+    from helpers.cases import random_compose_case
 
-    from conftest import fresh_seed
+    from helpers import fresh_seed
 
     for seed in (0, fresh_seed()):
         rng = np.random.default_rng(seed)
@@ -192,7 +179,6 @@ def test_compose_cupy_matches_twin():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not _has_gpu(), reason="needs a CUDA device")
 @pytest.mark.parametrize("partners", ["epoch", "batch"])
 def test_cpu_equals_gpu(partners):
     """The same groups, centres, weights and boxes on both devices; pixels within the warp's
@@ -211,7 +197,6 @@ def test_cpu_equals_gpu(partners):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not _has_gpu(), reason="needs a CUDA device")
 @pytest.mark.parametrize("partners", ["epoch", "batch"])
 def test_launches_do_not_grow_with_the_batch(partners):
     """Each kernel is launched the same number of times for a batch of 1 and of 16."""
@@ -229,10 +214,9 @@ def test_launches_do_not_grow_with_the_batch(partners):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not _has_gpu(), reason="needs a CUDA device")
 def test_yolo_example_trains_on_the_gpu():
     pytest.importorskip("torch")
-    from test_examples import run_example
+    from helpers.cases import run_example
 
     rc, out = run_example("yolo_style.py", "--device", "gpu", "--size", "128", "--iters", "3",
                           "--batch-size", "8", timeout=600)

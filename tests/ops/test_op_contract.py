@@ -20,7 +20,7 @@ import warnings
 import numpy as np
 import pytest
 
-import test_op_args as oa
+from helpers import op_cases as oa
 from detaug import fn
 from detaug.core.batch import BoxBatch, EncodedBatch, ImageBatch, PaddedBoxes
 from detaug.ops import REGISTRY

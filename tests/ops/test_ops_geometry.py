@@ -365,8 +365,8 @@ def test_affine_perspective_terms_match_ultralytics_matrix(rng, trial):
     """affine's perspective_x / perspective_y are Ultralytics' P[2, 0], P[2, 1]: boxes are the
     enclosing boxes of the corners mapped with the divide; pixels (antialias=False) follow the
     float64 warp rule through the inverse of Ultralytics' matrix."""
-    from test_recipes_geometry import detaug_rule_image
-    from test_fusion import psnr
+    from helpers.geometry import detaug_rule_image
+    from helpers.geometry import psnr
 
     h, w = int(rng.integers(40, 90)), int(rng.integers(40, 90))
     img = rand_img(rng, h, w)
@@ -395,7 +395,7 @@ def test_affine_perspective_terms_match_ultralytics_matrix(rng, trial):
 def test_affine_antialias_switch(rng):
     """antialias=False on a strong shrink is one bilinear sample a pixel (the float64 rule);
     the default supersamples (a different, smoother image); no shrink: the two agree."""
-    from test_recipes_geometry import detaug_rule_image
+    from helpers.geometry import detaug_rule_image
 
     img = rand_img(rng, 64, 80)
     off, _ = run_graph([img], [[[1, 1, 5, 5]]], lambda i, b: fn.affine(i, b, scale=0.4, antialias=False))

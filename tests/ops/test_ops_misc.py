@@ -7,7 +7,7 @@ import pytest
 
 from detaug import Pipeline, fn, pipeline_def
 from detaug.core.rng import SampleRNG
-from conftest import VOC
+from helpers import VOC
 from helpers import boxes_of, images_of, run_graph
 
 

@@ -27,8 +27,8 @@ import pytest
 from detaug import Pipeline, fn
 from detaug.kernels import color as KC
 from detaug.kernels import photometric as KP
-from conftest import fresh_seed
 from helpers import close_pipelines, random_images, track  # noqa: F401 (fixture)
+from helpers.cases import SEEDS, close, fresh
 
 # ----------------------------------------------------------------------------- float64 references
 
@@ -112,23 +112,6 @@ def ref_color_twist(img, hue, sat, brightness, contrast):
 def staged(images, flags, **kw):
     ip, fp = KP.photometric_params(len(images), flags, **kw)
     return KP.photometric_numpy(images, ip, fp)
-
-
-def close(got, ref, tol=1):
-    d = np.abs(np.asarray(got, np.float64) - ref)
-    assert d.shape == np.shape(ref)
-    assert d.size == 0 or d.max() <= tol, f"max difference {d.max()} at {np.unravel_index(d.argmax(), d.shape)}"
-
-
-def fresh(seed, shapes, dtype=np.uint8):
-    rng = np.random.default_rng(seed)
-    imgs = random_images(rng, shapes)
-    if dtype == np.float32:
-        imgs = [(i / 255.0).astype(np.float32) for i in imgs]
-    return rng, imgs
-
-
-SEEDS = [0, 1, fresh_seed()]  # two fixed, one fresh per run (conftest: the same in every xdist worker)
 
 
 # ----------------------------------------------------------------------------- single steps

@@ -25,9 +25,10 @@ from detaug.core import geometry as G
 from detaug.kernels.boxes import box_transform_numpy
 from detaug.kernels.warp import warp_cv2, warp_numpy
 from detaug.ops.recipes_geometry import scale_jitter_plan, shortest_size_plan
-from conftest import COCO, fresh_seed
+from helpers import COCO, fresh_seed
 from helpers import boxes_of, close_pipelines, images_of, run_graph, to_np, track  # noqa: F401
-from test_fusion import (assert_same_boxes, assert_same_pixels, chain_graph, psnr, sample_set)
+from helpers.geometry import assert_same_boxes, assert_same_pixels, chain_graph, psnr, sample_set
+from helpers.geometry import detaug_rule_image
 
 
 def sample_images(k=3, longest=240):
@@ -105,30 +106,6 @@ def tv_perspective_image(img, coeffs, fill=0.0):
         mask = mask + wt * inb
     out = mask[..., None] * (val - fill) + fill
     return np.clip(np.round(out), 0, 255), mask
-
-
-def detaug_rule_image(img, inv, out_hw, fill=0.0):
-    """docs/design.md's warp rule in float64, one sample per pixel: the output pixel centre
-    through ``inv`` (with the divide); outside [0, W) x [0, H) the fill; inside bilinear with the
-    taps clamped to the image."""
-    h, w = img.shape[:2]
-    oh, ow = out_hw
-    ox, oy = np.meshgrid(np.arange(ow) + 0.5, np.arange(oh) + 0.5)
-    den = inv[2, 0] * ox + inv[2, 1] * oy + inv[2, 2]
-    x = (inv[0, 0] * ox + inv[0, 1] * oy + inv[0, 2]) / den
-    y = (inv[1, 0] * ox + inv[1, 1] * oy + inv[1, 2]) / den
-    inside = (x >= 0) & (x < w) & (y >= 0) & (y < h)
-    u, v = np.where(inside, x, 0.5) - 0.5, np.where(inside, y, 0.5) - 0.5
-    u0, v0 = np.floor(u), np.floor(v)
-    fu, fv = u - u0, v - v0
-    val = 0.0
-    for dv, wv in ((0, 1 - fv), (1, fv)):
-        for du, wu in ((0, 1 - fu), (1, fu)):
-            xc = np.clip(u0 + du, 0, w - 1).astype(int)
-            yc = np.clip(v0 + dv, 0, h - 1).astype(int)
-            val = val + (wu * wv)[..., None] * img[yc, xc]
-    out = np.where(inside[..., None], val, fill)
-    return np.clip(np.floor(out + 0.5), 0, 255)
 
 
 def random_quads(rng, h, w, scale=0.3):

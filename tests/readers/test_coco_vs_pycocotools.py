@@ -11,8 +11,9 @@ import pytest
 pycoco = pytest.importorskip("pycocotools.coco")
 
 from readers import read_coco  # noqa: E402
+from helpers import COCO
 
-SAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "data", "coco-mini")
+SAMPLE = COCO
 
 
 def _compare(ann_file, image_root):

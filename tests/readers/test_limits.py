@@ -3,29 +3,17 @@ named error (file + limit), never handed to the decoder or the JSON/XML parser."
 import json
 import os
 import shutil
-import struct
-import zlib
 
 import pytest
 from PIL import Image
 
 import readers
 from detaug import Pipeline, fn
-from detaug.runtime.executor import SampleError
+from detaug.core.errors import SampleError
 from detaug.ops import decode as decode_mod
 from readers import DatasetError, limits
-from readers_fixtures import COCO_MINI, VOC_MINI
-
-
-def bomb_png(width=30_000, height=30_000) -> bytes:
-    """A PNG whose IHDR declares width x height (8-bit RGB) with a tiny IDAT: a few dozen
-    bytes on disk, 2.7 GB if decoded."""
-    def chunk(kind, data):
-        return struct.pack(">I", len(data)) + kind + data + \
-            struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + \
-        chunk(b"IDAT", zlib.compress(b"\x00" * 64)) + chunk(b"IEND", b"")
+from helpers.reader_files import COCO_MINI, VOC_MINI
+from helpers.reader_files import bomb_png
 
 
 def _decode_pipe(tmp_path, files, on_error="raise", batch_size=None):

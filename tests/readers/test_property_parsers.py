@@ -32,9 +32,9 @@ from readers import DatasetError
 from readers import tfrecord as T
 from readers.label_map import read_label_map
 from readers.tfrecord_od import read_tfrecord
-from test_fuzz_readers import (COCO_BYTES, NASTY_NUMBERS, NASTY_STRINGS, VOC_ID, byte_mutation,
-                               coco_mutation, time_bound, voc_mutation, yolo_mutation)
-from readers_fixtures import VOC_MINI
+from helpers.fuzz import (COCO_BYTES, NASTY_NUMBERS, NASTY_STRINGS, VOC_ID, byte_mutation,
+                          coco_mutation, time_bound, voc_mutation, yolo_mutation)
+from helpers.reader_files import VOC_MINI
 
 EXAMPLES = int(os.environ.get("PROPERTY_EXAMPLES", "60"))
 PROPERTY = settings(max_examples=EXAMPLES, deadline=datetime.timedelta(seconds=5),
@@ -142,7 +142,7 @@ def test_property_coco(tmp, doc):
     path = os.path.join(folder, "annotations.json")
     with open(path, "wb") as f:
         f.write(doc)
-    from readers_fixtures import COCO_MINI
+    from helpers.reader_files import COCO_MINI
     images = os.path.join(COCO_MINI, "images")
     well_formed, total = _coco_box_entries(doc)
     check(lambda on_error: readers.read_coco(path, images, on_error=on_error),

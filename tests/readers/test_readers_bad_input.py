@@ -7,7 +7,7 @@ import pytest
 
 from readers import DatasetError, read_coco, read_voc, read_yolo
 from readers.writers import write_voc as write_voc_tree
-from readers_fixtures import ann, image, voc_xml, write_coco, write_image, write_voc
+from helpers.reader_files import ann, image, voc_xml, write_coco, write_image, write_voc
 
 NOT_UTF8 = b"\xff\xfe\x80 bad bytes\n"
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from readers import DatasetError, read_coco
-from readers_fixtures import (COCO_MINI, ann, big_annotation_ids_coco, crowd_rle_coco,  # noqa: F401
+from helpers.reader_files import (COCO_MINI, ann, big_annotation_ids_coco, crowd_rle_coco,  # noqa: F401
                               empty_images_coco, grayscale_jpeg, image, tiny_boxes_coco,
                               write_coco)
 

@@ -6,7 +6,7 @@ import pytest
 
 from readers import DatasetError, read_file_list, read_folder, read_yolo
 from readers.yolo import yaml_names
-from readers_fixtures import grayscale_jpeg, write_image  # noqa: F401
+from helpers.reader_files import grayscale_jpeg, write_image  # noqa: F401
 
 
 def test_read_folder_sorted_classes_and_images(tmp_path):

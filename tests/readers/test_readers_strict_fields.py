@@ -17,7 +17,7 @@ from readers import tfrecord as T
 from readers.folder import read_file_list
 from readers.label_map import read_label_map
 from readers.tfrecord_od import read_tfrecord
-from readers_fixtures import voc_xml, write_voc
+from helpers.reader_files import voc_xml, write_voc
 
 
 def _yolo(tmp_path, labels="1 0.5 0.5 0.2 0.4\n", classes_txt=None, data_yaml=None):

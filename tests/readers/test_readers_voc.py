@@ -6,7 +6,7 @@ import pytest
 from PIL import Image
 
 from readers import VOC_CLASSES, DatasetError, read_voc
-from readers_fixtures import (SECRET, VOC_MINI, difficult_voc, edge_boxes_voc,  # noqa: F401
+from helpers.reader_files import (SECRET, VOC_MINI, difficult_voc, edge_boxes_voc,  # noqa: F401
                               voc_xml, write_voc)
 
 

@@ -15,9 +15,9 @@ from detaug import Pipeline, fn
 from detaug.core.batch import concat_boxes
 from readers import read_coco
 from readers.records import Dataset, DetectionRecord
-from test_coco_reference import random_file
+from helpers.reader_files import random_file
+from helpers import COCO
 
-COCO = os.path.join(os.path.dirname(__file__), "..", "examples", "data", "coco-mini")
 SEEDS = [0, 1, 2, 3, 855618509, None, None]
 
 

@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
-from conftest import COCO
+from helpers import COCO
 from readers import read_coco
 from readers import tfrecord as T
 from readers import tfrecord_cache as C

@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-from conftest import COCO
+from helpers import COCO
 from readers import read_coco
 from readers import tfrecord as T
 from readers.errors import DatasetError
@@ -208,7 +208,7 @@ def test_converter_round_trip_coco_tfrecord_coco(tmp_path, coco):
 
 
 def test_converter_voc_to_tfrecord_shifts_ids(tmp_path):
-    from conftest import VOC
+    from helpers import VOC
     from detaug.cli.convert import main
 
     assert main([VOC, str(tmp_path / "tf"), "--from", "voc", "--to", "tfrecord"]) == 0

@@ -11,7 +11,7 @@ from lxml import etree
 
 import readers
 from readers import VOC_CLASSES, DatasetError, read_voc, read_voc_classes
-from readers_fixtures import VOC_MINI
+from helpers.reader_files import VOC_MINI
 
 # the 20 classes in an order of their own, so that the file, not the default, sets the labels
 NAMES = list(reversed(VOC_CLASSES))
@@ -188,7 +188,7 @@ def test_a_voc_target_needs_a_class(tmp_path, capsys):
     """write_voc would leave an empty classes.txt, which reads back as a faulty file: a dataset
     of no class is refused for VOC (YOLO holds it), by the writer and by detaug-convert."""
     from detaug.cli.convert import main
-    from readers_fixtures import image, write_coco
+    from helpers.reader_files import image, write_coco
 
     with pytest.raises(DatasetError, match="no class: a VOC class list") as err:
         readers.write_voc(readers.Dataset([], []), tmp_path / "v")

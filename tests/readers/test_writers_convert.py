@@ -11,7 +11,7 @@ from detaug.cli.convert import main
 from readers import (Dataset, DetectionRecord, read_coco, read_voc, read_yolo, write_coco,
                      write_voc, write_yolo)
 from readers.writers import voc_integer_boxes
-from readers_fixtures import (COCO_MINI, REPO, VOC_MINI, crowd_rle_coco,  # noqa: F401
+from helpers.reader_files import (COCO_MINI, REPO, VOC_MINI, crowd_rle_coco,  # noqa: F401
                               difficult_voc, voc_xml, write_image, write_voc as make_voc)
 
 COCO_JSON = os.path.join(COCO_MINI, "annotations.json")

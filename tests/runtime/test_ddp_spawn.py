@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
-from conftest import VOC  # noqa: E402
+from helpers import VOC  # noqa: E402
 
 # one pytest-xdist worker runs this module, so the ranks are spawned once (the module fixture
 # of a module split over two workers is made in each: 3 processes starting torch, twice)

@@ -114,7 +114,7 @@ def _mixed_pipe(decoded_only=False, seed=3, batch_size=4):
     import detaug
     from detaug import fn
 
-    from conftest import VOC
+    from helpers import VOC
 
     pipe = detaug.Pipeline(batch_size=batch_size, num_threads=2, seed=seed, device_id=0)
     with pipe:

@@ -11,7 +11,7 @@ from detaug import Pipeline, fn
 from detaug.core import backend
 from detaug.runtime.gpu.decode_proc import _Lease
 from detaug.kernels import launch as L
-from conftest import COCO, VOC
+from helpers import COCO, VOC
 from helpers import close_pipelines, run_graph, to_np, track  # noqa: F401  (autouse fixture)
 
 pytestmark = pytest.mark.gpu
@@ -154,7 +154,7 @@ def test_gpu_decode_close_to_cpu_decode():
 
 def test_gpu_decode_reports_truncated_and_garbage(tmp_path):
     pytest.importorskip("nvidia.nvimgcodec")
-    from detaug.runtime.executor import SampleError
+    from detaug.core.errors import SampleError
 
     src = os.path.join(VOC, "JPEGImages", sorted(os.listdir(os.path.join(VOC, "JPEGImages")))[0])
     data = open(src, "rb").read()

@@ -10,7 +10,7 @@ import weakref
 
 import numpy as np
 import pytest
-from conftest import fresh_seed
+from helpers import fresh_seed
 
 from detaug.core.batch import ImageBatch
 from detaug.runtime.gpu.handout import HeldOutputs, device_arrays

@@ -19,9 +19,10 @@ import pytest
 
 import detaug
 from detaug import fn
+from detaug.core.errors import SampleError
 from detaug.runtime.host_workers import WorkerDied, unavailable
 
-from conftest import VOC as VOC_MINI
+from helpers import TESTS, VOC as VOC_MINI
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
 
@@ -169,7 +170,7 @@ def test_worker_error_keeps_type_message_and_path(tmp_path):
     for workers in (0, 2):
         pipe = det_pipe(workers, root=root)
         try:
-            with pytest.raises(detaug.runtime.executor.SampleError) as e:
+            with pytest.raises(SampleError) as e:
                 epochs(pipe, 1)
             msgs.append((str(e.value), e.value.path, e.value.position))
         finally:
@@ -305,7 +306,7 @@ def test_no_worker_left_after_close_error_ctrl_c_or_kill(tmp_path):
         # SIGINT ignored, and Python then installs no KeyboardInterrupt handler (the hang seen in
         # CI runs: the signal did nothing)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        sys.path[:0] = [{os.path.dirname(__file__)!r}, {TESTS!r}]
         from test_host_workers import det_pipe
         pipe = det_pipe(3)
         pipe.run()

@@ -2,7 +2,7 @@
 pipeline run with the profile on stamps its launches in stage order."""
 import numpy as np
 import pytest
-from conftest import fresh_seed
+from helpers import fresh_seed
 
 from detaug.runtime.gpu import launch_profile as lp
 

@@ -26,7 +26,7 @@ import detaug
 from detaug import fn
 from detaug.runtime.host_workers import unavailable
 
-from conftest import REPO, VOC
+from helpers import REPO, VOC
 from helpers import close_pipelines, track  # noqa: F401  (autouse fixture)
 
 needs_workers = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))

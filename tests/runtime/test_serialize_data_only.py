@@ -21,7 +21,7 @@ import detaug.types as types
 from detaug import fn
 from detaug.runtime.persist import GraphFormatError
 
-from conftest import VOC
+from helpers import VOC
 from helpers import close_pipelines, track  # noqa: F401  (autouse fixture)
 
 

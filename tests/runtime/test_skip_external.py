@@ -12,11 +12,11 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import fresh_seed
+from helpers import fresh_seed
 from PIL import Image
 
 from detaug import Pipeline, fn
-from detaug.runtime.executor import SampleError
+from detaug.core.errors import SampleError
 
 
 def _png(value):

@@ -16,7 +16,7 @@ from detaug import fn
 from detaug.runtime import startup
 from detaug.runtime.host_workers import HostWorkers, unavailable
 
-from conftest import VOC as VOC_MINI
+from helpers import VOC as VOC_MINI
 
 needs_workers = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
 
@@ -253,7 +253,7 @@ def test_mixed_pipeline_decode_processes_start_before_the_index_same_batches(mon
 def test_import_and_a_cpu_coco_pipeline_load_no_heavy_module():
     """``import detaug``, building a CPU COCO pipeline and its first batch import none of torch,
     cupy, keras, tensorflow, jax (nor lxml: only VOC reads XML), in a fresh process."""
-    from conftest import COCO
+    from helpers import COCO
 
     code = textwrap.dedent(f"""
         import os, sys

@@ -1,12 +1,21 @@
 """RetinaNet anchors and targets: the NumPy reference against hand values, keras-retinanet's
-own anchor code, and an independent per-anchor, per-box float64 loop."""
+own anchor code, and an independent per-anchor, per-box float64 loop; the cupy encoder against
+the float64 reference (``gpu``-marked); the fn.retinanet_encode op on the VOC sample."""
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from PIL import Image
 
+from detaug import fn, pipeline_def
+from detaug.kernels.launch import launch_counts, reset_launch_counts
 from detaug.targets import retinanet as rn
+from detaug.targets.retinanet import AnchorConfig, TargetConfig, anchors_for_shape, encode_targets_numpy
+from helpers import VOC
+from helpers import close_pipelines, track  # noqa: F401  (an autouse fixture)
+from helpers import cupy as cp  # imported on first use: by a gpu test, where there is a GPU
+from helpers import retinanet_cases as rn_cases
 
 C = 5
 
@@ -355,3 +364,200 @@ def test_encoder_dispatch_and_checks():
 def test_import_needs_no_cupy_or_torch():
     code = "import sys, detaug.targets.retinanet; assert 'cupy' not in sys.modules and 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -------------------------------------- GPU (encode_targets_cupy against the float64 reference)
+GPU_C = rn_cases.C
+
+
+def check_parity(*args, **kwargs):
+    return rn_cases.check_parity(cp, *args, **kwargs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("force", [False, True])
+@pytest.mark.parametrize("seed", [0, None])
+def test_parity_small_batches(force, seed):
+    seed = int(np.random.SeedSequence().entropy % 2 ** 32) if seed is None else seed
+    rng = np.random.default_rng(seed)
+    hw = (256, 320)
+    anchors = rn.anchors_for_shape(hw)
+    cfg = rn.TargetConfig(force_match=force)
+    boxes, labels, offsets, valid = rn_cases.random_batch(rng, 4, 20, hw)
+    sizes = rng.integers([128, 160], [257, 321], (4, 2))
+    check_parity(anchors, boxes, labels, offsets, cfg=cfg)
+    check_parity(anchors, boxes, labels, offsets, valid=valid, image_sizes=sizes, cfg=cfg)
+    reg = check_parity(anchors, boxes, labels, offsets, valid=valid, canvas=(200, 300), cfg=cfg)
+    assert (reg[..., 4] == 1).any(), f"seed {seed}"
+
+
+@pytest.mark.gpu
+def test_parity_many_boxes_per_image():
+    # more boxes than one shared-memory chunk (128): the chunk loop and its barriers
+    rng = np.random.default_rng(11)
+    hw = (128, 160)
+    boxes, labels, offsets, valid = rn_cases.random_batch(rng, 3, 300, hw, ragged=False)
+    offsets = np.asarray([0, 0, 300, 600, 900])  # first image empty
+    for force in (False, True):
+        check_parity(rn.anchors_for_shape(hw), boxes, labels, offsets, valid=valid,
+                     cfg=rn.TargetConfig(force_match=force))
+
+
+@pytest.mark.gpu
+def test_parity_batch_64_at_640_and_encoder():
+    rng = np.random.default_rng(64)
+    hw = (640, 640)
+    boxes, labels, offsets, _ = rn_cases.random_batch(rng, 64, 20, hw, ragged=False)
+    enc = rn.RetinaNetEncoder(GPU_C, hw)
+    check_parity(enc.anchors, boxes, labels, offsets, canvas=hw)
+    reg, lab = enc(cp.asarray(boxes), cp.asarray(labels), offsets)
+    assert isinstance(reg, cp.ndarray) and reg.shape == (64, 76725, 5) and lab.shape == (64, 76725, GPU_C + 1)
+    assert enc.anchors_on_device() is enc.anchors_on_device()  # uploaded once per device
+
+
+@pytest.mark.gpu
+def test_zero_boxes_and_empty_batch():
+    anchors = rn.anchors_for_shape((96, 96))
+    empty = cp.zeros((0, 4), cp.float32), cp.zeros(0, cp.int32)
+    reg, lab = rn.encode_targets_cupy(cp.asarray(anchors), *empty, np.asarray([0, 0, 0]), GPU_C,
+                                      image_sizes=np.asarray([[96, 96], [40, 96]]))
+    ref = rn.encode_targets_numpy(anchors, np.zeros((0, 4), np.float32), np.zeros(0, int), [0, 0, 0], GPU_C,
+                                  image_sizes=np.asarray([[96, 96], [40, 96]]))
+    np.testing.assert_array_equal(reg.get(), ref[0])
+    np.testing.assert_array_equal(lab.get(), ref[1])
+    reg, lab = rn.encode_targets_cupy(cp.asarray(anchors), *empty, np.asarray([0]), GPU_C,
+                                      config=rn.TargetConfig(force_match=True))
+    assert reg.shape == (0, len(anchors), 5)
+
+
+@pytest.mark.gpu
+def test_device_offsets_and_inputs_untouched():
+    rng = np.random.default_rng(5)
+    hw = (128, 128)
+    anchors = rn.anchors_for_shape(hw)
+    boxes, labels, offsets, valid = rn_cases.random_batch(rng, 3, 10, hw)
+    d_boxes, d_labels, d_valid = cp.asarray(boxes), cp.asarray(labels), cp.asarray(valid)
+    a = rn.encode_targets_cupy(anchors, d_boxes, d_labels, cp.asarray(offsets), GPU_C, valid=d_valid)
+    b = rn.encode_targets_cupy(anchors, d_boxes, d_labels, offsets, GPU_C, valid=d_valid)
+    for x, y in zip(a, b):
+        cp.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(d_boxes.get(), boxes)
+    np.testing.assert_array_equal(d_labels.get(), labels)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("force", [False, True])
+def test_launch_count_independent_of_batch(force):
+    hw = (640, 640)
+    enc = rn.RetinaNetEncoder(GPU_C, hw, targets=rn.TargetConfig(force_match=force))
+    counts = []
+    for batch in (1, 64):
+        boxes, labels, offsets, valid = rn_cases.random_batch(np.random.default_rng(batch), batch, 20, hw, ragged=False)
+        enc(cp.asarray(boxes), cp.asarray(labels), offsets, valid=cp.asarray(valid))  # compile, upload
+        reset_launch_counts()
+        enc(cp.asarray(boxes), cp.asarray(labels), offsets, valid=cp.asarray(valid))
+        counts.append(launch_counts())
+    assert counts[0] == counts[1]
+    assert sum(counts[0].values()) == (2 if force else 1)
+
+
+# ------------------------------------------------------------------- the fn.retinanet_encode op
+SIZE = (256, 256)
+
+
+NUM_CLASSES = 20
+
+
+@pipeline_def
+def voc_letterbox(root, encode, **encode_args):
+    enc, boxes = fn.readers.voc(root=root, random_shuffle=True)
+    img = fn.decoders.image(enc)
+    img, boxes = fn.flip(img, boxes, horizontal=fn.random.coin_flip())
+    img, boxes = fn.letterbox(img, boxes, size=SIZE, center=False)
+    if encode:
+        reg, cls = fn.retinanet_encode(boxes, num_classes=NUM_CLASSES, **encode_args)
+        return img, reg, cls
+    return enc, boxes
+
+
+def make(**kw):
+    return track(voc_letterbox(VOC, **kw))
+
+
+def content_sizes(paths):
+    """(B, 2) float (H_valid, W_valid) of each letterboxed image, from the file's own size."""
+    out = []
+    for p in paths:
+        with Image.open(p) as im:
+            w, h = im.size
+        s = min(SIZE[0] / h, SIZE[1] / w)
+        out.append((round(h * s), round(w * s)))
+    return np.asarray(out, np.float64)
+
+
+def reference(twin_out, config=TargetConfig(), anchors=AnchorConfig()):
+    enc, boxes = twin_out
+    per = boxes.per_sample()
+    packed = np.concatenate([d["boxes"] for d in per]).reshape(-1, 4)
+    labels = np.concatenate([d["labels"] for d in per]).astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum([len(d["boxes"]) for d in per])])
+    sizes = content_sizes(enc.paths)
+    reg, cls = encode_targets_numpy(anchors_for_shape(SIZE, anchors), packed, labels, offsets,
+                                    NUM_CLASSES, image_sizes=sizes, config=config)
+    return reg, cls, sizes
+
+
+@pytest.mark.parametrize("seed,batch_size", [(0, 8), (11, 5)])
+def test_op_equals_numpy_reference_on_voc(seed, batch_size):
+    pipe = make(encode=True, batch_size=batch_size, num_threads=2, seed=seed)
+    twin = make(encode=False, batch_size=batch_size, num_threads=2, seed=seed)
+    anchors = anchors_for_shape(SIZE, AnchorConfig())
+    centres = (anchors[:, :2] + anchors[:, 2:]) / 2
+    padded_seen = positives = 0
+    for epoch in (0, 1):
+        for b in range(len(pipe)):
+            img, reg, cls = pipe.run_batch(b, epoch=epoch)
+            ref_reg, ref_cls, sizes = reference(twin.run_batch(b, epoch=epoch))
+            assert reg.shape == (batch_size, len(anchors), 5) and reg.dtype == np.float32
+            assert cls.shape == (batch_size, len(anchors), NUM_CLASSES + 1)
+            assert cls.dtype == np.float32
+            np.testing.assert_array_equal(cls, ref_cls)            # one-hot and states, exactly
+            np.testing.assert_array_equal(reg[..., 4], ref_reg[..., 4])
+            np.testing.assert_allclose(reg[..., :4], ref_reg[..., :4], rtol=0, atol=1e-5)
+            for s, (h, w) in enumerate(sizes):
+                # anchors centred in the padding (bottom/right) are ignored
+                outside = (centres[:, 0] >= w) | (centres[:, 1] >= h)
+                assert (cls[s, outside, -1] == -1).all() and (reg[s, outside, 4] == -1).all()
+                assert not cls[s, outside, :NUM_CLASSES].any()
+                padded_seen += int(outside.any())
+                positives += int((cls[s, :, -1] == 1).sum())
+            assert np.isin(cls[..., -1], (-1, 0, 1)).all()
+    assert padded_seen > 0 and positives > 0  # both rules were exercised
+
+
+def test_op_arguments_reach_the_encoder():
+    """Non-default thresholds, std and force_match give the reference's result too."""
+    args = dict(positive_overlap=0.6, negative_overlap=0.3, force_match=True, std=0.1)
+    pipe = make(encode=True, batch_size=8, seed=4, **args)
+    twin = make(encode=False, batch_size=8, seed=4)
+    cfg = TargetConfig(0.6, 0.3, True, std=(0.1,) * 4)
+    _, reg, cls = pipe.run_batch(2)
+    ref_reg, ref_cls, _ = reference(twin.run_batch(2), config=cfg)
+    np.testing.assert_array_equal(cls, ref_cls)
+    np.testing.assert_allclose(reg, ref_reg, rtol=0, atol=1e-5)
+    default = make(encode=True, batch_size=8, seed=4).run_batch(2)[2]
+    assert not np.array_equal(default, cls)
+
+
+def test_ignore_padding_false_uses_the_whole_canvas():
+    pipe = make(encode=True, batch_size=8, seed=2, ignore_padding=False)
+    twin = make(encode=False, batch_size=8, seed=2)
+    enc, boxes = twin.run_batch(0)
+    per = boxes.per_sample()
+    offsets = np.concatenate([[0], np.cumsum([len(d["boxes"]) for d in per])])
+    ref_reg, ref_cls = encode_targets_numpy(
+        anchors_for_shape(SIZE, AnchorConfig()), np.concatenate([d["boxes"] for d in per]),
+        np.concatenate([d["labels"] for d in per]), offsets, NUM_CLASSES, canvas=SIZE)
+    _, reg, cls = pipe.run_batch(0)
+    np.testing.assert_array_equal(cls, ref_cls)
+    np.testing.assert_allclose(reg, ref_reg, rtol=0, atol=1e-5)
