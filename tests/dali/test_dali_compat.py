@@ -2,7 +2,7 @@
 
 Each tutorial-style program below is written as DALI's tutorials write it; only the import lines
 name detaug (the DALI line each replaces is in the comment beside it). The CPU runs are here; the
-same programs with device="mixed" / "gpu" are in tests/test_dali_compat_gpu.py. Values are
+same programs with device="mixed" / "gpu" are in tests/dali/test_dali_compat.py. Values are
 checked against independent float64 references (and hand-computed cases), not just shapes.
 """
 import io

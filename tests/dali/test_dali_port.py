@@ -3,7 +3,7 @@
 DALI's ResNet-50 example (fn API, train and val pipelines), the getting-started tutorial, an
 external_source + DALIGenericIterator program and an old ops-API program, each written as DALI's
 docs write them, only the imports naming detaug. The CPU runs are here; the same programs with
-device="mixed" / "gpu" are in tests/test_dali_port_gpu.py. Also: decoders.image_random_crop's
+device="mixed" / "gpu" are in tests/dali/test_dali_port.py. Also: decoders.image_random_crop's
 window rule against a reference written from DALI's RandomCropGenerator, the TensorList methods,
 DALI's API-type check, and the one-line error of an op detaug lacks.
 """
@@ -527,7 +527,7 @@ def test_resize_size_with_a_zero_extent_keeps_the_aspect_as_dali():
 def collect_before_close(close_pipelines):
     """The test's garbage is collected while its pipelines (and their decoders' streams) still
     exist, before close_pipelines closes them. Without it, running this file then
-    tests/test_ddp_gpu.py died of a segmentation fault in the garbage collector at the next
+    tests/runtime/test_ddp_pipeline.py died of a segmentation fault in the garbage collector at the next
     test, 3 of 3 times (H200, 2026-11-26): decoded GPU images of a DALI-mode pipeline freed
     after its streams, the class of fault session 12 found in test_skip_external. The library
     side is open (see the issue's note)."""

@@ -50,7 +50,7 @@ def _steps(out):
 def test_ddp_example_three_ranks_same_steps_and_a_checkpoint(tmp_path, voc_small):
     """40 records on 3 ranks in batches of 8: 14 a shard ('pad'), 2 steps an epoch on every
     rank. 5 steps, rank 0 saves. (Resuming from it, rank by rank against the uninterrupted run,
-    is tests/test_multinode.py's: this test's second launch went to keep the README's test
+    is tests/frontends/test_multinode.py's: this test's second launch went to keep the README's test
     command within its 5 minutes.)"""
     ck = str(tmp_path / "ck.pt")
     # the VOC sample at 1/8 size (conftest.voc_small: the same 40 records): 64 x 64 either way

@@ -386,7 +386,7 @@ def test_readme_op_table_matches_registry():
 
 def test_readme_example_runs_on_the_cpu():
     """The README's example, as written, with its two GPU settings turned to the CPU (its decoder
-    takes device="auto"; tests/test_readme_examples.py runs it exactly as printed)."""
+    takes device="auto"; tests/frontends/test_readme_examples.py runs it exactly as printed)."""
     import re
 
     readme = open(os.path.join(REPO, "README.md")).read()
@@ -475,7 +475,7 @@ def test_an_interrupt_while_the_queue_is_cleared_is_raised_not_swallowed():
     """Executor.clear (reset(), close()) waits for every queued launch. A Ctrl-C during that
     wait (here: a launch whose wait raises KeyboardInterrupt) is raised once the queue is
     cleared. It was swallowed with the launches' own failures, and a training loop that called
-    reset() ran on (seen: tests/test_host_workers.py's Ctrl-C case timed out in CI). Every launch
+    reset() ran on (seen: tests/runtime/test_host_workers.py's Ctrl-C case timed out in CI). Every launch
     is still waited for, and failures of launches nobody will see stay quiet."""
     from detaug.runtime.executor import Executor
 

@@ -306,30 +306,30 @@ CASES = {
 # Arguments a changed value of which needs other data than these fixed inputs; each is tested
 # where named.
 ELSEWHERE = {
-    "file_root": "readers read a dataset: tests/test_readers_*.py, test_pipeline.py",
-    "annotations_file": "tests/test_readers_coco.py", "root": "tests/test_readers_voc.py",
-    "split": "tests/test_readers_voc.py", "classes": "tests/test_readers_voc.py",
-    "skip_difficult": "tests/test_readers_voc.py", "skip_empty": "tests/test_readers_coco.py",
-    "include_iscrowd": "tests/test_readers_coco.py", "size_threshold": "tests/test_dali_compat.py",
-    "categories": "tests/test_readers_coco.py", "keep_original_ids": "tests/test_readers_coco.py",
-    "on_error": "tests/test_readers_bad_input.py, test_pipeline.py (skip counts)",
-    "random_shuffle": "tests/test_pipeline.py (epoch orders)",
-    "shuffle_after_epoch": "tests/test_dali_compat.py", "shard_id": "tests/test_pipeline.py",
-    "num_shards": "tests/test_pipeline.py", "ltrb": "tests/test_dali_compat.py",
-    "ratio": "tests/test_dali_compat.py", "image_ids": "tests/test_dali_compat.py",
-    "avoid_class_remapping": "tests/test_dali_compat.py",
-    "polygon_masks": "refused (NotImplementedError): tests/test_dali_compat.py",
-    "pixelwise_masks": "refused (NotImplementedError): tests/test_dali_compat.py",
-    "pad_last_batch": "tests/test_dali_semantics.py (the shard's last sample repeated)",
-    "stick_to_shard": "tests/test_dali_semantics.py (shards move on every epoch)",
-    "file_filters": "tests/test_dali_semantics.py", "case_sensitive_filter": "tests/test_dali_semantics.py",
-    "file_list": "tests/test_dali_compat.py", "files": "tests/test_dali_compat.py",
-    "labels": "tests/test_dali_compat.py", "path": "tests/test_tfrecord_od.py",
-    "label_map": "tests/test_tfrecord_od.py", "image_label": "tests/test_tfrecord_od.py",
-    "source": "tests/test_random_fed.py", "num_outputs": "tests/test_random_fed.py",
-    "batch": "tests/test_random_fed.py", "size": "tests/test_random_fed.py",
-    "cycle": "tests/test_dali_compat.py", "layout": "tests/test_dali_compat.py",
-    "dtype": "tests/test_dali_compat.py",
+    "file_root": "readers read a dataset: tests/readers/test_readers_*.py, graph/test_pipeline.py",
+    "annotations_file": "tests/readers/test_readers_coco.py", "root": "tests/readers/test_readers_voc.py",
+    "split": "tests/readers/test_readers_voc.py", "classes": "tests/readers/test_readers_voc.py",
+    "skip_difficult": "tests/readers/test_readers_voc.py", "skip_empty": "tests/readers/test_readers_coco.py",
+    "include_iscrowd": "tests/readers/test_readers_coco.py", "size_threshold": "tests/dali/test_dali_compat.py",
+    "categories": "tests/readers/test_readers_coco.py", "keep_original_ids": "tests/readers/test_readers_coco.py",
+    "on_error": "tests/readers/test_readers_bad_input.py, test_pipeline.py (skip counts)",
+    "random_shuffle": "tests/graph/test_pipeline.py (epoch orders)",
+    "shuffle_after_epoch": "tests/dali/test_dali_compat.py", "shard_id": "tests/graph/test_pipeline.py",
+    "num_shards": "tests/graph/test_pipeline.py", "ltrb": "tests/dali/test_dali_compat.py",
+    "ratio": "tests/dali/test_dali_compat.py", "image_ids": "tests/dali/test_dali_compat.py",
+    "avoid_class_remapping": "tests/dali/test_dali_compat.py",
+    "polygon_masks": "refused (NotImplementedError): tests/dali/test_dali_compat.py",
+    "pixelwise_masks": "refused (NotImplementedError): tests/dali/test_dali_compat.py",
+    "pad_last_batch": "tests/dali/test_dali_semantics.py (the shard's last sample repeated)",
+    "stick_to_shard": "tests/dali/test_dali_semantics.py (shards move on every epoch)",
+    "file_filters": "tests/dali/test_dali_semantics.py", "case_sensitive_filter": "tests/dali/test_dali_semantics.py",
+    "file_list": "tests/dali/test_dali_compat.py", "files": "tests/dali/test_dali_compat.py",
+    "labels": "tests/dali/test_dali_compat.py", "path": "tests/readers/test_tfrecord_od.py",
+    "label_map": "tests/readers/test_tfrecord_od.py", "image_label": "tests/readers/test_tfrecord_od.py",
+    "source": "tests/graph/test_random_fed.py", "num_outputs": "tests/graph/test_random_fed.py",
+    "batch": "tests/graph/test_random_fed.py", "size": "tests/graph/test_random_fed.py",
+    "cycle": "tests/dali/test_dali_compat.py", "layout": "tests/dali/test_dali_compat.py",
+    "dtype": "tests/dali/test_dali_compat.py",
     "ndim": "test_external_source_ndim_is_checked below",
 }
 SOURCES = {"readers.coco", "coco_reader", "readers.voc", "readers.file", "readers.tfrecord",
@@ -357,7 +357,7 @@ def _same(a, b) -> bool:
 
 def equal_flat(fa, fb) -> bool:
     """Two lists of flattened values (arrays and strings) are equal: shapes, dtypes and values
-    (NaN equal to NaN). Also used by tests/test_op_contract.py."""
+    (NaN equal to NaN). Also used by tests/ops/test_op_contract.py."""
     if len(fa) != len(fb):
         return False
     for x, y in zip(fa, fb):

@@ -50,7 +50,7 @@ def ambiguous_anchors(anchors, boxes, offsets, valid, cfg, region):
 
 def check_parity(cp, anchors, boxes, labels, offsets, valid=None, image_sizes=None, canvas=None,
                  cfg=rn.TargetConfig()):
-    """``cp``: cupy, or the fake of tests/cuda_emulation.py."""
+    """``cp``: cupy, or the fake of tests/helpers/cuda_emulation.py."""
     kw = dict(valid=valid, image_sizes=image_sizes, canvas=canvas, config=cfg)
     reg_ref, lab_ref = rn.encode_targets_numpy(anchors, boxes, labels, offsets, C, **kw)
     dev = dict(kw, valid=None if valid is None else cp.asarray(valid),

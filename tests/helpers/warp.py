@@ -52,7 +52,7 @@ def _warp_signatures():
 
 
 def _build_emulation(tmp_path_factory, *defines):
-    """warp.cu compiled as host C++ (tests/cuda_emulation.py; the float16 store is not emulated)."""
+    """warp.cu compiled as host C++ (tests/helpers/cuda_emulation.py; the float16 store is not emulated)."""
     return emu.build(tmp_path_factory.mktemp("warp_cu"), "warp.cu",
                      defines=(f"DETAUG_WARP_PPL={W._PIX_PER_LANE}", *defines),
                      signatures=_warp_signatures())

@@ -175,7 +175,7 @@ def test_cuda_source_compiles_for_the_device(tmp_path):
 
 class _FakeDeviceArray(np.ndarray):
     """A host array that answers cupy's ``.data.ptr``: lets the cupy launchers' host code run
-    with the emulated kernels (as tests/test_warp.py does for warp_cupy)."""
+    with the emulated kernels (as tests/kernels/test_warp.py does for warp_cupy)."""
 
     @property
     def data(self):

@@ -1,5 +1,5 @@
 """The warp with a projective chain (a perspective in it): warp.cu run on the CPU through
-tests/test_warp.py's C++ shim, OpenCV's warpPerspective path and the GPU, each against the
+tests/kernels/test_warp.py's C++ shim, OpenCV's warpPerspective path and the GPU, each against the
 NumPy twin; boxes.cu's divide on the GPU against the box twin.
 
 Tolerances: the emulated kernel computes coordinates with the twin's very operations (the divide

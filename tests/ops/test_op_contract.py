@@ -1,6 +1,6 @@
 """The contract every op keeps (issue 12), checked for every op of the registry.
 
-Each op is run the way tests/test_op_args.py runs it (its ``CASES``: how it is fed and its base
+Each op is run the way tests/ops/test_op_args.py runs it (its ``CASES``: how it is fed and its base
 arguments), but on fresh random inputs made from a fixed seed and a batch of ``N`` samples:
 
 * its inputs are not modified (copies of every input array taken before the run compare equal
@@ -42,7 +42,7 @@ KEEPS_IMAGE_DTYPE = {"flip", "affine", "crop", "resize", "letterbox", "rotate", 
 # ops whose output shape depends on the batch by definition (padded to the batch's largest
 # sample): a sample alone is compared with the same region of its padded version
 BATCH_SHAPED = {"pad"}
-# ops run as sources elsewhere (no input to modify, no per-op case): tests/test_op_args.py SOURCES
+# ops run as sources elsewhere (no input to modify, no per-op case): tests/ops/test_op_args.py SOURCES
 NOT_HERE = oa.SOURCES
 
 

@@ -1,7 +1,7 @@
 """Photometric ops (issues 29 and 31): photometric_distort and grayscale against float64 ports
 of torchvision v2's functional colour kernels, color_twist & co. against DALI's own reference
 formula, hand-computed boundary cases, keyed draws, and photometric.cu run on the CPU (g++)
-against its NumPy twin (tests/test_photometric_cu.py).
+against its NumPy twin (tests/kernels/test_photometric_kernels.py).
 
 The references below are written from the definitions, not from detaug's module:
 torchvision/transforms/v2/functional/_color.py (pytorch/vision): ``_rgb_to_grayscale_image``

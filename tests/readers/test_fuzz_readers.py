@@ -7,7 +7,7 @@ so a hang fails the test instead of stalling CI.
 
 Bounded (``max_examples`` from ``FUZZ_EXAMPLES``, 100; no deadline, a SIGALRM bound per
 example) and derandomized so CI stays fast. To fuzz longer, with fresh randomness:
-``FUZZ_EXAMPLES=5000 FUZZ_RANDOM=1 KERAS_BACKEND=torch python -m pytest tests/test_fuzz_*.py``.
+``FUZZ_EXAMPLES=5000 FUZZ_RANDOM=1 KERAS_BACKEND=torch python -m pytest tests/*/test_fuzz_*.py``.
 Inputs that once escaped live in ``tests/fuzz_corpus/`` (helpers/fuzz.py: the budget, the
 mutations) and run first, every time.
 """

@@ -1,6 +1,6 @@
 """readers.tfrecord: CRC-32C against published test vectors, the framing and tf.train.Example
 bytes against hand-computed encodings, protobuf's decoding rules, and malformed input.
-(tests/test_tfrecord_tf.py checks the same bytes against TensorFlow itself.)"""
+(tests/frontends/test_tfrecord_tf.py checks the same bytes against TensorFlow itself.)"""
 import struct
 
 import numpy as np

@@ -321,7 +321,7 @@ def _gpu_pipe(batch_size):
 
 @pytest.mark.gpu
 def test_gpu_pipeline_epoch_end_keeps_the_next_epochs_launches(monkeypatch):
-    """As tests/test_ddp_pipeline.py's CPU check, on a GPU pipeline (4 batches a launch): the
+    """As tests/runtime/test_ddp_pipeline.py's CPU check, on a GPU pipeline (4 batches a launch): the
     iterator ('drop') ends each epoch before its 'fill' pipeline; no launch is made twice and
     the batches are those of random access."""
     from detaug.runtime import executor

@@ -228,7 +228,7 @@ def test_mixed_pipeline_decode_processes_start_before_the_index_same_batches(mon
     after this process's CUDA; the batches equal those of processes started after the index
     (DETAUG_EARLY_START=0)."""
     pytest.importorskip("nvidia.nvimgcodec")
-    # (the first launches decoded here while they come up: tests/test_early_decode.py)
+    # (the first launches decoded here while they come up: tests/runtime/test_early_decode.py)
     monkeypatch.setenv("DETAUG_EARLY_DECODE", "0")
     early, phases = first_batches(det_pipe(None, device="mixed"))
     s = spans(phases)
