@@ -480,8 +480,8 @@ def voc_letterbox(root, encode, **encode_args):
     return enc, boxes
 
 
-def make(**kw):
-    return track(voc_letterbox(VOC, **kw))
+def make(root=VOC, **kw):
+    return track(voc_letterbox(root, **kw))
 
 
 def content_sizes(paths):
@@ -508,9 +508,11 @@ def reference(twin_out, config=TargetConfig(), anchors=AnchorConfig()):
 
 
 @pytest.mark.parametrize("seed,batch_size", [(0, 8), (11, 5)])
-def test_op_equals_numpy_reference_on_voc(seed, batch_size):
-    pipe = make(encode=True, batch_size=batch_size, num_threads=2, seed=seed)
-    twin = make(encode=False, batch_size=batch_size, num_threads=2, seed=seed)
+def test_op_equals_numpy_reference_on_voc(voc_small, seed, batch_size):
+    # the VOC sample at 1/8 size (conftest): the same records and boxes scaled; the targets are
+    # compared with the reference's on the same letterboxed boxes, whatever the pixels
+    pipe = make(voc_small, encode=True, batch_size=batch_size, num_threads=2, seed=seed)
+    twin = make(voc_small, encode=False, batch_size=batch_size, num_threads=2, seed=seed)
     anchors = anchors_for_shape(SIZE, AnchorConfig())
     centres = (anchors[:, :2] + anchors[:, 2:]) / 2
     padded_seen = positives = 0
@@ -535,23 +537,23 @@ def test_op_equals_numpy_reference_on_voc(seed, batch_size):
     assert padded_seen > 0 and positives > 0  # both rules were exercised
 
 
-def test_op_arguments_reach_the_encoder():
+def test_op_arguments_reach_the_encoder(voc_small):
     """Non-default thresholds, std and force_match give the reference's result too."""
     args = dict(positive_overlap=0.6, negative_overlap=0.3, force_match=True, std=0.1)
-    pipe = make(encode=True, batch_size=8, seed=4, **args)
-    twin = make(encode=False, batch_size=8, seed=4)
+    pipe = make(voc_small, encode=True, batch_size=8, seed=4, **args)
+    twin = make(voc_small, encode=False, batch_size=8, seed=4)
     cfg = TargetConfig(0.6, 0.3, True, std=(0.1,) * 4)
     _, reg, cls = pipe.run_batch(2)
     ref_reg, ref_cls, _ = reference(twin.run_batch(2), config=cfg)
     np.testing.assert_array_equal(cls, ref_cls)
     np.testing.assert_allclose(reg, ref_reg, rtol=0, atol=1e-5)
-    default = make(encode=True, batch_size=8, seed=4).run_batch(2)[2]
+    default = make(voc_small, encode=True, batch_size=8, seed=4).run_batch(2)[2]
     assert not np.array_equal(default, cls)
 
 
-def test_ignore_padding_false_uses_the_whole_canvas():
-    pipe = make(encode=True, batch_size=8, seed=2, ignore_padding=False)
-    twin = make(encode=False, batch_size=8, seed=2)
+def test_ignore_padding_false_uses_the_whole_canvas(voc_small):
+    pipe = make(voc_small, encode=True, batch_size=8, seed=2, ignore_padding=False)
+    twin = make(voc_small, encode=False, batch_size=8, seed=2)
     enc, boxes = twin.run_batch(0)
     per = boxes.per_sample()
     offsets = np.concatenate([[0], np.cumsum([len(d["boxes"]) for d in per])])
