@@ -8,6 +8,7 @@ import pytest
 from detaug import Pipeline, fn
 from detaug.core.errors import NotFed
 from detaug.runtime import host_workers
+from detaug.runtime.batch_making import BatchMaking
 from helpers import close_pipelines, track  # noqa: F401  (autouse fixture)
 
 
@@ -38,6 +39,7 @@ def test_host_processes_resolved_from_threads_and_environment(monkeypatch, threa
 
 
 def test_default_is_one_worker_per_thread_where_workers_can_run(monkeypatch):
+    assert issubclass(Pipeline, BatchMaking)  # the mixin these rules live in
     monkeypatch.delenv("DETAUG_HOST_PROCESSES", raising=False)
     monkeypatch.setattr(host_workers, "unavailable", lambda: None)
     p = counting_pipe(num_threads=3)
