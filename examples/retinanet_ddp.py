@@ -44,7 +44,7 @@ Run:
         --rdzv_endpoint=HOST0:29400 examples/retinanet_ddp.py --root /data/VOC2012
     # CPU, without torchvision
     torchrun --nproc_per_node=2 examples/retinanet_ddp.py --dry-run --iters 6 --size 128
-    # two machines simulated on one (tests/test_multinode.py; on GPUs: device.sh multinode)
+    # two machines simulated on one (tests/frontends/test_multinode.py; on GPUs: device.sh multinode)
     torchrun --nnodes=2 --node_rank=0 --nproc_per_node=1 --rdzv_backend=c10d \\
         --rdzv_endpoint=localhost:29400 examples/retinanet_ddp.py --dry-run --cpu   # and rank 1
 """

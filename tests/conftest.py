@@ -1,36 +1,30 @@
-import importlib
-import importlib.util
 import os
-import sys
-import types
 import zlib
 
 import numpy as np
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VOC = os.path.join(REPO, "examples", "data", "voc-mini")
-COCO = os.path.join(REPO, "examples", "data", "coco-mini")
-
-
-def _gpu():
-    try:
-        import cupy
-
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:
-        return False
+from helpers import COCO, VOC, has_gpu
 
 
 @pytest.hookimpl(trylast=True)  # after pytest-xdist's own naming of the groups
 def pytest_collection_modifyitems(config, items):
     _name_groups(config, items)
-    if _gpu():
+    if has_gpu():
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU with cupy")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def cp():
+    """cupy, for ``gpu``-marked tests (skipped above where there is no GPU, so the import happens
+    only where one is)."""
+    import cupy
+
+    return cupy
 
 
 @pytest.fixture
@@ -110,31 +104,6 @@ def pytest_configure(config):
     DETAUG_FRESH_SEED to replay a run."""
     os.environ.setdefault("DETAUG_FRESH_SEED", str(int(np.random.SeedSequence().entropy % (1 << 30))))
     _use_loadgroup(config)
-
-
-def fresh_seed() -> int:
-    """This run's fresh seed (printed in a failing test's parameters)."""
-    return int(os.environ.get("DETAUG_FRESH_SEED") or np.random.SeedSequence().entropy % (1 << 30))
-
-
-class _LazyModule(types.ModuleType):
-    def __getattr__(self, attr):
-        # pytest's collection probes every module-level name for private attributes
-        # (_mock_name, __test__, ...): answering those without the import keeps collection
-        # from importing the module; the tests use only public names
-        if attr.startswith("_") and self.__name__ not in sys.modules:
-            raise AttributeError(attr)
-        return getattr(importlib.import_module(self.__name__), attr)
-
-
-def optional_module(name: str):
-    """``pytest.importorskip(name)`` decided at collection without importing ``name``: the
-    test module is skipped where ``name`` is not installed, and ``name`` (TensorFlow, keras: seconds
-    to import) is imported on first use, by the pytest-xdist worker that runs a test needing
-    it, not by every worker that collects the file."""
-    if importlib.util.find_spec(name.split(".")[0]) is None:
-        pytest.skip(f"could not import {name!r}: not installed", allow_module_level=True)
-    return _LazyModule(name)
 
 
 def _use_loadgroup(config):

@@ -13,6 +13,7 @@ from detaug import fn, ops
 from detaug.graph.trace import DataNode
 from detaug.ops import registry as R
 from detaug.ops.registry import ALIASES, COMMON_ARGS, OPTIONAL, REGISTRY
+from helpers import REPO
 
 P = inspect.Parameter
 PUBLIC = sorted([n for n in REGISTRY if not n.startswith("_")] + list(ALIASES))
@@ -196,7 +197,7 @@ def test_a_new_op_is_documented_from_its_declaration(monkeypatch):
 
 
 def test_docs_api_md_is_generated_from_the_registry():
-    path = os.path.join(os.path.dirname(__file__), "..", "docs", "api.md")
+    path = os.path.join(REPO, "docs", "api.md")
     text = open(path).read()
     assert text == R.api_reference_markdown(), \
         "docs/api.md is stale: python -m detaug.ops.registry --api > docs/api.md"
@@ -253,7 +254,7 @@ def test_every_detaug_option_has_help():
 def test_fn_stub_is_generated_from_the_registry():
     from detaug.ops import stubs
 
-    path = os.path.join(os.path.dirname(__file__), "..", "detaug", "fn.pyi")
+    path = os.path.join(REPO, "detaug", "fn.pyi")
     assert open(path).read() == stubs.fn_stub(), \
         "detaug/fn.pyi is stale: python -m detaug.ops.stubs > detaug/fn.pyi"
 
@@ -306,7 +307,7 @@ def test_an_ide_shows_the_signature_and_docstring():
     """jedi (the static analysis of IPython's and several editors' completion) reads the stub:
     fn.rotate( and fn.readers.voc( show typed parameters, completion shows the docstring."""
     jedi = pytest.importorskip("jedi")
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = REPO
 
     def sig(code):
         lines = code.splitlines()

@@ -1,0 +1,152 @@
+"""Small case tables and builders that several test families share: the prune and RetinaNet
+threshold cases (ops' boundary tests and the CUDA sources' emulation), the Keras adapter's VOC
+pipeline and batch comparison, the photometric tolerances and fresh inputs, a random mosaic
+compose case, torchvision's Gaussian blur as a float64 reference, and running an example script."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from detaug import fn, pipeline_def
+from helpers import REPO, fresh_seed, random_images
+
+# ---------------------------------------------------------------------------------- prune / clip
+PRUNE_CASES = [  # box on a 10 x 10 canvas, identity; (min_size, min_area, min_visibility), kept
+    ([0, 0, 2, 3], (2.0, 0.0, 0.0), True),     # w == min_size: kept (w >= min_size)
+    ([0, 0, 3, 2], (2.0, 0.0, 0.0), True),     # h == min_size
+    ([0, 0, 1.5, 3], (2.0, 0.0, 0.0), False),
+    ([0, 0, 2, 3], (0.0, 6.0, 0.0), True),     # area == min_area
+    ([0, 0, 2, 2.9], (0.0, 6.0, 0.0), False),
+    ([-5, 0, 5, 10], (0.0, 0.0, 0.5), True),   # visible fraction 50 / 100 == min_visibility
+    ([-6, 0, 4, 10], (0.0, 0.0, 0.5), False),  # 40 / 100
+    ([10, 0, 12, 5], (0.0, 0.0, 0.0), False),  # touches the right edge: clipped width 0, gone
+    ([-2, 0, 0, 5], (0.0, 0.0, 0.0), False),   # touches the left edge
+    ([0, 10, 5, 11], (0.0, 0.0, 0.0), False),  # touches the bottom edge
+    ([0, 0, 0.5, 5], (0.0, 0.0, 0.0), True),   # thin but inside
+]
+
+
+RN_ANCHORS = [[0, 0, 4, 4],     # IoU 8 / 16 = 0.5: positive (IoU >= 0.5, keras-retinanet)
+              [0, 0, 4, 5],     # 8 / 20 = 0.4: negative (ignored only when IoU > 0.4)
+              [0, 0, 4, 4.5],   # 8 / 18 = 0.44: ignored
+              [0, 0, 4, 3.9],   # 8 / 15.6 = 0.51: positive
+              [4, 0, 8, 4],     # touches the box: IoU 0, negative
+              [6, 0, 10, 4]]    # centre x = 8 = W of an (8, 8) canvas: outside, ignored
+
+
+RN_BOX = [[0, 0, 4, 2]]
+
+
+RN_STATES = [1, 0, -1, 1, 0, -1]
+
+
+NUM_CLASSES = 20
+
+
+@pipeline_def
+def voc_pipe(root, size=64, encode=False, shuffle=True):
+    enc, boxes = fn.readers.voc(root=root, random_shuffle=shuffle)
+    img = fn.decoders.image(enc)
+    img, boxes = fn.random_iou_crop(img, boxes)
+    img, boxes = fn.flip(img, boxes, horizontal=fn.random.coin_flip())
+    img, boxes = fn.letterbox(img, boxes, size=(size, size), center=False)
+    boxes = fn.prune_boxes(boxes, min_size=1)
+    img = fn.normalize(img, mean=0, std=255)  # [0, 1] floats, HWC (Keras' channels_last)
+    if encode:
+        _, classification = fn.retinanet_encode(boxes, num_classes=NUM_CLASSES)
+        return img, classification
+    return img, boxes
+
+
+def _flat(batch):
+    """Every array of a batch (x, y), in a fixed order, as NumPy."""
+    out = []
+
+    def walk(v):
+        if isinstance(v, dict):
+            for k in sorted(v):
+                walk(v[k])
+        elif isinstance(v, (tuple, list)):
+            for e in v:
+                walk(e)
+        else:
+            out.append(np.asarray(v))
+
+    walk(batch)
+    return out
+
+
+def _assert_same(a, b):
+    fa, fb = _flat(a), _flat(b)
+    assert len(fa) == len(fb)
+    for u, v in zip(fa, fb):
+        assert u.dtype == v.dtype
+        np.testing.assert_array_equal(u, v)
+
+
+def close(got, ref, tol=1):
+    d = np.abs(np.asarray(got, np.float64) - ref)
+    assert d.shape == np.shape(ref)
+    assert d.size == 0 or d.max() <= tol, f"max difference {d.max()} at {np.unravel_index(d.argmax(), d.shape)}"
+
+
+def fresh(seed, shapes, dtype=np.uint8):
+    rng = np.random.default_rng(seed)
+    imgs = random_images(rng, shapes)
+    if dtype == np.float32:
+        imgs = [(i / 255.0).astype(np.float32) for i in imgs]
+    return rng, imgs
+
+
+SEEDS = [0, 1, fresh_seed()]  # two fixed, one fresh per run (conftest: the same in every xdist worker)
+
+
+def random_compose_case(rng, c=3):
+    b = int(rng.integers(1, 5))
+    counts = rng.integers(1, 5, b)
+    groups = np.concatenate([[0], np.cumsum(counts)])
+    canvas = rng.integers(1, 40, (b, 2))
+    tiles, origins, weights = [], [], []
+    for k in range(b):
+        raw = rng.integers(0, 65537, counts[k])
+        w = np.floor(raw / raw.sum() * 65536).astype(np.int64) if raw.sum() else np.zeros(counts[k], np.int64)
+        w[0] += 65536 - w.sum()
+        weights.extend(w)
+        for _ in range(counts[k]):
+            tiles.append(rng.integers(0, 256, (int(rng.integers(1, 30)), int(rng.integers(1, 30)), c),
+                                      dtype=np.uint8))
+            origins.append(rng.integers(-10, 35, 2))
+    return tiles, np.array(origins), groups, canvas, rng.integers(0, 256, (b, c)), np.array(weights)
+
+
+def run_example(script, *args, timeout=120):
+    env = dict(os.environ, KERAS_BACKEND="torch", PYTHONWARNINGS="ignore")
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "examples", script), *args], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+# ---- torchvision's gaussian_blur, written from its definition (float64) ----------------------
+def tv_kernel1d(ksize, sigma):
+    """torchvision _get_gaussian_kernel1d: linspace(-(k-1)/2, (k-1)/2, k), exp(-0.5 (x/s)^2), / sum."""
+    half = (ksize - 1) * 0.5
+    x = np.linspace(-half, half, ksize)
+    pdf = np.exp(-0.5 * (x / sigma) ** 2)
+    return pdf / pdf.sum()
+
+
+def tv_gaussian_blur(img, kernel_size, sigma):
+    """torchvision.transforms.v2.functional.gaussian_blur on a uint8 HWC image: kernel_size and
+    sigma as (x, y); the 2-D kernel is outer(ky, kx); reflect padding (no edge repeat) of kx // 2
+    columns and ky // 2 rows; cross-correlation; rounded half to even, clamped."""
+    kx, ky = kernel_size
+    sx, sy = sigma
+    k2 = np.outer(tv_kernel1d(ky, sy), tv_kernel1d(kx, sx))
+    pad = np.pad(img.astype(np.float64), ((ky // 2, ky // 2), (kx // 2, kx // 2), (0, 0)), mode="reflect")
+    h, w, _ = img.shape
+    out = np.zeros(img.shape)
+    for i in range(ky):
+        for j in range(kx):
+            out += k2[i, j] * pad[i:i + h, j:j + w]
+    return np.clip(np.round(out), 0, 255)
