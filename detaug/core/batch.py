@@ -458,6 +458,13 @@ class PaddedBoxes(dict):
     with ``fill`` / -1, plus 'counts' (B,) int32 of real boxes per sample. On the device where
     the pipeline runs on the GPU."""
 
+    def per_sample(self) -> list:
+        """Host list of dicts {'boxes', 'labels', <fields>} of each sample's real boxes (its
+        first ``counts[b]`` rows), as :meth:`BoxBatch.per_sample` gives; copies from the GPU."""
+        counts = backend.to_host(self["counts"])
+        rows = {k: backend.to_host(v) for k, v in self.items() if k != "counts"}
+        return [{k: v[b, :int(n)] for k, v in rows.items()} for b, n in enumerate(counts)]
+
 
 class EncodedBatch:
     """File bytes of B samples, with their paths and the sizes their annotations declare."""
