@@ -1,7 +1,7 @@
 """Errors that cross layers: raised by ops and kernels, caught by the executor.
 
-Bottom layer (imports nothing of detaug), so that every layer can raise them; ``detaug.runtime.executor``
-re-exports :class:`SampleError` where it has always been importable.
+Bottom layer (imports nothing of detaug), so that every layer can raise them. This module is
+the one home of each: ``from detaug.core.errors import SampleError``.
 """
 from __future__ import annotations
 

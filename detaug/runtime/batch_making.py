@@ -9,7 +9,7 @@ import os
 from ..core.errors import NotFed as _NotFed
 from ..core.errors import SampleError
 from ..graph import trace as _graph
-from .executor import BatchContext
+from .context import BatchContext
 
 
 class BatchMaking:

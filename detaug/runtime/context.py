@@ -2,8 +2,7 @@
 
 Runtime layer (docs/design.md, "Layers"): above the ops and the batch types, so that it can
 materialise a batch (:meth:`BatchContext.materialize`, the one warp / box transform of
-detaug/materialize.py) without the batch types importing any kernel. ``detaug.runtime.executor``
-re-exports :class:`BatchContext` where it has always been importable.
+detaug/graph/materialize.py) without the batch types importing any kernel.
 """
 from __future__ import annotations
 

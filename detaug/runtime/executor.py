@@ -18,8 +18,7 @@ import threading
 
 from . import startup
 from .gpu import launch_profile
-from .context import BatchContext  # noqa: F401 (importable here as before)
-from ..core.errors import NotFed, SampleError  # noqa: F401
+from ..core.errors import NotFed
 
 
 class Cancelled(Exception):

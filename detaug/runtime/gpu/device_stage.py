@@ -47,7 +47,7 @@ class DeviceStage:
     def _check_gpu(self):
         """Before anything starts: GPU ops where cupy (or nvImageCodec, for a GPU decoder) is
         missing or no GPU is visible raise one line saying what is missing and what to do."""
-        from ...core.backend import DeviceUnavailableError, gpu_missing
+        from ...core.backend import DeviceUnavailableError, gpu_missing, install_command
 
         missing = gpu_missing(nvimgcodec=self._mixed_decode)
         if missing is None:
@@ -57,7 +57,7 @@ class DeviceStage:
         else:
             names = ", ".join(op.name for op in self._device_ops if not op.schema.name.startswith("_"))
             what, drop = f"runs ops on the GPU ({names or '.gpu() uploads'})", "device='gpu' and .gpu()"
-        raise DeviceUnavailableError(f"this pipeline {what} but {missing}: pip install '.[gpu]', "
+        raise DeviceUnavailableError(f"this pipeline {what} but {missing}: {install_command('gpu')}, "
                                      f"or drop {drop} to run on the CPU")
 
     def _summarize_devices(self) -> str:
