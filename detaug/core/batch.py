@@ -156,7 +156,7 @@ class DeviceImages:
 
 class PlannedImages(DeviceImages):
     """The images a GPU decode WILL make, while a launch is planned ahead on the host
-    (detaug/plan_ahead.py): their shapes (B, 3), from the sizes the reader's annotations declare
+    (detaug/runtime/gpu/plan_ahead.py): their shapes (B, 3), from the sizes the reader's annotations declare
     (the decode checks that it makes exactly these), no pixels and no pointers yet. Geometric
     ops plan on it as on decoded images; the warp that ends their chain is planned
     (:class:`DeferredWarp`); anything that reads its pixels raises NotPlannable.

@@ -26,4 +26,4 @@ class NotFed(RuntimeError):
 class NotPlannable(Exception):
     """A launch of a GPU pipeline cannot be planned ahead on the host (an image size the reader
     does not know, an op that needs pixels before the warp): the launch runs the whole graph in
-    this process instead (detaug/plan_ahead.py). Raised while planning, never to the user."""
+    this process instead (detaug/runtime/gpu/plan_ahead.py). Raised while planning, never to the user."""
