@@ -84,13 +84,14 @@ def gpu_missing(nvimgcodec: bool = False) -> str | None:
     return None
 
 
-def install_command(extra: str) -> str:
+def install_command(extra: str, package_dir: str | None = None) -> str:
     """The pip command that adds ``extra`` (e.g. 'gpu') to this install: ``pip install '.[gpu]'``
-    where detaug runs from its source checkout (the folder above the package holds the
-    project's pyproject.toml), else ``pip install 'detaug[gpu]'`` (a wheel from an index)."""
+    where detaug runs from its source checkout (the folder above the package, ``package_dir``,
+    default this one, holds the project's pyproject.toml), else ``pip install 'detaug[gpu]'``
+    (a wheel from an index)."""
     import os
 
-    top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # above detaug/core/
+    top = package_dir or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     project = os.path.join(os.path.dirname(top), "pyproject.toml")
     try:
         with open(project, encoding="utf-8") as f:
