@@ -115,12 +115,11 @@ def _pil(image: ImageLike, mean=None, std=None) -> "PILImage":
     if a.ndim == 3 and a.shape[2] == 1:
         a = a[:, :, 0]
     if a.dtype != np.uint8:
-        if not np.issubdtype(a.dtype, np.floating):
-            raise TypeError(f"draw_boxes: image must be uint8, or float from fn.normalize "
-                            f"(got {a.dtype})")
-        # fn.normalize gave (x - mean) / std: undo it, back to 0-255 (mean 0, std 1 by default)
-        m = 0.0 if mean is None else np.asarray(mean, np.float64).reshape(-1)
-        d = 1.0 if std is None else np.asarray(std, np.float64).reshape(-1)
+        if not np.issubdtype(a.dtype, np.floating) or mean is None or std is None:
+            raise TypeError(f"draw_boxes: image must be uint8 HWC (got {a.dtype}), or float from "
+                            "fn.normalize with the mean= and std= it was normalised with")
+        # fn.normalize gave (x - mean) / std: undo it, back to 0-255
+        m, d = (np.asarray(v, np.float64).reshape(-1) for v in (mean, std))
         a = np.clip(np.rint(a.astype(np.float64) * d + m), 0, 255).astype(np.uint8)
     elif mean is not None or std is not None:
         raise ValueError("draw_boxes: mean/std undo fn.normalize; this image is uint8 already")
@@ -135,15 +134,15 @@ def draw_boxes(image: ImageLike, boxes: Any, labels: Any = None,
     Args:
         image: uint8 (H, W, 3) or (H, W) array (a host copy of a pipeline's sample), or a Pillow
             image; or fn.normalize's float output, (H, W, C) or (C, H, W) (C of 1 or 3, the
-            axes told apart by where C sits), drawn as ``x * std + mean`` rounded and clipped
-            to 0-255; not modified.
+            axes told apart by where C sits) with ``mean`` and ``std``, drawn as
+            ``x * std + mean`` rounded and clipped to 0-255; not modified.
         boxes: (N, 4) xyxy in the image's pixels.
         labels: (N,) class indices (None: all 0, no tags).
         class_names: name of each label (a label outside it is written as its number).
         width: outline width in pixels.
         tags: write the class names.
-        mean, std: the per-channel ``mean`` and ``std`` the image was normalised with (a float
-            image only; default 0 and 1).
+        mean, std: the per-channel ``mean`` and ``std`` a float image was normalised with
+            (both required for one, refused for a uint8 image).
 
     Returns:
         a new ``PIL.Image.Image``.

@@ -141,6 +141,8 @@ def test_draw_boxes_refuses_what_it_cannot_draw():
         draw_boxes(np.zeros((8, 8, 3), np.uint8), [[1, 1, 4, 4]], mean=[0, 0, 0])
     with pytest.raises(TypeError, match="int16"):
         draw_boxes(np.zeros((8, 8, 3), np.int16), [[1, 1, 4, 4]])
+    with pytest.raises(TypeError, match="mean= and std="):  # a float image says nothing of its scale
+        draw_boxes(np.zeros((3, 8, 8), np.float32), [[1, 1, 4, 4]], mean=[0, 0, 0])
 
 
 def test_padded_boxes_per_sample_is_the_box_batch_one(rng):
