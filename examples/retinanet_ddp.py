@@ -338,7 +338,8 @@ def main(argv=None):
         try:
             import torchvision  # noqa: F401
         except ImportError:
-            sys.exit("this example needs torchvision (pip install torchvision); "
+            sys.exit("this example needs torchvision (pip install 'detaug[torchvision]'; with a CPU "
+                     "torch, docs/install.md's two steps); "
                      "--dry-run trains a stand-in model without it")
     train(args)
 

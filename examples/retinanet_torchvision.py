@@ -174,7 +174,8 @@ def main(argv=None):
         try:
             import torchvision  # noqa: F401
         except ImportError:
-            sys.exit("this example needs torchvision (pip install torchvision); "
+            sys.exit("this example needs torchvision (pip install 'detaug[torchvision]'; with a CPU "
+                     "torch, docs/install.md's two steps); "
                      "--dry-run runs the data part without it")
     from detaug.adapters.torch import DetaugIterator
     from detaug.core.backend import pick_device
