@@ -112,7 +112,8 @@ def demo_pipeline(data: str, root: str, device: str = "cpu", batch_size: int = 8
 
 # arguments an op needs to run at all (no default): the demo's own choice for them; rotate's
 # expand= names detaug's canvas rule, as a user's own call would, so the demo raises no DALI warning
-OP_DEMO_ARGS = {"rotate": {"expand": False}, "resize": {"size": (SIZE, SIZE)}, "letterbox": {"size": (SIZE, SIZE)},
+OP_DEMO_ARGS = {"rotate": {"expand": False},
+                "resize": {"size": (SIZE, SIZE)}, "letterbox": {"size": (SIZE, SIZE)},
                 "random_resized_crop": {"size": (SIZE, SIZE)}, "crop": {"crop": (SIZE // 2, SIZE // 2)},
                 "paste": {"ratio": 2.0}, "mosaic": {"size": SIZE // 2},
                 "scale_jitter": {"size": (SIZE, SIZE)},
