@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 import numpy as np
 
+from .core.backend import to_host
+
 # distinct, saturated colours; class k is drawn in PALETTE[k % len(PALETTE)]
 PALETTE = ((230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48),
            (145, 30, 180), (70, 240, 240), (240, 50, 230), (210, 245, 60), (250, 190, 212),
@@ -109,7 +111,7 @@ def _pil(image: ImageLike, mean=None, std=None) -> "PILImage":
 
     if isinstance(image, Image.Image):
         return image.convert("RGB")
-    a = np.asarray(image)
+    a = to_host(image)  # a GPU pipeline's sample (cupy) comes to the host
     if a.ndim == 3 and a.shape[0] in (1, 3) and a.shape[2] not in (1, 3):
         a = a.transpose(1, 2, 0)  # CHW (a normalize with output_layout="CHW") to HWC
     if a.ndim == 3 and a.shape[2] == 1:
@@ -132,8 +134,8 @@ def draw_boxes(image: ImageLike, boxes: Any, labels: Any = None,
     """A Pillow RGB image: ``image`` with ``boxes`` outlined and tagged with their class names.
 
     Args:
-        image: uint8 (H, W, 3) or (H, W) array (a host copy of a pipeline's sample), or a Pillow
-            image; or fn.normalize's float output, (H, W, C) or (C, H, W) (C of 1 or 3, the
+        image: uint8 (H, W, 3) or (H, W) array (a pipeline's sample, on the host or the GPU),
+            or a Pillow image; or fn.normalize's float output, (H, W, C) or (C, H, W) (C of 1 or 3, the
             axes told apart by where C sits) with ``mean`` and ``std``, drawn as
             ``x * std + mean`` rounded and clipped to 0-255; not modified.
         boxes: (N, 4) xyxy in the image's pixels.

@@ -74,14 +74,17 @@ def test_every_no_run_block_is_run_here_or_says_why_not():
 
 # ---- the README's drawing snippet on the README's pipeline -----------------------------------
 def test_readme_drawing_snippet_runs_on_the_readme_pipeline(tmp_path, monkeypatch):
-    """The Example's pipeline (its own definition, read from the README, at batch 2), then the
-    drawing snippet as printed: the PNG holds the sample's image, normalised and taken back
-    (float64 here), with each box's outline in its class colour."""
+    """The Example's pipeline (its own definition, read from the README, at batch 2, decoding on
+    the CPU: a GPU run of the Example itself is tests/test_readme_examples.py's, in a process of
+    its own), then the drawing snippet as printed: the PNG holds the sample's image, normalised
+    and taken back (float64 here), with each box's outline in its class colour."""
     from PIL import Image
 
     from detaug.visualize import class_color
 
     example = readme_pipeline_block()
+    assert example.count('device="auto"') == 1
+    example = example.replace('device="auto"', 'device="cpu"')
     scope = {"__name__": "readme_example"}  # the example's __main__ part does not run
     exec(compile(example, "README.md (Example)", "exec"), scope)
     (factory, root), = re.findall(r"pipe = (\w+)\(\"([^\"]+)\"\)", example)
@@ -95,13 +98,15 @@ def test_readme_drawing_snippet_runs_on_the_readme_pipeline(tmp_path, monkeypatc
 
     images, boxes = snippet["images"], snippet["boxes"]
     drawn = np.asarray(Image.open(tmp_path / "sample.png").convert("RGB"))
-    chw = np.asarray(images.data[0], np.float64)
+    from detaug.core.backend import to_host
+
+    chw = to_host(images.data[0]).astype(np.float64)  # on the GPU where the Example ran there
     assert chw.shape[0] == 3 and drawn.shape == chw.shape[1:] + (3,)
     want = np.clip(np.rint(chw.transpose(1, 2, 0) * std + mean), 0, 255).astype(np.uint8)
-    n = int(np.asarray(boxes["counts"])[0])
+    n = int(to_host(boxes["counts"])[0])
     got = snippet["t"]
-    np.testing.assert_array_equal(got["boxes"], np.asarray(boxes["boxes"])[0, :n])
-    np.testing.assert_array_equal(got["labels"], np.asarray(boxes["labels"])[0, :n])
+    np.testing.assert_array_equal(got["boxes"], to_host(boxes["boxes"])[0, :n])
+    np.testing.assert_array_equal(got["labels"], to_host(boxes["labels"])[0, :n])
     assert n >= 1
     # away from every box (and its tag, at most 24 px above it) the image is the sample's
     keep = np.ones(drawn.shape[:2], bool)
