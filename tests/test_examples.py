@@ -67,7 +67,7 @@ def test_retinanet_torchvision_trains_two_iterations():
                           "--size", "128", "--batch-size", "2", "--threads", "2", timeout=300)
     assert rc == 0, out
     assert re.search(r"iter +2/2  loss [0-9.]+", out), out
-    # two iterations: too few to compare windows of one step (issue 37), said instead
+    # two iterations: windows of one step say nothing of a trend, and the line says so
     assert "2 iteration(s): too few to compare the loss" in out, out
 
 
