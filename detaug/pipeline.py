@@ -34,7 +34,7 @@ _POLICIES = ("fill", "drop", "partial")
 
 # default prefetch_queue_depth (launches in flight) of pipelines that decode in decode processes:
 # each launch holds a device worker while its files are decoded, so the decoders idle with few
-# launches in flight (6 beat 4 with 3 processes: benchmarks/RESULTS.md, session 3). 12: training
+# launches in flight (6 ran faster than 4 with 3 processes). 12: training
 # RetinaNet (bench_train, batch 16, 2 GB) fed with 12 in flight ran at 0.989 and 0.998 of a batch
 # kept on the GPU, with 6 at 0.962 and 0.981 (same call; 0.918-0.960 in two calls before). The
 # outputs in flight stay within the memory budget (output slots); the device workers stay 6
@@ -84,7 +84,7 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
             processes (context, decoders, ring buffers) and its output batches in flight.
             Default 2 GB (DETAUG_DEVICE_MEMORY_BUDGET). The decode processes and their decoder
             threads, the rings, ``batches_per_launch`` and the number of launches whose outputs
-            exist at once follow from it (detaug/memory_plan.py; ``pipe.memory_plan`` says what
+            exist at once follow from it (detaug/runtime/gpu/memory_plan.py; ``pipe.memory_plan`` says what
             was chosen), sized by what a launch's outputs take (read off the graph where it fixes
             them: RetinaNet targets are 31 MB an image at 640 x 640). Where one decode process,
             one launch being made and the one the caller holds exceed it, build raises
@@ -92,7 +92,7 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
             throughput: '8GB' is the high-throughput setting.
         decode_processes: for a GPU decoder (decoders.image device='mixed'): worker processes
             that read and decode the files (nvImageCodec) into a device buffer shared with this
-            process, so that the decoder never waits for this process's GIL (detaug/decode_proc.py
+            process, so that the decoder never waits for this process's GIL (detaug/runtime/gpu/decode_proc.py
             says why). Default: from the budget (2 at 2 GB, 3 at 8 GB), or
             DETAUG_DECODE_PROCESSES; 0 decodes in the device-stage threads.
         decode_buffer_mb: device buffer of each decode process, in MiB. Default: room for the
@@ -105,9 +105,9 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
             change no value. ``enable_checkpointing=True`` raises (see ``state_dict``).
         host_processes: worker processes for the host stage (reading, CPU decode, planning, box
             math, CPU warps), each making whole launches, results in shared memory
-            (detaug/host_workers.py): the host stage then scales with cores instead of sharing
+            (detaug/runtime/host_workers.py): the host stage then scales with cores instead of sharing
             this process's GIL. A GPU pipeline's workers plan its launches ahead (everything
-            but the decode and the warp's launch: detaug/plan_ahead.py). Default (None): for a
+            but the decode and the warp's launch: detaug/runtime/gpu/plan_ahead.py). Default (None): for a
             GPU pipeline that can be planned ahead, one per four cores, 1 to 3; otherwise
             ``num_threads`` where ``num_threads > 1``; 0 (threads of this process) where the
             process cannot fork workers (not Linux, or itself a daemonic worker);
@@ -171,7 +171,7 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
         self.host_processes = 0  # set at build
         self._decode_service = None
         self.has_device_stage = False  # after build: some op runs on the GPU
-        self.plan_ahead = False  # after build: launches are planned ahead (detaug/plan_ahead.py)
+        self.plan_ahead = False  # after build: launches are planned ahead (detaug/runtime/gpu/plan_ahead.py)
         self._paths_only = set()
         self._levels, self._fan_out = {}, 1  # multi-sample ops (set at build)
         self._ready = collections.deque()  # batches split off a multi-batch launch, not yet handed out

@@ -3,8 +3,11 @@ uses it). Needs only numpy and Pillow.
 
     from detaug.visualize import draw_boxes
     images, boxes = pipe.run()
-    t = boxes.per_sample()[0]
+    t = boxes.per_sample()[0]   # a BoxBatch's, or fn.pad_boxes' PaddedBoxes
     draw_boxes(images.data[0], t["boxes"], t["labels"], pipe.class_names).save("sample.png")
+
+A pipeline that ends in ``fn.normalize(..., mean=m, std=s)`` is drawn with ``draw_boxes(...,
+mean=m, std=s)``: the float image, HWC or CHW, is taken back to 0-255.
 
 Boxes are xyxy in the image's continuous pixel coordinates (the image covers [0, W] x [0, H], as
 every detaug box); a box's outline runs through the pixels at ``round(corner)`` on its top/left
@@ -22,6 +25,8 @@ if TYPE_CHECKING:
 
 import numpy as np
 
+from .core.backend import to_host
+
 # distinct, saturated colours; class k is drawn in PALETTE[k % len(PALETTE)]
 PALETTE = ((230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48),
            (145, 30, 180), (70, 240, 240), (240, 50, 230), (210, 245, 60), (250, 190, 212),
@@ -29,7 +34,7 @@ PALETTE = ((230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 13
            (170, 255, 195), (128, 128, 0), (255, 215, 180), (0, 0, 128), (128, 128, 128))
 BLACK, WHITE = (0, 0, 0), (255, 255, 255)
 RGB = Sequence[int]  # an sRGB colour, 0-255 per channel
-ImageLike = Union[np.ndarray, "PILImage"]  # uint8 HWC / HW array, or a Pillow image
+ImageLike = Union[np.ndarray, "PILImage"]  # uint8 HWC / HW (or normalised float) array, or Pillow
 
 __all__ = ["PALETTE", "class_color", "contrast_ratio", "text_color", "place_tags", "draw_boxes",
            "draw_grid"]
@@ -101,40 +106,52 @@ def place_tags(anchors: Sequence, sizes: Sequence, canvas: tuple) -> list:
     return placed
 
 
-def _pil(image: ImageLike) -> "PILImage":
+def _pil(image: ImageLike, mean=None, std=None) -> "PILImage":
     from PIL import Image
 
     if isinstance(image, Image.Image):
         return image.convert("RGB")
-    a = np.ascontiguousarray(np.asarray(image))
+    a = to_host(image)  # a GPU pipeline's sample (cupy) comes to the host
+    if a.ndim == 3 and a.shape[0] in (1, 3) and a.shape[2] not in (1, 3):
+        a = a.transpose(1, 2, 0)  # CHW (a normalize with output_layout="CHW") to HWC
     if a.ndim == 3 and a.shape[2] == 1:
         a = a[:, :, 0]
     if a.dtype != np.uint8:
-        raise TypeError(f"draw_boxes: image must be uint8 HWC (got {a.dtype}); draw before "
-                        "normalize, or convert back to 0-255")
-    return Image.fromarray(a).convert("RGB")
+        if not np.issubdtype(a.dtype, np.floating) or mean is None or std is None:
+            raise TypeError(f"draw_boxes: image must be uint8 HWC (got {a.dtype}), or float from "
+                            "fn.normalize with the mean= and std= it was normalised with")
+        # fn.normalize gave (x - mean) / std: undo it, back to 0-255
+        m, d = (np.asarray(v, np.float64).reshape(-1) for v in (mean, std))
+        a = np.clip(np.rint(a.astype(np.float64) * d + m), 0, 255).astype(np.uint8)
+    elif mean is not None or std is not None:
+        raise ValueError("draw_boxes: mean/std undo fn.normalize; this image is uint8 already")
+    return Image.fromarray(np.ascontiguousarray(a)).convert("RGB")
 
 
 def draw_boxes(image: ImageLike, boxes: Any, labels: Any = None,
                class_names: Sequence[str] | None = None, *, width: int = 2,
-               tags: bool = True) -> "PILImage":
+               tags: bool = True, mean=None, std=None) -> "PILImage":
     """A Pillow RGB image: ``image`` with ``boxes`` outlined and tagged with their class names.
 
     Args:
-        image: uint8 (H, W, 3) or (H, W) array (a host copy of a pipeline's sample), or a Pillow
-            image; not modified.
+        image: uint8 (H, W, 3) or (H, W) array (a pipeline's sample, on the host or the GPU),
+            or a Pillow image; or fn.normalize's float output, (H, W, C) or (C, H, W) (C of 1 or 3, the
+            axes told apart by where C sits) with ``mean`` and ``std``, drawn as
+            ``x * std + mean`` rounded and clipped to 0-255; not modified.
         boxes: (N, 4) xyxy in the image's pixels.
         labels: (N,) class indices (None: all 0, no tags).
         class_names: name of each label (a label outside it is written as its number).
         width: outline width in pixels.
         tags: write the class names.
+        mean, std: the per-channel ``mean`` and ``std`` a float image was normalised with
+            (both required for one, refused for a uint8 image).
 
     Returns:
         a new ``PIL.Image.Image``.
     """
     from PIL import ImageDraw
 
-    im = _pil(image).copy()
+    im = _pil(image, mean, std).copy()
     boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
     named = labels is not None
     labels = np.zeros(len(boxes), np.int64) if labels is None else np.asarray(labels).reshape(-1)

@@ -175,9 +175,9 @@ def train(args):
     if cuda:  # the physical GPU (its UUID): LOCAL_RANK indexes the GPUs this process sees
         uuid = str(getattr(torch.cuda.get_device_properties(local_rank), "uuid", "?"))
         where = f"cuda:{local_rank} (GPU-{uuid[:8]})"
-    print(f"rank {rank}/{world}: node {node} ({socket.gethostname()}), local rank {local_rank}, "
+    say(f"rank {rank}/{world}: node {node} ({socket.gethostname()}), local rank {local_rank}, "
           f"device {where} (CUDA_VISIBLE_DEVICES="
-          f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})", flush=True)
+          f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})")
 
     pipe = build_pipeline(args.root, args.size, cuda, args.batch_size, args.seed, args.threads,
                           trace=bool(args.trace))
@@ -187,10 +187,10 @@ def train(args):
     trace = []
     num_classes = len(pipe.class_names)
     info = pipe.shard_info
-    print(f"rank {rank}/{world}: pipeline on {'cuda:' + str(pipe.device_id) if cuda else 'cpu'}, "
+    say(f"rank {rank}/{world}: pipeline on {'cuda:' + str(pipe.device_id) if cuda else 'cpu'}, "
           f"shard {info['shard_id']} of {info['num_shards']}, {pipe.shard_size()} of "
           f"{pipe.epoch_size()} images a shard (shard_policy {pipe.shard_policy!r}), "
-          f"{len(it)} steps per epoch", flush=True)
+          f"{len(it)} steps per epoch")
 
     torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP also broadcasts)
     model = make_model(args, num_classes, tdev)
@@ -217,8 +217,8 @@ def train(args):
         agree(dist, "the (step, epoch, batch) they resume at (--resume)", where, rank)
         if ckpt is None:
             sys.exit(f"rank {rank}: {where}")
-        print(f"rank {rank}: resumed at step {step} (epoch {pipe.epoch}, batch "
-              f"{ckpt['data']['batch']})", flush=True)
+        say(f"rank {rank}: resumed at step {step} (epoch {pipe.epoch}, batch "
+              f"{ckpt['data']['batch']})")
 
     steps_per_epoch, images, losses = {}, 0, []
     t0 = t_report = time.perf_counter()
@@ -254,9 +254,9 @@ def train(args):
                 dt = time.perf_counter() - t_report
                 if rank == 0:
                     recent = losses[-args.report:]
-                    print(f"step {step:5d}/{args.iters}  epoch {epoch}  loss "
+                    say(f"rank 0: step {step:5d}/{args.iters}  epoch {epoch}  loss "
                           f"{sum(recent) / len(recent):.4f}  {seen.item() / dt:.1f} img/s "
-                          f"({world} ranks)", flush=True)
+                          f"({world} ranks)")
                 t_report, seen_report = time.perf_counter(), 0
             if args.save and args.save_every and step % args.save_every == 0 and step < args.iters:
                 checkpoint(args, local_rank, step, model, opt, warmup, it)
@@ -268,8 +268,8 @@ def train(args):
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     counts = ", ".join(f"epoch {e}: {n}" for e, n in sorted(steps_per_epoch.items()))
-    print(f"rank {rank}: steps per epoch {{{counts}}}; {images} images in {dt:.1f} s, "
-          f"{images / dt:.1f} img/s", flush=True)
+    say(f"rank {rank}: steps per epoch {{{counts}}}; {images} images in {dt:.1f} s, "
+          f"{images / dt:.1f} img/s")
     if args.save:
         checkpoint(args, local_rank, step, model, opt, warmup, it)
     if args.trace:
@@ -279,13 +279,21 @@ def train(args):
                        "host": socket.gethostname(), "shard": info, "steps_per_epoch":
                        len(it), "trace": trace}, f)
         first = [r for t in trace[:2] for r in t["records"]][:4]
-        print(f"rank {rank}: first records {' '.join(first)}; trace of {len(trace)} steps in "
-              f"{path}", flush=True)
+        say(f"rank {rank}: first records {' '.join(first)}; trace of {len(trace)} steps in "
+              f"{path}")
     dist.barrier()
     pipe.close()
     del ddp  # its reducer holds the process group: released here, not in the interpreter's teardown
     dist.destroy_process_group()
-    print(f"rank {rank}: done", flush=True)
+    say(f"rank {rank}: done")
+
+
+def say(line: str) -> None:
+    """``line`` and its newline in one write: every rank writes to torchrun's one output, and
+    print() writes a line and its newline apart, so two ranks' lines ran into each other (a write
+    of up to 4 KiB to a pipe is never split)."""
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), (line + "\n").encode())
 
 
 def checkpoint(args, local_rank, step, model, opt, sched, it):
@@ -296,7 +304,7 @@ def checkpoint(args, local_rank, step, model, opt, sched, it):
     path = args.save.format(step=step)
     save_checkpoint(path, {"model": model.state_dict(), "opt": opt.state_dict(),
                            "sched": sched.state_dict(), "data": it.state_dict(), "step": step})
-    print(f"rank {int(os.environ.get('RANK', 0))}: saved step {step} to {path}", flush=True)
+    say(f"rank {int(os.environ.get('RANK', 0))}: saved step {step} to {path}")
 
 
 def main(argv=None):
@@ -330,7 +338,8 @@ def main(argv=None):
         try:
             import torchvision  # noqa: F401
         except ImportError:
-            sys.exit("this example needs torchvision (pip install torchvision); "
+            sys.exit("this example needs torchvision (pip install 'detaug[torchvision]'; with a CPU "
+                     "torch, docs/install.md's two steps); "
                      "--dry-run trains a stand-in model without it")
     train(args)
 

@@ -136,12 +136,17 @@ def train(it, args, num_classes, device):
     print(loss_trend(losses, REPORT_EVERY))
 
 
+MIN_WINDOW = 5  # iterations: one step's loss swings more than a short run's trend
+
+
 def loss_trend(losses, window):
     """The last line: the mean loss of the first and of the last ``window`` iterations, two
-    windows that never overlap (at most half of a short run each)."""
+    windows that never overlap (at most half of a short run each), each of at least
+    :data:`MIN_WINDOW` iterations; a shorter run says it is too short to tell."""
     n = min(window, len(losses) // 2)
-    if n < 1:
-        return f"{len(losses)} iteration(s): too few to compare a first and a last window"
+    if n < MIN_WINDOW:
+        return (f"{len(losses)} iteration(s): too few to compare the loss (windows of at least "
+                f"{MIN_WINDOW} iterations need --iters {2 * MIN_WINDOW} or more)")
     first, last = sum(losses[:n]) / n, sum(losses[-n:]) / n
     return (f"mean loss of iterations 1-{n}: {first:.4f}; of iterations "
             f"{len(losses) - n + 1}-{len(losses)}: {last:.4f}; "
@@ -169,7 +174,8 @@ def main(argv=None):
         try:
             import torchvision  # noqa: F401
         except ImportError:
-            sys.exit("this example needs torchvision (pip install torchvision); "
+            sys.exit("this example needs torchvision (pip install 'detaug[torchvision]'; with a CPU "
+                     "torch, docs/install.md's two steps); "
                      "--dry-run runs the data part without it")
     from detaug.adapters.torch import DetaugIterator
     from detaug.core.backend import pick_device

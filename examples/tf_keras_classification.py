@@ -63,6 +63,11 @@ def main(argv=None):
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--size", type=int, default=64)
     args = ap.parse_args(argv)
+    try:  # keras on its TensorFlow backend: without TensorFlow, one line instead of keras' trace
+        import tensorflow  # noqa: F401
+    except ImportError:
+        sys.exit("this example needs TensorFlow: pip install 'detaug[tf]' (in a source checkout: "
+                 "pip install '.[tf]')")
 
     import keras
 

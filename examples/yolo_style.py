@@ -87,20 +87,27 @@ def train(it, args, num_classes, device):
     model = tiny_head(num_classes).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = torch.nn.BCEWithLogitsLoss()
-    t0, seen = time.perf_counter(), 0
-    for step, batch in enumerate(it):
-        if step >= args.iters:
-            break
-        images, boxes = batch["images"].to(dev), batch["boxes"]
-        target = targets_for(boxes, args.size, num_classes, dev)
-        loss = loss_fn(model(images), target)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        seen += len(images)
-        n_boxes = sum(len(d["boxes"]) for d in boxes)
-        print(f"step {step}: images {tuple(images.shape)}  boxes {n_boxes}  loss {loss.item():.4f}",
-              flush=True)
+    t0, seen, step, epoch = time.perf_counter(), 0, 0, 0
+    while step < args.iters:  # --iters steps, across as many epochs as they take
+        ran = step
+        for batch in it:  # one epoch (auto_reset: the next `for` starts the next one)
+            images, boxes = batch["images"].to(dev), batch["boxes"]
+            target = targets_for(boxes, args.size, num_classes, dev)
+            loss = loss_fn(model(images), target)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            seen += len(images)
+            n_boxes = sum(len(d["boxes"]) for d in boxes)
+            print(f"step {step}: images {tuple(images.shape)}  boxes {n_boxes}  "
+                  f"loss {loss.item():.4f}  epoch {epoch}", flush=True)
+            step += 1
+            if step >= args.iters:
+                break
+        else:
+            epoch += 1
+        if step == ran:
+            sys.exit("the pipeline gave no batch in an epoch: fewer images than --batch-size?")
     dt = time.perf_counter() - t0
     print(f"{seen} images in {dt:.2f} s ({seen / dt:.1f} img/s, pipeline and training together)")
 

@@ -1,7 +1,8 @@
 """Canonical detection records: what every reader produces and every writer consumes.
 
-Coordinates follow ../DESIGN: a box is float32 ``[x0, y0, x1, y1]`` in absolute pixels of the
-stored image grid, continuous coordinates (the image covers ``[0, W] x [0, H]``).
+Coordinates follow docs/design.md ("Data model", "Coordinates"): a box is float32
+``[x0, y0, x1, y1]`` in absolute pixels of the stored image grid, continuous coordinates (the
+image covers ``[0, W] x [0, H]``).
 Labels are contiguous and 0-based; ``Dataset.category_ids[label]`` is the dataset's own id.
 """
 from __future__ import annotations

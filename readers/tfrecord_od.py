@@ -38,7 +38,7 @@ import numpy as np
 
 from ._common import ErrorSink, real_dir, resolve_under
 from .errors import DatasetError
-from .label_map import pbtxt_quote, read_label_map  # noqa: F401 (importable here as before)
+from .label_map import pbtxt_quote, read_label_map
 from .records import Dataset, DetectionRecord
 from .writers import count_unheld_dataset_extra
 from .tfrecord import (RecordFault, bytes_feature, float_feature, int64_feature,

@@ -150,7 +150,7 @@ class DetaugIterator:
     hold them. Once you have dropped a batch's tensors, its memory goes back to the pool behind a
     wait, on the GPU, of the pipeline's streams for the work torch's current stream had queued by
     then, so a step the GPU has not finished still reads its own batch, whatever order the loop
-    asks and drops in; no thread waits on the host for it (detaug/handout.py). Work on another
+    asks and drops in; no thread waits on the host for it (detaug/runtime/gpu/handout.py). Work on another
     stream must be registered (``Pipeline.consume_on``) or finished before the batch is dropped.
     """
 

@@ -98,7 +98,8 @@ def demo_pipeline(data: str, root: str, device: str = "cpu", batch_size: int = 8
         img = fn.decoders.image(enc, device="mixed" if device == "gpu" else "cpu")
         img, boxes = fn.random_iou_crop(img, boxes)
         img, boxes = fn.flip(img, boxes, horizontal=fn.random.coin_flip())
-        img, boxes = fn.rotate(img, boxes, angle=fn.random.uniform(range=(-10, 10)))
+        # expand=False: detaug's canvas, chosen by name (DALI's rotate warning is for DALI code)
+        img, boxes = fn.rotate(img, boxes, angle=fn.random.uniform(range=(-10, 10)), expand=False)
         img = fn.hsv(img, hue=fn.random.uniform(range=(-15, 15)),
                      saturation=fn.random.uniform(range=(0.7, 1.3)))
         img = fn.brightness_contrast(img, brightness=fn.random.uniform(range=(0.8, 1.2)),
@@ -109,8 +110,10 @@ def demo_pipeline(data: str, root: str, device: str = "cpu", batch_size: int = 8
     return detection()
 
 
-# arguments an op needs to run at all (no default): the demo's own choice for them
-OP_DEMO_ARGS = {"resize": {"size": (SIZE, SIZE)}, "letterbox": {"size": (SIZE, SIZE)},
+# arguments an op needs to run at all (no default): the demo's own choice for them; rotate's
+# expand= names detaug's canvas rule, as a user's own call would, so the demo raises no DALI warning
+OP_DEMO_ARGS = {"rotate": {"expand": False},
+                "resize": {"size": (SIZE, SIZE)}, "letterbox": {"size": (SIZE, SIZE)},
                 "random_resized_crop": {"size": (SIZE, SIZE)}, "crop": {"crop": (SIZE // 2, SIZE // 2)},
                 "paste": {"ratio": 2.0}, "mosaic": {"size": SIZE // 2},
                 "scale_jitter": {"size": (SIZE, SIZE)},
@@ -122,14 +125,45 @@ _DRAWN_KINDS = ("geometric", "color", "box", "other")
 
 
 def _drawable(schema) -> bool:
-    """An op that takes (images[, boxes]) and gives uint8 images (and xyxy boxes) back, or takes
-    xyxy boxes and gives a BoxBatch back: what the grid can show."""
+    """Whether the grid can show ``schema``'s op, from its declaration: it takes images (and
+    optionally their boxes) and gives back as many outputs as it takes, and no argument's default
+    turns the uint8 HWC images into another dtype or layout (normalize's ``dtype='float32'``,
+    crop_mirror_normalize's ``output_layout='CHW'``); or it takes boxes alone, runs on both of
+    the demo's devices and, given a BoxBatch, gives back a BoxBatch in the same format."""
     from ..ops.registry import input_names
 
-    names, spec = input_names(schema), schema.output_spec.lower()
-    if names[:1] == ("images",) and names[1:2] in ((), ("boxes",)):
-        return not any(w in spec for w in ("normalis", "float"))
-    return names == ("boxes",) and spec.startswith("boxbatch") and "format" not in spec
+    names, defaults = input_names(schema), schema.args
+    if names in (("images",), ("images", "boxes")):
+        lo, hi = schema.inputs
+        if any(schema.num_outputs(n, defaults) != n for n in range(lo, hi + 1)):
+            return False
+        return all(defaults.get(k) in (None, "uint8") for k in _DTYPE_ARGS) and \
+            all(defaults.get(k) in (None, "HWC") for k in _LAYOUT_ARGS)
+    return (names == ("boxes",) and {"cpu", "gpu"} <= set(schema.devices)
+            and schema.num_outputs(1, defaults) == 1 and _gives_box_batch(schema))
+
+
+_DTYPE_ARGS = ("dtype", "output_dtype")  # arguments that choose the output images' element type
+_LAYOUT_ARGS = ("output_layout",)        # ... and their layout
+
+
+def _gives_box_batch(schema) -> bool:
+    """Run the box op's body with its defaults on one box of one 8 x 8 canvas (box ops need no
+    context on the host): a BoxBatch of the input's format back is what the grid draws."""
+    import numpy as np
+
+    from ..core.batch import BoxBatch
+
+    class _Op:  # what an op body reads of its node: its name (for errors)
+        name = schema.name
+
+    one = BoxBatch(np.array([[1.0, 1.0, 6.0, 5.0]], np.float32), np.zeros(1, np.int64),
+                   [0, 1], [[8, 8]])
+    try:
+        out = schema.impl(None, _Op(), [one], dict(schema.args))
+    except Exception:  # noqa: BLE001  (an op that cannot run so is not one the grid can show)
+        return False
+    return isinstance(out, BoxBatch) and out.fmt == one.fmt
 
 
 def demo_ops() -> list:
@@ -149,7 +183,8 @@ def op_pipeline(data: str, root: str, op: str, device: str = "cpu", batch_size: 
     from ..ops import REGISTRY
 
     if op not in demo_ops():
-        raise ValueError(f"--op {op}: not an op that takes and gives images with boxes; one of "
+        raise ValueError(f"--op {op}: not an op that takes and gives images (uint8 HWC, their "
+                         f"boxes passed through or transformed) or boxes; one of "
                          f"{', '.join(demo_ops())}")
     schema = REGISTRY[op]
     call = fn

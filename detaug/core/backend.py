@@ -84,6 +84,23 @@ def gpu_missing(nvimgcodec: bool = False) -> str | None:
     return None
 
 
+def install_command(extra: str, package_dir: str | None = None) -> str:
+    """The pip command that adds ``extra`` (e.g. 'gpu') to this install: ``pip install '.[gpu]'``
+    where detaug runs from its source checkout (the folder above the package, ``package_dir``,
+    default this one, holds the project's pyproject.toml), else ``pip install 'detaug[gpu]'``
+    (a wheel from an index)."""
+    import os
+
+    top = package_dir or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    project = os.path.join(os.path.dirname(top), "pyproject.toml")
+    try:
+        with open(project, encoding="utf-8") as f:
+            checkout = 'name = "detaug"' in f.read()
+    except OSError:
+        checkout = False
+    return f"pip install '{'.' if checkout else 'detaug'}[{extra}]'"
+
+
 def resolve_auto_device(gpu_device: str) -> str:
     """``device='auto'``: ``gpu_device`` ('mixed' or 'gpu') where a GPU and cupy (and, for
     'mixed', nvImageCodec) are present, else 'cpu'."""

@@ -156,7 +156,7 @@ class DeviceImages:
 
 class PlannedImages(DeviceImages):
     """The images a GPU decode WILL make, while a launch is planned ahead on the host
-    (detaug/plan_ahead.py): their shapes (B, 3), from the sizes the reader's annotations declare
+    (detaug/runtime/gpu/plan_ahead.py): their shapes (B, 3), from the sizes the reader's annotations declare
     (the decode checks that it makes exactly these), no pixels and no pointers yet. Geometric
     ops plan on it as on decoded images; the warp that ends their chain is planned
     (:class:`DeferredWarp`); anything that reads its pixels raises NotPlannable.
@@ -457,6 +457,13 @@ class PaddedBoxes(dict):
     """Dense boxes: 'boxes' (B, M, 4) float32, 'labels' (B, M) and every field (B, M), padded
     with ``fill`` / -1, plus 'counts' (B,) int32 of real boxes per sample. On the device where
     the pipeline runs on the GPU."""
+
+    def per_sample(self) -> list:
+        """Host list of dicts {'boxes', 'labels', <fields>} of each sample's real boxes (its
+        first ``counts[b]`` rows), as :meth:`BoxBatch.per_sample` gives; copies from the GPU."""
+        counts = backend.to_host(self["counts"])
+        rows = {k: backend.to_host(v) for k, v in self.items() if k != "counts"}
+        return [{k: v[b, :int(n)] for k, v in rows.items()} for b, n in enumerate(counts)]
 
 
 class EncodedBatch:

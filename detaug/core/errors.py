@@ -1,7 +1,7 @@
 """Errors that cross layers: raised by ops and kernels, caught by the executor.
 
-Bottom layer (imports nothing of detaug), so that every layer can raise them; ``detaug.runtime.executor``
-re-exports :class:`SampleError` where it has always been importable.
+Bottom layer (imports nothing of detaug), so that every layer can raise them. This module is
+the one home of each: ``from detaug.core.errors import SampleError``.
 """
 from __future__ import annotations
 
@@ -26,4 +26,4 @@ class NotFed(RuntimeError):
 class NotPlannable(Exception):
     """A launch of a GPU pipeline cannot be planned ahead on the host (an image size the reader
     does not know, an op that needs pixels before the warp): the launch runs the whole graph in
-    this process instead (detaug/plan_ahead.py). Raised while planning, never to the user."""
+    this process instead (detaug/runtime/gpu/plan_ahead.py). Raised while planning, never to the user."""

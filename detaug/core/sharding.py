@@ -3,7 +3,7 @@ which records each batch of an epoch takes on this shard (the keyed shuffle, the
 its shard policy, DALI's ``pad_last_batch`` and ``stick_to_shard=False``), the epoch's size and
 batch count, the fitting of a launch's schedule to the batches fed to an external source,
 ``set_shard`` / ``shard_info``, and the default device of a process of a distributed run
-(:func:`_local_rank`). The arithmetic is detaug/schedule.py's; this mixin applies it to the
+(:func:`_local_rank`). The arithmetic is detaug/core/schedule.py's; this mixin applies it to the
 pipeline's driving reader."""
 from __future__ import annotations
 

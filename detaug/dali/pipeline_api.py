@@ -1,7 +1,7 @@
 """DALI's Pipeline API about a pipeline's definition rather than its running (a mixin of
 :class:`detaug.pipeline.Pipeline`): the tuning arguments DALI programs pass that change nothing
 here (:data:`DALI_PIPELINE_HINTS`, accepted with a warning; ``enable_checkpointing=True``
-refused), and the traced graph's export: ``serialize`` / ``deserialize`` (detaug/persist.py's
+refused), and the traced graph's export: ``serialize`` / ``deserialize`` (detaug/runtime/persist.py's
 format) and ``save_graph_to_dot_file`` (Graphviz)."""
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ def images(batch: ImageBatch, ctx, *, mean=None, std=None, dtype=None, layout=No
                   region=(rect, clamp, slabs, slab_fill, nslab), antialias=antialias)
     n = batch.batch_size
     if isinstance(batch.raw, PlannedImages):
-        # planned ahead (detaug/plan_ahead.py): the launch is planned here, run once decoded
+        # planned ahead (detaug/runtime/gpu/plan_ahead.py): the launch is planned here, run once decoded
         return ImageBatch(DeferredWarp(batch.raw, warp.plan_warp(batch.raw, g.matrices, g.sizes, **kwargs)),
                           batch.device, layout, None)
     if isinstance(batch.raw, DeferredWarp):

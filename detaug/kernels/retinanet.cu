@@ -1,4 +1,4 @@
-// RetinaNet target encoding (twin: detaug/retinanet.py encode_targets_numpy).
+// RetinaNet target encoding (twin: detaug/targets/retinanet.py encode_targets_numpy).
 //
 // Grid: (ceil(A / RN_BLOCK), B); block: RN_BLOCK threads, one anchor each. The boxes of the
 // block's image are staged in shared memory RN_BLOCK at a time. Both kernels must be launched

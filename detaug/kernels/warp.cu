@@ -54,16 +54,15 @@
 // Registers: 64 (C = 3, 4 blocks of 256 per SM), <= 80 (C = 1, 3 blocks), no spills (ptxas,
 // sm_90, CUDA 13.0); the _p kernels of batches with a perspective: the same counts with 52-64
 // bytes of spill stores (the divide's registers). The
-// tunables below were timed by benchmarks/warp_sweep.py (benchmarks/RESULTS.md).
+// tunables below were chosen by timing other values of each, given as -D options.
 
-// Tunables (compile-time; benchmarks/warp_sweep.py times other values with -D options):
+// Tunables (compile-time; -D options to the compile give other values):
 #ifndef DETAUG_WARP_PPL  // output pixels per lane: warp.py's _PIX_PER_LANE, passed as -D
 #error "compile with -DDETAUG_WARP_PPL=<warp.py's _PIX_PER_LANE>"
 #endif
 #ifndef DETAUG_WARP_MINB
 // C = 3: resident blocks of 256 per SM asked of the compiler. 4 (64 registers): with the fused
-// chain's rect and clamp, 5 blocks (48 registers) spill 24 bytes and ran slower in the sweep
-// (benchmarks/RESULTS.md).
+// chain's rect and clamp, 5 blocks (48 registers) spill 24 bytes and ran slower.
 #define DETAUG_WARP_MINB 4
 #endif
 #ifndef DETAUG_WARP_STORE_CS

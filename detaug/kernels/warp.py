@@ -35,10 +35,8 @@ import numpy as np
 
 from ..core.backend import upload_many
 from ..core.batch import DeviceImages
-# the host preparation shared by the three implementations (re-exported: tests and benchmarks
-# plan launches with W._prepare / W.taps_for)
-from .warp_spec import (_Spec, _allocate_numpy, _is_dense, _out_shape, _prepare,  # noqa: F401
-                        _proj_rows, taps_for)
+# the host preparation shared by the three implementations (detaug/kernels/warp_spec.py)
+from .warp_spec import _Spec, _allocate_numpy, _is_dense, _out_shape, _prepare, taps_for
 _BLOCK = 256
 _PIX_PER_LANE = 16  # output pixels per lane (a warp covers 32 * 16 consecutive output pixels)
 _OPTIONS = ("-std=c++17", f"-DDETAUG_WARP_PPL={_PIX_PER_LANE}")  # warp.cu's compile options

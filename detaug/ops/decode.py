@@ -19,7 +19,6 @@ import numpy as np
 from ..core.batch import EncodedBatch, ImageBatch
 from ..core.errors import SampleError
 from . import gpu_decode
-from .gpu_decode import jpeg_complete  # noqa: F401 (importable here as before)
 from .registry import register
 
 MAX_PIXELS = 178_956_970  # width x height; see the module docstring

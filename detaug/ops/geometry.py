@@ -1,6 +1,6 @@
 """Geometric ops. Each one only plans: it computes a per-sample matrix (input -> output
 continuous coordinates) and output size on the host, and composes them into the batch's pending
-chain; the image is warped and the boxes transformed once, where the chain ends (batch.py)."""
+chain; the image is warped and the boxes transformed once, where the chain ends (detaug/core/batch.py)."""
 from __future__ import annotations
 
 import numpy as np

@@ -173,8 +173,8 @@ def decode_params(output_type: str):
 
 def decode_chunks(decoder, srcs, output_type, chunk, stream_ptr, images=None) -> list:
     """Decode CodeStreams ``srcs`` in calls of at most ``chunk`` images: with nvImageCodec 0.9,
-    smaller calls decoded faster than one call for the whole batch (a probe in git
-    history of benchmarks/). ``images``: nvImageCodec Images to decode into, one per source (a
+    smaller calls decoded faster than one call for the whole batch (timed on the same
+    images). ``images``: nvImageCodec Images to decode into, one per source (a
     decode process's ring regions), else the decoder makes its own. None where an image could
     not be decoded, and for every image of a call that raised (a warning says so): the caller
     hands those to the CPU decoder, one by one, which decodes each or names the file it cannot."""
@@ -303,8 +303,8 @@ def _decode_here(ctx, enc, output_type, chunk, dev, cpu_decode) -> DeviceImages:
             ptrs[k], shapes[k], pitches[k] = a.data.ptr, a.shape, a.strides[0]
     except BaseException:
         # the traceback keeps this frame alive, maybe past close() (a test's pytest.raises, a
-        # logged error): it must not hold the decoded images (seen: a segmentation fault when
-        # the garbage collector freed them after the pipeline was closed, session 12)
+        # logged error): it must not hold the decoded images (the garbage collector freeing them
+        # after the pipeline was closed, with its device memory, ended in a segmentation fault)
         results = owners = r = a = None
         raise
     return DeviceImages(ptrs, shapes, pitches, owners, dev)

@@ -1,4 +1,4 @@
-"""The registry (kept in detaug/graph.py, the tracing layer, re-exported here) makes the functional API (``fn.flip``), the class API (``ops.Flip``), the op table
+"""The registry (kept in detaug/graph/trace.py, the tracing layer, re-exported here) makes the functional API (``fn.flip``), the class API (``ops.Flip``), the op table
 in the README and the list of ops that the tests must cover, from one declaration per op."""
 from __future__ import annotations
 

@@ -150,7 +150,7 @@ def _code_streams(ctx, data):
     when the pipeline decodes on the GPU: nvImageCodec then decodes faster and the parsing is
     off the device stage (benchmarks/RESULTS.md)."""
     if not getattr(ctx.pipeline, "_mixed_decode", False) or getattr(ctx, "planning", False):
-        return None  # (a launch planned ahead parses them where it decodes: plan_ahead.py)
+        return None  # (a launch planned ahead parses them where it decodes: detaug/runtime/gpu/plan_ahead.py)
     from .gpu_decode import code_streams
 
     return code_streams(data)

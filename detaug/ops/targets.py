@@ -1,4 +1,4 @@
-"""RetinaNet target encoding as a pipeline op, on the batch's device (detaug/retinanet.py)."""
+"""RetinaNet target encoding as a pipeline op, on the batch's device (detaug/targets/retinanet.py)."""
 from __future__ import annotations
 
 import functools

@@ -9,7 +9,7 @@ import os
 from ..core.errors import NotFed as _NotFed
 from ..core.errors import SampleError
 from ..graph import trace as _graph
-from .executor import BatchContext
+from .context import BatchContext
 
 
 class BatchMaking:
@@ -87,7 +87,7 @@ class BatchMaking:
 
     def _run_host_job(self, key, prepared):
         """The host stage of a launch in a host worker process (single-threaded there): a CPU
-        pipeline's outputs, or a GPU pipeline's plan (detaug/plan_ahead.py)."""
+        pipeline's outputs, or a GPU pipeline's plan (detaug/runtime/gpu/plan_ahead.py)."""
         out = self._run_host(key, prepared, None)
         return out[2] if self.has_device_stage else out
 
@@ -114,7 +114,7 @@ class BatchMaking:
             if self._host_processes_arg:
                 raise ValueError("host_processes: this GPU pipeline cannot be planned ahead on the "
                                  "host (its images are not decoded from files by decode processes, "
-                                 "or an op before the warp reads pixels: detaug/plan_ahead.py); "
+                                 "or an op before the warp reads pixels: detaug/runtime/gpu/plan_ahead.py); "
                                  "leave it unset")
             return 0
         why = host_workers.unavailable() if n else None

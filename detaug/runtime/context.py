@@ -2,8 +2,7 @@
 
 Runtime layer (docs/design.md, "Layers"): above the ops and the batch types, so that it can
 materialise a batch (:meth:`BatchContext.materialize`, the one warp / box transform of
-detaug/materialize.py) without the batch types importing any kernel. ``detaug.runtime.executor``
-re-exports :class:`BatchContext` where it has always been importable.
+detaug/graph/materialize.py) without the batch types importing any kernel.
 """
 from __future__ import annotations
 
@@ -71,7 +70,7 @@ class BatchContext:
         """The batch's stream as cupy's current one (nothing without one). Device work of the
         batch runs under it: cupy's pool keys a block by the stream current at its allocation,
         and a handed-out batch's blocks are reused only behind waits of the streams it was made
-        on (detaug/handout.py)."""
+        on (detaug/runtime/gpu/handout.py)."""
         return contextlib.nullcontext() if self.stream is None else self.stream
 
     def rng(self, op) -> SampleRNG:
@@ -82,7 +81,7 @@ class BatchContext:
     def materialize(self, value, **epilogue):
         """``value`` made concrete in this batch's run: an ImageBatch's pending chain as one warp
         (with ``epilogue``: mean, std, dtype, layout), a BoxBatch's as one box transform; other
-        values as they are (detaug/materialize.py)."""
+        values as they are (detaug/graph/materialize.py)."""
         return _materialize.value(value, self, **epilogue)
 
     def map_samples(self, fn, n):
@@ -97,7 +96,7 @@ class BatchContext:
         of results, in order."""
         if n == 0:
             return []
-        # (a pool may say how many threads it has: the first launch's, see executor.py)
+        # (a pool may say how many threads it has: the first launch's, see detaug/runtime/executor.py)
         k = 1 if self.pool is None else min(n, max(1, getattr(self.pool, "detaug_threads", None)
                                                    or self.pipeline.num_threads))
         bounds = [n * j // k for j in range(k + 1)]

@@ -6,7 +6,7 @@ stage has two phases: its decode runs ahead for every launch in flight (it holds
 in a decode process), while the rest, which makes the output batches, waits for an output slot
 (:class:`OutputSlots`): outputs in device memory are bounded by the memory budget, not by the
 queue's depth. A CPU pipeline's host
-stage runs in ``host_processes`` forked processes (host_workers.py), one launch each at a time,
+stage runs in ``host_processes`` forked processes (detaug/runtime/host_workers.py), one launch each at a time,
 with results in shared memory; otherwise in threads of this process. Exceptions in a worker
 reach the caller through the batch's future (never a hang), with the sample's file named.
 """
@@ -18,8 +18,7 @@ import threading
 
 from . import startup
 from .gpu import launch_profile
-from .context import BatchContext  # noqa: F401 (importable here as before)
-from ..core.errors import NotFed, SampleError  # noqa: F401
+from ..core.errors import NotFed
 
 
 class Cancelled(Exception):
@@ -76,7 +75,7 @@ class _Admit:
     """A launch's admission tickets, each granted once and in launch order: ``decode()`` a
     place in the decode rings (given back by ``decoded()`` once the launch's decoded images are
     retired), ``__call__`` an output slot (given back when the launch is handed out). Each grant
-    is stamped for the launch profile (``ring``, ``output``: detaug/launch_profile.py)."""
+    is stamped for the launch profile (``ring``, ``output``: detaug/runtime/gpu/launch_profile.py)."""
 
     def __init__(self, slots, decode_slots, seq, epoch):
         self.slots, self.decode_slots, self.seq, self.epoch = slots, decode_slots, seq, epoch
@@ -114,7 +113,7 @@ class Executor:
             from .host_workers import HostWorkers
 
             # forked first, before this executor starts any thread (a GPU pipeline's workers
-            # plan its launches: detaug/plan_ahead.py; they make no CUDA call). Held: the first
+            # plan its launches: detaug/runtime/gpu/plan_ahead.py; they make no CUDA call). Held: the first
             # launch is made here, in threads over every core, before the workers take any
             with timeline.phase("run.host_workers"):
                 self.workers = HostWorkers(pipeline.host_processes, pipeline._run_host_job,
@@ -172,7 +171,7 @@ class Executor:
             # the launches after it wait for it in the workers' queue (the workers take them as
             # it is done: no core is idle, and the first batch comes in a fraction of a launch's
             # single-threaded time). The same batches: the host stage is a pure function of the
-            # launch key (host_workers.py)
+            # launch key (detaug/runtime/host_workers.py)
             pools = self.first_pools
             fut = pools[0].submit(self._first_host, key, prepared, pools[1])
             fut.add_done_callback(lambda _: self._release_workers())

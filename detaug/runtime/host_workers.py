@@ -2,7 +2,7 @@
 
 The host stage of a batch (reading, decoding, planning, box math, warps) is a pure function of
 the pipeline definition and the launch key ``(epoch, first batch, count)``: every random draw is
-keyed by the sample (rng.py). So it can run in any process. A :class:`HostWorkers` forks N
+keyed by the sample (detaug/core/rng.py). So it can run in any process. A :class:`HostWorkers` forks N
 processes that each hold the built pipeline (fork copies it: nothing is pickled, lambdas in an
 external source work, and so does a notebook). Each runs one launch at a time, single-threaded.
 

@@ -95,7 +95,7 @@ def fan_out(ops, levels) -> int:
 def setup(pipe):
     """At build: ``pipe._levels`` (:func:`plan_levels`), ``pipe._fan_out`` (:func:`fan_out`) and
     ``pipe._decode_level`` (the level of its decoders, whose planned GPU decode maps a bad file to
-    its owner: plan_ahead.py); a multi-sample op over the epoch needs random access."""
+    its owner: detaug/runtime/gpu/plan_ahead.py); a multi-sample op over the epoch needs random access."""
     needed = pipe._needed_ops()
     for op in needed:
         expands(op)  # checks the mode

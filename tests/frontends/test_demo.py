@@ -177,8 +177,9 @@ def test_demo_op_list():
     """Every image or box op the grid can draw, the multi-sample ones included; none of the
     ops whose output it cannot draw (normalised images, padded or converted boxes, targets)."""
     ops = set(cli.demo_ops())
-    assert {"mosaic", "mixup", "affine", "hsv", "flip", "letterbox", "prune_boxes"} <= ops
-    assert not ops & {"normalize", "crop_mirror_normalize", "pad_boxes", "box_convert",
+    assert {"mosaic", "mixup", "affine", "hsv", "flip", "letterbox", "prune_boxes",
+            "photometric_distort"} <= ops
+    assert not ops & {"normalize", "crop_mirror_normalize", "pad_boxes",
                       "retinanet_encode", "decoders.image", "bb_flip", "slice"}
 
 

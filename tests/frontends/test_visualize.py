@@ -109,7 +109,9 @@ def test_draw_grid_places_sample_k_in_its_cell():
 
 
 def test_readme_draw_boxes_snippet_runs(tmp_path, monkeypatch):
-    """The README's draw_boxes block (marked no-run: it needs a pipe) runs given one."""
+    """The README's draw_boxes block (marked no-run: it needs a pipe) runs given one that ends
+    as the README's Example does (normalised CHW floats, padded boxes); the Example itself:
+    tests/frontends/test_docs_snippets.py."""
     import os
     import re
 
@@ -124,7 +126,8 @@ def test_readme_draw_boxes_snippet_runs(tmp_path, monkeypatch):
     def small():
         enc, boxes = fn.readers.voc(root=VOC)
         img, boxes = fn.resize(fn.decoders.image(enc), boxes, size=(96, 128))
-        return img, boxes
+        img = fn.normalize(img, mean=[124, 116, 104], std=[58, 57, 57], output_layout="CHW")
+        return img, fn.pad_boxes(boxes)
 
     pipe = small()
     monkeypatch.chdir(tmp_path)

@@ -2,7 +2,7 @@
 another process, into a device buffer that process shares with the pipeline through CUDA IPC.
 
 Why processes: nvImageCodec's decode call takes the GIL back many times while it runs (about 150
-times per call of 64 images, measured with a probe kept in git history; benchmarks/RESULTS.md,
+times per call of 64 images, measured; benchmarks/RESULTS.md,
 findings). In the pipeline's process every other thread holding the GIL (planning, reading,
 kernel launches) stalls it for up to the interpreter's switch interval each time: in-process
 decode ran at half its speed alone.
@@ -33,11 +33,11 @@ reply in any order; the pipeline sends each request to the worker with the fewes
 
 Each worker runs ``threads`` decoder threads (the memory plan's choice, 1-2): each has its own
 nvImageCodec decoder and streams, so one thread's file reads and host work overlap another's
-decode (one decoder per process was 10.7k img/s, two 12.8k, on an H100: a probe in git history).
+decode (one decoder per process was 10.7k img/s, two 12.8k, on an H100).
 
 The ring is cut into equal slots, one request each (its images packed one after another, each
 start 256-byte aligned). The pipeline sends each worker at most as many requests as it has slots
-(in launch order, so the launch due next always finds one: executor.py), and a request larger
+(in launch order, so the launch due next always finds one: detaug/runtime/executor.py), and a request larger
 than a slot is an error that names ``decode_buffer_mb`` / ``device_memory_budget``.
 """
 from __future__ import annotations

@@ -156,13 +156,13 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
     cp.cuda.runtime.free(0)  # the context
     # the context's local-memory reservation is stack size x resident threads (277 MB on an
     # H100 at the default 1 KiB); nothing here needs a stack up front (the driver grows it for a
-    # kernel that does): 549 -> 272 MB, same decode rate and pixels (a probe in git history)
+    # kernel that does): 549 -> 272 MB per process, the same decode rate and pixels
     rt.deviceSetLimit(getattr(rt, "cudaLimitStackSize", 0), 0)
     # DETAUG_DECODE_CPU_THREADS: nvImageCodec's CPU threads per decoder (0 = one per core).
     # Default 4: one per core (16 threads for each of up to 6 decoders on 16 cores) took 35-70 MB
-    # more device memory per process and ran no faster than 2 (session 7); 4 ran faster than 2
-    # in each of 4 same-call pairs (defaults +4 %, +21 %; 8 GB +8 %, +28 %) for ~15 MB more per
-    # process (RESULTS.md, session 9)
+    # more device memory per process and ran no faster than 2; 4 ran faster than 2 in each of 4
+    # pairs timed in one lease (defaults +4 %, +21 %; 8 GB +8 %, +28 %) for ~15 MB more per
+    # process
     cpu_threads = int(os.environ.get("DETAUG_DECODE_CPU_THREADS", 4))
     # the decoders are made (and warmed up: warm_up) now, in threads, while the pipeline's
     # process indexes its readers and plans (about a second: it was the first launch's wait);
@@ -264,7 +264,7 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
             t3 = time.perf_counter()
             try:
                 # the decoder writes straight into the slot: no images of its own, no copies
-                # (a probe in git history: the same pixels as its own images). The wrappers are
+                # (the same pixels as decoding into its own images). The wrappers are
                 # made on the decode stream (a wrapper of another stream would make nvImageCodec
                 # wait on the host)
                 with stream:

@@ -2,7 +2,7 @@
 the check that a GPU is there, the decode processes and their memory plan, the two phases of a
 launch's device work (decode, admitted in launch order; then the outputs, on the one output
 stream), the collection of a launch's outputs with its event, and the release of decode-ring
-leases. docs/design.md ("GPU pipeline") describes it; detaug/memory_plan.py sizes it."""
+leases. docs/design.md ("GPU pipeline") describes it; detaug/runtime/gpu/memory_plan.py sizes it."""
 from __future__ import annotations
 
 import os
@@ -47,7 +47,7 @@ class DeviceStage:
     def _check_gpu(self):
         """Before anything starts: GPU ops where cupy (or nvImageCodec, for a GPU decoder) is
         missing or no GPU is visible raise one line saying what is missing and what to do."""
-        from ...core.backend import DeviceUnavailableError, gpu_missing
+        from ...core.backend import DeviceUnavailableError, gpu_missing, install_command
 
         missing = gpu_missing(nvimgcodec=self._mixed_decode)
         if missing is None:
@@ -57,7 +57,7 @@ class DeviceStage:
         else:
             names = ", ".join(op.name for op in self._device_ops if not op.schema.name.startswith("_"))
             what, drop = f"runs ops on the GPU ({names or '.gpu() uploads'})", "device='gpu' and .gpu()"
-        raise DeviceUnavailableError(f"this pipeline {what} but {missing}: pip install '.[gpu]', "
+        raise DeviceUnavailableError(f"this pipeline {what} but {missing}: {install_command('gpu')}, "
                                      f"or drop {drop} to run on the CPU")
 
     def _summarize_devices(self) -> str:
@@ -268,7 +268,7 @@ class DeviceStage:
 
     def _run_device_on(self, host_result, pool, stream, admit):
         key, prepared, ctx = host_result
-        if isinstance(ctx, LaunchPlan):  # planned ahead (detaug/plan_ahead.py)
+        if isinstance(ctx, LaunchPlan):  # planned ahead (detaug/runtime/gpu/plan_ahead.py)
             return self._run_planned(key, prepared, ctx, pool, stream or self._stream, admit)
         if isinstance(ctx, NotPlanned):  # the whole launch here, as without planning
             ctx = self._host_stage(key, prepared, pool)
@@ -297,7 +297,7 @@ class DeviceStage:
         the batch its slot held is dropped by the caller: made on each device worker's stream,
         the outputs left up to one cached block per worker (2 GB over the budget on the
         benchmark), and on one stream per output slot, one per slot (the pool held twice the
-        outputs in use: 7.6 GB for 3.8 GB at 8 GB with launches of 4 batches, session 10). On
+        outputs in use: 7.6 GB for 3.8 GB at 8 GB with launches of 4 batches). On
         one stream it holds no more blocks than were in use at once (the output slots' and the
         batches the caller still holds). What one stream costs: stage b kernels of different
         launches no longer overlap on the GPU, and a launch's event (with its leases' release)
@@ -305,7 +305,7 @@ class DeviceStage:
         that order anyway). In-thread GPU decode keeps its thread's stream (its decoder frees on
         it). Before a launch's outputs are made, the batches the caller has dropped go back to the
         pool behind a device-side wait of the streams they were made on for the work the caller
-        had queued on them, so that their blocks serve this launch (detaug/handout.py); no host
+        had queued on them, so that their blocks serve this launch (detaug/runtime/gpu/handout.py); no host
         thread waits."""
         self._handed.poll()
         if getattr(admit, "seq", None) is None or self._out_stream is None or (
@@ -365,7 +365,7 @@ class DeviceStage:
             if self._launch_out_bytes is None or nbytes > self._launch_out_bytes:
                 self._launch_out_bytes = nbytes
             # the streams its outputs were allocated on: cupy's pool reuses a freed block only
-            # for allocations on the stream it was made on (detaug/handout.py)
+            # for allocations on the stream it was made on (detaug/runtime/gpu/handout.py)
             made_on = tuple(dict.fromkeys(s.ptr for s in [*ctx.earlier_streams, ctx.stream]))
             return tuple(outs), ev, ctx.skips, ctx.sizes, made_on
         return tuple(outs), None, ctx.skips, ctx.sizes, None

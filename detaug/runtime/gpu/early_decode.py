@@ -1,5 +1,5 @@
-"""The first launches decoded in the pipeline's own process while its decode processes come up
-(issue 32: time to first batch).
+"""The first launches decoded in the pipeline's own process while its decode processes come up,
+so that the first batch does not wait for them.
 
 A decode process needs about 3 s from its spawn to its first decode (interpreter, detaug's
 import, cupy, its CUDA context, nvImageCodec's import at ~1 s, its decoders' first call at

@@ -31,7 +31,7 @@ def mark(owner, seq, stage: str):
 
 
 def stamp(admit, stage: str):
-    """Stamp the launch of an executor's admission tickets (detaug/executor.py ``_Admit``)."""
+    """Stamp the launch of an executor's admission tickets (detaug/runtime/executor.py ``_Admit``)."""
     if ON:
         mark(getattr(admit, "slots", None), getattr(admit, "seq", None), stage)
 

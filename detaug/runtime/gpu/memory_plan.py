@@ -26,7 +26,7 @@ with (:func:`minimum_bytes`: one decode process of one decoder thread, one launc
 the one the caller holds) exceeds the budget, build refuses with :class:`BudgetError`, naming
 the figure it would need and the settings that change it (:func:`check_budget`).
 
-The per-process costs are measured constants (probes kept in git history, H100, CUDA 13,
+The per-process costs are measured constants (H100, CUDA 13,
 nvImageCodec 0.7-0.9): a process's CUDA context 551 MB, 272 MB once its stack reservation is
 dropped (decode_proc does); each decoder thread 52-54 MB once warm
 with 2 nvImageCodec CPU threads, about 6 MB more with the 4 decode_proc now gives it, counted as 80
@@ -43,7 +43,7 @@ import os
 
 import numpy as np
 
-DEFAULT_BUDGET = 2_000_000_000        # bytes (the issue's target: at most 1.5x DALI's 1.43 GB)
+DEFAULT_BUDGET = 2_000_000_000        # bytes (a target: at most 1.5x the 1.43 GB DALI's pipeline holds)
 BIG_BUDGET = 6_000_000_000            # from here on, launches of 4 batches
 CONTEXT_BYTES = 280_000_000           # one decode process's CUDA context (stack limit 0)
 DECODER_BYTES = 80_000_000            # one decoder thread, warm (it decodes into the ring)
@@ -127,8 +127,7 @@ def launch_image_bytes(sizes_hw, channels: int, images_per_launch: int) -> int:
 
 def ring_launches(budget: int) -> int:
     """Launches each decode process holds at once: more in flight keep the decoders busy
-    (measured when planning ahead came in, 2026-11-24: git history of benchmarks/RESULTS.md),
-    where the budget has room for them."""
+    (measured once launches were planned ahead), where the budget has room for them."""
     return BIG_RING_LAUNCHES if budget >= BIG_BUDGET else RING_LAUNCHES
 
 

@@ -3,7 +3,7 @@ worker processes; this process keeps only the device work (a mixin of
 :class:`detaug.pipeline.Pipeline`).
 
 The device ops of a detection pipeline mostly plan on the host: geometric ops compose matrices
-from image sizes, random draws and boxes (batch.py), box ops are small array math, and the
+from image sizes, random draws and boxes (detaug/core/batch.py), box ops are small array math, and the
 one warp that ends a chain is a kernel launch whose metadata is all host arrays. Only the
 decode and that launch need the GPU. The decoded sizes are the annotated sizes (the decode
 checks them), so the whole plan can be made before the decode, from the reader's data alone:
@@ -13,7 +13,7 @@ checks them), so the whole plan can be made before the decode, from the reader's
   :class:`~detaug.core.batch.PlannedImages` (shapes, no pixels), the boxes on the host (the NumPy
   twins of the box kernels) and the warp a :class:`~detaug.core.batch.DeferredWarp` (the launch's
   metadata, :func:`~detaug.kernels.warp.plan_warp`). What the rest of the graph and the outputs
-  need travels as a :class:`LaunchPlan`, arrays in shared memory (host_workers.py).
+  need travels as a :class:`LaunchPlan`, arrays in shared memory (detaug/runtime/host_workers.py).
 * **run** (:meth:`PlanAhead._run_planned`, a device thread of this process): the decode request
   (admitted in launch order), then, in an output slot: one warp launch per planned warp, one
   upload of every box array, the device ops that could not be planned (a RetinaNet encoder, a
