@@ -13,7 +13,7 @@ at the end), another barrier. Rank 0 prints one markdown row: ranks, img/s summe
     python benchmarks/bench_ddp.py --check DIR [DIR ...] --records 40 --resumed-from 5
 
 ``--check``: the checks of a two-machine run of examples/retinanet_ddp.py (device.sh part
-multinode; tests/test_multinode.py makes the same ones on the CPU), from the ranks' ``--trace``
+multinode; tests/frontends/test_multinode.py makes the same ones on the CPU), from the ranks' ``--trace``
 files: one line per rank, then the shards' disjointness and cover per epoch, and the resumed
 steps against the uninterrupted run's; exit status 1 when a check fails. Each DIR is one
 machine's working directory, holding ``full-<rank>.json`` (the uninterrupted run) and

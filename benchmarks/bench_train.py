@@ -52,7 +52,7 @@ within ``--budget`` seconds are skipped. ``--cpu-smoke``: the CPU backend, 64 x 
 2, 16 images, 1 + 2 steps; without torchvision it says so and runs the detaug rows with a tiny
 stand-in model (``--stand-in-model``) that takes RetinaNet's inputs. Prints a table and writes
 JSON to ``--json`` (default ``$OUT/bench_train.json`` when OUT is set). Not part of the test
-suite (tests/test_bench_train.py runs the smoke).
+suite (tests/frontends/test_bench_train.py runs the smoke).
 """
 from __future__ import annotations
 

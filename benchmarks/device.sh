@@ -150,8 +150,8 @@ part_timeline() {
 
 part_ddp() {
   nvidia-smi -L
-  timeout 220 python3 -m pytest -q -rf --tb=short -p no:cacheprovider tests/test_ddp_gpu.py \
-    tests/test_ddp_spawn.py 2>&1 | quiet | tail -15
+  timeout 220 python3 -m pytest -q -rf --tb=short -p no:cacheprovider tests/runtime/test_ddp_pipeline.py \
+    tests/runtime/test_ddp_spawn.py 2>&1 | quiet | tail -15
   local n
   for n in 2 1; do
     echo "== torchrun --nproc_per_node=$n examples/retinanet_ddp.py --iters ${ITERS:-100}"
@@ -184,8 +184,8 @@ part_firstdecode() {
     --procs "${RUNS:-3}" --env DETAUG_EARLY_DECODE=0 --memory-runs 2 \
     --json "$OUT/firstdecode_timeline.json" 2>&1 | quiet | grep -v "^\["
   timeout "${TEST_S:-200}" python3 -m pytest -m gpu -q -rf --tb=short -p no:cacheprovider \
-    tests/test_early_decode.py tests/test_startup.py tests/test_decode_proc.py \
-    tests/test_decode_into_ring_gpu.py tests/test_plan_ahead_gpu.py 2>&1 | quiet > "$OUT/firstdecode_tests.log"
+    tests/runtime/test_early_decode.py tests/runtime/test_startup.py tests/runtime/test_decode_proc.py \
+    tests/runtime/test_plan_ahead.py 2>&1 | quiet > "$OUT/firstdecode_tests.log"
   echo "GPU tests: rc=${PIPESTATUS[0]}"
   grep -E "^FAILED|^ERROR|passed|failed|Segmentation" "$OUT/firstdecode_tests.log" | cut -c1-300 | tail -20
 }

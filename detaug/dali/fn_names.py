@@ -4,7 +4,7 @@
 table of all operations, DALI 1.4x, legacy aliases included). What detaug lacks is that table
 minus the registry *at run time*, so an op registered later (by any module) leaves the list by
 itself; docs/dali.md's list "Not in detaug" is generated from it
-(``python -m detaug.cli.dali_docs``; tests/test_dali_port.py checks it is current).
+(``python -m detaug.cli.dali_docs``; tests/dali/test_dali_port.py checks it is current).
 """
 from __future__ import annotations
 

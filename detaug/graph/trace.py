@@ -110,7 +110,7 @@ class OpSchema:
         hints: arguments accepted for compatibility (DALI's tuning knobs) that change no value
             here: name -> why. Their arg_docs say 'hint', and setting one to anything but its
             default warns once per process (:func:`call_op`). Every other argument changes the
-            output or is refused (tests/test_op_args.py).
+            output or is refused (tests/ops/test_op_args.py).
         partners: a multi-sample op (mosaic, mixup) makes each output sample from a group of
             input samples: ``partners(op, rng, pool_sizes) -> (groups (B + 1,), picks (M,))``
             draws, from the op's keyed streams of its B output samples (``rng``, a SampleRNG),

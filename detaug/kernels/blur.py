@@ -101,7 +101,7 @@ def gaussian_blur_numpy(images, wx, wy):
 def gaussian_blur_cv2(images, wx, wy):
     """The CPU backend's blur: OpenCV's ``sepFilter2D`` (float32 output, BORDER_REFLECT_101)
     with the same float32 weights, rounded half up and clamped; a list of arrays back. Its sums
-    may round differently from the twin's in the last float32 bit (tests/test_pixel_kernels.py
+    may round differently from the twin's in the last float32 bit (tests/kernels/test_pixel_kernels.py
     bounds the difference by one level)."""
     import cv2
 

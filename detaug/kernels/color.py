@@ -73,7 +73,7 @@ def _round_clamp_u8(x, out=None):
 def _rgb_matrix_f64(m, im):
     """``m @ rgb`` per pixel in float64, each output ``(m[i, 0] r + m[i, 1] g) + m[i, 2] b``:
     ``cv2.transform`` on the float64 image (OpenCV's double path is that sum; about 10x
-    NumPy's einsum, which sums in the same order: tests/test_color_kernels.py checks the two
+    NumPy's einsum, which sums in the same order: tests/kernels/test_color_kernels.py checks the two
     agree bit for bit on fresh random images). An empty image takes einsum."""
     x = im.astype(np.float64)
     if x.size == 0:

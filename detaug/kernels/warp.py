@@ -406,7 +406,7 @@ def warp_cv2(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=
     ``cv2.resize(INTER_AREA)`` (exact block mean for integer factors), then the epilogue.
     OpenCV quantises sub-pixel positions to 1/32 px and uses 15-bit fixed-point weights for
     uint8, and rounds the supersampled grid to uint8, so results differ from the twin by up to a
-    few grey levels at sharp edges (tests/test_warp.py states the tolerances); constant images
+    few grey levels at sharp edges (tests/kernels/test_warp.py states the tolerances); constant images
     and integer-coordinate maps (identity, flips, 90-degree turns, crops) are exact. Fast paths
     (uint8 HWC, one tap, no point outside): unit-step maps copy the pixels; resize maps (and an
     integer window of one) take ``cv2.resize`` (11-bit weights: within one level of the twin).

@@ -1,6 +1,6 @@
 """The type and meaning of every op argument that its ``@register`` declaration does not describe,
 for the generated signatures, ``help(fn.<op>)`` and docs/api.md (detaug/ops/registry.py reads
-them; tests/test_op_docs.py fails when a public op's argument has no type or no meaning).
+them; tests/ops/test_op_docs.py fails when a public op's argument has no type or no meaning).
 
 An entry is ``"argument": ("type", "meaning")``; a declaration's own ``arg_docs`` (and the 'hint'
 text of its hints) wins over the meaning given here. ``SHARED`` holds the arguments that mean the

@@ -2,7 +2,7 @@
 checkers, which read source files and do not run ``make_functional``, show every op's signature
 (argument types and defaults) and docstring.
 
-    python -m detaug.ops.stubs > detaug/fn.pyi      (tests/test_op_docs.py fails when it is stale)
+    python -m detaug.ops.stubs > detaug/fn.pyi      (tests/ops/test_op_docs.py fails when it is stale)
 
 The registry's type words (ops/arg_docs.py: 'float | sequence', '(int, int) | None') become Python
 annotations; a per-sample argument also takes a ``DataNode``; a type the words cannot give

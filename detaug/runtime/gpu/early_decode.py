@@ -3,7 +3,7 @@ so that the first batch does not wait for them.
 
 A decode process needs about 3 s from its spawn to its first decode (interpreter, detaug's
 import, cupy, its CUDA context, nvImageCodec's import at ~1 s, its decoders' first call at
-~0.75 s: ``benchmarks/decode_start_probe.py``), so a GPU pipeline's first batch waited for them.
+~0.75 s: benchmarks/RESULTS.md, "Time to first batch"), so a GPU pipeline's first batch waited for them.
 This process already has cupy and makes its CUDA context in the background during the build
 (startup.warm_gpu). :class:`EarlyDecoder` adds, in its own background thread started as soon as
 the decode processes are spawned (before the readers index): nvImageCodec's import and ONE

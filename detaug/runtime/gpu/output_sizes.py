@@ -248,7 +248,7 @@ def pool_slack(parts) -> int:
     """What cupy's pool holds besides the live outputs where a batch has several large outputs
     of different sizes: it serves a request from a larger freed block by splitting it, so the
     blocks freed by one launch do not all fit the next one's requests and the pool grows by one
-    block of the largest output. Measured (H100, tests/test_memory_plan_gpu.py): the RetinaNet
+    block of the largest output. Measured (H100, tests/runtime/test_memory_plan.py): the RetinaNet
     input at batch 16 (outputs of 79, 25 and 398 MB a batch) pooled 1,401 MB for two launches of
     501 MB. One large output (the benchmark pipeline's image batch) splits nothing: no slack."""
     large = sorted(b for _, b in parts if b >= SLACK_MIN)
