@@ -130,7 +130,8 @@ def _pil(image: ImageLike, mean=None, std=None) -> "PILImage":
 
 def draw_boxes(image: ImageLike, boxes: Any, labels: Any = None,
                class_names: Sequence[str] | None = None, *, width: int = 2,
-               tags: bool = True, mean=None, std=None) -> "PILImage":
+               tags: bool = True, mean: Sequence[float] | None = None,
+               std: Sequence[float] | None = None) -> "PILImage":
     """A Pillow RGB image: ``image`` with ``boxes`` outlined and tagged with their class names.
 
     Args:
