@@ -123,10 +123,11 @@ def _record(images, labels, rel, names, task, shape, sink, dataset):
         sink.fault(exc.file, exc.reason)
         return None
     try:
-        rows = _lines(label_file, len(names), task, shape, sink)
-    except DatasetError as exc:
+        text = read_text(label_file) if os.path.isfile(label_file) else ""
+    except DatasetError as exc:  # not text: the image's boxes are unknown
         sink.fault(exc.file, exc.reason + f"; image {path} dropped")
         return None
+    rows = _lines(text, label_file, len(names), task, shape, sink)
     scale = np.array([width, height], np.float64)
     cls = np.array([r[0] for r in rows], np.int64)
     xyxy = np.zeros((len(rows), 4))
@@ -174,12 +175,10 @@ def _keypoints(rows, shape, scale):
     return out
 
 
-def _lines(label_file, num_classes, task, shape, sink):
+def _lines(text, label_file, num_classes, task, shape, sink):
     """Rows ``(class, values, line number)`` of the task's lines; bad ones go to the sink."""
-    if not os.path.isfile(label_file):
-        return []
     rows = []
-    for number, line in enumerate(read_text(label_file).split("\n"), 1):
+    for number, line in enumerate(text.split("\n"), 1):
         parts = line.split()
         if not parts:
             continue

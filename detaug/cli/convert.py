@@ -90,12 +90,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dst", help="destination folder (must not exist or be empty, unless "
                                "--overwrite; never the source, inside it, or around it)")
     p.add_argument("--from", dest="src_format", choices=FORMATS, default=None,
+                   metavar="FORMAT",
                    help="source format: coco (annotations JSON), voc (Pascal VOC folder), yolo "
-                        "(YOLO folder) or tfrecord (TF Object Detection API records); left "
+                        "(YOLO folder), tfrecord (TF Object Detection API records), or the "
+                        "instance formats yolo-seg, yolo-pose, yolo-obb, dota; left "
                         "out, told from the source's layout (detaug/cli/detect.py), and said")
     p.add_argument("--to", dest="dst_format", choices=FORMATS, required=True,
+                   metavar="FORMAT",
                    help="target format, the same choices: coco (annotations.json and images/), "
-                        "voc, yolo, or tfrecord (shards and label_map.pbtxt)")
+                        "voc, yolo, tfrecord (shards and label_map.pbtxt), yolo-seg, yolo-pose, "
+                        "yolo-obb or dota")
     p.add_argument("--image-root", help="COCO source: folder the file_name entries are under")
     p.add_argument("--skip-bad", action="store_true",
                    help="skip bad items with a warning (on_error='skip') instead of stopping")
