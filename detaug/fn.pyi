@@ -278,8 +278,8 @@ def coco_reader(*, file_root: str | None = None, annotations_file: str | None = 
         ratio: bool = False: boxes divided by the image's width and height
         image_ids: bool = False: DALI: a further output with each image's COCO id
         avoid_class_remapping: bool = False: DALI: labels are the COCO category ids
-        polygon_masks: bool = False: DALI's masks: not implemented (raises)
-        pixelwise_masks: bool = False: DALI's masks: not implemented (raises)
+        polygon_masks: bool = False: DALI: two further outputs, polygons (P, 3) int32 [box, first vertex, end vertex) and vertices (V, 2) float32 (divided by the image size with ratio); crowd RLE masks give none
+        pixelwise_masks: bool = False: DALI: a further output, (H, W, 1) int32 of each pixel's label (0: no mask; the highest label where they overlap)
         initial_fill: int = 1024: hint, changes no value here: the size of DALI's shuffle buffer; detaug's shuffle is a full permutation of the epoch
         pad_last_batch: bool = False: DALI's: True repeats the shard's last record after it, so that every shard has the largest shard's length (ceil(records / num_shards)), and under last_batch_policy 'fill' fills the last batch with it too (instead of wrapping round the shard's order); the reader's shards are then DALI's, not evened out by the pipeline's shard_policy. False: shard_policy and last_batch_policy alone
         stick_to_shard: bool | None = None: DALI's: False moves an unshuffled reader's shard on by one every epoch (shard_id + epoch; refused where the shards differ in length), True keeps it; None (not given): False where the shards have one length, else the shard stays. A shuffled reader draws a new permutation of the whole dataset every epoch either way. Given (True or False), the reader's shards are DALI's (lengths may differ by one), not evened out by the pipeline's shard_policy

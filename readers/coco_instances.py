@@ -173,3 +173,35 @@ def _keypoints(keys, k_cat, kps, i):
     pts[~unlabelled, :2] += 0.5
     kps[i, :len(pts)] = pts
     return None
+
+
+def dali_polygons(record, ratio=False):
+    """DALI's ``polygons`` (P, 3) int32 ``[mask index, first vertex, end vertex)`` and
+    ``vertices`` (V, 2) float32 of one record (readers.coco(polygon_masks=True)): the mask index
+    is the box's position among the record's boxes; an RLE mask (a crowd's) has no polygon and
+    gives none; ``ratio`` divides the vertices by the image's width and height."""
+    polys = record.fields.get("polygons")
+    if polys is None or not len(polys.values):
+        return np.zeros((0, 3), np.int32), np.zeros((0, 2), np.float32)
+    inner = polys.values
+    mask = np.repeat(np.arange(len(polys)), polys.counts)
+    out = np.stack([mask, inner.offsets[:-1], inner.offsets[1:]], 1).astype(np.int32)
+    vertices = inner.values.astype(np.float64)
+    if ratio:
+        vertices = vertices / np.array([record.width, record.height], np.float64)
+    return out, vertices.astype(np.float32)
+
+
+def dali_pixelwise(record, labels):
+    """DALI's ``pixelwise_masks`` of one record: (H, W, 1) int32, each pixel the label (as
+    given, one per box) of the masks that cover it, 0 where none does; where masks of several
+    labels overlap, the highest label is kept (DALI paints the labels in ascending order)."""
+    from .segments import instance_masks
+
+    masks = instance_masks(record)
+    out = np.zeros((int(record.height), int(record.width)), np.int32)
+    labels = np.asarray(labels)
+    for label in np.unique(labels):
+        covered = masks[labels == label].any(axis=0)
+        out[covered] = label
+    return out[..., None]

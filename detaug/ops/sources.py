@@ -206,22 +206,29 @@ def dali_coco(args) -> bool:
 
 def dali_coco_outputs(args) -> int:
     """The number of outputs of DALI's COCO reader: images, bounding boxes, labels, then
-    (polygons, vertices) or pixelwise masks, then image ids. Masks are refused here, when the
-    call is traced, naming the argument."""
-    for k in ("polygon_masks", "pixelwise_masks"):
-        if args.get(k):
-            raise NotImplementedError(f"readers.coco: {k}=True (DALI's masks, outputs after the "
-                                      "labels) is not implemented in detaug")
-    return 3 + bool(args.get("image_ids"))
+    (polygons, vertices) or pixelwise masks, then image ids. Both kinds of masks at once are
+    refused when the call is traced (DALI's arguments exclude each other)."""
+    if args.get("polygon_masks") and args.get("pixelwise_masks"):
+        raise ValueError("readers.coco: polygon_masks and pixelwise_masks cannot both be set "
+                         "(as in DALI)")
+    return (3 + 2 * bool(args.get("polygon_masks")) + bool(args.get("pixelwise_masks"))
+            + bool(args.get("image_ids")))
 
 
 class _DALICocoReader(_DetectionReader):
     """DALI's COCO reader outputs: encoded images; boxes per sample (n, 4) float32, [x, y, w, h]
     in pixels, [l, t, r, b] with ``ltrb``, divided by the image's annotated width and height
     with ``ratio``; labels (n,) int32, contiguous from 1 in the order of the category ids
-    (the COCO ids with ``avoid_class_remapping``); with ``image_ids`` the (1,) int32 image id."""
+    (the COCO ids with ``avoid_class_remapping``); with ``polygon_masks`` the polygons (P, 3)
+    int32 and vertices (V, 2) float32, with ``pixelwise_masks`` the (H, W, 1) int32 label map
+    (readers/coco_instances.py: dali_polygons, dali_pixelwise); with ``image_ids`` the (1,)
+    int32 image id."""
 
     def __init__(self, op, pipe, dataset, args):
+        self.shapes = None
+        if args.get("polygon_masks") or args.get("pixelwise_masks"):  # kept apart from the
+            self.shapes = dataset.records  # packed boxes: read a sample at a time
+            dataset = _without_shapes(dataset)
         super().__init__(op, pipe, dataset, args)
         a = args
         self.ltrb, self.ratio = bool(a["ltrb"]), bool(a["ratio"])
@@ -245,9 +252,35 @@ class _DALICocoReader(_DetectionReader):
             boxes.append(b.astype(np.float32).reshape(-1, 4))
             labels.append((bb.labels[lo:hi] + self.label_base).astype(np.int32))
         outs = (enc, boxes, labels)
+        if self.shapes is not None:
+            outs += self._masks(ctx.sample_index, labels)
         if self.image_ids:
             outs += (self.ids[ctx.sample_index].astype(np.int32).reshape(-1, 1),)
         return outs
+
+
+    def _masks(self, index, labels):
+        from readers.coco_instances import dali_pixelwise, dali_polygons
+
+        records = [self.shapes[i] for i in index]
+        if self.op.args.get("pixelwise_masks") or not self.op.args.get("polygon_masks"):
+            return ([dali_pixelwise(r, lab) for r, lab in zip(records, labels)],)
+        pairs = [dali_polygons(r, self.ratio) for r in records]
+        return [p for p, _ in pairs], [v for _, v in pairs]
+
+
+def _without_shapes(dataset):
+    """A shallow copy of ``dataset`` whose records hold no instance field (the reader packs
+    their boxes into dataset-wide arrays; the shapes are read per sample)."""
+    import copy
+
+    from readers.segments import INSTANCE_FIELDS
+
+    out = copy.copy(dataset)
+    out.records = [copy.copy(r) for r in dataset.records]
+    for r in out.records:
+        r.fields = {k: v for k, v in r.fields.items() if k not in INSTANCE_FIELDS}
+    return out
 
 
 def _coco_reader(op, pipe):
@@ -260,10 +293,13 @@ def _coco_reader(op, pipe):
     dali_coco_outputs(a)
     threshold = a["size_threshold"] if a["size_threshold"] is not None else (0.1 if dali else 0.0)
     keep_ids = bool(a["keep_original_ids"] or a.get("avoid_class_remapping"))
-    ds = read_coco(a["annotations_file"], a["file_root"], skip_empty=a["skip_empty"],
-                   include_iscrowd=a["include_iscrowd"], size_threshold=threshold,
-                   categories=a["categories"], keep_original_ids=keep_ids,
-                   on_error=a["on_error"])
+    read = read_coco
+    if dali and (a.get("polygon_masks") or a.get("pixelwise_masks")):
+        from readers.coco_instances import read_coco_instances as read  # noqa: F811
+    ds = read(a["annotations_file"], a["file_root"], skip_empty=a["skip_empty"],
+              include_iscrowd=a["include_iscrowd"], size_threshold=threshold,
+              categories=a["categories"], keep_original_ids=keep_ids,
+              on_error=a["on_error"], **({} if read is read_coco else {"keypoints": False}))
     if dali:
         return _DALICocoReader(op, pipe, ds, a)
     return _DetectionReader(op, pipe, ds, {**a, "stick_to_shard": True})  # detaug's: shards stay
