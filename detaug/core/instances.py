@@ -78,8 +78,8 @@ def transform_keypoints(keypoints, sample, matrices, sizes, flip_index=None) -> 
             is an unlabelled point.
         sample: (N,) int, the sample each instance belongs to.
         matrices, sizes: the chain, (S, B, 3, 3) and (S, B, 2) (one op: (B, 3, 3), (B, 2)).
-        flip_index: (K,) the keypoint each one becomes in a mirror image (its own inverse);
-            None: no swap.
+        flip_index: (K,) the keypoint each one becomes in a mirror image (its own inverse), or
+            (N, K), one pairing per instance; None: no swap.
 
     Returns:
         (N, K, 3) float32 in the last canvas's coordinates.
@@ -98,10 +98,33 @@ def transform_keypoints(keypoints, sample, matrices, sizes, flip_index=None) -> 
     out = np.concatenate([xy.reshape(n, k, 2), vis.reshape(n, k, 1)], -1)
     out[~live.reshape(n, k)] = 0.0
     if flip_index is not None and n:
-        fi = np.asarray(flip_index, np.int64)
+        fi = np.broadcast_to(np.asarray(flip_index, np.int64), (n, k))
         flip = mirrors(m)[sample]
-        out[flip] = out[flip][:, fi]
+        out[flip] = np.take_along_axis(out[flip], fi[flip][..., None], axis=1)
     return out.astype(np.float32)
+
+
+# per-box fields of a BoxBatch that the chain moves (shapes_through): dense, one row a box, so
+# that every op that drops, takes or regroups boxes carries them as it carries labels
+SHAPE_FIELDS = ("keypoints", "obb")
+
+
+def shapes_through(fields, sample, geometry) -> dict:
+    """``fields`` with ``keypoints`` (N, K, 3) and ``obb`` (N, 4, 2) moved through the
+    pending chain ``geometry`` (core.batch.Geometry: its ``steps`` and composed ``matrices``);
+    ``keypoint_flip`` (N, K), where present, is each box's mirror pairing. Other fields are
+    returned as they are (the same arrays)."""
+    out = dict(fields)
+    if not geometry.steps:
+        return out
+    mats = np.stack([st.matrix for st in geometry.steps])
+    sizes = np.stack([st.sizes for st in geometry.steps])
+    if "keypoints" in fields:
+        out["keypoints"] = transform_keypoints(fields["keypoints"], sample, mats, sizes,
+                                               fields.get("keypoint_flip"))
+    if "obb" in fields:
+        out["obb"] = transform_obb(fields["obb"], sample, geometry.matrices)
+    return out
 
 
 def clip_polygons(points, offsets, rects):

@@ -1,0 +1,77 @@
+"""Keypoints and oriented boxes carried through a CPU pipeline's geometric ops as per-box fields
+(graph/materialize.py -> core/instances.py): they land where a float64 reference of the ops
+puts them, trade left and right slots on a mirror, become (0, 0, 0) off the canvas, and drop
+with their boxes."""
+import numpy as np
+import pytest
+
+from detaug import fn
+from helpers import run_graph
+
+FI = np.array([0, 2, 1])
+
+
+def _chain(i, b):
+    i, b = fn.flip(i, b, horizontal=1)
+    i, b = fn.crop(i, b, window=(4, 2, 50, 38))
+    return fn.resize(i, b, size=(92, 72))
+
+
+def _reference(kp, w):
+    """flip x -> W - x, crop by (4, 2) to 46 x 36, resize to 72 x 92, in float64."""
+    out = np.zeros_like(kp, dtype=np.float64)
+    for k, (x, y, v) in enumerate(kp.astype(np.float64)):
+        if v <= 0:
+            continue
+        x, y = w - x, y
+        x, y = x - 4, y - 2
+        if not (0 <= x < 46 and 0 <= y < 36):
+            continue
+        out[FI[k]] = [x * 72 / 46, y * 92 / 36, v]
+    return out
+
+
+def test_keypoints_follow_flip_crop_resize_and_drop_with_boxes(rng):
+    w, h = 60, 40
+    imgs = [rng.integers(0, 256, (h, w, 3), np.uint8) for _ in range(2)]
+    boxes, fields = [], []
+    for _ in imgs:
+        n = 4
+        b = np.concatenate([rng.uniform(12, 25, (n, 2)), rng.uniform(30, 40, (n, 2))], 1)
+        b[:, 3] = np.minimum(b[:, 3], h)
+        b[0] = [56, 1, 59.5, 3]  # flips to x in [0.5, 4]: left of the crop, dropped
+        kp = np.zeros((n, 3, 3), np.float32)
+        kp[..., 0] = rng.uniform(0, w, (n, 3))
+        kp[..., 1] = rng.uniform(0, h, (n, 3))
+        kp[..., 2] = rng.integers(0, 3, (n, 3))
+        kp[kp[..., 2] == 0] = 0
+        boxes.append(b)
+        fields.append({"keypoints": kp, "keypoint_flip": np.tile(FI, (n, 1))})
+    _, out = run_graph(imgs, boxes, _chain, fields=fields)
+    for got, b, f in zip(out.per_sample(), boxes, fields):
+        assert len(got["boxes"]) == len(b) - 1  # the first box left the crop: gone, with its points
+        for row, kp in zip(got["keypoints"], f["keypoints"][1:]):
+            assert np.allclose(row, _reference(kp, w), atol=1e-4)
+
+
+def test_oriented_boxes_follow_rotation(rng):
+    w, h = 64, 48
+    img = rng.integers(0, 256, (h, w, 3), np.uint8)
+    corners = np.array([[[20, 15], [40, 15], [40, 30], [20, 30]]], np.float32)
+    _, out = run_graph([img], [[[20, 15, 40, 30]]], lambda i, b: fn.rotate(i, b, angle=30, expand=False),
+                       fields=[{"obb": corners}])
+    got = out.per_sample()[0]["obb"][0].astype(np.float64)
+    c, s = np.cos(np.deg2rad(30)), np.sin(np.deg2rad(30))
+    d = corners[0].astype(np.float64) - [w / 2, h / 2]
+    ref = np.stack([c * d[:, 0] + s * d[:, 1], -s * d[:, 0] + c * d[:, 1]], 1) + [w / 2, h / 2]
+    assert np.allclose(got, ref, atol=1e-4)
+    # the box is the enclosing box of the rotated box's corners (clipped), as before
+    assert np.allclose(out.per_sample()[0]["boxes"][0], [*ref.min(0), *ref.max(0)], atol=1e-3)
+
+
+@pytest.mark.gpu
+def test_shapes_on_the_gpu_are_refused_by_name(rng):
+    img = rng.integers(0, 256, (20, 30, 3), np.uint8)
+    with pytest.raises(Exception, match="keypoints"):
+        run_graph([img], [[[1, 1, 5, 5]]], lambda i, b: fn.flip(i, b, horizontal=1),
+                  fields=[{"keypoints": np.zeros((1, 2, 3), np.float32)}], device="gpu")
