@@ -205,3 +205,32 @@ def dali_pixelwise(record, labels):
         covered = masks[labels == label].any(axis=0)
         out[covered] = label
     return out[..., None]
+
+
+def read_coco_masks(annotations_file, image_root, **options):
+    """:func:`read_coco_instances` with the masks only (no keypoints): readers.coco's
+    ``polygon_masks`` / ``pixelwise_masks``."""
+    return read_coco_instances(annotations_file, image_root, keypoints=False, **options)
+
+
+def without_shapes(dataset):
+    """A shallow copy of ``dataset`` whose records hold no instance field (a reader packs
+    their boxes into dataset-wide arrays and reads the shapes a sample at a time)."""
+    import copy
+
+    from .segments import INSTANCE_FIELDS
+
+    out = copy.copy(dataset)
+    out.records = [copy.copy(r) for r in dataset.records]
+    for r in out.records:
+        r.fields = {k: v for k, v in r.fields.items() if k not in INSTANCE_FIELDS}
+    return out
+
+
+def dali_masks(records, labels, polygons, ratio):
+    """DALI's mask outputs of a batch: ``(polygons list, vertices list)`` where ``polygons``,
+    else ``(pixelwise list,)`` (:func:`dali_polygons`, :func:`dali_pixelwise`)."""
+    if not polygons:
+        return ([dali_pixelwise(r, lab) for r, lab in zip(records, labels)],)
+    pairs = [dali_polygons(r, ratio) for r in records]
+    return [p for p, _ in pairs], [v for _, v in pairs]

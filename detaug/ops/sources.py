@@ -226,9 +226,10 @@ class _DALICocoReader(_DetectionReader):
 
     def __init__(self, op, pipe, dataset, args):
         self.shapes = None
-        if args.get("polygon_masks") or args.get("pixelwise_masks"):  # kept apart from the
-            self.shapes = dataset.records  # packed boxes: read a sample at a time
-            dataset = _without_shapes(dataset)
+        if args.get("polygon_masks") or args.get("pixelwise_masks"):
+            from readers.coco_instances import without_shapes
+
+            self.shapes, dataset = dataset.records, without_shapes(dataset)  # (read per sample)
         super().__init__(op, pipe, dataset, args)
         a = args
         self.ltrb, self.ratio = bool(a["ltrb"]), bool(a["ratio"])
@@ -253,34 +254,13 @@ class _DALICocoReader(_DetectionReader):
             labels.append((bb.labels[lo:hi] + self.label_base).astype(np.int32))
         outs = (enc, boxes, labels)
         if self.shapes is not None:
-            outs += self._masks(ctx.sample_index, labels)
+            from readers.coco_instances import dali_masks
+
+            outs += dali_masks([self.shapes[i] for i in ctx.sample_index], labels,
+                               bool(self.op.args.get("polygon_masks")), self.ratio)
         if self.image_ids:
             outs += (self.ids[ctx.sample_index].astype(np.int32).reshape(-1, 1),)
         return outs
-
-
-    def _masks(self, index, labels):
-        from readers.coco_instances import dali_pixelwise, dali_polygons
-
-        records = [self.shapes[i] for i in index]
-        if self.op.args.get("pixelwise_masks") or not self.op.args.get("polygon_masks"):
-            return ([dali_pixelwise(r, lab) for r, lab in zip(records, labels)],)
-        pairs = [dali_polygons(r, self.ratio) for r in records]
-        return [p for p, _ in pairs], [v for _, v in pairs]
-
-
-def _without_shapes(dataset):
-    """A shallow copy of ``dataset`` whose records hold no instance field (the reader packs
-    their boxes into dataset-wide arrays; the shapes are read per sample)."""
-    import copy
-
-    from readers.segments import INSTANCE_FIELDS
-
-    out = copy.copy(dataset)
-    out.records = [copy.copy(r) for r in dataset.records]
-    for r in out.records:
-        r.fields = {k: v for k, v in r.fields.items() if k not in INSTANCE_FIELDS}
-    return out
 
 
 def _coco_reader(op, pipe):
@@ -293,13 +273,13 @@ def _coco_reader(op, pipe):
     dali_coco_outputs(a)
     threshold = a["size_threshold"] if a["size_threshold"] is not None else (0.1 if dali else 0.0)
     keep_ids = bool(a["keep_original_ids"] or a.get("avoid_class_remapping"))
-    read = read_coco
-    if dali and (a.get("polygon_masks") or a.get("pixelwise_masks")):
-        from readers.coco_instances import read_coco_instances as read  # noqa: F811
-    ds = read(a["annotations_file"], a["file_root"], skip_empty=a["skip_empty"],
-              include_iscrowd=a["include_iscrowd"], size_threshold=threshold,
-              categories=a["categories"], keep_original_ids=keep_ids,
-              on_error=a["on_error"], **({} if read is read_coco else {"keypoints": False}))
+    masks = dali and (a.get("polygon_masks") or a.get("pixelwise_masks"))
+    if masks:
+        from readers.coco_instances import read_coco_masks as read_coco  # noqa: F811
+    ds = read_coco(a["annotations_file"], a["file_root"], skip_empty=a["skip_empty"],
+                   include_iscrowd=a["include_iscrowd"], size_threshold=threshold,
+                   categories=a["categories"], keep_original_ids=keep_ids,
+                   on_error=a["on_error"])
     if dali:
         return _DALICocoReader(op, pipe, ds, a)
     return _DetectionReader(op, pipe, ds, {**a, "stick_to_shard": True})  # detaug's: shards stay
