@@ -2128,7 +2128,7 @@ class readers:
     """fn.readers.*"""
 
     @staticmethod
-    def coco(*, file_root: str | None = None, annotations_file: str | None = None, skip_empty: bool = False, include_iscrowd: bool = True, size_threshold: float | None = None, categories: Sequence[Any] | None = None, keep_original_ids: bool = False, on_error: str = 'raise', random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, ltrb: bool | None = None, ratio: bool | None = None, image_ids: bool | None = None, avoid_class_remapping: bool | None = None, polygon_masks: bool | None = None, pixelwise_masks: bool | None = None, initial_fill: Any = None, pad_last_batch: bool | None = None, stick_to_shard: bool | None = None, shuffle_after_epoch: bool | None = None, read_ahead: Any = None, lazy_init: Any = None, prefetch_queue_depth: Any = None, dont_use_mmap: Any = None, skip_cached_images: Any = None, tensor_init_bytes: Any = None, bytes_per_sample_hint: Any = None, preserve: Any = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    def coco(*, file_root: str | None = None, annotations_file: str | None = None, skip_empty: bool = False, include_iscrowd: bool = True, size_threshold: float | None = None, categories: Sequence[Any] | None = None, keep_original_ids: bool = False, on_error: str = 'raise', keypoints: bool = False, random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, ltrb: bool | None = None, ratio: bool | None = None, image_ids: bool | None = None, avoid_class_remapping: bool | None = None, polygon_masks: bool | None = None, pixelwise_masks: bool | None = None, initial_fill: Any = None, pad_last_batch: bool | None = None, stick_to_shard: bool | None = None, shuffle_after_epoch: bool | None = None, read_ahead: Any = None, lazy_init: Any = None, prefetch_queue_depth: Any = None, dont_use_mmap: Any = None, skip_cached_images: Any = None, tensor_init_bytes: Any = None, bytes_per_sample_hint: Any = None, preserve: Any = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
         """
         COCO instances JSON: encoded images and their boxes.
         
@@ -2143,6 +2143,7 @@ class readers:
             categories: sequence | None = None: keep only these categories, by name or id (None: all)
             keep_original_ids: bool = False: labels are the COCO category ids instead of 0-based indices
             on_error: str = 'raise': 'raise' (stop at the first bad file or annotation, naming it) or 'skip' (leave it out, counted in pipe.stats)
+            keypoints: bool = False: detaug's outputs: the boxes carry the fields keypoints (N, K, 3) [x, y, v] (COCO's pixel indices + 0.5) and keypoint_flip (N, K), which the geometric ops move (CPU)
             random_shuffle: bool = False: shuffle the records every epoch (keyed by seed and epoch: the same seed gives the same order)
             shard_id: int | None = None: this process's shard, 0 <= shard_id < num_shards (None: the pipeline's shard_id)
             num_shards: int | None = None: split the records into this many shards (None: the pipeline's num_shards)

@@ -234,3 +234,15 @@ def dali_masks(records, labels, polygons, ratio):
         return ([dali_pixelwise(r, lab) for r, lab in zip(records, labels)],)
     pairs = [dali_polygons(r, ratio) for r in records]
     return [p for p, _ in pairs], [v for _, v in pairs]
+
+
+def read_coco_keypoints(annotations_file, image_root, **options):
+    """:func:`read_coco_instances` with the keypoints only (no masks), and each box's mirror
+    pairing as the field ``keypoint_flip`` (N, K): readers.coco(keypoints=True), whose boxes
+    carry the two fields through the geometric ops."""
+    ds = read_coco_instances(annotations_file, image_root, segmentation=False, **options)
+    fi = np.asarray(ds.instances.get("flip_index", []), np.int64)
+    for r in ds.records:
+        if "keypoints" in r.fields:
+            r.fields["keypoint_flip"] = np.tile(fi, (r.num_boxes, 1))
+    return ds

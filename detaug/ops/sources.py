@@ -273,9 +273,10 @@ def _coco_reader(op, pipe):
     dali_coco_outputs(a)
     threshold = a["size_threshold"] if a["size_threshold"] is not None else (0.1 if dali else 0.0)
     keep_ids = bool(a["keep_original_ids"] or a.get("avoid_class_remapping"))
-    masks = dali and (a.get("polygon_masks") or a.get("pixelwise_masks"))
-    if masks:
+    if dali and (a.get("polygon_masks") or a.get("pixelwise_masks")):
         from readers.coco_instances import read_coco_masks as read_coco  # noqa: F811
+    elif not dali and a.get("keypoints"):
+        from readers.coco_instances import read_coco_keypoints as read_coco  # noqa: F811
     ds = read_coco(a["annotations_file"], a["file_root"], skip_empty=a["skip_empty"],
                    include_iscrowd=a["include_iscrowd"], size_threshold=threshold,
                    categories=a["categories"], keep_original_ids=keep_ids,
@@ -304,7 +305,8 @@ register("readers.coco", devices=("cpu",), inputs=(0, 0), kind="source",
          outputs=lambda n, a: dali_coco_outputs(a) if dali_coco(a) else 2,
          args={"file_root": None, "annotations_file": None, "skip_empty": False,
                "include_iscrowd": True, "size_threshold": None, "categories": None,
-               "keep_original_ids": False, "on_error": "raise", **_SHARDING, **_COCO_DALI},
+               "keep_original_ids": False, "on_error": "raise", "keypoints": False, **_SHARDING,
+               **_COCO_DALI},
          hints=_DALI_READER_HINTS,
          output_spec="(encoded bytes, BoxBatch with labels + iscrowd/annotation_id); given any "
                      "of DALI's own arguments (ltrb=, ratio=, image_ids=, pad_last_batch=, ...), "
@@ -312,6 +314,9 @@ register("readers.coco", devices=("cpu",), inputs=(0, 0), kind="source",
                      "1[, image_ids])",
          arg_docs={"size_threshold": "drop boxes narrower or lower than this many pixels (None: "
                                      "0.0, or DALI's 0.1 in DALI's mode)",
+                   "keypoints": "detaug's outputs: the boxes carry the fields keypoints (N, K, 3) "
+                                "[x, y, v] (COCO's pixel indices + 0.5) and keypoint_flip (N, K), "
+                                "which the geometric ops move (CPU)",
                    "ltrb": "DALI's mode: boxes [l, t, r, b] (True) or [x, y, w, h] (False)",
                    "ratio": "DALI's mode: boxes divided by the image's width and height",
                    **{k: "DALI's argument: giving it (any value) selects DALI's outputs; "

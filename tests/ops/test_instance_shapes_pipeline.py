@@ -75,3 +75,37 @@ def test_shapes_on_the_gpu_are_refused_by_name(rng):
     with pytest.raises(Exception, match="keypoints"):
         run_graph([img], [[[1, 1, 5, 5]]], lambda i, b: fn.flip(i, b, horizontal=1),
                   fields=[{"keypoints": np.zeros((1, 2, 3), np.float32)}], device="gpu")
+
+
+def test_coco_reader_keypoints_through_flip_and_crop(tmp_path, rng):
+    """readers.coco(keypoints=True): COCO's pixel-index keypoints (+ 0.5) mirrored, swapped by
+    the pairing of their names, cropped; a box cropped away leaves with its points."""
+    from detaug import Pipeline
+    from readers_fixtures import write_coco
+
+    names = ["nose", "left_eye", "right_eye"]
+    cat = {"id": 1, "name": "person", "keypoints": names, "skeleton": [[1, 2], [1, 3]]}
+    w, h = 50, 40
+    kps = [[10, 12, 2, 30, 5, 1, 0, 0, 0], [45, 30, 2, 2, 2, 2, 48, 38, 1]]
+    anns = [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [5, 2, 30, 20], "iscrowd": 0,
+             "keypoints": kps[0], "num_keypoints": 2},
+            {"id": 2, "image_id": 1, "category_id": 1, "bbox": [40, 25, 9, 14], "iscrowd": 0,
+             "keypoints": kps[1], "num_keypoints": 3}]
+    path, root = write_coco(tmp_path, [{"id": 1, "file_name": "1.jpg", "width": w, "height": h}],
+                            anns, [cat])
+    pipe = Pipeline(batch_size=1, num_threads=1, seed=0)
+    with pipe:
+        enc, boxes = fn.readers.coco(file_root=root, annotations_file=path, keypoints=True)
+        img = fn.decoders.image(enc)
+        img, boxes = fn.flip(img, boxes, horizontal=1)
+        img, boxes = fn.crop(img, boxes, window=(10, 0, 50, 40))
+        pipe.set_outputs(img, boxes)
+    _, out = pipe.run()
+    pipe.close()
+    got = out.per_sample()[0]
+    # box 2 flips to x in [1, 10]: left of the window, gone; box 1 flips to [15, 45] -> [5, 35]
+    assert np.allclose(got["boxes"], [[5, 2, 35, 22]])
+    ref = np.zeros((3, 3))
+    ref[0] = [w - 10.5 - 10, 12.5, 2]  # nose: no partner
+    ref[2] = [w - 30.5 - 10, 5.5, 1]  # the left eye, mirrored: now the right eye's slot
+    assert np.allclose(got["keypoints"][0], ref)
