@@ -236,13 +236,21 @@ def dali_masks(records, labels, polygons, ratio):
     return [p for p, _ in pairs], [v for _, v in pairs]
 
 
-def read_coco_keypoints(annotations_file, image_root, **options):
-    """:func:`read_coco_instances` with the keypoints only (no masks), and each box's mirror
-    pairing as the field ``keypoint_flip`` (N, K): readers.coco(keypoints=True), whose boxes
-    carry the two fields through the geometric ops."""
-    ds = read_coco_instances(annotations_file, image_root, segmentation=False, **options)
+def read_coco_shapes(annotations_file, image_root, *, keypoints=False, polygons=False,
+                     **options):
+    """:func:`read_coco_instances` for a pipeline (readers.coco(keypoints=, polygons=)): the
+    ``keypoints`` field with each box's mirror pairing as ``keypoint_flip`` (N, K), and/or the
+    ``polygons`` field; RLE masks (crowds') are not carried: their count is in
+    ``Dataset.dropped``."""
+    ds = read_coco_instances(annotations_file, image_root, segmentation=polygons,
+                             keypoints=keypoints, **options)
     fi = np.asarray(ds.instances.get("flip_index", []), np.int64)
+    rle = 0
     for r in ds.records:
         if "keypoints" in r.fields:
             r.fields["keypoint_flip"] = np.tile(fi, (r.num_boxes, 1))
+        if "rle" in r.fields:
+            rle += int(np.count_nonzero(r.fields.pop("rle").counts))
+    if rle:
+        ds.dropped["RLE masks (a pipeline carries polygons only)"] = rle
     return ds

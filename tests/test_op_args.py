@@ -322,6 +322,7 @@ ELSEWHERE = {
     "include_iscrowd": "tests/test_readers_coco.py", "size_threshold": "tests/test_dali_compat.py",
     "categories": "tests/test_readers_coco.py", "keep_original_ids": "tests/test_readers_coco.py",
     "keypoints": "tests/ops/test_instance_shapes_pipeline.py",
+    "polygons": "tests/ops/test_instance_shapes_pipeline.py",
     "on_error": "tests/test_readers_bad_input.py, test_pipeline.py (skip counts)",
     "random_shuffle": "tests/test_pipeline.py (epoch orders)",
     "shuffle_after_epoch": "tests/test_dali_compat.py", "shard_id": "tests/test_pipeline.py",

@@ -106,14 +106,14 @@ def transform_keypoints(keypoints, sample, matrices, sizes, flip_index=None) -> 
 
 # per-box fields of a BoxBatch that the chain moves (shapes_through): dense, one row a box, so
 # that every op that drops, takes or regroups boxes carries them as it carries labels
-SHAPE_FIELDS = ("keypoints", "obb")
+SHAPE_FIELDS = ("keypoints", "obb", "polygons")
 
 
 def shapes_through(fields, sample, geometry) -> dict:
-    """``fields`` with ``keypoints`` (N, K, 3) and ``obb`` (N, 4, 2) moved through the
-    pending chain ``geometry`` (core.batch.Geometry: its ``steps`` and composed ``matrices``);
-    ``keypoint_flip`` (N, K), where present, is each box's mirror pairing. Other fields are
-    returned as they are (the same arrays)."""
+    """``fields`` with ``keypoints`` (N, K, 3), ``obb`` (N, 4, 2) and ``polygons`` (N, P, 2,
+    :func:`dense_polygons`) moved through the pending chain ``geometry`` (core.batch.Geometry:
+    its ``steps`` and composed ``matrices``); ``keypoint_flip`` (N, K), where present, is each
+    box's mirror pairing. Other fields are returned as they are (the same arrays)."""
     out = dict(fields)
     if not geometry.steps:
         return out
@@ -124,7 +124,57 @@ def shapes_through(fields, sample, geometry) -> dict:
                                                fields.get("keypoint_flip"))
     if "obb" in fields:
         out["obb"] = transform_obb(fields["obb"], sample, geometry.matrices)
+    if "polygons" in fields:
+        moved = transform_polygons(*ragged_polygons(fields["polygons"]), sample, mats, sizes)
+        out["polygons"] = dense_polygons(*moved)
     return out
+
+
+def dense_polygons(points, poly_offsets, box_offsets) -> np.ndarray:
+    """The polygons of N boxes as one dense per-box field (N, P, 2) float32: each box's
+    polygons in order, each followed by a NaN row, then NaN to the batch's longest (P). Dense,
+    so that every op that drops, takes or regroups boxes carries it as it carries labels."""
+    pts = np.asarray(points, np.float32).reshape(-1, 2)
+    off, boff = np.asarray(poly_offsets, np.int64), np.asarray(box_offsets, np.int64)
+    n = len(boff) - 1
+    counts = np.diff(off)
+    poly_box = np.repeat(np.arange(n), np.diff(boff))
+    rows_of_box = np.bincount(poly_box, weights=counts + 1, minlength=n).astype(np.int64)
+    width = int(rows_of_box.max()) if n else 0
+    out = np.full((n, width, 2), np.nan, np.float32)
+    if not len(pts):
+        return out
+    box_start = np.zeros(n + 1, np.int64)
+    np.cumsum(rows_of_box, out=box_start[1:])
+    poly_start = np.concatenate([[0], np.cumsum(counts + 1)])[:-1]  # in the packed rows
+    first_poly = boff[:-1][poly_box]
+    within = poly_start - poly_start[first_poly] if len(poly_start) else poly_start
+    owner = np.repeat(poly_box, counts)
+    col = np.repeat(within, counts) + (np.arange(len(pts)) - np.repeat(off[:-1], counts))
+    out[owner, col] = pts
+    return out
+
+
+def ragged_polygons(dense):
+    """``(points, poly_offsets, box_offsets)`` of a :func:`dense_polygons` field."""
+    d = np.asarray(dense, np.float64)
+    n = len(d)
+    if not d.size:
+        return np.zeros((0, 2)), np.zeros(1, np.int64), np.zeros(n + 1, np.int64)
+    real = ~np.isnan(d[..., 0])  # (N, P)
+    flat = real.reshape(-1)
+    # a polygon starts at a real row whose predecessor (in its box) is not real
+    prev = np.concatenate([np.zeros((n, 1), bool), real[:, :-1]], 1).reshape(-1)
+    starts = flat & ~prev
+    box_of_row = np.repeat(np.arange(n), d.shape[1])
+    pts = d.reshape(-1, 2)[flat]
+    poly_id = np.cumsum(starts)[flat] - 1
+    q = int(starts.sum())
+    off = np.zeros(q + 1, np.int64)
+    np.cumsum(np.bincount(poly_id, minlength=q), out=off[1:])
+    boff = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(box_of_row[starts], minlength=n), out=boff[1:])
+    return pts, off, boff
 
 
 def clip_polygons(points, offsets, rects):

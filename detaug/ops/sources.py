@@ -10,6 +10,7 @@ import numpy as np
 from ..core.batch import BoxBatch, EncodedBatch, ImageBatch, concat_boxes
 from ..core.errors import SampleError
 from .arg_docs import SHARED
+from .instance_fields import batch_fields, split_ragged
 from .registry import register
 
 _SHARDING = {"random_shuffle": False, "shard_id": None, "num_shards": None}
@@ -167,7 +168,7 @@ class _DetectionReader(_Source):
         self.size = len(dataset)
         if dataset.skipped:
             pipe.stats.setdefault("reader_skipped", []).extend(dataset.skipped)
-        recs = dataset.records
+        recs, self.ragged = split_ragged(dataset.records)  # (polygons: made dense per batch)
         packed = recs.packed() if hasattr(recs, "packed") else None  # readers' RecordTable
         if packed is not None:  # the reader's own columns: no record made
             self.paths, self.sizes = packed.paths, packed.sizes
@@ -193,7 +194,8 @@ class _DetectionReader(_Source):
         rows = np.repeat(starts - out_off[:-1], counts) + np.arange(out_off[-1])
         sizes = self.sizes[idx]
         boxes = BoxBatch(self.boxes[rows], self.labels[rows], out_off, sizes, "cpu",
-                         {k: v[rows] for k, v in self.fields.items()})
+                         {**{k: v[rows] for k, v in self.fields.items()},
+                          **batch_fields(self.ragged, rows)})
         return EncodedBatch(data, paths, sizes, streams), boxes
 
 
@@ -275,8 +277,13 @@ def _coco_reader(op, pipe):
     keep_ids = bool(a["keep_original_ids"] or a.get("avoid_class_remapping"))
     if dali and (a.get("polygon_masks") or a.get("pixelwise_masks")):
         from readers.coco_instances import read_coco_masks as read_coco  # noqa: F811
-    elif not dali and a.get("keypoints"):
-        from readers.coco_instances import read_coco_keypoints as read_coco  # noqa: F811
+    elif not dali and (a.get("keypoints") or a.get("polygons")):
+        from functools import partial
+
+        from readers.coco_instances import read_coco_shapes
+
+        read_coco = partial(read_coco_shapes, keypoints=bool(a.get("keypoints")),  # noqa: F811
+                            polygons=bool(a.get("polygons")))
     ds = read_coco(a["annotations_file"], a["file_root"], skip_empty=a["skip_empty"],
                    include_iscrowd=a["include_iscrowd"], size_threshold=threshold,
                    categories=a["categories"], keep_original_ids=keep_ids,
@@ -305,8 +312,8 @@ register("readers.coco", devices=("cpu",), inputs=(0, 0), kind="source",
          outputs=lambda n, a: dali_coco_outputs(a) if dali_coco(a) else 2,
          args={"file_root": None, "annotations_file": None, "skip_empty": False,
                "include_iscrowd": True, "size_threshold": None, "categories": None,
-               "keep_original_ids": False, "on_error": "raise", "keypoints": False, **_SHARDING,
-               **_COCO_DALI},
+               "keep_original_ids": False, "on_error": "raise", "keypoints": False,
+               "polygons": False, **_SHARDING, **_COCO_DALI},
          hints=_DALI_READER_HINTS,
          output_spec="(encoded bytes, BoxBatch with labels + iscrowd/annotation_id); given any "
                      "of DALI's own arguments (ltrb=, ratio=, image_ids=, pad_last_batch=, ...), "
@@ -317,6 +324,10 @@ register("readers.coco", devices=("cpu",), inputs=(0, 0), kind="source",
                    "keypoints": "detaug's outputs: the boxes carry the fields keypoints (N, K, 3) "
                                 "[x, y, v] (COCO's pixel indices + 0.5) and keypoint_flip (N, K), "
                                 "which the geometric ops move (CPU)",
+                   "polygons": "detaug's outputs: the boxes carry the field polygons (N, P, 2) "
+                               "float32, each polygon followed by a NaN row, moved and clipped "
+                               "by the geometric ops (CPU); crowd RLE masks are not carried "
+                               "(counted in the dataset's dropped)",
                    "ltrb": "DALI's mode: boxes [l, t, r, b] (True) or [x, y, w, h] (False)",
                    "ratio": "DALI's mode: boxes divided by the image's width and height",
                    **{k: "DALI's argument: giving it (any value) selects DALI's outputs; "

@@ -209,3 +209,22 @@ def test_masks_match_float64_reference_with_intermediate_canvas(rng):
                 ref[i, j] = m[0, int(np.floor(y)), int(np.floor(x))]
     assert np.array_equal(got[0], ref)
     assert not got[0, :2].any() and not got[0, :, :3].any()
+
+
+def test_dense_polygons_round_trip(rng):
+    from detaug.core.instances import dense_polygons, ragged_polygons
+
+    for _ in range(50):
+        n = int(rng.integers(0, 5))
+        boff = np.concatenate([[0], np.cumsum(rng.integers(0, 3, n))]).astype(np.int64)
+        off = np.concatenate([[0], np.cumsum(rng.integers(3, 6, boff[-1]))]).astype(np.int64)
+        pts = rng.random((off[-1], 2)).astype(np.float32)
+        dense = dense_polygons(pts, off, boff)
+        assert dense.shape[0] == n
+        back = ragged_polygons(dense)
+        assert np.array_equal(back[0].astype(np.float32), pts)
+        assert np.array_equal(back[1], off) and np.array_equal(back[2], boff)
+    # hand case: box 0 two polygons, box 1 none
+    d = dense_polygons(np.arange(14).reshape(7, 2), [0, 3, 7], [0, 2, 2])
+    assert d.shape == (2, 9, 2) and np.isnan(d[0, 3]).all() and np.isnan(d[1]).all()
+    assert np.array_equal(d[0, 4], [6, 7])

@@ -109,3 +109,64 @@ def test_coco_reader_keypoints_through_flip_and_crop(tmp_path, rng):
     ref[0] = [w - 10.5 - 10, 12.5, 2]  # nose: no partner
     ref[2] = [w - 30.5 - 10, 5.5, 1]  # the left eye, mirrored: now the right eye's slot
     assert np.allclose(got["keypoints"][0], ref)
+
+
+def _polygons_of(dense_row):
+    """The polygons of one box's dense field row (NaN rows end each polygon)."""
+    out, cur = [], []
+    for p in np.asarray(dense_row, np.float64):
+        if np.isnan(p[0]):
+            if cur:
+                out.append(np.array(cur))
+            cur = []
+        else:
+            cur.append(p)
+    return out + ([np.array(cur)] if cur else [])
+
+
+def _area(p):
+    x, y = p[:, 0], p[:, 1]
+    return 0.5 * abs(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1)))
+
+
+def test_coco_reader_polygons_through_flip_crop_resize(tmp_path, rng):
+    """readers.coco(polygons=True): polygons mapped by a float64 reference of flip, crop and
+    resize; one reaching past the crop is clipped to it (area = OpenCV's convex intersection);
+    a box cropped away leaves with its polygons."""
+    import cv2
+
+    from detaug import Pipeline
+    from readers_fixtures import write_coco
+
+    w, h = 60, 40
+    inner = rng.uniform([28, 8], [40, 30], (5, 2)).round(2)  # x in [28, 40]: flips to [20, 32]
+    inner = cv2.convexHull(inner.astype(np.float32))[:, 0].astype(np.float64).round(2)
+    edge = np.array([[2.0, 5.0], [14.0, 5.0], [14.0, 20.0]])  # flips to x in [46, 58]: cut at 50
+    gone = np.array([[57.0, 30.0], [59.5, 30.0], [59.5, 38.0]])  # flips to x < 4: cropped away
+
+    def ann(i, poly):
+        lo, hi = poly.min(0), poly.max(0)
+        return {"id": i, "image_id": 1, "category_id": 1, "iscrowd": 0,
+                "bbox": [*lo.tolist(), *(hi - lo).tolist()],
+                "segmentation": [poly.reshape(-1).tolist()]}
+    path, root = write_coco(tmp_path, [{"id": 1, "file_name": "1.jpg", "width": w, "height": h}],
+                            [ann(1, inner), ann(2, edge), ann(3, gone)])
+    pipe = Pipeline(batch_size=1, num_threads=1, seed=0)
+    with pipe:
+        enc, boxes = fn.readers.coco(file_root=root, annotations_file=path, polygons=True)
+        img = fn.decoders.image(enc)
+        pipe.set_outputs(*_chain(img, boxes))
+    _, out = pipe.run()
+    pipe.close()
+    got = out.per_sample()[0]
+    assert list(got["annotation_id"]) == [1, 2]
+
+    def ref(p):  # flip, crop (4, 2), resize 46 x 36 -> 72 x 92, in float64
+        return np.stack([(w - p[:, 0] - 4) * 72 / 46, (p[:, 1] - 2) * 92 / 36], 1)
+    (poly,) = _polygons_of(got["polygons"][0])
+    assert np.allclose(poly, ref(inner), atol=1e-4)
+    (clipped,) = _polygons_of(got["polygons"][1])
+    window = np.array([[0, 0], [72, 0], [72, 92], [0, 92]], np.float32)
+    expect, _ = cv2.intersectConvexConvex(ref(edge).astype(np.float32), window)
+    assert _area(clipped) == pytest.approx(expect, rel=1e-4)
+    assert clipped[:, 0].max() == pytest.approx(72)
