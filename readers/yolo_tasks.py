@@ -31,6 +31,7 @@ from .yolo import (_INDEX, _NUMBER, _class_names, _label_path, _orphans, _relati
                    _same_stem, _strict_loader, read_text)
 
 TASKS = ("segment", "pose", "obb")
+MAX_KEYPOINTS = 4096  # past any data set's (COCO 17, COCO-WholeBody 133): an untrusted K bounded
 # Significant digits of a normalised coordinate: 9 carry any float32 pixel coordinate through
 # the division by the image size and back exactly (relative error 5e-10, under float32's
 # half step of 3e-8), so a round trip through these files changes no value.
@@ -105,8 +106,10 @@ def _pose_spec(root, kpt_shape, flip_index):
                 raise DatasetError(path, "the top level is not a mapping")
     shape = kpt_shape if kpt_shape is not None else data.get("kpt_shape")
     if not (isinstance(shape, (list, tuple)) and len(shape) == 2
-            and all(type(v) is int for v in shape) and shape[0] > 0 and shape[1] in (2, 3)):
-        raise DatasetError(path, f"'kpt_shape' is {shape!r:.40}: needs [K, 2] or [K, 3]")
+            and all(type(v) is int for v in shape) and 0 < shape[0] <= MAX_KEYPOINTS
+            and shape[1] in (2, 3)):
+        raise DatasetError(path, f"'kpt_shape' is {shape!r:.40}: needs [K, 2] or [K, 3], "
+                                 f"K from 1 to {MAX_KEYPOINTS}")
     fi = flip_index if flip_index is not None else data.get("flip_idx", list(range(shape[0])))
     try:
         fi = check_flip_index(fi, shape[0], "flip_idx")

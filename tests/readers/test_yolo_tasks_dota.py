@@ -84,6 +84,10 @@ def test_pose_needs_kpt_shape(tmp_path):
     root = _tree(tmp_path, ["0 0.5 0.5 0.5 0.5"], yaml="names: [a, b]\n")
     with pytest.raises(DatasetError, match="kpt_shape"):
         read_yolo_task(root, "pose")
+    huge = _tree(tmp_path / "h", ["0 0.5 0.5 0.5 0.5"],
+                 yaml="names: [a, b]\nkpt_shape: [1000000000, 3]\n")
+    with pytest.raises(DatasetError, match="K from 1 to"):
+        read_yolo_task(huge, "pose")
     root2 = _tree(tmp_path / "x", ["0 0.5 0.5 0.5 0.5 0.1 0.1 2"],
                   yaml="names: [a, b]\nkpt_shape: [1, 3]\nflip_idx: [1]\n")
     with pytest.raises(DatasetError, match="flip"):
