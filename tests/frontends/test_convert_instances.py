@@ -102,3 +102,28 @@ def test_targets_that_cannot_hold_shapes_refuse(tmp_path, rng, capsys):
     assert "keypoints left out (--drop-masks)" in out
     assert main([str(path), str(tmp_path / "seg"), "--from", "coco", "--to", "yolo-seg"]) == 2
     assert "cannot hold the keypoints" in capsys.readouterr().err
+
+
+def test_multi_polygon_instances_refuse_yolo_seg_or_drop_to_boxes(tmp_path, rng, capsys):
+    images = [{"id": 1, "file_name": "1.jpg", "width": 64, "height": 48}]
+    anns = [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [2, 2, 30, 30], "iscrowd": 0,
+             "segmentation": [[2, 2, 12, 2, 7, 12], [20, 20, 32, 20, 26, 32]]}]
+    path, _ = write_coco(tmp_path / "c", images, anns, CATS)
+    assert main([str(path), str(tmp_path / "seg"), "--from", "coco", "--to", "yolo-seg"]) == 2
+    assert "2 polygons; a YOLO-seg line holds one" in capsys.readouterr().err
+    _run(path, tmp_path / "seg", "--from", "coco", "--to", "yolo-seg", "--drop-masks")
+    assert "written as plain YOLO boxes" in capsys.readouterr().out
+    line = (tmp_path / "seg" / "labels" / "1.txt").read_text().split()
+    assert len(line) == 5  # class cx cy w h
+
+
+def test_dota_to_coco_refuses_oriented_boxes_unless_dropped(tmp_path, capsys):
+    root = tmp_path / "dota"
+    write_image(root / "images" / "P1.png", 100, 80)
+    os.makedirs(root / "labelTxt")
+    (root / "labelTxt" / "P1.txt").write_text("10 10 30 10 30 20 10 20 ship 0\n")
+    assert main([str(root), str(tmp_path / "coco"), "--from", "dota", "--to", "coco"]) == 2
+    assert "coco cannot hold the oriented boxes of 1 boxes" in capsys.readouterr().err
+    _run(root, tmp_path / "coco", "--from", "dota", "--to", "coco", "--drop-masks")
+    ann = json.load(open(tmp_path / "coco" / "annotations.json"))["annotations"][0]
+    assert ann["bbox"] == [10.0, 10.0, 20.0, 10.0] and "obb" not in ann
