@@ -2144,7 +2144,7 @@ class readers:
             keep_original_ids: bool = False: labels are the COCO category ids instead of 0-based indices
             on_error: str = 'raise': 'raise' (stop at the first bad file or annotation, naming it) or 'skip' (leave it out, counted in pipe.stats)
             keypoints: bool = False: detaug's outputs: the boxes carry the fields keypoints (N, K, 3) [x, y, v] (COCO's pixel indices + 0.5) and keypoint_flip (N, K), which the geometric ops move (CPU)
-            polygons: bool = False: detaug's outputs: the boxes carry the field polygons (N, P, 2) float32, each polygon followed by a NaN row, moved and clipped by the geometric ops (CPU); crowd RLE masks are not carried (counted in the dataset's dropped)
+            polygons: bool = False: detaug's outputs: the boxes carry the field polygons (N, P, 2) float64, each polygon followed by a NaN row, moved and clipped by the geometric ops (CPU); crowd RLE masks are not carried (counted in the dataset's dropped)
             random_shuffle: bool = False: shuffle the records every epoch (keyed by seed and epoch: the same seed gives the same order)
             shard_id: int | None = None: this process's shard, 0 <= shard_id < num_shards (None: the pipeline's shard_id)
             num_shards: int | None = None: split the records into this many shards (None: the pipeline's num_shards)

@@ -3,21 +3,15 @@
 Used by readers/writers.py's COCO writer: polygons are written as COCO polygons, run-length
 masks as compressed RLE, keypoints as ``[x, y, v] * K`` pixel indices (the 0.5 that the reader
 added taken off, coco_instances.py) with ``num_keypoints``; every coordinate as the shortest
-decimal that reads back to the record's float32 (round trips are exact); oriented boxes have no COCO key
+decimal that reads back to the record's value (round trips are exact); oriented boxes have no COCO key
 and are counted as not held.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .segments import INSTANCE_FIELDS, Ragged, polygons_rle, rle_to_string
+from .segments import INSTANCE_FIELDS, Ragged, polygons_rle, rle_to_string, tidy
 
-
-
-def shortest(values) -> list:
-    """The float32 ``values`` as the shortest decimals that read back to the same float32
-    (NumPy's float32 repr): a round trip through the file is exact, and 239.97 stays 239.97."""
-    return [float(str(v)) for v in np.asarray(values, np.float32).reshape(-1)]
 
 
 def coco_instance_keys(record, i) -> dict:
@@ -28,7 +22,7 @@ def coco_instance_keys(record, i) -> dict:
     if polys is not None and polys.counts[i]:
         inner = polys.values
         lo, hi = int(polys.offsets[i]), int(polys.offsets[i + 1])
-        out["segmentation"] = [shortest(inner[j]) for j in range(lo, hi)]
+        out["segmentation"] = [tidy(inner[j]) for j in range(lo, hi)]
     elif rle is not None and len(rle[i]):
         out["segmentation"] = {"size": [int(record.height), int(record.width)],
                                "counts": rle_to_string(rle[i])}

@@ -5,7 +5,8 @@ field of the record (``DetectionRecord.fields``), so whoever drops a box drops i
 
 - ``polygons``: a :class:`Ragged` of a :class:`Ragged`: box ``i`` owns polygons
   ``polygons.offsets[i]:polygons.offsets[i + 1]``, polygon ``j`` owns the points
-  ``polygons.values.values[o[j]:o[j + 1]]`` (float32 (P, 2), continuous pixel coordinates:
+  ``polygons.values.values[o[j]:o[j + 1]]`` (float64 (P, 2): the file's values exactly, so
+  that they rasterise as COCO's own tools rasterise them; continuous pixel coordinates:
   COCO's polygon coordinates are already continuous, ``[0, W] x [0, H]``).
 - ``rle``: a :class:`Ragged` of uint32 COCO run lengths (column-major, first run of zeros),
   the mask of the record's whole image (its ``height`` x ``width``); no runs: no mask.
@@ -127,11 +128,11 @@ def polygons_field(per_box) -> Ragged:
     counts = [len(box) for box in per_box]
     offsets = np.zeros(len(counts) + 1, np.int64)
     np.cumsum(counts, out=offsets[1:])
-    return Ragged(Ragged.from_lists(polys, np.float32, 2), offsets)
+    return Ragged(Ragged.from_lists(polys, np.float64, 2), offsets)
 
 
 def box_polygons(polygons: Ragged, i) -> list:
-    """Box ``i``'s polygons as a list of (P, 2) float32 arrays."""
+    """Box ``i``'s polygons as a list of (P, 2) float64 arrays."""
     inner = polygons.values
     lo, hi = int(polygons.offsets[i]), int(polygons.offsets[i + 1])
     return [inner[j] for j in range(lo, hi)]
@@ -261,6 +262,18 @@ def instance_masks(record) -> np.ndarray:
 
 
 # -- checks of untrusted values ----------------------------------------------------------------
+
+def tidy(values) -> list:
+    """Each float as the shortest decimal that reads back to it, or to within 4 float64 steps
+    of it (``25.309999999999995``, a value that came through a division by the image size and
+    back, is written ``25.31``): a file's own values are written as the file had them, and a
+    value the arithmetic of a round trip moved by an ulp comes back as it was."""
+    out = []
+    for v in np.asarray(values, np.float64).reshape(-1).tolist():
+        short = float(str(np.float32(v)))  # NumPy's shortest repr of the nearest float32
+        out.append(short if abs(short - v) <= 4 * np.spacing(abs(v)) else v)
+    return out
+
 
 def coco_polygon_fault(seg) -> str | None:
     """Why a COCO polygon segmentation (a list of flat coordinate lists) is bad, or None."""

@@ -131,17 +131,17 @@ def shapes_through(fields, sample, geometry) -> dict:
 
 
 def dense_polygons(points, poly_offsets, box_offsets) -> np.ndarray:
-    """The polygons of N boxes as one dense per-box field (N, P, 2) float32: each box's
+    """The polygons of N boxes as one dense per-box field (N, P, 2) float64: each box's
     polygons in order, each followed by a NaN row, then NaN to the batch's longest (P). Dense,
     so that every op that drops, takes or regroups boxes carries it as it carries labels."""
-    pts = np.asarray(points, np.float32).reshape(-1, 2)
+    pts = np.asarray(points, np.float64).reshape(-1, 2)
     off, boff = np.asarray(poly_offsets, np.int64), np.asarray(box_offsets, np.int64)
     n = len(boff) - 1
     counts = np.diff(off)
     poly_box = np.repeat(np.arange(n), np.diff(boff))
     rows_of_box = np.bincount(poly_box, weights=counts + 1, minlength=n).astype(np.int64)
     width = int(rows_of_box.max()) if n else 0
-    out = np.full((n, width, 2), np.nan, np.float32)
+    out = np.full((n, width, 2), np.nan)
     if not len(pts):
         return out
     box_start = np.zeros(n + 1, np.int64)
@@ -152,6 +152,23 @@ def dense_polygons(points, poly_offsets, box_offsets) -> np.ndarray:
     owner = np.repeat(poly_box, counts)
     col = np.repeat(within, counts) + (np.arange(len(pts)) - np.repeat(off[:-1], counts))
     out[owner, col] = pts
+    return out
+
+
+def polygon_masks(dense, height, width) -> np.ndarray:
+    """(n, H, W) uint8 0/1 masks of the boxes' polygons (a :func:`dense_polygons` field,
+    (n, P, 2)) on an H x W canvas, each box's polygons rasterised and merged as COCO does
+    (pycocotools' ``frPyObjects`` and ``merge``: the masks COCO's evaluation compares with);
+    a box without a polygon gives zeros."""
+    from pycocotools import mask as coco_mask
+
+    pts, off, boff = ragged_polygons(dense)
+    out = np.zeros((len(boff) - 1, int(height), int(width)), np.uint8)
+    for i in range(len(out)):
+        polys = [pts[off[j]:off[j + 1]].reshape(-1).tolist() for j in range(boff[i], boff[i + 1])]
+        if polys:
+            rles = coco_mask.frPyObjects(polys, int(height), int(width))
+            out[i] = coco_mask.decode(coco_mask.merge(rles))
     return out
 
 
@@ -237,7 +254,7 @@ def transform_polygons(points, poly_offsets, box_offsets, sample, matrices, size
         matrices, sizes: the chain, (S, B, 3, 3) and (S, B, 2).
 
     Returns:
-        ``(points float32, poly_offsets, box_offsets)`` in the last canvas's coordinates; a
+        ``(points float64, poly_offsets, box_offsets)`` in the last canvas's coordinates; a
         polygon left with fewer than 3 points is dropped (its instance keeps its other ones).
     """
     m, s = _chain(matrices, sizes)
@@ -258,7 +275,7 @@ def transform_polygons(points, poly_offsets, box_offsets, sample, matrices, size
     np.cumsum(np.diff(off)[keep], out=new_off[1:])
     new_boff = np.zeros(len(boff), np.int64)
     np.cumsum(np.bincount(poly_box[keep], minlength=len(boff) - 1), out=new_boff[1:])
-    return pts[point_keep].astype(np.float32), new_off, new_boff
+    return pts[point_keep], new_off, new_boff
 
 
 def polygon_boxes(points, poly_offsets, box_offsets) -> np.ndarray:

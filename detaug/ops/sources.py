@@ -325,7 +325,7 @@ register("readers.coco", devices=("cpu",), inputs=(0, 0), kind="source",
                                 "[x, y, v] (COCO's pixel indices + 0.5) and keypoint_flip (N, K), "
                                 "which the geometric ops move (CPU)",
                    "polygons": "detaug's outputs: the boxes carry the field polygons (N, P, 2) "
-                               "float32, each polygon followed by a NaN row, moved and clipped "
+                               "float64, each polygon followed by a NaN row, moved and clipped "
                                "by the geometric ops (CPU); crowd RLE masks are not carried "
                                "(counted in the dataset's dropped)",
                    "ltrb": "DALI's mode: boxes [l, t, r, b] (True) or [x, y, w, h] (False)",
