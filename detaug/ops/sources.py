@@ -275,6 +275,10 @@ def _coco_reader(op, pipe):
     dali_coco_outputs(a)
     threshold = a["size_threshold"] if a["size_threshold"] is not None else (0.1 if dali else 0.0)
     keep_ids = bool(a["keep_original_ids"] or a.get("avoid_class_remapping"))
+    if dali and (a.get("keypoints") or a.get("polygons")):
+        raise ValueError("readers.coco: keypoints= / polygons= ride detaug's BoxBatch output; "
+                         "with DALI's arguments (ltrb, ratio, image_ids, ...) the outputs are "
+                         "DALI's: use polygon_masks= or pixelwise_masks= there")
     if dali and (a.get("polygon_masks") or a.get("pixelwise_masks")):
         from readers.coco_instances import read_coco_masks as read_coco  # noqa: F811
     elif not dali and (a.get("keypoints") or a.get("polygons")):

@@ -170,3 +170,21 @@ def test_coco_reader_polygons_through_flip_crop_resize(tmp_path, rng):
     expect, _ = cv2.intersectConvexConvex(ref(edge).astype(np.float32), window)
     assert _area(clipped) == pytest.approx(expect, rel=1e-4)
     assert clipped[:, 0].max() == pytest.approx(72)
+
+
+def test_shapes_with_dalis_outputs_are_refused(tmp_path):
+    import os
+
+    from detaug import Pipeline
+    from conftest import COCO as COCO_MINI
+
+    pipe = Pipeline(batch_size=1, num_threads=1, seed=0)
+    with pytest.raises(ValueError, match="the outputs are DALI's"):
+        with pipe:
+            out = fn.readers.coco(file_root=os.path.join(COCO_MINI, "images"),
+                                  annotations_file=os.path.join(COCO_MINI, "annotations.json"),
+                                  polygons=True, ratio=True)
+            pipe.set_outputs(*out[1:])
+        pipe.build()
+        pipe.run()
+    pipe.close()
