@@ -228,3 +228,32 @@ def test_dense_polygons_round_trip(rng):
     d = dense_polygons(np.arange(14).reshape(7, 2), [0, 3, 7], [0, 2, 2])
     assert d.shape == (2, 9, 2) and np.isnan(d[0, 3]).all() and np.isnan(d[1]).all()
     assert np.array_equal(d[0, 4], [6, 7])
+
+
+def test_clip_concave_polygons_area_equals_fan_reference(rng):
+    """A concave polygon's clipped area: the signed sum, over the triangles of its fan from
+    its first point, of each triangle's intersection with the rectangle (OpenCV's convex
+    intersection), signed by the triangle's turn: the indicator of a polygon is that signed
+    sum of its fan's indicators."""
+    polys, rects = [], []
+    for _ in range(30):
+        k = int(rng.integers(5, 12))
+        ang = np.sort(rng.uniform(0, 2 * np.pi, k))
+        rad = rng.uniform(3, 12, k)  # a star: concave where the radius dips
+        polys.append(np.stack([10 + rad * np.cos(ang), 10 + rad * np.sin(ang)], 1))
+        rects.append([*rng.uniform(-2, 10, 2), *rng.uniform(10, 24, 2)])
+    off = np.concatenate([[0], np.cumsum([len(p) for p in polys])])
+    out, new_off = clip_polygons(np.concatenate(polys), off, rects)
+    for q, (p, r) in enumerate(zip(polys, rects)):
+        box = np.array([[r[0], r[1]], [r[2], r[1]], [r[2], r[3]], [r[0], r[3]]], np.float32)
+        ref = 0.0
+        for i in range(1, len(p) - 1):
+            tri = np.array([p[0], p[i], p[i + 1]])
+            (ax, ay), (bx, by) = tri[1] - tri[0], tri[2] - tri[0]
+            turn = np.sign(ax * by - ay * bx)
+            if turn:
+                hull = tri if turn > 0 else tri[::-1]
+                area, _ = cv2.intersectConvexConvex(hull.astype(np.float32), box)
+                ref += turn * max(area, 0.0)
+        got = out[new_off[q]:new_off[q + 1]]
+        assert (_area(got) if len(got) >= 3 else 0.0) == pytest.approx(abs(ref), abs=2e-3)
