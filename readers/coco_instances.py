@@ -237,11 +237,12 @@ def dali_masks(records, labels, polygons, ratio):
 
 
 def read_coco_shapes(annotations_file, image_root, *, keypoints=False, polygons=False,
-                     **options):
+                     tight_boxes=False, **options):
     """:func:`read_coco_instances` for a pipeline (readers.coco(keypoints=, polygons=)): the
     ``keypoints`` field with each box's mirror pairing as ``keypoint_flip`` (N, K), and/or the
-    ``polygons`` field; RLE masks (crowds') are not carried: their count is in
-    ``Dataset.dropped``."""
+    ``polygons`` field (with ``tight_boxes``, the field ``tight_box`` (N,) uint8 1: the boxes
+    follow their polygons through the ops); RLE masks (crowds') are not carried: their count is
+    in ``Dataset.dropped``."""
     ds = read_coco_instances(annotations_file, image_root, segmentation=polygons,
                              keypoints=keypoints, **options)
     fi = np.asarray(ds.instances.get("flip_index", []), np.int64)
@@ -251,6 +252,8 @@ def read_coco_shapes(annotations_file, image_root, *, keypoints=False, polygons=
             r.fields["keypoint_flip"] = np.tile(fi, (r.num_boxes, 1))
         if "rle" in r.fields:
             rle += int(np.count_nonzero(r.fields.pop("rle").counts))
+        if tight_boxes:
+            r.fields["tight_box"] = np.ones(r.num_boxes, np.uint8)
     if rle:
         ds.dropped["RLE masks (a pipeline carries polygons only)"] = rle
     return ds

@@ -323,6 +323,7 @@ ELSEWHERE = {
     "categories": "tests/test_readers_coco.py", "keep_original_ids": "tests/test_readers_coco.py",
     "keypoints": "tests/ops/test_instance_shapes_pipeline.py",
     "polygons": "tests/ops/test_instance_shapes_pipeline.py",
+    "tight_boxes": "tests/ops/test_instance_shapes_pipeline.py",
     "on_error": "tests/test_readers_bad_input.py, test_pipeline.py (skip counts)",
     "random_shuffle": "tests/test_pipeline.py (epoch orders)",
     "shuffle_after_epoch": "tests/test_dali_compat.py", "shard_id": "tests/test_pipeline.py",

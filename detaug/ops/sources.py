@@ -287,7 +287,11 @@ def _coco_reader(op, pipe):
         from readers.coco_instances import read_coco_shapes
 
         read_coco = partial(read_coco_shapes, keypoints=bool(a.get("keypoints")),  # noqa: F811
-                            polygons=bool(a.get("polygons")))
+                            polygons=bool(a.get("polygons")),
+                            tight_boxes=bool(a.get("tight_boxes")))
+    elif a.get("tight_boxes"):
+        raise ValueError("readers.coco: tight_boxes=True needs polygons=True (the boxes follow "
+                         "their polygons)")
     ds = read_coco(a["annotations_file"], a["file_root"], skip_empty=a["skip_empty"],
                    include_iscrowd=a["include_iscrowd"], size_threshold=threshold,
                    categories=a["categories"], keep_original_ids=keep_ids,
@@ -317,7 +321,7 @@ register("readers.coco", devices=("cpu",), inputs=(0, 0), kind="source",
          args={"file_root": None, "annotations_file": None, "skip_empty": False,
                "include_iscrowd": True, "size_threshold": None, "categories": None,
                "keep_original_ids": False, "on_error": "raise", "keypoints": False,
-               "polygons": False, **_SHARDING, **_COCO_DALI},
+               "polygons": False, "tight_boxes": False, **_SHARDING, **_COCO_DALI},
          hints=_DALI_READER_HINTS,
          output_spec="(encoded bytes, BoxBatch with labels + iscrowd/annotation_id); given any "
                      "of DALI's own arguments (ltrb=, ratio=, image_ids=, pad_last_batch=, ...), "
@@ -332,6 +336,10 @@ register("readers.coco", devices=("cpu",), inputs=(0, 0), kind="source",
                                "float64, each polygon followed by a NaN row, moved and clipped "
                                "by the geometric ops (CPU); crowd RLE masks are not carried "
                                "(counted in the dataset's dropped)",
+                   "tight_boxes": "with polygons=True: after the geometric ops each box is the "
+                                  "enclosing box of its polygons (tighter than its corners' box "
+                                  "under rotations), where it has any left; min_size and "
+                                  "visibility are judged on the corners' box",
                    "ltrb": "DALI's mode: boxes [l, t, r, b] (True) or [x, y, w, h] (False)",
                    "ratio": "DALI's mode: boxes divided by the image's width and height",
                    **{k: "DALI's argument: giving it (any value) selects DALI's outputs; "

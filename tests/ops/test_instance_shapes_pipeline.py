@@ -188,3 +188,31 @@ def test_shapes_with_dalis_outputs_are_refused(tmp_path):
         pipe.build()
         pipe.run()
     pipe.close()
+
+
+def test_tight_boxes_follow_rotated_polygons(tmp_path):
+    """readers.coco(polygons=True, tight_boxes=True): a diamond turned 45 degrees is a square;
+    its box is the square's (half-side 5 / sqrt 2 about the centre), not the enclosing box of
+    the turned box's corners (half-side 5 sqrt 2)."""
+    from detaug import Pipeline
+    from readers_fixtures import write_coco
+
+    diamond = [20, 10, 25, 15, 20, 20, 15, 15]  # centre (20, 15), the image's centre
+    ann = {"id": 1, "image_id": 1, "category_id": 1, "iscrowd": 0, "bbox": [15, 10, 10, 10],
+           "segmentation": [diamond]}
+    path, root = write_coco(tmp_path, [{"id": 1, "file_name": "1.jpg", "width": 40, "height": 30}],
+                            [ann])
+    got = {}
+    for tight in (False, True):
+        pipe = Pipeline(batch_size=1, num_threads=1, seed=0)
+        with pipe:
+            enc, boxes = fn.readers.coco(file_root=root, annotations_file=path, polygons=True,
+                                         tight_boxes=tight)
+            img = fn.decoders.image(enc)
+            pipe.set_outputs(*fn.rotate(img, boxes, angle=45, expand=False))
+        got[tight] = pipe.run()[1].per_sample()[0]["boxes"][0]
+        pipe.close()
+    r = 5 / np.sqrt(2)
+    assert np.allclose(got[True], [20 - r, 15 - r, 20 + r, 15 + r], atol=1e-4)
+    big = 5 * np.sqrt(2)
+    assert np.allclose(got[False], [20 - big, 15 - big, 20 + big, 15 + big], atol=1e-4)
