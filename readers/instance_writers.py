@@ -3,8 +3,8 @@
 Used by readers/writers.py's COCO writer: polygons are written as COCO polygons, run-length
 masks as compressed RLE, keypoints as ``[x, y, v] * K`` pixel indices (the 0.5 that the reader
 added taken off, coco_instances.py) with ``num_keypoints``; every coordinate as the shortest
-decimal that reads back to the record's value (round trips are exact); oriented boxes have no COCO key
-and are counted as not held.
+decimal that reads back to the record's value (segments.tidy: round trips are exact);
+oriented boxes have no COCO key and are counted as not held.
 """
 from __future__ import annotations
 

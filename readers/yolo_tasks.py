@@ -274,7 +274,8 @@ def write_yolo_task(dataset, root, task, *, split=None, link=False, drop_shapes=
         if progress is not None:
             progress(n, len(dataset))
     if plain:
-        report.notes.append(f"written as plain YOLO boxes (drop_shapes): {_shape_fault(dataset, task)[1]}")
+        why = _shape_fault(dataset, task)[1]
+        report.notes.append(f"written as plain YOLO boxes (drop_shapes): {why}")
     report.images = len(dataset)
     return report
 

@@ -5,7 +5,6 @@ import json
 import os
 
 import numpy as np
-import pytest
 
 from detaug.cli.convert import main
 from readers.coco_instances import read_coco_instances
