@@ -17,6 +17,7 @@ import numpy as np
 
 from ._common import ErrorSink
 from .coco import read_coco
+from .coco_shapes_fast import fast_records
 from .errors import DatasetError
 from .records import trusted_record
 from .segments import (Ragged, check_flip_index, coco_polygon_fault, coco_rle_counts,
@@ -62,11 +63,12 @@ def read_coco_instances(annotations_file, image_root, *, segmentation=True, keyp
     sink = ErrorSink(on_error, "read_coco_instances")
     k_of_label, spec = _keypoint_spec(ds, file, flip_index) if keypoints else ([], {})
     k = max(k_of_label, default=0)
-    records = []
-    for record in ds.records:
-        records.append(_record(record, file, sink, segmentation, keypoints and k > 0,
-                               k_of_label, k))
-    ds.records = records
+    records = list(ds.records)
+    fast = fast_records(records, segmentation, keypoints and k > 0, k_of_label, k)
+    if fast is None:  # a fault somewhere: annotation by annotation, each fault named
+        fast = [_record(record, file, sink, segmentation, keypoints and k > 0, k_of_label, k)
+                for record in records]
+    ds.records = fast
     ds.instances.update(spec)
     ds.skipped = ds.skipped + sink.finish()
     return ds

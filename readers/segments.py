@@ -42,6 +42,14 @@ class Ragged:
         self.values, self.offsets = values, offsets
 
     @classmethod
+    def _trusted(cls, values, offsets):
+        """A Ragged of parts already consistent (a slice or gather of one): no checks (a
+        reader slicing a million records' fields pays them a million times)."""
+        out = object.__new__(cls)
+        out.values, out.offsets = values, offsets
+        return out
+
+    @classmethod
     def from_lists(cls, items, dtype=np.float32, width=None):
         """From one list (or array) per box; ``width``: the values' trailing size (2 for
         points), so that an empty box still gives a (0, width) block."""
@@ -71,7 +79,7 @@ class Ragged:
             if step == 1:
                 stop = max(start, stop)
                 lo, hi = int(self.offsets[start]), int(self.offsets[stop])
-                return Ragged(self.values[lo:hi], self.offsets[start:stop + 1] - lo)
+                return Ragged._trusted(self.values[lo:hi], self.offsets[start:stop + 1] - lo)
             key = np.arange(start, stop, step)
         key = np.asarray(key)
         if key.dtype == bool:
@@ -88,7 +96,7 @@ class Ragged:
         np.cumsum(counts, out=offsets[1:])
         rows = np.repeat(starts - offsets[:-1], counts) + np.arange(offsets[-1])
         values = self.values.take(rows) if isinstance(self.values, Ragged) else self.values[rows]
-        return Ragged(values, offsets)
+        return Ragged._trusted(values, offsets)
 
     def copy(self) -> "Ragged":
         return Ragged(self.values.copy(), self.offsets.copy())

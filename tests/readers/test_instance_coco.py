@@ -147,3 +147,33 @@ def test_nan_keypoint_is_refused(tmp_path):
     (tmp_path / "a.json").write_text(text)
     with pytest.raises(DatasetError, match="not a list of finite numbers"):
         read_coco_instances(tmp_path / "a.json", tmp_path / "images")
+
+
+def _slow(path, root, **kw):
+    """read_coco_instances annotation by annotation (its fallback path), for comparison."""
+    import readers.coco_instances as ci
+
+    saved = ci.fast_records
+    ci.fast_records = lambda *a: None
+    try:
+        return read_coco_instances(path, root, **kw)
+    finally:
+        ci.fast_records = saved
+
+
+@pytest.mark.parametrize("which", ["mini", "fixture"])
+@pytest.mark.parametrize("segmentation,keypoints", [(True, True), (False, True), (True, False)])
+def test_fast_path_equals_annotation_by_annotation(tmp_path, rng, which, segmentation, keypoints):
+    if which == "mini":
+        from conftest import COCO as MINI
+        path, root = os.path.join(MINI, "annotations.json"), os.path.join(MINI, "images")
+    else:
+        path, root, _ = _dataset(tmp_path, rng)
+    kw = dict(segmentation=segmentation, keypoints=keypoints)
+    fast, slow = read_coco_instances(path, root, **kw), _slow(path, root, **kw)
+    assert len(fast.records) == len(slow.records)
+    for a, b in zip(fast, slow):
+        assert set(a.fields) == set(b.fields) and a.extra == b.extra
+        for name, v in a.fields.items():
+            w = b.fields[name]
+            assert (np.array_equal(v, w) if isinstance(v, np.ndarray) else v == w), name
