@@ -20,7 +20,7 @@ from .coco import read_coco
 from .coco_shapes_fast import fast_records
 from .errors import DatasetError
 from .records import trusted_record
-from .segments import (Ragged, check_flip_index, coco_polygon_fault, coco_rle_counts,
+from .segments import (MAX_KEYPOINTS, Ragged, check_flip_index, coco_polygon_fault, coco_rle_counts,
                        flip_index_from_names, keypoints_fault, polygons_field)
 
 _KEYPOINT_KEYS = ("keypoints", "num_keypoints")
@@ -88,6 +88,9 @@ def _keypoint_spec(ds, file, flip_index):
         if not isinstance(kp, list) or not all(isinstance(n, str) for n in kp):
             raise DatasetError(file, f"category {ds.category_ids[label]}: 'keypoints' is not a "
                                      "list of names")
+        if len(kp) > MAX_KEYPOINTS:
+            raise DatasetError(file, f"category {ds.category_ids[label]} names {len(kp)} "
+                                     f"keypoints; at most {MAX_KEYPOINTS} are read")
         k_of_label.append(len(kp))
         if names is None or len(kp) > len(names):
             names, skeleton = kp, cat.get("skeleton", [])

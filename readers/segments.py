@@ -21,6 +21,9 @@ from __future__ import annotations
 import numpy as np
 
 INSTANCE_FIELDS = ("polygons", "rle", "keypoints", "obb")
+# Keypoints an instance may have: past any data set's (COCO 17, COCO-WholeBody 133), so that an
+# untrusted file's K cannot size an (N, K, 3) array past memory
+MAX_KEYPOINTS = 4096
 
 
 class Ragged:

@@ -24,14 +24,13 @@ import numpy as np
 from ._common import ErrorSink, box_fault, header_size, real_dir, validate_boxes
 from .errors import DatasetError
 from .records import Dataset, DetectionRecord
-from .segments import check_flip_index, polygons_field, tidy
+from .segments import MAX_KEYPOINTS, check_flip_index, polygons_field, tidy
 from .writers import (WriteReport, _check_class_names, _check_labels, _image_base, _shift,
                       _size, _yolo_names, _yolo_lines, place_image)
 from .yolo import (_INDEX, _NUMBER, _class_names, _label_path, _orphans, _relative_images,
                    _same_stem, _strict_loader, read_text)
 
 TASKS = ("segment", "pose", "obb")
-MAX_KEYPOINTS = 4096  # past any data set's (COCO 17, COCO-WholeBody 133): an untrusted K bounded
 
 
 def read_yolo_task(root, task, classes_file=None, *, split=None, classes=None, kpt_shape=None,

@@ -177,3 +177,10 @@ def test_fast_path_equals_annotation_by_annotation(tmp_path, rng, which, segment
         for name, v in a.fields.items():
             w = b.fields[name]
             assert (np.array_equal(v, w) if isinstance(v, np.ndarray) else v == w), name
+
+
+def test_category_keypoint_count_is_bounded(tmp_path):
+    cat = {"id": 1, "name": "person", "keypoints": [f"k{i}" for i in range(5000)]}
+    path, root = write_coco_files(tmp_path, [_image(1)], [_ann(1, 1, [1, 1, 5, 5])], [cat])
+    with pytest.raises(DatasetError, match="names 5000 keypoints"):
+        read_coco_instances(path, root)
