@@ -279,8 +279,8 @@ def coco_reader(*, file_root: str | None = None, annotations_file: str | None = 
         ratio: bool = False: boxes divided by the image's width and height
         image_ids: bool = False: DALI: a further output with each image's COCO id
         avoid_class_remapping: bool = False: DALI: labels are the COCO category ids
-        polygon_masks: bool = False: DALI's masks: not implemented (raises)
-        pixelwise_masks: bool = False: DALI's masks: not implemented (raises)
+        polygon_masks: bool = False: DALI: two further outputs, polygons (P, 3) int32 [box, first vertex, end vertex) and vertices (V, 2) float32 (divided by the image size with ratio); crowd RLE masks give none
+        pixelwise_masks: bool = False: DALI: a further output, (H, W, 1) int32 of each pixel's label (0: no mask; the highest label where they overlap)
         initial_fill: int = 1024: hint, changes no value here: the size of DALI's shuffle buffer; detaug's shuffle is a full permutation of the epoch
         pad_last_batch: bool = False: DALI's: True repeats the shard's last record after it, so that every shard has the largest shard's length (ceil(records / num_shards)), and under last_batch_policy 'fill' fills the last batch with it too (instead of wrapping round the shard's order); the reader's shards are then DALI's, not evened out by the pipeline's shard_policy. False: shard_policy and last_batch_policy alone
         stick_to_shard: bool | None = None: DALI's: False moves an unshuffled reader's shard on by one every epoch (shard_id + epoch; refused where the shards differ in length), True keeps it; None (not given): False where the shards have one length, else the shard stays. A shuffled reader draws a new permutation of the whole dataset every epoch either way. Given (True or False), the reader's shards are DALI's (lengths may differ by one), not evened out by the pipeline's shard_policy
@@ -2129,7 +2129,7 @@ class readers:
     """fn.readers.*"""
 
     @staticmethod
-    def coco(*, file_root: str | None = None, annotations_file: str | None = None, skip_empty: bool = False, include_iscrowd: bool = True, size_threshold: float | None = None, categories: Sequence[Any] | None = None, keep_original_ids: bool = False, on_error: str = 'raise', random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, ltrb: bool | None = None, ratio: bool | None = None, image_ids: bool | None = None, avoid_class_remapping: bool | None = None, polygon_masks: bool | None = None, pixelwise_masks: bool | None = None, initial_fill: Any = None, pad_last_batch: bool | None = None, stick_to_shard: bool | None = None, shuffle_after_epoch: bool | None = None, read_ahead: Any = None, lazy_init: Any = None, prefetch_queue_depth: Any = None, dont_use_mmap: Any = None, skip_cached_images: Any = None, tensor_init_bytes: Any = None, bytes_per_sample_hint: Any = None, preserve: Any = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    def coco(*, file_root: str | None = None, annotations_file: str | None = None, skip_empty: bool = False, include_iscrowd: bool = True, size_threshold: float | None = None, categories: Sequence[Any] | None = None, keep_original_ids: bool = False, on_error: str = 'raise', keypoints: bool = False, polygons: bool = False, tight_boxes: bool = False, random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, ltrb: bool | None = None, ratio: bool | None = None, image_ids: bool | None = None, avoid_class_remapping: bool | None = None, polygon_masks: bool | None = None, pixelwise_masks: bool | None = None, initial_fill: Any = None, pad_last_batch: bool | None = None, stick_to_shard: bool | None = None, shuffle_after_epoch: bool | None = None, read_ahead: Any = None, lazy_init: Any = None, prefetch_queue_depth: Any = None, dont_use_mmap: Any = None, skip_cached_images: Any = None, tensor_init_bytes: Any = None, bytes_per_sample_hint: Any = None, preserve: Any = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
         """
         COCO instances JSON: encoded images and their boxes.
         
@@ -2144,6 +2144,9 @@ class readers:
             categories: sequence | None = None: keep only these categories, by name or id (None: all)
             keep_original_ids: bool = False: labels are the COCO category ids instead of 0-based indices
             on_error: str = 'raise': 'raise' (stop at the first bad file or annotation, naming it) or 'skip' (leave it out, counted in pipe.stats)
+            keypoints: bool = False: detaug's outputs: the boxes carry the fields keypoints (N, K, 3) [x, y, v] (COCO's pixel indices + 0.5) and keypoint_flip (N, K), which the geometric ops move (CPU)
+            polygons: bool = False: detaug's outputs: the boxes carry the field polygons (N, P, 2) float64, each polygon followed by a NaN row, moved and clipped by the geometric ops (CPU); crowd RLE masks are not carried (counted in the dataset's dropped)
+            tight_boxes: bool = False: with polygons=True: after the geometric ops each box is the enclosing box of its polygons (tighter than its corners' box under rotations), where it has any left; min_size and visibility are judged on the corners' box
             random_shuffle: bool = False: shuffle the records every epoch (keyed by seed and epoch: the same seed gives the same order)
             shard_id: int | None = None: this process's shard, 0 <= shard_id < num_shards (None: the pipeline's shard_id)
             num_shards: int | None = None: split the records into this many shards (None: the pipeline's num_shards)

@@ -11,12 +11,17 @@ _EXPORTS = {  # name -> its module ("" : the name is a module of the package)
     "DetectionRecord": "records", "read_tfrecord": "tfrecord_od", "write_tfrecord": "tfrecord_od",
     "VOC_CLASSES": "voc", "read_voc": "voc", "read_voc_classes": "voc", "WriteReport": "writers",
     "write_coco": "writers", "write_voc": "writers", "write_yolo": "writers", "read_yolo": "yolo",
+    "Ragged": "segments", "read_coco_instances": "coco_instances", "read_dota": "dota",
+    "write_dota": "dota", "read_yolo_task": "yolo_tasks", "write_yolo_task": "yolo_tasks",
+    "read_voc_instances": "voc_masks",
 }
 
 __all__ = [
     "Dataset", "DetectionRecord", "DatasetError", "FolderDataset", "VOC_CLASSES", "WriteReport",
     "read_coco", "read_voc", "read_voc_classes", "read_yolo", "read_folder", "read_file_list",
     "write_coco", "write_voc", "write_yolo", "read_tfrecord", "write_tfrecord",
+    "Ragged", "read_coco_instances", "read_dota", "write_dota", "read_yolo_task",
+    "write_yolo_task", "read_voc_instances",
 ]
 
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .segments import Ragged
+
 
 @dataclass
 class DetectionRecord:
@@ -66,8 +68,9 @@ class DetectionRecord:
         extra = {k: ([v[i] for i in idx] if isinstance(v, list) else v)
                  for k, v in self.extra.items()}
         return DetectionRecord(self.path, self.width, self.height, self.boxes[keep],
-                               self.labels[keep], {k: np.asarray(v)[keep]
-                                                   for k, v in self.fields.items()},
+                               self.labels[keep],
+                               {k: v[keep] if isinstance(v, Ragged) else np.asarray(v)[keep]
+                                for k, v in self.fields.items()},
                                self.image_id, extra)
 
 
@@ -106,6 +109,10 @@ class Dataset:
             e.g. ``{"empty images (skip_empty)": 3}``, so that nothing leaves without a count.
         emptied: images kept with no boxes because every box they had was bad and skipped
             (``on_error="skip"``).
+        instances: what the instance fields of the records need beside them (readers/segments.py):
+            ``keypoint_names`` (K names), ``skeleton`` (0-based pairs of keypoints),
+            ``flip_index`` (the keypoint each one becomes in a mirror image); empty without
+            keypoints.
         extra: dataset-level content with no canonical slot: COCO's top-level keys besides
             images / annotations / categories (``info``, ``licenses``, ...), and
             ``category_keys`` (one dict per label: category keys besides id and name, such
@@ -121,6 +128,7 @@ class Dataset:
     dropped: dict = field(default_factory=dict)
     emptied: int = 0
     extra: dict = field(default_factory=dict)
+    instances: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.category_ids is None:

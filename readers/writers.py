@@ -20,6 +20,8 @@ from lxml import etree
 
 from ._common import header_bands, header_size
 from .errors import DatasetError
+from .instance_writers import (coco_categories_keypoints, coco_instance_keys, instance_loss,
+                               is_instance_field, mask_area)
 
 # Digits kept in COCO JSON coordinates: a shift of at most 5e-5 px, and "10.5" stays "10.5"
 # instead of the float32 expansion "10.499999523162842".
@@ -126,6 +128,7 @@ def write_coco(dataset, path, *, images_dir=None, link=False, progress=None,
                                                         if k not in ("id", "name")}}
                   for i, name, keys in zip(dataset.category_ids, dataset.class_names,
                                            category_keys)]
+    coco_categories_keypoints(dataset, categories)
     top = {k: v for k, v in dataset.extra.items()
            if k not in ("category_keys", "images", "annotations", "categories")}
     if not dry_run:
@@ -164,7 +167,9 @@ def _coco_annotations(record, image_id, ann_ids, category_ids, report):
     area = np.round(xywh[:, 2] * xywh[:, 3], COCO_DECIMALS)
     crowd = record.fields.get("iscrowd", np.zeros(record.num_boxes, np.uint8))
     others = {k: np.asarray(v).tolist() for k, v in record.fields.items()
-              if k not in ("iscrowd", "annotation_id")}
+              if k not in ("iscrowd", "annotation_id") and not is_instance_field(k)}
+    if "obb" in record.fields:
+        report.count(*instance_loss("obb", record.fields["obb"]))
     segmentation = record.extra.get("segmentation") or [None] * record.num_boxes
     box_keys = record.extra.get("box_keys") or [{}] * record.num_boxes
     out = []
@@ -180,6 +185,10 @@ def _coco_annotations(record, image_id, ann_ids, category_ids, report):
         ann.update(keys)
         if segmentation[i] is not None:
             ann["segmentation"] = segmentation[i]
+        shapes = coco_instance_keys(record, i)
+        ann.update(shapes)
+        if "area" not in keys and "segmentation" in shapes:  # COCO's area: the mask's
+            ann["area"] = float(mask_area(record, i))
         out.append(ann)
     return out
 
@@ -437,6 +446,9 @@ def _unheld_common(dataset, report, fmt):
     for record in dataset.records:
         for name, values in record.fields.items():
             if name in held:
+                continue
+            if is_instance_field(name):
+                report.count(*instance_loss(name, values))
                 continue
             report.count(*_field_loss(name, np.asarray(values), fmt))
         _unheld_extra(record, {"box_keys", "image_keys"} if fmt == "voc" else set(), report)

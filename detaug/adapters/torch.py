@@ -121,7 +121,10 @@ class DetaugIterator:
         output_map: a name for each pipeline output, in order.
         boxes_format: how a BoxBatch output is handed over.
             ``"list"``: ``name -> list`` of B dicts ``{"boxes": float32 (n, 4), "labels":
-            int64 (n,), <field>: (n,)}`` (torchvision detection models' targets).
+            int64 (n,), <field>: (n,)}`` (torchvision detection models' targets); boxes
+            carrying ``polygons`` (readers.coco(polygons=True)) also get ``masks`` uint8
+            (n, H, W), the polygons rasterised on the output canvas as COCO does, and
+            ``keypoints`` (n, K, 3) pass as the field they are (Mask / Keypoint R-CNN targets).
             ``"padded"``: ``name``: float32 (B, M, 4), ``name_labels``: int64 (B, M),
             ``name_counts``: int32 (B,), ``name_<field>``: (B, M); M is the batch's largest
             count; padding as ``fn.pad_boxes`` (boxes 0, labels and fields -1, bool False).
@@ -463,7 +466,14 @@ def _box_list(bb: BoxBatch, label_offset: int, event=None) -> list:
         idx = torch.from_numpy(np.nonzero(valid)[0]).to(cols["boxes"].device, non_blocking=True)
         cols = {k: v.index_select(0, idx) for k, v in cols.items()}
     split = {k: torch.split(v, counts.tolist()) for k, v in cols.items()}
-    return [{k: split[k][s] for k in cols} for s in range(bb.batch_size)]
+    out = [{k: split[k][s] for k in cols} for s in range(bb.batch_size)]
+    if "polygons" in cols:  # torchvision's Mask R-CNN takes masks: made on the final canvas
+        from ..core.instances import polygon_masks
+
+        for d, (h, w) in zip(out, bb.canvas.tolist()):
+            d["masks"] = torch.from_numpy(polygon_masks(d["polygons"].cpu().numpy(), h, w)).to(
+                d["boxes"].device)
+    return out
 
 
 def _trim(d: dict, n: int, batch_size: int) -> dict:

@@ -11,6 +11,13 @@ beside the JSON, else the JSON's folder) and DST is a folder that receives
 source with no ``--classes`` uses its ``classes.txt`` (as write_voc leaves) when there is one,
 else the 20 standard classes.
 
+Instance shapes: ``yolo-seg``, ``yolo-pose`` and ``yolo-obb`` are YOLO folders of
+Ultralytics' segment, pose and oriented-box labels (pose: ``kpt_shape`` / ``flip_idx`` in
+``data.yaml``), ``dota`` a DOTA folder (``images/``, ``labelTxt/``, its 15 classes unless
+``--classes``); a COCO source read for one of them (or from one to COCO) keeps its polygons, RLE
+masks and keypoints. Where the target cannot hold the source's masks, keypoints or oriented
+boxes the run is refused, unless ``--drop-masks``.
+
 TFRecords use the Object Detection API layout (``readers.tfrecord_od``): SRC is a file, a glob
 (quoted) or a folder of ``*.tfrecord`` files, its classes from ``--classes`` (a label map
 ``.pbtxt``) or the ``label_map.pbtxt`` beside the files; DST is a folder that receives
@@ -54,11 +61,11 @@ from readers.voc import read_voc, read_voc_classes
 from readers.writers import class_name_fault, write_coco, write_voc, write_yolo
 from readers.yolo import read_yolo
 
-from . import detect
+from . import detect, instance_formats
 from .place import place, recover, staging_folder
 from .progress import Progress
 
-FORMATS = ("coco", "voc", "yolo", "tfrecord")
+FORMATS = ("coco", "voc", "yolo", "tfrecord") + instance_formats.FORMATS
 # Lines of skipped items printed; beyond this the full list goes to DST/convert_skipped.txt.
 MAX_PRINTED_SKIPS = 50
 
@@ -83,12 +90,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dst", help="destination folder (must not exist or be empty, unless "
                                "--overwrite; never the source, inside it, or around it)")
     p.add_argument("--from", dest="src_format", choices=FORMATS, default=None,
+                   metavar="FORMAT",
                    help="source format: coco (annotations JSON), voc (Pascal VOC folder), yolo "
-                        "(YOLO folder) or tfrecord (TF Object Detection API records); left "
+                        "(YOLO folder), tfrecord (TF Object Detection API records), or the "
+                        "instance formats yolo-seg, yolo-pose, yolo-obb, dota; left "
                         "out, told from the source's layout (detaug/cli/detect.py), and said")
     p.add_argument("--to", dest="dst_format", choices=FORMATS, required=True,
+                   metavar="FORMAT",
                    help="target format, the same choices: coco (annotations.json and images/), "
-                        "voc, yolo, or tfrecord (shards and label_map.pbtxt)")
+                        "voc, yolo, tfrecord (shards and label_map.pbtxt), yolo-seg, yolo-pose, "
+                        "yolo-obb or dota")
     p.add_argument("--image-root", help="COCO source: folder the file_name entries are under")
     p.add_argument("--skip-bad", action="store_true",
                    help="skip bad items with a warning (on_error='skip') instead of stopping")
@@ -110,6 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="TFRecord target: number of shard files (default 1)")
     p.add_argument("--prefix", help="TFRecord target: shard file prefix (default: --split, "
                                     "else 'train')")
+    p.add_argument("--drop-masks", action="store_true",
+                   help="where the target cannot hold the source's polygon / RLE masks, "
+                        "keypoints or oriented boxes, write the boxes without them (counted in "
+                        "the summary) instead of refusing")
     p.add_argument("--dry-run", action="store_true",
                    help="read, check and print the summary; write nothing")
     p.add_argument("--progress-interval", type=float, default=10.0, metavar="SECONDS",
@@ -197,6 +212,8 @@ def check_source(args):
         if not os.path.isdir(image_root):
             raise UsageError(f"image root {image_root} is not a folder")
         roots = [os.path.dirname(src), image_root]
+    elif args.src_format in instance_formats.FORMATS:
+        roots = [instance_formats.check_source(args, src)]
     elif args.src_format == "tfrecord":
         from readers.tfrecord_od import tfrecord_files
 
@@ -255,6 +272,10 @@ def _progress(label, args):
 
 def read(args):
     on_error = "skip" if args.skip_bad else "raise"
+    if instance_formats.reads(args):
+        root = coco_image_root(args.src, args.image_root) if args.src_format == "coco" else None
+        return instance_formats.read(args, on_error, _progress("reading", args),
+                                     class_list(args.classes), root)
     if args.src_format == "coco":
         classes = class_list(args.classes)
         if classes == "discover":
@@ -285,6 +306,8 @@ def write(dataset, args, dst, dry_run=False):
     """Write ``dataset`` under the folder ``dst`` (the temporary folder of :func:`main`)."""
     progress = None if dry_run else _progress("writing", args)
     common = {"link": args.link, "progress": progress, "dry_run": dry_run}
+    if args.dst_format in instance_formats.FORMATS:
+        return instance_formats.write(dataset, args, dst, common)
     if args.dst_format == "coco":
         return write_coco(dataset, os.path.join(dst, "annotations.json"),
                           images_dir=os.path.join(dst, "images"), **common)
@@ -318,7 +341,8 @@ def apply_policies(dataset, args):
               "convert to COCO or YOLO"
         raise DatasetError(_class_source(args), f"{fault} ({fix})")
     check_image_headers(dataset, "skip" if args.skip_bad else "raise")
-    lines, emptied = [], 0
+    lines = instance_formats.check_held(dataset, args)
+    emptied = 0
     for name, flag, what in (("iscrowd", args.skip_crowd, "crowd boxes (iscrowd=1)"),
                              ("difficult", args.skip_difficult, "difficult boxes")):
         option = "--" + ("skip-crowd" if name == "iscrowd" else "skip-difficult")

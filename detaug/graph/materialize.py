@@ -15,6 +15,7 @@ import numpy as np
 from ..core import backend
 from ..core.batch import BoxBatch, DeferredWarp, ImageBatch, PlannedImages
 from ..core.errors import NotPlannable
+from ..core.instances import SHAPE_FIELDS, shapes_through, tight_boxes
 from ..kernels import boxes as kb
 from ..kernels import warp
 
@@ -113,7 +114,22 @@ def prune(b: BoxBatch, ctx=None, *, clip=True, min_size=0.0, min_area=0.0,
         out, keep = kb.box_transform_numpy(b.boxes, b.sample_index(), mats, canvases, **kw)
     host = b._host_later(lambda h: prune(h, None, clip=clip, min_size=min_size, min_area=min_area,
                                          min_visibility=min_visibility))
-    return b.replace(boxes=out, valid=keep, geometry=None, host=host)
+    fields = _shapes(b)
+    if fields is not b.fields:  # moved shapes; a box asked to (tight_box) follows its polygons
+        out = tight_boxes(out, fields)
+    return b.replace(boxes=out, valid=keep, geometry=None, host=host, fields=fields)
+
+
+def _shapes(b: BoxBatch) -> dict:
+    """The fields, with the instance shapes among them (keypoints, oriented boxes) moved
+    through the pending chain (core/instances.py), on the CPU; on the GPU they are refused by
+    name until their kernels exist (never passed through unmoved)."""
+    if b.geometry is None or not set(SHAPE_FIELDS) & set(b.fields):
+        return b.fields
+    if b.device == "gpu":
+        raise NotImplementedError(f"the fields {sorted(set(SHAPE_FIELDS) & set(b.fields))} "
+                                  "move through geometric ops on the CPU only so far")
+    return shapes_through(b.fields, b.sample_index(), b.geometry)
 
 
 def current_host_boxes(b: BoxBatch):

@@ -338,8 +338,11 @@ ARG_DOCS = {
         "keep_original_ids": ("bool", "labels are the COCO category ids instead of 0-based indices"),
         "image_ids": ("bool", "DALI: a further output with each image's COCO id"),
         "avoid_class_remapping": ("bool", "DALI: labels are the COCO category ids"),
-        "polygon_masks": ("bool", "DALI's masks: not implemented (raises)"),
-        "pixelwise_masks": ("bool", "DALI's masks: not implemented (raises)"),
+        "polygon_masks": ("bool", "DALI: two further outputs, polygons (P, 3) int32 [box, first "
+                                  "vertex, end vertex) and vertices (V, 2) float32 (divided by "
+                                  "the image size with ratio); crowd RLE masks give none"),
+        "pixelwise_masks": ("bool", "DALI: a further output, (H, W, 1) int32 of each pixel's "
+                                    "label (0: no mask; the highest label where they overlap)"),
         "size_threshold": ("float | None", ""),
         "ltrb": ("bool | None", ""),
         "ratio": ("bool | None", ""),

@@ -10,6 +10,7 @@ import numpy as np
 from ..core.batch import BoxBatch, EncodedBatch, ImageBatch, concat_boxes
 from ..core.errors import SampleError
 from .arg_docs import SHARED
+from .instance_fields import batch_fields, split_ragged
 from .registry import register
 
 _SHARDING = {"random_shuffle": False, "shard_id": None, "num_shards": None}
@@ -167,7 +168,7 @@ class _DetectionReader(_Source):
         self.size = len(dataset)
         if dataset.skipped:
             pipe.stats.setdefault("reader_skipped", []).extend(dataset.skipped)
-        recs = dataset.records
+        recs, self.ragged = split_ragged(dataset.records)  # (polygons: made dense per batch)
         packed = recs.packed() if hasattr(recs, "packed") else None  # readers' RecordTable
         if packed is not None:  # the reader's own columns: no record made
             self.paths, self.sizes = packed.paths, packed.sizes
@@ -193,7 +194,8 @@ class _DetectionReader(_Source):
         rows = np.repeat(starts - out_off[:-1], counts) + np.arange(out_off[-1])
         sizes = self.sizes[idx]
         boxes = BoxBatch(self.boxes[rows], self.labels[rows], out_off, sizes, "cpu",
-                         {k: v[rows] for k, v in self.fields.items()})
+                         {**{k: v[rows] for k, v in self.fields.items()},
+                          **batch_fields(self.ragged, rows)})
         return EncodedBatch(data, paths, sizes, streams), boxes
 
 
@@ -206,22 +208,30 @@ def dali_coco(args) -> bool:
 
 def dali_coco_outputs(args) -> int:
     """The number of outputs of DALI's COCO reader: images, bounding boxes, labels, then
-    (polygons, vertices) or pixelwise masks, then image ids. Masks are refused here, when the
-    call is traced, naming the argument."""
-    for k in ("polygon_masks", "pixelwise_masks"):
-        if args.get(k):
-            raise NotImplementedError(f"readers.coco: {k}=True (DALI's masks, outputs after the "
-                                      "labels) is not implemented in detaug")
-    return 3 + bool(args.get("image_ids"))
+    (polygons, vertices) or pixelwise masks, then image ids. Both kinds of masks at once are
+    refused when the call is traced (DALI's arguments exclude each other)."""
+    if args.get("polygon_masks") and args.get("pixelwise_masks"):
+        raise ValueError("readers.coco: polygon_masks and pixelwise_masks cannot both be set "
+                         "(as in DALI)")
+    return (3 + 2 * bool(args.get("polygon_masks")) + bool(args.get("pixelwise_masks"))
+            + bool(args.get("image_ids")))
 
 
 class _DALICocoReader(_DetectionReader):
     """DALI's COCO reader outputs: encoded images; boxes per sample (n, 4) float32, [x, y, w, h]
     in pixels, [l, t, r, b] with ``ltrb``, divided by the image's annotated width and height
     with ``ratio``; labels (n,) int32, contiguous from 1 in the order of the category ids
-    (the COCO ids with ``avoid_class_remapping``); with ``image_ids`` the (1,) int32 image id."""
+    (the COCO ids with ``avoid_class_remapping``); with ``polygon_masks`` the polygons (P, 3)
+    int32 and vertices (V, 2) float32, with ``pixelwise_masks`` the (H, W, 1) int32 label map
+    (readers/coco_instances.py: dali_polygons, dali_pixelwise); with ``image_ids`` the (1,)
+    int32 image id."""
 
     def __init__(self, op, pipe, dataset, args):
+        self.shapes = None
+        if args.get("polygon_masks") or args.get("pixelwise_masks"):
+            from readers.coco_instances import without_shapes
+
+            self.shapes, dataset = dataset.records, without_shapes(dataset)  # (read per sample)
         super().__init__(op, pipe, dataset, args)
         a = args
         self.ltrb, self.ratio = bool(a["ltrb"]), bool(a["ratio"])
@@ -245,6 +255,11 @@ class _DALICocoReader(_DetectionReader):
             boxes.append(b.astype(np.float32).reshape(-1, 4))
             labels.append((bb.labels[lo:hi] + self.label_base).astype(np.int32))
         outs = (enc, boxes, labels)
+        if self.shapes is not None:
+            from readers.coco_instances import dali_masks
+
+            outs += dali_masks([self.shapes[i] for i in ctx.sample_index], labels,
+                               bool(self.op.args.get("polygon_masks")), self.ratio)
         if self.image_ids:
             outs += (self.ids[ctx.sample_index].astype(np.int32).reshape(-1, 1),)
         return outs
@@ -260,6 +275,23 @@ def _coco_reader(op, pipe):
     dali_coco_outputs(a)
     threshold = a["size_threshold"] if a["size_threshold"] is not None else (0.1 if dali else 0.0)
     keep_ids = bool(a["keep_original_ids"] or a.get("avoid_class_remapping"))
+    if dali and (a.get("keypoints") or a.get("polygons")):
+        raise ValueError("readers.coco: keypoints= / polygons= ride detaug's BoxBatch output; "
+                         "with DALI's arguments (ltrb, ratio, image_ids, ...) the outputs are "
+                         "DALI's: use polygon_masks= or pixelwise_masks= there")
+    if dali and (a.get("polygon_masks") or a.get("pixelwise_masks")):
+        from readers.coco_instances import read_coco_masks as read_coco  # noqa: F811
+    elif not dali and (a.get("keypoints") or a.get("polygons")):
+        from functools import partial
+
+        from readers.coco_instances import read_coco_shapes
+
+        read_coco = partial(read_coco_shapes, keypoints=bool(a.get("keypoints")),  # noqa: F811
+                            polygons=bool(a.get("polygons")),
+                            tight_boxes=bool(a.get("tight_boxes")))
+    elif a.get("tight_boxes"):
+        raise ValueError("readers.coco: tight_boxes=True needs polygons=True (the boxes follow "
+                         "their polygons)")
     ds = read_coco(a["annotations_file"], a["file_root"], skip_empty=a["skip_empty"],
                    include_iscrowd=a["include_iscrowd"], size_threshold=threshold,
                    categories=a["categories"], keep_original_ids=keep_ids,
@@ -288,7 +320,8 @@ register("readers.coco", devices=("cpu",), inputs=(0, 0), kind="source",
          outputs=lambda n, a: dali_coco_outputs(a) if dali_coco(a) else 2,
          args={"file_root": None, "annotations_file": None, "skip_empty": False,
                "include_iscrowd": True, "size_threshold": None, "categories": None,
-               "keep_original_ids": False, "on_error": "raise", **_SHARDING, **_COCO_DALI},
+               "keep_original_ids": False, "on_error": "raise", "keypoints": False,
+               "polygons": False, "tight_boxes": False, **_SHARDING, **_COCO_DALI},
          hints=_DALI_READER_HINTS,
          output_spec="(encoded bytes, BoxBatch with labels + iscrowd/annotation_id); given any "
                      "of DALI's own arguments (ltrb=, ratio=, image_ids=, pad_last_batch=, ...), "
@@ -296,6 +329,17 @@ register("readers.coco", devices=("cpu",), inputs=(0, 0), kind="source",
                      "1[, image_ids])",
          arg_docs={"size_threshold": "drop boxes narrower or lower than this many pixels (None: "
                                      "0.0, or DALI's 0.1 in DALI's mode)",
+                   "keypoints": "detaug's outputs: the boxes carry the fields keypoints (N, K, 3) "
+                                "[x, y, v] (COCO's pixel indices + 0.5) and keypoint_flip (N, K), "
+                                "which the geometric ops move (CPU)",
+                   "polygons": "detaug's outputs: the boxes carry the field polygons (N, P, 2) "
+                               "float64, each polygon followed by a NaN row, moved and clipped "
+                               "by the geometric ops (CPU); crowd RLE masks are not carried "
+                               "(counted in the dataset's dropped)",
+                   "tight_boxes": "with polygons=True: after the geometric ops each box is the "
+                                  "enclosing box of its polygons (tighter than its corners' box "
+                                  "under rotations), where it has any left; min_size and "
+                                  "visibility are judged on the corners' box",
                    "ltrb": "DALI's mode: boxes [l, t, r, b] (True) or [x, y, w, h] (False)",
                    "ratio": "DALI's mode: boxes divided by the image's width and height",
                    **{k: "DALI's argument: giving it (any value) selects DALI's outputs; "

@@ -415,11 +415,10 @@ def test_coco_reader_takes_dalis_outputs_with_any_dali_argument():
     with Pipeline(batch_size=1):
         assert len(fn.readers.coco(file_root=root, annotations_file=ann, image_ids=True)) == 4
         assert len(fn.coco_reader(file_root=root, annotations_file=ann, image_ids=True)) == 4
-        for k in ("polygon_masks", "pixelwise_masks"):
-            with pytest.raises(NotImplementedError, match=k):
-                fn.readers.coco(file_root=root, annotations_file=ann, **{k: True})
-            with pytest.raises(NotImplementedError, match=k):
-                ops.COCOReader(file_root=root, annotations_file=ann, ratio=True, **{k: True})()
+        # DALI's masks: tests/dali/test_coco_masks.py; both at once are refused, as in DALI
+        with pytest.raises(ValueError, match="polygon_masks and pixelwise_masks"):
+            fn.readers.coco(file_root=root, annotations_file=ann, polygon_masks=True,
+                            pixelwise_masks=True)
 
 
 def test_random_bbox_crop_per_sample_input_shape_then_slice(rng):

@@ -1,0 +1,91 @@
+"""Pascal VOC instance masks: ``SegmentationObject/<id>.png`` as the ``rle`` field.
+
+A SegmentationObject PNG is a palette image whose index at each pixel is the 1-based position
+of the object (in the annotation XML's order) that covers it; 0 is background and 255 the
+outline VOC leaves unlabelled (no object's mask: it is counted as neither). Only the images
+of the segmentation sets have one; the others' boxes get no mask (zero runs).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ._common import ErrorSink, open_image
+from .errors import DatasetError
+from .records import trusted_record
+from .segments import Ragged, rle_encode
+from .voc import read_voc
+
+VOID = 255
+
+
+def read_voc_instances(root, split="trainval", classes=None, *, skip_difficult=False,
+                       on_error="raise", **options):
+    """:func:`readers.voc.read_voc` with each object's mask from ``SegmentationObject``.
+
+    The objects are matched to the PNG's indices by their order in the XML, so every object is
+    read (a bad box is an error here whatever ``on_error``: a dropped object would shift the
+    objects after it onto the wrong masks); ``skip_difficult`` then drops difficult objects
+    with their masks.
+
+    Args:
+        root, split, classes, options: as read_voc (``check_images``, ``progress``).
+        on_error: for the masks: a PNG that cannot be read, whose size is not the image's, or
+            that holds an index past the image's object count is an error naming it, or under
+            ``"skip"`` listed in ``Dataset.skipped`` and the image's boxes left without masks.
+
+    Returns:
+        The Dataset, its records with the ``rle`` field (zero runs where there is no mask);
+        ``Dataset.dropped`` counts the difficult objects dropped.
+    """
+    ds = read_voc(root, split, classes, on_error="raise", **options)
+    sink = ErrorSink(on_error, "read_voc_instances")
+    folder = os.path.join(ds.root, "SegmentationObject")
+    records = []
+    for record in ds.records:
+        runs = [np.zeros(0, np.uint32)] * record.num_boxes
+        png = os.path.join(folder, f"{record.image_id}.png")
+        if os.path.isfile(png):
+            try:
+                runs = object_runs(png, record.num_boxes, record.width, record.height)
+            except DatasetError as exc:
+                sink.fault(exc.file, exc.reason)
+        fields = dict(record.fields, rle=Ragged.from_lists(runs, np.uint32))
+        out = trusted_record(record.path, record.width, record.height, record.boxes,
+                             record.labels, fields, record.image_id, record.extra)
+        if skip_difficult and fields["difficult"].any():
+            keep = fields["difficult"] == 0
+            ds.dropped["difficult objects (skip_difficult)"] = \
+                ds.dropped.get("difficult objects (skip_difficult)", 0) + int((~keep).sum())
+            out = out.subset(keep)
+        records.append(out)
+    ds.records = records
+    ds.skipped = ds.skipped + sink.finish()
+    return ds
+
+
+def object_runs(png, n, width, height) -> list:
+    """The COCO run lengths of each of the ``n`` objects' masks in a SegmentationObject PNG.
+
+    Raises:
+        DatasetError naming the PNG: unreadable, not a palette or grey image, a size other than
+        the annotation's, an index past ``n`` (other than 255).
+    """
+    with open_image(png) as im:
+        if im.mode not in ("P", "L"):
+            raise DatasetError(png, f"a {im.mode} image: a SegmentationObject PNG holds object "
+                                    "indices (palette or grey)")
+        if im.size != (int(width), int(height)):
+            raise DatasetError(png, f"{im.size[0]}x{im.size[1]}, not the annotation's "
+                                    f"{width}x{height}")
+        try:
+            index = np.asarray(im)
+        except Exception as exc:  # a truncated or corrupt file
+            raise DatasetError(png, f"cannot decode the PNG ({exc})") from None
+    used = np.unique(index)
+    past = used[(used > n) & (used != VOID)]
+    if len(past):
+        raise DatasetError(png, f"object index {int(past[0])} but the annotation has {n} "
+                                "objects")
+    return [rle_encode(index == k + 1) for k in range(n)]
