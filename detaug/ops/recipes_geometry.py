@@ -22,6 +22,7 @@ from ..core import geometry as G
 from ..core.batch import BoxBatch, ImageBatch
 from .geometry import GEO, apply_geometry, pair, per_sample
 from .registry import register
+from ..graph.arg_check import declare_ranges, finite, positive, prob, side
 
 
 # ---- perspective --------------------------------------------------------------------------------
@@ -75,6 +76,8 @@ def checked_homography(start, end, sizes, names=("startpoints", "endpoints")):
     return m
 
 
+declare_ranges("perspective", startpoints=finite(form='seq'), endpoints=finite(form='seq'),
+               distortion_scale=prob(), p=prob(), fill=finite(form='seq'))
 @register("perspective", **GEO,
           args={"startpoints": None, "endpoints": None, "distortion_scale": None, "p": None,
                 "fill": 0.0, "antialias": True},
@@ -171,6 +174,8 @@ def scale_jitter_plan(u, sizes, size, scale_range, rounding, crop, pad):
     return m, np.stack([oh, ow], -1)
 
 
+declare_ranges("scale_jitter", size=side(), scale_range=positive(1000.0, form='range'),
+               fill=finite(form='seq'))
 @register("scale_jitter", **GEO,
           args={"size": None, "scale_range": (0.1, 2.0), "crop": True, "pad": True,
                 "fill": 128.0, "rounding": "round", "antialias": True},
@@ -232,6 +237,7 @@ def shortest_size_plan(choice, sizes, min_size, max_size, rounding):
     return G.scale(nw / w, nh / h), np.stack([nh, nw], -1)
 
 
+declare_ranges("random_shortest_size", min_size=side(form='seq'), max_size=side(form='scalar'))
 @register("random_shortest_size", **GEO,
           args={"min_size": None, "max_size": None, "rounding": "trunc", "antialias": True},
           arg_docs={"min_size": "the shorter side's length, or a list to draw it from per sample",
@@ -280,6 +286,8 @@ def dali_affine(matrix, b, inverse_map):
     return np.linalg.inv(m) if inverse_map else m
 
 
+declare_ranges("warp_affine", matrix=finite(form='seq'), size=side(integer=False),
+               fill_value=finite(form='seq'))
 @register("warp_affine", **GEO,
           args={"matrix": None, "size": None, "fill_value": None, "interp_type": None,
                 "inverse_map": True, "dtype": None, "bytes_per_sample_hint": 0, "preserve": False},

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..core import types as _types
 from ..graph import trace as _graph
+from ..graph.arg_check import check_args
 
 _FORMAT = "detaug-pipeline-2"
 _COLORS = {"cpu": "lightblue", "mixed": "plum", "gpu": "palegreen"}
@@ -268,6 +269,10 @@ def _rebuild(graph, ops, outputs):
                 raise GraphFormatError(f"{where}: argument {k!r} cannot be per-sample")
             args[k] = (node(entry[1], f"{where}, argument {k!r}") if entry[0] == "node"
                        else _decode(entry[1], f"{where}, argument {k!r}"))
+        try:  # the ranges fn.<op> checks (a document may be edited by hand)
+            check_args(schema.name, args)
+        except ValueError as exc:
+            raise GraphFormatError(f"{where}: {exc}") from None
         inputs = [node(r, f"{where}, input") for r in desc["inputs"]]
         lo, hi = schema.inputs
         if not lo <= len(inputs) <= hi:
