@@ -145,10 +145,12 @@ def mosaic_plan(sizes, groups, centre, s, resize=True):
 
 
 def mosaic_centres(rng, s):
-    """(B, 2) integer centres (xc, yc), uniform in [s // 2, 2s - s // 2) (Ultralytics:
-    ``int(random.uniform(s / 2, 3 s / 2))``): draws 4 and 5 of the stream, after the partners."""
+    """(B, 2) integer centres (xc, yc), ``int(uniform(lo, 2s - lo))`` with ``lo = ceil(s / 2)``:
+    Ultralytics' ``_mosaic4`` draws ``int(random.uniform(-x, 2 * s + x))`` with its border
+    ``x = -s // 2`` (Python's floor division: ``-ceil(s / 2)``; for an odd s one more than
+    ``s // 2``). Draws 4 and 5 of the stream, after the partners."""
     _ = rng.uniform(4)  # the partners' draws (_mosaic_partners)
-    lo = s // 2
+    lo = -(-s // 2)
     return np.floor(lo + rng.uniform(2) * (2 * s - 2 * lo)).astype(np.int64)
 
 

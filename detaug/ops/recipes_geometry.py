@@ -38,7 +38,7 @@ def random_perspective_points(u, sizes, distortion_scale):
     ds = np.asarray(distortion_scale, np.float64)
     bh = np.floor(ds * np.floor(h / 2)) + 1
     bw = np.floor(ds * np.floor(w / 2)) + 1
-    near_x, near_y = (np.floor(u[:, k] * bw) for k in (0, 1))
+    near_x, near_y = np.floor(u[:, 0] * bw), np.floor(u[:, 1] * bh)
     far_x, near_y2 = w - bw + np.floor(u[:, 2] * bw), np.floor(u[:, 3] * bh)
     far_x2, far_y = w - bw + np.floor(u[:, 4] * bw), h - bh + np.floor(u[:, 5] * bh)
     near_x2, far_y2 = np.floor(u[:, 6] * bw), h - bh + np.floor(u[:, 7] * bh)
@@ -122,8 +122,9 @@ def perspective(ctx, op, inputs, args):
         if not given:  # torchvision's corners [0, W - 1] coincide on a 1-pixel side: left as is
             on &= (sizes >= 2).all(1)
         m = G.identity(b)
-        if on.any():
-            m[on] = checked_homography(start[on], end[on], sizes[on])
+        if on.any():  # a random draw is rendered whatever it is, as torchvision renders it
+            m[on] = (checked_homography(start[on], end[on], sizes[on]) if given
+                     else G.homography(start[on], end[on]))
         return m, sizes, None
 
     return apply_geometry(ctx, op, inputs, plan, fill=args["fill"],
