@@ -119,10 +119,14 @@ def perspective(ctx, op, inputs, args):
             start, end = random_perspective_points(u[:, :8], sizes, ds)
             p = per_sample(0.5 if args["p"] is None else args["p"], b)
         on = u[:, 8] < p
-        if not given:  # torchvision's corners [0, W - 1] coincide on a 1-pixel side: left as is
-            on &= (sizes >= 2).all(1)
+        if not given:
+            # torchvision's corners [0, W - 1] coincide on a 1-pixel side, and on a tiny image
+            # three drawn corners can fall on a line (no homography; torchvision renders a
+            # least-squares guess): such a sample is left as it is. Any other draw is rendered,
+            # as torchvision renders it, even one that folds a corner through the horizon
+            on &= (sizes >= 2).all(1) & ~G.degenerate_quads(start, end)
         m = G.identity(b)
-        if on.any():  # a random draw is rendered whatever it is, as torchvision renders it
+        if on.any():
             m[on] = (checked_homography(start[on], end[on], sizes[on]) if given
                      else G.homography(start[on], end[on]))
         return m, sizes, None

@@ -128,3 +128,18 @@ def test_mosaic_centre_is_ultralytics_for_odd_and_even_sizes():
         assert got.min() >= -x and got.max() < 2 * s + x
         if s % 2:  # the range's ends are reached: ceil(s / 2) .. 2s - ceil(s / 2) - 1
             assert got.min() == (s + 1) // 2 and got.max() == 2 * s - (s + 1) // 2 - 1
+
+
+def test_random_draws_on_tiny_images_never_raise():
+    """On 2..4-pixel sides three drawn corners often fall on a line (no homography): such a
+    sample is left as it is; no draw stops the pipeline."""
+    rng = np.random.default_rng(5)
+    imgs = [rng.integers(0, 256, (int(rng.integers(1, 5)), int(rng.integers(1, 5)), 3), np.uint8)
+            for _ in range(200)]
+    pipe = track(Pipeline(batch_size=50, num_threads=1, seed=1))
+    with pipe:
+        x = fn.external_source(source=lambda info: imgs[info.idx_in_epoch], batch=False, size=200)
+        pipe.set_outputs(fn.perspective(x, distortion_scale=1.0, p=1.0))
+    got = [im for b in range(4) for im in images_of(pipe.run_batch(b, epoch=0)[0])]
+    assert [g.shape for g in got] == [i.shape for i in imgs]
+    assert sum(np.array_equal(g, i) for g, i in zip(got, imgs)) < 200  # most are transformed
