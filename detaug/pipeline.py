@@ -556,9 +556,8 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
 
     def __del__(self):
         # never join threads from a finaliser: the garbage collector may run it inside thread
-        # start-up or shutdown, holding the locks a join needs (seen: a deadlock); and never
-        # in a forked child that did not adopt it (its workers are another process's children)
-        if not _fork.owned_here(self):
+        # start-up or shutdown, holding the locks a join needs (seen: a deadlock); nor in a fork
+        if not _fork.owned_here(self):  # that did not adopt it (runtime/fork.py)
             return
         ex = getattr(self, "_executor", None)
         if ex is not None:

@@ -88,10 +88,8 @@ def frame_shard(path, buf):
     int64 arrays, the bool data-CRC check of each, and ``(offset, reason)`` of a fault in a
     length field (the records before it are listed) or None. Reasons are those of
     ``readers.tfrecord.iter_records``. Length CRCs are checked every ``FRAME_CHECK_EVERY``
-    records during the walk, so a corrupt or zero-filled stretch ends it within one chunk
-    (time and memory bounded by what precedes the fault, not by the file's size)."""
-    size = len(buf)
-    arr = np.frombuffer(buf, np.uint8)
+    records as it walks: a zero-filled stretch ends it within one chunk, not the file's size."""
+    size, arr = len(buf), np.frombuffer(buf, np.uint8)
     offs, lens, terminal, checked = [], [], None, 0
     off, unpack, limit = 0, _Q.unpack_from, T.MAX_RECORD_BYTES
     while off < size:

@@ -217,6 +217,19 @@ def check_args(op_name: str, args: dict) -> None:
             check_value(op_name, k, v, spec)
 
 
+def check_per_sample(op_name: str, args: dict) -> None:
+    """Check per-sample values (the arrays a DataNode argument gave this batch) of declared
+    arguments: every number finite and in range (their layout is the op's to check)."""
+    ranges = ARG_RANGES.get(op_name)
+    if not ranges:
+        return
+    for k, v in args.items():
+        spec = ranges.get(k)
+        if spec is not None and v is not None:
+            check_value(op_name, k, v, Num(spec.lo, spec.hi, spec.lo_open, spec.hi_open,
+                                            spec.integer, "seq", True, False, spec.words))
+
+
 def check_canvas(op_name: str, sizes) -> None:
     """Refuse, naming the op, output sizes ``(B, 2)`` (H, W) that a plan computed from the
     images (a ratio times a large image, a shorter side scaled past the limits) beyond

@@ -203,3 +203,29 @@ def test_out_of_range_fill_is_refused_not_clipped():
         _trace("random_erasing", value=(10, 20, 256))
     _trace("random_erasing", value="random")
     _trace("random_erasing", value=(0, 128, 255))
+
+
+def test_per_sample_values_are_checked_when_the_batch_runs():
+    """A per-sample input (here fed) that gives NaN or a value out of range is refused by op and
+    argument name when its batch runs, not taken silently (noise(std=nan) blacked images)."""
+    imgs = [np.full((6, 6, 3), 100, np.uint8)] * 4
+    for value, why in ((np.float32("nan"), "NaN"), (np.float32(300), "out of range"),
+                       (np.float32("inf"), "infinite")):
+        stds = [np.float32(3.0), value, np.float32(1.0), np.float32(2.0)]
+        pipe = track(Pipeline(batch_size=4, num_threads=1, seed=0))
+        with pipe:
+            x, s = fn.external_source(source=lambda info: (imgs[info.idx_in_epoch],
+                                                           stds[info.idx_in_epoch]),
+                                      batch=False, num_outputs=2, size=4)
+            pipe.set_outputs(fn.noise(x, std=s))
+        with pytest.raises(ArgumentError, match=f"^noise: argument std=.*{why}"):
+            pipe.run()
+    pipe = track(Pipeline(batch_size=4, num_threads=1, seed=0))
+    stds = [np.float32(v) for v in (0.0, 3.0, 255.0, 7.5)]
+    with pipe:
+        x, s = fn.external_source(source=lambda info: (imgs[info.idx_in_epoch],
+                                                       stds[info.idx_in_epoch]),
+                                  batch=False, num_outputs=2, size=4)
+        pipe.set_outputs(fn.noise(x, std=s))
+    out = pipe.run()[0]
+    assert np.array_equal(np.asarray(out.data[0]), imgs[0])  # std 0: unchanged
