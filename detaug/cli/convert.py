@@ -376,7 +376,9 @@ def convert(args):
     dst = check_destination(args, roots)
     dataset = read(args)
     try:  # every path read, links resolved: the root-folder check above misses a link into DST
-        check_overlap(args.dst, dst, source_folders(roots), read_paths(dataset))
+        extra = [(f, os.path.realpath(f)) for f in (args.classes,)
+                 if f and f != "discover" and os.path.isfile(f)]  # a class list file read
+        check_overlap(args.dst, dst, source_folders(roots), read_paths(dataset) + extra)
     except Overlap as exc:
         raise UsageError(str(exc)) from None
     parent = os.path.dirname(dst)

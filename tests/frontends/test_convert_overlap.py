@@ -115,3 +115,15 @@ def test_links_outside_the_destination_still_convert(tmp_path, capsys):
     assert main([str(src), str(dst), "--from", "voc", "--to", "coco"]) == 0
     assert os.path.isfile(dst / "annotations.json")
     assert os.path.isfile(store / "a.jpg")
+
+
+def test_class_list_file_inside_the_destination_is_refused(tmp_path, dst_with_images, capsys):
+    src = tmp_path / "voc"
+    make_voc(src, {"a": voc_xml("a.jpg", (100, 80), [("person", 1, 1, 50, 50)])})
+    classes = dst_with_images / "classes.txt"
+    classes.write_text("person\n")
+    rc = main([str(src), str(dst_with_images), "--from", "voc", "--to", "coco", "--overwrite",
+               "--classes", str(classes)])
+    assert rc == 2
+    assert "classes.txt" in _err(capsys)
+    assert classes.read_text() == "person\n"
