@@ -496,8 +496,8 @@ def transpose(ctx, op, inputs, args):
     return xp.ascontiguousarray(xp.transpose(v, (0,) + tuple(p + 1 for p in perm)))
 
 
-declare_ranges("pad", fill_value=finite(), axes=count(0, 2, form='seq'), shape=count(-1, MAX_SIDE,
-               form='seq'), align=count(1, MAX_SIDE, form='seq'))
+declare_ranges("pad", fill_value=finite(), axes=count(0, 2, form='seq'),
+               shape=count(-1, MAX_SIDE, form='seq', size=True), align=count(1, MAX_SIDE, form='seq'))
 @register("pad", **HOST, inputs=(1, 1), input_names=("data",),
           args={"fill_value": 0.0, "axes": None, "axis_names": None, "shape": None, "align": None},
           output_spec="(B, *largest shape) array, padded at the end of each axis",
