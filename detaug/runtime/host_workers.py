@@ -282,10 +282,11 @@ def _watch(ref):
                        "(host_workers.STALL_S)")
             if why is not None:
                 self._fail(w, f"host worker {w.index} (pid {w.proc.pid}) {why}")
-                try:
-                    os.kill(w.proc.pid, signal.SIGKILL)  # our child: it may be stopped
-                except OSError:
-                    pass
+                if w.proc.exitcode is None:  # (never a reaped pid: it may be another's now)
+                    try:
+                        os.kill(w.proc.pid, signal.SIGKILL)  # our child: it may be stopped
+                    except OSError:
+                        pass
         del self
 
 
