@@ -462,7 +462,7 @@ def cast(ctx, op, inputs, args):
     return v.astype(dt)
 
 
-declare_ranges("transpose", perm=count(0, 2, form='seq'))
+declare_ranges("transpose", perm=count(0, form='seq'))
 @register("transpose", devices=("cpu", "gpu"), inputs=(1, 1), kind="other", input_names=("data",),
           args={"perm": None, "transpose_layout": True, "output_layout": None},
           output_spec="each sample's axes permuted by perm",
@@ -496,7 +496,7 @@ def transpose(ctx, op, inputs, args):
     return xp.ascontiguousarray(xp.transpose(v, (0,) + tuple(p + 1 for p in perm)))
 
 
-declare_ranges("pad", fill_value=finite(), axes=count(0, 2, form='seq'),
+declare_ranges("pad", fill_value=finite(), axes=Num(integer=True, form='seq'),
                shape=count(-1, MAX_SIDE, form='seq', size=True), align=count(1, MAX_SIDE, form='seq'))
 @register("pad", **HOST, inputs=(1, 1), input_names=("data",),
           args={"fill_value": 0.0, "axes": None, "axis_names": None, "shape": None, "align": None},

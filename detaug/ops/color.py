@@ -10,7 +10,7 @@ from ..core import geometry as G
 from ..core.batch import ImageBatch
 from .geometry import apply_geometry, crop_plan, per_sample
 from .registry import register
-from ..graph.arg_check import declare_ranges, count, finite, nonneg, positive, prob, side
+from ..graph.arg_check import Num, declare_ranges, count, finite, nonneg, positive, prob, side
 
 _DTYPES = {"float32": np.float32, "float16": np.float16, "uint8": np.uint8,
            np.float32: np.float32, np.float16: np.float16, np.uint8: np.uint8}
@@ -47,7 +47,7 @@ def _images(op, v) -> ImageBatch:
 
 declare_ranges("normalize", mean=finite(form='seq'), std=positive(form='seq'),
                stddev=positive(form='seq'), scale=finite(), shift=finite(), epsilon=nonneg(),
-               ddof=count(0), axes=count(0, 2, form='seq'))
+               ddof=count(0), axes=Num(integer=True, form='seq'))
 @register("normalize", devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
           args={"mean": None, "std": None, "output_layout": "HWC", "dtype": "float32",
                 "stddev": None, "axes": None, "axis_names": None, "batch": False, "scale": 1.0,
