@@ -23,7 +23,7 @@ from ..core.batch import BoxBatch, ImageBatch
 from ..ops.geometry import GEO, apply_geometry, per_sample, round_half_away
 from ..ops.decode import DECODER_HINTS, check_decoder_args, decoder_declaration
 from ..ops.registry import register
-from ..graph.arg_check import declare_ranges, MAX_SIDE, Num, byte, count, finite, nonneg, positive, prob, shape
+from ..graph.arg_check import declare_ranges, MAX_SIDE, Num, byte, count, finite, nonneg, positive, prob
 
 HOST = dict(devices=("cpu",), kind="other")
 

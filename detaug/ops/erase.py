@@ -22,7 +22,7 @@ from ..kernels import noise as kn
 from .geometry import per_sample
 from .pixel import fill_bytes, pixel_images
 from .registry import register
-from ..graph.arg_check import declare_ranges, Num, byte, count, finite, nonneg, positive, prob, shape
+from ..graph.arg_check import declare_ranges, Num, byte, count, finite, nonneg, positive, prob
 
 ERASE = dict(devices=("cpu", "gpu"), inputs=(1, 2), kind="other", outputs=lambda n, a: n,
              input_names=("images", "boxes"),

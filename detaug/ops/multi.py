@@ -16,7 +16,7 @@ from ..graph import materialize as M
 from ..kernels import compose as kc
 from .registry import register
 from .take import take_boxes, take_images
-from ..graph.arg_check import MAX_SIDE, Num, declare_ranges, byte, nonneg, positive, prob, side
+from ..graph.arg_check import MAX_SIDE, Num, declare_ranges, byte, nonneg, positive, prob
 
 _PARTNERS_DOC = ("where partners come from: 'epoch' (any record, read and decoded with the "
                  "batch: Ultralytics' draw) or 'batch' (the output's own batch: nothing more is "
