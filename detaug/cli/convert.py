@@ -20,16 +20,16 @@ inside TFRecords are written out unchanged (to a temporary folder, then copied o
 
 Data safety: the source is never opened for writing; DST may not be the source, inside it or
 around it, nor hold, be or lie in any folder or file the source reads, links resolved
-(``overlap.py``: a VOC ``JPEGImages`` linking into DST is refused); a non-empty DST is refused unless ``--overwrite``; the dataset is written into a
-temporary folder beside DST and moved into place only when complete (with ``--overwrite``, on
-Linux, swapped with the old content in one atomic step, the old content removed after;
-elsewhere, set aside first and, after a crash between the two moves, put back by the next
-run), so a failed or interrupted run leaves DST as it was. Hidden folders that killed runs
-left beside DST are removed by the next run, which says so. ``--dry-run`` prints the summary
-and writes nothing (not even DST's parent folders). Image sizes are checked against the image
-headers (header only); crowd and difficult boxes are kept unless ``--skip-crowd`` /
-``--skip-difficult``, and counted either way. Every user mistake is one line on stderr
-and exit status 2.
+(``overlap.py``: a VOC ``JPEGImages`` linking into DST is refused); a non-empty DST is refused
+unless ``--overwrite``; the dataset is written into a temporary folder beside DST and moved
+into place only when complete (with ``--overwrite``, on Linux, swapped with the old content in
+one atomic step, the old content removed after; elsewhere, set aside first and, after a crash
+between the two moves, put back by the next run), so a failed or interrupted run leaves DST as
+it was. Hidden folders that killed runs left beside DST are removed by the next run, which
+says so. ``--dry-run`` prints the summary and writes nothing (not even DST's parent folders).
+Image sizes are checked against the image headers (header only); crowd and difficult boxes are
+kept unless ``--skip-crowd`` / ``--skip-difficult``, and counted either way. Every user
+mistake is one line on stderr and exit status 2.
 
 A summary at the end (stdout) names every count: images, boxes, classes, skipped items and
 why, boxes clipped, the largest rounding shift, and what the target format could not hold.

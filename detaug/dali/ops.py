@@ -23,7 +23,8 @@ from ..core.batch import BoxBatch, ImageBatch
 from ..ops.geometry import GEO, apply_geometry, per_sample, round_half_away
 from ..ops.decode import DECODER_HINTS, check_decoder_args, decoder_declaration
 from ..ops.registry import register
-from ..graph.arg_check import declare_ranges, MAX_SIDE, Num, byte, count, finite, nonneg, positive, prob
+from ..graph.arg_check import (MAX_SIDE, Num, byte, count, declare_ranges, finite, nonneg,
+                               positive, prob)
 
 HOST = dict(devices=("cpu",), kind="other")
 
@@ -497,7 +498,8 @@ def transpose(ctx, op, inputs, args):
 
 
 declare_ranges("pad", fill_value=finite(), axes=Num(integer=True, form='seq'),
-               shape=count(-1, MAX_SIDE, form='seq', size=True), align=count(1, MAX_SIDE, form='seq'))
+               shape=count(-1, MAX_SIDE, form='seq', size=True),
+               align=count(1, MAX_SIDE, form='seq'))
 @register("pad", **HOST, inputs=(1, 1), input_names=("data",),
           args={"fill_value": 0.0, "axes": None, "axis_names": None, "shape": None, "align": None},
           output_spec="(B, *largest shape) array, padded at the end of each axis",

@@ -144,7 +144,7 @@ class ArgumentError(ValueError):
 
 def _numbers(value):
     """The numbers of ``value`` as float64 (flat), or None when it holds anything else."""
-    if isinstance(value, bool) or isinstance(value, numbers.Number) and not isinstance(value, complex):
+    if isinstance(value, numbers.Number) and not isinstance(value, complex):  # bools too
         return np.asarray([float(value)], np.float64)
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "biuf":

@@ -9,7 +9,8 @@ from ..graph import materialize as M
 from ..core import geometry as G
 from ..core.batch import BoxBatch, ImageBatch
 from .registry import register
-from ..graph.arg_check import check_canvas, declare_ranges, MAX_SIDE, Num, count, finite, positive, prob, side
+from ..graph.arg_check import (MAX_SIDE, Num, check_canvas, count, declare_ranges, finite,
+                               positive, prob, side)
 
 GEO = dict(devices=("cpu", "gpu"), inputs=(1, 2), kind="geometric",
            outputs=lambda n, a: n,

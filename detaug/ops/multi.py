@@ -154,7 +154,8 @@ def mosaic_centres(rng, s):
     return np.floor(lo + rng.uniform(2) * (2 * s - 2 * lo)).astype(np.int64)
 
 
-declare_ranges("mosaic", size=Num(2, MAX_SIDE // 2, integer=True, size=True), probability=prob(), fill=byte(),
+declare_ranges("mosaic", size=Num(2, MAX_SIDE // 2, integer=True, size=True), probability=prob(),
+               fill=byte(),
                min_size=nonneg(), min_area=nonneg(), min_visibility=prob())
 @register("mosaic", devices=("cpu", "gpu"), inputs=(1, 2), kind="other",
           outputs=lambda n, a: n, partners=_mosaic_partners,

@@ -233,6 +233,7 @@ _register_dali("contrast", ("contrast", "contrast_center"),
 
 declare_ranges("brightness", brightness=nonneg(), brightness_shift=finite())
 declare_ranges("contrast", contrast=nonneg(), contrast_center=finite())
-declare_ranges("color_twist", brightness=nonneg(), contrast=nonneg(), saturation=nonneg(), hue=finite())
+declare_ranges("color_twist", brightness=nonneg(), contrast=nonneg(), saturation=nonneg(),
+               hue=finite())
 declare_ranges("hue", hue=finite())
 declare_ranges("saturation", saturation=nonneg())

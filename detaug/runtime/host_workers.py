@@ -18,12 +18,12 @@ any loader).
 
 Failure: an exception in a worker reaches the caller with its type and message (and the
 worker's traceback as a note); a worker that dies (killed, out of memory), is stopped (SIGSTOP,
-a debugger) for ``STOPPED_S`` seconds or sends nothing for ``STALL_S`` seconds while it owes work
-fails the batches it owed with :class:`WorkerDied`, naming the worker, why and the batch (a
-watch thread checks every second; the worker is killed), so ``run()`` never waits forever; workers ignore
-Ctrl-C (the caller decides), die with the process that started them (:func:`_die_with_parent`:
-tied to that process, not to the thread that forked them, so a pipeline first run in a thread
-that ends keeps its workers), and are stopped by ``close()``.
+a debugger) for ``STOPPED_S`` seconds or sends nothing for ``STALL_S`` seconds while it owes
+work fails the batches it owed with :class:`WorkerDied`, naming the worker, why and the batch
+(a watch thread checks every second; the worker is killed), so ``run()`` never waits forever;
+workers ignore Ctrl-C (the caller decides), die with the process that started them
+(:func:`_die_with_parent`: tied to that process, not to the thread that forked them, so a
+pipeline first run in a thread that ends keeps its workers), and are stopped by ``close()``.
 """
 from __future__ import annotations
 
