@@ -145,7 +145,10 @@ class ArgumentError(ValueError):
 def _numbers(value):
     """The numbers of ``value`` as float64 (flat), or None when it holds anything else."""
     if isinstance(value, numbers.Number) and not isinstance(value, complex):  # bools too
-        return np.asarray([float(value)], np.float64)
+        try:
+            return np.asarray([float(value)], np.float64)
+        except OverflowError:  # an int beyond float64: as large as infinity here
+            return np.asarray([np.inf if value > 0 else -np.inf])
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "biuf":
             return None
@@ -173,7 +176,7 @@ def check_value(op_name: str, arg: str, value, spec: Num) -> None:
     if np.isnan(vals).any():
         _refuse(op_name, arg, value, spec, "is NaN")
     if np.isinf(vals).any():
-        _refuse(op_name, arg, value, spec, "is infinite")
+        _refuse(op_name, arg, value, spec, "is infinite (or beyond float64)")
     if spec.lo is not None and (vals <= spec.lo if spec.lo_open else vals < spec.lo).any():
         _refuse(op_name, arg, value, spec, "is out of range")
     if spec.hi is not None and (vals >= spec.hi if spec.hi_open else vals > spec.hi).any():

@@ -161,6 +161,11 @@ def test_a_bad_number_inside_a_sequence_is_found(op, arg):
         _trace(op, **{arg: (INF, good)})
 
 
+def test_an_int_beyond_float64_is_refused_by_name():
+    with pytest.raises(ArgumentError, match=r"^resize: argument size=.* is infinite \(or beyond"):
+        _trace("resize", size=10 ** 400)
+
+
 def test_numpy_values_and_arrays_are_checked():
     with pytest.raises(ArgumentError, match="NaN"):
         _trace("noise", std=np.float32("nan"))
