@@ -27,6 +27,7 @@ from .runtime.retries import Retries
 from .runtime.batch_making import BatchMaking
 from .runtime import run_state as _run_state
 from .runtime import startup as _startup
+from .runtime import fork as _fork
 from .core.sharding import Sharding, _local_rank
 
 _POLICIES = ("fill", "drop", "partial")
@@ -193,6 +194,7 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
         self._consumers = {}  # name -> () -> a stream the caller queues work on (see consume_on)
         self._lock = threading.Lock()
         self._cursor_lock = threading.RLock()  # run/next/reset/state: one caller at a time
+        _fork.track(self)  # reset in a forked child (runtime/fork.py)
 
     # ---- definition -------------------------------------------------------------------------
     def __enter__(self):
@@ -372,6 +374,7 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
 
     # ---- running ------------------------------------------------------------------------------
     def _executor_ready(self):
+        _fork.check_usable(self)
         self.build()
         with self._lock:
             if self._executor is None:
@@ -539,6 +542,8 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
 
     def close(self) -> None:
         """Stop the worker threads and decode processes (waits for batches in flight)."""
+        if not _fork.owned_here(self):  # a fork's copy: the parent's threads and processes
+            return
         if self._executor is not None:
             self._executor.shutdown()
             self._executor = None
@@ -551,7 +556,9 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
 
     def __del__(self):
         # never join threads from a finaliser: the garbage collector may run it inside thread
-        # start-up or shutdown, holding the locks a join needs (seen: a deadlock)
+        # start-up or shutdown, holding the locks a join needs (seen: a deadlock); nor in a fork
+        if not _fork.owned_here(self):  # that did not adopt it (runtime/fork.py)
+            return
         ex = getattr(self, "_executor", None)
         if ex is not None:
             ex.shutdown(wait=False)

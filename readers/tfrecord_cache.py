@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import tempfile
 import time
 
@@ -167,12 +168,8 @@ def _save(place, key, index) -> bool:
 
 def _load(place, key, path):
     """The cached index at ``place``, or None when it is missing or fails any check."""
-    try:
-        with open(place, "rb") as f:
-            blob = bytearray(os.fstat(f.fileno()).st_size)
-            if f.readinto(blob) != len(blob):
-                return None
-    except OSError:
+    blob = _read_bounded(place, max_cache_bytes(key["size"]))
+    if blob is None:
         return None
     try:
         if blob[:len(MAGIC)] != MAGIC:
@@ -204,9 +201,39 @@ def _load(place, key, path):
                            for o in meta["others"]]
         if not _consistent(index, key["size"]) or not _headers_match(path, index):
             return None
-    except (KeyError, TypeError, ValueError, OSError, UnicodeDecodeError, AttributeError):
+    except (KeyError, TypeError, ValueError, OSError, UnicodeDecodeError, AttributeError,
+            RecursionError):  # a crafted header nested past Python's stack: rebuilt too
         return None
     return index
+
+
+def max_cache_bytes(shard_size: int) -> int:
+    """The largest cache file that a shard of ``shard_size`` bytes can have: a record takes at
+    least 16 bytes of the shard and at most ~100 bytes of arrays, a box 16 bytes (four floats)
+    and ~48; texts are at most 6 times their bytes in JSON (``\\u00XX``). A bigger file is
+    not read at all (a huge or crafted cache costs no memory)."""
+    return 64 * int(shard_size) + (1 << 20)
+
+
+def _read_bounded(place, limit):
+    """The bytes of the cache file at ``place`` when it is a regular file of ``limit`` bytes
+    at most, else None. Opened without blocking (a FIFO or device at the cache path would
+    block ``open()`` forever) and checked to be a regular file before any read."""
+    try:
+        fd = os.open(place, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        blob = bytearray(st.st_size)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return blob if f.readinto(blob) == len(blob) else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _consistent(ix, size) -> bool:

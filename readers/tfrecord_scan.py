@@ -69,15 +69,37 @@ def masked_crc_rows(rows: np.ndarray) -> np.ndarray:
 
 
 # ---- framing --------------------------------------------------------------------------------
+# Records walked between checks of their length CRCs: a walk over a zero-filled tail (what a
+# cut-short copy leaves: every 16 zero bytes read as an empty record) stops within one chunk.
+FRAME_CHECK_EVERY = 4096
+_BAD_LENGTH_CRC = ("length CRC mismatch: not a TFRecord file, or corrupt at this record (the "
+                   "rest of the file cannot be located)")
+
+
+def _first_bad_head(arr, heads):
+    """Index in ``heads`` of the first record header whose length CRC does not match, or None."""
+    rows = arr[heads[:, None] + np.arange(12)]
+    bad = np.flatnonzero(masked_crc_rows(rows[:, :8]) != rows[:, 8:].copy().view("<u4")[:, 0])
+    return int(bad[0]) if len(bad) else None
+
+
 def frame_shard(path, buf):
     """``(offsets, lengths, crc_ok, terminal)`` of the records in ``buf`` (the file's bytes):
     int64 arrays, the bool data-CRC check of each, and ``(offset, reason)`` of a fault in a
     length field (the records before it are listed) or None. Reasons are those of
-    ``readers.tfrecord.iter_records``."""
-    size = len(buf)
-    offs, lens, terminal = [], [], None
+    ``readers.tfrecord.iter_records``. Length CRCs are checked every ``FRAME_CHECK_EVERY``
+    records as it walks: a zero-filled stretch ends it within one chunk, not the file's size."""
+    size, arr = len(buf), np.frombuffer(buf, np.uint8)
+    offs, lens, terminal, checked = [], [], None, 0
     off, unpack, limit = 0, _Q.unpack_from, T.MAX_RECORD_BYTES
     while off < size:
+        if len(offs) - checked >= FRAME_CHECK_EVERY:
+            k = _first_bad_head(arr, np.asarray(offs[checked:], np.int64))
+            if k is not None:
+                terminal = (offs[checked + k], _BAD_LENGTH_CRC)
+                del offs[checked + k:], lens[checked + k:]
+                break
+            checked = len(offs)
         if size - off < 12:
             terminal = (off, f"truncated record header ({size - off} of 12 bytes at the end "
                              "of the file)")
@@ -95,15 +117,11 @@ def frame_shard(path, buf):
         lens.append(n)
         off += 16 + n
     offs, lens = np.asarray(offs, np.int64), np.asarray(lens, np.int64)
-    arr = np.frombuffer(buf, np.uint8)
     heads = offs if terminal is None else np.append(offs, terminal[0])
     heads = heads[heads + 12 <= size]
-    rows = arr[heads[:, None] + np.arange(12)]
-    bad = np.flatnonzero(masked_crc_rows(rows[:, :8]) != rows[:, 8:].copy().view("<u4")[:, 0])
-    if len(bad):  # the first bad length CRC ends the file (before any later fault)
-        k = int(bad[0])
-        terminal = (int(heads[k]), "length CRC mismatch: not a TFRecord file, or corrupt at "
-                                   "this record (the rest of the file cannot be located)")
+    k = _first_bad_head(arr, heads)
+    if k is not None:  # the first bad length CRC ends the file (before any later fault)
+        terminal = (int(heads[k]), _BAD_LENGTH_CRC)
         offs, lens = offs[:k], lens[:k]
     foot = arr[(offs + 12 + lens)[:, None] + np.arange(4)].copy().view("<u4")[:, 0]
     # google-crc32c takes bytes only (not a view): a slice of the map is one copy

@@ -8,6 +8,7 @@ level of split folder: ``images/<split>/``, ``labels/<split>/``). Each label lin
 from __future__ import annotations
 
 import os
+import reprlib
 import re
 
 import numpy as np
@@ -140,6 +141,7 @@ def yaml_names(text: str, path="data.yaml"):
         raise DatasetError(path, f"not valid YAML ({exc})") from None
     if data is None:
         return None
+    _refuse_alias_bombs(data, path)
     if not isinstance(data, dict):
         raise DatasetError(path, f"the top level is a {type(data).__name__}, not a mapping "
                                  "with a 'names' key")
@@ -168,11 +170,56 @@ def yaml_names(text: str, path="data.yaml"):
     return names
 
 
-def _short(value, width=60) -> str:
-    """``repr(value)`` cut to ``width`` characters (an int over Python's digit limit, whose
-    repr raises, by its size)."""
+# The most values a data.yaml may hold once its aliases are expanded. A few hundred bytes of
+# nested aliases ("billion laughs") expand to billions; anything that walks the tree (a repr
+# in an error message, a copy) would exhaust memory.
+MAX_YAML_VALUES = 1_000_000
+
+
+def _refuse_alias_bombs(data, path, limit=None):
+    """DatasetError naming ``path`` where the loaded YAML, its aliases expanded, holds more than
+    ``MAX_YAML_VALUES`` values or refers to itself. Shared values are counted once per
+    reference, in time linear in the distinct values (a memo by identity)."""
+    limit = MAX_YAML_VALUES if limit is None else limit
+    sizes, busy = {}, set()
+
+    def size(v):
+        if not isinstance(v, (list, dict)):
+            return 1
+        key = id(v)
+        if key in sizes:
+            return sizes[key]
+        if key in busy:
+            raise DatasetError(path, "an alias refers to a value that holds it (a recursive "
+                                     "YAML value); refused")
+        busy.add(key)
+        total = 1
+        for x in ([y for kv in v.items() for y in kv] if isinstance(v, dict) else v):
+            total += size(x)
+            if total > limit:
+                raise DatasetError(path, f"its aliases expand to more than {limit:,} values "
+                                         "(an alias bomb); refused")
+        busy.discard(key)
+        sizes[key] = total
+        return total
+
     try:
-        return repr(value)[:width]
+        size(data)
+    except RecursionError:
+        raise DatasetError(path, "not valid YAML (nested too deeply)") from None
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict = 3, 6, 6, 6
+_REPR.maxstring, _REPR.maxother = 60, 60
+
+
+def _short(value, width=60) -> str:
+    """A bounded repr of ``value``, cut to ``width`` characters: nested lists and mappings
+    shown 3 levels and 6 items deep (``reprlib``), so its cost never depends on the value's
+    size; an int over Python's digit limit, whose repr raises, by its size."""
+    try:
+        return _REPR.repr(value)[:width]
     except ValueError:
         return f"<an int of {value.bit_length()} bits>" if isinstance(value, int) else "<?>"
 

@@ -26,16 +26,17 @@ turn; ``--prefix`` defaults to ``--split`` or ``train``) and ``label_map.pbtxt``
 inside TFRecords are written out unchanged (to a temporary folder, then copied or linked).
 
 Data safety: the source is never opened for writing; DST may not be the source, inside it or
-around it; a non-empty DST is refused unless ``--overwrite``; the dataset is written into a
-temporary folder beside DST and moved into place only when complete (with ``--overwrite``, on
-Linux, swapped with the old content in one atomic step, the old content removed after;
-elsewhere, set aside first and, after a crash between the two moves, put back by the next
-run), so a failed or interrupted run leaves DST as it was. Hidden folders that killed runs
-left beside DST are removed by the next run, which says so. ``--dry-run`` prints the summary
-and writes nothing (not even DST's parent folders). Image sizes are checked against the image
-headers (header only); crowd and difficult boxes are kept unless ``--skip-crowd`` /
-``--skip-difficult``, and counted either way. Every user mistake is one line on stderr
-and exit status 2.
+around it, nor hold, be or lie in any folder or file the source reads, links resolved
+(``overlap.py``: a VOC ``JPEGImages`` linking into DST is refused); a non-empty DST is refused
+unless ``--overwrite``; the dataset is written into a temporary folder beside DST and moved
+into place only when complete (with ``--overwrite``, on Linux, swapped with the old content in
+one atomic step, the old content removed after; elsewhere, set aside first and, after a crash
+between the two moves, put back by the next run), so a failed or interrupted run leaves DST as
+it was. Hidden folders that killed runs left beside DST are removed by the next run, which
+says so. ``--dry-run`` prints the summary and writes nothing (not even DST's parent folders).
+Image sizes are checked against the image headers (header only); crowd and difficult boxes are
+kept unless ``--skip-crowd`` / ``--skip-difficult``, and counted either way. Every user
+mistake is one line on stderr and exit status 2.
 
 A summary at the end (stdout) names every count: images, boxes, classes, skipped items and
 why, boxes clipped, the largest rounding shift, and what the target format could not hold.
@@ -62,6 +63,7 @@ from readers.writers import class_name_fault, write_coco, write_voc, write_yolo
 from readers.yolo import read_yolo
 
 from . import detect, instance_formats
+from .overlap import Overlap, check_overlap, read_paths, source_folders
 from .place import place, recover, staging_folder
 from .progress import Progress
 
@@ -394,8 +396,15 @@ def convert(args):
     recovered = recover(os.path.realpath(os.path.abspath(args.dst)), args.dry_run)
     for line in recovered:
         print(f"detaug-convert: {line}", file=sys.stderr)
-    dst = check_destination(args, check_source(args))
+    roots = check_source(args)
+    dst = check_destination(args, roots)
     dataset = read(args)
+    try:  # every path read, links resolved: the root-folder check above misses a link into DST
+        extra = [(f, os.path.realpath(f)) for f in (args.classes,)
+                 if f and f != "discover" and os.path.isfile(f)]  # a class list file read
+        check_overlap(args.dst, dst, source_folders(roots), read_paths(dataset) + extra)
+    except Overlap as exc:
+        raise UsageError(str(exc)) from None
     parent = os.path.dirname(dst)
     if not args.dry_run:
         os.makedirs(parent, exist_ok=True)

@@ -99,6 +99,23 @@ def apply_points(m: np.ndarray, pts: np.ndarray) -> np.ndarray:
     return out
 
 
+def degenerate_quads(start, end) -> np.ndarray:
+    """(B,) bool: where ``start`` or ``end`` (B, 4, 2) has no homography: a point not finite,
+    or three of the four on a line (or repeated)."""
+    s = np.asarray(start, np.float64).reshape(-1, 4, 2)
+    e = np.asarray(end, np.float64).reshape(-1, 4, 2)
+    b = max(len(s), len(e))
+    s, e = np.broadcast_to(s, (b, 4, 2)), np.broadcast_to(e, (b, 4, 2))
+    bad = ~(np.isfinite(s).all((1, 2)) & np.isfinite(e).all((1, 2)))
+    for q in (s, e):  # a homography needs 4 points, no 3 of them on a line, on each side
+        for i, j, k in ((0, 1, 2), (0, 1, 3), (0, 2, 3), (1, 2, 3)):
+            d1, d2 = q[:, j] - q[:, i], q[:, k] - q[:, i]
+            cross = d1[:, 0] * d2[:, 1] - d1[:, 1] * d2[:, 0]
+            span = np.maximum(np.abs(d1).max(1), np.abs(d2).max(1))
+            bad |= ~(np.abs(cross) > 1e-9 * span * span)
+    return bad
+
+
 def homography(start, end) -> np.ndarray:
     """(B, 3, 3) float64 matrices mapping the 4 points ``start`` (B, 4, 2) onto ``end``
     (B, 4, 2) (continuous coordinates), normalised to ``H[2, 2] = 1``: the exact solution of
@@ -119,13 +136,7 @@ def homography(start, end) -> np.ndarray:
     rows_v = np.stack([zero, zero, zero, x, y, one, -v * x, -v * y], -1)
     a = np.concatenate([rows_u, rows_v], 1)  # (B, 8, 8)
     rhs = np.concatenate([u, v], 1)
-    bad = ~(np.isfinite(s).all((1, 2)) & np.isfinite(e).all((1, 2)))
-    for q in (s, e):  # a homography needs 4 points, no 3 of them on a line, on each side
-        for i, j, k in ((0, 1, 2), (0, 1, 3), (0, 2, 3), (1, 2, 3)):
-            d1, d2 = q[:, j] - q[:, i], q[:, k] - q[:, i]
-            cross = d1[:, 0] * d2[:, 1] - d1[:, 1] * d2[:, 0]
-            span = np.maximum(np.abs(d1).max(1), np.abs(d2).max(1))
-            bad |= ~(np.abs(cross) > 1e-9 * span * span)
+    bad = degenerate_quads(s, e)
     if bad.any():
         raise ValueError(f"perspective: the corner points of samples {np.nonzero(bad)[0].tolist()} "
                          "are degenerate (three on a line, or repeated)")

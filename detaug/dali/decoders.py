@@ -30,6 +30,7 @@ from ..core import geometry as G
 from ..ops.decode import DECODER_HINTS, check_decoder_args, decode_image, decoder_declaration
 from ..ops.geometry import apply_geometry, pair
 from ..ops.registry import register
+from ..graph.arg_check import declare_ranges, count, positive
 
 
 def random_crop_windows(u, sizes, area, aspect, attempts):
@@ -90,6 +91,8 @@ def _roundf(x):
     return np.sign(x) * np.floor(np.abs(x) + 0.5)
 
 
+declare_ranges("decoders.image_random_crop", random_area=positive(1.0, form='range'),
+               random_aspect_ratio=positive(form='range'), num_attempts=count(1, 1 << 16))
 @register("decoders.image_random_crop", devices=("cpu", "mixed"), inputs=(1, 1), kind="other",
           input_names=("encoded",), aliases=("image_decoder_random_crop",),
           args={"output_type": "RGB", "random_area": (0.08, 1.0),

@@ -23,6 +23,8 @@ from ..core.batch import BoxBatch, ImageBatch
 from ..ops.geometry import GEO, apply_geometry, per_sample, round_half_away
 from ..ops.decode import DECODER_HINTS, check_decoder_args, decoder_declaration
 from ..ops.registry import register
+from ..graph.arg_check import (MAX_SIDE, Num, byte, count, declare_ranges, finite, nonneg,
+                               positive, prob)
 
 HOST = dict(devices=("cpu",), kind="other")
 
@@ -178,6 +180,11 @@ def _fixed_window(op, args, b):
 UNLIMITED_CHUNK, UNLIMITED_CHUNKS = 64, 16
 
 
+declare_ranges("random_bbox_crop", thresholds=Num(0.0, 1.0, form='seq'),
+               aspect_ratio=positive(form='range'), scaling=positive(form='range'),
+               num_attempts=count(1, 1 << 16), total_num_attempts=count(-1, 1 << 24),
+               crop_shape=positive(MAX_SIDE, form='seq'), input_shape=positive(MAX_SIDE,
+               form='seq'), bbox_prune_threshold=prob())
 @register("random_bbox_crop", **HOST, inputs=(1, 2),
           outputs=lambda n, a: 3 + (n == 2) + bool(a["output_bbox_indices"]),
           input_names=("boxes", "labels"),
@@ -261,6 +268,7 @@ def random_bbox_crop(ctx, op, inputs, args):
 
 
 # ---- bb_flip / bbox_paste on normalised boxes ---------------------------------------------------------
+declare_ranges("bb_flip", horizontal=count(0, 1), vertical=count(0, 1))
 @register("bb_flip", devices=("cpu",), inputs=(1, 1), kind="box",
           args={"horizontal": 1, "vertical": 0, "ltrb": False},
           per_sample=("horizontal", "vertical"),
@@ -289,6 +297,7 @@ def bb_flip(ctx, op, inputs, args):
     return batch_of(out) if isinstance(v, np.ndarray) else out
 
 
+declare_ranges("bbox_paste", ratio=Num(1.0, 64.0), paste_x=prob(), paste_y=prob())
 @register("bbox_paste", devices=("cpu",), inputs=(1, 1), kind="box",
           args={"ratio": None, "paste_x": 0.5, "paste_y": 0.5, "ltrb": False},
           per_sample=("ratio", "paste_x", "paste_y"),
@@ -318,6 +327,8 @@ def bbox_paste(ctx, op, inputs, args):
 
 
 # ---- paste / slice / image_slice ----------------------------------------------------------------------
+declare_ranges("paste", ratio=Num(1.0, 64.0), paste_x=prob(), paste_y=prob(), fill_value=byte(),
+               min_canvas_size=nonneg(MAX_SIDE))
 @register("paste", **{**GEO, "devices": ("cpu", "gpu")},
           args={"ratio": None, "paste_x": 0.5, "paste_y": 0.5, "fill_value": 0.0,
                 "min_canvas_size": 0.0},
@@ -396,6 +407,7 @@ def _slice_images(ctx, op, images, anchor, shape, args):
     return apply_geometry(ctx, op, [images], plan, fill=args["fill_values"])[0]
 
 
+declare_ranges("slice", axes=count(0, 1, form='seq'), fill_values=finite(form='seq'))
 @register("slice", devices=("cpu", "gpu"), inputs=(3, 3), kind="geometric",
           input_names=("images", "anchor", "shape"), args=dict(SLICE_ARGS),
           output_spec="images (uint8 HWC) of the window sizes",
@@ -415,6 +427,8 @@ def _host(v):
     return to_host(v) if not isinstance(v, (list, np.ndarray)) else np.asarray(v, np.float64)
 
 
+declare_ranges("decoders.image_slice", axes=count(0, 1, form='seq'),
+               fill_values=finite(form='seq'))
 @register("decoders.image_slice", devices=("cpu", "mixed"), inputs=(3, 3), kind="other",
           input_names=("encoded", "anchor", "shape"), aliases=("image_decoder_slice",),
           args={"output_type": "RGB", **SLICE_ARGS, **decoder_declaration()},
@@ -449,6 +463,7 @@ def cast(ctx, op, inputs, args):
     return v.astype(dt)
 
 
+declare_ranges("transpose", perm=count(0, form='seq'))
 @register("transpose", devices=("cpu", "gpu"), inputs=(1, 1), kind="other", input_names=("data",),
           args={"perm": None, "transpose_layout": True, "output_layout": None},
           output_spec="each sample's axes permuted by perm",
@@ -482,6 +497,9 @@ def transpose(ctx, op, inputs, args):
     return xp.ascontiguousarray(xp.transpose(v, (0,) + tuple(p + 1 for p in perm)))
 
 
+declare_ranges("pad", fill_value=finite(), axes=Num(integer=True, form='seq'),
+               shape=count(-1, MAX_SIDE, form='seq', size=True),
+               align=count(1, MAX_SIDE, form='seq'))
 @register("pad", **HOST, inputs=(1, 1), input_names=("data",),
           args={"fill_value": 0.0, "axes": None, "axis_names": None, "shape": None, "align": None},
           output_spec="(B, *largest shape) array, padded at the end of each axis",

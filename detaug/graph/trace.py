@@ -11,6 +11,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .arg_check import check_args
+
 _state = threading.local()
 
 
@@ -228,6 +230,7 @@ def call_op(name: str, inputs, kwargs: dict):
     for k, v in kwargs.items():
         if isinstance(v, DataNode) and k not in schema.per_sample:
             raise TypeError(f"{schema.name}: argument {k!r} cannot be a per-sample input")
+    check_args(schema.name, kwargs)  # NaN, inf, out of range: refused by op and argument name
     args = {**schema.args, **kwargs}
     _say_hints(schema, kwargs)
     device = _infer_device(schema, inputs, device)

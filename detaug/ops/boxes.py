@@ -11,6 +11,7 @@ from ..graph import materialize as M
 from ..core.batch import BoxBatch, PaddedBoxes
 from ..kernels import boxes as kb
 from .registry import register
+from ..graph.arg_check import declare_ranges, count, finite, nonneg, prob
 
 BOX = dict(devices=("cpu", "gpu"), inputs=(1, 1), kind="box")
 
@@ -21,6 +22,7 @@ def _boxes(op, v) -> BoxBatch:
     return v
 
 
+declare_ranges("prune_boxes", min_size=nonneg(), min_area=nonneg(), min_visibility=prob())
 @register("prune_boxes", **BOX, args={"clip": True, "min_size": 0.0, "min_area": 0.0,
                                       "min_visibility": 0.0},
           aliases=("bbox_prune",), output_spec="BoxBatch, dropped boxes (and fields) masked out",
@@ -70,6 +72,7 @@ def box_convert(ctx, op, inputs, args):
     return b.replace(boxes=out, fmt=tag, host=host)
 
 
+declare_ranges("pad_boxes", max_boxes=count(0, 1 << 24), fill=finite())
 @register("pad_boxes", **BOX, args={"max_boxes": None, "fill": 0.0},
           output_spec="PaddedBoxes: boxes (B, M, 4), labels/fields (B, M), counts (B,)",
           doc="pad to a fixed max_boxes, or to the batch's largest count, with counts")

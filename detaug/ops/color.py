@@ -10,6 +10,7 @@ from ..core import geometry as G
 from ..core.batch import ImageBatch
 from .geometry import apply_geometry, crop_plan, per_sample
 from .registry import register
+from ..graph.arg_check import Num, declare_ranges, count, finite, nonneg, positive, prob, side
 
 _DTYPES = {"float32": np.float32, "float16": np.float16, "uint8": np.uint8,
            np.float32: np.float32, np.float16: np.float16, np.uint8: np.uint8}
@@ -44,6 +45,9 @@ def _images(op, v) -> ImageBatch:
     return v
 
 
+declare_ranges("normalize", mean=finite(form='seq'), std=positive(form='seq'),
+               stddev=positive(form='seq'), scale=finite(), shift=finite(), epsilon=nonneg(),
+               ddof=count(0), axes=Num(integer=True, form='seq'))
 @register("normalize", devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
           args={"mean": None, "std": None, "output_layout": "HWC", "dtype": "float32",
                 "stddev": None, "axes": None, "axis_names": None, "batch": False, "scale": 1.0,
@@ -131,6 +135,11 @@ def _standardize(ctx, op, img, args, std, scale, shift, dtype, layout):
     return ImageBatch(out, x.device, layout)
 
 
+declare_ranges("crop_mirror_normalize", crop=side(integer=False), crop_h=side(integer=False,
+               form='scalar'), crop_w=side(integer=False, form='scalar'), crop_pos_x=prob(),
+               crop_pos_y=prob(), mirror=count(0, 1), mean=finite(form='seq'),
+               std=positive(form='seq'), fill=finite(form='seq'), scale=finite(), shift=finite(),
+               fill_values=finite(form='seq'))
 @register("crop_mirror_normalize", devices=("cpu", "gpu"), inputs=(1, 2), kind="color",
           outputs=lambda n, a: n,
           args={"crop": None, "crop_h": None, "crop_w": None, "crop_pos_x": 0.5, "crop_pos_y": 0.5,
@@ -194,6 +203,8 @@ def _color(ctx, op, img, numpy_fn, cupy_fn, *params):
     return ImageBatch(out, img.device, img.layout)
 
 
+declare_ranges("brightness_contrast", brightness=nonneg(), contrast=nonneg(),
+               contrast_center=finite())
 @register("brightness_contrast", devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
           args={"brightness": 1.0, "contrast": 1.0, "contrast_center": 128.0},
           per_sample=("brightness", "contrast"), output_spec="uint8 images, same sizes",
@@ -209,6 +220,7 @@ def brightness_contrast(ctx, op, inputs, args):
                   per_sample(args["brightness"], b), per_sample(args["contrast"], b))
 
 
+declare_ranges("hsv", hue=finite(), saturation=nonneg(), value=nonneg())
 @register("hsv", devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
           args={"hue": 0.0, "saturation": 1.0, "value": 1.0},
           per_sample=("hue", "saturation", "value"), output_spec="uint8 images, same sizes",

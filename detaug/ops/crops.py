@@ -12,6 +12,7 @@ from ..graph import materialize as M
 from ..core import geometry as G
 from .geometry import GEO, apply_geometry, pair
 from .registry import register
+from ..graph.arg_check import declare_ranges, Num, count, positive, side
 
 
 def iou_crop_windows(u, sizes, boxes, offsets, valid, thresholds, allow_no_crop, scale, aspect):
@@ -93,6 +94,8 @@ def iou_crop_windows(u, sizes, boxes, offsets, valid, thresholds, allow_no_crop,
     return windows, keep
 
 
+declare_ranges("random_iou_crop", thresholds=Num(0.0, 1.0, form='seq'), scaling=positive(1.0,
+               form='range'), aspect_ratio=positive(form='range'), num_attempts=count(1, 1 << 16))
 @register("random_iou_crop", **GEO,
           args={"thresholds": (0.1, 0.3, 0.5, 0.7, 0.9), "allow_no_crop": True,
                 "scaling": (0.3, 1.0), "aspect_ratio": (0.5, 2.0), "num_attempts": 50},
@@ -143,6 +146,8 @@ def resized_crop_windows(u, sizes, scale, ratio):
     return np.stack([x0, y0, x0 + cw_s, y0 + ch_s], -1)
 
 
+declare_ranges("random_resized_crop", size=side(), random_area=positive(1.0, form='range'),
+               random_aspect_ratio=positive(form='range'), num_attempts=count(1, 1 << 16))
 @register("random_resized_crop", **GEO,
           args={"size": None, "random_area": (0.08, 1.0), "random_aspect_ratio": (3 / 4, 4 / 3),
                 "num_attempts": 10, "antialias": True},

@@ -22,6 +22,7 @@ from ..kernels import noise as kn
 from .geometry import per_sample
 from .pixel import fill_bytes, pixel_images
 from .registry import register
+from ..graph.arg_check import declare_ranges, Num, byte, count, finite, nonneg, positive, prob
 
 ERASE = dict(devices=("cpu", "gpu"), inputs=(1, 2), kind="other", outputs=lambda n, a: n,
              input_names=("images", "boxes"),
@@ -154,6 +155,8 @@ def _range(op, name, value, positive=False):
     return v
 
 
+declare_ranges("random_erasing", probability=prob(), scale=Num(0.0, 1.0, form='range'),
+               ratio=positive(form='range'), value=byte(words=('random',)), min_visibility=prob())
 @register("random_erasing", **ERASE,
           args={"probability": 0.5, "scale": (0.02, 0.33), "ratio": (0.3, 3.3), "value": 0.0,
                 **BOX_ARGS},
@@ -255,6 +258,8 @@ def erase_rects(op, args, sizes):
     return np.concatenate([lo, hi], -1).astype(np.int64)
 
 
+declare_ranges("erase", anchor=finite(form='seq'), shape=nonneg(form='seq'), axes=count(0, 1,
+               form='seq'), fill_value=byte(), min_visibility=prob())
 @register("erase", **ERASE,
           args={"anchor": (), "shape": (), "axis_names": "HW", "axes": None, "fill_value": 0.0,
                 "normalized": False, "normalized_anchor": False, "normalized_shape": False,

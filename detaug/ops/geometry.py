@@ -9,6 +9,8 @@ from ..graph import materialize as M
 from ..core import geometry as G
 from ..core.batch import BoxBatch, ImageBatch
 from .registry import register
+from ..graph.arg_check import (MAX_SIDE, Num, check_canvas, count, declare_ranges, finite,
+                               positive, prob, side)
 
 GEO = dict(devices=("cpu", "gpu"), inputs=(1, 2), kind="geometric",
            outputs=lambda n, a: n,
@@ -50,6 +52,7 @@ def apply_geometry(ctx, op, inputs, plan, fill=None, box_mode=None, antialias=Tr
         raise ValueError(f"{op.name}: {len(sizes)} images but boxes for {len(boxes.canvas)}")
     m, out_sizes, keep = plan(np.asarray(sizes, np.int64), boxes)
     out_sizes = np.maximum(np.asarray(out_sizes, np.int64).reshape(-1, 2), 1)
+    check_canvas(op.name, out_sizes)
     outs = []
     for v in inputs:
         if isinstance(v, ImageBatch):
@@ -65,6 +68,7 @@ def apply_geometry(ctx, op, inputs, plan, fill=None, box_mode=None, antialias=Tr
 
 
 # ---- flip -------------------------------------------------------------------------------------
+declare_ranges("flip", horizontal=count(0, 1), vertical=count(0, 1))
 @register("flip", **GEO, args={"horizontal": 1, "vertical": 0},
           per_sample=("horizontal", "vertical"),
           doc="mirror horizontally and/or vertically, per sample (x -> W - x)")
@@ -115,6 +119,9 @@ def crop_plan(args, sizes):
     return G.translate(-x0, -y0), np.stack([ch, cw], -1)
 
 
+declare_ranges("crop", crop=side(integer=False), crop_h=side(integer=False, form='scalar'),
+               crop_w=side(integer=False, form='scalar'), crop_pos_x=prob(), crop_pos_y=prob(),
+               window=finite(form='seq'), fill=finite(form='seq'))
 @register("crop", **GEO, args={"crop": None, "crop_h": None, "crop_w": None, "crop_pos_x": 0.5,
                                "crop_pos_y": 0.5, "window": None, "fill": 0.0},
           per_sample=("crop_pos_x", "crop_pos_y", "crop_h", "crop_w", "window"),
@@ -155,6 +162,10 @@ def resize_sizes(args, sizes):
     return np.maximum(np.round(np.stack([oh, ow], -1)), 1)
 
 
+declare_ranges("resize", size=Num(0, MAX_SIDE, form='pair', size=True),
+               resize_shorter=Num(0, MAX_SIDE, size=True), resize_longer=Num(0, MAX_SIDE,
+               size=True), resize_x=Num(0, MAX_SIDE, size=True), resize_y=Num(0, MAX_SIDE,
+               size=True), max_size=side(integer=False, form='scalar'))
 @register("resize", **GEO, args={"size": None, "resize_shorter": None, "resize_longer": None,
                                  "resize_x": None, "resize_y": None, "max_size": None,
                                  "keep_aspect": False, "antialias": True, "interp_type": None,
@@ -199,6 +210,7 @@ def resize(ctx, op, inputs, args):
     return apply_geometry(ctx, op, inputs, plan, antialias=bool(args["antialias"]))
 
 
+declare_ranges("letterbox", size=side(), fill=finite(form='seq'))
 @register("letterbox", **GEO, args={"size": None, "fill": 114.0, "center": True},
           doc="fit into size=(h, w) keeping the aspect ratio, centred (or top-left with "
               "center=False, as keras-retinanet pads), padding with fill")
@@ -280,6 +292,8 @@ def _warn_canvas_once(op) -> None:
                   stacklevel=2)
 
 
+declare_ranges("rotate", angle=finite(), fill=finite(form='seq'), fill_value=finite(form='seq'),
+               size=side(integer=False))
 @register("rotate", **GEO, args={"angle": 0.0, "expand": None, "fill": 0.0, "box_mode": "corners",
                                  "keep_size": None, "fill_value": None, "size": None,
                                  "interp_type": None},
@@ -316,6 +330,10 @@ def rotate(ctx, op, inputs, args):
     return apply_geometry(ctx, op, inputs, plan, fill=fill, box_mode=args["box_mode"])
 
 
+declare_ranges("affine", rotate=finite(), scale=positive(), scale_y=positive(),
+               translate_x=finite(), translate_y=finite(), shear_x=Num(-90.0, 90.0, lo_open=True,
+               hi_open=True), shear_y=Num(-90.0, 90.0, lo_open=True, hi_open=True),
+               perspective_x=finite(), perspective_y=finite(), fill=finite(form='seq'))
 @register("affine", **GEO, args={"rotate": 0.0, "scale": 1.0, "scale_y": None, "translate_x": 0.0,
                                  "translate_y": 0.0, "shear_x": 0.0, "shear_y": 0.0,
                                  "perspective_x": 0.0, "perspective_y": 0.0, "fill": 0.0,
@@ -364,6 +382,8 @@ def zoom_out_windows(u, sizes, ratio, probability):
     return x0, y0, out
 
 
+declare_ranges("zoom_out", ratio=Num(1.0, 64.0, form='range'), probability=prob(),
+               fill=finite(form='seq'))
 @register("zoom_out", **GEO, args={"ratio": (1.0, 4.0), "probability": 0.5, "fill": 0.0},
           doc="SSD expand: paste into a canvas ratio x larger (ratio range per sample) at a random "
               "integer position, with probability; boxes follow")

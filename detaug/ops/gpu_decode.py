@@ -35,6 +35,62 @@ _decoders = {}
 _pipelines = weakref.WeakSet()
 
 
+class StreamBound:
+    """The owners of decoded images, as one owner that keeps the stream they were decoded on.
+
+    nvImageCodec frees an image on the stream it was decoded on, so an image freed after its
+    stream was destroyed crashed the process: a DALI-mode pipeline hands out its decoded images
+    as they are, and a program that kept them past the pipeline freed them at a later garbage
+    collection (a segmentation fault). The stream is held here through a module-level table,
+    never by this object, so it is never part of a garbage cycle with the images (whose
+    finalisers run in any order, PEP 442). When the last owner of a stream goes, the stream is
+    only retired: it is dropped at the next decode (:func:`_sweep`, in plain code, after the
+    collection that freed the images has finished), or at exit after every image."""
+
+    __slots__ = ("owners", "_sid", "__weakref__")
+
+    def __init__(self, owners, stream):
+        _sweep()
+        self.owners, self._sid = owners, id(stream)
+        with _held_lock:
+            _streams_held.setdefault(self._sid, [stream, 0])[1] += 1
+        _bound.add(self)
+
+    def release(self):
+        """Let the images go; the stream is retired once no owner of it is left."""
+        self.owners = None
+        sid, self._sid = self._sid, None
+        if sid is None:
+            return
+        with _held_lock:
+            entry = _streams_held.get(sid)
+            if entry is not None:
+                entry[1] -= 1
+                if entry[1] <= 0:
+                    _retired.append(_streams_held.pop(sid)[0])
+
+    def __del__(self):
+        self.release()
+
+
+_bound = weakref.WeakSet()
+# its own lock, reentrant: a finaliser (release) may run inside any allocation, also while this
+# thread holds it, or holds the decoders' lock
+_held_lock = threading.RLock()
+_streams_held = {}  # id(stream) -> [stream, owners alive]
+_retired = []  # streams whose images are gone (or going, in a collection under way)
+
+
+def _sweep():
+    """Drop the streams retired before now (never called from a finaliser, so any collection
+    that retired one has finished freeing its images)."""
+    with _held_lock:
+        if not _retired:
+            return
+        gone, _retired[:] = list(_retired), []
+    del gone
+
+
 def keep_queue(pipe):
     q = getattr(pipe, "_decoded_keep", None)
     if q is None:
@@ -87,9 +143,12 @@ def warm_up(decoder, device_id: int):
 
 @atexit.register
 def _release():
-    """At exit, images before their decoders."""
+    """At exit, images (kept by pipelines, or handed out and still held) before their decoders."""
     for pipe in list(_pipelines):
         pipe._decoded_keep.clear()
+    for bound in list(_bound):
+        bound.release()
+    _retired.clear()
     _decoders.clear()
 
 
@@ -307,7 +366,8 @@ def _decode_here(ctx, enc, output_type, chunk, dev, cpu_decode) -> DeviceImages:
         # after the pipeline was closed, with its device memory, ended in a segmentation fault)
         results = owners = r = a = None
         raise
-    return DeviceImages(ptrs, shapes, pitches, owners, dev)
+    # the stream travels with the images: whoever holds them holds it (StreamBound)
+    return DeviceImages(ptrs, shapes, pitches, StreamBound(owners, ctx.stream), dev)
 
 
 def _check_sizes(shapes, enc):

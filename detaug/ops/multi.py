@@ -16,6 +16,7 @@ from ..graph import materialize as M
 from ..kernels import compose as kc
 from .registry import register
 from .take import take_boxes, take_images
+from ..graph.arg_check import MAX_SIDE, Num, declare_ranges, byte, nonneg, positive, prob
 
 _PARTNERS_DOC = ("where partners come from: 'epoch' (any record, read and decoded with the "
                  "batch: Ultralytics' draw) or 'batch' (the output's own batch: nothing more is "
@@ -144,13 +145,18 @@ def mosaic_plan(sizes, groups, centre, s, resize=True):
 
 
 def mosaic_centres(rng, s):
-    """(B, 2) integer centres (xc, yc), uniform in [s // 2, 2s - s // 2) (Ultralytics:
-    ``int(random.uniform(s / 2, 3 s / 2))``): draws 4 and 5 of the stream, after the partners."""
+    """(B, 2) integer centres (xc, yc), ``int(uniform(lo, 2s - lo))`` with ``lo = ceil(s / 2)``:
+    Ultralytics' ``_mosaic4`` draws ``int(random.uniform(-x, 2 * s + x))`` with its border
+    ``x = -s // 2`` (Python's floor division: ``-ceil(s / 2)``; for an odd s one more than
+    ``s // 2``). Draws 4 and 5 of the stream, after the partners."""
     _ = rng.uniform(4)  # the partners' draws (_mosaic_partners)
-    lo = s // 2
+    lo = -(-s // 2)
     return np.floor(lo + rng.uniform(2) * (2 * s - 2 * lo)).astype(np.int64)
 
 
+declare_ranges("mosaic", size=Num(2, MAX_SIDE // 2, integer=True, size=True), probability=prob(),
+               fill=byte(),
+               min_size=nonneg(), min_area=nonneg(), min_visibility=prob())
 @register("mosaic", devices=("cpu", "gpu"), inputs=(1, 2), kind="other",
           outputs=lambda n, a: n, partners=_mosaic_partners,
           args={"size": 640, "probability": 1.0, "fill": 114.0, "resize": True,
@@ -240,6 +246,7 @@ def mixup_weights(rng, alpha, beta):
     return np.clip(np.round(g1 / (g1 + g2) * kc.ONE), 0, kc.ONE).astype(np.int64)
 
 
+declare_ranges("mixup", probability=prob(), alpha=positive(), beta=positive(), fill=byte())
 @register("mixup", devices=("cpu", "gpu"), inputs=(1, 2), kind="other",
           outputs=lambda n, a: n, partners=_mixup_partners,
           args={"probability": 1.0, "alpha": 32.0, "beta": 32.0, "fill": 114.0,

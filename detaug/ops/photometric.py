@@ -19,6 +19,7 @@ from ..kernels import photometric as kp
 from .color import _dtype
 from .geometry import pair, per_sample
 from .registry import register
+from ..graph.arg_check import declare_ranges, Num, count, finite, nonneg, prob
 
 _DALI_HINTS = {"preserve": "DALI keeps an op whose output is unused; detaug runs every op in the "
                            "graph that an output needs",
@@ -72,6 +73,9 @@ def _range(op, args, name, lo_bound, hi_bound=np.inf):
     return lo, hi
 
 
+declare_ranges("photometric_distort", brightness=nonneg(form='range'),
+               contrast=nonneg(form='range'), saturation=nonneg(form='range'), hue=Num(-0.5, 0.5,
+               form='range'), p=prob())
 @register("photometric_distort", devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
           args={"brightness": (0.875, 1.125), "contrast": (0.5, 1.5), "saturation": (0.5, 1.5),
                 "hue": (-0.05, 0.05), "p": 0.5},
@@ -106,6 +110,7 @@ def photometric_distort(ctx, op, inputs, args):
     return _run_staged(ctx, img, ip, fp)
 
 
+declare_ranges("grayscale", p=prob(), num_output_channels=count(1, 3))
 @register("grayscale", devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
           args={"p": 1.0, "num_output_channels": 3},
           per_sample=("p",),
@@ -225,3 +230,10 @@ _register_dali("contrast", ("contrast", "contrast_center"),
                "DALI's contrast: out = c + contrast * (x - c), c = contrast_center (default 128 for "
                "uint8, 0.5 for float), rescaled to the output dtype's range, per sample",
                image_type=False)
+
+declare_ranges("brightness", brightness=nonneg(), brightness_shift=finite())
+declare_ranges("contrast", contrast=nonneg(), contrast_center=finite())
+declare_ranges("color_twist", brightness=nonneg(), contrast=nonneg(), saturation=nonneg(),
+               hue=finite())
+declare_ranges("hue", hue=finite())
+declare_ranges("saturation", saturation=nonneg())

@@ -19,6 +19,7 @@ from ..kernels import blur as kbl
 from ..kernels import noise as kn
 from .geometry import per_sample
 from .registry import register
+from ..graph.arg_check import declare_ranges, MAX_SIDE, byte, count, finite, nonneg, positive, prob
 
 PIXEL = dict(devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
              output_spec="uint8 images, same sizes")
@@ -119,6 +120,9 @@ def blur_plan(op, args, b, u):
     return win.astype(np.int64), sigma
 
 
+declare_ranges("gaussian_blur", sigma=nonneg(1024.0, form='pair'), window_size=count(1, 2049,
+               form='pair'), kernel_size=count(1, 2049, form='pair'), sigma_range=positive(1024.0,
+               form='range'), probability=prob())
 @register("gaussian_blur", **PIXEL,
           args={"sigma": None, "window_size": None, "kernel_size": None, "sigma_range": None,
                 "probability": 1.0},
@@ -165,6 +169,8 @@ NOISE_DEFAULTS = {"mode": "gaussian", "mean": 0.0, "std": 10.0, "amount": 0.05,
                   "salt_vs_pepper": 0.5, "per_channel": None, "probability": 1.0}
 
 
+declare_ranges("noise", mean=finite(), std=nonneg(255.0, form='range'), amount=prob(form='range'),
+               salt_vs_pepper=prob(form='range'), probability=prob())
 @register("noise", **PIXEL, args=NOISE_DEFAULTS,
           per_sample=("mean", "std", "amount", "salt_vs_pepper", "probability"),
           arg_docs={"mode": "'gaussian' (mean, std) or 'salt_and_pepper' (amount, salt_vs_pepper)",
@@ -212,6 +218,7 @@ def noise(ctx, op, inputs, args):
     return _noise(ctx, img, keys, mode, params, per_channel)
 
 
+declare_ranges("noise.gaussian", mean=finite(), stddev=nonneg())
 @register("noise.gaussian", **PIXEL, args={"mean": 0.0, "stddev": 1.0},
           per_sample=("mean", "stddev"),
           arg_docs={"mean": "DALI's: mean of the noise (pixel units)",
@@ -229,6 +236,8 @@ def noise_gaussian(ctx, op, inputs, args):
     return _noise(ctx, img, keys, "gaussian", params, True)
 
 
+declare_ranges("noise.salt_and_pepper", prob=prob(), salt_vs_pepper=prob(), salt_val=finite(),
+               pepper_val=finite())
 @register("noise.salt_and_pepper", **PIXEL,
           args={"prob": 0.05, "salt_vs_pepper": 0.5, "salt_val": None, "pepper_val": None,
                 "per_channel": False},
@@ -252,6 +261,7 @@ def noise_salt_and_pepper(ctx, op, inputs, args):
     return _noise(ctx, img, keys, "salt_and_pepper", params, bool(args["per_channel"]))
 
 
+declare_ranges("noise.shot", factor=finite())
 @register("noise.shot", **PIXEL, args={"factor": 20.0}, per_sample=("factor",),
           arg_docs={"factor": "DALI's: out = poisson(x / factor) * factor (<= 0: no noise)"},
           doc="DALI's shot noise: out = poisson(x / factor) * factor, rounded and clamped "
@@ -279,6 +289,7 @@ def fill_bytes(op, name, value, b, c):
     return np.floor(np.clip(a, 0, 255) + 0.5).astype(np.uint8)
 
 
+declare_ranges("jitter", nDegree=count(1, MAX_SIDE), fill_value=byte(), mask=count(0, 1))
 @register("jitter", **PIXEL, args={"nDegree": 2, "fill_value": 0.0, "interp_type": None, "mask": 1},
           per_sample=("mask",),
           arg_docs={"nDegree": "DALI's: each pixel is taken from one displaced by "
@@ -325,6 +336,7 @@ def jpeg_roundtrip(img: np.ndarray, quality: int) -> np.ndarray:
     return out[..., None] if gray else out
 
 
+declare_ranges("jpeg_compression", quality=count(1, 100, form='range'), probability=prob())
 @register("jpeg_compression", devices=("cpu",), inputs=(1, 1), kind="color",
           output_spec="uint8 images, same sizes",
           args={"quality": 50, "probability": 1.0}, per_sample=("quality", "probability"),

@@ -12,6 +12,7 @@ import numpy as np
 from ..core import types as _types
 from .geometry import round_half_away
 from .registry import register
+from ..graph.arg_check import declare_ranges, finite, nonneg, prob, shape
 
 RAND = dict(devices=("cpu",), inputs=(0, 0), kind="random")
 _DTYPE_DOC = ("DALI's output type (types.INT32, 'uint8', ...): the draws converted to it, rounded "
@@ -51,6 +52,8 @@ def convert(op, values, dtype, default):
     raise ValueError(f"{op.name}: dtype {dtype!r} is not a numeric type")
 
 
+declare_ranges("random.uniform", range=finite(form='range'), values=finite(form='seq'),
+               shape=shape())
 @register("random.uniform", **RAND,
           args={"range": (-1.0, 1.0), "values": None, "shape": None, "dtype": None},
           per_sample=("range",), aliases=("uniform",), output_spec="float32 (B, *shape), or dtype",
@@ -78,6 +81,7 @@ def uniform(ctx, op, inputs, args):
     return convert(op, out, args["dtype"], np.float32).reshape((b,) + shape)
 
 
+declare_ranges("random.coin_flip", probability=prob(), shape=shape())
 @register("random.coin_flip", **RAND, args={"probability": 0.5, "shape": None, "dtype": None},
           per_sample=("probability",), aliases=("coin_flip",),
           output_spec="int32 (B, *shape) of 0/1, or dtype",
@@ -98,6 +102,7 @@ def coin_flip(ctx, op, inputs, args):
     return convert(op, out, args["dtype"], np.int32).reshape((ctx.batch_size,) + shape)
 
 
+declare_ranges("random.normal", mean=finite(), stddev=nonneg(), shape=shape())
 @register("random.normal", **RAND, args={"mean": 0.0, "stddev": 1.0, "shape": None, "dtype": None},
           per_sample=("mean", "stddev"), aliases=("normal", "normal_distribution"),
           output_spec="float32 (B, *shape), or dtype",
@@ -111,6 +116,7 @@ def normal(ctx, op, inputs, args):
     return convert(op, out, args["dtype"], np.float32).reshape((b,) + shape)
 
 
+declare_ranges("random.choice", values=finite(form='seq'), p=prob(form='seq'), shape=shape())
 @register("random.choice", **RAND, args={"values": 2, "p": None, "shape": None},
           aliases=("choice",), output_spec="(B, *shape) values' dtype",
           doc="pick among values (or range(n) for an int) with probabilities p")

@@ -22,6 +22,7 @@ from ..core import geometry as G
 from ..core.batch import BoxBatch, ImageBatch
 from .geometry import GEO, apply_geometry, pair, per_sample
 from .registry import register
+from ..graph.arg_check import declare_ranges, finite, positive, prob, side
 
 
 # ---- perspective --------------------------------------------------------------------------------
@@ -37,7 +38,7 @@ def random_perspective_points(u, sizes, distortion_scale):
     ds = np.asarray(distortion_scale, np.float64)
     bh = np.floor(ds * np.floor(h / 2)) + 1
     bw = np.floor(ds * np.floor(w / 2)) + 1
-    near_x, near_y = (np.floor(u[:, k] * bw) for k in (0, 1))
+    near_x, near_y = np.floor(u[:, 0] * bw), np.floor(u[:, 1] * bh)
     far_x, near_y2 = w - bw + np.floor(u[:, 2] * bw), np.floor(u[:, 3] * bh)
     far_x2, far_y = w - bw + np.floor(u[:, 4] * bw), h - bh + np.floor(u[:, 5] * bh)
     near_x2, far_y2 = np.floor(u[:, 6] * bw), h - bh + np.floor(u[:, 7] * bh)
@@ -75,6 +76,8 @@ def checked_homography(start, end, sizes, names=("startpoints", "endpoints")):
     return m
 
 
+declare_ranges("perspective", startpoints=finite(form='seq'), endpoints=finite(form='seq'),
+               distortion_scale=prob(), p=prob(), fill=finite(form='seq'))
 @register("perspective", **GEO,
           args={"startpoints": None, "endpoints": None, "distortion_scale": None, "p": None,
                 "fill": 0.0, "antialias": True},
@@ -116,11 +119,16 @@ def perspective(ctx, op, inputs, args):
             start, end = random_perspective_points(u[:, :8], sizes, ds)
             p = per_sample(0.5 if args["p"] is None else args["p"], b)
         on = u[:, 8] < p
-        if not given:  # torchvision's corners [0, W - 1] coincide on a 1-pixel side: left as is
-            on &= (sizes >= 2).all(1)
+        if not given:
+            # torchvision's corners [0, W - 1] coincide on a 1-pixel side, and on a tiny image
+            # three drawn corners can fall on a line (no homography; torchvision renders a
+            # least-squares guess): such a sample is left as it is. Any other draw is rendered,
+            # as torchvision renders it, even one that folds a corner through the horizon
+            on &= (sizes >= 2).all(1) & ~G.degenerate_quads(start, end)
         m = G.identity(b)
         if on.any():
-            m[on] = checked_homography(start[on], end[on], sizes[on])
+            m[on] = (checked_homography(start[on], end[on], sizes[on]) if given
+                     else G.homography(start[on], end[on]))
         return m, sizes, None
 
     return apply_geometry(ctx, op, inputs, plan, fill=args["fill"],
@@ -171,6 +179,8 @@ def scale_jitter_plan(u, sizes, size, scale_range, rounding, crop, pad):
     return m, np.stack([oh, ow], -1)
 
 
+declare_ranges("scale_jitter", size=side(), scale_range=positive(1000.0, form='range'),
+               fill=finite(form='seq'))
 @register("scale_jitter", **GEO,
           args={"size": None, "scale_range": (0.1, 2.0), "crop": True, "pad": True,
                 "fill": 128.0, "rounding": "round", "antialias": True},
@@ -232,6 +242,7 @@ def shortest_size_plan(choice, sizes, min_size, max_size, rounding):
     return G.scale(nw / w, nh / h), np.stack([nh, nw], -1)
 
 
+declare_ranges("random_shortest_size", min_size=side(form='seq'), max_size=side(form='scalar'))
 @register("random_shortest_size", **GEO,
           args={"min_size": None, "max_size": None, "rounding": "trunc", "antialias": True},
           arg_docs={"min_size": "the shorter side's length, or a list to draw it from per sample",
@@ -280,6 +291,8 @@ def dali_affine(matrix, b, inverse_map):
     return np.linalg.inv(m) if inverse_map else m
 
 
+declare_ranges("warp_affine", matrix=finite(form='seq'), size=side(integer=False),
+               fill_value=finite(form='seq'))
 @register("warp_affine", **GEO,
           args={"matrix": None, "size": None, "fill_value": None, "interp_type": None,
                 "inverse_map": True, "dtype": None, "bytes_per_sample_hint": 0, "preserve": False},

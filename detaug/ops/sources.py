@@ -12,6 +12,7 @@ from ..core.errors import SampleError
 from .arg_docs import SHARED
 from .instance_fields import batch_fields, split_ragged
 from .registry import register
+from ..graph.arg_check import declare_ranges, count, finite, nonneg
 
 _SHARDING = {"random_shuffle": False, "shard_id": None, "num_shards": None}
 # DALI's reader arguments (docs/dali.md). Honoured: shuffle_after_epoch (a new
@@ -316,6 +317,7 @@ _COCO_DALI_DEFAULTS = {"ltrb": False, "ratio": False, "image_ids": False,
 # readers.coco declares DALI's own arguments with None (not given): any of them given selects
 # DALI's outputs, and the others then take DALI's defaults
 _COCO_DALI = dict.fromkeys(_COCO_DALI_DEFAULTS)
+declare_ranges("readers.coco", size_threshold=nonneg(), shard_id=count(0), num_shards=count(1))
 register("readers.coco", devices=("cpu",), inputs=(0, 0), kind="source",
          outputs=lambda n, a: dali_coco_outputs(a) if dali_coco(a) else 2,
          args={"file_root": None, "annotations_file": None, "skip_empty": False,
@@ -356,6 +358,7 @@ register("readers.coco", devices=("cpu",), inputs=(0, 0), kind="source",
                                      "where another of DALI's arguments is given, DALI's default "
                                      "(False where the shards have one length)"},
          doc="COCO instances JSON: encoded images and their boxes")(_coco_reader)
+declare_ranges("coco_reader", size_threshold=nonneg(), shard_id=count(0), num_shards=count(1))
 register("coco_reader", devices=("cpu",), inputs=(0, 0), kind="source",
          outputs=lambda n, a: dali_coco_outputs(a),
          args={"file_root": None, "annotations_file": None, "skip_empty": False,
@@ -367,6 +370,7 @@ register("coco_reader", devices=("cpu",), inputs=(0, 0), kind="source",
                      "from 1[, image_ids])",
          doc="DALI's COCOReader: readers.coco with DALI's outputs and defaults (xywh pixels; "
              "ltrb=, ratio=)")(_coco_reader)
+declare_ranges("readers.voc", shard_id=count(0), num_shards=count(1))
 register("readers.voc", devices=("cpu",), inputs=(0, 0), outputs=2, kind="source",
          args={"root": None, "split": "trainval", "classes": None, "skip_difficult": False,
                "on_error": "raise", **_SHARDING},
@@ -423,6 +427,8 @@ class _FileReader(_Source):
         return EncodedBatch(data, paths, None, _code_streams(ctx, data)), self.labels[ctx.sample_index]
 
 
+declare_ranges("readers.file", labels=finite(integer=True, form='seq'), shard_id=count(0),
+               num_shards=count(1))
 register("readers.file", devices=("cpu",), inputs=(0, 0), outputs=2, kind="source",
          aliases=("file_reader",),
          args={"file_root": None, "file_list": None, "files": None, "labels": None, **_SHARDING,
@@ -650,6 +656,8 @@ class _External(_Source):
         return tuple(outs)
 
 
+declare_ranges("external_source", num_outputs=count(1, 1024), size=count(0), ndim=count(0, 8),
+               shard_id=count(0), num_shards=count(1))
 register("external_source", devices=("cpu",), inputs=(0, 0), kind="source",
          outputs=lambda n, a: a["num_outputs"] or 1,
          args={"source": None, "num_outputs": None, "batch": True, "size": None, **_SHARDING,

@@ -10,6 +10,7 @@ from ..core import backend
 from ..core.batch import BoxBatch
 from ..targets.retinanet import AnchorConfig, RetinaNetEncoder, TargetConfig
 from .registry import register
+from ..graph.arg_check import declare_ranges, MAX_SIDE, count, positive, prob
 
 
 @functools.lru_cache(maxsize=32)
@@ -18,6 +19,10 @@ def _encoder(num_classes, image_size, anchors: AnchorConfig, targets: TargetConf
     return RetinaNetEncoder(num_classes, image_size, anchors, targets)
 
 
+declare_ranges("retinanet_encode", num_classes=count(1, 1 << 20), sizes=positive(MAX_SIDE,
+               form='seq'), strides=count(1, MAX_SIDE, form='seq'), ratios=positive(form='seq'),
+               scales=positive(form='seq'), positive_overlap=prob(), negative_overlap=prob(),
+               std=positive(form='seq'))
 @register("retinanet_encode", devices=("cpu", "gpu"), inputs=(1, 1), outputs=2, kind="box",
           args={"num_classes": None, "sizes": (32, 64, 128, 256, 512), "strides": (8, 16, 32, 64, 128),
                 "ratios": (0.5, 1.0, 2.0), "scales": (1.0, 2 ** (1 / 3), 2 ** (2 / 3)),

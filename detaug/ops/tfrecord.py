@@ -24,6 +24,7 @@ from ..core.batch import BoxBatch
 from ..core.errors import SampleError
 from .registry import register
 from .sources import _SHARDING, EncodedBatch, _code_streams, _DetectionReader
+from ..graph.arg_check import declare_ranges, count
 
 
 class _TFRecordReader(_DetectionReader):
@@ -104,6 +105,7 @@ def _label_map_beside(path):
     return found[0] if len(found) == 1 and len(folders) == 1 else None
 
 
+declare_ranges("readers.tfrecord", shard_id=count(0), num_shards=count(1))
 register("readers.tfrecord", devices=("cpu",), inputs=(0, 0), outputs=2, kind="source",
          args={"path": None, "label_map": None, "image_label": None, "skip_empty": False,
                "on_error": "raise", **_SHARDING},

@@ -9,6 +9,7 @@ import os
 from ..core.errors import NotFed as _NotFed
 from ..core.errors import SampleError
 from ..graph import trace as _graph
+from ..graph.arg_check import check_per_sample
 from .context import BatchContext
 
 
@@ -65,6 +66,8 @@ class BatchMaking:
             inputs = [ctx.values[(i.op.id, i.index)] for i in op.inputs]
             args = {k: (ctx.values[(v.op.id, v.index)] if isinstance(v, _graph.DataNode) else v)
                     for k, v in op.args.items()}
+            if op.arg_inputs:  # this batch's per-sample values meet the declared ranges too
+                check_per_sample(op.schema.name, {k: args[k] for k in op.arg_inputs})
             if op.schema.kind == "source":
                 outs = self._sources[op.id].read(ctx, ctx.prepared[op.id])
             elif op.device != "cpu":

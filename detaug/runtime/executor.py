@@ -109,7 +109,12 @@ class Executor:
         self.first_pools = None  # (launch thread, sample threads) of the first launch, see submit
         self._first_made = False
         timeline = pipeline._startup
-        if pipeline.host_processes:
+        from . import host_workers
+
+        # host_processes was resolved at build; a fork's child may be a daemonic process (a
+        # DataLoader or Pool worker), which may not start any: it runs the same host stage in
+        # threads (the same batches: the host stage is a pure function of the launch key)
+        if pipeline.host_processes and host_workers.unavailable() is None:
             from .host_workers import HostWorkers
 
             # forked first, before this executor starts any thread (a GPU pipeline's workers

@@ -17,11 +17,13 @@ and a worker with no free slot makes another (memory grows with what the user ho
 any loader).
 
 Failure: an exception in a worker reaches the caller with its type and message (and the
-worker's traceback as a note); a worker that dies (killed, out of memory) fails the batches it
-owed with :class:`WorkerDied`, naming the worker, its exit code and the batch; workers ignore
-Ctrl-C (the caller decides), die with the process that started them (:func:`_die_with_parent`:
-tied to that process, not to the thread that forked them, so a pipeline first run in a thread
-that ends keeps its workers), and are stopped by ``close()``.
+worker's traceback as a note); a worker that dies (killed, out of memory), is stopped (SIGSTOP,
+a debugger) for ``STOPPED_S`` seconds or sends nothing for ``STALL_S`` seconds while it owes
+work fails the batches it owed with :class:`WorkerDied`, naming the worker, why and the batch
+(a watch thread checks every second; the worker is killed), so ``run()`` never waits forever;
+workers ignore Ctrl-C (the caller decides), die with the process that started them
+(:func:`_die_with_parent`: tied to that process, not to the thread that forked them, so a
+pipeline first run in a thread that ends keeps its workers), and are stopped by ``close()``.
 """
 from __future__ import annotations
 
@@ -232,6 +234,62 @@ def _worker_main(conn, run, parent_pid, inherited, cv2_loaded):
 
 
 # ---- the caller's side -----------------------------------------------------------------------
+# A worker that owes batches is failed (its batches raise WorkerDied, naming it and why) when it
+# has been stopped (SIGSTOP, SIGTSTP, a debugger) for STOPPED_S seconds, or has sent nothing for
+# STALL_S seconds; it is killed. None: no limit. Checked every WATCH_S seconds.
+STOPPED_S = 10.0
+STALL_S = 600.0
+WATCH_S = 1.0
+
+
+def _proc_state(pid) -> str:
+    """The state letter of process ``pid`` in /proc ('R', 'S', 'T' stopped, 't' traced, 'Z'
+    zombie, ...), or '' where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        return ""
+
+
+def _watch(ref):
+    """Fail and kill the workers of ``ref()`` that owe work and are stopped, gone or silent
+    (see STOPPED_S, STALL_S); ends when the HostWorkers is closed or collected."""
+    while True:
+        time.sleep(WATCH_S)
+        self = ref()
+        if self is None or self._closed:
+            return
+        now = time.monotonic()
+        for w in self.workers:
+            if w.dead is not None or not w.pending:
+                w.stopped_since = None
+                continue
+            state = _proc_state(w.proc.pid)
+            why = None
+            if state in ("Z", "X", "") and w.proc.exitcode is not None:
+                code = w.proc.exitcode
+                why = (f"was killed by signal {-code}" if code < 0 else f"exited with code {code}")
+            elif state in ("T", "t"):
+                w.stopped_since = w.stopped_since or now
+                if STOPPED_S is not None and now - w.stopped_since >= STOPPED_S:
+                    why = (f"has been stopped (state {state!r}: SIGSTOP, SIGTSTP or a debugger) "
+                           f"for {now - w.stopped_since:.0f} s (host_workers.STOPPED_S)")
+            else:
+                w.stopped_since = None
+            if why is None and STALL_S is not None and now - w.heard >= STALL_S:
+                why = (f"has sent nothing for {now - w.heard:.0f} s while it owed work "
+                       "(host_workers.STALL_S)")
+            if why is not None:
+                self._fail(w, f"host worker {w.index} (pid {w.proc.pid}) {why}")
+                if w.proc.exitcode is None:  # (never a reaped pid: it may be another's now)
+                    try:
+                        os.kill(w.proc.pid, signal.SIGKILL)  # our child: it may be stopped
+                    except OSError:
+                        pass
+        del self
+
+
 def _settle(entry, result=None, error=None):
     """Give a pending task's future its result or error (a cancelled one drops it)."""
     if entry is None:
@@ -252,6 +310,8 @@ class _Worker:
         self.maps = {}  # slot id -> mmap of this process
         self.pending = {}  # task id -> (future, key)
         self.dead = None  # why, once the worker is gone
+        self.heard = time.monotonic()  # its last message (or the first task it then owed)
+        self.stopped_since = None  # when it was first seen stopped (SIGSTOP, a debugger)
 
 
 @contextlib.contextmanager
@@ -299,6 +359,8 @@ class HostWorkers:
                                           name=f"{name}-reader-{w.index}") for w in self.workers]
         for t in self._readers:
             t.start()
+        threading.Thread(target=_watch, args=(weakref.ref(self),), daemon=True,
+                         name=f"{name}-watch").start()
 
     @property
     def pids(self):
@@ -315,6 +377,8 @@ class HostWorkers:
                 raise WorkerDied(self.workers[0].dead)
             w = min(live, key=lambda w: len(w.pending))
             tid = next(self._ids)
+            if not w.pending:
+                w.heard = time.monotonic()  # the stall clock runs while a worker owes work
             w.pending[tid] = (fut, key)
             if self._held is not None:
                 self._held.append((w, tid, fut, key, prepared))
@@ -358,6 +422,7 @@ class HostWorkers:
         while True:
             try:
                 msg = w.conn.recv()
+                w.heard = time.monotonic()
                 if msg[0] == "ok":
                     _, tid, meta, sid, size, spans, retired = msg
                     for old in retired:
@@ -411,6 +476,11 @@ class HostWorkers:
         for entry in owed:
             key = entry[1]
             _settle(entry, error=WorkerDied(f"{why} while making batch {key[1]} of epoch {key[0]}"))
+
+    def abandon(self):
+        """In a forked child: these workers are the parent's. Never send to, wait for, free or
+        stop them from here (the parent's ``close`` does)."""
+        self._closed = True
 
     def close(self, wait=True):
         """Stop the workers (kill those that do not stop within 5 s when ``wait``)."""

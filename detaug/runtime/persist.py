@@ -25,12 +25,17 @@ import numpy as np
 
 from ..core import types as _types
 from ..graph import trace as _graph
+from ..graph.arg_check import check_args
 
 _FORMAT = "detaug-pipeline-2"
 _COLORS = {"cpu": "lightblue", "mixed": "plum", "gpu": "palegreen"}
 _ENUMS = {c.__name__: c for c in vars(_types).values()
           if isinstance(c, type) and issubclass(c, enum.Enum) and c.__module__ == _types.__name__}
 _DTYPE_KINDS = "biufcSU"  # booleans, integers, floats, complex, fixed-width bytes and text
+
+
+_TOO_DEEP = ("not a serialized detaug pipeline: its JSON is nested deeper than Python can read "
+             "(dumps never writes such a document)")
 
 
 class GraphFormatError(ValueError):
@@ -189,6 +194,8 @@ def _parse(data) -> dict:
         d = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise GraphFormatError(f"not a serialized detaug pipeline (not UTF-8 JSON: {e})") from None
+    except RecursionError:
+        raise GraphFormatError(_TOO_DEEP) from None
     if not isinstance(d, dict) or d.get("format") != _FORMAT:
         got = d.get("format") if isinstance(d, dict) else type(d).__name__
         raise GraphFormatError(f"not a serialized detaug pipeline of format {_FORMAT!r} (got {got!r})")
@@ -208,7 +215,7 @@ def loads(data, known_params=()):
     unknown = sorted(set(d["params"]) - set(known_params))
     if unknown:
         raise GraphFormatError(f"serialized pipeline: unknown pipeline parameter(s) {unknown}")
-    params = {k: decode(v, f"parameter {k!r}") for k, v in d["params"].items()}
+    params = {k: _decode(v, f"parameter {k!r}") for k, v in d["params"].items()}
     ops = []
     for n, desc in enumerate(d["ops"]):
         where = f"serialized op #{n}"
@@ -236,6 +243,14 @@ def loads(data, known_params=()):
     return params, lambda graph: _rebuild(graph, ops, d["outputs"])
 
 
+def _decode(v, where):
+    """:func:`decode`, with a value nested past Python's stack refused by name."""
+    try:
+        return decode(v, where)
+    except RecursionError:
+        raise GraphFormatError(f"{where}: nested deeper than Python can read") from None
+
+
 def _rebuild(graph, ops, outputs):
     nodes = {}
 
@@ -253,7 +268,11 @@ def _rebuild(graph, ops, outputs):
             if entry[0] == "node" and k not in schema.per_sample:
                 raise GraphFormatError(f"{where}: argument {k!r} cannot be per-sample")
             args[k] = (node(entry[1], f"{where}, argument {k!r}") if entry[0] == "node"
-                       else decode(entry[1], f"{where}, argument {k!r}"))
+                       else _decode(entry[1], f"{where}, argument {k!r}"))
+        try:  # the ranges fn.<op> checks (a document may be edited by hand)
+            check_args(schema.name, args)
+        except ValueError as exc:
+            raise GraphFormatError(f"{where}: {exc}") from None
         inputs = [node(r, f"{where}, input") for r in desc["inputs"]]
         lo, hi = schema.inputs
         if not lo <= len(inputs) <= hi:
