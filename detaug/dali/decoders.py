@@ -27,7 +27,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import geometry as G
-from ..ops.decode import DECODER_HINTS, check_decoder_args, decode_image, decoder_declaration
+from ..ops.decode import (DECODER_HINTS, check_decoder_args, decode_image, decoded_rule,
+                          decoder_declaration)
 from ..ops.geometry import apply_geometry, pair
 from ..ops.registry import register
 
@@ -90,7 +91,7 @@ def _roundf(x):
     return np.sign(x) * np.floor(np.abs(x) + 0.5)
 
 
-@register("decoders.image_random_crop", devices=("cpu", "mixed"), inputs=(1, 1), kind="other",
+@register("decoders.image_random_crop", rule=decoded_rule, plans=False, roles={"decoder"}, devices=("cpu", "mixed"), inputs=(1, 1), kind="other",
           input_names=("encoded",), aliases=("image_decoder_random_crop",),
           args={"output_type": "RGB", "random_area": (0.08, 1.0),
                 "random_aspect_ratio": (0.75, 1.333333), "num_attempts": 10,

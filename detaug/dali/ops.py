@@ -18,10 +18,12 @@ import numpy as np
 
 from ..graph import materialize as M
 from ..core import geometry as G
+from ..core import shapes as S
 from ..core import types as _types
 from ..core.batch import BoxBatch, ImageBatch
 from ..ops.geometry import GEO, apply_geometry, per_sample, round_half_away
-from ..ops.decode import DECODER_HINTS, check_decoder_args, decoder_declaration
+from ..ops.decode import (DECODER_HINTS, check_decoder_args, decoded_rule, decoder_declaration,
+                          plans_decode)
 from ..ops.registry import register
 
 HOST = dict(devices=("cpu",), kind="other")
@@ -261,7 +263,7 @@ def random_bbox_crop(ctx, op, inputs, args):
 
 
 # ---- bb_flip / bbox_paste on normalised boxes ---------------------------------------------------------
-@register("bb_flip", devices=("cpu",), inputs=(1, 1), kind="box",
+@register("bb_flip", rule=S.boxes_follow, devices=("cpu",), inputs=(1, 1), kind="box",
           args={"horizontal": 1, "vertical": 0, "ltrb": False},
           per_sample=("horizontal", "vertical"),
           output_spec="boxes per sample (n, 4) float32, same layout",
@@ -289,7 +291,7 @@ def bb_flip(ctx, op, inputs, args):
     return batch_of(out) if isinstance(v, np.ndarray) else out
 
 
-@register("bbox_paste", devices=("cpu",), inputs=(1, 1), kind="box",
+@register("bbox_paste", rule=S.boxes_follow, devices=("cpu",), inputs=(1, 1), kind="box",
           args={"ratio": None, "paste_x": 0.5, "paste_y": 0.5, "ltrb": False},
           per_sample=("ratio", "paste_x", "paste_y"),
           output_spec="boxes per sample (n, 4) float32, same layout",
@@ -318,7 +320,7 @@ def bbox_paste(ctx, op, inputs, args):
 
 
 # ---- paste / slice / image_slice ----------------------------------------------------------------------
-@register("paste", **{**GEO, "devices": ("cpu", "gpu")},
+@register("paste", rule=S.unknown, plans=True, **{**GEO, "devices": ("cpu", "gpu")},
           args={"ratio": None, "paste_x": 0.5, "paste_y": 0.5, "fill_value": 0.0,
                 "min_canvas_size": 0.0},
           per_sample=("ratio", "paste_x", "paste_y"),
@@ -396,7 +398,7 @@ def _slice_images(ctx, op, images, anchor, shape, args):
     return apply_geometry(ctx, op, [images], plan, fill=args["fill_values"])[0]
 
 
-@register("slice", devices=("cpu", "gpu"), inputs=(3, 3), kind="geometric",
+@register("slice", rule=S.unknown, plans=True, devices=("cpu", "gpu"), inputs=(3, 3), kind="geometric",
           input_names=("images", "anchor", "shape"), args=dict(SLICE_ARGS),
           output_spec="images (uint8 HWC) of the window sizes",
           doc="DALI's slice of images: anchor and shape per sample (relative by default, in the "
@@ -415,7 +417,7 @@ def _host(v):
     return to_host(v) if not isinstance(v, (list, np.ndarray)) else np.asarray(v, np.float64)
 
 
-@register("decoders.image_slice", devices=("cpu", "mixed"), inputs=(3, 3), kind="other",
+@register("decoders.image_slice", rule=decoded_rule, plans=plans_decode, roles={"decoder"}, devices=("cpu", "mixed"), inputs=(3, 3), kind="other",
           input_names=("encoded", "anchor", "shape"), aliases=("image_decoder_slice",),
           args={"output_type": "RGB", **SLICE_ARGS, **decoder_declaration()},
           hints=dict(DECODER_HINTS),
@@ -431,7 +433,7 @@ def image_slice(ctx, op, inputs, args):
 
 
 # ---- cast / transpose / pad ---------------------------------------------------------------------------
-@register("cast", devices=("cpu", "gpu"), inputs=(1, 1), kind="other", input_names=("data",),
+@register("cast", rule=S.unknown, plans=False, devices=("cpu", "gpu"), inputs=(1, 1), kind="other", input_names=("data",),
           args={"dtype": None}, output_spec="same shape, the given dtype",
           doc="DALI's cast: convert the element type (types.FLOAT, 'float32', ...); images keep "
               "their layout")
@@ -449,7 +451,7 @@ def cast(ctx, op, inputs, args):
     return v.astype(dt)
 
 
-@register("transpose", devices=("cpu", "gpu"), inputs=(1, 1), kind="other", input_names=("data",),
+@register("transpose", rule=S.unknown, plans=False, devices=("cpu", "gpu"), inputs=(1, 1), kind="other", input_names=("data",),
           args={"perm": None, "transpose_layout": True, "output_layout": None},
           output_spec="each sample's axes permuted by perm",
           doc="DALI's transpose: permute each sample's axes (HWC images: perm=(2, 0, 1) gives CHW)")

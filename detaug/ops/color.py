@@ -7,8 +7,9 @@ import numpy as np
 
 from ..graph import materialize as M
 from ..core import geometry as G
+from ..core import shapes as S
 from ..core.batch import ImageBatch
-from .geometry import apply_geometry, crop_plan, per_sample
+from .geometry import apply_geometry, crop_plan, per_sample, window_hw
 from .registry import register
 
 _DTYPES = {"float32": np.float32, "float16": np.float16, "uint8": np.uint8,
@@ -38,13 +39,36 @@ def _mean_std(args, channels):
     return mean, std
 
 
+def _itemsize(dtype) -> int:
+    name = str(dtype).lower()
+    return 2 if "16" in name else 1 if "uint8" in name else 4
+
+
+@S.image_rule
+def _normalize_rule(img, a):
+    """The input's canvas in the output dtype (a fixed crop window: that canvas)."""
+    dtype = a.get("output_dtype") if a.get("output_dtype") is not None else a.get("dtype")
+    ch, itemsize = 4 if a.get("pad_output") else img.channels, _itemsize(dtype or "float32")
+    crop = window_hw(a)
+    if crop:
+        return S.Img(crop, None, ch, itemsize)
+    return S.Img(img.hw, None if img.hw else img.bound, ch, itemsize)
+
+
 def _images(op, v) -> ImageBatch:
     if not isinstance(v, ImageBatch):
         raise TypeError(f"{op.name}: takes images, got {type(v).__name__}")
     return v
 
 
-@register("normalize", devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
+def _plans_normalize(a, device) -> bool:
+    """Planned with the warp where mean and std are given (statistics of the pixels, DALI's
+    defaults, need the pixels)."""
+    return a["mean"] is not None and (a["std"] is not None or a["stddev"] is not None)
+
+
+@register("normalize", rule=_normalize_rule, roles={"warp_epilogue"}, plans=_plans_normalize,
+          devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
           args={"mean": None, "std": None, "output_layout": "HWC", "dtype": "float32",
                 "stddev": None, "axes": None, "axis_names": None, "batch": False, "scale": 1.0,
                 "shift": 0.0, "epsilon": 0.0, "ddof": 0},
@@ -131,7 +155,8 @@ def _standardize(ctx, op, img, args, std, scale, shift, dtype, layout):
     return ImageBatch(out, x.device, layout)
 
 
-@register("crop_mirror_normalize", devices=("cpu", "gpu"), inputs=(1, 2), kind="color",
+@register("crop_mirror_normalize", rule=_normalize_rule, roles={"warp_epilogue"}, plans=True,
+          devices=("cpu", "gpu"), inputs=(1, 2), kind="color",
           outputs=lambda n, a: n,
           args={"crop": None, "crop_h": None, "crop_w": None, "crop_pos_x": 0.5, "crop_pos_y": 0.5,
                 "mirror": 0, "mean": 0.0, "std": 1.0, "output_layout": "CHW", "dtype": "float32",
@@ -194,7 +219,8 @@ def _color(ctx, op, img, numpy_fn, cupy_fn, *params):
     return ImageBatch(out, img.device, img.layout)
 
 
-@register("brightness_contrast", devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
+@register("brightness_contrast", rule=S.same_canvas, plans=False, devices=("cpu", "gpu"),
+          inputs=(1, 1), kind="color",
           args={"brightness": 1.0, "contrast": 1.0, "contrast_center": 128.0},
           per_sample=("brightness", "contrast"), output_spec="uint8 images, same sizes",
           doc="out = brightness * (center + contrast * (x - center)), per sample")
@@ -209,7 +235,7 @@ def brightness_contrast(ctx, op, inputs, args):
                   per_sample(args["brightness"], b), per_sample(args["contrast"], b))
 
 
-@register("hsv", devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
+@register("hsv", rule=S.same_canvas, plans=False, devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
           args={"hue": 0.0, "saturation": 1.0, "value": 1.0},
           per_sample=("hue", "saturation", "value"), output_spec="uint8 images, same sizes",
           doc="hue shift (degrees), saturation and value factors, per sample (DALI's YIQ form)")

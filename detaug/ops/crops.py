@@ -10,7 +10,8 @@ import numpy as np
 
 from ..graph import materialize as M
 from ..core import geometry as G
-from .geometry import GEO, apply_geometry, pair
+from ..core import shapes as S
+from .geometry import GEO, apply_geometry, fixed_size_rule, pair
 from .registry import register
 
 
@@ -93,7 +94,7 @@ def iou_crop_windows(u, sizes, boxes, offsets, valid, thresholds, allow_no_crop,
     return windows, keep
 
 
-@register("random_iou_crop", **GEO,
+@register("random_iou_crop", rule=S.same_canvas, plans=True, **GEO,
           args={"thresholds": (0.1, 0.3, 0.5, 0.7, 0.9), "allow_no_crop": True,
                 "scaling": (0.3, 1.0), "aspect_ratio": (0.5, 2.0), "num_attempts": 50},
           doc="SSD crop: a window whose IoU with some box is >= a threshold drawn per sample; "
@@ -143,7 +144,7 @@ def resized_crop_windows(u, sizes, scale, ratio):
     return np.stack([x0, y0, x0 + cw_s, y0 + ch_s], -1)
 
 
-@register("random_resized_crop", **GEO,
+@register("random_resized_crop", rule=fixed_size_rule, plans=True, **GEO,
           args={"size": None, "random_area": (0.08, 1.0), "random_aspect_ratio": (3 / 4, 4 / 3),
                 "num_attempts": 10, "antialias": True},
           doc="Inception-style crop (area and aspect ranges) resized to size=(h, w); boxes follow")

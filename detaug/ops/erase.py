@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import backend
+from ..core import shapes as S
 from ..core.batch import BoxBatch, ImageBatch
 from ..graph import materialize as M
 from ..kernels import noise as kn
@@ -24,6 +25,7 @@ from .pixel import fill_bytes, pixel_images
 from .registry import register
 
 ERASE = dict(devices=("cpu", "gpu"), inputs=(1, 2), kind="other", outputs=lambda n, a: n,
+             rule=S.same_canvas, plans=False,
              input_names=("images", "boxes"),
              output_spec="same inputs: uint8 images (same sizes) and boxes (dropped or flagged)")
 ATTEMPTS = 10  # torchvision's RandomErasing tries 10 rectangles, then leaves the image as it is

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..core import backend
 from ..core import geometry as G
+from ..core import shapes as S
 from ..core.batch import BoxBatch, ImageBatch
 from ..graph import materialize as M
 from ..kernels import compose as kc
@@ -81,6 +82,15 @@ def _regroup(b: BoxBatch, groups, canvas) -> BoxBatch:
 
 
 # ---- mosaic ---------------------------------------------------------------------------------
+def _mosaic_rule(ins, a):
+    """Canvases 2s x 2s; it holds its tiles (each member resized to within s x s) while it
+    composes them."""
+    s, img = S.pair(a.get("size")), S.first_image(ins)
+    canvas = None if s is None or img is None else S.Img((2 * s[0], 2 * s[1]), None, img.channels, 1)
+    tiles = 0 if canvas is None else 4 * s[0] * s[1] * img.channels
+    return S.Out((canvas,) + ((S.Boxes(canvas),) if len(ins) > 1 else ()), tiles)
+
+
 def _mosaic_partners(op, rng, pool_sizes):
     """Draws 0..3 of a sample's stream: applied (< probability) and 3 partners, each uniform
     over its pool (the epoch's records, or its batch: ``partners``)."""
@@ -151,7 +161,7 @@ def mosaic_centres(rng, s):
     return np.floor(lo + rng.uniform(2) * (2 * s - 2 * lo)).astype(np.int64)
 
 
-@register("mosaic", devices=("cpu", "gpu"), inputs=(1, 2), kind="other",
+@register("mosaic", rule=_mosaic_rule, plans=False, devices=("cpu", "gpu"), inputs=(1, 2), kind="other",
           outputs=lambda n, a: n, partners=_mosaic_partners,
           args={"size": 640, "probability": 1.0, "fill": 114.0, "resize": True,
                 "antialias": True, "min_size": 0.0, "min_area": 0.0, "min_visibility": 0.0,
@@ -240,7 +250,7 @@ def mixup_weights(rng, alpha, beta):
     return np.clip(np.round(g1 / (g1 + g2) * kc.ONE), 0, kc.ONE).astype(np.int64)
 
 
-@register("mixup", devices=("cpu", "gpu"), inputs=(1, 2), kind="other",
+@register("mixup", rule=S.same_canvas, plans=False, devices=("cpu", "gpu"), inputs=(1, 2), kind="other",
           outputs=lambda n, a: n, partners=_mixup_partners,
           args={"probability": 1.0, "alpha": 32.0, "beta": 32.0, "fill": 114.0,
                 "weight_field": "mixup_weight", "partners": "epoch"},

@@ -14,9 +14,10 @@ import numpy as np
 
 from ..graph import materialize as M
 from ..core import backend
+from ..core import shapes as S
 from ..core.batch import ImageBatch
 from ..kernels import photometric as kp
-from .color import _dtype
+from .color import _DTYPES, _dtype
 from .geometry import pair, per_sample
 from .registry import register
 
@@ -54,6 +55,24 @@ def _run_staged(ctx, img: ImageBatch, iparams, fparams) -> ImageBatch:
     return ImageBatch(out, img.device, img.layout)
 
 
+@S.image_rule
+def _grayscale_rule(img, a):
+    """The input's canvas and dtype in num_output_channels channels."""
+    return S.Img(None, img.hw or img.bound, int(a.get("num_output_channels") or 3), img.itemsize)
+
+
+@S.image_rule
+def _linear_rule(img, a):
+    """The input's canvas in the output dtype (the input's unless dtype is given)."""
+    if a.get("dtype") is None:
+        return S.within(img, img.hw or img.bound)
+    try:
+        size = np.dtype(_DTYPES[str(a["dtype"])]).itemsize
+    except KeyError:  # refused when the op runs
+        return None
+    return S.Img(None, img.hw or img.bound, img.channels, size)
+
+
 def _probability(op, value, b, name="p"):
     p = per_sample(value, b)
     if np.any((p < 0) | (p > 1)) or np.any(np.isnan(p)):
@@ -72,7 +91,7 @@ def _range(op, args, name, lo_bound, hi_bound=np.inf):
     return lo, hi
 
 
-@register("photometric_distort", devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
+@register("photometric_distort", rule=S.same_canvas, plans=False, devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
           args={"brightness": (0.875, 1.125), "contrast": (0.5, 1.5), "saturation": (0.5, 1.5),
                 "hue": (-0.05, 0.05), "p": 0.5},
           per_sample=("p",),
@@ -106,7 +125,7 @@ def photometric_distort(ctx, op, inputs, args):
     return _run_staged(ctx, img, ip, fp)
 
 
-@register("grayscale", devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
+@register("grayscale", rule=_grayscale_rule, plans=False, devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
           args={"p": 1.0, "num_output_channels": 3},
           per_sample=("p",),
           arg_docs={"p": "probability that a sample is turned grey (torchvision's RandomGrayscale); "
@@ -206,7 +225,7 @@ def _register_dali(name, params, doc, image_type=True):
     args = {k: _DEFAULTS[k] for k in params}
     args.update({"dtype": None, **({"image_type": "RGB"} if image_type else {}), "preserve": False,
                  "bytes_per_sample_hint": 0})
-    register(name, devices=("cpu", "gpu"), inputs=(1, 1), kind="color", args=args,
+    register(name, rule=_linear_rule, plans=False, devices=("cpu", "gpu"), inputs=(1, 1), kind="color", args=args,
              per_sample=tuple(k for k in params), hints=_DALI_HINTS,
              arg_docs={k: _DOCS[k] for k in args if k in _DOCS},
              output_spec="3-channel images, same sizes, the input's dtype unless dtype is given",

@@ -13,6 +13,7 @@ import io
 import numpy as np
 
 from ..core import backend
+from ..core import shapes as S
 from ..core.batch import ImageBatch
 from ..graph import materialize as M
 from ..kernels import blur as kbl
@@ -20,7 +21,7 @@ from ..kernels import noise as kn
 from .geometry import per_sample
 from .registry import register
 
-PIXEL = dict(devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
+PIXEL = dict(devices=("cpu", "gpu"), inputs=(1, 1), kind="color", rule=S.same_canvas, plans=False,
              output_spec="uint8 images, same sizes")
 
 
@@ -325,7 +326,7 @@ def jpeg_roundtrip(img: np.ndarray, quality: int) -> np.ndarray:
     return out[..., None] if gray else out
 
 
-@register("jpeg_compression", devices=("cpu",), inputs=(1, 1), kind="color",
+@register("jpeg_compression", rule=S.same_canvas, plans=False, devices=("cpu",), inputs=(1, 1), kind="color",
           output_spec="uint8 images, same sizes",
           args={"quality": 50, "probability": 1.0}, per_sample=("quality", "probability"),
           aliases=("jpeg_compression_distortion",),

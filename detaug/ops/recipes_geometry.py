@@ -19,8 +19,27 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import geometry as G
+from ..core import shapes as S
 from ..core.batch import BoxBatch, ImageBatch
-from .geometry import GEO, apply_geometry, pair, per_sample
+from .geometry import GEO, apply_geometry, fixed_size_rule, pair, per_sample
+
+
+@S.image_rule
+def _scale_jitter_rule(img, a):
+    """The canvas ``size`` where the image is cropped and padded to it; else unknown."""
+    return S.fixed(img, S.pair(a.get("size"))) if a.get("crop") and a.get("pad") else None
+
+
+@S.image_rule
+def _shortest_size_rule(img, a):
+    """Within ``max_size`` where it is given; else unknown."""
+    top = S.pair(a.get("max_size"))
+    return S.within(img, top) if top else None
+
+
+def _warp_affine_rule(ins, a):
+    """The canvas ``size`` where given, else the input's."""
+    return (fixed_size_rule if S.pair(a.get("size")) else S.same_canvas)(ins, a)
 from .registry import register
 
 
@@ -75,7 +94,7 @@ def checked_homography(start, end, sizes, names=("startpoints", "endpoints")):
     return m
 
 
-@register("perspective", **GEO,
+@register("perspective", rule=S.same_canvas, plans=False, **GEO,
           args={"startpoints": None, "endpoints": None, "distortion_scale": None, "p": None,
                 "fill": 0.0, "antialias": True},
           per_sample=("startpoints", "endpoints", "distortion_scale", "p"),
@@ -171,7 +190,7 @@ def scale_jitter_plan(u, sizes, size, scale_range, rounding, crop, pad):
     return m, np.stack([oh, ow], -1)
 
 
-@register("scale_jitter", **GEO,
+@register("scale_jitter", rule=_scale_jitter_rule, plans=False, **GEO,
           args={"size": None, "scale_range": (0.1, 2.0), "crop": True, "pad": True,
                 "fill": 128.0, "rounding": "round", "antialias": True},
           arg_docs={"size": "the target (h, w): the scale is relative to fitting it, and the "
@@ -232,7 +251,7 @@ def shortest_size_plan(choice, sizes, min_size, max_size, rounding):
     return G.scale(nw / w, nh / h), np.stack([nh, nw], -1)
 
 
-@register("random_shortest_size", **GEO,
+@register("random_shortest_size", rule=_shortest_size_rule, plans=False, **GEO,
           args={"min_size": None, "max_size": None, "rounding": "trunc", "antialias": True},
           arg_docs={"min_size": "the shorter side's length, or a list to draw it from per sample",
                     "max_size": "cap of the longer side",
@@ -280,7 +299,7 @@ def dali_affine(matrix, b, inverse_map):
     return np.linalg.inv(m) if inverse_map else m
 
 
-@register("warp_affine", **GEO,
+@register("warp_affine", rule=_warp_affine_rule, plans=False, **GEO,
           args={"matrix": None, "size": None, "fill_value": None, "interp_type": None,
                 "inverse_map": True, "dtype": None, "bytes_per_sample_hint": 0, "preserve": False},
           per_sample=("matrix",),

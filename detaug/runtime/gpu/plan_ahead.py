@@ -9,7 +9,8 @@ decode and that launch need the GPU. The decoded sizes are the annotated sizes (
 checks them), so the whole plan can be made before the decode, from the reader's data alone:
 
 * **plan** (:meth:`PlanAhead._plan_launch`, in a host worker process, or a thread): the host
-  ops, then the plannable device ops (:data:`PLANNABLE`) with the images a
+  ops, then the device ops that plan on the host (each declares it: ``OpSchema.plans``, read
+  by :func:`_static_plannable`) with the images a
   :class:`~detaug.core.batch.PlannedImages` (shapes, no pixels), the boxes on the host (the NumPy
   twins of the box kernels) and the warp a :class:`~detaug.core.batch.DeferredWarp` (the launch's
   metadata, :func:`~detaug.kernels.warp.plan_warp`). What the rest of the graph and the outputs
@@ -29,18 +30,10 @@ from __future__ import annotations
 
 import os
 
-from ...core import types
 from ...core.batch import BoxBatch, DeferredWarp, ImageBatch, PaddedBoxes, PlannedImages
 from ..context import BatchContext
 from ...core.errors import NotPlannable, SampleError
 from .launch_profile import stamp
-
-# device ops that plan on the host (their pixels, if any, come from the planned warp)
-PLANNABLE = {"decoders.image", "decoders.image_slice", "_upload", "flip", "crop", "resize",
-             "letterbox", "rotate", "affine", "zoom_out", "random_iou_crop",
-             "random_resized_crop", "paste", "slice", "prune_boxes", "clip_boxes", "box_convert",
-             "pad_boxes", "normalize", "crop_mirror_normalize", "materialize"}
-
 
 def default_processes() -> int:
     """Host worker processes that plan a GPU pipeline's launches by default: one per four
@@ -49,20 +42,8 @@ def default_processes() -> int:
 
 
 def _static_plannable(op) -> bool:
-    """``op`` (a device op) plans on the host whatever its data."""
-    name = op.schema.name
-    if name not in PLANNABLE:
-        return False
-    if name.startswith("decoders."):
-        try:
-            kind = types.image_type(op.args.get("output_type", "RGB"))
-        except ValueError:
-            return False
-        return op.device == "mixed" and kind in ("RGB", "GRAY")
-    if name == "normalize":  # statistics of the pixels (DALI's defaults) need them
-        std = op.args.get("std") if op.args.get("std") is not None else op.args.get("stddev")
-        return op.args.get("mean") is not None and std is not None
-    return True
+    """``op`` (a device op) plans on the host whatever its data, as it declares."""
+    return op.schema.plans_on_host(op.args, op.device)
 
 
 def _keys_of(op):
@@ -114,7 +95,7 @@ class PlanAhead:
         for op in self._device_ops:  # topological order: inputs first
             if _static_plannable(op) and all(k[0] in host_ids or k[0] in planned for k in _keys_of(op)):
                 planned.add(op.id)
-        decodes = [op for op in self._device_ops if op.id in planned and op.schema.name.startswith("decoders.")]
+        decodes = [op for op in self._device_ops if op.id in planned and op.schema.has("decoder")]
         if not decodes:
             return
         self._plan_ops = [op for op in self._device_ops if op.id in planned]
