@@ -19,7 +19,7 @@ from ..core.batch import ImageBatch
 from ..kernels import photometric as kp
 from .color import _DTYPES, _dtype
 from .geometry import pair, per_sample
-from .registry import register
+from .registry import Draw, register
 
 _DALI_HINTS = {"preserve": "DALI keeps an op whose output is unused; detaug runs every op in the "
                            "graph that an output needs",
@@ -91,7 +91,9 @@ def _range(op, args, name, lo_bound, hi_bound=np.inf):
     return lo, hi
 
 
-@register("photometric_distort", rule=S.same_canvas, plans=False, devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
+@register("photometric_distort", draws=tuple(Draw(n) for n in (
+              "apply_brightness", "brightness", "apply_contrast", "contrast", "apply_saturation",
+              "saturation", "apply_hue", "hue", "contrast_first", "apply_permute", "permutation")), rule=S.same_canvas, plans=False, devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
           args={"brightness": (0.875, 1.125), "contrast": (0.5, 1.5), "saturation": (0.5, 1.5),
                 "hue": (-0.05, 0.05), "p": 0.5},
           per_sample=("p",),
@@ -107,25 +109,26 @@ def _range(op, args, name, lo_bound, hi_bound=np.inf):
           doc="SSD's photometric distortion as torchvision v2's RandomPhotometricDistort, per "
               "sample: brightness, contrast (before or after the saturation and hue, at random), "
               "saturation, hue, channel permutation, each with probability p")
-def photometric_distort(ctx, op, inputs, args):
+def photometric_distort(ctx, op, inputs, args, draws):
     img = _rgb_images(ctx, op, inputs[0])
     b = img.batch_size
+    parts = ("brightness", "contrast", "saturation", "hue")
     ranges = [_range(op, args, "brightness", 0.0), _range(op, args, "contrast", 0.0),
               _range(op, args, "saturation", 0.0), _range(op, args, "hue", -0.5, 0.5)]
     p = _probability(op, args["p"], b)
-    u = ctx.rng(op).uniform(11)  # fixed draws per sample: [apply, factor] x 4, order, apply, perm
-    factors = [lo + (hi - lo) * u[:, 2 * k + 1] for k, (lo, hi) in enumerate(ranges)]
+    u = {k: v[:, 0] for k, v in draws.items()}  # one uniform each per sample
+    factors = [lo + (hi - lo) * u[k] for k, (lo, hi) in zip(parts, ranges)]
     flags = np.zeros(b, np.int64)
-    for k, bit in enumerate((kp.BRIGHTNESS, kp.CONTRAST, kp.SATURATION, kp.HUE)):
-        flags |= np.where(u[:, 2 * k] < p, bit, 0)
-    flags |= np.where(u[:, 8] < 0.5, kp.CONTRAST_FIRST, 0)
-    flags |= np.where(u[:, 9] < p, kp.PERMUTE, 0)
-    perm = np.minimum((u[:, 10] * len(kp.PERMS)).astype(np.int64), len(kp.PERMS) - 1)
+    for k, bit in zip(parts, (kp.BRIGHTNESS, kp.CONTRAST, kp.SATURATION, kp.HUE)):
+        flags |= np.where(u["apply_" + k] < p, bit, 0)
+    flags |= np.where(u["contrast_first"] < 0.5, kp.CONTRAST_FIRST, 0)
+    flags |= np.where(u["apply_permute"] < p, kp.PERMUTE, 0)
+    perm = np.minimum((u["permutation"] * len(kp.PERMS)).astype(np.int64), len(kp.PERMS) - 1)
     ip, fp = kp.photometric_params(b, flags, *factors, perm=perm)
     return _run_staged(ctx, img, ip, fp)
 
 
-@register("grayscale", rule=_grayscale_rule, plans=False, devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
+@register("grayscale", draws=(Draw("apply"),), rule=_grayscale_rule, plans=False, devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
           args={"p": 1.0, "num_output_channels": 3},
           per_sample=("p",),
           arg_docs={"p": "probability that a sample is turned grey (torchvision's RandomGrayscale); "
@@ -134,15 +137,14 @@ def photometric_distort(ctx, op, inputs, args):
           output_spec="images of the input's dtype, num_output_channels channels, same sizes",
           doc="0.2989 R + 0.587 G + 0.114 B (torchvision's rgb_to_grayscale: uint8 truncated), "
               "with probability p per sample, in 3 channels or 1")
-def grayscale(ctx, op, inputs, args):
+def grayscale(ctx, op, inputs, args, draws):
     img = _rgb_images(ctx, op, inputs[0])
     b = img.batch_size
     channels = args["num_output_channels"]
     if channels not in (1, 3):
         raise ValueError(f"{op.name}: num_output_channels must be 1 or 3, got {channels!r}")
     p = _probability(op, args["p"], b)
-    u = ctx.rng(op).uniform(1)[:, 0]
-    gray = u < p
+    gray = draws["apply"][:, 0] < p
     if channels == 1 and not gray.all():
         raise ValueError(f"{op.name}: num_output_channels=1 needs p=1 (a sample left in colour "
                          f"keeps 3 channels), got p={args['p']!r}")

@@ -19,7 +19,7 @@ from ..graph import materialize as M
 from ..kernels import blur as kbl
 from ..kernels import noise as kn
 from .geometry import per_sample
-from .registry import register
+from .registry import Draw, register
 
 PIXEL = dict(devices=("cpu", "gpu"), inputs=(1, 1), kind="color", rule=S.same_canvas, plans=False,
              output_spec="uint8 images, same sizes")
@@ -61,8 +61,7 @@ def drawn(op, name, value, u):
     return per_sample(value, len(u))
 
 
-def _keys(ctx, op):
-    return ctx.rng(op).bits(1)[:, 0]
+KEY = (Draw("key", 1, "bits"),)  # the per-sample key of the per-pixel draws (kernels/noise.py)
 
 
 # ---- gaussian blur ----------------------------------------------------------------------------
@@ -120,7 +119,7 @@ def blur_plan(op, args, b, u):
     return win.astype(np.int64), sigma
 
 
-@register("gaussian_blur", **PIXEL,
+@register("gaussian_blur", draws=(Draw("sigma"), Draw("apply")), **PIXEL,
           args={"sigma": None, "window_size": None, "kernel_size": None, "sigma_range": None,
                 "probability": 1.0},
           per_sample=("sigma", "window_size", "probability"),
@@ -135,12 +134,11 @@ def blur_plan(op, args, b, u):
           doc="Gaussian blur, sigma per sample (DALI's sigma / window_size or torchvision's "
               "kernel_size / sigma range); separable, borders reflected (torchvision's); "
               "OpenCV on the CPU (the NumPy twin with backend.set_cpu_warp('reference'))")
-def gaussian_blur(ctx, op, inputs, args):
+def gaussian_blur(ctx, op, inputs, args, draws):
     img = pixel_images(ctx, op, inputs[0])
     b = img.batch_size
-    u = ctx.rng(op).uniform(2)
-    win, sigma = blur_plan(op, args, b, u[:, 0])
-    on = u[:, 1] < _fraction(op, "probability", per_sample(args["probability"], b))
+    win, sigma = blur_plan(op, args, b, draws["sigma"][:, 0])
+    on = draws["apply"][:, 0] < _fraction(op, "probability", per_sample(args["probability"], b))
     one = np.ones(1, np.float32)  # a one-tap kernel of weight 1 copies the sample exactly
     wy = [kbl.gaussian_weights(int(win[i, 0]), sigma[i, 0]) if on[i] else one for i in range(b)]
     wx = [kbl.gaussian_weights(int(win[i, 1]), sigma[i, 1]) if on[i] else one for i in range(b)]
@@ -166,7 +164,7 @@ NOISE_DEFAULTS = {"mode": "gaussian", "mean": 0.0, "std": 10.0, "amount": 0.05,
                   "salt_vs_pepper": 0.5, "per_channel": None, "probability": 1.0}
 
 
-@register("noise", **PIXEL, args=NOISE_DEFAULTS,
+@register("noise", draws=(Draw("apply"), Draw("level"), Draw("salt_vs_pepper"), *KEY), **PIXEL, args=NOISE_DEFAULTS,
           per_sample=("mean", "std", "amount", "salt_vs_pepper", "probability"),
           arg_docs={"mode": "'gaussian' (mean, std) or 'salt_and_pepper' (amount, salt_vs_pepper)",
                     "mean": "gaussian: added to every value (pixel units)",
@@ -181,12 +179,10 @@ NOISE_DEFAULTS = {"mode": "gaussian", "mean": 0.0, "std": 10.0, "amount": 0.05,
                     "probability": "chance that a sample gets noise at all"},
           doc="additive gaussian noise (std per sample) or salt and pepper (amount, "
               "salt_vs_pepper per sample); per-pixel draws keyed, the same on CPU and GPU")
-def noise(ctx, op, inputs, args):
+def noise(ctx, op, inputs, args, draws):
     img = pixel_images(ctx, op, inputs[0])
     b = img.batch_size
-    rng = ctx.rng(op)
-    u = rng.uniform(3)
-    keys = rng.bits(1)[:, 0]
+    keys = draws["key"][:, 0]
     mode = args["mode"]
     if mode not in ("gaussian", "salt_and_pepper"):
         raise ValueError(f"{op.name}: mode {mode!r}: expected 'gaussian' or 'salt_and_pepper' "
@@ -197,31 +193,32 @@ def noise(ctx, op, inputs, args):
         if isinstance(v, np.ndarray) or v != NOISE_DEFAULTS[k]:
             raise ValueError(f"{op.name}: {k} is an argument of mode "
                              f"{'salt_and_pepper' if mode == 'gaussian' else 'gaussian'}, not of {mode!r}")
-    on = u[:, 0] < _fraction(op, "probability", per_sample(args["probability"], b))
+    on = draws["apply"][:, 0] < _fraction(op, "probability", per_sample(args["probability"], b))
+    level, svp = draws["level"][:, 0], draws["salt_vs_pepper"][:, 0]
     params = np.zeros((b, 4))
     if mode == "gaussian":
-        std = drawn(op, "std", args["std"], u[:, 1])
+        std = drawn(op, "std", args["std"], level)
         if np.any(std < 0):
             raise ValueError(f"{op.name}: std must be >= 0")
         params[:, 0] = np.where(on, per_sample(args["mean"], b), 0.0)
         params[:, 1] = np.where(on, std, 0.0)
     else:
-        params[:, 0] = np.where(on, _fraction(op, "amount", drawn(op, "amount", args["amount"], u[:, 1])), 0.0)
-        params[:, 1] = _fraction(op, "salt_vs_pepper", drawn(op, "salt_vs_pepper", args["salt_vs_pepper"], u[:, 2]))
+        params[:, 0] = np.where(on, _fraction(op, "amount", drawn(op, "amount", args["amount"], level)), 0.0)
+        params[:, 1] = _fraction(op, "salt_vs_pepper", drawn(op, "salt_vs_pepper", args["salt_vs_pepper"], svp))
         params[:, 2], params[:, 3] = 255.0, 0.0
     per_channel = (mode == "gaussian") if args["per_channel"] is None else bool(args["per_channel"])
     return _noise(ctx, img, keys, mode, params, per_channel)
 
 
-@register("noise.gaussian", **PIXEL, args={"mean": 0.0, "stddev": 1.0},
+@register("noise.gaussian", draws=KEY, **PIXEL, args={"mean": 0.0, "stddev": 1.0},
           per_sample=("mean", "stddev"),
           arg_docs={"mean": "DALI's: mean of the noise (pixel units)",
                     "stddev": "DALI's: standard deviation of the noise (pixel units)"},
           doc="DALI's gaussian noise: out = x + N(mean, stddev) per element, rounded and clamped")
-def noise_gaussian(ctx, op, inputs, args):
+def noise_gaussian(ctx, op, inputs, args, draws):
     img = pixel_images(ctx, op, inputs[0])
     b = img.batch_size
-    keys = _keys(ctx, op)
+    keys = draws["key"][:, 0]
     std = per_sample(args["stddev"], b)
     if np.any(std < 0):
         raise ValueError(f"{op.name}: stddev must be >= 0")
@@ -230,7 +227,7 @@ def noise_gaussian(ctx, op, inputs, args):
     return _noise(ctx, img, keys, "gaussian", params, True)
 
 
-@register("noise.salt_and_pepper", **PIXEL,
+@register("noise.salt_and_pepper", draws=KEY, **PIXEL,
           args={"prob": 0.05, "salt_vs_pepper": 0.5, "salt_val": None, "pepper_val": None,
                 "per_channel": False},
           per_sample=("prob", "salt_vs_pepper", "salt_val", "pepper_val"),
@@ -241,10 +238,10 @@ def noise_gaussian(ctx, op, inputs, args):
                     "pepper_val": "DALI's: pepper value (None: 0 for uint8)",
                     "per_channel": "DALI's: draw per channel (True) or per pixel (False)"},
           doc="DALI's salt and pepper noise (prob, salt_vs_pepper, salt_val, pepper_val per sample)")
-def noise_salt_and_pepper(ctx, op, inputs, args):
+def noise_salt_and_pepper(ctx, op, inputs, args, draws):
     img = pixel_images(ctx, op, inputs[0])
     b = img.batch_size
-    keys = _keys(ctx, op)
+    keys = draws["key"][:, 0]
     params = np.zeros((b, 4))
     params[:, 0] = _fraction(op, "prob", per_sample(args["prob"], b))
     params[:, 1] = _fraction(op, "salt_vs_pepper", per_sample(args["salt_vs_pepper"], b))
@@ -253,14 +250,14 @@ def noise_salt_and_pepper(ctx, op, inputs, args):
     return _noise(ctx, img, keys, "salt_and_pepper", params, bool(args["per_channel"]))
 
 
-@register("noise.shot", **PIXEL, args={"factor": 20.0}, per_sample=("factor",),
+@register("noise.shot", draws=KEY, **PIXEL, args={"factor": 20.0}, per_sample=("factor",),
           arg_docs={"factor": "DALI's: out = poisson(x / factor) * factor (<= 0: no noise)"},
           doc="DALI's shot noise: out = poisson(x / factor) * factor, rounded and clamped "
               "(Poisson by inversion; a rounded normal from a mean of 32)")
-def noise_shot(ctx, op, inputs, args):
+def noise_shot(ctx, op, inputs, args, draws):
     img = pixel_images(ctx, op, inputs[0])
     b = img.batch_size
-    keys = _keys(ctx, op)
+    keys = draws["key"][:, 0]
     params = np.zeros((b, 4))
     params[:, 0] = per_sample(args["factor"], b)
     return _noise(ctx, img, keys, "shot", params, True)
@@ -280,7 +277,7 @@ def fill_bytes(op, name, value, b, c):
     return np.floor(np.clip(a, 0, 255) + 0.5).astype(np.uint8)
 
 
-@register("jitter", **PIXEL, args={"nDegree": 2, "fill_value": 0.0, "interp_type": None, "mask": 1},
+@register("jitter", draws=KEY, **PIXEL, args={"nDegree": 2, "fill_value": 0.0, "interp_type": None, "mask": 1},
           per_sample=("mask",),
           arg_docs={"nDegree": "DALI's: each pixel is taken from one displaced by "
                                "(rand mod nDegree) - nDegree // 2 in x and in y",
@@ -288,10 +285,10 @@ def fill_bytes(op, name, value, b, c):
                     "interp_type": "DALI's: INTERP_NN only (nearest pixel)",
                     "mask": "DALI's: 1 jitters the sample, 0 copies it (per sample)"},
           doc="DALI's jitter: each pixel replaced by a random neighbour within nDegree // 2")
-def jitter(ctx, op, inputs, args):
+def jitter(ctx, op, inputs, args, draws):
     img = pixel_images(ctx, op, inputs[0])
     b = img.batch_size
-    keys = _keys(ctx, op)
+    keys = draws["key"][:, 0]
     if args["interp_type"] is not None and str(getattr(args["interp_type"], "value", args["interp_type"])).lower() \
             not in ("nn", "interp_nn"):
         raise NotImplementedError(f"{op.name}: interp_type {args['interp_type']!r}: jitter moves "
@@ -326,7 +323,7 @@ def jpeg_roundtrip(img: np.ndarray, quality: int) -> np.ndarray:
     return out[..., None] if gray else out
 
 
-@register("jpeg_compression", rule=S.same_canvas, plans=False, devices=("cpu",), inputs=(1, 1), kind="color",
+@register("jpeg_compression", draws=(Draw("quality"), Draw("apply")), rule=S.same_canvas, plans=False, devices=("cpu",), inputs=(1, 1), kind="color",
           output_spec="uint8 images, same sizes",
           args={"quality": 50, "probability": 1.0}, per_sample=("quality", "probability"),
           aliases=("jpeg_compression_distortion",),
@@ -337,12 +334,11 @@ def jpeg_roundtrip(img: np.ndarray, quality: int) -> np.ndarray:
                     "probability": "chance that a sample is compressed (else it is copied)"},
           doc="JPEG compression artefacts: encode at a quality drawn per sample and decode "
               "(Pillow); CPU only")
-def jpeg_compression(ctx, op, inputs, args):
+def jpeg_compression(ctx, op, inputs, args, draws):
     img = pixel_images(ctx, op, inputs[0])
     b = img.batch_size
-    draws = ctx.rng(op).uniform(2)
-    u = draws[:, 0]
-    on = draws[:, 1] < _fraction(op, "probability", per_sample(args["probability"], b))
+    u = draws["quality"][:, 0]
+    on = draws["apply"][:, 0] < _fraction(op, "probability", per_sample(args["probability"], b))
     q = args["quality"]
     if isinstance(q, (tuple, list)):
         if len(q) != 2 or int(q[0]) > int(q[1]) or not 1 <= int(q[0]) <= int(q[1]) <= 100:

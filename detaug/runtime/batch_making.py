@@ -67,11 +67,14 @@ class BatchMaking:
                     for k, v in op.args.items()}
             if op.schema.kind == "source":
                 outs = self._sources[op.id].read(ctx, ctx.prepared[op.id])
-            elif op.device != "cpu":
-                with ctx.on_stream():
-                    outs = op.schema.impl(ctx, op, inputs, args)
             else:
-                outs = op.schema.impl(ctx, op, inputs, args)
+                # an op's declared draws, made before it runs, from its keyed streams
+                drawn = (op.schema.draw(ctx.rng(op), args),) if op.schema.draws else ()
+                if op.device != "cpu":
+                    with ctx.on_stream():
+                        outs = op.schema.impl(ctx, op, inputs, args, *drawn)
+                else:
+                    outs = op.schema.impl(ctx, op, inputs, args, *drawn)
             outs = outs if isinstance(outs, tuple) else (outs,)
             for k, v in enumerate(outs):
                 ctx.values[(op.id, k)] = v
