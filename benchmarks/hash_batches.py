@@ -84,7 +84,13 @@ def main(argv=None):
     ap.add_argument("--batches", type=int, default=4)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--only", default="", help="comma-separated pipeline names")
+    ap.add_argument("--cpu-warp", default=None, help="backend.set_cpu_warp first ('reference': "
+                                                      "the NumPy twins instead of OpenCV)")
     args = ap.parse_args(argv)
+    if args.cpu_warp:
+        from detaug.core import backend
+
+        backend.set_cpu_warp(args.cpu_warp)
     import bench_gpu
     import bench_yolo
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph import materialize as M
+from ..graph.dispatch import launch, register_kernel
+from ..kernels import color as kc
 from ..core import geometry as G
 from ..core import shapes as S
 from ..core.batch import ImageBatch
@@ -207,16 +209,18 @@ def crop_mirror_normalize(ctx, op, inputs, args):
     return tuple(res)
 
 
-def _color(ctx, op, img, numpy_fn, cupy_fn, *params):
+def _rgb(ctx, op, img) -> ImageBatch:
+    """The batch's pixels (its pending chain warped), 3 channels."""
     img = M.images(_images(op, img), ctx)
     if img.batch_size and img.channels != 3:
         raise ValueError(f"{op.name}: colour ops take 3-channel images")
-    data = img.data
-    if img.device == "gpu":
-        out = cupy_fn(data, *params, stream=ctx.stream)
-    else:
-        out = numpy_fn(data, *params)
-    return ImageBatch(out, img.device, img.layout)
+    return img
+
+
+register_kernel("brightness_contrast", "cpu", kc.brightness_contrast_numpy)
+register_kernel("brightness_contrast", "gpu", kc.brightness_contrast_cupy)
+register_kernel("hsv", "cpu", kc.hsv_numpy)
+register_kernel("hsv", "gpu", kc.hsv_cupy)
 
 
 @register("brightness_contrast", rule=S.same_canvas, plans=False, devices=("cpu", "gpu"),
@@ -225,14 +229,9 @@ def _color(ctx, op, img, numpy_fn, cupy_fn, *params):
           per_sample=("brightness", "contrast"), output_spec="uint8 images, same sizes",
           doc="out = brightness * (center + contrast * (x - center)), per sample")
 def brightness_contrast(ctx, op, inputs, args):
-    from ..kernels import color as kc
-
     b = inputs[0].batch_size
-    return _color(ctx, op, inputs[0],
-                  lambda d, br, co: kc.brightness_contrast_numpy(d, br, co, contrast_center=args["contrast_center"]),
-                  lambda d, br, co, stream=None: kc.brightness_contrast_cupy(
-                      d, br, co, contrast_center=args["contrast_center"], stream=stream),
-                  per_sample(args["brightness"], b), per_sample(args["contrast"], b))
+    return launch(ctx, op, _rgb(ctx, op, inputs[0]), per_sample(args["brightness"], b),
+                  per_sample(args["contrast"], b), contrast_center=args["contrast_center"])
 
 
 @register("hsv", rule=S.same_canvas, plans=False, devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
@@ -240,8 +239,6 @@ def brightness_contrast(ctx, op, inputs, args):
           per_sample=("hue", "saturation", "value"), output_spec="uint8 images, same sizes",
           doc="hue shift (degrees), saturation and value factors, per sample (DALI's YIQ form)")
 def hsv(ctx, op, inputs, args):
-    from ..kernels import color as kc
-
     b = inputs[0].batch_size
-    return _color(ctx, op, inputs[0], kc.hsv_numpy, kc.hsv_cupy, per_sample(args["hue"], b),
+    return launch(ctx, op, _rgb(ctx, op, inputs[0]), per_sample(args["hue"], b),
                   per_sample(args["saturation"], b), per_sample(args["value"], b))

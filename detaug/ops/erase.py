@@ -19,6 +19,7 @@ from ..core import backend
 from ..core import shapes as S
 from ..core.batch import BoxBatch, ImageBatch
 from ..graph import materialize as M
+from ..graph.dispatch import launch, register_kernel
 from ..kernels import noise as kn
 from .geometry import per_sample
 from .pixel import fill_bytes, pixel_images
@@ -60,6 +61,10 @@ def visible_fractions(boxes, rects):
     return out
 
 
+register_kernel(("random_erasing", "erase"), "cpu", kn.erase_numpy)
+register_kernel(("random_erasing", "erase"), "gpu", kn.erase_cupy)
+
+
 def _apply(ctx, op, inputs, args, rects, offsets, fills, random, keys):
     """Shared tail: erase the images, then drop or flag the boxes."""
     images = next((i for i in inputs if isinstance(i, ImageBatch)), None)
@@ -73,13 +78,7 @@ def _apply(ctx, op, inputs, args, rects, offsets, fills, random, keys):
     mv = float(args["min_visibility"])
     if not 0.0 <= mv <= 1.0:
         raise ValueError(f"{op.name}: min_visibility must lie in [0, 1], got {mv}")
-    img = pixel_images(ctx, op, images)
-    if img.device == "gpu":
-        out = ImageBatch(kn.erase_cupy(img.data, rects, offsets, fills, random, keys,
-                                       stream=ctx.stream), "gpu", img.layout)
-    else:
-        out = ImageBatch(kn.erase_numpy(img.data, rects, offsets, fills, random, keys), "cpu",
-                         img.layout)
+    out = launch(ctx, op, pixel_images(ctx, op, images), rects, offsets, fills, random, keys)
     res = []
     for v in inputs:
         res.append(out if isinstance(v, ImageBatch) else _boxes(ctx, v, rects, offsets, mv, policy))

@@ -14,6 +14,7 @@ from ..core import geometry as G
 from ..core import shapes as S
 from ..core.batch import BoxBatch, ImageBatch
 from ..graph import materialize as M
+from ..graph.dispatch import kernel, register_kernel
 from ..kernels import compose as kc
 from .registry import register
 from .take import take_boxes, take_images
@@ -60,16 +61,17 @@ def _groups_of(picks_per_sample, counts):
     return groups, picks_per_sample[keep]
 
 
-def _compose(ctx, images: ImageBatch, origins, groups, canvas, fill, weights=None,
+register_kernel(("mosaic", "mixup"), "cpu", kc.compose_numpy)
+register_kernel(("mosaic", "mixup"), "gpu", kc.compose_cupy)
+
+
+def _compose(ctx, op, images: ImageBatch, origins, groups, canvas, fill, weights=None,
              mode="first") -> ImageBatch:
-    """The tiles (materialised ``images``) composed onto the canvases (kernels/compose.py)."""
+    """The tiles (materialised ``images``: what the batch holds, a device batch's pointers as
+    they are) composed onto the canvases (kernels/compose.py)."""
     fill = np.broadcast_to(np.asarray(fill, np.float64), (len(canvas), images.channels))
-    if images.device == "gpu":
-        out = kc.compose_cupy(images.raw, origins, groups, canvas, fill, weights=weights,
-                              mode=mode, stream=getattr(ctx, "stream", None))
-    else:
-        out = kc.compose_numpy(images.data, origins, groups, canvas, fill, weights=weights,
-                               mode=mode)
+    out = kernel(ctx, op, images.device)(images.raw, origins, groups, canvas, fill,
+                                         weights=weights, mode=mode)
     return ImageBatch(out, images.device)
 
 
@@ -194,7 +196,7 @@ def mosaic(ctx, op, inputs, args):
     canvas = np.full((b, 2), 2 * s, np.int64)
     chain = images.pending().then(mats, tiles, antialias=bool(args["antialias"]))
     warped = M.images(images.with_geometry(chain), ctx)
-    out = _compose(ctx, warped, origins, groups, canvas, args["fill"])
+    out = _compose(ctx, op, warped, origins, groups, canvas, args["fill"])
     if boxes is None:
         return (out,)
     on_canvas = np.full((len(tiles), 2), 2 * s, np.int64)
@@ -281,7 +283,7 @@ def mixup(ctx, op, inputs, args):
     owner = np.repeat(np.arange(b), counts)
     first = np.arange(len(owner)) == groups[:-1][owner]
     weights = np.where(counts[owner] == 1, kc.ONE, np.where(first, w[owner], kc.ONE - w[owner]))
-    out = _compose(ctx, images, np.zeros((len(owner), 2), np.int64), groups, canvas, args["fill"],
+    out = _compose(ctx, op, images, np.zeros((len(owner), 2), np.int64), groups, canvas, args["fill"],
                    weights, "weighted")
     if boxes is None:
         return (out,)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph import materialize as M
-from ..core import backend
+from ..graph.dispatch import launch, register_kernel
 from ..core import shapes as S
 from ..core.batch import ImageBatch
 from ..kernels import photometric as kp
@@ -47,12 +47,9 @@ def _image_dtype(img: ImageBatch):
     return np.dtype(img.data.dtype if img.is_dense else img.data[0].dtype)
 
 
-def _run_staged(ctx, img: ImageBatch, iparams, fparams) -> ImageBatch:
-    if img.device == "gpu":
-        out = kp.photometric_cupy(img.data, iparams, fparams, stream=ctx.stream)
-    else:
-        out = kp.photometric_numpy(img.data, iparams, fparams)
-    return ImageBatch(out, img.device, img.layout)
+_STAGED = ("photometric_distort", "grayscale")  # one staged kernel (kernels/photometric.py)
+register_kernel(_STAGED, "cpu", kp.photometric_numpy)
+register_kernel(_STAGED, "gpu", kp.photometric_cupy)
 
 
 @S.image_rule
@@ -125,7 +122,7 @@ def photometric_distort(ctx, op, inputs, args, draws):
     flags |= np.where(u["apply_permute"] < p, kp.PERMUTE, 0)
     perm = np.minimum((u["permutation"] * len(kp.PERMS)).astype(np.int64), len(kp.PERMS) - 1)
     ip, fp = kp.photometric_params(b, flags, *factors, perm=perm)
-    return _run_staged(ctx, img, ip, fp)
+    return launch(ctx, op, img, ip, fp)
 
 
 @register("grayscale", draws=(Draw("apply"),), rule=_grayscale_rule, plans=False, devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
@@ -149,7 +146,7 @@ def grayscale(ctx, op, inputs, args, draws):
         raise ValueError(f"{op.name}: num_output_channels=1 needs p=1 (a sample left in colour "
                          f"keeps 3 channels), got p={args['p']!r}")
     ip, fp = kp.photometric_params(b, np.where(gray, kp.GRAY, 0), out_channels=channels)
-    return _run_staged(ctx, img, ip, fp)
+    return launch(ctx, op, img, ip, fp)
 
 
 # ---- DALI's colour twist and brightness / contrast families --------------------------------------
@@ -214,13 +211,14 @@ def _dali_linear(ctx, op, inputs, args):
     else:
         mats = kp.color_twist_matrices(vals["brightness"], vals["contrast"], vals["saturation"],
                                        vals["hue"], _HALF_RANGE[in_dtype])
-    if img.device == "gpu":
-        out = kp.color_twist_cupy(img.data, mats, out_dtype, stream=ctx.stream)
-    elif backend.cpu_warp() == "reference":
-        out = kp.color_twist_numpy(img.data, mats, out_dtype)
-    else:  # OpenCV's transform, within a grey level of the twin (as the CPU warp is)
-        out = kp.color_twist_cv2(img.data, mats, out_dtype)
-    return ImageBatch(out, img.device, img.layout)
+    return launch(ctx, op, img, mats, out_dtype)
+
+
+_LINEAR = ("color_twist", "saturation", "hue", "brightness", "contrast")  # one affine map of RGB
+register_kernel(_LINEAR, "gpu", kp.color_twist_cupy)
+register_kernel(_LINEAR, "reference", kp.color_twist_numpy)
+# OpenCV's transform, within a grey level of the twin (as the CPU warp is)
+register_kernel(_LINEAR, "cpu", kp.color_twist_cv2)
 
 
 def _register_dali(name, params, doc, image_type=True):

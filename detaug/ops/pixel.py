@@ -12,10 +12,10 @@ import io
 
 import numpy as np
 
-from ..core import backend
 from ..core import shapes as S
 from ..core.batch import ImageBatch
 from ..graph import materialize as M
+from ..graph.dispatch import launch, register_kernel
 from ..kernels import blur as kbl
 from ..kernels import noise as kn
 from .geometry import per_sample
@@ -35,17 +35,14 @@ def pixel_images(ctx, op, v) -> ImageBatch:
     return img
 
 
-def _run(ctx, img, numpy_fn, cupy_fn):
-    """numpy_fn(list of images, lo, hi) over the host threads, or cupy_fn(data) on the GPU."""
-    if img.device == "gpu":
-        return ImageBatch(cupy_fn(img.data), "gpu", img.layout)
-    data = img.data
-    items = [data[i] for i in range(img.batch_size)]
-    outs = [o for chunk in ctx.map_chunks(lambda lo, hi: numpy_fn(items[lo:hi], lo, hi), len(items))
-            for o in chunk]
-    if img.is_dense and outs:
-        return ImageBatch(np.stack(outs), "cpu", img.layout)
-    return ImageBatch(outs if not img.is_dense else np.empty_like(data), "cpu", img.layout)
+_NOISE = ("noise", "noise.gaussian", "noise.salt_and_pepper", "noise.shot")
+register_kernel(_NOISE, "cpu", kn.noise_numpy)
+register_kernel(_NOISE, "gpu", kn.noise_cupy)
+register_kernel("jitter", "cpu", kn.jitter_numpy)
+register_kernel("jitter", "gpu", kn.jitter_cupy)
+register_kernel("gaussian_blur", "cpu", kbl.gaussian_blur_cv2)
+register_kernel("gaussian_blur", "reference", kbl.gaussian_blur_numpy)
+register_kernel("gaussian_blur", "gpu", kbl.gaussian_blur_cupy)
 
 
 def drawn(op, name, value, u):
@@ -142,16 +139,12 @@ def gaussian_blur(ctx, op, inputs, args, draws):
     one = np.ones(1, np.float32)  # a one-tap kernel of weight 1 copies the sample exactly
     wy = [kbl.gaussian_weights(int(win[i, 0]), sigma[i, 0]) if on[i] else one for i in range(b)]
     wx = [kbl.gaussian_weights(int(win[i, 1]), sigma[i, 1]) if on[i] else one for i in range(b)]
-    host = kbl.gaussian_blur_numpy if backend.cpu_warp() == "reference" else kbl.gaussian_blur_cv2
-    return _run(ctx, img, lambda items, lo, hi: host(items, wx[lo:hi], wy[lo:hi]),
-                lambda d: kbl.gaussian_blur_cupy(d, wx, wy, stream=ctx.stream))
+    return launch(ctx, op, img, wx, wy, per_sample=(0, 1))
 
 
 # ---- noise ------------------------------------------------------------------------------------
-def _noise(ctx, img, keys, mode, params, per_channel):
-    return _run(ctx, img,
-                lambda items, lo, hi: kn.noise_numpy(items, keys[lo:hi], mode, params[lo:hi], per_channel),
-                lambda d: kn.noise_cupy(d, keys, mode, params, per_channel, stream=ctx.stream))
+def _noise(ctx, op, img, keys, mode, params, per_channel):
+    return launch(ctx, op, img, keys, mode, params, per_channel, per_sample=(0, 2))
 
 
 def _fraction(op, name, v):
@@ -207,7 +200,7 @@ def noise(ctx, op, inputs, args, draws):
         params[:, 1] = _fraction(op, "salt_vs_pepper", drawn(op, "salt_vs_pepper", args["salt_vs_pepper"], svp))
         params[:, 2], params[:, 3] = 255.0, 0.0
     per_channel = (mode == "gaussian") if args["per_channel"] is None else bool(args["per_channel"])
-    return _noise(ctx, img, keys, mode, params, per_channel)
+    return _noise(ctx, op, img, keys, mode, params, per_channel)
 
 
 @register("noise.gaussian", draws=KEY, **PIXEL, args={"mean": 0.0, "stddev": 1.0},
@@ -224,7 +217,7 @@ def noise_gaussian(ctx, op, inputs, args, draws):
         raise ValueError(f"{op.name}: stddev must be >= 0")
     params = np.zeros((b, 4))
     params[:, 0], params[:, 1] = per_sample(args["mean"], b), std
-    return _noise(ctx, img, keys, "gaussian", params, True)
+    return _noise(ctx, op, img, keys, "gaussian", params, True)
 
 
 @register("noise.salt_and_pepper", draws=KEY, **PIXEL,
@@ -247,7 +240,7 @@ def noise_salt_and_pepper(ctx, op, inputs, args, draws):
     params[:, 1] = _fraction(op, "salt_vs_pepper", per_sample(args["salt_vs_pepper"], b))
     params[:, 2] = 255.0 if args["salt_val"] is None else per_sample(args["salt_val"], b)
     params[:, 3] = 0.0 if args["pepper_val"] is None else per_sample(args["pepper_val"], b)
-    return _noise(ctx, img, keys, "salt_and_pepper", params, bool(args["per_channel"]))
+    return _noise(ctx, op, img, keys, "salt_and_pepper", params, bool(args["per_channel"]))
 
 
 @register("noise.shot", draws=KEY, **PIXEL, args={"factor": 20.0}, per_sample=("factor",),
@@ -260,7 +253,7 @@ def noise_shot(ctx, op, inputs, args, draws):
     keys = draws["key"][:, 0]
     params = np.zeros((b, 4))
     params[:, 0] = per_sample(args["factor"], b)
-    return _noise(ctx, img, keys, "shot", params, True)
+    return _noise(ctx, op, img, keys, "shot", params, True)
 
 
 # ---- jitter -----------------------------------------------------------------------------------
@@ -298,9 +291,7 @@ def jitter(ctx, op, inputs, args, draws):
         raise ValueError(f"{op.name}: nDegree must be >= 1, got {args['nDegree']!r}")
     masks = per_sample(args["mask"], b).astype(np.int64)
     fills = fill_bytes(op, "fill_value", args["fill_value"], b, img.channels)
-    return _run(ctx, img,
-                lambda items, lo, hi: kn.jitter_numpy(items, keys[lo:hi], nd, masks[lo:hi], fills[lo:hi]),
-                lambda d: kn.jitter_cupy(d, keys, nd, masks, fills, stream=ctx.stream))
+    return launch(ctx, op, img, keys, nd, masks, fills, per_sample=(0, 2, 3))
 
 
 # ---- JPEG -------------------------------------------------------------------------------------
@@ -321,6 +312,14 @@ def jpeg_roundtrip(img: np.ndarray, quality: int) -> np.ndarray:
     buf.seek(0)
     out = np.asarray(Image.open(buf).convert("L" if gray else "RGB"))
     return out[..., None] if gray else out
+
+
+@register_kernel("jpeg_compression", "cpu")
+def jpeg_numpy(images, qualities, on) -> list:
+    """Each image of ``images`` through :func:`jpeg_roundtrip` at its quality where ``on``, else
+    copied."""
+    return [jpeg_roundtrip(np.ascontiguousarray(im), q) if o else im.copy()
+            for im, q, o in zip(images, qualities, on)]
 
 
 @register("jpeg_compression", draws=(Draw("quality"), Draw("apply")), rule=S.same_canvas, plans=False, devices=("cpu",), inputs=(1, 1), kind="color",
@@ -355,6 +354,4 @@ def jpeg_compression(ctx, op, inputs, args, draws):
         raise ValueError(f"{op.name}: quality must lie in 1..100, got {q!r}")
     if b and img.channels not in (1, 3):
         raise ValueError(f"{op.name}: JPEG takes 1 or 3 channels, got {img.channels}")
-    return _run(ctx, img, lambda items, lo, hi: [
-        jpeg_roundtrip(np.ascontiguousarray(im), qs[lo + i]) if on[lo + i] else im.copy()
-        for i, im in enumerate(items)], None)
+    return launch(ctx, op, img, qs, on, per_sample=(0, 1))
