@@ -77,6 +77,26 @@ def ops_pipe(root, batch):
     return chain()
 
 
+def geometry_pipe(root, batch):
+    """The random geometric recipes the benchmark pipelines leave out, one branch each."""
+    from detaug import fn, pipeline_def
+
+    @pipeline_def(batch_size=batch, num_threads=2, seed=11)
+    def branches():
+        enc, boxes = fn.readers.coco(file_root=os.path.join(root, "images"),
+                                     annotations_file=os.path.join(root, "annotations.json"),
+                                     random_shuffle=True)
+        img = fn.decoders.image(enc, device="cpu")
+        a, ab = fn.random_resized_crop(img, boxes, size=(96, 128))
+        b, bb = fn.scale_jitter(img, boxes, size=(128, 128), scale_range=(0.3, 1.7))
+        c, cb = fn.random_shortest_size(img, boxes, min_size=(64, 80, 96), max_size=160)
+        d, db = fn.perspective(img, boxes, distortion_scale=0.4, p=0.8)
+        d, db = fn.resize(d, db, size=(100, 100))
+        return a, fn.pad_boxes(ab), b, fn.pad_boxes(bb), c, fn.pad_boxes(cb), d, fn.pad_boxes(db)
+
+    return branches()
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="/tmp/hash_data")
@@ -105,6 +125,7 @@ def main(argv=None):
         "yolo_batch": lambda: bench_yolo.detaug_pipe(args.data, 320, bs, "cpu", 2, "batch", 0.5),
         "yolo_epoch": lambda: bench_yolo.detaug_pipe(args.data, 320, bs, "cpu", 2, "epoch", 0.5),
         "ops": lambda: ops_pipe(args.data, bs),
+        "geometry": lambda: geometry_pipe(args.data, bs),
     }
     only = [n for n in args.only.split(",") if n] or list(made)
     for name in only:

@@ -9,7 +9,7 @@ from ..graph import materialize as M
 from ..core import geometry as G
 from ..core import shapes as S
 from ..core.batch import BoxBatch, ImageBatch
-from .registry import register
+from .registry import Draw, register
 
 GEO = dict(devices=("cpu", "gpu"), inputs=(1, 2), kind="geometric",
            outputs=lambda n, a: n,
@@ -433,13 +433,14 @@ def zoom_out_windows(u, sizes, ratio, probability):
     return x0, y0, out
 
 
-@register("zoom_out", rule=_zoom_out_rule, plans=True, **GEO,
+@register("zoom_out", draws=(Draw("zoom"), Draw("ratio"), Draw("x"), Draw("y")), rule=_zoom_out_rule, plans=True, **GEO,
           args={"ratio": (1.0, 4.0), "probability": 0.5, "fill": 0.0},
           doc="SSD expand: paste into a canvas ratio x larger (ratio range per sample) at a random "
               "integer position, with probability; boxes follow")
-def zoom_out(ctx, op, inputs, args):
+def zoom_out(ctx, op, inputs, args, draws):
     def plan(sizes, boxes):
-        x0, y0, out = zoom_out_windows(ctx.rng(op).uniform(4), sizes,
+        u = np.concatenate([draws[k] for k in ("zoom", "ratio", "x", "y")], 1)
+        x0, y0, out = zoom_out_windows(u, sizes,
                                        pair(args["ratio"], "ratio"), args["probability"])
         return G.translate(x0, y0), out, None
 
