@@ -135,6 +135,11 @@ class OpSchema:
             (:class:`Draw`): drawn before its body runs and handed to it as ``impl(ctx, op,
             inputs, args, draws)`` (a dict name -> (B, count) array), replayable apart
             (:meth:`draw`).
+        host_plan: the launch's parameters from its arguments and draws alone (no pixel), for a
+            device op that reads pixels: ``host_plan(op, args, draws, batch_size) -> params``
+            (picklable). The engine makes them (:meth:`plan_params`: in a host worker ahead of
+            the launch where it plans ahead, else just before the body) and hands them to the
+            body as ``impl(ctx, op, inputs, args, params)`` in place of the draws.
     """
 
     name: str
@@ -158,6 +163,7 @@ class OpSchema:
     plans: object = None
     roles: frozenset = frozenset()
     draws: tuple = ()
+    host_plan: Callable | None = None
 
     def num_outputs(self, n_inputs: int, args: dict) -> int:
         return self.outputs(n_inputs, args) if callable(self.outputs) else self.outputs
@@ -182,8 +188,14 @@ class OpSchema:
         (B, count) array."""
         return {d.name: d.take(rng, args) for d in self.draws}
 
+    def plan_params(self, op, rng, args: dict, batch_size: int):
+        """``host_plan``'s parameters of a launch of ``batch_size`` samples: its draws from
+        ``rng`` (the op's keyed streams of those samples), then the plan."""
+        return self.host_plan(op, args, self.draw(rng, args), batch_size)
+
 
 COMMON_ARGS = {"device": None, "name": None, "seed": None}
+PARAMS = -1  # the output index under which a batch context holds an op's planned parameters
 
 ROLES = {
     "decoder": "decodes encoded images: its images are the decode side's (the decode rings), "

@@ -223,22 +223,29 @@ register_kernel("hsv", "cpu", kc.hsv_numpy)
 register_kernel("hsv", "gpu", kc.hsv_cupy)
 
 
-@register("brightness_contrast", rule=S.same_canvas, plans=False, devices=("cpu", "gpu"),
+def _per_sample_args(*names):
+    """A host plan: the arguments ``names``, one value per sample."""
+    def plan(op, args, draws, b):
+        return tuple(per_sample(args[k], b) for k in names)
+
+    return plan
+
+
+@register("brightness_contrast", rule=S.same_canvas, plans=False,
+          host_plan=_per_sample_args("brightness", "contrast"), devices=("cpu", "gpu"),
           inputs=(1, 1), kind="color",
           args={"brightness": 1.0, "contrast": 1.0, "contrast_center": 128.0},
           per_sample=("brightness", "contrast"), output_spec="uint8 images, same sizes",
           doc="out = brightness * (center + contrast * (x - center)), per sample")
-def brightness_contrast(ctx, op, inputs, args):
-    b = inputs[0].batch_size
-    return launch(ctx, op, _rgb(ctx, op, inputs[0]), per_sample(args["brightness"], b),
-                  per_sample(args["contrast"], b), contrast_center=args["contrast_center"])
+def brightness_contrast(ctx, op, inputs, args, params):
+    return launch(ctx, op, _rgb(ctx, op, inputs[0]), *params,
+                  contrast_center=args["contrast_center"])
 
 
-@register("hsv", rule=S.same_canvas, plans=False, devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
+@register("hsv", rule=S.same_canvas, plans=False,
+          host_plan=_per_sample_args("hue", "saturation", "value"), devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
           args={"hue": 0.0, "saturation": 1.0, "value": 1.0},
           per_sample=("hue", "saturation", "value"), output_spec="uint8 images, same sizes",
           doc="hue shift (degrees), saturation and value factors, per sample (DALI's YIQ form)")
-def hsv(ctx, op, inputs, args):
-    b = inputs[0].batch_size
-    return launch(ctx, op, _rgb(ctx, op, inputs[0]), per_sample(args["hue"], b),
-                  per_sample(args["saturation"], b), per_sample(args["value"], b))
+def hsv(ctx, op, inputs, args, params):
+    return launch(ctx, op, _rgb(ctx, op, inputs[0]), *params)

@@ -88,9 +88,28 @@ def _range(op, args, name, lo_bound, hi_bound=np.inf):
     return lo, hi
 
 
-@register("photometric_distort", draws=tuple(Draw(n) for n in (
+def _distort_plan(op, args, draws, b):
+    """The staged kernel's (iparams, fparams) of SSD's distortion, from the draws."""
+    parts = ("brightness", "contrast", "saturation", "hue")
+    ranges = [_range(op, args, "brightness", 0.0), _range(op, args, "contrast", 0.0),
+              _range(op, args, "saturation", 0.0), _range(op, args, "hue", -0.5, 0.5)]
+    p = _probability(op, args["p"], b)
+    u = {k: v[:, 0] for k, v in draws.items()}  # one uniform each per sample
+    factors = [lo + (hi - lo) * u[k] for k, (lo, hi) in zip(parts, ranges)]
+    flags = np.zeros(b, np.int64)
+    for k, bit in zip(parts, (kp.BRIGHTNESS, kp.CONTRAST, kp.SATURATION, kp.HUE)):
+        flags |= np.where(u["apply_" + k] < p, bit, 0)
+    flags |= np.where(u["contrast_first"] < 0.5, kp.CONTRAST_FIRST, 0)
+    flags |= np.where(u["apply_permute"] < p, kp.PERMUTE, 0)
+    perm = np.minimum((u["permutation"] * len(kp.PERMS)).astype(np.int64), len(kp.PERMS) - 1)
+    return kp.photometric_params(b, flags, *factors, perm=perm)
+
+
+@register("photometric_distort", rule=S.same_canvas, plans=False, host_plan=_distort_plan,
+          draws=tuple(Draw(n) for n in (
               "apply_brightness", "brightness", "apply_contrast", "contrast", "apply_saturation",
-              "saturation", "apply_hue", "hue", "contrast_first", "apply_permute", "permutation")), rule=S.same_canvas, plans=False, devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
+              "saturation", "apply_hue", "hue", "contrast_first", "apply_permute", "permutation")),
+          devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
           args={"brightness": (0.875, 1.125), "contrast": (0.5, 1.5), "saturation": (0.5, 1.5),
                 "hue": (-0.05, 0.05), "p": 0.5},
           per_sample=("p",),
@@ -106,37 +125,12 @@ def _range(op, args, name, lo_bound, hi_bound=np.inf):
           doc="SSD's photometric distortion as torchvision v2's RandomPhotometricDistort, per "
               "sample: brightness, contrast (before or after the saturation and hue, at random), "
               "saturation, hue, channel permutation, each with probability p")
-def photometric_distort(ctx, op, inputs, args, draws):
-    img = _rgb_images(ctx, op, inputs[0])
-    b = img.batch_size
-    parts = ("brightness", "contrast", "saturation", "hue")
-    ranges = [_range(op, args, "brightness", 0.0), _range(op, args, "contrast", 0.0),
-              _range(op, args, "saturation", 0.0), _range(op, args, "hue", -0.5, 0.5)]
-    p = _probability(op, args["p"], b)
-    u = {k: v[:, 0] for k, v in draws.items()}  # one uniform each per sample
-    factors = [lo + (hi - lo) * u[k] for k, (lo, hi) in zip(parts, ranges)]
-    flags = np.zeros(b, np.int64)
-    for k, bit in zip(parts, (kp.BRIGHTNESS, kp.CONTRAST, kp.SATURATION, kp.HUE)):
-        flags |= np.where(u["apply_" + k] < p, bit, 0)
-    flags |= np.where(u["contrast_first"] < 0.5, kp.CONTRAST_FIRST, 0)
-    flags |= np.where(u["apply_permute"] < p, kp.PERMUTE, 0)
-    perm = np.minimum((u["permutation"] * len(kp.PERMS)).astype(np.int64), len(kp.PERMS) - 1)
-    ip, fp = kp.photometric_params(b, flags, *factors, perm=perm)
-    return launch(ctx, op, img, ip, fp)
+def photometric_distort(ctx, op, inputs, args, params):
+    return launch(ctx, op, _rgb_images(ctx, op, inputs[0]), *params)
 
 
-@register("grayscale", draws=(Draw("apply"),), rule=_grayscale_rule, plans=False, devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
-          args={"p": 1.0, "num_output_channels": 3},
-          per_sample=("p",),
-          arg_docs={"p": "probability that a sample is turned grey (torchvision's RandomGrayscale); "
-                         "1: every sample (Grayscale)",
-                    "num_output_channels": "3 (grey in every channel) or 1; 1 needs p=1"},
-          output_spec="images of the input's dtype, num_output_channels channels, same sizes",
-          doc="0.2989 R + 0.587 G + 0.114 B (torchvision's rgb_to_grayscale: uint8 truncated), "
-              "with probability p per sample, in 3 channels or 1")
-def grayscale(ctx, op, inputs, args, draws):
-    img = _rgb_images(ctx, op, inputs[0])
-    b = img.batch_size
+def _grayscale_plan(op, args, draws, b):
+    """The staged kernel's (iparams, fparams): grey where the draw is under p."""
     channels = args["num_output_channels"]
     if channels not in (1, 3):
         raise ValueError(f"{op.name}: num_output_channels must be 1 or 3, got {channels!r}")
@@ -145,8 +139,21 @@ def grayscale(ctx, op, inputs, args, draws):
     if channels == 1 and not gray.all():
         raise ValueError(f"{op.name}: num_output_channels=1 needs p=1 (a sample left in colour "
                          f"keeps 3 channels), got p={args['p']!r}")
-    ip, fp = kp.photometric_params(b, np.where(gray, kp.GRAY, 0), out_channels=channels)
-    return launch(ctx, op, img, ip, fp)
+    return kp.photometric_params(b, np.where(gray, kp.GRAY, 0), out_channels=channels)
+
+
+@register("grayscale", rule=_grayscale_rule, plans=False, host_plan=_grayscale_plan,
+          draws=(Draw("apply"),), devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
+          args={"p": 1.0, "num_output_channels": 3},
+          per_sample=("p",),
+          arg_docs={"p": "probability that a sample is turned grey (torchvision's RandomGrayscale); "
+                         "1: every sample (Grayscale)",
+                    "num_output_channels": "3 (grey in every channel) or 1; 1 needs p=1"},
+          output_spec="images of the input's dtype, num_output_channels channels, same sizes",
+          doc="0.2989 R + 0.587 G + 0.114 B (torchvision's rgb_to_grayscale: uint8 truncated), "
+              "with probability p per sample, in 3 channels or 1")
+def grayscale(ctx, op, inputs, args, params):
+    return launch(ctx, op, _rgb_images(ctx, op, inputs[0]), *params)
 
 
 # ---- DALI's colour twist and brightness / contrast families --------------------------------------

@@ -116,7 +116,17 @@ def blur_plan(op, args, b, u):
     return win.astype(np.int64), sigma
 
 
-@register("gaussian_blur", draws=(Draw("sigma"), Draw("apply")), **PIXEL,
+def _gaussian_blur_plan(op, args, draws, b):
+    """(wx, wy): each sample's separable weights (a one-tap 1 where it is not blurred)."""
+    win, sigma = blur_plan(op, args, b, draws["sigma"][:, 0])
+    on = draws["apply"][:, 0] < _fraction(op, "probability", per_sample(args["probability"], b))
+    one = np.ones(1, np.float32)  # a one-tap kernel of weight 1 copies the sample exactly
+    wy = [kbl.gaussian_weights(int(win[i, 0]), sigma[i, 0]) if on[i] else one for i in range(b)]
+    wx = [kbl.gaussian_weights(int(win[i, 1]), sigma[i, 1]) if on[i] else one for i in range(b)]
+    return wx, wy
+
+
+@register("gaussian_blur", host_plan=_gaussian_blur_plan, draws=(Draw("sigma"), Draw("apply")), **PIXEL,
           args={"sigma": None, "window_size": None, "kernel_size": None, "sigma_range": None,
                 "probability": 1.0},
           per_sample=("sigma", "window_size", "probability"),
@@ -131,22 +141,11 @@ def blur_plan(op, args, b, u):
           doc="Gaussian blur, sigma per sample (DALI's sigma / window_size or torchvision's "
               "kernel_size / sigma range); separable, borders reflected (torchvision's); "
               "OpenCV on the CPU (the NumPy twin with backend.set_cpu_warp('reference'))")
-def gaussian_blur(ctx, op, inputs, args, draws):
-    img = pixel_images(ctx, op, inputs[0])
-    b = img.batch_size
-    win, sigma = blur_plan(op, args, b, draws["sigma"][:, 0])
-    on = draws["apply"][:, 0] < _fraction(op, "probability", per_sample(args["probability"], b))
-    one = np.ones(1, np.float32)  # a one-tap kernel of weight 1 copies the sample exactly
-    wy = [kbl.gaussian_weights(int(win[i, 0]), sigma[i, 0]) if on[i] else one for i in range(b)]
-    wx = [kbl.gaussian_weights(int(win[i, 1]), sigma[i, 1]) if on[i] else one for i in range(b)]
-    return launch(ctx, op, img, wx, wy, per_sample=(0, 1))
+def gaussian_blur(ctx, op, inputs, args, params):
+    return launch(ctx, op, pixel_images(ctx, op, inputs[0]), *params, per_sample=(0, 1))
 
 
 # ---- noise ------------------------------------------------------------------------------------
-def _noise(ctx, op, img, keys, mode, params, per_channel):
-    return launch(ctx, op, img, keys, mode, params, per_channel, per_sample=(0, 2))
-
-
 def _fraction(op, name, v):
     if np.any((v < 0) | (v > 1)):
         raise ValueError(f"{op.name}: {name} must lie in [0, 1]")
@@ -157,24 +156,8 @@ NOISE_DEFAULTS = {"mode": "gaussian", "mean": 0.0, "std": 10.0, "amount": 0.05,
                   "salt_vs_pepper": 0.5, "per_channel": None, "probability": 1.0}
 
 
-@register("noise", draws=(Draw("apply"), Draw("level"), Draw("salt_vs_pepper"), *KEY), **PIXEL, args=NOISE_DEFAULTS,
-          per_sample=("mean", "std", "amount", "salt_vs_pepper", "probability"),
-          arg_docs={"mode": "'gaussian' (mean, std) or 'salt_and_pepper' (amount, salt_vs_pepper)",
-                    "mean": "gaussian: added to every value (pixel units)",
-                    "std": "gaussian: standard deviation in pixel units (0..255); a (lo, hi) "
-                           "range draws it uniformly per sample",
-                    "amount": "salt_and_pepper: fraction of pixels replaced; a (lo, hi) range "
-                              "draws it per sample",
-                    "salt_vs_pepper": "salt_and_pepper: fraction of the replaced pixels that "
-                                      "are salt (255), the rest pepper (0); a range draws it",
-                    "per_channel": "draw per channel (True) or once per pixel for every channel "
-                                   "(False); None: True for gaussian, False for salt_and_pepper",
-                    "probability": "chance that a sample gets noise at all"},
-          doc="additive gaussian noise (std per sample) or salt and pepper (amount, "
-              "salt_vs_pepper per sample); per-pixel draws keyed, the same on CPU and GPU")
-def noise(ctx, op, inputs, args, draws):
-    img = pixel_images(ctx, op, inputs[0])
-    b = img.batch_size
+def _noise_plan(op, args, draws, b):
+    """(keys, mode, params, per_channel) of the noise kernel."""
     keys = draws["key"][:, 0]
     mode = args["mode"]
     if mode not in ("gaussian", "salt_and_pepper"):
@@ -200,27 +183,60 @@ def noise(ctx, op, inputs, args, draws):
         params[:, 1] = _fraction(op, "salt_vs_pepper", drawn(op, "salt_vs_pepper", args["salt_vs_pepper"], svp))
         params[:, 2], params[:, 3] = 255.0, 0.0
     per_channel = (mode == "gaussian") if args["per_channel"] is None else bool(args["per_channel"])
-    return _noise(ctx, op, img, keys, mode, params, per_channel)
+    return keys, mode, params, per_channel
 
 
-@register("noise.gaussian", draws=KEY, **PIXEL, args={"mean": 0.0, "stddev": 1.0},
-          per_sample=("mean", "stddev"),
-          arg_docs={"mean": "DALI's: mean of the noise (pixel units)",
-                    "stddev": "DALI's: standard deviation of the noise (pixel units)"},
-          doc="DALI's gaussian noise: out = x + N(mean, stddev) per element, rounded and clamped")
-def noise_gaussian(ctx, op, inputs, args, draws):
-    img = pixel_images(ctx, op, inputs[0])
-    b = img.batch_size
+@register("noise", host_plan=_noise_plan, draws=(Draw("apply"), Draw("level"), Draw("salt_vs_pepper"), *KEY), **PIXEL, args=NOISE_DEFAULTS,
+          per_sample=("mean", "std", "amount", "salt_vs_pepper", "probability"),
+          arg_docs={"mode": "'gaussian' (mean, std) or 'salt_and_pepper' (amount, salt_vs_pepper)",
+                    "mean": "gaussian: added to every value (pixel units)",
+                    "std": "gaussian: standard deviation in pixel units (0..255); a (lo, hi) "
+                           "range draws it uniformly per sample",
+                    "amount": "salt_and_pepper: fraction of pixels replaced; a (lo, hi) range "
+                              "draws it per sample",
+                    "salt_vs_pepper": "salt_and_pepper: fraction of the replaced pixels that "
+                                      "are salt (255), the rest pepper (0); a range draws it",
+                    "per_channel": "draw per channel (True) or once per pixel for every channel "
+                                   "(False); None: True for gaussian, False for salt_and_pepper",
+                    "probability": "chance that a sample gets noise at all"},
+          doc="additive gaussian noise (std per sample) or salt and pepper (amount, "
+              "salt_vs_pepper per sample); per-pixel draws keyed, the same on CPU and GPU")
+def noise(ctx, op, inputs, args, params):
+    return launch(ctx, op, pixel_images(ctx, op, inputs[0]), *params, per_sample=(0, 2))
+
+
+def _noise_gaussian_plan(op, args, draws, b):
+    """(keys, mode, params, per_channel) of the noise kernel."""
     keys = draws["key"][:, 0]
     std = per_sample(args["stddev"], b)
     if np.any(std < 0):
         raise ValueError(f"{op.name}: stddev must be >= 0")
     params = np.zeros((b, 4))
     params[:, 0], params[:, 1] = per_sample(args["mean"], b), std
-    return _noise(ctx, op, img, keys, "gaussian", params, True)
+    return keys, "gaussian", params, True
 
 
-@register("noise.salt_and_pepper", draws=KEY, **PIXEL,
+@register("noise.gaussian", host_plan=_noise_gaussian_plan, draws=KEY, **PIXEL, args={"mean": 0.0, "stddev": 1.0},
+          per_sample=("mean", "stddev"),
+          arg_docs={"mean": "DALI's: mean of the noise (pixel units)",
+                    "stddev": "DALI's: standard deviation of the noise (pixel units)"},
+          doc="DALI's gaussian noise: out = x + N(mean, stddev) per element, rounded and clamped")
+def noise_gaussian(ctx, op, inputs, args, params):
+    return launch(ctx, op, pixel_images(ctx, op, inputs[0]), *params, per_sample=(0, 2))
+
+
+def _noise_salt_and_pepper_plan(op, args, draws, b):
+    """(keys, mode, params, per_channel) of the noise kernel."""
+    keys = draws["key"][:, 0]
+    params = np.zeros((b, 4))
+    params[:, 0] = _fraction(op, "prob", per_sample(args["prob"], b))
+    params[:, 1] = _fraction(op, "salt_vs_pepper", per_sample(args["salt_vs_pepper"], b))
+    params[:, 2] = 255.0 if args["salt_val"] is None else per_sample(args["salt_val"], b)
+    params[:, 3] = 0.0 if args["pepper_val"] is None else per_sample(args["pepper_val"], b)
+    return keys, "salt_and_pepper", params, bool(args["per_channel"])
+
+
+@register("noise.salt_and_pepper", host_plan=_noise_salt_and_pepper_plan, draws=KEY, **PIXEL,
           args={"prob": 0.05, "salt_vs_pepper": 0.5, "salt_val": None, "pepper_val": None,
                 "per_channel": False},
           per_sample=("prob", "salt_vs_pepper", "salt_val", "pepper_val"),
@@ -231,29 +247,24 @@ def noise_gaussian(ctx, op, inputs, args, draws):
                     "pepper_val": "DALI's: pepper value (None: 0 for uint8)",
                     "per_channel": "DALI's: draw per channel (True) or per pixel (False)"},
           doc="DALI's salt and pepper noise (prob, salt_vs_pepper, salt_val, pepper_val per sample)")
-def noise_salt_and_pepper(ctx, op, inputs, args, draws):
-    img = pixel_images(ctx, op, inputs[0])
-    b = img.batch_size
-    keys = draws["key"][:, 0]
-    params = np.zeros((b, 4))
-    params[:, 0] = _fraction(op, "prob", per_sample(args["prob"], b))
-    params[:, 1] = _fraction(op, "salt_vs_pepper", per_sample(args["salt_vs_pepper"], b))
-    params[:, 2] = 255.0 if args["salt_val"] is None else per_sample(args["salt_val"], b)
-    params[:, 3] = 0.0 if args["pepper_val"] is None else per_sample(args["pepper_val"], b)
-    return _noise(ctx, op, img, keys, "salt_and_pepper", params, bool(args["per_channel"]))
+def noise_salt_and_pepper(ctx, op, inputs, args, params):
+    return launch(ctx, op, pixel_images(ctx, op, inputs[0]), *params, per_sample=(0, 2))
 
 
-@register("noise.shot", draws=KEY, **PIXEL, args={"factor": 20.0}, per_sample=("factor",),
-          arg_docs={"factor": "DALI's: out = poisson(x / factor) * factor (<= 0: no noise)"},
-          doc="DALI's shot noise: out = poisson(x / factor) * factor, rounded and clamped "
-              "(Poisson by inversion; a rounded normal from a mean of 32)")
-def noise_shot(ctx, op, inputs, args, draws):
-    img = pixel_images(ctx, op, inputs[0])
-    b = img.batch_size
+def _noise_shot_plan(op, args, draws, b):
+    """(keys, mode, params, per_channel) of the noise kernel."""
     keys = draws["key"][:, 0]
     params = np.zeros((b, 4))
     params[:, 0] = per_sample(args["factor"], b)
-    return _noise(ctx, op, img, keys, "shot", params, True)
+    return keys, "shot", params, True
+
+
+@register("noise.shot", host_plan=_noise_shot_plan, draws=KEY, **PIXEL, args={"factor": 20.0}, per_sample=("factor",),
+          arg_docs={"factor": "DALI's: out = poisson(x / factor) * factor (<= 0: no noise)"},
+          doc="DALI's shot noise: out = poisson(x / factor) * factor, rounded and clamped "
+              "(Poisson by inversion; a rounded normal from a mean of 32)")
+def noise_shot(ctx, op, inputs, args, params):
+    return launch(ctx, op, pixel_images(ctx, op, inputs[0]), *params, per_sample=(0, 2))
 
 
 # ---- jitter -----------------------------------------------------------------------------------

@@ -63,13 +63,14 @@ class BatchMaking:
     def _run_level(self, ctx, ops):
         for op in ops:
             inputs = [ctx.values[(i.op.id, i.index)] for i in op.inputs]
-            args = {k: (ctx.values[(v.op.id, v.index)] if isinstance(v, _graph.DataNode) else v)
-                    for k, v in op.args.items()}
+            args = ctx.args_of(op)
             if op.schema.kind == "source":
                 outs = self._sources[op.id].read(ctx, ctx.prepared[op.id])
             else:
-                # an op's declared draws, made before it runs, from its keyed streams
-                drawn = (op.schema.draw(ctx.rng(op), args),) if op.schema.draws else ()
+                # what an op declares it is handed: the parameters planned for it (ahead, by a
+                # host worker, or now), else its draws, made before it runs from its keyed streams
+                drawn = ((self._params_of(ctx, op, args),) if op.schema.host_plan is not None
+                         else (op.schema.draw(ctx.rng(op), args),) if op.schema.draws else ())
                 if op.device != "cpu":
                     with ctx.on_stream():
                         outs = op.schema.impl(ctx, op, inputs, args, *drawn)
@@ -78,6 +79,15 @@ class BatchMaking:
             outs = outs if isinstance(outs, tuple) else (outs,)
             for k, v in enumerate(outs):
                 ctx.values[(op.id, k)] = v
+
+    @staticmethod
+    def _params_of(ctx, op, args):
+        """``op``'s planned parameters in ``ctx`` (made by a host worker), else made now: the
+        same function of the same draws either way."""
+        planned = ctx.values.get((op.id, _graph.PARAMS))
+        if planned is not None:
+            return planned
+        return op.schema.plan_params(op, ctx.rng(op), args, len(ctx.sample_index))
 
     def _host_stage(self, key, prepared, pool):
         """The host ops of a launch (bad samples replaced: Retries): its batch context."""

@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 
 from ...core.batch import BoxBatch, DeferredWarp, ImageBatch, PaddedBoxes, PlannedImages
+from ...graph.trace import PARAMS
 from ..context import BatchContext
 from ...core.errors import NotPlannable, SampleError
 from .launch_profile import stamp
@@ -88,6 +89,7 @@ class PlanAhead:
         decode can be planned; DETAUG_PLAN_AHEAD=0 turns it off (comparisons, debugging)."""
         self.plan_ahead = False
         self._plan_ops, self._rest_ops, self._plan_keys = [], list(self._device_ops), []
+        self._param_ops = []
         if not self._mixed_decode or os.environ.get("DETAUG_PLAN_AHEAD", "1") == "0":
             return
         host_ids = {op.id for op in self._host_ops}
@@ -100,10 +102,16 @@ class PlanAhead:
             return
         self._plan_ops = [op for op in self._device_ops if op.id in planned]
         self._rest_ops = [op for op in self._device_ops if op.id not in planned]
+        # the device ops left that declare a host plan (their parameters from their arguments
+        # and draws: colour, photometric, blur, noise) are planned too: the device thread only
+        # launches them
+        self._param_ops = [op for op in self._rest_ops if op.schema.host_plan is not None
+                           and all(v.op.id in host_ids for v in op.arg_inputs.values())]
         known = host_ids | planned
         keys = {k for op in self._rest_ops for k in _keys_of(op)}
         keys |= {(o.op.id, o.index) for o in self._outputs}
-        self._plan_keys = sorted(k for k in keys if k[0] in known)
+        self._plan_keys = (sorted(k for k in keys if k[0] in known)
+                           + [(op.id, PARAMS) for op in self._param_ops])
         self._planned_ids = planned
         self.plan_ahead = True
 
@@ -115,10 +123,25 @@ class PlanAhead:
         def stage(ctx):
             self._run_ops(ctx, self._host_ops)
             self._run_ops(ctx, self._plan_ops)
+            self._plan_params(ctx, self._param_ops)
 
         ctx = self._with_retries(key, prepared, pool, stage, indices, skips=skips, walks=walks,
                                  ctx_type=_PlanContext)
         return LaunchPlan(ctx, self._plan_keys)
+
+    def _plan_params(self, ctx, ops):
+        """The parameters of ``ops`` (each declares a host plan: OpSchema.host_plan) into
+        ``ctx.values``, each at its level (runtime/partners.py), from the same draws the op
+        would make when it runs (runtime/batch_making.py: ``_params_of``)."""
+        try:
+            for op in ops:
+                if self._levels:
+                    ctx.use_level(self._levels.get(op.id, ()))
+                ctx.values[(op.id, PARAMS)] = op.schema.plan_params(
+                    op, ctx.rng(op), ctx.args_of(op), len(ctx.sample_index))
+        finally:
+            if self._levels:
+                ctx.use_level(())
 
     def _plan_or_not(self, key, prepared, pool):
         try:
