@@ -27,7 +27,8 @@ def _arrays(v):
         d = v.data
         return [np.asarray(d)] if isinstance(d, np.ndarray) else [np.asarray(a) for a in d]
     if hasattr(v, "per_sample"):  # BoxBatch
-        return [np.asarray(a) for s in v.per_sample() for a in (s if isinstance(s, tuple) else (s,))]
+        return [np.asarray(a) for s in v.per_sample()
+                for a in (s if isinstance(s, tuple) else (s,))]
     if isinstance(v, dict) or hasattr(v, "keys"):  # PaddedBoxes
         return [np.asarray(v[k]) for k in sorted(v)]
     return [np.asarray(v)]

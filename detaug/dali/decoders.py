@@ -91,7 +91,8 @@ def _roundf(x):
     return np.sign(x) * np.floor(np.abs(x) + 0.5)
 
 
-@register("decoders.image_random_crop", rule=decoded_rule, plans=False, roles={"decoder"}, devices=("cpu", "mixed"), inputs=(1, 1), kind="other",
+@register("decoders.image_random_crop", rule=decoded_rule, plans=False, roles={"decoder"},
+          devices=("cpu", "mixed"), inputs=(1, 1), kind="other",
           input_names=("encoded",), aliases=("image_decoder_random_crop",),
           args={"output_type": "RGB", "random_area": (0.08, 1.0),
                 "random_aspect_ratio": (0.75, 1.333333), "num_attempts": 10,

@@ -398,7 +398,8 @@ def _slice_images(ctx, op, images, anchor, shape, args):
     return apply_geometry(ctx, op, [images], plan, fill=args["fill_values"])[0]
 
 
-@register("slice", rule=S.unknown, plans=True, devices=("cpu", "gpu"), inputs=(3, 3), kind="geometric",
+@register("slice", rule=S.unknown, plans=True, devices=("cpu", "gpu"), inputs=(3, 3),
+          kind="geometric",
           input_names=("images", "anchor", "shape"), args=dict(SLICE_ARGS),
           output_spec="images (uint8 HWC) of the window sizes",
           doc="DALI's slice of images: anchor and shape per sample (relative by default, in the "
@@ -417,7 +418,8 @@ def _host(v):
     return to_host(v) if not isinstance(v, (list, np.ndarray)) else np.asarray(v, np.float64)
 
 
-@register("decoders.image_slice", rule=decoded_rule, plans=plans_decode, roles={"decoder"}, devices=("cpu", "mixed"), inputs=(3, 3), kind="other",
+@register("decoders.image_slice", rule=decoded_rule, plans=plans_decode, roles={"decoder"},
+          devices=("cpu", "mixed"), inputs=(3, 3), kind="other",
           input_names=("encoded", "anchor", "shape"), aliases=("image_decoder_slice",),
           args={"output_type": "RGB", **SLICE_ARGS, **decoder_declaration()},
           hints=dict(DECODER_HINTS),
@@ -433,7 +435,8 @@ def image_slice(ctx, op, inputs, args):
 
 
 # ---- cast / transpose / pad ---------------------------------------------------------------------------
-@register("cast", rule=S.unknown, plans=False, devices=("cpu", "gpu"), inputs=(1, 1), kind="other", input_names=("data",),
+@register("cast", rule=S.unknown, plans=False, devices=("cpu", "gpu"), inputs=(1, 1), kind="other",
+          input_names=("data",),
           args={"dtype": None}, output_spec="same shape, the given dtype",
           doc="DALI's cast: convert the element type (types.FLOAT, 'float32', ...); images keep "
               "their layout")
@@ -451,7 +454,8 @@ def cast(ctx, op, inputs, args):
     return v.astype(dt)
 
 
-@register("transpose", rule=S.unknown, plans=False, devices=("cpu", "gpu"), inputs=(1, 1), kind="other", input_names=("data",),
+@register("transpose", rule=S.unknown, plans=False, devices=("cpu", "gpu"), inputs=(1, 1),
+          kind="other", input_names=("data",),
           args={"perm": None, "transpose_layout": True, "output_layout": None},
           output_spec="each sample's axes permuted by perm",
           doc="DALI's transpose: permute each sample's axes (HWC images: perm=(2, 0, 1) gives CHW)")

@@ -37,7 +37,9 @@ def register_kernel(op_names, backend: str, fn=None):
 
 def backend_of(device: str) -> str:
     """The backend a batch on ``device`` runs on: 'gpu', or the host's ('cpu' / 'reference')."""
-    return "gpu" if device == "gpu" else ("reference" if _backend.cpu_warp() == "reference" else "cpu")
+    if device == "gpu":
+        return "gpu"
+    return "reference" if _backend.cpu_warp() == "reference" else "cpu"
 
 
 def get_kernel(op_name: str, device: str):
@@ -65,7 +67,8 @@ def launch(ctx, op, img: ImageBatch, *params, per_sample=(), **static) -> ImageB
     slice of the samples (and of those params) a thread; a GPU kernel takes the whole batch."""
     fn, be = get_kernel(op.schema.name, img.device)
     if be == "gpu":
-        return ImageBatch(fn(img.data, *params, stream=ctx.stream, **static), img.device, img.layout)
+        out = fn(img.data, *params, stream=ctx.stream, **static)
+        return ImageBatch(out, img.device, img.layout)
     if not per_sample:
         return ImageBatch(fn(img.data, *params, **static), img.device, img.layout)
     data = img.data

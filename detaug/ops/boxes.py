@@ -29,7 +29,8 @@ def _boxes(op, v) -> BoxBatch:
     return v
 
 
-@register("prune_boxes", rule=S.boxes_follow, **BOX, args={"clip": True, "min_size": 0.0, "min_area": 0.0,
+@register("prune_boxes", rule=S.boxes_follow, **BOX,
+          args={"clip": True, "min_size": 0.0, "min_area": 0.0,
                                       "min_visibility": 0.0},
           aliases=("bbox_prune",), output_spec="BoxBatch, dropped boxes (and fields) masked out",
           doc="clip boxes to the canvas; drop boxes under min_size (w or h), min_area, or whose "
@@ -41,7 +42,8 @@ def prune_boxes(ctx, op, inputs, args):
                                        min_visibility=float(args["min_visibility"]))
 
 
-@register("clip_boxes", rule=S.boxes_follow, **BOX, output_spec="BoxBatch clipped to the canvas; empty boxes dropped",
+@register("clip_boxes", rule=S.boxes_follow, **BOX,
+          output_spec="BoxBatch clipped to the canvas; empty boxes dropped",
           doc="clip boxes to [0, W] x [0, H]; boxes left with no area are dropped")
 def clip_boxes(ctx, op, inputs, args):
     return M.prune(_boxes(op, inputs[0]), ctx, clip=True)

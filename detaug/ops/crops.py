@@ -94,7 +94,9 @@ def iou_crop_windows(u, sizes, boxes, offsets, valid, thresholds, allow_no_crop,
     return windows, keep
 
 
-@register("random_iou_crop", draws=(Draw("threshold"), Draw("attempts", lambda a: 4 * int(a["num_attempts"]))), rule=S.same_canvas, plans=True, **GEO,
+@register("random_iou_crop",
+          draws=(Draw("threshold"), Draw("attempts", lambda a: 4 * int(a["num_attempts"]))),
+          rule=S.same_canvas, plans=True, **GEO,
           args={"thresholds": (0.1, 0.3, 0.5, 0.7, 0.9), "allow_no_crop": True,
                 "scaling": (0.3, 1.0), "aspect_ratio": (0.5, 2.0), "num_attempts": 50},
           doc="SSD crop: a window whose IoU with some box is >= a threshold drawn per sample; "
@@ -144,7 +146,8 @@ def resized_crop_windows(u, sizes, scale, ratio):
     return np.stack([x0, y0, x0 + cw_s, y0 + ch_s], -1)
 
 
-@register("random_resized_crop", draws=(Draw("attempts", lambda a: 4 * int(a["num_attempts"])),), rule=fixed_size_rule, plans=True, **GEO,
+@register("random_resized_crop", draws=(Draw("attempts", lambda a: 4 * int(a["num_attempts"])),),
+          rule=fixed_size_rule, plans=True, **GEO,
           args={"size": None, "random_area": (0.08, 1.0), "random_aspect_ratio": (3 / 4, 4 / 3),
                 "num_attempts": 10, "antialias": True},
           doc="Inception-style crop (area and aspect ranges) resized to size=(h, w); boxes follow")
@@ -154,7 +157,8 @@ def random_resized_crop(ctx, op, inputs, args, draws):
     oh, ow = pair(args["size"], "size")
 
     def plan(sizes, boxes):
-        win = resized_crop_windows(draws["attempts"], sizes, pair(args["random_area"], "random_area"),
+        win = resized_crop_windows(draws["attempts"], sizes,
+                                   pair(args["random_area"], "random_area"),
                                    pair(args["random_aspect_ratio"], "random_aspect_ratio"))
         cw, ch = win[:, 2] - win[:, 0], win[:, 3] - win[:, 1]
         m = G.scale(ow / cw, oh / ch) @ G.translate(-win[:, 0], -win[:, 1])

@@ -202,7 +202,9 @@ def decoder_declaration() -> dict:
     return {**{k: None for k in DECODER_HINTS}, **DECODER_CHECKED}
 
 
-@register("decoders.image", rule=decoded_rule, plans=plans_decode, roles={"decoder", "decode_service"}, devices=("cpu", "mixed"), inputs=(1, 1), kind="other",
+@register("decoders.image", rule=decoded_rule, plans=plans_decode,
+          roles={"decoder", "decode_service"}, devices=("cpu", "mixed"), inputs=(1, 1),
+          kind="other",
           args={"output_type": "RGB", **decoder_declaration()},
           aliases=("image_decoder", "host_decoder", "nv_jpeg_decoder"),
           hints=dict(DECODER_HINTS),

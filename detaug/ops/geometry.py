@@ -433,7 +433,8 @@ def zoom_out_windows(u, sizes, ratio, probability):
     return x0, y0, out
 
 
-@register("zoom_out", draws=(Draw("zoom"), Draw("ratio"), Draw("x"), Draw("y")), rule=_zoom_out_rule, plans=True, **GEO,
+@register("zoom_out", draws=(Draw("zoom"), Draw("ratio"), Draw("x"), Draw("y")),
+          rule=_zoom_out_rule, plans=True, **GEO,
           args={"ratio": (1.0, 4.0), "probability": 0.5, "fill": 0.0},
           doc="SSD expand: paste into a canvas ratio x larger (ratio range per sample) at a random "
               "integer position, with probability; boxes follow")

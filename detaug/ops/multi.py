@@ -88,9 +88,11 @@ def _mosaic_rule(ins, a):
     """Canvases 2s x 2s; it holds its tiles (each member resized to within s x s) while it
     composes them."""
     s, img = S.pair(a.get("size")), S.first_image(ins)
-    canvas = None if s is None or img is None else S.Img((2 * s[0], 2 * s[1]), None, img.channels, 1)
-    tiles = 0 if canvas is None else 4 * s[0] * s[1] * img.channels
-    return S.Out((canvas,) + ((S.Boxes(canvas),) if len(ins) > 1 else ()), tiles)
+    if s is None or img is None:
+        return S.Out((None,) + ((S.Boxes(None),) if len(ins) > 1 else ()))
+    canvas = S.Img((2 * s[0], 2 * s[1]), None, img.channels, 1)
+    return S.Out((canvas,) + ((S.Boxes(canvas),) if len(ins) > 1 else ()),
+                 4 * s[0] * s[1] * img.channels)
 
 
 def _mosaic_partners(op, rng, pool_sizes):
@@ -163,7 +165,8 @@ def mosaic_centres(rng, s):
     return np.floor(lo + rng.uniform(2) * (2 * s - 2 * lo)).astype(np.int64)
 
 
-@register("mosaic", rule=_mosaic_rule, plans=False, devices=("cpu", "gpu"), inputs=(1, 2), kind="other",
+@register("mosaic", rule=_mosaic_rule, plans=False, devices=("cpu", "gpu"), inputs=(1, 2),
+          kind="other",
           outputs=lambda n, a: n, partners=_mosaic_partners,
           args={"size": 640, "probability": 1.0, "fill": 114.0, "resize": True,
                 "antialias": True, "min_size": 0.0, "min_area": 0.0, "min_visibility": 0.0,
@@ -252,7 +255,8 @@ def mixup_weights(rng, alpha, beta):
     return np.clip(np.round(g1 / (g1 + g2) * kc.ONE), 0, kc.ONE).astype(np.int64)
 
 
-@register("mixup", rule=S.same_canvas, plans=False, devices=("cpu", "gpu"), inputs=(1, 2), kind="other",
+@register("mixup", rule=S.same_canvas, plans=False, devices=("cpu", "gpu"), inputs=(1, 2),
+          kind="other",
           outputs=lambda n, a: n, partners=_mixup_partners,
           args={"probability": 1.0, "alpha": 32.0, "beta": 32.0, "fill": 114.0,
                 "weight_field": "mixup_weight", "partners": "epoch"},
@@ -283,8 +287,8 @@ def mixup(ctx, op, inputs, args):
     owner = np.repeat(np.arange(b), counts)
     first = np.arange(len(owner)) == groups[:-1][owner]
     weights = np.where(counts[owner] == 1, kc.ONE, np.where(first, w[owner], kc.ONE - w[owner]))
-    out = _compose(ctx, op, images, np.zeros((len(owner), 2), np.int64), groups, canvas, args["fill"],
-                   weights, "weighted")
+    out = _compose(ctx, op, images, np.zeros((len(owner), 2), np.int64), groups, canvas,
+                   args["fill"], weights, "weighted")
     if boxes is None:
         return (out,)
     bx = M.boxes(boxes, ctx)

@@ -232,7 +232,8 @@ def _register_dali(name, params, doc, image_type=True):
     args = {k: _DEFAULTS[k] for k in params}
     args.update({"dtype": None, **({"image_type": "RGB"} if image_type else {}), "preserve": False,
                  "bytes_per_sample_hint": 0})
-    register(name, rule=_linear_rule, plans=False, devices=("cpu", "gpu"), inputs=(1, 1), kind="color", args=args,
+    register(name, rule=_linear_rule, plans=False, devices=("cpu", "gpu"), inputs=(1, 1),
+             kind="color", args=args,
              per_sample=tuple(k for k in params), hints=_DALI_HINTS,
              arg_docs={k: _DOCS[k] for k in args if k in _DOCS},
              output_spec="3-channel images, same sizes, the input's dtype unless dtype is given",

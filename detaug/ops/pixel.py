@@ -126,7 +126,8 @@ def _gaussian_blur_plan(op, args, draws, b):
     return wx, wy
 
 
-@register("gaussian_blur", host_plan=_gaussian_blur_plan, draws=(Draw("sigma"), Draw("apply")), **PIXEL,
+@register("gaussian_blur", host_plan=_gaussian_blur_plan, draws=(Draw("sigma"), Draw("apply")),
+          **PIXEL,
           args={"sigma": None, "window_size": None, "kernel_size": None, "sigma_range": None,
                 "probability": 1.0},
           per_sample=("sigma", "window_size", "probability"),
@@ -186,7 +187,9 @@ def _noise_plan(op, args, draws, b):
     return keys, mode, params, per_channel
 
 
-@register("noise", host_plan=_noise_plan, draws=(Draw("apply"), Draw("level"), Draw("salt_vs_pepper"), *KEY), **PIXEL, args=NOISE_DEFAULTS,
+@register("noise", host_plan=_noise_plan,
+          draws=(Draw("apply"), Draw("level"), Draw("salt_vs_pepper"), *KEY), **PIXEL,
+          args=NOISE_DEFAULTS,
           per_sample=("mean", "std", "amount", "salt_vs_pepper", "probability"),
           arg_docs={"mode": "'gaussian' (mean, std) or 'salt_and_pepper' (amount, salt_vs_pepper)",
                     "mean": "gaussian: added to every value (pixel units)",
@@ -216,7 +219,8 @@ def _noise_gaussian_plan(op, args, draws, b):
     return keys, "gaussian", params, True
 
 
-@register("noise.gaussian", host_plan=_noise_gaussian_plan, draws=KEY, **PIXEL, args={"mean": 0.0, "stddev": 1.0},
+@register("noise.gaussian", host_plan=_noise_gaussian_plan, draws=KEY, **PIXEL,
+          args={"mean": 0.0, "stddev": 1.0},
           per_sample=("mean", "stddev"),
           arg_docs={"mean": "DALI's: mean of the noise (pixel units)",
                     "stddev": "DALI's: standard deviation of the noise (pixel units)"},
@@ -259,7 +263,8 @@ def _noise_shot_plan(op, args, draws, b):
     return keys, "shot", params, True
 
 
-@register("noise.shot", host_plan=_noise_shot_plan, draws=KEY, **PIXEL, args={"factor": 20.0}, per_sample=("factor",),
+@register("noise.shot", host_plan=_noise_shot_plan, draws=KEY, **PIXEL, args={"factor": 20.0},
+          per_sample=("factor",),
           arg_docs={"factor": "DALI's: out = poisson(x / factor) * factor (<= 0: no noise)"},
           doc="DALI's shot noise: out = poisson(x / factor) * factor, rounded and clamped "
               "(Poisson by inversion; a rounded normal from a mean of 32)")
@@ -281,7 +286,8 @@ def fill_bytes(op, name, value, b, c):
     return np.floor(np.clip(a, 0, 255) + 0.5).astype(np.uint8)
 
 
-@register("jitter", draws=KEY, **PIXEL, args={"nDegree": 2, "fill_value": 0.0, "interp_type": None, "mask": 1},
+@register("jitter", draws=KEY, **PIXEL,
+          args={"nDegree": 2, "fill_value": 0.0, "interp_type": None, "mask": 1},
           per_sample=("mask",),
           arg_docs={"nDegree": "DALI's: each pixel is taken from one displaced by "
                                "(rand mod nDegree) - nDegree // 2 in x and in y",
@@ -333,7 +339,8 @@ def jpeg_numpy(images, qualities, on) -> list:
             for im, q, o in zip(images, qualities, on)]
 
 
-@register("jpeg_compression", draws=(Draw("quality"), Draw("apply")), rule=S.same_canvas, plans=False, devices=("cpu",), inputs=(1, 1), kind="color",
+@register("jpeg_compression", draws=(Draw("quality"), Draw("apply")), rule=S.same_canvas,
+          plans=False, devices=("cpu",), inputs=(1, 1), kind="color",
           output_spec="uint8 images, same sizes",
           args={"quality": 50, "probability": 1.0}, per_sample=("quality", "probability"),
           aliases=("jpeg_compression_distortion",),

@@ -94,7 +94,8 @@ def checked_homography(start, end, sizes, names=("startpoints", "endpoints")):
     return m
 
 
-@register("perspective", draws=(Draw("corners", 8), Draw("apply")), rule=S.same_canvas, plans=True, **GEO,
+@register("perspective", draws=(Draw("corners", 8), Draw("apply")), rule=S.same_canvas, plans=True,
+          **GEO,
           args={"startpoints": None, "endpoints": None, "distortion_scale": None, "p": None,
                 "fill": 0.0, "antialias": True},
           per_sample=("startpoints", "endpoints", "distortion_scale", "p"),
@@ -190,7 +191,8 @@ def scale_jitter_plan(u, sizes, size, scale_range, rounding, crop, pad):
     return m, np.stack([oh, ow], -1)
 
 
-@register("scale_jitter", draws=(Draw("scale"), Draw("crop")), rule=_scale_jitter_rule, plans=True, **GEO,
+@register("scale_jitter", draws=(Draw("scale"), Draw("crop")), rule=_scale_jitter_rule, plans=True,
+          **GEO,
           args={"size": None, "scale_range": (0.1, 2.0), "crop": True, "pad": True,
                 "fill": 128.0, "rounding": "round", "antialias": True},
           arg_docs={"size": "the target (h, w): the scale is relative to fitting it, and the "
@@ -251,7 +253,8 @@ def shortest_size_plan(choice, sizes, min_size, max_size, rounding):
     return G.scale(nw / w, nh / h), np.stack([nh, nw], -1)
 
 
-@register("random_shortest_size", draws=(Draw("choice"),), rule=_shortest_size_rule, plans=True, **GEO,
+@register("random_shortest_size", draws=(Draw("choice"),), rule=_shortest_size_rule, plans=True,
+          **GEO,
           args={"min_size": None, "max_size": None, "rounding": "trunc", "antialias": True},
           arg_docs={"min_size": "the shorter side's length, or a list to draw it from per sample",
                     "max_size": "cap of the longer side",

@@ -28,12 +28,14 @@ def _encoded_rule(ins, a):
         return S.Out((None, None))
     from ..targets.retinanet import feature_shapes
 
-    cfg = AnchorConfig(tuple(a["sizes"]), tuple(a["strides"]), tuple(a["ratios"]), tuple(a["scales"]))
+    cfg = AnchorConfig(tuple(a["sizes"]), tuple(a["strides"]), tuple(a["ratios"]),
+                       tuple(a["scales"]))
     n = sum(h * w for h, w in feature_shapes(canvas, cfg)) * cfg.anchors_per_cell
     return S.Out((S.Array(n * 5 * 4), S.Array(n * (int(a["num_classes"]) + 1) * 4)))
 
 
-@register("retinanet_encode", rule=_encoded_rule, plans=False, devices=("cpu", "gpu"), inputs=(1, 1), outputs=2, kind="box",
+@register("retinanet_encode", rule=_encoded_rule, plans=False, devices=("cpu", "gpu"),
+          inputs=(1, 1), outputs=2, kind="box",
           args={"num_classes": None, "sizes": (32, 64, 128, 256, 512), "strides": (8, 16, 32, 64, 128),
                 "ratios": (0.5, 1.0, 2.0), "scales": (1.0, 2 ** (1 / 3), 2 ** (2 / 3)),
                 "positive_overlap": 0.5, "negative_overlap": 0.4, "force_match": False,
