@@ -81,15 +81,21 @@ def _png(a):
     return np.frombuffer(buf.getvalue(), np.uint8)
 
 
-def _run(name, args, images, boxes, encoded):
+def _host(a):
+    return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
+def _run(name, args, images, boxes, encoded, gpu=False):
     def src(info):
         i = info.idx_in_epoch
         img = _png(images[i]) if encoded else images[i]
         return img, {"boxes": boxes[i], "labels": np.arange(len(boxes[i]))}
 
-    pipe = Pipeline(batch_size=N, num_threads=1, seed=3)
+    pipe = Pipeline(batch_size=N, num_threads=1, seed=3, device_id=0 if gpu else None)
     with pipe:
         img, bx = fn.external_source(source=src, batch=False, num_outputs=2, size=N)
+        if gpu:
+            img, bx = img.gpu(), bx.gpu()
         op = getattr(fn, name.split(".")[0])
         for part in name.split(".")[1:]:
             op = getattr(op, part)
@@ -109,7 +115,7 @@ def _run(name, args, images, boxes, encoded):
 
 def _check_image(rule: S.Img, v, where):
     assert isinstance(v, ImageBatch), where
-    data = [np.asarray(a) for a in (v.data if not isinstance(v.data, np.ndarray) else list(v.data))]
+    data = [_host(a) for a in (list(v.data) if hasattr(v.data, "shape") else v.data)]
     for a in data:
         c_axis = 0 if v.layout == "CHW" else 2
         hw = (a.shape[1], a.shape[2]) if c_axis == 0 else a.shape[:2]
@@ -130,12 +136,12 @@ def _check(rule, v, where):
     elif isinstance(rule, S.Boxes):
         assert isinstance(v, BoxBatch), where
         if rule.canvas is not None and rule.canvas.hw is not None:
-            assert (np.asarray(v.canvas) == np.asarray(rule.canvas.hw)).all(), where
+            assert (_host(v.canvas) == np.asarray(rule.canvas.hw)).all(), where
     elif isinstance(rule, S.Array):
         if isinstance(v, PaddedBoxes):  # padded rows: within the declared bytes
-            assert sum(np.asarray(a).nbytes for a in v.values()) / N <= rule.sample_bytes, where
+            assert sum(_host(a).nbytes for a in v.values()) / N <= rule.sample_bytes, where
         else:
-            assert np.asarray(v).nbytes / N == rule.sample_bytes, where
+            assert _host(v).nbytes / N == rule.sample_bytes, where
     else:
         raise AssertionError(f"{where}: unknown symbolic value {rule!r}")
 
@@ -145,8 +151,22 @@ def test_every_device_op_has_a_case():
     assert not missing, f"add output-rule cases for {missing}"
 
 
+def _cases_on(device):
+    return sorted(n for n in CASES if device in REGISTRY[n].devices)
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_rule_matches_what_the_op_makes(name, rng):
+    _check_op(name, rng, gpu=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", _cases_on("gpu"))
+def test_rule_matches_what_the_op_makes_on_the_gpu(name, rng):
+    _check_op(name, rng, gpu=True)
+
+
+def _check_op(name, rng, gpu):
     schema = REGISTRY[name]
     for k, args in enumerate(CASES[name]):
         hw, images, boxes = _data(rng, name in SAME_SIZE)
@@ -162,7 +182,7 @@ def test_rule_matches_what_the_op_makes(name, rng):
             ins = [img, S.Boxes(img)]
         full = {**schema.args, **args}
         out = schema.rule(ins, full)
-        outs = _run(name, args, images, boxes, name in DECODES)
+        outs = _run(name, args, images, boxes, name in DECODES, gpu)
         assert len(out.values) == len(outs), name
         known = [r for r in out.values if r is not None]
         for j, (r, v) in enumerate(zip(out.values, outs)):
