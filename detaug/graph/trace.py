@@ -99,7 +99,8 @@ class OpSchema:
 
     Attributes:
         name: dotted functional name ('flip', 'readers.coco', 'random.uniform').
-        impl: ``impl(ctx, op, inputs, args) -> tuple of outputs`` (host planning + kernels).
+        impl: ``impl(ctx, op, inputs, args) -> tuple of outputs`` (host planning + kernels);
+            an op declaring ``draws`` or ``host_plan`` is handed those as a fifth argument.
         devices: devices it runs on ('cpu', 'mixed', 'gpu').
         inputs: (min, max) number of positional inputs.
         outputs: number of outputs, or ``f(num_inputs, args) -> int``.

@@ -36,6 +36,7 @@ from ..context import BatchContext
 from ...core.errors import NotPlannable, SampleError
 from .launch_profile import stamp
 
+
 def default_processes() -> int:
     """Host worker processes that plan a GPU pipeline's launches by default: one per four
     cores, 1 to 3 (one plans a launch of 64 images in about 6 ms)."""
