@@ -137,8 +137,9 @@ class OpSchema:
             inputs, args, draws)`` (a dict name -> (B, count) array), replayable apart
             (:meth:`draw`).
         host_plan: the launch's parameters from its arguments and draws alone (no pixel), for a
-            device op that reads pixels: ``host_plan(op, args, draws, batch_size) -> params``
-            (picklable). The engine makes them (:meth:`plan_params`: in a host worker ahead of
+            device op that reads pixels: ``host_plan(op, args, draws, batch_size, images) ->
+            params`` (picklable); ``images`` is its image input as far as it is known without
+            pixels (sizes and channels), for an op with the role 'plan_reads_images', else None. The engine makes them (:meth:`plan_params`: in a host worker ahead of
             the launch where it plans ahead, else just before the body) and hands them to the
             body as ``impl(ctx, op, inputs, args, params)`` in place of the draws.
     """
@@ -189,10 +190,12 @@ class OpSchema:
         (B, count) array."""
         return {d.name: d.take(rng, args) for d in self.draws}
 
-    def plan_params(self, op, rng, args: dict, batch_size: int):
+    def plan_params(self, op, rng, args: dict, batch_size: int, images=None):
         """``host_plan``'s parameters of a launch of ``batch_size`` samples: its draws from
-        ``rng`` (the op's keyed streams of those samples), then the plan."""
-        return self.host_plan(op, args, self.draw(rng, args), batch_size)
+        ``rng`` (the op's keyed streams of those samples), then the plan (``images``: its image
+        input, where it declares 'plan_reads_images')."""
+        return self.host_plan(op, args, self.draw(rng, args), batch_size,
+                              images if "plan_reads_images" in self.roles else None)
 
 
 COMMON_ARGS = {"device": None, "name": None, "seed": None}
@@ -206,6 +209,8 @@ ROLES = {
     "warp_epilogue": "fused into the warp that ends a geometric chain (it never holds an image "
                      "of its own after one)",
     "upload": "moves a value from the host to the device",
+    "plan_reads_images": "its host plan reads its image input's sizes and channels (no pixel): "
+                         "planned ahead only where that input is known ahead",
 }
 
 

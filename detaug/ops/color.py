@@ -225,7 +225,7 @@ register_kernel("hsv", "gpu", kc.hsv_cupy)
 
 def _per_sample_args(*names):
     """A host plan: the arguments ``names``, one value per sample."""
-    def plan(op, args, draws, b):
+    def plan(op, args, draws, b, images=None):
         return tuple(per_sample(args[k], b) for k in names)
 
     return plan

@@ -88,7 +88,7 @@ def _range(op, args, name, lo_bound, hi_bound=np.inf):
     return lo, hi
 
 
-def _distort_plan(op, args, draws, b):
+def _distort_plan(op, args, draws, b, images=None):
     """The staged kernel's (iparams, fparams) of SSD's distortion, from the draws."""
     parts = ("brightness", "contrast", "saturation", "hue")
     ranges = [_range(op, args, "brightness", 0.0), _range(op, args, "contrast", 0.0),
@@ -129,7 +129,7 @@ def photometric_distort(ctx, op, inputs, args, params):
     return launch(ctx, op, _rgb_images(ctx, op, inputs[0]), *params)
 
 
-def _grayscale_plan(op, args, draws, b):
+def _grayscale_plan(op, args, draws, b, images=None):
     """The staged kernel's (iparams, fparams): grey where the draw is under p."""
     channels = args["num_output_channels"]
     if channels not in (1, 3):

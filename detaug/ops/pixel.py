@@ -116,7 +116,7 @@ def blur_plan(op, args, b, u):
     return win.astype(np.int64), sigma
 
 
-def _gaussian_blur_plan(op, args, draws, b):
+def _gaussian_blur_plan(op, args, draws, b, images=None):
     """(wx, wy): each sample's separable weights (a one-tap 1 where it is not blurred)."""
     win, sigma = blur_plan(op, args, b, draws["sigma"][:, 0])
     on = draws["apply"][:, 0] < _fraction(op, "probability", per_sample(args["probability"], b))
@@ -157,7 +157,7 @@ NOISE_DEFAULTS = {"mode": "gaussian", "mean": 0.0, "std": 10.0, "amount": 0.05,
                   "salt_vs_pepper": 0.5, "per_channel": None, "probability": 1.0}
 
 
-def _noise_plan(op, args, draws, b):
+def _noise_plan(op, args, draws, b, images=None):
     """(keys, mode, params, per_channel) of the noise kernel."""
     keys = draws["key"][:, 0]
     mode = args["mode"]
@@ -208,7 +208,7 @@ def noise(ctx, op, inputs, args, params):
     return launch(ctx, op, pixel_images(ctx, op, inputs[0]), *params, per_sample=(0, 2))
 
 
-def _noise_gaussian_plan(op, args, draws, b):
+def _noise_gaussian_plan(op, args, draws, b, images=None):
     """(keys, mode, params, per_channel) of the noise kernel."""
     keys = draws["key"][:, 0]
     std = per_sample(args["stddev"], b)
@@ -229,7 +229,7 @@ def noise_gaussian(ctx, op, inputs, args, params):
     return launch(ctx, op, pixel_images(ctx, op, inputs[0]), *params, per_sample=(0, 2))
 
 
-def _noise_salt_and_pepper_plan(op, args, draws, b):
+def _noise_salt_and_pepper_plan(op, args, draws, b, images=None):
     """(keys, mode, params, per_channel) of the noise kernel."""
     keys = draws["key"][:, 0]
     params = np.zeros((b, 4))
@@ -255,7 +255,7 @@ def noise_salt_and_pepper(ctx, op, inputs, args, params):
     return launch(ctx, op, pixel_images(ctx, op, inputs[0]), *params, per_sample=(0, 2))
 
 
-def _noise_shot_plan(op, args, draws, b):
+def _noise_shot_plan(op, args, draws, b, images=None):
     """(keys, mode, params, per_channel) of the noise kernel."""
     keys = draws["key"][:, 0]
     params = np.zeros((b, 4))

@@ -69,7 +69,7 @@ class BatchMaking:
             else:
                 # what an op declares it is handed: the parameters planned for it (ahead, by a
                 # host worker, or now), else its draws, made before it runs from its keyed streams
-                drawn = ((self._params_of(ctx, op, args),) if op.schema.host_plan is not None
+                drawn = ((self._params_of(ctx, op, args, inputs),) if op.schema.host_plan is not None
                          else (op.schema.draw(ctx.rng(op), args),) if op.schema.draws else ())
                 if op.device != "cpu":
                     with ctx.on_stream():
@@ -81,13 +81,14 @@ class BatchMaking:
                 ctx.values[(op.id, k)] = v
 
     @staticmethod
-    def _params_of(ctx, op, args):
+    def _params_of(ctx, op, args, inputs):
         """``op``'s planned parameters in ``ctx`` (made by a host worker), else made now: the
-        same function of the same draws either way."""
+        same function of the same draws (and sizes) either way."""
         planned = ctx.values.get((op.id, _graph.PARAMS))
         if planned is not None:
             return planned
-        return op.schema.plan_params(op, ctx.rng(op), args, len(ctx.sample_index))
+        return op.schema.plan_params(op, ctx.rng(op), args, len(ctx.sample_index),
+                                     inputs[0] if inputs else None)
 
     def _host_stage(self, key, prepared, pool):
         """The host ops of a launch (bad samples replaced: Retries): its batch context."""

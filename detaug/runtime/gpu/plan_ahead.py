@@ -106,9 +106,11 @@ class PlanAhead:
         # the device ops left that declare a host plan (their parameters from their arguments
         # and draws: colour, photometric, blur, noise) are planned too: the device thread only
         # launches them
-        self._param_ops = [op for op in self._rest_ops if op.schema.host_plan is not None
-                           and all(v.op.id in host_ids for v in op.arg_inputs.values())]
         known = host_ids | planned
+        self._param_ops = [op for op in self._rest_ops if op.schema.host_plan is not None
+                           and all(v.op.id in host_ids for v in op.arg_inputs.values())
+                           and (not op.schema.has("plan_reads_images") or
+                                (op.inputs and op.inputs[0].op.id in known))]
         keys = {k for op in self._rest_ops for k in _keys_of(op)}
         keys |= {(o.op.id, o.index) for o in self._outputs}
         self._plan_keys = (sorted(k for k in keys if k[0] in known)
@@ -138,8 +140,13 @@ class PlanAhead:
             for op in ops:
                 if self._levels:
                     ctx.use_level(self._levels.get(op.id, ()))
-                ctx.values[(op.id, PARAMS)] = op.schema.plan_params(
-                    op, ctx.rng(op), ctx.args_of(op), len(ctx.sample_index))
+                first = op.inputs[0] if op.inputs else None
+                images = ctx.values.get((first.op.id, first.index)) if first is not None else None
+                try:
+                    ctx.values[(op.id, PARAMS)] = op.schema.plan_params(
+                        op, ctx.rng(op), ctx.args_of(op), len(ctx.sample_index), images)
+                except NotPlannable:  # (sizes not known without pixels): made where it runs
+                    pass
         finally:
             if self._levels:
                 ctx.use_level(())
