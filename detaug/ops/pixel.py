@@ -286,7 +286,24 @@ def fill_bytes(op, name, value, b, c):
     return np.floor(np.clip(a, 0, 255) + 0.5).astype(np.uint8)
 
 
-@register("jitter", draws=KEY, **PIXEL,
+def _jitter_plan(op, args, draws, b, images):
+    """(keys, nDegree, masks, fills) of the jitter kernel (fills in the images' channels)."""
+    keys = draws["key"][:, 0]
+    interp = args["interp_type"]
+    if interp is not None and str(getattr(interp, "value", interp)).lower() not in ("nn", "interp_nn"):
+        raise NotImplementedError(f"{op.name}: interp_type {args['interp_type']!r}: jitter moves "
+                                  "whole pixels (INTERP_NN), as DALI's does")
+    nd = int(args["nDegree"])
+    if nd < 1:
+        raise ValueError(f"{op.name}: nDegree must be >= 1, got {args['nDegree']!r}")
+    if not isinstance(images, ImageBatch):
+        raise TypeError(f"{op.name}: takes images, got {type(images).__name__}")
+    masks = per_sample(args["mask"], b).astype(np.int64)
+    fills = fill_bytes(op, "fill_value", args["fill_value"], b, images.channels)
+    return keys, nd, masks, fills
+
+
+@register("jitter", host_plan=_jitter_plan, roles={"plan_reads_images"}, draws=KEY, **PIXEL,
           args={"nDegree": 2, "fill_value": 0.0, "interp_type": None, "mask": 1},
           per_sample=("mask",),
           arg_docs={"nDegree": "DALI's: each pixel is taken from one displaced by "
@@ -295,20 +312,8 @@ def fill_bytes(op, name, value, b, c):
                     "interp_type": "DALI's: INTERP_NN only (nearest pixel)",
                     "mask": "DALI's: 1 jitters the sample, 0 copies it (per sample)"},
           doc="DALI's jitter: each pixel replaced by a random neighbour within nDegree // 2")
-def jitter(ctx, op, inputs, args, draws):
-    img = pixel_images(ctx, op, inputs[0])
-    b = img.batch_size
-    keys = draws["key"][:, 0]
-    if args["interp_type"] is not None and str(getattr(args["interp_type"], "value", args["interp_type"])).lower() \
-            not in ("nn", "interp_nn"):
-        raise NotImplementedError(f"{op.name}: interp_type {args['interp_type']!r}: jitter moves "
-                                  "whole pixels (INTERP_NN), as DALI's does")
-    nd = int(args["nDegree"])
-    if nd < 1:
-        raise ValueError(f"{op.name}: nDegree must be >= 1, got {args['nDegree']!r}")
-    masks = per_sample(args["mask"], b).astype(np.int64)
-    fills = fill_bytes(op, "fill_value", args["fill_value"], b, img.channels)
-    return launch(ctx, op, img, keys, nd, masks, fills, per_sample=(0, 2, 3))
+def jitter(ctx, op, inputs, args, params):
+    return launch(ctx, op, pixel_images(ctx, op, inputs[0]), *params, per_sample=(0, 2, 3))
 
 
 # ---- JPEG -------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from conftest import COCO  # noqa: E402
 from detaug import Pipeline, fn  # noqa: E402
 from detaug.graph.trace import PARAMS  # noqa: E402
 
-PLANNED = ("random_erasing", "hsv", "brightness_contrast", "photometric_distort", "grayscale",
+PLANNED = ("random_erasing", "jitter", "hsv", "brightness_contrast", "photometric_distort", "grayscale",
            "gaussian_blur", "noise", "noise.gaussian", "noise.salt_and_pepper", "noise.shot")
 # reads its input's sizes, and its input is made on the device: made where it runs
 UNPLANNED = ("erase",)
@@ -57,6 +57,7 @@ def _graph(pipe, device):
         img = fn.decoders.image(enc, device=device)
         img, boxes = fn.random_iou_crop(img, boxes)
         img, boxes = fn.resize(img, boxes, size=(48, 64))
+        jittered = fn.jitter(img, nDegree=3, fill_value=(10, 20, 30))
         img, boxes = fn.random_erasing(img, boxes, probability=0.7, value="random")
         img = fn.hsv(img, hue=u(range=(-20, 20)), saturation=u(range=(0.5, 1.5)))
         img = fn.brightness_contrast(img, brightness=u(range=(0.8, 1.2)))
@@ -68,7 +69,7 @@ def _graph(pipe, device):
         img = fn.noise.salt_and_pepper(img, prob=0.02)
         img = fn.noise.shot(img, factor=u(range=(5, 30)))
         img = fn.erase(img, anchor=(0.2, 0.3), shape=(0.3, 0.2), normalized=True)
-        pipe.set_outputs(img, fn.pad_boxes(boxes, max_boxes=24))
+        pipe.set_outputs(img, fn.pad_boxes(boxes, max_boxes=24), jittered)
 
 
 def _same(a, b, where):
