@@ -63,8 +63,9 @@ def _linear_rule(img, a):
     """The input's canvas in the output dtype (the input's unless dtype is given)."""
     if a.get("dtype") is None:
         return S.within(img, img.hw or img.bound)
+    dtype = a["dtype"]
     try:
-        size = np.dtype(_DTYPES[str(a["dtype"])]).itemsize
+        size = np.dtype(_DTYPES[dtype if isinstance(dtype, type) else str(dtype)]).itemsize
     except KeyError:  # refused when the op runs
         return None
     return S.Img(None, img.hw or img.bound, img.channels, size)
