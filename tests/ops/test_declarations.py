@@ -104,3 +104,24 @@ def test_draws_are_declared_in_order_and_replay():
     flat = np.concatenate([drawn[d.name] for d in schema.draws], 1)
     assert np.array_equal(flat, whole)
     assert Draw("k", 2, "bits").take(SampleRNG(3, 1, 0, idx), {}).dtype == np.uint64
+
+
+def test_decoders_declare_the_decoder_role():
+    """The engine knows decoders by their role (their images are the decode side's); exactly
+    one, the image decoder, runs in the decode processes."""
+    decoders = [n for n in REGISTRY if n.startswith("decoders.")]
+    assert len(decoders) >= 3 and all(REGISTRY[n].has("decoder") for n in decoders)
+    assert [n for n, s in REGISTRY.items() if s.has("decode_service")] == ["decoders.image"]
+    assert [n for n, s in REGISTRY.items() if s.has("upload")] == ["_upload"]
+
+
+def test_every_declared_host_plan_is_handed_its_parameters():
+    """An op with a host plan takes (ctx, op, inputs, args, params); one with draws only takes
+    (ctx, op, inputs, args, draws): the engine hands it one of them (runtime/batch_making.py)."""
+    import inspect
+
+    for name, s in REGISTRY.items():
+        if s.host_plan is not None or s.draws:
+            params = list(inspect.signature(s.impl).parameters)
+            assert len(params) == 5, (name, params)
+            assert params[4] == ("params" if s.host_plan is not None else "draws"), name
