@@ -261,7 +261,7 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
             sources = [op for op in self.graph.ops if op.schema.kind == "source"]
             if not sources:
                 raise ValueError("the pipeline has no reader or external source")
-        if any(op.schema.name == "decoders.image" and op.device == "mixed" for op in self._needed_ops()):
+        if any(op.gpu_decode for op in self._needed_ops()):
             # a GPU decoder: its decode processes start now, while the readers index
             self._mixed_decode = True
             self._device_ops = [op for op in self._needed_ops() if op.device != "cpu"]
@@ -286,8 +286,7 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
         self._host_ops = [op for op in self._needed_ops() if op.device == "cpu"]
         self._device_ops = [op for op in self._needed_ops() if op.device != "cpu"]
         self.has_device_stage = bool(self._device_ops)
-        self._mixed_decode = any(op.schema.name == "decoders.image" and op.device == "mixed"
-                                 for op in self._device_ops)
+        self._mixed_decode = any(op.gpu_decode for op in self._device_ops)
         if self.has_device_stage and not tl.has("build.gpu_check"):
             with tl.phase("build.gpu_check"):  # (imports cupy)
                 self._check_gpu()
@@ -307,8 +306,7 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
             self.prefetch_queue_depth = max(DECODE_PROCESS_PREFETCH, self.decode_slots)
         # the device stage's two phases: decode (runs ahead), then what makes the outputs (waits
         # for an output slot)
-        last = max((k + 1 for k, op in enumerate(self._device_ops)
-                    if op.schema.name == "decoders.image" and op.device == "mixed"), default=0)
+        last = max((k + 1 for k, op in enumerate(self._device_ops) if op.gpu_decode), default=0)
         self._device_ops_a, self._device_ops_b = self._device_ops[:last], self._device_ops[last:]
         if not self._device_workers_arg:
             # a device worker holds its launch through the decode: one per launch in flight
@@ -365,7 +363,7 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
                     if op.device == "cpu" and inp.device == "gpu":
                         raise ValueError(f"{op.name} runs on the cpu but its input {inp.name} is on "
                                          "the gpu: data moves cpu -> mixed -> gpu only")
-                    if op.device == "gpu" and inp.device == "cpu" and op.schema.name != "_upload":
+                    if op.device == "gpu" and inp.device == "cpu" and not op.schema.has("upload"):
                         op.inputs[k] = inp.gpu()
                 for k, a in op.arg_inputs.items():
                     if a.device != "cpu":

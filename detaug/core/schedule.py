@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 
-SHARD_POLICIES = ("pad", "drop", "uneven")
+PAD = "pad"  # every shard padded to the largest one's length (DALI's pad_last_batch)
+SHARD_POLICIES = (PAD, "drop", "uneven")
 
 
 def check_shard_policy(policy, what: str = "shard policy") -> str:

@@ -27,7 +27,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import geometry as G
-from ..ops.decode import DECODER_HINTS, check_decoder_args, decode_image, decoder_declaration
+from ..ops.decode import (DECODER_HINTS, check_decoder_args, decode_image, decoded_rule,
+                          decoder_declaration)
 from ..ops.geometry import apply_geometry, pair
 from ..ops.registry import register
 from ..graph.arg_check import declare_ranges, count, positive
@@ -93,7 +94,8 @@ def _roundf(x):
 
 declare_ranges("decoders.image_random_crop", random_area=positive(1.0, form='range'),
                random_aspect_ratio=positive(form='range'), num_attempts=count(1, 1 << 16))
-@register("decoders.image_random_crop", devices=("cpu", "mixed"), inputs=(1, 1), kind="other",
+@register("decoders.image_random_crop", rule=decoded_rule, plans=False, roles={"decoder"},
+          devices=("cpu", "mixed"), inputs=(1, 1), kind="other",
           input_names=("encoded",), aliases=("image_decoder_random_crop",),
           args={"output_type": "RGB", "random_area": (0.08, 1.0),
                 "random_aspect_ratio": (0.75, 1.333333), "num_attempts": 10,

@@ -18,10 +18,12 @@ import numpy as np
 
 from ..graph import materialize as M
 from ..core import geometry as G
+from ..core import shapes as S
 from ..core import types as _types
 from ..core.batch import BoxBatch, ImageBatch
 from ..ops.geometry import GEO, apply_geometry, per_sample, round_half_away
-from ..ops.decode import DECODER_HINTS, check_decoder_args, decoder_declaration
+from ..ops.decode import (DECODER_HINTS, check_decoder_args, decoded_rule, decoder_declaration,
+                          plans_decode)
 from ..ops.registry import register
 from ..graph.arg_check import (MAX_SIDE, Num, byte, count, declare_ranges, finite, nonneg,
                                positive, prob)
@@ -269,7 +271,7 @@ def random_bbox_crop(ctx, op, inputs, args):
 
 # ---- bb_flip / bbox_paste on normalised boxes ---------------------------------------------------------
 declare_ranges("bb_flip", horizontal=count(0, 1), vertical=count(0, 1))
-@register("bb_flip", devices=("cpu",), inputs=(1, 1), kind="box",
+@register("bb_flip", rule=S.boxes_follow, devices=("cpu",), inputs=(1, 1), kind="box",
           args={"horizontal": 1, "vertical": 0, "ltrb": False},
           per_sample=("horizontal", "vertical"),
           output_spec="boxes per sample (n, 4) float32, same layout",
@@ -298,7 +300,7 @@ def bb_flip(ctx, op, inputs, args):
 
 
 declare_ranges("bbox_paste", ratio=Num(1.0, 64.0), paste_x=prob(), paste_y=prob())
-@register("bbox_paste", devices=("cpu",), inputs=(1, 1), kind="box",
+@register("bbox_paste", rule=S.boxes_follow, devices=("cpu",), inputs=(1, 1), kind="box",
           args={"ratio": None, "paste_x": 0.5, "paste_y": 0.5, "ltrb": False},
           per_sample=("ratio", "paste_x", "paste_y"),
           output_spec="boxes per sample (n, 4) float32, same layout",
@@ -329,7 +331,7 @@ def bbox_paste(ctx, op, inputs, args):
 # ---- paste / slice / image_slice ----------------------------------------------------------------------
 declare_ranges("paste", ratio=Num(1.0, 64.0), paste_x=prob(), paste_y=prob(), fill_value=byte(),
                min_canvas_size=nonneg(MAX_SIDE))
-@register("paste", **{**GEO, "devices": ("cpu", "gpu")},
+@register("paste", rule=S.unknown, plans=True, **{**GEO, "devices": ("cpu", "gpu")},
           args={"ratio": None, "paste_x": 0.5, "paste_y": 0.5, "fill_value": 0.0,
                 "min_canvas_size": 0.0},
           per_sample=("ratio", "paste_x", "paste_y"),
@@ -408,7 +410,8 @@ def _slice_images(ctx, op, images, anchor, shape, args):
 
 
 declare_ranges("slice", axes=count(0, 1, form='seq'), fill_values=finite(form='seq'))
-@register("slice", devices=("cpu", "gpu"), inputs=(3, 3), kind="geometric",
+@register("slice", rule=S.unknown, plans=True, devices=("cpu", "gpu"), inputs=(3, 3),
+          kind="geometric",
           input_names=("images", "anchor", "shape"), args=dict(SLICE_ARGS),
           output_spec="images (uint8 HWC) of the window sizes",
           doc="DALI's slice of images: anchor and shape per sample (relative by default, in the "
@@ -429,7 +432,8 @@ def _host(v):
 
 declare_ranges("decoders.image_slice", axes=count(0, 1, form='seq'),
                fill_values=finite(form='seq'))
-@register("decoders.image_slice", devices=("cpu", "mixed"), inputs=(3, 3), kind="other",
+@register("decoders.image_slice", rule=decoded_rule, plans=plans_decode, roles={"decoder"},
+          devices=("cpu", "mixed"), inputs=(3, 3), kind="other",
           input_names=("encoded", "anchor", "shape"), aliases=("image_decoder_slice",),
           args={"output_type": "RGB", **SLICE_ARGS, **decoder_declaration()},
           hints=dict(DECODER_HINTS),
@@ -445,7 +449,8 @@ def image_slice(ctx, op, inputs, args):
 
 
 # ---- cast / transpose / pad ---------------------------------------------------------------------------
-@register("cast", devices=("cpu", "gpu"), inputs=(1, 1), kind="other", input_names=("data",),
+@register("cast", rule=S.unknown, plans=False, devices=("cpu", "gpu"), inputs=(1, 1), kind="other",
+          input_names=("data",),
           args={"dtype": None}, output_spec="same shape, the given dtype",
           doc="DALI's cast: convert the element type (types.FLOAT, 'float32', ...); images keep "
               "their layout")
@@ -464,7 +469,8 @@ def cast(ctx, op, inputs, args):
 
 
 declare_ranges("transpose", perm=count(0, form='seq'))
-@register("transpose", devices=("cpu", "gpu"), inputs=(1, 1), kind="other", input_names=("data",),
+@register("transpose", rule=S.unknown, plans=False, devices=("cpu", "gpu"), inputs=(1, 1),
+          kind="other", input_names=("data",),
           args={"perm": None, "transpose_layout": True, "output_layout": None},
           output_spec="each sample's axes permuted by perm",
           doc="DALI's transpose: permute each sample's axes (HWC images: perm=(2, 0, 1) gives CHW)")

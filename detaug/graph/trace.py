@@ -46,9 +46,15 @@ class OpNode:
         # The random streams are keyed by the op's position among the user's ops, so that the
         # uploads a GPU graph adds (`.gpu()`, build's implicit copies) never shift them: the CPU
         # and GPU versions of a pipeline draw the same parameters.
-        self.rng_id = sum(1 for o in graph.ops if not o.schema.name.startswith("_"))
+        self.rng_id = sum(1 for o in graph.ops if not o.schema.internal)
         self.name = name or f"{schema.name}_{self.id}"
         self.outputs = []
+
+    @property
+    def gpu_decode(self) -> bool:
+        """Whether this op decodes on the GPU in the decode processes (a 'decode_service'
+        decoder on device='mixed')."""
+        return self.schema.has("decode_service") and self.device == "mixed"
 
     @property
     def arg_inputs(self) -> dict:
@@ -95,7 +101,8 @@ class OpSchema:
 
     Attributes:
         name: dotted functional name ('flip', 'readers.coco', 'random.uniform').
-        impl: ``impl(ctx, op, inputs, args) -> tuple of outputs`` (host planning + kernels).
+        impl: ``impl(ctx, op, inputs, args) -> tuple of outputs`` (host planning + kernels);
+            an op declaring ``draws`` or ``host_plan`` is handed those as a fifth argument.
         devices: devices it runs on ('cpu', 'mixed', 'gpu').
         inputs: (min, max) number of positional inputs.
         outputs: number of outputs, or ``f(num_inputs, args) -> int``.
@@ -120,6 +127,23 @@ class OpSchema:
             else a partner's index in its pool of ``pool_sizes[b]`` (the epoch's records, or the
             samples of its own batch: the op's ``partners`` argument). detaug/runtime/partners.py
             runs the ops upstream on the members.
+        rule: its outputs' sizes from its inputs' (detaug/core/shapes.py): ``rule(ins, args) ->
+            shapes.Out``, executable; the memory plan reads it (runtime/gpu/output_sizes.py).
+            Every op that runs on the device declares one (tests/ops/test_declarations.py).
+        plans: whether its device variant plans on the host ahead of the launch (planning ahead:
+            runtime/gpu/plan_ahead.py): True, False, or ``plans(args, device) -> bool`` where it
+            depends on the arguments. Every op that runs on the device declares it.
+        roles: what the engine treats it as (:data:`ROLES`), instead of knowing it by name.
+        draws: its random draws per sample, in the order they are drawn from its keyed stream
+            (:class:`Draw`): drawn before its body runs and handed to it as ``impl(ctx, op,
+            inputs, args, draws)`` (a dict name -> (B, count) array), replayable apart
+            (:meth:`draw`).
+        host_plan: the launch's parameters from its arguments and draws alone (no pixel), for a
+            device op that reads pixels: ``host_plan(op, args, draws, batch_size, images) ->
+            params`` (picklable); ``images`` is its image input as far as it is known without
+            pixels (sizes and channels), for an op with the role 'plan_reads_images', else None. The engine makes them (:meth:`plan_params`: in a host worker ahead of
+            the launch where it plans ahead, else just before the body) and hands them to the
+            body as ``impl(ctx, op, inputs, args, params)`` in place of the draws.
     """
 
     name: str
@@ -139,12 +163,71 @@ class OpSchema:
     hints: dict = field(default_factory=dict)
     unavailable: dict = field(default_factory=dict)
     partners: Callable | None = None
+    rule: Callable | None = None
+    plans: object = None
+    roles: frozenset = frozenset()
+    draws: tuple = ()
+    host_plan: Callable | None = None
 
     def num_outputs(self, n_inputs: int, args: dict) -> int:
         return self.outputs(n_inputs, args) if callable(self.outputs) else self.outputs
 
+    @property
+    def internal(self) -> bool:
+        """An op the engine adds (an upload), not one the user calls."""
+        return self.name.startswith("_")
+
+    def has(self, role: str) -> bool:
+        """Whether the op declares ``role`` (:data:`ROLES`)."""
+        if role not in ROLES:
+            raise KeyError(f"unknown role {role!r}; the roles: {sorted(ROLES)}")
+        return role in self.roles
+
+    def plans_on_host(self, args: dict, device: str) -> bool:
+        """Whether this op, with ``args`` on ``device``, plans on the host whatever its data."""
+        return bool(self.plans(args, device) if callable(self.plans) else self.plans)
+
+    def draw(self, rng, args: dict) -> dict:
+        """Its declared draws from ``rng`` (a SampleRNG of its keyed streams), in order: name ->
+        (B, count) array."""
+        return {d.name: d.take(rng, args) for d in self.draws}
+
+    def plan_params(self, op, rng, args: dict, batch_size: int, images=None):
+        """``host_plan``'s parameters of a launch of ``batch_size`` samples: its draws from
+        ``rng`` (the op's keyed streams of those samples), then the plan (``images``: its image
+        input, where it declares 'plan_reads_images')."""
+        return self.host_plan(op, args, self.draw(rng, args), batch_size,
+                              images if "plan_reads_images" in self.roles else None)
+
 
 COMMON_ARGS = {"device": None, "name": None, "seed": None}
+PARAMS = -1  # the output index under which a batch context holds an op's planned parameters
+
+ROLES = {
+    "decoder": "decodes encoded images: its images are the decode side's (the decode rings), "
+               "not a launch's",
+    "decode_service": "a decoder that, on device='mixed', runs in the decode processes and "
+                      "makes the pipeline a GPU-decode one",
+    "warp_epilogue": "fused into the warp that ends a geometric chain (it never holds an image "
+                     "of its own after one)",
+    "upload": "moves a value from the host to the device",
+    "plan_reads_images": "its host plan reads its image input's sizes and channels (no pixel): "
+                         "planned ahead only where that input is known ahead",
+}
+
+
+@dataclass(frozen=True)
+class Draw:
+    """One named random draw of an op, per sample: ``count`` values (an int, or ``count(args)``)
+    of ``kind`` ('uniform' on [0, 1), 'normal', 'bits': uint64 words) from its keyed stream."""
+
+    name: str
+    count: object = 1
+    kind: str = "uniform"
+
+    def take(self, rng, args):
+        k = int(self.count(args) if callable(self.count) else self.count)
+        return getattr(rng, self.kind)(k)
 
 
 def register(name, **decl):
@@ -155,6 +238,9 @@ def register(name, **decl):
         unknown = set(schema.hints) - set(schema.args)
         if unknown:
             raise ValueError(f"{name}: hints {sorted(unknown)} are not arguments")
+        if set(schema.roles) - set(ROLES):
+            raise ValueError(f"{name}: unknown roles {sorted(set(schema.roles) - set(ROLES))}")
+        schema.roles = frozenset(schema.roles)
         schema.arg_docs = {**schema.arg_docs,
                            **{k: f"hint, changes no value here: {why}" for k, why in schema.hints.items()}}
         REGISTRY[name] = schema

@@ -7,13 +7,21 @@ import warnings
 import numpy as np
 
 from ..core import backend
+from ..core import shapes as S
 from ..graph import materialize as M
 from ..core.batch import BoxBatch, PaddedBoxes
 from ..kernels import boxes as kb
 from .registry import register
 from ..graph.arg_check import declare_ranges, count, finite, nonneg, prob
 
-BOX = dict(devices=("cpu", "gpu"), inputs=(1, 1), kind="box")
+BOX = dict(devices=("cpu", "gpu"), inputs=(1, 1), kind="box", plans=True)
+BOX_ROW_BYTES = 32  # a padded box row: 4 coordinates, label, fields
+
+
+def _padded_rule(ins, a):
+    """(max_boxes or 100) rows of ``BOX_ROW_BYTES`` per sample."""
+    n = a.get("max_boxes")
+    return S.Out((S.Array((int(n) if n else 100) * BOX_ROW_BYTES),))
 
 
 def _boxes(op, v) -> BoxBatch:
@@ -23,7 +31,8 @@ def _boxes(op, v) -> BoxBatch:
 
 
 declare_ranges("prune_boxes", min_size=nonneg(), min_area=nonneg(), min_visibility=prob())
-@register("prune_boxes", **BOX, args={"clip": True, "min_size": 0.0, "min_area": 0.0,
+@register("prune_boxes", rule=S.boxes_follow, **BOX,
+          args={"clip": True, "min_size": 0.0, "min_area": 0.0,
                                       "min_visibility": 0.0},
           aliases=("bbox_prune",), output_spec="BoxBatch, dropped boxes (and fields) masked out",
           doc="clip boxes to the canvas; drop boxes under min_size (w or h), min_area, or whose "
@@ -35,7 +44,8 @@ def prune_boxes(ctx, op, inputs, args):
                                        min_visibility=float(args["min_visibility"]))
 
 
-@register("clip_boxes", **BOX, output_spec="BoxBatch clipped to the canvas; empty boxes dropped",
+@register("clip_boxes", rule=S.boxes_follow, **BOX,
+          output_spec="BoxBatch clipped to the canvas; empty boxes dropped",
           doc="clip boxes to [0, W] x [0, H]; boxes left with no area are dropped")
 def clip_boxes(ctx, op, inputs, args):
     return M.prune(_boxes(op, inputs[0]), ctx, clip=True)
@@ -58,7 +68,7 @@ def convert_format(xp, boxes, canvas_per_box, fmt, normalized):
     return out.astype(xp.float32)
 
 
-@register("box_convert", **BOX, args={"fmt": "xyxy", "normalized": False},
+@register("box_convert", rule=S.boxes_follow, **BOX, args={"fmt": "xyxy", "normalized": False},
           output_spec="BoxBatch in the given format (geometric ops refuse it afterwards)",
           doc="convert boxes to xyxy / xywh / cxcywh, absolute or normalised to [0, 1]")
 def box_convert(ctx, op, inputs, args):
@@ -73,7 +83,7 @@ def box_convert(ctx, op, inputs, args):
 
 
 declare_ranges("pad_boxes", max_boxes=count(0, 1 << 24), fill=finite())
-@register("pad_boxes", **BOX, args={"max_boxes": None, "fill": 0.0},
+@register("pad_boxes", rule=_padded_rule, **BOX, args={"max_boxes": None, "fill": 0.0},
           output_spec="PaddedBoxes: boxes (B, M, 4), labels/fields (B, M), counts (B,)",
           doc="pad to a fixed max_boxes, or to the batch's largest count, with counts")
 def pad_boxes(ctx, op, inputs, args):

@@ -6,9 +6,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph import materialize as M
+from ..graph.dispatch import launch, register_kernel
+from ..kernels import color as kc
 from ..core import geometry as G
+from ..core import shapes as S
 from ..core.batch import ImageBatch
-from .geometry import apply_geometry, crop_plan, per_sample
+from .geometry import apply_geometry, crop_plan, per_sample, window_hw
 from .registry import register
 from ..graph.arg_check import Num, declare_ranges, count, finite, nonneg, positive, prob, side
 
@@ -39,6 +42,22 @@ def _mean_std(args, channels):
     return mean, std
 
 
+def _itemsize(dtype) -> int:
+    name = str(dtype).lower()
+    return 2 if "16" in name else 1 if "uint8" in name else 4
+
+
+@S.image_rule
+def _normalize_rule(img, a):
+    """The input's canvas in the output dtype (a fixed crop window: that canvas)."""
+    dtype = a.get("output_dtype") if a.get("output_dtype") is not None else a.get("dtype")
+    ch, itemsize = 4 if a.get("pad_output") else img.channels, _itemsize(dtype or "float32")
+    crop = window_hw(a)
+    if crop:
+        return S.Img(crop, None, ch, itemsize)
+    return S.Img(img.hw, None if img.hw else img.bound, ch, itemsize)
+
+
 def _images(op, v) -> ImageBatch:
     if not isinstance(v, ImageBatch):
         raise TypeError(f"{op.name}: takes images, got {type(v).__name__}")
@@ -48,7 +67,14 @@ def _images(op, v) -> ImageBatch:
 declare_ranges("normalize", mean=finite(form='seq'), std=positive(form='seq'),
                stddev=positive(form='seq'), scale=finite(), shift=finite(), epsilon=nonneg(),
                ddof=count(0), axes=Num(integer=True, form='seq'))
-@register("normalize", devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
+def _plans_normalize(a, device) -> bool:
+    """Planned with the warp where mean and std are given (statistics of the pixels, DALI's
+    defaults, need the pixels)."""
+    return a["mean"] is not None and (a["std"] is not None or a["stddev"] is not None)
+
+
+@register("normalize", rule=_normalize_rule, roles={"warp_epilogue"}, plans=_plans_normalize,
+          devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
           args={"mean": None, "std": None, "output_layout": "HWC", "dtype": "float32",
                 "stddev": None, "axes": None, "axis_names": None, "batch": False, "scale": 1.0,
                 "shift": 0.0, "epsilon": 0.0, "ddof": 0},
@@ -140,7 +166,8 @@ declare_ranges("crop_mirror_normalize", crop=side(integer=False), crop_h=side(in
                crop_pos_y=prob(), mirror=count(0, 1), mean=finite(form='seq'),
                std=positive(form='seq'), fill=finite(form='seq'), scale=finite(), shift=finite(),
                fill_values=finite(form='seq'))
-@register("crop_mirror_normalize", devices=("cpu", "gpu"), inputs=(1, 2), kind="color",
+@register("crop_mirror_normalize", rule=_normalize_rule, roles={"warp_epilogue"}, plans=True,
+          devices=("cpu", "gpu"), inputs=(1, 2), kind="color",
           outputs=lambda n, a: n,
           args={"crop": None, "crop_h": None, "crop_w": None, "crop_pos_x": 0.5, "crop_pos_y": 0.5,
                 "mirror": 0, "mean": 0.0, "std": 1.0, "output_layout": "CHW", "dtype": "float32",
@@ -191,43 +218,46 @@ def crop_mirror_normalize(ctx, op, inputs, args):
     return tuple(res)
 
 
-def _color(ctx, op, img, numpy_fn, cupy_fn, *params):
+def _rgb(ctx, op, img) -> ImageBatch:
+    """The batch's pixels (its pending chain warped), 3 channels."""
     img = M.images(_images(op, img), ctx)
     if img.batch_size and img.channels != 3:
         raise ValueError(f"{op.name}: colour ops take 3-channel images")
-    data = img.data
-    if img.device == "gpu":
-        out = cupy_fn(data, *params, stream=ctx.stream)
-    else:
-        out = numpy_fn(data, *params)
-    return ImageBatch(out, img.device, img.layout)
+    return img
 
+
+register_kernel("brightness_contrast", "cpu", kc.brightness_contrast_numpy)
+register_kernel("brightness_contrast", "gpu", kc.brightness_contrast_cupy)
+register_kernel("hsv", "cpu", kc.hsv_numpy)
+register_kernel("hsv", "gpu", kc.hsv_cupy)
 
 declare_ranges("brightness_contrast", brightness=nonneg(), contrast=nonneg(),
                contrast_center=finite())
-@register("brightness_contrast", devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
+
+def _per_sample_args(*names):
+    """A host plan: the arguments ``names``, one value per sample."""
+    def plan(op, args, draws, b, images=None):
+        return tuple(per_sample(args[k], b) for k in names)
+
+    return plan
+
+
+@register("brightness_contrast", rule=S.same_canvas, plans=False,
+          host_plan=_per_sample_args("brightness", "contrast"), devices=("cpu", "gpu"),
+          inputs=(1, 1), kind="color",
           args={"brightness": 1.0, "contrast": 1.0, "contrast_center": 128.0},
           per_sample=("brightness", "contrast"), output_spec="uint8 images, same sizes",
           doc="out = brightness * (center + contrast * (x - center)), per sample")
-def brightness_contrast(ctx, op, inputs, args):
-    from ..kernels import color as kc
-
-    b = inputs[0].batch_size
-    return _color(ctx, op, inputs[0],
-                  lambda d, br, co: kc.brightness_contrast_numpy(d, br, co, contrast_center=args["contrast_center"]),
-                  lambda d, br, co, stream=None: kc.brightness_contrast_cupy(
-                      d, br, co, contrast_center=args["contrast_center"], stream=stream),
-                  per_sample(args["brightness"], b), per_sample(args["contrast"], b))
+def brightness_contrast(ctx, op, inputs, args, params):
+    return launch(ctx, op, _rgb(ctx, op, inputs[0]), *params,
+                  contrast_center=args["contrast_center"])
 
 
 declare_ranges("hsv", hue=finite(), saturation=nonneg(), value=nonneg())
-@register("hsv", devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
+@register("hsv", rule=S.same_canvas, plans=False,
+          host_plan=_per_sample_args("hue", "saturation", "value"), devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
           args={"hue": 0.0, "saturation": 1.0, "value": 1.0},
           per_sample=("hue", "saturation", "value"), output_spec="uint8 images, same sizes",
           doc="hue shift (degrees), saturation and value factors, per sample (DALI's YIQ form)")
-def hsv(ctx, op, inputs, args):
-    from ..kernels import color as kc
-
-    b = inputs[0].batch_size
-    return _color(ctx, op, inputs[0], kc.hsv_numpy, kc.hsv_cupy, per_sample(args["hue"], b),
-                  per_sample(args["saturation"], b), per_sample(args["value"], b))
+def hsv(ctx, op, inputs, args, params):
+    return launch(ctx, op, _rgb(ctx, op, inputs[0]), *params)

@@ -10,8 +10,9 @@ import numpy as np
 
 from ..graph import materialize as M
 from ..core import geometry as G
-from .geometry import GEO, apply_geometry, pair
-from .registry import register
+from ..core import shapes as S
+from .geometry import GEO, apply_geometry, fixed_size_rule, pair
+from .registry import Draw, register
 from ..graph.arg_check import declare_ranges, Num, count, positive, side
 
 
@@ -96,15 +97,17 @@ def iou_crop_windows(u, sizes, boxes, offsets, valid, thresholds, allow_no_crop,
 
 declare_ranges("random_iou_crop", thresholds=Num(0.0, 1.0, form='seq'), scaling=positive(1.0,
                form='range'), aspect_ratio=positive(form='range'), num_attempts=count(1, 1 << 16))
-@register("random_iou_crop", **GEO,
+@register("random_iou_crop",
+          draws=(Draw("threshold"), Draw("attempts", lambda a: 4 * int(a["num_attempts"]))),
+          rule=S.same_canvas, plans=True, **GEO,
           args={"thresholds": (0.1, 0.3, 0.5, 0.7, 0.9), "allow_no_crop": True,
                 "scaling": (0.3, 1.0), "aspect_ratio": (0.5, 2.0), "num_attempts": 50},
           doc="SSD crop: a window whose IoU with some box is >= a threshold drawn per sample; "
               "boxes whose centre leaves the window are dropped (with their fields)")
-def random_iou_crop(ctx, op, inputs, args):
+def random_iou_crop(ctx, op, inputs, args, draws):
     def plan(sizes, boxes):
         b = len(sizes)
-        u = ctx.rng(op).uniform(1 + 4 * int(args["num_attempts"]))
+        u = np.concatenate([draws["threshold"], draws["attempts"]], 1)  # iou_crop_windows' u
         if boxes is not None:
             cur, valid = M.current_host_boxes(boxes)
             offsets = boxes.offsets
@@ -148,18 +151,19 @@ def resized_crop_windows(u, sizes, scale, ratio):
 
 declare_ranges("random_resized_crop", size=side(), random_area=positive(1.0, form='range'),
                random_aspect_ratio=positive(form='range'), num_attempts=count(1, 1 << 16))
-@register("random_resized_crop", **GEO,
+@register("random_resized_crop", draws=(Draw("attempts", lambda a: 4 * int(a["num_attempts"])),),
+          rule=fixed_size_rule, plans=True, **GEO,
           args={"size": None, "random_area": (0.08, 1.0), "random_aspect_ratio": (3 / 4, 4 / 3),
                 "num_attempts": 10, "antialias": True},
           doc="Inception-style crop (area and aspect ranges) resized to size=(h, w); boxes follow")
-def random_resized_crop(ctx, op, inputs, args):
+def random_resized_crop(ctx, op, inputs, args, draws):
     if args["size"] is None:
         raise ValueError(f"{op.name}: random_resized_crop needs size=(h, w)")
     oh, ow = pair(args["size"], "size")
 
     def plan(sizes, boxes):
-        u = ctx.rng(op).uniform(4 * int(args["num_attempts"]))
-        win = resized_crop_windows(u, sizes, pair(args["random_area"], "random_area"),
+        win = resized_crop_windows(draws["attempts"], sizes,
+                                   pair(args["random_area"], "random_area"),
                                    pair(args["random_aspect_ratio"], "random_aspect_ratio"))
         cw, ch = win[:, 2] - win[:, 0], win[:, 3] - win[:, 1]
         m = G.scale(ow / cw, oh / ch) @ G.translate(-win[:, 0], -win[:, 1])

@@ -16,6 +16,7 @@ import io
 
 import numpy as np
 
+from ..core import shapes as S
 from ..core.batch import EncodedBatch, ImageBatch
 from ..core.errors import SampleError
 from . import gpu_decode
@@ -176,12 +177,33 @@ def check_decoder_args(op, args) -> None:
                                   "(types.UINT8); cast after decoding (fn.cast)")
 
 
+def decoded_rule(ins, a):
+    """Images within the bound of the encoded input's annotated sizes; 1 channel for GRAY."""
+    ch = 1 if "GRAY" in str(a.get("output_type", "RGB")).upper() else 3
+    bound = ins[0].bound if ins and isinstance(ins[0], S.Encoded) else None
+    return S.Out((S.Img(None, bound, ch, 1),))
+
+
+def plans_decode(a, device) -> bool:
+    """A GPU decode (mixed) of RGB or GRAY images plans on the host: its sizes are the
+    annotated ones (the decode checks them)."""
+    from ..core import types
+
+    try:
+        kind = types.image_type(a.get("output_type", "RGB"))
+    except ValueError:
+        return False
+    return device == "mixed" and kind in ("RGB", "GRAY")
+
+
 def decoder_declaration() -> dict:
     """The hint and checked arguments every DALI-style decoder declares."""
     return {**{k: None for k in DECODER_HINTS}, **DECODER_CHECKED}
 
 
-@register("decoders.image", devices=("cpu", "mixed"), inputs=(1, 1), kind="other",
+@register("decoders.image", rule=decoded_rule, plans=plans_decode,
+          roles={"decoder", "decode_service"}, devices=("cpu", "mixed"), inputs=(1, 1),
+          kind="other",
           args={"output_type": "RGB", **decoder_declaration()},
           aliases=("image_decoder", "host_decoder", "nv_jpeg_decoder"),
           hints=dict(DECODER_HINTS),

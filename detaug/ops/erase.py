@@ -16,15 +16,18 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import backend
+from ..core import shapes as S
 from ..core.batch import BoxBatch, ImageBatch
 from ..graph import materialize as M
+from ..graph.dispatch import launch, register_kernel
 from ..kernels import noise as kn
 from .geometry import per_sample
 from .pixel import fill_bytes, pixel_images
-from .registry import register
+from .registry import Draw, register
 from ..graph.arg_check import declare_ranges, Num, byte, count, finite, nonneg, positive, prob
 
 ERASE = dict(devices=("cpu", "gpu"), inputs=(1, 2), kind="other", outputs=lambda n, a: n,
+             rule=S.same_canvas, plans=False,
              input_names=("images", "boxes"),
              output_spec="same inputs: uint8 images (same sizes) and boxes (dropped or flagged)")
 ATTEMPTS = 10  # torchvision's RandomErasing tries 10 rectangles, then leaves the image as it is
@@ -59,6 +62,10 @@ def visible_fractions(boxes, rects):
     return out
 
 
+register_kernel(("random_erasing", "erase"), "cpu", kn.erase_numpy)
+register_kernel(("random_erasing", "erase"), "gpu", kn.erase_cupy)
+
+
 def _apply(ctx, op, inputs, args, rects, offsets, fills, random, keys):
     """Shared tail: erase the images, then drop or flag the boxes."""
     images = next((i for i in inputs if isinstance(i, ImageBatch)), None)
@@ -72,13 +79,7 @@ def _apply(ctx, op, inputs, args, rects, offsets, fills, random, keys):
     mv = float(args["min_visibility"])
     if not 0.0 <= mv <= 1.0:
         raise ValueError(f"{op.name}: min_visibility must lie in [0, 1], got {mv}")
-    img = pixel_images(ctx, op, images)
-    if img.device == "gpu":
-        out = ImageBatch(kn.erase_cupy(img.data, rects, offsets, fills, random, keys,
-                                       stream=ctx.stream), "gpu", img.layout)
-    else:
-        out = ImageBatch(kn.erase_numpy(img.data, rects, offsets, fills, random, keys), "cpu",
-                         img.layout)
+    out = launch(ctx, op, pixel_images(ctx, op, images), rects, offsets, fills, random, keys)
     res = []
     for v in inputs:
         res.append(out if isinstance(v, ImageBatch) else _boxes(ctx, v, rects, offsets, mv, policy))
@@ -115,8 +116,11 @@ def _boxes(ctx, b: BoxBatch, rects, offsets, min_visibility, policy):
     return b.replace(fields=fields, host=host)
 
 
-def _sizes(inputs):
-    img = next(i for i in inputs if isinstance(i, ImageBatch))
+def _sizes(op, img):
+    """(sizes (B, 2), channels) of the images (known without their pixels where planned)."""
+    if not isinstance(img, ImageBatch):
+        raise TypeError(f"{op.name}: takes (images) or (images, boxes); its first input is "
+                        f"{type(img).__name__}")
     return np.asarray(img.sizes(), np.int64).reshape(-1, 2), img.channels
 
 
@@ -157,25 +161,12 @@ def _range(op, name, value, positive=False):
 
 declare_ranges("random_erasing", probability=prob(), scale=Num(0.0, 1.0, form='range'),
                ratio=positive(form='range'), value=byte(words=('random',)), min_visibility=prob())
-@register("random_erasing", **ERASE,
-          args={"probability": 0.5, "scale": (0.02, 0.33), "ratio": (0.3, 3.3), "value": 0.0,
-                **BOX_ARGS},
-          per_sample=("probability",),
-          arg_docs={"probability": "chance that a sample is erased (torchvision's p)",
-                    "scale": "(min, max) of the erased area as a fraction of the image",
-                    "ratio": "(min, max) of the rectangle's aspect ratio h / w, drawn in log space",
-                    "value": "fill: one value, one per channel, or 'random' (uniform random bytes "
-                             "0..255 per value; torchvision's normal noise is for float images)",
-                    **BOX_DOCS},
-          doc="torchvision's RandomErasing (cutout): a rectangle of random area and aspect "
-              "filled with a value or noise, per sample; boxes under min_visibility dropped or "
-              "flagged")
-def random_erasing(ctx, op, inputs, args):
-    sizes, c = _sizes(inputs)
+def _erasing_plan(op, args, draws, b, images):
+    """(rects, offsets, fills, random, keys) of the erasing kernel from the image sizes."""
+    sizes, c = _sizes(op, images)
     b = len(sizes)
-    rng = ctx.rng(op)
-    u = rng.uniform(1 + 4 * ATTEMPTS)
-    keys = rng.bits(1)[:, 0]
+    u = np.concatenate([draws["apply"], draws["attempts"]], 1)  # erasing_rects' u
+    keys = draws["key"][:, 0]
     p = per_sample(args["probability"], b)
     if np.any((p < 0) | (p > 1)):
         raise ValueError(f"{op.name}: probability must lie in [0, 1]")
@@ -190,7 +181,26 @@ def random_erasing(ctx, op, inputs, args):
     if random and value != "random":
         raise ValueError(f"{op.name}: value {value!r}: a number, one per channel, or 'random'")
     fills = np.zeros((b, c), np.uint8) if random else fill_bytes(op, "value", value, b, c)
-    return _apply(ctx, op, inputs, args, rects[keep], offsets, fills, np.full(b, random), keys)
+    return rects[keep], offsets, fills, np.full(b, random), keys
+
+
+@register("random_erasing", host_plan=_erasing_plan, roles={"plan_reads_images"},
+          draws=(Draw("apply"), Draw("attempts", 4 * ATTEMPTS), Draw("key", 1, "bits")),
+          **ERASE,
+          args={"probability": 0.5, "scale": (0.02, 0.33), "ratio": (0.3, 3.3), "value": 0.0,
+                **BOX_ARGS},
+          per_sample=("probability",),
+          arg_docs={"probability": "chance that a sample is erased (torchvision's p)",
+                    "scale": "(min, max) of the erased area as a fraction of the image",
+                    "ratio": "(min, max) of the rectangle's aspect ratio h / w, drawn in log space",
+                    "value": "fill: one value, one per channel, or 'random' (uniform random bytes "
+                             "0..255 per value; torchvision's normal noise is for float images)",
+                    **BOX_DOCS},
+          doc="torchvision's RandomErasing (cutout): a rectangle of random area and aspect "
+              "filled with a value or noise, per sample; boxes under min_visibility dropped or "
+              "flagged")
+def random_erasing(ctx, op, inputs, args, params):
+    return _apply(ctx, op, inputs, args, *params)
 
 
 # ---- DALI's erase -----------------------------------------------------------------------------
@@ -260,7 +270,19 @@ def erase_rects(op, args, sizes):
 
 declare_ranges("erase", anchor=finite(form='seq'), shape=nonneg(form='seq'), axes=count(0, 1,
                form='seq'), fill_value=byte(), min_visibility=prob())
-@register("erase", **ERASE,
+def _erase_plan(op, args, draws, b, images):
+    """(rects, offsets, fills, random, keys) of the erasing kernel: the given regions."""
+    sizes, c = _sizes(op, images)
+    b = len(sizes)
+    rects = erase_rects(op, args, sizes) if b else np.zeros((0, 0, 4), np.int64)
+    nonempty = (rects[..., 2] > rects[..., 0]) & (rects[..., 3] > rects[..., 1])
+    offsets = np.concatenate([[0], np.cumsum(nonempty.sum(1))]).astype(np.int64)
+    fills = fill_bytes(op, "fill_value", args["fill_value"], b, c)
+    return (rects[nonempty].reshape(-1, 4), offsets, fills, np.zeros(b, bool),
+            np.zeros(b, np.uint64))
+
+
+@register("erase", host_plan=_erase_plan, roles={"plan_reads_images"}, **ERASE,
           args={"anchor": (), "shape": (), "axis_names": "HW", "axes": None, "fill_value": 0.0,
                 "normalized": False, "normalized_anchor": False, "normalized_shape": False,
                 "centered_anchor": False, **BOX_ARGS},
@@ -276,12 +298,5 @@ declare_ranges("erase", anchor=finite(form='seq'), shape=nonneg(form='seq'), axe
                     **BOX_DOCS},
           doc="DALI's erase: given regions (anchor, shape) filled with fill_value; pixels whose "
               "centre lies in a region; boxes under min_visibility dropped or flagged")
-def erase(ctx, op, inputs, args):
-    sizes, c = _sizes(inputs)
-    b = len(sizes)
-    rects = erase_rects(op, args, sizes) if b else np.zeros((0, 0, 4), np.int64)
-    nonempty = (rects[..., 2] > rects[..., 0]) & (rects[..., 3] > rects[..., 1])
-    offsets = np.concatenate([[0], np.cumsum(nonempty.sum(1))]).astype(np.int64)
-    fills = fill_bytes(op, "fill_value", args["fill_value"], b, c)
-    return _apply(ctx, op, inputs, args, rects[nonempty].reshape(-1, 4), offsets, fills,
-                  np.zeros(b, bool), np.zeros(b, np.uint64))
+def erase(ctx, op, inputs, args, params):
+    return _apply(ctx, op, inputs, args, *params)

@@ -7,14 +7,78 @@ import numpy as np
 
 from ..graph import materialize as M
 from ..core import geometry as G
+from ..core import shapes as S
 from ..core.batch import BoxBatch, ImageBatch
-from .registry import register
+from .registry import Draw, register
 from ..graph.arg_check import (MAX_SIDE, Num, check_canvas, count, declare_ranges, finite,
                                positive, prob, side)
 
 GEO = dict(devices=("cpu", "gpu"), inputs=(1, 2), kind="geometric",
            outputs=lambda n, a: n,
            output_spec="same inputs: images (uint8 HWC, new sizes) and boxes (xyxy, same fields)")
+
+
+# ---- output rules (detaug/core/shapes.py): the sizes each op's outputs take, from its inputs' ----
+def window_hw(a):
+    """A fixed crop window's (h, w) from crop / crop_h and crop_w, or None."""
+    if S.pair(a.get("crop")):
+        return S.pair(a["crop"])
+    if a.get("crop_h") is not None and a.get("crop_w") is not None:
+        return S.pair((a["crop_h"], a["crop_w"]))
+    return None
+
+
+@S.image_rule
+def fixed_size_rule(img, a):
+    """Every sample on the canvas ``size`` (unknown when size is not a constant)."""
+    return S.fixed(img, S.pair(a.get("size")))
+
+
+@S.image_rule
+def _crop_rule(img, a):
+    """A fixed window is the canvas; otherwise at most the input."""
+    hw = window_hw(a)
+    return S.fixed(img, hw) if hw else S.within(img, img.hw or img.bound)
+
+
+@S.image_rule
+def _resize_rule(img, a):
+    """size / resize_x and resize_y: that canvas, or within it where the aspect is kept (None where
+    it covers size: larger along one side); resize_longer / max_size: within it; else unknown."""
+    size = S.pair(a.get("size"))
+    if size is None and a.get("resize_x") is not None and a.get("resize_y") is not None:
+        size = S.pair((a["resize_y"], a["resize_x"]))
+    if size is not None:
+        mode, keep = a.get("mode") or "default", a.get("keep_aspect")
+        if mode == "not_smaller" or keep == "cover":
+            return None
+        return S.within(img, size) if keep or mode == "not_larger" else S.fixed(img, size)
+    for key in ("resize_longer", "max_size"):
+        if S.pair(a.get(key)) is not None:
+            return S.within(img, S.pair(a[key]))
+    return None
+
+
+@S.image_rule
+def _rotate_rule(img, a):
+    """``size``; the input's canvas where it is kept; else within the square of the diagonal."""
+    if S.pair(a.get("size")):
+        return S.fixed(img, S.pair(a["size"]))
+    src = img.hw or img.bound
+    if not (a.get("expand") or a.get("keep_size") is False):
+        return S.within(img, src)
+    d = None if src is None else int(np.ceil(np.hypot(*src))) + 1
+    return S.within(img, None if d is None else (d, d))
+
+
+@S.image_rule
+def _zoom_out_rule(img, a):
+    """Within the input times the largest ratio."""
+    src, r = img.hw or img.bound, a.get("ratio")
+    top = max(r) if isinstance(r, (tuple, list)) else r
+    if src is None or not isinstance(top, (int, float)):
+        return None
+    return S.within(img, (int(np.ceil(src[0] * top)), int(np.ceil(src[1] * top))))
 
 
 def per_sample(value, b, dtype=np.float64):
@@ -69,7 +133,7 @@ def apply_geometry(ctx, op, inputs, plan, fill=None, box_mode=None, antialias=Tr
 
 # ---- flip -------------------------------------------------------------------------------------
 declare_ranges("flip", horizontal=count(0, 1), vertical=count(0, 1))
-@register("flip", **GEO, args={"horizontal": 1, "vertical": 0},
+@register("flip", rule=S.same_canvas, plans=True, **GEO, args={"horizontal": 1, "vertical": 0},
           per_sample=("horizontal", "vertical"),
           doc="mirror horizontally and/or vertically, per sample (x -> W - x)")
 def flip(ctx, op, inputs, args):
@@ -122,7 +186,8 @@ def crop_plan(args, sizes):
 declare_ranges("crop", crop=side(integer=False), crop_h=side(integer=False, form='scalar'),
                crop_w=side(integer=False, form='scalar'), crop_pos_x=prob(), crop_pos_y=prob(),
                window=finite(form='seq'), fill=finite(form='seq'))
-@register("crop", **GEO, args={"crop": None, "crop_h": None, "crop_w": None, "crop_pos_x": 0.5,
+@register("crop", rule=_crop_rule, plans=True, **GEO,
+          args={"crop": None, "crop_h": None, "crop_w": None, "crop_pos_x": 0.5,
                                "crop_pos_y": 0.5, "window": None, "fill": 0.0},
           per_sample=("crop_pos_x", "crop_pos_y", "crop_h", "crop_w", "window"),
           doc="crop a window: crop=(h, w) at crop_pos_x/y in [0, 1], or window=(x0, y0, x1, y1)")
@@ -166,7 +231,8 @@ declare_ranges("resize", size=Num(0, MAX_SIDE, form='pair', size=True),
                resize_shorter=Num(0, MAX_SIDE, size=True), resize_longer=Num(0, MAX_SIDE,
                size=True), resize_x=Num(0, MAX_SIDE, size=True), resize_y=Num(0, MAX_SIDE,
                size=True), max_size=side(integer=False, form='scalar'))
-@register("resize", **GEO, args={"size": None, "resize_shorter": None, "resize_longer": None,
+@register("resize", rule=_resize_rule, plans=True, **GEO,
+          args={"size": None, "resize_shorter": None, "resize_longer": None,
                                  "resize_x": None, "resize_y": None, "max_size": None,
                                  "keep_aspect": False, "antialias": True, "interp_type": None,
                                  "min_filter": None, "mag_filter": None, "mode": "default"},
@@ -211,7 +277,8 @@ def resize(ctx, op, inputs, args):
 
 
 declare_ranges("letterbox", size=side(), fill=finite(form='seq'))
-@register("letterbox", **GEO, args={"size": None, "fill": 114.0, "center": True},
+@register("letterbox", rule=fixed_size_rule, plans=True, **GEO,
+          args={"size": None, "fill": 114.0, "center": True},
           doc="fit into size=(h, w) keeping the aspect ratio, centred (or top-left with "
               "center=False, as keras-retinanet pads), padding with fill")
 def letterbox(ctx, op, inputs, args):
@@ -294,7 +361,8 @@ def _warn_canvas_once(op) -> None:
 
 declare_ranges("rotate", angle=finite(), fill=finite(form='seq'), fill_value=finite(form='seq'),
                size=side(integer=False))
-@register("rotate", **GEO, args={"angle": 0.0, "expand": None, "fill": 0.0, "box_mode": "corners",
+@register("rotate", rule=_rotate_rule, plans=True, **GEO,
+          args={"angle": 0.0, "expand": None, "fill": 0.0, "box_mode": "corners",
                                  "keep_size": None, "fill_value": None, "size": None,
                                  "interp_type": None},
           arg_docs={"keep_size": "DALI: False (DALI's default when any DALI argument is given) "
@@ -334,7 +402,8 @@ declare_ranges("affine", rotate=finite(), scale=positive(), scale_y=positive(),
                translate_x=finite(), translate_y=finite(), shear_x=Num(-90.0, 90.0, lo_open=True,
                hi_open=True), shear_y=Num(-90.0, 90.0, lo_open=True, hi_open=True),
                perspective_x=finite(), perspective_y=finite(), fill=finite(form='seq'))
-@register("affine", **GEO, args={"rotate": 0.0, "scale": 1.0, "scale_y": None, "translate_x": 0.0,
+@register("affine", rule=S.same_canvas, plans=True, **GEO,
+          args={"rotate": 0.0, "scale": 1.0, "scale_y": None, "translate_x": 0.0,
                                  "translate_y": 0.0, "shear_x": 0.0, "shear_y": 0.0,
                                  "perspective_x": 0.0, "perspective_y": 0.0, "fill": 0.0,
                                  "box_mode": "corners", "antialias": True},
@@ -384,19 +453,23 @@ def zoom_out_windows(u, sizes, ratio, probability):
 
 declare_ranges("zoom_out", ratio=Num(1.0, 64.0, form='range'), probability=prob(),
                fill=finite(form='seq'))
-@register("zoom_out", **GEO, args={"ratio": (1.0, 4.0), "probability": 0.5, "fill": 0.0},
+@register("zoom_out", draws=(Draw("zoom"), Draw("ratio"), Draw("x"), Draw("y")),
+          rule=_zoom_out_rule, plans=True, **GEO,
+          args={"ratio": (1.0, 4.0), "probability": 0.5, "fill": 0.0},
           doc="SSD expand: paste into a canvas ratio x larger (ratio range per sample) at a random "
               "integer position, with probability; boxes follow")
-def zoom_out(ctx, op, inputs, args):
+def zoom_out(ctx, op, inputs, args, draws):
     def plan(sizes, boxes):
-        x0, y0, out = zoom_out_windows(ctx.rng(op).uniform(4), sizes,
+        u = np.concatenate([draws[k] for k in ("zoom", "ratio", "x", "y")], 1)
+        x0, y0, out = zoom_out_windows(u, sizes,
                                        pair(args["ratio"], "ratio"), args["probability"])
         return G.translate(x0, y0), out, None
 
     return apply_geometry(ctx, op, inputs, plan, fill=args["fill"])
 
 
-@register("materialize", devices=("cpu", "gpu"), inputs=(1, 2), kind="other",
+@register("materialize", rule=S.same_canvas, plans=True,
+          devices=("cpu", "gpu"), inputs=(1, 2), kind="other",
           outputs=lambda n, a: n, output_spec="same inputs, pending chain applied",
           doc="end the fused chain here: warp the images and transform the boxes now "
               "(for debugging and for comparing fused with op-by-op results)")

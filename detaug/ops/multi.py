@@ -11,8 +11,10 @@ import numpy as np
 
 from ..core import backend
 from ..core import geometry as G
+from ..core import shapes as S
 from ..core.batch import BoxBatch, ImageBatch
 from ..graph import materialize as M
+from ..graph.dispatch import kernel, register_kernel
 from ..kernels import compose as kc
 from .registry import register
 from .take import take_boxes, take_images
@@ -60,16 +62,17 @@ def _groups_of(picks_per_sample, counts):
     return groups, picks_per_sample[keep]
 
 
-def _compose(ctx, images: ImageBatch, origins, groups, canvas, fill, weights=None,
+register_kernel(("mosaic", "mixup"), "cpu", kc.compose_numpy)
+register_kernel(("mosaic", "mixup"), "gpu", kc.compose_cupy)
+
+
+def _compose(ctx, op, images: ImageBatch, origins, groups, canvas, fill, weights=None,
              mode="first") -> ImageBatch:
-    """The tiles (materialised ``images``) composed onto the canvases (kernels/compose.py)."""
+    """The tiles (materialised ``images``: what the batch holds, a device batch's pointers as
+    they are) composed onto the canvases (kernels/compose.py)."""
     fill = np.broadcast_to(np.asarray(fill, np.float64), (len(canvas), images.channels))
-    if images.device == "gpu":
-        out = kc.compose_cupy(images.raw, origins, groups, canvas, fill, weights=weights,
-                              mode=mode, stream=getattr(ctx, "stream", None))
-    else:
-        out = kc.compose_numpy(images.data, origins, groups, canvas, fill, weights=weights,
-                               mode=mode)
+    out = kernel(ctx, op, images.device)(images.raw, origins, groups, canvas, fill,
+                                         weights=weights, mode=mode)
     return ImageBatch(out, images.device)
 
 
@@ -82,6 +85,17 @@ def _regroup(b: BoxBatch, groups, canvas) -> BoxBatch:
 
 
 # ---- mosaic ---------------------------------------------------------------------------------
+def _mosaic_rule(ins, a):
+    """Canvases 2s x 2s; it holds its tiles (each member resized to within s x s) while it
+    composes them."""
+    s, img = S.pair(a.get("size")), S.first_image(ins)
+    if s is None or img is None:
+        return S.Out((None,) + ((S.Boxes(None),) if len(ins) > 1 else ()))
+    canvas = S.Img((2 * s[0], 2 * s[1]), None, img.channels, 1)
+    return S.Out((canvas,) + ((S.Boxes(canvas),) if len(ins) > 1 else ()),
+                 4 * s[0] * s[1] * img.channels)
+
+
 def _mosaic_partners(op, rng, pool_sizes):
     """Draws 0..3 of a sample's stream: applied (< probability) and 3 partners, each uniform
     over its pool (the epoch's records, or its batch: ``partners``)."""
@@ -157,7 +171,8 @@ def mosaic_centres(rng, s):
 declare_ranges("mosaic", size=Num(2, MAX_SIDE // 2, integer=True, size=True), probability=prob(),
                fill=byte(),
                min_size=nonneg(), min_area=nonneg(), min_visibility=prob())
-@register("mosaic", devices=("cpu", "gpu"), inputs=(1, 2), kind="other",
+@register("mosaic", rule=_mosaic_rule, plans=False, devices=("cpu", "gpu"), inputs=(1, 2),
+          kind="other",
           outputs=lambda n, a: n, partners=_mosaic_partners,
           args={"size": 640, "probability": 1.0, "fill": 114.0, "resize": True,
                 "antialias": True, "min_size": 0.0, "min_area": 0.0, "min_visibility": 0.0,
@@ -190,7 +205,7 @@ def mosaic(ctx, op, inputs, args):
     canvas = np.full((b, 2), 2 * s, np.int64)
     chain = images.pending().then(mats, tiles, antialias=bool(args["antialias"]))
     warped = M.images(images.with_geometry(chain), ctx)
-    out = _compose(ctx, warped, origins, groups, canvas, args["fill"])
+    out = _compose(ctx, op, warped, origins, groups, canvas, args["fill"])
     if boxes is None:
         return (out,)
     on_canvas = np.full((len(tiles), 2), 2 * s, np.int64)
@@ -247,7 +262,8 @@ def mixup_weights(rng, alpha, beta):
 
 
 declare_ranges("mixup", probability=prob(), alpha=positive(), beta=positive(), fill=byte())
-@register("mixup", devices=("cpu", "gpu"), inputs=(1, 2), kind="other",
+@register("mixup", rule=S.same_canvas, plans=False, devices=("cpu", "gpu"), inputs=(1, 2),
+          kind="other",
           outputs=lambda n, a: n, partners=_mixup_partners,
           args={"probability": 1.0, "alpha": 32.0, "beta": 32.0, "fill": 114.0,
                 "weight_field": "mixup_weight", "partners": "epoch"},
@@ -278,8 +294,8 @@ def mixup(ctx, op, inputs, args):
     owner = np.repeat(np.arange(b), counts)
     first = np.arange(len(owner)) == groups[:-1][owner]
     weights = np.where(counts[owner] == 1, kc.ONE, np.where(first, w[owner], kc.ONE - w[owner]))
-    out = _compose(ctx, images, np.zeros((len(owner), 2), np.int64), groups, canvas, args["fill"],
-                   weights, "weighted")
+    out = _compose(ctx, op, images, np.zeros((len(owner), 2), np.int64), groups, canvas,
+                   args["fill"], weights, "weighted")
     if boxes is None:
         return (out,)
     bx = M.boxes(boxes, ctx)

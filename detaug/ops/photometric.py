@@ -13,12 +13,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph import materialize as M
-from ..core import backend
+from ..graph.dispatch import launch, register_kernel
+from ..core import shapes as S
 from ..core.batch import ImageBatch
 from ..kernels import photometric as kp
-from .color import _dtype
+from .color import _DTYPES, _dtype
 from .geometry import pair, per_sample
-from .registry import register
+from .registry import Draw, register
 from ..graph.arg_check import declare_ranges, Num, count, finite, nonneg, prob
 
 _DALI_HINTS = {"preserve": "DALI keeps an op whose output is unused; detaug runs every op in the "
@@ -47,12 +48,28 @@ def _image_dtype(img: ImageBatch):
     return np.dtype(img.data.dtype if img.is_dense else img.data[0].dtype)
 
 
-def _run_staged(ctx, img: ImageBatch, iparams, fparams) -> ImageBatch:
-    if img.device == "gpu":
-        out = kp.photometric_cupy(img.data, iparams, fparams, stream=ctx.stream)
-    else:
-        out = kp.photometric_numpy(img.data, iparams, fparams)
-    return ImageBatch(out, img.device, img.layout)
+_STAGED = ("photometric_distort", "grayscale")  # one staged kernel (kernels/photometric.py)
+register_kernel(_STAGED, "cpu", kp.photometric_numpy)
+register_kernel(_STAGED, "gpu", kp.photometric_cupy)
+
+
+@S.image_rule
+def _grayscale_rule(img, a):
+    """The input's canvas and dtype in num_output_channels channels."""
+    return S.Img(None, img.hw or img.bound, int(a.get("num_output_channels") or 3), img.itemsize)
+
+
+@S.image_rule
+def _linear_rule(img, a):
+    """The input's canvas in the output dtype (the input's unless dtype is given)."""
+    if a.get("dtype") is None:
+        return S.within(img, img.hw or img.bound)
+    dtype = a["dtype"]
+    try:
+        size = np.dtype(_DTYPES[dtype if isinstance(dtype, type) else str(dtype)]).itemsize
+    except KeyError:  # refused when the op runs
+        return None
+    return S.Img(None, img.hw or img.bound, img.channels, size)
 
 
 def _probability(op, value, b, name="p"):
@@ -76,7 +93,28 @@ def _range(op, args, name, lo_bound, hi_bound=np.inf):
 declare_ranges("photometric_distort", brightness=nonneg(form='range'),
                contrast=nonneg(form='range'), saturation=nonneg(form='range'), hue=Num(-0.5, 0.5,
                form='range'), p=prob())
-@register("photometric_distort", devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
+def _distort_plan(op, args, draws, b, images=None):
+    """The staged kernel's (iparams, fparams) of SSD's distortion, from the draws."""
+    parts = ("brightness", "contrast", "saturation", "hue")
+    ranges = [_range(op, args, "brightness", 0.0), _range(op, args, "contrast", 0.0),
+              _range(op, args, "saturation", 0.0), _range(op, args, "hue", -0.5, 0.5)]
+    p = _probability(op, args["p"], b)
+    u = {k: v[:, 0] for k, v in draws.items()}  # one uniform each per sample
+    factors = [lo + (hi - lo) * u[k] for k, (lo, hi) in zip(parts, ranges)]
+    flags = np.zeros(b, np.int64)
+    for k, bit in zip(parts, (kp.BRIGHTNESS, kp.CONTRAST, kp.SATURATION, kp.HUE)):
+        flags |= np.where(u["apply_" + k] < p, bit, 0)
+    flags |= np.where(u["contrast_first"] < 0.5, kp.CONTRAST_FIRST, 0)
+    flags |= np.where(u["apply_permute"] < p, kp.PERMUTE, 0)
+    perm = np.minimum((u["permutation"] * len(kp.PERMS)).astype(np.int64), len(kp.PERMS) - 1)
+    return kp.photometric_params(b, flags, *factors, perm=perm)
+
+
+@register("photometric_distort", rule=S.same_canvas, plans=False, host_plan=_distort_plan,
+          draws=tuple(Draw(n) for n in (
+              "apply_brightness", "brightness", "apply_contrast", "contrast", "apply_saturation",
+              "saturation", "apply_hue", "hue", "contrast_first", "apply_permute", "permutation")),
+          devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
           args={"brightness": (0.875, 1.125), "contrast": (0.5, 1.5), "saturation": (0.5, 1.5),
                 "hue": (-0.05, 0.05), "p": 0.5},
           per_sample=("p",),
@@ -92,26 +130,26 @@ declare_ranges("photometric_distort", brightness=nonneg(form='range'),
           doc="SSD's photometric distortion as torchvision v2's RandomPhotometricDistort, per "
               "sample: brightness, contrast (before or after the saturation and hue, at random), "
               "saturation, hue, channel permutation, each with probability p")
-def photometric_distort(ctx, op, inputs, args):
-    img = _rgb_images(ctx, op, inputs[0])
-    b = img.batch_size
-    ranges = [_range(op, args, "brightness", 0.0), _range(op, args, "contrast", 0.0),
-              _range(op, args, "saturation", 0.0), _range(op, args, "hue", -0.5, 0.5)]
+def photometric_distort(ctx, op, inputs, args, params):
+    return launch(ctx, op, _rgb_images(ctx, op, inputs[0]), *params)
+
+
+def _grayscale_plan(op, args, draws, b, images=None):
+    """The staged kernel's (iparams, fparams): grey where the draw is under p."""
+    channels = args["num_output_channels"]
+    if channels not in (1, 3):
+        raise ValueError(f"{op.name}: num_output_channels must be 1 or 3, got {channels!r}")
     p = _probability(op, args["p"], b)
-    u = ctx.rng(op).uniform(11)  # fixed draws per sample: [apply, factor] x 4, order, apply, perm
-    factors = [lo + (hi - lo) * u[:, 2 * k + 1] for k, (lo, hi) in enumerate(ranges)]
-    flags = np.zeros(b, np.int64)
-    for k, bit in enumerate((kp.BRIGHTNESS, kp.CONTRAST, kp.SATURATION, kp.HUE)):
-        flags |= np.where(u[:, 2 * k] < p, bit, 0)
-    flags |= np.where(u[:, 8] < 0.5, kp.CONTRAST_FIRST, 0)
-    flags |= np.where(u[:, 9] < p, kp.PERMUTE, 0)
-    perm = np.minimum((u[:, 10] * len(kp.PERMS)).astype(np.int64), len(kp.PERMS) - 1)
-    ip, fp = kp.photometric_params(b, flags, *factors, perm=perm)
-    return _run_staged(ctx, img, ip, fp)
+    gray = draws["apply"][:, 0] < p
+    if channels == 1 and not gray.all():
+        raise ValueError(f"{op.name}: num_output_channels=1 needs p=1 (a sample left in colour "
+                         f"keeps 3 channels), got p={args['p']!r}")
+    return kp.photometric_params(b, np.where(gray, kp.GRAY, 0), out_channels=channels)
 
 
 declare_ranges("grayscale", p=prob(), num_output_channels=count(1, 3))
-@register("grayscale", devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
+@register("grayscale", rule=_grayscale_rule, plans=False, host_plan=_grayscale_plan,
+          draws=(Draw("apply"),), devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
           args={"p": 1.0, "num_output_channels": 3},
           per_sample=("p",),
           arg_docs={"p": "probability that a sample is turned grey (torchvision's RandomGrayscale); "
@@ -120,20 +158,8 @@ declare_ranges("grayscale", p=prob(), num_output_channels=count(1, 3))
           output_spec="images of the input's dtype, num_output_channels channels, same sizes",
           doc="0.2989 R + 0.587 G + 0.114 B (torchvision's rgb_to_grayscale: uint8 truncated), "
               "with probability p per sample, in 3 channels or 1")
-def grayscale(ctx, op, inputs, args):
-    img = _rgb_images(ctx, op, inputs[0])
-    b = img.batch_size
-    channels = args["num_output_channels"]
-    if channels not in (1, 3):
-        raise ValueError(f"{op.name}: num_output_channels must be 1 or 3, got {channels!r}")
-    p = _probability(op, args["p"], b)
-    u = ctx.rng(op).uniform(1)[:, 0]
-    gray = u < p
-    if channels == 1 and not gray.all():
-        raise ValueError(f"{op.name}: num_output_channels=1 needs p=1 (a sample left in colour "
-                         f"keeps 3 channels), got p={args['p']!r}")
-    ip, fp = kp.photometric_params(b, np.where(gray, kp.GRAY, 0), out_channels=channels)
-    return _run_staged(ctx, img, ip, fp)
+def grayscale(ctx, op, inputs, args, params):
+    return launch(ctx, op, _rgb_images(ctx, op, inputs[0]), *params)
 
 
 # ---- DALI's colour twist and brightness / contrast families --------------------------------------
@@ -198,20 +224,22 @@ def _dali_linear(ctx, op, inputs, args):
     else:
         mats = kp.color_twist_matrices(vals["brightness"], vals["contrast"], vals["saturation"],
                                        vals["hue"], _HALF_RANGE[in_dtype])
-    if img.device == "gpu":
-        out = kp.color_twist_cupy(img.data, mats, out_dtype, stream=ctx.stream)
-    elif backend.cpu_warp() == "reference":
-        out = kp.color_twist_numpy(img.data, mats, out_dtype)
-    else:  # OpenCV's transform, within a grey level of the twin (as the CPU warp is)
-        out = kp.color_twist_cv2(img.data, mats, out_dtype)
-    return ImageBatch(out, img.device, img.layout)
+    return launch(ctx, op, img, mats, out_dtype)
+
+
+_LINEAR = ("color_twist", "saturation", "hue", "brightness", "contrast")  # one affine map of RGB
+register_kernel(_LINEAR, "gpu", kp.color_twist_cupy)
+register_kernel(_LINEAR, "reference", kp.color_twist_numpy)
+# OpenCV's transform, within a grey level of the twin (as the CPU warp is)
+register_kernel(_LINEAR, "cpu", kp.color_twist_cv2)
 
 
 def _register_dali(name, params, doc, image_type=True):
     args = {k: _DEFAULTS[k] for k in params}
     args.update({"dtype": None, **({"image_type": "RGB"} if image_type else {}), "preserve": False,
                  "bytes_per_sample_hint": 0})
-    register(name, devices=("cpu", "gpu"), inputs=(1, 1), kind="color", args=args,
+    register(name, rule=_linear_rule, plans=False, devices=("cpu", "gpu"), inputs=(1, 1),
+             kind="color", args=args,
              per_sample=tuple(k for k in params), hints=_DALI_HINTS,
              arg_docs={k: _DOCS[k] for k in args if k in _DOCS},
              output_spec="3-channel images, same sizes, the input's dtype unless dtype is given",

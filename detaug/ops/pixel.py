@@ -12,16 +12,17 @@ import io
 
 import numpy as np
 
-from ..core import backend
+from ..core import shapes as S
 from ..core.batch import ImageBatch
 from ..graph import materialize as M
+from ..graph.dispatch import launch, register_kernel
 from ..kernels import blur as kbl
 from ..kernels import noise as kn
 from .geometry import per_sample
-from .registry import register
+from .registry import Draw, register
 from ..graph.arg_check import declare_ranges, MAX_SIDE, byte, count, finite, nonneg, positive, prob
 
-PIXEL = dict(devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
+PIXEL = dict(devices=("cpu", "gpu"), inputs=(1, 1), kind="color", rule=S.same_canvas, plans=False,
              output_spec="uint8 images, same sizes")
 
 
@@ -35,17 +36,14 @@ def pixel_images(ctx, op, v) -> ImageBatch:
     return img
 
 
-def _run(ctx, img, numpy_fn, cupy_fn):
-    """numpy_fn(list of images, lo, hi) over the host threads, or cupy_fn(data) on the GPU."""
-    if img.device == "gpu":
-        return ImageBatch(cupy_fn(img.data), "gpu", img.layout)
-    data = img.data
-    items = [data[i] for i in range(img.batch_size)]
-    outs = [o for chunk in ctx.map_chunks(lambda lo, hi: numpy_fn(items[lo:hi], lo, hi), len(items))
-            for o in chunk]
-    if img.is_dense and outs:
-        return ImageBatch(np.stack(outs), "cpu", img.layout)
-    return ImageBatch(outs if not img.is_dense else np.empty_like(data), "cpu", img.layout)
+_NOISE = ("noise", "noise.gaussian", "noise.salt_and_pepper", "noise.shot")
+register_kernel(_NOISE, "cpu", kn.noise_numpy)
+register_kernel(_NOISE, "gpu", kn.noise_cupy)
+register_kernel("jitter", "cpu", kn.jitter_numpy)
+register_kernel("jitter", "gpu", kn.jitter_cupy)
+register_kernel("gaussian_blur", "cpu", kbl.gaussian_blur_cv2)
+register_kernel("gaussian_blur", "reference", kbl.gaussian_blur_numpy)
+register_kernel("gaussian_blur", "gpu", kbl.gaussian_blur_cupy)
 
 
 def drawn(op, name, value, u):
@@ -61,8 +59,7 @@ def drawn(op, name, value, u):
     return per_sample(value, len(u))
 
 
-def _keys(ctx, op):
-    return ctx.rng(op).bits(1)[:, 0]
+KEY = (Draw("key", 1, "bits"),)  # the per-sample key of the per-pixel draws (kernels/noise.py)
 
 
 # ---- gaussian blur ----------------------------------------------------------------------------
@@ -123,7 +120,18 @@ def blur_plan(op, args, b, u):
 declare_ranges("gaussian_blur", sigma=nonneg(1024.0, form='pair'), window_size=count(1, 2049,
                form='pair'), kernel_size=count(1, 2049, form='pair'), sigma_range=positive(1024.0,
                form='range'), probability=prob())
-@register("gaussian_blur", **PIXEL,
+def _gaussian_blur_plan(op, args, draws, b, images=None):
+    """(wx, wy): each sample's separable weights (a one-tap 1 where it is not blurred)."""
+    win, sigma = blur_plan(op, args, b, draws["sigma"][:, 0])
+    on = draws["apply"][:, 0] < _fraction(op, "probability", per_sample(args["probability"], b))
+    one = np.ones(1, np.float32)  # a one-tap kernel of weight 1 copies the sample exactly
+    wy = [kbl.gaussian_weights(int(win[i, 0]), sigma[i, 0]) if on[i] else one for i in range(b)]
+    wx = [kbl.gaussian_weights(int(win[i, 1]), sigma[i, 1]) if on[i] else one for i in range(b)]
+    return wx, wy
+
+
+@register("gaussian_blur", host_plan=_gaussian_blur_plan, draws=(Draw("sigma"), Draw("apply")),
+          **PIXEL,
           args={"sigma": None, "window_size": None, "kernel_size": None, "sigma_range": None,
                 "probability": 1.0},
           per_sample=("sigma", "window_size", "probability"),
@@ -138,27 +146,11 @@ declare_ranges("gaussian_blur", sigma=nonneg(1024.0, form='pair'), window_size=c
           doc="Gaussian blur, sigma per sample (DALI's sigma / window_size or torchvision's "
               "kernel_size / sigma range); separable, borders reflected (torchvision's); "
               "OpenCV on the CPU (the NumPy twin with backend.set_cpu_warp('reference'))")
-def gaussian_blur(ctx, op, inputs, args):
-    img = pixel_images(ctx, op, inputs[0])
-    b = img.batch_size
-    u = ctx.rng(op).uniform(2)
-    win, sigma = blur_plan(op, args, b, u[:, 0])
-    on = u[:, 1] < _fraction(op, "probability", per_sample(args["probability"], b))
-    one = np.ones(1, np.float32)  # a one-tap kernel of weight 1 copies the sample exactly
-    wy = [kbl.gaussian_weights(int(win[i, 0]), sigma[i, 0]) if on[i] else one for i in range(b)]
-    wx = [kbl.gaussian_weights(int(win[i, 1]), sigma[i, 1]) if on[i] else one for i in range(b)]
-    host = kbl.gaussian_blur_numpy if backend.cpu_warp() == "reference" else kbl.gaussian_blur_cv2
-    return _run(ctx, img, lambda items, lo, hi: host(items, wx[lo:hi], wy[lo:hi]),
-                lambda d: kbl.gaussian_blur_cupy(d, wx, wy, stream=ctx.stream))
+def gaussian_blur(ctx, op, inputs, args, params):
+    return launch(ctx, op, pixel_images(ctx, op, inputs[0]), *params, per_sample=(0, 1))
 
 
 # ---- noise ------------------------------------------------------------------------------------
-def _noise(ctx, img, keys, mode, params, per_channel):
-    return _run(ctx, img,
-                lambda items, lo, hi: kn.noise_numpy(items, keys[lo:hi], mode, params[lo:hi], per_channel),
-                lambda d: kn.noise_cupy(d, keys, mode, params, per_channel, stream=ctx.stream))
-
-
 def _fraction(op, name, v):
     if np.any((v < 0) | (v > 1)):
         raise ValueError(f"{op.name}: {name} must lie in [0, 1]")
@@ -171,7 +163,40 @@ NOISE_DEFAULTS = {"mode": "gaussian", "mean": 0.0, "std": 10.0, "amount": 0.05,
 
 declare_ranges("noise", mean=finite(), std=nonneg(255.0, form='range'), amount=prob(form='range'),
                salt_vs_pepper=prob(form='range'), probability=prob())
-@register("noise", **PIXEL, args=NOISE_DEFAULTS,
+def _noise_plan(op, args, draws, b, images=None):
+    """(keys, mode, params, per_channel) of the noise kernel."""
+    keys = draws["key"][:, 0]
+    mode = args["mode"]
+    if mode not in ("gaussian", "salt_and_pepper"):
+        raise ValueError(f"{op.name}: mode {mode!r}: expected 'gaussian' or 'salt_and_pepper' "
+                         "(fn.noise.shot for shot noise)")
+    other = ("amount", "salt_vs_pepper") if mode == "gaussian" else ("mean", "std")
+    for k in other:  # an argument of the other mode is not ignored in silence
+        v = args[k]
+        if isinstance(v, np.ndarray) or v != NOISE_DEFAULTS[k]:
+            raise ValueError(f"{op.name}: {k} is an argument of mode "
+                             f"{'salt_and_pepper' if mode == 'gaussian' else 'gaussian'}, not of {mode!r}")
+    on = draws["apply"][:, 0] < _fraction(op, "probability", per_sample(args["probability"], b))
+    level, svp = draws["level"][:, 0], draws["salt_vs_pepper"][:, 0]
+    params = np.zeros((b, 4))
+    if mode == "gaussian":
+        std = drawn(op, "std", args["std"], level)
+        if np.any(std < 0):
+            raise ValueError(f"{op.name}: std must be >= 0")
+        params[:, 0] = np.where(on, per_sample(args["mean"], b), 0.0)
+        params[:, 1] = np.where(on, std, 0.0)
+    else:
+        params[:, 0] = np.where(on, _fraction(op, "amount", drawn(op, "amount", args["amount"], level)), 0.0)
+        params[:, 1] = _fraction(op, "salt_vs_pepper", drawn(op, "salt_vs_pepper", args["salt_vs_pepper"], svp))
+        params[:, 2], params[:, 3] = 255.0, 0.0
+    per_channel = (mode == "gaussian") if args["per_channel"] is None else bool(args["per_channel"])
+    return keys, mode, params, per_channel
+
+
+declare_ranges("noise.gaussian", mean=finite(), stddev=nonneg())
+@register("noise", host_plan=_noise_plan,
+          draws=(Draw("apply"), Draw("level"), Draw("salt_vs_pepper"), *KEY), **PIXEL,
+          args=NOISE_DEFAULTS,
           per_sample=("mean", "std", "amount", "salt_vs_pepper", "probability"),
           arg_docs={"mode": "'gaussian' (mean, std) or 'salt_and_pepper' (amount, salt_vs_pepper)",
                     "mean": "gaussian: added to every value (pixel units)",
@@ -186,59 +211,45 @@ declare_ranges("noise", mean=finite(), std=nonneg(255.0, form='range'), amount=p
                     "probability": "chance that a sample gets noise at all"},
           doc="additive gaussian noise (std per sample) or salt and pepper (amount, "
               "salt_vs_pepper per sample); per-pixel draws keyed, the same on CPU and GPU")
-def noise(ctx, op, inputs, args):
-    img = pixel_images(ctx, op, inputs[0])
-    b = img.batch_size
-    rng = ctx.rng(op)
-    u = rng.uniform(3)
-    keys = rng.bits(1)[:, 0]
-    mode = args["mode"]
-    if mode not in ("gaussian", "salt_and_pepper"):
-        raise ValueError(f"{op.name}: mode {mode!r}: expected 'gaussian' or 'salt_and_pepper' "
-                         "(fn.noise.shot for shot noise)")
-    other = ("amount", "salt_vs_pepper") if mode == "gaussian" else ("mean", "std")
-    for k in other:  # an argument of the other mode is not ignored in silence
-        v = args[k]
-        if isinstance(v, np.ndarray) or v != NOISE_DEFAULTS[k]:
-            raise ValueError(f"{op.name}: {k} is an argument of mode "
-                             f"{'salt_and_pepper' if mode == 'gaussian' else 'gaussian'}, not of {mode!r}")
-    on = u[:, 0] < _fraction(op, "probability", per_sample(args["probability"], b))
-    params = np.zeros((b, 4))
-    if mode == "gaussian":
-        std = drawn(op, "std", args["std"], u[:, 1])
-        if np.any(std < 0):
-            raise ValueError(f"{op.name}: std must be >= 0")
-        params[:, 0] = np.where(on, per_sample(args["mean"], b), 0.0)
-        params[:, 1] = np.where(on, std, 0.0)
-    else:
-        params[:, 0] = np.where(on, _fraction(op, "amount", drawn(op, "amount", args["amount"], u[:, 1])), 0.0)
-        params[:, 1] = _fraction(op, "salt_vs_pepper", drawn(op, "salt_vs_pepper", args["salt_vs_pepper"], u[:, 2]))
-        params[:, 2], params[:, 3] = 255.0, 0.0
-    per_channel = (mode == "gaussian") if args["per_channel"] is None else bool(args["per_channel"])
-    return _noise(ctx, img, keys, mode, params, per_channel)
+def noise(ctx, op, inputs, args, params):
+    return launch(ctx, op, pixel_images(ctx, op, inputs[0]), *params, per_sample=(0, 2))
 
 
-declare_ranges("noise.gaussian", mean=finite(), stddev=nonneg())
-@register("noise.gaussian", **PIXEL, args={"mean": 0.0, "stddev": 1.0},
-          per_sample=("mean", "stddev"),
-          arg_docs={"mean": "DALI's: mean of the noise (pixel units)",
-                    "stddev": "DALI's: standard deviation of the noise (pixel units)"},
-          doc="DALI's gaussian noise: out = x + N(mean, stddev) per element, rounded and clamped")
-def noise_gaussian(ctx, op, inputs, args):
-    img = pixel_images(ctx, op, inputs[0])
-    b = img.batch_size
-    keys = _keys(ctx, op)
+def _noise_gaussian_plan(op, args, draws, b, images=None):
+    """(keys, mode, params, per_channel) of the noise kernel."""
+    keys = draws["key"][:, 0]
     std = per_sample(args["stddev"], b)
     if np.any(std < 0):
         raise ValueError(f"{op.name}: stddev must be >= 0")
     params = np.zeros((b, 4))
     params[:, 0], params[:, 1] = per_sample(args["mean"], b), std
-    return _noise(ctx, img, keys, "gaussian", params, True)
+    return keys, "gaussian", params, True
+
+
+@register("noise.gaussian", host_plan=_noise_gaussian_plan, draws=KEY, **PIXEL,
+          args={"mean": 0.0, "stddev": 1.0},
+          per_sample=("mean", "stddev"),
+          arg_docs={"mean": "DALI's: mean of the noise (pixel units)",
+                    "stddev": "DALI's: standard deviation of the noise (pixel units)"},
+          doc="DALI's gaussian noise: out = x + N(mean, stddev) per element, rounded and clamped")
+def noise_gaussian(ctx, op, inputs, args, params):
+    return launch(ctx, op, pixel_images(ctx, op, inputs[0]), *params, per_sample=(0, 2))
+
+
+def _noise_salt_and_pepper_plan(op, args, draws, b, images=None):
+    """(keys, mode, params, per_channel) of the noise kernel."""
+    keys = draws["key"][:, 0]
+    params = np.zeros((b, 4))
+    params[:, 0] = _fraction(op, "prob", per_sample(args["prob"], b))
+    params[:, 1] = _fraction(op, "salt_vs_pepper", per_sample(args["salt_vs_pepper"], b))
+    params[:, 2] = 255.0 if args["salt_val"] is None else per_sample(args["salt_val"], b)
+    params[:, 3] = 0.0 if args["pepper_val"] is None else per_sample(args["pepper_val"], b)
+    return keys, "salt_and_pepper", params, bool(args["per_channel"])
 
 
 declare_ranges("noise.salt_and_pepper", prob=prob(), salt_vs_pepper=prob(), salt_val=finite(),
                pepper_val=finite())
-@register("noise.salt_and_pepper", **PIXEL,
+@register("noise.salt_and_pepper", host_plan=_noise_salt_and_pepper_plan, draws=KEY, **PIXEL,
           args={"prob": 0.05, "salt_vs_pepper": 0.5, "salt_val": None, "pepper_val": None,
                 "per_channel": False},
           per_sample=("prob", "salt_vs_pepper", "salt_val", "pepper_val"),
@@ -249,30 +260,26 @@ declare_ranges("noise.salt_and_pepper", prob=prob(), salt_vs_pepper=prob(), salt
                     "pepper_val": "DALI's: pepper value (None: 0 for uint8)",
                     "per_channel": "DALI's: draw per channel (True) or per pixel (False)"},
           doc="DALI's salt and pepper noise (prob, salt_vs_pepper, salt_val, pepper_val per sample)")
-def noise_salt_and_pepper(ctx, op, inputs, args):
-    img = pixel_images(ctx, op, inputs[0])
-    b = img.batch_size
-    keys = _keys(ctx, op)
+def noise_salt_and_pepper(ctx, op, inputs, args, params):
+    return launch(ctx, op, pixel_images(ctx, op, inputs[0]), *params, per_sample=(0, 2))
+
+
+def _noise_shot_plan(op, args, draws, b, images=None):
+    """(keys, mode, params, per_channel) of the noise kernel."""
+    keys = draws["key"][:, 0]
     params = np.zeros((b, 4))
-    params[:, 0] = _fraction(op, "prob", per_sample(args["prob"], b))
-    params[:, 1] = _fraction(op, "salt_vs_pepper", per_sample(args["salt_vs_pepper"], b))
-    params[:, 2] = 255.0 if args["salt_val"] is None else per_sample(args["salt_val"], b)
-    params[:, 3] = 0.0 if args["pepper_val"] is None else per_sample(args["pepper_val"], b)
-    return _noise(ctx, img, keys, "salt_and_pepper", params, bool(args["per_channel"]))
+    params[:, 0] = per_sample(args["factor"], b)
+    return keys, "shot", params, True
 
 
 declare_ranges("noise.shot", factor=finite())
-@register("noise.shot", **PIXEL, args={"factor": 20.0}, per_sample=("factor",),
+@register("noise.shot", host_plan=_noise_shot_plan, draws=KEY, **PIXEL, args={"factor": 20.0},
+          per_sample=("factor",),
           arg_docs={"factor": "DALI's: out = poisson(x / factor) * factor (<= 0: no noise)"},
           doc="DALI's shot noise: out = poisson(x / factor) * factor, rounded and clamped "
               "(Poisson by inversion; a rounded normal from a mean of 32)")
-def noise_shot(ctx, op, inputs, args):
-    img = pixel_images(ctx, op, inputs[0])
-    b = img.batch_size
-    keys = _keys(ctx, op)
-    params = np.zeros((b, 4))
-    params[:, 0] = per_sample(args["factor"], b)
-    return _noise(ctx, img, keys, "shot", params, True)
+def noise_shot(ctx, op, inputs, args, params):
+    return launch(ctx, op, pixel_images(ctx, op, inputs[0]), *params, per_sample=(0, 2))
 
 
 # ---- jitter -----------------------------------------------------------------------------------
@@ -290,7 +297,25 @@ def fill_bytes(op, name, value, b, c):
 
 
 declare_ranges("jitter", nDegree=count(1, MAX_SIDE), fill_value=byte(), mask=count(0, 1))
-@register("jitter", **PIXEL, args={"nDegree": 2, "fill_value": 0.0, "interp_type": None, "mask": 1},
+def _jitter_plan(op, args, draws, b, images):
+    """(keys, nDegree, masks, fills) of the jitter kernel (fills in the images' channels)."""
+    keys = draws["key"][:, 0]
+    interp = args["interp_type"]
+    if interp is not None and str(getattr(interp, "value", interp)).lower() not in ("nn", "interp_nn"):
+        raise NotImplementedError(f"{op.name}: interp_type {args['interp_type']!r}: jitter moves "
+                                  "whole pixels (INTERP_NN), as DALI's does")
+    nd = int(args["nDegree"])
+    if nd < 1:
+        raise ValueError(f"{op.name}: nDegree must be >= 1, got {args['nDegree']!r}")
+    if not isinstance(images, ImageBatch):
+        raise TypeError(f"{op.name}: takes images, got {type(images).__name__}")
+    masks = per_sample(args["mask"], b).astype(np.int64)
+    fills = fill_bytes(op, "fill_value", args["fill_value"], b, images.channels)
+    return keys, nd, masks, fills
+
+
+@register("jitter", host_plan=_jitter_plan, roles={"plan_reads_images"}, draws=KEY, **PIXEL,
+          args={"nDegree": 2, "fill_value": 0.0, "interp_type": None, "mask": 1},
           per_sample=("mask",),
           arg_docs={"nDegree": "DALI's: each pixel is taken from one displaced by "
                                "(rand mod nDegree) - nDegree // 2 in x and in y",
@@ -298,22 +323,8 @@ declare_ranges("jitter", nDegree=count(1, MAX_SIDE), fill_value=byte(), mask=cou
                     "interp_type": "DALI's: INTERP_NN only (nearest pixel)",
                     "mask": "DALI's: 1 jitters the sample, 0 copies it (per sample)"},
           doc="DALI's jitter: each pixel replaced by a random neighbour within nDegree // 2")
-def jitter(ctx, op, inputs, args):
-    img = pixel_images(ctx, op, inputs[0])
-    b = img.batch_size
-    keys = _keys(ctx, op)
-    if args["interp_type"] is not None and str(getattr(args["interp_type"], "value", args["interp_type"])).lower() \
-            not in ("nn", "interp_nn"):
-        raise NotImplementedError(f"{op.name}: interp_type {args['interp_type']!r}: jitter moves "
-                                  "whole pixels (INTERP_NN), as DALI's does")
-    nd = int(args["nDegree"])
-    if nd < 1:
-        raise ValueError(f"{op.name}: nDegree must be >= 1, got {args['nDegree']!r}")
-    masks = per_sample(args["mask"], b).astype(np.int64)
-    fills = fill_bytes(op, "fill_value", args["fill_value"], b, img.channels)
-    return _run(ctx, img,
-                lambda items, lo, hi: kn.jitter_numpy(items, keys[lo:hi], nd, masks[lo:hi], fills[lo:hi]),
-                lambda d: kn.jitter_cupy(d, keys, nd, masks, fills, stream=ctx.stream))
+def jitter(ctx, op, inputs, args, params):
+    return launch(ctx, op, pixel_images(ctx, op, inputs[0]), *params, per_sample=(0, 2, 3))
 
 
 # ---- JPEG -------------------------------------------------------------------------------------
@@ -337,7 +348,16 @@ def jpeg_roundtrip(img: np.ndarray, quality: int) -> np.ndarray:
 
 
 declare_ranges("jpeg_compression", quality=count(1, 100, form='range'), probability=prob())
-@register("jpeg_compression", devices=("cpu",), inputs=(1, 1), kind="color",
+@register_kernel("jpeg_compression", "cpu")
+def jpeg_numpy(images, qualities, on) -> list:
+    """Each image of ``images`` through :func:`jpeg_roundtrip` at its quality where ``on``, else
+    copied."""
+    return [jpeg_roundtrip(np.ascontiguousarray(im), q) if o else im.copy()
+            for im, q, o in zip(images, qualities, on)]
+
+
+@register("jpeg_compression", draws=(Draw("quality"), Draw("apply")), rule=S.same_canvas,
+          plans=False, devices=("cpu",), inputs=(1, 1), kind="color",
           output_spec="uint8 images, same sizes",
           args={"quality": 50, "probability": 1.0}, per_sample=("quality", "probability"),
           aliases=("jpeg_compression_distortion",),
@@ -348,12 +368,11 @@ declare_ranges("jpeg_compression", quality=count(1, 100, form='range'), probabil
                     "probability": "chance that a sample is compressed (else it is copied)"},
           doc="JPEG compression artefacts: encode at a quality drawn per sample and decode "
               "(Pillow); CPU only")
-def jpeg_compression(ctx, op, inputs, args):
+def jpeg_compression(ctx, op, inputs, args, draws):
     img = pixel_images(ctx, op, inputs[0])
     b = img.batch_size
-    draws = ctx.rng(op).uniform(2)
-    u = draws[:, 0]
-    on = draws[:, 1] < _fraction(op, "probability", per_sample(args["probability"], b))
+    u = draws["quality"][:, 0]
+    on = draws["apply"][:, 0] < _fraction(op, "probability", per_sample(args["probability"], b))
     q = args["quality"]
     if isinstance(q, (tuple, list)):
         if len(q) != 2 or int(q[0]) > int(q[1]) or not 1 <= int(q[0]) <= int(q[1]) <= 100:
@@ -370,6 +389,4 @@ def jpeg_compression(ctx, op, inputs, args):
         raise ValueError(f"{op.name}: quality must lie in 1..100, got {q!r}")
     if b and img.channels not in (1, 3):
         raise ValueError(f"{op.name}: JPEG takes 1 or 3 channels, got {img.channels}")
-    return _run(ctx, img, lambda items, lo, hi: [
-        jpeg_roundtrip(np.ascontiguousarray(im), qs[lo + i]) if on[lo + i] else im.copy()
-        for i, im in enumerate(items)], None)
+    return launch(ctx, op, img, qs, on, per_sample=(0, 1))

@@ -19,9 +19,28 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import geometry as G
+from ..core import shapes as S
 from ..core.batch import BoxBatch, ImageBatch
-from .geometry import GEO, apply_geometry, pair, per_sample
-from .registry import register
+from .geometry import GEO, apply_geometry, fixed_size_rule, pair, per_sample
+
+
+@S.image_rule
+def _scale_jitter_rule(img, a):
+    """The canvas ``size`` where the image is cropped and padded to it; else unknown."""
+    return S.fixed(img, S.pair(a.get("size"))) if a.get("crop") and a.get("pad") else None
+
+
+@S.image_rule
+def _shortest_size_rule(img, a):
+    """Within ``max_size`` where it is given; else unknown."""
+    top = S.pair(a.get("max_size"))
+    return S.within(img, top) if top else None
+
+
+def _warp_affine_rule(ins, a):
+    """The canvas ``size`` where given, else the input's."""
+    return (fixed_size_rule if S.pair(a.get("size")) else S.same_canvas)(ins, a)
+from .registry import Draw, register
 from ..graph.arg_check import declare_ranges, finite, positive, prob, side
 
 
@@ -78,7 +97,8 @@ def checked_homography(start, end, sizes, names=("startpoints", "endpoints")):
 
 declare_ranges("perspective", startpoints=finite(form='seq'), endpoints=finite(form='seq'),
                distortion_scale=prob(), p=prob(), fill=finite(form='seq'))
-@register("perspective", **GEO,
+@register("perspective", draws=(Draw("corners", 8), Draw("apply")), rule=S.same_canvas, plans=True,
+          **GEO,
           args={"startpoints": None, "endpoints": None, "distortion_scale": None, "p": None,
                 "fill": 0.0, "antialias": True},
           per_sample=("startpoints", "endpoints", "distortion_scale", "p"),
@@ -96,7 +116,7 @@ declare_ranges("perspective", startpoints=finite(form='seq'), endpoints=finite(f
           doc="homography mapping startpoints onto endpoints (torchvision's perspective), or "
               "torchvision's RandomPerspective (distortion_scale, p) drawn per sample; canvas kept, "
               "boxes: enclosing box of the 4 corners mapped with the divide")
-def perspective(ctx, op, inputs, args):
+def perspective(ctx, op, inputs, args, draws):
     given = args["startpoints"] is not None or args["endpoints"] is not None
     if given and (args["startpoints"] is None or args["endpoints"] is None):
         raise ValueError("perspective: startpoints and endpoints go together")
@@ -106,8 +126,8 @@ def perspective(ctx, op, inputs, args):
 
     def plan(sizes, boxes):
         b = len(sizes)
-        rng = ctx.rng(op)
-        u = rng.uniform(9)  # drawn in every mode, so that the streams do not depend on the args
+        # drawn in every mode, so that the streams do not depend on the args
+        u = np.concatenate([draws["corners"], draws["apply"]], 1)
         if given:
             start = _points(args["startpoints"], b, "startpoints")
             end = _points(args["endpoints"], b, "endpoints")
@@ -181,7 +201,8 @@ def scale_jitter_plan(u, sizes, size, scale_range, rounding, crop, pad):
 
 declare_ranges("scale_jitter", size=side(), scale_range=positive(1000.0, form='range'),
                fill=finite(form='seq'))
-@register("scale_jitter", **GEO,
+@register("scale_jitter", draws=(Draw("scale"), Draw("crop")), rule=_scale_jitter_rule, plans=True,
+          **GEO,
           args={"size": None, "scale_range": (0.1, 2.0), "crop": True, "pad": True,
                 "fill": 128.0, "rounding": "round", "antialias": True},
           arg_docs={"size": "the target (h, w): the scale is relative to fitting it, and the "
@@ -194,7 +215,7 @@ declare_ranges("scale_jitter", size=side(), scale_range=positive(1000.0, form='r
                     "rounding": "'round' (Detectron2's ResizeScale) or 'trunc' (torchvision)"},
           doc="large-scale jitter (LSJ): resize keeping the aspect ratio by a factor drawn in "
               "scale_range of fitting size, then crop and pad to size; fused")
-def scale_jitter(ctx, op, inputs, args):
+def scale_jitter(ctx, op, inputs, args, draws):
     if args["size"] is None:
         raise ValueError("scale_jitter: size=(h, w) is required")
     size = pair(args["size"], "size")
@@ -204,7 +225,7 @@ def scale_jitter(ctx, op, inputs, args):
     rounding = _rounding(op, args["rounding"])
 
     def plan(sizes, boxes):
-        u = ctx.rng(op).uniform(2)
+        u = np.concatenate([draws["scale"], draws["crop"]], 1)
         m, out = scale_jitter_plan(u, sizes, size, (lo, hi), rounding, bool(args["crop"]),
                                    bool(args["pad"]))
         return m, out, None
@@ -243,7 +264,8 @@ def shortest_size_plan(choice, sizes, min_size, max_size, rounding):
 
 
 declare_ranges("random_shortest_size", min_size=side(form='seq'), max_size=side(form='scalar'))
-@register("random_shortest_size", **GEO,
+@register("random_shortest_size", draws=(Draw("choice"),), rule=_shortest_size_rule, plans=True,
+          **GEO,
           args={"min_size": None, "max_size": None, "rounding": "trunc", "antialias": True},
           arg_docs={"min_size": "the shorter side's length, or a list to draw it from per sample",
                     "max_size": "cap of the longer side",
@@ -251,7 +273,7 @@ declare_ranges("random_shortest_size", min_size=side(form='seq'), max_size=side(
                                 "(Detectron2's ResizeShortestEdge)"},
           doc="multi-scale resize: shorter side drawn from min_size per sample, longer side at "
               "most max_size, aspect ratio kept; fused")
-def random_shortest_size(ctx, op, inputs, args):
+def random_shortest_size(ctx, op, inputs, args, draws):
     if args["min_size"] is None:
         raise ValueError("random_shortest_size: min_size (an int or a list) is required")
     sizes_list = np.atleast_1d(np.asarray(args["min_size"], np.float64)).reshape(-1)
@@ -262,7 +284,8 @@ def random_shortest_size(ctx, op, inputs, args):
     rounding = _rounding(op, args["rounding"])
 
     def plan(sizes, boxes):
-        choice = ctx.rng(op).integers(1, len(sizes_list))[:, 0]
+        n = len(sizes_list)  # (SampleRNG.integers: uniform on [0, n))
+        choice = np.minimum((draws["choice"][:, 0] * n).astype(np.int64), n - 1)
         m, out = shortest_size_plan(choice, sizes, sizes_list, args["max_size"], rounding)
         return m, out, None
 
@@ -293,7 +316,7 @@ def dali_affine(matrix, b, inverse_map):
 
 declare_ranges("warp_affine", matrix=finite(form='seq'), size=side(integer=False),
                fill_value=finite(form='seq'))
-@register("warp_affine", **GEO,
+@register("warp_affine", rule=_warp_affine_rule, plans=True, **GEO,
           args={"matrix": None, "size": None, "fill_value": None, "interp_type": None,
                 "inverse_map": True, "dtype": None, "bytes_per_sample_hint": 0, "preserve": False},
           per_sample=("matrix",),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 
-from ..graph.trace import (ALIASES, COMMON_ARGS, REGISTRY, OpSchema, _takes_auto, call_op, register,
+from ..graph.trace import (ALIASES, COMMON_ARGS, REGISTRY, Draw, OpSchema, _takes_auto, call_op, register,
     schema_of)
 from . import arg_docs as _arg_docs
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..core import shapes as S
 from ..core.batch import BoxBatch, EncodedBatch, ImageBatch, concat_boxes
 from ..core.errors import SampleError
 from .arg_docs import SHARED
@@ -676,7 +677,8 @@ register("external_source", devices=("cpu",), inputs=(0, 0), kind="source",
              "or feed_input")(_External)
 
 
-@register("_upload", devices=("mixed",), inputs=(1, 1), kind="other",
+@register("_upload", rule=S.same_canvas, plans=True, roles={"upload"}, devices=("mixed",),
+          inputs=(1, 1), kind="other",
           doc="host -> device copy (inserted by build)")
 def _upload(ctx, op, inputs, args):
     from ..core.backend import upload, upload_many

@@ -7,6 +7,7 @@ import numpy as np
 
 from ..graph import materialize as M
 from ..core import backend
+from ..core import shapes as S
 from ..core.batch import BoxBatch
 from ..targets.retinanet import AnchorConfig, RetinaNetEncoder, TargetConfig
 from .registry import register
@@ -23,7 +24,23 @@ declare_ranges("retinanet_encode", num_classes=count(1, 1 << 20), sizes=positive
                form='seq'), strides=count(1, MAX_SIDE, form='seq'), ratios=positive(form='seq'),
                scales=positive(form='seq'), positive_overlap=prob(), negative_overlap=prob(),
                std=positive(form='seq'))
-@register("retinanet_encode", devices=("cpu", "gpu"), inputs=(1, 1), outputs=2, kind="box",
+def _encoded_rule(ins, a):
+    """Regression (A, 5) and labels (A, C + 1) float32 per sample, A the anchors of the boxes'
+    canvas (known where the images have one canvas)."""
+    b = ins[0] if ins and isinstance(ins[0], S.Boxes) else None
+    canvas = b.canvas.hw if b is not None and b.canvas is not None else None
+    if canvas is None or a.get("num_classes") is None:
+        return S.Out((None, None))
+    from ..targets.retinanet import feature_shapes
+
+    cfg = AnchorConfig(tuple(a["sizes"]), tuple(a["strides"]), tuple(a["ratios"]),
+                       tuple(a["scales"]))
+    n = sum(h * w for h, w in feature_shapes(canvas, cfg)) * cfg.anchors_per_cell
+    return S.Out((S.Array(n * 5 * 4), S.Array(n * (int(a["num_classes"]) + 1) * 4)))
+
+
+@register("retinanet_encode", rule=_encoded_rule, plans=False, devices=("cpu", "gpu"),
+          inputs=(1, 1), outputs=2, kind="box",
           args={"num_classes": None, "sizes": (32, 64, 128, 256, 512), "strides": (8, 16, 32, 64, 128),
                 "ratios": (0.5, 1.0, 2.0), "scales": (1.0, 2 ** (1 / 3), 2 ** (2 / 3)),
                 "positive_overlap": 0.5, "negative_overlap": 0.4, "force_match": False,

@@ -64,20 +64,34 @@ class BatchMaking:
     def _run_level(self, ctx, ops):
         for op in ops:
             inputs = [ctx.values[(i.op.id, i.index)] for i in op.inputs]
-            args = {k: (ctx.values[(v.op.id, v.index)] if isinstance(v, _graph.DataNode) else v)
-                    for k, v in op.args.items()}
+            args = ctx.args_of(op)
             if op.arg_inputs:  # this batch's per-sample values meet the declared ranges too
                 check_per_sample(op.schema.name, {k: args[k] for k in op.arg_inputs})
             if op.schema.kind == "source":
                 outs = self._sources[op.id].read(ctx, ctx.prepared[op.id])
-            elif op.device != "cpu":
-                with ctx.on_stream():
-                    outs = op.schema.impl(ctx, op, inputs, args)
             else:
-                outs = op.schema.impl(ctx, op, inputs, args)
+                # what an op declares it is handed: the parameters planned for it (ahead, by a
+                # host worker, or now), else its draws, made before it runs from its keyed streams
+                drawn = ((self._params_of(ctx, op, args, inputs),) if op.schema.host_plan is not None
+                         else (op.schema.draw(ctx.rng(op), args),) if op.schema.draws else ())
+                if op.device != "cpu":
+                    with ctx.on_stream():
+                        outs = op.schema.impl(ctx, op, inputs, args, *drawn)
+                else:
+                    outs = op.schema.impl(ctx, op, inputs, args, *drawn)
             outs = outs if isinstance(outs, tuple) else (outs,)
             for k, v in enumerate(outs):
                 ctx.values[(op.id, k)] = v
+
+    @staticmethod
+    def _params_of(ctx, op, args, inputs):
+        """``op``'s planned parameters in ``ctx`` (made by a host worker), else made now: the
+        same function of the same draws (and sizes) either way."""
+        planned = ctx.values.get((op.id, _graph.PARAMS))
+        if planned is not None:
+            return planned
+        return op.schema.plan_params(op, ctx.rng(op), args, len(ctx.sample_index),
+                                     inputs[0] if inputs else None)
 
     def _host_stage(self, key, prepared, pool):
         """The host ops of a launch (bad samples replaced: Retries): its batch context."""

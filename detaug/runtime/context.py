@@ -11,6 +11,7 @@ import contextlib
 import numpy as np
 
 from ..graph import materialize as _materialize
+from ..graph.trace import DataNode
 from ..core.rng import SampleRNG
 from .partners import LaunchLevels, expands
 
@@ -72,6 +73,11 @@ class BatchContext:
         and a handed-out batch's blocks are reused only behind waits of the streams it was made
         on (detaug/runtime/gpu/handout.py)."""
         return contextlib.nullcontext() if self.stream is None else self.stream
+
+    def args_of(self, op) -> dict:
+        """``op``'s arguments in this batch: a per-sample argument is its value here."""
+        return {k: (self.values[(v.op.id, v.index)] if isinstance(v, DataNode) else v)
+                for k, v in op.args.items()}
 
     def rng(self, op) -> SampleRNG:
         seed = op.args.get("seed")

@@ -101,7 +101,7 @@ def setup(pipe):
         expands(op)  # checks the mode
     pipe._levels = plan_levels(needed, pipe._outputs)
     pipe._fan_out = fan_out(needed, pipe._levels)
-    decoders = {pipe._levels.get(op.id, ()) for op in needed if op.schema.name.startswith("decoders.")}
+    decoders = {pipe._levels.get(op.id, ()) for op in needed if op.schema.has("decoder")}
     pipe._decode_level = decoders.pop() if len(decoders) == 1 else None
     if pipe._levels and pipe._driver.size is None:
         multi = next(op for op in needed if expands(op))
@@ -117,7 +117,7 @@ def decoded_per_batch(pipe, epoch, batch_index) -> int:
     idx, pos, sizes = pipe._schedule(epoch, batch_index, 1)
     lv = LaunchLevels(pipe, epoch, idx, pos, sizes)
     paths = {pipe._levels.get(op.id, ()) for op in pipe._needed_ops()
-             if op.schema.name.startswith("decoders.")}
+             if op.schema.has("decoder")}
     return sum(len(lv.get(p).sample_index) for p in paths)
 
 

@@ -108,8 +108,8 @@ def _shard_records(pipe) -> tuple:
     sid, ns = src.shard
     policy = pipe._shard_policy_of(src)
     # DALI's pad_last_batch pads every shard to the largest shard's length (Sharding._epoch_samples)
-    n = _schedule.shard_size(src.size, sid, ns, "pad" if getattr(src, "pad_last_batch", False)
-                             else policy)
+    n = _schedule.shard_size(src.size, sid, ns,
+                             _schedule.PAD if getattr(src, "pad_last_batch", False) else policy)
     return src.size, sid, ns, policy, n
 
 

@@ -150,3 +150,24 @@ def tv_gaussian_blur(img, kernel_size, sigma):
         for j in range(kx):
             out += k2[i, j] * pad[i:i + h, j:j + w]
     return np.clip(np.round(out), 0, 255)
+
+
+class NoDecodeService:
+    """decode_proc.DecodeService at build: planning only needs to know that the files are
+    decoded by decode processes."""
+
+    def __init__(self, *args):
+        self.workers, self.threads = [], 1
+        self.connected = args[2] is not None
+
+    def configure(self, processes, ring_bytes, threads, slots, warm_first=False):
+        self.threads = threads
+
+    def connect(self):
+        self.connected = True
+
+    def stop(self):
+        pass
+
+    def close(self):
+        pass

@@ -55,14 +55,14 @@ class DeviceStage:
         if self._mixed_decode:
             what, drop = "decodes on the GPU (device='mixed')", "device='mixed' (or use device='auto')"
         else:
-            names = ", ".join(op.name for op in self._device_ops if not op.schema.name.startswith("_"))
+            names = ", ".join(op.name for op in self._device_ops if not op.schema.internal)
             what, drop = f"runs ops on the GPU ({names or '.gpu() uploads'})", "device='gpu' and .gpu()"
         raise DeviceUnavailableError(f"this pipeline {what} but {missing}: {install_command('gpu')}, "
                                      f"or drop {drop} to run on the CPU")
 
     def _summarize_devices(self) -> str:
         """Where the pipeline runs, in one line (``pipe.device_summary``)."""
-        user = lambda ops: [op for op in ops if not op.schema.name.startswith("_")]
+        user = lambda ops: [op for op in ops if not op.schema.internal]
         n_host, n_dev = len(user(self._host_ops)), len(user(self._device_ops))
         if not self.has_device_stage:
             return f"cpu: all {n_host} ops on the CPU (no GPU stage)"
@@ -221,7 +221,7 @@ class DeviceStage:
                 continue
             users = [u for u in needed for i in u.inputs if (i.op.id, i.index) == (op.id, 0)]
             users += [u for u in needed for a in u.arg_inputs.values() if (a.op.id, a.index) == (op.id, 0)]
-            if users and all(u.schema.name == "decoders.image" and u.device == "mixed" for u in users):
+            if users and all(u.gpu_decode for u in users):
                 self._paths_only.add(op.id)
 
     def _decoded_sizes(self, any_decoder=False):
@@ -229,7 +229,7 @@ class DeviceStage:
         decoder's with ``any_decoder``), where the reader feeding it knows them (None
         otherwise): the decode rings and the memory plan are sized from them."""
         for op in self._needed_ops():
-            if op.schema.name == "decoders.image" and (any_decoder or op.device == "mixed") and op.inputs:
+            if op.schema.has("decode_service") and (any_decoder or op.gpu_decode) and op.inputs:
                 src = self._sources.get(op.inputs[0].op.id)
                 sizes = getattr(src, "sizes", None)
                 if sizes is not None and len(sizes):

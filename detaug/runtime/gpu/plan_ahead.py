@@ -9,7 +9,8 @@ decode and that launch need the GPU. The decoded sizes are the annotated sizes (
 checks them), so the whole plan can be made before the decode, from the reader's data alone:
 
 * **plan** (:meth:`PlanAhead._plan_launch`, in a host worker process, or a thread): the host
-  ops, then the plannable device ops (:data:`PLANNABLE`) with the images a
+  ops, then the device ops that plan on the host (each declares it: ``OpSchema.plans``, read
+  by :func:`_static_plannable`) with the images a
   :class:`~detaug.core.batch.PlannedImages` (shapes, no pixels), the boxes on the host (the NumPy
   twins of the box kernels) and the warp a :class:`~detaug.core.batch.DeferredWarp` (the launch's
   metadata, :func:`~detaug.kernels.warp.plan_warp`). What the rest of the graph and the outputs
@@ -29,17 +30,11 @@ from __future__ import annotations
 
 import os
 
-from ...core import types
 from ...core.batch import BoxBatch, DeferredWarp, ImageBatch, PaddedBoxes, PlannedImages
+from ...graph.trace import PARAMS
 from ..context import BatchContext
 from ...core.errors import NotPlannable, SampleError
 from .launch_profile import stamp
-
-# device ops that plan on the host (their pixels, if any, come from the planned warp)
-PLANNABLE = {"decoders.image", "decoders.image_slice", "_upload", "flip", "crop", "resize",
-             "letterbox", "rotate", "affine", "zoom_out", "random_iou_crop",
-             "random_resized_crop", "paste", "slice", "prune_boxes", "clip_boxes", "box_convert",
-             "pad_boxes", "normalize", "crop_mirror_normalize", "materialize"}
 
 
 def default_processes() -> int:
@@ -49,20 +44,8 @@ def default_processes() -> int:
 
 
 def _static_plannable(op) -> bool:
-    """``op`` (a device op) plans on the host whatever its data."""
-    name = op.schema.name
-    if name not in PLANNABLE:
-        return False
-    if name.startswith("decoders."):
-        try:
-            kind = types.image_type(op.args.get("output_type", "RGB"))
-        except ValueError:
-            return False
-        return op.device == "mixed" and kind in ("RGB", "GRAY")
-    if name == "normalize":  # statistics of the pixels (DALI's defaults) need them
-        std = op.args.get("std") if op.args.get("std") is not None else op.args.get("stddev")
-        return op.args.get("mean") is not None and std is not None
-    return True
+    """``op`` (a device op) plans on the host whatever its data, as it declares."""
+    return op.schema.plans_on_host(op.args, op.device)
 
 
 def _keys_of(op):
@@ -107,6 +90,7 @@ class PlanAhead:
         decode can be planned; DETAUG_PLAN_AHEAD=0 turns it off (comparisons, debugging)."""
         self.plan_ahead = False
         self._plan_ops, self._rest_ops, self._plan_keys = [], list(self._device_ops), []
+        self._param_ops = []
         if not self._mixed_decode or os.environ.get("DETAUG_PLAN_AHEAD", "1") == "0":
             return
         host_ids = {op.id for op in self._host_ops}
@@ -114,15 +98,23 @@ class PlanAhead:
         for op in self._device_ops:  # topological order: inputs first
             if _static_plannable(op) and all(k[0] in host_ids or k[0] in planned for k in _keys_of(op)):
                 planned.add(op.id)
-        decodes = [op for op in self._device_ops if op.id in planned and op.schema.name.startswith("decoders.")]
+        decodes = [op for op in self._device_ops if op.id in planned and op.schema.has("decoder")]
         if not decodes:
             return
         self._plan_ops = [op for op in self._device_ops if op.id in planned]
         self._rest_ops = [op for op in self._device_ops if op.id not in planned]
+        # the device ops left that declare a host plan (their parameters from their arguments
+        # and draws: colour, photometric, blur, noise) are planned too: the device thread only
+        # launches them
         known = host_ids | planned
+        self._param_ops = [op for op in self._rest_ops if op.schema.host_plan is not None
+                           and all(v.op.id in host_ids for v in op.arg_inputs.values())
+                           and (not op.schema.has("plan_reads_images") or
+                                (op.inputs and op.inputs[0].op.id in known))]
         keys = {k for op in self._rest_ops for k in _keys_of(op)}
         keys |= {(o.op.id, o.index) for o in self._outputs}
-        self._plan_keys = sorted(k for k in keys if k[0] in known)
+        self._plan_keys = (sorted(k for k in keys if k[0] in known)
+                           + [(op.id, PARAMS) for op in self._param_ops])
         self._planned_ids = planned
         self.plan_ahead = True
 
@@ -134,10 +126,30 @@ class PlanAhead:
         def stage(ctx):
             self._run_ops(ctx, self._host_ops)
             self._run_ops(ctx, self._plan_ops)
+            self._plan_params(ctx, self._param_ops)
 
         ctx = self._with_retries(key, prepared, pool, stage, indices, skips=skips, walks=walks,
                                  ctx_type=_PlanContext)
         return LaunchPlan(ctx, self._plan_keys)
+
+    def _plan_params(self, ctx, ops):
+        """The parameters of ``ops`` (each declares a host plan: OpSchema.host_plan) into
+        ``ctx.values``, each at its level (runtime/partners.py), from the same draws the op
+        would make when it runs (runtime/batch_making.py: ``_params_of``)."""
+        try:
+            for op in ops:
+                if self._levels:
+                    ctx.use_level(self._levels.get(op.id, ()))
+                first = op.inputs[0] if op.inputs else None
+                images = ctx.values.get((first.op.id, first.index)) if first is not None else None
+                try:
+                    ctx.values[(op.id, PARAMS)] = op.schema.plan_params(
+                        op, ctx.rng(op), ctx.args_of(op), len(ctx.sample_index), images)
+                except NotPlannable:  # (sizes not known without pixels): made where it runs
+                    pass
+        finally:
+            if self._levels:
+                ctx.use_level(())
 
     def _plan_or_not(self, key, prepared, pool):
         try:

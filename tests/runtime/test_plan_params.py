@@ -1,0 +1,133 @@
+"""Planning ahead carries the parameters of the device ops that declare a host plan (colour,
+photometric, blur, noise: OpSchema.host_plan), so that a device thread only launches them: a GPU
+pipeline's launch planned on a machine without a GPU (its build's GPU parts stood in for) holds
+each such op's parameters, they survive the pickle a worker sends, and they equal bit for bit
+the parameters the same op makes when the whole graph runs in this process (the CPU pipeline
+of the same definition), for batches of two epochs."""
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from helpers import COCO
+from helpers import cuda_emulation as emu
+from helpers.cases import NoDecodeService
+
+from detaug import Pipeline, fn  # noqa: E402
+from detaug.graph.trace import PARAMS  # noqa: E402
+
+PLANNED = ("random_erasing", "jitter", "hsv", "brightness_contrast", "photometric_distort", "grayscale",
+           "gaussian_blur", "noise", "noise.gaussian", "noise.salt_and_pepper", "noise.shot")
+# reads its input's sizes, and its input is made on the device: made where it runs
+UNPLANNED = ("erase",)
+
+
+def _graph(pipe, device):
+    u = fn.random.uniform
+    with pipe:
+        enc, boxes = fn.readers.coco(file_root=os.path.join(COCO, "images"),
+                                     annotations_file=os.path.join(COCO, "annotations.json"),
+                                     random_shuffle=True)
+        img = fn.decoders.image(enc, device=device)
+        img, boxes = fn.random_iou_crop(img, boxes)
+        img, boxes = fn.resize(img, boxes, size=(48, 64))
+        jittered = fn.jitter(img, nDegree=3, fill_value=(10, 20, 30))
+        img, boxes = fn.random_erasing(img, boxes, probability=0.7, value="random")
+        img = fn.hsv(img, hue=u(range=(-20, 20)), saturation=u(range=(0.5, 1.5)))
+        img = fn.brightness_contrast(img, brightness=u(range=(0.8, 1.2)))
+        img = fn.photometric_distort(img, p=0.6)
+        img = fn.grayscale(img, p=0.3)
+        img = fn.gaussian_blur(img, sigma_range=(0.2, 2.0), probability=0.5)
+        img = fn.noise(img, std=(0.0, 9.0))
+        img = fn.noise.gaussian(img, stddev=u(range=(0, 4)))
+        img = fn.noise.salt_and_pepper(img, prob=0.02)
+        img = fn.noise.shot(img, factor=u(range=(5, 30)))
+        img = fn.erase(img, anchor=(0.2, 0.3), shape=(0.3, 0.2), normalized=True)
+        pipe.set_outputs(img, fn.pad_boxes(boxes, max_boxes=24), jittered)
+
+
+def _same(a, b, where):
+    if isinstance(a, (tuple, list)):
+        assert type(a) is type(b) and len(a) == len(b), where
+        for k, (x, y) in enumerate(zip(a, b)):
+            _same(x, y, f"{where}[{k}]")
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == np.asarray(b).dtype, where
+        np.testing.assert_array_equal(a, b, err_msg=where)
+    else:
+        assert a == b, where
+
+
+@pytest.fixture
+def gpu_pipe(monkeypatch):
+    from detaug.runtime.gpu import decode_proc
+
+    fake = emu.install_fake_cupy(monkeypatch, None)
+    fake.cuda.Device = lambda i=0: types.SimpleNamespace(use=lambda: None, id=0)
+    fake.cuda.Stream = lambda non_blocking=True: types.SimpleNamespace(ptr=0)
+    monkeypatch.setattr(Pipeline, "_check_gpu", lambda self: None)
+    monkeypatch.setattr(decode_proc, "DecodeService", NoDecodeService)
+    monkeypatch.setenv("DETAUG_EARLY_DECODE", "0")
+    monkeypatch.delenv("DETAUG_PLAN_AHEAD", raising=False)
+    pipe = Pipeline(batch_size=5, seed=9, device_id=0, host_processes=0, decode_processes=1)
+    _graph(pipe, "mixed")
+    pipe.build()
+    yield pipe
+    pipe.close()
+
+
+def test_planned_parameters_equal_the_whole_run(gpu_pipe, monkeypatch):
+    gpu = gpu_pipe
+    assert gpu.plan_ahead
+    assert sorted(op.schema.name for op in gpu._param_ops) == sorted(PLANNED)
+    cpu = Pipeline(batch_size=5, seed=9, num_threads=1, host_processes=0)
+    _graph(cpu, "cpu")
+    made = {}
+    from detaug.runtime import batch_making
+
+    whole = batch_making.BatchMaking._params_of
+
+    def recording(ctx, op, args, inputs):
+        params = whole(ctx, op, args, inputs)
+        made[op.rng_id] = params
+        return params
+
+    monkeypatch.setattr(batch_making.BatchMaking, "_params_of", staticmethod(recording))
+    try:
+        for epoch, b in ((0, 0), (0, 3), (1, 2)):
+            key = (epoch, b, 1)
+            plan = pickle.loads(pickle.dumps(gpu._plan_launch(key, gpu._prepare(key), None),
+                                             protocol=5))
+            made.clear()
+            cpu.run_batch(b, epoch=epoch)
+            assert len(made) == len(PLANNED) + len(UNPLANNED)
+            for op in gpu._param_ops:
+                _same(plan.values[(op.id, PARAMS)], made[op.rng_id], f"{op.name} {key}")
+    finally:
+        cpu.close()
+
+
+def test_planning_ahead_off_plans_no_parameters(monkeypatch):
+    """DETAUG_PLAN_AHEAD=0: every device op runs in the device thread, parameters and all."""
+    from detaug.runtime.gpu import decode_proc
+
+    fake = emu.install_fake_cupy(monkeypatch, None)
+    fake.cuda.Device = lambda i=0: types.SimpleNamespace(use=lambda: None, id=0)
+    fake.cuda.Stream = lambda non_blocking=True: types.SimpleNamespace(ptr=0)
+    monkeypatch.setattr(Pipeline, "_check_gpu", lambda self: None)
+    monkeypatch.setattr(decode_proc, "DecodeService", NoDecodeService)
+    monkeypatch.setenv("DETAUG_EARLY_DECODE", "0")
+    monkeypatch.setenv("DETAUG_PLAN_AHEAD", "0")
+    pipe = Pipeline(batch_size=5, seed=9, device_id=0, host_processes=0, decode_processes=1)
+    _graph(pipe, "mixed")
+    pipe.build()
+    try:
+        assert not pipe.plan_ahead and pipe._param_ops == []
+        assert {op.schema.name for op in pipe._rest_ops} >= set(PLANNED) | set(UNPLANNED)
+    finally:
+        pipe.close()
