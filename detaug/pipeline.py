@@ -490,7 +490,7 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
         self._submitted = (epoch, batch)
         if self._built:
             for s in self._sources.values():
-                getattr(s, "restart", lambda: None)()
+                getattr(s, "restart", lambda epoch: None)(epoch)
 
     def run_batch(self, batch_index: int, epoch: int | None = None) -> tuple:
         """Batch ``batch_index`` of ``epoch`` (default: the current one), computed on its own:
