@@ -396,17 +396,60 @@ def _slice_images(ctx, op, images, anchor, shape, args):
     return apply_geometry(ctx, op, [images], plan, fill=args["fill_values"])[0]
 
 
-@register("slice", devices=("cpu", "gpu"), inputs=(3, 3), kind="geometric",
-          input_names=("images", "anchor", "shape"), args=dict(SLICE_ARGS),
+WINDOW_ARGS = {"start": None, "rel_start": None, "end": None, "rel_end": None, "shape": None,
+               "rel_shape": None}
+
+
+def window_from_args(op, args, b):
+    """DALI's slice window given by arguments instead of inputs: (anchor, shape, args) with
+    ``normalized_anchor`` / ``normalized_shape`` set by which were given (``rel_*``: relative
+    to the extent, the others absolute); an end gives the shape as end - start."""
+    a = {k: args[k] for k in WINDOW_ARGS}
+    if a["start"] is not None and a["rel_start"] is not None:
+        raise ValueError(f"{op.name}: start and rel_start are exclusive")
+    ends = [k for k in ("end", "rel_end", "shape", "rel_shape") if a[k] is not None]
+    if len(ends) != 1:
+        raise ValueError(f"{op.name}: give the window's extent once: one of end, rel_end, shape, "
+                         f"rel_shape (got {ends or 'none'}), or anchor and shape as inputs")
+    rel_a = a["start"] is None
+    start = np.asarray(a["rel_start"] if rel_a else a["start"], np.float64) \
+        if (a["start"] is not None or a["rel_start"] is not None) else np.zeros(2)
+    start = np.broadcast_to(start.reshape(-1, 2), (b, 2))
+    key = ends[0]
+    rel_s = key.startswith("rel_")
+    ext = np.broadcast_to(np.asarray(a[key], np.float64).reshape(-1, 2), (b, 2))
+    if key.endswith("end"):
+        if rel_s != rel_a and (a["start"] is not None or a["rel_start"] is not None):
+            raise ValueError(f"{op.name}: {key} and the start must both be relative or both "
+                             "absolute")
+        ext = ext - start
+    return start, ext, {**args, "normalized_anchor": rel_a, "normalized_shape": rel_s}
+
+
+@register("slice", devices=("cpu", "gpu"), inputs=(1, 3), kind="geometric",
+          input_names=("images", "anchor", "shape"), args={**SLICE_ARGS, **WINDOW_ARGS},
+          per_sample=tuple(WINDOW_ARGS),
+          arg_docs={"start": "the window's absolute start (instead of the anchor input)",
+                    "rel_start": "the window's start relative to the extent",
+                    "end": "the window's absolute end", "rel_end": "its relative end",
+                    "shape": "the window's absolute extent", "rel_shape": "its relative extent"},
           output_spec="images (uint8 HWC) of the window sizes",
-          doc="DALI's slice of images: anchor and shape per sample (relative by default, in the "
-              "order of axes: (1, 0) = x, y), rounded as DALI; out_of_bounds_policy error / pad / "
-              "trim_to_shape")
+          doc="DALI's slice of images: anchor and shape per sample (inputs, or start / rel_start "
+              "with shape / rel_shape / end / rel_end; relative by default, in the order of axes: "
+              "(1, 0) = x, y), rounded as DALI; out_of_bounds_policy error / pad / trim_to_shape")
 def slice_(ctx, op, inputs, args):
-    images, anchor, shape = inputs
+    images = inputs[0]
     if not isinstance(images, ImageBatch):
         raise TypeError(f"{op.name}: slice takes images (an ImageBatch), got {type(images).__name__}")
-    return _slice_images(ctx, op, images, _host(anchor), _host(shape), args)
+    if len(inputs) == 2:
+        raise TypeError(f"{op.name}: give the anchor and the shape inputs together")
+    if len(inputs) == 3:
+        if any(args[k] is not None for k in WINDOW_ARGS):
+            raise ValueError(f"{op.name}: the window is given by inputs: start / shape "
+                             "arguments cannot be given too")
+        return _slice_images(ctx, op, images, _host(inputs[1]), _host(inputs[2]), args)
+    anchor, shape, args = window_from_args(op, args, images.batch_size)
+    return _slice_images(ctx, op, images, anchor, shape, args)
 
 
 def _host(v):
@@ -416,7 +459,8 @@ def _host(v):
 
 
 @register("decoders.image_slice", devices=("cpu", "mixed"), inputs=(3, 3), kind="other",
-          input_names=("encoded", "anchor", "shape"), aliases=("image_decoder_slice",),
+          input_names=("encoded", "anchor", "shape"),
+          aliases=("image_decoder_slice", "host_decoder_slice"),
           args={"output_type": "RGB", **SLICE_ARGS, **decoder_declaration()},
           hints=dict(DECODER_HINTS),
           output_spec="ImageBatch uint8 HWC of the window sizes",

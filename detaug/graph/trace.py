@@ -210,6 +210,23 @@ def _say_hints(schema: OpSchema, kwargs: dict) -> None:
                           f"value here ({schema.hints[k]})", stacklevel=4)
 
 
+def _constant_node(schema, v):
+    """An input as a DataNode: a number, a list / tuple of numbers or a NumPy array becomes a
+    ``constant`` op (as DALI does: ints int32, floats float32); anything else raises."""
+    if isinstance(v, DataNode):
+        return v
+    import numpy as np
+
+    if isinstance(v, (int, float, list, tuple, np.ndarray, np.number)) and not isinstance(v, bool):
+        a = np.asarray(v)
+        if a.dtype.kind in "iu":
+            return call_op("constant", (), {"idata": a.reshape(-1).tolist(), "shape": list(a.shape)})
+        if a.dtype.kind == "f":
+            return call_op("constant", (), {"fdata": a.reshape(-1).tolist(), "shape": list(a.shape)})
+    raise TypeError(f"{schema.name}: inputs must be outputs of other ops (or numbers / arrays, "
+                    f"made constants), got {type(v).__name__}")
+
+
 def call_op(name: str, inputs, kwargs: dict):
     """Trace one call of op ``name``; returns a DataNode or a tuple of them."""
     schema = schema_of(name)
@@ -222,9 +239,7 @@ def call_op(name: str, inputs, kwargs: dict):
     lo, hi = schema.inputs
     if not lo <= len(inputs) <= hi:
         raise TypeError(f"{schema.name}: takes {lo}..{hi} inputs, got {len(inputs)}")
-    for i in inputs:
-        if not isinstance(i, DataNode):
-            raise TypeError(f"{schema.name}: inputs must be outputs of other ops, got {type(i).__name__}")
+    inputs = tuple(_constant_node(schema, i) for i in inputs)
     for k, v in kwargs.items():
         if isinstance(v, DataNode) and k not in schema.per_sample:
             raise TypeError(f"{schema.name}: argument {k!r} cannot be a per-sample input")

@@ -194,28 +194,73 @@ def _color(ctx, op, img, numpy_fn, cupy_fn, *params):
     return ImageBatch(out, img.device, img.layout)
 
 
+def _typed(op, img, dtype, maps):
+    """DALI's ``dtype=`` of a colour op, on the host: each image mapped in float64 by
+    ``maps[b](x)`` (its input uint8 or float), then converted to ``dtype``: uint8 rounded
+    half up and clamped to [0, 255] (as detaug's uint8 kernels), a float type as it is (no
+    clamp: DALI's float output keeps the input's 0..255 range)."""
+    from ..core import types as _t
+
+    dt = _t.to_numpy_type(dtype)
+    if img.device == "gpu":
+        raise NotImplementedError(f"{op.name}: dtype={dtype!r} runs on the CPU only for now "
+                                  "(the GPU kernels write uint8)")
+    if img.batch_size and img.channels != 3:
+        raise ValueError(f"{op.name}: colour ops take 3-channel images")
+    outs = []
+    for k, im in enumerate(list(img.data)):
+        x = maps[k](np.asarray(im, np.float64))
+        if dt == np.uint8:
+            x = np.clip(np.floor(x + 0.5), 0, 255)
+        elif not np.issubdtype(dt, np.floating):
+            raise ValueError(f"{op.name}: dtype {dtype!r}: detaug's colour ops give uint8 or float")
+        outs.append(x.astype(dt))
+    return ImageBatch(np.stack(outs) if img.is_dense else outs, img.device, img.layout)
+
+
+def _plain_uint8(img, dtype) -> bool:
+    from ..core import types as _t
+
+    return (dtype is None or _t.to_numpy_type(dtype) == np.uint8) and \
+        all(np.asarray(a).dtype == np.uint8 for a in (img.data[:1] if len(img.data) else []))
+
+
 @register("brightness_contrast", devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
-          args={"brightness": 1.0, "contrast": 1.0, "contrast_center": 128.0},
-          per_sample=("brightness", "contrast"), output_spec="uint8 images, same sizes",
+          args={"brightness": 1.0, "contrast": 1.0, "contrast_center": 128.0, "dtype": None},
+          per_sample=("brightness", "contrast"), output_spec="uint8 images (or dtype), same sizes",
+          arg_docs={"dtype": "DALI's output type: uint8 (default) or float (CPU only; "
+                             "unclamped, in the input's 0..255 range), from uint8 or float images"},
           doc="out = brightness * (center + contrast * (x - center)), per sample")
 def brightness_contrast(ctx, op, inputs, args):
     from ..kernels import color as kc
 
     b = inputs[0].batch_size
-    return _color(ctx, op, inputs[0],
-                  lambda d, br, co: kc.brightness_contrast_numpy(d, br, co, contrast_center=args["contrast_center"]),
+    br, co = per_sample(args["brightness"], b), per_sample(args["contrast"], b)
+    c = float(args["contrast_center"])
+    img = M.images(_images(op, inputs[0]), ctx)
+    if not _plain_uint8(img, args["dtype"]):
+        return _typed(op, img, args["dtype"] or "uint8",
+                      [lambda x, k=k: br[k] * (c + co[k] * (x - c)) for k in range(b)])
+    return _color(ctx, op, img,
+                  lambda d, br, co: kc.brightness_contrast_numpy(d, br, co, contrast_center=c),
                   lambda d, br, co, stream=None: kc.brightness_contrast_cupy(
-                      d, br, co, contrast_center=args["contrast_center"], stream=stream),
-                  per_sample(args["brightness"], b), per_sample(args["contrast"], b))
+                      d, br, co, contrast_center=c, stream=stream), br, co)
 
 
 @register("hsv", devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
-          args={"hue": 0.0, "saturation": 1.0, "value": 1.0},
-          per_sample=("hue", "saturation", "value"), output_spec="uint8 images, same sizes",
+          args={"hue": 0.0, "saturation": 1.0, "value": 1.0, "dtype": None},
+          per_sample=("hue", "saturation", "value"), output_spec="uint8 images (or dtype), same sizes",
+          arg_docs={"dtype": "DALI's output type: uint8 (default) or float (CPU only; "
+                             "unclamped, unrounded), from uint8 or float images"},
           doc="hue shift (degrees), saturation and value factors, per sample (DALI's YIQ form)")
 def hsv(ctx, op, inputs, args):
     from ..kernels import color as kc
 
     b = inputs[0].batch_size
-    return _color(ctx, op, inputs[0], kc.hsv_numpy, kc.hsv_cupy, per_sample(args["hue"], b),
-                  per_sample(args["saturation"], b), per_sample(args["value"], b))
+    hue, sat, val = (per_sample(args[k], b) for k in ("hue", "saturation", "value"))
+    img = M.images(_images(op, inputs[0]), ctx)
+    if not _plain_uint8(img, args["dtype"]):
+        mats = kc.hsv_matrices(hue, sat, val).astype(np.float64)
+        return _typed(op, img, args["dtype"] or "uint8",
+                      [lambda x, k=k: x @ mats[k].T for k in range(b)])
+    return _color(ctx, op, img, kc.hsv_numpy, kc.hsv_cupy, hue, sat, val)

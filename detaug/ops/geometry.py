@@ -128,27 +128,38 @@ def crop(ctx, op, inputs, args):
 
 
 # ---- resize / letterbox -------------------------------------------------------------------------
+def _given(v) -> bool:
+    """An extent argument that is set: a per-sample array, or a scalar other than None / 0."""
+    return v is not None and (np.ndim(v) > 0 or bool(v))
+
+
 def resize_sizes(args, sizes):
-    """Output (H, W) per sample, rounded to integers (the matrix then scales exactly onto them)."""
+    """Output (H, W) per sample, rounded to integers (the matrix then scales exactly onto them).
+    ``resize_shorter``, ``resize_longer``, ``resize_x``, ``resize_y`` and ``max_size`` may be
+    per-sample (a (B,) array: DALI's tensor arguments, e.g. ``fn.random.uniform(...)``)."""
     h, w = sizes[:, 0].astype(np.float64), sizes[:, 1].astype(np.float64)
+
+    def val(v):
+        return per_sample(v, len(sizes))
+
     size, shorter, longer = args.get("size"), args.get("resize_shorter"), args.get("resize_longer")
     rx, ry = args.get("resize_x"), args.get("resize_y")
-    if size is not None or (rx and ry):
-        oh, ow = pair(size, "size") if size is not None else (float(ry), float(rx))
+    if size is not None or (_given(rx) and _given(ry)):
+        oh, ow = pair(size, "size") if size is not None else (val(ry), val(rx))
         if args.get("keep_aspect"):
             s = (np.maximum if args["keep_aspect"] == "cover" else np.minimum)(oh / h, ow / w)
             oh, ow = h * s, w * s
         else:
-            oh, ow = np.full_like(h, oh), np.full_like(w, ow)
-    elif shorter or longer or rx or ry:
-        if shorter:
-            s = float(shorter) / np.minimum(h, w)
-        elif longer:
-            s = float(longer) / np.maximum(h, w)
+            oh, ow = np.broadcast_to(oh, h.shape) * 1.0, np.broadcast_to(ow, w.shape) * 1.0
+    elif _given(shorter) or _given(longer) or _given(rx) or _given(ry):
+        if _given(shorter):
+            s = val(shorter) / np.minimum(h, w)
+        elif _given(longer):
+            s = val(longer) / np.maximum(h, w)
         else:
-            s = float(rx) / w if rx else float(ry) / h
-        if args.get("max_size"):
-            s = np.minimum(s, float(args["max_size"]) / np.maximum(h, w))
+            s = val(rx) / w if _given(rx) else val(ry) / h
+        if _given(args.get("max_size")):
+            s = np.minimum(s, val(args["max_size"]) / np.maximum(h, w))
         oh, ow = h * s, w * s
     else:
         raise ValueError("resize needs size=, resize_shorter=, resize_longer= or resize_x/resize_y")
@@ -159,6 +170,7 @@ def resize_sizes(args, sizes):
                                  "resize_x": None, "resize_y": None, "max_size": None,
                                  "keep_aspect": False, "antialias": True, "interp_type": None,
                                  "min_filter": None, "mag_filter": None, "mode": "default"},
+          per_sample=("resize_shorter", "resize_longer", "resize_x", "resize_y", "max_size"),
           arg_docs={"interp_type": "DALI's filter: INTERP_LINEAR (bilinear, antialiased when "
                                    "shrinking unless antialias=False) or INTERP_TRIANGULAR "
                                    "(antialiased); the others raise",
@@ -177,7 +189,8 @@ def resize(ctx, op, inputs, args):
     mode = args["mode"]
     if mode not in ("default", "stretch", "not_larger", "not_smaller"):
         raise ValueError(f"{op.name}: mode must be 'default', 'stretch', 'not_larger' or 'not_smaller'")
-    if mode != "default" and not (args["size"] is not None or (args["resize_x"] and args["resize_y"])):
+    if mode != "default" and not (args["size"] is not None or
+                                  (_given(args["resize_x"]) and _given(args["resize_y"]))):
         raise NotImplementedError(f"{op.name}: mode={mode!r} needs both output extents here "
                                   "(size= or resize_x and resize_y)")
     size = args["size"]
