@@ -491,7 +491,11 @@ class _External(_Source):
         self.n_out = a["num_outputs"] or 1
         from ..core import types
 
-        self.dtype = None if a["dtype"] is None else types.to_numpy_type(a["dtype"])
+        # one dtype for every output, or one per output (DALI's list with num_outputs)
+        dts = a["dtype"] if isinstance(a["dtype"], (list, tuple)) else [a["dtype"]] * self.n_out
+        if len(dts) != self.n_out:
+            raise ValueError(f"{op.name}: dtype has {len(dts)} entries for {self.n_out} outputs")
+        self.dtypes = [None if d is None else types.to_numpy_type(d) for d in dts]
         self.ndim = None if a["ndim"] is None else int(a["ndim"])
         self.batch_info = bool(a["batch_info"])
         self._epoch = -1
@@ -648,12 +652,14 @@ class _External(_Source):
         else:
             cols = payload["samples"]
         outs, sizes = [], None
-        for col in cols:
+        for col, dtype in zip(cols, self.dtypes):
             self._check_ndim(col)
             v = to_batch_value(list(col), sizes=sizes, layout=self.layout)
-            if self.dtype is not None and isinstance(v, np.ndarray) and v.dtype != self.dtype:
-                raise TypeError(f"{self.op.name}: declared dtype={self.dtype} but was given "
-                                f"{v.dtype} data (as DALI, the data is not converted)")
+            got = v.dtype if isinstance(v, np.ndarray) else (
+                v[0].dtype if isinstance(v, list) and v and hasattr(v[0], "dtype") else None)
+            if dtype is not None and got is not None and got != dtype:
+                raise TypeError(f"{self.op.name}: declared dtype={dtype} but was given {got} "
+                                "data (as DALI, the data is not converted)")
             if isinstance(v, ImageBatch):
                 sizes = v.sizes()
             outs.append(v)
