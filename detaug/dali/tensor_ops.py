@@ -322,3 +322,33 @@ def constant(ctx, op, inputs, args):
     shape = vals.shape if args["shape"] is None else tuple(int(x) for x in np.atleast_1d(args["shape"]))
     one = (np.broadcast_to(vals, shape) if vals.size == 1 else vals.reshape(shape)).astype(dt)
     return np.broadcast_to(one, (ctx.batch_size,) + one.shape).copy()
+
+
+# the types of the arguments whose default (None) does not say it (ops/arg_docs.py's table)
+def _declare_types():
+    from ..ops import arg_docs as _ad
+    from ..ops.registry import REGISTRY
+
+    seq, vec = "sequence of float", "sequence of float | per-sample"
+    types_ = {"slice": {"start": vec, "rel_start": vec, "end": vec, "rel_end": vec,
+                        "rel_shape": vec},
+              "box_encoder": {"anchors": seq},
+              "coord_transform": {"M": vec, "T": vec, "MT": vec},
+              "coord_flip": {"layout": "str | None"}, "peek_image_shape": {"image_type": "str | None"},
+              "cat": {"axis_name": "str | None"}, "stack": {"axis_name": "str | None"},
+              "reshape": {"rel_shape": vec, "layout": "str | None", "src_dims": "sequence of int"},
+              "constant": {"fdata": seq, "idata": "sequence of int", "layout": "str | None"},
+              "transforms.translation": {"offset": vec}, "transforms.scale": {
+                  "scale": vec, "center": vec, "ndim": "int | None"},
+              "transforms.rotation": {"angle": "float | per-sample", "center": vec,
+                                      "axis": "sequence of float"},
+              "transforms.shear": {"shear": vec, "angles": vec, "center": vec}}
+    for op, args in types_.items():
+        table = _ad.ARG_DOCS.setdefault(op, {})
+        for k, t in args.items():
+            table[k] = (t, REGISTRY[op].arg_docs.get(k, ""))
+
+
+from . import transforms as _transforms  # noqa: E402,F401  (registered before its types)
+
+_declare_types()
