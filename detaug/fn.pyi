@@ -150,7 +150,7 @@ def box_encoder(bboxes: Any, labels: Any, /, *, anchors: Sequence[float] | None 
         anchors: sequence of float = None: the anchors, ltrb, flattened (4 floats per anchor), as DALI
         criteria: float = 0.5: an anchor takes its best box when their IoU is > criteria
         offset: bool = False: give SSD's normalised offsets instead of the matched boxes
-        scale: float = 1.0: box and anchor are multiplied by it before the offsets
+        scale: float = 1.0: hint, changes no value here: DALI multiplies box and anchor by it before the offsets, which cancels in SSD's ratios: the offsets do not depend on it
         means: sequence of float = (0.0, 0.0, 0.0, 0.0): [x y w h] subtracted from the offsets
         stds: sequence of float = (1.0, 1.0, 1.0, 1.0): [x y w h] dividing the offsets
     
@@ -474,7 +474,7 @@ def color_twist(images: Any, /, *, brightness: float | DataNode = 1.0, contrast:
     Functional form: fn.color_twist; class form: ops.ColorTwist
     """
 
-def constant(*, fdata: Sequence[float] | None = None, idata: Sequence[int] | None = None, shape: int | tuple | None = None, dtype: str | None = None, layout: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def constant(*, fdata: Sequence[float] | None = None, idata: Sequence[int] | None = None, shape: int | tuple | None = None, dtype: str | None = None, layout: Any = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     DALI's constant: one tensor repeated for every sample (a Python value given where DALI takes an input becomes one).
     
@@ -485,7 +485,7 @@ def constant(*, fdata: Sequence[float] | None = None, idata: Sequence[int] | Non
         idata: sequence of int = None: integer values
         shape: int | tuple | None = None: the shape of each sample (default: the values' own)
         dtype: str | None = None: output type (default float32 for fdata, int32 for idata)
-        layout: str | None = None: DALI's layout (kept as given)
+        layout: any = None: hint, changes no value here: DALI's layout name of the output; detaug's plain tensors carry none
     
     Common keywords (every op):
         device: str | None = None: 'cpu' only; None runs on 'cpu'
@@ -553,7 +553,7 @@ def coord_flip(coords: Any, /, *, layout: str | None = None, flip_x: int | DataN
     Functional form: fn.coord_flip; class form: ops.CoordFlip
     """
 
-def coord_transform(coords: Any, /, *, M: Any = None, T: Any = None, MT: Any = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def coord_transform(coords: Any, /, *, M: Sequence[float] | DataNode | None = None, T: Sequence[float] | DataNode | None = None, MT: Sequence[float] | DataNode | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     DALI's coord_transform: points (n, ndim) per sample mapped by an affine matrix, out = M @ p + T (MT = [M | T]).
     
@@ -561,9 +561,9 @@ def coord_transform(coords: Any, /, *, M: Any = None, T: Any = None, MT: Any = N
         coords: the output of another op
     
     Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
-        M: sequence of float | per-sample = None [per-sample]: the matrix (ndim x ndim; a scalar scales), or one per sample
-        T: sequence of float | per-sample = None [per-sample]: the translation (ndim; a scalar for all), or one per sample
-        MT: sequence of float | per-sample = None [per-sample]: M and T as one ndim x (ndim + 1) matrix (e.g. fn.transforms.*), or one per sample
+        M: sequence of float = None [per-sample]: the matrix (ndim x ndim; a scalar scales), or one per sample
+        T: sequence of float = None [per-sample]: the translation (ndim; a scalar for all), or one per sample
+        MT: sequence of float = None [per-sample]: M and T as one ndim x (ndim + 1) matrix (e.g. fn.transforms.*), or one per sample
         dtype: str | None = None: output type (default float32)
     
     Common keywords (every op):
@@ -1778,7 +1778,7 @@ def random_shortest_size(images: Any, boxes: Any = ..., /, *, min_size: int | Se
     Functional form: fn.random_shortest_size; class form: ops.RandomShortestSize
     """
 
-def reshape(data: Any, shape_input: Any = ..., /, *, shape: int | tuple | None | DataNode = None, rel_shape: Any = None, layout: str | None = None, src_dims: Sequence[int] | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def reshape(data: Any, shape_input: Any = ..., /, *, shape: int | tuple | None | DataNode = None, rel_shape: Sequence[float] | DataNode | None = None, layout: Any = None, src_dims: Sequence[int] | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     DALI's reshape: each sample's elements in a new shape (shape=, rel_shape=, src_dims= or a second input).
     
@@ -1788,8 +1788,8 @@ def reshape(data: Any, shape_input: Any = ..., /, *, shape: int | tuple | None |
     
     Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
         shape: int | tuple | None = None [per-sample]: the new shape (one -1 is inferred), or one per sample
-        rel_shape: sequence of float | per-sample = None [per-sample]: the new shape relative to the input's (floats)
-        layout: str | None = None: DALI's layout of the output (kept as given)
+        rel_shape: sequence of float = None [per-sample]: the new shape relative to the input's (floats)
+        layout: any = None: hint, changes no value here: DALI's layout name of the output; detaug's plain tensors carry none
         src_dims: sequence of int = None: the input dims to keep, in order (-1 inserts a unit dim)
     
     Common keywords (every op):
@@ -1976,7 +1976,7 @@ def shapes(data: Any, /, *, dtype: str | None = 'int64', device: str | None = No
     Functional form: fn.shapes; class form: ops.Shapes
     """
 
-def slice(images: Any, anchor: Any = ..., shape_: Any = ..., /, *, axes: tuple = (1, 0), axis_names: str | None = None, normalized_anchor: bool = True, normalized_shape: bool = True, out_of_bounds_policy: str = 'error', fill_values: float | Sequence[Any] = 0.0, start: Any = None, rel_start: Any = None, end: Any = None, rel_end: Any = None, shape: int | tuple | None | DataNode = None, rel_shape: Any = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def slice(images: Any, anchor: Any = ..., shape_: Any = ..., /, *, axes: tuple = (1, 0), axis_names: str | None = None, normalized_anchor: bool = True, normalized_shape: bool = True, out_of_bounds_policy: str = 'error', fill_values: float | Sequence[Any] = 0.0, start: Sequence[float] | DataNode | None = None, rel_start: Sequence[float] | DataNode | None = None, end: Sequence[float] | DataNode | None = None, rel_end: Sequence[float] | DataNode | None = None, shape: int | tuple | None | DataNode = None, rel_shape: Sequence[float] | DataNode | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     DALI's slice of images: anchor and shape per sample (inputs, or start / rel_start with shape / rel_shape / end / rel_end; relative by default, in the order of axes: (1, 0) = x, y), rounded as DALI; out_of_bounds_policy error / pad / trim_to_shape.
     
@@ -1992,12 +1992,12 @@ def slice(images: Any, anchor: Any = ..., shape_: Any = ..., /, *, axes: tuple =
         normalized_shape: bool = True: the shape is relative to the image size (True) or in pixels
         out_of_bounds_policy: str = 'error': a window reaching outside the image: 'error' raises, 'pad' fills with fill_values, 'trim_to_shape' cuts it to the image
         fill_values: float | sequence = 0.0: value (or one per channel) of pixels outside the image
-        start: sequence of float | per-sample = None [per-sample]: the window's absolute start (instead of the anchor input)
-        rel_start: sequence of float | per-sample = None [per-sample]: the window's start relative to the extent
-        end: sequence of float | per-sample = None [per-sample]: the window's absolute end
-        rel_end: sequence of float | per-sample = None [per-sample]: its relative end
+        start: sequence of float = None [per-sample]: the window's absolute start (instead of the anchor input)
+        rel_start: sequence of float = None [per-sample]: the window's start relative to the extent
+        end: sequence of float = None [per-sample]: the window's absolute end
+        rel_end: sequence of float = None [per-sample]: its relative end
         shape: int | tuple | None = None [per-sample]: the window's absolute extent
-        rel_shape: sequence of float | per-sample = None [per-sample]: its relative extent
+        rel_shape: sequence of float = None [per-sample]: its relative extent
     
     Common keywords (every op):
         device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
@@ -2840,7 +2840,7 @@ class transforms:
         """
 
     @staticmethod
-    def rotation(input: Any = ..., /, *, angle: Any = None, center: Any = None, axis: Sequence[float] | None = None, reverse_order: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    def rotation(input: Any = ..., /, *, angle: float | DataNode | None = None, center: Sequence[float] | DataNode | None = None, axis: Sequence[float] | None = None, reverse_order: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
         """
         DALI's transforms.rotation: [[cos, -sin], [sin, cos]] of angle degrees about center.
         
@@ -2848,8 +2848,8 @@ class transforms:
             input (optional): the output of another op
         
         Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
-            angle: float | per-sample = None [per-sample]: degrees, or one per sample (e.g. fn.random.uniform)
-            center: sequence of float | per-sample = None [per-sample]: the fixed point (default the origin)
+            angle: float = None [per-sample]: degrees, or one per sample (e.g. fn.random.uniform)
+            center: sequence of float = None [per-sample]: the fixed point (default the origin)
             axis: sequence of float = None: 3-D only: refused
             reverse_order: bool = False: apply this transform before the input's (default: after it)
         
@@ -2866,7 +2866,7 @@ class transforms:
         """
 
     @staticmethod
-    def scale(input: Any = ..., /, *, scale: Any = None, center: Any = None, ndim: int | None = None, reverse_order: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    def scale(input: Any = ..., /, *, scale: Sequence[float] | DataNode | None = None, center: Sequence[float] | DataNode | None = None, ndim: int | None = None, reverse_order: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
         """
         DALI's transforms.scale: scale by (sx, sy) about center.
         
@@ -2874,9 +2874,9 @@ class transforms:
             input (optional): the output of another op
         
         Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
-            scale: sequence of float | per-sample = None [per-sample]: (sx, sy), or one pair per sample
-            center: sequence of float | per-sample = None [per-sample]: the fixed point (default the origin)
-            ndim: int | None = None: 2 only
+            scale: sequence of float = None [per-sample]: (sx, sy), or one pair per sample
+            center: sequence of float = None [per-sample]: the fixed point (default the origin)
+            ndim: int | None = None: the number of dimensions: 2 only (detaug's transforms are 2-D)
             reverse_order: bool = False: apply this transform before the input's (default: after it)
         
         Common keywords (every op):
@@ -2892,7 +2892,7 @@ class transforms:
         """
 
     @staticmethod
-    def shear(input: Any = ..., /, *, shear: Any = None, angles: Any = None, center: Any = None, reverse_order: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    def shear(input: Any = ..., /, *, shear: Sequence[float] | DataNode | None = None, angles: Sequence[float] | DataNode | None = None, center: Sequence[float] | DataNode | None = None, reverse_order: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
         """
         DALI's transforms.shear: [[1, sx], [sy, 1]] about center.
         
@@ -2900,9 +2900,9 @@ class transforms:
             input (optional): the output of another op
         
         Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
-            shear: sequence of float | per-sample = None [per-sample]: (sx, sy): x += sx * y, y += sy * x
-            angles: sequence of float | per-sample = None [per-sample]: the shear as angles in degrees (shear = tan(angle))
-            center: sequence of float | per-sample = None [per-sample]: the fixed point (default the origin)
+            shear: sequence of float = None [per-sample]: (sx, sy): x += sx * y, y += sy * x
+            angles: sequence of float = None [per-sample]: the shear as angles in degrees (shear = tan(angle))
+            center: sequence of float = None [per-sample]: the fixed point (default the origin)
             reverse_order: bool = False: apply this transform before the input's (default: after it)
         
         Common keywords (every op):
@@ -2918,7 +2918,7 @@ class transforms:
         """
 
     @staticmethod
-    def translation(input: Any = ..., /, *, offset: Any = None, reverse_order: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    def translation(input: Any = ..., /, *, offset: Sequence[float] | DataNode | None = None, reverse_order: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
         """
         DALI's transforms.translation: the matrix [[1, 0, tx], [0, 1, ty]].
         
@@ -2926,7 +2926,7 @@ class transforms:
             input (optional): the output of another op
         
         Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
-            offset: sequence of float | per-sample = None [per-sample]: (tx, ty), or one pair per sample
+            offset: sequence of float = None [per-sample]: (tx, ty), or one pair per sample
             reverse_order: bool = False: apply this transform before the input's (default: after it)
         
         Common keywords (every op):

@@ -47,7 +47,7 @@ def _center_wh(ltrb):
                      ltrb[:, 2] - ltrb[:, 0], ltrb[:, 3] - ltrb[:, 1]], 1)
 
 
-def box_encoder_one(boxes, labels, anchors, criteria, offset, scale, means, stds):
+def box_encoder_one(boxes, labels, anchors, criteria, offset, means, stds):
     """DALI's BoxEncoder for one sample (SSD, arXiv 1512.02325, as MLPerf's).
 
     IoU of every box with every anchor; each box's best anchor (the last of equal ones) gets IoU
@@ -55,8 +55,9 @@ def box_encoder_one(boxes, labels, anchors, criteria, offset, scale, means, stds
     ones) when that IoU is > ``criteria``. Output per anchor: the matched box in centre form
     [cx, cy, w, h] and its label, an unmatched anchor itself in centre form and label 0; with
     ``offset``, the matched box as ``((c_box - c_anchor) / wh_anchor - means[:2]) / stds[:2]``
-    and ``(log(wh_box / wh_anchor) - means[2:]) / stds[2:]`` (box and anchor times ``scale``
-    first), an unmatched anchor as zeros. Returns ((m, 4) float32, (m,) int32)."""
+    and ``(log(wh_box / wh_anchor) - means[2:]) / stds[2:]``, an unmatched anchor as zeros.
+    (DALI multiplies box and anchor by its ``scale`` first, which cancels in these ratios.)
+    Returns ((m, 4) float32, (m,) int32)."""
     m = len(anchors)
     anchors_c = _center_wh(anchors)
     out = np.zeros((m, 4), np.float32) if offset else anchors_c.astype(np.float32)
@@ -71,7 +72,6 @@ def box_encoder_one(boxes, labels, anchors, criteria, offset, scale, means, stds
     box_c = _center_wh(boxes)[best_box[matched]].astype(np.float32)
     anc = anchors_c[matched].astype(np.float32)
     if offset:
-        box_c, anc = box_c * np.float32(scale), anc * np.float32(scale)
         enc = np.concatenate([(box_c[:, :2] - anc[:, :2]) / anc[:, 2:],
                               np.log(box_c[:, 2:] / anc[:, 2:])], 1)
         out[matched] = (enc - means) / stds
@@ -84,10 +84,11 @@ def box_encoder_one(boxes, labels, anchors, criteria, offset, scale, means, stds
 @register("box_encoder", **HOST, inputs=(2, 2), outputs=2, input_names=("bboxes", "labels"),
           args={"anchors": None, "criteria": 0.5, "offset": False, "scale": 1.0,
                 "means": (0.0, 0.0, 0.0, 0.0), "stds": (1.0, 1.0, 1.0, 1.0)},
+          hints={"scale": "DALI multiplies box and anchor by it before the offsets, which cancels "
+                          "in SSD's ratios: the offsets do not depend on it"},
           arg_docs={"anchors": "the anchors, ltrb, flattened (4 floats per anchor), as DALI",
                     "criteria": "an anchor takes its best box when their IoU is > criteria",
                     "offset": "give SSD's normalised offsets instead of the matched boxes",
-                    "scale": "box and anchor are multiplied by it before the offsets",
                     "means": "[x y w h] subtracted from the offsets", "stds": "[x y w h] "
                              "dividing the offsets"},
           output_spec="per sample: encoded boxes (anchors, 4) float32 (centre form [cx, cy, w, h] "
@@ -105,8 +106,7 @@ def box_encoder(ctx, op, inputs, args):
     boxes = samples_of(op, inputs[0], "bboxes")
     labels = samples_of(op, inputs[1], "labels")
     outs = [box_encoder_one(np.asarray(b, np.float32).reshape(-1, 4), lab, anchors,
-                            float(args["criteria"]), bool(args["offset"]), float(args["scale"]),
-                            means, stds) for b, lab in zip(boxes, labels)]
+                            float(args["criteria"]), bool(args["offset"]), means, stds) for b, lab in zip(boxes, labels)]
     return np.stack([o[0] for o in outs]), np.stack([o[1] for o in outs])
 
 
@@ -144,9 +144,12 @@ def coord_transform(ctx, op, inputs, args):
     return batch_of(out)
 
 
+REGISTRY_DEFAULTS = {"flip_x": 1, "flip_y": 0, "flip_z": 0, "center_x": 0.5, "center_y": 0.5,
+                     "center_z": 0.5}
+
+
 @register("coord_flip", **HOST, inputs=(1, 1), input_names=("coords",),
-          args={"layout": None, "flip_x": 1, "flip_y": 0, "flip_z": 0, "center_x": 0.5,
-                "center_y": 0.5, "center_z": 0.5},
+          args={"layout": None, **REGISTRY_DEFAULTS},
           per_sample=("flip_x", "flip_y", "flip_z", "center_x", "center_y", "center_z"),
           arg_docs={"layout": "the order of the coordinates ('xy' by default for 2-D points)",
                     "flip_x": "mirror x (1) or not (0)", "flip_y": "mirror y",
@@ -164,6 +167,11 @@ def coord_flip(ctx, op, inputs, args):
         layout = args["layout"] or "xyz"[:nd]
         if len(layout) != nd or set(layout) - set("xyz"):
             raise ValueError(f"{op.name}: layout {layout!r} does not fit {nd}-D points")
+        for name in set("xyz") - set(layout):
+            for k in (f"flip_{name}", f"center_{name}"):  # silently unused: refused
+                if np.any(np.asarray(args[k]) != REGISTRY_DEFAULTS[k]):
+                    raise ValueError(f"{op.name}: {k} is given but the points have no {name} "
+                                     f"coordinate (layout {layout!r})")
         for axis, name in enumerate(layout):
             if np.asarray(args[f"flip_{name}"]).reshape(-1)[s % np.size(args[f"flip_{name}"])]:
                 c = np.asarray(args[f"center_{name}"], np.float64).reshape(-1)
@@ -264,9 +272,9 @@ def stack(ctx, op, inputs, args):
 @register("reshape", **HOST, inputs=(1, 2), input_names=("data", "shape_input"),
           args={"shape": None, "rel_shape": None, "layout": None, "src_dims": None},
           per_sample=("shape", "rel_shape"),
+          hints={"layout": "DALI's layout name of the output; detaug's plain tensors carry none"},
           arg_docs={"shape": "the new shape (one -1 is inferred), or one per sample",
                     "rel_shape": "the new shape relative to the input's (floats)",
-                    "layout": "DALI's layout of the output (kept as given)",
                     "src_dims": "the input dims to keep, in order (-1 inserts a unit dim)"},
           output_spec="per sample, the same elements in the new shape",
           doc="DALI's reshape: each sample's elements in a new shape (shape=, rel_shape=, "
@@ -305,10 +313,10 @@ def reshape(ctx, op, inputs, args):
 
 @register("constant", devices=("cpu",), inputs=(0, 0), kind="other",
           args={"fdata": None, "idata": None, "shape": None, "dtype": None, "layout": None},
+          hints={"layout": "DALI's layout name of the output; detaug's plain tensors carry none"},
           arg_docs={"fdata": "float values", "idata": "integer values",
                     "shape": "the shape of each sample (default: the values' own)",
-                    "dtype": "output type (default float32 for fdata, int32 for idata)",
-                    "layout": "DALI's layout (kept as given)"},
+                    "dtype": "output type (default float32 for fdata, int32 for idata)"},
           output_spec="(B, *shape): the same tensor for every sample",
           doc="DALI's constant: one tensor repeated for every sample (a Python value given "
               "where DALI takes an input becomes one)")
@@ -329,18 +337,18 @@ def _declare_types():
     from ..ops import arg_docs as _ad
     from ..ops.registry import REGISTRY
 
-    seq, vec = "sequence of float", "sequence of float | per-sample"
+    seq = vec = "sequence of float"
     types_ = {"slice": {"start": vec, "rel_start": vec, "end": vec, "rel_end": vec,
                         "rel_shape": vec},
               "box_encoder": {"anchors": seq},
               "coord_transform": {"M": vec, "T": vec, "MT": vec},
               "coord_flip": {"layout": "str | None"}, "peek_image_shape": {"image_type": "str | None"},
               "cat": {"axis_name": "str | None"}, "stack": {"axis_name": "str | None"},
-              "reshape": {"rel_shape": vec, "layout": "str | None", "src_dims": "sequence of int"},
-              "constant": {"fdata": seq, "idata": "sequence of int", "layout": "str | None"},
+              "reshape": {"rel_shape": vec, "src_dims": "sequence of int"},
+              "constant": {"fdata": seq, "idata": "sequence of int"},
               "transforms.translation": {"offset": vec}, "transforms.scale": {
                   "scale": vec, "center": vec, "ndim": "int | None"},
-              "transforms.rotation": {"angle": "float | per-sample", "center": vec,
+              "transforms.rotation": {"angle": "float", "center": vec,
                                       "axis": "sequence of float"},
               "transforms.shear": {"shear": vec, "angles": vec, "center": vec}}
     for op, args in types_.items():

@@ -70,7 +70,8 @@ def translation(ctx, op, inputs, args):
           args={"scale": None, "center": None, "ndim": None, "reverse_order": False},
           per_sample=("scale", "center"),
           arg_docs={"scale": "(sx, sy), or one pair per sample",
-                    "center": "the fixed point (default the origin)", "ndim": "2 only",
+                    "center": "the fixed point (default the origin)",
+                    "ndim": "the number of dimensions: 2 only (detaug's transforms are 2-D)",
                     **ORDER_DOC},
           output_spec="(B, 2, 3) float32 affine matrices",
           doc="DALI's transforms.scale: scale by (sx, sy) about center")

@@ -39,7 +39,7 @@ def _decoded(path):
 
 
 # ---- box_encoder: DALI's BoxEncoder, written out as loops in float64 -------------------------------
-def encode_ref(boxes, labels, anchors, criteria=0.5, offset=False, scale=1.0, means=(0,) * 4,
+def encode_ref(boxes, labels, anchors, criteria=0.5, offset=False, scale=2.0, means=(0,) * 4,
                stds=(1,) * 4):
     def iou(a, b):
         iw = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
@@ -78,11 +78,11 @@ def encode_ref(boxes, labels, anchors, criteria=0.5, offset=False, scale=1.0, me
 def _encode(boxes, labels, anchors, **kw):
     from detaug.dali.tensor_ops import box_encoder_one
 
-    kw = {"criteria": 0.5, "offset": False, "scale": 1.0, "means": np.zeros(4, np.float32),
+    kw = {"criteria": 0.5, "offset": False, "means": np.zeros(4, np.float32),
           "stds": np.ones(4, np.float32), **kw}
     return box_encoder_one(np.asarray(boxes, np.float32).reshape(-1, 4), np.asarray(labels),
                            np.asarray(anchors, np.float32).reshape(-1, 4), kw["criteria"],
-                           kw["offset"], kw["scale"], np.asarray(kw["means"], np.float32),
+                           kw["offset"], np.asarray(kw["means"], np.float32),
                            np.asarray(kw["stds"], np.float32))
 
 
@@ -111,8 +111,8 @@ def test_box_encoder_matches_reference_on_random_boxes(rng, offset):
         b0 = rng.uniform(0, 0.7, (int(rng.integers(0, 6)), 2))
         boxes = np.concatenate([b0, b0 + rng.uniform(0.05, 0.3, b0.shape)], 1).astype(np.float32)
         labels = rng.integers(1, 20, len(boxes))
-        kw = dict(offset=offset, scale=2.0, means=[0.1, -0.1, 0.0, 0.2], stds=[0.1, 0.1, 0.2, 0.2],
-                  criteria=0.3)
+        kw = dict(offset=offset, means=[0.1, -0.1, 0.0, 0.2], stds=[0.1, 0.1, 0.2, 0.2],
+                  criteria=0.3)  # (the reference applies DALI's scale=2: it cancels)
         out, lab = _encode(boxes, labels, anchors, **kw)
         ref_out, ref_lab = encode_ref(boxes.astype(np.float64), labels, anchors.astype(np.float64),
                                       **{**kw, "means": np.array(kw["means"]),
@@ -294,3 +294,28 @@ def test_modules_dali_programs_import():
         with pytest.raises(AttributeError, match="docs/dali.md"):
             getattr(mod, name)
     assert backend.TensorCPU is not None
+
+
+def test_per_batch_callable_with_batch_info_and_its_epochs():
+    import detaug.fn as fn
+    from detaug.pipeline import Pipeline
+
+    seen = []
+
+    def source(info):
+        seen.append((info.iteration, info.epoch_idx))
+        if info.iteration == 2:
+            raise StopIteration
+        return [np.full(2, 10 * info.epoch_idx + info.iteration, np.int32)] * 3
+
+    pipe = Pipeline(batch_size=3, num_threads=1)
+    with pipe:
+        pipe.set_outputs(fn.external_source(source=source, batch_info=True))
+    got = []
+    for _ in range(2):
+        try:
+            while True:
+                got.append(int(pipe.run()[0].at(0)[0]))
+        except StopIteration:
+            pipe.reset()
+    assert got == [0, 1, 10, 11] and seen[:3] == [(0, 0), (1, 0), (2, 0)]
