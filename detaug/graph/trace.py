@@ -111,6 +111,8 @@ class OpSchema:
             here: name -> why. Their arg_docs say 'hint', and setting one to anything but its
             default warns once per process (:func:`call_op`). Every other argument changes the
             output or is refused (tests/test_op_args.py).
+        rewrite: DALI's positional forms that are arguments here: ``rewrite(inputs, kwargs) ->
+            (inputs, kwargs)`` at trace time (warp_affine's ``mtx`` input becomes ``matrix=``).
         partners: a multi-sample op (mosaic, mixup) makes each output sample from a group of
             input samples: ``partners(op, rng, pool_sizes) -> (groups (B + 1,), picks (M,))``
             draws, from the op's keyed streams of its B output samples (``rng``, a SampleRNG),
@@ -137,6 +139,7 @@ class OpSchema:
     hints: dict = field(default_factory=dict)
     unavailable: dict = field(default_factory=dict)
     partners: Callable | None = None
+    rewrite: Callable | None = None
 
     def num_outputs(self, n_inputs: int, args: dict) -> int:
         return self.outputs(n_inputs, args) if callable(self.outputs) else self.outputs
@@ -231,6 +234,8 @@ def call_op(name: str, inputs, kwargs: dict):
     """Trace one call of op ``name``; returns a DataNode or a tuple of them."""
     schema = schema_of(name)
     kwargs = dict(kwargs)
+    if schema.rewrite is not None:
+        inputs, kwargs = schema.rewrite(tuple(inputs), kwargs)
     device, node_name = kwargs.pop("device", None), kwargs.pop("name", None)
     unknown = set(kwargs) - set(schema.args) - {"seed"}
     if unknown:

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..core import geometry as G
 from ..core.batch import BoxBatch, ImageBatch
+from ..graph import materialize as M
 from .geometry import GEO, apply_geometry, pair, per_sample
 from .registry import register
 
@@ -280,7 +281,56 @@ def dali_affine(matrix, b, inverse_map):
     return np.linalg.inv(m) if inverse_map else m
 
 
+def _positional_matrix(inputs, kwargs):
+    """DALI's ``fn.warp_affine(images, mtx)``: without ``matrix=`` a second input is DALI's
+    matrix input (detaug's boxes come with ``matrix=`` given), so it becomes ``matrix=``; a
+    number or list given there is the matrix itself."""
+    if len(inputs) == 2 and kwargs.get("matrix") is None:
+        return inputs[:1], {**kwargs, "matrix": inputs[1]}
+    return inputs, kwargs
+
+
+def _warp_clamped(img, inv, out_hw):
+    """DALI's warp without fill_value: each output pixel centre mapped through ``inv`` (output
+    -> input, continuous coordinates) and sampled bilinearly with every tap clamped to the
+    image (the border repeats), rounded half up to uint8. ``img`` (H, W, C)."""
+    h, w = img.shape[:2]
+    oy, ox = np.mgrid[0:out_hw[0], 0:out_hw[1]].astype(np.float64) + 0.5
+    x = inv[0, 0] * ox + inv[0, 1] * oy + inv[0, 2] - 0.5
+    y = inv[1, 0] * ox + inv[1, 1] * oy + inv[1, 2] - 0.5
+    x0, y0 = np.floor(x), np.floor(y)
+    fx, fy = (x - x0)[..., None], (y - y0)[..., None]
+    xs = [np.clip(x0 + k, 0, w - 1).astype(np.intp) for k in (0, 1)]
+    ys = [np.clip(y0 + k, 0, h - 1).astype(np.intp) for k in (0, 1)]
+    src = img.astype(np.float64)
+    top = src[ys[0], xs[0]] * (1 - fx) + src[ys[0], xs[1]] * fx
+    bottom = src[ys[1], xs[0]] * (1 - fx) + src[ys[1], xs[1]] * fx
+    return np.clip(np.floor(top * (1 - fy) + bottom * fy + 0.5), 0, 255).astype(np.uint8)
+
+
+def _warp_border(ctx, op, inputs, plan):
+    """warp_affine without fill_value (DALI's border repeat), on the host: the images are
+    materialised and warped here (not fused); boxes follow the same matrices."""
+    images = inputs[0]
+    if images.device == "gpu":
+        raise NotImplementedError("warp_affine: without fill_value (DALI's border repeat) it runs "
+                                  "on the CPU only for now; give fill_value= on the GPU")
+    img = M.images(images, ctx)
+    sizes = np.asarray(img.sizes(), np.int64)
+    m, out, _ = plan(sizes, None)
+    out = np.maximum(np.asarray(out, np.int64).reshape(-1, 2), 1)
+    inv = np.linalg.inv(m)
+    data = [_warp_clamped(np.asarray(a), inv[k], out[k]) for k, a in enumerate(list(img.data))]
+    same = all(d.shape == data[0].shape for d in data)
+    warped = ImageBatch(np.stack(data) if data and same and img.is_dense else data, "cpu",
+                        img.layout)
+    if len(inputs) == 1:
+        return warped
+    return (warped,) + tuple(apply_geometry(ctx, op, [v], plan) [0] for v in inputs[1:])
+
+
 @register("warp_affine", **GEO,
+          rewrite=_positional_matrix,
           args={"matrix": None, "size": None, "fill_value": None, "interp_type": None,
                 "inverse_map": True, "dtype": None, "bytes_per_sample_hint": 0, "preserve": False},
           per_sample=("matrix",),
@@ -289,8 +339,8 @@ def dali_affine(matrix, b, inverse_map):
           arg_docs={"matrix": "DALI's 2x3 (M11, M12, M13, M21, M22, M23), per sample allowed (DALI's "
                               "mtx input goes here); output -> input with inverse_map",
                     "size": "the output (H, W); default the input's",
-                    "fill_value": "required: DALI repeats the border without it, which detaug's "
-                                  "warp does not do",
+                    "fill_value": "the value outside the image; without it the border "
+                                  "repeats, as DALI's (CPU only, not fused)",
                     "interp_type": "INTERP_LINEAR (default: bilinear, no antialias, as DALI) or "
                                    "INTERP_TRIANGULAR (antialiased); others raise",
                     "inverse_map": "True: matrix maps output to input (DALI's default); False: "
@@ -302,16 +352,11 @@ def warp_affine(ctx, op, inputs, args):
     from ..core import types
 
     if any(not isinstance(v, (ImageBatch, BoxBatch)) for v in inputs):
-        # the op's second input is boxes (they follow the images); DALI's positional mtx would
-        # make the output count depend on the input's kind
-        raise TypeError("warp_affine: takes (images[, boxes]); pass DALI's mtx input as matrix= "
-                        "(a per-sample argument: fn.warp_affine(images, matrix=mtx, ...))")
+        raise TypeError("warp_affine: takes (images[, boxes]) with matrix=, or DALI's "
+                        "(images, mtx)")
     matrix = args["matrix"]
     if matrix is None:
         raise ValueError("warp_affine: matrix= is required")
-    if args["fill_value"] is None:
-        raise NotImplementedError("warp_affine: without fill_value DALI repeats the border pixels; "
-                                  "detaug fills outside the image with a constant: pass fill_value=")
     if args["dtype"] is not None and types.to_numpy_type(args["dtype"]) != np.uint8:
         raise NotImplementedError("warp_affine: dtype other than uint8 is not available here; "
                                   "normalize after the geometric ops instead")
@@ -328,5 +373,11 @@ def warp_affine(ctx, op, inputs, args):
             out = np.tile(np.round(np.asarray(pair(args["size"], "size"))), (b, 1))
         return m, out, None
 
+    if args["fill_value"] is None:
+        if interp != "linear":
+            raise NotImplementedError("warp_affine: without fill_value (the border repeat) only "
+                                      "INTERP_LINEAR is available; give fill_value= for "
+                                      "INTERP_TRIANGULAR")
+        return _warp_border(ctx, op, inputs, plan)
     return apply_geometry(ctx, op, inputs, plan, fill=args["fill_value"],
                           antialias=interp == "triangular")

@@ -319,3 +319,40 @@ def test_per_batch_callable_with_batch_info_and_its_epochs():
         except StopIteration:
             pipe.reset()
     assert got == [0, 1, 10, 11] and seen[:3] == [(0, 0), (1, 0), (2, 0)]
+
+
+def test_warp_affine_without_fill_value_repeats_the_border(rng):
+    """DALI's warp_affine without fill_value: taps clamped to the image. A translation by
+    (-k, -1) (output -> input) shows the first row and the first column repeated; a rotation is
+    checked against the same sampling written here in float64."""
+    import detaug.fn as fn
+    from detaug.pipeline import Pipeline
+
+    imgs = [rng.integers(0, 256, (20, 30, 3), dtype=np.uint8) for _ in range(3)]
+    pipe = Pipeline(batch_size=3, num_threads=1)
+    with pipe:
+        i = fn.external_source(source=lambda si: imgs[si.idx_in_epoch], batch=False, size=3)
+        m = fn.external_source(source=lambda si: np.array([1, 0, -si.idx_in_epoch - 1, 0, 1, -1],
+                                                          np.float32), batch=False, size=3)
+        rot = fn.transforms.rotation(angle=25.0, center=(15.0, 10.0))
+        pipe.set_outputs(fn.warp_affine(i, m), fn.warp_affine(i, rot, inverse_map=False), rot)
+    shifted, rotated, mats = pipe.run()
+    for k in range(3):
+        a, src = shifted.at(k), imgs[k]
+        d = k + 1
+        np.testing.assert_array_equal(a[1:, d:], src[:-1, :30 - d])
+        np.testing.assert_array_equal(a[0, d:], src[0, :30 - d])           # row repeated
+        np.testing.assert_array_equal(a[1:, :d], np.repeat(src[:-1, :1], d, 1))  # column
+        inv = np.linalg.inv(np.vstack([mats.at(k).astype(np.float64), [0, 0, 1]]))
+        oy, ox = np.mgrid[0:20, 0:30] + 0.5
+        x = inv[0, 0] * ox + inv[0, 1] * oy + inv[0, 2] - 0.5
+        y = inv[1, 0] * ox + inv[1, 1] * oy + inv[1, 2] - 0.5
+        ref = np.zeros((20, 30, 3))
+        for r in range(20):
+            for c in range(30):
+                x0, y0 = int(np.floor(x[r, c])), int(np.floor(y[r, c]))
+                fx, fy = x[r, c] - x0, y[r, c] - y0
+                px = lambda yy, xx: src[min(max(yy, 0), 19), min(max(xx, 0), 29)].astype(float)  # noqa: E731
+                ref[r, c] = ((px(y0, x0) * (1 - fx) + px(y0, x0 + 1) * fx) * (1 - fy)
+                             + (px(y0 + 1, x0) * (1 - fx) + px(y0 + 1, x0 + 1) * fx) * fy)
+        np.testing.assert_array_equal(rotated.at(k), np.floor(ref + 0.5).astype(np.uint8))
