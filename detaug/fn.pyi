@@ -2011,6 +2011,30 @@ def slice(images: Any, anchor: Any = ..., shape_: Any = ..., /, *, axes: tuple =
     Functional form: fn.slice; class form: ops.Slice
     """
 
+def ssd_random_crop(images: Any, bboxes: Any, labels: Any, /, *, num_attempts: int = 1, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's older SSDRandomCrop: SSD's (MLPerf's) random IoU crop of images with their normalised ltrb boxes and labels.
+    
+    Inputs (positional only, 3):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+        bboxes: the output of another op
+        labels: the output of another op
+    
+    Arguments (keyword only):
+        num_attempts: int = 1: windows tried per sampled option before another option is drawn
+    
+    Common keywords (every op):
+        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'ssd_random_crop_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu
+    
+    Returns: 3 outputs (a tuple); (images cropped (uint8 HWC), boxes per sample (n, 4) float32 ltrb relative to the crop, labels per sample)
+    
+    Functional form: fn.ssd_random_crop; class form: ops.SSDRandomCrop
+    """
+
 def stack(input0: Any, input1: Any = ..., input2: Any = ..., input3: Any = ..., input4: Any = ..., input5: Any = ..., input6: Any = ..., input7: Any = ..., input8: Any = ..., input9: Any = ..., input10: Any = ..., input11: Any = ..., input12: Any = ..., input13: Any = ..., input14: Any = ..., input15: Any = ..., input16: Any = ..., input17: Any = ..., input18: Any = ..., input19: Any = ..., input20: Any = ..., input21: Any = ..., input22: Any = ..., input23: Any = ..., input24: Any = ..., input25: Any = ..., input26: Any = ..., input27: Any = ..., input28: Any = ..., input29: Any = ..., input30: Any = ..., input31: Any = ..., input32: Any = ..., input33: Any = ..., input34: Any = ..., input35: Any = ..., input36: Any = ..., input37: Any = ..., input38: Any = ..., input39: Any = ..., input40: Any = ..., input41: Any = ..., input42: Any = ..., input43: Any = ..., input44: Any = ..., input45: Any = ..., input46: Any = ..., input47: Any = ..., input48: Any = ..., input49: Any = ..., input50: Any = ..., input51: Any = ..., input52: Any = ..., input53: Any = ..., input54: Any = ..., input55: Any = ..., input56: Any = ..., input57: Any = ..., input58: Any = ..., input59: Any = ..., input60: Any = ..., input61: Any = ..., input62: Any = ..., input63: Any = ..., /, *, axis: int = 0, axis_name: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     DALI's stack: stack the inputs' samples along a new axis, per sample.
@@ -2158,7 +2182,7 @@ def warp_affine(images: Any, boxes: Any = ..., /, *, matrix: Sequence[float] | N
     Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
         matrix: sequence of float | None = None [per-sample]: DALI's 2x3 (M11, M12, M13, M21, M22, M23), per sample allowed (DALI's mtx input goes here); output -> input with inverse_map
         size: (int, int) | None = None: the output (H, W); default the input's
-        fill_value: float | None = None: required: DALI repeats the border without it, which detaug's warp does not do
+        fill_value: float | None = None: the value outside the image; without it the border repeats, as DALI's (CPU only, not fused)
         interp_type: types.DALIInterpType | None = None: INTERP_LINEAR (default: bilinear, no antialias, as DALI) or INTERP_TRIANGULAR (antialiased); others raise
         inverse_map: bool = True: True: matrix maps output to input (DALI's default); False: input to output
         dtype: types.DALIDataType | None = None: only uint8 (the input's type)

@@ -181,6 +181,11 @@ def _two_transforms(op, args):
                                             **args)))[1:]
 
 
+def _images_rel_boxes_labels(op, args):
+    return _feed([IMAGES, REL, [np.array([1, 2], np.int32)] * 2],
+                 lambda i, b, lab: op(i, b, lab, **args))
+
+
 def _rel_boxes_int_labels(op, args):
     return _feed([REL, [np.array([1, 2], np.int32)] * 2], lambda b, lab: op(b, lab, **args))
 
@@ -389,6 +394,7 @@ CASES = {
         "to_end": (3.0, 3.0), "absolute": With(True, from_start=(1.0, 1.0), from_end=(0.0, 0.0)),
         "reverse_order": With(True, to_start=(0.5, 0.5))}),
     "transforms.combine": (_two_transforms, {}, {"reverse_order": True}),
+    "ssd_random_crop": (_images_rel_boxes_labels, {}, {"num_attempts": 3}),
     "hsv@dtype": (_images, {}, {"dtype": types.FLOAT}),
     "brightness_contrast@dtype": (_images, {}, {"dtype": types.FLOAT}),
 }

@@ -356,3 +356,47 @@ def test_warp_affine_without_fill_value_repeats_the_border(rng):
                 ref[r, c] = ((px(y0, x0) * (1 - fx) + px(y0, x0 + 1) * fx) * (1 - fy)
                              + (px(y0 + 1, x0) * (1 - fx) + px(y0 + 1, x0 + 1) * fx) * fy)
         np.testing.assert_array_equal(rotated.at(k), np.floor(ref + 0.5).astype(np.uint8))
+
+
+def test_ssd_random_crop_old_op(rng):
+    """ops.SSDRandomCrop (DALI's older op): the image is the slice of the window it draws, the
+    kept boxes are those whose centre lies in the window, renormalised to it; with the same
+    window ops.Slice cuts the same pixels (checked through RandomBBoxCrop's rule: every box of
+    a sample meets the drawn IoU or the crop is the whole image)."""
+    import detaug.ops as ops
+    from detaug.pipeline import Pipeline
+
+    imgs = [rng.integers(0, 256, (int(rng.integers(30, 60)), int(rng.integers(30, 60)), 3),
+                         dtype=np.uint8) for _ in range(6)]
+    boxes = []
+    for _ in range(6):
+        a = rng.uniform(0, 0.6, (3, 2))
+        boxes.append(np.concatenate([a, a + rng.uniform(0.1, 0.4, (3, 2))], 1).astype(np.float32))
+    labels = [np.arange(1, 4, dtype=np.int32)] * 6
+
+    def src(si):
+        k = si.idx_in_epoch
+        return imgs[k], boxes[k], labels[k]
+
+    pipe = Pipeline(batch_size=6, num_threads=1, seed=5)
+    with pipe:
+        i, b, lab = __import__("detaug").fn.external_source(source=src, batch=False, num_outputs=3,
+                                                            size=6)
+        out = ops.SSDRandomCrop(device="cpu", num_attempts=1)(i, b, lab)
+        pipe.set_outputs(*out)
+    img, ob, ol = pipe.run()
+    for s in range(6):
+        h, w = imgs[s].shape[:2]
+        ch, cw = img.at(s).shape[:2]
+        assert 0.3 * h - 1 <= ch <= h and 0.3 * w - 1 <= cw <= w
+        # find the window's place: the crop is a sub-array of the source image
+        hits = [(y, x) for y in range(h - ch + 1) for x in range(w - cw + 1)
+                if np.array_equal(imgs[s][y:y + ch, x:x + cw], img.at(s))]
+        assert hits
+        y0, x0 = hits[0]
+        win = np.array([x0 / w, y0 / h, (x0 + cw) / w, (y0 + ch) / h])
+        c = (boxes[s][:, :2] + boxes[s][:, 2:]) / 2
+        inside = ((c >= win[:2] - 0.02) & (c <= win[2:] + 0.02)).all(1)
+        assert len(ob.at(s)) == len(ol.at(s)) and 1 <= len(ol.at(s)) <= inside.sum()
+        assert set(ol.at(s).tolist()) <= set(labels[s][inside].tolist())
+        assert (ob.at(s) >= 0).all() and (ob.at(s) <= 1).all()
