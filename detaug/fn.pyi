@@ -168,7 +168,7 @@ def box_encoder(bboxes: Any, labels: Any, /, *, anchors: Sequence[float] | None 
 
 def brightness(images: Any, /, *, brightness: float | DataNode = 1.0, brightness_shift: float | DataNode = 0.0, dtype: str | None = None, preserve: bool = False, bytes_per_sample_hint: int = 0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
-    DALI's brightness: out = brightness_shift * R_out + brightness * x * R_out / R_in (R: 255 for uint8, 1 for float), per sample.
+    DALI's brightness: out = brightness_shift * R_out + brightness * x (R_out: 255 for uint8, 1 for float; no input-range factor, as DALI), per sample.
     
     Inputs (positional only, 1):
         images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
@@ -501,7 +501,7 @@ def constant(*, fdata: Sequence[float] | None = None, idata: Sequence[int] | Non
 
 def contrast(images: Any, /, *, contrast: float | DataNode = 1.0, contrast_center: float | None | DataNode = None, dtype: str | None = None, preserve: bool = False, bytes_per_sample_hint: int = 0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
-    DALI's contrast: out = c + contrast * (x - c), c = contrast_center (default 128 for uint8, 0.5 for float), rescaled to the output dtype's range, per sample.
+    DALI's contrast: out = c + contrast * (x - c), c = contrast_center (default 128 for uint8, 0.5 for float), converted to the output dtype (values kept, as DALI), per sample.
     
     Inputs (positional only, 1):
         images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
