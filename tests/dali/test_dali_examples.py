@@ -124,10 +124,10 @@ def test_box_encoder_matches_reference_on_random_boxes(rng, offset):
 # ---- the ported programs ----------------------------------------------------------------------------
 def test_coco_reader_tutorial(run_port):
     g = run_port("coco_reader")
-    ann = json.load(open(g["annotations_file"]))
-    bboxes, labels = g["bboxes_cpu"], g["labels_cpu"]
-    assert len(bboxes) == 16 and bboxes.at(4).shape[1] == 4
-    images = g["images_cpu"]
+    ann = json.load(open(g["COCO_ANNOTATIONS"]))
+    bboxes, labels = g["out_boxes"], g["out_labels"]
+    assert len(bboxes) == 16 and bboxes.at(4).shape[1] == 4 and len(g["lines"]) == len(bboxes.at(4))
+    images = g["images_on_host"]
     # which image sample 4 is: its decoded size and boxes identify it among the annotations
     h, w = images.at(4).shape[:2]
     cats = sorted(c["id"] for c in ann["categories"])
@@ -148,7 +148,7 @@ def test_coco_reader_tutorial(run_port):
 def test_ssd_pipeline(run_port):
     g = run_port("ssd_coco_pipeline")
     images, bboxes, labels = g["images"], g["bboxes"], g["labels"]
-    anchors = np.asarray(g["dboxes"].as_ltrb_list(), np.float32).reshape(-1, 4)
+    anchors = g["anchors"]
     assert images.as_tensor().shape() == [4, 3, 300, 300] and images.layout() == "CHW"
     assert bboxes.shape() == [(8732, 4)] * 4 and labels.shape() == [(8732,)] * 4
     lab = labels.as_array()
@@ -172,14 +172,14 @@ def test_parallel_external_source(run_port):
             idx = it * 4 + k
             assert labels.at(k).tolist() == [idx % 5]
             np.testing.assert_array_equal(images.at(k),
-                                          _decoded(os.path.join(g["image_dir"], g["files"][idx])))
+                                          _decoded(os.path.join(g["VOC_IMAGES"], g["FILES"][idx])))
 
 
 def test_external_input_tutorial(run_port):
     g = run_port("external_input")
-    batch, labels = g["batch_cpu"], g["labels_cpu"]
+    batch, labels = g["contrasted"], g["labels_out"]
     for k in range(4):
-        x = _decoded(os.path.join(g["images_dir"], g["files"][k])).astype(np.float64)
+        x = _decoded(os.path.join(g["VOC_IMAGES"], g["FILES"][k])).astype(np.float64)
         np.testing.assert_array_equal(batch.at(k), np.clip(np.floor(128 + 2 * (x - 128) + 0.5),
                                                            0, 255).astype(np.uint8))
         assert labels.at(k).tolist() == [k % 3] and labels.at(k).dtype == np.uint8
@@ -187,8 +187,8 @@ def test_external_input_tutorial(run_port):
         imgs, labs = g["outs"][name]
         np.testing.assert_array_equal(labs.as_array(), labels.as_array())
         for k in range(4):
-            np.testing.assert_array_equal(imgs.at(k), _decoded(os.path.join(g["images_dir"],
-                                                                            g["files"][k])))
+            np.testing.assert_array_equal(imgs.at(k), _decoded(os.path.join(g["VOC_IMAGES"],
+                                                                            g["FILES"][k])))
 
 
 def _h(m23):

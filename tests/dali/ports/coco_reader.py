@@ -1,33 +1,28 @@
-# DALI's "COCO Reader" tutorial (docs/examples/general/data_loading/coco_reader.ipynb), its code
-# cells in order. Changed: the imports (nvidia.dali -> detaug), the data paths (_data), and the
-# polygon outputs left out (polygon_masks: COCO masks are not in detaug yet).
+# Follows DALI's COCO reader tutorial (docs/examples/general/data_loading/coco_reader.ipynb): a
+# Pipeline object, `with pipe:` and set_outputs, fn.readers.coco with ratio=True, the mixed
+# decoder, then the outputs read through DALI's TensorList methods (as_cpu, at). Written here in
+# DALI's API (not a copy of DALI's code); what differs from a DALI program is the import lines,
+# the data paths (the repository's COCO sample) and device="cpu". The tutorial's polygon outputs
+# are left out: COCO masks are not in detaug yet.
+import numpy as np
 from detaug.pipeline import Pipeline
 import detaug.fn as fn
 import detaug.types as types
-import numpy as np
-import os.path
 
-from _data import COCO_IMAGES as file_root, COCO_ANNOTATIONS as annotations_file
-batch_size = 16
+from _data import COCO_ANNOTATIONS, COCO_IMAGES
 
-pipe = Pipeline(batch_size=batch_size, num_threads=4, device_id=0)
+BATCH = 16
+
+pipe = Pipeline(batch_size=BATCH, num_threads=4, device_id=0)
 with pipe:
-    jpegs, bboxes, labels = fn.readers.coco(
-        file_root=file_root,
-        annotations_file=annotations_file,
-        ratio=True)
-    images = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
-    pipe.set_outputs(images, bboxes, labels)
-
+    encoded, boxes, labels = fn.readers.coco(file_root=COCO_IMAGES,
+                                            annotations_file=COCO_ANNOTATIONS, ratio=True)
+    decoded = fn.decoders.image(encoded, device="cpu", output_type=types.RGB)
+    pipe.set_outputs(decoded, boxes, labels)
 pipe.build()
-pipe_out = pipe.run()
 
-images_cpu = pipe_out[0].as_cpu()
-bboxes_cpu = pipe_out[1]
-labels_cpu = pipe_out[2]
-
-bboxes = bboxes_cpu.at(4)
-labels = labels_cpu.at(4)
-for bbox, label in zip(bboxes, labels):
-    x, y, width, height = bbox
-    print(f"Bounding box (x={x}, y={y}, width={width}, height={height}), label={label}")
+out_images, out_boxes, out_labels = pipe.run()
+images_on_host = out_images.as_cpu()
+sample = 4
+lines = [f"box x={x:.4f} y={y:.4f} w={w:.4f} h={h:.4f} label={int(c)}"
+         for (x, y, w, h), c in zip(out_boxes.at(sample), out_labels.at(sample))]

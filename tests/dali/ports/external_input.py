@@ -1,83 +1,68 @@
-# DALI's "External Source Operator" tutorial (docs/examples/general/data_loading/
-# external_input.ipynb): a batch iterator (ExternalInputIterator) feeding encoded files and
-# labels, decoded and then enhanced by brightness_contrast; and the same data from a
-# zero-argument callable and from a generator function, as DALI's docs list the source forms.
-# Changed: the imports, the file list (the repository's VOC images), device "cpu".
+# Follows DALI's external source tutorial (docs/examples/general/data_loading/
+# external_input.ipynb): an iterator object that hands out whole batches (a list of encoded
+# files, a list of labels) and raises StopIteration at the end of the data, fed through
+# fn.external_source(num_outputs=2, dtype=UINT8), decoded and given more contrast with
+# fn.brightness_contrast; then the same data from the other source forms DALI documents: a
+# zero-argument callable returning a batch, and a generator function. Written here in DALI's API
+# (not a copy of DALI's code); the files are the repository's VOC images.
 import os
+
 import numpy as np
-from random import shuffle
 from detaug.pipeline import Pipeline
 import detaug.fn as fn
 import detaug.types as types
 
 from _data import VOC_IMAGES
 
-batch_size = 4
-images_dir = VOC_IMAGES + "/"
-files = sorted(os.listdir(VOC_IMAGES))[:8]
+BATCH = 4
+FILES = sorted(os.listdir(VOC_IMAGES))[:8]
 
 
-class ExternalInputIterator(object):
-    def __init__(self, batch_size):
-        self.images_dir = images_dir
-        self.batch_size = batch_size
-        self.files = [(f, k % 3) for k, f in enumerate(files)]
-        self.n = len(self.files)
+class Batches:
+    """Whole batches of (encoded files, labels), label = position % 3; StopIteration at the end
+    (and a fresh pass on the next iter())."""
+
+    def __init__(self, batch):
+        self.batch = batch
 
     def __iter__(self):
-        self.i = 0
+        self.pos = 0
         return self
 
     def __next__(self):
-        batch = []
-        labels = []
-        if self.i >= self.n:
-            self.__iter__()
+        if self.pos >= len(FILES):
             raise StopIteration
-        for _ in range(self.batch_size):
-            jpeg_filename, label = self.files[self.i % self.n]
-            batch.append(np.fromfile(self.images_dir + jpeg_filename, dtype=np.uint8))
-            labels.append(np.array([label], dtype=np.uint8))
-            self.i += 1
-        return (batch, labels)
-
-    def __len__(self):
-        return self.n
-
-    next = __next__
+        names = FILES[self.pos:self.pos + self.batch]
+        labels = [np.array([(self.pos + k) % 3], dtype=np.uint8) for k in range(len(names))]
+        self.pos += len(names)
+        return [np.fromfile(os.path.join(VOC_IMAGES, n), dtype=np.uint8) for n in names], labels
 
 
-eii = ExternalInputIterator(batch_size)
-
-pipe = Pipeline(batch_size=batch_size, num_threads=2, device_id=0)
+pipe = Pipeline(batch_size=BATCH, num_threads=2, device_id=0)
 with pipe:
-    jpegs, labels = fn.external_source(source=eii, num_outputs=2, dtype=types.UINT8)
-    decode = fn.decoders.image(jpegs, device="cpu")
-    enhance = fn.brightness_contrast(decode, contrast=2)
-    pipe.set_outputs(enhance, labels)
-
+    encoded, labels = fn.external_source(source=Batches(BATCH), num_outputs=2, dtype=types.UINT8)
+    images = fn.decoders.image(encoded, device="cpu")
+    pipe.set_outputs(fn.brightness_contrast(images, contrast=2), labels)
 pipe.build()
-pipe_out = pipe.run()
-batch_cpu = pipe_out[0].as_cpu()
-labels_cpu = pipe_out[1]
+contrasted, labels_out = pipe.run()
+contrasted = contrasted.as_cpu()
 
-# the same data from a zero-argument callable (one batch a call) and from a generator function
-calls = iter(eii)
+stream = iter(Batches(BATCH))
 
 
-def next_batch():
-    return next(calls)
+def one_batch():          # a zero-argument callable: one batch per call
+    return next(stream)
 
 
-def batches():
-    yield from ExternalInputIterator(batch_size)
+def all_batches():        # a generator function: called once, then iterated
+    yield from Batches(BATCH)
 
 
 outs = {}
-for name, source in (("callable", next_batch), ("generator", batches)):
-    p = Pipeline(batch_size=batch_size, num_threads=2, device_id=0)
+for name, source in (("callable", one_batch), ("generator", all_batches)):
+    p = Pipeline(batch_size=BATCH, num_threads=2, device_id=0)
     with p:
-        jpegs, labels = fn.external_source(source=source, num_outputs=2, dtype=types.UINT8)
-        p.set_outputs(fn.decoders.image(jpegs, device="cpu"), labels)
+        encoded, labels = fn.external_source(source=source, num_outputs=2, dtype=types.UINT8)
+        p.set_outputs(fn.decoders.image(encoded, device="cpu"), labels)
     p.build()
     outs[name] = p.run()
