@@ -20,6 +20,7 @@ from .dali import decoders as _dali_decoders  # noqa: F401  (decoders.image_rand
 from .dali import tensor_ops as _dali_tensor_ops  # noqa: F401  (box_encoder, cat, reshape, ...)
 from .dali import transforms as _dali_transforms  # noqa: F401  (fn.transforms.*)
 from .dali import ssd_crop as _dali_ssd_crop  # noqa: F401  (ops.SSDRandomCrop)
+from .dali import arithmetic as _dali_arithmetic  # noqa: F401  (DataNode arithmetic, fn.math)
 from .ops.boxes import PaddedBoxes
 from .ops.registry import make_classes as _make_classes, make_functional as _make_functional
 

@@ -1978,7 +1978,7 @@ def shapes(data: Any, /, *, dtype: str | None = 'int64', device: str | None = No
 
 def slice(images: Any, anchor: Any = ..., shape_: Any = ..., /, *, axes: tuple = (1, 0), axis_names: str | None = None, normalized_anchor: bool = True, normalized_shape: bool = True, out_of_bounds_policy: str = 'error', fill_values: float | Sequence[Any] = 0.0, start: Sequence[float] | DataNode | None = None, rel_start: Sequence[float] | DataNode | None = None, end: Sequence[float] | DataNode | None = None, rel_end: Sequence[float] | DataNode | None = None, shape: int | tuple | None | DataNode = None, rel_shape: Sequence[float] | DataNode | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
-    DALI's slice of images: anchor and shape per sample (inputs, or start / rel_start with shape / rel_shape / end / rel_end; relative by default, in the order of axes: (1, 0) = x, y), rounded as DALI; out_of_bounds_policy error / pad / trim_to_shape.
+    DALI's slice of images (or of plain tensors, along axes): anchor and shape per sample (inputs, or start / rel_start with shape / rel_shape / end / rel_end; relative by default, integer ones absolute, in the order of axes: (1, 0) = x, y), rounded as DALI; out_of_bounds_policy error / pad / trim_to_shape.
     
     Inputs (positional only, 1 to 3):
         images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
@@ -2399,6 +2399,589 @@ class experimental:
         Returns: one output; (B, 3) [H, W, C] of the encoded images, from their headers
         
         Functional form: fn.experimental.peek_image_shape; class form: ops.experimental.PeekImageShape
+        """
+
+
+class math:
+    """fn.math.*"""
+
+    @staticmethod
+    def abs(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.abs: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.abs_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.abs; class form: ops.math.Abs
+        """
+
+    @staticmethod
+    def acos(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.acos: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.acos_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.acos; class form: ops.math.Acos
+        """
+
+    @staticmethod
+    def asin(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.asin: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.asin_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.asin; class form: ops.math.Asin
+        """
+
+    @staticmethod
+    def atan(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.atan: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.atan_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.atan; class form: ops.math.Atan
+        """
+
+    @staticmethod
+    def atan2(x: Any, y: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.atan2: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 2):
+            x: the output of another op
+            y: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.atan2_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.atan2; class form: ops.math.Atan2
+        """
+
+    @staticmethod
+    def cbrt(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.cbrt: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.cbrt_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.cbrt; class form: ops.math.Cbrt
+        """
+
+    @staticmethod
+    def ceil(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.ceil: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.ceil_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.ceil; class form: ops.math.Ceil
+        """
+
+    @staticmethod
+    def clamp(x: Any, lo: Any, hi: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.clamp: each element bounded to [lo, hi], per sample.
+        
+        Inputs (positional only, 3):
+            x: the output of another op
+            lo: the output of another op
+            hi: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.clamp_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, min(max(x, lo), hi) in the type of x and the bounds
+        
+        Functional form: fn.math.clamp; class form: ops.math.Clamp
+        """
+
+    @staticmethod
+    def cos(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.cos: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.cos_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.cos; class form: ops.math.Cos
+        """
+
+    @staticmethod
+    def cosh(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.cosh: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.cosh_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.cosh; class form: ops.math.Cosh
+        """
+
+    @staticmethod
+    def exp(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.exp: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.exp_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.exp; class form: ops.math.Exp
+        """
+
+    @staticmethod
+    def fabs(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.fabs: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.fabs_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.fabs; class form: ops.math.Fabs
+        """
+
+    @staticmethod
+    def floor(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.floor: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.floor_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.floor; class form: ops.math.Floor
+        """
+
+    @staticmethod
+    def fpow(x: Any, y: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.fpow: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 2):
+            x: the output of another op
+            y: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.fpow_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.fpow; class form: ops.math.Fpow
+        """
+
+    @staticmethod
+    def log(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.log: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.log_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.log; class form: ops.math.Log
+        """
+
+    @staticmethod
+    def log10(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.log10: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.log10_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.log10; class form: ops.math.Log10
+        """
+
+    @staticmethod
+    def log2(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.log2: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.log2_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.log2; class form: ops.math.Log2
+        """
+
+    @staticmethod
+    def max(x: Any, y: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.max: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 2):
+            x: the output of another op
+            y: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.max_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.max; class form: ops.math.Max
+        """
+
+    @staticmethod
+    def min(x: Any, y: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.min: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 2):
+            x: the output of another op
+            y: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.min_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.min; class form: ops.math.Min
+        """
+
+    @staticmethod
+    def pow(x: Any, y: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.pow: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 2):
+            x: the output of another op
+            y: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.pow_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.pow; class form: ops.math.Pow
+        """
+
+    @staticmethod
+    def rsqrt(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.rsqrt: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.rsqrt_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.rsqrt; class form: ops.math.Rsqrt
+        """
+
+    @staticmethod
+    def sin(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.sin: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.sin_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.sin; class form: ops.math.Sin
+        """
+
+    @staticmethod
+    def sinh(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.sinh: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.sinh_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.sinh; class form: ops.math.Sinh
+        """
+
+    @staticmethod
+    def sqrt(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.sqrt: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.sqrt_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.sqrt; class form: ops.math.Sqrt
+        """
+
+    @staticmethod
+    def tan(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.tan: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.tan_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.tan; class form: ops.math.Tan
+        """
+
+    @staticmethod
+    def tanh(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.tanh: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.tanh_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.tanh; class form: ops.math.Tanh
         """
 
 

@@ -181,6 +181,18 @@ def _two_transforms(op, args):
                                             **args)))[1:]
 
 
+def _positive(op, args):
+    return _feed([[np.abs(p) + 0.1 for p in POINTS]], lambda p: op(p, **args))
+
+
+def _positive_two(op, args):
+    return _feed([[np.abs(p) + 0.1 for p in POINTS]], lambda p: op(p, p * 0.5, **args))
+
+
+def _clamped(op, args):
+    return _feed([POINTS], lambda p: op(p, 0.2, 0.6, **args))
+
+
 def _images_rel_boxes_labels(op, args):
     return _feed([IMAGES, REL, [np.array([1, 2], np.int32)] * 2],
                  lambda i, b, lab: op(i, b, lab, **args))
@@ -395,6 +407,11 @@ CASES = {
         "reverse_order": With(True, to_start=(0.5, 0.5))}),
     "transforms.combine": (_two_transforms, {}, {"reverse_order": True}),
     "ssd_random_crop": (_images_rel_boxes_labels, {}, {"num_attempts": 3}),
+    **{f"math.{n}": (_positive, {}, {}) for n in (
+        "abs", "fabs", "sqrt", "rsqrt", "cbrt", "exp", "log", "log2", "log10", "sin", "cos",
+        "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "floor", "ceil")},
+    **{f"math.{n}": (_positive_two, {}, {}) for n in ("min", "max", "pow", "fpow", "atan2")},
+    "math.clamp": (_clamped, {}, {}),
     "hsv@dtype": (_images, {}, {"dtype": types.FLOAT}),
     "brightness_contrast@dtype": (_images, {}, {"dtype": types.FLOAT}),
 }

@@ -434,22 +434,36 @@ def window_from_args(op, args, b):
                     "end": "the window's absolute end", "rel_end": "its relative end",
                     "shape": "the window's absolute extent", "rel_shape": "its relative extent"},
           output_spec="images (uint8 HWC) of the window sizes",
-          doc="DALI's slice of images: anchor and shape per sample (inputs, or start / rel_start "
-              "with shape / rel_shape / end / rel_end; relative by default, in the order of axes: "
-              "(1, 0) = x, y), rounded as DALI; out_of_bounds_policy error / pad / trim_to_shape")
+          doc="DALI's slice of images (or of plain tensors, along axes): anchor and shape per "
+              "sample (inputs, or start / rel_start with shape / rel_shape / end / rel_end; "
+              "relative by default, integer ones absolute, in the order of axes: (1, 0) = x, y), "
+              "rounded as DALI; out_of_bounds_policy error / pad / trim_to_shape")
 def slice_(ctx, op, inputs, args):
     images = inputs[0]
-    if not isinstance(images, ImageBatch):
-        raise TypeError(f"{op.name}: slice takes images (an ImageBatch), got {type(images).__name__}")
     if len(inputs) == 2:
         raise TypeError(f"{op.name}: give the anchor and the shape inputs together")
     if len(inputs) == 3:
         if any(args[k] is not None for k in WINDOW_ARGS):
             raise ValueError(f"{op.name}: the window is given by inputs: start / shape "
                              "arguments cannot be given too")
-        return _slice_images(ctx, op, images, _host(inputs[1]), _host(inputs[2]), args)
-    anchor, shape, args = window_from_args(op, args, images.batch_size)
+        # DALI: integer anchors and shapes are absolute, whatever normalized_* say
+        args = {**args, "normalized_anchor": args["normalized_anchor"] and not _ints(inputs[1]),
+                "normalized_shape": args["normalized_shape"] and not _ints(inputs[2])}
+        anchor, shape = _host(inputs[1]), _host(inputs[2])
+    else:
+        b = images.batch_size if isinstance(images, ImageBatch) else len(images)
+        anchor, shape, args = window_from_args(op, args, b)
+    if not isinstance(images, ImageBatch):  # a plain tensor batch (dali/tensor_ops.py)
+        from .tensor_ops import slice_tensors
+
+        return slice_tensors(op, images, anchor, shape, args)
     return _slice_images(ctx, op, images, anchor, shape, args)
+
+
+def _ints(v) -> bool:
+    """Whether a batch of anchors or shapes holds integers (DALI reads those as absolute)."""
+    first = v[0] if isinstance(v, (list, tuple)) and len(v) else v
+    return np.asarray(first).dtype.kind in "iu"
 
 
 def _host(v):

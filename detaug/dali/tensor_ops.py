@@ -328,8 +328,65 @@ def constant(ctx, op, inputs, args):
     dt = (np.int32 if ints else np.float32) if args["dtype"] is None \
         else _types.to_numpy_type(args["dtype"])
     shape = vals.shape if args["shape"] is None else tuple(int(x) for x in np.atleast_1d(args["shape"]))
-    one = (np.broadcast_to(vals, shape) if vals.size == 1 else vals.reshape(shape)).astype(dt)
+    one = (np.broadcast_to(vals.reshape(()), shape) if vals.size == 1
+           else vals.reshape(shape)).astype(dt)
     return np.broadcast_to(one, (ctx.batch_size,) + one.shape).copy()
+
+
+# ---- slice of plain tensors -------------------------------------------------------------------------
+def slice_tensors(op, data, anchor, shape, args):
+    """DALI's slice of a plain tensor batch: per sample, along ``axes`` (indices; DALI's
+    default (1, 0)), the window [anchor, anchor + shape), relative to the extents where
+    ``normalized_anchor`` / ``normalized_shape`` (rounded as DALI: start and end each rounded
+    half away from zero), else absolute; ``out_of_bounds_policy`` 'error', 'pad' (with
+    ``fill_values``) or 'trim_to_shape'."""
+    from ..ops.geometry import round_half_away
+
+    if args["axis_names"] is not None:
+        raise NotImplementedError(f"{op.name}: axis_names= on a plain tensor needs a layout; "
+                                  "give axes= (indices)")
+    axes = [int(a) for a in np.atleast_1d(args["axes"])]
+    samples = samples_of(op, data, "data")
+    b = len(samples)
+    a_all = np.asarray(anchor, np.float64).reshape(b, -1) if np.size(anchor) != len(axes) \
+        else np.broadcast_to(np.asarray(anchor, np.float64).reshape(1, -1), (b, len(axes)))
+    s_all = np.asarray(shape, np.float64).reshape(b, -1) if np.size(shape) != len(axes) \
+        else np.broadcast_to(np.asarray(shape, np.float64).reshape(1, -1), (b, len(axes)))
+    if a_all.shape[1] != len(axes) or s_all.shape[1] != len(axes):
+        raise ValueError(f"{op.name}: anchor and shape need one value per axis {axes}")
+    policy = args["out_of_bounds_policy"]
+    out = []
+    for k, x in enumerate(samples):
+        x = np.asarray(x)
+        if any(not -x.ndim <= ax < x.ndim for ax in axes):
+            raise ValueError(f"{op.name}: axes {axes} do not fit sample {k} of shape {x.shape}")
+        ext = np.array([x.shape[ax] for ax in axes], np.float64)
+        av = a_all[k] * ext if args["normalized_anchor"] else a_all[k]
+        sv = s_all[k] * ext if args["normalized_shape"] else s_all[k]
+        start = round_half_away(av).astype(np.int64)
+        end = round_half_away(av + sv).astype(np.int64)
+        if (end <= start).any():
+            raise ValueError(f"{op.name}: sample {k}: an empty window")
+        lo, hi = np.zeros(x.ndim, np.int64), np.array(x.shape, np.int64)
+        outside = (start < 0).any() or (end > ext).any()
+        if outside and policy == "error":
+            raise ValueError(f"{op.name}: sample {k}: window {start.tolist()}..{end.tolist()} "
+                             f"reaches outside its extents {ext.astype(int).tolist()} "
+                             "(out_of_bounds_policy='error'; 'pad' fills, 'trim_to_shape' trims)")
+        if policy == "trim_to_shape":
+            start, end = np.clip(start, 0, ext.astype(np.int64)), np.clip(end, 0, ext.astype(np.int64))
+        elif policy not in ("error", "pad"):
+            raise ValueError(f"{op.name}: out_of_bounds_policy must be 'error', 'pad' or "
+                             "'trim_to_shape'")
+        for ax, s0, e0 in zip(axes, start, end):
+            lo[ax], hi[ax] = s0, e0
+        res = np.full(tuple(hi - lo), args["fill_values"], x.dtype)
+        src = tuple(slice(max(lo[d], 0), min(hi[d], x.shape[d])) for d in range(x.ndim))
+        dst = tuple(slice(max(lo[d], 0) - lo[d], min(hi[d], x.shape[d]) - lo[d])
+                    for d in range(x.ndim))
+        res[dst] = x[src]
+        out.append(res)
+    return batch_of(out) if isinstance(data, np.ndarray) else out
 
 
 # the types of the arguments whose default (None) does not say it (ops/arg_docs.py's table)

@@ -27,6 +27,39 @@ class DataNode:
     def __repr__(self) -> str:
         return f"DataNode({self.name}, device={self.device})"
 
+    # DALI's arithmetic on DataNodes (detaug/dali/arithmetic.py runs it): numbers become
+    # constants. == and != are left to identity (nodes are kept in dicts and lists).
+    def _arith(self, name, *others):
+        return call_op("_arith", (self,) + others, {"op": name})
+
+    def _rarith(self, name, other):
+        return call_op("_arith", (other, self), {"op": name})
+
+    def __add__(self, o): return self._arith("add", o)  # noqa: E704
+    def __radd__(self, o): return self._rarith("add", o)  # noqa: E704
+    def __sub__(self, o): return self._arith("sub", o)  # noqa: E704
+    def __rsub__(self, o): return self._rarith("sub", o)  # noqa: E704
+    def __mul__(self, o): return self._arith("mul", o)  # noqa: E704
+    def __rmul__(self, o): return self._rarith("mul", o)  # noqa: E704
+    def __truediv__(self, o): return self._arith("div", o)  # noqa: E704
+    def __rtruediv__(self, o): return self._rarith("div", o)  # noqa: E704
+    def __floordiv__(self, o): return self._arith("fdiv", o)  # noqa: E704
+    def __rfloordiv__(self, o): return self._rarith("fdiv", o)  # noqa: E704
+    def __mod__(self, o): return self._arith("mod", o)  # noqa: E704
+    def __pow__(self, o): return self._arith("pow", o)  # noqa: E704
+    def __rpow__(self, o): return self._rarith("pow", o)  # noqa: E704
+    def __lt__(self, o): return self._arith("lt", o)  # noqa: E704
+    def __le__(self, o): return self._arith("leq", o)  # noqa: E704
+    def __gt__(self, o): return self._arith("gt", o)  # noqa: E704
+    def __ge__(self, o): return self._arith("geq", o)  # noqa: E704
+    def __and__(self, o): return self._arith("bitand", o)  # noqa: E704
+    def __or__(self, o): return self._arith("bitor", o)  # noqa: E704
+    def __xor__(self, o): return self._arith("bitxor", o)  # noqa: E704
+    def __neg__(self): return self._arith("neg")  # noqa: E704
+    def __pos__(self): return self._arith("pos")  # noqa: E704
+
+    __hash__ = object.__hash__
+
     def gpu(self) -> "DataNode":
         """This output on the device (DALI's ``.gpu()``): an explicit upload op; an output
         already on the device is itself (as DALI's)."""
