@@ -3271,7 +3271,7 @@ class readers:
         """
 
     @staticmethod
-    def tfrecord(*, path: str | Sequence[Any] | None = None, label_map: dict | str | None = None, image_label: str | None = None, skip_empty: bool = False, on_error: str = 'raise', random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    def tfrecord(*, path: str | Sequence[Any] | None = None, label_map: dict | str | None = None, image_label: str | None = None, skip_empty: bool = False, on_error: str = 'raise', features: Any = None, index_path: Any = None, random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
         """
         TFRecords, Object Detection API layout (no TensorFlow, no DALI index files; its own index cached beside the shards): encoded images and their boxes.
         
@@ -3283,6 +3283,8 @@ class readers:
             image_label: str | None = None: a per-image int64 feature (e.g. 'image/class/label') to output instead of boxes
             skip_empty: bool = False: leave out images with no boxes (counted)
             on_error: str = 'raise': 'raise' or 'skip' bad records (counted in pipe.stats)
+            features:  = None: DALI's form: {name: tfrecord.FixedLenFeature / VarLenFeature}; the outputs are then a dict of those features (detaug/ops/tfrecord_features.py)
+            index_path: any = None: hint, changes no value here: DALI's index files: detaug locates the records itself
             random_shuffle: bool = False: shuffle the records every epoch (keyed by seed and epoch: the same seed gives the same order)
             shard_id: int | None = None: this process's shard, 0 <= shard_id < num_shards (None: the pipeline's shard_id)
             num_shards: int | None = None: split the records into this many shards (None: the pipeline's num_shards)
@@ -3294,7 +3296,7 @@ class readers:
         
         Devices: cpu
         
-        Returns: 2 outputs (a tuple); (encoded bytes, BoxBatch with labels + difficult/truncated/iscrowd; or int64 (B,) labels with image_label)
+        Returns: a number of outputs set by the arguments (a tuple when more than one); (encoded bytes, BoxBatch with labels + difficult/truncated/iscrowd; or int64 (B,) labels with image_label); with features=, a dict of them
         
         Functional form: fn.readers.tfrecord; class form: ops.readers.Tfrecord
         """

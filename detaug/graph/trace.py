@@ -144,6 +144,8 @@ class OpSchema:
             here: name -> why. Their arg_docs say 'hint', and setting one to anything but its
             default warns once per process (:func:`call_op`). Every other argument changes the
             output or is refused (tests/test_op_args.py).
+        output_names: ``output_names(args) -> list of names or None``: the op's outputs as a
+            dict by name instead of a tuple (DALI's ``readers.tfrecord(features=...)``).
         rewrite: DALI's positional forms that are arguments here: ``rewrite(inputs, kwargs) ->
             (inputs, kwargs)`` at trace time (warp_affine's ``mtx`` input becomes ``matrix=``).
         partners: a multi-sample op (mosaic, mixup) makes each output sample from a group of
@@ -173,6 +175,7 @@ class OpSchema:
     unavailable: dict = field(default_factory=dict)
     partners: Callable | None = None
     rewrite: Callable | None = None
+    output_names: Callable | None = None
 
     def num_outputs(self, n_inputs: int, args: dict) -> int:
         return self.outputs(n_inputs, args) if callable(self.outputs) else self.outputs
@@ -289,4 +292,7 @@ def call_op(name: str, inputs, kwargs: dict):
     out_device = "gpu" if device in ("gpu", "mixed") else "cpu"
     n = schema.num_outputs(len(inputs), args)
     op.outputs = [DataNode(op, i, out_device) for i in range(n)]
+    names = schema.output_names(args) if schema.output_names is not None else None
+    if names:
+        return dict(zip(names, op.outputs))
     return op.outputs[0] if n == 1 else tuple(op.outputs)

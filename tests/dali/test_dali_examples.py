@@ -289,8 +289,8 @@ def test_modules_dali_programs_import():
     import detaug.plugin.tf as dali_tf
     import detaug.tfrecord as tfrec
 
-    assert tfrec.FixedLenFeature([], tfrec.string, "").dtype == "string"
-    for mod, name in ((dmath, "clamp"), (dali_tf, "DALIDataset"), (backend, "GetCudaVersion")):
+    assert tfrec.FixedLenFeature([], tfrec.string, "").dtype == "string" and callable(dmath.clamp)
+    for mod, name in ((dmath, "erf"), (dali_tf, "DALIRawDataset"), (backend, "GetCudaVersion")):
         with pytest.raises(AttributeError, match="docs/dali.md"):
             getattr(mod, name)
     assert backend.TensorCPU is not None
@@ -400,3 +400,61 @@ def test_ssd_random_crop_old_op(rng):
         assert len(ob.at(s)) == len(ol.at(s)) and 1 <= len(ol.at(s)) <= inside.sum()
         assert set(ol.at(s).tolist()) <= set(labels[s][inside].tolist())
         assert (ob.at(s) >= 0).all() and (ob.at(s) <= 1).all()
+
+
+def _coco_tfrecords(folder, n):
+    """The first ``n`` images of the repository's COCO sample written as TFRecords."""
+    import copy
+
+    from readers.coco import read_coco
+    from readers.tfrecord_od import write_tfrecord
+
+    root = os.path.join(PORTS, "..", "..", "..", "examples", "data", "coco-mini")
+    ds = read_coco(os.path.join(root, "annotations.json"), os.path.join(root, "images"))
+    part = copy.copy(ds)
+    part.records = [ds.records[k] for k in range(n)]
+    write_tfrecord(part, folder, num_shards=1)
+    return part, sorted(str(p) for p in folder.glob("*.tfrecord"))
+
+
+@pytest.mark.slow  # TensorFlow's import alone takes ~8 s here
+def test_efficientdet_input_stops_at_resizing_normalised_images(tmp_path, monkeypatch, run_port):
+    """DALI's EfficientDet input pipeline traces whole (TFRecord features, DataNode arithmetic,
+    dali.math, slices of tensors, box_encoder(offset=True), DALIDataset); it runs up to the
+    resize of the normalised (float) images, which detaug refuses with one line: its geometric
+    ops take uint8 images (normalise after them)."""
+    pytest.importorskip("tensorflow")
+    _, files = _coco_tfrecords(tmp_path, 6)
+    monkeypatch.setenv("PORT_TFRECORDS", os.pathsep.join(files))
+    with pytest.raises(Exception, match="geometric ops take uint8 HWC images"):
+        run_port("efficientdet_input")
+
+
+def test_tfrecord_features_dict(tmp_path):
+    """readers.tfrecord(features=...): a dict of outputs, DALI's FixedLen / VarLen values, the
+    records' own values (checked against the COCO annotations they were written from)."""
+    import detaug.fn as fn
+    import detaug.tfrecord as tfrec
+    from detaug.pipeline import Pipeline
+
+    ds, files = _coco_tfrecords(tmp_path, 6)
+    pipe = Pipeline(batch_size=4, num_threads=1)
+    with pipe:
+        f = fn.readers.tfrecord(path=files, features={
+            "image/encoded": tfrec.FixedLenFeature((), tfrec.string, ""),
+            "image/width": tfrec.FixedLenFeature([1], tfrec.int64, -1),
+            "image/object/bbox/xmin": tfrec.VarLenFeature(tfrec.float32, 0.0),
+            "image/object/bbox/xmax": tfrec.VarLenFeature(tfrec.float32, 0.0),
+            "no/such/feature": tfrec.FixedLenFeature([2], tfrec.float32, 7.0)})
+        assert isinstance(f, dict) and list(f)[0] == "image/encoded"
+        pipe.set_outputs(fn.decoders.image(f["image/encoded"], device="cpu"), f["image/width"],
+                         f["image/object/bbox/xmin"], f["image/object/bbox/xmax"],
+                         f["no/such/feature"])
+    img, width, x0, x1, missing = pipe.run()
+    for k in range(4):
+        rec = ds.records[k]
+        assert img.at(k).shape[:2] == (rec.height, rec.width)
+        assert width.at(k).tolist() == [rec.width]
+        np.testing.assert_allclose(x0.at(k), rec.boxes[:, 0] / rec.width, rtol=1e-6)
+        np.testing.assert_allclose(x1.at(k), rec.boxes[:, 2] / rec.width, rtol=1e-6)
+        assert missing.at(k).tolist() == [7.0, 7.0]

@@ -111,6 +111,7 @@ def test_integer_anchor_slices_images_in_pixels(rng):
         np.testing.assert_array_equal(out.at(k), im[3:11, 5:15])  # anchor (x, y), shape (w, h)
 
 
+@pytest.mark.slow  # TensorFlow's import alone takes ~8 s here
 def test_dali_dataset_gives_the_pipeline_outputs():
     tf = pytest.importorskip("tensorflow")
     import detaug.plugin.tf as dali_tf
