@@ -3271,7 +3271,7 @@ class readers:
         """
 
     @staticmethod
-    def tfrecord(*, path: str | Sequence[Any] | None = None, label_map: dict | str | None = None, image_label: str | None = None, skip_empty: bool = False, on_error: str = 'raise', features: Any = None, index_path: Any = None, random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    def tfrecord(*, path: str | Sequence[Any] | None = None, label_map: dict | str | None = None, image_label: str | None = None, skip_empty: bool = False, on_error: str = 'raise', features: dict | None = None, index_path: Any = None, random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
         """
         TFRecords, Object Detection API layout (no TensorFlow, no DALI index files; its own index cached beside the shards): encoded images and their boxes.
         
@@ -3283,7 +3283,7 @@ class readers:
             image_label: str | None = None: a per-image int64 feature (e.g. 'image/class/label') to output instead of boxes
             skip_empty: bool = False: leave out images with no boxes (counted)
             on_error: str = 'raise': 'raise' or 'skip' bad records (counted in pipe.stats)
-            features:  = None: DALI's form: {name: tfrecord.FixedLenFeature / VarLenFeature}; the outputs are then a dict of those features (detaug/ops/tfrecord_features.py)
+            features: dict = None: DALI's form: {name: tfrecord.FixedLenFeature / VarLenFeature}; the outputs are then a dict of those features (detaug/ops/tfrecord_features.py)
             index_path: any = None: hint, changes no value here: DALI's index files: detaug locates the records itself
             random_shuffle: bool = False: shuffle the records every epoch (keyed by seed and epoch: the same seed gives the same order)
             shard_id: int | None = None: this process's shard, 0 <= shard_id < num_shards (None: the pipeline's shard_id)

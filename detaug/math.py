@@ -3,7 +3,7 @@ definition, elementwise per sample (``math.min(a / b, c)``, ``math.clamp(x, 0, 1
 ``math.sqrt(x)``); numbers given become constants. They run on the host: detaug/dali/
 arithmetic.py (``fn.math.<name>`` are the same ops). A name DALI's module has and detaug's does
 not raises one line naming it."""
-from . import fn as _fn
+from .graph.trace import call_op as _call_op
 
 _NAMES = ("abs", "fabs", "sqrt", "rsqrt", "cbrt", "exp", "log", "log2", "log10", "sin", "cos",
           "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "floor", "ceil", "min", "max",
@@ -12,7 +12,7 @@ _NAMES = ("abs", "fabs", "sqrt", "rsqrt", "cbrt", "exp", "log", "log2", "log10",
 
 def _make(name):
     def f(*operands):
-        return getattr(_fn.math, name)(*operands)
+        return _call_op(f"math.{name}", operands, {})
 
     f.__name__ = f.__qualname__ = name
     f.__doc__ = f"DALI's math.{name}: fn.math.{name} (elementwise per sample)."

@@ -445,6 +445,7 @@ ELSEWHERE = {
     "dtype": "tests/test_dali_compat.py",
     "ndim": "test_external_source_ndim_is_checked below",
     "batch_info": "tests/dali/test_dali_examples.py (BatchInfo of a per-batch callable)",
+    "features": "tests/dali/test_dali_examples.py (DALI's TFRecord feature dict)",
 }
 SOURCES = {"readers.coco", "coco_reader", "readers.voc", "readers.file", "readers.tfrecord",
            "external_source"}

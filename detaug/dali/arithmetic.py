@@ -19,7 +19,7 @@ import numpy as np
 from ..core.batch import ImageBatch
 from ..graph import materialize as M
 from ..ops.registry import register
-from .ops import batch_of
+from .tensors import batch_of
 
 def _fdiv(a, b):
     """DALI's ``//``: C++ division: integers truncated toward zero, floats not rounded."""

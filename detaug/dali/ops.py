@@ -23,30 +23,9 @@ from ..core.batch import BoxBatch, ImageBatch
 from ..ops.geometry import GEO, apply_geometry, per_sample, round_half_away
 from ..ops.decode import DECODER_HINTS, check_decoder_args, decoder_declaration
 from ..ops.registry import register
+from .tensors import batch_of, samples_of  # noqa: F401  (DALI's tensor lists: dali/tensors.py)
 
 HOST = dict(devices=("cpu",), kind="other")
-
-
-# ---- DALI tensor lists: per-sample host arrays ------------------------------------------------------
-def samples_of(op, v, what="input") -> list:
-    """A batch of plain tensors as a list of per-sample host arrays."""
-    if isinstance(v, (ImageBatch, BoxBatch)):
-        raise TypeError(f"{op.name}: {what} must be a plain tensor batch (DALI's layout: e.g. boxes "
-                        f"from fn.readers.coco(ratio=True, ...)), got a {type(v).__name__}")
-    if isinstance(v, np.ndarray):
-        return list(v)
-    if isinstance(v, (list, tuple)):
-        return [np.asarray(s) for s in v]
-    raise TypeError(f"{op.name}: {what} must be a batch of arrays, got {type(v).__name__}")
-
-
-def batch_of(arrays: list):
-    """Stack per-sample arrays when they share a shape (a dense batch), else keep the list."""
-    if arrays and all(a.shape == arrays[0].shape and a.dtype == arrays[0].dtype for a in arrays):
-        return np.stack(arrays)
-    return list(arrays)
-
-
 
 
 _LAYOUTS = {"xyXY": (0, 1, 2, 3), "xyWH": None}

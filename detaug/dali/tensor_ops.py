@@ -14,7 +14,7 @@ from PIL import Image
 from ..core import types as _types
 from ..core.batch import EncodedBatch, ImageBatch
 from ..ops.registry import register
-from .ops import batch_of, samples_of
+from .tensors import batch_of, samples_of
 
 HOST = dict(devices=("cpu",), kind="other")
 
@@ -407,7 +407,8 @@ def _declare_types():
                   "scale": vec, "center": vec, "ndim": "int | None"},
               "transforms.rotation": {"angle": "float", "center": vec,
                                       "axis": "sequence of float"},
-              "transforms.shear": {"shear": vec, "angles": vec, "center": vec}}
+              "transforms.shear": {"shear": vec, "angles": vec, "center": vec},
+              "readers.tfrecord": {"features": "dict", "index_path": "any"}}
     for op, args in types_.items():
         table = _ad.ARG_DOCS.setdefault(op, {})
         for k, t in args.items():

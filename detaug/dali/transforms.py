@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.registry import register
-from .ops import samples_of
+from .tensors import samples_of
 
 TRANSFORM = dict(devices=("cpu",), inputs=(0, 1), kind="other", input_names=("input",))
 ORDER_DOC = {"reverse_order": "apply this transform before the input's (default: after it)"}
