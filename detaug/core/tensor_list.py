@@ -29,6 +29,19 @@ class Layout(str):
         return str(self)
 
 
+class CallableShape(tuple):
+    """An array's shape (a tuple) that may also be called: DALI's ``TensorList.shape()``, the
+    list of per-sample shapes."""
+
+    def __new__(cls, shape, samples):
+        t = super().__new__(cls, shape)
+        t._samples = samples
+        return t
+
+    def __call__(self) -> list:
+        return list(self._samples)
+
+
 class Tensor:
     """DALI's TensorCPU / TensorGPU: one dense array (``as_tensor()``, ``tl[i]``): ``shape()``
     (a method, as DALI's), ``layout()``, ``dtype``, ``as_cpu()``, ``np.array(t)`` and, on the
@@ -161,22 +174,27 @@ class TensorList(TensorListMethods):
         device arrays)."""
         return np.asarray(self)
 
+    @property
+    def shape(self):
+        """The value's shape (a tuple, as the device array's), which called gives DALI's list
+        of per-sample shapes (``tl.shape()``)."""
+        v = self.value
+        dims = tuple(int(n) for n in v.shape) if hasattr(v, "shape") else (len(self._list),)
+        return CallableShape(dims, [tuple(int(n) for n in a.shape) for a in self._list])
+
+    def __getattr__(self, name):
+        # the rest of the device array's attributes (dtype, ndim, data, __cuda_array_interface__,
+        # sum, ...) from the detaug value, so that code written against it keeps working
+        if name.startswith("__") or name in ("value", "_list", "_lay"):
+            raise AttributeError(name)
+        value = self.__dict__.get("value")
+        if value is None or isinstance(value, list):
+            raise AttributeError(f"TensorList has no attribute {name!r}")
+        return getattr(value, name)
+
     def __repr__(self) -> str:
         kind = "GPU" if self.device == "gpu" else "CPU"
         return f"TensorList{kind}({len(self)} samples, shapes {self.shape()[:3]}...)"
-
-
-class CallableShape(tuple):
-    """An array's shape (a tuple) that may also be called: DALI's ``TensorList.shape()``, the
-    list of per-sample shapes."""
-
-    def __new__(cls, shape, samples):
-        t = super().__new__(cls, shape)
-        t._samples = samples
-        return t
-
-    def __call__(self) -> list:
-        return list(self._samples)
 
 
 class ArrayList(np.ndarray):
