@@ -578,7 +578,7 @@ def coord_transform(coords: Any, /, *, M: Sequence[float] | DataNode | None = No
     Functional form: fn.coord_transform; class form: ops.CoordTransform
     """
 
-def crop(images: Any, boxes: Any = ..., /, *, crop: tuple[float, float] | None = None, crop_h: float | None | DataNode = None, crop_w: float | None | DataNode = None, crop_pos_x: float | DataNode = 0.5, crop_pos_y: float | DataNode = 0.5, window: tuple[float, float, float, float] | None | DataNode = None, fill: float | Sequence[Any] = 0.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def crop(images: Any, boxes: Any = ..., /, *, crop: tuple[float, float] | None | DataNode = None, crop_h: float | None | DataNode = None, crop_w: float | None | DataNode = None, crop_pos_x: float | DataNode = 0.5, crop_pos_y: float | DataNode = 0.5, window: tuple[float, float, float, float] | None | DataNode = None, fill: float | Sequence[Any] = 0.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Crop a window: crop=(h, w) at crop_pos_x/y in [0, 1], or window=(x0, y0, x1, y1).
     
@@ -587,7 +587,7 @@ def crop(images: Any, boxes: Any = ..., /, *, crop: tuple[float, float] | None =
         boxes (optional): BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
     
     Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
-        crop: (float, float) | None = None: the window's (height, width) in pixels (or crop_h / crop_w)
+        crop: (float, float) | None = None [per-sample]: the window's (height, width) in pixels (or crop_h / crop_w)
         crop_h: float | None = None [per-sample]: the window's height in pixels
         crop_w: float | None = None [per-sample]: the window's width in pixels
         crop_pos_x: float = 0.5 [per-sample]: horizontal anchor in [0, 1]: x0 = round(pos * (W - crop_w)), halves away from zero (DALI's rounding)
@@ -607,7 +607,7 @@ def crop(images: Any, boxes: Any = ..., /, *, crop: tuple[float, float] | None =
     Functional form: fn.crop; class form: ops.Crop
     """
 
-def crop_mirror_normalize(images: Any, boxes: Any = ..., /, *, crop: tuple[float, float] | None = None, crop_h: float | None = None, crop_w: float | None = None, crop_pos_x: float | DataNode = 0.5, crop_pos_y: float | DataNode = 0.5, mirror: int | bool | DataNode = 0, mean: float | Sequence[Any] = 0.0, std: float | Sequence[Any] = 1.0, output_layout: str = 'CHW', dtype: str = 'float32', fill: float | Sequence[Any] = 0.0, output_dtype: Any | None = None, image_type: Any | None = None, scale: float = 1.0, shift: float = 0.0, pad_output: bool = False, fill_values: float | Sequence[Any] | None = None, out_of_bounds_policy: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def crop_mirror_normalize(images: Any, boxes: Any = ..., /, *, crop: tuple[float, float] | None | DataNode = None, crop_h: float | None | DataNode = None, crop_w: float | None | DataNode = None, crop_pos_x: float | DataNode = 0.5, crop_pos_y: float | DataNode = 0.5, mirror: int | bool | DataNode = 0, mean: float | Sequence[Any] = 0.0, std: float | Sequence[Any] = 1.0, output_layout: str = 'CHW', dtype: str = 'float32', fill: float | Sequence[Any] = 0.0, output_dtype: Any | None = None, image_type: Any | None = None, scale: float = 1.0, shift: float = 0.0, pad_output: bool = False, fill_values: float | Sequence[Any] | None = None, out_of_bounds_policy: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     DALI's crop + mirror (per sample) + normalize + layout in one pass; boxes follow.
     
@@ -616,9 +616,9 @@ def crop_mirror_normalize(images: Any, boxes: Any = ..., /, *, crop: tuple[float
         boxes (optional): BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
     
     Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
-        crop: (float, float) | None = None: crop window (height, width) in pixels; None: no crop
-        crop_h: float | None = None: crop window height in pixels
-        crop_w: float | None = None: crop window width in pixels
+        crop: (float, float) | None = None [per-sample]: crop window (height, width) in pixels; None: no crop
+        crop_h: float | None = None [per-sample]: crop window height in pixels
+        crop_w: float | None = None [per-sample]: crop window width in pixels
         crop_pos_x: float = 0.5 [per-sample]: window anchor = round(pos * (W - crop_w)), halves rounded up (DALI's rounding)
         crop_pos_y: float = 0.5 [per-sample]: vertical anchor in [0, 1], as crop_pos_x
         mirror: int | bool = 0 [per-sample]: 1 mirrors the sample left-right (boxes too), 0 leaves it
@@ -1804,7 +1804,7 @@ def reshape(data: Any, shape_input: Any = ..., /, *, shape: int | tuple | None |
     Functional form: fn.reshape; class form: ops.Reshape
     """
 
-def resize(images: Any, boxes: Any = ..., /, *, size: tuple[int, int] | None = None, resize_shorter: float | None | DataNode = None, resize_longer: float | None | DataNode = None, resize_x: float | None | DataNode = None, resize_y: float | None | DataNode = None, max_size: float | None | DataNode = None, keep_aspect: bool = False, antialias: bool = True, interp_type: Any | None = None, min_filter: Any | None = None, mag_filter: Any | None = None, mode: str = 'default', device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def resize(images: Any, boxes: Any = ..., /, *, size: tuple[int, int] | None | DataNode = None, resize_shorter: float | None | DataNode = None, resize_longer: float | None | DataNode = None, resize_x: float | None | DataNode = None, resize_y: float | None | DataNode = None, max_size: float | None | DataNode = None, keep_aspect: bool = False, antialias: bool = True, interp_type: Any | None = None, min_filter: Any | None = None, mag_filter: Any | None = None, mode: str = 'default', device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Resize to size=(h, w) (stretch, or keep_aspect), resize_shorter/longer, max_size.
     
@@ -1813,7 +1813,7 @@ def resize(images: Any, boxes: Any = ..., /, *, size: tuple[int, int] | None = N
         boxes (optional): BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
     
     Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
-        size: (int, int) | None = None: output (height, width); with keep_aspect, the box to fit in
+        size: (int, int) | None = None [per-sample]: output (height, width); with keep_aspect, the box to fit in
         resize_shorter: float | None = None [per-sample]: scale so that the shorter side is this long (aspect kept)
         resize_longer: float | None = None [per-sample]: scale so that the longer side is this long (aspect kept)
         resize_x: float | None = None [per-sample]: output width (DALI); alone, the height keeps the aspect ratio

@@ -143,7 +143,7 @@ def _standardize(ctx, op, img, args, std, scale, shift, dtype, layout):
                                   "(DALI's rounding)"},
           hints={"image_type": "DALI's older argument (RGB, BGR, GRAY: checked); the values do "
                                "not depend on it"},
-          per_sample=("mirror", "crop_pos_x", "crop_pos_y"),
+          per_sample=("mirror", "crop_pos_x", "crop_pos_y", "crop", "crop_h", "crop_w"),
           output_spec="normalised images (and boxes, mirrored/cropped with them)",
           doc="DALI's crop + mirror (per sample) + normalize + layout in one pass; boxes follow")
 def crop_mirror_normalize(ctx, op, inputs, args):

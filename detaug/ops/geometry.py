@@ -21,6 +21,18 @@ def per_sample(value, b, dtype=np.float64):
     return np.broadcast_to(a.reshape(-1) if a.ndim else a, (b,)).copy()
 
 
+def pair_per_sample(value, b, name):
+    """(a (B,), b (B,)) from a number, a pair, or one pair per sample ((B, 2): DALI's tensor
+    argument, e.g. ``size=fn.random.uniform(range=..., shape=2)``)."""
+    a = np.asarray(value, np.float64)
+    if a.ndim == 2 and a.shape == (b, 2):
+        return a[:, 0].copy(), a[:, 1].copy()
+    if a.ndim == 1 and a.size == b and b != 2 and b != 1:
+        return a.copy(), a.copy()  # one number per sample: a square
+    x, y = pair(value, name)
+    return np.full(b, x), np.full(b, y)
+
+
 def pair(value, name):
     """(a, b) from a scalar or a 2-sequence."""
     if np.ndim(value) == 0:
@@ -81,8 +93,7 @@ def flip(ctx, op, inputs, args):
 def _crop_size(args, sizes):
     b = len(sizes)
     if args.get("crop") is not None:
-        ch, cw = pair(args["crop"], "crop")
-        return per_sample(ch, b), per_sample(cw, b)
+        return pair_per_sample(args["crop"], b, "crop")
     ch = args.get("crop_h") or sizes[:, 0]
     cw = args.get("crop_w") or sizes[:, 1]
     return per_sample(ch, b), per_sample(cw, b)
@@ -117,7 +128,7 @@ def crop_plan(args, sizes):
 
 @register("crop", **GEO, args={"crop": None, "crop_h": None, "crop_w": None, "crop_pos_x": 0.5,
                                "crop_pos_y": 0.5, "window": None, "fill": 0.0},
-          per_sample=("crop_pos_x", "crop_pos_y", "crop_h", "crop_w", "window"),
+          per_sample=("crop", "crop_pos_x", "crop_pos_y", "crop_h", "crop_w", "window"),
           doc="crop a window: crop=(h, w) at crop_pos_x/y in [0, 1], or window=(x0, y0, x1, y1)")
 def crop(ctx, op, inputs, args):
     def plan(sizes, boxes):
@@ -145,7 +156,7 @@ def resize_sizes(args, sizes):
     size, shorter, longer = args.get("size"), args.get("resize_shorter"), args.get("resize_longer")
     rx, ry = args.get("resize_x"), args.get("resize_y")
     if size is not None or (_given(rx) and _given(ry)):
-        oh, ow = pair(size, "size") if size is not None else (val(ry), val(rx))
+        oh, ow = pair_per_sample(size, len(sizes), "size") if size is not None else (val(ry), val(rx))
         if args.get("keep_aspect"):
             s = (np.maximum if args["keep_aspect"] == "cover" else np.minimum)(oh / h, ow / w)
             oh, ow = h * s, w * s
@@ -170,7 +181,8 @@ def resize_sizes(args, sizes):
                                  "resize_x": None, "resize_y": None, "max_size": None,
                                  "keep_aspect": False, "antialias": True, "interp_type": None,
                                  "min_filter": None, "mag_filter": None, "mode": "default"},
-          per_sample=("resize_shorter", "resize_longer", "resize_x", "resize_y", "max_size"),
+          per_sample=("size", "resize_shorter", "resize_longer", "resize_x", "resize_y",
+                      "max_size"),
           arg_docs={"interp_type": "DALI's filter: INTERP_LINEAR (bilinear, antialiased when "
                                    "shrinking unless antialias=False) or INTERP_TRIANGULAR "
                                    "(antialiased); the others raise",
@@ -194,7 +206,10 @@ def resize(ctx, op, inputs, args):
         raise NotImplementedError(f"{op.name}: mode={mode!r} needs both output extents here "
                                   "(size= or resize_x and resize_y)")
     size = args["size"]
-    if size is not None and np.ndim(size) and 0 in [float(v) for v in size]:
+    if size is not None and np.ndim(size) == 2 and (np.asarray(size) <= 0).any():
+        raise ValueError(f"{op.name}: a per-sample size needs both extents > 0 (the 0 extent "
+                         "that keeps the aspect ratio is for a size given once)")
+    if size is not None and np.ndim(size) == 1 and 0 in [float(v) for v in size]:
         # DALI: an extent of 0 is computed to keep the aspect ratio (size=(0, 300): width 300)
         oh, ow = pair(size, "size")
         args = {**args, "size": None, "resize_y": oh or None, "resize_x": ow or None}

@@ -458,3 +458,29 @@ def test_tfrecord_features_dict(tmp_path):
         np.testing.assert_allclose(x0.at(k), rec.boxes[:, 0] / rec.width, rtol=1e-6)
         np.testing.assert_allclose(x1.at(k), rec.boxes[:, 2] / rec.width, rtol=1e-6)
         assert missing.at(k).tolist() == [7.0, 7.0]
+
+
+def test_tensor_arguments_of_resize_and_crop(rng):
+    """DALI's tensor arguments: resize's size and crop's crop (crop_mirror_normalize's too) as
+    per-sample DataNodes: each sample gets its own extents (rounded), and the crop is the
+    window at crop_pos 0.5 (DALI's rounding: halves up)."""
+    import detaug.fn as fn
+    from detaug.pipeline import Pipeline
+
+    imgs = [rng.integers(0, 256, (60, 80, 3), dtype=np.uint8) for _ in range(3)]
+    pipe = Pipeline(batch_size=3, num_threads=1, seed=2)
+    with pipe:
+        i = fn.external_source(source=lambda si: imgs[si.idx_in_epoch], batch=False, size=3)
+        sz = fn.random.uniform(range=(20, 50), shape=2)
+        c = fn.random.uniform(range=(10, 30), shape=2)
+        pipe.set_outputs(fn.resize(i, size=sz), sz, fn.crop(i, crop=c), c,
+                         fn.crop_mirror_normalize(i, crop=c, mean=0.0, std=1.0,
+                                                  output_layout="HWC"))
+    r, sz, cr, c, cm = pipe.run()
+    for k in range(3):
+        assert r.at(k).shape == (round(float(sz.at(k)[0])), round(float(sz.at(k)[1])), 3)
+        ch, cw = (int(np.round(v)) for v in c.at(k))
+        y0 = int(np.floor(0.5 * (60 - ch) + 0.5))
+        x0 = int(np.floor(0.5 * (80 - cw) + 0.5))
+        np.testing.assert_array_equal(cr.at(k), imgs[k][y0:y0 + ch, x0:x0 + cw])
+        np.testing.assert_allclose(cm.at(k), imgs[k][y0:y0 + ch, x0:x0 + cw].astype(np.float32))
