@@ -2,11 +2,13 @@
 ``at``, ``as_array``, ``as_cpu``, ``__len__``, ``layout()``, ``shape()``), so that a DALI program
 that reads its outputs ports by changing its imports.
 
-Two carriers: :class:`TensorListMethods`, mixed into :class:`~detaug.core.batch.ImageBatch`
-(its own attributes stay as they were; ``layout`` is a :class:`Layout`, a str that may also be
-called, as DALI's ``layout()``), and :class:`TensorList`, a batch of plain per-sample arrays that
-the DALI layer hands out in DALI mode (docs/dali.md, "Outputs of pipe.run()"). The detaug value a
-TensorList was made from stays in ``TensorList.value`` (what detaug's own adapters read).
+The carriers: :class:`TensorListMethods`, mixed into :class:`~detaug.core.batch.ImageBatch` (its
+own attributes stay as they were; ``layout`` is a :class:`Layout`, a str that may also be
+called, as DALI's ``layout()``); :class:`ArrayList` (an ndarray subclass: a dense host batch)
+and :class:`SampleList` (a list subclass: a ragged host batch), which are detaug's values and
+DALI's TensorListCPU at once; and :class:`TensorList`, a device batch (DALI's TensorListGPU). The
+DALI layer hands these out from every ``run()`` (docs/dali.md, "Outputs of pipe.run()"); the
+detaug value each was made from stays in ``.value`` (what detaug's own adapters read).
 """
 from __future__ import annotations
 
