@@ -27,11 +27,13 @@ def run_port():
 
     yield run
     sys.path.remove(PORTS)
-    for g in done.values():
-        for v in g.values():
-            if hasattr(v, "close") and type(v).__name__.endswith("Pipeline") or \
-                    type(v).__name__ == "Pipeline":
-                getattr(v, "close", lambda: None)()
+    from detaug.pipeline import Pipeline
+
+    for g in done.values():  # the ports' pipelines (and their worker threads) closed
+        for v in list(g.values()) + [p for v in g.values() if isinstance(v, dict)
+                                     for p in v.values()]:
+            if isinstance(v, Pipeline):
+                v.close()
 
 
 def _decoded(path):
