@@ -164,6 +164,23 @@ def test_ssd_pipeline(run_port):
         assert (m[:, 2:] > 0).all() and (m[:, :2] >= 0).all() and (m[:, :2] <= 1).all()
 
 
+def test_pytorch_ssd_loader(run_port):
+    """DALIGenericIterator over the SSD pipeline: torch tensors of DALI's shapes and dtypes, the
+    epoch's 68 images in batches of 16 with the last one partial (PARTIAL), labels from 1 where
+    an anchor matched, and auto_reset going on into the next epoch."""
+    import torch
+
+    g = run_port("pytorch_ssd_loader")
+    seen = g["seen"]
+    assert [s[0][0] for s in seen] == [16, 16, 16, 16, 4]
+    for shape_i, shape_b, shape_l, dtype, positives in seen:
+        n = shape_i[0]
+        assert shape_i == (n, 3, 300, 300) and shape_b == (n, 8732, 4) and shape_l == (n, 8732)
+        assert dtype == torch.int32 and positives >= n  # every image keeps a matched anchor
+    first = g["next_epoch_first"]
+    assert first["images"].shape == (16, 3, 300, 300) and first["images"].dtype == torch.float32
+
+
 def test_parallel_external_source(run_port):
     g = run_port("parallel_external_source")
     epoch = g["epoch"]

@@ -6,8 +6,6 @@
 # normalises to NCHW float and encodes the boxes on SSD300's default boxes with BoxEncoder. The
 # same ops and arguments as the example, written here (not a copy of DALI's code); devices are
 # "cpu" (the example's hsv, brightness_contrast and normalisation run on "gpu").
-from itertools import product
-from math import sqrt
 from types import SimpleNamespace
 
 import numpy as np
@@ -16,31 +14,10 @@ import detaug.ops as ops
 import detaug.types as types
 
 from _data import COCO_ANNOTATIONS, COCO_IMAGES
+from ssd_anchors import ssd300_anchors
 
 MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
 STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
-
-
-def ssd300_anchors():
-    """SSD300's 8732 default boxes, ltrb in [0, 1] (feature maps 38..1, two square sizes and
-    the aspect ratios of each level), flattened as BoxEncoder takes them."""
-    maps = [38, 19, 10, 5, 3, 1]
-    steps = [8, 16, 32, 64, 100, 300]
-    sizes = [21, 45, 99, 153, 207, 261, 315]
-    ratios = [[2], [2, 3], [2, 3], [2, 3], [2], [2]]
-    out = []
-    for level, n in enumerate(maps):
-        small, big = sizes[level] / 300, sizes[level + 1] / 300
-        whs = [(small, small), (sqrt(small * big), sqrt(small * big))]
-        for r in ratios[level]:
-            whs += [(small * sqrt(r), small / sqrt(r)), (small / sqrt(r), small * sqrt(r))]
-        cell = steps[level] / 300
-        for w, h in whs:
-            for row, col in product(range(n), repeat=2):
-                cx, cy = min((col + 0.5) * cell, 1.0), min((row + 0.5) * cell, 1.0)
-                w, h = min(w, 1.0), min(h, 1.0)
-                out.append([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2])
-    return np.array(out, np.float32)
 
 
 class SSDTrainPipe(Pipeline):
