@@ -1883,7 +1883,7 @@ def rotate(images: Any, boxes: Any = ..., /, *, angle: float | DataNode = 0.0, e
         fill: float | sequence = 0.0: value of the pixels uncovered by the rotation
         box_mode: str = 'corners': how a box follows a rotation or shear: 'corners' (box enclosing the four moved corners) or 'ellipse' (box enclosing the inscribed ellipse, tighter)
         keep_size: bool | None = None: DALI: False (DALI's default when any DALI argument is given) enlarges the canvas by DALI's rule, True keeps it
-        fill_value: float | None = None: DALI's fill; given DALI's arguments it is required (DALI repeats the border without it, which detaug does not do)
+        fill_value: float | None = None: DALI's fill; given DALI's arguments without it, the border repeats as DALI's (CPU only, not fused)
         size: (int, int) | None = None: DALI: the output (H, W), image centred
         interp_type: types.DALIInterpType | None = None: DALI's filter (checked as resize's); any DALI argument switches to DALI's canvas rule
     

@@ -277,18 +277,18 @@ def dali_rotated_size(angle_deg, sizes):
 
 
 def _dali_rotate(op, args):
-    """(expand rule, fill) for rotate called with DALI's arguments (keep_size, fill_value, size,
-    interp_type): DALI enlarges the canvas unless keep_size=True; it repeats the border where no
-    fill_value is given, which detaug's warp cannot: that raises."""
+    """The fill of rotate called with DALI's arguments (keep_size, fill_value, size,
+    interp_type): DALI enlarges the canvas unless keep_size=True; without fill_value it repeats
+    the border (None: ops/border.py's warp, on the CPU)."""
     from ..core import types
 
     if args["interp_type"] is not None:
         types.interp_type(args["interp_type"], op.name)
-    if args["fill_value"] is None:
-        raise NotImplementedError(f"{op.name}: without fill_value DALI's rotate repeats the border "
-                                  "pixels; detaug fills outside the image with a constant: pass "
-                                  "fill_value=")
-    return args["fill_value"]
+    if args["interp_type"] is not None and types.interp_type(args["interp_type"], op.name) != \
+            "linear" and args["fill_value"] is None:
+        raise NotImplementedError(f"{op.name}: without fill_value (DALI's border repeat) only "
+                                  "INTERP_LINEAR is available")
+    return args["fill_value"]  # None: DALI's border repeat (ops/border.py)
 
 
 _CANVAS_SAID: set = set()
@@ -313,8 +313,8 @@ def _warn_canvas_once(op) -> None:
                                  "interp_type": None},
           arg_docs={"keep_size": "DALI: False (DALI's default when any DALI argument is given) "
                                  "enlarges the canvas by DALI's rule, True keeps it",
-                    "fill_value": "DALI's fill; given DALI's arguments it is required (DALI "
-                                  "repeats the border without it, which detaug does not do)",
+                    "fill_value": "DALI's fill; given DALI's arguments without it, the border "
+                                  "repeats as DALI's (CPU only, not fused)",
                     "size": "DALI: the output (H, W), image centred"},
           per_sample=("angle",),
           doc="rotate by angle degrees counter-clockwise about the centre; keep canvas (fill 0) "
@@ -341,6 +341,11 @@ def rotate(ctx, op, inputs, args):
         m = G.linear_about(lin, sizes[:, ::-1] / 2.0, out[:, ::-1] / 2.0)
         return m, out, None
 
+    if dali and fill is None:
+        from .border import warp_border
+
+        return warp_border(ctx, op, inputs, plan, lambda v: apply_geometry(
+            ctx, op, [v], plan, box_mode=args["box_mode"])[0])
     return apply_geometry(ctx, op, inputs, plan, fill=fill, box_mode=args["box_mode"])
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..core import geometry as G
 from ..core.batch import BoxBatch, ImageBatch
-from ..graph import materialize as M
+from .border import warp_border
 from .geometry import GEO, apply_geometry, pair, per_sample
 from .registry import register
 
@@ -290,45 +290,6 @@ def _positional_matrix(inputs, kwargs):
     return inputs, kwargs
 
 
-def _warp_clamped(img, inv, out_hw):
-    """DALI's warp without fill_value: each output pixel centre mapped through ``inv`` (output
-    -> input, continuous coordinates) and sampled bilinearly with every tap clamped to the
-    image (the border repeats), rounded half up to uint8. ``img`` (H, W, C)."""
-    h, w = img.shape[:2]
-    oy, ox = np.mgrid[0:out_hw[0], 0:out_hw[1]].astype(np.float64) + 0.5
-    x = inv[0, 0] * ox + inv[0, 1] * oy + inv[0, 2] - 0.5
-    y = inv[1, 0] * ox + inv[1, 1] * oy + inv[1, 2] - 0.5
-    x0, y0 = np.floor(x), np.floor(y)
-    fx, fy = (x - x0)[..., None], (y - y0)[..., None]
-    xs = [np.clip(x0 + k, 0, w - 1).astype(np.intp) for k in (0, 1)]
-    ys = [np.clip(y0 + k, 0, h - 1).astype(np.intp) for k in (0, 1)]
-    src = img.astype(np.float64)
-    top = src[ys[0], xs[0]] * (1 - fx) + src[ys[0], xs[1]] * fx
-    bottom = src[ys[1], xs[0]] * (1 - fx) + src[ys[1], xs[1]] * fx
-    return np.clip(np.floor(top * (1 - fy) + bottom * fy + 0.5), 0, 255).astype(np.uint8)
-
-
-def _warp_border(ctx, op, inputs, plan):
-    """warp_affine without fill_value (DALI's border repeat), on the host: the images are
-    materialised and warped here (not fused); boxes follow the same matrices."""
-    images = inputs[0]
-    if images.device == "gpu":
-        raise NotImplementedError("warp_affine: without fill_value (DALI's border repeat) it runs "
-                                  "on the CPU only for now; give fill_value= on the GPU")
-    img = M.images(images, ctx)
-    sizes = np.asarray(img.sizes(), np.int64)
-    m, out, _ = plan(sizes, None)
-    out = np.maximum(np.asarray(out, np.int64).reshape(-1, 2), 1)
-    inv = np.linalg.inv(m)
-    data = [_warp_clamped(np.asarray(a), inv[k], out[k]) for k, a in enumerate(list(img.data))]
-    same = all(d.shape == data[0].shape for d in data)
-    warped = ImageBatch(np.stack(data) if data and same and img.is_dense else data, "cpu",
-                        img.layout)
-    if len(inputs) == 1:
-        return warped
-    return (warped,) + tuple(apply_geometry(ctx, op, [v], plan) [0] for v in inputs[1:])
-
-
 @register("warp_affine", **GEO,
           rewrite=_positional_matrix,
           args={"matrix": None, "size": None, "fill_value": None, "interp_type": None,
@@ -378,6 +339,7 @@ def warp_affine(ctx, op, inputs, args):
             raise NotImplementedError("warp_affine: without fill_value (the border repeat) only "
                                       "INTERP_LINEAR is available; give fill_value= for "
                                       "INTERP_TRIANGULAR")
-        return _warp_border(ctx, op, inputs, plan)
+        return warp_border(ctx, op, inputs, plan,
+                           lambda v: apply_geometry(ctx, op, [v], plan)[0])
     return apply_geometry(ctx, op, inputs, plan, fill=args["fill_value"],
                           antialias=interp == "triangular")

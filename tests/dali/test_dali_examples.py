@@ -503,3 +503,31 @@ def test_tensor_arguments_of_resize_and_crop(rng):
         x0 = int(np.floor(0.5 * (80 - cw) + 0.5))
         np.testing.assert_array_equal(cr.at(k), imgs[k][y0:y0 + ch, x0:x0 + cw])
         np.testing.assert_allclose(cm.at(k), imgs[k][y0:y0 + ch, x0:x0 + cw].astype(np.float32))
+
+
+def test_rotate_with_dalis_arguments_without_fill_value_repeats_the_border(rng):
+    """fn.rotate(keep_size=True) without fill_value: DALI's border repeat, the same sampling as
+    warp_affine's without fill_value on the rotation about the centre."""
+    import detaug.fn as fn
+    from detaug.ops.border import warp_clamped
+    from detaug.pipeline import Pipeline
+
+    imgs = [rng.integers(0, 256, (20, 30, 3), dtype=np.uint8) for _ in range(2)]
+    pipe = Pipeline(batch_size=2, num_threads=1)
+    with pipe:
+        i = fn.external_source(source=lambda si: imgs[si.idx_in_epoch], batch=False, size=2)
+        pipe.set_outputs(fn.rotate(i, angle=30.0, keep_size=True),
+                         fn.rotate(i, angle=30.0, keep_size=False))
+    out, grown = pipe.run()
+    a = np.deg2rad(30.0)
+    for k in range(2):
+        # counter-clockwise on screen (y down) about the centre (15, 10): [[c, s], [-s, c]]
+        lin = np.array([[np.cos(a), np.sin(a)], [-np.sin(a), np.cos(a)]])
+        m = np.eye(3)
+        m[:2, :2] = lin
+        m[:2, 2] = np.array([15.0, 10.0]) - lin @ [15.0, 10.0]
+        np.testing.assert_array_equal(out.at(k), warp_clamped(imgs[k], np.linalg.inv(m), (20, 30)))
+        # DALI's enlarged canvas (34 x 36: dali_rotated_size), the image's centre at its centre
+        assert grown.at(k).shape[:2] == (34, 36)
+        m[:2, 2] = np.array([18.0, 17.0]) - lin @ [15.0, 10.0]
+        np.testing.assert_array_equal(grown.at(k), warp_clamped(imgs[k], np.linalg.inv(m), (34, 36)))
