@@ -192,9 +192,9 @@ def brightness(images: Any, /, *, brightness: float | DataNode = 1.0, brightness
     Functional form: fn.brightness; class form: ops.Brightness
     """
 
-def brightness_contrast(images: Any, /, *, brightness: float | DataNode = 1.0, contrast: float | DataNode = 1.0, contrast_center: float = 128.0, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def brightness_contrast(images: Any, /, *, brightness: float | DataNode = 1.0, contrast: float | DataNode = 1.0, contrast_center: float = 128.0, dtype: str | None = None, brightness_shift: float | DataNode = 0.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
-    Out = brightness * (center + contrast * (x - center)), per sample.
+    Out = brightness_shift * R_out + brightness * (center + contrast * (x - center)), per sample.
     
     Inputs (positional only, 1):
         images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
@@ -204,6 +204,7 @@ def brightness_contrast(images: Any, /, *, brightness: float | DataNode = 1.0, c
         contrast: float = 1.0 [per-sample]: stretches values about contrast_center (1 leaves them, 0 gives grey)
         contrast_center: float = 128.0: the value contrast stretches about, in pixel units
         dtype: str | None = None: DALI's output type: uint8 (default) or float (CPU only; unclamped, in the input's 0..255 range), from uint8 or float images
+        brightness_shift: float = 0.0 [per-sample]: DALI's shift, in units of the output's range (255 for uint8, 1 for float): added after the scaling (CPU only where not 0)
     
     Common keywords (every op):
         device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'

@@ -413,7 +413,7 @@ CASES = {
     **{f"math.{n}": (_positive_two, {}, {}) for n in ("min", "max", "pow", "fpow", "atan2")},
     "math.clamp": (_clamped, {}, {}),
     "hsv@dtype": (_images, {}, {"dtype": types.FLOAT}),
-    "brightness_contrast@dtype": (_images, {}, {"dtype": types.FLOAT}),
+    "brightness_contrast@dtype": (_images, {}, {"dtype": types.FLOAT, "brightness_shift": 0.1}),
 }
 
 # Arguments a changed value of which needs other data than these fixed inputs; each is tested

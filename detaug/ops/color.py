@@ -226,11 +226,17 @@ def _plain_uint8(img, dtype) -> bool:
 
 
 @register("brightness_contrast", devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
-          args={"brightness": 1.0, "contrast": 1.0, "contrast_center": 128.0, "dtype": None},
-          per_sample=("brightness", "contrast"), output_spec="uint8 images (or dtype), same sizes",
+          args={"brightness": 1.0, "contrast": 1.0, "contrast_center": 128.0, "dtype": None,
+                "brightness_shift": 0.0},
+          per_sample=("brightness", "contrast", "brightness_shift"),
+          output_spec="uint8 images (or dtype), same sizes",
           arg_docs={"dtype": "DALI's output type: uint8 (default) or float (CPU only; "
-                             "unclamped, in the input's 0..255 range), from uint8 or float images"},
-          doc="out = brightness * (center + contrast * (x - center)), per sample")
+                             "unclamped, in the input's 0..255 range), from uint8 or float images",
+                    "brightness_shift": "DALI's shift, in units of the output's range (255 for "
+                                        "uint8, 1 for float): added after the scaling (CPU only "
+                                        "where not 0)"},
+          doc="out = brightness_shift * R_out + brightness * (center + contrast * (x - center)), "
+              "per sample")
 def brightness_contrast(ctx, op, inputs, args):
     from ..kernels import color as kc
 
@@ -238,9 +244,14 @@ def brightness_contrast(ctx, op, inputs, args):
     br, co = per_sample(args["brightness"], b), per_sample(args["contrast"], b)
     c = float(args["contrast_center"])
     img = M.images(_images(op, inputs[0]), ctx)
-    if not _plain_uint8(img, args["dtype"]):
+    shift = per_sample(args["brightness_shift"], b)
+    if not _plain_uint8(img, args["dtype"]) or shift.any():
+        from ..core import types as _t
+
+        r_out = 255.0 if _t.to_numpy_type(args["dtype"] or "uint8") == np.uint8 else 1.0
         return _typed(op, img, args["dtype"] or "uint8",
-                      [lambda x, k=k: br[k] * (c + co[k] * (x - c)) for k in range(b)])
+                      [lambda x, k=k: shift[k] * r_out + br[k] * (c + co[k] * (x - c))
+                       for k in range(b)])
     return _color(ctx, op, img,
                   lambda d, br, co: kc.brightness_contrast_numpy(d, br, co, contrast_center=c),
                   lambda d, br, co, stream=None: kc.brightness_contrast_cupy(

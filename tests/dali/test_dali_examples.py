@@ -531,3 +531,38 @@ def test_rotate_with_dalis_arguments_without_fill_value_repeats_the_border(rng):
         assert grown.at(k).shape[:2] == (34, 36)
         m[:2, 2] = np.array([18.0, 17.0]) - lin @ [15.0, 10.0]
         np.testing.assert_array_equal(grown.at(k), warp_clamped(imgs[k], np.linalg.inv(m), (34, 36)))
+
+
+def test_brightness_contrast_shift_and_dtype(rng):
+    """DALI's brightness_contrast: out = shift * R_out + brightness * (center + contrast *
+    (x - center)), R_out 255 for uint8 (rounded, clamped), 1 for float (kept); hsv(dtype=FLOAT)
+    keeps the unrounded values for the next op (the SSD example's chain)."""
+    import detaug.fn as fn
+    import detaug.types as types
+    from detaug.pipeline import Pipeline
+
+    imgs = [rng.integers(0, 256, (5, 7, 3), dtype=np.uint8) for _ in range(2)]
+    pipe = Pipeline(batch_size=2, num_threads=1)
+    with pipe:
+        i = fn.external_source(source=lambda si: imgs[si.idx_in_epoch], batch=False, size=2)
+        pipe.set_outputs(fn.brightness_contrast(i, brightness=0.8, contrast=1.5, contrast_center=100,
+                                                brightness_shift=0.1),
+                         fn.brightness_contrast(i, brightness=0.8, contrast=1.5,
+                                                brightness_shift=0.1, dtype=types.FLOAT),
+                         fn.brightness_contrast(fn.hsv(i, hue=10.0, saturation=1.2,
+                                                       dtype=types.FLOAT),
+                                                brightness=1.1, dtype=types.UINT8))
+    u8, f32, chained = pipe.run()
+    for k in range(2):
+        x = imgs[k].astype(np.float64)
+        np.testing.assert_array_equal(
+            u8.at(k), np.clip(np.floor(25.5 + 0.8 * (100 + 1.5 * (x - 100)) + 0.5), 0, 255))
+        assert f32.at(k).dtype == np.float32
+        np.testing.assert_allclose(f32.at(k), 0.1 + 0.8 * (128 + 1.5 * (x - 128)), rtol=1e-6)
+        # hsv's float output (DALI's YIQ map, unrounded) then brightness 1.1, rounded once
+        from detaug.kernels.color import hsv_matrices
+
+        mat = hsv_matrices(np.array([10.0]), np.array([1.2]), np.ones(1))[0].astype(np.float64)
+        want = np.clip(np.floor(1.1 * (x @ mat.T).astype(np.float32) + 0.5), 0, 255)
+        assert np.abs(chained.at(k).astype(int) - want).max() <= 1
+        assert (chained.at(k) == want).mean() > 0.95
