@@ -17,6 +17,10 @@ from .core.batch import BoxBatch, ImageBatch
 from . import ops
 from .dali import ops as _dali_ops  # noqa: F401  (registration of DALI's ops)
 from .dali import decoders as _dali_decoders  # noqa: F401  (decoders.image_random_crop)
+from .dali import tensor_ops as _dali_tensor_ops  # noqa: F401  (box_encoder, cat, reshape, ...)
+from .dali import transforms as _dali_transforms  # noqa: F401  (fn.transforms.*)
+from .dali import ssd_crop as _dali_ssd_crop  # noqa: F401  (ops.SSDRandomCrop)
+from .dali import arithmetic as _dali_arithmetic  # noqa: F401  (DataNode arithmetic, fn.math)
 from .ops.boxes import PaddedBoxes
 from .ops.registry import make_classes as _make_classes, make_functional as _make_functional
 
@@ -42,6 +46,7 @@ ops.__getattr__ = _ops_getattr
 from . import fn  # noqa: E402,F811  (the object above; IDEs read this import: detaug/fn.pyi)
 from . import types  # noqa: E402  (detaug.types, as nvidia.dali.types: `import detaug as dali`)
 from .pipeline import Pipeline, pipeline_def  # noqa: E402
+from . import math, tfrecord  # noqa: E402,F401  (nvidia.dali.math / .tfrecord: `dali.math.min`)
 
 _startup.import_ended()
 __version__ = "0.1.0"

@@ -139,9 +139,37 @@ def box_convert(boxes: Any, /, *, fmt: str = 'xyxy', normalized: bool = False, d
     Functional form: fn.box_convert; class form: ops.BoxConvert
     """
 
+def box_encoder(bboxes: Any, labels: Any, /, *, anchors: Sequence[float] | None = None, criteria: float = 0.5, offset: bool = False, scale: float = 1.0, means: Sequence[float] = (0.0, 0.0, 0.0, 0.0), stds: Sequence[float] = (1.0, 1.0, 1.0, 1.0), device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's box_encoder: SSD's matching of ltrb boxes to anchors (each box's best anchor, then every anchor over criteria), boxes in centre form or as offsets.
+    
+    Inputs (positional only, 2):
+        bboxes: the output of another op
+        labels: the output of another op
+    
+    Arguments (keyword only):
+        anchors: sequence of float = None: the anchors, ltrb, flattened (4 floats per anchor), as DALI
+        criteria: float = 0.5: an anchor takes its best box when their IoU is > criteria
+        offset: bool = False: give SSD's normalised offsets instead of the matched boxes
+        scale: float = 1.0: hint, changes no value here: DALI multiplies box and anchor by it before the offsets, which cancels in SSD's ratios: the offsets do not depend on it
+        means: sequence of float = (0.0, 0.0, 0.0, 0.0): [x y w h] subtracted from the offsets
+        stds: sequence of float = (1.0, 1.0, 1.0, 1.0): [x y w h] dividing the offsets
+    
+    Common keywords (every op):
+        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'box_encoder_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu
+    
+    Returns: 2 outputs (a tuple); per sample: encoded boxes (anchors, 4) float32 (centre form [cx, cy, w, h] or offsets), labels (anchors,) int32 (0: background)
+    
+    Functional form: fn.box_encoder; class form: ops.BoxEncoder
+    """
+
 def brightness(images: Any, /, *, brightness: float | DataNode = 1.0, brightness_shift: float | DataNode = 0.0, dtype: str | None = None, preserve: bool = False, bytes_per_sample_hint: int = 0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
-    DALI's brightness: out = brightness_shift * R_out + brightness * x * R_out / R_in (R: 255 for uint8, 1 for float), per sample.
+    DALI's brightness: out = brightness_shift * R_out + brightness * x (R_out: 255 for uint8, 1 for float; no input-range factor, as DALI), per sample.
     
     Inputs (positional only, 1):
         images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
@@ -165,9 +193,9 @@ def brightness(images: Any, /, *, brightness: float | DataNode = 1.0, brightness
     Functional form: fn.brightness; class form: ops.Brightness
     """
 
-def brightness_contrast(images: Any, /, *, brightness: float | DataNode = 1.0, contrast: float | DataNode = 1.0, contrast_center: float = 128.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def brightness_contrast(images: Any, /, *, brightness: float | DataNode = 1.0, contrast: float | DataNode = 1.0, contrast_center: float = 128.0, dtype: str | None = None, brightness_shift: float | DataNode = 0.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
-    Out = brightness * (center + contrast * (x - center)), per sample.
+    Out = brightness_shift * R_out + brightness * (center + contrast * (x - center)), per sample.
     
     Inputs (positional only, 1):
         images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
@@ -176,6 +204,8 @@ def brightness_contrast(images: Any, /, *, brightness: float | DataNode = 1.0, c
         brightness: float = 1.0 [per-sample]: multiplies the result (1 leaves it)
         contrast: float = 1.0 [per-sample]: stretches values about contrast_center (1 leaves them, 0 gives grey)
         contrast_center: float = 128.0: the value contrast stretches about, in pixel units
+        dtype: str | None = None: DALI's output type: uint8 (default) or float (CPU only; unclamped, in the input's 0..255 range), from uint8 or float images
+        brightness_shift: float = 0.0 [per-sample]: DALI's shift, in units of the output's range (255 for uint8, 1 for float): added after the scaling (CPU only where not 0)
     
     Common keywords (every op):
         device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
@@ -184,7 +214,7 @@ def brightness_contrast(images: Any, /, *, brightness: float | DataNode = 1.0, c
     
     Devices: cpu, gpu
     
-    Returns: one output; uint8 images, same sizes
+    Returns: one output; uint8 images (or dtype), same sizes
     
     Functional form: fn.brightness_contrast; class form: ops.BrightnessContrast
     """
@@ -209,6 +239,92 @@ def cast(data: Any, /, *, dtype: Any | str | None = None, device: str | None = N
     Returns: one output; same shape, the given dtype
     
     Functional form: fn.cast; class form: ops.Cast
+    """
+
+def cat(input0: Any, input1: Any = ..., input2: Any = ..., input3: Any = ..., input4: Any = ..., input5: Any = ..., input6: Any = ..., input7: Any = ..., input8: Any = ..., input9: Any = ..., input10: Any = ..., input11: Any = ..., input12: Any = ..., input13: Any = ..., input14: Any = ..., input15: Any = ..., input16: Any = ..., input17: Any = ..., input18: Any = ..., input19: Any = ..., input20: Any = ..., input21: Any = ..., input22: Any = ..., input23: Any = ..., input24: Any = ..., input25: Any = ..., input26: Any = ..., input27: Any = ..., input28: Any = ..., input29: Any = ..., input30: Any = ..., input31: Any = ..., input32: Any = ..., input33: Any = ..., input34: Any = ..., input35: Any = ..., input36: Any = ..., input37: Any = ..., input38: Any = ..., input39: Any = ..., input40: Any = ..., input41: Any = ..., input42: Any = ..., input43: Any = ..., input44: Any = ..., input45: Any = ..., input46: Any = ..., input47: Any = ..., input48: Any = ..., input49: Any = ..., input50: Any = ..., input51: Any = ..., input52: Any = ..., input53: Any = ..., input54: Any = ..., input55: Any = ..., input56: Any = ..., input57: Any = ..., input58: Any = ..., input59: Any = ..., input60: Any = ..., input61: Any = ..., input62: Any = ..., input63: Any = ..., /, *, axis: int = 0, axis_name: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's cat: join the inputs' samples along an existing axis, per sample.
+    
+    Inputs (positional only, 1 to 64):
+        input0: the output of another op
+        input1 (optional): the output of another op
+        input2 (optional): the output of another op
+        input3 (optional): the output of another op
+        input4 (optional): the output of another op
+        input5 (optional): the output of another op
+        input6 (optional): the output of another op
+        input7 (optional): the output of another op
+        input8 (optional): the output of another op
+        input9 (optional): the output of another op
+        input10 (optional): the output of another op
+        input11 (optional): the output of another op
+        input12 (optional): the output of another op
+        input13 (optional): the output of another op
+        input14 (optional): the output of another op
+        input15 (optional): the output of another op
+        input16 (optional): the output of another op
+        input17 (optional): the output of another op
+        input18 (optional): the output of another op
+        input19 (optional): the output of another op
+        input20 (optional): the output of another op
+        input21 (optional): the output of another op
+        input22 (optional): the output of another op
+        input23 (optional): the output of another op
+        input24 (optional): the output of another op
+        input25 (optional): the output of another op
+        input26 (optional): the output of another op
+        input27 (optional): the output of another op
+        input28 (optional): the output of another op
+        input29 (optional): the output of another op
+        input30 (optional): the output of another op
+        input31 (optional): the output of another op
+        input32 (optional): the output of another op
+        input33 (optional): the output of another op
+        input34 (optional): the output of another op
+        input35 (optional): the output of another op
+        input36 (optional): the output of another op
+        input37 (optional): the output of another op
+        input38 (optional): the output of another op
+        input39 (optional): the output of another op
+        input40 (optional): the output of another op
+        input41 (optional): the output of another op
+        input42 (optional): the output of another op
+        input43 (optional): the output of another op
+        input44 (optional): the output of another op
+        input45 (optional): the output of another op
+        input46 (optional): the output of another op
+        input47 (optional): the output of another op
+        input48 (optional): the output of another op
+        input49 (optional): the output of another op
+        input50 (optional): the output of another op
+        input51 (optional): the output of another op
+        input52 (optional): the output of another op
+        input53 (optional): the output of another op
+        input54 (optional): the output of another op
+        input55 (optional): the output of another op
+        input56 (optional): the output of another op
+        input57 (optional): the output of another op
+        input58 (optional): the output of another op
+        input59 (optional): the output of another op
+        input60 (optional): the output of another op
+        input61 (optional): the output of another op
+        input62 (optional): the output of another op
+        input63 (optional): the output of another op
+    
+    Arguments (keyword only):
+        axis: int = 0: the axis the samples are joined along
+        axis_name: str | None = None: not supported
+    
+    Common keywords (every op):
+        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'cat_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu
+    
+    Returns: one output; per sample, the inputs' samples joined along axis
+    
+    Functional form: fn.cat; class form: ops.Cat
     """
 
 def choice(*, values: int | Sequence[Any] = 2, p: Sequence[Any] | None = None, shape: int | tuple | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
@@ -360,9 +476,34 @@ def color_twist(images: Any, /, *, brightness: float | DataNode = 1.0, contrast:
     Functional form: fn.color_twist; class form: ops.ColorTwist
     """
 
+def constant(*, fdata: Sequence[float] | None = None, idata: Sequence[int] | None = None, shape: int | tuple | None = None, dtype: str | None = None, layout: Any = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's constant: one tensor repeated for every sample (a Python value given where DALI takes an input becomes one).
+    
+    Inputs: none (called with keyword arguments only).
+    
+    Arguments (keyword only):
+        fdata: sequence of float = None: float values
+        idata: sequence of int = None: integer values
+        shape: int | tuple | None = None: the shape of each sample (default: the values' own)
+        dtype: str | None = None: output type (default float32 for fdata, int32 for idata)
+        layout: any = None: hint, changes no value here: DALI's layout name of the output; detaug's plain tensors carry none
+    
+    Common keywords (every op):
+        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'constant_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu
+    
+    Returns: one output; (B, *shape): the same tensor for every sample
+    
+    Functional form: fn.constant; class form: ops.Constant
+    """
+
 def contrast(images: Any, /, *, contrast: float | DataNode = 1.0, contrast_center: float | None | DataNode = None, dtype: str | None = None, preserve: bool = False, bytes_per_sample_hint: int = 0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
-    DALI's contrast: out = c + contrast * (x - c), c = contrast_center (default 128 for uint8, 0.5 for float), rescaled to the output dtype's range, per sample.
+    DALI's contrast: out = c + contrast * (x - c), c = contrast_center (default 128 for uint8, 0.5 for float), converted to the output dtype (values kept, as DALI), per sample.
     
     Inputs (positional only, 1):
         images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
@@ -386,7 +527,60 @@ def contrast(images: Any, /, *, contrast: float | DataNode = 1.0, contrast_cente
     Functional form: fn.contrast; class form: ops.Contrast
     """
 
-def crop(images: Any, boxes: Any = ..., /, *, crop: tuple[float, float] | None = None, crop_h: float | None | DataNode = None, crop_w: float | None | DataNode = None, crop_pos_x: float | DataNode = 0.5, crop_pos_y: float | DataNode = 0.5, window: tuple[float, float, float, float] | None | DataNode = None, fill: float | Sequence[Any] = 0.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def coord_flip(coords: Any, /, *, layout: str | None = None, flip_x: int | DataNode = 1, flip_y: int | DataNode = 0, flip_z: int | DataNode = 0, center_x: float | DataNode = 0.5, center_y: float | DataNode = 0.5, center_z: float | DataNode = 0.5, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's coord_flip: mirror normalised points, x -> 2 * center_x - x where flip_x.
+    
+    Inputs (positional only, 1):
+        coords: the output of another op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        layout: str | None = None: the order of the coordinates ('xy' by default for 2-D points)
+        flip_x: int = 1 [per-sample]: mirror x (1) or not (0)
+        flip_y: int = 0 [per-sample]: mirror y
+        flip_z: int = 0 [per-sample]: mirror z
+        center_x: float = 0.5 [per-sample]: the mirror's x: x -> 2 * center_x - x
+        center_y: float = 0.5 [per-sample]: the mirror's y
+        center_z: float = 0.5 [per-sample]: the mirror's z
+    
+    Common keywords (every op):
+        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'coord_flip_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu
+    
+    Returns: one output; per sample (n, ndim) points, same dtype
+    
+    Functional form: fn.coord_flip; class form: ops.CoordFlip
+    """
+
+def coord_transform(coords: Any, /, *, M: Sequence[float] | DataNode | None = None, T: Sequence[float] | DataNode | None = None, MT: Sequence[float] | DataNode | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's coord_transform: points (n, ndim) per sample mapped by an affine matrix, out = M @ p + T (MT = [M | T]).
+    
+    Inputs (positional only, 1):
+        coords: the output of another op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        M: sequence of float = None [per-sample]: the matrix (ndim x ndim; a scalar scales), or one per sample
+        T: sequence of float = None [per-sample]: the translation (ndim; a scalar for all), or one per sample
+        MT: sequence of float = None [per-sample]: M and T as one ndim x (ndim + 1) matrix (e.g. fn.transforms.*), or one per sample
+        dtype: str | None = None: output type (default float32)
+    
+    Common keywords (every op):
+        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'coord_transform_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu
+    
+    Returns: one output; per sample (n, ndim) points: out = M @ p + T
+    
+    Functional form: fn.coord_transform; class form: ops.CoordTransform
+    """
+
+def crop(images: Any, boxes: Any = ..., /, *, crop: tuple[float, float] | None | DataNode = None, crop_h: float | None | DataNode = None, crop_w: float | None | DataNode = None, crop_pos_x: float | DataNode = 0.5, crop_pos_y: float | DataNode = 0.5, window: tuple[float, float, float, float] | None | DataNode = None, fill: float | Sequence[Any] = 0.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Crop a window: crop=(h, w) at crop_pos_x/y in [0, 1], or window=(x0, y0, x1, y1).
     
@@ -395,7 +589,7 @@ def crop(images: Any, boxes: Any = ..., /, *, crop: tuple[float, float] | None =
         boxes (optional): BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
     
     Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
-        crop: (float, float) | None = None: the window's (height, width) in pixels (or crop_h / crop_w)
+        crop: (float, float) | None = None [per-sample]: the window's (height, width) in pixels (or crop_h / crop_w)
         crop_h: float | None = None [per-sample]: the window's height in pixels
         crop_w: float | None = None [per-sample]: the window's width in pixels
         crop_pos_x: float = 0.5 [per-sample]: horizontal anchor in [0, 1]: x0 = round(pos * (W - crop_w)), halves away from zero (DALI's rounding)
@@ -415,7 +609,7 @@ def crop(images: Any, boxes: Any = ..., /, *, crop: tuple[float, float] | None =
     Functional form: fn.crop; class form: ops.Crop
     """
 
-def crop_mirror_normalize(images: Any, boxes: Any = ..., /, *, crop: tuple[float, float] | None = None, crop_h: float | None = None, crop_w: float | None = None, crop_pos_x: float | DataNode = 0.5, crop_pos_y: float | DataNode = 0.5, mirror: int | bool | DataNode = 0, mean: float | Sequence[Any] = 0.0, std: float | Sequence[Any] = 1.0, output_layout: str = 'CHW', dtype: str = 'float32', fill: float | Sequence[Any] = 0.0, output_dtype: Any | None = None, image_type: Any | None = None, scale: float = 1.0, shift: float = 0.0, pad_output: bool = False, fill_values: float | Sequence[Any] | None = None, out_of_bounds_policy: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def crop_mirror_normalize(images: Any, boxes: Any = ..., /, *, crop: tuple[float, float] | None | DataNode = None, crop_h: float | None | DataNode = None, crop_w: float | None | DataNode = None, crop_pos_x: float | DataNode = 0.5, crop_pos_y: float | DataNode = 0.5, mirror: int | bool | DataNode = 0, mean: float | Sequence[Any] = 0.0, std: float | Sequence[Any] = 1.0, output_layout: str = 'CHW', dtype: str = 'float32', fill: float | Sequence[Any] = 0.0, output_dtype: Any | None = None, image_type: Any | None = None, scale: float = 1.0, shift: float = 0.0, pad_output: bool = False, fill_values: float | Sequence[Any] | None = None, out_of_bounds_policy: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     DALI's crop + mirror (per sample) + normalize + layout in one pass; boxes follow.
     
@@ -424,9 +618,9 @@ def crop_mirror_normalize(images: Any, boxes: Any = ..., /, *, crop: tuple[float
         boxes (optional): BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
     
     Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
-        crop: (float, float) | None = None: crop window (height, width) in pixels; None: no crop
-        crop_h: float | None = None: crop window height in pixels
-        crop_w: float | None = None: crop window width in pixels
+        crop: (float, float) | None = None [per-sample]: crop window (height, width) in pixels; None: no crop
+        crop_h: float | None = None [per-sample]: crop window height in pixels
+        crop_w: float | None = None [per-sample]: crop window width in pixels
         crop_pos_x: float = 0.5 [per-sample]: window anchor = round(pos * (W - crop_w)), halves rounded up (DALI's rounding)
         crop_pos_y: float = 0.5 [per-sample]: vertical anchor in [0, 1], as crop_pos_x
         mirror: int | bool = 0 [per-sample]: 1 mirrors the sample left-right (boxes too), 0 leaves it
@@ -488,7 +682,7 @@ def erase(images: Any, boxes: Any = ..., /, *, anchor: Sequence[float] | DataNod
     Functional form: fn.erase; class form: ops.Erase
     """
 
-def external_source(*, source: Iterable[Any] | Callable[..., Any] | None = None, num_outputs: int | None = None, batch: bool = True, size: int | None = None, random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, layout: str | None = None, dtype: Any | str | None = None, ndim: int | None = None, cycle: bool | str | None = None, parallel: bool = False, prefetch_queue_depth: int = 1, no_copy: Any = None, blocking: Any = None, cuda_stream: Any = None, use_copy_kernel: Any = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def external_source(*, source: Iterable[Any] | Callable[..., Any] | None = None, num_outputs: int | None = None, batch: bool = True, batch_info: bool = False, size: int | None = None, random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, layout: str | None = None, dtype: Any | str | None = None, ndim: int | None = None, cycle: bool | str | None = None, parallel: bool = False, prefetch_queue_depth: int = 1, no_copy: Any = None, blocking: Any = None, cuda_stream: Any = None, use_copy_kernel: Any = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Data from Python: an iterable of batches, a per-sample callable (random access), or feed_input.
     
@@ -498,7 +692,8 @@ def external_source(*, source: Iterable[Any] | Callable[..., Any] | None = None,
         source: iterable | callable | None = None: an iterable of batches, a callable(sample_info) giving one sample (batch=False, with size), or None to feed with pipe.feed_input
         num_outputs: int | None = None: number of outputs a batch holds (a tuple per batch)
         batch: bool = True: the source gives whole batches (True) or one sample a call (False)
-        size: int | None = None: samples per epoch (needed by a per-sample callable)
+        batch_info: bool = False: a per-batch callable gets a BatchInfo (iteration, epoch_idx) instead of the iteration number
+        size: int | None = None: samples per epoch of a per-sample callable: its samples are then random access (any batch, any order); without it the callable is called in order until it raises StopIteration (DALI's epoch end)
         random_shuffle: bool = False: shuffle the records every epoch (keyed by seed and epoch: the same seed gives the same order)
         shard_id: int | None = None: this process's shard, 0 <= shard_id < num_shards (None: the pipeline's shard_id)
         num_shards: int | None = None: split the records into this many shards (None: the pipeline's num_shards)
@@ -683,7 +878,57 @@ def host_decoder(encoded: Any, /, *, output_type: str = 'RGB', hw_decoder_load: 
     Functional form: fn.host_decoder; class form: ops.HostDecoder
     """
 
-def hsv(images: Any, /, *, hue: float | DataNode = 0.0, saturation: float | DataNode = 1.0, value: float | DataNode = 1.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def host_decoder_slice(encoded: Any, anchor: Any, shape: Any, /, *, output_type: str = 'RGB', axes: tuple = (1, 0), axis_names: str | None = None, normalized_anchor: bool = True, normalized_shape: bool = True, out_of_bounds_policy: str = 'error', fill_values: float | Sequence[Any] = 0.0, hw_decoder_load: Any = None, use_fast_idct: Any = None, device_memory_padding: Any = None, host_memory_padding: Any = None, device_memory_padding_jpeg2k: Any = None, host_memory_padding_jpeg2k: Any = None, preallocate_width_hint: Any = None, preallocate_height_hint: Any = None, hybrid_huffman_threshold: Any = None, affine: Any = None, split_stages: Any = None, use_chunk_allocator: Any = None, memory_stats: Any = None, bytes_per_sample_hint: Any = None, preserve: Any = None, jpeg_fancy_upsampling: Any = None, adjust_orientation: bool | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's decoders.image_slice: decode, then slice as fn.slice (the anchor and shape of fn.random_bbox_crop).
+    
+    Alias of fn.decoders.image_slice (same arguments and behaviour).
+    
+    Inputs (positional only, 3):
+        encoded: encoded image bytes: the first output of a reader (or external_source)
+        anchor: the output of another op
+        shape: the output of another op
+    
+    Arguments (keyword only):
+        output_type: str = 'RGB': colour space of the decoded image: 'RGB' (or types.RGB); 'BGR' and 'GRAY' as DALI's
+        axes: tuple = (1, 0): the axes anchor and shape refer to, in their order ((1, 0): x then y)
+        axis_names: str | None = None: the axes by layout letters, e.g. 'WH' for axes=(1, 0) (DALI)
+        normalized_anchor: bool = True: the anchor is relative to the image size (True) or in pixels
+        normalized_shape: bool = True: the shape is relative to the image size (True) or in pixels
+        out_of_bounds_policy: str = 'error': a window reaching outside the image: 'error' raises, 'pad' fills with fill_values, 'trim_to_shape' cuts it to the image
+        fill_values: float | sequence = 0.0: value (or one per channel) of pixels outside the image
+        hw_decoder_load: any = None: hint, changes no value here: DALI's share of images for the hardware JPEG decoder
+        use_fast_idct: any = None: hint, changes no value here: nvJPEG's fast IDCT; Pillow and nvImageCodec decode as they always do
+        device_memory_padding: any = None: hint, changes no value here: nvJPEG's device buffer preallocation
+        host_memory_padding: any = None: hint, changes no value here: nvJPEG's pinned host buffer preallocation
+        device_memory_padding_jpeg2k: any = None: hint, changes no value here: nvJPEG2000's device buffer preallocation
+        host_memory_padding_jpeg2k: any = None: hint, changes no value here: nvJPEG2000's host buffer preallocation
+        preallocate_width_hint: any = None: hint, changes no value here: the hardware decoder's preallocated width
+        preallocate_height_hint: any = None: hint, changes no value here: the hardware decoder's preallocated height
+        hybrid_huffman_threshold: any = None: hint, changes no value here: nvJPEG's host/device Huffman split
+        affine: any = None: hint, changes no value here: DALI's thread affinity
+        split_stages: any = None: hint, changes no value here: deprecated in DALI
+        use_chunk_allocator: any = None: hint, changes no value here: deprecated in DALI
+        memory_stats: any = None: hint, changes no value here: DALI's allocation statistics
+        bytes_per_sample_hint: any = None: hint, changes no value here: DALI's output preallocation
+        preserve: any = None: hint, changes no value here: DALI's pruning of unused ops (detaug runs what the outputs need)
+        jpeg_fancy_upsampling: any = None: hint, changes no value here: the mixed decoder's chroma upsampling (detaug's CPU decoder, Pillow, always upsamples smoothly; nvImageCodec decodes as it does)
+        adjust_orientation: bool | None = None: DALI's EXIF rotation: only False is accepted (boxes refer to the stored pixels); True raises
+        dtype: str | None = None: DALI's output type of the draws (e.g. 'int32', 'float32'): values rounded half away from zero and clamped to the type's range
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'mixed'; None runs on 'cpu'; 'auto' runs on 'mixed' where a GPU, cupy and nvImageCodec are present, else on 'cpu' (pipe.device_summary says where it ran)
+        name: str | None = None: this op's name in the graph and in error messages (default 'decoders.image_slice_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, mixed
+    
+    Returns: one output; ImageBatch uint8 HWC of the window sizes
+    
+    Functional form: fn.host_decoder_slice; class form: ops.HostDecoderSlice
+    """
+
+def hsv(images: Any, /, *, hue: float | DataNode = 0.0, saturation: float | DataNode = 1.0, value: float | DataNode = 1.0, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Hue shift (degrees), saturation and value factors, per sample (DALI's YIQ form).
     
@@ -694,6 +939,7 @@ def hsv(images: Any, /, *, hue: float | DataNode = 0.0, saturation: float | Data
         hue: float = 0.0 [per-sample]: hue rotation in degrees
         saturation: float = 1.0 [per-sample]: saturation factor (0 grey, 1 unchanged)
         value: float = 1.0 [per-sample]: brightness factor (1 unchanged)
+        dtype: str | None = None: DALI's output type: uint8 (default) or float (CPU only; unclamped, unrounded), from uint8 or float images
     
     Common keywords (every op):
         device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
@@ -702,7 +948,7 @@ def hsv(images: Any, /, *, hue: float | DataNode = 0.0, saturation: float | Data
     
     Devices: cpu, gpu
     
-    Returns: one output; uint8 images, same sizes
+    Returns: one output; uint8 images (or dtype), same sizes
     
     Functional form: fn.hsv; class form: ops.Hsv
     """
@@ -1282,6 +1528,32 @@ def paste(images: Any, boxes: Any = ..., /, *, ratio: float | DataNode | None = 
     Functional form: fn.paste; class form: ops.Paste
     """
 
+def peek_image_shape(encoded: Any, /, *, dtype: str | None = 'int64', image_type: str | None = None, adjust_orientation: bool | None = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's peek_image_shape: [H, W, C] of each encoded image from its header, without decoding.
+    
+    Inputs (positional only, 1):
+        encoded: encoded image bytes: the first output of a reader (or external_source)
+    
+    Arguments (keyword only):
+        dtype: str | None = 'int64': output type (DALI's default INT64)
+        image_type: str | None = None: colour space the shape's channels count for (RGB: 3)
+        adjust_orientation: bool | None = False: False only: EXIF orientation is not applied (docs/dali.md)
+    
+    Common keywords (every op):
+        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'peek_image_shape_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu
+    
+    Returns: one output; (B, 3) [H, W, C] of the encoded images, from their headers
+    
+    Aliases: fn.experimental.peek_image_shape
+    
+    Functional form: fn.peek_image_shape; class form: ops.PeekImageShape
+    """
+
 def perspective(images: Any, boxes: Any = ..., /, *, startpoints: Sequence[Any] | None | DataNode = None, endpoints: Sequence[Any] | None | DataNode = None, distortion_scale: float | None | DataNode = None, p: float | None | DataNode = None, fill: float | Sequence[Any] = 0.0, antialias: bool = True, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Homography mapping startpoints onto endpoints (torchvision's perspective), or torchvision's RandomPerspective (distortion_scale, p) drawn per sample; canvas kept, boxes: enclosing box of the 4 corners mapped with the divide.
@@ -1508,7 +1780,33 @@ def random_shortest_size(images: Any, boxes: Any = ..., /, *, min_size: int | Se
     Functional form: fn.random_shortest_size; class form: ops.RandomShortestSize
     """
 
-def resize(images: Any, boxes: Any = ..., /, *, size: tuple[int, int] | None = None, resize_shorter: float | None = None, resize_longer: float | None = None, resize_x: float | None = None, resize_y: float | None = None, max_size: float | None = None, keep_aspect: bool = False, antialias: bool = True, interp_type: Any | None = None, min_filter: Any | None = None, mag_filter: Any | None = None, mode: str = 'default', device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def reshape(data: Any, shape_input: Any = ..., /, *, shape: int | tuple | None | DataNode = None, rel_shape: Sequence[float] | DataNode | None = None, layout: Any = None, src_dims: Sequence[int] | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's reshape: each sample's elements in a new shape (shape=, rel_shape=, src_dims= or a second input).
+    
+    Inputs (positional only, 1 to 2):
+        data: the output of another op
+        shape_input (optional): the output of another op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        shape: int | tuple | None = None [per-sample]: the new shape (one -1 is inferred), or one per sample
+        rel_shape: sequence of float = None [per-sample]: the new shape relative to the input's (floats)
+        layout: any = None: hint, changes no value here: DALI's layout name of the output; detaug's plain tensors carry none
+        src_dims: sequence of int = None: the input dims to keep, in order (-1 inserts a unit dim)
+    
+    Common keywords (every op):
+        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'reshape_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu
+    
+    Returns: one output; per sample, the same elements in the new shape
+    
+    Functional form: fn.reshape; class form: ops.Reshape
+    """
+
+def resize(images: Any, boxes: Any = ..., /, *, size: tuple[int, int] | None | DataNode = None, resize_shorter: float | None | DataNode = None, resize_longer: float | None | DataNode = None, resize_x: float | None | DataNode = None, resize_y: float | None | DataNode = None, max_size: float | None | DataNode = None, keep_aspect: bool = False, antialias: bool = True, interp_type: Any | None = None, min_filter: Any | None = None, mag_filter: Any | None = None, mode: str = 'default', device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Resize to size=(h, w) (stretch, or keep_aspect), resize_shorter/longer, max_size.
     
@@ -1516,13 +1814,13 @@ def resize(images: Any, boxes: Any = ..., /, *, size: tuple[int, int] | None = N
         images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
         boxes (optional): BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
     
-    Arguments (keyword only):
-        size: (int, int) | None = None: output (height, width); with keep_aspect, the box to fit in
-        resize_shorter: float | None = None: scale so that the shorter side is this long (aspect kept)
-        resize_longer: float | None = None: scale so that the longer side is this long (aspect kept)
-        resize_x: float | None = None: output width (DALI); alone, the height keeps the aspect ratio
-        resize_y: float | None = None: output height (DALI); alone, the width keeps the aspect ratio
-        max_size: float | None = None: cap on the longer side after resize_shorter (torchvision's max_size)
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        size: (int, int) | None = None [per-sample]: output (height, width); with keep_aspect, the box to fit in
+        resize_shorter: float | None = None [per-sample]: scale so that the shorter side is this long (aspect kept)
+        resize_longer: float | None = None [per-sample]: scale so that the longer side is this long (aspect kept)
+        resize_x: float | None = None [per-sample]: output width (DALI); alone, the height keeps the aspect ratio
+        resize_y: float | None = None [per-sample]: output height (DALI); alone, the width keeps the aspect ratio
+        max_size: float | None = None [per-sample]: cap on the longer side after resize_shorter (torchvision's max_size)
         keep_aspect: bool = False: with size: scale by the smaller ratio so the image fits inside size
         antialias: bool = True: low-pass filter when shrinking (area-averaging as Pillow's / torchvision's antialias); False samples bilinearly
         interp_type: types.DALIInterpType | None = None: DALI's filter: INTERP_LINEAR (bilinear, antialiased when shrinking unless antialias=False) or INTERP_TRIANGULAR (antialiased); the others raise
@@ -1587,7 +1885,7 @@ def rotate(images: Any, boxes: Any = ..., /, *, angle: float | DataNode = 0.0, e
         fill: float | sequence = 0.0: value of the pixels uncovered by the rotation
         box_mode: str = 'corners': how a box follows a rotation or shear: 'corners' (box enclosing the four moved corners) or 'ellipse' (box enclosing the inscribed ellipse, tighter)
         keep_size: bool | None = None: DALI: False (DALI's default when any DALI argument is given) enlarges the canvas by DALI's rule, True keeps it
-        fill_value: float | None = None: DALI's fill; given DALI's arguments it is required (DALI repeats the border without it, which detaug does not do)
+        fill_value: float | None = None: DALI's fill; given DALI's arguments without it, the border repeats as DALI's (CPU only, not fused)
         size: (int, int) | None = None: DALI: the output (H, W), image centred
         interp_type: types.DALIInterpType | None = None: DALI's filter (checked as resize's); any DALI argument switches to DALI's canvas rule
     
@@ -1658,22 +1956,50 @@ def scale_jitter(images: Any, boxes: Any = ..., /, *, size: tuple[int, int] | No
     Functional form: fn.scale_jitter; class form: ops.ScaleJitter
     """
 
-def slice(images: Any, anchor: Any, shape: Any, /, *, axes: tuple = (1, 0), axis_names: str | None = None, normalized_anchor: bool = True, normalized_shape: bool = True, out_of_bounds_policy: str = 'error', fill_values: float | Sequence[Any] = 0.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def shapes(data: Any, /, *, dtype: str | None = 'int64', device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
-    DALI's slice of images: anchor and shape per sample (relative by default, in the order of axes: (1, 0) = x, y), rounded as DALI; out_of_bounds_policy error / pad / trim_to_shape.
+    DALI's shapes: each sample's shape as a 1-D tensor (images: [H, W, C]).
     
-    Inputs (positional only, 3):
-        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
-        anchor: the output of another op
-        shape: the output of another op
+    Inputs (positional only, 1):
+        data: the output of another op
     
     Arguments (keyword only):
+        dtype: str | None = 'int64': output type (DALI's default INT64)
+    
+    Common keywords (every op):
+        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'shapes_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu
+    
+    Returns: one output; (B, ndim) each sample's shape
+    
+    Functional form: fn.shapes; class form: ops.Shapes
+    """
+
+def slice(images: Any, anchor: Any = ..., shape_: Any = ..., /, *, axes: tuple = (1, 0), axis_names: str | None = None, normalized_anchor: bool = True, normalized_shape: bool = True, out_of_bounds_policy: str = 'error', fill_values: float | Sequence[Any] = 0.0, start: Sequence[float] | DataNode | None = None, rel_start: Sequence[float] | DataNode | None = None, end: Sequence[float] | DataNode | None = None, rel_end: Sequence[float] | DataNode | None = None, shape: int | tuple | None | DataNode = None, rel_shape: Sequence[float] | DataNode | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's slice of images (or of plain tensors, along axes): anchor and shape per sample (inputs, or start / rel_start with shape / rel_shape / end / rel_end; relative by default, integer ones absolute, in the order of axes: (1, 0) = x, y), rounded as DALI; out_of_bounds_policy error / pad / trim_to_shape.
+    
+    Inputs (positional only, 1 to 3):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+        anchor (optional): the output of another op
+        shape_ (optional): the output of another op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
         axes: tuple = (1, 0): the axes anchor and shape refer to, in their order ((1, 0): x then y)
         axis_names: str | None = None: the axes by layout letters, e.g. 'WH' for axes=(1, 0) (DALI)
         normalized_anchor: bool = True: the anchor is relative to the image size (True) or in pixels
         normalized_shape: bool = True: the shape is relative to the image size (True) or in pixels
         out_of_bounds_policy: str = 'error': a window reaching outside the image: 'error' raises, 'pad' fills with fill_values, 'trim_to_shape' cuts it to the image
         fill_values: float | sequence = 0.0: value (or one per channel) of pixels outside the image
+        start: sequence of float = None [per-sample]: the window's absolute start (instead of the anchor input)
+        rel_start: sequence of float = None [per-sample]: the window's start relative to the extent
+        end: sequence of float = None [per-sample]: the window's absolute end
+        rel_end: sequence of float = None [per-sample]: its relative end
+        shape: int | tuple | None = None [per-sample]: the window's absolute extent
+        rel_shape: sequence of float = None [per-sample]: its relative extent
     
     Common keywords (every op):
         device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
@@ -1685,6 +2011,116 @@ def slice(images: Any, anchor: Any, shape: Any, /, *, axes: tuple = (1, 0), axis
     Returns: one output; images (uint8 HWC) of the window sizes
     
     Functional form: fn.slice; class form: ops.Slice
+    """
+
+def ssd_random_crop(images: Any, bboxes: Any, labels: Any, /, *, num_attempts: int = 1, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's older SSDRandomCrop: SSD's (MLPerf's) random IoU crop of images with their normalised ltrb boxes and labels.
+    
+    Inputs (positional only, 3):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+        bboxes: the output of another op
+        labels: the output of another op
+    
+    Arguments (keyword only):
+        num_attempts: int = 1: windows tried per sampled option before another option is drawn
+    
+    Common keywords (every op):
+        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'ssd_random_crop_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu
+    
+    Returns: 3 outputs (a tuple); (images cropped (uint8 HWC), boxes per sample (n, 4) float32 ltrb relative to the crop, labels per sample)
+    
+    Functional form: fn.ssd_random_crop; class form: ops.SSDRandomCrop
+    """
+
+def stack(input0: Any, input1: Any = ..., input2: Any = ..., input3: Any = ..., input4: Any = ..., input5: Any = ..., input6: Any = ..., input7: Any = ..., input8: Any = ..., input9: Any = ..., input10: Any = ..., input11: Any = ..., input12: Any = ..., input13: Any = ..., input14: Any = ..., input15: Any = ..., input16: Any = ..., input17: Any = ..., input18: Any = ..., input19: Any = ..., input20: Any = ..., input21: Any = ..., input22: Any = ..., input23: Any = ..., input24: Any = ..., input25: Any = ..., input26: Any = ..., input27: Any = ..., input28: Any = ..., input29: Any = ..., input30: Any = ..., input31: Any = ..., input32: Any = ..., input33: Any = ..., input34: Any = ..., input35: Any = ..., input36: Any = ..., input37: Any = ..., input38: Any = ..., input39: Any = ..., input40: Any = ..., input41: Any = ..., input42: Any = ..., input43: Any = ..., input44: Any = ..., input45: Any = ..., input46: Any = ..., input47: Any = ..., input48: Any = ..., input49: Any = ..., input50: Any = ..., input51: Any = ..., input52: Any = ..., input53: Any = ..., input54: Any = ..., input55: Any = ..., input56: Any = ..., input57: Any = ..., input58: Any = ..., input59: Any = ..., input60: Any = ..., input61: Any = ..., input62: Any = ..., input63: Any = ..., /, *, axis: int = 0, axis_name: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's stack: stack the inputs' samples along a new axis, per sample.
+    
+    Inputs (positional only, 1 to 64):
+        input0: the output of another op
+        input1 (optional): the output of another op
+        input2 (optional): the output of another op
+        input3 (optional): the output of another op
+        input4 (optional): the output of another op
+        input5 (optional): the output of another op
+        input6 (optional): the output of another op
+        input7 (optional): the output of another op
+        input8 (optional): the output of another op
+        input9 (optional): the output of another op
+        input10 (optional): the output of another op
+        input11 (optional): the output of another op
+        input12 (optional): the output of another op
+        input13 (optional): the output of another op
+        input14 (optional): the output of another op
+        input15 (optional): the output of another op
+        input16 (optional): the output of another op
+        input17 (optional): the output of another op
+        input18 (optional): the output of another op
+        input19 (optional): the output of another op
+        input20 (optional): the output of another op
+        input21 (optional): the output of another op
+        input22 (optional): the output of another op
+        input23 (optional): the output of another op
+        input24 (optional): the output of another op
+        input25 (optional): the output of another op
+        input26 (optional): the output of another op
+        input27 (optional): the output of another op
+        input28 (optional): the output of another op
+        input29 (optional): the output of another op
+        input30 (optional): the output of another op
+        input31 (optional): the output of another op
+        input32 (optional): the output of another op
+        input33 (optional): the output of another op
+        input34 (optional): the output of another op
+        input35 (optional): the output of another op
+        input36 (optional): the output of another op
+        input37 (optional): the output of another op
+        input38 (optional): the output of another op
+        input39 (optional): the output of another op
+        input40 (optional): the output of another op
+        input41 (optional): the output of another op
+        input42 (optional): the output of another op
+        input43 (optional): the output of another op
+        input44 (optional): the output of another op
+        input45 (optional): the output of another op
+        input46 (optional): the output of another op
+        input47 (optional): the output of another op
+        input48 (optional): the output of another op
+        input49 (optional): the output of another op
+        input50 (optional): the output of another op
+        input51 (optional): the output of another op
+        input52 (optional): the output of another op
+        input53 (optional): the output of another op
+        input54 (optional): the output of another op
+        input55 (optional): the output of another op
+        input56 (optional): the output of another op
+        input57 (optional): the output of another op
+        input58 (optional): the output of another op
+        input59 (optional): the output of another op
+        input60 (optional): the output of another op
+        input61 (optional): the output of another op
+        input62 (optional): the output of another op
+        input63 (optional): the output of another op
+    
+    Arguments (keyword only):
+        axis: int = 0: the new axis
+        axis_name: str | None = None: not supported
+    
+    Common keywords (every op):
+        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'stack_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu
+    
+    Returns: one output; per sample, the inputs' samples stacked along a new axis
+    
+    Functional form: fn.stack; class form: ops.Stack
     """
 
 def transpose(data: Any, /, *, perm: Sequence[int] | None = None, transpose_layout: bool = True, output_layout: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
@@ -1748,7 +2184,7 @@ def warp_affine(images: Any, boxes: Any = ..., /, *, matrix: Sequence[float] | N
     Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
         matrix: sequence of float | None = None [per-sample]: DALI's 2x3 (M11, M12, M13, M21, M22, M23), per sample allowed (DALI's mtx input goes here); output -> input with inverse_map
         size: (int, int) | None = None: the output (H, W); default the input's
-        fill_value: float | None = None: required: DALI repeats the border without it, which detaug's warp does not do
+        fill_value: float | None = None: the value outside the image; without it the border repeats, as DALI's (CPU only, not fused)
         interp_type: types.DALIInterpType | None = None: INTERP_LINEAR (default: bilinear, no antialias, as DALI) or INTERP_TRIANGULAR (antialiased); others raise
         inverse_map: bool = True: True: matrix maps output to input (DALI's default); False: input to output
         dtype: types.DALIDataType | None = None: only uint8 (the input's type)
@@ -1931,9 +2367,623 @@ class decoders:
         
         Returns: one output; ImageBatch uint8 HWC of the window sizes
         
-        Aliases: fn.image_decoder_slice
+        Aliases: fn.image_decoder_slice, fn.host_decoder_slice
         
         Functional form: fn.decoders.image_slice; class form: ops.decoders.ImageSlice
+        """
+
+
+class experimental:
+    """fn.experimental.*"""
+
+    @staticmethod
+    def peek_image_shape(encoded: Any, /, *, dtype: str | None = 'int64', image_type: str | None = None, adjust_orientation: bool | None = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's peek_image_shape: [H, W, C] of each encoded image from its header, without decoding.
+        
+        Alias of fn.peek_image_shape (same arguments and behaviour).
+        
+        Inputs (positional only, 1):
+            encoded: encoded image bytes: the first output of a reader (or external_source)
+        
+        Arguments (keyword only):
+            dtype: str | None = 'int64': output type (DALI's default INT64)
+            image_type: str | None = None: colour space the shape's channels count for (RGB: 3)
+            adjust_orientation: bool | None = False: False only: EXIF orientation is not applied (docs/dali.md)
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'peek_image_shape_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; (B, 3) [H, W, C] of the encoded images, from their headers
+        
+        Functional form: fn.experimental.peek_image_shape; class form: ops.experimental.PeekImageShape
+        """
+
+
+class math:
+    """fn.math.*"""
+
+    @staticmethod
+    def abs(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.abs: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.abs_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.abs; class form: ops.math.Abs
+        """
+
+    @staticmethod
+    def acos(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.acos: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.acos_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.acos; class form: ops.math.Acos
+        """
+
+    @staticmethod
+    def asin(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.asin: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.asin_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.asin; class form: ops.math.Asin
+        """
+
+    @staticmethod
+    def atan(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.atan: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.atan_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.atan; class form: ops.math.Atan
+        """
+
+    @staticmethod
+    def atan2(x: Any, y: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.atan2: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 2):
+            x: the output of another op
+            y: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.atan2_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.atan2; class form: ops.math.Atan2
+        """
+
+    @staticmethod
+    def cbrt(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.cbrt: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.cbrt_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.cbrt; class form: ops.math.Cbrt
+        """
+
+    @staticmethod
+    def ceil(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.ceil: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.ceil_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.ceil; class form: ops.math.Ceil
+        """
+
+    @staticmethod
+    def clamp(x: Any, lo: Any, hi: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.clamp: each element bounded to [lo, hi], per sample.
+        
+        Inputs (positional only, 3):
+            x: the output of another op
+            lo: the output of another op
+            hi: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.clamp_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, min(max(x, lo), hi) in the type of x and the bounds
+        
+        Functional form: fn.math.clamp; class form: ops.math.Clamp
+        """
+
+    @staticmethod
+    def cos(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.cos: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.cos_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.cos; class form: ops.math.Cos
+        """
+
+    @staticmethod
+    def cosh(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.cosh: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.cosh_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.cosh; class form: ops.math.Cosh
+        """
+
+    @staticmethod
+    def exp(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.exp: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.exp_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.exp; class form: ops.math.Exp
+        """
+
+    @staticmethod
+    def fabs(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.fabs: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.fabs_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.fabs; class form: ops.math.Fabs
+        """
+
+    @staticmethod
+    def floor(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.floor: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.floor_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.floor; class form: ops.math.Floor
+        """
+
+    @staticmethod
+    def fpow(x: Any, y: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.fpow: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 2):
+            x: the output of another op
+            y: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.fpow_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.fpow; class form: ops.math.Fpow
+        """
+
+    @staticmethod
+    def log(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.log: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.log_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.log; class form: ops.math.Log
+        """
+
+    @staticmethod
+    def log10(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.log10: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.log10_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.log10; class form: ops.math.Log10
+        """
+
+    @staticmethod
+    def log2(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.log2: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.log2_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.log2; class form: ops.math.Log2
+        """
+
+    @staticmethod
+    def max(x: Any, y: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.max: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 2):
+            x: the output of another op
+            y: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.max_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.max; class form: ops.math.Max
+        """
+
+    @staticmethod
+    def min(x: Any, y: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.min: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 2):
+            x: the output of another op
+            y: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.min_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.min; class form: ops.math.Min
+        """
+
+    @staticmethod
+    def pow(x: Any, y: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.pow: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 2):
+            x: the output of another op
+            y: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.pow_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.pow; class form: ops.math.Pow
+        """
+
+    @staticmethod
+    def rsqrt(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.rsqrt: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.rsqrt_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.rsqrt; class form: ops.math.Rsqrt
+        """
+
+    @staticmethod
+    def sin(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.sin: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.sin_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.sin; class form: ops.math.Sin
+        """
+
+    @staticmethod
+    def sinh(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.sinh: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.sinh_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.sinh; class form: ops.math.Sinh
+        """
+
+    @staticmethod
+    def sqrt(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.sqrt: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.sqrt_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.sqrt; class form: ops.math.Sqrt
+        """
+
+    @staticmethod
+    def tan(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.tan: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.tan_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.tan; class form: ops.math.Tan
+        """
+
+    @staticmethod
+    def tanh(x: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's math.tanh: elementwise per sample, on tensors, images or numbers.
+        
+        Inputs (positional only, 1):
+            x: the output of another op
+        
+        Arguments: none of its own.
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'math.tanh_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; per sample, elementwise (DALI's type promotion: float32 from integers where the function is not closed on them)
+        
+        Functional form: fn.math.tanh; class form: ops.math.Tanh
         """
 
 
@@ -2226,7 +3276,7 @@ class readers:
         """
 
     @staticmethod
-    def tfrecord(*, path: str | Sequence[Any] | None = None, label_map: dict | str | None = None, image_label: str | None = None, skip_empty: bool = False, on_error: str = 'raise', random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    def tfrecord(*, path: str | Sequence[Any] | None = None, label_map: dict | str | None = None, image_label: str | None = None, skip_empty: bool = False, on_error: str = 'raise', features: dict | None = None, index_path: Any = None, random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
         """
         TFRecords, Object Detection API layout (no TensorFlow, no DALI index files; its own index cached beside the shards): encoded images and their boxes.
         
@@ -2238,6 +3288,8 @@ class readers:
             image_label: str | None = None: a per-image int64 feature (e.g. 'image/class/label') to output instead of boxes
             skip_empty: bool = False: leave out images with no boxes (counted)
             on_error: str = 'raise': 'raise' or 'skip' bad records (counted in pipe.stats)
+            features: dict = None: DALI's form: {name: tfrecord.FixedLenFeature / VarLenFeature}; the outputs are then a dict of those features (detaug/ops/tfrecord_features.py)
+            index_path: any = None: hint, changes no value here: DALI's index files: detaug locates the records itself
             random_shuffle: bool = False: shuffle the records every epoch (keyed by seed and epoch: the same seed gives the same order)
             shard_id: int | None = None: this process's shard, 0 <= shard_id < num_shards (None: the pipeline's shard_id)
             num_shards: int | None = None: split the records into this many shards (None: the pipeline's num_shards)
@@ -2249,7 +3301,7 @@ class readers:
         
         Devices: cpu
         
-        Returns: 2 outputs (a tuple); (encoded bytes, BoxBatch with labels + difficult/truncated/iscrowd; or int64 (B,) labels with image_label)
+        Returns: a number of outputs set by the arguments (a tuple when more than one); (encoded bytes, BoxBatch with labels + difficult/truncated/iscrowd; or int64 (B,) labels with image_label); with features=, a dict of them
         
         Functional form: fn.readers.tfrecord; class form: ops.readers.Tfrecord
         """
@@ -2281,4 +3333,224 @@ class readers:
         Returns: 2 outputs (a tuple); (encoded bytes, BoxBatch with labels + difficult/truncated)
         
         Functional form: fn.readers.voc; class form: ops.readers.VOC
+        """
+
+
+class transforms:
+    """fn.transforms.*"""
+
+    @staticmethod
+    def combine(input0: Any, input1: Any, input2: Any = ..., input3: Any = ..., input4: Any = ..., input5: Any = ..., input6: Any = ..., input7: Any = ..., input8: Any = ..., input9: Any = ..., input10: Any = ..., input11: Any = ..., input12: Any = ..., input13: Any = ..., input14: Any = ..., input15: Any = ..., input16: Any = ..., input17: Any = ..., input18: Any = ..., input19: Any = ..., input20: Any = ..., input21: Any = ..., input22: Any = ..., input23: Any = ..., input24: Any = ..., input25: Any = ..., input26: Any = ..., input27: Any = ..., input28: Any = ..., input29: Any = ..., input30: Any = ..., input31: Any = ..., input32: Any = ..., input33: Any = ..., input34: Any = ..., input35: Any = ..., input36: Any = ..., input37: Any = ..., input38: Any = ..., input39: Any = ..., input40: Any = ..., input41: Any = ..., input42: Any = ..., input43: Any = ..., input44: Any = ..., input45: Any = ..., input46: Any = ..., input47: Any = ..., input48: Any = ..., input49: Any = ..., input50: Any = ..., input51: Any = ..., input52: Any = ..., input53: Any = ..., input54: Any = ..., input55: Any = ..., input56: Any = ..., input57: Any = ..., input58: Any = ..., input59: Any = ..., input60: Any = ..., input61: Any = ..., input62: Any = ..., input63: Any = ..., /, *, reverse_order: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's transforms.combine: its input transforms applied one after another (the first one first).
+        
+        Inputs (positional only, 2 to 64):
+            input0: the output of another op
+            input1: the output of another op
+            input2 (optional): the output of another op
+            input3 (optional): the output of another op
+            input4 (optional): the output of another op
+            input5 (optional): the output of another op
+            input6 (optional): the output of another op
+            input7 (optional): the output of another op
+            input8 (optional): the output of another op
+            input9 (optional): the output of another op
+            input10 (optional): the output of another op
+            input11 (optional): the output of another op
+            input12 (optional): the output of another op
+            input13 (optional): the output of another op
+            input14 (optional): the output of another op
+            input15 (optional): the output of another op
+            input16 (optional): the output of another op
+            input17 (optional): the output of another op
+            input18 (optional): the output of another op
+            input19 (optional): the output of another op
+            input20 (optional): the output of another op
+            input21 (optional): the output of another op
+            input22 (optional): the output of another op
+            input23 (optional): the output of another op
+            input24 (optional): the output of another op
+            input25 (optional): the output of another op
+            input26 (optional): the output of another op
+            input27 (optional): the output of another op
+            input28 (optional): the output of another op
+            input29 (optional): the output of another op
+            input30 (optional): the output of another op
+            input31 (optional): the output of another op
+            input32 (optional): the output of another op
+            input33 (optional): the output of another op
+            input34 (optional): the output of another op
+            input35 (optional): the output of another op
+            input36 (optional): the output of another op
+            input37 (optional): the output of another op
+            input38 (optional): the output of another op
+            input39 (optional): the output of another op
+            input40 (optional): the output of another op
+            input41 (optional): the output of another op
+            input42 (optional): the output of another op
+            input43 (optional): the output of another op
+            input44 (optional): the output of another op
+            input45 (optional): the output of another op
+            input46 (optional): the output of another op
+            input47 (optional): the output of another op
+            input48 (optional): the output of another op
+            input49 (optional): the output of another op
+            input50 (optional): the output of another op
+            input51 (optional): the output of another op
+            input52 (optional): the output of another op
+            input53 (optional): the output of another op
+            input54 (optional): the output of another op
+            input55 (optional): the output of another op
+            input56 (optional): the output of another op
+            input57 (optional): the output of another op
+            input58 (optional): the output of another op
+            input59 (optional): the output of another op
+            input60 (optional): the output of another op
+            input61 (optional): the output of another op
+            input62 (optional): the output of another op
+            input63 (optional): the output of another op
+        
+        Arguments (keyword only):
+            reverse_order: bool = False: apply this transform before the input's (default: after it)
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'transforms.combine_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; (B, 2, 3) float32 affine matrices
+        
+        Functional form: fn.transforms.combine; class form: ops.transforms.Combine
+        """
+
+    @staticmethod
+    def crop(input: Any = ..., /, *, from_start: Sequence[float] | DataNode = (0.0, 0.0), from_end: Sequence[float] | DataNode = (1.0, 1.0), to_start: Sequence[float] | DataNode = (0.0, 0.0), to_end: Sequence[float] | DataNode = (1.0, 1.0), absolute: bool = False, reverse_order: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's transforms.crop: the matrix that maps the box [from_start, from_end] onto [to_start, to_end].
+        
+        Inputs (positional only, 0 to 1):
+            input (optional): the output of another op
+        
+        Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+            from_start: sequence of float = (0.0, 0.0) [per-sample]: the source box's start
+            from_end: sequence of float = (1.0, 1.0) [per-sample]: its end
+            to_start: sequence of float = (0.0, 0.0) [per-sample]: the destination box's start
+            to_end: sequence of float = (1.0, 1.0) [per-sample]: its end
+            absolute: bool = False: order each box's start and end (min, max) first
+            reverse_order: bool = False: apply this transform before the input's (default: after it)
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'transforms.crop_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; (B, 2, 3) float32 affine matrices
+        
+        Functional form: fn.transforms.crop; class form: ops.transforms.Crop
+        """
+
+    @staticmethod
+    def rotation(input: Any = ..., /, *, angle: float | DataNode | None = None, center: Sequence[float] | DataNode | None = None, axis: Sequence[float] | None = None, reverse_order: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's transforms.rotation: [[cos, -sin], [sin, cos]] of angle degrees about center.
+        
+        Inputs (positional only, 0 to 1):
+            input (optional): the output of another op
+        
+        Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+            angle: float = None [per-sample]: degrees, or one per sample (e.g. fn.random.uniform)
+            center: sequence of float = None [per-sample]: the fixed point (default the origin)
+            axis: sequence of float = None: 3-D only: refused
+            reverse_order: bool = False: apply this transform before the input's (default: after it)
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'transforms.rotation_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; (B, 2, 3) float32 affine matrices
+        
+        Functional form: fn.transforms.rotation; class form: ops.transforms.Rotation
+        """
+
+    @staticmethod
+    def scale(input: Any = ..., /, *, scale: Sequence[float] | DataNode | None = None, center: Sequence[float] | DataNode | None = None, ndim: int | None = None, reverse_order: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's transforms.scale: scale by (sx, sy) about center.
+        
+        Inputs (positional only, 0 to 1):
+            input (optional): the output of another op
+        
+        Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+            scale: sequence of float = None [per-sample]: (sx, sy), or one pair per sample
+            center: sequence of float = None [per-sample]: the fixed point (default the origin)
+            ndim: int | None = None: the number of dimensions: 2 only (detaug's transforms are 2-D)
+            reverse_order: bool = False: apply this transform before the input's (default: after it)
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'transforms.scale_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; (B, 2, 3) float32 affine matrices
+        
+        Functional form: fn.transforms.scale; class form: ops.transforms.Scale
+        """
+
+    @staticmethod
+    def shear(input: Any = ..., /, *, shear: Sequence[float] | DataNode | None = None, angles: Sequence[float] | DataNode | None = None, center: Sequence[float] | DataNode | None = None, reverse_order: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's transforms.shear: [[1, sx], [sy, 1]] about center.
+        
+        Inputs (positional only, 0 to 1):
+            input (optional): the output of another op
+        
+        Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+            shear: sequence of float = None [per-sample]: (sx, sy): x += sx * y, y += sy * x
+            angles: sequence of float = None [per-sample]: the shear as angles in degrees (shear = tan(angle))
+            center: sequence of float = None [per-sample]: the fixed point (default the origin)
+            reverse_order: bool = False: apply this transform before the input's (default: after it)
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'transforms.shear_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; (B, 2, 3) float32 affine matrices
+        
+        Functional form: fn.transforms.shear; class form: ops.transforms.Shear
+        """
+
+    @staticmethod
+    def translation(input: Any = ..., /, *, offset: Sequence[float] | DataNode | None = None, reverse_order: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's transforms.translation: the matrix [[1, 0, tx], [0, 1, ty]].
+        
+        Inputs (positional only, 0 to 1):
+            input (optional): the output of another op
+        
+        Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+            offset: sequence of float = None [per-sample]: (tx, ty), or one pair per sample
+            reverse_order: bool = False: apply this transform before the input's (default: after it)
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'transforms.translation_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: one output; (B, 2, 3) float32 affine matrices
+        
+        Functional form: fn.transforms.translation; class form: ops.transforms.Translation
         """

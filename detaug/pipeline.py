@@ -424,8 +424,9 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
         calls take the lock; a caller waits while another waits for its batch). ``run_batch``
         moves no cursor and may run beside them (see there).
 
-        In DALI mode, outputs that are not image or box batches come as DALI TensorLists
-        (docs/dali.md, "Outputs of pipe.run()"); DALI's API-type check applies."""
+        Outputs that are not image or box batches come as DALI's TensorLists that are also
+        detaug's values (an ndarray or list subclass; docs/dali.md, "Outputs of pipe.run()");
+        DALI's API-type check applies."""
         self._check_api_type("BASIC")
         return self._dali_run_outputs(self._run())
 
@@ -490,7 +491,7 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
         self._submitted = (epoch, batch)
         if self._built:
             for s in self._sources.values():
-                getattr(s, "restart", lambda: None)()
+                getattr(s, "restart", lambda epoch: None)(epoch)
 
     def run_batch(self, batch_index: int, epoch: int | None = None) -> tuple:
         """Batch ``batch_index`` of ``epoch`` (default: the current one), computed on its own:

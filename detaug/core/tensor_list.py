@@ -2,11 +2,13 @@
 ``at``, ``as_array``, ``as_cpu``, ``__len__``, ``layout()``, ``shape()``), so that a DALI program
 that reads its outputs ports by changing its imports.
 
-Two carriers: :class:`TensorListMethods`, mixed into :class:`~detaug.core.batch.ImageBatch`
-(its own attributes stay as they were; ``layout`` is a :class:`Layout`, a str that may also be
-called, as DALI's ``layout()``), and :class:`TensorList`, a batch of plain per-sample arrays that
-the DALI layer hands out in DALI mode (docs/dali.md, "Outputs of pipe.run()"). The detaug value a
-TensorList was made from stays in ``TensorList.value`` (what detaug's own adapters read).
+The carriers: :class:`TensorListMethods`, mixed into :class:`~detaug.core.batch.ImageBatch` (its
+own attributes stay as they were; ``layout`` is a :class:`Layout`, a str that may also be
+called, as DALI's ``layout()``); :class:`ArrayList` (an ndarray subclass: a dense host batch)
+and :class:`SampleList` (a list subclass: a ragged host batch), which are detaug's values and
+DALI's TensorListCPU at once; and :class:`TensorList`, a device batch (DALI's TensorListGPU). The
+DALI layer hands these out from every ``run()`` (docs/dali.md, "Outputs of pipe.run()"); the
+detaug value each was made from stays in ``.value`` (what detaug's own adapters read).
 """
 from __future__ import annotations
 
@@ -27,6 +29,19 @@ class Layout(str):
 
     def __call__(self) -> str:
         return str(self)
+
+
+class CallableShape(tuple):
+    """An array's shape (a tuple) that may also be called: DALI's ``TensorList.shape()``, the
+    list of per-sample shapes."""
+
+    def __new__(cls, shape, samples):
+        t = super().__new__(cls, shape)
+        t._samples = samples
+        return t
+
+    def __call__(self) -> list:
+        return list(self._samples)
 
 
 class Tensor:
@@ -156,11 +171,121 @@ class TensorList(TensorListMethods):
         a = np.asarray(self.as_tensor())
         return a if dtype is None else a.astype(dtype)
 
+    def get(self):
+        """The dense batch on the host (cupy's ``get()``, for code written against detaug's
+        device arrays)."""
+        return np.asarray(self)
+
+    @property
+    def shape(self):
+        """The value's shape (a tuple, as the device array's), which called gives DALI's list
+        of per-sample shapes (``tl.shape()``)."""
+        v = self.value
+        dims = tuple(int(n) for n in v.shape) if hasattr(v, "shape") else (len(self._list),)
+        return CallableShape(dims, [tuple(int(n) for n in a.shape) for a in self._list])
+
+    def __getattr__(self, name):
+        # the rest of the device array's attributes (dtype, ndim, data, __cuda_array_interface__,
+        # sum, ...) from the detaug value, so that code written against it keeps working
+        if name.startswith("__") or name in ("value", "_list", "_lay"):
+            raise AttributeError(name)
+        value = self.__dict__.get("value")
+        if value is None or isinstance(value, list):
+            raise AttributeError(f"TensorList has no attribute {name!r}")
+        return getattr(value, name)
+
     def __repr__(self) -> str:
         kind = "GPU" if self.device == "gpu" else "CPU"
         return f"TensorList{kind}({len(self)} samples, shapes {self.shape()[:3]}...)"
 
 
+class ArrayList(np.ndarray):
+    """A dense batch ``(B, ...)`` on the host that is both detaug's NumPy array and DALI's
+    TensorListCPU: every ndarray attribute and operation (``.shape`` a tuple, arithmetic and
+    slicing give plain arrays), plus DALI's ``at``, ``as_array``, ``as_tensor``, ``as_cpu``,
+    ``is_dense_tensor``, ``layout()`` and ``shape()`` (``shape`` is the tuple; called, the list
+    of per-sample shapes). ``value`` is the detaug value it was made from (equal to it, but for
+    an output whose DALI form differs, e.g. ``readers.file`` labels)."""
+
+    def __new__(cls, array, value=None, layout: str = ""):
+        obj = np.asarray(array).view(cls)
+        obj._lay = layout
+        obj.value = np.asarray(array) if value is None else value
+        return obj
+
+    def __array_finalize__(self, obj):
+        self._lay = getattr(obj, "_lay", "")
+        self.value = getattr(obj, "value", None)
+
+    def __array_wrap__(self, arr, context=None, return_scalar=False):
+        # results of arithmetic are plain values (DALI's TensorList has no arithmetic of its own)
+        arr = np.asarray(arr)
+        return arr[()] if return_scalar else arr
+
+    @property
+    def shape(self):
+        dims = np.ndarray.shape.__get__(self)
+        return CallableShape(dims, [tuple(dims[1:])] * (dims[0] if dims else 0))
+
+    @shape.setter
+    def shape(self, value):
+        np.ndarray.shape.__set__(self, value)
+
+    def __getitem__(self, i):
+        return self.view(np.ndarray)[i]
+
+    def __iter__(self):
+        return iter(self.view(np.ndarray))
+
+    def __reduce__(self):  # pickles as the plain array
+        return self.view(np.ndarray).__reduce__()
+
+    def at(self, i: int) -> np.ndarray:
+        """Sample ``i`` (DALI's TensorListCPU.at)."""
+        return self.view(np.ndarray)[i]
+
+    def as_array(self) -> np.ndarray:
+        """The batch as one plain NumPy array (DALI's TensorListCPU.as_array)."""
+        return self.view(np.ndarray)
+
+    def as_tensor(self) -> Tensor:
+        return Tensor(self.view(np.ndarray), ("N" + self._lay) if self._lay else "")
+
+    def as_cpu(self) -> "ArrayList":
+        return self
+
+    def is_dense_tensor(self) -> bool:
+        return True
+
+    def layout(self) -> str:
+        return self._lay
+
+
+class SampleList(list, TensorListMethods):
+    """A ragged batch on the host (samples of different shapes) that is both detaug's list of
+    per-sample arrays and DALI's TensorListCPU (``at``, ``as_tensor``, ``as_array``,
+    ``as_cpu``, ``is_dense_tensor``, ``shape()``, ``layout()``); ``value`` the detaug value."""
+
+    def __init__(self, samples, value=None, layout: str = ""):
+        super().__init__(samples)
+        self.value = list(samples) if value is None else value
+        self._lay = layout
+
+    def _samples(self) -> list:
+        return list(self)
+
+    def _layout_str(self) -> str:
+        return self._lay
+
+    def layout(self) -> str:
+        return self._lay
+
+    def as_cpu(self) -> "SampleList":
+        return self
+
+
 def detaug_value(v):
     """What detaug's own API returns for an output (a TensorList's ``value``; else ``v``)."""
-    return v.value if isinstance(v, TensorList) else v
+    if isinstance(v, ArrayList):
+        return v.value if v.value is not None else v.view(np.ndarray)
+    return v.value if isinstance(v, (TensorList, SampleList)) else v

@@ -27,30 +27,9 @@ from ..ops.decode import (DECODER_HINTS, check_decoder_args, decoded_rule, decod
 from ..ops.registry import register
 from ..graph.arg_check import (MAX_SIDE, Num, byte, count, declare_ranges, finite, nonneg,
                                positive, prob)
+from .tensors import batch_of, samples_of  # noqa: F401  (DALI's tensor lists: dali/tensors.py)
 
 HOST = dict(devices=("cpu",), kind="other")
-
-
-# ---- DALI tensor lists: per-sample host arrays ------------------------------------------------------
-def samples_of(op, v, what="input") -> list:
-    """A batch of plain tensors as a list of per-sample host arrays."""
-    if isinstance(v, (ImageBatch, BoxBatch)):
-        raise TypeError(f"{op.name}: {what} must be a plain tensor batch (DALI's layout: e.g. boxes "
-                        f"from fn.readers.coco(ratio=True, ...)), got a {type(v).__name__}")
-    if isinstance(v, np.ndarray):
-        return list(v)
-    if isinstance(v, (list, tuple)):
-        return [np.asarray(s) for s in v]
-    raise TypeError(f"{op.name}: {what} must be a batch of arrays, got {type(v).__name__}")
-
-
-def batch_of(arrays: list):
-    """Stack per-sample arrays when they share a shape (a dense batch), else keep the list."""
-    if arrays and all(a.shape == arrays[0].shape and a.dtype == arrays[0].dtype for a in arrays):
-        return np.stack(arrays)
-    return list(arrays)
-
-
 
 
 _LAYOUTS = {"xyXY": (0, 1, 2, 3), "xyWH": None}
@@ -409,19 +388,77 @@ def _slice_images(ctx, op, images, anchor, shape, args):
     return apply_geometry(ctx, op, [images], plan, fill=args["fill_values"])[0]
 
 
-declare_ranges("slice", axes=count(0, 1, form='seq'), fill_values=finite(form='seq'))
-@register("slice", rule=S.unknown, plans=True, devices=("cpu", "gpu"), inputs=(3, 3),
+WINDOW_ARGS = {"start": None, "rel_start": None, "end": None, "rel_end": None, "shape": None,
+               "rel_shape": None}
+
+
+def window_from_args(op, args, b):
+    """DALI's slice window given by arguments instead of inputs: (anchor, shape, args) with
+    ``normalized_anchor`` / ``normalized_shape`` set by which were given (``rel_*``: relative
+    to the extent, the others absolute); an end gives the shape as end - start."""
+    a = {k: args[k] for k in WINDOW_ARGS}
+    if a["start"] is not None and a["rel_start"] is not None:
+        raise ValueError(f"{op.name}: start and rel_start are exclusive")
+    ends = [k for k in ("end", "rel_end", "shape", "rel_shape") if a[k] is not None]
+    if len(ends) != 1:
+        raise ValueError(f"{op.name}: give the window's extent once: one of end, rel_end, shape, "
+                         f"rel_shape (got {ends or 'none'}), or anchor and shape as inputs")
+    rel_a = a["start"] is None
+    start = np.asarray(a["rel_start"] if rel_a else a["start"], np.float64) \
+        if (a["start"] is not None or a["rel_start"] is not None) else np.zeros(2)
+    start = np.broadcast_to(start.reshape(-1, 2), (b, 2))
+    key = ends[0]
+    rel_s = key.startswith("rel_")
+    ext = np.broadcast_to(np.asarray(a[key], np.float64).reshape(-1, 2), (b, 2))
+    if key.endswith("end"):
+        if rel_s != rel_a and (a["start"] is not None or a["rel_start"] is not None):
+            raise ValueError(f"{op.name}: {key} and the start must both be relative or both "
+                             "absolute")
+        ext = ext - start
+    return start, ext, {**args, "normalized_anchor": rel_a, "normalized_shape": rel_s}
+
+
+declare_ranges("slice", axes=count(0, 1, form='seq'), fill_values=finite(form='seq'),
+               **{k: finite(form="seq") for k in WINDOW_ARGS})
+@register("slice", rule=S.unknown, plans=True, devices=("cpu", "gpu"), inputs=(1, 3),
           kind="geometric",
-          input_names=("images", "anchor", "shape"), args=dict(SLICE_ARGS),
+          input_names=("images", "anchor", "shape"), args={**SLICE_ARGS, **WINDOW_ARGS},
+          per_sample=tuple(WINDOW_ARGS),
+          arg_docs={"start": "the window's absolute start (instead of the anchor input)",
+                    "rel_start": "the window's start relative to the extent",
+                    "end": "the window's absolute end", "rel_end": "its relative end",
+                    "shape": "the window's absolute extent", "rel_shape": "its relative extent"},
           output_spec="images (uint8 HWC) of the window sizes",
-          doc="DALI's slice of images: anchor and shape per sample (relative by default, in the "
-              "order of axes: (1, 0) = x, y), rounded as DALI; out_of_bounds_policy error / pad / "
-              "trim_to_shape")
+          doc="DALI's slice of images (or of plain tensors, along axes): anchor and shape per "
+              "sample (inputs, or start / rel_start with shape / rel_shape / end / rel_end; "
+              "relative by default, integer ones absolute, in the order of axes: (1, 0) = x, y), "
+              "rounded as DALI; out_of_bounds_policy error / pad / trim_to_shape")
 def slice_(ctx, op, inputs, args):
-    images, anchor, shape = inputs
-    if not isinstance(images, ImageBatch):
-        raise TypeError(f"{op.name}: slice takes images (an ImageBatch), got {type(images).__name__}")
-    return _slice_images(ctx, op, images, _host(anchor), _host(shape), args)
+    images = inputs[0]
+    if len(inputs) == 2:
+        raise TypeError(f"{op.name}: give the anchor and the shape inputs together")
+    if len(inputs) == 3:
+        if any(args[k] is not None for k in WINDOW_ARGS):
+            raise ValueError(f"{op.name}: the window is given by inputs: start / shape "
+                             "arguments cannot be given too")
+        # DALI: integer anchors and shapes are absolute, whatever normalized_* say
+        args = {**args, "normalized_anchor": args["normalized_anchor"] and not _ints(inputs[1]),
+                "normalized_shape": args["normalized_shape"] and not _ints(inputs[2])}
+        anchor, shape = _host(inputs[1]), _host(inputs[2])
+    else:
+        b = images.batch_size if isinstance(images, ImageBatch) else len(images)
+        anchor, shape, args = window_from_args(op, args, b)
+    if not isinstance(images, ImageBatch):  # a plain tensor batch (dali/tensor_ops.py)
+        from .tensor_ops import slice_tensors
+
+        return slice_tensors(op, images, anchor, shape, args)
+    return _slice_images(ctx, op, images, anchor, shape, args)
+
+
+def _ints(v) -> bool:
+    """Whether a batch of anchors or shapes holds integers (DALI reads those as absolute)."""
+    first = v[0] if isinstance(v, (list, tuple)) and len(v) else v
+    return np.asarray(first).dtype.kind in "iu"
 
 
 def _host(v):
@@ -434,7 +471,8 @@ declare_ranges("decoders.image_slice", axes=count(0, 1, form='seq'),
                fill_values=finite(form='seq'))
 @register("decoders.image_slice", rule=decoded_rule, plans=plans_decode, roles={"decoder"},
           devices=("cpu", "mixed"), inputs=(3, 3), kind="other",
-          input_names=("encoded", "anchor", "shape"), aliases=("image_decoder_slice",),
+          input_names=("encoded", "anchor", "shape"),
+          aliases=("image_decoder_slice", "host_decoder_slice"),
           args={"output_type": "RGB", **SLICE_ARGS, **decoder_declaration()},
           hints=dict(DECODER_HINTS),
           output_spec="ImageBatch uint8 HWC of the window sizes",

@@ -36,8 +36,9 @@ class DaliApi:
     """The graph export of :class:`~detaug.pipeline.Pipeline` (DALI's names), DALI's check
     against mixing ``run()`` with an iterator, and the DALI form of ``run()``'s outputs."""
 
-    # None: DALI mode when the graph holds a DALI-only op (dali/outputs.py); True / False: say so
-    dali_outputs = None
+    # True: run() gives DALI's TensorLists, which are detaug's values too (dali/outputs.py);
+    # False: detaug's plain values
+    dali_outputs = True
     _api_type = None        # DALI's PipelineAPIType in use: 'BASIC' (run()) or 'ITERATOR'
     _skip_api_check = False
     _in_api_scope = False
@@ -72,7 +73,7 @@ class DaliApi:
             self._in_api_scope = False
 
     def _dali_run_outputs(self, outs) -> tuple:
-        """``run()``'s outputs: DALI TensorLists in DALI mode (dali/outputs.py)."""
+        """``run()``'s outputs as DALI's TensorLists (dali/outputs.py)."""
         self.build()
         return _outputs.run_outputs(self, outs)
 

@@ -29,6 +29,39 @@ class DataNode:
     def __repr__(self) -> str:
         return f"DataNode({self.name}, device={self.device})"
 
+    # DALI's arithmetic on DataNodes (detaug/dali/arithmetic.py runs it): numbers become
+    # constants. == and != are left to identity (nodes are kept in dicts and lists).
+    def _arith(self, name, *others):
+        return call_op("_arith", (self,) + others, {"op": name})
+
+    def _rarith(self, name, other):
+        return call_op("_arith", (other, self), {"op": name})
+
+    def __add__(self, o): return self._arith("add", o)  # noqa: E704
+    def __radd__(self, o): return self._rarith("add", o)  # noqa: E704
+    def __sub__(self, o): return self._arith("sub", o)  # noqa: E704
+    def __rsub__(self, o): return self._rarith("sub", o)  # noqa: E704
+    def __mul__(self, o): return self._arith("mul", o)  # noqa: E704
+    def __rmul__(self, o): return self._rarith("mul", o)  # noqa: E704
+    def __truediv__(self, o): return self._arith("div", o)  # noqa: E704
+    def __rtruediv__(self, o): return self._rarith("div", o)  # noqa: E704
+    def __floordiv__(self, o): return self._arith("fdiv", o)  # noqa: E704
+    def __rfloordiv__(self, o): return self._rarith("fdiv", o)  # noqa: E704
+    def __mod__(self, o): return self._arith("mod", o)  # noqa: E704
+    def __pow__(self, o): return self._arith("pow", o)  # noqa: E704
+    def __rpow__(self, o): return self._rarith("pow", o)  # noqa: E704
+    def __lt__(self, o): return self._arith("lt", o)  # noqa: E704
+    def __le__(self, o): return self._arith("leq", o)  # noqa: E704
+    def __gt__(self, o): return self._arith("gt", o)  # noqa: E704
+    def __ge__(self, o): return self._arith("geq", o)  # noqa: E704
+    def __and__(self, o): return self._arith("bitand", o)  # noqa: E704
+    def __or__(self, o): return self._arith("bitor", o)  # noqa: E704
+    def __xor__(self, o): return self._arith("bitxor", o)  # noqa: E704
+    def __neg__(self): return self._arith("neg")  # noqa: E704
+    def __pos__(self): return self._arith("pos")  # noqa: E704
+
+    __hash__ = object.__hash__
+
     def gpu(self) -> "DataNode":
         """This output on the device (DALI's ``.gpu()``): an explicit upload op; an output
         already on the device is itself (as DALI's)."""
@@ -120,6 +153,10 @@ class OpSchema:
             here: name -> why. Their arg_docs say 'hint', and setting one to anything but its
             default warns once per process (:func:`call_op`). Every other argument changes the
             output or is refused (tests/ops/test_op_args.py).
+        output_names: ``output_names(args) -> list of names or None``: the op's outputs as a
+            dict by name instead of a tuple (DALI's ``readers.tfrecord(features=...)``).
+        rewrite: DALI's positional forms that are arguments here: ``rewrite(inputs, kwargs) ->
+            (inputs, kwargs)`` at trace time (warp_affine's ``mtx`` input becomes ``matrix=``).
         partners: a multi-sample op (mosaic, mixup) makes each output sample from a group of
             input samples: ``partners(op, rng, pool_sizes) -> (groups (B + 1,), picks (M,))``
             draws, from the op's keyed streams of its B output samples (``rng``, a SampleRNG),
@@ -168,6 +205,8 @@ class OpSchema:
     roles: frozenset = frozenset()
     draws: tuple = ()
     host_plan: Callable | None = None
+    rewrite: Callable | None = None
+    output_names: Callable | None = None
 
     def num_outputs(self, n_inputs: int, args: dict) -> int:
         return self.outputs(n_inputs, args) if callable(self.outputs) else self.outputs
@@ -298,10 +337,29 @@ def _say_hints(schema: OpSchema, kwargs: dict) -> None:
                           f"value here ({schema.hints[k]})", stacklevel=4)
 
 
+def _constant_node(schema, v):
+    """An input as a DataNode: a number, a list / tuple of numbers or a NumPy array becomes a
+    ``constant`` op (as DALI does: ints int32, floats float32); anything else raises."""
+    if isinstance(v, DataNode):
+        return v
+    import numpy as np
+
+    if isinstance(v, (int, float, list, tuple, np.ndarray, np.number)) and not isinstance(v, bool):
+        a = np.asarray(v)
+        if a.dtype.kind in "iu":
+            return call_op("constant", (), {"idata": a.reshape(-1).tolist(), "shape": list(a.shape)})
+        if a.dtype.kind == "f":
+            return call_op("constant", (), {"fdata": a.reshape(-1).tolist(), "shape": list(a.shape)})
+    raise TypeError(f"{schema.name}: inputs must be outputs of other ops (or numbers / arrays, "
+                    f"made constants), got {type(v).__name__}")
+
+
 def call_op(name: str, inputs, kwargs: dict):
     """Trace one call of op ``name``; returns a DataNode or a tuple of them."""
     schema = schema_of(name)
     kwargs = dict(kwargs)
+    if schema.rewrite is not None:
+        inputs, kwargs = schema.rewrite(tuple(inputs), kwargs)
     device, node_name = kwargs.pop("device", None), kwargs.pop("name", None)
     unknown = set(kwargs) - set(schema.args) - {"seed"}
     if unknown:
@@ -310,9 +368,7 @@ def call_op(name: str, inputs, kwargs: dict):
     lo, hi = schema.inputs
     if not lo <= len(inputs) <= hi:
         raise TypeError(f"{schema.name}: takes {lo}..{hi} inputs, got {len(inputs)}")
-    for i in inputs:
-        if not isinstance(i, DataNode):
-            raise TypeError(f"{schema.name}: inputs must be outputs of other ops, got {type(i).__name__}")
+    inputs = tuple(_constant_node(schema, i) for i in inputs)
     for k, v in kwargs.items():
         if isinstance(v, DataNode) and k not in schema.per_sample:
             raise TypeError(f"{schema.name}: argument {k!r} cannot be a per-sample input")
@@ -325,4 +381,7 @@ def call_op(name: str, inputs, kwargs: dict):
     out_device = "gpu" if device in ("gpu", "mixed") else "cpu"
     n = schema.num_outputs(len(inputs), args)
     op.outputs = [DataNode(op, i, out_device) for i in range(n)]
+    names = schema.output_names(args) if schema.output_names is not None else None
+    if names:
+        return dict(zip(names, op.outputs))
     return op.outputs[0] if n == 1 else tuple(op.outputs)

@@ -179,7 +179,7 @@ declare_ranges("crop_mirror_normalize", crop=side(integer=False), crop_h=side(in
                                   "(DALI's rounding)"},
           hints={"image_type": "DALI's older argument (RGB, BGR, GRAY: checked); the values do "
                                "not depend on it"},
-          per_sample=("mirror", "crop_pos_x", "crop_pos_y"),
+          per_sample=("mirror", "crop_pos_x", "crop_pos_y", "crop", "crop_h", "crop_w"),
           output_spec="normalised images (and boxes, mirrored/cropped with them)",
           doc="DALI's crop + mirror (per sample) + normalize + layout in one pass; boxes follow")
 def crop_mirror_normalize(ctx, op, inputs, args):
@@ -232,7 +232,8 @@ register_kernel("hsv", "cpu", kc.hsv_numpy)
 register_kernel("hsv", "gpu", kc.hsv_cupy)
 
 declare_ranges("brightness_contrast", brightness=nonneg(), contrast=nonneg(),
-               contrast_center=finite())
+               contrast_center=finite(), brightness_shift=finite())
+
 
 def _per_sample_args(*names):
     """A host plan: the arguments ``names``, one value per sample."""
@@ -242,22 +243,78 @@ def _per_sample_args(*names):
     return plan
 
 
+def _typed(op, img, dtype, maps):
+    """DALI's ``dtype=`` of a colour op, on the host: each image mapped in float64 by
+    ``maps[b](x)`` (its input uint8 or float), then converted to ``dtype``: uint8 rounded
+    half up and clamped to [0, 255] (as detaug's uint8 kernels), a float type as it is (no
+    clamp: DALI's float output keeps the input's 0..255 range)."""
+    from ..core import types as _t
+
+    dt = _t.to_numpy_type(dtype)
+    if img.device == "gpu":
+        raise NotImplementedError(f"{op.name}: dtype={dtype!r} runs on the CPU only for now "
+                                  "(the GPU kernels write uint8)")
+    if img.batch_size and img.channels != 3:
+        raise ValueError(f"{op.name}: colour ops take 3-channel images")
+    outs = []
+    for k, im in enumerate(list(img.data)):
+        x = maps[k](np.asarray(im, np.float64))
+        if dt == np.uint8:
+            x = np.clip(np.floor(x + 0.5), 0, 255)
+        elif not np.issubdtype(dt, np.floating):
+            raise ValueError(f"{op.name}: dtype {dtype!r}: detaug's colour ops give uint8 or float")
+        outs.append(x.astype(dt))
+    return ImageBatch(np.stack(outs) if img.is_dense else outs, img.device, img.layout)
+
+
+def _plain_uint8(img, dtype) -> bool:
+    from ..core import types as _t
+
+    return (dtype is None or _t.to_numpy_type(dtype) == np.uint8) and \
+        all(np.asarray(a).dtype == np.uint8 for a in (img.data[:1] if len(img.data) else []))
+
+
 @register("brightness_contrast", rule=S.same_canvas, plans=False,
-          host_plan=_per_sample_args("brightness", "contrast"), devices=("cpu", "gpu"),
-          inputs=(1, 1), kind="color",
-          args={"brightness": 1.0, "contrast": 1.0, "contrast_center": 128.0},
-          per_sample=("brightness", "contrast"), output_spec="uint8 images, same sizes",
-          doc="out = brightness * (center + contrast * (x - center)), per sample")
+          host_plan=_per_sample_args("brightness", "contrast", "brightness_shift"),
+          devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
+          args={"brightness": 1.0, "contrast": 1.0, "contrast_center": 128.0, "dtype": None,
+                "brightness_shift": 0.0},
+          per_sample=("brightness", "contrast", "brightness_shift"),
+          output_spec="uint8 images (or dtype), same sizes",
+          arg_docs={"dtype": "DALI's output type: uint8 (default) or float (CPU only; "
+                             "unclamped, in the input's 0..255 range), from uint8 or float images",
+                    "brightness_shift": "DALI's shift, in units of the output's range (255 for "
+                                        "uint8, 1 for float): added after the scaling (CPU only "
+                                        "where not 0)"},
+          doc="out = brightness_shift * R_out + brightness * (center + contrast * (x - center)), "
+              "per sample")
 def brightness_contrast(ctx, op, inputs, args, params):
-    return launch(ctx, op, _rgb(ctx, op, inputs[0]), *params,
-                  contrast_center=args["contrast_center"])
+    br, co, shift = params
+    c = float(args["contrast_center"])
+    img = _rgb(ctx, op, inputs[0])
+    if not _plain_uint8(img, args["dtype"]) or np.any(shift):
+        from ..core import types as _t
+
+        r_out = 255.0 if _t.to_numpy_type(args["dtype"] or "uint8") == np.uint8 else 1.0
+        return _typed(op, img, args["dtype"] or "uint8",
+                      [lambda x, k=k: shift[k] * r_out + br[k] * (c + co[k] * (x - c))
+                       for k in range(img.batch_size)])
+    return launch(ctx, op, img, br, co, contrast_center=c)
 
 
 declare_ranges("hsv", hue=finite(), saturation=nonneg(), value=nonneg())
 @register("hsv", rule=S.same_canvas, plans=False,
-          host_plan=_per_sample_args("hue", "saturation", "value"), devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
-          args={"hue": 0.0, "saturation": 1.0, "value": 1.0},
-          per_sample=("hue", "saturation", "value"), output_spec="uint8 images, same sizes",
+          host_plan=_per_sample_args("hue", "saturation", "value"), devices=("cpu", "gpu"),
+          inputs=(1, 1), kind="color",
+          args={"hue": 0.0, "saturation": 1.0, "value": 1.0, "dtype": None},
+          per_sample=("hue", "saturation", "value"), output_spec="uint8 images (or dtype), same sizes",
+          arg_docs={"dtype": "DALI's output type: uint8 (default) or float (CPU only; "
+                             "unclamped, unrounded), from uint8 or float images"},
           doc="hue shift (degrees), saturation and value factors, per sample (DALI's YIQ form)")
 def hsv(ctx, op, inputs, args, params):
-    return launch(ctx, op, _rgb(ctx, op, inputs[0]), *params)
+    img = _rgb(ctx, op, inputs[0])
+    if not _plain_uint8(img, args["dtype"]):
+        mats = kc.hsv_matrices(*params).astype(np.float64)
+        return _typed(op, img, args["dtype"] or "uint8",
+                      [lambda x, k=k: x @ mats[k].T for k in range(img.batch_size)])
+    return launch(ctx, op, img, *params)

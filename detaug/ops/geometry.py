@@ -87,6 +87,18 @@ def per_sample(value, b, dtype=np.float64):
     return np.broadcast_to(a.reshape(-1) if a.ndim else a, (b,)).copy()
 
 
+def pair_per_sample(value, b, name):
+    """(a (B,), b (B,)) from a number, a pair, or one pair per sample ((B, 2): DALI's tensor
+    argument, e.g. ``size=fn.random.uniform(range=..., shape=2)``)."""
+    a = np.asarray(value, np.float64)
+    if a.ndim == 2 and a.shape == (b, 2):
+        return a[:, 0].copy(), a[:, 1].copy()
+    if a.ndim == 1 and a.size == b and b != 2 and b != 1:
+        return a.copy(), a.copy()  # one number per sample: a square
+    x, y = pair(value, name)
+    return np.full(b, x), np.full(b, y)
+
+
 def pair(value, name):
     """(a, b) from a scalar or a 2-sequence."""
     if np.ndim(value) == 0:
@@ -149,8 +161,7 @@ def flip(ctx, op, inputs, args):
 def _crop_size(args, sizes):
     b = len(sizes)
     if args.get("crop") is not None:
-        ch, cw = pair(args["crop"], "crop")
-        return per_sample(ch, b), per_sample(cw, b)
+        return pair_per_sample(args["crop"], b, "crop")
     ch = args.get("crop_h") or sizes[:, 0]
     cw = args.get("crop_w") or sizes[:, 1]
     return per_sample(ch, b), per_sample(cw, b)
@@ -189,7 +200,7 @@ declare_ranges("crop", crop=side(integer=False), crop_h=side(integer=False, form
 @register("crop", rule=_crop_rule, plans=True, **GEO,
           args={"crop": None, "crop_h": None, "crop_w": None, "crop_pos_x": 0.5,
                                "crop_pos_y": 0.5, "window": None, "fill": 0.0},
-          per_sample=("crop_pos_x", "crop_pos_y", "crop_h", "crop_w", "window"),
+          per_sample=("crop", "crop_pos_x", "crop_pos_y", "crop_h", "crop_w", "window"),
           doc="crop a window: crop=(h, w) at crop_pos_x/y in [0, 1], or window=(x0, y0, x1, y1)")
 def crop(ctx, op, inputs, args):
     def plan(sizes, boxes):
@@ -200,27 +211,38 @@ def crop(ctx, op, inputs, args):
 
 
 # ---- resize / letterbox -------------------------------------------------------------------------
+def _given(v) -> bool:
+    """An extent argument that is set: a per-sample array, or a scalar other than None / 0."""
+    return v is not None and (np.ndim(v) > 0 or bool(v))
+
+
 def resize_sizes(args, sizes):
-    """Output (H, W) per sample, rounded to integers (the matrix then scales exactly onto them)."""
+    """Output (H, W) per sample, rounded to integers (the matrix then scales exactly onto them).
+    ``resize_shorter``, ``resize_longer``, ``resize_x``, ``resize_y`` and ``max_size`` may be
+    per-sample (a (B,) array: DALI's tensor arguments, e.g. ``fn.random.uniform(...)``)."""
     h, w = sizes[:, 0].astype(np.float64), sizes[:, 1].astype(np.float64)
+
+    def val(v):
+        return per_sample(v, len(sizes))
+
     size, shorter, longer = args.get("size"), args.get("resize_shorter"), args.get("resize_longer")
     rx, ry = args.get("resize_x"), args.get("resize_y")
-    if size is not None or (rx and ry):
-        oh, ow = pair(size, "size") if size is not None else (float(ry), float(rx))
+    if size is not None or (_given(rx) and _given(ry)):
+        oh, ow = pair_per_sample(size, len(sizes), "size") if size is not None else (val(ry), val(rx))
         if args.get("keep_aspect"):
             s = (np.maximum if args["keep_aspect"] == "cover" else np.minimum)(oh / h, ow / w)
             oh, ow = h * s, w * s
         else:
-            oh, ow = np.full_like(h, oh), np.full_like(w, ow)
-    elif shorter or longer or rx or ry:
-        if shorter:
-            s = float(shorter) / np.minimum(h, w)
-        elif longer:
-            s = float(longer) / np.maximum(h, w)
+            oh, ow = np.broadcast_to(oh, h.shape) * 1.0, np.broadcast_to(ow, w.shape) * 1.0
+    elif _given(shorter) or _given(longer) or _given(rx) or _given(ry):
+        if _given(shorter):
+            s = val(shorter) / np.minimum(h, w)
+        elif _given(longer):
+            s = val(longer) / np.maximum(h, w)
         else:
-            s = float(rx) / w if rx else float(ry) / h
-        if args.get("max_size"):
-            s = np.minimum(s, float(args["max_size"]) / np.maximum(h, w))
+            s = val(rx) / w if _given(rx) else val(ry) / h
+        if _given(args.get("max_size")):
+            s = np.minimum(s, val(args["max_size"]) / np.maximum(h, w))
         oh, ow = h * s, w * s
     else:
         raise ValueError("resize needs size=, resize_shorter=, resize_longer= or resize_x/resize_y")
@@ -236,6 +258,8 @@ declare_ranges("resize", size=Num(0, MAX_SIDE, form='pair', size=True),
                                  "resize_x": None, "resize_y": None, "max_size": None,
                                  "keep_aspect": False, "antialias": True, "interp_type": None,
                                  "min_filter": None, "mag_filter": None, "mode": "default"},
+          per_sample=("size", "resize_shorter", "resize_longer", "resize_x", "resize_y",
+                      "max_size"),
           arg_docs={"interp_type": "DALI's filter: INTERP_LINEAR (bilinear, antialiased when "
                                    "shrinking unless antialias=False) or INTERP_TRIANGULAR "
                                    "(antialiased); the others raise",
@@ -254,11 +278,15 @@ def resize(ctx, op, inputs, args):
     mode = args["mode"]
     if mode not in ("default", "stretch", "not_larger", "not_smaller"):
         raise ValueError(f"{op.name}: mode must be 'default', 'stretch', 'not_larger' or 'not_smaller'")
-    if mode != "default" and not (args["size"] is not None or (args["resize_x"] and args["resize_y"])):
+    if mode != "default" and not (args["size"] is not None or
+                                  (_given(args["resize_x"]) and _given(args["resize_y"]))):
         raise NotImplementedError(f"{op.name}: mode={mode!r} needs both output extents here "
                                   "(size= or resize_x and resize_y)")
     size = args["size"]
-    if size is not None and np.ndim(size) and 0 in [float(v) for v in size]:
+    if size is not None and np.ndim(size) == 2 and (np.asarray(size) <= 0).any():
+        raise ValueError(f"{op.name}: a per-sample size needs both extents > 0 (the 0 extent "
+                         "that keeps the aspect ratio is for a size given once)")
+    if size is not None and np.ndim(size) == 1 and 0 in [float(v) for v in size]:
         # DALI: an extent of 0 is computed to keep the aspect ratio (size=(0, 300): width 300)
         oh, ow = pair(size, "size")
         args = {**args, "size": None, "resize_y": oh or None, "resize_x": ow or None}
@@ -328,18 +356,18 @@ def dali_rotated_size(angle_deg, sizes):
 
 
 def _dali_rotate(op, args):
-    """(expand rule, fill) for rotate called with DALI's arguments (keep_size, fill_value, size,
-    interp_type): DALI enlarges the canvas unless keep_size=True; it repeats the border where no
-    fill_value is given, which detaug's warp cannot: that raises."""
+    """The fill of rotate called with DALI's arguments (keep_size, fill_value, size,
+    interp_type): DALI enlarges the canvas unless keep_size=True; without fill_value it repeats
+    the border (None: ops/border.py's warp, on the CPU)."""
     from ..core import types
 
     if args["interp_type"] is not None:
         types.interp_type(args["interp_type"], op.name)
-    if args["fill_value"] is None:
-        raise NotImplementedError(f"{op.name}: without fill_value DALI's rotate repeats the border "
-                                  "pixels; detaug fills outside the image with a constant: pass "
-                                  "fill_value=")
-    return args["fill_value"]
+    if args["interp_type"] is not None and types.interp_type(args["interp_type"], op.name) != \
+            "linear" and args["fill_value"] is None:
+        raise NotImplementedError(f"{op.name}: without fill_value (DALI's border repeat) only "
+                                  "INTERP_LINEAR is available")
+    return args["fill_value"]  # None: DALI's border repeat (ops/border.py)
 
 
 _CANVAS_SAID: set = set()
@@ -367,8 +395,8 @@ declare_ranges("rotate", angle=finite(), fill=finite(form='seq'), fill_value=fin
                                  "interp_type": None},
           arg_docs={"keep_size": "DALI: False (DALI's default when any DALI argument is given) "
                                  "enlarges the canvas by DALI's rule, True keeps it",
-                    "fill_value": "DALI's fill; given DALI's arguments it is required (DALI "
-                                  "repeats the border without it, which detaug does not do)",
+                    "fill_value": "DALI's fill; given DALI's arguments without it, the border "
+                                  "repeats as DALI's (CPU only, not fused)",
                     "size": "DALI: the output (H, W), image centred"},
           per_sample=("angle",),
           doc="rotate by angle degrees counter-clockwise about the centre; keep canvas (fill 0) "
@@ -395,6 +423,11 @@ def rotate(ctx, op, inputs, args):
         m = G.linear_about(lin, sizes[:, ::-1] / 2.0, out[:, ::-1] / 2.0)
         return m, out, None
 
+    if dali and fill is None:
+        from .border import warp_border
+
+        return warp_border(ctx, op, inputs, plan, lambda v: apply_geometry(
+            ctx, op, [v], plan, box_mode=args["box_mode"])[0])
     return apply_geometry(ctx, op, inputs, plan, fill=fill, box_mode=args["box_mode"])
 
 

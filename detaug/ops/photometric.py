@@ -164,8 +164,9 @@ def grayscale(ctx, op, inputs, args, params):
 
 # ---- DALI's colour twist and brightness / contrast families --------------------------------------
 # color_twist, hue and saturation are DALI's ColorTwist (one YIQ map, values not rescaled between
-# dtypes); brightness and contrast are DALI's BrightnessContrast kernels (values rescaled to the
-# output dtype's range). All of them run as one per-sample affine map of RGB (one launch).
+# dtypes); brightness and contrast are DALI's BrightnessContrast kernels (the values not rescaled
+# between dtypes either; brightness_shift in units of the output's range). All of them run as one
+# per-sample affine map of RGB (one launch).
 _DEFAULTS = {"brightness": 1.0, "contrast": 1.0, "saturation": 1.0, "hue": 0.0,
              "brightness_shift": 0.0, "contrast_center": None}
 _DOCS = {"brightness": "factor >= 0 (0 black, 1 unchanged)",
@@ -198,8 +199,10 @@ def _check_rgb(op, args):
 def _dali_linear(ctx, op, inputs, args):
     """DALI's ColorTwist (color_twist, hue, saturation): out = brightness * (c0 + contrast *
     (YIQ twist(rgb) - c0)), c0 the middle of the input's range, not rescaled to the output dtype.
-    DALI's BrightnessContrast (brightness, contrast): out = shift * R_out + brightness * R_out /
-    R_in * (center + contrast * (x - center)), R the dtypes' full ranges (255, or 1 for float)."""
+    DALI's BrightnessContrast (brightness, contrast): out = shift * R_out + brightness * (center
+    + contrast * (x - center)), R_out the output dtype's full range (255, or 1 for float), with
+    no factor for the input's range (DALI 2.4's documentation and its test reference
+    ``bricon_ref``: a uint8 image asked for float keeps its 0..255 values)."""
     if "image_type" in args:
         _check_rgb(op, args)
     img = _rgb_images(ctx, op, inputs[0])
@@ -216,7 +219,7 @@ def _dali_linear(ctx, op, inputs, args):
     if op.schema.name in ("brightness", "contrast"):
         center = args.get("contrast_center")
         center = _HALF_RANGE[in_dtype] if center is None else per_sample(center, b)
-        norm = vals["brightness"] * _FULL_RANGE[out_dtype] / _FULL_RANGE[in_dtype]
+        norm = vals["brightness"]  # DALI: no input-range factor (bricon_ref)
         mats = np.zeros((b, 3, 4))
         mats[:, [0, 1, 2], [0, 1, 2]] = (norm * vals["contrast"])[:, None]
         mats[:, :, 3] = (vals["brightness_shift"] * _FULL_RANGE[out_dtype]
@@ -252,11 +255,12 @@ _register_dali("color_twist", ("brightness", "contrast", "saturation", "hue"),
 _register_dali("saturation", ("saturation",), "DALI's saturation: the YIQ chroma scaled, per sample")
 _register_dali("hue", ("hue",), "DALI's hue: the YIQ chroma rotated by hue degrees, per sample")
 _register_dali("brightness", ("brightness", "brightness_shift"),
-               "DALI's brightness: out = brightness_shift * R_out + brightness * x * R_out / R_in "
-               "(R: 255 for uint8, 1 for float), per sample", image_type=False)
+               "DALI's brightness: out = brightness_shift * R_out + brightness * x (R_out: 255 for "
+               "uint8, 1 for float; no input-range factor, as DALI), per sample", image_type=False)
 _register_dali("contrast", ("contrast", "contrast_center"),
                "DALI's contrast: out = c + contrast * (x - c), c = contrast_center (default 128 for "
-               "uint8, 0.5 for float), rescaled to the output dtype's range, per sample",
+               "uint8, 0.5 for float), converted to the output dtype (values kept, as DALI), "
+               "per sample",
                image_type=False)
 
 declare_ranges("brightness", brightness=nonneg(), brightness_shift=finite())

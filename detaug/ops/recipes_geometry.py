@@ -21,7 +21,10 @@ import numpy as np
 from ..core import geometry as G
 from ..core import shapes as S
 from ..core.batch import BoxBatch, ImageBatch
+from .border import warp_border
+from ..graph.arg_check import declare_ranges, finite, positive, prob, side
 from .geometry import GEO, apply_geometry, fixed_size_rule, pair, per_sample
+from .registry import Draw, register
 
 
 @S.image_rule
@@ -37,11 +40,15 @@ def _shortest_size_rule(img, a):
     return S.within(img, top) if top else None
 
 
+def _plans_warp_affine(a, device) -> bool:
+    """Planned as the other geometric ops where a fill is given; DALI's border repeat (no
+    fill_value) warps on the host, unfused."""
+    return a.get("fill_value") is not None
+
+
 def _warp_affine_rule(ins, a):
     """The canvas ``size`` where given, else the input's."""
     return (fixed_size_rule if S.pair(a.get("size")) else S.same_canvas)(ins, a)
-from .registry import Draw, register
-from ..graph.arg_check import declare_ranges, finite, positive, prob, side
 
 
 # ---- perspective --------------------------------------------------------------------------------
@@ -314,9 +321,19 @@ def dali_affine(matrix, b, inverse_map):
     return np.linalg.inv(m) if inverse_map else m
 
 
+def _positional_matrix(inputs, kwargs):
+    """DALI's ``fn.warp_affine(images, mtx)``: without ``matrix=`` a second input is DALI's
+    matrix input (detaug's boxes come with ``matrix=`` given), so it becomes ``matrix=``; a
+    number or list given there is the matrix itself."""
+    if len(inputs) == 2 and kwargs.get("matrix") is None:
+        return inputs[:1], {**kwargs, "matrix": inputs[1]}
+    return inputs, kwargs
+
+
 declare_ranges("warp_affine", matrix=finite(form='seq'), size=side(integer=False),
                fill_value=finite(form='seq'))
-@register("warp_affine", rule=_warp_affine_rule, plans=True, **GEO,
+@register("warp_affine", rule=_warp_affine_rule, plans=_plans_warp_affine, **GEO,
+          rewrite=_positional_matrix,
           args={"matrix": None, "size": None, "fill_value": None, "interp_type": None,
                 "inverse_map": True, "dtype": None, "bytes_per_sample_hint": 0, "preserve": False},
           per_sample=("matrix",),
@@ -325,8 +342,8 @@ declare_ranges("warp_affine", matrix=finite(form='seq'), size=side(integer=False
           arg_docs={"matrix": "DALI's 2x3 (M11, M12, M13, M21, M22, M23), per sample allowed (DALI's "
                               "mtx input goes here); output -> input with inverse_map",
                     "size": "the output (H, W); default the input's",
-                    "fill_value": "required: DALI repeats the border without it, which detaug's "
-                                  "warp does not do",
+                    "fill_value": "the value outside the image; without it the border "
+                                  "repeats, as DALI's (CPU only, not fused)",
                     "interp_type": "INTERP_LINEAR (default: bilinear, no antialias, as DALI) or "
                                    "INTERP_TRIANGULAR (antialiased); others raise",
                     "inverse_map": "True: matrix maps output to input (DALI's default); False: "
@@ -338,16 +355,11 @@ def warp_affine(ctx, op, inputs, args):
     from ..core import types
 
     if any(not isinstance(v, (ImageBatch, BoxBatch)) for v in inputs):
-        # the op's second input is boxes (they follow the images); DALI's positional mtx would
-        # make the output count depend on the input's kind
-        raise TypeError("warp_affine: takes (images[, boxes]); pass DALI's mtx input as matrix= "
-                        "(a per-sample argument: fn.warp_affine(images, matrix=mtx, ...))")
+        raise TypeError("warp_affine: takes (images[, boxes]) with matrix=, or DALI's "
+                        "(images, mtx)")
     matrix = args["matrix"]
     if matrix is None:
         raise ValueError("warp_affine: matrix= is required")
-    if args["fill_value"] is None:
-        raise NotImplementedError("warp_affine: without fill_value DALI repeats the border pixels; "
-                                  "detaug fills outside the image with a constant: pass fill_value=")
     if args["dtype"] is not None and types.to_numpy_type(args["dtype"]) != np.uint8:
         raise NotImplementedError("warp_affine: dtype other than uint8 is not available here; "
                                   "normalize after the geometric ops instead")
@@ -364,5 +376,12 @@ def warp_affine(ctx, op, inputs, args):
             out = np.tile(np.round(np.asarray(pair(args["size"], "size"))), (b, 1))
         return m, out, None
 
+    if args["fill_value"] is None:
+        if interp != "linear":
+            raise NotImplementedError("warp_affine: without fill_value (the border repeat) only "
+                                      "INTERP_LINEAR is available; give fill_value= for "
+                                      "INTERP_TRIANGULAR")
+        return warp_border(ctx, op, inputs, plan,
+                           lambda v: apply_geometry(ctx, op, [v], plan)[0])
     return apply_geometry(ctx, op, inputs, plan, fill=args["fill_value"],
                           antialias=interp == "triangular")

@@ -205,7 +205,8 @@ def _camel(last: str) -> str:
     special = {"coco": "COCO", "voc": "VOC", "hsv": "Hsv", "file": "File",
                # DALI's class names that are not the plain camel case of their functional name
                "coco_reader": "COCOReader", "nv_jpeg_decoder": "nvJPEGDecoder",
-               "random_bbox_crop": "RandomBBoxCrop", "bbox_paste": "BBoxPaste"}
+               "random_bbox_crop": "RandomBBoxCrop", "bbox_paste": "BBoxPaste",
+               "ssd_random_crop": "SSDRandomCrop"}
     return special.get(last, "".join(p.capitalize() for p in last.split("_")))
 
 

@@ -1,6 +1,7 @@
 """Source ops: readers (COCO, VOC, file lists) and external_source, plus the implicit upload."""
 from __future__ import annotations
 
+import inspect
 import os
 import stat
 from dataclasses import dataclass
@@ -451,6 +452,25 @@ class SampleInfo:
     epoch_idx: int
 
 
+@dataclass(frozen=True)
+class BatchInfo:
+    """What a per-batch external source callable receives with ``batch_info=True`` (DALI's)."""
+    iteration: int
+    epoch_idx: int
+
+
+def _positional_arity(f) -> int:
+    """How many positional arguments callable ``f`` can take (0 or more)."""
+    try:
+        params = inspect.signature(f).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: assume DALI's one argument
+        return 1
+    P = inspect.Parameter
+    if any(p.kind is P.VAR_POSITIONAL for p in params):
+        return 1
+    return sum(1 for p in params if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD))
+
+
 def host_sample(s):
     """One fed sample as a host NumPy array: torch tensors (on any device) and cupy arrays are
     copied to the host; anything else goes through np.asarray."""
@@ -522,22 +542,65 @@ class _External(_Source):
         self.n_out = a["num_outputs"] or 1
         from ..core import types
 
-        self.dtype = None if a["dtype"] is None else types.to_numpy_type(a["dtype"])
+        # one dtype for every output, or one per output (DALI's list with num_outputs)
+        dts = a["dtype"] if isinstance(a["dtype"], (list, tuple)) else [a["dtype"]] * self.n_out
+        if len(dts) != self.n_out:
+            raise ValueError(f"{op.name}: dtype has {len(dts)} entries for {self.n_out} outputs")
+        self.dtypes = [None if d is None else types.to_numpy_type(d) for d in dts]
         self.ndim = None if a["ndim"] is None else int(a["ndim"])
-        # whole batches from an iterable or feed_input: they cannot be rewound to a batch
-        self.fed = not (callable(self.source) and not self.batch)
+        self.batch_info = bool(a["batch_info"])
+        self._epoch = -1
+        # A per-sample callable with size= is random access (the schedule sets its samples);
+        # every other source (an iterable, a generator function, a per-batch callable, a
+        # per-sample callable without size=, feed_input) gives batches in order until it raises
+        # StopIteration, as DALI's: they cannot be rewound to a batch.
+        per_sample = callable(self.source) and not self.batch \
+            and not inspect.isgeneratorfunction(self.source)
+        self.fed = not (per_sample and a["size"] is not None)
         if not self.fed:
-            if a["size"] is None:
-                raise ValueError(f"{op.name}: a per-sample callable source needs size= (samples per epoch)")
             self.size = int(a["size"])
         elif self.source is not None:
             self.restart()
         self.size = self.size if self.size is not None else a["size"]
 
-    def restart(self):
-        """A new epoch of an iterable source: iterate it again (a one-shot iterator stays spent)."""
+    def restart(self, epoch=None):
+        """Epoch ``epoch`` (default: the next) of an iterable source: iterate it again (a
+        one-shot iterator stays spent)."""
         if self.fed and self.source is not None:
-            self._iter = iter(self.source)
+            self._epoch = self._epoch + 1 if epoch is None else int(epoch)
+            self._iter = self._batches(self._epoch)
+
+    def _batches(self, epoch):
+        """The fed batches of one epoch, by the form of ``source`` (DALI's forms): an iterable;
+        a generator function (called, then iterated); a per-batch callable, called with no
+        argument, the iteration (an int) or, with ``batch_info=True``, a :class:`BatchInfo`;
+        a per-sample callable (``batch=False``), called with no argument or a
+        :class:`SampleInfo` once per sample. A callable ends the epoch by raising
+        StopIteration (a batch it breaks off is dropped, as DALI's)."""
+        src = self.source
+        if inspect.isgeneratorfunction(src):
+            yield from src()
+            return
+        if not callable(src):
+            yield from src
+            return
+        takes = _positional_arity(src)
+        bs = self.pipe.batch_size
+        it = 0
+        while True:
+            try:
+                if self.batch:
+                    info = BatchInfo(it, epoch) if self.batch_info else it
+                    data = src(info) if takes else src()
+                else:
+                    data = [src(SampleInfo(it * bs + k, k, it, epoch)) if takes else src()
+                            for k in range(bs)]
+                    if self.n_out > 1:
+                        data = tuple(list(col) for col in zip(*data))
+            except StopIteration:
+                return
+            yield data
+            it += 1
 
     def prepare(self, key):
         """The data of the launch ``key = (epoch, first batch, count)``: ``count`` fed batches,
@@ -579,7 +642,7 @@ class _External(_Source):
         except StopIteration:
             if self.cycle not in (True, "quiet"):
                 return None
-        self._iter = iter(self.source)  # cycle=True / 'quiet': start the iterable again, no end
+        self._iter = self._batches(self._epoch)  # cycle=True / 'quiet': start again, no end
         try:
             return next(self._iter)
         except StopIteration:
@@ -640,12 +703,14 @@ class _External(_Source):
         else:
             cols = payload["samples"]
         outs, sizes = [], None
-        for col in cols:
+        for col, dtype in zip(cols, self.dtypes):
             self._check_ndim(col)
             v = to_batch_value(list(col), sizes=sizes, layout=self.layout)
-            if self.dtype is not None and isinstance(v, np.ndarray) and v.dtype != self.dtype:
-                raise TypeError(f"{self.op.name}: declared dtype={self.dtype} but was given "
-                                f"{v.dtype} data (as DALI, the data is not converted)")
+            got = v.dtype if isinstance(v, np.ndarray) else (
+                v[0].dtype if isinstance(v, list) and v and hasattr(v[0], "dtype") else None)
+            if dtype is not None and got is not None and got != dtype:
+                raise TypeError(f"{self.op.name}: declared dtype={dtype} but was given {got} "
+                                "data (as DALI, the data is not converted)")
             if isinstance(v, ImageBatch):
                 sizes = v.sizes()
             outs.append(v)
@@ -661,7 +726,8 @@ declare_ranges("external_source", num_outputs=count(1, 1024), size=count(0), ndi
                shard_id=count(0), num_shards=count(1))
 register("external_source", devices=("cpu",), inputs=(0, 0), kind="source",
          outputs=lambda n, a: a["num_outputs"] or 1,
-         args={"source": None, "num_outputs": None, "batch": True, "size": None, **_SHARDING,
+         args={"source": None, "num_outputs": None, "batch": True, "batch_info": False,
+               "size": None, **_SHARDING,
                "layout": None, "dtype": None, "ndim": None, "cycle": None, "parallel": False,
                "prefetch_queue_depth": 1, "no_copy": None, "blocking": None, "cuda_stream": None,
                "use_copy_kernel": None},
@@ -670,6 +736,11 @@ register("external_source", devices=("cpu",), inputs=(0, 0), kind="source",
                    "layout": "DALI's layout of each sample ('HWC': 3-D uint8 samples are images; "
                              "another layout keeps them plain arrays)",
                    "dtype": "the element type the data must have (checked, not converted)",
+                   "batch_info": "a per-batch callable gets a BatchInfo (iteration, epoch_idx) "
+                                 "instead of the iteration number",
+                   "size": "samples per epoch of a per-sample callable: its samples are then "
+                           "random access (any batch, any order); without it the callable is "
+                           "called in order until it raises StopIteration (DALI's epoch end)",
                    "cycle": "True / 'quiet': restart the iterable when it ends (an endless "
                             "source); 'raise' / None: the epoch ends with it"},
          output_spec="images (uint8 HWC), encoded bytes, boxes dicts, or stacked arrays",

@@ -86,6 +86,10 @@ def _tfrecord_reader(op, pipe):
     a = op.args
     if a["path"] is None:
         raise ValueError(f"{op.name}: path= is required (a file, glob, folder or list of them)")
+    if a["features"] is not None:  # DALI's form: one output per feature
+        from .tfrecord_features import FeatureReader
+
+        return FeatureReader(op, pipe)
     label_map = a["label_map"]
     if label_map is None and a["image_label"] is None:
         beside = _label_map_beside(a["path"])
@@ -106,17 +110,23 @@ def _label_map_beside(path):
 
 
 declare_ranges("readers.tfrecord", shard_id=count(0), num_shards=count(1))
-register("readers.tfrecord", devices=("cpu",), inputs=(0, 0), outputs=2, kind="source",
+register("readers.tfrecord", devices=("cpu",), inputs=(0, 0), kind="source",
+         outputs=lambda n, a: len(a["features"]) if a.get("features") else 2,
+         output_names=lambda a: list(a["features"]) if a.get("features") else None,
          args={"path": None, "label_map": None, "image_label": None, "skip_empty": False,
-               "on_error": "raise", **_SHARDING},
+               "on_error": "raise", "features": None, "index_path": None, **_SHARDING},
+         hints={"index_path": "DALI's index files: detaug locates the records itself"},
          output_spec="(encoded bytes, BoxBatch with labels + difficult/truncated/iscrowd; or "
-                     "int64 (B,) labels with image_label)",
+                     "int64 (B,) labels with image_label); with features=, a dict of them",
          arg_docs={"path": "TFRecord file, glob, folder or list of them",
                    "label_map": "{id: name} or label_map.pbtxt (default: the one beside the "
                                 "files, else the ids the boxes use, named by class/text)",
                    "image_label": "a per-image int64 feature (e.g. 'image/class/label') to "
                                   "output instead of boxes",
                    "skip_empty": "leave out images with no boxes (counted)",
-                   "on_error": "'raise' or 'skip' bad records (counted in pipe.stats)"},
+                   "on_error": "'raise' or 'skip' bad records (counted in pipe.stats)",
+                   "features": "DALI's form: {name: tfrecord.FixedLenFeature / VarLenFeature}; "
+                               "the outputs are then a dict of those features "
+                               "(detaug/ops/tfrecord_features.py)"},
          doc="TFRecords, Object Detection API layout (no TensorFlow, no DALI index files; its own "
              "index cached beside the shards): encoded images and their boxes")(_tfrecord_reader)

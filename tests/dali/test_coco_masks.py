@@ -12,7 +12,7 @@ from detaug import Pipeline, fn
 from helpers import track
 from helpers.reader_files import write_coco
 
-from conftest import COCO as COCO_MINI
+from helpers import COCO as COCO_MINI
 
 ROOT, ANN = os.path.join(COCO_MINI, "images"), os.path.join(COCO_MINI, "annotations.json")
 

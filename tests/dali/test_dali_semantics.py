@@ -525,13 +525,9 @@ def test_dali_ssd_example_runs_ported():
                 assert b.shape == (len(lb), 4) and ((b >= 0) & (b <= 1)).all()
                 assert (b[:, 2:] >= b[:, :2]).all() and (lb >= 1).all()
         assert p.epoch == 1
-    with Pipeline(batch_size=1):
-        x = fn.external_source(source=[[np.zeros((4, 4, 3), np.uint8)]])
-        with pytest.raises(TypeError, match="dtype"):
-            ops.Hsv(dtype=types.FLOAT)(x)
-        with pytest.raises(TypeError, match="dtype"):
-            ops.BrightnessContrast(dtype=types.UINT8)(x)
-    assert not hasattr(ops, "BoxEncoder")  # not in detaug: README lists it
+    # (since issue 40 Hsv / BrightnessContrast take dtype= and BoxEncoder exists: the SSD
+    # example itself runs in tests/dali/test_dali_examples.py)
+    assert hasattr(ops, "BoxEncoder") and hasattr(ops, "Hsv")
 
 
 def test_file_reader_filters_as_dali(tmp_path):

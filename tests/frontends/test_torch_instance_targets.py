@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 from pycocotools.coco import COCO  # noqa: E402
 
-from conftest import COCO as COCO_MINI  # noqa: E402
+from helpers import COCO as COCO_MINI  # noqa: E402
 from detaug import Pipeline, fn  # noqa: E402
 from detaug.adapters.torch import DetaugIterator  # noqa: E402
 

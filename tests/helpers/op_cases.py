@@ -138,6 +138,61 @@ def _external(op, args):
     return _feed([IMAGES], lambda i: i)  # replaced in the test: the op is the source
 
 
+# DALI's tensor ops (issue 40): points, matrices, two inputs, transforms after a rotation
+POINTS = [np.array([[0.1, 0.2], [0.5, 0.9], [0.3, 0.3]], np.float32),
+          np.array([[0.7, 0.4], [0.2, 0.6], [0.9, 0.1]], np.float32)]
+ANCHORS = [0.0, 0.0, 0.5, 0.5, 0.5, 0.0, 1.0, 0.5, 0.0, 0.5, 0.5, 1.0, 0.5, 0.5, 1.0, 1.0,
+           0.2, 0.2, 0.8, 0.8]
+
+
+def _points(op, args):
+    return _feed([POINTS], lambda p: op(p, **args))
+
+
+def _matrix(op, args):
+    return _feed([[np.arange(8, dtype=np.float32).reshape(2, 4)] * 2], lambda m: op(m, **args))
+
+
+def _two(op, args):
+    return _feed([POINTS], lambda p: op(p, p, **args))
+
+
+def _after_rotation(op, args):
+    return _feed([IMAGES], lambda i: (i, op(fn.transforms.rotation(angle=30.0), **args)))[1:]
+
+
+def _after_translation(op, args):
+    return _feed([IMAGES], lambda i: (i, op(fn.transforms.translation(offset=(1.0, 2.0)),
+                                            **args)))[1:]
+
+
+def _two_transforms(op, args):
+    return _feed([IMAGES], lambda i: (i, op(fn.transforms.rotation(angle=30.0),
+                                            fn.transforms.translation(offset=(1.0, 2.0)),
+                                            **args)))[1:]
+
+
+def _positive(op, args):
+    return _feed([[np.abs(p) + 0.1 for p in POINTS]], lambda p: op(p, **args))
+
+
+def _positive_two(op, args):
+    return _feed([[np.abs(p) + 0.1 for p in POINTS]], lambda p: op(p, p * 0.5, **args))
+
+
+def _clamped(op, args):
+    return _feed([POINTS], lambda p: op(p, 0.2, 0.6, **args))
+
+
+def _images_rel_boxes_labels(op, args):
+    return _feed([IMAGES, REL, [np.array([1, 2], np.int32)] * 2],
+                 lambda i, b, lab: op(i, b, lab, **args))
+
+
+def _rel_boxes_int_labels(op, args):
+    return _feed([REL, [np.array([1, 2], np.int32)] * 2], lambda b, lab: op(b, lab, **args))
+
+
 # thresholds that a first attempt often misses
 HARD = {"thresholds": (0.3, 0.5, 0.7), "scaling": (0.2, 0.6), "allow_no_crop": False}
 
@@ -301,6 +356,55 @@ CASES = {
                                                      "dtype": types.UINT8}),
     "random.normal": (_random, {}, {"mean": 5.0, "stddev": 3.0, "shape": (3,), "dtype": types.INT32}),
     "random.choice": (_random, {"shape": (16,)}, {"values": 5, "p": (0.0, 1.0), "shape": (8,)}),
+
+    "box_encoder": (_rel_boxes_int_labels, {"anchors": ANCHORS}, {
+        "anchors": ANCHORS[:16], "criteria": 0.05, "offset": True,
+        "means": With((0.1, 0.0, 0.0, 0.0), offset=True),
+        "stds": With((0.5, 0.5, 0.5, 0.5), offset=True)}),
+    "coord_transform": (_points, {}, {"M": (2.0, 0.0, 0.0, 1.0), "T": (1.0, 2.0),
+                                      "MT": (1.0, 0.0, 1.0, 0.0, 1.0, 1.0), "dtype": types.INT32}),
+    "coord_flip": (_points, {}, {"layout": "yx", "flip_x": 0, "flip_y": 1, "flip_z": 1,
+                                 "center_x": 0.0, "center_y": With(0.0, flip_y=1),
+                                 "center_z": 0.0}),
+    "peek_image_shape": (_encoded, {}, {"dtype": types.INT32, "image_type": types.GRAY,
+                                        "adjust_orientation": True}),
+    "shapes": (_ragged, {}, {"dtype": types.INT32}),
+    "cat": (_two, {}, {"axis": 1, "axis_name": "C"}),
+    "stack": (_two, {}, {"axis": 1, "axis_name": "C"}),
+    "reshape": (_matrix, {"shape": (-1,)}, {
+        "shape": (-1, 2), "rel_shape": With((0.5, 2.0), before=(1.0, 1.0), shape=None),
+        "src_dims": (1, 0)}),
+    "constant": (_random, {"fdata": (1.0, 2.0)}, {
+        "fdata": (3.0,), "idata": With((1, 2), before=(3, 4), fdata=None), "shape": (2, 1),
+        "dtype": types.FLOAT16}),
+    "slice@args": (_images, {"rel_start": (0.1, 0.2), "rel_shape": (0.5, 0.5)}, {
+        "rel_start": (0.0, 0.0), "rel_shape": (0.3, 0.3),
+        "start": With((2, 3), rel_start=None),
+        "end": With((20, 20), before=(10, 10), rel_shape=None, rel_start=None),
+        "rel_end": With((0.9, 0.9), before=(0.7, 0.7), rel_shape=None),
+        "shape": With((10, 10), before=(5, 5), rel_shape=None, rel_start=None)}),
+    "transforms.translation": (_after_rotation, {"offset": (1.0, 2.0)}, {
+        "offset": (3.0, 4.0), "reverse_order": True}),
+    "transforms.scale": (_after_rotation, {"scale": (2.0, 3.0)}, {
+        "scale": (1.0, 4.0), "center": (1.0, 1.0), "ndim": 3, "reverse_order": True}),
+    "transforms.rotation": (_after_translation, {"angle": 30.0}, {
+        "angle": 45.0, "center": (1.0, 1.0), "axis": (0.0, 0.0, 1.0), "reverse_order": True}),
+    "transforms.shear": (_after_rotation, {"shear": (0.1, 0.2)}, {
+        "shear": (0.3, 0.0), "angles": With((10.0, 0.0), before=(20.0, 0.0), shear=None),
+        "center": (1.0, 1.0), "reverse_order": True}),
+    "transforms.crop": (_after_rotation, {}, {
+        "from_start": (0.1, 0.1), "from_end": (2.0, 2.0), "to_start": (0.5, 0.5),
+        "to_end": (3.0, 3.0), "absolute": With(True, from_start=(1.0, 1.0), from_end=(0.0, 0.0)),
+        "reverse_order": With(True, to_start=(0.5, 0.5))}),
+    "transforms.combine": (_two_transforms, {}, {"reverse_order": True}),
+    "ssd_random_crop": (_images_rel_boxes_labels, {}, {"num_attempts": 3}),
+    **{f"math.{n}": (_positive, {}, {}) for n in (
+        "abs", "fabs", "sqrt", "rsqrt", "cbrt", "exp", "log", "log2", "log10", "sin", "cos",
+        "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "floor", "ceil")},
+    **{f"math.{n}": (_positive_two, {}, {}) for n in ("min", "max", "pow", "fpow", "atan2")},
+    "math.clamp": (_clamped, {}, {}),
+    "hsv@dtype": (_images, {}, {"dtype": types.FLOAT}),
+    "brightness_contrast@dtype": (_images, {}, {"dtype": types.FLOAT, "brightness_shift": 0.1}),
 }
 
 # Arguments a changed value of which needs other data than these fixed inputs; each is tested
@@ -333,6 +437,8 @@ ELSEWHERE = {
     "cycle": "tests/dali/test_dali_compat.py", "layout": "tests/dali/test_dali_compat.py",
     "dtype": "tests/dali/test_dali_compat.py",
     "ndim": "test_external_source_ndim_is_checked below",
+    "batch_info": "tests/dali/test_dali_examples.py (BatchInfo of a per-batch callable)",
+    "features": "tests/dali/test_dali_examples.py (DALI's TFRecord feature dict)",
 }
 SOURCES = {"readers.coco", "coco_reader", "readers.voc", "readers.file", "readers.tfrecord",
            "external_source"}

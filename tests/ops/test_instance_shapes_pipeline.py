@@ -176,7 +176,7 @@ def test_shapes_with_dalis_outputs_are_refused(tmp_path):
     import os
 
     from detaug import Pipeline
-    from conftest import COCO as COCO_MINI
+    from helpers import COCO as COCO_MINI
 
     pipe = Pipeline(batch_size=1, num_threads=1, seed=0)
     with pytest.raises(ValueError, match="the outputs are DALI's"):

@@ -424,7 +424,7 @@ def test_ops_follow_the_fused_warp_and_keep_float_images(impl, monkeypatch):
 
 
 def test_dali_single_ops_hand_values():
-    """DALI's brightness / contrast (BrightnessContrast: rescaled to the output dtype's range) and
+    """DALI's brightness / contrast (BrightnessContrast: the shift in the output's range) and
     hue / saturation (ColorTwist with one argument), on hand values."""
     img = np.array([[[0, 100, 200], [255, 128, 27]]], np.uint8)
     x = img.astype(np.float64)
@@ -437,7 +437,7 @@ def test_dali_single_ops_hand_values():
                                   np.floor(np.clip(25.5 + 0.5 * x, 0, 255) + 0.5))
     f = run(lambda i: fn.brightness(i, brightness=2.0, dtype="float32"))
     assert f.dtype == np.float32
-    np.testing.assert_allclose(f, 2 * x / 255, rtol=1e-6)                     # x * 1 / 255 * 2
+    np.testing.assert_allclose(f, 2 * x, rtol=1e-6)  # DALI's bricon_ref: no input-range factor
     np.testing.assert_array_equal(run(lambda i: fn.contrast(i, contrast=2.0, contrast_center=100.0)),
                                   np.clip(100 + 2 * (x - 100), 0, 255))
     np.testing.assert_array_equal(run(lambda i: fn.contrast(i, contrast=0.5)),

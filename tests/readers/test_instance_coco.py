@@ -165,7 +165,7 @@ def _slow(path, root, **kw):
 @pytest.mark.parametrize("segmentation,keypoints", [(True, True), (False, True), (True, False)])
 def test_fast_path_equals_annotation_by_annotation(tmp_path, rng, which, segmentation, keypoints):
     if which == "mini":
-        from conftest import COCO as MINI
+        from helpers import COCO as MINI
         path, root = os.path.join(MINI, "annotations.json"), os.path.join(MINI, "images")
     else:
         path, root, _ = _dataset(tmp_path, rng)

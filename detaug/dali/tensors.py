@@ -1,0 +1,26 @@
+"""DALI's tensor lists on the host, as DALI's ops on plain tensors take and give them: a batch is
+a (B, ...) NumPy array (a dense batch) or a list of per-sample arrays (a ragged one)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.batch import BoxBatch, ImageBatch
+
+
+def samples_of(op, v, what="input") -> list:
+    """A batch of plain tensors as a list of per-sample host arrays."""
+    if isinstance(v, (ImageBatch, BoxBatch)):
+        raise TypeError(f"{op.name}: {what} must be a plain tensor batch (DALI's layout: e.g. boxes "
+                        f"from fn.readers.coco(ratio=True, ...)), got a {type(v).__name__}")
+    if isinstance(v, np.ndarray):
+        return list(v)
+    if isinstance(v, (list, tuple)):
+        return [np.asarray(s) for s in v]
+    raise TypeError(f"{op.name}: {what} must be a batch of arrays, got {type(v).__name__}")
+
+
+def batch_of(arrays: list):
+    """Stack per-sample arrays when they share a shape (a dense batch), else keep the list."""
+    if arrays and all(a.shape == arrays[0].shape and a.dtype == arrays[0].dtype for a in arrays):
+        return np.stack(arrays)
+    return list(arrays)
