@@ -121,6 +121,26 @@ def compose_numpy(tiles, origins, groups, canvas, fill, *, weights=None, mode="f
     return buf if dense else outs
 
 
+def canvas_numpy(canvas, fill):
+    """Canvases ``(B, H, W, C)`` uint8 (one array when all ``canvas`` sizes agree, else a list)
+    filled with ``fill`` ``(B, C)`` integers in 0..255: what :func:`compose_numpy` pastes onto,
+    for a caller that writes its tiles in place (the mosaic's CPU path)."""
+    canvas = np.asarray(canvas, np.int64).reshape(-1, 2)
+    fill = np.asarray(fill, np.float64).reshape(len(canvas), -1)
+    if np.any(fill != np.round(fill)) or np.any((fill < 0) | (fill > 255)):
+        raise ValueError("fill must be integers in 0..255 (uint8 canvases)")
+    fill = fill.astype(np.uint8)
+    c = fill.shape[1]
+    dense = len(canvas) and bool(np.all(canvas == canvas[0]))
+    if dense:
+        buf = np.empty((len(canvas), int(canvas[0, 0]), int(canvas[0, 1]), c), np.uint8)
+    else:
+        buf = [np.empty((int(h), int(w), c), np.uint8) for h, w in canvas]
+    for b in range(len(canvas)):
+        buf[b][...] = _row(fill[b], int(canvas[b, 1]), np.uint8)
+    return buf
+
+
 def _row(value, width, dtype):
     """One canvas row of ``value`` per pixel, contiguous: assigned to a whole canvas it is copied
     row by row (a (C,) value broadcast to every pixel is copied C bytes at a time: 40x slower)."""

@@ -327,6 +327,15 @@ def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layou
         m_full[0, 2] += cx0
         m_full[1, 2] += cy0
         fit = _resize_window(m_full, img.shape[:2], (h, w), (cx0, cx1, cy0, cy1))
+        edge = (0, img.shape[1] - 1, 0, img.shape[0] - 1)
+        if fit is None and (cx0, cx1, cy0, cy1) != edge:
+            # taps beyond the clamp rectangle (a mosaic tile's part on the canvas): its edge
+            # replicated out to the image's size is what the clamped taps read, and it makes
+            # the map a plain resize again (a border copy costs a fifth of a warpAffine)
+            fit = _resize_window(m_full, img.shape[:2], (h, w), edge)
+            if fit is not None:
+                img = cv2.copyMakeBorder(src, cy0, edge[3] - cy1, cx0, edge[1] - cx1,
+                                         cv2.BORDER_REPLICATE).reshape(img.shape)
         if fit is not None:  # a resize (then a window of it): cv2.resize, the same bilinear rule
             (fh, fw), (rows, cols) = fit
             if (fh, fw) == (h, w):
@@ -401,7 +410,9 @@ def warp_cv2(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=
     """OpenCV implementation of :func:`warp_numpy` (same arguments and returns).
 
     ``out``: optional dense array (B, ...) of the result's shape and dtype to write into (the
-    caller's batch buffer: no per-sample allocation and no stacking afterwards).
+    caller's batch buffer: no per-sample allocation and no stacking afterwards), or a list of B
+    arrays, sample b's shape and dtype each (views allowed: a mosaic's tiles written straight
+    into their canvas); returned as given.
 
     Per sample: ``cv2.warpAffine`` (bilinear, ``BORDER_REPLICATE``, fill masked in) onto the supersampled
     ``(ny * H, nx * W)`` grid, whose pixel centres are exactly the twin's tap positions, then
@@ -419,6 +430,12 @@ def warp_cv2(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=
                     out_dtype, layout, region)
     if out is None:
         out = _allocate_numpy(spec)
+    elif isinstance(out, (list, tuple)):  # one target a sample (views into a canvas, say)
+        want = [_out_shape(spec, b) for b in range(spec.B)]
+        if len(out) != spec.B or any(o.shape != w or o.dtype != spec.out_dtype
+                                     for o, w in zip(out, want)):
+            raise ValueError(f"out must be {spec.B} arrays of shapes {want[:3]}... "
+                             f"and dtype {spec.out_dtype}")
     elif not _is_dense(spec) or out.shape != (spec.B,) + _out_shape(spec, 0) or out.dtype != spec.out_dtype:
         raise ValueError(f"out must be a dense {(spec.B,) + _out_shape(spec, 0)} {spec.out_dtype} array")
     for b in range(spec.B):

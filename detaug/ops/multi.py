@@ -143,6 +143,25 @@ def mosaic_plan(sizes, groups, centre, s, resize=True):
     return mats, tiles, np.stack([x1a, y1a], -1).astype(np.int64)
 
 
+def _mosaic_on_canvas(ctx, images: ImageBatch, origins, tiles, groups, canvas, fill):
+    """The CPU path of a mosaic with the OpenCV warp: the filled canvases (kernels/compose.py),
+    each tile warped straight into its place on them (no tile buffers, no paste afterwards).
+    The tiles of a group are disjoint (:func:`mosaic_plan`: quadrants around the centre, or one
+    tile), so this is ``compose(mode="first")`` of the warped tiles. None where it does not
+    apply (GPU, the reference warp, images not decoded yet)."""
+    from ..core.batch import DeferredWarp, PlannedImages
+
+    if (images.device != "cpu" or backend.cpu_warp() == "reference" or not images.batch_size
+            or isinstance(images.raw, (PlannedImages, DeferredWarp))):
+        return None
+    fill = np.broadcast_to(np.asarray(fill, np.float64), (len(canvas), images.channels))
+    buf = kc.canvas_numpy(canvas, fill)
+    owner = np.repeat(np.arange(len(groups) - 1), np.diff(groups))
+    views = [buf[int(b)][y:y + h, x:x + w] for b, (x, y), (h, w) in zip(owner, origins, tiles)]
+    M.images(images, ctx, into=views)
+    return ImageBatch(buf, "cpu")
+
+
 def mosaic_centres(rng, s):
     """(B, 2) integer centres (xc, yc), uniform in [s // 2, 2s - s // 2) (Ultralytics:
     ``int(random.uniform(s / 2, 3 s / 2))``): draws 4 and 5 of the stream, after the partners."""
@@ -183,8 +202,11 @@ def mosaic(ctx, op, inputs, args):
     b = len(groups) - 1
     canvas = np.full((b, 2), 2 * s, np.int64)
     chain = images.pending().then(mats, tiles, antialias=bool(args["antialias"]))
-    warped = M.images(images.with_geometry(chain), ctx)
-    out = _compose(ctx, warped, origins, groups, canvas, args["fill"])
+    out = _mosaic_on_canvas(ctx, images.with_geometry(chain), origins, tiles, groups, canvas,
+                            args["fill"])
+    if out is None:
+        warped = M.images(images.with_geometry(chain), ctx)
+        out = _compose(ctx, warped, origins, groups, canvas, args["fill"])
     if boxes is None:
         return (out,)
     on_canvas = np.full((len(tiles), 2), 2 * s, np.int64)
