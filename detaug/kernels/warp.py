@@ -198,6 +198,71 @@ def _inside_masks(inv, ox, oy, spec, b, grid):
     return inside, [_slab_inside(spec.slabs[b, k], ox, oy) for k in range(int(spec.nslab[b]))]
 
 
+def _segments_inside(inv, px, py, qx, qy, spec, b):
+    """Whether each output segment from ``(px, py)`` to ``(qx, qy)`` (arrays of one shape) lies
+    inside the region (the rect and every slab), with a margin that the twin's rounding cannot
+    cross. Each bound is a half-plane in output coordinates where its divide is positive (a
+    homography keeps lines), so a segment is inside when both ends are, by a margin: the
+    numerator of ``value - bound`` is linear along it (its least value at an end) and the divide
+    at most the larger end's."""
+    def ok(num_p, num_q, den_p, den_q, val_p, val_q):
+        # value - bound >= min(num) / max(den) along the segment; the twin's rounding is far
+        # below 1e-7 of the values (which are monotone along it, so largest at an end)
+        tol = 1e-7 * (1.0 + np.maximum(np.abs(val_p), np.abs(val_q)))
+        with np.errstate(invalid="ignore"):
+            return np.minimum(num_p, num_q) / np.maximum(den_p, den_q) > tol
+
+    def lin(r, x, y):
+        return (r[0] * x + r[1] * y) + r[2]
+
+    good = np.ones(np.shape(px), bool)
+    dp, dq = (lin(inv[2], px, py), lin(inv[2], qx, qy)) if spec.proj[b] else (1.0, 1.0)
+    good &= (np.asarray(dp) > 0) & (np.asarray(dq) > 0)
+    rect = spec.rect[b]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for row, lo, hi in ((inv[0], rect[0], rect[1]), (inv[1], rect[2], rect[3])):
+            ap, aq = lin(row, px, py), lin(row, qx, qy)
+            vp, vq = ap / dp, aq / dq
+            if np.isfinite(lo):
+                good &= ok(ap - lo * dp, aq - lo * dq, dp, dq, vp, vq)
+            if np.isfinite(hi):
+                good &= ok(hi * dp - ap, hi * dq - aq, dp, dq, vp, vq)
+        for k in range(int(spec.nslab[b])):
+            sl = spec.slabs[b, k]
+            ap, aq = lin(sl[:3], px, py), lin(sl[:3], qx, qy)
+            sp, sq = (lin(sl[4:7], px, py), lin(sl[4:7], qx, qy)) if len(sl) > 4 else (1.0, 1.0)
+            good &= (np.asarray(sp) > 0) & (np.asarray(sq) > 0)
+            vp, vq = ap / sp, aq / sq
+            good &= ok(ap, aq, sp, sq, vp, vq)
+            good &= ok(sl[3] * sp - ap, sl[3] * sq - aq, sp, sq, vp, vq)
+    return good
+
+
+def _fill_outside(big, inv, nx, ny, spec, b, fills):
+    """Write the fills where the supersampled grid ``big`` ((ny H, nx W, ...) of the output)
+    leaves the region, testing points by the twin's formulas (:func:`_inside_masks`) only on the
+    rows and columns of the grid not wholly inside (:func:`_segments_inside`): a point off
+    them lies on a row or a column that is inside."""
+    gx, gy = _grid_positions(big.shape[1] // nx, nx), _grid_positions(big.shape[0] // ny, ny)
+    rows = np.flatnonzero(~_segments_inside(inv, np.full_like(gy, gx[0]), gy,
+                                            np.full_like(gy, gx[-1]), gy, spec, b))
+    cols = np.flatnonzero(~_segments_inside(inv, gx, np.full_like(gx, gy[0]), gx,
+                                            np.full_like(gx, gy[-1]), spec, b))
+    if not len(rows) or not len(cols):
+        return
+    inside, slabs = _inside_masks(inv, gx[cols], gy[rows], spec, b, grid=True)
+    if len(rows) == rows[-1] - rows[0] + 1 and len(cols) == cols[-1] - cols[0] + 1:
+        sub, back = big[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1], None  # a view
+    else:
+        sub, back = big[np.ix_(rows, cols)], np.ix_(rows, cols)
+    # the rect's fill first, then the slabs from the last: the first violated slab wins
+    for mask, fv in [(inside, fills[0])] + list(zip(slabs, fills[1:]))[::-1]:
+        fv = np.asarray(fv, np.float64)
+        sub[~mask] = np.clip(np.floor(fv + 0.5), 0, 255) if big.dtype == np.uint8 else fv
+    if back is not None:
+        big[back] = sub
+
+
 def _reaches_outside(inv, nx, ny, out_hw, spec, b) -> bool:
     """Whether any sample point of the output grid falls outside the region (the sample points'
     hull is the parallelogram of the four extreme ones, and the region is convex).
@@ -354,12 +419,7 @@ def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layou
         big = warp(plane(src), m_idx, (nx * w, ny * h), flags=flags,
                    borderMode=cv2.BORDER_REPLICATE)  # (H, W) where C == 1
     if outside:
-        inside, slabs = _inside_masks(inv, _grid_positions(w, nx), _grid_positions(h, ny), spec, b,
-                                      grid=True)
-        # the rect's fill first, then the slabs from the last: the first violated slab wins
-        for mask, fv in [(inside, fills[0])] + list(zip(slabs, fills[1:]))[::-1]:
-            fv = np.asarray(fv, np.float64)
-            big[~mask] = np.clip(np.floor(fv + 0.5), 0, 255) if big.dtype == np.uint8 else fv
+        _fill_outside(big, inv, nx, ny, spec, b, fills)
     if direct:
         return
     if layout == "HWC":
