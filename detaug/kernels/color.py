@@ -83,6 +83,14 @@ def _rgb_matrix_f64(m, im):
     return cv2.transform(x, np.ascontiguousarray(m, np.float64)).reshape(x.shape)
 
 
+def _put(target, result):
+    """``target`` holding what OpenCV returned for ``dst=target`` (it writes in place when
+    ``target`` fits, else returns a new array: copied here)."""
+    if result.ctypes.data != target.ctypes.data:
+        np.copyto(target, result.reshape(target.shape))
+    return target
+
+
 def _pack_numpy(outs, dense, images):
     if dense:
         return np.stack(outs) if outs else np.empty_like(images)
@@ -139,10 +147,12 @@ def hsv_numpy(images, hue, saturation, value):
                         _per_sample(np, value, b, np.float64)).astype(np.float64)
     if dense:  # rounded straight into the batch (no per-sample arrays stacked afterwards)
         out = np.empty_like(images)
+        scratch = {}
         for i, im in enumerate(items):
-            _hsv_one(mats[i], im, out[i])
+            _hsv_one(mats[i], im, out[i], scratch)
         return out
-    return [_hsv_one(mats[i], im, np.empty_like(im)) for i, im in enumerate(items)]
+    scratch = {}
+    return [_hsv_one(mats[i], im, np.empty_like(im), scratch) for i, im in enumerate(items)]
 
 
 # the float32 sum's distance from the float64 one is below 4 * 2^-24 * 255 * (row sum of |m|):
@@ -151,25 +161,30 @@ def hsv_numpy(images, hue, saturation, value):
 _F32_MARGIN = 255.0 * 2.0 ** -19
 
 
-def _hsv_one(m, im, out):
+def _hsv_one(m, im, out, scratch):
     """``out = clip(floor(m @ rgb + 0.5), 0, 255)`` with the float64 sum of
     :func:`_rgb_matrix_f64`, bit for bit, at about a third of its cost: OpenCV's float32
     transform, rounded at ``y - eps`` and ``y + eps`` (``eps`` 8x the float32 sum's error
     bound, ``_F32_MARGIN``); where the two agree the float64 sum rounds the same, and the
     values where they differ (near a .5, about ``2 eps`` of them: a few thousand of a 640 x 640
-    image) are summed again in float64. ``out``: a uint8 array of ``im``'s shape (written)."""
+    image) are summed again in float64. ``out``: a uint8 array of ``im``'s shape (written);
+    ``scratch``: a dict of the work buffers, kept by the caller for the batch's next image of
+    the same shape (fresh pages are slow to fault in)."""
     if im.size == 0:
         return _round_clamp_u8(_rgb_matrix_f64(m, im), out=out)
     import cv2
 
     h = im.shape[0]
-    y = cv2.transform(im.astype(np.float32), m.astype(np.float32)).reshape(im.shape)
+    if scratch.get("shape") != im.shape:
+        scratch.update(shape=im.shape, x=np.empty(im.shape, np.float32),
+                       y=np.empty(im.shape, np.float32), low=np.empty(im.shape, np.uint8))
+    x, y, low = scratch["x"], scratch["y"], scratch["low"]
+    np.copyto(x, im)
+    _put(y, cv2.transform(x, m.astype(np.float32), dst=y))
     cv2.max(y, 0.0, dst=y)  # below 0 rounds to 0 either way; convertScaleAbs takes |.|
     eps = float(_F32_MARGIN * np.abs(m).sum(1).max())
-    low = cv2.convertScaleAbs(y, alpha=1.0, beta=-eps)
-    high = cv2.convertScaleAbs(y, dst=out, alpha=1.0, beta=eps)
-    if high.ctypes.data != out.ctypes.data:  # OpenCV wrote elsewhere (out not contiguous)
-        np.copyto(out, high.reshape(im.shape))
+    _put(low, cv2.convertScaleAbs(y, dst=low, alpha=1.0, beta=-eps))
+    high = _put(out, cv2.convertScaleAbs(y, dst=out, alpha=1.0, beta=eps))
     near = cv2.compare(low, high, cv2.CMP_NE).reshape(h, -1)
     if cv2.countNonZero(near):
         xy = cv2.findNonZero(near).reshape(-1, 2)
