@@ -364,18 +364,18 @@ def profile_detaug(args, root, partners):
         pipe = detaug_pipe(root, args.size, args.batch_size, "cpu", 0, partners, args.mixup)
         pipe.build()
         pipe.run()  # warm-up (and the prefetched batches it starts)
-        made = clock.n.get("pad_boxes", 0)
         clock.t.clear()
+        clock.n.clear()
         for _ in range(args.batches):
             pipe.run()
-        # the batches whose last op ran in the window (the executor makes ahead: at most one
-        # batch's ops straddle each end of it)
-        images = max(clock.n.get("pad_boxes", 0) - made, 1) * args.batch_size
         pipe.close()
     finally:
         for name, impl in saved.items():
             object.__setattr__(REGISTRY[name], "impl", impl)
-    return {k: 1e3 * v / images for k, v in clock.t.items()}, images
+    # each call of an op makes one batch of outputs (a launch is one batch here), whichever
+    # batches the executor had in flight when the window opened or closed
+    images = clock.n.get("pad_boxes", 0) * args.batch_size
+    return {k: 1e3 * v / (clock.n[k] * args.batch_size) for k, v in clock.t.items()}, images
 
 
 def profile_ultralytics(args, root, names):

@@ -18,8 +18,11 @@ from .registry import register
 from .take import take_boxes, take_images
 
 _PARTNERS_DOC = ("where partners come from: 'epoch' (any record, read and decoded with the "
-                 "batch: Ultralytics' draw) or 'batch' (the output's own batch: nothing more is "
-                 "decoded; Ultralytics' buffer of recent images is the like)")
+                 "batch: Ultralytics' draw), 'batch' (the output's own batch: nothing more is "
+                 "decoded) or 'pool' (the output's batch and the pool_batches batches before it "
+                 "in the epoch order, each drawn sample decoded once: Ultralytics' buffer of "
+                 "recent images, keyed; detaug/runtime/partners.py)")
+_POOL_DOC = "partners='pool': batches before the output's own in its pool (k >= 0)"
 
 
 def _inputs(op, inputs):
@@ -174,8 +177,8 @@ def mosaic_centres(rng, s):
           outputs=lambda n, a: n, partners=_mosaic_partners,
           args={"size": 640, "probability": 1.0, "fill": 114.0, "resize": True,
                 "antialias": True, "min_size": 0.0, "min_area": 0.0, "min_visibility": 0.0,
-                "partners": "epoch"},
-          arg_docs={"partners": _PARTNERS_DOC,"size": "s: each sample's longer side is resized to s; the canvas is 2s x 2s",
+                "partners": "epoch", "pool_batches": 1},
+          arg_docs={"partners": _PARTNERS_DOC, "pool_batches": _POOL_DOC,"size": "s: each sample's longer side is resized to s; the canvas is 2s x 2s",
                     "probability": "chance that a sample becomes a mosaic of itself and 3 "
                                    "partners; otherwise it is centred alone on the canvas",
                     "fill": "canvas value where no sample lands (Ultralytics' 114)",
@@ -265,8 +268,8 @@ def mixup_weights(rng, alpha, beta):
 @register("mixup", devices=("cpu", "gpu"), inputs=(1, 2), kind="other",
           outputs=lambda n, a: n, partners=_mixup_partners,
           args={"probability": 1.0, "alpha": 32.0, "beta": 32.0, "fill": 114.0,
-                "weight_field": "mixup_weight", "partners": "epoch"},
-          arg_docs={"partners": _PARTNERS_DOC,"probability": "chance that a sample is blended with a partner drawn over "
+                "weight_field": "mixup_weight", "partners": "epoch", "pool_batches": 1},
+          arg_docs={"partners": _PARTNERS_DOC, "pool_batches": _POOL_DOC,"probability": "chance that a sample is blended with a partner drawn over "
                                    "the epoch (Ultralytics' mixup); otherwise it is kept",
                     "alpha": "the sample's weight r ~ Beta(alpha, beta) (Ultralytics: 32, 32)",
                     "beta": "see alpha",
