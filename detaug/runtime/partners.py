@@ -62,7 +62,8 @@ def mode_of(op) -> str | None:
         return None
     mode = op.args.get("partners", "epoch")
     if mode not in MODES:
-        raise ValueError(f"{op.name}: partners must be 'epoch', 'batch' or 'pool', got {mode!r}")
+        raise ValueError(f"{op.name}: partners must be 'epoch' or 'batch' (or 'pool'), got "
+                         f"{mode!r}")
     return mode
 
 
@@ -78,8 +79,8 @@ def expands(op) -> bool:
     """Whether ``op`` draws its partners over the epoch or a pool (its inputs then form a level
     of their own); a multi-sample op drawing from its batch runs at its inputs' level."""
     mode = mode_of(op)
-    if mode == "pool":
-        pool_batches(op)
+    if mode is not None:
+        pool_batches(op)  # checked whatever the mode
     return mode in ("epoch", "pool")
 
 

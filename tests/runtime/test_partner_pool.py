@@ -145,7 +145,7 @@ def test_memory_plan_counts_the_windows():
 def test_bad_pool_arguments_are_refused():
     with pytest.raises(ValueError, match="pool_batches"):
         flat_pipe(8, 4, -1).build()
-    with pytest.raises(ValueError, match="'epoch', 'batch' or 'pool'"):
+    with pytest.raises(ValueError, match="'epoch' or 'batch' \\(or 'pool'\\)"):
         flat_pipe(8, 4, 1, partners="buffer").build()
 
 
