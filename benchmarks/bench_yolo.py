@@ -1,7 +1,7 @@
 """The YOLO-style row: detaug beside Ultralytics 8.4's data loader, same recipe, same data, one run.
 
     python benchmarks/bench_yolo.py [--num-images 1024] [--batch-size 64] [--workers 2,15]
-                                    [--partners epoch,batch] [--only ultralytics,cpu,gpu]
+                                    [--partners epoch,batch,pool] [--only ultralytics,cpu,gpu]
     python benchmarks/bench_yolo.py --cpu-smoke     # plumbing test: tiny data, CPU, seconds
     python benchmarks/bench_yolo.py --only profile --batch-size 8 --batches 4  # op by op
 
@@ -22,7 +22,9 @@ Rows:
 * ``detaug cpu`` (host worker processes = N) and ``detaug gpu`` (nvImageCodec decode, device ops),
   each with ``--partners``: 'epoch' (partners read and decoded from the whole epoch: 4 decodes a
   mosaic, about 6 per output) and 'batch' (partners from the output's own batch: 1 decode per
-  output). Decoded images per second are counted from the keyed draws
+  output) and 'pool' (partners from the output's batch and the one before it in the epoch order,
+  each drawn image decoded once: about 2 decodes per output). Decoded images per second are
+  counted from the keyed draws
   (``detaug.runtime.partners.decoded_per_batch``).
 
 Timing, the same for every row (:func:`timed_window`): warm-up batches (the loader's prefetch
@@ -493,7 +495,8 @@ def main(argv=None):
     ap.add_argument("--size", type=int, default=640)
     ap.add_argument("--mixup", type=float, default=0.5)
     ap.add_argument("--workers", default="2,15", help="worker counts (Ultralytics, detaug cpu)")
-    ap.add_argument("--partners", default="epoch,batch", help="detaug's partners: epoch, batch")
+    ap.add_argument("--partners", default="epoch,batch,pool",
+                    help="detaug's partners: epoch, batch, pool")
     ap.add_argument("--only", default="ultralytics,cpu,gpu",
                     help="rows: ultralytics, cpu, gpu; profile: the per-op CPU profile")
     ap.add_argument("--batches", type=int, default=20, help="timed batches a row (at least)")

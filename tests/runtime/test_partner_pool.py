@@ -22,7 +22,7 @@ def yolo_pipe(root, partners="pool", k=1, **kw):
     def p():
         enc, boxes = fn.readers.coco(annotations_file=os.path.join(root, "annotations.json"),
                                      file_root=os.path.join(root, "images"), random_shuffle=True)
-        img = fn.decoders.image(enc)
+        img = fn.decoders.image(enc, device="mixed" if kw.get("device_id") is not None else "cpu")
         img, boxes = fn.mosaic(img, boxes, size=48, partners=partners, pool_batches=k)
         img, boxes = fn.affine(img, boxes, rotate=fn.random.uniform(range=(-10, 10)), fill=114.0)
         img, boxes = fn.mixup(img, boxes, probability=0.5, partners=partners, pool_batches=k)
@@ -176,3 +176,30 @@ def test_spread_of_partners_over_an_epoch():
         share, dist, decodes = rows[("pool", k)]
         assert 0 < dist <= k and 1 < decodes < rows[("epoch", 1)][2]
         assert share > 0.8  # the windows slide over the whole epoch
+
+
+def _has_gpu():
+    try:
+        import cupy as cp
+
+        return cp.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # no cupy, no driver, no device
+        return False
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _has_gpu(), reason="needs a CUDA device")
+def test_pool_cpu_equals_gpu(coco_small):
+    """The same groups, weights and boxes on both devices (the pool's level decoded on the GPU);
+    pixels within the warp's tolerance (OpenCV on the CPU, warp.cu on the GPU)."""
+    cpu = yolo_pipe(coco_small, host_processes=0)
+    gpu = yolo_pipe(coco_small, device_id=0)
+    for i in (0, 2, 1):
+        a, (gi, gb) = host(cpu.run_batch(i)), gpu.run_batch(i)
+        g = [np.asarray(x.get()) for x in gi.data], gb.per_sample()
+        for x, y in zip(a[0], g[0]):
+            assert np.abs(x.astype(int) - y.astype(int)).mean() < 1.0
+        for x, y in zip(a[1], g[1]):
+            assert x["labels"].tolist() == y["labels"].tolist()
+            np.testing.assert_allclose(x["boxes"], y["boxes"], atol=2e-3)
+            np.testing.assert_allclose(x["mixup_weight"], y["mixup_weight"])
