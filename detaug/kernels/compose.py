@@ -106,6 +106,12 @@ def compose_numpy(tiles, origins, groups, canvas, fill, *, weights=None, mode="f
             # one tile of full weight covering the canvas: (ONE t + ONE / 2) >> 16 = t exactly
             out = buf[b] if dense else np.empty((h, wd, c), np.uint8)
             np.copyto(out, tiles[lo])
+        elif hi - lo == 2 and all(tuple(tiles[t].shape) == (h, wd, c) and not origins[t].any()
+                                  for t in (lo, lo + 1)):
+            # two tiles over the whole canvas (a mixup of equal sizes): w0 a + w1 b + 32768 in
+            # float32 is exact (integers below 2^24), and so are the scaling by 2^-16 and floor
+            out = buf[b] if dense else np.empty((h, wd, c), np.uint8)
+            _blend_two(tiles[lo], tiles[lo + 1], int(w[lo]), int(w[lo + 1]), out)
         else:
             # sum_t w_t v_t = sum_t w_t fill + sum_t w_t (tile_t - fill) where tile t lies:
             # the fill's share once, then each tile's difference on its own rectangle (int32:
@@ -119,6 +125,20 @@ def compose_numpy(tiles, origins, groups, canvas, fill, *, weights=None, mode="f
             np.copyto(out, acc, casting="unsafe")
         outs.append(out)
     return buf if dense else outs
+
+
+def _blend_two(a, b, wa, wb, out):
+    """``out = (wa a + wb b + 32768) >> 16`` (uint8 images of one shape, wa + wb = 65536): the
+    sum by ``cv2.addWeighted`` into float32, where every step is exact (the values are integers
+    under 2^24, then multiples of 2^-16 under 256), so the integer formula's result to the bit."""
+    import cv2
+
+    t = cv2.addWeighted(np.ascontiguousarray(a), float(wa), np.ascontiguousarray(b), float(wb),
+                        float(ONE // 2), dtype=cv2.CV_32F)
+    np.multiply(t, np.float32(1.0 / ONE), out=t)
+    np.floor(t, out=t)
+    np.copyto(out, t.reshape(out.shape), casting="unsafe")
+    return out
 
 
 def canvas_numpy(canvas, fill):

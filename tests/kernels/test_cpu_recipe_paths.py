@@ -185,3 +185,26 @@ def test_recipe_chain_fill_equals_the_full_test(seed, monkeypatch):
     fast = run()
     monkeypatch.setattr(W, "_segments_inside", lambda *a: np.zeros(np.shape(a[1]), bool))
     np.testing.assert_array_equal(fast, run())
+
+
+@pytest.mark.parametrize("seed", [21, FRESH])
+def test_two_tile_blend_is_the_integer_formula(seed):
+    """compose_numpy's float32 path for two whole-canvas tiles (a mixup of equal sizes) against
+    the integer definition ``(wa a + wb b + 32768) >> 16``, extreme weights and levels included,
+    and against the general path (a third tile of weight 0 takes it)."""
+    from detaug.kernels import compose as K
+
+    rng = np.random.default_rng(seed)
+    a, b = random_images(rng, [(37, 53, 3), (37, 53, 3)])
+    a[0, :4], b[0, :4] = [[0] * 3, [255] * 3, [0] * 3, [255] * 3], [[0] * 3, [255] * 3,
+                                                                     [255] * 3, [0] * 3]
+    z = np.zeros((1, 1, 3), np.uint8)
+    for wa in [0, 1, 32768, 65535, 65536] + rng.integers(0, 65537, 4).tolist():
+        wb = 65536 - wa
+        want = ((wa * a.astype(np.int64) + wb * b.astype(np.int64) + 32768) >> 16).astype(np.uint8)
+        got = K.compose_numpy([a, b], np.zeros((2, 2)), [0, 2], [[37, 53]], 114,
+                              weights=[wa, wb], mode="weighted")
+        np.testing.assert_array_equal(got[0], want)
+        general = K.compose_numpy([a, b, z], np.zeros((3, 2)), [0, 3], [[37, 53]], 114,
+                                  weights=[wa, wb, 0], mode="weighted")
+        np.testing.assert_array_equal(general[0], want)
