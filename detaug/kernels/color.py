@@ -181,7 +181,9 @@ def _hsv_one(m, im, out, scratch):
     x, y, low = scratch["x"], scratch["y"], scratch["low"]
     np.copyto(x, im)
     _put(y, cv2.transform(x, m.astype(np.float32), dst=y))
-    cv2.max(y, 0.0, dst=y)  # below 0 rounds to 0 either way; convertScaleAbs takes |.|
+    # below 0 rounds to 0 either way, and convertScaleAbs takes |.| (threshold, not cv2.max:
+    # max's scalar is a 4-vector, which a 1 x 1 image takes for a second operand)
+    _put(y, cv2.threshold(y, 0.0, 0.0, cv2.THRESH_TOZERO, dst=y)[1])
     eps = float(_F32_MARGIN * np.abs(m).sum(1).max())
     _put(low, cv2.convertScaleAbs(y, dst=low, alpha=1.0, beta=-eps))
     high = _put(out, cv2.convertScaleAbs(y, dst=out, alpha=1.0, beta=eps))

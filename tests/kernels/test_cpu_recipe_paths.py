@@ -29,8 +29,17 @@ def float64_hsv(im, m):
 @pytest.mark.parametrize("seed", [3, FRESH])
 def test_hsv_fast_path_is_the_float64_sum_bit_for_bit(seed):
     rng = np.random.default_rng(seed)
-    shapes = [(int(rng.integers(1, 90)), int(rng.integers(1, 90)), 3) for _ in range(4)]
+    shapes = [(1, 1, 3), (1, 3, 3), (2, 1, 3)] + [
+        (int(rng.integers(1, 90)), int(rng.integers(1, 90)), 3) for _ in range(4)]
     batch = random_images(rng, shapes)
+    # strong hue and saturation: sums below 0 and above 255 (the clamp) on every size
+    h = np.concatenate([rng.uniform(-180, 180, 7)])
+    s = rng.uniform(1.5, 2, 7)
+    v = rng.uniform(0.8, 2, 7)
+    mats = C.hsv_matrices(h, s, v).astype(np.float64)
+    for b, (got, im) in enumerate(zip(C.hsv_numpy(batch, h, s, v), batch)):
+        np.testing.assert_array_equal(got, float64_hsv(im, mats[b]))
+    batch = batch[3:]
     # value 0.5, no hue or saturation change: every odd level lands within rounding of a .5
     h = np.concatenate([[0.0], rng.uniform(-180, 180, 3)])
     s = np.concatenate([[1.0], rng.uniform(0, 2, 3)])
