@@ -355,12 +355,16 @@ def _resize_window(m_full, img_hw, out_hw, clamp):
     return tuple(full), tuple(window)
 
 
-def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layout, dst):
+def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layout, dst,
+             resized=None):
     """Warp one sample into ``dst`` (its final layout and dtype). Large intermediates are
     avoided where OpenCV can write into ``dst`` directly (fresh pages are slow to fault in).
     Bilinear taps replicate the edge of the clamp rectangle (``BORDER_REPLICATE`` on that part
     of the image); where the grid reaches outside the region, the twin's own tests mark the
-    points that take a fill."""
+    points that take a fill.
+    ``resized``: a dict shared by the call's samples, ``(id(image), H, W) -> image resized to
+    (H, W)`` (a mosaic's image that is a tile of several groups is resized once: its tiles are
+    windows of one resize)"""
     h, w = (int(s) for s in out_hw)
     C = img.shape[2]
     shrink = nx * ny > 1
@@ -403,12 +407,19 @@ def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layou
                                          cv2.BORDER_REPLICATE).reshape(img.shape)
         if fit is not None:  # a resize (then a window of it): cv2.resize, the same bilinear rule
             (fh, fw), (rows, cols) = fit
-            if (fh, fw) == (h, w):
+            key = (id(img), fh, fw)  # a bordered copy is new: never found
+            full = None if resized is None else resized.get(key)
+            if full is not None:
+                np.copyto(plane(dst), full[rows, cols])
+            elif (fh, fw) == (h, w):
                 _put(plane(dst), cv2.resize(plane(img), (w, h), dst=plane(dst),
                                             interpolation=cv2.INTER_LINEAR))
+                full = plane(dst)  # the whole resize, in place: read by the image's other tiles
             else:
                 full = cv2.resize(plane(img), (fw, fh), interpolation=cv2.INTER_LINEAR)
                 np.copyto(plane(dst), full[rows, cols])
+            if resized is not None and img is spec.images[b]:
+                resized[key] = full
             return
     if direct:
         target = plane(dst)
@@ -482,7 +493,10 @@ def warp_cv2(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=
     few grey levels at sharp edges (tests/test_warp.py states the tolerances); constant images
     and integer-coordinate maps (identity, flips, 90-degree turns, crops) are exact. Fast paths
     (uint8 HWC, one tap, no point outside): unit-step maps copy the pixels; resize maps (and an
-    integer window of one) take ``cv2.resize`` (11-bit weights: within one level of the twin).
+    integer window of one) take ``cv2.resize`` (11-bit weights: within one level of the twin),
+    a clamp rectangle smaller than the image through a border-replicated copy of it, and an
+    image that is several samples' source (a mosaic's partner) is resized once per call; a
+    warp reaching outside its region tests its fill only on the grid lines not wholly inside.
     """
     import cv2
 
@@ -498,11 +512,13 @@ def warp_cv2(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=
                              f"and dtype {spec.out_dtype}")
     elif not _is_dense(spec) or out.shape != (spec.B,) + _out_shape(spec, 0) or out.dtype != spec.out_dtype:
         raise ValueError(f"out must be a dense {(spec.B,) + _out_shape(spec, 0)} {spec.out_dtype} array")
+    resized = {}
     for b in range(spec.B):
         _cv2_one(cv2, spec.images[b], spec.inv[b], int(spec.taps[b, 0]), int(spec.taps[b, 1]),
                  spec.out_sizes[b], spec, b,
                  None if spec.mean is None else spec.mean[b],
-                 None if spec.std is None else spec.std[b], spec.out_dtype, spec.layout, out[b])
+                 None if spec.std is None else spec.std[b], spec.out_dtype, spec.layout, out[b],
+                 resized)
     return out
 
 
