@@ -161,33 +161,48 @@ def hsv_numpy(images, hue, saturation, value):
 _F32_MARGIN = 255.0 * 2.0 ** -19
 
 
+_STRIP_BYTES = 1 << 19  # float32 work buffers of a strip of rows: kept in the CPU's cache
+
+
 def _hsv_one(m, im, out, scratch):
     """``out = clip(floor(m @ rgb + 0.5), 0, 255)`` with the float64 sum of
     :func:`_rgb_matrix_f64`, bit for bit, at about a third of its cost: OpenCV's float32
     transform, rounded at ``y - eps`` and ``y + eps`` (``eps`` 8x the float32 sum's error
     bound, ``_F32_MARGIN``); where the two agree the float64 sum rounds the same, and the
     values where they differ (near a .5, about ``2 eps`` of them: a few thousand of a 640 x 640
-    image) are summed again in float64. ``out``: a uint8 array of ``im``'s shape (written);
-    ``scratch``: a dict of the work buffers, kept by the caller for the batch's next image of
-    the same shape (fresh pages are slow to fault in)."""
+    image) are summed again in float64. Strips of rows whose float32 buffers stay in cache (on a
+    memory-bound machine the passes over a whole image's floats cost more than the math).
+    ``out``: a uint8 array of ``im``'s shape (written); ``scratch``: a dict of the strip
+    buffers, kept by the caller for the batch's next image."""
     if im.size == 0:
         return _round_clamp_u8(_rgb_matrix_f64(m, im), out=out)
+    h, w = im.shape[:2]
+    rows = max(1, min(h, _STRIP_BYTES // (12 * w)))
+    if scratch.get("shape") != (rows, w):
+        scratch.update(shape=(rows, w), x=np.empty((rows, w, 3), np.float32),
+                       y=np.empty((rows, w, 3), np.float32),
+                       low=np.empty((rows, w, 3), np.uint8))
+    m32 = m.astype(np.float32)
+    eps = float(_F32_MARGIN * np.abs(m).sum(1).max())
+    for r0 in range(0, h, rows):
+        n = min(rows, h - r0)
+        _hsv_strip(m, m32, eps, im[r0:r0 + n], out[r0:r0 + n], scratch["x"][:n],
+                   scratch["y"][:n], scratch["low"][:n])
+    return out
+
+
+def _hsv_strip(m, m32, eps, im, out, x, y, low):
+    """One strip of :func:`_hsv_one` (``x``, ``y``, ``low``: its work buffers)."""
     import cv2
 
-    h = im.shape[0]
-    if scratch.get("shape") != im.shape:
-        scratch.update(shape=im.shape, x=np.empty(im.shape, np.float32),
-                       y=np.empty(im.shape, np.float32), low=np.empty(im.shape, np.uint8))
-    x, y, low = scratch["x"], scratch["y"], scratch["low"]
     np.copyto(x, im)
-    _put(y, cv2.transform(x, m.astype(np.float32), dst=y))
+    _put(y, cv2.transform(x, m32, dst=y))
     # below 0 rounds to 0 either way, and convertScaleAbs takes |.| (threshold, not cv2.max:
     # max's scalar is a 4-vector, which a 1 x 1 image takes for a second operand)
     _put(y, cv2.threshold(y, 0.0, 0.0, cv2.THRESH_TOZERO, dst=y)[1])
-    eps = float(_F32_MARGIN * np.abs(m).sum(1).max())
     _put(low, cv2.convertScaleAbs(y, dst=low, alpha=1.0, beta=-eps))
     high = _put(out, cv2.convertScaleAbs(y, dst=out, alpha=1.0, beta=eps))
-    near = cv2.compare(low, high, cv2.CMP_NE).reshape(h, -1)
+    near = cv2.compare(low, high, cv2.CMP_NE).reshape(im.shape[0], -1)
     if cv2.countNonZero(near):
         xy = cv2.findNonZero(near).reshape(-1, 2)
         flat = xy[:, 1].astype(np.int64) * near.shape[1] + xy[:, 0]  # index into out, flat
