@@ -29,6 +29,7 @@ _BLOCK = 256
 _MAX_GRID_X = 4096
 _MODES = {"first": 0, "weighted": 1}
 ONE = 65536  # the weights' unit
+_STRIP_BYTES = 1 << 19  # float32 rows of a blend at a time: kept in the CPU's cache
 
 
 def _check(tile_shapes, origins, groups, canvas, fill, weights, mode):
@@ -133,11 +134,16 @@ def _blend_two(a, b, wa, wb, out):
     under 2^24, then multiples of 2^-16 under 256), so the integer formula's result to the bit."""
     import cv2
 
-    t = cv2.addWeighted(np.ascontiguousarray(a), float(wa), np.ascontiguousarray(b), float(wb),
-                        float(ONE // 2), dtype=cv2.CV_32F)
-    np.multiply(t, np.float32(1.0 / ONE), out=t)
-    np.floor(t, out=t)
-    np.copyto(out, t.reshape(out.shape), casting="unsafe")
+    h, w = a.shape[:2]
+    rows = max(1, min(h, _STRIP_BYTES // (4 * w * a.shape[2])))  # floats kept in cache
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    for r0 in range(0, h, rows):
+        r1 = min(h, r0 + rows)
+        t = cv2.addWeighted(a[r0:r1], float(wa), b[r0:r1], float(wb), float(ONE // 2),
+                            dtype=cv2.CV_32F)
+        np.multiply(t, np.float32(1.0 / ONE), out=t)
+        np.floor(t, out=t)
+        np.copyto(out[r0:r1], t.reshape(out[r0:r1].shape), casting="unsafe")
     return out
 
 
