@@ -10,6 +10,7 @@ from detaug import Pipeline, fn
 from detaug.core import backend
 from detaug.kernels import color as C
 from detaug.kernels import warp as W
+from detaug.kernels import warp_region as WR
 from detaug.ops import multi
 from conftest import fresh_seed
 from helpers import random_images, track  # noqa: F401 (close_pipelines: autouse fixture)
@@ -95,18 +96,18 @@ def test_warp_fill_on_lines_not_inside_equals_the_full_test(seed, antialias, mon
     kw = dict(fill=np.array([114.0, 7.0, 250.0]), antialias=antialias)
     fast = W.warp_cv2(images, mats, out, **kw)
     calls = []
-    real = W._segments_inside
+    real = WR._segments_inside
 
     def none_inside(*a):
         calls.append(1)
         return np.zeros(np.shape(a[1]), bool)
 
-    monkeypatch.setattr(W, "_segments_inside", none_inside)
+    monkeypatch.setattr(WR, "_segments_inside", none_inside)
     full = W.warp_cv2(images, mats, out, **kw)
     assert calls  # some warp did reach outside
     for f, g in zip(fast, full):
         np.testing.assert_array_equal(f, g)
-    monkeypatch.setattr(W, "_segments_inside", real)
+    monkeypatch.setattr(WR, "_segments_inside", real)
 
 
 def test_segments_inside_by_hand():
@@ -198,7 +199,7 @@ def test_recipe_chain_fill_equals_the_full_test(seed, monkeypatch):
         return np.asarray(pipe.run()[0].data)
 
     fast = run()
-    monkeypatch.setattr(W, "_segments_inside", lambda *a: np.zeros(np.shape(a[1]), bool))
+    monkeypatch.setattr(WR, "_segments_inside", lambda *a: np.zeros(np.shape(a[1]), bool))
     np.testing.assert_array_equal(fast, run())
 
 
