@@ -1,8 +1,9 @@
 """The YOLO-style row: detaug beside Ultralytics 8.4's data loader, same recipe, same data, one run.
 
     python benchmarks/bench_yolo.py [--num-images 1024] [--batch-size 64] [--workers 2,15]
-                                    [--partners epoch,batch] [--only ultralytics,cpu,gpu]
+                                    [--partners epoch,batch,pool] [--only ultralytics,cpu,gpu]
     python benchmarks/bench_yolo.py --cpu-smoke     # plumbing test: tiny data, CPU, seconds
+    python benchmarks/bench_yolo.py --only profile --batch-size 8 --batches 4  # op by op
 
 Recipe, per output image (Ultralytics' ``v8_transforms`` with its 8.4 defaults and mixup 0.5):
 mosaic of 4 (imgsz 640: each image's longer side to 640, 1280 x 1280 canvas, centre in
@@ -21,7 +22,9 @@ Rows:
 * ``detaug cpu`` (host worker processes = N) and ``detaug gpu`` (nvImageCodec decode, device ops),
   each with ``--partners``: 'epoch' (partners read and decoded from the whole epoch: 4 decodes a
   mosaic, about 6 per output) and 'batch' (partners from the output's own batch: 1 decode per
-  output). Decoded images per second are counted from the keyed draws
+  output) and 'pool' (partners from the output's batch and the one before it in the epoch order,
+  each drawn image decoded once: about 2 decodes per output). Decoded images per second are
+  counted from the keyed draws
   (``detaug.runtime.partners.decoded_per_batch``).
 
 Timing, the same for every row (:func:`timed_window`): warm-up batches (the loader's prefetch
@@ -29,6 +32,10 @@ depth plus ``--warmup``), then a window of at least ``--min-seconds`` and ``--ba
 epochs), at most ``--max-seconds``; a window under 1 s or of no image makes the row INVALID
 (and a row that raises is marked FAILED, its error printed). Ultralytics' workers are then shut
 down the graceful way (``_shutdown_workers``), before the next row starts.
+
+``--only profile`` (:func:`profile`): no loader; the recipe step by step in one thread, each of
+detaug's CPU ops (per ``--partners``) beside each of Ultralytics' steps, in thread CPU ms per
+output image, over ``--batches`` batches of ``--batch-size``.
 
 Printed per row: img/s, decoded source images/s, the ratio to Ultralytics at the same worker count
 (and to its largest N), and on the GPU the device memory taken (the drop of ``cudaMemGetInfo``'s
@@ -318,6 +325,143 @@ def bench_detaug(args, root, device, workers, partners):
               + (f"; device memory {extra['device_mb']:.0f} MB" if extra else ""), **extra)
 
 
+# ---------------------------------------------------------------------------- profile
+class StepClock:
+    """Exclusive thread CPU time (``time.thread_time``: this thread's own work, OpenCV's with
+    it at one OpenCV thread) by label, of calls nested on one thread: a call's time less its
+    nested calls'."""
+
+    def __init__(self):
+        import threading
+
+        self.t, self.n, self.local = {}, {}, threading.local()
+
+    def wrap(self, label, f):
+        def timed(*a, **kw):
+            stack = self.local.__dict__.setdefault("stack", [])
+            t0 = time.thread_time()
+            stack.append(0.0)
+            try:
+                return f(*a, **kw)
+            finally:
+                dt = time.thread_time() - t0
+                self.t[label] = self.t.get(label, 0.0) + dt - stack.pop()
+                self.n[label] = self.n.get(label, 0) + 1
+                if stack:
+                    stack[-1] += dt
+        return timed
+
+
+def profile_detaug(args, root, partners):
+    """{op: ms per output image} of detaug's CPU recipe, every op's impl timed in this thread
+    (no worker process, one host thread; ops run one batch at a time), and the images made."""
+    from detaug.graph.trace import REGISTRY
+
+    clock, saved = StepClock(), {}
+    for name, schema in REGISTRY.items():
+        if schema.impl is not None and schema.kind != "source":
+            saved[name] = schema.impl
+            object.__setattr__(schema, "impl", clock.wrap(name, schema.impl))
+    try:
+        pipe = detaug_pipe(root, args.size, args.batch_size, "cpu", 0, partners, args.mixup)
+        pipe.build()
+        pipe.run()  # warm-up (and the prefetched batches it starts)
+        clock.t.clear()
+        clock.n.clear()
+        for _ in range(args.batches):
+            pipe.run()
+        pipe.close()
+    finally:
+        for name, impl in saved.items():
+            object.__setattr__(REGISTRY[name], "impl", impl)
+    # each call of an op makes one batch of outputs (a launch is one batch here), whichever
+    # batches the executor had in flight when the window opened or closed
+    images = clock.n.get("pad_boxes", 0) * args.batch_size
+    return {k: 1e3 * v / (clock.n[k] * args.batch_size) for k, v in clock.t.items()}, images
+
+
+def profile_ultralytics(args, root, names):
+    """{step: ms per output image} of Ultralytics' dataset in this process: imread, the rest of
+    load_image (its resize) and each transform, nested calls (MixUp's own mosaic) in their own
+    step."""
+    import ultralytics.data.base as ul_base
+    from ultralytics.cfg import get_cfg
+    from ultralytics.data import build_yolo_dataset
+
+    cfg = get_cfg(overrides=dict(imgsz=args.size, mosaic=1.0, degrees=10.0, translate=0.1,
+                                 scale=0.5, shear=2.0, perspective=PERSPECTIVE, mixup=args.mixup,
+                                 fliplr=0.5, hsv_h=HSV_GAINS[0], hsv_s=HSV_GAINS[1],
+                                 hsv_v=HSV_GAINS[2], cache=False, rect=False, workers=0,
+                                 cutmix=0.0, copy_paste=0.0))
+    data = {"names": dict(enumerate(names)), "nc": len(names), "channels": 3}
+    clock, imread = StepClock(), ul_base.imread
+    ul_base.imread = clock.wrap("decode (imread)", imread)
+    try:
+        ds = build_yolo_dataset(cfg, os.path.join(root, "images"), args.batch_size, data,
+                                mode="train")
+        ds.load_image = clock.wrap("resize (load_image less imread)", ds.load_image)
+        seen = set()
+
+        def walk(compose):
+            ts = getattr(compose, "transforms", None)
+            if not isinstance(ts, list) or id(compose) in seen:
+                return
+            seen.add(id(compose))
+            for k, t in enumerate(ts):
+                walk(t)
+                walk(getattr(t, "pre_transform", None))
+                if not hasattr(t, "transforms"):
+                    ts[k] = _TimedStep(clock.wrap(type(t).__name__, t.__call__), t)
+
+        walk(ds.transforms)
+        ds[0]
+        clock.t.clear()
+        images = args.batches * args.batch_size
+        for i in range(images):
+            ds[i % len(ds)]
+    finally:
+        ul_base.imread = imread
+    return {k: 1e3 * v / images for k, v in clock.t.items()}, images
+
+
+class _TimedStep:
+    """A transform whose call is timed; its attributes (MixUp's pre_transform...) its own."""
+
+    def __init__(self, call, inner):
+        self._call, self._inner = call, inner
+
+    def __call__(self, *a, **kw):
+        return self._call(*a, **kw)
+
+    def __getattr__(self, k):
+        return getattr(self._inner, k)
+
+
+def profile(args, root, names):
+    """``--only profile``: the recipe step by step on the CPU, detaug's ops beside Ultralytics'
+    steps, in thread CPU ms per output image (one thread, one OpenCV thread each), so the gap is
+    located op by op. On a shared machine rerun it: compare runs, not one number."""
+    import cv2
+
+    cv2.setNumThreads(1)
+    tables = {}
+    for p in [p for p in args.partners.split(",") if p.strip()]:
+        tables[f"detaug cpu, partners={p}"] = profile_detaug(args, root, p)
+    try:
+        tables["ultralytics 8.4"] = profile_ultralytics(args, root, names)
+    except ImportError as e:
+        log(f"profile: ultralytics is not importable ({e}); its steps left out")
+    for name, (steps, images) in tables.items():
+        total = sum(steps.values())
+        print(f"\n### {name}: {total:.2f} thread ms per output image in its steps "
+              f"({images} images)\n| step | ms / image | share |\n|---|---:|---:|")
+        for k, v in sorted(steps.items(), key=lambda kv: -kv[1]):
+            if v >= 0.005:
+                print(f"| {k} | {v:.2f} | {100 * v / total:.0f}% |")
+        ROWS.append({"name": f"profile: {name}", "img_s": None, "steps_ms": steps,
+                     "images": images, "skipped": "profile (thread ms per image)"})
+
+
 # ---------------------------------------------------------------------------- report
 def report(args):
     ul = {r["workers"]: r["img_s"] for r in ROWS
@@ -351,8 +495,10 @@ def main(argv=None):
     ap.add_argument("--size", type=int, default=640)
     ap.add_argument("--mixup", type=float, default=0.5)
     ap.add_argument("--workers", default="2,15", help="worker counts (Ultralytics, detaug cpu)")
-    ap.add_argument("--partners", default="epoch,batch", help="detaug's partners: epoch, batch")
-    ap.add_argument("--only", default="ultralytics,cpu,gpu")
+    ap.add_argument("--partners", default="epoch,batch,pool",
+                    help="detaug's partners: epoch, batch, pool")
+    ap.add_argument("--only", default="ultralytics,cpu,gpu",
+                    help="rows: ultralytics, cpu, gpu; profile: the per-op CPU profile")
     ap.add_argument("--batches", type=int, default=20, help="timed batches a row (at least)")
     ap.add_argument("--min-seconds", type=float, default=10.0,
                     help="timed window a row (at least; and --batches)")
@@ -378,6 +524,8 @@ def main(argv=None):
     make_dataset(root, args.num_images, min(8, os.cpu_count() or 1))
     names = write_yolo_labels(root)
     log(f"data: {args.num_images} images in {root}, {len(names)} classes; {os.cpu_count()} CPUs")
+    if "profile" in only:
+        profile(args, root, names)
     if "ultralytics" in only:
         try:
             import ultralytics  # noqa: F401

@@ -1238,7 +1238,7 @@ def materialize(images: Any, boxes: Any = ..., /, *, device: str | None = None, 
     Functional form: fn.materialize; class form: ops.Materialize
     """
 
-def mixup(images: Any, boxes: Any = ..., /, *, probability: float = 1.0, alpha: float = 32.0, beta: float = 32.0, fill: float | Sequence[Any] = 114.0, weight_field: str = 'mixup_weight', partners: str = 'epoch', device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def mixup(images: Any, boxes: Any = ..., /, *, probability: float = 1.0, alpha: float = 32.0, beta: float = 32.0, fill: float | Sequence[Any] = 114.0, weight_field: str = 'mixup_weight', partners: str = 'epoch', pool_batches: int = 1, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Blend each sample with a partner (drawn over the epoch, or from its batch): r a + (1 - r) b with r ~ Beta(alpha, beta) per sample, both top-left; boxes of both, r kept per box.
     
@@ -1252,7 +1252,8 @@ def mixup(images: Any, boxes: Any = ..., /, *, probability: float = 1.0, alpha: 
         beta: float = 32.0: see alpha
         fill: float | sequence = 114.0: value of the canvas where one of the two images does not reach
         weight_field: str = 'mixup_weight': name of the per-box field holding each box's weight (r for the sample's boxes, 1 - r for the partner's, 1 unblended)
-        partners: str = 'epoch': where partners come from: 'epoch' (any record, read and decoded with the batch: Ultralytics' draw) or 'batch' (the output's own batch: nothing more is decoded; Ultralytics' buffer of recent images is the like)
+        partners: str = 'epoch': where partners come from: 'epoch' (any record, read and decoded with the batch: Ultralytics' draw), 'batch' (the output's own batch: nothing more is decoded) or 'pool' (the output's batch and the pool_batches batches before it in the epoch order, each drawn sample decoded once: Ultralytics' buffer of recent images, keyed; detaug/runtime/partners.py)
+        pool_batches: int = 1: partners='pool': batches before the output's own in its pool (k >= 0)
     
     Common keywords (every op):
         device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
@@ -1266,7 +1267,7 @@ def mixup(images: Any, boxes: Any = ..., /, *, probability: float = 1.0, alpha: 
     Functional form: fn.mixup; class form: ops.Mixup
     """
 
-def mosaic(images: Any, boxes: Any = ..., /, *, size: int = 640, probability: float = 1.0, fill: float | Sequence[Any] = 114.0, resize: bool = True, antialias: bool = True, min_size: float = 0.0, min_area: float = 0.0, min_visibility: float = 0.0, partners: str = 'epoch', device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def mosaic(images: Any, boxes: Any = ..., /, *, size: int = 640, probability: float = 1.0, fill: float | Sequence[Any] = 114.0, resize: bool = True, antialias: bool = True, min_size: float = 0.0, min_area: float = 0.0, min_visibility: float = 0.0, partners: str = 'epoch', pool_batches: int = 1, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Ultralytics' mosaic: each sample and 3 partners (drawn over the epoch, or from its batch) tiled around a random centre of a 2s x 2s canvas; boxes clipped to their tile, pruned, fields kept.
     
@@ -1283,7 +1284,8 @@ def mosaic(images: Any, boxes: Any = ..., /, *, size: int = 640, probability: fl
         min_size: float = 0.0: drop boxes narrower or lower than this (pixels) in their tile
         min_area: float = 0.0: drop boxes with less area than this in their tile
         min_visibility: float = 0.0: drop boxes whose visible fraction in their tile is under this
-        partners: str = 'epoch': where partners come from: 'epoch' (any record, read and decoded with the batch: Ultralytics' draw) or 'batch' (the output's own batch: nothing more is decoded; Ultralytics' buffer of recent images is the like)
+        partners: str = 'epoch': where partners come from: 'epoch' (any record, read and decoded with the batch: Ultralytics' draw), 'batch' (the output's own batch: nothing more is decoded) or 'pool' (the output's batch and the pool_batches batches before it in the epoch order, each drawn sample decoded once: Ultralytics' buffer of recent images, keyed; detaug/runtime/partners.py)
+        pool_batches: int = 1: partners='pool': batches before the output's own in its pool (k >= 0)
     
     Common keywords (every op):
         device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'

@@ -21,7 +21,7 @@ from ..kernels import warp
 
 
 def images(batch: ImageBatch, ctx, *, mean=None, std=None, dtype=None, layout=None,
-           antialias=True) -> ImageBatch:
+           antialias=True, into=None) -> ImageBatch:
     """``batch`` with its pending chain (and the requested epilogue) run as one warp per batch.
 
     Args:
@@ -32,12 +32,16 @@ def images(batch: ImageBatch, ctx, *, mean=None, std=None, dtype=None, layout=No
         layout: 'HWC' or 'CHW' (default: the batch's).
         antialias: supersample where the chain shrinks the image (kernels/warp.py); False samples
             each output pixel once (bilinear at its centre's preimage).
+        into: a list of B host arrays (sample b's output shape, uint8; views allowed) that the
+            OpenCV path writes the samples into (a mosaic's canvas); only for a CPU batch with
+            a pending chain and no epilogue, with the OpenCV warp (else ValueError).
 
     Returns:
         An ImageBatch without pending geometry (``batch`` itself when there is nothing to do).
     """
     layout = layout or batch.layout
-    if batch.geometry is None and mean is None and dtype in (None, np.uint8) and layout == batch.layout:
+    if (batch.geometry is None and mean is None and dtype in (None, np.uint8)
+            and layout == batch.layout and into is None):
         return batch
     if batch.layout != "HWC":
         raise ValueError("this batch is already normalised to CHW; normalise once, last")
@@ -53,6 +57,13 @@ def images(batch: ImageBatch, ctx, *, mean=None, std=None, dtype=None, layout=No
                           batch.device, layout, None)
     if isinstance(batch.raw, DeferredWarp):
         raise NotPlannable("a second warp of planned images")
+    if into is not None:
+        if (batch.device != "cpu" or backend.cpu_warp() == "reference" or mean is not None
+                or dtype not in (None, np.uint8) or layout != "HWC" or len(into) != n):
+            raise ValueError("into: a CPU batch's uint8 HWC samples with the OpenCV warp only")
+        _chunks(ctx, lambda lo, hi: warp.warp_cv2(batch.data[lo:hi], g.matrices[lo:hi], g.sizes[lo:hi],
+                                                  out=list(into[lo:hi]), **_rows(kwargs, lo, hi)), n)
+        return ImageBatch(list(into), batch.device, layout, None)
     if batch.device == "gpu":
         out = warp.warp_cupy(batch.raw, g.matrices, g.sizes, stream=getattr(ctx, "stream", None),
                              **kwargs)

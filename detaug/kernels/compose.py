@@ -29,6 +29,7 @@ _BLOCK = 256
 _MAX_GRID_X = 4096
 _MODES = {"first": 0, "weighted": 1}
 ONE = 65536  # the weights' unit
+_STRIP_BYTES = 1 << 19  # float32 rows of a blend at a time: kept in the CPU's cache
 
 
 def _check(tile_shapes, origins, groups, canvas, fill, weights, mode):
@@ -106,6 +107,12 @@ def compose_numpy(tiles, origins, groups, canvas, fill, *, weights=None, mode="f
             # one tile of full weight covering the canvas: (ONE t + ONE / 2) >> 16 = t exactly
             out = buf[b] if dense else np.empty((h, wd, c), np.uint8)
             np.copyto(out, tiles[lo])
+        elif hi - lo == 2 and all(tuple(tiles[t].shape) == (h, wd, c) and not origins[t].any()
+                                  for t in (lo, lo + 1)):
+            # two tiles over the whole canvas (a mixup of equal sizes): w0 a + w1 b + 32768 in
+            # float32 is exact (integers below 2^24), and so are the scaling by 2^-16 and floor
+            out = buf[b] if dense else np.empty((h, wd, c), np.uint8)
+            _blend_two(tiles[lo], tiles[lo + 1], int(w[lo]), int(w[lo + 1]), out)
         else:
             # sum_t w_t v_t = sum_t w_t fill + sum_t w_t (tile_t - fill) where tile t lies:
             # the fill's share once, then each tile's difference on its own rectangle (int32:
@@ -119,6 +126,45 @@ def compose_numpy(tiles, origins, groups, canvas, fill, *, weights=None, mode="f
             np.copyto(out, acc, casting="unsafe")
         outs.append(out)
     return buf if dense else outs
+
+
+def _blend_two(a, b, wa, wb, out):
+    """``out = (wa a + wb b + 32768) >> 16`` (uint8 images of one shape, wa + wb = 65536): the
+    sum by ``cv2.addWeighted`` into float32, where every step is exact (the values are integers
+    under 2^24, then multiples of 2^-16 under 256), so the integer formula's result to the bit."""
+    import cv2
+
+    h, w = a.shape[:2]
+    rows = max(1, min(h, _STRIP_BYTES // (4 * w * a.shape[2])))  # floats kept in cache
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    for r0 in range(0, h, rows):
+        r1 = min(h, r0 + rows)
+        t = cv2.addWeighted(a[r0:r1], float(wa), b[r0:r1], float(wb), float(ONE // 2),
+                            dtype=cv2.CV_32F)
+        np.multiply(t, np.float32(1.0 / ONE), out=t)
+        np.floor(t, out=t)
+        np.copyto(out[r0:r1], t.reshape(out[r0:r1].shape), casting="unsafe")
+    return out
+
+
+def canvas_numpy(canvas, fill):
+    """Canvases ``(B, H, W, C)`` uint8 (one array when all ``canvas`` sizes agree, else a list)
+    filled with ``fill`` ``(B, C)`` integers in 0..255: what :func:`compose_numpy` pastes onto,
+    for a caller that writes its tiles in place (the mosaic's CPU path)."""
+    canvas = np.asarray(canvas, np.int64).reshape(-1, 2)
+    fill = np.asarray(fill, np.float64).reshape(len(canvas), -1)
+    if np.any(fill != np.round(fill)) or np.any((fill < 0) | (fill > 255)):
+        raise ValueError("fill must be integers in 0..255 (uint8 canvases)")
+    fill = fill.astype(np.uint8)
+    c = fill.shape[1]
+    dense = len(canvas) and bool(np.all(canvas == canvas[0]))
+    if dense:
+        buf = np.empty((len(canvas), int(canvas[0, 0]), int(canvas[0, 1]), c), np.uint8)
+    else:
+        buf = [np.empty((int(h), int(w), c), np.uint8) for h, w in canvas]
+    for b in range(len(canvas)):
+        buf[b][...] = _row(fill[b], int(canvas[b, 1]), np.uint8)
+    return buf
 
 
 def _row(value, width, dtype):

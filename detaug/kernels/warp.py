@@ -35,6 +35,8 @@ import numpy as np
 
 from ..core.backend import upload_many
 from ..core.batch import DeviceImages
+# the points outside a warp's region (the twin's and the OpenCV path's fill)
+from .warp_region import _fill_outside, _inside_masks, _slab_inside, _source_points
 # the host preparation shared by the three implementations (detaug/kernels/warp_spec.py)
 from .warp_spec import _Spec, _allocate_numpy, _is_dense, _out_shape, _prepare, taps_for
 _BLOCK = 256
@@ -68,30 +70,6 @@ def _bilinear(img: np.ndarray, x: np.ndarray, y: np.ndarray, clamp) -> np.ndarra
             yc = np.clip(v0 + dv, clamp[2], clamp[3]).astype(np.intp)
             out += (wu * wv)[..., None] * img[yc, xc]
     return out
-
-
-def _slab_inside(slab, ox, oy):
-    """Whether output points ``(ox, oy)`` lie in the slab ``0 <= (a ox + b oy) + c < r``; a
-    projective slab ``[a, b, c, r, d, e, f]`` divides by ``(d ox + e oy) + f`` first."""
-    a, b, c, r = slab[:4]
-    v = (a * ox + b * oy) + c
-    if len(slab) > 4 and (slab[4] != 0 or slab[5] != 0 or slab[6] != 1):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            v = v / ((slab[4] * ox + slab[5] * oy) + slab[6])
-    return (v >= 0) & (v < r)
-
-
-def _source_points(inv, ox, oy):
-    """The input points ``(x, y)`` of output positions ``(ox, oy)`` through ``inv`` (3, 3), as
-    warp.cu computes them: ``x = (a00 ox + a01 oy) + a02`` (y alike), then, for a projective
-    ``inv``, divided by ``w = (a20 ox + a21 oy) + a22``."""
-    x = inv[0, 0] * ox + inv[0, 1] * oy + inv[0, 2]
-    y = inv[1, 0] * ox + inv[1, 1] * oy + inv[1, 2]
-    if inv[2, 0] != 0 or inv[2, 1] != 0 or inv[2, 2] != 1:
-        w = inv[2, 0] * ox + inv[2, 1] * oy + inv[2, 2]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            x, y = x / w, y / w
-    return x, y
 
 
 def _warp_one_numpy(img, inv, nx, ny, out_hw, spec, b) -> np.ndarray:
@@ -161,39 +139,6 @@ def _put(target: np.ndarray, result: np.ndarray) -> None:
     fits, else it returns a new array, which is copied (and cast) here."""
     if result.ctypes.data != target.ctypes.data:
         np.copyto(target, result.reshape(target.shape), casting="unsafe")
-
-
-def _grid_positions(n_out: int, taps: int) -> np.ndarray:
-    """Output positions ``j + (a + 0.5) / taps`` of the supersampled grid along one axis, in the
-    grid's order (index ``j * taps + a``), computed as the twin computes them."""
-    return (np.arange(n_out, dtype=np.float64)[:, None]
-            + ((np.arange(taps) + 0.5) / taps)[None, :]).reshape(-1)
-
-
-def _inside_masks(inv, ox, oy, spec, b, grid):
-    """(inside the rect, [inside slab k for each used slab]) at the output positions ``ox``
-    (columns) and ``oy`` (rows), by the twin's formulas: as a (rows, cols) grid when ``grid``,
-    else point by point (``ox``, ``oy`` of one shape)."""
-    rect = spec.rect[b]
-    if spec.proj[b]:  # a homography: the points with the divide, as the twin maps them
-        if grid:
-            ox, oy = ox[None, :], oy[:, None]
-        x, y = _source_points(inv, ox, oy)
-        inside = (x >= rect[0]) & (x < rect[1]) & (y >= rect[2]) & (y < rect[3])
-    elif grid:
-        if inv[0, 1] == 0 and inv[1, 0] == 0:  # axis-aligned: x from the column, y from the row
-            x, y = inv[0, 0] * ox + inv[0, 2], inv[1, 1] * oy + inv[1, 2]
-            inside = ((y >= rect[2]) & (y < rect[3]))[:, None] & ((x >= rect[0]) & (x < rect[1]))[None, :]
-        else:
-            x = (inv[0, 0] * ox)[None, :] + (inv[0, 1] * oy)[:, None] + inv[0, 2]
-            y = (inv[1, 0] * ox)[None, :] + (inv[1, 1] * oy)[:, None] + inv[1, 2]
-            inside = (x >= rect[0]) & (x < rect[1]) & (y >= rect[2]) & (y < rect[3])
-        ox, oy = ox[None, :], oy[:, None]
-    else:
-        x = inv[0, 0] * ox + inv[0, 1] * oy + inv[0, 2]
-        y = inv[1, 0] * ox + inv[1, 1] * oy + inv[1, 2]
-        inside = (x >= rect[0]) & (x < rect[1]) & (y >= rect[2]) & (y < rect[3])
-    return inside, [_slab_inside(spec.slabs[b, k], ox, oy) for k in range(int(spec.nslab[b]))]
 
 
 def _reaches_outside(inv, nx, ny, out_hw, spec, b) -> bool:
@@ -288,12 +233,16 @@ def _resize_window(m_full, img_hw, out_hw, clamp):
     return tuple(full), tuple(window)
 
 
-def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layout, dst):
+def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layout, dst,
+             resized=None):
     """Warp one sample into ``dst`` (its final layout and dtype). Large intermediates are
     avoided where OpenCV can write into ``dst`` directly (fresh pages are slow to fault in).
     Bilinear taps replicate the edge of the clamp rectangle (``BORDER_REPLICATE`` on that part
     of the image); where the grid reaches outside the region, the twin's own tests mark the
-    points that take a fill."""
+    points that take a fill.
+    ``resized``: a dict shared by the call's samples, ``(id(image), H, W) -> image resized to
+    (H, W)`` (a mosaic's image that is a tile of several groups is resized once: its tiles are
+    windows of one resize)"""
     h, w = (int(s) for s in out_hw)
     C = img.shape[2]
     shrink = nx * ny > 1
@@ -325,14 +274,30 @@ def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layou
         m_full[0, 2] += cx0
         m_full[1, 2] += cy0
         fit = _resize_window(m_full, img.shape[:2], (h, w), (cx0, cx1, cy0, cy1))
+        edge = (0, img.shape[1] - 1, 0, img.shape[0] - 1)
+        if fit is None and (cx0, cx1, cy0, cy1) != edge:
+            # taps beyond the clamp rectangle (a mosaic tile's part on the canvas): its edge
+            # replicated out to the image's size is what the clamped taps read, and it makes
+            # the map a plain resize again (a border copy costs a fifth of a warpAffine)
+            fit = _resize_window(m_full, img.shape[:2], (h, w), edge)
+            if fit is not None:
+                img = cv2.copyMakeBorder(src, cy0, edge[3] - cy1, cx0, edge[1] - cx1,
+                                         cv2.BORDER_REPLICATE).reshape(img.shape)
         if fit is not None:  # a resize (then a window of it): cv2.resize, the same bilinear rule
             (fh, fw), (rows, cols) = fit
-            if (fh, fw) == (h, w):
+            key = (id(img), fh, fw)  # a bordered copy is new: never found
+            full = None if resized is None else resized.get(key)
+            if full is not None:
+                np.copyto(plane(dst), full[rows, cols])
+            elif (fh, fw) == (h, w):
                 _put(plane(dst), cv2.resize(plane(img), (w, h), dst=plane(dst),
                                             interpolation=cv2.INTER_LINEAR))
+                full = plane(dst)  # the whole resize, in place: read by the image's other tiles
             else:
                 full = cv2.resize(plane(img), (fw, fh), interpolation=cv2.INTER_LINEAR)
                 np.copyto(plane(dst), full[rows, cols])
+            if resized is not None and img is spec.images[b]:
+                resized[key] = full
             return
     if direct:
         target = plane(dst)
@@ -343,12 +308,7 @@ def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layou
         big = warp(plane(src), m_idx, (nx * w, ny * h), flags=flags,
                    borderMode=cv2.BORDER_REPLICATE)  # (H, W) where C == 1
     if outside:
-        inside, slabs = _inside_masks(inv, _grid_positions(w, nx), _grid_positions(h, ny), spec, b,
-                                      grid=True)
-        # the rect's fill first, then the slabs from the last: the first violated slab wins
-        for mask, fv in [(inside, fills[0])] + list(zip(slabs, fills[1:]))[::-1]:
-            fv = np.asarray(fv, np.float64)
-            big[~mask] = np.clip(np.floor(fv + 0.5), 0, 255) if big.dtype == np.uint8 else fv
+        _fill_outside(big, inv, nx, ny, spec, b, fills)
     if direct:
         return
     if layout == "HWC":
@@ -399,7 +359,9 @@ def warp_cv2(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=
     """OpenCV implementation of :func:`warp_numpy` (same arguments and returns).
 
     ``out``: optional dense array (B, ...) of the result's shape and dtype to write into (the
-    caller's batch buffer: no per-sample allocation and no stacking afterwards).
+    caller's batch buffer: no per-sample allocation and no stacking afterwards), or a list of B
+    arrays, sample b's shape and dtype each (views allowed: a mosaic's tiles written straight
+    into their canvas); returned as given.
 
     Per sample: ``cv2.warpAffine`` (bilinear, ``BORDER_REPLICATE``, fill masked in) onto the supersampled
     ``(ny * H, nx * W)`` grid, whose pixel centres are exactly the twin's tap positions, then
@@ -409,7 +371,10 @@ def warp_cv2(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=
     few grey levels at sharp edges (tests/kernels/test_warp.py states the tolerances); constant images
     and integer-coordinate maps (identity, flips, 90-degree turns, crops) are exact. Fast paths
     (uint8 HWC, one tap, no point outside): unit-step maps copy the pixels; resize maps (and an
-    integer window of one) take ``cv2.resize`` (11-bit weights: within one level of the twin).
+    integer window of one) take ``cv2.resize`` (11-bit weights: within one level of the twin),
+    a clamp rectangle smaller than the image through a border-replicated copy of it, and an
+    image that is several samples' source (a mosaic's partner) is resized once per call; a
+    warp reaching outside its region tests its fill only on the grid lines not wholly inside.
     """
     import cv2
 
@@ -417,13 +382,21 @@ def warp_cv2(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=
                     out_dtype, layout, region)
     if out is None:
         out = _allocate_numpy(spec)
+    elif isinstance(out, (list, tuple)):  # one target a sample (views into a canvas, say)
+        want = [_out_shape(spec, b) for b in range(spec.B)]
+        if len(out) != spec.B or any(o.shape != w or o.dtype != spec.out_dtype
+                                     for o, w in zip(out, want)):
+            raise ValueError(f"out must be {spec.B} arrays of shapes {want[:3]}... "
+                             f"and dtype {spec.out_dtype}")
     elif not _is_dense(spec) or out.shape != (spec.B,) + _out_shape(spec, 0) or out.dtype != spec.out_dtype:
         raise ValueError(f"out must be a dense {(spec.B,) + _out_shape(spec, 0)} {spec.out_dtype} array")
+    resized = {}
     for b in range(spec.B):
         _cv2_one(cv2, spec.images[b], spec.inv[b], int(spec.taps[b, 0]), int(spec.taps[b, 1]),
                  spec.out_sizes[b], spec, b,
                  None if spec.mean is None else spec.mean[b],
-                 None if spec.std is None else spec.std[b], spec.out_dtype, spec.layout, out[b])
+                 None if spec.std is None else spec.std[b], spec.out_dtype, spec.layout, out[b],
+                 resized)
     return out
 
 

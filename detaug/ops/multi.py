@@ -18,11 +18,14 @@ from ..graph.dispatch import kernel, register_kernel
 from ..kernels import compose as kc
 from .registry import register
 from .take import take_boxes, take_images
-from ..graph.arg_check import MAX_SIDE, Num, declare_ranges, byte, nonneg, positive, prob
+from ..graph.arg_check import MAX_SIDE, Num, byte, count, declare_ranges, nonneg, positive, prob
 
 _PARTNERS_DOC = ("where partners come from: 'epoch' (any record, read and decoded with the "
-                 "batch: Ultralytics' draw) or 'batch' (the output's own batch: nothing more is "
-                 "decoded; Ultralytics' buffer of recent images is the like)")
+                 "batch: Ultralytics' draw), 'batch' (the output's own batch: nothing more is "
+                 "decoded) or 'pool' (the output's batch and the pool_batches batches before it "
+                 "in the epoch order, each drawn sample decoded once: Ultralytics' buffer of "
+                 "recent images, keyed; detaug/runtime/partners.py)")
+_POOL_DOC = "partners='pool': batches before the output's own in its pool (k >= 0)"
 
 
 def _inputs(op, inputs):
@@ -158,6 +161,25 @@ def mosaic_plan(sizes, groups, centre, s, resize=True):
     return mats, tiles, np.stack([x1a, y1a], -1).astype(np.int64)
 
 
+def _mosaic_on_canvas(ctx, images: ImageBatch, origins, tiles, groups, canvas, fill):
+    """The CPU path of a mosaic with the OpenCV warp: the filled canvases (kernels/compose.py),
+    each tile warped straight into its place on them (no tile buffers, no paste afterwards).
+    The tiles of a group are disjoint (:func:`mosaic_plan`: quadrants around the centre, or one
+    tile), so this is ``compose(mode="first")`` of the warped tiles. None where it does not
+    apply (GPU, the reference warp, images not decoded yet)."""
+    from ..core.batch import DeferredWarp, PlannedImages
+
+    if (images.device != "cpu" or backend.cpu_warp() == "reference" or not images.batch_size
+            or isinstance(images.raw, (PlannedImages, DeferredWarp))):
+        return None
+    fill = np.broadcast_to(np.asarray(fill, np.float64), (len(canvas), images.channels))
+    buf = kc.canvas_numpy(canvas, fill)
+    owner = np.repeat(np.arange(len(groups) - 1), np.diff(groups))
+    views = [buf[int(b)][y:y + h, x:x + w] for b, (x, y), (h, w) in zip(owner, origins, tiles)]
+    M.images(images, ctx, into=views)
+    return ImageBatch(buf, "cpu")
+
+
 def mosaic_centres(rng, s):
     """(B, 2) integer centres (xc, yc), ``int(uniform(lo, 2s - lo))`` with ``lo = ceil(s / 2)``:
     Ultralytics' ``_mosaic4`` draws ``int(random.uniform(-x, 2 * s + x))`` with its border
@@ -170,14 +192,15 @@ def mosaic_centres(rng, s):
 
 declare_ranges("mosaic", size=Num(2, MAX_SIDE // 2, integer=True, size=True), probability=prob(),
                fill=byte(),
-               min_size=nonneg(), min_area=nonneg(), min_visibility=prob())
+               min_size=nonneg(), min_area=nonneg(), min_visibility=prob(),
+               pool_batches=count(0, 1024))
 @register("mosaic", rule=_mosaic_rule, plans=False, devices=("cpu", "gpu"), inputs=(1, 2),
           kind="other",
           outputs=lambda n, a: n, partners=_mosaic_partners,
           args={"size": 640, "probability": 1.0, "fill": 114.0, "resize": True,
                 "antialias": True, "min_size": 0.0, "min_area": 0.0, "min_visibility": 0.0,
-                "partners": "epoch"},
-          arg_docs={"partners": _PARTNERS_DOC,"size": "s: each sample's longer side is resized to s; the canvas is 2s x 2s",
+                "partners": "epoch", "pool_batches": 1},
+          arg_docs={"partners": _PARTNERS_DOC, "pool_batches": _POOL_DOC,"size": "s: each sample's longer side is resized to s; the canvas is 2s x 2s",
                     "probability": "chance that a sample becomes a mosaic of itself and 3 "
                                    "partners; otherwise it is centred alone on the canvas",
                     "fill": "canvas value where no sample lands (Ultralytics' 114)",
@@ -204,8 +227,11 @@ def mosaic(ctx, op, inputs, args):
     b = len(groups) - 1
     canvas = np.full((b, 2), 2 * s, np.int64)
     chain = images.pending().then(mats, tiles, antialias=bool(args["antialias"]))
-    warped = M.images(images.with_geometry(chain), ctx)
-    out = _compose(ctx, op, warped, origins, groups, canvas, args["fill"])
+    out = _mosaic_on_canvas(ctx, images.with_geometry(chain), origins, tiles, groups, canvas,
+                            args["fill"])
+    if out is None:
+        warped = M.images(images.with_geometry(chain), ctx)
+        out = _compose(ctx, op, warped, origins, groups, canvas, args["fill"])
     if boxes is None:
         return (out,)
     on_canvas = np.full((len(tiles), 2), 2 * s, np.int64)
@@ -261,13 +287,14 @@ def mixup_weights(rng, alpha, beta):
     return np.clip(np.round(g1 / (g1 + g2) * kc.ONE), 0, kc.ONE).astype(np.int64)
 
 
-declare_ranges("mixup", probability=prob(), alpha=positive(), beta=positive(), fill=byte())
+declare_ranges("mixup", probability=prob(), alpha=positive(), beta=positive(), fill=byte(),
+               pool_batches=count(0, 1024))
 @register("mixup", rule=S.same_canvas, plans=False, devices=("cpu", "gpu"), inputs=(1, 2),
           kind="other",
           outputs=lambda n, a: n, partners=_mixup_partners,
           args={"probability": 1.0, "alpha": 32.0, "beta": 32.0, "fill": 114.0,
-                "weight_field": "mixup_weight", "partners": "epoch"},
-          arg_docs={"partners": _PARTNERS_DOC,"probability": "chance that a sample is blended with a partner drawn over "
+                "weight_field": "mixup_weight", "partners": "epoch", "pool_batches": 1},
+          arg_docs={"partners": _PARTNERS_DOC, "pool_batches": _POOL_DOC,"probability": "chance that a sample is blended with a partner drawn over "
                                    "the epoch (Ultralytics' mixup); otherwise it is kept",
                     "alpha": "the sample's weight r ~ Beta(alpha, beta) (Ultralytics: 32, 32)",
                     "beta": "see alpha",

@@ -60,12 +60,13 @@ class BatchContext:
         """(groups (B + 1,), gather) of the multi-sample op ``op``, which runs at the current
         level: output sample b is made from inputs ``groups[b]:groups[b + 1]`` (partners drawn
         over the epoch: gather is None), or from the inputs at positions
-        ``gather[groups[b]:groups[b + 1]]`` (partners drawn from the batch)."""
+        ``gather[groups[b]:groups[b + 1]]`` (partners drawn from the batch, or from a pool)."""
         if not expands(op):
             return self.levels().gather(op, self.level)
         path = self.level + (op.id,)
         self.levels().get(path)
-        return self._levels.groups[path], None
+        # a pool's level holds each position once: its groups name members by place
+        return self._levels.groups[path], self._levels.pool_gather.get(path)
 
     def on_stream(self):
         """The batch's stream as cupy's current one (nothing without one). Device work of the

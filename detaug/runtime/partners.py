@@ -23,6 +23,22 @@ index)``. Its ``partners`` argument says from where:
   the worker's history, here on the batch alone). The batch is a random draw of the shuffled
   epoch, so partners still come from the whole epoch over its batches.
 
+* ``'pool'``: a sample of a bounded pool of recent samples, Ultralytics' buffer made keyed: the
+  samples of the output's own batch and of the ``pool_batches`` (k) batches before it in the
+  epoch order (the shard's: positions ``[(j - k) B, (j + 1) B)`` for a sample at position p of
+  batch ``j = p // B``; shorter at the epoch's start). The op's inputs form a level as with
+  'epoch', but each position is read, decoded and run once however many groups draw it (the
+  level holds the distinct positions; the op takes its groups' members by index). A partner is
+  the sample that its position holds as an output of its own batch (a mixup partner's mosaic
+  draws from ITS batch's pool), so the pool of batch j is a pure function of (seed, epoch, j).
+  Trade-off: more decodes than 'batch' (the earlier batches' samples drawn, and a mixup
+  partner's own mosaic partners), far fewer than 'epoch' (a pool of (k + 1) B samples: a partner
+  drawn twice is decoded once), and a narrower spread: the partners of a batch come from k + 1
+  consecutive batches of the shuffled order (random records still; over the epoch every record
+  is drawn from, as with 'batch'), where 'epoch' draws any record. Its samples per output in the
+  memory plan: at most 1 + (the k of each pool op on the way), the windows' union
+  (:func:`samples_per_output`).
+
 Nothing depends on the launch or the order: batch ``i`` made on its own, a resumed run, any
 number of workers and either device read and draw the same (a pool is the batch, never the
 launch). benchmarks/bench_yolo.py prints the decoded images per second beside the output rate.
@@ -37,18 +53,48 @@ import numpy as np
 
 from ..core.rng import SampleRNG
 
-MODES = ("epoch", "batch")
+MODES = ("epoch", "batch", "pool")
+
+
+def mode_of(op) -> str | None:
+    """``op``'s partners mode (None: not a multi-sample op), checked."""
+    if op.schema.partners is None:
+        return None
+    mode = op.args.get("partners", "epoch")
+    if mode not in MODES:
+        raise ValueError(f"{op.name}: partners must be 'epoch' or 'batch' (or 'pool'), got "
+                         f"{mode!r}")
+    return mode
+
+
+def pool_batches(op) -> int:
+    """The k of a ``partners='pool'`` op: batches before the sample's own in its pool."""
+    k = op.args.get("pool_batches", 1)
+    if isinstance(k, bool) or not float(k).is_integer() or int(k) < 0:
+        raise ValueError(f"{op.name}: pool_batches must be an integer >= 0, got {k!r}")
+    return int(k)
 
 
 def expands(op) -> bool:
-    """Whether ``op`` draws its partners over the epoch (its inputs then form a level of their
-    own); a multi-sample op drawing from its batch runs at its inputs' level."""
-    if op.schema.partners is None:
-        return False
-    mode = op.args.get("partners", "epoch")
-    if mode not in MODES:
-        raise ValueError(f"{op.name}: partners must be 'epoch' or 'batch', got {mode!r}")
-    return mode == "epoch"
+    """Whether ``op`` draws its partners over the epoch or a pool (its inputs then form a level
+    of their own); a multi-sample op drawing from its batch runs at its inputs' level."""
+    mode = mode_of(op)
+    if mode is not None:
+        pool_batches(op)  # checked whatever the mode
+    return mode in ("epoch", "pool")
+
+
+def samples_per_output(path, by_id) -> int:
+    """The most samples a level ``path`` holds per output sample: the product of its ops' group
+    sizes, and where every op on it draws from a pool, at most the union of their windows,
+    1 + the sum of their k (each holds a position once)."""
+    n = 1
+    for op_id in path:
+        n *= int(getattr(by_id[op_id].schema.partners, "group_size", 1))
+    ops = [by_id[i] for i in path]
+    if ops and all(mode_of(op) == "pool" for op in ops):
+        n = min(n, 1 + sum(pool_batches(op) for op in ops))
+    return n
 
 
 def plan_levels(ops, outputs) -> dict:
@@ -83,13 +129,7 @@ def fan_out(ops, levels) -> int:
     """The most source samples one output sample may need (the product of the group sizes
     along the deepest level): what a launch's reads and decodes are sized for."""
     by_id = {op.id: op for op in ops}
-    most = 1
-    for path in set(levels.values()):
-        n = 1
-        for op_id in path:
-            n *= int(getattr(by_id[op_id].schema.partners, "group_size", 1))
-        most = max(most, n)
-    return most
+    return max([1] + [samples_per_output(path, by_id) for path in set(levels.values())])
 
 
 def setup(pipe):
@@ -105,10 +145,10 @@ def setup(pipe):
     pipe._decode_level = decoders.pop() if len(decoders) == 1 else None
     if pipe._levels and pipe._driver.size is None:
         multi = next(op for op in needed if expands(op))
-        raise ValueError(f"{multi.name}: its partners are drawn from the epoch's records, so the "
-                         "source needs random access: a reader, or external_source with a "
-                         "per-sample callable and size= (or draw them from the batch: "
-                         "partners='batch')")
+        raise ValueError(f"{multi.name}: its partners are drawn from the epoch's records (or a "
+                         "pool of its recent batches), so the source needs random access: a "
+                         "reader, or external_source with a per-sample callable and size= (or "
+                         "draw them from the batch: partners='batch')")
 
 
 def decoded_per_batch(pipe, epoch, batch_index) -> int:
@@ -157,6 +197,7 @@ class LaunchLevels:
             sizes = [len(idx)]
         self._batch_of = np.repeat(np.arange(len(sizes)), sizes)  # top-level sample -> batch
         self.groups = {}  # level of an op's inputs -> its groups (B + 1,)
+        self.pool_gather = {}  # level of a pool op's inputs -> its members' places in it
         self._gathers = {}
 
     def get(self, path) -> _Level:
@@ -164,6 +205,9 @@ class LaunchLevels:
         if lv is None:
             parent = self.get(path[:-1])
             op = self.pipeline.graph.ops[path[-1]]
+            if mode_of(op) == "pool":
+                lv = self._levels[path] = self._pool_level(op, path, parent)
+                return lv
             n = int(self.pipeline._driver.size)
             groups, picks = _draw(op, _rng(self.pipeline, op, self.epoch, parent.sample_index),
                                   np.full(len(parent.sample_index), n))
@@ -176,6 +220,30 @@ class LaunchLevels:
             lv = self._levels[path] = _Level(members, pos, parent.owner[owner_of])
             self.groups[path] = groups
         return lv
+
+    def _pool_level(self, op, path, parent) -> _Level:
+        """The distinct positions that ``op``'s groups draw for the samples of ``parent`` (each
+        sample first, then partners from its pool: module docstring), and each group member's
+        place among them (``pool_gather``)."""
+        if parent.positions is None:
+            raise ValueError(f"{op.name}: partners='pool' draws from the batches before a "
+                             "sample's own: it needs a source of known size")
+        pipe = self.pipeline
+        order = np.asarray(pipe._shard_order(self.epoch), np.int64)
+        bsz, k = int(pipe.batch_size), pool_batches(op)
+        pos = np.asarray(parent.positions, np.int64)
+        start = np.maximum(pos // bsz - k, 0) * bsz
+        stop = np.minimum((pos // bsz + 1) * bsz, len(order))
+        groups, picks = _draw(op, _rng(pipe, op, self.epoch, parent.sample_index), stop - start)
+        owner_of = np.repeat(np.arange(len(groups) - 1), np.diff(groups))
+        first = picks < 0
+        member_pos = np.where(first, pos[owner_of], start[owner_of] + np.maximum(picks, 0))
+        member_idx = np.where(first, parent.sample_index[owner_of],
+                              order[np.minimum(member_pos, len(order) - 1)])
+        uniq, at, inverse = np.unique(member_pos, return_index=True, return_inverse=True)
+        self.groups[path] = groups
+        self.pool_gather[path] = inverse.reshape(-1).astype(np.int64)
+        return _Level(member_idx[at], uniq, parent.owner[owner_of][at])
 
     def gather(self, op, path):
         """(groups (B + 1,), positions (M,)) of ``op`` drawing from the batch at level ``path``:

@@ -255,10 +255,11 @@ CASES = {
     "materialize": (_images_boxes, {}, {}),
     "mosaic": (_images_boxes_batch_of_two, {"size": 32}, {
         "size": 24, "probability": 0.0, "fill": 0.0, "resize": False, "antialias": False,
-        "min_size": 12.0, "min_area": 300.0, "min_visibility": 0.9, "partners": "batch"}),
+        "min_size": 12.0, "min_area": 300.0, "min_visibility": 0.9, "partners": "batch",
+        "pool_batches": -1}),  # its effect: tests/runtime/test_partner_pool.py
     "mixup": (_images_boxes_batch_of_two, {}, {"probability": 0.0, "alpha": 0.5, "beta": 4.0,
                                   "fill": With(0.0, partners="batch"), "weight_field": "w",
-                                  "partners": "batch"}),
+                                  "partners": "batch", "pool_batches": -1}),
     "brightness_contrast": (_images, {}, {"brightness": 1.5, "contrast": 0.5,
                                           "contrast_center": With(0.0, contrast=0.5)}),
     "hsv": (_images, {}, {"hue": 40.0, "saturation": 0.5, "value": 0.5}),

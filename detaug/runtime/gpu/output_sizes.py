@@ -49,10 +49,9 @@ def _outputs_of(op, ins, top) -> Out:
 
 def _multiplier(op, levels, by_id) -> int:
     """Samples of this op per output sample (ops under a mosaic run on 4 samples each)."""
-    n = 1
-    for op_id in levels.get(op.id, ()):
-        n *= int(getattr(by_id[op_id].schema.partners, "group_size", 1))
-    return n
+    from ..partners import samples_per_output
+
+    return samples_per_output(levels.get(op.id, ()), by_id)
 
 
 def batch_bytes(ops, outputs, sizes_hw, batch_size, levels=None):
