@@ -271,7 +271,7 @@ def _plain_uint8(img, dtype) -> bool:
     from ..core import types as _t
 
     return (dtype is None or _t.to_numpy_type(dtype) == np.uint8) and \
-        all(np.asarray(a).dtype == np.uint8 for a in (img.data[:1] if len(img.data) else []))
+        all(getattr(a, "dtype", None) == np.uint8 for a in (img.data[:1] if len(img.data) else []))
 
 
 @register("brightness_contrast", rule=S.same_canvas, plans=False,

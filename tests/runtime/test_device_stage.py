@@ -81,8 +81,12 @@ def test_environment_overrides_are_integers_or_none(monkeypatch):
 
 
 def as_numpy(batch):
+    """A batch's samples as host arrays (a DALI TensorList sample by sample: decoded images
+    are ragged)."""
     batch = batch.as_cpu() if hasattr(batch, "as_cpu") else batch
-    return [np.asarray(a) for a in (batch.as_array() if hasattr(batch, "as_array") else batch)]
+    if hasattr(batch, "at"):
+        return [np.asarray(batch.at(i)) for i in range(len(batch))]
+    return [np.asarray(a) for a in batch]
 
 
 @pytest.mark.gpu
