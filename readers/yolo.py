@@ -13,8 +13,8 @@ import re
 
 import numpy as np
 
-from ._common import (IMAGE_EXTENSIONS, ErrorSink, box_fault, header_size, real_dir,
-                      validate_boxes)
+from ._common import (IMAGE_EXTENSIONS, ErrorSink, box_fault, header_size, outside_root_reason,
+                      real_dir, resolve_under, validate_boxes)
 from . import limits
 from .errors import DatasetError
 from .records import Dataset, DetectionRecord
@@ -51,7 +51,7 @@ def read_yolo(root, classes_file=None, *, split=None, classes=None, on_error="ra
     names = list(classes) if classes is not None else _class_names(root, classes_file)
     sink = ErrorSink(on_error, "read_yolo")
     all_rels = _relative_images(images)
-    rels = _same_stem(all_rels, images, labels, sink)
+    rels = inside_root(_same_stem(all_rels, images, labels, sink), root, images, labels, sink)
     dataset = Dataset([], names, root=root)
     for done, rel in enumerate(rels, 1):
         record = _record(images, labels, rel, len(names), sink, dataset)
@@ -114,6 +114,24 @@ def _same_stem(rels, images, labels, sink):
                        f"shares the stem {stem!r} with {others}: both would read "
                        f"{_label_path(labels, rel)}; rename one")
     return [rel for rel in rels if os.path.splitext(rel)[0] not in shared]
+
+
+def inside_root(rels, root, images, labels, sink):
+    """``rels`` whose image and label file resolve inside ``root``, when
+    ``readers.limits.FOLLOW_SYMLINKS_OUTSIDE_ROOT`` is False (as VOC and COCO read then); each
+    other is a fault naming the file, and its image is dropped. Links are followed otherwise."""
+    if limits.FOLLOW_SYMLINKS_OUTSIDE_ROOT:
+        return rels
+    kept = []
+    for rel in rels:
+        image, label = os.path.join(images, rel), _label_path(labels, rel)
+        outside = [p for p in (image, label) if (p is image or os.path.lexists(p))
+                   and resolve_under(root, os.path.relpath(p, root)) is None]
+        for path in outside[:1]:
+            sink.fault(path, outside_root_reason(os.path.relpath(path, root), root))
+        if not outside:
+            kept.append(rel)
+    return kept
 
 
 def yaml_names(text: str, path="data.yaml"):
