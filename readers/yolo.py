@@ -251,17 +251,32 @@ _LOADER = []
 
 def _strict_loader():
     """PyYAML's safe loader (the C one where built), refusing a mapping key given twice
-    (PyYAML keeps the last value silently)."""
+    (PyYAML keeps the last value silently). Merge keys (``<<: *base``) are YAML's own and are
+    taken: a key of the mapping itself overrides a merged one, as YAML says; a merge that would
+    hold more than ``MAX_YAML_VALUES`` entries (merges of merges double) is refused before it
+    is copied."""
     if _LOADER:
         return _LOADER[0]
     import yaml
 
     base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    merge_tag = "tag:yaml.org,2002:merge"
 
     class StrictLoader(base):
-        def construct_mapping(self, node, deep=False):
-            seen = set()
-            for key_node, _ in node.value:
+        def flatten_mapping(self, node):
+            done = self.__dict__.setdefault("_flattened", set())
+            if id(node) in done:  # flattened once: its value holds the merged keys now
+                return
+            seen, merged = set(), 0
+            for key_node, value_node in node.value:
+                if key_node.tag == merge_tag:
+                    subs = value_node.value if isinstance(value_node, yaml.SequenceNode) \
+                        else [value_node]
+                    for sub in subs:
+                        if isinstance(sub, yaml.MappingNode):
+                            self.flatten_mapping(sub)
+                            merged += len(sub.value)
+                    continue
                 key = self.construct_object(key_node, deep=True)
                 try:
                     duplicate = key in seen
@@ -271,7 +286,12 @@ def _strict_loader():
                 if duplicate:
                     raise _YamlDuplicate(f"the key {_short(key)} is given twice (line "
                                          f"{key_node.start_mark.line + 1}); refused")
-            return super().construct_mapping(node, deep)
+            if merged > MAX_YAML_VALUES:
+                raise _YamlDuplicate(f"its merge keys (<<) expand to more than "
+                                     f"{MAX_YAML_VALUES:,} entries (line "
+                                     f"{node.start_mark.line + 1}); refused")
+            super().flatten_mapping(node)
+            done.add(id(node))
 
     _LOADER.append(StrictLoader)
     return StrictLoader
