@@ -541,9 +541,16 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
         return self.batch_size
 
     def close(self) -> None:
-        """Stop the worker threads and decode processes (waits for batches in flight)."""
+        """Stop the worker threads and decode processes (waits for batches in flight). It takes
+        the cursor lock as ``run`` does: a ``close()`` from another thread while ``run()`` waits
+        for its batch lets that batch be handed out first, and the next ``run()`` starts the
+        workers again at the next batch (none is lost, none is given twice)."""
         if not _fork.owned_here(self):  # a fork's copy: the parent's threads and processes
             return
+        with self._cursor_lock:
+            self._close()
+
+    def _close(self) -> None:
         if self._executor is not None:
             self._executor.shutdown()
             self._executor = None
