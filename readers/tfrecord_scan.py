@@ -1,7 +1,7 @@
 """The fast index of one TFRecord shard in the Object Detection API layout: whole-shard framing
 and a vectorised ``tf.train.Example`` scan limited to the features ``read_tfrecord`` reads.
 
-:func:`index_shard` maps the file once and
+:func:`index_shard` reads the file once and
 
 1. walks the 12-byte headers (one ``struct.unpack_from`` a record; the position of a record
    depends on the length before it, so this walk is sequential), checks every length CRC at
@@ -24,12 +24,13 @@ Feature --, a key that is not UTF-8, a missing size, any fault) is listed in
 (the rest of the file cannot be located) is ``terminal``. Records keep file order.
 
 The result is a dict of flat NumPy arrays (the cache in ``tfrecord_cache`` stores it as is).
-The file is memory-mapped while it is scanned (no copy of its bytes): a file truncated by
-another process during those moments would end the process with SIGBUS, as any mapped read.
+The file is read into memory with ordinary reads, up to the end of what can be located (its
+record headers are walked first, a window at a time, to the first bad length CRC): a file
+truncated by another process while it is read gives a DatasetError naming it. (It was mapped
+until issue 41: a truncation during the scan then ended the process with SIGBUS.)
 """
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 
@@ -37,6 +38,7 @@ import numpy as np
 
 from . import tfrecord as T
 from ._common import validate_boxes
+from .errors import DatasetError
 from .tfrecord_example import AREA, BOX_KEYS, FLAGS, LABEL, MODELED, TEXT, _sniff
 
 ENCODED, FILENAME, SOURCE_ID = "image/encoded", "image/filename", "image/source_id"
@@ -319,22 +321,48 @@ def index_shard(path) -> dict:
     """The fast index of one TFRecord file (see the module's docstring for what it holds).
 
     Raises:
-        DatasetError: the file is missing, not a regular file, or GZIP-compressed.
+        DatasetError: the file is missing, not a regular file, GZIP-compressed, or truncated
+        while it is read.
     """
     path = os.fspath(path)
     with T.open_record_file(path) as f:
         size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            return _scan(path, b"")
-        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    try:
-        T.refuse_gzip(path, m[:2])
-        return _scan(path, m)
-    finally:
-        try:
-            m.close()
-        except BufferError:  # a view outlives an exception's traceback; the GC unmaps it
-            pass
+        end = _locatable_end(path, f, size)
+        f.seek(0)
+        data = f.read(end) if end else b""  # buffered: it reads on to ``end`` or the file's end
+    if len(data) < end:
+        _truncated(path, size, len(data))
+    T.refuse_gzip(path, data[:2])
+    return _scan(path, data)
+
+
+WINDOW = 1 << 20  # bytes read at once while the record headers are walked
+
+
+def _locatable_end(path, f, size) -> int:
+    """How much of the file the scan reads: all of it, unless a record header's length CRC
+    fails (a zero-filled tail, garbage); then up to that header's end, which is where
+    :func:`frame_shard` ends the file (the rest cannot be located). Walks the headers with
+    reads of ``WINDOW`` bytes (one read a header where records are larger), so that neither
+    memory nor time follows a tail that holds no record."""
+    off, w0, win = 0, 0, b""
+    while off + 12 <= size:
+        if not w0 <= off <= w0 + len(win) - 12:
+            f.seek(off)
+            w0, win = off, f.read(WINDOW)
+            if len(win) < min(WINDOW, size - off):
+                _truncated(path, size, off + len(win))
+        head = win[off - w0:off - w0 + 12]
+        if T.masked_crc(head[:8]) != int.from_bytes(head[8:], "little"):
+            return off + 12
+        off += 16 + _Q.unpack_from(head)[0]
+    return size
+
+
+def _truncated(path, size, got):
+    raise DatasetError(path, f"the file had {size:,} bytes when opened and ended after {got:,} "
+                             "while it was read: truncated meanwhile (by another process?); "
+                             "read it again once it is whole")
 
 
 class _Shard:
