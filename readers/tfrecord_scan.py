@@ -24,10 +24,10 @@ Feature --, a key that is not UTF-8, a missing size, any fault) is listed in
 (the rest of the file cannot be located) is ``terminal``. Records keep file order.
 
 The result is a dict of flat NumPy arrays (the cache in ``tfrecord_cache`` stores it as is).
-The file is read into memory with ordinary reads, up to the end of what can be located (its
-record headers are walked first, a window at a time, to the first bad length CRC): a file
-truncated by another process while it is read gives a DatasetError naming it. (It was mapped
-until issue 41: a truncation during the scan then ended the process with SIGBUS.)
+The file is read into memory with ordinary reads, up to the end of what can be located
+(``readers.tfrecord.read_locatable``): a file truncated by another process while it is read
+gives a DatasetError naming it. (It was mapped until issue 41: a truncation during the scan
+then ended the process with SIGBUS.)
 """
 from __future__ import annotations
 
@@ -38,7 +38,6 @@ import numpy as np
 
 from . import tfrecord as T
 from ._common import validate_boxes
-from .errors import DatasetError
 from .tfrecord_example import AREA, BOX_KEYS, FLAGS, LABEL, MODELED, TEXT, _sniff
 
 ENCODED, FILENAME, SOURCE_ID = "image/encoded", "image/filename", "image/source_id"
@@ -325,44 +324,9 @@ def index_shard(path) -> dict:
         while it is read.
     """
     path = os.fspath(path)
-    with T.open_record_file(path) as f:
-        size = os.fstat(f.fileno()).st_size
-        end = _locatable_end(path, f, size)
-        f.seek(0)
-        data = f.read(end) if end else b""  # buffered: it reads on to ``end`` or the file's end
-    if len(data) < end:
-        _truncated(path, size, len(data))
+    data = T.read_locatable(path)
     T.refuse_gzip(path, data[:2])
     return _scan(path, data)
-
-
-WINDOW = 1 << 20  # bytes read at once while the record headers are walked
-
-
-def _locatable_end(path, f, size) -> int:
-    """How much of the file the scan reads: all of it, unless a record header's length CRC
-    fails (a zero-filled tail, garbage); then up to that header's end, which is where
-    :func:`frame_shard` ends the file (the rest cannot be located). Walks the headers with
-    reads of ``WINDOW`` bytes (one read a header where records are larger), so that neither
-    memory nor time follows a tail that holds no record."""
-    off, w0, win = 0, 0, b""
-    while off + 12 <= size:
-        if not w0 <= off <= w0 + len(win) - 12:
-            f.seek(off)
-            w0, win = off, f.read(WINDOW)
-            if len(win) < min(WINDOW, size - off):
-                _truncated(path, size, off + len(win))
-        head = win[off - w0:off - w0 + 12]
-        if T.masked_crc(head[:8]) != int.from_bytes(head[8:], "little"):
-            return off + 12
-        off += 16 + _Q.unpack_from(head)[0]
-    return size
-
-
-def _truncated(path, size, got):
-    raise DatasetError(path, f"the file had {size:,} bytes when opened and ended after {got:,} "
-                             "while it was read: truncated meanwhile (by another process?); "
-                             "read it again once it is whole")
 
 
 class _Shard:

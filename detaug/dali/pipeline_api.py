@@ -116,8 +116,9 @@ class DaliApi:
     def deserialize(cls, data: bytes, **overrides) -> DaliApi:  # a Pipeline (cls)
         """A pipeline rebuilt from :meth:`serialize`'s bytes (``overrides`` replace parameters).
         Anything else is refused with ``persist.GraphFormatError`` (a ValueError): a pickle (it
-        could run code), bytes that are not the format, or an op, argument or parameter that this
-        version does not have."""
+        could run code), bytes that are not the format, an op, argument or parameter that this
+        version does not have, an op missing an argument, no outputs, or a parameter of another
+        kind than this version writes (``batch_size: 2.7``, NaN, a string), named."""
         known = {name for c in cls.__mro__ if "__init__" in vars(c) and c is not object
                  for name, p in inspect.signature(c.__init__).parameters.items()
                  if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)} - {"self"}

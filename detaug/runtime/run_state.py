@@ -122,7 +122,9 @@ class RunState:
         count and policy (the shards are cut anew). A state saved before fingerprints (no
         ``format``) is checked for what it holds, with a warning. A source fed whole batches (an
         iterable, ``feed_input``) cannot be rewound: resuming it mid-epoch raises (at an epoch's
-        start the iterable is iterated again from its beginning)."""
+        start the iterable is iterated again from its beginning). A state whose fields are not
+        of the kinds ``state_dict`` writes (``epoch=1.9``, a string, a shard of ``3``) is a
+        :class:`StateDictError` (a ValueError) naming the field."""
         with self._cursor_lock:
             self.build()
             epoch, batch = check_state(self, state, any_shard)

@@ -316,7 +316,7 @@ def test_a_shard_truncated_while_it_is_read_is_an_error_naming_it(tmp_path, monk
             return self.f.seek(off)
 
         def read(self, n=-1):
-            if n > S.WINDOW:  # the whole read, after the headers were walked
+            if n > T.WINDOW:  # the whole read, after the headers were walked
                 os.truncate(path, size // 3)
             return self.f.read(n)
 
