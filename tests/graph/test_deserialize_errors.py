@@ -137,3 +137,46 @@ def test_mixup_alpha_and_beta_are_refused_alike_when_read(arg):
     d["ops"][op_index(d, "mixup")]["args"][arg] = ["value", INF]
     with pytest.raises(GraphFormatError, match=f"\\(mixup\\): mixup: argument {arg}=inf"):
         load(d)
+
+
+def iou_crop_pipe(**kw):
+    pipe = detaug.Pipeline(batch_size=2, seed=1)
+    with pipe:
+        enc, boxes = fn.readers.voc(root=pathlib.Path(VOC))
+        img = fn.decoders.image(enc)
+        img, boxes = fn.random_iou_crop(img, boxes, **kw)
+        img, boxes = fn.resize(img, boxes, size=(24, 32))
+        pipe.set_outputs(img, boxes)
+    return track(pipe)
+
+
+@pytest.mark.parametrize("kw,says", [
+    ({"num_attempts": "x"}, "num_attempts='x' is a str, not numbers"),  # was int('x')
+    ({"num_attempts": {"n": 5}}, "num_attempts={'n': 5} is a dict, not numbers"),
+    ({"aspect_ratio": ("a", 2.0)}, "aspect_ratio=('a', 2.0) is a tuple, not numbers"),
+    ({"scaling": [[0.3, 1.0]]}, "scaling=[[0.3, 1.0]] is not one number or two"),
+    ({"scaling": (0.1, 0.2, 0.3)}, "is not one number or two"),
+])
+def test_a_number_argument_given_something_else_is_refused_by_name(kw, says):
+    with pytest.raises(ArgumentError, match="random_iou_crop: argument ") as e:
+        iou_crop_pipe(**kw)
+    assert says in str(e.value)
+
+
+@pytest.mark.parametrize("arg,value", [("num_attempts", "x"), ("num_attempts", {"$dict": []}),
+                                       ("scaling", [[0.3, 1.0]]), ("thresholds", {"$bytes": ""})])
+def test_such_an_argument_in_a_document_is_refused_when_read(arg, value):
+    d = json.loads(iou_crop_pipe().serialize())
+    d["ops"][op_index(d, "random_iou_crop")]["args"][arg] = ["value", value]
+    with pytest.raises(GraphFormatError, match=f"\\(random_iou_crop\\): random_iou_crop: "
+                                               f"argument {arg}="):
+        load(d)
+
+
+def test_a_declared_word_is_still_taken():
+    """random_erasing's value takes 'random' in place of a number; another word is refused."""
+    from detaug.graph.arg_check import check_args
+
+    check_args("random_erasing", {"value": "random"})
+    with pytest.raises(ArgumentError, match="value='noise' is a str, not numbers"):
+        check_args("random_erasing", {"value": "noise"})
