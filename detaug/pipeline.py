@@ -540,18 +540,21 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
         return self.batch_size
 
     def close(self) -> None:
-        """Stop the worker threads and decode processes (waits for batches in flight)."""
+        """Stop the worker threads and decode processes. Under the cursor lock, as ``run``: a
+        close from another thread lets the batch in flight be handed out first, and the next
+        ``run()`` starts the workers again at the next batch."""
         if not _fork.owned_here(self):  # a fork's copy: the parent's threads and processes
             return
-        if self._executor is not None:
-            self._executor.shutdown()
-            self._executor = None
-        self._let_go_handed()
-        self._release_device_buffers(sync=True)
-        if self._decode_service is not None:
-            self._decode_service.close()
-            self._decode_service = None
-            self._paths_only = set()  # a later run reads and decodes in this process
+        with self._cursor_lock:
+            if self._executor is not None:
+                self._executor.shutdown()
+                self._executor = None
+            self._let_go_handed()
+            self._release_device_buffers(sync=True)
+            if self._decode_service is not None:
+                self._decode_service.close()
+                self._decode_service = None
+                self._paths_only = set()  # a later run reads and decodes in this process
 
     def __del__(self):
         # never join threads from a finaliser: the garbage collector may run it inside thread

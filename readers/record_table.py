@@ -143,6 +143,22 @@ class RecordTable(MutableSequence):
             self._make(0, len(self._items))
             self._cols, self._parts = None, {}
 
+    def __setstate__(self, state):
+        """Unpickled (or deep-copied): a made record's arrays come back as copies, no longer
+        views of the columns, so an in-place change would miss ``packed``. Each record still as
+        it was made is given views of the columns again (the same values: both were pickled
+        together); a record changed before pickling keeps what it holds (``packed`` says None)."""
+        self.__dict__.update(state)
+        c = self._cols
+        if c is None:
+            return
+        for i in [i for i in self._parts if self._unchanged(i)]:
+            r, (s, e) = self._items[i], (c.bounds[i], c.bounds[i + 1])
+            r.boxes, r.labels = c.boxes[s:e], c.labels[s:e]
+            for n in r.fields:
+                r.fields[n] = c.fields[n][s:e]
+            self._parts[i] = (r.boxes, r.labels, r.fields, tuple(r.fields.values()))
+
     # -- the sequence -------------------------------------------------------------------------
     def __len__(self):
         return len(self._items)

@@ -137,6 +137,45 @@ def refuse_gzip(path, head):
                                  "needs plain records): decompress the file first")
 
 
+WINDOW = 1 << 20  # bytes read at once while read_locatable walks the record headers
+
+
+def read_locatable(path) -> bytes:
+    """The bytes of the TFRecord file ``path`` as far as its records can be located: all of
+    them, or up to the end of a record header whose length CRC fails (a zero-filled tail,
+    garbage), at or past where a framing walk ends the file. The headers are walked first with
+    reads of ``WINDOW`` bytes (one read a header where records are larger), the length CRC of
+    each window's first header checked, so that neither memory nor time follows a tail that
+    holds no record. Ordinary reads, no mapping: a file truncated meanwhile is a DatasetError
+    naming it (a mapped read would end the process with SIGBUS); one that is missing or not a
+    regular file too (:func:`open_record_file`)."""
+    unpack = struct.Struct("<Q").unpack_from
+    with open_record_file(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        off, w0, win, end = 0, 0, b"", size
+        while off + 12 <= size:
+            if not w0 <= off <= w0 + len(win) - 12:
+                f.seek(off)
+                w0, win = off, f.read(WINDOW)
+                if len(win) < min(WINDOW, size - off):
+                    _truncated(path, size, off + len(win))
+                if masked_crc(win[:8]) != int.from_bytes(win[8:12], "little"):
+                    end = off + 12
+                    break
+            off += 16 + unpack(win, off - w0)[0]
+        f.seek(0)
+        data = f.read(end) if end else b""  # buffered: it reads on to ``end`` or the file's end
+    if len(data) < end:
+        _truncated(path, size, len(data))
+    return data
+
+
+def _truncated(path, size, got):
+    raise DatasetError(path, f"the file had {size:,} bytes when opened and ended after {got:,} "
+                             "while it was read: truncated meanwhile (by another process?); "
+                             "read it again once it is whole")
+
+
 def iter_records(path, *, verify=True):
     """Read the records of one TFRecord file in order.
 

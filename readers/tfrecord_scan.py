@@ -1,7 +1,7 @@
 """The fast index of one TFRecord shard in the Object Detection API layout: whole-shard framing
 and a vectorised ``tf.train.Example`` scan limited to the features ``read_tfrecord`` reads.
 
-:func:`index_shard` maps the file once and
+:func:`index_shard` reads the file once and
 
 1. walks the 12-byte headers (one ``struct.unpack_from`` a record; the position of a record
    depends on the length before it, so this walk is sequential), checks every length CRC at
@@ -24,12 +24,13 @@ Feature --, a key that is not UTF-8, a missing size, any fault) is listed in
 (the rest of the file cannot be located) is ``terminal``. Records keep file order.
 
 The result is a dict of flat NumPy arrays (the cache in ``tfrecord_cache`` stores it as is).
-The file is memory-mapped while it is scanned (no copy of its bytes): a file truncated by
-another process during those moments would end the process with SIGBUS, as any mapped read.
+The file is read into memory with ordinary reads, up to the end of what can be located
+(``readers.tfrecord.read_locatable``): a file truncated by another process while it is read
+gives a DatasetError naming it. (It was mapped until issue 41: a truncation during the scan
+then ended the process with SIGBUS.)
 """
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 
@@ -319,22 +320,13 @@ def index_shard(path) -> dict:
     """The fast index of one TFRecord file (see the module's docstring for what it holds).
 
     Raises:
-        DatasetError: the file is missing, not a regular file, or GZIP-compressed.
+        DatasetError: the file is missing, not a regular file, GZIP-compressed, or truncated
+        while it is read.
     """
     path = os.fspath(path)
-    with T.open_record_file(path) as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            return _scan(path, b"")
-        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    try:
-        T.refuse_gzip(path, m[:2])
-        return _scan(path, m)
-    finally:
-        try:
-            m.close()
-        except BufferError:  # a view outlives an exception's traceback; the GC unmaps it
-            pass
+    data = T.read_locatable(path)
+    T.refuse_gzip(path, data[:2])
+    return _scan(path, data)
 
 
 class _Shard:

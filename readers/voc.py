@@ -263,6 +263,8 @@ def _parse_file(xml_path, image_id, images, parser, index, check_images, table):
         raise DatasetError(xml_path, "malformed XML (no root element)")
     if ann.tag != "annotation":
         raise DatasetError(xml_path, f"root element is <{ann.tag}>, not <annotation>")
+    if b"&" in data:  # (an entity reference needs one; most files have none)
+        _refuse_entities(ann, xml_path)
     # One pass over the children (ElementPath's findtext("size/width") costs more than the rest)
     filename = size = None
     n_filename = n_size = 0
@@ -307,6 +309,20 @@ def _parse_file(xml_path, image_id, images, parser, index, check_images, table):
         width, height = header_size(path)
     table.add_file(xml_path, image_id, path, width, height, len(table.names) - n_objects,
                    element_dict(others, ()))
+
+
+def _refuse_entities(ann, xml_path):
+    """DatasetError naming the file, the entity and its element where the document holds an
+    entity reference (``person&e;``, declared in a DTD or not, which a DOCTYPE makes legal).
+    The parser expands none, for safety, and the text of an element around one stops at it:
+    the name would read as ``person``, a coordinate ``1&e;2`` as 1, without a word."""
+    entity = next(ann.iter(etree.Entity), None)
+    if entity is not None:
+        parent = entity.getparent()
+        where = f"<{parent.tag}>" if parent is not None and isinstance(parent.tag, str) else "the file"
+        raise DatasetError(xml_path, f"entity reference {entity.text} in {where}: entities are "
+                                     "not expanded (for safety), so the text around it would be "
+                                     "read without it; write the text itself")
 
 
 def element_value(el):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from lxml import etree
 
-from ._common import header_bands, header_size
+from ._common import IMAGE_EXTENSIONS, header_bands, header_size
 from .errors import DatasetError
 from .instance_writers import (coco_categories_keypoints, coco_instance_keys, instance_loss,
                                is_instance_field, mask_area)
@@ -375,7 +375,8 @@ def write_yolo(dataset, root, *, split=None, link=False, progress=None,
         is the largest move this rounding causes); an image without boxes gets an empty file.
         Two records that would share a label file (one image file under two ids, or images
         of one stem such as ``a.jpg`` and ``a.png``) are refused before anything is written:
-        DatasetError naming both.
+        DatasetError naming both; so is an image whose name does not end in an extension
+        ``read_yolo`` lists (``a.jpg `` with a trailing space), naming it.
         Per-box fields, ids, segmentation and category ids are counted under ``not_held``.
     """
     _check_labels(dataset)
@@ -414,6 +415,11 @@ def _yolo_names(dataset, base):
     rels, by_label = [], {}
     for record in dataset.records:
         rel = _relname(record.path, base)
+        if not rel.lower().endswith(IMAGE_EXTENSIONS):  # read_yolo lists images by extension
+            raise DatasetError(record.path, f"would be written as images/{rel!r}, whose name does "
+                                            f"not end in an image extension read_yolo lists "
+                                            f"({' '.join(IMAGE_EXTENSIONS)}; a space after it "
+                                            "counts): it would not be read back; rename the image")
         key = os.path.normcase(os.path.splitext(rel)[0])
         if key in by_label:
             other = by_label[key]

@@ -13,8 +13,8 @@ import re
 
 import numpy as np
 
-from ._common import (IMAGE_EXTENSIONS, ErrorSink, box_fault, header_size, real_dir,
-                      validate_boxes)
+from ._common import (IMAGE_EXTENSIONS, ErrorSink, box_fault, header_size, outside_root_reason,
+                      real_dir, resolve_under, validate_boxes)
 from . import limits
 from .errors import DatasetError
 from .records import Dataset, DetectionRecord
@@ -51,7 +51,7 @@ def read_yolo(root, classes_file=None, *, split=None, classes=None, on_error="ra
     names = list(classes) if classes is not None else _class_names(root, classes_file)
     sink = ErrorSink(on_error, "read_yolo")
     all_rels = _relative_images(images)
-    rels = _same_stem(all_rels, images, labels, sink)
+    rels = inside_root(_same_stem(all_rels, images, labels, sink), root, images, labels, sink)
     dataset = Dataset([], names, root=root)
     for done, rel in enumerate(rels, 1):
         record = _record(images, labels, rel, len(names), sink, dataset)
@@ -114,6 +114,24 @@ def _same_stem(rels, images, labels, sink):
                        f"shares the stem {stem!r} with {others}: both would read "
                        f"{_label_path(labels, rel)}; rename one")
     return [rel for rel in rels if os.path.splitext(rel)[0] not in shared]
+
+
+def inside_root(rels, root, images, labels, sink):
+    """``rels`` whose image and label file resolve inside ``root``, when
+    ``readers.limits.FOLLOW_SYMLINKS_OUTSIDE_ROOT`` is False (as VOC and COCO read then); each
+    other is a fault naming the file, and its image is dropped. Links are followed otherwise."""
+    if limits.FOLLOW_SYMLINKS_OUTSIDE_ROOT:
+        return rels
+    kept = []
+    for rel in rels:
+        image, label = os.path.join(images, rel), _label_path(labels, rel)
+        outside = [p for p in (image, label) if (p is image or os.path.lexists(p))
+                   and resolve_under(root, os.path.relpath(p, root)) is None]
+        for path in outside[:1]:
+            sink.fault(path, outside_root_reason(os.path.relpath(path, root), root))
+        if not outside:
+            kept.append(rel)
+    return kept
 
 
 def yaml_names(text: str, path="data.yaml"):
@@ -233,17 +251,32 @@ _LOADER = []
 
 def _strict_loader():
     """PyYAML's safe loader (the C one where built), refusing a mapping key given twice
-    (PyYAML keeps the last value silently)."""
+    (PyYAML keeps the last value silently). Merge keys (``<<: *base``) are YAML's own and are
+    taken: a key of the mapping itself overrides a merged one, as YAML says; a merge that would
+    hold more than ``MAX_YAML_VALUES`` entries (merges of merges double) is refused before it
+    is copied."""
     if _LOADER:
         return _LOADER[0]
     import yaml
 
     base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    merge_tag = "tag:yaml.org,2002:merge"
 
     class StrictLoader(base):
-        def construct_mapping(self, node, deep=False):
-            seen = set()
-            for key_node, _ in node.value:
+        def flatten_mapping(self, node):
+            done = self.__dict__.setdefault("_flattened", set())
+            if id(node) in done:  # flattened once: its value holds the merged keys now
+                return
+            seen, merged = set(), 0
+            for key_node, value_node in node.value:
+                if key_node.tag == merge_tag:
+                    subs = value_node.value if isinstance(value_node, yaml.SequenceNode) \
+                        else [value_node]
+                    for sub in subs:
+                        if isinstance(sub, yaml.MappingNode):
+                            self.flatten_mapping(sub)
+                            merged += len(sub.value)
+                    continue
                 key = self.construct_object(key_node, deep=True)
                 try:
                     duplicate = key in seen
@@ -253,7 +286,12 @@ def _strict_loader():
                 if duplicate:
                     raise _YamlDuplicate(f"the key {_short(key)} is given twice (line "
                                          f"{key_node.start_mark.line + 1}); refused")
-            return super().construct_mapping(node, deep)
+            if merged > MAX_YAML_VALUES:
+                raise _YamlDuplicate(f"its merge keys (<<) expand to more than "
+                                     f"{MAX_YAML_VALUES:,} entries (line "
+                                     f"{node.start_mark.line + 1}); refused")
+            super().flatten_mapping(node)
+            done.add(id(node))
 
     _LOADER.append(StrictLoader)
     return StrictLoader

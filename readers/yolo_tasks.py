@@ -28,7 +28,7 @@ from .segments import MAX_KEYPOINTS, check_flip_index, polygons_field, tidy
 from .writers import (WriteReport, _check_class_names, _check_labels, _image_base, _shift,
                       _size, _yolo_names, _yolo_lines, place_image)
 from .yolo import (_INDEX, _NUMBER, _class_names, _label_path, _orphans, _relative_images,
-                   _same_stem, _strict_loader, read_text)
+                   _same_stem, _strict_loader, inside_root, read_text)
 
 TASKS = ("segment", "pose", "obb")
 
@@ -70,7 +70,7 @@ def read_yolo_task(root, task, classes_file=None, *, split=None, classes=None, k
         dataset.instances = {"kpt_shape": list(shape), "flip_index": fi}
     sink = ErrorSink(on_error, f"read_yolo_task({task!r})")
     all_rels = _relative_images(images)
-    rels = _same_stem(all_rels, images, labels, sink)
+    rels = inside_root(_same_stem(all_rels, images, labels, sink), root, images, labels, sink)
     for done, rel in enumerate(rels, 1):
         record = _record(images, labels, rel, names, task, shape, sink, dataset)
         if record is not None:

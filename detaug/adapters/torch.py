@@ -40,6 +40,7 @@ from ..core import backend
 from ..core.batch import BoxBatch, ImageBatch
 from ..core.tensor_list import detaug_value
 from ..ops.boxes import PaddedBoxes
+from ..runtime.run_state import StateDictError
 
 _POLICIES = ("fill", "drop", "partial")
 
@@ -332,6 +333,11 @@ class DetaugIterator:
     def load_state_dict(self, state: dict) -> None:
         """Resume at ``state``'s batch (from this rank's state or any other rank's). Resuming in
         the middle of an epoch needs the number of shards (ranks) the state was taken with."""
+        if not isinstance(state, dict) or not isinstance(state.get("pipelines"), list) \
+                or type(state.get("batch")) is not int or state["batch"] < 0:
+            raise StateDictError("load_state_dict: not an iterator state (a dict from "
+                                 "state_dict(): 'pipelines' a list, 'batch' an int >= 0), got "
+                                 f"{state!r:.120}")
         states = state["pipelines"]
         if len(states) != len(self.pipes):
             raise ValueError(f"state holds {len(states)} pipelines, this iterator {len(self.pipes)}")

@@ -18,6 +18,17 @@ DALI_PIPELINE_HINTS = ("bytes_per_sample", "set_affinity", "max_streams",
                        "py_start_method", "py_callback_pickler", "exec_dynamic",
                        "experimental_exec_dynamic")
 
+# what each pipeline parameter of a serialized document may hold (persist.check_param): a
+# document edited by hand is refused by name before Pipeline.__init__ converts with int()
+_COUNT, _OPT_COUNT = (int,), (int, None)
+_PARAM_KINDS = {"batch_size": _COUNT, "num_threads": _COUNT, "shard_id": _COUNT, "num_shards": _COUNT,
+                "seed": ((int, None), 2**64 - 1), "device_id": _OPT_COUNT, "device_workers": _OPT_COUNT,
+                "prefetch_queue_depth": (int, dict, None), "batches_per_launch": _OPT_COUNT,
+                "decode_processes": _OPT_COUNT, "decode_buffer_mb": _OPT_COUNT,
+                "host_processes": _OPT_COUNT, "device_memory_budget": (int, float, str, None),
+                "last_batch_policy": (str,), "on_error": (str,), "shard_policy": (str,),
+                "exec_pipelined": (bool,), "exec_async": (bool,)}
+
 
 def _check_dali_tuning(kwargs):
     unknown = sorted(set(kwargs) - set(DALI_PIPELINE_HINTS) - {"enable_checkpointing"})
@@ -106,12 +117,13 @@ class DaliApi:
     def deserialize(cls, data: bytes, **overrides) -> DaliApi:  # a Pipeline (cls)
         """A pipeline rebuilt from :meth:`serialize`'s bytes (``overrides`` replace parameters).
         Anything else is refused with ``persist.GraphFormatError`` (a ValueError): a pickle (it
-        could run code), bytes that are not the format, or an op, argument or parameter that this
-        version does not have."""
+        could run code), bytes that are not the format, an op, argument or parameter that this
+        version does not have, an op missing an argument, no outputs, or a parameter of another
+        kind than this version writes (``batch_size: 2.7``, NaN, a string), named."""
         known = {name for c in cls.__mro__ if "__init__" in vars(c) and c is not object
                  for name, p in inspect.signature(c.__init__).parameters.items()
                  if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)} - {"self"}
-        params, rebuild = _persist.loads(data, known)
+        params, rebuild = _persist.loads(data, known, _PARAM_KINDS)
         pipe = cls(**{**params, **overrides})
         pipe.set_outputs(*rebuild(pipe.graph))
         return pipe

@@ -15,9 +15,11 @@ allocated, and refuses by op and argument name:
 - a size over :data:`MAX_SIDE` pixels a side, or a canvas over :data:`MAX_PIXELS` (a huge size
   or sigma would otherwise end in NumPy's MemoryError, naming no op).
 
-A per-sample DataNode is not a number at trace time; it is not checked here. A value that is not
-numeric (a string, an enum, a callable) is left to the op, which knows its words ('random',
-'reflect'). Declared ranges are data (:class:`Num`), so the docs and the tests read them
+- a value that is not numbers (a string, a dict, None inside a pair) where the op takes
+  numbers, unless it is one of the words declared for it (``Num.words``: ``'random'``).
+
+A per-sample DataNode is not a number at trace time; it is not checked here (its values are,
+for range, when the batch runs). Declared ranges are data (:class:`Num`), so the docs and the tests read them
 (``tests/ops/test_numeric_args.py`` drives every op's every declared argument with NaN, inf,
 negatives and huge values, and fails on a numeric argument with no declared range).
 """
@@ -56,8 +58,8 @@ class Num:
         none: None is accepted (the argument left out).
         size: the values are output extents (sides in pixels, a shape): their product at most
             :data:`MAX_PIXELS` (and :func:`side`'s sides at most :data:`MAX_SIDE`).
-        words: strings the op accepts in place of a number (e.g. ``('random',)``); others are
-            left to the op too, but listed in the message of a number out of range.
+        words: strings the op accepts in place of a number (e.g. ``('random',)``); any other
+            value that is not numbers is refused.
     """
 
     lo: float | None = None
@@ -163,15 +165,20 @@ def _numbers(value):
     return None
 
 
-def check_value(op_name: str, arg: str, value, spec: Num) -> None:
+def check_value(op_name: str, arg: str, value, spec: Num, numbers_only: bool = True) -> None:
     """Raise :class:`ArgumentError` naming ``op_name`` and ``arg`` where ``value`` breaks
-    ``spec``; numbers only (None where allowed, strings and other objects pass through)."""
+    ``spec``: None where not allowed, a number out of range, and, with ``numbers_only``, a
+    value that is not numbers nor one of ``spec.words`` (a string, a dict, None inside a
+    range: it failed later in ``int()`` or ``float()``, naming nothing). Without it, such a
+    value passes through (per-sample values: their layout is the op's to check)."""
     if value is None:
         if spec.none:
             return
         _refuse(op_name, arg, value, spec, "is required")
     vals = _numbers(value)
     if vals is None:
+        if numbers_only and not (isinstance(value, str) and value in spec.words):
+            _refuse(op_name, arg, value, spec, f"is a {type(value).__name__}, not numbers")
         return
     if np.isnan(vals).any():
         _refuse(op_name, arg, value, spec, "is NaN")
@@ -183,9 +190,13 @@ def check_value(op_name: str, arg: str, value, spec: Num) -> None:
         _refuse(op_name, arg, value, spec, "is out of range")
     if spec.integer and (vals != np.round(vals)).any():
         _refuse(op_name, arg, value, spec, "is not a whole number")
-    nested = isinstance(value, (list, tuple, np.ndarray)) and np.ndim(value) > 0
+    nested = isinstance(value, (list, tuple)) or isinstance(value, np.ndarray) and value.ndim > 0
+    deep = (value.ndim > 1 if isinstance(value, np.ndarray) else nested and any(
+        isinstance(x, (list, tuple)) or isinstance(x, np.ndarray) and x.ndim > 0 for x in value))
     if spec.form == "scalar" and nested:
         _refuse(op_name, arg, value, spec, "is a sequence")
+    if spec.form in ("pair", "range") and (deep or len(vals) > 2):
+        _refuse(op_name, arg, value, spec, "is not one number or two")
     if spec.form == "range" and nested:
         if len(vals) != 2:
             _refuse(op_name, arg, value, spec, f"holds {len(vals)} numbers")
@@ -230,7 +241,8 @@ def check_per_sample(op_name: str, args: dict) -> None:
         spec = ranges.get(k)
         if spec is not None and v is not None:
             check_value(op_name, k, v, Num(spec.lo, spec.hi, spec.lo_open, spec.hi_open,
-                                            spec.integer, "seq", True, False, spec.words))
+                                            spec.integer, "seq", True, False, spec.words),
+                        numbers_only=False)
 
 
 def check_canvas(op_name: str, sizes) -> None:

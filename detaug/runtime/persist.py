@@ -205,17 +205,63 @@ def _parse(data) -> dict:
     return d
 
 
-def loads(data, known_params=()):
+def check_param(name: str, value, kinds: tuple, limit: int = 2**31 - 1) -> None:
+    """GraphFormatError naming parameter ``name`` unless ``value`` is of one of ``kinds`` (int,
+    float, str, bool, dict, None): an int (never a bool) within ``[-limit, limit]``, a float
+    finite and not negative, a dict of str to such ints. Run on a document's parameters before
+    the pipeline converts them with ``int()``, so that a hand-edited ``1.9`` is not read as 1
+    and NaN or 1e400 is not left to an OverflowError that names nothing."""
+    where = f"serialized pipeline: parameter {name}={value!r:.60}"
+    said = " or ".join("None" if k is None else k.__name__ for k in kinds)
+    if value is None:
+        if None in kinds:
+            return
+    elif isinstance(value, bool):
+        if bool in kinds:
+            return
+    elif isinstance(value, int):
+        if int in kinds:
+            if not -limit <= value <= limit:
+                raise GraphFormatError(f"{where} is out of range: it takes at most {limit} in size")
+            return
+    elif isinstance(value, float):
+        if float in kinds:
+            if not (math.isfinite(value) and value >= 0):
+                raise GraphFormatError(f"{where}: it takes a finite number >= 0")
+            return
+    elif isinstance(value, str):
+        if str in kinds:
+            return
+    elif isinstance(value, dict) and dict in kinds:
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise GraphFormatError(f"{where}: its keys must be strings")
+            check_param(f"{name}[{k!r}]", v, (int,), limit)
+        return
+    raise GraphFormatError(f"{where} is a {type(value).__name__}: it takes {said}")
+
+
+def loads(data, known_params=(), param_kinds=None):
     """(parameters, rebuild): ``rebuild(graph)`` adds the ops to a new pipeline's graph and
-    returns its output nodes. GraphFormatError for bytes that are not :func:`dumps`'s, and for a
-    parameter (not in ``known_params``), op, argument, device or reference this version lacks."""
+    returns its output nodes. GraphFormatError for bytes that are not :func:`dumps`'s, for a
+    parameter (not in ``known_params``), op, argument, device or reference this version lacks,
+    for an op missing an argument, for a document without outputs, and for a parameter whose
+    value is not of its kind (``param_kinds``: name to the kinds :func:`check_param` takes, or
+    to (kinds, limit); a parameter not named there takes None, a bool, an int, a finite float or
+    a string)."""
     from ..ops.registry import schema_of
 
     d = _parse(data)
     unknown = sorted(set(d["params"]) - set(known_params))
     if unknown:
         raise GraphFormatError(f"serialized pipeline: unknown pipeline parameter(s) {unknown}")
+    if not d["outputs"]:
+        raise GraphFormatError("serialized pipeline: 'outputs' is empty (dumps always writes the "
+                               "pipeline's outputs, at least one)")
     params = {k: _decode(v, f"parameter {k!r}") for k, v in d["params"].items()}
+    for k, v in params.items():
+        kinds = (param_kinds or {}).get(k, (None, bool, int, float, str))
+        check_param(k, v, *(kinds if isinstance(kinds[-1], int) else (kinds,)))
     ops = []
     for n, desc in enumerate(d["ops"]):
         where = f"serialized op #{n}"
@@ -233,6 +279,10 @@ def loads(data, known_params=()):
         if bad:
             raise GraphFormatError(f"{where}: unknown argument(s) {bad}; {schema.name} takes "
                                    f"{sorted(schema.args)}")
+        missing = sorted(set(schema.args) - set(args))
+        if missing:  # dumps writes every argument, defaults included
+            raise GraphFormatError(f"{where}: missing argument(s) {missing} (a document written "
+                                   "by serialize() names every argument of every op)")
         if desc.get("device") not in schema.devices:
             raise GraphFormatError(f"{where}: device {desc.get('device')!r} is not one of "
                                    f"{schema.devices}")

@@ -23,6 +23,54 @@ from ..core import schedule as _schedule
 STATE_FORMAT = 2  # states before it ("format" absent) held epoch, batch, seed, batch_size, shard
 
 
+class StateDictError(ValueError):
+    """A state given to ``load_state_dict`` that is not a state: a field missing, or of another
+    type or range than ``state_dict`` writes (a checkpoint edited or damaged). The message names
+    the field and its value."""
+
+
+_INT, _OPT_INT = "an int", "an int or None"
+# every field state_of writes, and what it holds; a state is checked against this once, where it
+# enters (check_state), so that no later int() or .get() meets a value of another kind
+_FIELDS = {"format": _OPT_INT, "epoch": _INT, "batch": _INT, "seed": _INT, "batch_size": _INT,
+           "shard": "a list [shard_id, num_shards] of ints", "shard_policy": "a string",
+           "last_batch_policy": "a string", "batches_per_epoch": _OPT_INT,
+           "dataset": "a dict {'records': int, 'keys': str}"}
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) or (
+        type(v).__module__ == "numpy" and getattr(v, "dtype", None) is not None and v.dtype.kind in "iu")
+
+
+def _field_ok(key, v) -> bool:
+    kind = _FIELDS[key]
+    if kind in (_INT, _OPT_INT):
+        return _is_int(v) or (v is None and kind == _OPT_INT)
+    if key == "shard":
+        return isinstance(v, (list, tuple)) and len(v) == 2 and all(_is_int(x) for x in v)
+    if key == "dataset":
+        return (isinstance(v, dict) and _is_int(v.get("records"))
+                and isinstance(v.get("keys"), str))
+    return isinstance(v, str)
+
+
+def check_fields(state) -> tuple:
+    """(epoch, batch) of ``state`` once every field it holds is of the kind ``state_of`` writes
+    (epoch and batch present and not negative); StateDictError naming the first that is not."""
+    if not isinstance(state, dict) or "epoch" not in state or "batch" not in state:
+        raise StateDictError("load_state_dict: not a pipeline state (a dict from "
+                             "Pipeline.state_dict(), with 'epoch' and 'batch')")
+    for key, v in state.items():
+        if key in _FIELDS and not _field_ok(key, v):
+            raise StateDictError(f"load_state_dict: state field {key!r} is {v!r:.80} (a "
+                                 f"{type(v).__name__}): Pipeline.state_dict() writes {_FIELDS[key]}")
+    epoch, batch = int(state["epoch"]), int(state["batch"])
+    if epoch < 0 or batch < 0:
+        raise StateDictError(f"load_state_dict: epoch {epoch} and batch {batch} must not be negative")
+    return epoch, batch
+
+
 class RunState:
     """The cursor's state methods of :class:`~detaug.pipeline.Pipeline` (before its ``Sharding``
     in the bases: ``set_shard`` and ``end_epoch`` here take the cursor lock, the pipeline's
@@ -74,7 +122,9 @@ class RunState:
         count and policy (the shards are cut anew). A state saved before fingerprints (no
         ``format``) is checked for what it holds, with a warning. A source fed whole batches (an
         iterable, ``feed_input``) cannot be rewound: resuming it mid-epoch raises (at an epoch's
-        start the iterable is iterated again from its beginning)."""
+        start the iterable is iterated again from its beginning). A state whose fields are not
+        of the kinds ``state_dict`` writes (``epoch=1.9``, a string, a shard of ``3``) is a
+        :class:`StateDictError` (a ValueError) naming the field."""
         with self._cursor_lock:
             self.build()
             epoch, batch = check_state(self, state, any_shard)
@@ -196,11 +246,7 @@ def _refuse(what, saved, now, hint=""):
 def check_state(pipe, state: dict, any_shard: bool = False) -> tuple:
     """(epoch, batch) of ``state`` once it is known to come from this run (see
     ``Pipeline.load_state_dict``); a ValueError names the first value that differs, with both."""
-    if not isinstance(state, dict) or "epoch" not in state or "batch" not in state:
-        raise ValueError("load_state_dict: not a pipeline state (a dict from Pipeline.state_dict())")
-    epoch, batch = int(state["epoch"]), int(state["batch"])
-    if epoch < 0 or batch < 0:
-        raise ValueError(f"load_state_dict: epoch {epoch} and batch {batch} must not be negative")
+    epoch, batch = check_fields(state)
     for key, now in (("seed", pipe.seed), ("batch_size", pipe.batch_size)):
         if state.get(key) != now:
             _refuse(key, state.get(key), now)

@@ -92,6 +92,12 @@ def _parse_file(xml_path, image_id, images, parser, index, check_images):
         raise DatasetError(xml_path, "malformed XML (no root element)")
     if ann.tag != "annotation":
         raise DatasetError(xml_path, f"root element is <{ann.tag}>, not <annotation>")
+    # Changed since the freeze (issue 41): an entity reference, whose text was lost, is refused
+    entity = next(ann.iter(etree.Entity), None)
+    if entity is not None:
+        raise DatasetError(xml_path, f"entity reference {entity.text} in <{entity.getparent().tag}>: "
+                                     "entities are not expanded (for safety), so the text around "
+                                     "it would be read without it; write the text itself")
     # One pass over the children (ElementPath's findtext("size/width") costs more than the rest)
     filename = size = None
     objects, counts = [], {"filename": 0, "size": 0}
