@@ -194,8 +194,10 @@ def crop_plan(args, sizes):
     return G.translate(-x0, -y0), np.stack([ch, cw], -1)
 
 
-declare_ranges("crop", crop=side(integer=False), crop_h=side(integer=False, form='scalar'),
-               crop_w=side(integer=False, form='scalar'), crop_pos_x=prob(), crop_pos_y=prob(),
+# a crop narrower than a pixel keeps one (its sides round to the nearest, at least 1)
+declare_ranges("crop", crop=positive(MAX_SIDE, size=True, form='pair'),
+               crop_h=positive(MAX_SIDE, size=True), crop_w=positive(MAX_SIDE, size=True),
+               crop_pos_x=prob(), crop_pos_y=prob(),
                window=finite(form='seq'), fill=finite(form='seq'))
 @register("crop", rule=_crop_rule, plans=True, **GEO,
           args={"crop": None, "crop_h": None, "crop_w": None, "crop_pos_x": 0.5,
