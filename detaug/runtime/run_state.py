@@ -35,7 +35,7 @@ _INT, _OPT_INT = "an int", "an int or None"
 _FIELDS = {"format": _OPT_INT, "epoch": _INT, "batch": _INT, "seed": _INT, "batch_size": _INT,
            "shard": "a list [shard_id, num_shards] of ints", "shard_policy": "a string",
            "last_batch_policy": "a string", "batches_per_epoch": _OPT_INT,
-           "dataset": "a dict {'records': int, 'keys': str}"}
+           "dataset": "a dict {'records': int or None, 'keys': str or None}"}
 
 
 def _is_int(v) -> bool:
@@ -50,8 +50,9 @@ def _field_ok(key, v) -> bool:
     if key == "shard":
         return isinstance(v, (list, tuple)) and len(v) == 2 and all(_is_int(x) for x in v)
     if key == "dataset":
-        return (isinstance(v, dict) and _is_int(v.get("records"))
-                and isinstance(v.get("keys"), str))
+        # (None: an unsized source, fed whole batches: dataset_fingerprint)
+        return (isinstance(v, dict) and (_is_int(v.get("records")) or v.get("records") is None)
+                and isinstance(v.get("keys"), (str, type(None))))
     return isinstance(v, str)
 
 
