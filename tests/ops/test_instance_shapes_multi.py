@@ -1,0 +1,143 @@
+"""Polygons, keypoints and oriented boxes through the multi-sample and box ops on the CPU:
+each op family (mosaic, mixup, letterbox, the random crops, zoom-out, flip, resize) takes a
+box's own rectangle as its polygon to the box the box kernel computes (the box path, tested
+against Ultralytics and torchvision elsewhere, is the reference: a rectangle clipped to a
+rectangle is the clipped box), an inner polygon stays inside it; mixup keeps both samples'
+polygons where they were; pad_boxes pads the shaped fields row for row."""
+import cv2
+import numpy as np
+import pytest
+
+from detaug import fn
+from helpers import run_graph
+
+COLOURS = (40, 80, 160, 220)
+
+
+def _area(p):
+    x, y = p[:, 0], p[:, 1]
+    return 0.5 * abs(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1)))
+
+
+def _polys(row):
+    out, cur = [], []
+    for p in np.asarray(row, np.float64):
+        if np.isnan(p[0]):
+            if cur:
+                out.append(np.array(cur))
+            cur = []
+        else:
+            cur.append(p)
+    return out + ([np.array(cur)] if cur else [])
+
+
+def _dense(polys_per_box):
+    """One sample's dense polygons field (n, P, 2): NaN after each polygon."""
+    rows = [np.concatenate([np.concatenate([p, [[np.nan, np.nan]]]) for p in ps])
+            for ps in polys_per_box]
+    width = max(len(r) for r in rows)
+    return np.stack([np.pad(r, ((0, width - len(r)), (0, 0)), constant_values=np.nan)
+                     for r in rows])
+
+
+def _samples(rng, sizes):
+    """Images of one colour each; per sample 3 boxes, each with its rectangle as a polygon, the
+    last with a triangle inside too (dense P differs by sample); labels name sample and box."""
+    imgs, boxes, labels, fields, polys = [], [], [], [], []
+    for k, (h, w) in enumerate(sizes):
+        imgs.append(np.full((h, w, 3), COLOURS[k], np.uint8))
+        lo = rng.uniform([0, 0], [w - 8, h - 8], (3, 2))
+        hi = lo + rng.uniform(4, [w, h], (3, 2)).clip(max=[w, h] - lo)
+        ps = [[np.stack([lo[i], [hi[i, 0], lo[i, 1]], hi[i], [lo[i, 0], hi[i, 1]]])]
+              for i in range(3)]  # the box's rectangle
+        ps[2].append(np.stack([lo[2], hi[2], [lo[2, 0], hi[2, 1]]]))
+        boxes.append(np.concatenate([lo, hi], 1))
+        labels.append(10 * k + np.arange(3))
+        fields.append({"polygons": _dense(ps)})
+        polys.append(ps)
+    return imgs, boxes, labels, fields, polys
+
+
+OPS = {
+    "mosaic": lambda i, b: fn.mosaic(i, b, size=32, partners="batch"),
+    "mosaic_alone": lambda i, b: fn.mosaic(i, b, size=32, probability=0.0),
+    "mosaic_noresize": lambda i, b: fn.mosaic(i, b, size=32, resize=False, partners="batch"),
+    "letterbox": lambda i, b: fn.letterbox(i, b, size=(40, 40)),
+    "iou_crop": lambda i, b: fn.random_iou_crop(i, b),
+    "resized_crop": lambda i, b: fn.random_resized_crop(i, b, size=(36, 30)),
+    "zoom_out": lambda i, b: fn.zoom_out(i, b),
+    "flip_resize": lambda i, b: fn.resize(*fn.flip(i, b, horizontal=1, vertical=1),
+                                          size=(31, 45)),
+}
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_a_box_rectangle_polygon_keeps_the_kernels_box(op, rng):
+    sizes = [(40, 56), (48, 36), (30, 44), (52, 50)]
+    imgs, boxes, labels, fields, polys = _samples(rng, sizes)
+    _, out = run_graph(imgs, boxes, OPS[op], labels=labels, fields=fields,
+                       seed=int(rng.integers(1 << 30)))
+    seen = 0
+    for got in out.per_sample():
+        for box, row, label in zip(got["boxes"], got["polygons"], got["labels"]):
+            have = _polys(row)
+            k, i = divmod(int(label), 10)
+            assert len(have) <= len(polys[k][i])
+            if not have:  # cut to less than a triangle: only where the box is thin
+                assert min(box[2] - box[0], box[3] - box[1]) < 1e-3
+                continue
+            first = have[0]  # the box's own rectangle (its first polygon)
+            assert np.allclose([*first.min(0), *first.max(0)], box, atol=1e-3)
+            for p in have[1:]:
+                assert (p >= box[:2] - 1e-3).all() and (p <= box[2:] + 1e-3).all()
+            seen += 1
+    assert seen
+
+
+def test_mixup_keeps_both_samples_polygons(rng):
+    """Mixup places both images top-left, unscaled: every polygon of the sample and of its
+    partner is where it was (the partner's beside its boxes, after the sample's own)."""
+    sizes = [(40, 40)] * 4
+    imgs, boxes, labels, fields, polys = _samples(rng, sizes)
+    _, out = run_graph(imgs, boxes, lambda i, b: fn.mixup(i, b, partners="batch"),
+                       labels=labels, fields=fields)
+    partners = 0
+    for s, got in enumerate(out.per_sample()):
+        owners = got["labels"] // 10
+        assert (owners[:3] == s).all()
+        partners += len(owners) > 3
+        for row, label in zip(got["polygons"], got["labels"]):
+            k, i = divmod(int(label), 10)
+            have = _polys(row)
+            assert len(have) == len(polys[k][i])
+            for p, q in zip(have, polys[k][i]):
+                assert np.array_equal(p, q)
+    assert partners
+
+
+def test_pad_boxes_pads_shaped_fields(rng):
+    """pad_boxes after a prune: row r of sample b is its r-th kept box, for boxes, polygons,
+    keypoints and oriented boxes alike; the rest NaN (polygons, obb) or 0 (keypoints)."""
+    sizes = [(40, 56), (48, 36), (30, 44)]
+    imgs, boxes, labels, fields, _ = _samples(rng, sizes)
+    for b, f in zip(boxes, fields):
+        f["keypoints"] = np.concatenate([rng.uniform(0, 30, (3, 2, 2)), np.full((3, 2, 1), 2)],
+                                        -1).astype(np.float32)
+        f["obb"] = np.stack([b[:, [0, 1]], b[:, [2, 1]], b[:, [2, 3]], b[:, [0, 3]]],
+                            1).astype(np.float32)
+    boxes[1][1] = [1, 1, 1.5, 1.5]  # pruned: under min_area
+
+    def graph(i, b):
+        b = fn.prune_boxes(b, min_area=1.0)
+        return b, fn.pad_boxes(b, max_boxes=4)
+    plain, padded = run_graph(imgs, boxes, graph, labels=labels, fields=fields)
+    assert list(padded["counts"]) == [3, 2, 3]
+    assert padded["polygons"].shape[:2] == (3, 4) and padded["keypoints"].shape == (3, 4, 2, 3)
+    for b, got in enumerate(plain.per_sample()):
+        n = len(got["boxes"])
+        for name in ("boxes", "labels", "polygons", "keypoints", "obb"):
+            a, ref = padded[name][b, :n], got[name]
+            assert np.array_equal(np.isnan(a), np.isnan(ref)) if a.dtype.kind == "f" else True
+            assert np.array_equal(np.nan_to_num(a, nan=-7), np.nan_to_num(ref, nan=-7))
+        assert np.isnan(padded["polygons"][b, n:]).all() and np.isnan(padded["obb"][b, n:]).all()
+        assert (padded["keypoints"][b, n:] == 0).all() and (padded["labels"][b, n:] == -1).all()
