@@ -141,3 +141,98 @@ def test_pad_boxes_pads_shaped_fields(rng):
             assert np.array_equal(np.nan_to_num(a, nan=-7), np.nan_to_num(ref, nan=-7))
         assert np.isnan(padded["polygons"][b, n:]).all() and np.isnan(padded["obb"][b, n:]).all()
         assert (padded["keypoints"][b, n:] == 0).all() and (padded["labels"][b, n:] == -1).all()
+
+
+# ---- mosaic against a float64 reference of Ultralytics' placement ----------------------------
+def _clip_ref(poly, rect):
+    """Sutherland-Hodgman, one point at a time in float64: ``poly`` (n, 2) to [x0, y0, x1, y1]."""
+    pts = [tuple(p) for p in poly]
+    for axis, bound, keep_ge in ((0, rect[0], True), (0, rect[2], False), (1, rect[1], True),
+                                 (1, rect[3], False)):
+        inside = (lambda p: p[axis] >= bound) if keep_ge else (lambda p: p[axis] <= bound)
+        out = []
+        for j, cur in enumerate(pts):
+            prev = pts[j - 1]
+            if inside(cur) != inside(prev):
+                t = (bound - prev[axis]) / (cur[axis] - prev[axis])
+                cut = [prev[0] + t * (cur[0] - prev[0]), prev[1] + t * (cur[1] - prev[1])]
+                cut[axis] = bound
+                out.append(tuple(cut))
+            if inside(cur):
+                out.append(cur)
+        pts = out
+    return np.array(pts).reshape(-1, 2)
+
+
+def _tile(q, single, xc, yc, w, h, s):
+    """(x1a, y1a, x2a, y2a, x1b, y1b): Ultralytics' _mosaic4 placement of member q."""
+    if single:
+        cx, cy = (2 * s - w) // 2, (2 * s - h) // 2
+        x1a, y1a, x2a, y2a = max(cx, 0), max(cy, 0), min(cx + w, 2 * s), min(cy + h, 2 * s)
+        return x1a, y1a, x2a, y2a, x1a - cx, y1a - cy
+    x1a, x2a = (max(xc - w, 0), xc) if q % 2 == 0 else (xc, min(xc + w, 2 * s))
+    y1a, y2a = (max(yc - h, 0), yc) if q < 2 else (yc, min(yc + h, 2 * s))
+    return (x1a, y1a, x2a, y2a, w - (x2a - x1a) if q % 2 == 0 else 0,
+            h - (y2a - y1a) if q < 2 else 0)
+
+
+@pytest.mark.parametrize("resize,p", [(True, 1.0), (False, 0.5)])
+def test_mosaic_polygons_against_reference(resize, p, rng):
+    """Each member's polygons scaled and placed as Ultralytics places its pixels, clipped to
+    its tile, in float64 (groups and centres from the op's keyed draws, as test_mosaic_mixup's
+    reference takes them); a polygon wholly cut away leaves its instance's other ones."""
+    from detaug import Pipeline
+    from detaug.core.rng import SampleRNG
+
+    n, s = 4, 24
+    sizes = [(int(rng.integers(12, 40)), int(rng.integers(12, 40))) for _ in range(n)]
+    polys = []
+    for h, w in sizes:
+        polys.append([[rng.uniform([-2, -2], [w + 2, h + 2], (int(rng.integers(3, 7)), 2))
+                       for _ in range(int(rng.integers(1, 3)))] for _ in range(3)])
+
+    def src(info):
+        i = info.idx_in_epoch
+        h, w = sizes[i]
+        ps = polys[i]
+        bx = np.array([[*np.concatenate(q).min(0).clip(0), *np.minimum(np.concatenate(q).max(0),
+                                                                      [w, h])] for q in ps])
+        return (np.zeros((h, w, 3), np.uint8),
+                {"boxes": bx.astype(np.float32), "labels": 10 * i + np.arange(3),
+                 "polygons": _dense(ps)})
+    pipe = Pipeline(batch_size=n, num_threads=1, seed=int(rng.integers(1 << 30)))
+    with pipe:
+        img, bx = fn.external_source(source=src, batch=False, num_outputs=2, size=n)
+        pipe.set_outputs(*fn.mosaic(img, bx, size=s, resize=resize, partners="batch",
+                                    probability=p))
+    _, out = pipe.run()
+    op = next(o for o in pipe.graph.ops if o.schema.name == "mosaic")
+    u = SampleRNG(pipe.seed, op.rng_id, 0, np.arange(n)).uniform(6)
+    pipe.close()
+    lo = -(-s // 2)
+    compared = mosaics = 0
+    for k, got in enumerate(out.per_sample()):
+        members = [k] + [int(v * n) for v in u[k, 1:4]] if u[k, 0] < p else [k]
+        xc, yc = (int(lo + v * (2 * s - 2 * lo)) for v in u[k, 4:6])
+        mosaics += len(members) == 4
+        want = {}
+        for q, r in enumerate(members):
+            h0, w0 = sizes[r]
+            if resize:
+                ratio = s / max(h0, w0)
+                w, h = min(int(np.ceil(w0 * ratio)), s), min(int(np.ceil(h0 * ratio)), s)
+            else:
+                w, h = w0, h0
+            x1a, y1a, x2a, y2a, x1b, y1b = _tile(q, len(members) == 1, xc, yc, w, h, s)
+            for i, ps in enumerate(polys[r]):
+                moved = [_clip_ref(pp * [w / w0, h / h0] + [x1a - x1b, y1a - y1b],
+                                   (x1a, y1a, x2a, y2a)) for pp in ps]
+                want.setdefault(10 * r + i, []).append([m for m in moved if len(m) >= 3])
+        for row, label in zip(got["polygons"], got["labels"]):
+            have = _polys(row)
+            ref = want[int(label)].pop(0)
+            assert len(have) == len(ref)
+            for a, b in zip(have, ref):
+                np.testing.assert_allclose(a, b, atol=1e-6)
+                compared += 1
+    assert compared >= 4 and (mosaics or p < 1)
