@@ -236,3 +236,61 @@ def test_mosaic_polygons_against_reference(resize, p, rng):
                 np.testing.assert_allclose(a, b, atol=1e-6)
                 compared += 1
     assert compared >= 4 and (mosaics or p < 1)
+
+
+# ---- warps: the map itself, in float64 -------------------------------------------------------
+def _warps(rng, w, h):
+    """(graph, 3x3 float64 map input -> output) for a given affine, a rotation about the
+    centre (canvas kept) and a perspective from startpoints onto endpoints."""
+    a = np.array([[rng.uniform(0.7, 1.3), rng.uniform(-0.3, 0.3), rng.uniform(-5, 5)],
+                  [rng.uniform(-0.3, 0.3), rng.uniform(0.7, 1.3), rng.uniform(-5, 5)], [0, 0, 1]])
+    deg = rng.uniform(-40, 40)
+    c, s = np.cos(np.deg2rad(deg)), np.sin(np.deg2rad(deg))
+    centre = np.array([[1, 0, w / 2], [0, 1, h / 2], [0, 0, 1]])
+    rot = centre @ np.array([[c, s, 0], [-s, c, 0], [0, 0, 1]]) @ np.linalg.inv(centre)
+    start = np.array([[0, 0], [w, 0], [w, h], [0, h]], np.float64)
+    end = start + rng.uniform(-6, 6, (4, 2))
+    hom = cv2.getPerspectiveTransform(start.astype(np.float32), end.astype(np.float32))
+    return {
+        "affine": (lambda i, b: fn.warp_affine(i, b, matrix=a[:2].reshape(-1).tolist(),
+                                               inverse_map=False), a),
+        "rotate": (lambda i, b: fn.rotate(i, b, angle=deg, expand=False), rot),
+        "perspective": (lambda i, b: fn.perspective(i, b, startpoints=start.tolist(),
+                                                    endpoints=end.tolist()),
+                        hom.astype(np.float64)),
+    }
+
+
+@pytest.mark.parametrize("kind", ["affine", "rotate", "perspective"])
+def test_polygons_through_warps_against_reference(kind, rng):
+    """Each polygon mapped point by point through the op's own map in float64 (with the
+    perspective divide) and clipped to the canvas, as the reference Sutherland-Hodgman does."""
+    w, h = 48, 40
+    sizes = [(h, w)] * 2
+    imgs, boxes, labels, fields, polys = _samples(rng, sizes)
+    graph, m = _warps(rng, w, h)[kind]
+    _, out = run_graph(imgs, boxes, graph, labels=labels, fields=fields)
+    compared = 0
+    for got in out.per_sample():
+        for row, label in zip(got["polygons"], got["labels"]):
+            k, i = divmod(int(label), 10)
+            ref = []
+            for p in polys[k][i]:
+                q = np.c_[p, np.ones(len(p))] @ m.T
+                c = _clip_ref(q[:, :2] / q[:, 2:], (0, 0, w, h))
+                if len(c) >= 3:
+                    ref.append(c)
+            have = _polys(row)
+            assert len(have) == len(ref)
+            for a, b in zip(have, ref):
+                np.testing.assert_allclose(a, b, atol=1e-4)
+                compared += 1
+    assert compared >= 3
+
+
+@pytest.mark.gpu
+def test_padding_shaped_fields_on_the_gpu_is_refused_by_name(rng):
+    img = rng.integers(0, 256, (20, 30, 3), np.uint8)
+    with pytest.raises(NotImplementedError, match="keypoints"):
+        run_graph([img], [[[1, 1, 5, 5]]], lambda i, b: (i, fn.pad_boxes(b)),
+                  fields=[{"keypoints": np.zeros((1, 2, 3), np.float32)}], device="gpu")
