@@ -1,9 +1,10 @@
 """Polygons, keypoints and oriented boxes through the multi-sample and box ops on the CPU:
-each op family (mosaic, mixup, letterbox, the random crops, zoom-out, flip, resize) takes a
+each op family (mosaic, letterbox, the random crops, zoom-out, paste, flip, resize) takes a
 box's own rectangle as its polygon to the box the box kernel computes (the box path, tested
 against Ultralytics and torchvision elsewhere, is the reference: a rectangle clipped to a
-rectangle is the clipped box), an inner polygon stays inside it; mixup keeps both samples'
-polygons where they were; pad_boxes pads the shaped fields row for row."""
+rectangle is the clipped box), an inner polygon stays inside it; mosaic and the warps
+(affine, rotate, perspective) against float64 references of their maps; mixup keeps both
+samples' polygons where they were; pad_boxes pads the shaped fields row for row."""
 import cv2
 import numpy as np
 import pytest
@@ -12,11 +13,6 @@ from detaug import fn
 from helpers import run_graph
 
 COLOURS = (40, 80, 160, 220)
-
-
-def _area(p):
-    x, y = p[:, 0], p[:, 1]
-    return 0.5 * abs(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1)))
 
 
 def _polys(row):
@@ -66,6 +62,7 @@ OPS = {
     "iou_crop": lambda i, b: fn.random_iou_crop(i, b),
     "resized_crop": lambda i, b: fn.random_resized_crop(i, b, size=(36, 30)),
     "zoom_out": lambda i, b: fn.zoom_out(i, b),
+    "paste": lambda i, b: fn.paste(i, b, ratio=1.5, paste_x=0.3, paste_y=0.8),
     "flip_resize": lambda i, b: fn.resize(*fn.flip(i, b, horizontal=1, vertical=1),
                                           size=(31, 45)),
 }
