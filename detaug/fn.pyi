@@ -1498,7 +1498,7 @@ def pad_boxes(boxes: Any, /, *, max_boxes: int | None = None, fill: float = 0.0,
     
     Devices: cpu, gpu
     
-    Returns: one output; PaddedBoxes: boxes (B, M, 4), labels/fields (B, M), counts (B,)
+    Returns: one output; PaddedBoxes: boxes (B, M, 4), labels/fields (B, M), counts (B,); shaped fields (B, M, ...): keypoints 0, polygons/obb NaN past the real rows
     
     Functional form: fn.pad_boxes; class form: ops.PadBoxes
     """

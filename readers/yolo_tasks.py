@@ -4,7 +4,8 @@ The tree is read_yolo's (``images/[split/]``, ``labels/[split/]<stem>.txt``, cla
 ``classes.txt`` or ``data.yaml``); each line, normalised by the image size (x by W, y by H,
 continuous coordinates as YOLO boxes):
 
-- ``segment``: ``class x1 y1 x2 y2 ... xn yn`` (n >= 3), one polygon an instance; the box is
+- ``segment``: ``class x1 y1 x2 y2 ... xn yn`` (n >= 3), one polygon an instance (written: an
+  instance of several polygons merged into one, ``merge_polygons``); the box is
   the polygon's enclosing box (clipped to the image), as Ultralytics derives it. A line of 5
   values is a box without a polygon.
 - ``pose``: ``class cx cy w h`` then K keypoints of D values (``x y`` or ``x y v``), K and D from
@@ -228,10 +229,11 @@ def write_yolo_task(dataset, root, task, *, split=None, link=False, drop_shapes=
     Args:
         dataset: records with the task's field (``polygons``, ``keypoints``, ``obb``).
         root, split, link, progress, dry_run: as :func:`readers.writers.write_yolo`.
-        drop_shapes: where the records cannot be written as the task's lines (no such field; an
-            instance with several polygons or only an RLE mask, which a YOLO-seg line cannot
-            hold), write plain detection lines (``class cx cy w h``) and count what was left
-            out, instead of refusing.
+        drop_shapes: where the records cannot be written as the task's lines (no such field;
+            an instance with only an RLE mask, which a YOLO-seg line cannot hold), write plain
+            detection lines (``class cx cy w h``) and count what was left out, instead of
+            refusing. An instance of several polygons is written as one (``merge_polygons``,
+            as Ultralytics' converter does; counted in the report: not round-trip exact).
 
     Returns:
         WriteReport; segment: the box becomes the polygon's enclosing box (``max_shift_px``
@@ -292,10 +294,7 @@ def _shape_fault(dataset, task):
             continue
         counts = record.fields["polygons"].counts
         rle = record.fields.get("rle")
-        for i in np.flatnonzero(counts != 1):
-            if counts[i] > 1:
-                return record.path, (f"box {i} has {counts[i]} polygons; a YOLO-seg line holds "
-                                     "one (drop the masks, or convert to COCO)")
+        for i in np.flatnonzero(counts == 0):  # several polygons: merged (merge_polygons)
             if rle is not None and len(rle[i]):
                 return record.path, (f"box {i} has an RLE mask and no polygon; a YOLO-seg line "
                                      "holds a polygon (drop the masks, or convert to COCO)")
@@ -324,8 +323,11 @@ def _task_lines(record, task, report):
         pts = np.asarray(record.fields["obb"], np.float64).reshape(-1, 4, 2)
     else:
         polys = record.fields["polygons"]
-        pts = [polys.values[int(polys.offsets[i])].astype(np.float64) if polys.counts[i]
-               else None for i in range(record.num_boxes)]
+        pts = [merge_polygons([polys[i][j] for j in range(int(polys.counts[i]))])
+               if polys.counts[i] else None for i in range(record.num_boxes)]
+        report.count("instances of several polygons merged into one (Ultralytics' "
+                     "merge_multi_segment: not round-trip exact)",
+                     np.count_nonzero(polys.counts > 1))
     out = []
     for i, label in enumerate(labels):
         if pts[i] is None:  # a box with no polygon: a box line
@@ -338,6 +340,42 @@ def _task_lines(record, task, report):
                    - record.boxes[i])
         out.append(f"{label} {_fmt(norm.reshape(-1))}\n")
     return out
+
+
+def merge_polygons(polygons) -> np.ndarray:
+    """(P, 2) one polygon through all of an instance's ``polygons`` (a sequence of (n, 2)), as
+    Ultralytics' converter (``merge_multi_segment``) writes a COCO instance of several polygons
+    on one YOLO-seg line, point for point, so that a data set converted here trains as theirs.
+
+    Consecutive polygons are joined at their closest pair of points (the first such pair in
+    row-major order) by zero-width bridges: the walk goes out through every polygon, each
+    rolled to start at its link to the previous one and closed, a middle polygon walked only
+    up to its link to the next, then back through the middle polygons' remaining points. As in
+    Ultralytics, a middle polygon whose link to the next comes before its link to the previous
+    one is reversed but rolled and cut at its unreversed indices (so its bridges may not sit at
+    the closest points). The merged polygon repeats points and crosses itself along the bridges:
+    it rasterises to about the union, but the separate polygons cannot be read back from it.
+    One polygon is returned as it is."""
+    segs = [np.asarray(p, np.float64).reshape(-1, 2) for p in polygons]
+    last = len(segs) - 1
+    if last < 1:
+        return segs[0] if segs else np.zeros((0, 2))
+    links = [[] for _ in segs]
+    for i in range(1, last + 1):
+        dist = ((segs[i - 1][:, None] - segs[i][None]) ** 2).sum(-1)
+        a, b = np.unravel_index(np.argmin(dist), dist.shape)
+        links[i - 1].append(int(a))
+        links[i].append(int(b))
+    out = []
+    for i, link in enumerate(links):
+        seg = segs[i]
+        if len(link) == 2 and link[0] > link[1]:
+            seg, link = seg[::-1], link[::-1]
+        seg = np.roll(seg, -link[0], axis=0)
+        segs[i] = seg = np.concatenate([seg, seg[:1]])
+        out.append(seg if i in (0, last) else seg[:link[1] - link[0] + 1])
+    out += [segs[i][abs(links[i][1] - links[i][0]):] for i in range(last - 1, 0, -1)]
+    return np.concatenate(out)
 
 
 def _k(dataset):

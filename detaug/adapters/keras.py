@@ -78,9 +78,10 @@ def _dense_images(batch: ImageBatch, name: str) -> np.ndarray:
 
 def _padded_boxes(bb: BoxBatch, name: str, max_boxes) -> dict:
     """A BoxBatch as {'boxes' (B, M, 4), 'labels' (B, M), <field> (B, M), 'counts' (B,)} on the
-    host, padded as ``fn.pad_boxes`` (boxes 0, labels and fields -1). M is ``max_boxes`` or the
-    batch's largest count."""
-    from ..kernels import boxes as kb
+    host, padded as ``fn.pad_boxes`` (boxes 0, labels and fields -1; shaped fields as it pads
+    them: keypoints 0, polygons and oriented boxes NaN). M is ``max_boxes`` or the batch's
+    largest count."""
+    from ..ops.instance_fields import pad_fields
 
     valid = None if bb.valid is None else np.asarray(_fresh(bb.valid), bool)
     sample = bb.sample_index()
@@ -91,7 +92,7 @@ def _padded_boxes(bb: BoxBatch, name: str, max_boxes) -> dict:
         warnings.warn(f"output {name!r}: a sample has {largest} boxes, more than max_boxes={m}; "
                       "the first max_boxes are kept")
     fields = {"labels": _fresh(bb.labels), **{k: _fresh(v) for k, v in bb.fields.items()}}
-    boxes, fields, cnt = kb.pad_boxes_numpy(_fresh(bb.boxes), fields, valid, bb.offsets, m)
+    boxes, fields, cnt = pad_fields(_fresh(bb.boxes), fields, valid, bb.offsets, m)
     return {"boxes": boxes, **fields, "counts": cnt}
 
 

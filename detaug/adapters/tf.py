@@ -81,7 +81,8 @@ def to_tf_dataset(pipeline: Any, *, output_map: tuple = ("images", "targets"), x
 
 def _spec(tf, tree, fixed_boxes, key=None):
     """``tf.TensorSpec``s of a batch: batch dimension None; other dimensions as in the probe
-    batch, except a box dimension padded per batch (None unless ``max_boxes`` fixed it)."""
+    batch, except a box dimension padded per batch (None unless ``max_boxes`` fixed it) and
+    the polygons' point dimension (padded per batch, whatever ``max_boxes``)."""
     if isinstance(tree, dict):
         return {k: _spec(tf, v, fixed_boxes, k) for k, v in tree.items()}
     if isinstance(tree, (tuple, list)):
@@ -90,4 +91,6 @@ def _spec(tf, tree, fixed_boxes, key=None):
     shape = [None] + list(a.shape[1:])
     if key is not None and not fixed_boxes and len(shape) > 1 and key != "counts":
         shape[1] = None  # padded to each batch's largest box count
+    if key == "polygons" and len(shape) > 2:
+        shape[2] = None  # each batch's longest box of polygons (ops/instance_fields.pad_fields)
     return tf.TensorSpec(shape=shape, dtype=tf.as_dtype(a.dtype))

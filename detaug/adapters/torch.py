@@ -40,6 +40,7 @@ from ..core import backend
 from ..core.batch import BoxBatch, ImageBatch
 from ..core.tensor_list import detaug_value
 from ..ops.boxes import PaddedBoxes
+from ..ops.instance_fields import pad_fields
 from ..runtime.run_state import StateDictError
 
 _POLICIES = ("fill", "drop", "partial")
@@ -382,10 +383,11 @@ class DetaugIterator:
         m = int(counts.max()) if len(counts) else 0
         fields = {"labels": bb.labels, **bb.fields}
         if bb.device == "gpu":
-            padded, fields, cnt = kb.pad_boxes_cupy(bb.boxes, fields, bb.valid, bb.offsets, m,
-                                                    stream=_torch_stream_for_cupy(pipe))
+            padded, fields, cnt = pad_fields(bb.boxes, fields, bb.valid, bb.offsets, m,
+                                             device="gpu", pad=kb.pad_boxes_cupy,
+                                             stream=_torch_stream_for_cupy(pipe))
         else:
-            padded, fields, cnt = kb.pad_boxes_numpy(bb.boxes, fields, bb.valid, bb.offsets, m)
+            padded, fields, cnt = pad_fields(bb.boxes, fields, bb.valid, bb.offsets, m)
         return self._padded_output(name, PaddedBoxes(boxes=padded, counts=cnt, **fields), event)
 
     def _padded_output(self, name, pb, event) -> dict:

@@ -16,7 +16,9 @@ Ultralytics' segment, pose and oriented-box labels (pose: ``kpt_shape`` / ``flip
 ``data.yaml``), ``dota`` a DOTA folder (``images/``, ``labelTxt/``, its 15 classes unless
 ``--classes``); a COCO source read for one of them (or from one to COCO) keeps its polygons, RLE
 masks and keypoints. Where the target cannot hold the source's masks, keypoints or oriented
-boxes the run is refused, unless ``--drop-masks``.
+boxes the run is refused, unless ``--drop-masks``. An instance of several polygons goes to
+``yolo-seg`` as one, merged as Ultralytics' converter merges it (``merge_multi_segment``;
+counted in the summary: not round-trip exact).
 
 TFRecords use the Object Detection API layout (``readers.tfrecord_od``): SRC is a file, a glob
 (quoted) or a folder of ``*.tfrecord`` files, its classes from ``--classes`` (a label map

@@ -513,8 +513,13 @@ def concat_boxes(records_boxes, records_labels, records_fields, canvas) -> BoxBa
     names = set().union(*[f.keys() for f in records_fields]) if records_fields else set()
     fields = {}
     for name in sorted(names):
-        parts = [f[name] if name in f else np.zeros(n, np.int64)
+        parts = [np.asarray(f[name]) if name in f else np.zeros(n, np.int64)
                  for f, n in zip(records_fields, counts)]
+        if name == "polygons" and parts:  # dense per sample (NaN-ended rows): to the longest
+            parts = [p if p.ndim == 3 else np.full((len(p), 0, 2), np.nan) for p in parts]
+            width = max(p.shape[1] for p in parts)
+            parts = [np.pad(np.asarray(p, np.float64), ((0, 0), (0, width - p.shape[1]), (0, 0)),
+                            constant_values=np.nan) for p in parts]
         fields[name] = np.concatenate(parts) if parts else np.zeros(0, np.int64)
     return BoxBatch(boxes, labels, offsets, canvas, "cpu", fields)
 

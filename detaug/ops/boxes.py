@@ -11,6 +11,7 @@ from ..core import shapes as S
 from ..graph import materialize as M
 from ..core.batch import BoxBatch, PaddedBoxes
 from ..kernels import boxes as kb
+from .instance_fields import pad_fields
 from .registry import register
 from ..graph.arg_check import declare_ranges, count, finite, nonneg, prob
 
@@ -84,7 +85,8 @@ def box_convert(ctx, op, inputs, args):
 
 declare_ranges("pad_boxes", max_boxes=count(0, 1 << 24), fill=finite())
 @register("pad_boxes", rule=_padded_rule, **BOX, args={"max_boxes": None, "fill": 0.0},
-          output_spec="PaddedBoxes: boxes (B, M, 4), labels/fields (B, M), counts (B,)",
+          output_spec="PaddedBoxes: boxes (B, M, 4), labels/fields (B, M), counts (B,); "
+                      "shaped fields (B, M, ...): keypoints 0, polygons/obb NaN past the real rows",
           doc="pad to a fixed max_boxes, or to the batch's largest count, with counts")
 def pad_boxes(ctx, op, inputs, args):
     b = M.boxes(_boxes(op, inputs[0]), ctx)
@@ -98,9 +100,10 @@ def pad_boxes(ctx, op, inputs, args):
                       "the first max_boxes are kept")
     fields = {"labels": b.labels, **b.fields}
     if b.device == "gpu":
-        boxes, fields, cnt = kb.pad_boxes_cupy(b.boxes, fields, b.valid, b.offsets, int(m),
-                                               fill=args["fill"], stream=ctx.stream)
+        boxes, fields, cnt = pad_fields(b.boxes, fields, b.valid, b.offsets, int(m),
+                                        device="gpu", pad=kb.pad_boxes_cupy, fill=args["fill"],
+                                        stream=ctx.stream)
     else:
-        boxes, fields, cnt = kb.pad_boxes_numpy(b.boxes, fields, b.valid, b.offsets, int(m),
-                                                fill=args["fill"])
+        boxes, fields, cnt = pad_fields(b.boxes, fields, b.valid, b.offsets, int(m),
+                                        fill=args["fill"])
     return PaddedBoxes(boxes=boxes, counts=cnt, **fields)

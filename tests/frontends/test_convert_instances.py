@@ -106,17 +106,23 @@ def test_targets_that_cannot_hold_shapes_refuse(tmp_path, rng, capsys):
     assert "cannot hold the keypoints" in capsys.readouterr().err
 
 
-def test_multi_polygon_instances_refuse_yolo_seg_or_drop_to_boxes(tmp_path, rng, capsys):
+def test_multi_polygon_instances_are_merged_for_yolo_seg(tmp_path, rng, capsys):
+    """An instance of two polygons becomes one YOLO-seg polygon, as Ultralytics' converter
+    writes it (tests/readers/test_merge_segments.py checks the merge); the summary says so."""
+    from readers.yolo_tasks import merge_polygons
+
     images = [{"id": 1, "file_name": "1.jpg", "width": 64, "height": 48}]
+    polys = [[2, 2, 12, 2, 7, 12], [20, 20, 32, 20, 26, 32]]
     anns = [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [2, 2, 30, 30], "iscrowd": 0,
-             "segmentation": [[2, 2, 12, 2, 7, 12], [20, 20, 32, 20, 26, 32]]}]
+             "segmentation": polys}]
     path, _ = write_coco(tmp_path / "c", images, anns, CATS)
-    assert main([str(path), str(tmp_path / "seg"), "--from", "coco", "--to", "yolo-seg"]) == 2
-    assert "2 polygons; a YOLO-seg line holds one" in capsys.readouterr().err
-    _run(path, tmp_path / "seg", "--from", "coco", "--to", "yolo-seg", "--drop-masks")
-    assert "written as plain YOLO boxes" in capsys.readouterr().out
+    _run(path, tmp_path / "seg", "--from", "coco", "--to", "yolo-seg")
+    assert "merged into one (Ultralytics' merge_multi_segment: not round-trip exact)" in \
+        capsys.readouterr().out
     line = (tmp_path / "seg" / "labels" / "1.txt").read_text().split()
-    assert len(line) == 5  # class cx cy w h
+    got = np.array(line[1:], np.float64).reshape(-1, 2) * [64, 48]
+    assert np.allclose(got, merge_polygons([np.reshape(p, (-1, 2)) for p in polys]))
+    assert len(got) == 3 + 1 + 3 + 1  # each polygon closed, joined by a zero-width bridge
 
 
 def test_dota_to_coco_refuses_oriented_boxes_unless_dropped(tmp_path, capsys):

@@ -43,3 +43,19 @@ def test_masks_are_cocos(flip):
                 assert np.mean(mask != ref) < 0.01
             else:
                 assert np.array_equal(mask, ref)
+
+
+def test_padded_targets_carry_polygons_row_for_row():
+    """boxes_format='padded': ``targets_polygons`` (B, M, P, 2), NaN past each sample's boxes, its rows the
+    list targets' polygons in order (ops/instance_fields.pad_fields)."""
+    padded = next(iter(DetaugIterator(_pipe(True), output_map=["images", "targets"])))
+    listed = next(iter(DetaugIterator(_pipe(True), output_map=["images", "targets"],
+                                      boxes_format="list")))["targets"]
+    polys = padded["targets_polygons"].numpy()
+    for b, target in enumerate(listed):
+        n = len(target["boxes"])
+        assert int(padded["targets_counts"][b]) == n
+        ref = target["polygons"].numpy()
+        assert np.array_equal(np.nan_to_num(polys[b, :n, :ref.shape[1]], nan=-1),
+                              np.nan_to_num(ref, nan=-1))
+        assert np.isnan(polys[b, :n, ref.shape[1]:]).all() and np.isnan(polys[b, n:]).all()
