@@ -76,8 +76,8 @@ def test_every_no_run_block_is_run_here_or_says_why_not():
 def test_readme_drawing_snippet_runs_on_the_readme_pipeline(tmp_path, monkeypatch):
     """The Example's pipeline (its own definition, read from the README, at batch 2, decoding on
     the CPU: a GPU run of the Example itself is tests/frontends/test_readme_examples.py's, in a
-    process of its own), then the drawing snippet as printed: the PNG holds the sample's image, normalised
-    and taken back (float64 here), with each box's outline in its class colour."""
+    process of its own), then the drawing snippet as printed: the PNG holds the sample's image,
+    normalised and taken back (float64 here), with each box's outline in its class colour."""
     from PIL import Image
 
     from detaug.visualize import class_color

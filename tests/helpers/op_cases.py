@@ -411,7 +411,8 @@ CASES = {
 # Arguments a changed value of which needs other data than these fixed inputs; each is tested
 # where named.
 ELSEWHERE = {
-    "file_root": "readers read a dataset: tests/readers/test_readers_*.py, tests/graph/test_pipeline.py",
+    "file_root": ("readers read a dataset: tests/readers/test_readers_*.py, "
+                  "tests/graph/test_pipeline.py"),
     "annotations_file": "tests/readers/test_readers_coco.py", "root": "tests/readers/test_readers_voc.py",
     "split": "tests/readers/test_readers_voc.py", "classes": "tests/readers/test_readers_voc.py",
     "skip_difficult": "tests/readers/test_readers_voc.py", "skip_empty": "tests/readers/test_readers_coco.py",

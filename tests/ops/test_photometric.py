@@ -15,7 +15,8 @@ for integer images), ``adjust_hue`` (to float by ``/ 255``, HSV hexcone model, h
 ``RandomPhotometricDistort._transform``: brightness, contrast if before, saturation, hue,
 contrast if after, channel permutation. DALI: ``ref_color_twist`` of its color twist test
 (dali/test/python/operator_1/ in NVIDIA's repository): ``((yiq2rgb @ H(hue) S(sat) @ rgb2yiq @
-rgb - grey) * contrast + grey) * brightness``, grey 128 (integer) or 0.5 (float), rounded and clipped.
+rgb - grey) * contrast + grey) * brightness``, grey 128 (integer) or 0.5 (float), rounded and
+clipped.
 """
 from __future__ import annotations
 

@@ -425,7 +425,8 @@ def test_build_fits_retinanet_batch_16_at_the_default_budget(data, fake_gpu):
 
 
 def test_build_plain_pipeline_keeps_its_plan(data, fake_gpu):
-    # 315 MB a batch of float32 images: the decode side keeps its 2 x 2 (as a plan without the budget)
+    # 315 MB a batch of float32 images: the decode side keeps its 2 x 2 (as a plan without the
+    # budget)
     pipe = bench_gpu.make_det_pipe(data, "mixed", batch_size=64, seed=0)
     with pytest.raises(_Started):
         pipe.build()
