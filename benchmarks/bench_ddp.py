@@ -1,4 +1,4 @@
-"""Issue 17: the GPU pipeline's throughput on N ranks against 1, each rank (torchrun, NCCL) with
+"""The GPU pipeline's throughput on N ranks against 1, each rank (torchrun, NCCL) with
 its own bench_gpu pipeline on its own GPU (``device_id`` from LOCAL_RANK), sharded by
 ``DetaugIterator``, across short epochs: 1,024 images at batch 32 are 32 batches an epoch on one
 rank and 16 on each of two, so epoch ends (where the next epoch's launches must already be in

@@ -344,7 +344,7 @@ def report(args, info):
     if top:
         print(f"DALI 2.4, best of {len(dali)} configurations: {top['name']} {top['img_s']:,.0f} img/s"
               + (f" at {top['device_mem_mb']:,.0f} MB" if top.get("device_mem_mb") else "")
-              + (f"; detaug / best DALI = {d / top['img_s']:.2f}x (issue 38's target: >= 1.5x)"
+              + (f"; detaug / best DALI = {d / top['img_s']:.2f}x (the target: >= 1.5x)"
                  if d else "") + "; all: " + ", ".join(
                      f"{r['dali_config']} {r['img_s']:,.0f}" if r.get("img_s") else
                      f"{r['dali_config']} FAILED" for r in dali))

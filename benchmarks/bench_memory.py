@@ -1,5 +1,5 @@
 """Device memory of the default GPU pipeline, part by part, and of the settings that could bring it
-to DALI's 1,366 MB (issue 32) at no loss of img/s.
+to DALI's 1,366 MB at no loss of img/s.
 
     python benchmarks/bench_memory.py [--data DIR] [--num-images 2048] [--seconds 8]
                                       [--only contexts,pipelines] [--rows defaults,1x3,...] [--json F]

@@ -166,9 +166,10 @@ def _ceiling_proc(k, paths, batch_size, warmup, window, rounds, barriers, conn, 
 def bench_decode_ceiling_mp(args, recs):
     """The machine's decode ceiling: ``ceiling_work`` in P processes at once, for each P of
     ``--ceiling-processes``. max(P) processes are spawned once (each reads the files into its own
-    memory, makes its decoder and decodes a batch: all are ready before round 1); round P runs
-    processes 0..P-1 (the others idle, blocked on a later round's barrier): they warm up once the
-    previous round is over, then start together on a barrier of P + 1 (the parent too). Appends
+    memory, makes its decoder and decodes a batch: all are ready before the first measurement);
+    the measurement of P runs processes 0..P-1 (the others idle, blocked on a later
+    measurement's barrier): they warm up once the previous round is over,
+    then start together on a barrier of P + 1 (the parent too). Appends
     one row per P (img/s summed over the processes); details in EXTRA["decode_ceiling_mp"]."""
     import multiprocessing as mp
     from multiprocessing.connection import wait as mp_wait

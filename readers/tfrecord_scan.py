@@ -26,8 +26,8 @@ Feature --, a key that is not UTF-8, a missing size, any fault) is listed in
 The result is a dict of flat NumPy arrays (the cache in ``tfrecord_cache`` stores it as is).
 The file is read into memory with ordinary reads, up to the end of what can be located
 (``readers.tfrecord.read_locatable``): a file truncated by another process while it is read
-gives a DatasetError naming it. (It was mapped until issue 41: a truncation during the scan
-then ended the process with SIGBUS.)
+gives a DatasetError naming it. (It is not mapped: with a mapping, a truncation during the scan
+ends the process with SIGBUS.)
 """
 from __future__ import annotations
 

@@ -65,13 +65,19 @@ class WriteReport:
 
     def summary_lines(self) -> list:
         """Human-readable lines for the converter's summary."""
-        name = self.format.upper()
+        name = FORMAT_NAMES.get(self.format, self.format.upper())
         lines = [f"wrote {self.images} images, {self.boxes} boxes, {self.classes} classes "
                  f"as {name} to {self.path}",
                  f"largest rounding shift: {self.max_shift_px:.4g} px"]
         lines += [f"{what}: {n} not written as such: {name} cannot hold it"
                   for what, n in self.not_held.items()]
         return lines + self.notes
+
+
+# each format as its own documentation writes it (TFRecord, not TFRECORD)
+FORMAT_NAMES = {"coco": "COCO", "voc": "VOC", "yolo": "YOLO", "tfrecord": "TFRecord",
+                "yolo-seg": "YOLO-seg", "yolo-pose": "YOLO-pose", "yolo-obb": "YOLO-OBB",
+                "dota": "DOTA"}
 
 
 def write_coco(dataset, path, *, images_dir=None, link=False, progress=None,

@@ -140,7 +140,8 @@ def _name_groups(config, items):
     """On a pytest-xdist worker under loadgroup: give each test marked ``xdist_group`` its
     ``@group`` id suffix, which the scheduler groups by. pytest-xdist 3.8 sets it on
     ``item._nodeid``, which pytest 9 no longer reads (its ids are structured, ``item._id``):
-    pytest-xdist issue 1386, fixed the same way in its pull request 1388. Where xdist's own
+    https://github.com/pytest-dev/pytest-xdist/issues/1386, fixed the same way in its pull
+    request https://github.com/pytest-dev/pytest-xdist/pull/1388. Where xdist's own
     suffix took effect (older pytest, or a fixed xdist) this does nothing."""
     if not getattr(config.option, "loadgroup", False):
         return

@@ -29,7 +29,7 @@ inside TFRecords are written out unchanged (to a temporary folder, then copied o
 
 Data safety: the source is never opened for writing; DST may not be the source, inside it or
 around it, nor hold, be or lie in any folder or file the source reads, links resolved
-(``overlap.py``: a VOC ``JPEGImages`` linking into DST is refused); a non-empty DST is refused
+(a VOC ``JPEGImages`` linking into DST is refused); a non-empty DST is refused
 unless ``--overwrite``; the dataset is written into a temporary folder beside DST and moved
 into place only when complete (with ``--overwrite``, on Linux, swapped with the old content in
 one atomic step, the old content removed after; elsewhere, set aside first and, after a crash
@@ -98,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="source format: coco (annotations JSON), voc (Pascal VOC folder), yolo "
                         "(YOLO folder), tfrecord (TF Object Detection API records), or the "
                         "instance formats yolo-seg, yolo-pose, yolo-obb, dota; left "
-                        "out, told from the source's layout (detaug/cli/detect.py), and said")
+                        "out, told from the source's layout (Annotations/, labels/, a .json "
+                        "file, ...), and said")
     p.add_argument("--to", dest="dst_format", choices=FORMATS, required=True,
                    metavar="FORMAT",
                    help="target format, the same choices: coco (annotations.json and images/), "

@@ -153,17 +153,17 @@ def test_imports_resolved_at_any_depth_and_relative(tmp_path):
     pkg = tmp_path / "detaug"
     (pkg / "ops").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
-    (pkg / "batch.py").write_text("def f():\n    from .ops import boxes\n    return boxes\n")
+    (pkg / "base.py").write_text("def f():\n    from .ops import boxes\n    return boxes\n")
     (pkg / "ops" / "__init__.py").write_text("from . import boxes\n")
-    (pkg / "ops" / "boxes.py").write_text("import numpy\nfrom ..batch import f\n"
+    (pkg / "ops" / "boxes.py").write_text("import numpy\nfrom ..base import f\n"
                                           "from detaug import ops as o\n")
-    modules = {"detaug": pkg / "__init__.py", "detaug.batch": pkg / "batch.py",
+    modules = {"detaug": pkg / "__init__.py", "detaug.base": pkg / "base.py",
                "detaug.ops": pkg / "ops" / "__init__.py", "detaug.ops.boxes": pkg / "ops" / "boxes.py"}
     g = {m: imports_of(m, p, modules) for m, p in modules.items()}
-    assert g["detaug.batch"] == {"detaug.ops.boxes": 2}  # inside a function, relative
+    assert g["detaug.base"] == {"detaug.ops.boxes": 2}  # inside a function, relative
     assert g["detaug.ops"] == {"detaug.ops.boxes": 1}
-    assert g["detaug.ops.boxes"] == {"detaug.batch": 2, "detaug.ops": 3}
-    assert find_cycle(g) == ["detaug.batch", "detaug.ops.boxes", "detaug.batch"]
+    assert g["detaug.ops.boxes"] == {"detaug.base": 2, "detaug.ops": 3}
+    assert find_cycle(g) == ["detaug.base", "detaug.ops.boxes", "detaug.base"]
 
 
 # ---- the real packages ----------------------------------------------------------------------------

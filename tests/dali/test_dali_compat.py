@@ -1,4 +1,4 @@
-"""Issue 16: DALI programs port by changing their imports (nvidia.dali -> detaug).
+"""DALI programs port by changing their imports (nvidia.dali -> detaug).
 
 Each tutorial-style program below is written as DALI's tutorials write it; only the import lines
 name detaug (the DALI line each replaces is in the comment beside it). The CPU runs are here; the
@@ -107,7 +107,7 @@ def test_rotate_dali_canvas_rule_and_no_border_repeat():
     with pipe:
         img = fn.external_source(source=lambda info: np.zeros((8, 8, 3), np.uint8), batch=False, size=1)
         pipe.set_outputs(fn.rotate(img, angle=10.0, keep_size=True))
-    (out,) = pipe.run()  # (issue 40: DALI's border repeat; its values: tests/dali/)
+    (out,) = pipe.run()  # (DALI's border repeat; its values: tests/dali/)
     assert (out.at(0) == 0).all() and out.at(0).shape == (8, 8, 3)
     track(pipe)
 
@@ -542,7 +542,7 @@ def test_fn_coco_reader_equals_readers_coco_in_dali_mode():
 
 # ---------------------------------------------------------------------------------------- GPU
 # The programs above with DALI's device="mixed" decoders and device="gpu" image ops, with the same
-# value checks (issue 16 on the device).
+# value checks (on the device).
 @pytest.fixture
 def on_the_gpu(monkeypatch):
     monkeypatch.setitem(DEVICE, "decoder", "mixed")

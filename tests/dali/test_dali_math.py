@@ -1,4 +1,4 @@
-"""Issue 40: DALI's arithmetic on DataNodes, its math functions (fn.math.*, detaug.math), the
+"""DALI's arithmetic on DataNodes, its math functions (fn.math.*, detaug.math), the
 slice of plain tensors and the TensorFlow plugin's DALIDataset, checked against NumPy float64
 references on fresh random inputs and against DALI's documented type promotion."""
 import numpy as np

@@ -1,4 +1,4 @@
-"""Issue 31: DALI programs port by changing their imports, second round.
+"""DALI programs port by changing their imports: the SSD, YOLO and RetinaNet programs.
 
 DALI's ResNet-50 example (fn API, train and val pipelines), the getting-started tutorial, an
 external_source + DALIGenericIterator program and an old ops-API program, each written as DALI's
@@ -529,8 +529,8 @@ def collect_before_close(close_pipelines):
     exist, before close_pipelines closes them. Without it, running this file then
     tests/runtime/test_ddp_pipeline.py died of a segmentation fault in the garbage collector at the next
     test, 3 of 3 times (H200, 2026-11-26): decoded GPU images of a DALI-mode pipeline freed
-    after its streams, the class of fault session 12 found in test_skip_external. The library
-    side is open (see the issue's note)."""
+    after its streams, the class of fault that tests/runtime/test_skip_external.py guards. The
+    library side is open (see the issue's note)."""
     yield
     import gc
 

@@ -1,4 +1,4 @@
-"""Issue 16: DALI's defaults and reader semantics under the DALI names, or errors that name what
+"""DALI's defaults and reader semantics under the DALI names, or errors that name what
 detaug does not do. Expected values are hand-computed from DALI's documented rules (cited beside
 each case) or recomputed independently from the outputs (brute force in float64)."""
 import functools
@@ -525,7 +525,7 @@ def test_dali_ssd_example_runs_ported():
                 assert b.shape == (len(lb), 4) and ((b >= 0) & (b <= 1)).all()
                 assert (b[:, 2:] >= b[:, :2]).all() and (lb >= 1).all()
         assert p.epoch == 1
-    # (since issue 40 Hsv / BrightnessContrast take dtype= and BoxEncoder exists: the SSD
+    # (Hsv / BrightnessContrast take dtype= and BoxEncoder exists: the SSD
     # example itself runs in tests/dali/test_dali_examples.py)
     assert hasattr(ops, "BoxEncoder") and hasattr(ops, "Hsv")
 

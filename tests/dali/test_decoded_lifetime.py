@@ -1,4 +1,4 @@
-"""Decoded GPU images keep the stream they were decoded on alive, and go before it (issue 41: a
+"""Decoded GPU images keep the stream they were decoded on alive, and go before it (once, a
 DALI-mode pipeline's decoded images, kept by the program past the pipeline, were freed after
 their stream at a later garbage collection: a segmentation fault). The ordering is checked here
 with stand-ins that record when they go; the real thing runs on the device (gpu-marked)."""

@@ -1,4 +1,4 @@
-"""DALI's Pipeline arguments and feed_input as ported programs use them (issue 16)."""
+"""DALI's Pipeline arguments and feed_input as ported programs use them."""
 import warnings
 
 import numpy as np

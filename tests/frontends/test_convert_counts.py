@@ -1,4 +1,4 @@
-"""Issue 30, items 3 and 4: the converter never reports a count it did not write, and a COCO
+"""The converter never reports a count it did not write, and a COCO
 ``bbox`` of the wrong length is a named fault (or a counted skip), never a raw exception.
 
 Item 3: two images of one stem (``a.jpg``, ``a.png``) and one image file listed under two

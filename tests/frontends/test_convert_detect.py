@@ -1,4 +1,4 @@
-"""Issue 31: detaug-convert tells the source's format from its layout when --from is left out,
+"""detaug-convert tells the source's format from its layout when --from is left out,
 and says what it chose (detaug/cli/detect.py)."""
 import os
 

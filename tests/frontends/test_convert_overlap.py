@@ -1,5 +1,5 @@
 """detaug-convert refuses a destination that any path of the source reaches, links resolved
-(issue 41: a VOC JPEGImages linking to DST/images had its unlisted images deleted by
+(once, a VOC JPEGImages linking to DST/images had its unlisted images deleted by
 --overwrite, rc 0)."""
 import os
 

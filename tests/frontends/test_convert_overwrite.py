@@ -1,4 +1,4 @@
-"""Issue 30, item 8 (and item 10's "an option that promises to write nothing"): ``--overwrite``
+"""``--overwrite`` (and "an option that promises to write nothing"): ``--overwrite``
 replaces the destination atomically where the system allows, a run killed at any point leaves
 the old or the new dataset at DST (or, on the two-rename fallback, the next run puts the old
 one back and says so), hidden folders of killed runs are removed by the next run, and

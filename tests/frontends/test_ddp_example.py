@@ -18,7 +18,7 @@ SCRIPT = os.path.join(REPO, "examples", "retinanet_ddp.py")
 
 
 # torch's teardown, after the example's last line on every rank, now and then aborts one rank in
-# C++ (seen twice in CI on 2 cores, sessions 7 and 9, on the gloo backend: the work and its
+# C++ (seen twice in CI on 2 cores, on the gloo backend: the work and its
 # output were complete; the example releases DDP and destroys its process group before it exits)
 TEARDOWN_ABORT = "terminate called without an active exception"
 

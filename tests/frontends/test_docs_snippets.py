@@ -3,7 +3,7 @@ markdown (a stale snippet fails here), and the newcomer's first hour meets no st
 demo's own code raises no DALI warning, the examples run as their documentation says, and what
 they print is whole.
 
-tests/test_readme_examples.py runs every ```python block as a script; this file runs the
+tests/frontends/test_readme_examples.py runs every ```python block as a script; this file runs the
 ```python no-run blocks that need a pipeline from beside them (the README's drawing snippet on
 the README's own pipeline), and says for every other no-run block why it is shown only."""
 from __future__ import annotations
@@ -28,10 +28,10 @@ SHOWN_ONLY = {
     "docs/training.md": {
         "from torchvision.models.detection import retinanet_resnet50_fpn":
             "needs torchvision and trains an epoch of RetinaNet; examples/retinanet_torchvision.py "
-            "runs the same model on the same iterator (tests/test_examples.py)",
+            "runs the same model on the same iterator (tests/frontends/test_examples.py)",
         'dist.init_process_group("nccl")                  # "gloo" on the CPU':
-            "a fragment of examples/retinanet_ddp.py, which tests/test_ddp_example.py runs "
-            "under torchrun",
+            "a fragment of examples/retinanet_ddp.py, which "
+            "tests/frontends/test_ddp_example.py runs under torchrun",
     },
 }
 
@@ -75,9 +75,9 @@ def test_every_no_run_block_is_run_here_or_says_why_not():
 # ---- the README's drawing snippet on the README's pipeline -----------------------------------
 def test_readme_drawing_snippet_runs_on_the_readme_pipeline(tmp_path, monkeypatch):
     """The Example's pipeline (its own definition, read from the README, at batch 2, decoding on
-    the CPU: a GPU run of the Example itself is tests/test_readme_examples.py's, in a process of
-    its own), then the drawing snippet as printed: the PNG holds the sample's image, normalised
-    and taken back (float64 here), with each box's outline in its class colour."""
+    the CPU: a GPU run of the Example itself is tests/frontends/test_readme_examples.py's, in a
+    process of its own), then the drawing snippet as printed: the PNG holds the sample's image,
+    normalised and taken back (float64 here), with each box's outline in its class colour."""
     from PIL import Image
 
     from detaug.visualize import class_color

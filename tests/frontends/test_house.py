@@ -11,40 +11,41 @@ import subprocess
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCANNED = ("detaug", "readers", "docs", "README.md", "examples", "benchmarks")
+SCANNED = ("detaug", "readers", "docs", "README.md", "examples", "benchmarks", "tests")
 TEXT = (".py", ".pyi", ".md", ".cu", ".sh", ".txt", ".toml")
 
-# The flat modules of before the folders and where each went: a path from the left column is
-# stale (it no longer exists; the test below checks that). (detaug/backend.py, once the flat home
-# of core/backend.py, is DALI's ``nvidia.dali.backend`` facade now: not in this map.)
-MOVED = {
-    "detaug/errors.py": "detaug/core/errors.py",
-    "detaug/geometry.py": "detaug/core/geometry.py", "detaug/rng.py": "detaug/core/rng.py",
-    "detaug/batch.py": "detaug/core/batch.py", "detaug/schedule.py": "detaug/core/schedule.py",
-    "detaug/sharding.py": "detaug/core/sharding.py",
-    "detaug/dali_api.py": "detaug/dali/pipeline_api.py", "detaug/ops/compat.py": "detaug/dali/ops.py",
-    "detaug/graph.py": "detaug/graph/trace.py", "detaug/materialize.py": "detaug/graph/materialize.py",
-    "detaug/persist.py": "detaug/runtime/persist.py", "detaug/context.py": "detaug/runtime/context.py",
-    "detaug/executor.py": "detaug/runtime/executor.py",
-    "detaug/host_workers.py": "detaug/runtime/host_workers.py",
-    "detaug/retries.py": "detaug/runtime/retries.py",
-    "detaug/device_stage.py": "detaug/runtime/gpu/device_stage.py",
-    "detaug/decode_proc.py": "detaug/runtime/gpu/decode_proc.py",
-    "detaug/plan_ahead.py": "detaug/runtime/gpu/plan_ahead.py",
-    "detaug/handout.py": "detaug/runtime/gpu/handout.py",
-    "detaug/memory_plan.py": "detaug/runtime/gpu/memory_plan.py",
-    "detaug/launch_profile.py": "detaug/runtime/gpu/launch_profile.py",
-    "detaug/retinanet.py": "detaug/targets/retinanet.py",
+# The flat modules of before the folders (detaug/<name>.py) and where each went: a path built
+# from the left column is stale (it no longer exists; the test below checks that). The map keeps
+# the bare names so that this file, too, names no stale path. (detaug/backend.py, once the flat
+# home of core/backend.py, is DALI's ``nvidia.dali.backend`` facade now: not in this map.)
+_WENT = {
+    "errors": "core/errors.py", "geometry": "core/geometry.py", "rng": "core/rng.py",
+    "batch": "core/batch.py", "schedule": "core/schedule.py", "sharding": "core/sharding.py",
+    "dali_api": "dali/pipeline_api.py", "ops/compat": "dali/ops.py",
+    "graph": "graph/trace.py", "materialize": "graph/materialize.py",
+    "persist": "runtime/persist.py", "context": "runtime/context.py",
+    "executor": "runtime/executor.py", "host_workers": "runtime/host_workers.py",
+    "retries": "runtime/retries.py", "device_stage": "runtime/gpu/device_stage.py",
+    "decode_proc": "runtime/gpu/decode_proc.py", "plan_ahead": "runtime/gpu/plan_ahead.py",
+    "handout": "runtime/gpu/handout.py", "memory_plan": "runtime/gpu/memory_plan.py",
+    "launch_profile": "runtime/gpu/launch_profile.py", "retinanet": "targets/retinanet.py",
 }
+MOVED = {f"detaug/{old}.py": f"detaug/{new}" for old, new in _WENT.items()}
 # a path as docs and comments write it: from the package (detaug/..., readers/...), or from
 # inside it (runtime/gpu/plan_ahead.py, ops/color.py)
-NAMED = re.compile(r"(?<![\w./$-])((?:detaug|readers)/[\w/]*\w\.(?:py|pyi|cu))\b")
+NAMED = re.compile(r"(?<![\w./$-])((?:detaug|readers|tests)/[\w/]*\w\.(?:py|pyi|cu))\b")
+# a test file by its name alone: it is one of the files under tests/
+TEST_BARE = re.compile(r"(?<![\w./$-])(test_\w+\.py)\b")
 INSIDE = re.compile(r"(?<![\w./$-])((?:core|ops|graph|runtime|kernels|dali|targets|adapters|cli|"
                     r"plugin)/[\w/]*\w\.(?:py|cu))\b")
 OLD_BARE = re.compile(r"(?<![\w./$-])(" + "|".join(
     os.path.basename(p)[:-3] for p in MOVED if p.count("/") == 1) + r")\.py\b")
-DIARY = re.compile(r"\bsessions? \d+\b|\bin git history\b|\bround \d+\b|\(issue \d+[:)]|"
-                   r"\bwork period\b", re.I)
+# "issue N", "session N", "round N" or a numbered stretch of work: what happened when is the
+# diary's; the code says the reason itself. An issue may be named as where a requirement is
+# tracked ("tracked in issue N"), and another project's issue by its address.
+DIARY = re.compile(r"(?<![-\w])(?:issues?|sessions?|rounds?|periods?) \d+|\bin git history\b|"
+                   r"\bwork periods?\b", re.I)
+REFERENCE = re.compile(r"\btracked in issue \d+", re.I)
 ROOT = {".ci", ".gitattributes", ".gitignore", "LICENSE", "MANIFEST.in", "README.md", "benchmarks",
         "detaug", "docs", "examples", "pyproject.toml", "readers", "tests"}
 
@@ -94,26 +95,40 @@ def test_every_named_source_path_exists():
     missing += [(rel, p, line) for rel, p, line in _hits(INSIDE, files)
                 if not os.path.exists(os.path.join(REPO, "detaug", p))
                 and not os.path.exists(os.path.join(REPO, p))]
+    tests = {f for _, _, names in os.walk(os.path.join(REPO, "tests")) for f in names}
+    missing += [(rel, p, line) for rel, p, line in _hits(TEST_BARE, files) if p not in tests]
     assert not missing, "\n".join(f"{rel}:{line}: {p} does not exist" for rel, p, line in missing)
 
 
+def _diary(files):
+    """(path, line, text) of each line that cites the diary, a named reference left out."""
+    return [(rel, line, text.splitlines()[line - 1].strip()) for rel, text in files
+            for line in sorted({text.count("\n", 0, m.start()) + 1 for m in DIARY.finditer(text)
+                                if not REFERENCE.match(text, max(0, m.start() - 11))})]
+
+
 def test_no_comment_cites_a_development_diary():
-    """A reader of the code cannot open a work session or 'a probe in git history': the finding
-    itself is written instead."""
-    hits = [(rel, line, text.splitlines()[line - 1].strip()) for rel, text in
-            scanned_files(("detaug", "readers", "docs", "README.md", "examples"))
-            for line in sorted({text.count("\n", 0, m.start()) + 1 for m in DIARY.finditer(text)})]
+    """A reader of the code cannot open a work session, or a probe that only the history holds:
+    the finding itself is written instead."""
+    hits = _diary(scanned_files())
     assert not hits, "\n".join(f"{rel}:{line}: {t}" for rel, line, t in hits)
 
 
 def test_the_checks_find_what_they_look_for():
     """The patterns catch a stale path, a missing one, a bare old name and a diary reference."""
-    files = [("x.py", "see detaug/plan_ahead.py and runtime/gpu/nowhere.py\n"
-                      "# (executor.py) measured in session 12, a probe in git history\n")]
-    assert [p for _, p, _ in _hits(NAMED, files)] == ["detaug/plan_ahead.py"]
-    assert [p for _, p, _ in _hits(INSIDE, files)] == ["runtime/gpu/nowhere.py"]
+    # the samples are built from parts, so that this file names no stale path itself
+    stale, nowhere, old_test = ("detaug/plan_" + "ahead.py", "runtime/gpu/" + "nowhere.py",
+                                "tests/test_warp_" + "gpu.py")
+    files = [("x.py", f"see {stale} and {nowhere}\n"
+                      f"# ({'executor'}.py) measured in session {12}, a probe in git {'history'}\n"
+                      f"# as test_{'nowhere'}.py, Issue {30} asked; {old_test}\n")]
+    assert [p for _, p, _ in _hits(NAMED, files)] == [stale, old_test]
+    assert [p for _, p, _ in _hits(INSIDE, files)] == [nowhere]
     assert [p for _, p, _ in _hits(OLD_BARE, files)] == ["executor"]
-    assert len(DIARY.findall(files[0][1])) == 2
+    assert [p for _, p, _ in _hits(TEST_BARE, files)] == ["test_" + "nowhere.py"]
+    assert [line for _, line, _ in _diary(files)] == [2, 3]
+    kept = [("z.md", "the 300 s budget is tracked in issue 37; pass 2 of the loop\n")]
+    assert not _diary(kept) and _diary([("z.md", f"since issue {37}, round {2}\n")])
     named = _hits(NAMED, [("y.md", "detaug/runtime/gpu/plan_ahead.py, $repo/detaug/x.py")])
     assert [p for _, p, _ in named] == ["detaug/runtime/gpu/plan_ahead.py"]
 

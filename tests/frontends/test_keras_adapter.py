@@ -183,7 +183,7 @@ def test_process_workers_rebuild_the_pipeline():
 
 
 def test_a_bad_selection_name_is_reported_when_the_sequence_is_made():
-    """Issue 31: y='nmae' raised only at the first batch; now DetaugSequence(...) raises."""
+    """y='nmae' is refused when DetaugSequence(...) is made, not at the first batch."""
     with pytest.raises(ValueError, match="y='nmae' is not an output of this pipeline"):
         _sequence(output_map=("images", "boxes"), x="images", y="nmae")
     with pytest.raises(ValueError, match="x='boxes.nope' is not an output"):

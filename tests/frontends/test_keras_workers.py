@@ -99,7 +99,7 @@ def test_callable_target():
 
 
 def test_unknown_names_raise_and_list_the_available_ones():
-    # (when the sequence is made, not at its first batch: issue 31)
+    # (when the sequence is made, not at its first batch)
     for kw in ({"y": "nope"}, {"y": ("boxes", "nope")}, {"x": "image"}, {"y": {"a": "nope"}}):
         with pytest.raises(ValueError, match=r"not an output.*available.*'boxes'.*'images'"):
             _seq(**kw)

@@ -1,4 +1,4 @@
-"""A serialized pipeline edited by hand, or damaged, is refused by name (issue 41, "errors that
+"""A serialized pipeline edited by hand, or damaged, is refused by name ("errors that
 name nothing"): an op missing an argument gave a bare KeyError, ``outputs: []`` an IndexError
 (or a pipeline without outputs), and parameters of the wrong kind an OverflowError, ``cannot
 convert float NaN to integer`` or, for ``batch_size: 2.7``, a pipeline of batch size 2. Each is

@@ -1,4 +1,4 @@
-"""Issue 15: fusion is an optimisation, never a change of results.
+"""Fusion is an optimisation, never a change of results.
 
 A run of geometric ops is fused into one warp of the image and one transform of the boxes. The
 fused chain must give what the same ops give one at a time (``fn.materialize`` after every op):

@@ -1,4 +1,4 @@
-"""Random draws are per sample whatever feeds the graph (issue 15): a reader, a per-sample
+"""Random draws are per sample whatever feeds the graph: a reader, a per-sample
 callable, a batch iterable or ``feed_input`` from ``iter_setup``. A fed batch's length sets the
 batch's samples (one draw each); batch b with n samples uses the sample indices
 b * batch_size + arange(n), the indices a per-sample callable gives the same positions."""

@@ -138,7 +138,7 @@ def _external(op, args):
     return _feed([IMAGES], lambda i: i)  # replaced in the test: the op is the source
 
 
-# DALI's tensor ops (issue 40): points, matrices, two inputs, transforms after a rotation
+# DALI's tensor ops: points, matrices, two inputs, transforms after a rotation
 POINTS = [np.array([[0.1, 0.2], [0.5, 0.9], [0.3, 0.3]], np.float32),
           np.array([[0.7, 0.4], [0.2, 0.6], [0.9, 0.1]], np.float32)]
 ANCHORS = [0.0, 0.0, 0.5, 0.5, 0.5, 0.0, 1.0, 0.5, 0.0, 0.5, 0.5, 1.0, 0.5, 0.5, 1.0, 1.0,
@@ -411,7 +411,8 @@ CASES = {
 # Arguments a changed value of which needs other data than these fixed inputs; each is tested
 # where named.
 ELSEWHERE = {
-    "file_root": "readers read a dataset: tests/readers/test_readers_*.py, graph/test_pipeline.py",
+    "file_root": ("readers read a dataset: tests/readers/test_readers_*.py, "
+                  "tests/graph/test_pipeline.py"),
     "annotations_file": "tests/readers/test_readers_coco.py", "root": "tests/readers/test_readers_voc.py",
     "split": "tests/readers/test_readers_voc.py", "classes": "tests/readers/test_readers_voc.py",
     "skip_difficult": "tests/readers/test_readers_voc.py", "skip_empty": "tests/readers/test_readers_coco.py",

@@ -1,6 +1,7 @@
-"""RetinaNet parity cases shared by the GPU tests (targets/test_retinanet.py) and the CPU
-emulation of retinanet.cu (kernels/test_kernel_parity.py): random batches, and the check that the cupy path
-agrees with the float64 reference except where float32 rounding may decide (an IoU within 1e-6
+"""RetinaNet parity cases shared by the GPU tests (tests/targets/test_retinanet.py) and the CPU
+emulation of retinanet.cu (tests/kernels/test_kernel_parity.py): random batches, and the check
+that the cupy path agrees with the float64 reference except where float32 rounding may decide
+(an IoU within 1e-6
 of a threshold, two boxes within 1e-6 of an anchor's best IoU, or two anchors within 1e-6 of a
 box's best IoU under force_match; such anchors are counted and printed)."""
 import numpy as np

@@ -92,7 +92,7 @@ def _parse_file(xml_path, image_id, images, parser, index, check_images):
         raise DatasetError(xml_path, "malformed XML (no root element)")
     if ann.tag != "annotation":
         raise DatasetError(xml_path, f"root element is <{ann.tag}>, not <annotation>")
-    # Changed since the freeze (issue 41): an entity reference, whose text was lost, is refused
+    # Changed since the freeze: an entity reference, whose text was lost, is refused
     entity = next(ann.iter(etree.Entity), None)
     if entity is not None:
         raise DatasetError(xml_path, f"entity reference {entity.text} in <{entity.getparent().tag}>: "

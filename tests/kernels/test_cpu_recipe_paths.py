@@ -1,4 +1,4 @@
-"""The CPU backend's fast paths of the YOLO recipe (issue 42) against what they replace: hsv's
+"""The CPU backend's fast paths of the YOLO recipe against what they replace: hsv's
 float32 transform with its near-.5 values summed again (bit for bit the float64 twin), the warp's
 fill tested only on the rows and columns not wholly inside (bit for bit the full test), the mosaic
 written straight onto its canvas (bit for bit the tiles composed afterwards, and within one grey

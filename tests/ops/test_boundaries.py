@@ -3,7 +3,7 @@ that flipping a comparison (``>=`` / ``>``, ``<`` / ``<=``) or a rounding (floor
 ceil, half away / half to even) fails a test. Expected values are worked out in the comments
 from the rule's definition (the paper, DALI, torchvision, the format), never read from the module
 under test. The CUDA twins of the kernel rules are pinned on the same cases in
-kernels/test_kernel_parity.py."""
+tests/kernels/test_kernel_parity.py."""
 import numpy as np
 import pytest
 

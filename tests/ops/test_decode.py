@@ -119,7 +119,7 @@ def _tiff(a, mode=None):
                                    np.array([[-5, 100]], np.int32)],
                          ids=["float32", "int32 over 16 bits", "negative int32"])
 def test_pixels_with_no_8_bit_scale_are_refused_naming_the_file(tmp_path, array):
-    """Issue 30, item 10: Pillow's convert clipped float and 32-bit pixels silently (a float
+    """Pillow's convert clipped float and 32-bit pixels silently (a float
     image of 0.25 / 0.75 came out 0 / 0)."""
     from detaug.ops.decode import decode_pillow
 

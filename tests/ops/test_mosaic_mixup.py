@@ -70,7 +70,7 @@ def ref_groups(seed, rng_id, idx, n, p=1.0, pool=None):
 def ref_mosaic(images, boxes, members, uc, s, resize, fill=114):
     """Canvas and (label-carrying) boxes of one output, float64, Ultralytics' placement; boxes
     are clipped to their tile (detaug's rule; Ultralytics clips to the canvas only)."""
-    x = -s // 2  # Ultralytics' border; int(random.uniform(-x, 2 * s + x)) (issue 41: odd s)
+    x = -s // 2  # Ultralytics' border; int(random.uniform(-x, 2 * s + x)) (odd s included)
     xc, yc = (int(-x + v * ((2 * s + x) - (-x))) for v in uc)
     canvas = np.full((2 * s, 2 * s, 3), fill, np.float64)
     out_boxes = []
@@ -408,7 +408,7 @@ def test_compose_cuda_source_matches_twin(emulated, mode, seed):
 ])
 def test_bad_arguments_name_the_op_and_argument(op, kw, match):
     sizes = [(6, 10), (8, 4)]
-    (arg,) = kw  # refused when traced since issue 41 (detaug/graph/arg_check.py), by name
+    (arg,) = kw  # refused by name when traced (detaug/graph/arg_check.py)
     with pytest.raises(ValueError, match=rf"{op}(_\d+: {match}|: argument {arg}=)"):
         pipe = run_pipe(flat_source(sizes), 2, lambda i, b: getattr(fn, op)(i, b, **kw), seed=0)
         pipe.run()

@@ -1,4 +1,4 @@
-"""One validation of every op's numeric arguments (issue 41): NaN, infinity and values out of
+"""One validation of every op's numeric arguments: NaN, infinity and values out of
 their declared range are refused at trace time by op and argument name; values in range pass.
 
 Driven from the declarations (``detaug.graph.arg_check.ARG_RANGES``, declared beside each op):

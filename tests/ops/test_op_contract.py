@@ -1,4 +1,4 @@
-"""The contract every op keeps (issue 12), checked for every op of the registry.
+"""The contract every op keeps, checked for every op of the registry.
 
 Each op is run the way tests/ops/test_op_args.py runs it (its ``CASES``: how it is fed and its base
 arguments), but on fresh random inputs made from a fixed seed and a batch of ``N`` samples:

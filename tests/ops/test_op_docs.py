@@ -1,4 +1,4 @@
-"""Issue 13: every op's signature and docstring come from its registry entry, for ``fn.*`` and
+"""Every op's signature and docstring come from its registry entry, for ``fn.*`` and
 ``ops.*``; docs/api.md is generated from the same source; ``detaug --version``.
 
 The checks iterate the registry (names and aliases), so a new op is covered without a new entry."""

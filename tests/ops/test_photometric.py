@@ -1,4 +1,4 @@
-"""Photometric ops (issues 29 and 31): photometric_distort and grayscale against float64 ports
+"""Photometric ops: photometric_distort and grayscale against float64 ports
 of torchvision v2's functional colour kernels, color_twist & co. against DALI's own reference
 formula, hand-computed boundary cases, keyed draws, and photometric.cu run on the CPU (g++)
 against its NumPy twin (tests/kernels/test_photometric_kernels.py).
@@ -13,9 +13,10 @@ for integer images), ``adjust_hue`` (to float by ``/ 255``, HSV hexcone model, h
 1, back, ``to_dtype(scale=True)``: ``trunc(x * 255.999)``); the HSV conversion here is Python's
 ``colorsys``. ``permute_channels``: ``out = image[perm]``. The order of
 ``RandomPhotometricDistort._transform``: brightness, contrast if before, saturation, hue,
-contrast if after, channel permutation. DALI: dali/test/python/operator_1/test_color_twist.py
-``ref_color_twist``: ``((yiq2rgb @ H(hue) S(sat) @ rgb2yiq @ rgb - grey) * contrast + grey) *
-brightness``, grey 128 (integer) or 0.5 (float), rounded and clipped.
+contrast if after, channel permutation. DALI: ``ref_color_twist`` of its color twist test
+(dali/test/python/operator_1/ in NVIDIA's repository): ``((yiq2rgb @ H(hue) S(sat) @ rgb2yiq @
+rgb - grey) * contrast + grey) * brightness``, grey 128 (integer) or 0.5 (float), rounded and
+clipped.
 """
 from __future__ import annotations
 

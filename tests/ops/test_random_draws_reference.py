@@ -1,5 +1,5 @@
 """Random perspective and mosaic centres drawn exactly as torchvision and Ultralytics draw them,
-and every random perspective draw rendered (issue 41: the top-left corner's y was drawn in the
+and every random perspective draw rendered (once wrong: the top-left corner's y was drawn in the
 width's range; a draw folding a canvas corner through the horizon raised ValueError and stopped
 the pipeline; mosaic's centre for an odd size was one pixel off)."""
 import math

@@ -1,4 +1,4 @@
-"""Issue 29, geometric part: fn.perspective, fn.scale_jitter, fn.random_shortest_size and DALI's
+"""Geometric recipe ops: fn.perspective, fn.scale_jitter, fn.random_shortest_size and DALI's
 fn.warp_affine (detaug/ops/recipes_geometry.py), and the projective chain under them.
 
 References are written here from the definitions, never from the module's constants:
@@ -251,7 +251,7 @@ def test_scale_jitter_sizes_by_hand():
     sizes = np.array([[40, 60], [14, 20], [10, 20], [100, 50]])
     # scale 1, target (32, 32): 40x60 fits by min(32/40, 32/60) = 8/15 -> 21.33 x 32 -> 21 x 32;
     # 14x20 in (25, 25): 1.25 -> 17.5 x 25: Detectron2 np.round -> 18 (half to even), trunc 17;
-    # 10x20 in (25, 25): 12.5 x 25 -> round 12 (to even), trunc 12; 100x50: 0.32 -> 32 x 16
+    # 10x20 in (25, 25): 12.5 x 25 -> rounds to 12 (to even), trunc 12; 100x50: 0.32 -> 32 x 16
     targets = {(32, 32): [(21, 32), None, None, (32, 16)], (25, 25): [None, (18, 25), (12, 25), None]}
     for size, want in targets.items():
         for rounding in ("round", "trunc"):
@@ -402,7 +402,7 @@ def test_warp_affine_dali_semantics_by_hand_and_reference(rng):
 
 def test_warp_affine_per_sample_matrix_and_dalis_mtx_input():
     """A per-sample matrix (DALI's argument input) moves each image by its own translation; DALI's
-    positional mtx input is the same matrix (issue 40)."""
+    positional mtx input is the same matrix."""
     rng = np.random.default_rng(2)
     imgs = [rng.integers(0, 256, (20, 30, 3), dtype=np.uint8) for _ in range(3)]
     mats = [np.array([1, 0, -k, 0, 1, -1], np.float32) for k in range(3)]

@@ -1,4 +1,4 @@
-"""Bad inputs that the readers once answered wrongly (issue 14): each now a DatasetError naming the
+"""Bad inputs that the readers once answered wrongly: each now a DatasetError naming the
 file and the fault, or a counted skip under on_error="skip"."""
 import json
 import os
@@ -183,7 +183,7 @@ def test_voc_split_file_not_utf8(tmp_path):
 
 @pytest.mark.parametrize("width", ["inf", "1e400", "nan", "wide", "-100", "100.5", "1_00"])
 def test_voc_unreadable_size_is_a_named_fault(tmp_path, width):
-    # (issue 30: it was read as "unknown" and replaced by the header's, silently)
+    # (it was once read as "unknown" and replaced by the header's, silently)
     root = write_voc(tmp_path / "voc", {"a": voc_xml("a.jpg", (width, 80), [("dog", 1, 1, 9, 9)])})
     with pytest.raises(DatasetError, match=r"<size><width> is .* not a whole number") as err:
         read_voc(root)

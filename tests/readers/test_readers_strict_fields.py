@@ -1,4 +1,4 @@
-"""Issue 30, items 7 and 10 (the readers' half): a field of an unexpected type, count or
+"""The readers' strict fields: a field of an unexpected type, count or
 encoding is a DatasetError naming the file and the entry (or a counted skip), never read
 silently as something else. Each case once gave a wrong value without a word (noted per test).
 """

@@ -1,4 +1,4 @@
-"""Reader faults that passed without a word, or ended the process (issue 41, "other silent
+"""Reader faults that passed without a word, or ended the process ("other silent
 faults"), each against the case that showed it:
 
 - ``readers.limits.FOLLOW_SYMLINKS_OUTSIDE_ROOT = False`` was ignored by the YOLO readers

@@ -1,4 +1,4 @@
-"""TFRecord inputs that once cost unbounded time or memory, or hung (issue 41): a zero-filled
+"""TFRecord inputs that once cost unbounded time or memory, or hung: a zero-filled
 tail (a cut-short copy), a huge or crafted index cache, a cache header nested past Python's
 stack, a FIFO at the cache path. Each runs in a child under a memory cap and a time limit."""
 import os

@@ -1,5 +1,5 @@
 """A data.yaml of nested aliases (a few hundred bytes that expand to billions of values) is
-refused by name in bounded memory; error messages show bounded reprs (issue 41: a 445-byte
+refused by name in bounded memory; error messages show bounded reprs (once, a 445-byte
 file exhausted memory because an error message took repr() of the whole tree)."""
 import pytest
 

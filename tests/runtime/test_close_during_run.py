@@ -1,4 +1,4 @@
-"""``close()`` from another thread while ``run()`` waits for its batch (issue 41, "other silent
+"""``close()`` from another thread while ``run()`` waits for its batch ("other silent
 faults"): close shut the executor down under the running call, so the batch in flight was lost
 (``cannot schedule new futures after shutdown``, ``deque mutated during iteration`` in close
 itself, or ``WorkerDied: the pipeline was closed``), and the calls after it failed. Now close

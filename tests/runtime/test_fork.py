@@ -1,4 +1,4 @@
-"""A pipeline that has run once, used in a child of os.fork (issue 41: the child hung forever;
+"""A pipeline that has run once, used in a child of os.fork (the child once hung forever;
 a dropped pipeline's __del__ ran in later pipelines' forked workers): a CPU pipeline works in
 the child from the same cursor and gives the parent's batches; a GPU one raises by name."""
 import os

@@ -290,7 +290,8 @@ def test_memory_stable_over_1000_batches():
     # device-wide free memory: nothing of ours grew with the batches (other tests' leftovers in
     # the same process may still release memory in between, so it may rise). The pool's chunks
     # may differ by one launch's outputs: a batch handed out is held until the next poll after
-    # the caller dropped it (detaug/handout.py), so when a launch is admitted its predecessor's
+    # the caller dropped it (detaug/runtime/gpu/handout.py), so when a launch is admitted its
+    # predecessor's
     # block may still be held, and the pool then keeps a partly used chunk of that size (seen:
     # 20 MiB = one launch of these outputs, rounded to 2 MiB pages, between the marks)
     launch = -(-pipe._launch_out_bytes // 2**21) * 2**21
@@ -303,7 +304,7 @@ def test_output_pool_caches_at_most_one_launch_more_than_in_use():
     """cupy's pool keeps freed blocks per stream, and a launch's outputs are allocated before the
     caller drops the batch its slot held. Made on one stream per output slot, the pool held as
     many launches again as were in use (bench_train at 8 GB, launches of 4 batches: 7.6 GB held
-    for 3.8 GB in use, session 10); on the one output stream, no more than was in use at once."""
+    for 3.8 GB in use); on the one output stream, no more than was in use at once."""
     import cupy as cp
 
     gc.collect()
@@ -356,7 +357,8 @@ def test_torch_gets_device_tensors_without_copy(monkeypatch):
 
 
 class _NoHold:
-    """The hand-out before detaug/handout.py: nothing held past the caller's own references."""
+    """The hand-out without detaug/runtime/gpu/handout.py: nothing held past the caller's own
+    references."""
 
     peak = 0
 
@@ -468,7 +470,7 @@ def test_a_dropped_batch_is_not_reused_while_the_callers_queued_work_may_read_it
     the output stream, on the device, for an event recorded on torch's stream, so a later launch
     that reuses the block runs after a queued training step that still reads it, also when the
     loop fetches one batch ahead. What is checked, without depending on which free block the
-    pool hands out (issue 30: asserting that choice failed 1 run in 3):
+    pool hands out (an assertion on that choice fails 1 run in 3):
 
     - the step reads its own batch: what it read after the GPU sleep equals what it read before,
       while 6 later launches were made during the sleep;
@@ -478,7 +480,7 @@ def test_a_dropped_batch_is_not_reused_while_the_callers_queued_work_may_read_it
       (a batch never let go, or let go where the output stream cannot reuse it, grows it by a
       batch, 39 MB, each trial).
 
-    The control (the hand-out before session 11: nothing held) shows the same measurement fails
+    The control (a hand-out that holds nothing) shows the same measurement fails
     without the hold: the output stream's event completes while the step still sleeps."""
     torch = pytest.importorskip("torch")
     batch_bytes = 8 * 3 * 640 * 640 * 4

@@ -1,5 +1,5 @@
 """Pipeline.deserialize of a document nested past Python's stack is a GraphFormatError, not a
-RecursionError (issue 41)."""
+RecursionError."""
 import pytest
 
 import detaug

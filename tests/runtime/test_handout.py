@@ -1,6 +1,7 @@
-"""detaug/handout.py: the memory of a batch handed out goes back to the pool at the first poll after
-the caller has dropped the batch, and only behind a device-side wait, on each stream its outputs
-were allocated on, for events recorded then on the caller's streams (stand-in arrays, streams and
+"""detaug/runtime/gpu/handout.py: the memory of a batch handed out goes back to the pool at the
+first poll after the caller has dropped the batch, and only behind a device-side wait, on each
+stream its outputs were allocated on, for events recorded then on the caller's
+streams (stand-in arrays, streams and
 events; the GPU tests are test_gpu_pipeline's
 test_a_dropped_batch_is_not_reused_while_the_callers_queued_work_may_read_it and
 test_graph_never_waits_for_the_device)."""

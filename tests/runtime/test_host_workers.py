@@ -1,4 +1,5 @@
-"""Host worker processes (detaug/host_workers.py): the engine's promises with several workers.
+"""Host worker processes (detaug/runtime/host_workers.py): the engine's promises with several
+workers.
 
 Every test compares a pipeline whose host stage runs in worker processes against the same
 pipeline run in threads of this process (``host_processes=0``), which the rest of the suite

@@ -1,5 +1,5 @@
 """An iterable external source that raises at its third batch: the two batches it made are
-delivered first, and the error comes at the run() of the batch that failed (issue 14, "Order").
+delivered first, and the error comes at the run() of the batch that failed (docs/bad-input.md).
 Prefetch must not move the error earlier. CPU only.
 
 The executor hands out the launches queued before the failing one first, then raises.

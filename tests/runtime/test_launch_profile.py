@@ -1,5 +1,5 @@
-"""detaug/launch_profile.py: the report of launches' stage stamps (hand-computed), and that a
-pipeline run with the profile on stamps its launches in stage order."""
+"""detaug/runtime/gpu/launch_profile.py: the report of launches' stage stamps (hand-computed),
+and that a pipeline run with the profile on stamps its launches in stage order."""
 import numpy as np
 import pytest
 from helpers import fresh_seed

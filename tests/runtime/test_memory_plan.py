@@ -1,6 +1,6 @@
 """The GPU pipeline's memory plan (detaug/runtime/gpu/memory_plan.py) and the executor's ordered
 output slots: pure arithmetic and threading, checked on the CPU against hand-computed values;
-the plan sized by a launch's real bytes (issue 32, on the CPU with a stand-in for the decode
+the plan sized by a launch's real bytes (on the CPU with a stand-in for the decode
 processes); and, ``gpu``-marked, the RetinaNet pipeline within the default budget on a device."""
 import gc
 import os
@@ -173,7 +173,7 @@ def test_output_slots_reset_cancels_waiters():
     assert slots.n == 3
 
 
-# ------------------------------------------------- the budget: a launch's real bytes (issue 32)
+# ------------------------------------------------- the budget: a launch's real bytes
 
 
 # RetinaNet's anchors on a 640 x 640 canvas, by hand: P3-P7 at strides 8..128 give 80^2, 40^2,
@@ -425,7 +425,8 @@ def test_build_fits_retinanet_batch_16_at_the_default_budget(data, fake_gpu):
 
 
 def test_build_plain_pipeline_keeps_its_plan(data, fake_gpu):
-    # 315 MB a batch of float32 images: the decode side keeps its 2 x 2 (as before issue 32)
+    # 315 MB a batch of float32 images: the decode side keeps its 2 x 2 (as a plan without the
+    # budget)
     pipe = bench_gpu.make_det_pipe(data, "mixed", batch_size=64, seed=0)
     with pytest.raises(_Started):
         pipe.build()

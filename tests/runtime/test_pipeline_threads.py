@@ -1,4 +1,4 @@
-"""Pipelines and threads (issue 30, items 1 and 2).
+"""Pipelines and threads: run() from other threads than the one that built the pipeline.
 
 1. A pipeline works from any thread and outlives the thread that first ran it: its host worker
    processes die with the process that owns them, not with the thread that forked them (they
@@ -77,7 +77,7 @@ def in_a_thread(fn_):
 # ---- 1: workers outlive the thread that started them ------------------------------------------
 @needs_workers
 def test_a_pipeline_first_run_in_a_thread_that_ends_keeps_working():
-    """Issue 30, case 1a: the first run() in a helper thread, which then ends; every later run()
+    """The first run() in a helper thread, which then ends; every later run()
     (here in the main thread) gives the right batches, from the same, living workers."""
     want = reference(1)[0]
     pipe = boxes_pipe(2)
@@ -91,7 +91,7 @@ def test_a_pipeline_first_run_in_a_thread_that_ends_keeps_working():
 
 @needs_workers
 def test_a_background_prefetch_thread_per_epoch():
-    """Issue 30, case 1b: each epoch is read by a new background thread (a per-epoch prefetch
+    """Each epoch is read by a new background thread (a per-epoch prefetch
     thread), which ends with its epoch; all three epochs give their batches."""
     want = reference(3)
     pipe = boxes_pipe(2)
@@ -219,7 +219,7 @@ def _race(call, threads=4):
 @pytest.mark.parametrize("host_processes", [0, pytest.param(2, marks=needs_workers)])
 @pytest.mark.parametrize("how", ["run", "next"])
 def test_concurrent_callers_get_every_batch_once_in_order(switch_often, host_processes, how):
-    """Issue 30, case 2: four threads call run() (or next()) on one pipeline at a 1 us switch
+    """Four threads call run() (or next()) on one pipeline at a 1 us switch
     interval, until the epoch ends. Every batch of the epoch is handed out exactly once, each
     thread gets its batches in order, and the state is at the epoch's end. (Before: batches
     duplicated and lost, the state behind.) Five trials: the race was seen in 1 of 3."""

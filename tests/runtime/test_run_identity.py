@@ -1,4 +1,4 @@
-"""What a run is (issue 30, items 5 and 6).
+"""What a run is: which records an epoch holds, and what a saved state resumes.
 
 5. An epoch that would have no batch is refused at ``build()`` with a message that says why
    (dataset size, shards, batch size, policy); before, ``run()`` gave a bare StopIteration and
@@ -35,7 +35,7 @@ def place_pipe(size, batch_size=4, **kw):
 
 # ---- 5: an epoch of no batch --------------------------------------------------------------------
 def test_drop_with_a_batch_larger_than_the_dataset_is_refused_at_build():
-    """Issue 30, case 5a: last_batch_policy='drop', batch_size 4, 3 records."""
+    """``last_batch_policy="drop"``, batch_size 4, 3 records."""
     pipe = place_pipe(3, last_batch_policy="drop")
     with pytest.raises(ValueError, match=r"no batch.*3 records.*batch_size=4.*'drop'"):
         pipe.build()
@@ -46,7 +46,7 @@ def test_drop_with_a_batch_larger_than_the_dataset_is_refused_at_build():
 
 @pytest.mark.parametrize("policy", ["drop", "uneven"])
 def test_more_shards_than_records_is_refused_at_build(policy):
-    """Issue 30, case 5b: 3 records, 4 shards; shard 0's part of the epoch order, records
+    """3 records, 4 shards; shard 0's part of the epoch order, records
     [0 * 3 // 4, 1 * 3 // 4) = none, stays empty under 'drop' and 'uneven'."""
     pipe = place_pipe(3, batch_size=1, shard_id=0, num_shards=4, shard_policy=policy)
     with pytest.raises(ValueError, match=rf"shard 0 of 4 holds none of the dataset's 3 records "
@@ -62,7 +62,7 @@ def test_more_shards_than_records_under_pad_repeats_a_record():
 
 
 def test_a_reader_left_with_no_records_is_refused_at_build(tmp_path):
-    """Issue 30, case 5c: a COCO file whose only image is missing, read with on_error='skip':
+    """A COCO file whose only image is missing, read with on_error='skip':
     the reader is left with 0 records; the message says so and points at what was skipped."""
     ann = tmp_path / "ann.json"
     ann.write_text(json.dumps({"images": [{"id": 1, "file_name": "gone.jpg", "width": 8,
@@ -135,7 +135,7 @@ def test_the_state_names_the_run(tmp_path):
 
 
 def test_a_state_of_a_larger_dataset_is_refused(tmp_path):
-    """Issue 30, case 6a: saved at batch 4 of a 10-record dataset, loaded into a 5-record
+    """Saved at batch 4 of a 10-record dataset, loaded into a 5-record
     pipeline (it continued silently in epoch 1)."""
     state = saved_at(label_pipe(tmp_path, files(tmp_path, NAMES)), 4)
     small = label_pipe(tmp_path, NAMES[:5])
@@ -166,7 +166,7 @@ def test_a_moved_dataset_resumes_exactly(tmp_path):
 
 
 def test_a_state_of_another_shard_is_refused(tmp_path):
-    """Issue 30, case 6b: a state of the whole dataset loaded into shard 1 of 2 (the saved
+    """A state of the whole dataset loaded into shard 1 of 2 (the saved
     shard was ignored)."""
     names = files(tmp_path, NAMES)
     state = saved_at(label_pipe(tmp_path, names), 2)

@@ -1,4 +1,4 @@
-"""``Pipeline.serialize`` writes data only, and ``deserialize`` reads nothing else (issue 30,
+"""``Pipeline.serialize`` writes data only, and ``deserialize`` reads nothing else (
 item 9): it ran ``pickle.loads`` on its input, so a serialized pipeline from anyone else (a
 shared config, a download) could run arbitrary code when loaded.
 
@@ -60,7 +60,7 @@ def test_serialize_writes_json_and_the_copy_gives_the_same_batches():
 
 
 def test_a_crafted_pickle_is_refused_and_runs_nothing(tmp_path):
-    """Issue 30, case 9: a pickle whose loading creates a folder (any code would do)."""
+    """A pickle whose loading creates a folder (any code would do)."""
     marker = tmp_path / "pwned"
 
     class Payload:

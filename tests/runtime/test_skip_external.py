@@ -1,4 +1,4 @@
-"""on_error='skip' with images from an external source (issue 14).
+"""on_error='skip' with images from an external source.
 
 A per-sample callable that returns a truncated JPEG is skipped like a reader's bad file: the
 sample is replaced by the next one of the epoch (the callable is asked for that sample's own
@@ -113,8 +113,8 @@ def test_bad_sample_in_an_iterable_batch_under_skip_on_the_gpu_is_a_named_error_
     del first  # (its images go now, while the pipeline and its streams exist)
     # the error's traceback must not keep decoded images: collected together with the pipeline,
     # they could be freed after its streams, and the process died (a segmentation fault in 5 of
-    # 6 runs of this file on the device, at the next test's garbage collection, before session
-    # 12's mend)
+    # 6 runs of this file on the device, at the next test's garbage collection, before images
+    # were dropped ahead of the pipeline)
     del pipe
     gc.collect()
 

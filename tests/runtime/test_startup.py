@@ -1,4 +1,4 @@
-"""Start-up (detaug/runtime/startup.py, the first launch of executor.py, the early decode
+"""Start-up (detaug/runtime/startup.py, the first launch of runtime/executor.py, the early decode
 processes): the timeline's phases exist and are in order (no durations are asserted), the new
 start order gives the same batches as threads, random access and resume still hold, a spawned
 child does not run the main script again, and the list of kernels to load ahead."""
@@ -91,7 +91,7 @@ def test_first_launch_here_then_workers_same_batches_and_ordered_phases(referenc
 @needs_workers
 def test_first_launch_over_as_many_threads_as_workers(reference):
     """host_processes=3 with one host thread: the first launch's samples go over 3 threads of
-    this process (executor.py); the same batches."""
+    this process (detaug/runtime/executor.py); the same batches."""
     got, phases = first_batches(det_pipe(3, num_threads=1))
     for a, b in zip(reference, got):
         assert_same(a, b)

@@ -1,4 +1,4 @@
-"""A tampered or damaged ``state_dict`` is refused by name (issue 41, "errors that name nothing"):
+"""A tampered or damaged ``state_dict`` is refused by name, not by an error that names nothing:
 ``load_state_dict`` ran ``int()`` on its fields, so a string gave ``invalid literal for int()``,
 None or a list a TypeError, a shard of 3 ``'int' object is not iterable``, a dataset of 5 an
 AttributeError, and ``epoch=1.9`` resumed at epoch 1 without a word (``batch=True`` at batch 1).

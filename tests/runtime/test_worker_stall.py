@@ -1,5 +1,5 @@
 """A host worker that stops (SIGSTOP, a debugger) or dies while it owes batches: run() raises
-WorkerDied naming the worker and why, instead of waiting forever (issue 41)."""
+WorkerDied naming the worker and why, instead of waiting forever."""
 import os
 import sys
 
