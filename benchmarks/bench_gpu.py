@@ -71,7 +71,7 @@ from gpu_ceilings import (OUTPUT_KINDS, _outputs_label, bench_decode_ceiling,
 from gpu_peers import (DALI_CONFIGS, bench_dali, bench_kornia, bench_tv_cpu, bench_tv_gpu, best_row,
                        parse_dali_configs)
 
-# the names the other benchmarks take from bench_gpu (bench_cpu, bench_train, bench_ddp, bench_soak)
+# the names the other benchmarks take from bench_gpu (bench_cpu, bench_train, bench_ddp, bench_memory's soak)
 # and .ci/device_setup.sh (make_dataset)
 from gpu_common import REPO  # noqa: E402,F401
 from gpu_peers import TVFileDataset, _tv_collate  # noqa: E402,F401

@@ -13,7 +13,7 @@
 #           the table of ratios and their medians (python benchmarks/gpu_ceilings.py NAME=JSON ...)
 #   train   bench_train.py: a ResNet-50 + FPN RetinaNet step fed by a kept batch, by detaug at its
 #           defaults and high-throughput settings, and by a torchvision DataLoader
-#   soak    bench_soak.py: SOAK_BATCHES (20,000) batches at the defaults; rate and memory after a mark
+#   soak    bench_memory.py soak: SOAK_BATCHES (20,000) batches at the defaults; rate and memory after a mark
 #   cpu     bench_cpu.py at N = NS ("2 4 8 15") workers: detaug's host stage in N processes and in
 #           N threads, albumentations and torchvision v2 in DataLoaders of N workers (carry
 #           albumentations' wheels in .whl for its rows)
@@ -105,7 +105,7 @@ part_train() {
 
 part_soak() {
   bench_data $DATA
-  timeout 200 python3 benchmarks/bench_soak.py --data $DATA --batches "${SOAK_BATCHES:-20000}" \
+  timeout 200 python3 benchmarks/bench_memory.py soak --data $DATA --batches "${SOAK_BATCHES:-20000}" \
     --max-seconds 170 2>&1 | quiet | grep -E "^\|" | cut -c1-400
 }
 

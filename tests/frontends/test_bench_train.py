@@ -158,7 +158,7 @@ SCRIPTS = sorted(f[:-3] for f in os.listdir(BENCH)
 def test_the_benchmark_scripts_are_the_ones_results_md_names():
     """Every script a user runs is named in RESULTS.md, and the parts of bench_gpu exist."""
     text = open(os.path.join(BENCH, "RESULTS.md"), encoding="utf-8").read()
-    assert {"bench_gpu", "bench_cpu", "bench_train", "bench_soak", "bench_ddp", "bench_readers",
+    assert {"bench_gpu", "bench_cpu", "bench_train", "bench_memory", "bench_ddp", "bench_readers",
             "bench_retinanet", "bench_tfrecord_index", "gpu_ceilings"} <= set(SCRIPTS)
     for s in SCRIPTS:
         if s.startswith("bench_"):
