@@ -50,11 +50,19 @@ def read_yolo(root, classes_file=None, *, split=None, classes=None, on_error="ra
         raise DatasetError(root, f"no images folder {images}")
     names = list(classes) if classes is not None else _class_names(root, classes_file)
     sink = ErrorSink(on_error, "read_yolo")
+    dataset = Dataset([], names, root=root)
+    return collect_records(root, images, labels, sink, dataset, progress,
+                           lambda rel: _record(images, labels, rel, len(names), sink, dataset))
+
+
+def collect_records(root, images, labels, sink, dataset, progress, make):
+    """``dataset`` with the record ``make(rel)`` of every image under ``images`` that has its
+    label file (in order; None: skipped, the sink counts it), label files without an image
+    reported, and the sink's skips; ``progress(done, total)`` after each image."""
     all_rels = _relative_images(images)
     rels = inside_root(_same_stem(all_rels, images, labels, sink), root, images, labels, sink)
-    dataset = Dataset([], names, root=root)
     for done, rel in enumerate(rels, 1):
-        record = _record(images, labels, rel, len(names), sink, dataset)
+        record = make(rel)
         if record is not None:
             dataset.records.append(record)
         if progress is not None:

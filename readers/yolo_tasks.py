@@ -28,8 +28,9 @@ from .records import Dataset, DetectionRecord
 from .segments import MAX_KEYPOINTS, check_flip_index, polygons_field, tidy
 from .writers import (WriteReport, _check_class_names, _check_labels, _image_base, _shift,
                       _size, _yolo_names, _yolo_lines, place_image)
-from .yolo import (_INDEX, _NUMBER, _class_names, _label_path, _orphans, _relative_images,
-                   _same_stem, _strict_loader, inside_root, read_text)
+from .yolo import (_INDEX, _NUMBER, _class_names, _label_path, _strict_loader, collect_records,
+                   read_text)
+
 
 TASKS = ("segment", "pose", "obb")
 
@@ -70,17 +71,8 @@ def read_yolo_task(root, task, classes_file=None, *, split=None, classes=None, k
         shape, fi = _pose_spec(root, kpt_shape, flip_index)
         dataset.instances = {"kpt_shape": list(shape), "flip_index": fi}
     sink = ErrorSink(on_error, f"read_yolo_task({task!r})")
-    all_rels = _relative_images(images)
-    rels = inside_root(_same_stem(all_rels, images, labels, sink), root, images, labels, sink)
-    for done, rel in enumerate(rels, 1):
-        record = _record(images, labels, rel, names, task, shape, sink, dataset)
-        if record is not None:
-            dataset.records.append(record)
-        if progress is not None:
-            progress(done, len(rels))
-    _orphans(labels, all_rels, sink)
-    dataset.skipped = sink.finish()
-    return dataset
+    return collect_records(root, images, labels, sink, dataset, progress,
+                           lambda rel: _record(images, labels, rel, names, task, shape, sink, dataset))
 
 
 def _pose_spec(root, kpt_shape, flip_index):
