@@ -261,9 +261,29 @@ def test_resize_per_sample_and_slice_rel(run_port):
         np.testing.assert_allclose(g["flipped"].at(s), np.c_[1 - b[:, 0], b[:, 1]], atol=1e-6)
 
 
-def test_augmentation_gallery_names_the_missing_op(run_port):
-    with pytest.raises(AttributeError, match=r"fn\.water: DALI's op 'water' is not in detaug"):
-        run_port("augmentation_gallery")
+def test_augmentation_gallery(run_port):
+    """Every entry runs; water and sphere give DALI's displacement of the decoded image (their
+    defaults: ampl 10, freq 2 pi / 128, INTERP_NN, fill 0; tests/ops/test_displace.py checks the
+    rules themselves)."""
+    from detaug.kernels.displace import sample, sphere_points, water_points
+
+    g = run_port("augmentation_gallery")
+    im = _decoded(os.path.join(g["VOC_IMAGES"], g["IMAGE"]))
+    for name, (orig, out) in g["results"].items():
+        np.testing.assert_array_equal(orig.at(0), im)
+        assert out.at(0).dtype == np.uint8
+    h, w = im.shape[:2]
+    fill = np.zeros(3, np.uint8)
+    f = 2 * np.pi / 128
+    water = sample(im, *water_points(h, w, 10, 10, f, f, 0, 0), False, fill)
+    np.testing.assert_array_equal(g["results"]["water"][1].at(0), water)
+    np.testing.assert_array_equal(g["results"]["sphere"][1].at(0),
+                                  sample(im, *sphere_points(h, w), False, fill))
+    # a spot check written out: water's pixel (x=5, y=40) is the input's (floor(5 + 10 sin(40 f)),
+    # floor(40 + 10 cos(5 f)))
+    sx, sy = int(np.floor(5 + 10 * np.sin(40 * f))), int(np.floor(40 + 10 * np.cos(5 * f)))
+    np.testing.assert_array_equal(water[40, 5], im[sy, sx])
+    assert g["results"]["resize"][1].at(0).shape == (300, 300, 3)
 
 
 # ---- the forms and outputs the programs rely on ------------------------------------------------------
