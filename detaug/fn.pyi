@@ -1958,6 +1958,32 @@ def scale_jitter(images: Any, boxes: Any = ..., /, *, size: tuple[int, int] | No
     Functional form: fn.scale_jitter; class form: ops.ScaleJitter
     """
 
+def select_masks(mask_ids: Any, polygons: Any, vertices: Any, /, *, reindex_masks: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's segmentation.select_masks: the polygons and vertices of the masks in mask_ids (e.g. random_bbox_crop's bbox indices), in mask_ids' order.
+    
+    Alias of fn.segmentation.select_masks (same arguments and behaviour).
+    
+    Inputs (positional only, 3):
+        mask_ids: the output of another op
+        polygons: the output of another op
+        vertices: the output of another op
+    
+    Arguments (keyword only):
+        reindex_masks: bool = False: DALI's: replace each mask id with its position in mask_ids
+    
+    Common keywords (every op):
+        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'segmentation.select_masks_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu
+    
+    Returns: 2 outputs (a tuple); per sample (k, 3) int32 polygons and (m, D) vertices
+    
+    Functional form: fn.select_masks; class form: ops.SelectMasks
+    """
+
 def shapes(data: Any, /, *, dtype: str | None = 'int64', device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     DALI's shapes: each sample's shape as a 1-D tensor (images: [H, W, C]).
@@ -3389,6 +3415,37 @@ class readers:
         Returns: 2 outputs (a tuple); (encoded bytes, BoxBatch with labels + difficult/truncated)
         
         Functional form: fn.readers.voc; class form: ops.readers.VOC
+        """
+
+
+class segmentation:
+    """fn.segmentation.*"""
+
+    @staticmethod
+    def select_masks(mask_ids: Any, polygons: Any, vertices: Any, /, *, reindex_masks: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's segmentation.select_masks: the polygons and vertices of the masks in mask_ids (e.g. random_bbox_crop's bbox indices), in mask_ids' order.
+        
+        Inputs (positional only, 3):
+            mask_ids: the output of another op
+            polygons: the output of another op
+            vertices: the output of another op
+        
+        Arguments (keyword only):
+            reindex_masks: bool = False: DALI's: replace each mask id with its position in mask_ids
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'segmentation.select_masks_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: 2 outputs (a tuple); per sample (k, 3) int32 polygons and (m, D) vertices
+        
+        Aliases: fn.select_masks
+        
+        Functional form: fn.segmentation.select_masks; class form: ops.segmentation.SelectMasks
         """
 
 
