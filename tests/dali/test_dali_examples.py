@@ -457,16 +457,31 @@ def _coco_tfrecords(folder, n):
 
 
 @pytest.mark.slow  # TensorFlow's import alone takes ~8 s here
-def test_efficientdet_input_stops_at_resizing_normalised_images(tmp_path, monkeypatch, run_port):
-    """DALI's EfficientDet input pipeline traces whole (TFRecord features, DataNode arithmetic,
-    dali.math, slices of tensors, box_encoder(offset=True), DALIDataset); it runs up to the
-    resize of the normalised (float) images, which detaug refuses with one line: its geometric
-    ops take uint8 images (normalise after them)."""
+def test_efficientdet_input(tmp_path, monkeypatch, run_port):
+    """DALI's EfficientDet input pipeline runs whole (TFRecord features, DataNode arithmetic,
+    dali.math, slices of tensors, resize of the normalised float images, box_encoder(offset=True),
+    DALIDataset). The images stay float32: each pixel a bilinear mix of normalised pixels (inside
+    the channel's normalised range) or the slice's pad (0); the pyramid levels are the encoded
+    targets cut in order (tests/ops/test_float_geometry.py checks the float warp's values)."""
     pytest.importorskip("tensorflow")
     _, files = _coco_tfrecords(tmp_path, 6)
     monkeypatch.setenv("PORT_TFRECORDS", os.pathsep.join(files))
-    with pytest.raises(Exception, match="geometric ops take uint8 HWC images"):
-        run_port("efficientdet_input")
+    g = run_port("efficientdet_input")
+    first = [np.asarray(t) for t in g["first"]]
+    images, levels, enc_boxes, enc_classes = first[0], first[1:-2], first[-2], first[-1]
+    assert images.dtype == np.float32 and images.shape == (g["BATCH"], 128, 128, 3)
+    mean = np.array([0.485, 0.456, 0.406]) * 255
+    std = np.array([0.229, 0.224, 0.225]) * 255
+    lo, hi = (0 - mean) / std, (255 - mean) / std
+    assert (images >= np.minimum(lo, 0) - 1e-4).all() and (images <= hi + 1e-4).all()
+    assert np.abs(images - np.round(images)).max() > 0.01  # float values, not rounded
+    start = 0
+    for (h, w, a), cls, box in zip(g["sizes"], levels[0::2], levels[1::2]):
+        n = h * w * a
+        np.testing.assert_array_equal(cls.reshape(g["BATCH"], -1), enc_classes[:, start:start + n])
+        np.testing.assert_array_equal(box.reshape(g["BATCH"], -1, 4), enc_boxes[:, start:start + n])
+        start += n
+    assert start == enc_boxes.shape[1] and (enc_classes > 0).any()
 
 
 def test_tfrecord_features_dict(tmp_path):
