@@ -19,6 +19,7 @@ from .dali import ops as _dali_ops  # noqa: F401  (registration of DALI's ops)
 from .dali import decoders as _dali_decoders  # noqa: F401  (decoders.image_random_crop)
 from .dali import tensor_ops as _dali_tensor_ops  # noqa: F401  (box_encoder, cat, reshape, ...)
 from .dali import transforms as _dali_transforms  # noqa: F401  (fn.transforms.*)
+from .dali import segmentation as _dali_segmentation  # noqa: F401  (fn.segmentation.select_masks)
 from .dali import ssd_crop as _dali_ssd_crop  # noqa: F401  (ops.SSDRandomCrop)
 from .dali import arithmetic as _dali_arithmetic  # noqa: F401  (DataNode arithmetic, fn.math)
 from .ops.boxes import PaddedBoxes

@@ -1958,6 +1958,32 @@ def scale_jitter(images: Any, boxes: Any = ..., /, *, size: tuple[int, int] | No
     Functional form: fn.scale_jitter; class form: ops.ScaleJitter
     """
 
+def select_masks(mask_ids: Any, polygons: Any, vertices: Any, /, *, reindex_masks: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's segmentation.select_masks: the polygons and vertices of the masks in mask_ids (e.g. random_bbox_crop's bbox indices), in mask_ids' order.
+    
+    Alias of fn.segmentation.select_masks (same arguments and behaviour).
+    
+    Inputs (positional only, 3):
+        mask_ids: the output of another op
+        polygons: the output of another op
+        vertices: the output of another op
+    
+    Arguments (keyword only):
+        reindex_masks: bool = False: DALI's: replace each mask id with its position in mask_ids
+    
+    Common keywords (every op):
+        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'segmentation.select_masks_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu
+    
+    Returns: 2 outputs (a tuple); per sample (k, 3) int32 polygons and (m, D) vertices
+    
+    Functional form: fn.select_masks; class form: ops.SelectMasks
+    """
+
 def shapes(data: Any, /, *, dtype: str | None = 'int64', device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     DALI's shapes: each sample's shape as a 1-D tensor (images: [H, W, C]).
@@ -2013,6 +2039,30 @@ def slice(images: Any, anchor: Any = ..., shape_: Any = ..., /, *, axes: tuple =
     Returns: one output; images (uint8 HWC) of the window sizes
     
     Functional form: fn.slice; class form: ops.Slice
+    """
+
+def sphere(images: Any, /, *, interp_type: Any | None = None, fill_value: float = 0.0, mask: int | DataNode = 1, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's sphere: output pixel centre c samples the input at mid + (c - mid) * |c - mid| / d (mid the image's centre, d = int(max(W, H) / 2)); images only, CPU only.
+    
+    Inputs (positional only, 1):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        interp_type: types.DALIInterpType | None = None: DALI's: INTERP_NN (default: the pixel at floor of the point) or INTERP_LINEAR (bilinear, pixel centres at +0.5)
+        fill_value: float = 0.0: DALI's: the value of a sample tap outside the image (0..255 on uint8 images)
+        mask: int = 1 [per-sample]: DALI's: 1 applies it to the sample, 0 copies it (per sample)
+    
+    Common keywords (every op):
+        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'sphere_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu
+    
+    Returns: one output; images of the input's dtype, same sizes
+    
+    Functional form: fn.sphere; class form: ops.Sphere
     """
 
 def ssd_random_crop(images: Any, bboxes: Any, labels: Any, /, *, num_attempts: int = 1, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
@@ -2203,6 +2253,36 @@ def warp_affine(images: Any, boxes: Any = ..., /, *, matrix: Sequence[float] | N
     Returns: one output per input (a tuple when there are two); same inputs: images (uint8 HWC, new sizes) and boxes (xyxy, same fields)
     
     Functional form: fn.warp_affine; class form: ops.WarpAffine
+    """
+
+def water(images: Any, /, *, ampl_x: float = 10.0, ampl_y: float = 10.0, freq_x: float = 0.04908738521234052, freq_y: float = 0.04908738521234052, phase_x: float = 0.0, phase_y: float = 0.0, interp_type: Any | None = None, fill_value: float = 0.0, mask: int | DataNode = 1, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    DALI's water: output pixel (x, y) samples the input at (x + ampl_x * sin(freq_x * y + phase_x), y + ampl_y * cos(freq_y * x + phase_y)); images only, CPU only.
+    
+    Inputs (positional only, 1):
+        images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
+    
+    Arguments (keyword only; [per-sample] ones also take a DataNode such as fn.random.uniform(...), one value per sample):
+        ampl_x: float = 10.0: DALI's: amplitude (pixels) of the wave moving x
+        ampl_y: float = 10.0: DALI's: amplitude (pixels) of the wave moving y
+        freq_x: float = 0.04908738521234052: DALI's: frequency (radians a pixel of y) of the wave moving x
+        freq_y: float = 0.04908738521234052: DALI's: frequency (radians a pixel of x) of the wave moving y
+        phase_x: float = 0.0: DALI's: phase (radians) of the wave moving x
+        phase_y: float = 0.0: DALI's: phase (radians) of the wave moving y
+        interp_type: types.DALIInterpType | None = None: DALI's: INTERP_NN (default: the pixel at floor of the point) or INTERP_LINEAR (bilinear, pixel centres at +0.5)
+        fill_value: float = 0.0: DALI's: the value of a sample tap outside the image (0..255 on uint8 images)
+        mask: int = 1 [per-sample]: DALI's: 1 applies it to the sample, 0 copies it (per sample)
+    
+    Common keywords (every op):
+        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'water_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu
+    
+    Returns: one output; images of the input's dtype, same sizes
+    
+    Functional form: fn.water; class form: ops.Water
     """
 
 def zoom_out(images: Any, boxes: Any = ..., /, *, ratio: tuple[float, float] = (1.0, 4.0), probability: float = 0.5, fill: float | Sequence[Any] = 0.0, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
@@ -3335,6 +3415,37 @@ class readers:
         Returns: 2 outputs (a tuple); (encoded bytes, BoxBatch with labels + difficult/truncated)
         
         Functional form: fn.readers.voc; class form: ops.readers.VOC
+        """
+
+
+class segmentation:
+    """fn.segmentation.*"""
+
+    @staticmethod
+    def select_masks(mask_ids: Any, polygons: Any, vertices: Any, /, *, reindex_masks: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+        """
+        DALI's segmentation.select_masks: the polygons and vertices of the masks in mask_ids (e.g. random_bbox_crop's bbox indices), in mask_ids' order.
+        
+        Inputs (positional only, 3):
+            mask_ids: the output of another op
+            polygons: the output of another op
+            vertices: the output of another op
+        
+        Arguments (keyword only):
+            reindex_masks: bool = False: DALI's: replace each mask id with its position in mask_ids
+        
+        Common keywords (every op):
+            device: str | None = None: 'cpu' only; None runs on 'cpu'
+            name: str | None = None: this op's name in the graph and in error messages (default 'segmentation.select_masks_<index>')
+            seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+        
+        Devices: cpu
+        
+        Returns: 2 outputs (a tuple); per sample (k, 3) int32 polygons and (m, D) vertices
+        
+        Aliases: fn.select_masks
+        
+        Functional form: fn.segmentation.select_masks; class form: ops.segmentation.SelectMasks
         """
 
 

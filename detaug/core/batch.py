@@ -282,10 +282,22 @@ class ImageBatch(TensorListMethods):
             return self.geometry
         return _identity_geometry(self.source_sizes(), self.channels)
 
+    @property
+    def is_float(self) -> bool:
+        """Whether the stored pixels are float32 (host images only: device images are uint8)."""
+        return (self.batch_size > 0 and not isinstance(self.raw, DeviceImages)
+                and _images_dtype(self.raw) == np.float32)
+
     def with_geometry(self, geometry: Geometry) -> "ImageBatch":
-        if self.layout != "HWC" or (self.batch_size and _images_dtype(self.raw) != np.uint8):
-            raise ValueError("geometric ops take uint8 HWC images; put normalize/"
-                             "crop_mirror_normalize after the geometric ops")
+        dtype = _images_dtype(self.raw) if self.batch_size else np.dtype(np.uint8)
+        if self.layout != "HWC" or dtype not in (np.uint8, np.float32):
+            raise ValueError("geometric ops take uint8 (or, on the CPU, float32) HWC images; put "
+                             "normalize/crop_mirror_normalize with output_layout='HWC' before "
+                             f"them or after them (got {self.layout} {dtype})")
+        if dtype == np.float32 and self.device != "cpu":
+            raise ValueError("geometric ops on float32 images run on the CPU only; on the GPU "
+                             "they take uint8 images: resize, crop, flip... first, then "
+                             "normalize (or run this part of the pipeline with device='cpu')")
         return ImageBatch(self.raw, self.device, self.layout, geometry)
 
     def materialize(self, ctx, **epilogue) -> "ImageBatch":

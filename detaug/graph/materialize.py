@@ -40,7 +40,10 @@ def images(batch: ImageBatch, ctx, *, mean=None, std=None, dtype=None, layout=No
         An ImageBatch without pending geometry (``batch`` itself when there is nothing to do).
     """
     layout = layout or batch.layout
-    if (batch.geometry is None and mean is None and dtype in (None, np.uint8)
+    if dtype is None and batch.batch_size and batch.is_float:
+        dtype = np.float32  # float32 images stay float32 (warped in float, not rounded)
+    if (batch.geometry is None and mean is None
+            and (dtype in (None, np.uint8) or (batch.is_float and dtype == np.float32))
             and layout == batch.layout and into is None):
         return batch
     if batch.layout != "HWC":

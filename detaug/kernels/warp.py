@@ -99,13 +99,15 @@ def warp_numpy(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_tap
 
     Args:
         images: list of B uint8 ``(H, W, C)`` arrays (sizes may differ, C in 1, 3) or one
-            dense ``(B, H, W, C)`` array.
+            dense ``(B, H, W, C)`` array; or float32 ones (host only), warped in float to a
+            float32 output (``out_dtype`` float32: no rounding).
         matrices: ``(B, 3, 3)`` affine matrices mapping input to output coordinates.
         out_sizes: ``(B, 2)`` ``(H_out, W_out)``.
         fill: scalar, ``(C,)`` or ``(B, C)`` in input pixel units (before normalize).
         antialias, max_taps: supersampling where the warp shrinks (see module docstring).
         mean, std: optional scalar, ``(C,)`` or ``(B, C)``; ``out = (value - mean) / std``.
-        out_dtype: uint8 (round half up, clamp; no normalize), float32 or float16.
+        out_dtype: uint8 (round half up, clamp; no normalize), float32 or float16 (float32
+            only from float32 images).
         layout: "HWC" or "CHW".
         region: None (the whole source image), or a fused chain's ``(rect, clamp, slabs,
             slab_fill, nslab)`` from :func:`detaug.core.geometry.valid_region` (module docstring).
@@ -264,7 +266,11 @@ def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layou
     src = src if (exact_fill or not outside) else src.astype(np.float32)
     flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
     plane = (lambda a: a[:, :, 0]) if C == 1 else (lambda a: a)
-    direct = out_dtype == np.uint8 and layout == "HWC" and not shrink and src.dtype == np.uint8
+    # into dst as it is: uint8 to uint8, or float32 to float32 without normalisation (float
+    # images warped in float: cv2.resize / warpAffine's float path, no rounding)
+    direct = layout == "HWC" and not shrink and (
+        (out_dtype == np.uint8 and src.dtype == np.uint8)
+        or (out_dtype == np.float32 and src.dtype == np.float32 and mean is None and std is None))
     if direct and not outside:
         take = _unit_steps(m_idx, src.shape[:2], (h, w))
         if take is not None:  # a flip, an integer crop or paste: the pixels themselves

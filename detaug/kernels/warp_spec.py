@@ -94,8 +94,11 @@ def _check_images(imgs) -> int:
         if img.ndim != 3 or img.shape[2] not in (1, 3) or img.shape[0] < 1 or img.shape[1] < 1:
             raise ValueError(f"image {b} must be HxWxC with C in (1, 3) and H, W >= 1; "
                              f"got {img.shape}")
-        if img.dtype != np.uint8:
-            raise TypeError(f"image {b} must be uint8; got {img.dtype}")
+        if img.dtype not in (np.uint8, np.float32):
+            raise TypeError(f"image {b} must be uint8 or float32; got {img.dtype}")
+        if img.dtype != imgs[0].dtype:
+            raise TypeError(f"all images must have one dtype; image {b} is {img.dtype}, image 0 "
+                            f"is {imgs[0].dtype}")
         if C is not None and img.shape[2] != C:
             raise ValueError(f"all images must have the same channel count; image {b} has "
                              f"{img.shape[2]}, image 0 has {C}")
@@ -192,6 +195,10 @@ def _prepare(images, matrices, out_sizes, fill, antialias, max_taps, mean, std, 
         raise ValueError(f"layout must be 'HWC' or 'CHW'; got {layout!r}")
     if out_dtype == np.uint8 and (mean is not None or std is not None):
         raise ValueError("normalize (mean/std) needs a float out_dtype, not uint8")
+    if B and not isinstance(images, DeviceImages) and imgs[0].dtype == np.float32 \
+            and out_dtype != np.float32:
+        # float images are warped in float and kept so: no rounding back to a byte grid
+        raise ValueError(f"float32 images warp to float32, not {out_dtype}")
 
     spec = _Spec()
     spec.images, spec.B, spec.C = imgs, B, C

@@ -80,6 +80,8 @@ ARG_DOCS = {
     },
     "jitter": {"interp_type": ("types.DALIInterpType | None", "INTERP_NN only"),
                "fill_value": ("float | sequence", "fill where the moved pixel is outside")},
+    "water": {"interp_type": ("types.DALIInterpType | None", "INTERP_NN (default) or INTERP_LINEAR")},
+    "sphere": {"interp_type": ("types.DALIInterpType | None", "INTERP_NN (default) or INTERP_LINEAR")},
     "jpeg_compression": {"quality": ("int | (int, int)", "JPEG quality or a range")},
     "random_erasing": {"value": ("float | sequence | str", "fill value(s) or 'random'")},
     "erase": {

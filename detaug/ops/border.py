@@ -12,7 +12,8 @@ from ..graph import materialize as M
 def warp_clamped(img, inv, out_hw):
     """DALI's warp without fill_value: each output pixel centre mapped through ``inv`` (output
     -> input, continuous coordinates) and sampled bilinearly with every tap clamped to the
-    image (the border repeats), rounded half up to uint8. ``img`` (H, W, C)."""
+    image (the border repeats); uint8 images rounded half up to uint8, float32 ones kept float32
+    (not rounded). ``img`` (H, W, C)."""
     h, w = img.shape[:2]
     oy, ox = np.mgrid[0:out_hw[0], 0:out_hw[1]].astype(np.float64) + 0.5
     x = inv[0, 0] * ox + inv[0, 1] * oy + inv[0, 2] - 0.5
@@ -24,7 +25,10 @@ def warp_clamped(img, inv, out_hw):
     src = img.astype(np.float64)
     top = src[ys[0], xs[0]] * (1 - fx) + src[ys[0], xs[1]] * fx
     bottom = src[ys[1], xs[0]] * (1 - fx) + src[ys[1], xs[1]] * fx
-    return np.clip(np.floor(top * (1 - fy) + bottom * fy + 0.5), 0, 255).astype(np.uint8)
+    v = top * (1 - fy) + bottom * fy
+    if img.dtype == np.float32:
+        return v.astype(np.float32)
+    return np.clip(np.floor(v + 0.5), 0, 255).astype(np.uint8)
 
 
 def warp_border(ctx, op, inputs, plan, move_boxes):

@@ -484,7 +484,8 @@ def host_sample(s):
 
 def to_batch_value(samples: list, device="cpu", sizes=None, layout=None):
     """Turn a list of per-sample values into the graph's batch types: bytes -> encoded images;
-    dicts with 'boxes' -> a BoxBatch; 3-D uint8 arrays (layout None or 'HWC') -> an ImageBatch;
+    dicts with 'boxes' -> a BoxBatch; 3-D uint8 arrays (layout None or 'HWC') and float32 HWC
+    arrays of 1 or 3 channels (layout 'HWC') -> an ImageBatch;
     other arrays stacked where they share a shape and dtype, else kept as a list (a ragged batch,
     as DALI's TensorList: e.g. 1-D uint8 arrays of encoded files for a decoder)."""
     if samples and isinstance(samples[0], (bytes, bytearray)):
@@ -503,7 +504,11 @@ def to_batch_value(samples: list, device="cpu", sizes=None, layout=None):
         raise ValueError(f"layout {layout!r} has {len(layout)} dimensions but the samples have "
                          f"{sorted({a.ndim for a in arrays})}")
     images = layout in (None, "", "HWC")
-    if images and arrays and all(a.dtype == np.uint8 and a.ndim == 3 for a in arrays):
+    if images and arrays and (all(a.dtype == np.uint8 and a.ndim == 3 for a in arrays) or (
+            layout == "HWC" and all(a.dtype == np.float32 and a.ndim == 3 and a.shape[2] in (1, 3)
+                                    for a in arrays))):
+        # float32 HWC samples are images when the layout says so (the CPU's geometric ops
+        # take them); without a layout they stay tensors
         return ImageBatch([np.ascontiguousarray(a) for a in arrays], "cpu")
     if not arrays:
         return np.zeros((0,))

@@ -261,9 +261,29 @@ def test_resize_per_sample_and_slice_rel(run_port):
         np.testing.assert_allclose(g["flipped"].at(s), np.c_[1 - b[:, 0], b[:, 1]], atol=1e-6)
 
 
-def test_augmentation_gallery_names_the_missing_op(run_port):
-    with pytest.raises(AttributeError, match=r"fn\.water: DALI's op 'water' is not in detaug"):
-        run_port("augmentation_gallery")
+def test_augmentation_gallery(run_port):
+    """Every entry runs; water and sphere give DALI's displacement of the decoded image (their
+    defaults: ampl 10, freq 2 pi / 128, INTERP_NN, fill 0; tests/ops/test_displace.py checks the
+    rules themselves)."""
+    from detaug.kernels.displace import sample, sphere_points, water_points
+
+    g = run_port("augmentation_gallery")
+    im = _decoded(os.path.join(g["VOC_IMAGES"], g["IMAGE"]))
+    for name, (orig, out) in g["results"].items():
+        np.testing.assert_array_equal(orig.at(0), im)
+        assert out.at(0).dtype == np.uint8
+    h, w = im.shape[:2]
+    fill = np.zeros(3, np.uint8)
+    f = 2 * np.pi / 128
+    water = sample(im, *water_points(h, w, 10, 10, f, f, 0, 0), False, fill)
+    np.testing.assert_array_equal(g["results"]["water"][1].at(0), water)
+    np.testing.assert_array_equal(g["results"]["sphere"][1].at(0),
+                                  sample(im, *sphere_points(h, w), False, fill))
+    # a spot check written out: water's pixel (x=5, y=40) is the input's (floor(5 + 10 sin(40 f)),
+    # floor(40 + 10 cos(5 f)))
+    sx, sy = int(np.floor(5 + 10 * np.sin(40 * f))), int(np.floor(40 + 10 * np.cos(5 * f)))
+    np.testing.assert_array_equal(water[40, 5], im[sy, sx])
+    assert g["results"]["resize"][1].at(0).shape == (300, 300, 3)
 
 
 # ---- the forms and outputs the programs rely on ------------------------------------------------------
@@ -437,16 +457,31 @@ def _coco_tfrecords(folder, n):
 
 
 @pytest.mark.slow  # TensorFlow's import alone takes ~8 s here
-def test_efficientdet_input_stops_at_resizing_normalised_images(tmp_path, monkeypatch, run_port):
-    """DALI's EfficientDet input pipeline traces whole (TFRecord features, DataNode arithmetic,
-    dali.math, slices of tensors, box_encoder(offset=True), DALIDataset); it runs up to the
-    resize of the normalised (float) images, which detaug refuses with one line: its geometric
-    ops take uint8 images (normalise after them)."""
+def test_efficientdet_input(tmp_path, monkeypatch, run_port):
+    """DALI's EfficientDet input pipeline runs whole (TFRecord features, DataNode arithmetic,
+    dali.math, slices of tensors, resize of the normalised float images, box_encoder(offset=True),
+    DALIDataset). The images stay float32: each pixel a bilinear mix of normalised pixels (inside
+    the channel's normalised range) or the slice's pad (0); the pyramid levels are the encoded
+    targets cut in order (tests/ops/test_float_geometry.py checks the float warp's values)."""
     pytest.importorskip("tensorflow")
     _, files = _coco_tfrecords(tmp_path, 6)
     monkeypatch.setenv("PORT_TFRECORDS", os.pathsep.join(files))
-    with pytest.raises(Exception, match="geometric ops take uint8 HWC images"):
-        run_port("efficientdet_input")
+    g = run_port("efficientdet_input")
+    first = [np.asarray(t) for t in g["first"]]
+    images, levels, enc_boxes, enc_classes = first[0], first[1:-2], first[-2], first[-1]
+    assert images.dtype == np.float32 and images.shape == (g["BATCH"], 128, 128, 3)
+    mean = np.array([0.485, 0.456, 0.406]) * 255
+    std = np.array([0.229, 0.224, 0.225]) * 255
+    lo, hi = (0 - mean) / std, (255 - mean) / std
+    assert (images >= np.minimum(lo, 0) - 1e-4).all() and (images <= hi + 1e-4).all()
+    assert np.abs(images - np.round(images)).max() > 0.01  # float values, not rounded
+    start = 0
+    for (h, w, a), cls, box in zip(g["sizes"], levels[0::2], levels[1::2]):
+        n = h * w * a
+        np.testing.assert_array_equal(cls.reshape(g["BATCH"], -1), enc_classes[:, start:start + n])
+        np.testing.assert_array_equal(box.reshape(g["BATCH"], -1, 4), enc_boxes[:, start:start + n])
+        start += n
+    assert start == enc_boxes.shape[1] and (enc_classes > 0).any()
 
 
 def test_tfrecord_features_dict(tmp_path):

@@ -193,6 +193,14 @@ def _rel_boxes_int_labels(op, args):
     return _feed([REL, [np.array([1, 2], np.int32)] * 2], lambda b, lab: op(b, lab, **args))
 
 
+def _masks(op, args):
+    """Mask ids [2] of polygons [[0, 0, 3], [2, 3, 6]] (reindexing makes the id 0)."""
+    polys = [np.array([[0, 0, 3], [2, 3, 6]], np.int32)] * 2
+    verts = [np.arange(12, dtype=np.float32).reshape(6, 2)] * 2
+    return _feed([[np.array([2], np.int32)] * 2, polys, verts],
+                 lambda i, p, v: op(i, p, v, **args))
+
+
 # thresholds that a first attempt often misses
 HARD = {"thresholds": (0.3, 0.5, 0.7), "scaling": (0.2, 0.6), "allow_no_crop": False}
 
@@ -341,6 +349,11 @@ CASES = {
     "noise.shot": (_images, {}, {"factor": 5.0}),
     "jitter": (_images, {}, {"nDegree": 5, "fill_value": With(99.0, nDegree=9), "mask": 0,
                              "interp_type": types.INTERP_LINEAR}),
+    "water": (_images, {}, {"ampl_x": 3.0, "ampl_y": 3.0, "freq_x": 0.3, "freq_y": 0.3,
+                            "phase_x": 1.0, "phase_y": 1.0, "interp_type": types.INTERP_LINEAR,
+                            "fill_value": 99.0, "mask": 0}),
+    "sphere": (_images, {}, {"interp_type": types.INTERP_LINEAR, "fill_value": 99.0, "mask": 0}),
+    "segmentation.select_masks": (_masks, {}, {"reindex_masks": True}),
     "jpeg_compression": (_images, {}, {"quality": (5, 10), "probability": 0.0}),
     "random_erasing": (_images_boxes, {"probability": 1.0, "scale": (0.3, 0.4)}, {
         "probability": 0.0, "scale": (0.1, 0.15), "ratio": (2.0, 3.0), "value": "random",

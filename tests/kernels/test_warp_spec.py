@@ -71,7 +71,10 @@ def test_prepare_inverts_broadcasts_and_shapes(rng):
 
 @pytest.mark.parametrize("kw,err,match", [
     ({"images": [np.zeros((4, 4, 2), np.uint8)]}, ValueError, r"image 0 must be HxWxC with C in \(1, 3\)"),
-    ({"images": [np.zeros((4, 4, 3), np.float32)]}, TypeError, "image 0 must be uint8"),
+    ({"images": [np.zeros((4, 4, 3), np.float64)]}, TypeError, "image 0 must be uint8 or float32"),
+    ({"images": [np.zeros((4, 4, 3), np.float32)]}, ValueError, "float32 images warp to float32, not uint8"),
+    ({"images": [np.zeros((4, 4, 3), np.uint8), np.zeros((4, 4, 3), np.float32)]}, TypeError,
+     "all images must have one dtype; image 1 is float32"),
     ({"images": [np.zeros((4, 4, 3), np.uint8), np.zeros((4, 4, 1), np.uint8)]}, ValueError,
      "all images must have the same channel count; image 1 has 1, image 0 has 3"),
     ({"images": np.zeros((4, 4, 3), np.uint8)}, ValueError, r"a dense image batch must be \(B, H, W, C\)"),

@@ -1,8 +1,8 @@
 # Follows DALI's augmentation gallery (docs/examples/image_processing/augmentation_gallery.ipynb):
 # a table of augmentations, each run on one decoded image in a pipeline of its own (the gallery's
 # entries: resize, rotate, flip, warp_affine, hsv, brightness_contrast, crop, water, sphere).
-# Written here in DALI's API (not a copy of DALI's code). It stops at fn.water: water and sphere
-# are not in detaug, and the name raises one line naming the op (the entries before it run).
+# Written here in DALI's API (not a copy of DALI's code); every entry runs (water and sphere on
+# the CPU, as the gallery's pipeline here is a CPU one).
 import os
 
 from detaug.pipeline import Pipeline
