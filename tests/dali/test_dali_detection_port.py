@@ -1,4 +1,4 @@
-"""Issue 40: DALI's detection pipeline tutorial (tests/dali/ports/detection_pipeline.py) runs with
+"""DALI's detection pipeline tutorial (tests/dali/ports/detection_pipeline.py) runs with
 its imports changed, and its numbers are DALI's documented ones, checked here with float64
 references: segmentation.select_masks (DALI's examples), the vertices moved into the crop
 ((v - anchor) / shape), made absolute (* (W, H)) and clamped, the boxes cropped and clipped,

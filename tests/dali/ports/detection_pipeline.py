@@ -5,8 +5,8 @@
 # decoders.image_slice, segmentation.select_masks keeping the polygons of those boxes, the
 # vertices moved into the crop with transforms.crop + coord_transform, and relative coordinates
 # made absolute with peek_image_shape, slices, DataNode arithmetic, transforms.scale and
-# math.clamp (the steps and arguments of DALI's pipeline, as its test
-# dali/test/python/test_detection_pipeline.py also runs them). Written here in DALI's API (not a
+# math.clamp (the steps and arguments of DALI's pipeline, as NVIDIA/DALI's own detection-pipeline
+# test also runs them). Written here in DALI's API (not a
 # copy of DALI's code); what differs from a DALI program is the import lines, the data paths
 # (the repository's COCO sample), device="cpu" and the smaller batch.
 from detaug.pipeline import Pipeline
