@@ -30,7 +30,9 @@ import numpy as np
 from ..core import shapes as S
 from ..core.batch import EncodedBatch, ImageBatch
 from ..core.errors import SampleError
+from ..graph.arg_check import Num, declare_ranges
 from . import gpu_decode
+from .decode_reduced import REDUCE, decode_reduced, reduced_hw
 from .registry import register
 
 MAX_PIXELS = 178_956_970  # width x height; see the module docstring
@@ -165,18 +167,21 @@ def check_pixels(size):
                               "(detaug.ops.decode.MAX_PIXELS); refused before decoding")
 
 
-def _check_size(arr, enc, k):
+def _check_size(arr, enc, k, reduce=1):
     if enc.sizes is None:
         return
     h, w = enc.sizes[k]
-    if (h and h != arr.shape[0]) or (w and w != arr.shape[1]):
+    eh, ew = reduced_hw(h, w, reduce)
+    if (h and eh != arr.shape[0]) or (w and ew != arr.shape[1]):
+        at = f" (at 1/{reduce}: {ew}x{eh})" if reduce != 1 else ""
         raise SampleError(f"{enc.paths[k]}: decoded size {arr.shape[1]}x{arr.shape[0]} differs from "
-                          f"the annotated size {w}x{h}", k, enc.paths[k])
+                          f"the annotated size {w}x{h}{at}", k, enc.paths[k])
 
 
-def _decode_one(enc, k, output_type):
+def _decode_one(enc, k, output_type, reduce=1):
     try:
-        arr = decode_pillow(enc.data[k], output_type)
+        arr = decode_reduced(enc.data[k], output_type, reduce) if reduce != 1 else \
+            decode_pillow(enc.data[k], output_type)
     except SampleError:
         raise
     except PixelLimitError as e:
@@ -191,7 +196,7 @@ def _decode_one(enc, k, output_type):
         # Pillow raises OSError, SyntaxError, ValueError... for bad data
         raise SampleError(f"{enc.paths[k]}: cannot decode image ({type(e).__name__}: {e})",
                           k, enc.paths[k]) from None
-    _check_size(arr, enc, k)
+    _check_size(arr, enc, k, reduce)
     return arr
 
 
@@ -254,10 +259,39 @@ def check_decoder_args(op, args) -> None:
 
 
 def decoded_rule(ins, a):
-    """Images within the bound of the encoded input's annotated sizes; 1 channel for GRAY."""
+    """Images within the bound of the encoded input's annotated sizes (at 1/reduce); 1 channel
+    for GRAY; boxes, when given, on the images' canvas."""
     ch = 1 if "GRAY" in str(a.get("output_type", "RGB")).upper() else 3
     bound = ins[0].bound if ins and isinstance(ins[0], S.Encoded) else None
-    return S.Out((S.Img(None, bound, ch, 1),))
+    r = a.get("reduce", 1)
+    if bound is not None and r in REDUCE:
+        bound = reduced_hw(bound[0], bound[1], r)
+    img = S.Img(None, bound, ch, 1)
+    if len(ins) < 2:
+        return S.Out((img,))
+    return S.Out((img, S.Boxes(img) if isinstance(ins[1], S.Boxes) else None))
+
+
+def _reduced_boxes(op, boxes, images, r):
+    """The reader's boxes on the grid of images decoded at 1/r: ``x -> x / r`` (see
+    decode_reduced.py), canvas the decoded sizes."""
+    from ..core.batch import BoxBatch
+
+    if not isinstance(boxes, BoxBatch):
+        raise TypeError(f"{op.name}: its second input must be boxes (a reader's), got "
+                        f"{type(boxes).__name__}")
+    if boxes.geometry is not None or boxes.region is not None or boxes.device != "cpu":
+        raise ValueError(f"{op.name}: takes the boxes as a reader gives them (on the host, no op "
+                         "applied before the decode)")
+    boxes.require_xyxy()
+    canvas = np.array([im.shape[:2] for im in images], np.int64).reshape(-1, 2)
+    if len(canvas) != len(boxes.offsets) - 1:
+        raise ValueError(f"{op.name}: {len(canvas)} images but boxes of "
+                         f"{len(boxes.offsets) - 1} samples")
+    if r == 1:
+        return boxes.replace(canvas=canvas)
+    scaled = (np.asarray(boxes.boxes, np.float64) / r).astype(np.float32)
+    return boxes.replace(boxes=scaled, canvas=canvas)
 
 
 def plans_decode(a, device) -> bool:
@@ -278,18 +312,23 @@ def decoder_declaration() -> dict:
 
 
 @register("decoders.image", rule=decoded_rule, plans=plans_decode,
-          roles={"decoder", "decode_service"}, devices=("cpu", "mixed"), inputs=(1, 1),
-          kind="other",
-          args={"output_type": "RGB", **decoder_declaration()},
+          roles={"decoder", "decode_service"}, devices=("cpu", "mixed"), inputs=(1, 2),
+          outputs=lambda n, a: n, kind="other",
+          args={"output_type": "RGB", "reduce": 1, **decoder_declaration()},
           aliases=("image_decoder", "host_decoder", "nv_jpeg_decoder"),
           hints=dict(DECODER_HINTS),
           arg_docs={"adjust_orientation": "DALI's EXIF rotation: only False is accepted (boxes "
                                           "refer to the stored pixels)",
-                    "dtype": "only types.UINT8"},
+                    "dtype": "only types.UINT8",
+                    "reduce": "CPU only, off (1) by default: decode at 1/2, 1/4 or 1/8 of the "
+                              "size (libjpeg's DCT scaling for JPEGs; not the pixels of a full "
+                              "decode and a resize); sizes ceil(W / r) x ceil(H / r); pass the "
+                              "reader's boxes as a second input to get them scaled (x / r)"},
           output_spec="ImageBatch uint8 HWC (C=3 for RGB/BGR, 1 for GRAY), ragged",
           doc="decode JPEG/PNG/...: Pillow on the host, nvImageCodec on the GPU (mixed); "
               "device='auto': 'mixed' where a GPU, cupy and nvImageCodec are present, else 'cpu'")
 def decode_image(ctx, op, inputs, args):
+    """Decode; with a second input (boxes), return (images, boxes) on the decoded grid."""
     check_decoder_args(op, args)
     enc = as_encoded(op, inputs[0], ctx.sample_index)
     from ..core import types
@@ -298,10 +337,16 @@ def decode_image(ctx, op, inputs, args):
         out_type = types.image_type(args["output_type"])
     except ValueError:
         raise ValueError(f"{op.name}: output_type must be one of {sorted(_MODES)}") from None
+    r = args.get("reduce", 1)
+    if r not in REDUCE:
+        raise ValueError(f"{op.name}: reduce must be one of {REDUCE}, got {r!r}")
+    if op.device == "mixed" and (r != 1 or len(inputs) > 1):
+        raise NotImplementedError(f"{op.name}: reduce={r} and a boxes input are CPU-only "
+                                  "(device='cpu'); the GPU decoder decodes at full size")
     try:
         if op.device == "mixed":  # (fed bytes are decoded here: the GPU decode's errors come now)
             return gpu_decode.decode_batch(ctx, enc, out_type, _decode_one)
-        images = ctx.map_samples(lambda k: _decode_one(enc, k, out_type), len(enc))
+        images = ctx.map_samples(lambda k: _decode_one(enc, k, out_type, r), len(enc))
     except SampleError as e:
         fed = id(inputs[0]) in getattr(ctx, "fed_values", ())  # set by external_source
         if not fed or ctx.pipeline.on_error != "skip":
@@ -312,4 +357,9 @@ def decode_image(ctx, op, inputs, args):
         raise SampleError(f"{e} (fed by an iterable or feed_input, whose samples cannot be "
                           "replaced: on_error='skip' skips only a reader's or a per-sample "
                           "callable's samples)", None, e.path) from None
+    if len(inputs) > 1:
+        return ImageBatch(images, "cpu"), _reduced_boxes(op, inputs[1], images, r)
     return ImageBatch(images, "cpu")
+
+
+declare_ranges("decoders.image", reduce=Num(1, 8, integer=True, none=False))
