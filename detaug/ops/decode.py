@@ -11,6 +11,9 @@ that Pillow refuses (a marker inside the entropy-coded data, a truncated file), 
 the skips on bad data stay Pillow's, word for word. The header is always parsed by Pillow first
 (its errors and the pixel limit below come before any pixel is decoded).
 
+``reduce=2/4/8`` (CPU only, off by default): decode at 1/r (libjpeg's DCT scaling), sizes and
+boxes as detaug/ops/decode_reduced.py says.
+
 EXIF orientation is never applied (boxes refer to the stored pixel grid), on either backend. A
 decoded size that differs from the annotated size is an error naming the file.
 
@@ -32,7 +35,7 @@ from ..core.batch import EncodedBatch, ImageBatch
 from ..core.errors import SampleError
 from ..graph.arg_check import Num, declare_ranges
 from . import gpu_decode
-from .decode_reduced import REDUCE, decode_reduced, reduced_hw
+from .decode_reduced import REDUCE, block_mean, reduced_hw
 from .registry import register
 
 MAX_PIXELS = 178_956_970  # width x height; see the module docstring
@@ -128,6 +131,61 @@ def _opencv_jpeg(buf, im, output_type):
     if output_type == "RGB" and flag == cv2.IMREAD_COLOR:
         a = cv2.cvtColor(a, cv2.COLOR_BGR2RGB)
     return a
+
+
+# ---- reduced-scale decode (decode_reduced.py's docstring: sizes, pixels, boxes) ----
+def _opencv_reduced(a8, im, output_type, r):
+    import cv2
+
+    if im.mode not in ("RGB", "L") or (output_type == "GRAY" and im.mode != "L") or \
+            not _plain_baseline_jpeg(a8, _scan_start(a8)):
+        return None
+    gray = output_type == "GRAY"
+    flag = {2: cv2.IMREAD_REDUCED_GRAYSCALE_2 if gray else cv2.IMREAD_REDUCED_COLOR_2,
+            4: cv2.IMREAD_REDUCED_GRAYSCALE_4 if gray else cv2.IMREAD_REDUCED_COLOR_4,
+            8: cv2.IMREAD_REDUCED_GRAYSCALE_8 if gray else cv2.IMREAD_REDUCED_COLOR_8}[r]
+    a = cv2.imdecode(a8, flag | cv2.IMREAD_IGNORE_ORIENTATION)
+    if a is None or a.shape[:2] != reduced_hw(im.size[1], im.size[0], r):
+        return None
+    if a.ndim == 2:
+        return a[:, :, None]
+    return cv2.cvtColor(a, cv2.COLOR_BGR2RGB) if output_type == "RGB" else a
+
+
+def decode_reduced(buf, output_type: str, r: int) -> np.ndarray:
+    """Decode one encoded image at 1/r of its size (see the module docstring); errors as
+    :func:`detaug.ops.decode.decode_pillow`'s."""
+    from PIL import Image
+
+    if r == 1:
+        return decode_pillow(buf, output_type)
+    a8 = np.frombuffer(memoryview(buf), np.uint8)
+    with Image.open(io.BytesIO(a8)) as im:
+        check_pixels(im.size)
+        w, h = im.size
+        want = reduced_hw(h, w, r)
+        if im.format == "JPEG":
+            fast = _opencv_reduced(a8, im, output_type, r)
+            if fast is not None:
+                return fast
+            if w >= r and h >= r and im.mode in ("RGB", "L", "CMYK"):
+                im.draft(None, (w // r, h // r))  # libjpeg scale r (decode.py: Pillow's rule)
+                if im.size == (want[1], want[0]):
+                    return decode_pillow_image(im, output_type)
+    return block_mean(decode_pillow(buf, output_type), r)
+
+
+def decode_pillow_image(im, output_type: str) -> np.ndarray:
+    """An opened Pillow JPEG (drafted) as uint8 HWC in ``output_type``, as decode_pillow's
+    conversions."""
+    mode = "L" if output_type == "GRAY" else "RGB"
+    im.load()
+    if im.mode != mode:
+        im = im.convert(mode)
+    a = np.asarray(im)
+    if a.ndim == 2:
+        a = a[:, :, None]
+    return np.ascontiguousarray(a[:, :, ::-1]) if output_type == "BGR" else a
 
 
 def _sixteen_bit(im) -> np.ndarray:

@@ -19,14 +19,13 @@ slightly off 1/r when W or H is not a multiple of r) 2.4 / 3.4 / 4.6 levels, mos
 Cost, one thread: 1.10 / 0.93 / 0.77 ms an image against 1.5-1.7 for a full decode and a resize
 (the entropy decoding, which the scaling does not shorten, is most of it).
 
-Paths: a plain baseline JPEG (decode.py's fast-path test) by OpenCV's ``IMREAD_REDUCED_*``;
+Paths (``detaug.ops.decode.decode_reduced``; this module holds the sizes and the block mean):
+a plain baseline JPEG (decode.py's fast-path test) by OpenCV's ``IMREAD_REDUCED_*``;
 other JPEGs by Pillow's ``draft`` (the same libjpeg scaling); anything else (PNG, a JPEG too small
 to scale) decoded in full and reduced by the mean of each r x r block (edge pixels repeated to
 fill the last block), rounded half up: the same pixel-to-source map.
 """
 from __future__ import annotations
-
-import io
 
 import numpy as np
 
@@ -46,61 +45,3 @@ def block_mean(a: np.ndarray, r: int) -> np.ndarray:
     pad = np.pad(a, ((0, oh * r - h), (0, ow * r - w), (0, 0)), mode="edge")
     s = pad.reshape(oh, r, ow, r, c).sum((1, 3), dtype=np.uint32)
     return ((s + (r * r) // 2) // (r * r)).astype(np.uint8)
-
-
-def _opencv_reduced(a8, im, output_type, r):
-    import cv2
-
-    from .decode import _plain_baseline_jpeg, _scan_start
-
-    if im.mode not in ("RGB", "L") or (output_type == "GRAY" and im.mode != "L") or \
-            not _plain_baseline_jpeg(a8, _scan_start(a8)):
-        return None
-    gray = output_type == "GRAY"
-    flag = {2: cv2.IMREAD_REDUCED_GRAYSCALE_2 if gray else cv2.IMREAD_REDUCED_COLOR_2,
-            4: cv2.IMREAD_REDUCED_GRAYSCALE_4 if gray else cv2.IMREAD_REDUCED_COLOR_4,
-            8: cv2.IMREAD_REDUCED_GRAYSCALE_8 if gray else cv2.IMREAD_REDUCED_COLOR_8}[r]
-    a = cv2.imdecode(a8, flag | cv2.IMREAD_IGNORE_ORIENTATION)
-    if a is None or a.shape[:2] != reduced_hw(im.size[1], im.size[0], r):
-        return None
-    if a.ndim == 2:
-        return a[:, :, None]
-    return cv2.cvtColor(a, cv2.COLOR_BGR2RGB) if output_type == "RGB" else a
-
-
-def decode_reduced(buf, output_type: str, r: int) -> np.ndarray:
-    """Decode one encoded image at 1/r of its size (see the module docstring); errors as
-    :func:`detaug.ops.decode.decode_pillow`'s."""
-    from PIL import Image
-
-    from .decode import check_pixels, decode_pillow
-
-    if r == 1:
-        return decode_pillow(buf, output_type)
-    a8 = np.frombuffer(memoryview(buf), np.uint8)
-    with Image.open(io.BytesIO(a8)) as im:
-        check_pixels(im.size)
-        w, h = im.size
-        want = reduced_hw(h, w, r)
-        if im.format == "JPEG":
-            fast = _opencv_reduced(a8, im, output_type, r)
-            if fast is not None:
-                return fast
-            if w >= r and h >= r and im.mode in ("RGB", "L", "CMYK"):
-                im.draft(None, (w // r, h // r))  # libjpeg scale r (decode.py: Pillow's rule)
-                if im.size == (want[1], want[0]):
-                    return decode_pillow_image(im, output_type)
-    return block_mean(decode_pillow(buf, output_type), r)
-
-
-def decode_pillow_image(im, output_type: str) -> np.ndarray:
-    """An opened Pillow JPEG (drafted) as uint8 HWC in ``output_type``, as decode_pillow's
-    conversions."""
-    mode = "L" if output_type == "GRAY" else "RGB"
-    im.load()
-    if im.mode != mode:
-        im = im.convert(mode)
-    a = np.asarray(im)
-    if a.ndim == 2:
-        a = a[:, :, None]
-    return np.ascontiguousarray(a[:, :, ::-1]) if output_type == "BGR" else a

@@ -1,4 +1,4 @@
-"""decoders.image(reduce=r): CPU reduced-scale decode (detaug/ops/decode_reduced.py). Sizes
+"""decoders.image(reduce=r): CPU reduced-scale decode (detaug/ops/decode_reduced.py, detaug/ops/decode.py). Sizes
 ceil(W / r) x ceil(H / r); pixels near the mean of each r x r block of the full decode (an
 independent float64 reference; the DCT scaling is not that mean, so a tolerance); the block-mean
 fallback exact; the reader's boxes scaled x -> x / r onto the decoded canvas; off by default."""
@@ -12,8 +12,8 @@ from PIL import Image
 
 from detaug import Pipeline, fn
 from detaug.core.errors import SampleError
-from detaug.ops.decode import decode_pillow
-from detaug.ops.decode_reduced import block_mean, decode_reduced
+from detaug.ops.decode import decode_pillow, decode_reduced
+from detaug.ops.decode_reduced import block_mean
 from helpers import COCO, boxes_of, fresh_seed, images_of
 
 
