@@ -134,7 +134,7 @@ SEED_JPEGS = [_jpeg(Image.fromarray(_random_image(np.random.default_rng(2), 24, 
               for kw in ({"subsampling": 2}, {"subsampling": 0}, {})]
 
 
-@settings(FUZZ, max_examples=60)
+@settings(FUZZ, max_examples=150)
 @given(data=st.sampled_from(SEED_JPEGS).flatmap(byte_mutation),
        out=st.sampled_from(["RGB", "BGR", "GRAY"]))
 def test_mutated_jpegs_decode_or_fail_exactly_as_pillow(data, out):
