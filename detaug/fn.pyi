@@ -848,7 +848,7 @@ def host_decoder(encoded: Any, boxes: Any = ..., /, *, output_type: str = 'RGB',
     
     Arguments (keyword only):
         output_type: str = 'RGB': colour space of the decoded image: 'RGB' (or types.RGB); 'BGR' and 'GRAY' as DALI's
-        reduce: int = 1: CPU only, off (1) by default: decode at 1/2, 1/4 or 1/8 of the size (libjpeg's DCT scaling for JPEGs; not the pixels of a full decode and a resize); sizes ceil(W / r) x ceil(H / r); pass the reader's boxes as a second input to get them scaled (x / r)
+        reduce: int = 1: CPU only, off (1) by default: decode at 1/r of the size, r in 1..8 (JPEG: libjpeg's DCT scaling at 2, 4, 8, a block mean for the odd rest; not the pixels of a full decode and a resize); sizes ceil(W / r) x ceil(H / r); pass the reader's boxes as a second input to get them scaled (x / r)
         hw_decoder_load: any = None: hint, changes no value here: DALI's share of images for the hardware JPEG decoder
         use_fast_idct: any = None: hint, changes no value here: nvJPEG's fast IDCT; Pillow and nvImageCodec decode as they always do
         device_memory_padding: any = None: hint, changes no value here: nvJPEG's device buffer preallocation
@@ -993,7 +993,7 @@ def image_decoder(encoded: Any, boxes: Any = ..., /, *, output_type: str = 'RGB'
     
     Arguments (keyword only):
         output_type: str = 'RGB': colour space of the decoded image: 'RGB' (or types.RGB); 'BGR' and 'GRAY' as DALI's
-        reduce: int = 1: CPU only, off (1) by default: decode at 1/2, 1/4 or 1/8 of the size (libjpeg's DCT scaling for JPEGs; not the pixels of a full decode and a resize); sizes ceil(W / r) x ceil(H / r); pass the reader's boxes as a second input to get them scaled (x / r)
+        reduce: int = 1: CPU only, off (1) by default: decode at 1/r of the size, r in 1..8 (JPEG: libjpeg's DCT scaling at 2, 4, 8, a block mean for the odd rest; not the pixels of a full decode and a resize); sizes ceil(W / r) x ceil(H / r); pass the reader's boxes as a second input to get them scaled (x / r)
         hw_decoder_load: any = None: hint, changes no value here: DALI's share of images for the hardware JPEG decoder
         use_fast_idct: any = None: hint, changes no value here: nvJPEG's fast IDCT; Pillow and nvImageCodec decode as they always do
         device_memory_padding: any = None: hint, changes no value here: nvJPEG's device buffer preallocation
@@ -1428,7 +1428,7 @@ def nv_jpeg_decoder(encoded: Any, boxes: Any = ..., /, *, output_type: str = 'RG
     
     Arguments (keyword only):
         output_type: str = 'RGB': colour space of the decoded image: 'RGB' (or types.RGB); 'BGR' and 'GRAY' as DALI's
-        reduce: int = 1: CPU only, off (1) by default: decode at 1/2, 1/4 or 1/8 of the size (libjpeg's DCT scaling for JPEGs; not the pixels of a full decode and a resize); sizes ceil(W / r) x ceil(H / r); pass the reader's boxes as a second input to get them scaled (x / r)
+        reduce: int = 1: CPU only, off (1) by default: decode at 1/r of the size, r in 1..8 (JPEG: libjpeg's DCT scaling at 2, 4, 8, a block mean for the odd rest; not the pixels of a full decode and a resize); sizes ceil(W / r) x ceil(H / r); pass the reader's boxes as a second input to get them scaled (x / r)
         hw_decoder_load: any = None: hint, changes no value here: DALI's share of images for the hardware JPEG decoder
         use_fast_idct: any = None: hint, changes no value here: nvJPEG's fast IDCT; Pillow and nvImageCodec decode as they always do
         device_memory_padding: any = None: hint, changes no value here: nvJPEG's device buffer preallocation
@@ -2251,7 +2251,7 @@ class decoders:
         
         Arguments (keyword only):
             output_type: str = 'RGB': colour space of the decoded image: 'RGB' (or types.RGB); 'BGR' and 'GRAY' as DALI's
-            reduce: int = 1: CPU only, off (1) by default: decode at 1/2, 1/4 or 1/8 of the size (libjpeg's DCT scaling for JPEGs; not the pixels of a full decode and a resize); sizes ceil(W / r) x ceil(H / r); pass the reader's boxes as a second input to get them scaled (x / r)
+            reduce: int = 1: CPU only, off (1) by default: decode at 1/r of the size, r in 1..8 (JPEG: libjpeg's DCT scaling at 2, 4, 8, a block mean for the odd rest; not the pixels of a full decode and a resize); sizes ceil(W / r) x ceil(H / r); pass the reader's boxes as a second input to get them scaled (x / r)
             hw_decoder_load: any = None: hint, changes no value here: DALI's share of images for the hardware JPEG decoder
             use_fast_idct: any = None: hint, changes no value here: nvJPEG's fast IDCT; Pillow and nvImageCodec decode as they always do
             device_memory_padding: any = None: hint, changes no value here: nvJPEG's device buffer preallocation

@@ -11,8 +11,8 @@ that Pillow refuses (a marker inside the entropy-coded data, a truncated file), 
 the skips on bad data stay Pillow's, word for word. The header is always parsed by Pillow first
 (its errors and the pixel limit below come before any pixel is decoded).
 
-``reduce=2/4/8`` (CPU only, off by default): decode at 1/r (libjpeg's DCT scaling), sizes and
-boxes as detaug/ops/decode_reduced.py says.
+``reduce=r`` (r in 1..8; CPU only, off by default): decode at 1/r (libjpeg's DCT scaling at 2,
+4, 8), sizes and boxes as detaug/ops/decode_reduced.py says.
 
 EXIF orientation is never applied (boxes refer to the stored pixel grid), on either backend. A
 decoded size that differs from the annotated size is an error naming the file.
@@ -153,25 +153,29 @@ def _opencv_reduced(a8, im, output_type, r):
 
 
 def decode_reduced(buf, output_type: str, r: int) -> np.ndarray:
-    """Decode one encoded image at 1/r of its size (see the module docstring); errors as
-    :func:`detaug.ops.decode.decode_pillow`'s."""
+    """Decode one encoded image at 1/r of its size (decode_reduced.py's docstring); errors as
+    :func:`decode_pillow`'s. A JPEG is scaled by libjpeg at ``p``, the largest power of two
+    dividing r (2, 4 or 8), and the rest, ``r / p`` (3, 5, 7; 3 for r = 6), by the block mean:
+    ``ceil(ceil(W / p) / q) = ceil(W / r)`` and the pixel map stays ``x -> x / r``."""
     from PIL import Image
 
     if r == 1:
         return decode_pillow(buf, output_type)
+    p = min(r & -r, 8)
+    q = r // p
     a8 = np.frombuffer(memoryview(buf), np.uint8)
     with Image.open(io.BytesIO(a8)) as im:
         check_pixels(im.size)
         w, h = im.size
-        want = reduced_hw(h, w, r)
-        if im.format == "JPEG":
-            fast = _opencv_reduced(a8, im, output_type, r)
-            if fast is not None:
-                return fast
-            if w >= r and h >= r and im.mode in ("RGB", "L", "CMYK"):
-                im.draft(None, (w // r, h // r))  # libjpeg scale r (decode.py: Pillow's rule)
+        want = reduced_hw(h, w, p)
+        if im.format == "JPEG" and p > 1:
+            part = _opencv_reduced(a8, im, output_type, p)
+            if part is None and w >= p and h >= p and im.mode in ("RGB", "L", "CMYK"):
+                im.draft(None, (w // p, h // p))  # libjpeg scale p (Pillow's rule, see tests)
                 if im.size == (want[1], want[0]):
-                    return decode_pillow_image(im, output_type)
+                    part = decode_pillow_image(im, output_type)
+            if part is not None:
+                return block_mean(part, q) if q > 1 else part
     return block_mean(decode_pillow(buf, output_type), r)
 
 
@@ -364,6 +368,22 @@ def plans_decode(a, device) -> bool:
     return device == "mixed" and kind in ("RGB", "GRAY")
 
 
+def _cpu_only_forms(inputs, kwargs):
+    """At trace time: ``reduce`` as an int, and ``reduce`` > 1 or a boxes input only on
+    the CPU (device='auto' then means 'cpu'; 'mixed' is refused, naming the argument)."""
+    r = kwargs.get("reduce", 1)
+    if isinstance(r, (int, float, np.number)) and not isinstance(r, bool) and r in REDUCE:
+        r = kwargs["reduce"] = int(r)  # (others: refused by the declared range, by name)
+    if r != 1 or len(inputs) > 1:
+        what = f"reduce={r}" if r != 1 else "a boxes input"
+        if kwargs.get("device") == "auto":
+            kwargs = {**kwargs, "device": "cpu"}
+        elif kwargs.get("device") == "mixed":
+            raise NotImplementedError(f"decoders.image: {what} is CPU-only (device='cpu'); the "
+                                      "GPU decoder decodes at full size and takes no boxes")
+    return inputs, kwargs
+
+
 def decoder_declaration() -> dict:
     """The hint and checked arguments every DALI-style decoder declares."""
     return {**{k: None for k in DECODER_HINTS}, **DECODER_CHECKED}
@@ -371,17 +391,18 @@ def decoder_declaration() -> dict:
 
 @register("decoders.image", rule=decoded_rule, plans=plans_decode,
           roles={"decoder", "decode_service"}, devices=("cpu", "mixed"), inputs=(1, 2),
-          outputs=lambda n, a: n, kind="other",
+          outputs=lambda n, a: n, kind="other", rewrite=_cpu_only_forms,
           args={"output_type": "RGB", "reduce": 1, **decoder_declaration()},
           aliases=("image_decoder", "host_decoder", "nv_jpeg_decoder"),
           hints=dict(DECODER_HINTS),
           arg_docs={"adjust_orientation": "DALI's EXIF rotation: only False is accepted (boxes "
                                           "refer to the stored pixels)",
                     "dtype": "only types.UINT8",
-                    "reduce": "CPU only, off (1) by default: decode at 1/2, 1/4 or 1/8 of the "
-                              "size (libjpeg's DCT scaling for JPEGs; not the pixels of a full "
-                              "decode and a resize); sizes ceil(W / r) x ceil(H / r); pass the "
-                              "reader's boxes as a second input to get them scaled (x / r)"},
+                    "reduce": "CPU only, off (1) by default: decode at 1/r of the size, r in "
+                              "1..8 (JPEG: libjpeg's DCT scaling at 2, 4, 8, a block mean for "
+                              "the odd rest; not the pixels of a full decode and a resize); "
+                              "sizes ceil(W / r) x ceil(H / r); pass the reader's boxes as a "
+                              "second input to get them scaled (x / r)"},
           output_spec="ImageBatch uint8 HWC (C=3 for RGB/BGR, 1 for GRAY), ragged",
           doc="decode JPEG/PNG/...: Pillow on the host, nvImageCodec on the GPU (mixed); "
               "device='auto': 'mixed' where a GPU, cupy and nvImageCodec are present, else 'cpu'")
@@ -397,7 +418,7 @@ def decode_image(ctx, op, inputs, args):
         raise ValueError(f"{op.name}: output_type must be one of {sorted(_MODES)}") from None
     r = args.get("reduce", 1)
     if r not in REDUCE:
-        raise ValueError(f"{op.name}: reduce must be one of {REDUCE}, got {r!r}")
+        raise ValueError(f"{op.name}: reduce must be a whole number in 1..8, got {r!r}")
     if op.device == "mixed" and (r != 1 or len(inputs) > 1):
         raise NotImplementedError(f"{op.name}: reduce={r} and a boxes input are CPU-only "
                                   "(device='cpu'); the GPU decoder decodes at full size")

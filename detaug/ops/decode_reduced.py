@@ -1,4 +1,4 @@
-"""Reduced-scale CPU decode (``fn.decoders.image(..., reduce=r)``, r in 2, 4, 8; off by default):
+"""Reduced-scale CPU decode (``fn.decoders.image(..., reduce=r)``, r in 1..8; off by default):
 libjpeg-turbo's DCT scaling decodes a JPEG straight to 1/r of its size, for pipelines that shrink
 the image anyway (the YOLO recipe's longer side to 640 from larger sources).
 
@@ -21,15 +21,16 @@ Cost, one thread: 1.10 / 0.93 / 0.77 ms an image against 1.5-1.7 for a full deco
 
 Paths (``detaug.ops.decode.decode_reduced``; this module holds the sizes and the block mean):
 a plain baseline JPEG (decode.py's fast-path test) by OpenCV's ``IMREAD_REDUCED_*``;
-other JPEGs by Pillow's ``draft`` (the same libjpeg scaling); anything else (PNG, a JPEG too small
-to scale) decoded in full and reduced by the mean of each r x r block (edge pixels repeated to
-fill the last block), rounded half up: the same pixel-to-source map.
+other JPEGs by Pillow's ``draft`` (the same libjpeg scaling); both at p, the largest power of two
+dividing r, and the rest of r (3, 5, 7) by the block mean below. Anything else (PNG, a JPEG too
+small to scale) decoded in full and reduced by the mean of each r x r block (edge pixels
+repeated to fill the last block), rounded half up: the same pixel-to-source map.
 """
 from __future__ import annotations
 
 import numpy as np
 
-REDUCE = (1, 2, 4, 8)
+REDUCE = tuple(range(1, 9))  # 2, 4, 8 by libjpeg; 3, 5, 6, 7 partly by the block mean
 
 
 def reduced_hw(h, w, r: int):

@@ -39,7 +39,7 @@ def _block_mean_f64(a, r):
 @pytest.mark.parametrize("seed", [0, fresh_seed()])
 def test_block_mean_is_the_float64_block_mean_rounded_half_up(seed):
     rng = np.random.default_rng(seed)
-    for r in (2, 4, 8):
+    for r in range(2, 9):
         a = rng.integers(0, 256, (int(rng.integers(1, 20)), int(rng.integers(1, 20)), 3), np.uint8)
         assert np.array_equal(block_mean(a, r), np.floor(_block_mean_f64(a, r) + 0.5).astype(np.uint8))
 
@@ -54,7 +54,7 @@ def test_reduced_jpeg_sizes_and_pixels_near_the_block_mean(seed):
         img.save(buf, "JPEG", **kw)
         data = np.frombuffer(buf.getvalue(), np.uint8)
         full = decode_pillow(data, "RGB")
-        for r in (2, 4, 8):
+        for r in (2, 3, 4, 6, 8):
             got = decode_reduced(data, "RGB", r)
             assert got.shape == (-(-h // r), -(-w // r), 3) and got.dtype == np.uint8
             diff = np.abs(got - _block_mean_f64(full, r))
@@ -85,6 +85,7 @@ def test_png_and_gray_fall_back_to_the_exact_block_mean():
     Image.fromarray(a).save(buf, "PNG")
     data = np.frombuffer(buf.getvalue(), np.uint8)
     assert np.array_equal(decode_reduced(data, "RGB", 4), block_mean(a, 4))
+    assert np.array_equal(decode_reduced(data, "RGB", 7), block_mean(a, 7))
     gray = decode_pillow(data, "GRAY")
     assert np.array_equal(decode_reduced(data, "GRAY", 2), block_mean(gray, 2))
 
@@ -120,8 +121,22 @@ def test_pipeline_boxes_scaled_onto_the_decoded_canvas():
     assert np.array_equal(rboxes.labels, fboxes.labels)
 
 
-def test_reduce_refused_out_of_its_values():
-    pipe = _coco_pipe(3)
-    with pytest.raises((ValueError, SampleError), match="reduce must be one of"):
-        pipe.run()
+def test_reduce_refused_out_of_its_values_and_on_the_gpu():
+    for bad in (0, 16, 2.5, float("nan")):
+        with pytest.raises(ValueError, match="decoders.image: argument reduce="):
+            _coco_pipe(bad)
+    pipe = _coco_pipe(6.0)  # a whole float is taken as the int
+    (img, _) = pipe.run()
     pipe.close()
+    assert all(a.shape[0] <= 100 for a in images_of(img))
+    pipe = Pipeline(batch_size=1, seed=0)
+    with pipe:
+        enc, boxes = fn.readers.coco(file_root=os.path.join(COCO, "images"),
+                                     annotations_file=os.path.join(COCO, "annotations.json"))
+        with pytest.raises(NotImplementedError, match="reduce=2 is CPU-only"):
+            fn.decoders.image(enc, reduce=2, device="mixed")
+        with pytest.raises(NotImplementedError, match="a boxes input is CPU-only"):
+            fn.decoders.image(enc, boxes, device="mixed")
+        img, boxes = fn.decoders.image(enc, boxes, reduce=2, device="auto")  # auto: the CPU
+        assert img.device == "cpu" and boxes.device == "cpu"
+        pipe.set_outputs(img, boxes)
