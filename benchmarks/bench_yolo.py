@@ -239,7 +239,8 @@ def shutdown_ultralytics(loader):
 
 
 # ---------------------------------------------------------------------------- detaug
-def detaug_pipe(root, size, batch, device, workers, partners, mixup, seed=0, budget=None):
+def detaug_pipe(root, size, batch, device, workers, partners, mixup, seed=0, budget=None,
+                reduce=1):
     from detaug import fn, pipeline_def
 
     gpu = device == "gpu"
@@ -251,7 +252,10 @@ def detaug_pipe(root, size, batch, device, workers, partners, mixup, seed=0, bud
     def yolo():
         enc, boxes = fn.readers.coco(annotations_file=os.path.join(root, "annotations.json"),
                                      file_root=os.path.join(root, "images"), random_shuffle=True)
-        img = fn.decoders.image(enc, device="mixed" if gpu else "cpu")
+        if reduce != 1:  # CPU only: decode at 1/reduce, the boxes scaled with it
+            img, boxes = fn.decoders.image(enc, boxes, reduce=reduce)
+        else:
+            img = fn.decoders.image(enc, device="mixed" if gpu else "cpu")
         img, boxes = fn.mosaic(img, boxes, size=size, antialias=False, partners=partners)
         u = fn.random.uniform
         t = 0.1 * size
@@ -363,7 +367,8 @@ def profile_detaug(args, root, partners):
             saved[name] = schema.impl
             object.__setattr__(schema, "impl", clock.wrap(name, schema.impl))
     try:
-        pipe = detaug_pipe(root, args.size, args.batch_size, "cpu", 0, partners, args.mixup)
+        pipe = detaug_pipe(root, args.size, args.batch_size, "cpu", 0, partners, args.mixup,
+                           reduce=args.reduce)
         pipe.build()
         pipe.run()  # warm-up (and the prefetched batches it starts)
         clock.t.clear()
@@ -494,6 +499,9 @@ def main(argv=None):
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--size", type=int, default=640)
     ap.add_argument("--mixup", type=float, default=0.5)
+    ap.add_argument("--reduce", type=int, default=1,
+                    help="profile only: detaug's CPU decode at 1/reduce (2, 4, 8; not the pixels "
+                         "of a full decode): for sources much larger than --size")
     ap.add_argument("--workers", default="2,15", help="worker counts (Ultralytics, detaug cpu)")
     ap.add_argument("--partners", default="epoch,batch,pool",
                     help="detaug's partners: epoch, batch, pool")

@@ -836,17 +836,19 @@ def grayscale(images: Any, /, *, p: float | DataNode = 1.0, num_output_channels:
     Functional form: fn.grayscale; class form: ops.Grayscale
     """
 
-def host_decoder(encoded: Any, /, *, output_type: str = 'RGB', hw_decoder_load: Any = None, use_fast_idct: Any = None, device_memory_padding: Any = None, host_memory_padding: Any = None, device_memory_padding_jpeg2k: Any = None, host_memory_padding_jpeg2k: Any = None, preallocate_width_hint: Any = None, preallocate_height_hint: Any = None, hybrid_huffman_threshold: Any = None, affine: Any = None, split_stages: Any = None, use_chunk_allocator: Any = None, memory_stats: Any = None, bytes_per_sample_hint: Any = None, preserve: Any = None, jpeg_fancy_upsampling: Any = None, adjust_orientation: bool | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def host_decoder(encoded: Any, boxes: Any = ..., /, *, output_type: str = 'RGB', reduce: int = 1, hw_decoder_load: Any = None, use_fast_idct: Any = None, device_memory_padding: Any = None, host_memory_padding: Any = None, device_memory_padding_jpeg2k: Any = None, host_memory_padding_jpeg2k: Any = None, preallocate_width_hint: Any = None, preallocate_height_hint: Any = None, hybrid_huffman_threshold: Any = None, affine: Any = None, split_stages: Any = None, use_chunk_allocator: Any = None, memory_stats: Any = None, bytes_per_sample_hint: Any = None, preserve: Any = None, jpeg_fancy_upsampling: Any = None, adjust_orientation: bool | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Decode JPEG/PNG/...: Pillow on the host, nvImageCodec on the GPU (mixed); device='auto': 'mixed' where a GPU, cupy and nvImageCodec are present, else 'cpu'.
     
     Alias of fn.decoders.image (same arguments and behaviour).
     
-    Inputs (positional only, 1):
+    Inputs (positional only, 1 to 2):
         encoded: encoded image bytes: the first output of a reader (or external_source)
+        boxes (optional): BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
     
     Arguments (keyword only):
         output_type: str = 'RGB': colour space of the decoded image: 'RGB' (or types.RGB); 'BGR' and 'GRAY' as DALI's
+        reduce: int = 1: CPU only, off (1) by default: decode at 1/r of the size, r in 1..8 (JPEG: libjpeg's DCT scaling at 2, 4, 8, a block mean for the odd rest; not the pixels of a full decode and a resize); sizes ceil(W / r) x ceil(H / r); pass the reader's boxes as a second input to get them scaled (x / r)
         hw_decoder_load: any = None: hint, changes no value here: DALI's share of images for the hardware JPEG decoder
         use_fast_idct: any = None: hint, changes no value here: nvJPEG's fast IDCT; Pillow and nvImageCodec decode as they always do
         device_memory_padding: any = None: hint, changes no value here: nvJPEG's device buffer preallocation
@@ -873,7 +875,7 @@ def host_decoder(encoded: Any, /, *, output_type: str = 'RGB', hw_decoder_load: 
     
     Devices: cpu, mixed
     
-    Returns: one output; ImageBatch uint8 HWC (C=3 for RGB/BGR, 1 for GRAY), ragged
+    Returns: one output per input (a tuple when there are two); ImageBatch uint8 HWC (C=3 for RGB/BGR, 1 for GRAY), ragged
     
     Functional form: fn.host_decoder; class form: ops.HostDecoder
     """
@@ -979,17 +981,19 @@ def hue(images: Any, /, *, hue: float | DataNode = 0.0, dtype: str | None = None
     Functional form: fn.hue; class form: ops.Hue
     """
 
-def image_decoder(encoded: Any, /, *, output_type: str = 'RGB', hw_decoder_load: Any = None, use_fast_idct: Any = None, device_memory_padding: Any = None, host_memory_padding: Any = None, device_memory_padding_jpeg2k: Any = None, host_memory_padding_jpeg2k: Any = None, preallocate_width_hint: Any = None, preallocate_height_hint: Any = None, hybrid_huffman_threshold: Any = None, affine: Any = None, split_stages: Any = None, use_chunk_allocator: Any = None, memory_stats: Any = None, bytes_per_sample_hint: Any = None, preserve: Any = None, jpeg_fancy_upsampling: Any = None, adjust_orientation: bool | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def image_decoder(encoded: Any, boxes: Any = ..., /, *, output_type: str = 'RGB', reduce: int = 1, hw_decoder_load: Any = None, use_fast_idct: Any = None, device_memory_padding: Any = None, host_memory_padding: Any = None, device_memory_padding_jpeg2k: Any = None, host_memory_padding_jpeg2k: Any = None, preallocate_width_hint: Any = None, preallocate_height_hint: Any = None, hybrid_huffman_threshold: Any = None, affine: Any = None, split_stages: Any = None, use_chunk_allocator: Any = None, memory_stats: Any = None, bytes_per_sample_hint: Any = None, preserve: Any = None, jpeg_fancy_upsampling: Any = None, adjust_orientation: bool | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Decode JPEG/PNG/...: Pillow on the host, nvImageCodec on the GPU (mixed); device='auto': 'mixed' where a GPU, cupy and nvImageCodec are present, else 'cpu'.
     
     Alias of fn.decoders.image (same arguments and behaviour).
     
-    Inputs (positional only, 1):
+    Inputs (positional only, 1 to 2):
         encoded: encoded image bytes: the first output of a reader (or external_source)
+        boxes (optional): BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
     
     Arguments (keyword only):
         output_type: str = 'RGB': colour space of the decoded image: 'RGB' (or types.RGB); 'BGR' and 'GRAY' as DALI's
+        reduce: int = 1: CPU only, off (1) by default: decode at 1/r of the size, r in 1..8 (JPEG: libjpeg's DCT scaling at 2, 4, 8, a block mean for the odd rest; not the pixels of a full decode and a resize); sizes ceil(W / r) x ceil(H / r); pass the reader's boxes as a second input to get them scaled (x / r)
         hw_decoder_load: any = None: hint, changes no value here: DALI's share of images for the hardware JPEG decoder
         use_fast_idct: any = None: hint, changes no value here: nvJPEG's fast IDCT; Pillow and nvImageCodec decode as they always do
         device_memory_padding: any = None: hint, changes no value here: nvJPEG's device buffer preallocation
@@ -1016,7 +1020,7 @@ def image_decoder(encoded: Any, /, *, output_type: str = 'RGB', hw_decoder_load:
     
     Devices: cpu, mixed
     
-    Returns: one output; ImageBatch uint8 HWC (C=3 for RGB/BGR, 1 for GRAY), ragged
+    Returns: one output per input (a tuple when there are two); ImageBatch uint8 HWC (C=3 for RGB/BGR, 1 for GRAY), ragged
     
     Functional form: fn.image_decoder; class form: ops.ImageDecoder
     """
@@ -1412,17 +1416,19 @@ def normalize(images: Any, /, *, mean: float | Sequence[Any] | None = None, std:
     Functional form: fn.normalize; class form: ops.Normalize
     """
 
-def nv_jpeg_decoder(encoded: Any, /, *, output_type: str = 'RGB', hw_decoder_load: Any = None, use_fast_idct: Any = None, device_memory_padding: Any = None, host_memory_padding: Any = None, device_memory_padding_jpeg2k: Any = None, host_memory_padding_jpeg2k: Any = None, preallocate_width_hint: Any = None, preallocate_height_hint: Any = None, hybrid_huffman_threshold: Any = None, affine: Any = None, split_stages: Any = None, use_chunk_allocator: Any = None, memory_stats: Any = None, bytes_per_sample_hint: Any = None, preserve: Any = None, jpeg_fancy_upsampling: Any = None, adjust_orientation: bool | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def nv_jpeg_decoder(encoded: Any, boxes: Any = ..., /, *, output_type: str = 'RGB', reduce: int = 1, hw_decoder_load: Any = None, use_fast_idct: Any = None, device_memory_padding: Any = None, host_memory_padding: Any = None, device_memory_padding_jpeg2k: Any = None, host_memory_padding_jpeg2k: Any = None, preallocate_width_hint: Any = None, preallocate_height_hint: Any = None, hybrid_huffman_threshold: Any = None, affine: Any = None, split_stages: Any = None, use_chunk_allocator: Any = None, memory_stats: Any = None, bytes_per_sample_hint: Any = None, preserve: Any = None, jpeg_fancy_upsampling: Any = None, adjust_orientation: bool | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Decode JPEG/PNG/...: Pillow on the host, nvImageCodec on the GPU (mixed); device='auto': 'mixed' where a GPU, cupy and nvImageCodec are present, else 'cpu'.
     
     Alias of fn.decoders.image (same arguments and behaviour).
     
-    Inputs (positional only, 1):
+    Inputs (positional only, 1 to 2):
         encoded: encoded image bytes: the first output of a reader (or external_source)
+        boxes (optional): BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
     
     Arguments (keyword only):
         output_type: str = 'RGB': colour space of the decoded image: 'RGB' (or types.RGB); 'BGR' and 'GRAY' as DALI's
+        reduce: int = 1: CPU only, off (1) by default: decode at 1/r of the size, r in 1..8 (JPEG: libjpeg's DCT scaling at 2, 4, 8, a block mean for the odd rest; not the pixels of a full decode and a resize); sizes ceil(W / r) x ceil(H / r); pass the reader's boxes as a second input to get them scaled (x / r)
         hw_decoder_load: any = None: hint, changes no value here: DALI's share of images for the hardware JPEG decoder
         use_fast_idct: any = None: hint, changes no value here: nvJPEG's fast IDCT; Pillow and nvImageCodec decode as they always do
         device_memory_padding: any = None: hint, changes no value here: nvJPEG's device buffer preallocation
@@ -1449,7 +1455,7 @@ def nv_jpeg_decoder(encoded: Any, /, *, output_type: str = 'RGB', hw_decoder_loa
     
     Devices: cpu, mixed
     
-    Returns: one output; ImageBatch uint8 HWC (C=3 for RGB/BGR, 1 for GRAY), ragged
+    Returns: one output per input (a tuple when there are two); ImageBatch uint8 HWC (C=3 for RGB/BGR, 1 for GRAY), ragged
     
     Functional form: fn.nv_jpeg_decoder; class form: ops.nvJPEGDecoder
     """
@@ -2315,15 +2321,17 @@ class decoders:
     """fn.decoders.*"""
 
     @staticmethod
-    def image(encoded: Any, /, *, output_type: str = 'RGB', hw_decoder_load: Any = None, use_fast_idct: Any = None, device_memory_padding: Any = None, host_memory_padding: Any = None, device_memory_padding_jpeg2k: Any = None, host_memory_padding_jpeg2k: Any = None, preallocate_width_hint: Any = None, preallocate_height_hint: Any = None, hybrid_huffman_threshold: Any = None, affine: Any = None, split_stages: Any = None, use_chunk_allocator: Any = None, memory_stats: Any = None, bytes_per_sample_hint: Any = None, preserve: Any = None, jpeg_fancy_upsampling: Any = None, adjust_orientation: bool | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    def image(encoded: Any, boxes: Any = ..., /, *, output_type: str = 'RGB', reduce: int = 1, hw_decoder_load: Any = None, use_fast_idct: Any = None, device_memory_padding: Any = None, host_memory_padding: Any = None, device_memory_padding_jpeg2k: Any = None, host_memory_padding_jpeg2k: Any = None, preallocate_width_hint: Any = None, preallocate_height_hint: Any = None, hybrid_huffman_threshold: Any = None, affine: Any = None, split_stages: Any = None, use_chunk_allocator: Any = None, memory_stats: Any = None, bytes_per_sample_hint: Any = None, preserve: Any = None, jpeg_fancy_upsampling: Any = None, adjust_orientation: bool | None = None, dtype: str | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
         """
         Decode JPEG/PNG/...: Pillow on the host, nvImageCodec on the GPU (mixed); device='auto': 'mixed' where a GPU, cupy and nvImageCodec are present, else 'cpu'.
         
-        Inputs (positional only, 1):
+        Inputs (positional only, 1 to 2):
             encoded: encoded image bytes: the first output of a reader (or external_source)
+            boxes (optional): BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
         
         Arguments (keyword only):
             output_type: str = 'RGB': colour space of the decoded image: 'RGB' (or types.RGB); 'BGR' and 'GRAY' as DALI's
+            reduce: int = 1: CPU only, off (1) by default: decode at 1/r of the size, r in 1..8 (JPEG: libjpeg's DCT scaling at 2, 4, 8, a block mean for the odd rest; not the pixels of a full decode and a resize); sizes ceil(W / r) x ceil(H / r); pass the reader's boxes as a second input to get them scaled (x / r)
             hw_decoder_load: any = None: hint, changes no value here: DALI's share of images for the hardware JPEG decoder
             use_fast_idct: any = None: hint, changes no value here: nvJPEG's fast IDCT; Pillow and nvImageCodec decode as they always do
             device_memory_padding: any = None: hint, changes no value here: nvJPEG's device buffer preallocation
@@ -2350,7 +2358,7 @@ class decoders:
         
         Devices: cpu, mixed
         
-        Returns: one output; ImageBatch uint8 HWC (C=3 for RGB/BGR, 1 for GRAY), ragged
+        Returns: one output per input (a tuple when there are two); ImageBatch uint8 HWC (C=3 for RGB/BGR, 1 for GRAY), ragged
         
         Aliases: fn.image_decoder, fn.host_decoder, fn.nv_jpeg_decoder
         

@@ -173,8 +173,11 @@ def _mosaic_on_canvas(ctx, images: ImageBatch, origins, tiles, groups, canvas, f
             or isinstance(images.raw, (PlannedImages, DeferredWarp))):
         return None
     fill = np.broadcast_to(np.asarray(fill, np.float64), (len(canvas), images.channels))
-    buf = kc.canvas_numpy(canvas, fill)
     owner = np.repeat(np.arange(len(groups) - 1), np.diff(groups))
+    # the tiles are written whole by the warp below: only the canvas around them is filled
+    covered = [[(x, y, w, h) for (x, y), (h, w) in zip(origins[owner == b], tiles[owner == b])]
+               for b in range(len(canvas))]
+    buf = kc.canvas_numpy(canvas, fill, covered)
     views = [buf[int(b)][y:y + h, x:x + w] for b, (x, y), (h, w) in zip(owner, origins, tiles)]
     M.images(images, ctx, into=views)
     return ImageBatch(buf, "cpu")

@@ -56,7 +56,7 @@ INPUT_DOCS = {
     "encoded": "encoded image bytes: the first output of a reader (or external_source)",
 }
 # Input names of ops whose kind does not say them (until their declarations carry input_names).
-_INPUT_NAMES = {"decoders.image": ("encoded",)}
+_INPUT_NAMES = {"decoders.image": ("encoded", "boxes")}
 _KIND_INPUTS = {"geometric": ("images", "boxes"), "color": ("images", "boxes"),
                 "box": ("boxes",), "other": ("images", "boxes")}
 

@@ -177,7 +177,8 @@ def test_hand_checked_rotate_pad_boxes_and_voc():
     assert "device: str | None = None: 'cpu' only" in voc and "Devices: cpu\n" in voc
     assert "class form: ops.readers.VOC" in voc
     image = str(inspect.signature(fn.decoders.image))
-    assert image.startswith("(encoded, /, *, output_type: str = 'RGB', hw_decoder_load: any = None")
+    assert image.startswith("(encoded, boxes=<optional>, /, *, output_type: str = 'RGB', reduce: int = 1, "
+                            "hw_decoder_load: any = None")
     assert "'cpu', 'mixed'" in fn.decoders.image.__doc__
 
 
