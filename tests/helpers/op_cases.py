@@ -325,7 +325,7 @@ CASES = {
     "decoders.image_slice@outside": (_encoded_outside, {"out_of_bounds_policy": "trim_to_shape"}, {
         "out_of_bounds_policy": "pad", "fill_values": With(7.0, out_of_bounds_policy="pad")}),
     "decoders.image": (_encoded, {}, {"output_type": types.GRAY, "adjust_orientation": True,
-                                      "dtype": types.FLOAT}),
+                                      "dtype": types.FLOAT, "reduce": 2}),
     "decoders.image_random_crop": (_encoded, {}, {
         "output_type": types.GRAY, "random_area": (0.5, 0.6), "random_aspect_ratio": (0.5, 0.6),
         "num_attempts": 1, "adjust_orientation": True, "dtype": types.FLOAT}),

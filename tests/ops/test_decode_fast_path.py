@@ -10,6 +10,8 @@ import re
 import cv2
 import numpy as np
 import pytest
+
+from helpers import fresh_seed
 from hypothesis import given, settings, strategies as st
 from PIL import Image
 
@@ -80,7 +82,7 @@ def _variants(rng):
 FAST = {"420", "444", "422", "gray", "exif6", "optimized", "restarts"}
 
 
-@pytest.mark.parametrize("seed", [0, int(np.random.SeedSequence().entropy % 2**31)])
+@pytest.mark.parametrize("seed", [0, fresh_seed()])
 def test_fresh_images_same_pixels_and_path_taken(seed, monkeypatch):
     rng = np.random.default_rng(seed)
     for name, data in _variants(rng).items():
