@@ -130,6 +130,23 @@ def shapes_through(fields, sample, geometry) -> dict:
     return out
 
 
+def shapes_clipped(fields, sample, canvas) -> dict:
+    """``fields`` with ``keypoints`` and ``polygons`` cut to the current canvas ``canvas``
+    (B, 2) ``(H, W)`` by the rule of a chain's last canvas (one identity step): a point that
+    lies on no pixel becomes ``(0, 0, 0)``, a polygon is clipped as a polygon and dropped under
+    3 points. ``obb`` is left as it is, as a chain leaves it (never clipped); no mirror, so no
+    swap. What clipping boxes with no chain pending does to the shapes beside them."""
+    out = dict(fields)
+    canvas = np.asarray(canvas, np.int64).reshape(-1, 2)
+    eye = np.broadcast_to(np.eye(3), (len(canvas), 3, 3))
+    if "keypoints" in fields:
+        out["keypoints"] = transform_keypoints(fields["keypoints"], sample, eye, canvas)
+    if "polygons" in fields:
+        moved = transform_polygons(*ragged_polygons(fields["polygons"]), sample, eye, canvas)
+        out["polygons"] = dense_polygons(*moved)
+    return out
+
+
 def tight_boxes(boxes, fields) -> np.ndarray:
     """``boxes`` (N, 4) where each box whose field ``tight_box`` is set and whose
     ``polygons`` (moved: :func:`shapes_through`) are not empty is replaced by their enclosing
