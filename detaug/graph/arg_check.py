@@ -161,7 +161,7 @@ class Kind:
         what: ``'bool'`` (True / False, or 0 / 1), ``'str'`` (text: a name or a path; a
             ``str``, ``os.PathLike`` or a detaug.types constant), ``'choice'`` (one of
             ``choices``, or a types constant whose value is one), ``'dtype'`` (a NumPy dtype, its
-            name, or a types constant), ``'strs'`` (a str or a sequence of them), ``'free'`` (an
+            name, or a types constant), ``'dtypes'`` (a dtype or a sequence of them), ``'strs'`` (a str or a sequence of them), ``'free'`` (an
             object the op checks itself: a callable, a dict, a source).
         choices: the words of a ``'choice'``.
         none: None is accepted (the argument left out).
@@ -173,12 +173,14 @@ class Kind:
 
     def describe(self) -> str:
         return {"bool": "a bool", "str": "a str", "dtype": "a dtype (a NumPy dtype or its name)",
+                "dtypes": "a dtype (a NumPy dtype or its name) or a sequence of them",
                 "strs": "a str or a sequence of str", "free": "anything",
                 "choice": "one of " + " / ".join(map(repr, self.choices))}[self.what] + \
             (" or None" if self.none else "")
 
 
 BOOL, STR, DTYPE, STRS, FREE = Kind("bool"), Kind("str"), Kind("dtype"), Kind("strs"), Kind("free")
+DTYPES = Kind("dtypes")
 
 
 def choice(*words) -> Kind:
@@ -244,6 +246,9 @@ def _fits(value, kind: Kind) -> bool:
     if w == "strs":
         return isinstance(value, str) or (isinstance(value, (list, tuple))
                                           and all(isinstance(x, str) for x in value))
+    if w == "dtypes":
+        return _fits(value, DTYPE) or (isinstance(value, (list, tuple))
+                                       and all(_fits(x, DTYPE) for x in value))
     if w == "dtype":
         if isinstance(value, enum.Enum):
             return True

@@ -14,7 +14,7 @@ from ..core.errors import SampleError
 from .arg_docs import SHARED
 from .instance_fields import batch_fields, split_ragged
 from .registry import register
-from ..graph.arg_check import BOOL, FREE, STR, STRS, count, declare_kinds, declare_ranges, finite, nonneg
+from ..graph.arg_check import BOOL, DTYPES, FREE, STR, STRS, count, declare_kinds, declare_ranges, finite, nonneg
 
 _SHARDING = {"random_shuffle": False, "shard_id": None, "num_shards": None}
 # DALI's reader arguments (docs/dali.md). Honoured: shuffle_after_epoch (a new
@@ -733,7 +733,7 @@ class _External(_Source):
         return tuple(outs)
 
 
-declare_kinds("external_source", source=FREE, cycle=FREE)
+declare_kinds("external_source", source=FREE, cycle=FREE, dtype=DTYPES, layout=STRS)
 declare_ranges("external_source", num_outputs=count(1, 1024), size=count(0), ndim=count(0, 8),
                shard_id=count(0), num_shards=count(1))
 register("external_source", devices=("cpu",), inputs=(0, 0), kind="source",

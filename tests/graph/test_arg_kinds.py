@@ -26,6 +26,7 @@ WRONG = {"bool": ["yes", "false", 2, 0.5, [True], {}],
          "str": [3, 1.5, True, ["a"], {"a": 1}],
          "choice": ["no-such-word", "", 3, True, ["iou"]],
          "dtype": ["no_such_dtype", 3, 2.5, True, [1], {}],
+         "dtypes": ["no_such_dtype", 3, True, ["uint8", 3], ["float32", "no_such_dtype"]],
          "strs": [3, [1, 2], ["a", 3], True, {"a": 1}]}
 CASES = sorted((op, arg) for op, s in g.REGISTRY.items() for arg in s.args
                if arg not in ARG_RANGES.get(op, {}) and kind_of(op, arg) is not None
@@ -71,7 +72,8 @@ def test_defaults_fit_their_kinds(op):
 
 GOOD = {"bool": [True, False, 0, 1, np.bool_(True)], "str": ["x", "HWC"],
         "dtype": ["float32", "uint8", np.float32, np.dtype("int32"), types.FLOAT, types.UINT8],
-        "strs": ["a", ["a", "b"], ("*.jpg",)]}
+        "strs": ["a", ["a", "b"], ("*.jpg",)],
+        "dtypes": ["uint8", [types.UINT8, types.INT32], ("float32", np.uint8)]}
 
 
 def test_values_of_the_right_kind_pass():
