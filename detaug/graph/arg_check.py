@@ -210,17 +210,18 @@ def declare_kinds(op_name: str, **kinds: Kind) -> None:
 
 def derive_kinds(op_name: str, args: dict, hints=()) -> None:
     """The kinds a registered op's defaults say (``trace.register`` calls this): a bool default
-    means a bool, a str default a str; hints (changing no value) are free."""
+    means a bool, a str default a str (a shared name's kind first: a dtype default is written as
+    a str); hints (changing no value) are free."""
     table = {}
     for k, v in args.items():
         if k in hints:
             table[k] = FREE
+        elif k in SHARED_KINDS:
+            table[k] = SHARED_KINDS[k]
         elif isinstance(v, (bool, np.bool_)):
             table[k] = BOOL
         elif isinstance(v, str):
             table[k] = STR
-        elif k in SHARED_KINDS:
-            table[k] = SHARED_KINDS[k]
     _DERIVED[op_name] = table
 
 
