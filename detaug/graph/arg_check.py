@@ -1,4 +1,5 @@
-"""One validation of every op's numeric arguments, from ranges declared beside each op.
+"""One validation of every op's arguments, from the ranges (numbers) and kinds (the rest)
+declared beside each op.
 
 An op module declares, next to its ``@register``, the range of each numeric argument
 (:func:`declare_ranges`; STYLE.md item 16). :func:`check_args` runs once per traced call
