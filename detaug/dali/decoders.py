@@ -31,7 +31,7 @@ from ..ops.decode import (DECODER_HINTS, check_decoder_args, decode_image, decod
                           decoder_declaration)
 from ..ops.geometry import apply_geometry, pair
 from ..ops.registry import register
-from ..graph.arg_check import declare_ranges, count, positive
+from ..graph.arg_check import BOOL, count, declare_kinds, declare_ranges, positive
 
 
 def random_crop_windows(u, sizes, area, aspect, attempts):
@@ -92,6 +92,7 @@ def _roundf(x):
     return np.sign(x) * np.floor(np.abs(x) + 0.5)
 
 
+declare_kinds("decoders.image_random_crop", adjust_orientation=BOOL)
 declare_ranges("decoders.image_random_crop", random_area=positive(1.0, form='range'),
                random_aspect_ratio=positive(form='range'), num_attempts=count(1, 1 << 16))
 @register("decoders.image_random_crop", rule=decoded_rule, plans=False, roles={"decoder"},

@@ -25,8 +25,8 @@ from ..ops.geometry import GEO, apply_geometry, per_sample, round_half_away
 from ..ops.decode import (DECODER_HINTS, check_decoder_args, decoded_rule, decoder_declaration,
                           plans_decode)
 from ..ops.registry import register
-from ..graph.arg_check import (MAX_SIDE, Num, byte, count, declare_ranges, finite, nonneg,
-                               positive, prob)
+from ..graph.arg_check import (BOOL, MAX_SIDE, Num, byte, choice, count, declare_kinds,
+                               declare_ranges, finite, nonneg, positive, prob)
 from .tensors import batch_of, samples_of  # noqa: F401  (DALI's tensor lists: dali/tensors.py)
 
 HOST = dict(devices=("cpu",), kind="other")
@@ -161,6 +161,7 @@ def _fixed_window(op, args, b):
 UNLIMITED_CHUNK, UNLIMITED_CHUNKS = 64, 16
 
 
+declare_kinds("random_bbox_crop", threshold_type=choice("iou", "overlap"))
 declare_ranges("random_bbox_crop", thresholds=Num(0.0, 1.0, form='seq'),
                aspect_ratio=positive(form='range'), scaling=positive(form='range'),
                num_attempts=count(1, 1 << 16), total_num_attempts=count(-1, 1 << 24),
@@ -467,6 +468,7 @@ def _host(v):
     return to_host(v) if not isinstance(v, (list, np.ndarray)) else np.asarray(v, np.float64)
 
 
+declare_kinds("decoders.image_slice", adjust_orientation=BOOL)
 declare_ranges("decoders.image_slice", axes=count(0, 1, form='seq'),
                fill_values=finite(form='seq'))
 @register("decoders.image_slice", rule=decoded_rule, plans=plans_decode, roles={"decoder"},

@@ -1,4 +1,5 @@
-"""One validation of every op's numeric arguments, from ranges declared beside each op.
+"""One validation of every op's arguments, from the ranges (numbers) and kinds (the rest)
+declared beside each op.
 
 An op module declares, next to its ``@register``, the range of each numeric argument
 (:func:`declare_ranges`; STYLE.md item 16). :func:`check_args` runs once per traced call
@@ -18,6 +19,13 @@ allocated, and refuses by op and argument name:
 - a value that is not numbers (a string, a dict, None inside a pair) where the op takes
   numbers, unless it is one of the words declared for it (``Num.words``: ``'random'``).
 
+The other arguments have a declared kind (:class:`Kind`, :func:`declare_kinds` beside the
+ranges; a bool default means a bool, a str default a str, unless declared otherwise; the
+DALI arguments every op shares by name, ``dtype``, ``layout``..., in :data:`SHARED_KINDS`):
+a value of another kind (a number as a path, a string as a bool, a word outside a choice, a
+dtype NumPy does not know) is refused by the same check, by op and argument name, instead of
+failing inside the op with a TypeError that names nothing.
+
 A per-sample DataNode is not a number at trace time; it is not checked here (its values are,
 for range, when the batch runs). Declared ranges are data (:class:`Num`), so the docs and the tests read them
 (``tests/ops/test_numeric_args.py`` drives every op's every declared argument with NaN, inf,
@@ -25,8 +33,10 @@ negatives and huge values, and fails on a numeric argument with no declared rang
 """
 from __future__ import annotations
 
+import enum
 import math
 import numbers
+import os
 import reprlib
 from dataclasses import dataclass
 
@@ -141,7 +151,130 @@ def declare_ranges(op_name: str, **ranges: Num) -> None:
 
 
 class ArgumentError(ValueError):
-    """A numeric argument refused by its declared range; the message names the op and argument."""
+    """An argument refused by its declared range or kind; the message names the op and argument."""
+
+
+@dataclass(frozen=True)
+class Kind:
+    """The kind of one non-numeric argument.
+
+    Attributes:
+        what: ``'bool'`` (True / False, or 0 / 1), ``'str'`` (text: a name or a path; a
+            ``str``, ``os.PathLike`` or a detaug.types constant), ``'choice'`` (one of
+            ``choices``, or a types constant whose value is one), ``'dtype'`` (a NumPy dtype, its
+            name, or a types constant), ``'dtypes'`` (a dtype or a sequence of them), ``'strs'`` (a str or a sequence of them), ``'free'`` (an
+            object the op checks itself: a callable, a dict, a source).
+        choices: the words of a ``'choice'``.
+        none: None is accepted (the argument left out).
+    """
+
+    what: str
+    choices: tuple = ()
+    none: bool = True
+
+    def describe(self) -> str:
+        return {"bool": "a bool", "str": "a str", "dtype": "a dtype (a NumPy dtype or its name)",
+                "dtypes": "a dtype (a NumPy dtype or its name) or a sequence of them",
+                "strs": "a str or a sequence of str", "free": "anything",
+                "choice": "one of " + " / ".join(map(repr, self.choices))}[self.what] + \
+            (" or None" if self.none else "")
+
+
+BOOL, STR, DTYPE, STRS, FREE = Kind("bool"), Kind("str"), Kind("dtype"), Kind("strs"), Kind("free")
+DTYPES = Kind("dtypes")
+
+
+def choice(*words) -> Kind:
+    """One of ``words``."""
+    return Kind("choice", tuple(words))
+
+
+# DALI's arguments that many ops share, by name (an op's own declaration wins).
+SHARED_KINDS = {"dtype": DTYPE, "output_dtype": DTYPE, "layout": STR, "axis_names": STR,
+                "axis_name": STR, "output_layout": STR, "bbox_layout": STR, "shape_layout": STR,
+                "interp_type": STR, "min_filter": STR, "mag_filter": STR, "image_type": STR,
+                "file_root": STR, "annotations_file": STR, "on_error": choice("raise", "skip"),
+                "stick_to_shard": BOOL, "per_channel": BOOL}
+
+ARG_KINDS: dict = {}
+_DERIVED: dict = {}
+
+
+def declare_kinds(op_name: str, **kinds: Kind) -> None:
+    """Declare the kinds of op ``op_name``'s non-numeric arguments (beside its ``@register``)
+    where its default does not say it (None, or a str that is one of a few words)."""
+    for k, kind in kinds.items():
+        if not isinstance(kind, Kind):
+            raise TypeError(f"{op_name}: kind of {k!r} must be a Kind, got {kind!r}")
+    ARG_KINDS.setdefault(op_name, {}).update(kinds)
+
+
+def derive_kinds(op_name: str, args: dict, hints=()) -> None:
+    """The kinds a registered op's defaults say (``trace.register`` calls this): a bool default
+    means a bool, a str default a str (a shared name's kind first: a dtype default is written as
+    a str); hints (changing no value) are free."""
+    table = {}
+    for k, v in args.items():
+        if k in hints:
+            table[k] = FREE
+        elif k in SHARED_KINDS:
+            table[k] = SHARED_KINDS[k]
+        elif isinstance(v, (bool, np.bool_)):
+            table[k] = BOOL
+        elif isinstance(v, str):
+            table[k] = STR
+    _DERIVED[op_name] = table
+
+
+def kind_of(op_name: str, arg: str):
+    """The declared (else derived) :class:`Kind` of argument ``arg``, or None."""
+    return ARG_KINDS.get(op_name, {}).get(arg) or _DERIVED.get(op_name, {}).get(arg)
+
+
+def _fits(value, kind: Kind) -> bool:
+    w = kind.what
+    if w == "free":
+        return True
+    if w == "bool":
+        return isinstance(value, (bool, np.bool_)) or (
+            isinstance(value, numbers.Integral) and value in (0, 1))
+    if isinstance(value, (bool, np.bool_, numbers.Number)):
+        return False
+    if w == "str":
+        return isinstance(value, (str, os.PathLike, enum.Enum))
+    if w == "choice":
+        v = value.value if isinstance(value, enum.Enum) else value
+        return isinstance(v, str) and v in kind.choices
+    if w == "strs":
+        return isinstance(value, str) or (isinstance(value, (list, tuple))
+                                          and all(isinstance(x, str) for x in value))
+    if w == "dtypes":
+        return _fits(value, DTYPE) or (isinstance(value, (list, tuple))
+                                       and all(_fits(x, DTYPE) for x in value))
+    if w == "dtype":
+        if isinstance(value, enum.Enum):
+            return True
+        if not isinstance(value, (str, type, np.dtype)):
+            return False
+        try:
+            np.dtype(value)
+        except (TypeError, ValueError):
+            return False
+        return True
+    raise AssertionError(w)
+
+
+def check_kind(op_name: str, arg: str, value, kind: Kind) -> None:
+    """Raise :class:`ArgumentError` naming ``op_name`` and ``arg`` where ``value`` is not of
+    ``kind``."""
+    if value is None and kind.none or _fits(value, kind):
+        return
+    try:
+        shown = _REPR.repr(value)
+    except ValueError:
+        shown = "<?>"
+    raise ArgumentError(f"{op_name}: argument {arg}={shown} ({type(value).__name__}) is not of "
+                        f"its kind: it takes {kind.describe()}")
 
 
 def _numbers(value):
@@ -220,15 +353,20 @@ def _refuse(op_name, arg, value, spec, why):
 
 
 def check_args(op_name: str, args: dict) -> None:
-    """Check every declared numeric argument of ``args`` (per-sample DataNodes and undeclared
-    arguments are skipped). ``op_name`` is the registered name (aliases resolved)."""
-    ranges = ARG_RANGES.get(op_name)
-    if not ranges:
-        return
+    """Check every declared argument of ``args``, numbers by range and the rest by kind
+    (per-sample DataNodes and undeclared arguments are skipped). ``op_name`` is the registered
+    name (aliases resolved)."""
+    ranges = ARG_RANGES.get(op_name, {})
     for k, v in args.items():
+        if hasattr(v, "op"):  # a DataNode has .op
+            continue
         spec = ranges.get(k)
-        if spec is not None and not hasattr(v, "op"):  # a DataNode has .op
+        if spec is not None:
             check_value(op_name, k, v, spec)
+            continue
+        kind = kind_of(op_name, k)
+        if kind is not None:
+            check_kind(op_name, k, v, kind)
 
 
 def check_per_sample(op_name: str, args: dict) -> None:

@@ -11,7 +11,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .arg_check import check_args
+from .arg_check import check_args, derive_kinds
 
 _state = threading.local()
 
@@ -283,6 +283,7 @@ def register(name, **decl):
         schema.arg_docs = {**schema.arg_docs,
                            **{k: f"hint, changes no value here: {why}" for k, why in schema.hints.items()}}
         REGISTRY[name] = schema
+        derive_kinds(name, schema.args, schema.hints)
         for alias in schema.aliases:
             ALIASES[alias] = name
         return impl

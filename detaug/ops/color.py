@@ -13,7 +13,8 @@ from ..core import shapes as S
 from ..core.batch import ImageBatch
 from .geometry import apply_geometry, crop_plan, per_sample, window_hw
 from .registry import register
-from ..graph.arg_check import Num, declare_ranges, count, finite, nonneg, positive, prob, side
+from ..graph.arg_check import (STR, Num, count, declare_kinds, declare_ranges, finite, nonneg,
+                               positive, prob, side)
 
 _DTYPES = {"float32": np.float32, "float16": np.float16, "uint8": np.uint8,
            np.float32: np.float32, np.float16: np.float16, np.uint8: np.uint8}
@@ -161,6 +162,7 @@ def _standardize(ctx, op, img, args, std, scale, shift, dtype, layout):
     return ImageBatch(out, x.device, layout)
 
 
+declare_kinds("crop_mirror_normalize", out_of_bounds_policy=STR)  # DALI's other words: NotImplementedError
 declare_ranges("crop_mirror_normalize", crop=side(integer=False), crop_h=side(integer=False,
                form='scalar'), crop_w=side(integer=False, form='scalar'), crop_pos_x=prob(),
                crop_pos_y=prob(), mirror=count(0, 1), mean=finite(form='seq'),

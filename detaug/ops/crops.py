@@ -33,7 +33,8 @@ def iou_crop_windows(u, sizes, boxes, offsets, valid, thresholds, allow_no_crop,
     """
     b = len(sizes)
     n_attempts = (u.shape[1] - 1) // 4
-    options = list(thresholds) + ([None] if allow_no_crop else [])
+    # one threshold may be given as a number (the declared form: one or a sequence)
+    options = np.atleast_1d(thresholds).tolist() + ([None] if allow_no_crop else [])
     choice = np.minimum((u[:, 0] * len(options)).astype(int), len(options) - 1)
     h, w = sizes[:, 0].astype(np.float64), sizes[:, 1].astype(np.float64)
     a = u[:, 1:].reshape(b, n_attempts, 4)

@@ -33,7 +33,7 @@ import numpy as np
 from ..core import shapes as S
 from ..core.batch import EncodedBatch, ImageBatch
 from ..core.errors import SampleError
-from ..graph.arg_check import Num, declare_ranges
+from ..graph.arg_check import BOOL, Num, declare_kinds, declare_ranges
 from . import gpu_decode
 from .decode_reduced import REDUCE, block_mean, reduced_hw
 from .registry import register
@@ -441,4 +441,5 @@ def decode_image(ctx, op, inputs, args):
     return ImageBatch(images, "cpu")
 
 
+declare_kinds("decoders.image", adjust_orientation=BOOL)
 declare_ranges("decoders.image", reduce=Num(1, 8, integer=True, none=False))

@@ -10,7 +10,8 @@ from ..core import geometry as G
 from ..core import shapes as S
 from ..core.batch import BoxBatch, ImageBatch
 from .registry import Draw, register
-from ..graph.arg_check import (MAX_SIDE, Num, check_canvas, count, declare_ranges, finite,
+from ..graph.arg_check import (BOOL, MAX_SIDE, Num, check_canvas, choice, count, declare_kinds,
+                               declare_ranges, finite,
                                positive, prob, side)
 
 GEO = dict(devices=("cpu", "gpu"), inputs=(1, 2), kind="geometric",
@@ -251,6 +252,7 @@ def resize_sizes(args, sizes):
     return np.maximum(np.round(np.stack([oh, ow], -1)), 1)
 
 
+declare_kinds("resize", mode=choice("default", "stretch", "not_larger", "not_smaller"))
 declare_ranges("resize", size=Num(0, MAX_SIDE, form='pair', size=True),
                resize_shorter=Num(0, MAX_SIDE, size=True), resize_longer=Num(0, MAX_SIDE,
                size=True), resize_x=Num(0, MAX_SIDE, size=True), resize_y=Num(0, MAX_SIDE,
@@ -389,6 +391,7 @@ def _warn_canvas_once(op) -> None:
                   stacklevel=2)
 
 
+declare_kinds("rotate", expand=BOOL, keep_size=BOOL, box_mode=choice("corners", "ellipse"))
 declare_ranges("rotate", angle=finite(), fill=finite(form='seq'), fill_value=finite(form='seq'),
                size=side(integer=False))
 @register("rotate", rule=_rotate_rule, plans=True, **GEO,

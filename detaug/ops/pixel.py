@@ -20,7 +20,7 @@ from ..kernels import blur as kbl
 from ..kernels import noise as kn
 from .geometry import per_sample
 from .registry import Draw, register
-from ..graph.arg_check import declare_ranges, MAX_SIDE, byte, count, finite, nonneg, positive, prob
+from ..graph.arg_check import choice, declare_kinds, declare_ranges, MAX_SIDE, byte, count, finite, nonneg, positive, prob
 
 PIXEL = dict(devices=("cpu", "gpu"), inputs=(1, 1), kind="color", rule=S.same_canvas, plans=False,
              output_spec="uint8 images, same sizes")
@@ -161,6 +161,7 @@ NOISE_DEFAULTS = {"mode": "gaussian", "mean": 0.0, "std": 10.0, "amount": 0.05,
                   "salt_vs_pepper": 0.5, "per_channel": None, "probability": 1.0}
 
 
+declare_kinds("noise", mode=choice("gaussian", "salt_and_pepper"))
 declare_ranges("noise", mean=finite(), std=nonneg(255.0, form='range'), amount=prob(form='range'),
                salt_vs_pepper=prob(form='range'), probability=prob())
 def _noise_plan(op, args, draws, b, images=None):

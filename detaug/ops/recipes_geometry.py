@@ -22,7 +22,7 @@ from ..core import geometry as G
 from ..core import shapes as S
 from ..core.batch import BoxBatch, ImageBatch
 from .border import warp_border
-from ..graph.arg_check import declare_ranges, finite, positive, prob, side
+from ..graph.arg_check import choice, declare_kinds, declare_ranges, finite, positive, prob, side
 from .geometry import GEO, apply_geometry, fixed_size_rule, pair, per_sample
 from .registry import Draw, register
 
@@ -206,6 +206,7 @@ def scale_jitter_plan(u, sizes, size, scale_range, rounding, crop, pad):
     return m, np.stack([oh, ow], -1)
 
 
+declare_kinds("scale_jitter", rounding=choice("round", "trunc"))
 declare_ranges("scale_jitter", size=side(), scale_range=positive(1000.0, form='range'),
                fill=finite(form='seq'))
 @register("scale_jitter", draws=(Draw("scale"), Draw("crop")), rule=_scale_jitter_rule, plans=True,
@@ -270,6 +271,7 @@ def shortest_size_plan(choice, sizes, min_size, max_size, rounding):
     return G.scale(nw / w, nh / h), np.stack([nh, nw], -1)
 
 
+declare_kinds("random_shortest_size", rounding=choice("round", "trunc"))
 declare_ranges("random_shortest_size", min_size=side(form='seq'), max_size=side(form='scalar'))
 @register("random_shortest_size", draws=(Draw("choice"),), rule=_shortest_size_rule, plans=True,
           **GEO,

@@ -14,7 +14,7 @@ from ..core.errors import SampleError
 from .arg_docs import SHARED
 from .instance_fields import batch_fields, split_ragged
 from .registry import register
-from ..graph.arg_check import declare_ranges, count, finite, nonneg
+from ..graph.arg_check import BOOL, DTYPES, FREE, STR, STRS, count, declare_kinds, declare_ranges, finite, nonneg
 
 _SHARDING = {"random_shuffle": False, "shard_id": None, "num_shards": None}
 # DALI's reader arguments (docs/dali.md). Honoured: shuffle_after_epoch (a new
@@ -319,6 +319,9 @@ _COCO_DALI_DEFAULTS = {"ltrb": False, "ratio": False, "image_ids": False,
 # readers.coco declares DALI's own arguments with None (not given): any of them given selects
 # DALI's outputs, and the others then take DALI's defaults
 _COCO_DALI = dict.fromkeys(_COCO_DALI_DEFAULTS)
+declare_kinds("readers.coco", categories=FREE, **dict.fromkeys(
+    ("ltrb", "ratio", "image_ids", "avoid_class_remapping", "polygon_masks", "pixelwise_masks",
+     "pad_last_batch", "shuffle_after_epoch"), BOOL))
 declare_ranges("readers.coco", size_threshold=nonneg(), shard_id=count(0), num_shards=count(1))
 register("readers.coco", devices=("cpu",), inputs=(0, 0), kind="source",
          outputs=lambda n, a: dali_coco_outputs(a) if dali_coco(a) else 2,
@@ -360,6 +363,7 @@ register("readers.coco", devices=("cpu",), inputs=(0, 0), kind="source",
                                      "where another of DALI's arguments is given, DALI's default "
                                      "(False where the shards have one length)"},
          doc="COCO instances JSON: encoded images and their boxes")(_coco_reader)
+declare_kinds("coco_reader", categories=FREE)
 declare_ranges("coco_reader", size_threshold=nonneg(), shard_id=count(0), num_shards=count(1))
 register("coco_reader", devices=("cpu",), inputs=(0, 0), kind="source",
          outputs=lambda n, a: dali_coco_outputs(a),
@@ -372,6 +376,7 @@ register("coco_reader", devices=("cpu",), inputs=(0, 0), kind="source",
                      "from 1[, image_ids])",
          doc="DALI's COCOReader: readers.coco with DALI's outputs and defaults (xywh pixels; "
              "ltrb=, ratio=)")(_coco_reader)
+declare_kinds("readers.voc", root=STR, classes=STRS)
 declare_ranges("readers.voc", shard_id=count(0), num_shards=count(1))
 register("readers.voc", devices=("cpu",), inputs=(0, 0), outputs=2, kind="source",
          args={"root": None, "split": "trainval", "classes": None, "skip_difficult": False,
@@ -429,6 +434,7 @@ class _FileReader(_Source):
         return EncodedBatch(data, paths, None, _code_streams(ctx, data)), self.labels[ctx.sample_index]
 
 
+declare_kinds("readers.file", file_list=STR, files=STRS, file_filters=STRS)
 declare_ranges("readers.file", labels=finite(integer=True, form='seq'), shard_id=count(0),
                num_shards=count(1))
 register("readers.file", devices=("cpu",), inputs=(0, 0), outputs=2, kind="source",
@@ -727,6 +733,7 @@ class _External(_Source):
         return tuple(outs)
 
 
+declare_kinds("external_source", source=FREE, cycle=FREE, dtype=DTYPES, layout=STRS)
 declare_ranges("external_source", num_outputs=count(1, 1024), size=count(0), ndim=count(0, 8),
                shard_id=count(0), num_shards=count(1))
 register("external_source", devices=("cpu",), inputs=(0, 0), kind="source",

@@ -24,7 +24,7 @@ from ..core.batch import BoxBatch
 from ..core.errors import SampleError
 from .registry import register
 from .sources import _SHARDING, EncodedBatch, _code_streams, _DetectionReader
-from ..graph.arg_check import declare_ranges, count
+from ..graph.arg_check import FREE, STR, STRS, count, declare_kinds, declare_ranges
 
 
 class _TFRecordReader(_DetectionReader):
@@ -109,6 +109,7 @@ def _label_map_beside(path):
     return found[0] if len(found) == 1 and len(folders) == 1 else None
 
 
+declare_kinds("readers.tfrecord", path=STRS, label_map=FREE, image_label=STR, features=FREE)
 declare_ranges("readers.tfrecord", shard_id=count(0), num_shards=count(1))
 register("readers.tfrecord", devices=("cpu",), inputs=(0, 0), kind="source",
          outputs=lambda n, a: len(a["features"]) if a.get("features") else 2,
