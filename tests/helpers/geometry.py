@@ -167,3 +167,27 @@ def detaug_rule_image(img, inv, out_hw, fill=0.0):
             val = val + (wu * wv)[..., None] * img[yc, xc]
     out = np.where(inside[..., None], val, fill)
     return np.clip(np.floor(out + 0.5), 0, 255)
+
+
+def polygons_of_row(row):
+    """The polygons of one box's dense polygons row (P, 2): NaN rows end each polygon (the test
+    side's reading, independent of detaug.core.instances)."""
+    out, cur = [], []
+    for p in np.asarray(row, np.float64):
+        if np.isnan(p[0]):
+            if cur:
+                out.append(np.array(cur))
+            cur = []
+        else:
+            cur.append(p)
+    return out + ([np.array(cur)] if cur else [])
+
+
+def dense_polygons_of(polys_per_box):
+    """One sample's dense polygons field (n, P, 2) from each box's polygons: NaN after each
+    polygon, rows padded with NaN to the longest."""
+    rows = [np.concatenate([np.concatenate([p, [[np.nan, np.nan]]]) for p in ps])
+            for ps in polys_per_box]
+    width = max(len(r) for r in rows)
+    return np.stack([np.pad(r, ((0, width - len(r)), (0, 0)), constant_values=np.nan)
+                     for r in rows])

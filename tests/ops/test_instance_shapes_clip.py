@@ -7,6 +7,7 @@ import pytest
 
 from detaug import fn
 from helpers import run_graph
+from helpers.geometry import dense_polygons_of, polygons_of_row
 
 
 def _clip_ref(poly, w, h):
@@ -29,25 +30,6 @@ def _clip_ref(poly, w, h):
     return np.array(pts, np.float64).reshape(-1, 2)
 
 
-def _polys(row):
-    out, cur = [], []
-    for p in np.asarray(row, np.float64):
-        if np.isnan(p[0]):
-            out += [np.array(cur)] if cur else []
-            cur = []
-        else:
-            cur.append(p)
-    return out + ([np.array(cur)] if cur else [])
-
-
-def _dense(polys_per_box):
-    rows = [np.concatenate([np.concatenate([p, [[np.nan, np.nan]]]) for p in ps])
-            for ps in polys_per_box]
-    width = max(len(r) for r in rows)
-    return np.stack([np.pad(r, ((0, width - len(r)), (0, 0)), constant_values=np.nan)
-                     for r in rows])
-
-
 def _samples(rng, sizes):
     """Per sample 4 boxes overhanging the image, each with 1-2 polygons and 3 keypoints spread
     beyond it (one polygon wholly outside on the first box) and an oriented box."""
@@ -67,7 +49,7 @@ def _samples(rng, sizes):
         obb = rng.uniform(-8, max(w, h) + 8, (n, 4, 2)).astype(np.float32)
         imgs.append(np.zeros((h, w, 3), np.uint8))
         boxes.append(bx)
-        fields.append({"polygons": _dense(ps), "keypoints": kp, "obb": obb})
+        fields.append({"polygons": dense_polygons_of(ps), "keypoints": kp, "obb": obb})
         polys.append(ps)
     return imgs, boxes, fields, polys
 
@@ -94,7 +76,7 @@ def test_clipping_boxes_cuts_the_readers_shapes_to_the_canvas(op, rng):
                                        atol=1e-6)
             assert np.array_equal(got["obb"][k], f["obb"][label])
             ref = [c for c in (_clip_ref(p, w, h) for p in ps[label]) if len(c) >= 3]
-            have = _polys(got["polygons"][k])
+            have = polygons_of_row(got["polygons"][k])
             assert len(have) == len(ref)
             for a, b in zip(have, ref):
                 np.testing.assert_allclose(a, b, atol=1e-9)

@@ -11,29 +11,9 @@ import pytest
 
 from detaug import fn
 from helpers import run_graph
+from helpers.geometry import dense_polygons_of, polygons_of_row
 
 COLOURS = (40, 80, 160, 220)
-
-
-def _polys(row):
-    out, cur = [], []
-    for p in np.asarray(row, np.float64):
-        if np.isnan(p[0]):
-            if cur:
-                out.append(np.array(cur))
-            cur = []
-        else:
-            cur.append(p)
-    return out + ([np.array(cur)] if cur else [])
-
-
-def _dense(polys_per_box):
-    """One sample's dense polygons field (n, P, 2): NaN after each polygon."""
-    rows = [np.concatenate([np.concatenate([p, [[np.nan, np.nan]]]) for p in ps])
-            for ps in polys_per_box]
-    width = max(len(r) for r in rows)
-    return np.stack([np.pad(r, ((0, width - len(r)), (0, 0)), constant_values=np.nan)
-                     for r in rows])
 
 
 def _samples(rng, sizes):
@@ -49,7 +29,7 @@ def _samples(rng, sizes):
         ps[2].append(np.stack([lo[2], hi[2], [lo[2, 0], hi[2, 1]]]))
         boxes.append(np.concatenate([lo, hi], 1))
         labels.append(10 * k + np.arange(3))
-        fields.append({"polygons": _dense(ps)})
+        fields.append({"polygons": dense_polygons_of(ps)})
         polys.append(ps)
     return imgs, boxes, labels, fields, polys
 
@@ -77,7 +57,7 @@ def test_a_box_rectangle_polygon_keeps_the_kernels_box(op, rng):
     seen = 0
     for got in out.per_sample():
         for box, row, label in zip(got["boxes"], got["polygons"], got["labels"]):
-            have = _polys(row)
+            have = polygons_of_row(row)
             k, i = divmod(int(label), 10)
             assert len(have) <= len(polys[k][i])
             if not have:  # cut to less than a triangle: only where the box is thin
@@ -105,7 +85,7 @@ def test_mixup_keeps_both_samples_polygons(rng):
         partners += len(owners) > 3
         for row, label in zip(got["polygons"], got["labels"]):
             k, i = divmod(int(label), 10)
-            have = _polys(row)
+            have = polygons_of_row(row)
             assert len(have) == len(polys[k][i])
             for p, q in zip(have, polys[k][i]):
                 assert np.array_equal(p, q)
@@ -196,7 +176,7 @@ def test_mosaic_polygons_against_reference(resize, p, rng):
                                                                       [w, h])] for q in ps])
         return (np.zeros((h, w, 3), np.uint8),
                 {"boxes": bx.astype(np.float32), "labels": 10 * i + np.arange(3),
-                 "polygons": _dense(ps)})
+                 "polygons": dense_polygons_of(ps)})
     pipe = Pipeline(batch_size=n, num_threads=1, seed=int(rng.integers(1 << 30)))
     with pipe:
         img, bx = fn.external_source(source=src, batch=False, num_outputs=2, size=n)
@@ -226,7 +206,7 @@ def test_mosaic_polygons_against_reference(resize, p, rng):
                                    (x1a, y1a, x2a, y2a)) for pp in ps]
                 want.setdefault(10 * r + i, []).append([m for m in moved if len(m) >= 3])
         for row, label in zip(got["polygons"], got["labels"]):
-            have = _polys(row)
+            have = polygons_of_row(row)
             ref = want[int(label)].pop(0)
             assert len(have) == len(ref)
             for a, b in zip(have, ref):
@@ -277,7 +257,7 @@ def test_polygons_through_warps_against_reference(kind, rng):
                 c = _clip_ref(q[:, :2] / q[:, 2:], (0, 0, w, h))
                 if len(c) >= 3:
                     ref.append(c)
-            have = _polys(row)
+            have = polygons_of_row(row)
             assert len(have) == len(ref)
             for a, b in zip(have, ref):
                 np.testing.assert_allclose(a, b, atol=1e-4)

@@ -7,6 +7,7 @@ import pytest
 
 from detaug import fn
 from helpers import run_graph
+from helpers.geometry import polygons_of_row
 
 FI = np.array([0, 2, 1])
 
@@ -111,19 +112,6 @@ def test_coco_reader_keypoints_through_flip_and_crop(tmp_path, rng):
     assert np.allclose(got["keypoints"][0], ref)
 
 
-def _polygons_of(dense_row):
-    """The polygons of one box's dense field row (NaN rows end each polygon)."""
-    out, cur = [], []
-    for p in np.asarray(dense_row, np.float64):
-        if np.isnan(p[0]):
-            if cur:
-                out.append(np.array(cur))
-            cur = []
-        else:
-            cur.append(p)
-    return out + ([np.array(cur)] if cur else [])
-
-
 def _area(p):
     x, y = p[:, 0], p[:, 1]
     return 0.5 * abs(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1)))
@@ -163,9 +151,9 @@ def test_coco_reader_polygons_through_flip_crop_resize(tmp_path, rng):
 
     def ref(p):  # flip, crop (4, 2), resize 46 x 36 -> 72 x 92, in float64
         return np.stack([(w - p[:, 0] - 4) * 72 / 46, (p[:, 1] - 2) * 92 / 36], 1)
-    (poly,) = _polygons_of(got["polygons"][0])
+    (poly,) = polygons_of_row(got["polygons"][0])
     assert np.allclose(poly, ref(inner), atol=1e-4)
-    (clipped,) = _polygons_of(got["polygons"][1])
+    (clipped,) = polygons_of_row(got["polygons"][1])
     window = np.array([[0, 0], [72, 0], [72, 92], [0, 92]], np.float32)
     expect, _ = cv2.intersectConvexConvex(ref(edge).astype(np.float32), window)
     assert _area(clipped) == pytest.approx(expect, rel=1e-4)
