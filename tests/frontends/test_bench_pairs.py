@@ -1,6 +1,5 @@
 """benchmarks/gpu_ceilings.py as a script: throughput ratios of detaug to its decode ceiling from
 paired bench_gpu JSONs (each pair one invocation), their median against the project's targets."""
-import importlib.util
 import json
 import os
 import sys
@@ -8,24 +7,12 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import REPO
+from helpers import REPO, load_benchmark
 
 
 def _mod():
-    """benchmarks/gpu_ceilings.py (it imports gpu_common from its folder), this process's sys.path
-    and environment left as they were."""
-    bench = os.path.join(REPO, "benchmarks")
-    spec = importlib.util.spec_from_file_location("gpu_ceilings", os.path.join(bench, "gpu_ceilings.py"))
-    mod = importlib.util.module_from_spec(spec)
-    path, env = list(sys.path), dict(os.environ)
-    sys.path.insert(0, bench)
-    try:
-        spec.loader.exec_module(mod)
-    finally:
-        sys.path[:] = path
-        os.environ.clear()
-        os.environ.update(env)
-    return mod
+    """benchmarks/gpu_ceilings.py as a module (helpers.load_benchmark)."""
+    return load_benchmark("gpu_ceilings")
 
 
 def _write(tmp_path, name, det, one=None, multi=None, mem=None, plus=None):

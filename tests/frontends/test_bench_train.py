@@ -2,7 +2,6 @@
 end (as a subprocess, as a user runs it), its option parsing, and bench_gpu.py's P-process decode
 ceiling's process orchestration (spawn, barriers, results, a failing process) with a CPU stand-in
 for nvImageCodec's decode."""
-import importlib.util
 import json
 import os
 import re
@@ -12,25 +11,14 @@ import textwrap
 
 import pytest
 
-from helpers import REPO
+from helpers import REPO, load_benchmark
 
 BENCH = os.path.join(REPO, "benchmarks")
 
 
 def _load(name):
-    """Import a benchmark script as a module, leaving this process's sys.path and environment
-    (bench_gpu sets OMP_NUM_THREADS and friends) as they were."""
-    spec = importlib.util.spec_from_file_location(name, os.path.join(BENCH, f"{name}.py"))
-    mod = importlib.util.module_from_spec(spec)
-    path, env = list(sys.path), dict(os.environ)
-    sys.path.insert(0, BENCH)
-    try:
-        spec.loader.exec_module(mod)
-    finally:
-        sys.path[:] = path
-        os.environ.clear()
-        os.environ.update(env)
-    return mod
+    """A benchmark script as a module (helpers.load_benchmark)."""
+    return load_benchmark(name)
 
 
 def test_bench_train_cpu_smoke(tmp_path):

@@ -130,3 +130,23 @@ def images_of(batch):
 
 def boxes_of(boxbatch):
     return boxbatch.per_sample()
+
+
+def load_benchmark(name):
+    """Import ``benchmarks/<name>.py`` as a module (it imports its neighbours from its folder),
+    leaving this process's sys.path and environment (bench_gpu sets OMP_NUM_THREADS and friends)
+    as they were."""
+    import importlib.util
+
+    bench = os.path.join(REPO, "benchmarks")
+    spec = importlib.util.spec_from_file_location(name, os.path.join(bench, f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    path, env = list(sys.path), dict(os.environ)
+    sys.path.insert(0, bench)
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path[:] = path
+        os.environ.clear()
+        os.environ.update(env)
+    return mod

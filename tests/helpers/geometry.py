@@ -191,3 +191,15 @@ def dense_polygons_of(polys_per_box):
     width = max(len(r) for r in rows)
     return np.stack([np.pad(r, ((0, width - len(r)), (0, 0)), constant_values=np.nan)
                      for r in rows])
+
+
+def mosaic4_placement(q, single, xc, yc, w, h, s):
+    """(x1a, y1a, x2a, y2a, x1b, y1b): Ultralytics' _mosaic4 placement of member q."""
+    if single:
+        cx, cy = (2 * s - w) // 2, (2 * s - h) // 2
+        x1a, y1a, x2a, y2a = max(cx, 0), max(cy, 0), min(cx + w, 2 * s), min(cy + h, 2 * s)
+        return x1a, y1a, x2a, y2a, x1a - cx, y1a - cy
+    x1a, x2a = (max(xc - w, 0), xc) if q % 2 == 0 else (xc, min(xc + w, 2 * s))
+    y1a, y2a = (max(yc - h, 0), yc) if q < 2 else (yc, min(yc + h, 2 * s))
+    return (x1a, y1a, x2a, y2a, w - (x2a - x1a) if q % 2 == 0 else 0,
+            h - (y2a - y1a) if q < 2 else 0)

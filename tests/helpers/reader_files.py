@@ -218,3 +218,25 @@ def random_file(tmp_path, rng):
     path = tmp_path / "ann.json"
     path.write_text(json.dumps(doc))
     return path, root, doc
+
+
+def write_detection_shard(path, n, payload=40):
+    """A TFRecord shard of ``n`` detection examples (Object Detection API keys): example k's
+    image bytes are a JPEG marker then ``payload`` bytes of value k % 256, one box of class 1
+    'cat' on a 64 x 48 image. Returns ``path``."""
+    from readers import tfrecord as T
+
+    def example(k):
+        return T.serialize_example({
+            "image/encoded": T.bytes_feature([b"\xff\xd8" + bytes([k % 256]) * payload]),
+            "image/filename": T.bytes_feature([f"{k}.jpg".encode()]),
+            "image/width": T.int64_feature([64]), "image/height": T.int64_feature([48]),
+            "image/object/bbox/xmin": T.float_feature([0.1]),
+            "image/object/bbox/ymin": T.float_feature([0.1]),
+            "image/object/bbox/xmax": T.float_feature([0.5]),
+            "image/object/bbox/ymax": T.float_feature([0.6]),
+            "image/object/class/label": T.int64_feature([1]),
+            "image/object/class/text": T.bytes_feature([b"cat"])})
+
+    T.write_records(path, [example(k) for k in range(n)])
+    return path

@@ -9,20 +9,9 @@ import pytest
 from detaug import Pipeline, fn
 from detaug.core.rng import SampleRNG
 from helpers import run_graph
+from helpers.geometry import mosaic4_placement
 
 FI = np.array([0, 2, 1, 4, 3])
-
-
-def _tile(q, single, xc, yc, w, h, s):
-    """(x1a, y1a, x2a, y2a, x1b, y1b): Ultralytics' _mosaic4 placement of member q."""
-    if single:
-        cx, cy = (2 * s - w) // 2, (2 * s - h) // 2
-        x1a, y1a, x2a, y2a = max(cx, 0), max(cy, 0), min(cx + w, 2 * s), min(cy + h, 2 * s)
-        return x1a, y1a, x2a, y2a, x1a - cx, y1a - cy
-    x1a, x2a = (max(xc - w, 0), xc) if q % 2 == 0 else (xc, min(xc + w, 2 * s))
-    y1a, y2a = (max(yc - h, 0), yc) if q < 2 else (yc, min(yc + h, 2 * s))
-    return (x1a, y1a, x2a, y2a, w - (x2a - x1a) if q % 2 == 0 else 0,
-            h - (y2a - y1a) if q < 2 else 0)
 
 
 def _instances(rng, h, w, rotated):
@@ -80,7 +69,7 @@ def test_mosaic_keypoints_and_obb_against_reference(flip, resize, p, rng):
                 w, h = min(int(np.ceil(w0 * ratio)), s), min(int(np.ceil(h0 * ratio)), s)
             else:
                 w, h = w0, h0
-            x1a, y1a, x2a, y2a, x1b, y1b = _tile(q, len(members) == 1, xc, yc, w, h, s)
+            x1a, y1a, x2a, y2a, x1b, y1b = mosaic4_placement(q, len(members) == 1, xc, yc, w, h, s)
             kp, obb = (d.astype(np.float64) for d in data[r])
 
             def place(xy):

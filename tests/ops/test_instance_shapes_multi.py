@@ -11,7 +11,7 @@ import pytest
 
 from detaug import fn
 from helpers import run_graph
-from helpers.geometry import dense_polygons_of, polygons_of_row
+from helpers.geometry import dense_polygons_of, mosaic4_placement, polygons_of_row
 
 COLOURS = (40, 80, 160, 220)
 
@@ -141,18 +141,6 @@ def _clip_ref(poly, rect):
     return np.array(pts).reshape(-1, 2)
 
 
-def _tile(q, single, xc, yc, w, h, s):
-    """(x1a, y1a, x2a, y2a, x1b, y1b): Ultralytics' _mosaic4 placement of member q."""
-    if single:
-        cx, cy = (2 * s - w) // 2, (2 * s - h) // 2
-        x1a, y1a, x2a, y2a = max(cx, 0), max(cy, 0), min(cx + w, 2 * s), min(cy + h, 2 * s)
-        return x1a, y1a, x2a, y2a, x1a - cx, y1a - cy
-    x1a, x2a = (max(xc - w, 0), xc) if q % 2 == 0 else (xc, min(xc + w, 2 * s))
-    y1a, y2a = (max(yc - h, 0), yc) if q < 2 else (yc, min(yc + h, 2 * s))
-    return (x1a, y1a, x2a, y2a, w - (x2a - x1a) if q % 2 == 0 else 0,
-            h - (y2a - y1a) if q < 2 else 0)
-
-
 @pytest.mark.parametrize("resize,p", [(True, 1.0), (False, 0.5)])
 def test_mosaic_polygons_against_reference(resize, p, rng):
     """Each member's polygons scaled and placed as Ultralytics places its pixels, clipped to
@@ -200,7 +188,7 @@ def test_mosaic_polygons_against_reference(resize, p, rng):
                 w, h = min(int(np.ceil(w0 * ratio)), s), min(int(np.ceil(h0 * ratio)), s)
             else:
                 w, h = w0, h0
-            x1a, y1a, x2a, y2a, x1b, y1b = _tile(q, len(members) == 1, xc, yc, w, h, s)
+            x1a, y1a, x2a, y2a, x1b, y1b = mosaic4_placement(q, len(members) == 1, xc, yc, w, h, s)
             for i, ps in enumerate(polys[r]):
                 moved = [_clip_ref(pp * [w / w0, h / h0] + [x1a - x1b, y1a - y1b],
                                    (x1a, y1a, x2a, y2a)) for pp in ps]

@@ -26,7 +26,7 @@ import pytest
 
 from helpers import COCO, REPO
 from helpers.bounded import run_bounded
-from helpers.reader_files import voc_xml, write_coco, write_image, write_voc
+from helpers.reader_files import voc_xml, write_coco, write_detection_shard, write_image, write_voc
 from readers import DatasetError, limits, read_coco, read_voc, read_yolo
 from readers import tfrecord as T
 from readers import tfrecord_scan as S
@@ -250,26 +250,8 @@ def test_escaped_text_is_still_read(tmp_path):
 
 
 # ---- a shard truncated while it is scanned ----------------------------------------------------
-SHARD = """
-from readers import tfrecord as T
-def example(k):
-    return T.serialize_example({
-        "image/encoded": T.bytes_feature([b"\\xff\\xd8" + bytes([k % 256]) * 4000]),
-        "image/filename": T.bytes_feature([f"{k}.jpg".encode()]),
-        "image/width": T.int64_feature([64]), "image/height": T.int64_feature([48]),
-        "image/object/bbox/xmin": T.float_feature([0.1]), "image/object/bbox/ymin": T.float_feature([0.1]),
-        "image/object/bbox/xmax": T.float_feature([0.5]), "image/object/bbox/ymax": T.float_feature([0.6]),
-        "image/object/class/label": T.int64_feature([1]),
-        "image/object/class/text": T.bytes_feature([b"cat"])})
-"""
-
-
 def shard(tmp_path, n=2000):
-    ns = {}
-    exec(SHARD, ns)
-    path = str(tmp_path / "train.tfrecord")
-    T.write_records(path, [ns["example"](k) for k in range(n)])
-    return path
+    return write_detection_shard(str(tmp_path / "train.tfrecord"), n, payload=4000)
 
 
 def test_a_shard_truncated_during_the_scan_does_not_end_the_process(tmp_path):

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from helpers.bounded import run_bounded
+from helpers.reader_files import write_detection_shard
 from readers import tfrecord as T
 from readers import tfrecord_cache as C
 from readers import tfrecord_scan as S
@@ -14,27 +15,8 @@ from readers.tfrecord_scan import frame_shard
 
 FRAME_CHECK_EVERY = getattr(S, "FRAME_CHECK_EVERY", 4096)
 
-SHARD = """
-import numpy as np
-from readers import tfrecord as T
-def example(k):
-    return T.serialize_example({
-        "image/encoded": T.bytes_feature([b"\\xff\\xd8" + bytes([k]) * 40]),
-        "image/filename": T.bytes_feature([f"{k}.jpg".encode()]),
-        "image/width": T.int64_feature([64]), "image/height": T.int64_feature([48]),
-        "image/object/bbox/xmin": T.float_feature([0.1]), "image/object/bbox/ymin": T.float_feature([0.1]),
-        "image/object/bbox/xmax": T.float_feature([0.5]), "image/object/bbox/ymax": T.float_feature([0.6]),
-        "image/object/class/label": T.int64_feature([1]),
-        "image/object/class/text": T.bytes_feature([b"cat"])})
-"""
-
-
 def _shard(tmp_path, n=5):
-    ns = {}
-    exec(SHARD, ns)
-    path = str(tmp_path / "train.tfrecord")
-    T.write_records(path, [ns["example"](k) for k in range(n)])
-    return path
+    return write_detection_shard(str(tmp_path / "train.tfrecord"), n)
 
 
 def test_zero_filled_tail_stops_at_the_first_bad_length_crc(tmp_path):
