@@ -171,3 +171,17 @@ class NoDecodeService:
 
     def close(self):
         pass
+
+
+def plan_without_cupy(pipe, key):
+    """``pipe``'s LaunchPlan of launch ``key``, planned with cupy unimportable (a planning worker
+    never imports it), through a pickle as a worker sends it."""
+    import pickle
+
+    saved = sys.modules["cupy"]
+    sys.modules["cupy"] = None
+    try:
+        plan = pipe._plan_launch(key, pipe._prepare(key), None)
+    finally:
+        sys.modules["cupy"] = saved
+    return pickle.loads(pickle.dumps(plan, protocol=5))

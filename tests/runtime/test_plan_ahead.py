@@ -25,6 +25,7 @@ from detaug.runtime.gpu.plan_ahead import _static_plannable
 from helpers import COCO
 from helpers import close_pipelines, to_np, track  # noqa: F401  (autouse fixture)
 from helpers import cuda_emulation as emu
+from helpers.cases import plan_without_cupy
 from helpers.warp import MEAN, STD, _build_emulation, rand_image
 
 
@@ -250,7 +251,6 @@ def test_a_launch_planned_without_a_gpu_equals_the_cpu_pipeline(fake_gpu, monkey
     counts equal the CPU pipeline's bit for bit (both are the NumPy twins); its planned warp, run
     by warp.cu's kernel (emulated) on the images decoded by Pillow, gives the CPU pipeline's
     pixels (the float64 twin) within 1e-3, for batches of two epochs."""
-    import pickle
     import types
 
     from detaug import Pipeline
@@ -270,19 +270,13 @@ def test_a_launch_planned_without_a_gpu_equals_the_cpu_pipeline(fake_gpu, monkey
     _det_graph(gpu, "mixed")
     gpu.build()
     assert gpu.plan_ahead and gpu._rest_ops == [] and gpu._paths_only
-    fake_cupy = sys.modules["cupy"]
     backend.set_cpu_warp("reference")
     try:
         cpu = Pipeline(batch_size=6, seed=5, num_threads=1, host_processes=0)
         _det_graph(cpu, "cpu")
         for epoch, b in ((0, 0), (0, 5), (1, 3)):
             key = (epoch, b, 1)
-            sys.modules["cupy"] = None  # planning never imports cupy (a worker must not)
-            try:
-                plan = gpu._plan_launch(key, gpu._prepare(key), None)
-            finally:
-                sys.modules["cupy"] = fake_cupy
-            plan = pickle.loads(pickle.dumps(plan, protocol=5))
+            plan = plan_without_cupy(gpu, key)  # a worker never imports cupy
             ref_img, ref_boxes = cpu.run_batch(b, epoch=epoch)
             img_key, box_key = [(o.op.id, o.index) for o in gpu._outputs]
             boxes = plan.values[box_key]
