@@ -7,7 +7,6 @@ two epochs."""
 from __future__ import annotations
 
 import os
-import sys
 import types
 
 import numpy as np
