@@ -209,9 +209,7 @@ def _dali_linear(ctx, op, inputs, args):
     b = img.batch_size
     vals = {k: per_sample(args[k] if k in args else d, b) for k, d in _DEFAULTS.items()
             if k != "contrast_center"}
-    for k in ("brightness", "contrast", "saturation"):
-        if np.any(vals[k] < 0) or np.any(np.isnan(vals[k])):
-            raise ValueError(f"{op.name}: {k} must be non-negative, got {args[k]!r}")
+    # (negative, NaN and infinite factors are refused by the declared ranges: graph/arg_check.py)
     in_dtype = _image_dtype(img)
     out_dtype = in_dtype if args["dtype"] is None else np.dtype(_dtype(op, args["dtype"]))
     if out_dtype not in _FULL_RANGE:
