@@ -32,10 +32,10 @@ def _arrays(v):
     if hasattr(v, "data") and hasattr(v, "layout"):  # ImageBatch
         d = v.data
         return [_np(a) for a in d] if isinstance(d, (list, tuple)) else [_np(d)]
-    if hasattr(v, "per_sample"):  # BoxBatch
-        return [_np(a) for s in v.per_sample() for a in (s if isinstance(s, tuple) else (s,))]
-    if isinstance(v, dict) or hasattr(v, "keys"):  # PaddedBoxes
+    if isinstance(v, dict) or hasattr(v, "keys"):  # PaddedBoxes: its dense arrays
         return [_np(v[k]) for k in sorted(v)]
+    if hasattr(v, "per_sample"):  # BoxBatch: per sample a dict {'boxes', 'labels', <fields>}
+        return [_np(s[k]) for s in v.per_sample() for k in sorted(s)]
     return [_np(v)]
 
 
