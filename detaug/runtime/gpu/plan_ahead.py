@@ -54,6 +54,19 @@ def _keys_of(op):
     return [(v.op.id, v.index) for v in [*op.inputs, *op.arg_inputs.values()]]
 
 
+def plan_output_warps(pipe, ctx):
+    """The warps that make the planned outputs with a pending chain (what the output stage
+    would run: ``materialize`` without epilogue), planned here, so that the device thread only
+    launches them; an output that an unplanned op reads too is left as it is."""
+    read = {k for op in pipe._rest_ops for k in _keys_of(op)}
+    for node in pipe._outputs:
+        k = (node.op.id, node.index)
+        v = ctx.values.get(k)
+        if (k not in read and isinstance(v, ImageBatch) and v.geometry is not None
+                and is_planned(v.raw)):
+            ctx.values[k] = v.materialize(ctx)
+
+
 class NotPlanned:
     """A worker's answer for a launch it could not plan: this process runs it whole."""
 
@@ -128,6 +141,7 @@ class PlanAhead:
             self._run_ops(ctx, self._host_ops)
             self._run_ops(ctx, self._plan_ops)
             self._plan_params(ctx, self._param_ops)
+            plan_output_warps(self, ctx)
 
         ctx = self._with_retries(key, prepared, pool, stage, indices, skips=skips, walks=walks,
                                  ctx_type=_PlanContext)
