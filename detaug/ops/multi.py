@@ -93,14 +93,13 @@ def _regroup(b: BoxBatch, groups, canvas) -> BoxBatch:
 
 # ---- mosaic ---------------------------------------------------------------------------------
 def _mosaic_rule(ins, a):
-    """Canvases 2s x 2s; it holds its tiles (each member resized to within s x s) while it
-    composes them."""
+    """Canvases 2s x 2s, and nothing else held: on the device its tiles are warped straight
+    into the canvas (ops/multi_plan.py), no tile buffer."""
     s, img = S.pair(a.get("size")), S.first_image(ins)
     if s is None or img is None:
         return S.Out((None,) + ((S.Boxes(None),) if len(ins) > 1 else ()))
     canvas = S.Img((2 * s[0], 2 * s[1]), None, img.channels, 1)
-    return S.Out((canvas,) + ((S.Boxes(canvas),) if len(ins) > 1 else ()),
-                 4 * s[0] * s[1] * img.channels)
+    return S.Out((canvas,) + ((S.Boxes(canvas),) if len(ins) > 1 else ()), 0)
 
 
 def _mosaic_partners(op, rng, pool_sizes):
