@@ -14,7 +14,7 @@ import types
 import numpy as np
 import pytest
 
-from helpers import COCO, load_benchmark
+from helpers import COCO, fresh_seed, load_benchmark
 from helpers import cuda_emulation as emu
 from helpers.cases import NoDecodeService, plan_without_cupy
 from helpers.warp import _build_emulation
@@ -151,3 +151,44 @@ def test_the_yolo_recipe_plans_mosaic_and_mixup(kernels, monkeypatch, partners):
         assert isinstance(mixed.raw, DeferredLaunch) and mixed.sizes().tolist() == [[32, 32]] * 4
     finally:
         pipe.close()
+
+
+def test_planned_and_unplanned_launches_make_the_same_bits(kernels, monkeypatch):
+    """ops/multi_plan.py's paths: the canvases and the blend made now on the GPU, and planned
+    (through a pickle, as a worker sends them) then made, are the same bytes (emulated kernels;
+    DETAUG_PLAN_AHEAD=0 runs the former, planning ahead the latter)."""
+    import pickle
+
+    from detaug.core.batch import DeviceImages, ImageBatch, PlannedImages
+    from detaug.ops.multi import mosaic_plan
+    from detaug.ops.multi_plan import compose_planned, mosaic_on_device
+    from detaug.ops.take import take_images
+
+    _gpu_stand_ins(monkeypatch, kernels)
+    rng = np.random.default_rng(fresh_seed())
+    imgs = [rng.integers(0, 256, (int(rng.integers(10, 40)), int(rng.integers(10, 40)), 3),
+                        np.uint8) for _ in range(5)]
+    made = DeviceImages.from_arrays([emu.dev(i) for i in imgs])
+    planned = PlannedImages(made.shapes, None, "RGB", 64, None)
+    gather, groups = np.array([0, 3, 1, 4, 2, 1]), np.array([0, 4, 5, 6])
+    canvas = np.full((3, 2), 2 * S)
+    mats, tiles, origins = mosaic_plan(made.shapes[gather, :2], groups,
+                                       rng.integers(S // 2, 3 * S // 2, (3, 2)), S)
+
+    def canvases(raw):
+        batch = take_images(ImageBatch(raw, "gpu"), gather)
+        chain = batch.pending().then(mats, tiles, antialias=bool(rng.integers(2)))
+        return mosaic_on_device(None, batch.with_geometry(chain), origins, groups, canvas, 114)
+
+    state = rng.bit_generator.state
+    now = np.asarray(canvases(made).raw)
+    rng.bit_generator.state = state
+    later = pickle.loads(pickle.dumps(canvases(planned).raw))
+    np.testing.assert_array_equal(realize(later, {id(later.sources[0].source): made}, None, {}), now)
+    kw = dict(origins=np.zeros((4, 2), np.int64), groups=np.array([0, 2, 3, 4]),
+              canvas=np.full((3, 2), 40), fill=np.full((3, 3), 114.0))
+    blend = K.compose_cupy(take_images(ImageBatch(made, "gpu"), [0, 1, 2, 3]).raw,
+                           weights=np.array([30000, 35536, 65536, 65536]), mode="weighted", **kw)
+    p = compose_planned(take_images(ImageBatch(planned, "gpu"), [0, 1, 2, 3]),
+                        weights=np.array([30000, 35536, 65536, 65536]), mode="weighted", **kw)
+    np.testing.assert_array_equal(realize(p.raw, {id(planned): made}, None, {}), blend)
