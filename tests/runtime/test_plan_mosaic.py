@@ -96,17 +96,17 @@ def test_mosaic_mixup_plan_and_equal_the_cpu_pipeline(kernels, monkeypatch, part
     from detaug.core import backend
 
     _gpu_stand_ins(monkeypatch, kernels)
-    gpu = Pipeline(batch_size=4, seed=11, device_id=0, host_processes=0, decode_processes=1)
+    gpu = Pipeline(batch_size=3, seed=11, device_id=0, host_processes=0, decode_processes=1)
     _graph(gpu, "mixed", partners)
     gpu.build()
     backend.set_cpu_warp("reference")
-    cpu = Pipeline(batch_size=4, seed=11, num_threads=1, host_processes=0)
+    cpu = Pipeline(batch_size=3, seed=11, num_threads=1, host_processes=0)
     try:
         # every device op planned: the device thread decodes, launches and uploads
         assert gpu.plan_ahead and gpu._rest_ops == [] and gpu._param_ops == []
         assert {"mosaic", "mixup"} <= {op.schema.name for op in gpu._plan_ops}
         _graph(cpu, "cpu", partners)
-        for epoch, b in ((0, 0), (0, 2), (1, 1)):
+        for epoch, b in ((0, 2), (1, 1)):
             plan = plan_without_cupy(gpu, (epoch, b, 1))  # a worker never imports cupy
             ref_img, ref_boxes = cpu.run_batch(b, epoch=epoch)
             img_key, box_key = [(o.op.id, o.index) for o in gpu._outputs]
@@ -119,7 +119,7 @@ def test_mosaic_mixup_plan_and_equal_the_cpu_pipeline(kernels, monkeypatch, part
             # one launch each: the canvases, the affine's warp, the blend, the letterbox's warp
             assert [c.split("_")[0] for c in kernels.calls] == ["warp", "warp", "compose", "warp"]
             assert "pitched" in kernels.calls[0]
-            assert got.shape == ref_img.data.shape == (4, 20, 28, 3)
+            assert got.shape == ref_img.data.shape == (3, 20, 28, 3)
             diff = np.abs(got.astype(np.int16) - ref_img.data)
             # float32 weights in the kernels against the float64 twins, through three warps: one
             # level at most, on under 1% of the pixels (measured: 0.4-1%)
