@@ -29,7 +29,7 @@ def _np(a):
 
 def _arrays(v):
     """The host arrays of one output value, in a fixed order."""
-    if hasattr(v, "data") and hasattr(v, "layout"):  # ImageBatch
+    if type(v).__name__ == "ImageBatch":  # (a cupy array has .data too: its pointer)
         d = v.data
         return [_np(a) for a in d] if isinstance(d, (list, tuple)) else [_np(d)]
     if isinstance(v, dict) or hasattr(v, "keys"):  # PaddedBoxes: its dense arrays

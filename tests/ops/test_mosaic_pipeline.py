@@ -210,7 +210,10 @@ def test_launches_do_not_grow_with_the_batch(partners):
         pipe.run_batch(1)
         counts[bs] = L.launch_counts()
     assert counts[1] == counts[16], counts
-    assert counts[1].get("compose_u8") == 2  # one for the mosaic, one for the mixup
+    # the mosaic: its tiles warped straight into the canvases (one pitched warp, no compose);
+    # the mixup: one compose
+    assert counts[1].get("warp_u8_hwc_c3_pitched") == 1, counts[1]
+    assert counts[1].get("compose_u8") == 1, counts[1]
 
 
 @pytest.mark.gpu
