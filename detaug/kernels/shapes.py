@@ -32,7 +32,8 @@ _SRC = "shapes.cu"
 _OPTIONS = ("-std=c++17", "--fmad=false")
 _BLOCK = 128
 _MAX_GRID = 65535 * 64
-OVERFLOW = 1.0e308  # the first point (OVERFLOW, -OVERFLOW) of a polygon row that did not fit
+OVERFLOW = ref.POLYGON_OVERFLOW  # the first point (OVERFLOW, -OVERFLOW) of a row that did not fit
+polygon_width, trim_polygons = ref.polygon_width, ref.trim_polygons
 _LEVEL_BYTES = 48  # sizeof(Level) in shapes.cu: 4 doubles, 4 ints
 _PENDING_BYTES = 24  # sizeof(Pending): 2 doubles, 2 ints
 
@@ -187,41 +188,6 @@ def polygons_transform_cupy(rows, sample, matrices, sizes, *, stream=None, capac
         launch(get_kernel(_SRC, "polygons_transform", _OPTIONS), _grid(n), (_BLOCK, 1, 1), args,
                stream=s, name="polygons_transform")
     return out, tight
-
-
-def polygon_width(rows) -> int:
-    """The width the CPU path gives a dense polygon field (host or device array): its longest
-    box's rows up to and with the NaN row after its last polygon (0 when no box has one).
-
-    Raises:
-        RuntimeError naming the field where a row carries the overflow marker.
-    """
-    xp = _xp(rows)
-    if rows.shape[0] == 0 or rows.shape[1] == 0:
-        return 0
-    real = ~xp.isnan(rows[..., 0])
-    idx = xp.arange(1, rows.shape[1] + 1)
-    last = (real * idx).max()  # rows up to the last real point of any box
-    over = (rows[:, 0, 0] == OVERFLOW).any()
-    last, over = (int(v) for v in (xp.stack([last, over.astype(last.dtype)]).tolist()))
-    if over:
-        raise RuntimeError("the field 'polygons': a box's polygons, clipped on the GPU, needed "
-                           "more rows than polygon_capacity gives (a polygon that crosses a "
-                           "canvas line many times); run this pipeline's polygons on the CPU")
-    return last + 1 if last else 0
-
-
-def trim_polygons(rows):
-    """``rows`` cut to :func:`polygon_width` (a view)."""
-    return rows[:, :polygon_width(rows)]
-
-
-def _xp(a):
-    if type(a).__module__.split(".")[0] == "cupy":
-        import cupy
-
-        return cupy
-    return np
 
 
 # ----------------------------------------------------------------------------- padding
