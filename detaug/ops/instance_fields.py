@@ -59,9 +59,10 @@ def pad_fields(boxes, fields, keep, offsets, max_boxes, *, device="cpu", pad=Non
     b its r-th kept box, the rest kernels/shapes.py ``shaped_fill`` (keypoints 0, other floats
     NaN, integers -1, bools False). Polygons keep their batch's P (its longest box: NaN rows end
     each polygon), so their padded shape varies from batch to batch as a box count does without
-    ``max_boxes``. On the GPU the shaped fields take one more launch (``pad_shaped_cupy``, from
-    the row each padded slot holds, which ``pad`` gives as one more field), and polygons are
-    first cut to the CPU's P (core/instances.py ``polygon_width``: one small copy to the host).
+    ``max_boxes``. On the GPU polygons are first cut to that P (core/instances.py
+    ``trim_polygons``: the GPU leaves NaN rows past it; one small copy to the host) and the
+    shaped fields take one more launch (``pad_shaped_cupy``, from the row each padded slot
+    holds, which ``pad`` gives as one more field).
 
     Returns ``(boxes (B, M, 4), fields, counts (B,))`` as ``pad`` does.
     """
@@ -96,8 +97,6 @@ def _pad_fields_gpu(boxes, fields, flat, shaped, keep, offsets, max_boxes, pad, 
 
     n = int(np.asarray(offsets)[-1])
     _check_rows(shaped, n)
-    if "polygons" in shaped:
-        shaped = dict(shaped, polygons=trim_polygons(shaped["polygons"]))
     row = "\0row"  # a name no reader gives a field
     ff = kw.get("field_fill", -1)
     kw = dict(kw, field_fill=dict(ff, **{row: -1}) if isinstance(ff, dict)
@@ -105,6 +104,8 @@ def _pad_fields_gpu(boxes, fields, flat, shaped, keep, offsets, max_boxes, pad, 
     stream = kw.get("stream")
     with stream if stream is not None else cp.cuda.get_current_stream():
         rows = cp.arange(n, dtype=cp.int64)
+        if "polygons" in shaped:  # one small copy to the host, after the batch's kernels
+            shaped["polygons"] = trim_polygons(shaped["polygons"])
     out_boxes, out, cnt = pad(boxes, {**flat, row: rows}, keep, offsets, max_boxes, **kw)
     index = out.pop(row)
     out.update(ks.pad_shaped_cupy(shaped, index, stream=stream))

@@ -85,12 +85,13 @@ def _on_fake_device(b: BoxBatch) -> BoxBatch:
     return b.on_device([emu.dev(a) for a in b.device_arrays()])
 
 
-def _assert_same_fields(got, want):
+def _assert_same_fields(got, want, trim=True):
+    """``trim``: the device's polygons are cut to the CPU's width here (else already cut)."""
     assert set(got) == set(want)
     for name in want:
         g, w = np.asarray(got[name]), np.asarray(want[name])
         if name == "polygons":
-            g = I.trim_polygons(g)
+            g = I.trim_polygons(g) if trim else g
             np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
         np.testing.assert_allclose(g, w, rtol=0, atol=1e-4, err_msg=name)
 
@@ -105,6 +106,9 @@ def test_prune_on_the_device_equals_the_cpu(emulated, seed):
     np.testing.assert_array_equal(np.asarray(got.valid), want.valid)
     np.testing.assert_allclose(np.asarray(got.boxes), want.boxes, rtol=0, atol=1e-4)
     _assert_same_fields(got.fields, want.fields)
+    assert got.fields["polygons"].shape[1] > want.fields["polygons"].shape[1]  # capacity
+    for g, w in zip(got.per_sample(), want.per_sample()):  # the CPU's width on the way out
+        _assert_same_fields(g, w, trim=False)
     # one launch per shape kind for the whole batch
     assert sorted(emulated.calls) == ["keypoints_transform", "obb_transform", "polygons_transform"]
     # the tight boxes took their polygons' enclosing box (tighter than the turned corners')
@@ -167,7 +171,8 @@ def test_pipeline_shapes_gpu_equal_cpu(seed):
     for want, got in zip(cpu[1].per_sample(), gpu[1].per_sample()):
         np.testing.assert_allclose(got["boxes"], want["boxes"], rtol=0, atol=1e-3)
         _assert_same_fields({k: v for k, v in got.items() if k not in ("boxes", "labels")},
-                            {k: v for k, v in want.items() if k not in ("boxes", "labels")})
+                            {k: v for k, v in want.items() if k not in ("boxes", "labels")},
+                            trim=False)
     padded_cpu, padded_gpu = cpu[2], gpu[2]
     for name in padded_cpu:
         got = padded_gpu[name]
