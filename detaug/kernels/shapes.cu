@@ -402,3 +402,49 @@ extern "C" __global__ void pad_shaped(
     }
   }
 }
+
+// ------------------------------------------------------------------------- masks
+// One thread per output pixel of every sample (the sample found by bisection of pixel_offsets,
+// (B + 1,)); the pixel's centre goes back through the inverse of the sample's composed matrix
+// (inverse (B, 9)); it is kept where it lands on a source pixel (0 <= x < W, 0 <= y < H) and on
+// every intermediate canvas (partial (S - 1, B, 9): the source to op k's output, canvas sizes
+// (S - 1, B, 2)); each of the sample's masks then takes its nearest source pixel's value != 0
+// (instances.warp_masks), else 0. meta (B, 5) int64: mask count, H, W, H', W'; src, dst (B,):
+// device addresses of the sample's (n, H, W) and (n, H', W') uint8 masks.
+extern "C" __global__ void masks_warp(
+    const long long* __restrict__ pixel_offsets, int num_samples,
+    const long long* __restrict__ meta, const unsigned long long* __restrict__ src,
+    const unsigned long long* __restrict__ dst, const double* __restrict__ inverse,
+    const double* __restrict__ partial, const long long* __restrict__ sizes,
+    int num_partial) {
+  const long long total = pixel_offsets[num_samples];
+  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+       t += (long long)gridDim.x * blockDim.x) {
+    int lo = 0, hi = num_samples;  // pixel_offsets[lo] <= t < pixel_offsets[hi]
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) >> 1;
+      if (pixel_offsets[mid] <= t) lo = mid; else hi = mid;
+    }
+    const int b = lo;
+    const long long* mb = meta + 5 * (long long)b;
+    const long long n = mb[0], h = mb[1], w = mb[2], wo = mb[4];
+    const long long p = t - pixel_offsets[b];
+    const long long i = p / wo, j = p - i * wo;
+    double x = (double)j + 0.5, y = (double)i + 0.5;
+    map_point(inverse + 9 * (long long)b, x, y);
+    bool ok = x >= 0.0 && x < (double)w && y >= 0.0 && y < (double)h;
+    for (int k = 0; k < num_partial && ok; ++k) {
+      const long long at = (long long)k * num_samples + b;
+      double ax = x, ay = y;
+      map_point(partial + 9 * at, ax, ay);
+      ok = ax >= 0.0 && ax < (double)sizes[2 * at + 1] && ay >= 0.0 &&
+           ay < (double)sizes[2 * at];
+    }
+    const long long ix = ok ? (long long)floor(x) : 0, iy = ok ? (long long)floor(y) : 0;
+    const unsigned char* s = (const unsigned char*)src[b];
+    unsigned char* d = (unsigned char*)dst[b];
+    const long long plane = h * w, plane_out = mb[3] * wo;
+    for (long long m = 0; m < n; ++m)
+      d[m * plane_out + p] = ok ? (s[m * plane + iy * w + ix] != 0) : 0;
+  }
+}

@@ -295,3 +295,69 @@ def tight_boxes_cupy(boxes, fields, tight, *, stream=None):
     with s:
         use = (cp.asarray(fields["tight_box"]) != 0) & ~cp.isnan(tight[:, 0])
         return cp.where(use[:, None], tight.astype(cp.float32), boxes)
+
+
+# ----------------------------------------------------------------------------- masks
+
+
+def masks_warp_numpy(masks, matrices, sizes):
+    """Each sample's bitmap masks through its chain, nearest sampling
+    (:func:`detaug.core.instances.warp_masks`, sample by sample: the reference).
+
+    Args:
+        masks: B arrays (n_b, H_b, W_b) uint8 or bool on each sample's source canvas.
+        matrices, sizes: the chain, (S, B, 3, 3) and (S, B, 2).
+
+    Returns:
+        B arrays (n_b, H'_b, W'_b) uint8 0/1 on each sample's last canvas.
+    """
+    m, sz = _chain(matrices, sizes)
+    return [ref.warp_masks(mk, m[:, b], sz[:, b], np.shape(mk)[1:]) for b, mk in
+            enumerate(masks)]
+
+
+def masks_warp_cupy(masks, matrices, sizes, *, stream=None):
+    """cupy twin of :func:`masks_warp_numpy`: one launch for every mask of every sample (one
+    thread per output pixel; a sample's masks share its pixel's source point). ``masks``: B
+    C-contiguous uint8 device arrays (n_b, H_b, W_b); returns B device arrays, views of one
+    buffer."""
+    m, sz = _chain(matrices, sizes)
+    b = m.shape[1]
+    if len(masks) != b:
+        raise ValueError(f"{len(masks)} mask arrays for a chain of {b} samples")
+    composed = np.tile(np.eye(3), (b, 1, 1))
+    partial = []
+    for step in m:
+        composed = step @ composed
+        partial.append(composed)
+    inverse = np.ascontiguousarray(np.linalg.inv(composed))
+    cp, s = _cupy_stream(stream)
+    with s:
+        masks = [cp.ascontiguousarray(cp.asarray(a).astype(cp.uint8, copy=False)) for a in masks]
+        for k, a in enumerate(masks):
+            if a.ndim != 3:
+                raise ValueError(f"masks of sample {k} must be (n, H, W), got {tuple(a.shape)}")
+        out_hw = sz[-1]
+        counts = np.array([a.shape[0] for a in masks], np.int64)
+        planes = counts * out_hw[:, 0] * out_hw[:, 1]
+        starts = np.concatenate([[0], np.cumsum(planes)])
+        buf = cp.empty(int(starts[-1]), cp.uint8)
+        out = [buf[starts[k]:starts[k + 1]].reshape(int(counts[k]), *(int(v) for v in out_hw[k]))
+               for k in range(b)]
+        pix = np.concatenate([[0], np.cumsum(out_hw[:, 0] * out_hw[:, 1] * (counts > 0))])
+        if pix[-1] == 0:
+            return out
+        meta = np.stack([counts, [a.shape[1] for a in masks], [a.shape[2] for a in masks],
+                         out_hw[:, 0], out_hw[:, 1]], 1).astype(np.int64)
+        ptrs = np.array([[a.data.ptr for a in masks], [int(buf.data.ptr) + int(starts[k])
+                                                       for k in range(b)]], np.uint64)
+        part = np.ascontiguousarray(np.stack(partial[:-1]) if len(partial) > 1
+                                    else np.zeros((1, b, 3, 3)))
+        psz = np.ascontiguousarray(sz[:-1] if len(sz) > 1 else np.zeros((1, b, 2), np.int64))
+        dpix, dmeta, dptrs, dinv, dpart, dpsz = upload_many(
+            [pix.astype(np.int64), meta, ptrs, inverse, part, psz], s)
+        args = (dpix, np.int32(b), dmeta, dptrs[0], dptrs[1], dinv, dpart, dpsz,
+                np.int32(len(partial) - 1))
+        launch(get_kernel(_SRC, "masks_warp", _OPTIONS), _grid(int(pix[-1])), (_BLOCK, 1, 1),
+               args, stream=s, name="masks_warp")
+    return out

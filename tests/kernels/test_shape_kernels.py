@@ -166,6 +166,20 @@ def _check_pad(to_dev, to_host, rng):
     assert (want["keypoint_flip"][1] == -1).all() and not want["flags"][1].any()
 
 
+def _check_masks(to_dev, to_host, rng, b=4, stages=3):
+    """Samples of their own sizes and mask counts (one without masks); chains that rotate,
+    shear, mirror and cut (the intermediate canvases zero what they cut)."""
+    mats, sizes = _chain(rng, b, stages)
+    src = rng.integers(20, 60, (b, 2))
+    counts = [2, 0, 1, 3][:b] + [2] * max(0, b - 4)
+    masks = [(rng.random((n, h, w)) < 0.5).astype(np.uint8) for n, (h, w) in zip(counts, src)]
+    want = ks.masks_warp_numpy(masks, mats, sizes)
+    got = ks.masks_warp_cupy([to_dev(m) for m in masks], mats, sizes)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(to_host(g), w)
+    assert sum(w.sum() for w in want) and sum((w == 0).sum() for w in want)
+
+
 # ----------------------------------------------------------------------------- emulated
 @pytest.mark.parametrize("seed", SEEDS)
 def test_keypoints_kernel_emulated(emulated, shapes_cu, seed):
@@ -248,11 +262,29 @@ def test_pad_shaped_kernel_emulated(emulated, shapes_cu):
     assert shapes_cu.calls == ["pad_shaped"]
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_masks_kernel_emulated(emulated, shapes_cu, seed):
+    _check_masks(*emulated, np.random.default_rng(seed))
+    assert shapes_cu.calls == ["masks_warp"]
+
+
+def test_masks_kernel_fixed_case(emulated):
+    """A horizontal flip of a 3 x 4 mask, then a crop by one column: the columns reversed and
+    the first one cut."""
+    to_dev, to_host = emulated
+    mask = np.array([[[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 0, 1]]], np.uint8)
+    flip = np.array([[-1, 0, 4], [0, 1, 0], [0, 0, 1]], np.float64)
+    crop = np.array([[1, 0, -1], [0, 1, 0], [0, 0, 1]], np.float64)
+    got = ks.masks_warp_cupy([to_dev(mask)], np.stack([flip, crop])[:, None],
+                             np.array([[[3, 4]], [[3, 3]]]))
+    np.testing.assert_array_equal(to_host(got[0]), [[[0, 0, 1], [0, 1, 1], [0, 0, 0]]])
+
+
 def test_signatures_are_read_from_the_source():
     with open(f"{emu.KERNEL_DIR}/shapes.cu") as f:
         sig = emu.kernel_signatures(f.read())
     assert set(sig) == {"keypoints_transform", "obb_transform", "polygons_transform",
-                        "pad_shaped"}
+                        "pad_shaped", "masks_warp"}
 
 
 # ----------------------------------------------------------------------------- GPU
@@ -276,6 +308,14 @@ def test_polygons_kernel_gpu(seed):
     for stages in (1, 2, 4):
         _check_polygons(*_on_gpu(), rng, b=16, n=300, stages=stages)
     assert launch_counts() == {"polygons_transform": 3}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("seed", SEEDS)
+def test_masks_kernel_gpu(seed):
+    reset_launch_counts()
+    _check_masks(*_on_gpu(), np.random.default_rng(seed), b=16, stages=4)
+    assert launch_counts() == {"masks_warp": 1}
 
 
 @pytest.mark.gpu
