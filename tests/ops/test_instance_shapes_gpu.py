@@ -156,7 +156,7 @@ def _pipeline_inputs(rng, n=4, h=40, w=60):
 
 def _graph(i, b):
     i, b = fn.flip(i, b, horizontal=fn.random.coin_flip())
-    i, b = fn.rotate(i, b, angle=fn.random.uniform(range=(-30, 30)))
+    i, b = fn.rotate(i, b, angle=fn.random.uniform(range=(-30, 30)), expand=False)
     i, b = fn.crop(i, b, window=(2, 3, 50, 36))
     i, b = fn.resize(i, b, size=(64, 80))
     return i, b, fn.pad_boxes(b, max_boxes=6)
@@ -179,6 +179,32 @@ def test_pipeline_shapes_gpu_equal_cpu(seed):
         got = got.get() if hasattr(got, "get") else np.asarray(got)
         assert got.shape == padded_cpu[name].shape, name
         np.testing.assert_allclose(got, padded_cpu[name], rtol=0, atol=1e-3, err_msg=name)
+
+
+MORE = {  # ops that move boxes by other routes: tiles, windows drawn on the host, warps
+    "mosaic": lambda i, b: fn.mosaic(i, b, size=32, partners="batch"),
+    "letterbox": lambda i, b: fn.letterbox(i, b, size=(40, 40)),
+    "iou_crop": lambda i, b: fn.random_iou_crop(i, b),
+    "zoom_out": lambda i, b: fn.zoom_out(i, b),
+    "affine": lambda i, b: fn.warp_affine(i, b, matrix=[1.1, 0.3, -4, -0.2, 0.9, 3],
+                                          inverse_map=False),
+    "perspective": lambda i, b: fn.perspective(
+        i, b, startpoints=[[0, 0], [60, 0], [60, 40], [0, 40]],
+        endpoints=[[3, -2], [57, 4], [62, 37], [-4, 41]]),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", sorted(MORE))
+def test_more_ops_shapes_gpu_equal_cpu(op):
+    imgs, boxes, fields = _pipeline_inputs(np.random.default_rng(7))
+    cpu = run_graph(imgs, boxes, MORE[op], fields=fields, seed=5)[1]
+    gpu = run_graph(imgs, boxes, MORE[op], fields=fields, seed=5, device="gpu")[1]
+    for want, got in zip(cpu.per_sample(), gpu.per_sample()):
+        np.testing.assert_allclose(got["boxes"], want["boxes"], rtol=0, atol=1e-3)
+        _assert_same_fields({k: v for k, v in got.items() if k not in ("boxes", "labels")},
+                            {k: v for k, v in want.items() if k not in ("boxes", "labels")},
+                            trim=False)
 
 
 @pytest.mark.gpu
