@@ -90,7 +90,7 @@ __device__ __forceinline__ double norm2(double x, double y) { return sqrt(x * x 
 extern "C" __global__ void obb_transform(const float* __restrict__ corners,
                                          const int* __restrict__ sample, long long n,
                                          const double* __restrict__ composed, int num_samples,
-                                         double rtol, double nan, float* __restrict__ out) {
+                                         double rtol, double nan_value, float* __restrict__ out) {
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (long long)gridDim.x * blockDim.x) {
     const int s = sample[i];
@@ -101,8 +101,8 @@ extern "C" __global__ void obb_transform(const float* __restrict__ corners,
       if (s >= 0 && s < num_samples) {
         map_point(composed + 9 * (long long)s, qx[c], qy[c]);
       } else {
-        qx[c] = nan;  // bad metadata
-        qy[c] = nan;
+        qx[c] = nan_value;  // bad metadata
+        qy[c] = nan_value;
       }
     }
     const double e0x = qx[1] - qx[0], e0y = qy[1] - qy[0];
@@ -245,7 +245,7 @@ __device__ __forceinline__ int level_edge(int side, double ax, double ay, int a_
 extern "C" __global__ void polygons_transform(
     const double* __restrict__ rows, const int* __restrict__ sample, long long n, int p_in,
     const double* __restrict__ matrices, const long long* __restrict__ sizes, int num_stages,
-    int num_samples, int p_out, double nan, double marker, Level* __restrict__ levels,
+    int num_samples, int p_out, double nan_value, double marker, Level* __restrict__ levels,
     Pending* __restrict__ stacks, double* __restrict__ out, double* __restrict__ tight) {
   const int num_levels = 4 * num_stages;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -340,24 +340,26 @@ extern "C" __global__ void polygons_transform(
         any = true;
       }
       cursor += emitted;
-      dst[2 * cursor] = nan;
-      dst[2 * cursor + 1] = nan;
+      dst[2 * cursor] = nan_value;
+      dst[2 * cursor + 1] = nan_value;
       ++cursor;
     }
-    if (overflow) {
+    if (overflow && p_out > 0) {
       dst[0] = marker;
       dst[1] = -marker;
       cursor = 1;
       any = false;
+    } else if (overflow) {
+      any = false;  // (no row to mark: the output has no width)
     }
     for (int k = cursor; k < p_out; ++k) {
-      dst[2 * k] = nan;
-      dst[2 * k + 1] = nan;
+      dst[2 * k] = nan_value;
+      dst[2 * k + 1] = nan_value;
     }
-    tight[4 * i + 0] = any ? x0 : nan;
-    tight[4 * i + 1] = any ? y0 : nan;
-    tight[4 * i + 2] = any ? x1 : nan;
-    tight[4 * i + 3] = any ? y1 : nan;
+    tight[4 * i + 0] = any ? x0 : nan_value;
+    tight[4 * i + 1] = any ? y0 : nan_value;
+    tight[4 * i + 2] = any ? x1 : nan_value;
+    tight[4 * i + 3] = any ? y1 : nan_value;
   }
 }
 

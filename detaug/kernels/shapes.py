@@ -174,6 +174,8 @@ def polygons_transform_cupy(rows, sample, matrices, sizes, *, stream=None, capac
             raise ValueError(f"polygons must be (N, P, 2), got {tuple(d.shape)}")
         n, p_in = d.shape[:2]
         p_out = polygon_capacity(p_in, m.shape[0]) if capacity is None else int(capacity)
+        if p_in and p_out < 1:
+            raise ValueError(f"capacity must be at least 1 row for polygons, got {p_out}")
         out = cp.empty((n, p_out, 2), cp.float64)
         tight = cp.empty((n, 4), cp.float64)
         if n == 0:
