@@ -32,6 +32,15 @@ def _on_gpu():
     return cp.asarray, cp.asnumpy
 
 
+BACKENDS = ["emulated", pytest.param("gpu", marks=pytest.mark.gpu)]
+
+
+@pytest.fixture
+def backend(request):
+    """(to_dev, to_host) of the emulated kernels or of the GPU, for the hand-computed cases."""
+    return request.getfixturevalue("emulated") if request.param == "emulated" else _on_gpu()
+
+
 # ----------------------------------------------------------------------------- inputs
 def _chain(rng, b, k, *, shear=True, perspective=True):
     """k ops for b samples: rotations, flips, anisotropic scales, shears and mild perspectives
@@ -202,11 +211,12 @@ def test_polygons_kernel_emulated(emulated, shapes_cu, seed):
     assert shapes_cu.calls == ["polygons_transform"] * 2
 
 
-def test_polygons_kernel_fixed_cases(emulated):
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_polygons_kernel_fixed_cases(backend):
     """By hand: a square half off the canvas keeps its inside half, in the reference's order; a
     triangle wholly outside is dropped, its box keeps its other
     polygon; a comb crossing x = 0 six times: 2 cuts for each tooth."""
-    to_dev, to_host = emulated
+    to_dev, to_host = backend
     sq = np.array([[-5, 2], [5, 2], [5, 8], [-5, 8]], np.float64)
     tri = np.array([[-9, -9], [-5, -9], [-5, -5]], np.float64)
     comb = _zigzag(0.0, 1.0, 6, 0.5)
@@ -226,10 +236,11 @@ def test_polygons_kernel_fixed_cases(emulated):
     assert len(teeth) == 22 and np.sum(teeth[:, 0] == 0) == 12  # 10 inside + 2 cuts a tooth
 
 
-def test_polygons_overflow_is_refused_by_name(emulated):
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_polygons_overflow_is_refused_by_name(backend):
     """A row that needs more rows than its capacity comes back as the marker, which the output
     refuses naming the field; a marked row stays marked through a second chain."""
-    to_dev, to_host = emulated
+    to_dev, to_host = backend
     comb = _zigzag(0.0, 1.0, 6, 0.5)
     rows = I.dense_polygons(comb, np.array([0, len(comb)]), np.array([0, 1]))
     eye = np.eye(3)[None, None]
@@ -243,10 +254,11 @@ def test_polygons_overflow_is_refused_by_name(emulated):
         ks.polygon_width(to_host(again))
 
 
-def test_keypoints_kernel_fixed_cases(emulated):
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_keypoints_kernel_fixed_cases(backend):
     """A horizontal flip of a 10 px canvas: x -> 10 - x, slots 1 and 2 trade; a point landing
     at x = 10 (no pixel) and an unlabelled one give (0, 0, 0); a bad flip index too."""
-    to_dev, to_host = emulated
+    to_dev, to_host = backend
     kp = np.array([[[1, 1, 2], [2, 3, 1], [0, 5, 2]], [[4, 4, 0], [3, 3, 1], [9, 9, 1]]],
                   np.float32)
     flip = np.array([[0, 2, 1], [0, 7, 1]])
@@ -268,10 +280,11 @@ def test_masks_kernel_emulated(emulated, shapes_cu, seed):
     assert shapes_cu.calls == ["masks_warp"]
 
 
-def test_masks_kernel_fixed_case(emulated):
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_masks_kernel_fixed_case(backend):
     """A horizontal flip of a 3 x 4 mask, then a crop by one column: the columns reversed and
     the first one cut."""
-    to_dev, to_host = emulated
+    to_dev, to_host = backend
     mask = np.array([[[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 0, 1]]], np.uint8)
     flip = np.array([[-1, 0, 4], [0, 1, 0], [0, 0, 1]], np.float64)
     crop = np.array([[1, 0, -1], [0, 1, 0], [0, 0, 1]], np.float64)

@@ -209,7 +209,8 @@ def test_more_ops_shapes_gpu_equal_cpu(op):
 
 @pytest.mark.gpu
 def test_shape_launches_per_batch_not_per_sample():
-    """Batch sizes 1 and 16: the same number of shape-kernel launches."""
+    """Batch sizes 1 and 16: the same number of shape-kernel launches (one per kind each time
+    the boxes are materialised)."""
     counts = []
     for n in (1, 16):
         imgs, boxes, fields = _pipeline_inputs(np.random.default_rng(n), n)
@@ -218,4 +219,4 @@ def test_shape_launches_per_batch_not_per_sample():
         counts.append({k: v for k, v in launch_counts().items()
                        if k in ("keypoints_transform", "obb_transform", "polygons_transform",
                                 "pad_shaped")})
-    assert counts[0] == counts[1] and counts[0]["polygons_transform"] == 1
+    assert counts[0] == counts[1] and counts[0].get("polygons_transform", 0) >= 1
