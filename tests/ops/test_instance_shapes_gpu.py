@@ -144,6 +144,22 @@ def test_pad_fields_on_the_device_equals_the_cpu(emulated, max_boxes):
     assert emulated.calls == ["pad_shaped"]
 
 
+def test_an_overflowed_row_is_refused_at_the_output(emulated):
+    """A box whose clipped polygons did not fit (the marker row) is refused by name where the
+    polygons leave the device: per_sample and padding (never a truncated polygon)."""
+    host = _batch(np.random.default_rng(2))
+    dev = M.prune(_on_fake_device(host).with_geometry(_chain(np.random.default_rng(3), 3)))
+    rows = np.array(dev.fields["polygons"])
+    rows[4, 0] = [I.POLYGON_OVERFLOW, -I.POLYGON_OVERFLOW]
+    dev = dev.replace(fields=dict(dev.fields, polygons=emu.dev(rows)))
+    with pytest.raises(RuntimeError, match="'polygons'"):
+        dev.per_sample()
+    fields = {"labels": dev.labels, **dev.fields}
+    with pytest.raises(RuntimeError, match="'polygons'"):
+        pad_fields(dev.boxes, fields, dev.valid, dev.offsets, 5, device="gpu",
+                   pad=kb.pad_boxes_cupy)
+
+
 # ----------------------------------------------------------------------------- GPU
 def _pipeline_inputs(rng, n=4, h=40, w=60):
     imgs = [rng.integers(0, 256, (h, w, 3), np.uint8) for _ in range(n)]
