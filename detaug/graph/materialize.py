@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import backend
-from ..core.batch import BoxBatch, DeferredWarp, ImageBatch, PlannedImages
-from ..core.errors import NotPlannable
+from ..core.batch import BoxBatch, DeferredWarp, ImageBatch
+from ..core.deferred import is_planned, stand_in
 from ..core.instances import SHAPE_FIELDS, shapes_clipped, shapes_through, tight_boxes
 from ..kernels import boxes as kb
 from ..kernels import shapes as ks
@@ -49,18 +49,15 @@ def images(batch: ImageBatch, ctx, *, mean=None, std=None, dtype=None, layout=No
         return batch
     if batch.layout != "HWC":
         raise ValueError("this batch is already normalised to CHW; normalise once, last")
-    g = batch.pending()
-    antialias = antialias and g.antialias
-    rect, rect_fill, clamp, slabs, slab_fill, nslab = g.valid_region()
-    kwargs = dict(fill=rect_fill, mean=mean, std=std, out_dtype=dtype or np.uint8, layout=layout,
-                  region=(rect, clamp, slabs, slab_fill, nslab), antialias=antialias)
+    g, kwargs = warp_arguments(batch, mean=mean, std=std, dtype=dtype, layout=layout,
+                               antialias=antialias)
     n = batch.batch_size
-    if isinstance(batch.raw, PlannedImages):
-        # planned ahead (detaug/runtime/gpu/plan_ahead.py): the launch is planned here, run once decoded
-        return ImageBatch(DeferredWarp(batch.raw, warp.plan_warp(batch.raw, g.matrices, g.sizes, **kwargs)),
+    if is_planned(batch.raw):
+        # planned ahead (detaug/runtime/gpu/plan_ahead.py): the launch is planned here, run once
+        # its source is made (decoded, or made by the launches planned before it: core/deferred.py)
+        return ImageBatch(DeferredWarp(batch.raw, warp.plan_warp(stand_in(batch.raw), g.matrices,
+                                                                 g.sizes, **kwargs)),
                           batch.device, layout, None)
-    if isinstance(batch.raw, DeferredWarp):
-        raise NotPlannable("a second warp of planned images")
     if into is not None:
         if (batch.device != "cpu" or backend.cpu_warp() == "reference" or mean is not None
                 or dtype not in (None, np.uint8) or layout != "HWC" or len(into) != n):
@@ -88,6 +85,17 @@ def images(batch: ImageBatch, ctx, *, mean=None, std=None, dtype=None, layout=No
                                                            g.sizes[lo:hi], **_rows(kwargs, lo, hi)), n)
         out = [o for chunk in chunks for o in chunk]
     return ImageBatch(out, batch.device, layout, None)
+
+
+def warp_arguments(batch: ImageBatch, *, mean=None, std=None, dtype=None, layout=None,
+                   antialias=True):
+    """(the pending chain, the warp's keyword arguments) of :func:`images`: the fill and region
+    of the chain (:meth:`Geometry.valid_region`), the epilogue, antialias."""
+    g = batch.pending()
+    rect, rect_fill, clamp, slabs, slab_fill, nslab = g.valid_region()
+    return g, dict(fill=rect_fill, mean=mean, std=std, out_dtype=dtype or np.uint8,
+                   layout=layout or batch.layout, region=(rect, clamp, slabs, slab_fill, nslab),
+                   antialias=antialias and g.antialias)
 
 
 def _chunks(ctx, fn, n):

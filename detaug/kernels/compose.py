@@ -247,9 +247,65 @@ def launch_meta(tile_shapes, tile_pitches, origins, groups, canvas, fill, weight
                 offsets=offsets, channels=c, grid=grid, block=(_BLOCK, 1, 1), mode=_MODES[mode])
 
 
+class ComposeLaunch:
+    """One :func:`compose_cupy` launch planned on the host (no GPU call): its metadata
+    (:func:`launch_meta`) for tiles of known shapes, their pointers and pitches given when it
+    runs. ``B``, ``shapes``, ``out_dtype``, ``dense`` describe the outputs
+    (core/deferred.py's launch)."""
+
+    __slots__ = ("meta", "B", "shapes", "out_dtype", "dense")
+
+    def __init__(self, tile_shapes, tile_pitches, origins, groups, canvas, fill, weights, mode):
+        self.meta = launch_meta(tile_shapes, tile_pitches, origins, groups, canvas, fill,
+                                weights, mode)
+        cv = np.asarray(canvas, np.int64).reshape(-1, 2)
+        c = self.meta["channels"]
+        self.B, self.out_dtype = len(cv), np.dtype(np.uint8)
+        self.shapes = [(int(h), int(w), c) for h, w in cv]
+        self.dense = bool(len(cv)) and bool(np.all(cv == cv[0]))
+
+    def run(self, inputs, stream=None):
+        """:func:`launch_compose` on ``inputs[0]`` (a DeviceImages: the tiles, made)."""
+        return launch_compose(self, inputs[0].ptrs, inputs[0].pitches, stream)
+
+
+def plan_compose(tiles, origins, groups, canvas, fill, *, weights=None, mode="first") -> ComposeLaunch:
+    """The host half of :func:`compose_cupy` for tiles of a :class:`DeviceImages` (its shapes and
+    pitches are read; its pointers may be unknown yet)."""
+    return ComposeLaunch(tiles.shapes, tiles.pitches, origins, groups, canvas, fill, weights, mode)
+
+
+def launch_compose(cl: ComposeLaunch, ptrs, pitches=None, stream=None):
+    """The device half of :func:`compose_cupy`: the planned launch on tiles at ``ptrs`` (T,),
+    rows ``pitches`` (T,) bytes apart (default: as planned). ONE launch, nothing copied back."""
+    import cupy as cp
+
+    stream = stream if stream is not None else cp.cuda.get_current_stream()
+    meta = cl.meta
+    tile_meta = meta["tile_meta"]
+    if pitches is not None and len(tile_meta) and not np.array_equal(pitches, tile_meta[:, 4]):
+        tile_meta = tile_meta.copy()
+        tile_meta[:, 4] = pitches
+    with stream:
+        b = cl.B
+        flat = cp.empty(int(meta["offsets"][-1]), cp.uint8)
+        if b:
+            args = tuple(upload_many([np.asarray(ptrs, np.uint64).reshape(-1), tile_meta,
+                                      meta["out_meta"], meta["fill"]], stream))
+            launch(get_kernel(_SRC, "compose_u8"), meta["grid"], meta["block"],
+                   args + (np.int32(b), np.int32(meta["channels"]), np.int32(meta["mode"]), flat),
+                   stream=stream, name="compose_u8")
+            del args  # stream-ordered pool: freed after the launch has read them
+        off = meta["offsets"]
+        if cl.dense:
+            return flat.reshape((b,) + cl.shapes[0])
+        return [flat[off[k]:off[k + 1]].reshape(cl.shapes[k]) for k in range(b)]
+
+
 def compose_cupy(tiles, origins, groups, canvas, fill, *, weights=None, mode="first", stream=None):
     """CUDA twin of :func:`compose_numpy`: ONE launch for the batch. ``tiles`` are cupy arrays
-    (a list, or a dense array) or a :class:`DeviceImages`; the rest are host values."""
+    (a list, or a dense array) or a :class:`DeviceImages`; the rest are host values
+    (:func:`plan_compose` then :func:`launch_compose`)."""
     import cupy as cp
 
     stream = stream if stream is not None else cp.cuda.get_current_stream()
@@ -261,19 +317,7 @@ def compose_cupy(tiles, origins, groups, canvas, fill, *, weights=None, mode="fi
             ptrs = np.array([t.data.ptr for t in keep], np.uint64)
             shapes = _shapes(keep)
             pitches = shapes[:, 1] * shapes[:, 2]
-        meta = launch_meta(shapes, pitches, origins, groups, canvas, fill, weights, mode)
-        b = len(meta["out_meta"])
-        flat = cp.empty(int(meta["offsets"][-1]), cp.uint8)
-        cv = np.asarray(canvas, np.int64).reshape(-1, 2)
-        outs = [flat[meta["offsets"][k]:meta["offsets"][k + 1]].reshape(
-            int(cv[k, 0]), int(cv[k, 1]), meta["channels"]) for k in range(b)]
-        if b:
-            args = tuple(upload_many([np.asarray(ptrs, np.uint64).reshape(-1), meta["tile_meta"],
-                                      meta["out_meta"], meta["fill"]], stream))
-            launch(get_kernel(_SRC, "compose_u8"), meta["grid"], meta["block"],
-                   args + (np.int32(b), np.int32(meta["channels"]), np.int32(meta["mode"]), flat),
-                   stream=stream, name="compose_u8")
-            del args, keep  # stream-ordered pool: freed after the launch has read them
-        if b and bool(np.all(cv == cv[0])):
-            return flat.reshape((b,) + outs[0].shape)
-        return outs
+        cl = ComposeLaunch(shapes, pitches, origins, groups, canvas, fill, weights, mode)
+        out = launch_compose(cl, ptrs, None, stream)
+        del keep  # stream-ordered pool: freed after the launch has read them
+        return out

@@ -17,7 +17,10 @@
 //                        5 nx, 6 ny (taps per axis), 7 element offset of the output in `out`,
 //                        8..11 cx0, cx1, cy0, cy1 (the columns / rows taps are clamped to),
 //                        12 nslab, 13 offset g of the sample's doubles in `inv`, 14 projective
-//                        (1: inv(M) is a homography, points map with the perspective divide)
+//                        (1: inv(M) is a homography, points map with the perspective divide),
+//                        15 the output's row pitch in elements (the _pitched kernels, uint8
+//                        HWC: a tile written straight into its place on a larger canvas, rows
+//                        mi[15] apart instead of out_w * C; the other kernels never read it)
 //   inv[g + k]           k < 6: rows 0 and 1 of inv(M) (output -> input coordinates), float64;
 //                        6..9: the rect x_lo, x_hi, y_lo, y_hi (source coordinates);
 //                        10..12: row 2 of inv(M) (read only when projective);
@@ -341,9 +344,18 @@ struct LaneWalk {
     }
 };
 
+// The output rows a lane's step of 32 pixels crossed: the whole rows of the step, and one
+// more where its column wrapped (jb: the column before the step).
+__device__ __forceinline__ unsigned int rows_crossed(const LaneWalk& w, unsigned int jb,
+                                                     unsigned int step_r) {
+    return step_r + (w.jc < jb + w.step_c ? 1u : 0u);
+}
+
 // PROJ: the sample's inv(M) is a homography (meta_i[14]); the _p kernels branch once per block
 // (uniform: blockIdx.y is the sample) into the body made for it.
-template <int C, typename OutT, bool CHW, bool PROJ>
+// PITCH: rows of the output mi[15] elements apart (HWC only; a lane's pixel p = (i, j) is then
+// at i * mi[15] + j * C: each step of 32 pixels adds the rows it crossed times the gap).
+template <int C, typename OutT, bool CHW, bool PROJ, bool PITCH = false>
 __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__ in_ptr,
                                           const long long* __restrict__ meta_i,
                                           const double* __restrict__ inv,
@@ -381,13 +393,17 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
     const float* mf = meta_f + 3 * C * b;
     float fs[C], k[C], bias[C];
     OutT* q[C];  // this lane's first output element of each channel
+    const unsigned int uw = static_cast<unsigned int>(out_w);
+    const unsigned int i0 = p0 / uw;
+    // elements between the end of an output row and the start of the next (PITCH only)
+    const unsigned int gap = PITCH ? static_cast<unsigned int>(mi[15]) - uw * C : 0u;
 #pragma unroll
     for (int c = 0; c < C; ++c) {
         fs[c] = mf[c] * DETAUG_V_SCALE;
         const float rstd = 1.0f / mf[2 * C + c];
         k[c] = (rstd * scale) * DETAUG_V_UNSCALE;
         bias[c] = -mf[C + c] * rstd;
-        q[c] = opaque(out + mi[7] + (CHW ? c * npix + p0 : p0 * C + c));
+        q[c] = opaque(out + mi[7] + (CHW ? c * npix + p0 : p0 * C + c) + (PITCH ? i0 * gap : 0u));
 #ifdef __CUDA_ARCH__
         __builtin_assume(__isGlobal(q[c]));  // keeps STG (not generic ST) after opaque()
 #endif
@@ -395,8 +411,6 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
     const unsigned int stride = CHW ? 32u : 32u * C;  // elements between this lane's pixels
 
     // (i, j) of p0, and the step of 32 pixels as (rows, cols) (rows > 0 only when out_w < 32)
-    const unsigned int uw = static_cast<unsigned int>(out_w);
-    const unsigned int i0 = p0 / uw;
     const unsigned int step_r = uw >= 32u ? 0u : 32u / uw;
     const double step_rd = static_cast<double>(step_r);
     const unsigned int step_c = 32u - step_r * uw;
@@ -443,8 +457,9 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
                     for (int c = 0; c < C; ++c) val[c] = fs[c];
                 }
                 store_pixel<C, OutT>(q, idx, val, k, bias);
-                idx += stride;
+                const unsigned int jb = walk.jc;
                 new_row = walk.next(ox, oy);
+                idx += stride + (PITCH ? rows_crossed(walk, jb, step_r) * gap : 0u);
             }
             return;
         }
@@ -455,8 +470,10 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
             float val[C];
             sample_point<C, false, PROJ>(val, s, x, y, ox, oy, fs);
             store_pixel<C, OutT>(q, idx, val, k, bias);
-            idx += stride;  // next pixel of this lane: 32 further
+            const unsigned int jb = walk.jc;
             walk.next(ox, oy);
+            // next pixel of this lane: 32 further
+            idx += stride + (PITCH ? rows_crossed(walk, jb, step_r) * gap : 0u);
         }
         return;
     }
@@ -487,8 +504,9 @@ __device__ __forceinline__ void warp_body(const unsigned long long* __restrict__
             }
         }
         store_pixel<C, OutT>(q, idx, acc, k, bias);
-        idx += stride;
+        const unsigned int jb = walk.jc;
         walk.next(jd, id);
+        idx += stride + (PITCH ? rows_crossed(walk, jb, step_r) * gap : 0u);
     }
 }
 
@@ -526,3 +544,25 @@ DETAUG_WARP_KERNEL(warp_f16_hwc_c1, 1, unsigned short, false)
 DETAUG_WARP_KERNEL(warp_f16_hwc_c3, 3, unsigned short, false)
 DETAUG_WARP_KERNEL(warp_f16_chw_c1, 1, unsigned short, true)
 DETAUG_WARP_KERNEL(warp_f16_chw_c3, 3, unsigned short, true)
+
+// The uint8 HWC kernels that write each sample into a pitched place (meta_i[15]): a mosaic's
+// tiles warped straight into their canvas (warp_canvas.py), one launch for the batch's tiles.
+#define DETAUG_WARP_PITCHED_KERNEL(NAME, C)                                                   \
+    extern "C" __global__ void __launch_bounds__(256, C == 3 ? DETAUG_WARP_MINB : 3) NAME(    \
+        const unsigned long long* __restrict__ in_ptr, const long long* __restrict__ meta_i,  \
+        const double* __restrict__ inv, const float* __restrict__ meta_f,                     \
+        unsigned char* __restrict__ out) {                                                    \
+        warp_body<C, unsigned char, false, false, true>(in_ptr, meta_i, inv, meta_f, out);    \
+    }                                                                                         \
+    extern "C" __global__ void __launch_bounds__(256, C == 3 ? DETAUG_WARP_MINB : 3) NAME##_p( \
+        const unsigned long long* __restrict__ in_ptr, const long long* __restrict__ meta_i,  \
+        const double* __restrict__ inv, const float* __restrict__ meta_f,                     \
+        unsigned char* __restrict__ out) {                                                    \
+        if (meta_i[16 * blockIdx.y + 14])                                                     \
+            warp_body<C, unsigned char, false, true, true>(in_ptr, meta_i, inv, meta_f, out); \
+        else                                                                                  \
+            warp_body<C, unsigned char, false, false, true>(in_ptr, meta_i, inv, meta_f, out);\
+    }
+
+DETAUG_WARP_PITCHED_KERNEL(warp_u8_hwc_c1_pitched, 1)
+DETAUG_WARP_PITCHED_KERNEL(warp_u8_hwc_c3_pitched, 3)

@@ -483,6 +483,10 @@ class WarpLaunch:
         self.B, self.out_dtype, self.dense = spec.B, spec.out_dtype, _is_dense(spec)
         self.shapes = [_out_shape(spec, b) for b in range(spec.B)]
 
+    def run(self, inputs, stream=None):
+        """:func:`launch_warp` on ``inputs[0]`` (a DeviceImages: the planned images, made)."""
+        return launch_warp(self, inputs[0].ptrs, inputs[0].pitches, stream)
+
 
 def plan_warp(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=8, mean=None,
               std=None, out_dtype=np.uint8, layout="HWC", region=None) -> WarpLaunch:

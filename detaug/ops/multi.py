@@ -16,6 +16,8 @@ from ..core.batch import BoxBatch, ImageBatch
 from ..graph import materialize as M
 from ..graph.dispatch import kernel, register_kernel
 from ..kernels import compose as kc
+from ..core.deferred import is_planned
+from .multi_plan import compose_planned, mosaic_on_device
 from .registry import register
 from .take import take_boxes, take_images
 from ..graph.arg_check import MAX_SIDE, Num, byte, count, declare_ranges, nonneg, positive, prob
@@ -74,6 +76,8 @@ def _compose(ctx, op, images: ImageBatch, origins, groups, canvas, fill, weights
     """The tiles (materialised ``images``: what the batch holds, a device batch's pointers as
     they are) composed onto the canvases (kernels/compose.py)."""
     fill = np.broadcast_to(np.asarray(fill, np.float64), (len(canvas), images.channels))
+    if is_planned(images.raw):  # planned ahead: the launch runs once the tiles are made
+        return compose_planned(images, origins, groups, canvas, fill, weights, mode)
     out = kernel(ctx, op, images.device)(images.raw, origins, groups, canvas, fill,
                                          weights=weights, mode=mode)
     return ImageBatch(out, images.device)
@@ -89,14 +93,13 @@ def _regroup(b: BoxBatch, groups, canvas) -> BoxBatch:
 
 # ---- mosaic ---------------------------------------------------------------------------------
 def _mosaic_rule(ins, a):
-    """Canvases 2s x 2s; it holds its tiles (each member resized to within s x s) while it
-    composes them."""
+    """Canvases 2s x 2s, and nothing else held: on the device its tiles are warped straight
+    into the canvas (ops/multi_plan.py), no tile buffer."""
     s, img = S.pair(a.get("size")), S.first_image(ins)
     if s is None or img is None:
         return S.Out((None,) + ((S.Boxes(None),) if len(ins) > 1 else ()))
     canvas = S.Img((2 * s[0], 2 * s[1]), None, img.channels, 1)
-    return S.Out((canvas,) + ((S.Boxes(canvas),) if len(ins) > 1 else ()),
-                 4 * s[0] * s[1] * img.channels)
+    return S.Out((canvas,) + ((S.Boxes(canvas),) if len(ins) > 1 else ()), 0)
 
 
 def _mosaic_partners(op, rng, pool_sizes):
@@ -197,7 +200,7 @@ declare_ranges("mosaic", size=Num(2, MAX_SIDE // 2, integer=True, size=True), pr
                fill=byte(),
                min_size=nonneg(), min_area=nonneg(), min_visibility=prob(),
                pool_batches=count(0, 1024))
-@register("mosaic", rule=_mosaic_rule, plans=False, devices=("cpu", "gpu"), inputs=(1, 2),
+@register("mosaic", rule=_mosaic_rule, plans=True, devices=("cpu", "gpu"), inputs=(1, 2),
           kind="other",
           outputs=lambda n, a: n, partners=_mosaic_partners,
           args={"size": 640, "probability": 1.0, "fill": 114.0, "resize": True,
@@ -232,6 +235,9 @@ def mosaic(ctx, op, inputs, args):
     chain = images.pending().then(mats, tiles, antialias=bool(args["antialias"]))
     out = _mosaic_on_canvas(ctx, images.with_geometry(chain), origins, tiles, groups, canvas,
                             args["fill"])
+    if out is None:  # on the GPU, or planned ahead: the tiles warped into the canvases
+        out = mosaic_on_device(ctx, images.with_geometry(chain), origins, groups, canvas,
+                               args["fill"])
     if out is None:
         warped = M.images(images.with_geometry(chain), ctx)
         out = _compose(ctx, op, warped, origins, groups, canvas, args["fill"])
@@ -292,7 +298,7 @@ def mixup_weights(rng, alpha, beta):
 
 declare_ranges("mixup", probability=prob(), alpha=positive(), beta=positive(), fill=byte(),
                pool_batches=count(0, 1024))
-@register("mixup", rule=S.same_canvas, plans=False, devices=("cpu", "gpu"), inputs=(1, 2),
+@register("mixup", rule=S.same_canvas, plans=True, devices=("cpu", "gpu"), inputs=(1, 2),
           kind="other",
           outputs=lambda n, a: n, partners=_mixup_partners,
           args={"probability": 1.0, "alpha": 32.0, "beta": 32.0, "fill": 114.0,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.batch import BoxBatch, DeviceImages, Geometry, ImageBatch, PlannedImages, Step
-from ..core.errors import NotPlannable
+from ..core.batch import BoxBatch, DeviceImages, Geometry, ImageBatch, Step
+from ..core.deferred import DeferredLaunch, is_planned, stand_in
 
 
 def take_geometry(g: Geometry | None, idx) -> Geometry | None:
@@ -24,14 +24,31 @@ def take_images(images: ImageBatch, idx) -> ImageBatch:
     """Samples ``idx`` (B',) of ``images``, in that order, as references to the same pixels."""
     idx = np.asarray(idx, np.int64)
     raw = images.raw
-    if isinstance(raw, PlannedImages):
-        raise NotPlannable("a take of images not decoded yet")
-    if isinstance(raw, DeviceImages):
+    if is_planned(raw):  # planned ahead: the same references, taken once the images are made
+        taken = DeferredLaunch((raw,), TakeLaunch(raw, idx))
+    elif isinstance(raw, DeviceImages):
         taken = DeviceImages(raw.ptrs[idx], raw.shapes[idx], raw.pitches[idx], raw.owners,
                              raw.device_id)
     else:
         taken = [raw[int(i)] for i in idx]
     return ImageBatch(taken, images.device, images.layout, take_geometry(images.geometry, idx))
+
+
+class TakeLaunch:
+    """Samples ``idx`` of planned images (core/deferred.py): no kernel, their pointers taken
+    once they are made."""
+
+    __slots__ = ("idx", "B", "shapes", "out_dtype", "dense")
+
+    def __init__(self, raw, idx):
+        self.idx = np.asarray(idx, np.int64)
+        self.shapes = [tuple(int(v) for v in s) for s in stand_in(raw).shapes[self.idx]]
+        self.B, self.out_dtype, self.dense = len(self.idx), np.dtype(np.uint8), False
+
+    def run(self, inputs, stream=None):
+        d = inputs[0]
+        return DeviceImages(d.ptrs[self.idx], d.shapes[self.idx], d.pitches[self.idx], d.owners,
+                            d.device_id)
 
 
 def rows_of(offsets, idx) -> tuple:

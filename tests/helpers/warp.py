@@ -45,8 +45,12 @@ def random_affine(rng, in_hw, out_hw, scale=(0.3, 3.0)):
 def _warp_signatures():
     """warp.cu's kernels are made by a macro: their names and output types from its uses."""
     with open(os.path.join(emu.KERNEL_DIR, "warp.cu")) as f:
-        uses = re.findall(r"^DETAUG_WARP_KERNEL\((\w+), \d, ([\w ]+), \w+\)", f.read(), re.M)
+        text = f.read()
+    uses = re.findall(r"^DETAUG_WARP_KERNEL\((\w+), \d, ([\w ]+), \w+\)", text, re.M)
     head = ["const unsigned long long*", "const long long*", "const double*", "const float*"]
+    # the uint8 HWC kernels writing into a pitched place (a mosaic's canvas: warp_canvas.py)
+    uses += [(name, "unsigned char") for name in
+             re.findall(r"^DETAUG_WARP_PITCHED_KERNEL\((\w+), \d\)", text, re.M)]
     # each use makes NAME (affine batches) and NAME_p (batches holding projective samples)
     return {n: head + [f"{out_t}*"] for name, out_t in uses for n in (name, name + "_p")}
 

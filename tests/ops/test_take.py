@@ -74,7 +74,18 @@ def test_take_images_are_references_to_the_same_pixels(rng):
     np.testing.assert_array_equal(t.geometry.sizes, g.sizes[[2, 0, 2]])
 
 
-def test_images_not_decoded_yet_cannot_be_taken():
+def test_images_not_decoded_yet_are_taken_once_made():
+    """A take of planned images is planned too (core/deferred.py): their shapes now, their
+    pointers once the images are made; their pixels cannot be read before."""
+    from detaug.core.batch import DeviceImages
+    from detaug.core.deferred import DeferredLaunch, planned_sources, realize
+
     planned = PlannedImages(np.array([[10, 12, 3], [8, 9, 3]]), None, "RGB", 64, None)
-    with pytest.raises(NotPlannable, match="a take of images not decoded yet"):
-        take_images(ImageBatch(planned, "gpu", "HWC"), [1, 0])
+    t = take_images(ImageBatch(planned, "gpu", "HWC"), [1, 0, 1])
+    assert isinstance(t.raw, DeferredLaunch) and planned_sources(t.raw) == [planned]
+    assert t.sizes().tolist() == [[8, 9], [10, 12], [8, 9]]
+    with pytest.raises(NotPlannable):
+        t.data
+    made = DeviceImages([111, 222], [[10, 12, 3], [8, 9, 3]], [40, 32], None)
+    got = realize(t.raw, {id(planned): made}, None, {})
+    assert got.ptrs.tolist() == [222, 111, 222] and got.pitches.tolist() == [32, 40, 32]

@@ -273,11 +273,11 @@ def test_mosaic_and_hsv_working_memory(data):
     b = output_sizes.batch_bytes(ops, p._outputs, [[500, 660], [440, 600]], 2,
                                  plan_levels(ops, p._outputs))
     canvas = 640 * 640 * 3            # the 2s x 2s mosaic canvas, uint8
-    tiles = 4 * 320 * 320 * 3         # each output sample: 4 tiles resized to s x s
     # held until the launch is collected: the mosaic's canvas (read by hsv), hsv's output (read
-    # by brightness_contrast), brightness_contrast's (read by letterbox's warp); and the mosaic's
-    # tiles. The mosaic's inputs (decoded images) are the decode side's.
-    assert b.working == 2 * (3 * canvas + tiles)
+    # by brightness_contrast), brightness_contrast's (read by letterbox's warp); no tiles (warped
+    # straight into the canvas: ops/multi_plan.py). The mosaic's inputs (decoded images) are
+    # the decode side's.
+    assert b.working == 2 * 3 * canvas
     assert b.outputs == 2 * (320 * 320 * 3 + output_sizes.BOX_BYTES)
 
 

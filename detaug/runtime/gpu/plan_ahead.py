@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import os
 
-from ...core.batch import BoxBatch, DeferredWarp, ImageBatch, PaddedBoxes, PlannedImages
+from ...core.batch import BoxBatch, ImageBatch, PaddedBoxes
+from ...core.deferred import is_planned, planned_sources, realize
 from ...graph.trace import PARAMS
 from ..context import BatchContext
 from ...core.errors import NotPlannable, SampleError
@@ -51,6 +52,19 @@ def _static_plannable(op) -> bool:
 def _keys_of(op):
     """(op id, output index) of every value ``op`` reads: inputs and data-node arguments."""
     return [(v.op.id, v.index) for v in [*op.inputs, *op.arg_inputs.values()]]
+
+
+def plan_output_warps(pipe, ctx):
+    """The warps that make the planned outputs with a pending chain (what the output stage
+    would run: ``materialize`` without epilogue), planned here, so that the device thread only
+    launches them; an output that an unplanned op reads too is left as it is."""
+    read = {k for op in pipe._rest_ops for k in _keys_of(op)}
+    for node in pipe._outputs:
+        k = (node.op.id, node.index)
+        v = ctx.values.get(k)
+        if (k not in read and isinstance(v, ImageBatch) and v.geometry is not None
+                and is_planned(v.raw)):
+            ctx.values[k] = v.materialize(ctx)
 
 
 class NotPlanned:
@@ -127,6 +141,7 @@ class PlanAhead:
             self._run_ops(ctx, self._host_ops)
             self._run_ops(ctx, self._plan_ops)
             self._plan_params(ctx, self._param_ops)
+            plan_output_warps(self, ctx)
 
         ctx = self._with_retries(key, prepared, pool, stage, indices, skips=skips, walks=walks,
                                  ctx_type=_PlanContext)
@@ -196,10 +211,7 @@ class PlanAhead:
         """The planned images of a plan, each once, in the order the values name them."""
         seen = {}
         for v in plan.values.values():
-            raw = getattr(v, "raw", None)
-            src = raw.source if isinstance(raw, DeferredWarp) else raw
-            if isinstance(src, PlannedImages):
-                seen.setdefault(id(src), src)
+            planned_sources(getattr(v, "raw", None), seen)  # under chained launches too
         return list(seen.values())
 
     def _decode_planned_of(self, ctx, plan) -> dict:
@@ -222,22 +234,20 @@ class PlanAhead:
 
     def _realize(self, ctx, plan, decoded):
         """The planned values on the device, into ``ctx.values``: planned images are their
-        decoded images (the pending chain kept), a deferred warp runs (one launch), and every
+        decoded images (the pending chain kept), a deferred warp or launch runs (one launch
+        each, after those it reads: core/deferred.py), and every
         host array of the planned box values goes up in ONE copy. Values of the host ops stay
         as they are."""
         from ...core.backend import upload_many
-        from ...kernels.warp import launch_warp
 
-        host, todo = [], []
+        host, todo, made = [], [], {}
         for k, v in plan.values.items():
             if k[0] not in self._planned_ids:
                 ctx.values[k] = v
-            elif isinstance(v, ImageBatch) and isinstance(v.raw, PlannedImages):
-                ctx.values[k] = ImageBatch(decoded[id(v.raw)], v.device, v.layout, v.geometry)
-            elif isinstance(v, ImageBatch) and isinstance(v.raw, DeferredWarp):
-                src = decoded[id(v.raw.source)]
-                out = launch_warp(v.raw.launch, src.ptrs, src.pitches, ctx.stream)
-                ctx.values[k] = ImageBatch(out, v.device, v.layout, None)
+            elif isinstance(v, ImageBatch) and is_planned(v.raw):
+                # its decode, or its launches (each once: core/deferred.py), the chain kept
+                ctx.values[k] = ImageBatch(realize(v.raw, decoded, ctx.stream, made), v.device,
+                                           v.layout, v.geometry)
             elif isinstance(v, BoxBatch) and v.device == "cpu":
                 parts = v.device_arrays()
                 todo.append((k, v, None, len(host), len(parts)))
