@@ -38,9 +38,9 @@ import numpy as np
 
 from ..core import backend
 from ..core.batch import BoxBatch, ImageBatch
+from ..core.instances import trim_polygons
 from ..core.tensor_list import detaug_value
 from ..ops.boxes import PaddedBoxes
-from ..core.instances import trim_polygons
 from ..ops.instance_fields import pad_fields
 from ..runtime.run_state import StateDictError
 
