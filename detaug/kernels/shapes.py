@@ -15,8 +15,8 @@ Polygons on the device keep the dense per-box layout of the CPU path
 (:func:`detaug.core.instances.dense_polygons`: (N, P, 2) float64, a NaN row after each polygon,
 NaN to the end of the row), but the width of the moved field cannot be known without reading
 the device: it is :func:`polygon_capacity` (input width and chain length), the rows past the
-real ones NaN, and :func:`polygon_width` / :func:`trim_polygons_cupy` cut it to the CPU path's
-width at the output. A row whose clipped polygons need more than the capacity (only polygons
+real ones NaN, and :func:`detaug.core.instances.trim_polygons` cuts it to the CPU path's
+width at the output (one small copy to the host there). A row whose clipped polygons need more than the capacity (only polygons
 that zigzag across a canvas line many times) is written as the marker ``(OVERFLOW, -OVERFLOW)``
 in its first row: the output refuses it by name (never a truncated polygon).
 """
@@ -56,8 +56,14 @@ def _dev(cp, a, dtype):
 
 def _chain(matrices, sizes):
     """(S, B, 3, 3) float64 and (S, B, 2) int64, contiguous (one op: (B, 3, 3), (B, 2))."""
-    m, s = ref._chain(matrices, sizes)
-    return np.ascontiguousarray(m), np.ascontiguousarray(s)
+    m = np.ascontiguousarray(np.asarray(matrices, np.float64))
+    s = np.ascontiguousarray(np.asarray(sizes, np.int64))
+    if m.ndim == 3:
+        m, s = m[None], s[None]
+    if m.shape[:2] != s.shape[:2] or m.shape[2:] != (3, 3) or s.shape[2:] != (2,):
+        raise ValueError(f"a chain is matrices (S, B, 3, 3) and sizes (S, B, 2); got "
+                         f"{m.shape} and {s.shape}")
+    return m, s
 
 
 def _sample(cp, sample, n, extra, s):
