@@ -81,6 +81,7 @@ def _padded_boxes(bb: BoxBatch, name: str, max_boxes) -> dict:
     host, padded as ``fn.pad_boxes`` (boxes 0, labels and fields -1; shaped fields as it pads
     them: keypoints 0, polygons and oriented boxes NaN). M is ``max_boxes`` or the batch's
     largest count."""
+    from ..core.instances import trim_polygons
     from ..ops.instance_fields import pad_fields
 
     valid = None if bb.valid is None else np.asarray(_fresh(bb.valid), bool)
@@ -92,6 +93,8 @@ def _padded_boxes(bb: BoxBatch, name: str, max_boxes) -> dict:
         warnings.warn(f"output {name!r}: a sample has {largest} boxes, more than max_boxes={m}; "
                       "the first max_boxes are kept")
     fields = {"labels": _fresh(bb.labels), **{k: _fresh(v) for k, v in bb.fields.items()}}
+    if bb.device == "gpu" and "polygons" in fields:  # the GPU leaves NaN rows past the CPU's P
+        fields["polygons"] = trim_polygons(fields["polygons"])
     boxes, fields, cnt = pad_fields(_fresh(bb.boxes), fields, valid, bb.offsets, m)
     return {"boxes": boxes, **fields, "counts": cnt}
 

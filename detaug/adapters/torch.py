@@ -38,6 +38,7 @@ import numpy as np
 
 from ..core import backend
 from ..core.batch import BoxBatch, ImageBatch
+from ..core.instances import trim_polygons
 from ..core.tensor_list import detaug_value
 from ..ops.boxes import PaddedBoxes
 from ..ops.instance_fields import pad_fields
@@ -469,7 +470,8 @@ def _box_list(bb: BoxBatch, label_offset: int, event=None) -> list:
     valid, counts = _host_valid(bb, event)
     cols = {"boxes": _tensor(bb.boxes).to(torch.float32),
             "labels": _tensor(bb.labels).to(torch.int64) + label_offset,
-            **{k: _tensor(v) for k, v in bb.fields.items()}}
+            **{k: _tensor(_polygons_trimmed(v, event) if k == "polygons" else v)
+               for k, v in bb.fields.items()}}
     if not valid.all():
         idx = torch.from_numpy(np.nonzero(valid)[0]).to(cols["boxes"].device, non_blocking=True)
         cols = {k: v.index_select(0, idx) for k, v in cols.items()}
@@ -482,6 +484,20 @@ def _box_list(bb: BoxBatch, label_offset: int, event=None) -> list:
             d["masks"] = torch.from_numpy(polygon_masks(d["polygons"].cpu().numpy(), h, w)).to(
                 d["boxes"].device)
     return out
+
+
+def _polygons_trimmed(rows, event=None):
+    """Device polygons cut to the CPU path's width (the GPU leaves NaN rows past it), after the
+    batch's ``event``: one small copy to the host. Host arrays as they are."""
+    if not backend.is_device_array(rows):
+        return rows
+    import cupy
+
+    s = cupy.cuda.get_current_stream()
+    if event is not None:
+        s.wait_event(event)
+    with s:
+        return trim_polygons(rows)
 
 
 def _trim(d: dict, n: int, batch_size: int) -> dict:

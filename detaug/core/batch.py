@@ -14,6 +14,7 @@ import numpy as np
 
 from . import backend
 from . import geometry as G
+from .instances import trim_polygons
 from .tensor_list import Layout, TensorListMethods
 
 
@@ -454,6 +455,8 @@ class BoxBatch:
         b = self
         boxes, labels = backend.to_host(b.boxes), backend.to_host(b.labels)
         fields = {k: backend.to_host(v) for k, v in b.fields.items()}
+        if b.device == "gpu" and "polygons" in fields:  # the GPU leaves NaN rows past the CPU's P
+            fields["polygons"] = trim_polygons(fields["polygons"])
         valid = np.ones(len(boxes), bool) if b.valid is None else backend.to_host(b.valid)
         out = []
         for s in range(b.batch_size):

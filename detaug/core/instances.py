@@ -227,6 +227,42 @@ def ragged_polygons(dense):
     return pts, off, boff
 
 
+# the first point (POLYGON_OVERFLOW, -POLYGON_OVERFLOW) of a polygon row that the GPU could not
+# fit in its capacity (kernels/shapes.py): never a coordinate of a real point
+POLYGON_OVERFLOW = 1.0e308
+
+
+def polygon_width(rows) -> int:
+    """The width :func:`dense_polygons` gives the polygons of a dense field (a host or device
+    array, possibly with NaN rows past that width, as the GPU path leaves it): its longest
+    box's rows up to and with the NaN row after its last polygon; 0 when no box has one. On
+    the device: one small copy to the host (output stage).
+
+    Raises:
+        RuntimeError naming the field where a row carries the overflow marker.
+    """
+    from .backend import is_device_array, xp_for
+
+    xp = xp_for("gpu" if is_device_array(rows) else "cpu")
+    if rows.shape[0] == 0 or rows.shape[1] == 0:
+        return 0
+    real = ~xp.isnan(rows[..., 0])
+    last = (real * xp.arange(1, rows.shape[1] + 1)).max()  # up to the last real point
+    over = (rows[:, 0, 0] == POLYGON_OVERFLOW).any()
+    last, over = (int(v) for v in xp.stack([last, over.astype(last.dtype)]).tolist())
+    if over:
+        raise RuntimeError("the field 'polygons': a box's polygons, clipped on the GPU, needed "
+                           "more rows than kernels/shapes.polygon_capacity gives (a polygon "
+                           "that crosses a canvas line many times); run the polygons of this "
+                           "pipeline on the CPU")
+    return last + 1 if last else 0
+
+
+def trim_polygons(rows):
+    """``rows`` (N, P, 2) cut to :func:`polygon_width` (a view)."""
+    return rows[:, :polygon_width(rows)]
+
+
 def clip_polygons(points, offsets, rects):
     """Clip each polygon to its axis-aligned rectangle (Sutherland-Hodgman, all polygons at
     once, one rectangle side at a time).

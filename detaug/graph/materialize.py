@@ -17,6 +17,7 @@ from ..core.batch import BoxBatch, DeferredWarp, ImageBatch
 from ..core.deferred import is_planned, stand_in
 from ..core.instances import SHAPE_FIELDS, shapes_clipped, shapes_through, tight_boxes
 from ..kernels import boxes as kb
+from ..kernels import shapes as ks
 from ..kernels import warp
 
 
@@ -136,28 +137,32 @@ def prune(b: BoxBatch, ctx=None, *, clip=True, min_size=0.0, min_area=0.0,
         out, keep = kb.box_transform_numpy(b.boxes, b.sample_index(), mats, canvases, **kw)
     host = b._host_later(lambda h: prune(h, None, clip=clip, min_size=min_size, min_area=min_area,
                                          min_visibility=min_visibility))
-    fields = _shapes(b, clip)
+    fields, tight = _shapes(b, ctx, clip)
     if b.geometry is not None and fields is not b.fields:  # moved shapes; a box asked to (tight_box) follows its polygons
-        out = tight_boxes(out, fields)
+        out = (ks.tight_boxes_cupy(out, fields, tight, stream=getattr(ctx, "stream", None))
+               if b.device == "gpu" else tight_boxes(out, fields))
     return b.replace(boxes=out, valid=keep, geometry=None, host=host, fields=fields)
 
 
-def _shapes(b: BoxBatch, clip=True) -> dict:
-    """The fields, with the instance shapes among them (keypoints, polygons, oriented boxes)
-    moved through the pending chain (core/instances.py), on the CPU; with no chain and
-    ``clip``, keypoints and polygons cut to the current canvas as a chain's last canvas cuts
-    them (the reader's shapes may overhang the image as its boxes may). On the GPU they are
-    refused by name until their kernels exist (never passed through unmoved or unclipped)."""
+def _shapes(b: BoxBatch, ctx=None, clip=True):
+    """``(fields, tight)``: the fields, with the instance shapes among them (keypoints,
+    polygons, oriented boxes) moved through the pending chain (core/instances.py on the CPU,
+    kernels/shapes.py on the GPU); with no chain and ``clip``, keypoints and polygons cut to the
+    current canvas as a chain's last canvas cuts them (the reader's shapes may overhang the
+    image as its boxes may). ``tight``: on the GPU, each box's enclosing box of its moved
+    polygons (or None)."""
     if (b.geometry is None and not clip) or not set(SHAPE_FIELDS) & set(b.fields):
-        return b.fields
+        return b.fields, None
     if b.geometry is None and not {"keypoints", "polygons"} & set(b.fields):
-        return b.fields  # oriented boxes alone: a canvas never cuts them
+        return b.fields, None  # oriented boxes alone: a canvas never cuts them
     if b.device == "gpu":
-        raise NotImplementedError(f"the fields {sorted(set(SHAPE_FIELDS) & set(b.fields))} "
-                                  "move through geometric ops on the CPU only so far")
+        stream = getattr(ctx, "stream", None)
+        if b.geometry is None:
+            return ks.shapes_clipped_cupy(b.fields, b.sample_index(), b.canvas, stream=stream)
+        return ks.shapes_through_cupy(b.fields, b.sample_index(), b.geometry, stream=stream)
     if b.geometry is None:
-        return shapes_clipped(b.fields, b.sample_index(), b.canvas)
-    return shapes_through(b.fields, b.sample_index(), b.geometry)
+        return shapes_clipped(b.fields, b.sample_index(), b.canvas), None
+    return shapes_through(b.fields, b.sample_index(), b.geometry), None
 
 
 def current_host_boxes(b: BoxBatch):

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.instances import dense_polygons
+from ..core.instances import dense_polygons, trim_polygons
+from ..kernels import shapes as ks
 
 CARRIED = ("polygons",)  # the ragged fields a pipeline carries (masks: not yet)
 
@@ -51,38 +52,26 @@ def batch_fields(ragged, rows) -> dict:
     return out
 
 
-def _shaped_fill(name, dtype):
-    """The pad value of a field with per-box shape: keypoints 0 (COCO's unlabelled point),
-    other floats NaN (a polygon row or corner that is not there: the NaN rows that already end
-    each polygon), integers -1, bools False."""
-    if name == "keypoints":
-        return 0
-    if np.issubdtype(dtype, np.floating):
-        return np.nan
-    return False if dtype == np.bool_ else -1
-
-
 def pad_fields(boxes, fields, keep, offsets, max_boxes, *, device="cpu", pad=None, **kw):
     """``pad`` (kernels/boxes.py ``pad_boxes_numpy`` or its cupy twin, called with ``kw``) for
     the (N,) fields, and the fields with a per-box shape (keypoints (N, K, 3), keypoint_flip
-    (N, K), obb (N, 4, 2), polygons (N, P, 2)) padded the same way on the host: (B, M, ...),
-    row r of sample b its r-th kept box, the rest :func:`_shaped_fill`. Polygons keep their
-    batch's P (its longest box: NaN rows end each polygon), so their padded shape varies from
-    batch to batch as a box count does without ``max_boxes``.
+    (N, K), obb (N, 4, 2), polygons (N, P, 2)) padded the same way: (B, M, ...), row r of sample
+    b its r-th kept box, the rest kernels/shapes.py ``shaped_fill`` (keypoints 0, other floats
+    NaN, integers -1, bools False). Polygons keep their batch's P (its longest box: NaN rows end
+    each polygon), so their padded shape varies from batch to batch as a box count does without
+    ``max_boxes``. On the GPU polygons are first cut to that P (core/instances.py
+    ``trim_polygons``: the GPU leaves NaN rows past it; one small copy to the host) and the
+    shaped fields take one more launch (``pad_shaped_cupy``, from the row each padded slot
+    holds, which ``pad`` gives as one more field).
 
     Returns ``(boxes (B, M, 4), fields, counts (B,))`` as ``pad`` does.
-
-    Raises:
-        NotImplementedError naming the shaped fields on the GPU (no padding kernel for them;
-        the GPU path refuses them at its geometric ops too).
     """
     from ..kernels import boxes as kb
 
     flat = {k: v for k, v in fields.items() if np.ndim(v) == 1}
     shaped = {k: v for k, v in fields.items() if np.ndim(v) != 1}
     if shaped and device == "gpu":
-        raise NotImplementedError(f"the fields {sorted(shaped)} have a per-box shape and are "
-                                  "padded on the CPU only so far")
+        return _pad_fields_gpu(boxes, fields, flat, shaped, keep, offsets, max_boxes, pad, kw)
     out_boxes, out, cnt = (pad or kb.pad_boxes_numpy)(boxes, flat, keep, offsets, max_boxes,
                                                       **kw)
     if not shaped:
@@ -94,11 +83,36 @@ def pad_fields(boxes, fields, keep, offsets, max_boxes, *, device="cpu", pad=Non
     csum = np.concatenate([[0], np.cumsum(k, dtype=np.int64)])
     rank = csum[:-1] - csum[o[si]]  # kept boxes before this one in its sample
     sel = k & (rank < m)
+    index = np.full((b, m), -1, np.int64)
+    index[si[sel], rank[sel]] = np.flatnonzero(sel)
+    _check_rows(shaped, n)
+    out.update(ks.pad_shaped_numpy(shaped, index))
+    return out_boxes, {k: out[k] for k in ["labels", *fields] if k in out}, cnt
+
+
+def _pad_fields_gpu(boxes, fields, flat, shaped, keep, offsets, max_boxes, pad, kw):
+    """:func:`pad_fields` on the device: the padded slots' rows come out of ``pad`` as one more
+    field (-1 where a slot is padding), then one launch pads every shaped field."""
+    import cupy as cp
+
+    n = int(np.asarray(offsets)[-1])
+    _check_rows(shaped, n)
+    row = "\0row"  # a name no reader gives a field
+    ff = kw.get("field_fill", -1)
+    kw = dict(kw, field_fill=dict(ff, **{row: -1}) if isinstance(ff, dict)
+              else {**{k: ff for k, v in flat.items() if v.dtype != np.bool_}, row: -1})
+    stream = kw.get("stream")
+    with stream if stream is not None else cp.cuda.get_current_stream():
+        rows = cp.arange(n, dtype=cp.int64)
+        if "polygons" in shaped:  # one small copy to the host, after the batch's kernels
+            shaped["polygons"] = trim_polygons(shaped["polygons"])
+    out_boxes, out, cnt = pad(boxes, {**flat, row: rows}, keep, offsets, max_boxes, **kw)
+    index = out.pop(row)
+    out.update(ks.pad_shaped_cupy(shaped, index, stream=stream))
+    return out_boxes, {k: out[k] for k in ["labels", *fields] if k in out}, cnt
+
+
+def _check_rows(shaped, n):
     for name, v in shaped.items():
-        v = np.asarray(v)
         if len(v) != n:
             raise ValueError(f"field {name!r} has {len(v)} rows for {n} boxes")
-        p = np.full((b, m) + v.shape[1:], _shaped_fill(name, v.dtype), v.dtype)
-        p[si[sel], rank[sel]] = v[sel]
-        out[name] = p
-    return out_boxes, {k: out[k] for k in ["labels", *fields] if k in out}, cnt

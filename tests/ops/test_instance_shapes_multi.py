@@ -251,11 +251,3 @@ def test_polygons_through_warps_against_reference(kind, rng):
                 np.testing.assert_allclose(a, b, atol=1e-4)
                 compared += 1
     assert compared >= 3
-
-
-@pytest.mark.gpu
-def test_padding_shaped_fields_on_the_gpu_is_refused_by_name(rng):
-    img = rng.integers(0, 256, (20, 30, 3), np.uint8)
-    with pytest.raises(NotImplementedError, match="keypoints"):
-        run_graph([img], [[[1, 1, 5, 5]]], lambda i, b: (i, fn.pad_boxes(b)),
-                  fields=[{"keypoints": np.zeros((1, 2, 3), np.float32)}], device="gpu")

@@ -70,14 +70,6 @@ def test_oriented_boxes_follow_rotation(rng):
     assert np.allclose(out.per_sample()[0]["boxes"][0], [*ref.min(0), *ref.max(0)], atol=1e-3)
 
 
-@pytest.mark.gpu
-def test_shapes_on_the_gpu_are_refused_by_name(rng):
-    img = rng.integers(0, 256, (20, 30, 3), np.uint8)
-    with pytest.raises(Exception, match="keypoints"):
-        run_graph([img], [[[1, 1, 5, 5]]], lambda i, b: fn.flip(i, b, horizontal=1),
-                  fields=[{"keypoints": np.zeros((1, 2, 3), np.float32)}], device="gpu")
-
-
 def test_coco_reader_keypoints_through_flip_and_crop(tmp_path, rng):
     """readers.coco(keypoints=True): COCO's pixel-index keypoints (+ 0.5) mirrored, swapped by
     the pairing of their names, cropped; a box cropped away leaves with its points."""
