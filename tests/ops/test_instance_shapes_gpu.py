@@ -203,7 +203,7 @@ MORE = {  # ops that move boxes by other routes: tiles, windows drawn on the hos
     "iou_crop": lambda i, b: fn.random_iou_crop(i, b),
     "zoom_out": lambda i, b: fn.zoom_out(i, b),
     "affine": lambda i, b: fn.warp_affine(i, b, matrix=[1.1, 0.3, -4, -0.2, 0.9, 3],
-                                          inverse_map=False),
+                                          inverse_map=False, fill_value=0),  # (GPU: a fill)
     "perspective": lambda i, b: fn.perspective(
         i, b, startpoints=[[0, 0], [60, 0], [60, 40], [0, 40]],
         endpoints=[[3, -2], [57, 4], [62, 37], [-4, 41]]),
