@@ -75,16 +75,22 @@ def resize_at(img, dst_hw, rows, cols, clamp=None):
     ys, b0, b1 = (t[rows] for t in axis_table(h, int(dst_hw[0]), False))
     # the taps: in the image, then in the rectangle (inside the image: one clip does both;
     # the second x tap is the first where a1 = 0, at the last column)
-    x0 = np.minimum(np.maximum(xs, cx0), cx1)[None, :]
-    x1 = np.minimum(np.maximum(xs + 1, cx0), cx1)[None, :]
+    x0 = np.minimum(np.maximum(xs, cx0), cx1)
+    x1 = np.minimum(np.maximum(xs + 1, cx0), cx1)
     n = len(ys)
-    y = np.minimum(np.maximum(np.concatenate([ys, ys + 1]), cy0), cy1)[:, None]
-    # weights shaped to broadcast over (rows, cols[, C]); int32 products (below 2^27)
+    y = np.minimum(np.maximum(np.concatenate([ys, ys + 1]), cy0), cy1)
+    lo = int(y.min()) if n else 0
+    # the horizontal pass of the source rows read, once each (a column's line reads one block
+    # of rows), >> 4 as the vertical pass reads it; int32 products (below 2^27)
+    rows_read = img[lo:int(y.max()) + 1] if n else img[:0]
     tail = (1,) * (img.ndim - 2)
-    a0, a1 = a0.reshape((1, -1) + tail), a1.reshape((1, -1) + tail)
-    hp = img[y, x0] * a0
-    hp += img[y, x1] * a1
-    hp >>= 4  # the horizontal pass as the vertical one reads it
+    if np.array_equal(x0, x1):  # both taps on one column (a line cut by the rectangle)
+        hp = rows_read[:, x0] * (a0 + a1).reshape((1, -1) + tail)
+    else:
+        hp = rows_read[:, x0] * a0.reshape((1, -1) + tail)
+        hp += rows_read[:, x1] * a1.reshape((1, -1) + tail)
+    hp >>= 4
+    hp = hp[y - lo]
     hp *= np.concatenate([b0, b1]).reshape((-1, 1) + tail)
     hp >>= 16
     v = hp[:n]
