@@ -71,8 +71,8 @@ def resize_at(img, dst_hw, rows, cols, clamp=None):
     """
     h, w = img.shape[:2]
     cx0, cx1, cy0, cy1 = clamp if clamp is not None else (0, w - 1, 0, h - 1)
-    xs, a0, a1 = (t[cols] for t in axis_table(w, int(dst_hw[1]), True))
-    ys, b0, b1 = (t[rows] for t in axis_table(h, int(dst_hw[0]), False))
+    xs, a0, a1 = (t.take(cols) for t in axis_table(w, int(dst_hw[1]), True))
+    ys, b0, b1 = (t.take(rows) for t in axis_table(h, int(dst_hw[0]), False))
     # the taps: in the image, then in the rectangle (inside the image: one clip does both;
     # the second x tap is the first where a1 = 0, at the last column)
     x0 = np.minimum(np.maximum(xs, cx0), cx1)
@@ -84,13 +84,14 @@ def resize_at(img, dst_hw, rows, cols, clamp=None):
     # of rows), >> 4 as the vertical pass reads it; int32 products (below 2^27)
     rows_read = img[lo:int(y.max()) + 1] if n else img[:0]
     tail = (1,) * (img.ndim - 2)
+    # np.take, not fancy indexing: several times faster for these gathers along one axis
     if np.array_equal(x0, x1):  # both taps on one column (a line cut by the rectangle)
-        hp = rows_read[:, x0] * (a0 + a1).reshape((1, -1) + tail)
+        hp = np.take(rows_read, x0, axis=1) * (a0 + a1).reshape((1, -1) + tail)
     else:
-        hp = rows_read[:, x0] * a0.reshape((1, -1) + tail)
-        hp += rows_read[:, x1] * a1.reshape((1, -1) + tail)
+        hp = np.take(rows_read, x0, axis=1) * a0.reshape((1, -1) + tail)
+        hp += np.take(rows_read, x1, axis=1) * a1.reshape((1, -1) + tail)
     hp >>= 4
-    hp = hp[y - lo]
+    hp = np.take(hp, y - lo, axis=0)
     hp *= np.concatenate([b0, b1]).reshape((-1, 1) + tail)
     hp >>= 16
     v = hp[:n]
