@@ -267,7 +267,7 @@ def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layou
     points that take a fill.
     ``resized``: a dict shared by the call's samples, ``(id(image), H, W) -> image resized to
     (H, W)`` (a mosaic's image that is a tile of several groups is resized once: its tiles are
-    windows of one resize)"""
+    windows of one resize, their lines that the clamp moves made apart)"""
     h, w = (int(s) for s in out_hw)
     C = img.shape[2]
     shrink = nx * ny > 1
@@ -408,9 +408,12 @@ def warp_cv2(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=
     and integer-coordinate maps (identity, flips, 90-degree turns, crops) are exact. Fast paths
     (uint8 HWC, one tap, no point outside): unit-step maps copy the pixels; resize maps (and an
     integer window of one) take ``cv2.resize`` (11-bit weights: within one level of the twin),
-    a clamp rectangle smaller than the image through a border-replicated copy of it, and an
-    image that is several samples' source (a mosaic's partner) is resized once per call; a
-    warp reaching outside its region tests its fill only on the grid lines not wholly inside.
+    an image that is several samples' source (a mosaic's partner) resized once per call; where
+    a clamp rectangle smaller than the image moves a window's taps, the lines it moves are made
+    by OpenCV's own rule (kernels/resize_lines.py: the resize of the rectangle's edge replicated
+    out to the image's size, bit for bit; that border copy itself where the installed OpenCV
+    does not resize by the rule); a warp reaching outside its region tests its fill only on the
+    grid lines not wholly inside.
     """
     import cv2
 
