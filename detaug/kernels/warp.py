@@ -309,9 +309,11 @@ def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layou
         if fit is not None and not fit[2]:
             # taps beyond the clamp rectangle (a mosaic tile's part on the canvas): the window
             # of the image's own resize (shared by its tiles), its lines whose taps leave the
-            # rectangle made apart (kernels/resize_lines.py); where OpenCV's rule is not the
-            # emulated one, the rectangle's edge replicated out to the image's size
-            if RL.emulable(img.shape[:2], fit[0]) and RL.emulation_holds():
+            # rectangle made apart (kernels/resize_lines.py: uint8); elsewhere (float images,
+            # an OpenCV whose rule is not the emulated one) the rectangle's edge replicated out
+            # to the image's size
+            if (img.dtype == np.uint8 and RL.emulable(img.shape[:2], fit[0])
+                    and RL.emulation_holds()):
                 clamped = (cx0, cx1, cy0, cy1)
             else:
                 img = cv2.copyMakeBorder(src, cy0, img.shape[0] - 1 - cy1, cx0,

@@ -168,6 +168,25 @@ def test_clamped_tiles_equal_the_border_copy_path(seed, monkeypatch):
         assert d.max() <= 1, t
 
 
+@pytest.mark.parametrize("seed", [5, FRESH])
+def test_float_tiles_keep_the_border_copy(seed):
+    """float32 images (warped in float: the rule is OpenCV's uint8 one) take the border copy:
+    the clamped tiles are cv2.resize of the border-replicated image, then the window."""
+    rng = np.random.default_rng(seed)
+    srcs, g = _tiles(rng, 4, 24)
+    srcs = [(im.astype(np.float32) * 0.37) for im in srcs]
+    rect, rect_fill, clamp, slabs, slab_fill, nslab = g.valid_region()
+    got = W.warp_cv2(srcs, g.matrices, g.sizes, fill=rect_fill, out_dtype=np.float32,
+                     region=(rect, clamp, slabs, slab_fill, nslab), antialias=False)
+    for t, (img, m, (th, tw)) in enumerate(zip(srcs, g.matrices, g.sizes)):
+        h0, w0 = img.shape[:2]
+        fw, fh = int(round(w0 * m[0, 0])), int(round(h0 * m[1, 1]))
+        x1, y1 = int(round(-m[0, 2])), int(round(-m[1, 2]))
+        want = cv2.resize(_bordered(img, tuple(int(v) for v in clamp[t])), (fw, fh),
+                          interpolation=cv2.INTER_LINEAR)[y1:y1 + th, x1:x1 + tw]
+        np.testing.assert_array_equal(got[t], want)
+
+
 @pytest.mark.parametrize("seed", [3, FRESH])
 def test_corners_outside_is_the_array_test(seed):
     """The scalar test of an affine map's four extreme sample points against the region's rect
