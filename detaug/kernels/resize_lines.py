@@ -107,17 +107,20 @@ def clamped_lines(src_hw, dst_hw, window, clamp):
     (a tap of that axis outside the clamp rectangle), as indices into the whole resize."""
     (h, w), (cx0, cx1, cy0, cy1) = src_hw, clamp
     (rs, cs) = window
-    xs = axis_table(w, int(dst_hw[1]), True)[0][cs]
-    ys = axis_table(h, int(dst_hw[0]), False)[0][rs]
-    # a tap leaves the rectangle: the first one below its low edge (inside the image), or the
-    # second one (clipped to the image) above its high edge
-    bad_c = xs < cx0
-    if cx1 < w - 1:
-        bad_c |= xs >= cx1
-    bad_r = ys < cy0 if cy0 > 0 else np.zeros(len(ys), bool)
-    if cy1 < h - 1:
-        bad_r |= ys >= cy1
-    return rs.start + np.flatnonzero(bad_r), cs.start + np.flatnonzero(bad_c)
+    return (_cut(axis_table(h, int(dst_hw[0]), False)[0], rs, cy0 if cy0 > 0 else None,
+                 cy1 if cy1 < h - 1 else None),
+            _cut(axis_table(w, int(dst_hw[1]), True)[0], cs, cx0, cx1 if cx1 < w - 1 else None))
+
+
+def _cut(first_taps, window, low, high):
+    """The indices in ``window`` whose first tap (ascending along the axis) lies below ``low``
+    (the first tap leaves the rectangle) or at or above ``high`` (the second one, inside the
+    image, does); None: that edge cuts nothing. A prefix and a suffix of the window."""
+    a, b = window.start, window.stop
+    left = a if low is None else min(b, max(a, int(np.searchsorted(first_taps, low, "left"))))
+    right = b if high is None else min(b, max(left, int(np.searchsorted(first_taps, high,
+                                                                         "left"))))
+    return np.concatenate([np.arange(a, left), np.arange(right, b)])
 
 
 def fix_clamped(dst, img, dst_hw, window, clamp):
