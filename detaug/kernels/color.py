@@ -85,8 +85,8 @@ def _rgb_matrix_f64(m, im):
 
 def _put(target, result):
     """``target`` holding what OpenCV returned for ``dst=target`` (it writes in place when
-    ``target`` fits, else returns a new array: copied here)."""
-    if result.ctypes.data != target.ctypes.data:
+    ``target`` fits, and then returns ``target`` itself; else a new array: copied here)."""
+    if result is not target and result.ctypes.data != target.ctypes.data:
         np.copyto(target, result.reshape(target.shape))
     return target
 
@@ -170,9 +170,11 @@ def _hsv_one(m, im, out, scratch):
     transform, rounded at ``y - eps`` and ``y + eps`` (``eps`` 8x the float32 sum's error
     bound, ``_F32_MARGIN``); where the two agree the float64 sum rounds the same, and the
     values where they differ (near a .5, about ``2 eps`` of them: a few thousand of a 640 x 640
-    image) are summed again in float64. Strips of rows whose float32 buffers stay in cache (on a
-    memory-bound machine the passes over a whole image's floats cost more than the math).
-    ``out``: a uint8 array of ``im``'s shape (written); ``scratch``: a dict of the strip
+    image) are summed again in float64, once for the whole image. The float32 passes run over
+    strips of rows whose buffers stay in cache (on a memory-bound machine the passes over a
+    whole image's floats cost more than the math); ``y + eps`` is rounded straight into
+    ``out``, ``y - eps`` into a uint8 image of the caller's scratch, scanned once at the end.
+    ``out``: a uint8 array of ``im``'s shape (written); ``scratch``: a dict of the work
     buffers, kept by the caller for the batch's next image."""
     if im.size == 0:
         return _round_clamp_u8(_rgb_matrix_f64(m, im), out=out)
@@ -180,31 +182,51 @@ def _hsv_one(m, im, out, scratch):
     rows = max(1, min(h, _STRIP_BYTES // (12 * w)))
     if scratch.get("shape") != (rows, w):
         scratch.update(shape=(rows, w), x=np.empty((rows, w, 3), np.float32),
-                       y=np.empty((rows, w, 3), np.float32),
-                       low=np.empty((rows, w, 3), np.uint8))
+                       y=np.empty((rows, w, 3), np.float32))
+    if scratch.get("low") is None or scratch["low"].size < im.size:
+        scratch["low"] = np.empty(im.size, np.uint8)
+    low = scratch["low"][:im.size].reshape(im.shape)
     m32 = m.astype(np.float32)
     eps = float(_F32_MARGIN * np.abs(m).sum(1).max())
+    lo, hi = low.reshape(-1), out.reshape(-1)
+    n8 = im.size // 8 * 8
+    lo64, hi64 = lo[:n8].view(np.uint64), hi[:n8].view(np.uint64)
+    words, done = [], 0
     for r0 in range(0, h, rows):
         n = min(rows, h - r0)
-        _hsv_strip(m, m32, eps, im[r0:r0 + n], out[r0:r0 + n], scratch["x"][:n],
-                   scratch["y"][:n], scratch["low"][:n])
+        _hsv_strip(m32, eps, im[r0:r0 + n], out[r0:r0 + n], scratch["x"][:n],
+                   scratch["y"][:n], low[r0:r0 + n])
+        # the strip's whole 8-byte words compared while they are in cache
+        end = (r0 + n) * w * 3 // 8
+        words.append(done + np.flatnonzero(lo64[done:end] != hi64[done:end]))
+        done = end
+    flat = _differing(lo, hi, np.concatenate(words))  # index into out, flat
+    if flat.size:
+        pix, ch = np.divmod(flat, 3)
+        v = im.reshape(-1, 3)[pix].astype(np.float64)
+        r = m[ch]
+        val = (r[:, 0] * v[:, 0] + r[:, 1] * v[:, 1]) + r[:, 2] * v[:, 2]
+        out.reshape(-1)[flat] = np.clip(np.floor(val + 0.5), 0, 255)
     return out
 
 
-def _differing(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _differing(a: np.ndarray, b: np.ndarray, words=None) -> np.ndarray:
     """The indices where two flat contiguous uint8 arrays differ, ascending. Compared 8 bytes
     at a time (the differing bytes are a few in a thousand here): a scan of whole words, then
-    the bytes of the few words that differ; about 4x faster than cv2.compare + findNonZero."""
+    the bytes of the few words that differ; about 4x faster than cv2.compare + findNonZero.
+    ``words``: the differing whole words, ascending, where the caller has scanned them."""
     n8 = a.size // 8 * 8
-    words = np.flatnonzero(a[:n8].view(np.uint64) != b[:n8].view(np.uint64))
+    if words is None:
+        words = np.flatnonzero(a[:n8].view(np.uint64) != b[:n8].view(np.uint64))
     idx = (words[:, None] * 8 + np.arange(8)).reshape(-1)
     idx = idx[a[idx] != b[idx]]
     tail = n8 + np.flatnonzero(a[n8:] != b[n8:])
     return np.concatenate([idx, tail]) if tail.size else idx
 
 
-def _hsv_strip(m, m32, eps, im, out, x, y, low):
-    """One strip of :func:`_hsv_one` (``x``, ``y``, ``low``: its work buffers)."""
+def _hsv_strip(m32, eps, im, out, x, y, low):
+    """One strip of :func:`_hsv_one`: ``out`` and ``low`` the float32 sum rounded at ``y + eps``
+    and ``y - eps`` (``x``, ``y``: its float work buffers)."""
     import cv2
 
     np.copyto(x, im)
@@ -213,15 +235,7 @@ def _hsv_strip(m, m32, eps, im, out, x, y, low):
     # max's scalar is a 4-vector, which a 1 x 1 image takes for a second operand)
     _put(y, cv2.threshold(y, 0.0, 0.0, cv2.THRESH_TOZERO, dst=y)[1])
     _put(low, cv2.convertScaleAbs(y, dst=low, alpha=1.0, beta=-eps))
-    high = _put(out, cv2.convertScaleAbs(y, dst=out, alpha=1.0, beta=eps))
-    flat = _differing(low.reshape(-1), high.reshape(-1))  # index into out, flat
-    if flat.size:
-        pix, ch = np.divmod(flat, 3)
-        v = im.reshape(-1, 3)[pix].astype(np.float64)
-        r = m[ch]
-        val = (r[:, 0] * v[:, 0] + r[:, 1] * v[:, 1]) + r[:, 2] * v[:, 2]
-        out.reshape(-1)[flat] = np.clip(np.floor(val + 0.5), 0, 255)
-    return out
+    return _put(out, cv2.convertScaleAbs(y, dst=out, alpha=1.0, beta=eps))
 
 
 # ----------------------------------------------------------------------------- cupy

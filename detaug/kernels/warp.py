@@ -31,6 +31,8 @@ that slab's fill (the first violated slab wins, before the rect). Then, per chan
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..core.backend import upload_many
@@ -39,6 +41,7 @@ from ..core.batch import DeviceImages
 from .warp_region import _fill_outside, _inside_masks, _slab_inside, _source_points
 # the host preparation shared by the three implementations (detaug/kernels/warp_spec.py)
 from .warp_spec import _Spec, _allocate_numpy, _is_dense, _out_shape, _prepare, taps_for
+from . import resize_lines as RL
 _BLOCK = 256
 _PIX_PER_LANE = 16  # output pixels per lane (a warp covers 32 * 16 consecutive output pixels)
 _OPTIONS = ("-std=c++17", f"-DDETAUG_WARP_PPL={_PIX_PER_LANE}")  # warp.cu's compile options
@@ -127,13 +130,15 @@ def warp_numpy(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_tap
 
 
 # --------------------------------------------------------------------------- OpenCV path
+_T_MINUS = np.array([[1.0, 0, -0.5], [0, 1.0, -0.5], [0, 0, 1.0]])
+_T_PLUS = np.array([[1.0, 0, 0.5], [0, 1.0, 0.5], [0, 0, 1.0]])
+
+
 def _index_inverse(inv: np.ndarray, nx: int, ny: int) -> np.ndarray:
     """Inverse map in OpenCV's pixel-index coordinates (centres at integers) for the
     supersampled ``(ny * H, nx * W)`` grid: ``T(-0.5) @ inv(diag(nx, ny, 1) @ M) @ T(+0.5)``."""
-    t_minus = np.array([[1.0, 0, -0.5], [0, 1.0, -0.5], [0, 0, 1.0]])
-    t_plus = np.array([[1.0, 0, 0.5], [0, 1.0, 0.5], [0, 0, 1.0]])
     big_inv = inv @ np.diag([1.0 / nx, 1.0 / ny, 1.0])
-    return t_minus @ big_inv @ t_plus
+    return _T_MINUS @ big_inv @ _T_PLUS
 
 
 def _put(target: np.ndarray, result: np.ndarray) -> None:
@@ -205,17 +210,19 @@ def _unit_steps(m_idx, src_hw, out_hw):
 
 
 def _resize_window(m_full, img_hw, out_hw, clamp):
-    """((full H, full W), (rows, cols)) where an inverse index map ``m_full`` (on the whole
-    image) is cv2.resize's (``x_src = (x + 0.5) sx - 0.5``, edges replicated) onto a full size
-    whose scale is exactly the map's, then an integer window of it (a mosaic's tile: resize,
-    then the part on the canvas), and every bilinear tap of the window lies in the clamp
-    rectangle (so reading the whole image is reading the clamped one); else None."""
+    """((full H, full W), (rows, cols), inside) where an inverse index map ``m_full`` (on the
+    whole image) is cv2.resize's (``x_src = (x + 0.5) sx - 0.5``, edges replicated) onto a full
+    size whose scale is exactly the map's, then an integer window of it (a mosaic's tile:
+    resize, then the part on the canvas); else None. ``inside``: every bilinear tap of the
+    window lies in the clamp rectangle (so reading the whole image is reading the clamped
+    one)."""
     if m_full.shape[0] != 2 or m_full[0, 1] != 0 or m_full[1, 0] != 0:
         return None
-    full, window = [], []
+    full, window, inside = [], [], True
     for (sc, off), n_out, n_src, (c0, c1) in (
             ((m_full[1, 1], m_full[1, 2]), out_hw[0], img_hw[0], (clamp[2], clamp[3])),
             ((m_full[0, 0], m_full[0, 2]), out_hw[1], img_hw[1], (clamp[0], clamp[1]))):
+        sc, off = float(sc), float(off)
         if not sc > 0:
             return None
         n_full = int(round(n_src / sc))
@@ -226,13 +233,29 @@ def _resize_window(m_full, img_hw, out_hw, clamp):
         first = int(round(first))
         if first < 0 or first + n_out > n_full:
             return None
-        lo = int(np.floor((first + 0.5) * sc - 0.5))
-        hi = int(np.floor((first + n_out - 0.5) * sc - 0.5)) + 1
+        lo = math.floor((first + 0.5) * sc - 0.5)
+        hi = math.floor((first + n_out - 0.5) * sc - 0.5) + 1
         if min(max(lo, 0), n_src - 1) < c0 or min(max(hi, 0), n_src - 1) > c1:
-            return None
+            inside = False
         full.append(n_full)
         window.append(slice(first, first + n_out))
-    return tuple(full), tuple(window)
+    return tuple(full), tuple(window), inside
+
+
+def _corners_outside(inv, nx, ny, out_hw, rect) -> bool:
+    """:func:`_reaches_outside` of an affine map into a region without slabs, in scalars: the
+    four extreme sample points, mapped and tested as :func:`_inside_masks` maps and tests them
+    (the same float64 operations in the same order)."""
+    h, w = out_hw
+    (a00, a01, a02), (a10, a11, a12) = inv[0].tolist(), inv[1].tolist()
+    x_lo, x_hi, y_lo, y_hi = (float(v) for v in rect)
+    for oy in (0.5 / ny, h - 0.5 / ny):
+        for ox in (0.5 / nx, w - 0.5 / nx):
+            x = a00 * ox + a01 * oy + a02
+            y = a10 * ox + a11 * oy + a12
+            if not (x >= x_lo and x < x_hi and y >= y_lo and y < y_hi):
+                return True
+    return False
 
 
 def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layout, dst,
@@ -244,7 +267,7 @@ def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layou
     points that take a fill.
     ``resized``: a dict shared by the call's samples, ``(id(image), H, W) -> image resized to
     (H, W)`` (a mosaic's image that is a tile of several groups is resized once: its tiles are
-    windows of one resize)"""
+    windows of one resize, their lines that the clamp moves made apart)"""
     h, w = (int(s) for s in out_hw)
     C = img.shape[2]
     shrink = nx * ny > 1
@@ -259,7 +282,9 @@ def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layou
         m_idx[0, 2] -= cx0
         m_idx[1, 2] -= cy0
     warp = cv2.warpPerspective if proj else cv2.warpAffine
-    outside = _reaches_outside(inv, nx, ny, (h, w), spec, b)
+    outside = (_corners_outside(inv, nx, ny, (h, w), spec.rect[b])
+               if not proj and not spec.nslab[b] else
+               _reaches_outside(inv, nx, ny, (h, w), spec, b))
     fills = [spec.fill[b]] + [spec.slab_fill[b, k] for k in range(int(spec.nslab[b]))]
     exact_fill = all(float(f).is_integer() and 0 <= f <= 255 for fv in fills for f in fv)
     src = img[cy0:cy1 + 1, cx0:cx1 + 1]
@@ -280,22 +305,27 @@ def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layou
         m_full[0, 2] += cx0
         m_full[1, 2] += cy0
         fit = _resize_window(m_full, img.shape[:2], (h, w), (cx0, cx1, cy0, cy1))
-        edge = (0, img.shape[1] - 1, 0, img.shape[0] - 1)
-        if fit is None and (cx0, cx1, cy0, cy1) != edge:
-            # taps beyond the clamp rectangle (a mosaic tile's part on the canvas): its edge
-            # replicated out to the image's size is what the clamped taps read, and it makes
-            # the map a plain resize again (a border copy costs a fifth of a warpAffine)
-            fit = _resize_window(m_full, img.shape[:2], (h, w), edge)
-            if fit is not None:
-                img = cv2.copyMakeBorder(src, cy0, edge[3] - cy1, cx0, edge[1] - cx1,
+        clamped = None
+        if fit is not None and not fit[2]:
+            # taps beyond the clamp rectangle (a mosaic tile's part on the canvas): the window
+            # of the image's own resize (shared by its tiles), its lines whose taps leave the
+            # rectangle made apart (kernels/resize_lines.py: uint8); elsewhere (float images,
+            # an OpenCV whose rule is not the emulated one) the rectangle's edge replicated out
+            # to the image's size
+            if (img.dtype == np.uint8 and RL.emulable(img.shape[:2], fit[0])
+                    and RL.emulation_holds()):
+                clamped = (cx0, cx1, cy0, cy1)
+            else:
+                img = cv2.copyMakeBorder(src, cy0, img.shape[0] - 1 - cy1, cx0,
+                                         img.shape[1] - 1 - cx1,
                                          cv2.BORDER_REPLICATE).reshape(img.shape)
         if fit is not None:  # a resize (then a window of it): cv2.resize, the same bilinear rule
-            (fh, fw), (rows, cols) = fit
+            (fh, fw), (rows, cols), _ = fit
             key = (id(img), fh, fw)  # a bordered copy is new: never found
             full = None if resized is None else resized.get(key)
             if full is not None:
                 np.copyto(plane(dst), full[rows, cols])
-            elif (fh, fw) == (h, w):
+            elif (fh, fw) == (h, w) and clamped is None:
                 _put(plane(dst), cv2.resize(plane(img), (w, h), dst=plane(dst),
                                             interpolation=cv2.INTER_LINEAR))
                 full = plane(dst)  # the whole resize, in place: read by the image's other tiles
@@ -304,6 +334,8 @@ def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layou
                 np.copyto(plane(dst), full[rows, cols])
             if resized is not None and img is spec.images[b]:
                 resized[key] = full
+            if clamped is not None:
+                RL.fix_clamped(plane(dst), plane(img), (fh, fw), (rows, cols), clamped)
             return
     if direct:
         target = plane(dst)
@@ -378,9 +410,12 @@ def warp_cv2(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=
     and integer-coordinate maps (identity, flips, 90-degree turns, crops) are exact. Fast paths
     (uint8 HWC, one tap, no point outside): unit-step maps copy the pixels; resize maps (and an
     integer window of one) take ``cv2.resize`` (11-bit weights: within one level of the twin),
-    a clamp rectangle smaller than the image through a border-replicated copy of it, and an
-    image that is several samples' source (a mosaic's partner) is resized once per call; a
-    warp reaching outside its region tests its fill only on the grid lines not wholly inside.
+    an image that is several samples' source (a mosaic's partner) resized once per call; where
+    a clamp rectangle smaller than the image moves a window's taps, the lines it moves are made
+    by OpenCV's own rule (kernels/resize_lines.py: the resize of the rectangle's edge replicated
+    out to the image's size, bit for bit; that border copy itself where the installed OpenCV
+    does not resize by the rule); a warp reaching outside its region tests its fill only on the
+    grid lines not wholly inside.
     """
     import cv2
 
