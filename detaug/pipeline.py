@@ -2,8 +2,9 @@
 its lock (detaug/runtime/run_state.py), the epoch schedule and shards (detaug/core/sharding.py),
 on_error='skip' (detaug/runtime/retries.py), making a launch's batches
 (detaug/runtime/batch_making.py), the GPU stage (detaug/runtime/gpu/device_stage.py), planning
-ahead (detaug/runtime/gpu/plan_ahead.py), DALI's tuning arguments and the graph's export
-(detaug/dali/pipeline_api.py), the hand-out hold (detaug/runtime/gpu/handout.py)."""
+ahead (detaug/runtime/gpu/plan_ahead.py), the hand-out hold (detaug/runtime/gpu/handout.py). DALI's
+semantics (``run()``'s TensorLists, the API-type check, ``feed_input``, the graph's export) are a
+part it holds, not a base: its facade (detaug/dali/pipeline_api.py), which wraps the engine."""
 from __future__ import annotations
 
 import collections
@@ -17,7 +18,8 @@ from typing import Any
 from .graph import trace as _graph
 from .core import schedule as _schedule
 from .core.batch import split_batches
-from .dali.pipeline_api import DALI_PIPELINE_HINTS, DaliApi, _check_dali_tuning
+from .dali import pipeline_api as _dali
+from .dali.pipeline_api import DALI_PIPELINE_HINTS, _check_dali_tuning
 from .runtime.gpu.device_stage import DeviceStage
 from .runtime.gpu.plan_ahead import PlanAhead
 from .core.errors import NotFed as _NotFed
@@ -43,8 +45,7 @@ DECODE_PROCESS_PREFETCH = 12
 MAX_DEVICE_WORKERS = 6  # default device_workers: min(prefetch depth, this)
 
 
-class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage, PlanAhead, DaliApi,
-               HandOut):
+class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage, PlanAhead, HandOut):
     """A graph of ops producing batches.
 
     Args:
@@ -182,7 +183,7 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
         self._epoch, self._batch = 0, 0
         self._submitted = None
         self._executor = None
-        self._fed = {}
+        self.dali = _dali.DaliFacade(self)  # DALI's semantics around this engine
         # see _count_skips; "startup": the start-up timeline (detaug/runtime/startup.py), set
         # at build and completed by the first batch
         self.stats = {"skipped": 0, "skipped_files": [], "batches": 0, "startup": []}
@@ -225,11 +226,7 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
         ``batch_size``, is the batch's number of samples (one random draw each). ``layout``
         (DALI's, e.g. "HWC") is checked against what the source's consumers take."""
         name = node.op.name if isinstance(node, _graph.DataNode) else str(node)
-        if layout is not None:
-            from .ops.sources import LaidOut
-
-            data = LaidOut(data, layout)
-        self._fed.setdefault(name, []).append(data)
+        self.dali.feed_input(name, data, layout)
 
     # ---- build ------------------------------------------------------------------------------
     def build(self) -> "Pipeline":
@@ -426,11 +423,12 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
 
         Outputs that are not image or box batches come as DALI's TensorLists that are also
         detaug's values (an ndarray or list subclass; docs/dali.md, "Outputs of pipe.run()");
-        DALI's API-type check applies."""
-        self._check_api_type("BASIC")
-        return self._dali_run_outputs(self._run())
+        DALI's API-type check applies (its facade: detaug/dali/pipeline_api.py)."""
+        return self.dali.run()
 
     def _run(self) -> tuple:
+        """The engine's next batch, going on into the next epoch where the driving source wraps
+        around (a reader): no DALI semantics (``run()`` adds them)."""
         try:
             return self._next_of_epoch()
         except StopIteration:
@@ -538,6 +536,42 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
     def max_batch_size(self) -> int:
         """DALI's name for ``batch_size`` (programs written for DALI read it)."""
         return self.batch_size
+
+    # ---- DALI's names, handed to the facade (detaug/dali/pipeline_api.py) --------------------
+    @property
+    def dali_outputs(self) -> bool:
+        """True (default): ``run()`` gives DALI's TensorLists, which are detaug's values too
+        (detaug/dali/outputs.py); False: detaug's plain values."""
+        return self.dali.outputs
+
+    @dali_outputs.setter
+    def dali_outputs(self, value: bool) -> None:
+        self.dali.outputs = value
+
+    def enable_api_check(self, enable: bool) -> None:
+        """DALI's switch: False lets ``run()`` and a DALI iterator share this pipeline (the
+        iterator then starts where ``run()`` left the epoch: docs/dali.md)."""
+        self.dali.api.enable(enable)
+
+    def save_graph_to_dot_file(self, path: str) -> None:
+        """Write the graph in Graphviz dot: one box per op (name, device), one edge per input."""
+        self.dali.save_graph_to_dot_file(path)
+
+    def serialize(self) -> bytes:
+        """The pipeline's parameters and traced graph as data only: UTF-8 JSON, arrays as arrays
+        (detaug/runtime/persist.py), so that ``deserialize`` runs no code. A value that is not
+        data, such as an external source's callable or generator, raises TypeError naming its op
+        and argument."""
+        return self.dali.serialize()
+
+    @classmethod
+    def deserialize(cls, data: bytes, **overrides) -> "Pipeline":
+        """A pipeline rebuilt from :meth:`serialize`'s bytes (``overrides`` replace parameters).
+        Anything else is refused with ``persist.GraphFormatError`` (a ValueError): a pickle (it
+        could run code), bytes that are not the format, an op, argument or parameter that this
+        version does not have, an op missing an argument, no outputs, or a parameter of another
+        kind than this version writes (``batch_size: 2.7``, NaN, a string), named."""
+        return _dali.deserialize(cls, data, **overrides)
 
     def close(self) -> None:
         """Stop the worker threads and decode processes. Under the cursor lock, as ``run``: a

@@ -641,7 +641,7 @@ class _External(_Source):
     def _next_batch(self):
         """The next fed batch, or None when the iterable is spent."""
         if self.source is None:
-            fed = self.pipe._fed.get(self.op.name) or []
+            fed = self.pipe.dali.fed.get(self.op.name) or []
             if not fed:
                 raise RuntimeError(f"{self.op.name}: no data fed; call pipe.feed_input() in iter_setup()")
             data = fed.pop(0)

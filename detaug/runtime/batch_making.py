@@ -25,7 +25,7 @@ class BatchMaking:
             self.iter_setup()
         hungry = [self.graph.ops[i].name for i, s in self._sources.items()
                   if getattr(s, "fed", False) and getattr(s, "source", True) is None
-                  and len(self._fed.get(self.graph.ops[i].name) or ()) < key[2]]
+                  and len(self.dali.fed.get(self.graph.ops[i].name) or ()) < key[2]]
         if hungry:  # nothing taken: the launch waits for feed_input (see _fill_queue)
             raise _NotFed(f"{hungry[0]}: no data fed; call pipe.feed_input() before run() or in "
                           "iter_setup()")

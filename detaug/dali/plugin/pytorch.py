@@ -101,7 +101,7 @@ class DALIGenericIterator(DetaugIterator):
                  last_batch_policy=LastBatchPolicy.FILL, prepare_first_batch=True):
         pipes = list(pipelines) if isinstance(pipelines, (list, tuple)) else [pipelines]
         for p in pipes:  # as DALI: a pipeline already driven by run() is refused
-            p._check_api_type("ITERATOR")
+            p.dali.api.check("ITERATOR")
         policy = _policy(last_batch_policy, fill_last_batch)
         if reader_name is not None and size not in (-1, None):
             raise ValueError("give size or reader_name, not both (as in DALI)")
@@ -128,7 +128,7 @@ class DALIGenericIterator(DetaugIterator):
     def __next__(self):
         with contextlib.ExitStack() as scope:
             for p in self.pipes:
-                scope.enter_context(p._api_scope("ITERATOR"))
+                scope.enter_context(p.dali.api.scope("ITERATOR"))
             out = super().__next__()
         return [out] if isinstance(out, dict) else out
 
