@@ -181,7 +181,7 @@ def child_pipeline(row, data, seconds):  # pragma: no cover - GPU
                pool_used=pool.used_bytes(), hold_peak=pipe._handed.peak,
                output_slots=pipe.output_slots, output_slots_peak=pipe.output_slots_peak,
                launch_out=pipe._launch_out_bytes, plan=plan.describe() if plan else None,
-               planned_decode=getattr(pipe, "_decode_bytes", None),
+               planned_decode=pipe.build_plan.decode_bytes,
                processes=len(svc.workers) if svc is not None else 0,
                threads=svc.threads if svc is not None else 0,
                ring=plan.ring_bytes if plan else 0, env=env, kwargs=kwargs)

@@ -27,22 +27,13 @@ from .runtime.executor import Executor
 from .runtime.gpu.handout import HandOut, HeldOutputs
 from .runtime.retries import Retries
 from .runtime.batch_making import BatchMaking
+from .runtime import build_plan as _build_plan
 from .runtime import run_state as _run_state
 from .runtime import startup as _startup
 from .runtime import fork as _fork
 from .core.sharding import Sharding, _local_rank
 
 _POLICIES = ("fill", "drop", "partial")
-
-
-# default prefetch_queue_depth (launches in flight) of pipelines that decode in decode processes:
-# each launch holds a device worker while its files are decoded, so the decoders idle with few
-# launches in flight (6 ran faster than 4 with 3 processes). 12: training
-# RetinaNet (bench_train, batch 16, 2 GB) fed with 12 in flight ran at 0.989 and 0.998 of a batch
-# kept on the GPU, with 6 at 0.962 and 0.981 (same call; 0.918-0.960 in two calls before). The
-# outputs in flight stay within the memory budget (output slots); the device workers stay 6
-DECODE_PROCESS_PREFETCH = 12
-MAX_DEVICE_WORKERS = 6  # default device_workers: min(prefetch depth, this)
 
 
 class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage, PlanAhead, HandOut):
@@ -150,31 +141,28 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
                                  "are 'cpu_size' and 'gpu_size')")
             prefetch_queue_depth = max(int(v) for v in prefetch_queue_depth.values())
         self._prefetch_arg, self._device_workers_arg = prefetch_queue_depth, device_workers
-        self.prefetch_queue_depth = 2 if prefetch_queue_depth is None else max(1, int(prefetch_queue_depth))
         self.last_batch_policy, self.on_error = last_batch_policy, on_error
         self.shard_id, self.num_shards = int(shard_id), int(num_shards)
         self.shard_policy = _schedule.check_shard_policy(shard_policy, "shard_policy")
-        self.device_workers = int(device_workers or min(self.prefetch_queue_depth, MAX_DEVICE_WORKERS))
         self._batches_per_launch_arg = batches_per_launch
-        self.batches_per_launch = 1 if batches_per_launch is None else max(1, int(batches_per_launch))
         self.decode_processes = decode_processes
         self.decode_buffer_mb = None if decode_buffer_mb is None else int(decode_buffer_mb)
         from .runtime.gpu import memory_plan
 
         self.device_memory_budget = memory_plan.budget_from(device_memory_budget)
         self._budget_arg = device_memory_budget
-        self.memory_plan = None   # after build, for a pipeline with a GPU stage: what was chosen
+        self._host_processes_arg = host_processes
+        # what build decides, as one record (detaug/runtime/build_plan.py); before build, the
+        # figures the arguments fix (the properties below read it)
+        self.build_plan = _build_plan.unbuilt(self.seed, self.device_memory_budget, self._settings())
         self.output_slots = 1     # launches whose outputs may exist at once (after the first)
         self.output_slots_peak = 0  # the most that did (as seen when batches are handed out)
-        self.decode_slots = 1 << 30  # launches decoding or holding decoded images at once
+        self._budget_checked = False  # outputs measured on the first launch checked (_after_launch_out)
         self._out_stream = None
         self._launch_out_bytes = None
-        self._host_processes_arg = host_processes
-        self.host_processes = 0  # set at build
         self._decode_service = None
-        self.has_device_stage = False  # after build: some op runs on the GPU
-        self.plan_ahead = False  # after build: launches are planned ahead (detaug/runtime/gpu/plan_ahead.py)
-        self._paths_only = set()
+        self._cuda_warm = None  # the CUDA context made in the background at build (startup.py)
+        self._paths_only = frozenset()
         self._levels, self._fan_out = {}, 1  # multi-sample ops (set at build)
         self._ready = collections.deque()  # batches split off a multi-batch launch, not yet handed out
         self.graph = _graph.Graph()
@@ -188,6 +176,7 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
         # at build and completed by the first batch
         self.stats = {"skipped": 0, "skipped_files": [], "batches": 0, "startup": []}
         self._startup = _startup.Timeline()
+        self._streams = []
         self._skips_seen = set()  # (epoch, path) of the files counted
         self._stream = None
         self.last_event = None  # cupy Event recorded after the last batch's device work
@@ -258,15 +247,14 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
             sources = [op for op in self.graph.ops if op.schema.kind == "source"]
             if not sources:
                 raise ValueError("the pipeline has no reader or external source")
+        settings = self._settings()
         if any(op.gpu_decode for op in self._needed_ops()):
             # a GPU decoder: its decode processes start now, while the readers index
-            self._mixed_decode = True
-            self._device_ops = [op for op in self._needed_ops() if op.device != "cpu"]
             with tl.phase("build.gpu_check"):  # (imports cupy)
                 self._check_gpu()
             if _startup.early():
                 with tl.phase("build.decode_processes.spawn"):
-                    self._spawn_decode_service()
+                    self._spawn_decode_service(self.device_memory_budget, settings)
             # this process's CUDA context, then the kernels used before, in a background thread
             self._cuda_warm = _startup.warm_gpu(self.device_id or 0, tl) if _startup.early() else None
         with tl.phase("build.readers"):
@@ -280,43 +268,27 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
         from .runtime import partners
 
         partners.setup(self)  # multi-sample ops: the level of each op, the fan-out
-        self._host_ops = [op for op in self._needed_ops() if op.device == "cpu"]
-        self._device_ops = [op for op in self._needed_ops() if op.device != "cpu"]
-        self.has_device_stage = bool(self._device_ops)
-        self._mixed_decode = any(op.gpu_decode for op in self._device_ops)
-        if self.has_device_stage and not tl.has("build.gpu_check"):
+        needed = self._needed_ops()
+        if any(op.device != "cpu" for op in needed) and not tl.has("build.gpu_check"):
             with tl.phase("build.gpu_check"):  # (imports cupy)
                 self._check_gpu()
-        self._setup_plan_ahead()
-        if self._batches_per_launch_arg is None and self.has_device_stage and self._driver.size is not None:
-            from .runtime.gpu import memory_plan
-
-            b = self._batch_bytes()  # a launch's outputs, where the graph fixes them
-            self.batches_per_launch = memory_plan.batches_per_launch(
-                self.device_memory_budget, self.plan_ahead, b and b.outputs, b.working if b else 0)
+        # everything build decides, at once; BudgetError where the least it runs with exceeds
+        # the budget (before any decode process is given a plan)
+        plan = _build_plan.decide(needed, self._outputs, self._sources, seed=self.seed,
+                                  budget=self.device_memory_budget, settings=settings,
+                                  levels=self._levels, fan_out=self._fan_out,
+                                  sized=self._driver.size is not None)
         tl.end("build.plan")
-        if self._mixed_decode:
+        self.build_plan, self.output_slots = plan, plan.output_slots
+        if plan.decode is not None:
             with tl.phase("build.decode_processes"):
-                self._start_decode_service()
-        if self._prefetch_arg is None and self._decode_service is not None:
-            # enough launches in flight to hold every ring slot of the queue
-            self.prefetch_queue_depth = max(DECODE_PROCESS_PREFETCH, self.decode_slots)
-        # the device stage's two phases: decode (runs ahead), then what makes the outputs (waits
-        # for an output slot)
-        last = max((k + 1 for k, op in enumerate(self._device_ops) if op.gpu_decode), default=0)
-        self._device_ops_a, self._device_ops_b = self._device_ops[:last], self._device_ops[last:]
-        if not self._device_workers_arg:
-            # a device worker holds its launch through the decode: one per launch in flight
-            self.device_workers = min(self.prefetch_queue_depth,
-                                      max(MAX_DEVICE_WORKERS, self.decode_slots
-                                          if self._decode_service is not None else 0))
-        self.host_processes = self._resolve_host_processes()
-        self._check_memory_budget()  # BudgetError where the least it runs with exceeds the budget
+                self._start_decode_service(plan.decode)
+            self._paths_only = plan.paths_only
         if self.has_device_stage:
             tl.begin("build.cuda")
             import cupy as cp
 
-            if getattr(self, "_cuda_warm", None) is not None:
+            if self._cuda_warm is not None:
                 self._cuda_warm.wait()  # (the context made meanwhile, or failed: made here)
             cp.cuda.Device(self.device_id or 0).use()
             # one stream per device worker: batches' host-side launch work overlaps, and each
@@ -537,6 +509,51 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
         """DALI's name for ``batch_size`` (programs written for DALI read it)."""
         return self.batch_size
 
+    # ---- what build decided (build_plan: detaug/runtime/build_plan.py) ---------------------------
+    @property
+    def has_device_stage(self) -> bool:
+        """After build: some op runs on the GPU."""
+        return self.build_plan.has_device_stage
+
+    @property
+    def plan_ahead(self) -> bool:
+        """After build: launches are planned ahead (detaug/runtime/gpu/plan_ahead.py)."""
+        return self.build_plan.plan_ahead
+
+    @property
+    def batches_per_launch(self) -> int:
+        return self.build_plan.batches_per_launch
+
+    @property
+    def prefetch_queue_depth(self) -> int:
+        return self.build_plan.prefetch_queue_depth
+
+    @property
+    def device_workers(self) -> int:
+        return self.build_plan.device_workers
+
+    @property
+    def host_processes(self) -> int:
+        return self.build_plan.host_processes
+
+    @property
+    def memory_plan(self):
+        """After build, for a pipeline with decode processes: the DecodePlan chosen."""
+        return self.build_plan.decode
+
+    @property
+    def decode_slots(self) -> int:
+        """Launches decoding or holding decoded images at once."""
+        return self.build_plan.decode_slots
+
+    def _settings(self) -> _build_plan.Settings:
+        """The arguments build reads, as given."""
+        return _build_plan.Settings(
+            batch_size=self.batch_size, num_threads=self.num_threads,
+            prefetch_queue_depth=self._prefetch_arg, device_workers=self._device_workers_arg,
+            batches_per_launch=self._batches_per_launch_arg, decode_processes=self.decode_processes,
+            decode_buffer_mb=self.decode_buffer_mb, host_processes=self._host_processes_arg)
+
     # ---- DALI's names, handed to the facade (detaug/dali/pipeline_api.py) --------------------
     @property
     def dali_outputs(self) -> bool:
@@ -588,7 +605,7 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
             if self._decode_service is not None:
                 self._decode_service.close()
                 self._decode_service = None
-                self._paths_only = set()  # a later run reads and decodes in this process
+                self._paths_only = frozenset()  # a later run reads and decodes in this process
 
     def __del__(self):
         # never join threads from a finaliser: the garbage collector may run it inside thread

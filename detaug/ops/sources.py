@@ -153,7 +153,7 @@ def _code_streams(ctx, data):
     """Parsed code streams for the GPU decoder, made here in the reader's (host-stage) thread
     when the pipeline decodes on the GPU: nvImageCodec then decodes faster and the parsing is
     off the device stage (benchmarks/RESULTS.md)."""
-    if not getattr(ctx.pipeline, "_mixed_decode", False) or getattr(ctx, "planning", False):
+    if not ctx.pipeline.build_plan.mixed_decode or getattr(ctx, "planning", False):
         return None  # (a launch planned ahead parses them where it decodes: detaug/runtime/gpu/plan_ahead.py)
     from .gpu_decode import code_streams
 

@@ -4,8 +4,6 @@ schedule's sample indices, and the ops run in order on it (each multi-sample op 
 its level, detaug/runtime/partners.py), on the host or, for device ops, on the launch's stream."""
 from __future__ import annotations
 
-import os
-
 from ..core.errors import NotFed as _NotFed
 from ..core.errors import SampleError
 from ..graph import trace as _graph
@@ -14,8 +12,8 @@ from .context import BatchContext
 
 
 class BatchMaking:
-    """The host stage and the op loop of a launch ``key = (epoch, first batch, batch count)``, and
-    how many host worker processes make launches."""
+    """The host stage and the op loop of a launch ``key = (epoch, first batch, batch count)``
+    (how many host worker processes make launches: detaug/runtime/build_plan.py)."""
 
     def _prepare(self, key):
         """Every source's data for the launch ``key = (epoch, first batch, batch count)``, in
@@ -95,49 +93,22 @@ class BatchMaking:
 
     def _host_stage(self, key, prepared, pool):
         """The host ops of a launch (bad samples replaced: Retries): its batch context."""
-        return self._with_retries(key, prepared, pool, lambda c: self._run_ops(c, self._host_ops))
+        return self._with_retries(key, prepared, pool, lambda c: self._run_ops(c, self.build_plan.host_ops))
 
     def _run_whole(self, ctx):
         """A launch's every op, host and device, in this process (a retried GPU launch)."""
-        self._run_ops(ctx, self._host_ops)
-        self._run_ops(ctx, self._device_ops)
+        self._run_ops(ctx, self.build_plan.host_ops)
+        self._run_ops(ctx, self.build_plan.device_ops)
 
     def _run_host_job(self, key, prepared):
         """The host stage of a launch in a host worker process (single-threaded there): a CPU
         pipeline's outputs, or a GPU pipeline's plan (detaug/runtime/gpu/plan_ahead.py)."""
         out = self._run_host(key, prepared, None)
-        return out[2] if self.has_device_stage else out
+        return out[2] if self.build_plan.has_device_stage else out
 
     def _run_host(self, key, prepared, pool):
-        if self.has_device_stage and self.plan_ahead:
+        bp = self.build_plan
+        if bp.has_device_stage and bp.plan_ahead:
             return key, prepared, self._plan_or_not(key, prepared, pool)
         ctx = self._host_stage(key, prepared, pool)
-        return (key, prepared, ctx) if self.has_device_stage else self._collect(ctx)
-
-    def _resolve_host_processes(self) -> int:
-        """The number of host worker processes (see ``host_processes``); 0 runs the host stage in
-        threads. A pipeline with a GPU stage keeps threads (its decode has processes of its own)."""
-        from . import host_workers
-        from .gpu import plan_ahead
-
-        n = self._host_processes_arg
-        if n is None:
-            env = os.environ.get("DETAUG_HOST_PROCESSES")
-            default = (plan_ahead.default_processes() if self.has_device_stage
-                       else self.num_threads if self.num_threads > 1 else 0)
-            n = int(env) if env not in (None, "") else default
-        n = max(0, int(n))
-        if n and self.has_device_stage and not self.plan_ahead:
-            if self._host_processes_arg:
-                raise ValueError("host_processes: this GPU pipeline cannot be planned ahead on the "
-                                 "host (its images are not decoded from files by decode processes, "
-                                 "or an op before the warp reads pixels: detaug/runtime/gpu/plan_ahead.py); "
-                                 "leave it unset")
-            return 0
-        why = host_workers.unavailable() if n else None
-        if why:
-            if self._host_processes_arg:
-                raise ValueError(f"host_processes={n}: {why}; leave it unset to run the host "
-                                 "stage in threads")
-            return 0
-        return n
+        return (key, prepared, ctx) if bp.has_device_stage else self._collect(ctx)

@@ -2,6 +2,7 @@
 output slots: pure arithmetic and threading, checked on the CPU against hand-computed values;
 the plan sized by a launch's real bytes (on the CPU with a stand-in for the decode
 processes); and, ``gpu``-marked, the RetinaNet pipeline within the default budget on a device."""
+import dataclasses
 import gc
 import os
 import sys
@@ -414,7 +415,7 @@ def test_build_fits_retinanet_batch_16_at_the_default_budget(data, fake_gpu):
     (procs, threads, ring), = fake_gpu
     # two launches of 501 MB and the pool's slack (one 398 MB block of one-hot labels: measured
     # on an H100, output_sizes.pool_slack) leave room for one decode process of 2 threads
-    b = pipe._batch_bytes()
+    b = pipe.build_plan.batch_bytes
     assert b.working == 16 * ANCHORS_640 * 81 * 4
     assert (procs, threads) == (1, 2)
     assert pipe.memory_plan.bytes + 2 * b.outputs + b.working <= 2_000_000_000
@@ -452,8 +453,10 @@ def test_outputs_measured_on_the_first_launch_are_checked_then(data):
             pass
 
     pipe = bench_gpu.make_det_pipe(data, "mixed", batch_size=8, seed=0)
-    pipe._static_bytes = None  # (as for a resize to each image's aspect)
-    pipe._executor, pipe._decode_bytes, pipe.prefetch_queue_depth = Ex(), 500_000_000, 12
+    # what build decided: outputs not known (as for a resize to each image's aspect)
+    pipe.build_plan = dataclasses.replace(pipe.build_plan, batch_bytes=None, decode_bytes=500_000_000,
+                                          prefetch_queue_depth=12)
+    pipe._executor = Ex()
     pipe._launch_out_bytes = 200_000_000
     pipe._after_launch_out()
     # (2,000 - 500 - 200) // 200 = 6 launches of outputs at once

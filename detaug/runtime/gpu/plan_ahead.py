@@ -28,6 +28,7 @@ launches do depends only on the data, never on the settings.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from ...core.batch import BoxBatch, DeferredWarp, ImageBatch, PaddedBoxes, PlannedImages
@@ -80,57 +81,75 @@ class _PlanContext(BatchContext):
         super().__init__(pipeline, epoch, batch_index, sample_index, positions, None, pool)
 
 
-class PlanAhead:
-    """The plan-ahead methods of Pipeline (which holds the state they use)."""
+@dataclasses.dataclass(frozen=True)
+class Ahead:
+    """Which device ops of a pipeline plan on the host (``plan_ops``), which run here after the
+    decode (``rest_ops``), the device ops left whose parameters are planned (``param_ops``) and
+    the values a plan carries (``plan_keys``); ``on``: launches are planned ahead."""
+    on: bool = False
+    plan_ops: tuple = ()
+    rest_ops: tuple = ()
+    param_ops: tuple = ()
+    plan_keys: tuple = ()
+    planned_ids: frozenset = frozenset()
 
-    def _setup_plan_ahead(self):
-        """At build: which device ops plan on the host (``_plan_ops``), which run here after the
-        decode (``_rest_ops``), and the values a plan carries. Planning ahead is on where the
-        images are decoded on the GPU (device='mixed', by decode processes or here) and the
-        decode can be planned; DETAUG_PLAN_AHEAD=0 turns it off (comparisons, debugging)."""
-        self.plan_ahead = False
-        self._plan_ops, self._rest_ops, self._plan_keys = [], list(self._device_ops), []
-        self._param_ops = []
-        if not self._mixed_decode or os.environ.get("DETAUG_PLAN_AHEAD", "1") == "0":
-            return
-        host_ids = {op.id for op in self._host_ops}
-        planned = set()
-        for op in self._device_ops:  # topological order: inputs first
-            if _static_plannable(op) and all(k[0] in host_ids or k[0] in planned for k in _keys_of(op)):
-                planned.add(op.id)
-        decodes = [op for op in self._device_ops if op.id in planned and op.schema.has("decoder")]
-        if not decodes:
-            return
-        self._plan_ops = [op for op in self._device_ops if op.id in planned]
-        self._rest_ops = [op for op in self._device_ops if op.id not in planned]
-        # the device ops left that declare a host plan (their parameters from their arguments
-        # and draws: colour, photometric, blur, noise) are planned too: the device thread only
-        # launches them
-        known = host_ids | planned
-        self._param_ops = [op for op in self._rest_ops if op.schema.host_plan is not None
-                           and all(v.op.id in host_ids for v in op.arg_inputs.values())
-                           and (not op.schema.has("plan_reads_images") or
-                                (op.inputs and op.inputs[0].op.id in known))]
-        keys = {k for op in self._rest_ops for k in _keys_of(op)}
-        keys |= {(o.op.id, o.index) for o in self._outputs}
-        self._plan_keys = (sorted(k for k in keys if k[0] in known)
-                           + [(op.id, PARAMS) for op in self._param_ops])
-        self._planned_ids = planned
-        self.plan_ahead = True
+
+NOT_AHEAD = Ahead()
+
+
+def choose(host_ops, device_ops, outputs, mixed_decode) -> Ahead:
+    """At build (detaug/runtime/build_plan.py): the :class:`Ahead` of a pipeline whose ops are
+    ``host_ops`` and ``device_ops`` (topological order) and whose outputs are ``outputs``.
+    Planning ahead is on where the images are decoded on the GPU (device='mixed', by decode
+    processes or here) and the decode can be planned; DETAUG_PLAN_AHEAD=0 turns it off
+    (comparisons, debugging)."""
+    if not mixed_decode or os.environ.get("DETAUG_PLAN_AHEAD", "1") == "0":
+        return Ahead(rest_ops=tuple(device_ops))
+    host_ids = {op.id for op in host_ops}
+    planned = set()
+    for op in device_ops:  # topological order: inputs first
+        if _static_plannable(op) and all(k[0] in host_ids or k[0] in planned for k in _keys_of(op)):
+            planned.add(op.id)
+    decodes = [op for op in device_ops if op.id in planned and op.schema.has("decoder")]
+    if not decodes:
+        return Ahead(rest_ops=tuple(device_ops))
+    plan_ops = [op for op in device_ops if op.id in planned]
+    rest_ops = [op for op in device_ops if op.id not in planned]
+    # the device ops left that declare a host plan (their parameters from their arguments
+    # and draws: colour, photometric, blur, noise) are planned too: the device thread only
+    # launches them
+    known = host_ids | planned
+    param_ops = [op for op in rest_ops if op.schema.host_plan is not None
+                 and all(v.op.id in host_ids for v in op.arg_inputs.values())
+                 and (not op.schema.has("plan_reads_images") or
+                      (op.inputs and op.inputs[0].op.id in known))]
+    keys = {k for op in rest_ops for k in _keys_of(op)}
+    keys |= {(o.op.id, o.index) for o in outputs}
+    plan_keys = (sorted(k for k in keys if k[0] in known)
+                 + [(op.id, PARAMS) for op in param_ops])
+    return Ahead(True, tuple(plan_ops), tuple(rest_ops), tuple(param_ops), tuple(plan_keys),
+                 frozenset(planned))
+
+
+class PlanAhead:
+    """The plan-ahead methods of Pipeline (which holds the state they use; what build decided,
+    :class:`Ahead`, is its ``build_plan.ahead``)."""
 
     # ---- the host side (a worker process or a thread) ------------------------------------------
     def _plan_launch(self, key, prepared, pool, indices=None, skips=None, walks=None):
         """The :class:`LaunchPlan` of ``key``: the host ops and the plannable device ops, bad
         files replaced under on_error='skip' (Pipeline._with_retries). NotPlannable where it
         cannot be planned."""
+        bp = self.build_plan
+
         def stage(ctx):
-            self._run_ops(ctx, self._host_ops)
-            self._run_ops(ctx, self._plan_ops)
-            self._plan_params(ctx, self._param_ops)
+            self._run_ops(ctx, bp.host_ops)
+            self._run_ops(ctx, bp.ahead.plan_ops)
+            self._plan_params(ctx, bp.ahead.param_ops)
 
         ctx = self._with_retries(key, prepared, pool, stage, indices, skips=skips, walks=walks,
                                  ctx_type=_PlanContext)
-        return LaunchPlan(ctx, self._plan_keys)
+        return LaunchPlan(ctx, bp.ahead.plan_keys)
 
     def _plan_params(self, ctx, ops):
         """The parameters of ``ops`` (each declares a host plan: OpSchema.host_plan) into
@@ -175,7 +194,7 @@ class PlanAhead:
                 self._to_output_stream(ctx, admit)
                 with ctx.on_stream():
                     self._realize(ctx, plan, decoded)
-                self._run_ops(ctx, self._rest_ops)
+                self._run_ops(ctx, self.build_plan.ahead.rest_ops)
                 break
             except SampleError as e:
                 self._retire_leases(ctx)  # the next attempt decodes again
@@ -228,9 +247,9 @@ class PlanAhead:
         from ...core.backend import upload_many
         from ...kernels.warp import launch_warp
 
-        host, todo = [], []
+        host, todo, planned_ids = [], [], self.build_plan.ahead.planned_ids
         for k, v in plan.values.items():
-            if k[0] not in self._planned_ids:
+            if k[0] not in planned_ids:
                 ctx.values[k] = v
             elif isinstance(v, ImageBatch) and isinstance(v.raw, PlannedImages):
                 ctx.values[k] = ImageBatch(decoded[id(v.raw)], v.device, v.layout, v.geometry)
