@@ -25,7 +25,7 @@ from .runtime.gpu.plan_ahead import PlanAhead
 from .core.errors import NotFed as _NotFed
 from .runtime.executor import Executor
 from .runtime.gpu.handout import HandOut, HeldOutputs
-from .runtime.retries import Retries
+from .runtime.retries import RetryPolicy, SkipCount
 from .runtime.batch_making import BatchMaking
 from .runtime import build_plan as _build_plan
 from .runtime import run_state as _run_state
@@ -36,7 +36,7 @@ from .core.sharding import Sharding, _local_rank
 _POLICIES = ("fill", "drop", "partial")
 
 
-class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage, PlanAhead, HandOut):
+class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhead, HandOut):
     """A graph of ops producing batches.
 
     Args:
@@ -169,15 +169,18 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
         self._outputs = None
         self._built = False
         self._epoch, self._batch = 0, 0
+        self.schedule = None  # the epoch schedule (core/sharding.py), made at build
+        self._fingerprint = None  # the dataset's (runtime/run_state.py), once asked
         self._submitted = None
         self._executor = None
         self.dali = _dali.DaliFacade(self)  # DALI's semantics around this engine
-        # see _count_skips; "startup": the start-up timeline (detaug/runtime/startup.py), set
+        # see SkipCount.count; "startup": the start-up timeline (detaug/runtime/startup.py), set
         # at build and completed by the first batch
         self.stats = {"skipped": 0, "skipped_files": [], "batches": 0, "startup": []}
         self._startup = _startup.Timeline()
         self._streams = []
-        self._skips_seen = set()  # (epoch, path) of the files counted
+        self._retries = RetryPolicy(on_error)  # on_error='skip' (runtime/retries.py)
+        self._skips = SkipCount(self.stats)  # bad files, once per epoch, in stats
         self._stream = None
         self.last_event = None  # cupy Event recorded after the last batch's device work
         self._handed = HeldOutputs()  # batches handed out, kept until the caller's work on them ran
@@ -263,7 +266,8 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
             sizes = {s.size for s in self._sources.values() if s.size is not None}
             if len(sizes) > 1:
                 raise ValueError(f"the pipeline's readers have different sizes {sorted(sizes)}")
-            _run_state.check_epoch_has_batches(self)  # a ValueError that says why
+            self.schedule = self._make_schedule()  # the epoch schedule: the seed's first part
+            _run_state.check_epoch_has_batches(self, self.schedule)  # a ValueError that says why
         tl.begin("build.plan")
         from .runtime import partners
 
@@ -417,7 +421,7 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
             if not ex.queue or ex.queue[0][0][0] != self._epoch:
                 raise StopIteration
             (epoch, b, _), (outs, event, skips, sizes, made_on) = ex.pop()
-            self._count_skips(skips, epoch)
+            self._skips.count(skips, epoch)
             parts = split_batches(outs, sizes) if len(sizes) > 1 else [outs]
             self._ready.extend((b + k, part, event, made_on) for k, part in enumerate(parts))
         b, outs, event, made_on = self._ready.popleft()
@@ -488,7 +492,7 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
         if self.has_device_stage:
             result = self._run_device(result, ex.pool)
         self._hand_out(result[0], result[1], result[4])
-        self._count_skips(result[2], key[0])
+        self._skips.count(result[2], key[0])
         if not self._startup.has("first_batch"):
             self._first_batch_out()
         return result[0]

@@ -24,7 +24,7 @@ _SHARDING = {"random_shuffle": False, "shard_id": None, "num_shards": None}
 # epoch, shard_id + epoch; None, not given: DALI's default False where the shards have one
 # length, else the shard stays: _Source.moves_shards); pad_last_batch=True or stick_to_shard given
 # makes the reader's shards DALI's ('uneven'), whatever the pipeline's shard_policy
-# (Sharding._shard_policy_of). random_shuffle's initial_fill (the size of DALI's
+# (Schedule.policy_of). random_shuffle's initial_fill (the size of DALI's
 # shuffle buffer) is accepted: detaug's shuffle is a full permutation of the epoch. The others tune
 # DALI's I/O and change no value.
 _DALI_READER = {"initial_fill": 1024, "pad_last_batch": False, "stick_to_shard": None,

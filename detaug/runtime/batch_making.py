@@ -9,6 +9,7 @@ from ..core.errors import SampleError
 from ..graph import trace as _graph
 from ..graph.arg_check import check_per_sample
 from .context import BatchContext
+from .retries import RetryPolicy
 
 
 class BatchMaking:
@@ -29,21 +30,45 @@ class BatchMaking:
                           "iter_setup()")
         return {op_id: s.prepare(key) for op_id, s in self._sources.items()}
 
+    def _fed_sizes(self, prepared):
+        """(source name, samples per batch) of the sources fed whole batches (an iterable or
+        ``feed_input``), which must agree; None when no source is fed."""
+        found = None
+        for op_id, payload in prepared.items():
+            sizes = payload.get("sizes") if isinstance(payload, dict) else None
+            if sizes is None:
+                continue
+            name = self.graph.ops[op_id].name
+            if found is not None and list(sizes) != found[1]:
+                raise ValueError(f"external sources {found[0]!r} and {name!r} were fed batches of "
+                                 f"different sizes ({found[1]} and {list(sizes)} samples)")
+            found = found or (name, list(sizes))
+        return found
+
     def _make_ctx(self, key, prepared, pool, indices=None, ctx_type=BatchContext):
-        """The batch context of a launch: the schedule's sample indices (:meth:`_schedule`), cut
-        to the fed batches' lengths where a source is fed (:meth:`_fit_to_fed`); ``indices``
+        """The batch context of a launch: the schedule's sample indices (``Schedule.batches``),
+        cut to the fed batches' lengths where a source is fed (``Schedule.fit_to_fed``); ``indices``
         (a retry's) replace the indices, and a replaced sample's position is its record's place
         in the epoch order. Every random op draws once per sample of it."""
         epoch, b, count = key
-        idx, pos, sizes = self._schedule(epoch, b, count)
+        schedule = self.schedule
+        idx, pos, sizes = schedule.batches(epoch, b, count)
         fed = self._fed_sizes(prepared)
         if fed is not None:
-            idx, pos, sizes = self._fit_to_fed(key, idx, pos, sizes, fed)
+            idx, pos, sizes = schedule.fit_to_fed(key, idx, pos, sizes, fed)
         if indices is not None:  # a retry's
-            idx, pos = indices, self._replaced_positions(epoch, idx, pos, indices)
-        ctx = ctx_type(self, epoch, b, idx, pos, self._stream, pool)
+            idx, pos = indices, RetryPolicy.replaced_positions(schedule, epoch, idx, pos, indices)
+        ctx = ctx_type(self, epoch, b, idx, pos, self._stream, pool, schedule)
         ctx.prepared, ctx.sizes = prepared, sizes
         return ctx
+
+    def _with_retries(self, key, prepared, pool, stage, indices=None, stream=None, skips=None,
+                      walks=None, ctx_type=BatchContext):
+        """``stage`` run on the launch ``key``'s batch context under the pipeline's retry policy
+        (detaug/runtime/retries.py: a bad sample replaced by the next record of the order)."""
+        return self._retries.run(
+            key, lambda ix: self._make_ctx(key, prepared, pool, ix, ctx_type), stage,
+            self._retire_leases, self.schedule, indices, stream, skips, walks)
 
     def _run_ops(self, ctx, ops):
         if not self._levels:
@@ -92,7 +117,7 @@ class BatchMaking:
                                      inputs[0] if inputs else None)
 
     def _host_stage(self, key, prepared, pool):
-        """The host ops of a launch (bad samples replaced: Retries): its batch context."""
+        """The host ops of a launch (bad samples replaced: RetryPolicy): its batch context."""
         return self._with_retries(key, prepared, pool, lambda c: self._run_ops(c, self.build_plan.host_ops))
 
     def _run_whole(self, ctx):

@@ -69,7 +69,7 @@ def _reader_shard_size(pipe, reader_name, policy) -> int:
                 raise ValueError(f"reader_name={reader_name!r} names a source without a size")
             if src.pad_last_batch and policy == "fill":
                 return -(-src.size // src.shard[1]), src
-            return schedule.shard_size(src.size, *src.shard, pipe._shard_policy_of(src)), src
+            return schedule.shard_size(src.size, *src.shard, pipe.schedule.policy_of(src)), src
     names = [pipe.graph.ops[i].name for i in pipe._sources]
     raise ValueError(f"reader_name={reader_name!r}: the pipeline has no reader of that name "
                      f"(its sources: {names}); give the reader name=")

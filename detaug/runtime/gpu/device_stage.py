@@ -164,7 +164,7 @@ class DeviceStage:
             self._retire_leases(ctx)  # the retry decodes again: give the ring slots back first
             admit()
             ctx = self._with_retries(key, prepared, pool, self._run_whole,
-                                     self._replacement(key, ctx, e, ctx.walks),
+                                     self._retries.replacement(self.schedule, key, ctx, e, ctx.walks),
                                      stream=ctx.stream, skips=ctx.skips, walks=ctx.walks)
         out = self._collect(ctx)
         stamp(admit, "made")

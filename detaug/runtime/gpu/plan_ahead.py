@@ -77,8 +77,10 @@ class _PlanContext(BatchContext):
 
     planning = True
 
-    def __init__(self, pipeline, epoch, batch_index, sample_index, positions, stream, pool):
-        super().__init__(pipeline, epoch, batch_index, sample_index, positions, None, pool)
+    def __init__(self, pipeline, epoch, batch_index, sample_index, positions, stream, pool,
+                 schedule):
+        super().__init__(pipeline, epoch, batch_index, sample_index, positions, None, pool,
+                         schedule)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +140,7 @@ class PlanAhead:
     # ---- the host side (a worker process or a thread) ------------------------------------------
     def _plan_launch(self, key, prepared, pool, indices=None, skips=None, walks=None):
         """The :class:`LaunchPlan` of ``key``: the host ops and the plannable device ops, bad
-        files replaced under on_error='skip' (Pipeline._with_retries). NotPlannable where it
+        files replaced under on_error='skip' (runtime/retries.py). NotPlannable where it
         cannot be planned."""
         bp = self.build_plan
 
@@ -183,7 +185,7 @@ class PlanAhead:
         replaced as the host stage replaces one, and the launch re-planned here."""
         while True:
             ctx = BatchContext(self, plan.epoch, plan.batch_index, plan.sample_index,
-                               plan.positions, stream, pool)
+                               plan.positions, stream, pool, self.schedule)
             ctx.prepared, ctx.sizes, ctx.skips, ctx.walks = prepared, plan.sizes, plan.skips, plan.walks
             try:
                 admit.decode()  # a ring slot, in launch order
@@ -198,7 +200,7 @@ class PlanAhead:
                 break
             except SampleError as e:
                 self._retire_leases(ctx)  # the next attempt decodes again
-                indices = self._replacement(key, ctx, e, ctx.walks)
+                indices = self._retries.replacement(self.schedule, key, ctx, e, ctx.walks)
                 try:
                     plan = self._plan_launch(key, prepared, pool, indices, ctx.skips, ctx.walks)
                 except NotPlannable:  # (a replacement of unknown size) the whole launch here
