@@ -178,7 +178,7 @@ def child_pipeline(row, data, seconds):  # pragma: no cover - GPU
     plan = pipe.memory_plan
     svc = pipe._decode_service
     res.update(img_s=n / el, batches=k, drop=f0 - lowest, pool_total=pool.total_bytes(),
-               pool_used=pool.used_bytes(), hold_peak=pipe._handed.peak,
+               pool_used=pool.used_bytes(), hold_peak=pipe._handout.held.peak,
                output_slots=pipe.output_slots, output_slots_peak=pipe.output_slots_peak,
                launch_out=pipe._launch_out_bytes, plan=plan.describe() if plan else None,
                planned_decode=pipe.build_plan.decode_bytes,

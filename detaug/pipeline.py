@@ -1,10 +1,15 @@
-"""Pipeline: trace -> graph -> build -> run / iterate, state. Its mixins: the run's identity and
-its lock (detaug/runtime/run_state.py), the epoch schedule and shards (detaug/core/sharding.py),
-on_error='skip' (detaug/runtime/retries.py), making a launch's batches
-(detaug/runtime/batch_making.py), the GPU stage (detaug/runtime/gpu/device_stage.py), planning
-ahead (detaug/runtime/gpu/plan_ahead.py), the hand-out hold (detaug/runtime/gpu/handout.py). DALI's
-semantics (``run()``'s TensorLists, the API-type check, ``feed_input``, the graph's export) are a
-part it holds, not a base: its facade (detaug/dali/pipeline_api.py), which wraps the engine."""
+"""Pipeline: trace -> graph -> build -> run / iterate, state.
+
+The parts it holds, each constructed with what it reads: what build decided, one frozen record
+(``build_plan``: detaug/runtime/build_plan.py, from the graph, the seed and the budget); the
+epoch schedule (``schedule``: detaug/core/sharding.py, with the seed); on_error='skip'
+(``_retries``, ``_skips``: detaug/runtime/retries.py); the hand-out hold (``_handout``:
+detaug/runtime/gpu/handout.py); DALI's semantics (``dali``: ``run()``'s TensorLists, the API-type
+check, ``feed_input``, the graph's export; detaug/dali/pipeline_api.py), a facade that wraps the
+engine. Its mixins (methods over the pipeline's state): the run's identity and its lock
+(detaug/runtime/run_state.py), the public shard methods (detaug/core/sharding.py), making a
+launch's batches (detaug/runtime/batch_making.py), the GPU stage
+(detaug/runtime/gpu/device_stage.py), planning ahead (detaug/runtime/gpu/plan_ahead.py)."""
 from __future__ import annotations
 
 import collections
@@ -24,7 +29,7 @@ from .runtime.gpu.device_stage import DeviceStage
 from .runtime.gpu.plan_ahead import PlanAhead
 from .core.errors import NotFed as _NotFed
 from .runtime.executor import Executor
-from .runtime.gpu.handout import HandOut, HeldOutputs
+from .runtime.gpu.handout import HandOut
 from .runtime.retries import RetryPolicy, SkipCount
 from .runtime.batch_making import BatchMaking
 from .runtime import build_plan as _build_plan
@@ -36,7 +41,7 @@ from .core.sharding import Sharding, _local_rank
 _POLICIES = ("fill", "drop", "partial")
 
 
-class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhead, HandOut):
+class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhead):
     """A graph of ops producing batches.
 
     Args:
@@ -162,8 +167,8 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
         self._launch_out_bytes = None
         self._decode_service = None
         self._cuda_warm = None  # the CUDA context made in the background at build (startup.py)
+        self._decoded_keep = None  # decoded images a GPU decoder keeps (ops/gpu_decode.py keep_queue)
         self._paths_only = frozenset()
-        self._levels, self._fan_out = {}, 1  # multi-sample ops (set at build)
         self._ready = collections.deque()  # batches split off a multi-batch launch, not yet handed out
         self.graph = _graph.Graph()
         self._outputs = None
@@ -182,9 +187,8 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
         self._retries = RetryPolicy(on_error)  # on_error='skip' (runtime/retries.py)
         self._skips = SkipCount(self.stats)  # bad files, once per epoch, in stats
         self._stream = None
-        self.last_event = None  # cupy Event recorded after the last batch's device work
-        self._handed = HeldOutputs()  # batches handed out, kept until the caller's work on them ran
-        self._consumers = {}  # name -> () -> a stream the caller queues work on (see consume_on)
+        # batches handed out, kept until the caller's work on them ran (runtime/gpu/handout.py)
+        self._handout = HandOut(device_id)
         self._lock = threading.Lock()
         self._cursor_lock = threading.RLock()  # run/next/reset/state: one caller at a time
         _fork.track(self)  # reset in a forked child (runtime/fork.py)
@@ -271,8 +275,10 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
         tl.begin("build.plan")
         from .runtime import partners
 
-        partners.setup(self)  # multi-sample ops: the level of each op, the fan-out
         needed = self._needed_ops()
+        sized = self._driver.size is not None
+        # multi-sample ops: the level of each op, the fan-out, the decoders' level
+        levels, fan_out, decode_level = partners.setup(needed, self._outputs, sized)
         if any(op.device != "cpu" for op in needed) and not tl.has("build.gpu_check"):
             with tl.phase("build.gpu_check"):  # (imports cupy)
                 self._check_gpu()
@@ -280,8 +286,8 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
         # the budget (before any decode process is given a plan)
         plan = _build_plan.decide(needed, self._outputs, self._sources, seed=self.seed,
                                   budget=self.device_memory_budget, settings=settings,
-                                  levels=self._levels, fan_out=self._fan_out,
-                                  sized=self._driver.size is not None)
+                                  levels=levels, fan_out=fan_out, decode_level=decode_level,
+                                  sized=sized)
         tl.end("build.plan")
         self.build_plan, self.output_slots = plan, plan.output_slots
         if plan.decode is not None:
@@ -426,7 +432,7 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
             self._ready.extend((b + k, part, event, made_on) for k, part in enumerate(parts))
         b, outs, event, made_on = self._ready.popleft()
         self._batch = b + 1
-        self._hand_out(outs, event, made_on)
+        self._handout.hand_out(outs, event, made_on)
         self.stats["batches"] += 1
         if not self._startup.has("first_batch"):
             self._first_batch_out()
@@ -491,7 +497,7 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
         result = ex.run_now(key, prepared)
         if self.has_device_stage:
             result = self._run_device(result, ex.pool)
-        self._hand_out(result[0], result[1], result[4])
+        self._handout.hand_out(result[0], result[1], result[4])
         self._skips.count(result[2], key[0])
         if not self._startup.has("first_batch"):
             self._first_batch_out()
@@ -513,42 +519,28 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
         """DALI's name for ``batch_size`` (programs written for DALI read it)."""
         return self.batch_size
 
-    # ---- what build decided (build_plan: detaug/runtime/build_plan.py) ---------------------------
     @property
-    def has_device_stage(self) -> bool:
-        """After build: some op runs on the GPU."""
-        return self.build_plan.has_device_stage
+    def last_event(self):
+        """The cupy Event recorded after the last batch's device work (None: no GPU stage)."""
+        return self._handout.last_event
 
-    @property
-    def plan_ahead(self) -> bool:
-        """After build: launches are planned ahead (detaug/runtime/gpu/plan_ahead.py)."""
-        return self.build_plan.plan_ahead
+    def consume_on(self, name: str, stream_of) -> None:
+        """Register a stream the caller queues work on handed-out batches on, besides cupy's
+        current one (``HandOut.consume_on``: the torch adapter registers torch's as "torch")."""
+        self._handout.consume_on(name, stream_of)
 
-    @property
-    def batches_per_launch(self) -> int:
-        return self.build_plan.batches_per_launch
-
-    @property
-    def prefetch_queue_depth(self) -> int:
-        return self.build_plan.prefetch_queue_depth
-
-    @property
-    def device_workers(self) -> int:
-        return self.build_plan.device_workers
-
-    @property
-    def host_processes(self) -> int:
-        return self.build_plan.host_processes
-
-    @property
-    def memory_plan(self):
-        """After build, for a pipeline with decode processes: the DecodePlan chosen."""
-        return self.build_plan.decode
-
-    @property
-    def decode_slots(self) -> int:
-        """Launches decoding or holding decoded images at once."""
-        return self.build_plan.decode_slots
+    # ---- what build decided, read off its record (build_plan: detaug/runtime/build_plan.py) ---
+    has_device_stage = _build_plan.Decided("has_device_stage", "After build: some op runs on the GPU.")
+    plan_ahead = _build_plan.Decided(
+        "plan_ahead", "After build: launches are planned ahead (detaug/runtime/gpu/plan_ahead.py).")
+    batches_per_launch = _build_plan.Decided("batches_per_launch", "Batches run through the graph together.")
+    prefetch_queue_depth = _build_plan.Decided("prefetch_queue_depth", "Launches in flight.")
+    device_workers = _build_plan.Decided("device_workers", "Threads that run the device stage.")
+    host_processes = _build_plan.Decided("host_processes", "Host worker processes (0: threads).")
+    memory_plan = _build_plan.Decided(
+        "decode", "After build, for a pipeline with decode processes: the DecodePlan chosen.")
+    decode_slots = _build_plan.Decided(
+        "decode_slots", "Launches decoding or holding decoded images at once.")
 
     def _settings(self) -> _build_plan.Settings:
         """The arguments build reads, as given."""
@@ -570,28 +562,21 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
         self.dali.outputs = value
 
     def enable_api_check(self, enable: bool) -> None:
-        """DALI's switch: False lets ``run()`` and a DALI iterator share this pipeline (the
-        iterator then starts where ``run()`` left the epoch: docs/dali.md)."""
+        """DALI's switch: False lets ``run()`` and a DALI iterator share this pipeline."""
         self.dali.api.enable(enable)
 
     def save_graph_to_dot_file(self, path: str) -> None:
-        """Write the graph in Graphviz dot: one box per op (name, device), one edge per input."""
+        """The graph in Graphviz dot (``DaliFacade.save_graph_to_dot_file``)."""
         self.dali.save_graph_to_dot_file(path)
 
     def serialize(self) -> bytes:
-        """The pipeline's parameters and traced graph as data only: UTF-8 JSON, arrays as arrays
-        (detaug/runtime/persist.py), so that ``deserialize`` runs no code. A value that is not
-        data, such as an external source's callable or generator, raises TypeError naming its op
-        and argument."""
+        """The parameters and traced graph as data only (``DaliFacade.serialize``)."""
         return self.dali.serialize()
 
     @classmethod
     def deserialize(cls, data: bytes, **overrides) -> "Pipeline":
-        """A pipeline rebuilt from :meth:`serialize`'s bytes (``overrides`` replace parameters).
-        Anything else is refused with ``persist.GraphFormatError`` (a ValueError): a pickle (it
-        could run code), bytes that are not the format, an op, argument or parameter that this
-        version does not have, an op missing an argument, no outputs, or a parameter of another
-        kind than this version writes (``batch_size: 2.7``, NaN, a string), named."""
+        """A pipeline rebuilt from :meth:`serialize`'s bytes, ``overrides`` replacing parameters;
+        anything else refused by name (detaug/dali/pipeline_api.py ``deserialize``)."""
         return _dali.deserialize(cls, data, **overrides)
 
     def close(self) -> None:
@@ -604,7 +589,7 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
             if self._executor is not None:
                 self._executor.shutdown()
                 self._executor = None
-            self._let_go_handed()
+            self._handout.let_go()
             self._release_device_buffers(sync=True)
             if self._decode_service is not None:
                 self._decode_service.close()
@@ -616,11 +601,12 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
         # start-up or shutdown, holding the locks a join needs (seen: a deadlock); nor in a fork
         if not _fork.owned_here(self):  # that did not adopt it (runtime/fork.py)
             return
-        ex = getattr(self, "_executor", None)
+        # (owned here: its __init__ ran to the end, where _fork.track is, so every attribute is set)
+        ex = self._executor
         if ex is not None:
             ex.shutdown(wait=False)
         self._release_device_buffers(sync=False)
-        svc = getattr(self, "_decode_service", None)
+        svc = self._decode_service
         if svc is not None:
             svc.stop()
 

@@ -71,11 +71,12 @@ class BatchMaking:
             self._retire_leases, self.schedule, indices, stream, skips, walks)
 
     def _run_ops(self, ctx, ops):
-        if not self._levels:
+        levels = self.build_plan.levels
+        if not levels:
             return self._run_level(ctx, ops)
         try:
             for op in ops:  # each op sees the samples of its level (runtime/partners.py)
-                ctx.use_level(self._levels.get(op.id, ()))
+                ctx.use_level(levels.get(op.id, ()))
                 self._run_level(ctx, (op,))
         except SampleError as e:  # a partner's bad file: the schedule's sample that owns it
             if e.position is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import types
 
 from .gpu import memory_plan, output_sizes
 from .gpu import plan_ahead as _plan_ahead
@@ -64,6 +65,12 @@ class BuildPlan:
     device_ops_a: tuple = ()              # the device stage's decode phase (runs ahead)
     device_ops_b: tuple = ()              # what makes the outputs (waits for an output slot)
     mixed_decode: bool = False            # a GPU decoder (decoders.image device='mixed')
+    # multi-sample ops (detaug/runtime/partners.py): the level of each op (op id -> path), the
+    # most source samples an output sample needs, the level of the decoders (None: several)
+    levels: types.MappingProxyType = dataclasses.field(
+        default_factory=lambda: types.MappingProxyType({}))
+    fan_out: int = 1
+    decode_level: tuple | None = ()
     ahead: _plan_ahead.Ahead = _plan_ahead.NOT_AHEAD
     batches_per_launch: int = 1
     batch_bytes: output_sizes.LaunchBytes | None = None  # one batch's, where the graph fixes them
@@ -91,6 +98,21 @@ class BuildPlan:
         if b is None:
             return None, 0
         return b.outputs * self.batches_per_launch, b.working * self.batches_per_launch
+
+
+class Decided:
+    """A pipeline's figure read off its record (``pipe.build_plan``): the pipeline keeps no copy
+    of what build decided."""
+
+    def __init__(self, field: str, doc: str):
+        self.field, self.__doc__ = field, doc
+
+    def __get__(self, pipe, owner=None):
+        return self if pipe is None else getattr(pipe.build_plan, self.field)
+
+    def __set__(self, pipe, value):
+        raise AttributeError(f"{self.field} is decided at build (pipe.build_plan, "
+                             "detaug/runtime/build_plan.py): give it to the Pipeline's constructor")
 
 
 def unbuilt(seed: int, budget: int, settings: Settings) -> BuildPlan:
@@ -212,12 +234,13 @@ def host_processes(settings, has_device_stage, plan_ahead) -> int:
 
 
 def decide(ops, outputs, sources, *, seed: int, budget: int, settings: Settings,
-           levels=None, fan_out: int = 1, sized: bool = True) -> BuildPlan:
+           levels=None, fan_out: int = 1, decode_level=(), sized: bool = True) -> BuildPlan:
     """The :class:`BuildPlan` of the graph whose needed ops (inputs first) are ``ops`` and whose
     outputs are ``outputs``, read by ``sources`` (op id -> the source made at build), for
     ``seed`` and the device memory ``budget`` (bytes). ``levels`` / ``fan_out``: the
     multi-sample ops' levels and the most source samples an output sample needs
-    (detaug/runtime/partners.py); ``sized``: the driving source has a size. Raises BudgetError
+    (detaug/runtime/partners.py: ``setup``), with the decoders' level; ``sized``: the driving
+    source has a size. Raises BudgetError
     where the pipeline cannot run within the budget, ValueError for host processes it cannot
     have."""
     ops, levels = list(ops), levels or {}
@@ -276,6 +299,7 @@ def decide(ops, outputs, sources, *, seed: int, budget: int, settings: Settings,
             slots = memory_plan.output_slots(budget, decode_bytes, out, depth, work)
     return BuildPlan(
         seed=int(seed), budget=int(budget), host_ops=host_ops, device_ops=device_ops,
+        levels=types.MappingProxyType(dict(levels)), fan_out=int(fan_out), decode_level=decode_level,
         device_ops_a=device_ops[:last], device_ops_b=device_ops[last:], mixed_decode=mixed_decode,
         ahead=ahead, batches_per_launch=bpl, batch_bytes=batch_bytes, decode=decode,
         decode_bytes=decode_bytes, decode_slots=decode_slots, prefetch_queue_depth=depth,

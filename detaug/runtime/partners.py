@@ -132,23 +132,24 @@ def fan_out(ops, levels) -> int:
     return max([1] + [samples_per_output(path, by_id) for path in set(levels.values())])
 
 
-def setup(pipe):
-    """At build: ``pipe._levels`` (:func:`plan_levels`), ``pipe._fan_out`` (:func:`fan_out`) and
-    ``pipe._decode_level`` (the level of its decoders, whose planned GPU decode maps a bad file to
-    its owner: detaug/runtime/gpu/plan_ahead.py); a multi-sample op over the epoch needs random access."""
-    needed = pipe._needed_ops()
+def setup(needed, outputs, sized) -> tuple:
+    """At build, for the needed ops (inputs first) and the outputs of a pipeline whose source is
+    ``sized`` or not: (levels (:func:`plan_levels`), fan-out (:func:`fan_out`), the level of its
+    decoders (whose planned GPU decode maps a bad file to its owner:
+    detaug/runtime/gpu/plan_ahead.py; None where they are at several)), which go into the build's
+    record (detaug/runtime/build_plan.py); a multi-sample op over the epoch needs random access."""
     for op in needed:
         expands(op)  # checks the mode
-    pipe._levels = plan_levels(needed, pipe._outputs)
-    pipe._fan_out = fan_out(needed, pipe._levels)
-    decoders = {pipe._levels.get(op.id, ()) for op in needed if op.schema.has("decoder")}
-    pipe._decode_level = decoders.pop() if len(decoders) == 1 else None
-    if pipe._levels and pipe._driver.size is None:
+    levels = plan_levels(needed, outputs)
+    decoders = {levels.get(op.id, ()) for op in needed if op.schema.has("decoder")}
+    decode_level = decoders.pop() if len(decoders) == 1 else None
+    if levels and not sized:
         multi = next(op for op in needed if expands(op))
         raise ValueError(f"{multi.name}: its partners are drawn from the epoch's records (or a "
                          "pool of its recent batches), so the source needs random access: a "
                          "reader, or external_source with a per-sample callable and size= (or "
                          "draw them from the batch: partners='batch')")
+    return levels, fan_out(needed, levels), decode_level
 
 
 def decoded_per_batch(pipe, epoch, batch_index) -> int:
@@ -156,7 +157,7 @@ def decoded_per_batch(pipe, epoch, batch_index) -> int:
     decoder's level): what the benchmarks count as decoded images."""
     idx, pos, sizes = pipe.schedule.batches(epoch, batch_index, 1)
     lv = LaunchLevels(pipe.graph, pipe.schedule, epoch, idx, pos, sizes)
-    paths = {pipe._levels.get(op.id, ()) for op in pipe._needed_ops()
+    paths = {pipe.build_plan.levels.get(op.id, ()) for op in pipe._needed_ops()
              if op.schema.has("decoder")}
     return sum(len(lv.get(p).sample_index) for p in paths)
 

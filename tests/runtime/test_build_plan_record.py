@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from detaug import Pipeline, fn
-from detaug.runtime import build_plan
+from detaug.runtime import build_plan, partners
 from helpers import close_pipelines, fresh_seed, track  # noqa: F401  (autouse fixture)
 
 
@@ -43,11 +43,13 @@ def test_decide_is_a_function_of_its_arguments():
     p = _pipe(5)
     p.build()
     args = (p._needed_ops(), p._outputs, p._sources)
-    one = build_plan.decide(*args, seed=5, budget=p.device_memory_budget, settings=p._settings())
-    two = build_plan.decide(*args, seed=5, budget=p.device_memory_budget, settings=p._settings())
+    levels, fan_out, decode_level = partners.setup(p._needed_ops(), p._outputs, True)
+    kw = dict(levels=levels, fan_out=fan_out, decode_level=decode_level)
+    one = build_plan.decide(*args, seed=5, budget=p.device_memory_budget, settings=p._settings(), **kw)
+    two = build_plan.decide(*args, seed=5, budget=p.device_memory_budget, settings=p._settings(), **kw)
     assert one == two == p.build_plan
     other = build_plan.decide(*args, seed=9, budget=123, settings=dataclasses.replace(
-        p._settings(), batches_per_launch=3, prefetch_queue_depth=5))
+        p._settings(), batches_per_launch=3, prefetch_queue_depth=5), **kw)
     assert (other.seed, other.budget, other.batches_per_launch, other.prefetch_queue_depth,
             other.device_workers) == (9, 123, 3, 5, 5)
     assert p.build_plan == one  # the pipeline's record untouched

@@ -278,8 +278,8 @@ def test_memory_stable_over_1000_batches():
                 fut.result()
             gc.collect()
             cp.cuda.runtime.deviceSynchronize()
-            pipe._handed.poll()  # every batch handed out was dropped: none is held
-            assert len(pipe._handed) == 0
+            pipe._handout.held.poll()  # every batch handed out was dropped: none is held
+            assert len(pipe._handout.held) == 0
             pool.free_all_blocks()  # count memory in use, not the pool's cache of free blocks
             marks[k] = (pool.used_bytes(), pool.total_bytes(), cp.cuda.runtime.memGetInfo()[0],
                         backend._RING.count)
@@ -415,7 +415,7 @@ def _pool_in_use(pipe):
     _settle(pipe)
     cp.cuda.runtime.deviceSynchronize()
     gc.collect()
-    pipe._handed.poll()
+    pipe._handout.held.poll()
     pool = cp.get_default_memory_pool()
     return pool.used_bytes(), pool.total_bytes()
 
@@ -451,7 +451,7 @@ def _step_behind(pipe, it, ahead=False, sleep_s=0.5):
     quiet = cp.cuda.Event()  # the output stream's own work up to now has run (a host wait)
     quiet.record(pipe._out_stream)
     quiet.synchronize()
-    pipe._handed.poll()
+    pipe._handout.held.poll()
     out_ev = cp.cuda.Event()
     out_ev.record(pipe._out_stream)
     for _ in range(6):
@@ -499,12 +499,12 @@ def test_a_dropped_batch_is_not_reused_while_the_callers_queued_work_may_read_it
         (used0, held0), (used1, held1) = pools
         assert used1 - used0 < batch_bytes, f"the pool's bytes in use grew from {used0} to {used1}"
         assert held1 - held0 < batch_bytes, f"the pool grew from {held0} to {held1} bytes"
-        assert len(pipe._handed) == 0  # every dropped batch let go
+        assert len(pipe._handout.held) == 0  # every dropped batch let go
         pipe.close()
     # the control: without the hold, the output stream does not wait for the step
     pipe = _bench_pipe(8, depth=6, device_workers=1)
     pipe.build()
-    pipe._handed = _NoHold()
+    pipe._handout.held = _NoHold()
     r = _step_behind(pipe, _warm_iter(pipe))
     print(f"not held: busy {r['busy']}, ordered {r['ordered']}, mean abs diff "
           f"{float((r['before'] - r['after']).abs().mean()):.3f} (nonzero where the pool gave "

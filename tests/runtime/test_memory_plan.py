@@ -552,7 +552,7 @@ def test_retinanet_within_the_default_budget(gpu_data, batch_size, monkeypatch):
             f"plan {pipe.memory_plan.describe()}, launch outputs {pipe._launch_out_bytes / 1e6:,.0f}"
             f" MB, output slots {pipe.output_slots} (peak {pipe.output_slots_peak}), cupy pool "
             f"{pool.total_bytes() / 1e6:,.0f} MB ({pool.used_bytes() / 1e6:,.0f} in use), "
-            f"batches held at once {pipe._handed.peak}")
+            f"batches held at once {pipe._handout.held.peak}")
     finally:
         pipe.close()
 

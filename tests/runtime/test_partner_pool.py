@@ -73,7 +73,7 @@ def read_per_batch(pipe, epoch, b):
     would decode (``partners.decoded_per_batch`` counts the decoders' levels alike)."""
     idx, pos, sizes = pipe.schedule.batches(epoch, b, 1)
     src = next(op for op in pipe._needed_ops() if op.schema.kind == "source")
-    return len(LaunchLevels(pipe.graph, pipe.schedule, epoch, idx, pos, sizes).get(pipe._levels.get(src.id, ()))
+    return len(LaunchLevels(pipe.graph, pipe.schedule, epoch, idx, pos, sizes).get(pipe.build_plan.levels.get(src.id, ()))
                .sample_index)
 
 
@@ -139,7 +139,7 @@ def test_memory_plan_counts_the_windows():
     for partners, k, want in (("epoch", 1, 8), ("pool", 1, 3), ("pool", 2, 5), ("pool", 5, 8)):
         pipe = flat_pipe(20, 4, k, partners=partners, mixup=True)
         pipe.build()
-        assert pipe._fan_out == want, (partners, k)
+        assert pipe.build_plan.fan_out == want, (partners, k)
 
 
 def test_bad_pool_arguments_are_refused():

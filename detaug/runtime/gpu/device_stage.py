@@ -187,7 +187,7 @@ class DeviceStage:
         pool behind a device-side wait of the streams they were made on for the work the caller
         had queued on them, so that their blocks serve this launch (detaug/runtime/gpu/handout.py); no host
         thread waits."""
-        self._handed.poll()
+        self._handout.held.poll()
         if getattr(admit, "seq", None) is None or self._out_stream is None or (
                 self.build_plan.mixed_decode and self._decode_service is None):
             return
@@ -252,10 +252,10 @@ class DeviceStage:
 
     def _release_device_buffers(self, sync):
         """Free what decoders own (kept a few batches) while this pipeline's streams still exist."""
-        keep = getattr(self, "_decoded_keep", None)
+        keep = self._decoded_keep
         if keep:
             if sync:
-                for s in [*getattr(self, "_streams", []), getattr(self, "_out_stream", None)]:
+                for s in [*self._streams, self._out_stream]:
                     if s is not None:
                         s.synchronize()
             keep.clear()

@@ -157,10 +157,11 @@ class PlanAhead:
         """The parameters of ``ops`` (each declares a host plan: OpSchema.host_plan) into
         ``ctx.values``, each at its level (runtime/partners.py), from the same draws the op
         would make when it runs (runtime/batch_making.py: ``_params_of``)."""
+        levels = self.build_plan.levels
         try:
             for op in ops:
-                if self._levels:
-                    ctx.use_level(self._levels.get(op.id, ()))
+                if levels:
+                    ctx.use_level(levels.get(op.id, ()))
                 first = op.inputs[0] if op.inputs else None
                 images = ctx.values.get((first.op.id, first.index)) if first is not None else None
                 try:
@@ -169,7 +170,7 @@ class PlanAhead:
                 except NotPlannable:  # (sizes not known without pixels): made where it runs
                     pass
         finally:
-            if self._levels:
+            if levels:
                 ctx.use_level(())
 
     def _plan_or_not(self, key, prepared, pool):
@@ -229,11 +230,12 @@ class PlanAhead:
         try:
             return self._decode_plan(ctx, plan)
         except SampleError as e:
-            if self._levels and e.position is not None:
-                if self._decode_level is None:  # decoders at several levels: no one owner
+            bp = self.build_plan
+            if bp.levels and e.position is not None:
+                if bp.decode_level is None:  # decoders at several levels: no one owner
                     e.position = None
                 else:
-                    e.position = ctx.owner(e.position, self._decode_level)
+                    e.position = ctx.owner(e.position, bp.decode_level)
             raise
 
     def _decode_plan(self, ctx, plan) -> dict:
