@@ -36,7 +36,7 @@ from .runtime import build_plan as _build_plan
 from .runtime import run_state as _run_state
 from .runtime import startup as _startup
 from .runtime import fork as _fork
-from .core.sharding import Sharding, _local_rank
+from .core.sharding import Schedule, Sharding, _local_rank
 
 _POLICIES = ("fill", "drop", "partial")
 
@@ -541,6 +541,12 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
         "decode", "After build, for a pipeline with decode processes: the DecodePlan chosen.")
     decode_slots = _build_plan.Decided(
         "decode_slots", "Launches decoding or holding decoded images at once.")
+
+    def _make_schedule(self, shard_policy=None) -> Schedule:
+        """The schedule part (core/sharding.py) for the driving source, the seed, the batch size
+        and the policies (``shard_policy``: another than the pipeline's, for a check)."""
+        return Schedule(self._driver, self.seed, self.batch_size, self.last_batch_policy,
+                        self.shard_policy if shard_policy is None else shard_policy)
 
     def _settings(self) -> _build_plan.Settings:
         """The arguments build reads, as given."""

@@ -143,12 +143,6 @@ class Sharding:
                 pass
         self.reset()
 
-    def _make_schedule(self, shard_policy=None) -> Schedule:
-        """The schedule part for the driving source, the seed, the batch size and the policies
-        (``shard_policy``: another than the pipeline's, for a check)."""
-        return Schedule(self._driver, self.seed, self.batch_size, self.last_batch_policy,
-                        self.shard_policy if shard_policy is None else shard_policy)
-
     def set_shard(self, shard_id: int, num_shards: int, shard_policy: str | None = None) -> None:
         """Shard the readers that have no shard_id / num_shards of their own (the PyTorch
         iterator does this from torch.distributed); restarts the current epoch's iteration.
