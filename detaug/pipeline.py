@@ -30,6 +30,7 @@ from .runtime.gpu.plan_ahead import PlanAhead
 from .core.errors import NotFed as _NotFed
 from .runtime.executor import Executor
 from .runtime.gpu.handout import HandOut
+from .runtime.gpu.output_budget import OutputBudget
 from .runtime.retries import RetryPolicy, SkipCount
 from .runtime.batch_making import BatchMaking
 from .runtime import build_plan as _build_plan
@@ -160,11 +161,9 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
         # what build decides, as one record (detaug/runtime/build_plan.py); before build, the
         # figures the arguments fix (the properties below read it)
         self.build_plan = _build_plan.unbuilt(self.seed, self.device_memory_budget, self._settings())
-        self.output_slots = 1     # launches whose outputs may exist at once (after the first)
-        self.output_slots_peak = 0  # the most that did (as seen when batches are handed out)
-        self._budget_checked = False  # outputs measured on the first launch checked (_after_launch_out)
+        # the output slots as launches are made (runtime/gpu/output_budget.py), from the record
+        self._output_budget = OutputBudget(self.build_plan)
         self._out_stream = None
-        self._launch_out_bytes = None
         self._decode_service = None
         self._cuda_warm = None  # the CUDA context made in the background at build (startup.py)
         self._decoded_keep = None  # decoded images a GPU decoder keeps (ops/gpu_decode.py keep_queue)
@@ -289,7 +288,7 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
                                   levels=levels, fan_out=fan_out, decode_level=decode_level,
                                   sized=sized)
         tl.end("build.plan")
-        self.build_plan, self.output_slots = plan, plan.output_slots
+        self.build_plan, self._output_budget = plan, OutputBudget(plan)
         if plan.decode is not None:
             with tl.phase("build.decode_processes"):
                 self._start_decode_service(plan.decode)
@@ -315,39 +314,12 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
         logging.getLogger("detaug").info("pipeline built: %s", self.device_summary)
 
     def _needed_ops(self):
-        """The ops the outputs need, in a topological order (inputs first; build's implicit
-        uploads are appended to the graph after the ops that consume them)."""
-        order, seen = [], set()
-
-        def visit(op):
-            if op.id in seen:
-                return
-            seen.add(op.id)
-            for i in op.inputs:
-                visit(i.op)
-            for a in op.arg_inputs.values():
-                visit(a.op)
-            order.append(op)
-
-        for o in self._outputs:
-            visit(o.op)
-        return order
+        """The ops the outputs need, inputs first (graph/trace.py ``needed_ops``)."""
+        return _graph.needed_ops(self._outputs)
 
     def _validate(self):
-        """Data moves cpu -> mixed -> gpu only; a gpu op's cpu inputs are uploaded once (an
-        implicit mixed '_upload' op), and its per-sample arguments stay on the host."""
-        with self:
-            for op in list(self.graph.ops):
-                for k, inp in enumerate(op.inputs):
-                    if op.device == "cpu" and inp.device == "gpu":
-                        raise ValueError(f"{op.name} runs on the cpu but its input {inp.name} is on "
-                                         "the gpu: data moves cpu -> mixed -> gpu only")
-                    if op.device == "gpu" and inp.device == "cpu" and not op.schema.has("upload"):
-                        op.inputs[k] = inp.gpu()
-                for k, a in op.arg_inputs.items():
-                    if a.device != "cpu":
-                        raise ValueError(f"{op.name}: per-sample argument {k!r} must come from a "
-                                         "cpu op (random draws are made on the host)")
+        """Data moves cpu -> mixed -> gpu only (graph/trace.py ``validate``)."""
+        _graph.validate(self.graph)
 
     # ---- running ------------------------------------------------------------------------------
     def _executor_ready(self):
@@ -523,6 +495,16 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
     def last_event(self):
         """The cupy Event recorded after the last batch's device work (None: no GPU stage)."""
         return self._handout.last_event
+
+    @property
+    def output_slots(self) -> int:
+        """Launches whose outputs may exist at once (set at build, then from the first launch)."""
+        return self._output_budget.slots
+
+    @property
+    def output_slots_peak(self) -> int:
+        """The most launches whose outputs existed at once (as seen when batches are handed out)."""
+        return self._output_budget.peak
 
     def consume_on(self, name: str, stream_of) -> None:
         """Register a stream the caller queues work on handed-out batches on, besides cupy's

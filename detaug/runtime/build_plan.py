@@ -157,7 +157,7 @@ def decode_side_plan(budget, settings, sizes, images, cap=None):
 def _refuse_over_budget(budget, batch_bytes, batches, decode_bytes, decode_what, fixed_decode):
     """BudgetError where the least this pipeline runs with exceeds its budget."""
     if batch_bytes is None:
-        return  # known after the first launch (Pipeline._after_launch_out)
+        return  # known after the first launch (runtime/gpu/output_budget.py)
     parts = [(n, b * batches) for n, b in batch_bytes.parts]
     memory_plan.check_budget(budget, decode_bytes, decode_what, batch_bytes.outputs * batches,
                              batch_bytes.working * batches, parts, batches, fixed_decode)

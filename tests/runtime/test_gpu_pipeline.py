@@ -294,7 +294,7 @@ def test_memory_stable_over_1000_batches():
     # predecessor's
     # block may still be held, and the pool then keeps a partly used chunk of that size (seen:
     # 20 MiB = one launch of these outputs, rounded to 2 MiB pages, between the marks)
-    launch = -(-pipe._launch_out_bytes // 2**21) * 2**21
+    launch = -(-pipe._output_budget.launch_bytes // 2**21) * 2**21
     assert marks[1000][2] >= marks[100][2] - launch
     # pinned staging buffers are reused: a handful, however many batches (thousands of uploads)
     assert marks[1000][3] - marks[100][3] <= 2  # (the ring is process-wide: earlier tests fill it)
@@ -320,7 +320,7 @@ def test_output_pool_caches_at_most_one_launch_more_than_in_use():
     for _, fut, _ in pipe._executor.queue:
         fut.result()
     cp.cuda.runtime.deviceSynchronize()
-    launch, used, held = pipe._launch_out_bytes, pool.used_bytes(), pool.total_bytes()
+    launch, used, held = pipe._output_budget.launch_bytes, pool.used_bytes(), pool.total_bytes()
     print(f"\noutput slots {pipe.output_slots}, launch {launch / 2**20:.0f} MiB: pool in use "
           f"{used / 2**20:.0f} MiB, held {held / 2**20:.0f} MiB")
     assert pipe.output_slots == 6 and prev is not None
@@ -639,7 +639,7 @@ def test_decode_process_defaults_follow_the_budget_and_give_the_same_batches(mon
     got = _epochs(pipe)
     _assert_same_epochs(threads, got)
     # outputs of 8 x 3 x 96 x 128 float32 plus padded boxes: small, so every launch in flight
-    assert pipe._launch_out_bytes >= 8 * 3 * 96 * 128 * 4
+    assert pipe._output_budget.launch_bytes >= 8 * 3 * 96 * 128 * 4
     assert pipe.output_slots == pipe.prefetch_queue_depth
     assert 1 <= pipe.output_slots_peak <= pipe.output_slots
     big = _coco_decode_pipe(None, batches_per_launch=None, prefetch=None)

@@ -115,31 +115,6 @@ class DeviceStage:
             self._decode_service = decode_proc.DecodeService(plan.processes, self.device_id or 0,
                                                              plan.ring_bytes, plan.threads, plan.slots)
 
-    def _after_launch_out(self):
-        """A launch was handed out: once the first launch's outputs have been measured, set the
-        output slots from the budget (what remains after the decode side, less one launch for
-        the batch the caller holds, in launches of outputs and working memory). A pipeline
-        whose outputs were not known at build is refused here if they cannot fit."""
-        ex = self._executor
-        if self._launch_out_bytes is None or ex is None or getattr(ex, "slots", None) is None:
-            return
-        self.output_slots_peak = max(self.output_slots_peak, ex.slots.peak)
-        from . import memory_plan
-
-        bp = self.build_plan
-        decode = bp.decode_bytes
-        static, work = bp.launch_bytes()
-        if static is None and not self._budget_checked:
-            self._budget_checked = True
-            what = bp.decode.describe() if bp.decode is not None else "decode side"
-            memory_plan.check_budget(bp.budget, decode, what,
-                                     self._launch_out_bytes, work, (), bp.batches_per_launch)
-        n = memory_plan.output_slots(bp.budget, decode, self._launch_out_bytes,
-                                     bp.prefetch_queue_depth, work)
-        if n != self.output_slots:
-            self.output_slots = n
-            ex.slots.resize(n)
-
     def _run_device(self, host_result, pool, stream=None, admit=None):
         import cupy as cp
 
@@ -241,9 +216,7 @@ class DeviceStage:
                 s.wait_event(ev)  # goes back to that stream's pool: reused there after the reads
             for lease in ctx.leases:  # the images' last use: their regions go back after it
                 lease.retire(ev)
-            nbytes = _device_bytes(outs)
-            if self._launch_out_bytes is None or nbytes > self._launch_out_bytes:
-                self._launch_out_bytes = nbytes
+            self._output_budget.measured(_device_bytes(outs))
             # the streams its outputs were allocated on: cupy's pool reuses a freed block only
             # for allocations on the stream it was made on (detaug/runtime/gpu/handout.py)
             made_on = tuple(dict.fromkeys(s.ptr for s in [*ctx.earlier_streams, ctx.stream]))
