@@ -178,10 +178,10 @@ def child_pipeline(row, data, seconds):  # pragma: no cover - GPU
     plan = pipe.memory_plan
     svc = pipe._decode_service
     res.update(img_s=n / el, batches=k, drop=f0 - lowest, pool_total=pool.total_bytes(),
-               pool_used=pool.used_bytes(), hold_peak=pipe._handed.peak,
+               pool_used=pool.used_bytes(), hold_peak=pipe._handout.held.peak,
                output_slots=pipe.output_slots, output_slots_peak=pipe.output_slots_peak,
-               launch_out=pipe._launch_out_bytes, plan=plan.describe() if plan else None,
-               planned_decode=getattr(pipe, "_decode_bytes", None),
+               launch_out=pipe._output_budget.launch_bytes, plan=plan.describe() if plan else None,
+               planned_decode=pipe.build_plan.decode_bytes,
                processes=len(svc.workers) if svc is not None else 0,
                threads=svc.threads if svc is not None else 0,
                ring=plan.ring_bytes if plan else 0, env=env, kwargs=kwargs)
@@ -349,7 +349,7 @@ def soak(argv=None):
     res = {"batches": k, "img_s_after_mark": rate, "settings": bg.pipe_settings(pipe),
            "memory_plan": pipe.memory_plan.describe() if pipe.memory_plan else None,
            "output_slots": pipe.output_slots, "slots_peak": getattr(slots, "peak", None),
-           "launch_output_MB": (pipe._launch_out_bytes or 0) / 1e6,
+           "launch_output_MB": (pipe._output_budget.launch_bytes or 0) / 1e6,
            "device_MB": {m: v[0] / 1e6 for m, v in marks.items()},
            "pool_total_MB": {m: v[1] / 1e6 for m, v in marks.items()},
            "pipe_kwargs": json.loads(args.pipe_kwargs)}

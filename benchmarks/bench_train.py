@@ -266,7 +266,7 @@ class DetaugFeeder:
         plan = getattr(p, "memory_plan", None)
         return dict(pool_used_mb=pool.used_bytes() / bg.MB, pool_held_mb=pool.total_bytes() / bg.MB,
                     decode_plan_mb=(plan.bytes / bg.MB) if plan is not None else None,
-                    launch_out_mb=(p._launch_out_bytes or 0) / bg.MB,
+                    launch_out_mb=(p._output_budget.launch_bytes or 0) / bg.MB,
                     output_slots=p.output_slots, output_slots_peak=p.output_slots_peak)
 
     def close(self):

@@ -1,9 +1,15 @@
-"""Pipeline: trace -> graph -> build -> run / iterate, state. Its mixins: the run's identity and
-its lock (detaug/runtime/run_state.py), the epoch schedule and shards (detaug/core/sharding.py),
-on_error='skip' (detaug/runtime/retries.py), making a launch's batches
-(detaug/runtime/batch_making.py), the GPU stage (detaug/runtime/gpu/device_stage.py), planning
-ahead (detaug/runtime/gpu/plan_ahead.py), DALI's tuning arguments and the graph's export
-(detaug/dali/pipeline_api.py), the hand-out hold (detaug/runtime/gpu/handout.py)."""
+"""Pipeline: trace -> graph -> build -> run / iterate, state.
+
+The parts it holds, each constructed with what it reads: what build decided, one frozen record
+(``build_plan``: detaug/runtime/build_plan.py, from the graph, the seed and the budget); the
+epoch schedule (``schedule``: detaug/core/sharding.py, with the seed); on_error='skip'
+(``_retries``, ``_skips``: detaug/runtime/retries.py); the hand-out hold (``_handout``:
+detaug/runtime/gpu/handout.py); DALI's semantics (``dali``: ``run()``'s TensorLists, the API-type
+check, ``feed_input``, the graph's export; detaug/dali/pipeline_api.py), a facade that wraps the
+engine. Its mixins (methods over the pipeline's state): the run's identity and its lock
+(detaug/runtime/run_state.py), the public shard methods (detaug/core/sharding.py), making a
+launch's batches (detaug/runtime/batch_making.py), the GPU stage
+(detaug/runtime/gpu/device_stage.py), planning ahead (detaug/runtime/gpu/plan_ahead.py)."""
 from __future__ import annotations
 
 import collections
@@ -17,34 +23,26 @@ from typing import Any
 from .graph import trace as _graph
 from .core import schedule as _schedule
 from .core.batch import split_batches
-from .dali.pipeline_api import DALI_PIPELINE_HINTS, DaliApi, _check_dali_tuning
+from .dali import pipeline_api as _dali
+from .dali.pipeline_api import DALI_PIPELINE_HINTS, _check_dali_tuning
 from .runtime.gpu.device_stage import DeviceStage
 from .runtime.gpu.plan_ahead import PlanAhead
 from .core.errors import NotFed as _NotFed
 from .runtime.executor import Executor
-from .runtime.gpu.handout import HandOut, HeldOutputs
-from .runtime.retries import Retries
+from .runtime.gpu.handout import HandOut
+from .runtime.gpu.output_budget import OutputBudget
+from .runtime.retries import RetryPolicy, SkipCount
 from .runtime.batch_making import BatchMaking
+from .runtime import build_plan as _build_plan
 from .runtime import run_state as _run_state
 from .runtime import startup as _startup
 from .runtime import fork as _fork
-from .core.sharding import Sharding, _local_rank
+from .core.sharding import Schedule, Sharding, _local_rank
 
 _POLICIES = ("fill", "drop", "partial")
 
 
-# default prefetch_queue_depth (launches in flight) of pipelines that decode in decode processes:
-# each launch holds a device worker while its files are decoded, so the decoders idle with few
-# launches in flight (6 ran faster than 4 with 3 processes). 12: training
-# RetinaNet (bench_train, batch 16, 2 GB) fed with 12 in flight ran at 0.989 and 0.998 of a batch
-# kept on the GPU, with 6 at 0.962 and 0.981 (same call; 0.918-0.960 in two calls before). The
-# outputs in flight stay within the memory budget (output slots); the device workers stay 6
-DECODE_PROCESS_PREFETCH = 12
-MAX_DEVICE_WORKERS = 6  # default device_workers: min(prefetch depth, this)
-
-
-class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage, PlanAhead, DaliApi,
-               HandOut):
+class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhead):
     """A graph of ops producing batches.
 
     Args:
@@ -149,49 +147,47 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
                                  "are 'cpu_size' and 'gpu_size')")
             prefetch_queue_depth = max(int(v) for v in prefetch_queue_depth.values())
         self._prefetch_arg, self._device_workers_arg = prefetch_queue_depth, device_workers
-        self.prefetch_queue_depth = 2 if prefetch_queue_depth is None else max(1, int(prefetch_queue_depth))
         self.last_batch_policy, self.on_error = last_batch_policy, on_error
         self.shard_id, self.num_shards = int(shard_id), int(num_shards)
         self.shard_policy = _schedule.check_shard_policy(shard_policy, "shard_policy")
-        self.device_workers = int(device_workers or min(self.prefetch_queue_depth, MAX_DEVICE_WORKERS))
         self._batches_per_launch_arg = batches_per_launch
-        self.batches_per_launch = 1 if batches_per_launch is None else max(1, int(batches_per_launch))
         self.decode_processes = decode_processes
         self.decode_buffer_mb = None if decode_buffer_mb is None else int(decode_buffer_mb)
         from .runtime.gpu import memory_plan
 
         self.device_memory_budget = memory_plan.budget_from(device_memory_budget)
         self._budget_arg = device_memory_budget
-        self.memory_plan = None   # after build, for a pipeline with a GPU stage: what was chosen
-        self.output_slots = 1     # launches whose outputs may exist at once (after the first)
-        self.output_slots_peak = 0  # the most that did (as seen when batches are handed out)
-        self.decode_slots = 1 << 30  # launches decoding or holding decoded images at once
-        self._out_stream = None
-        self._launch_out_bytes = None
         self._host_processes_arg = host_processes
-        self.host_processes = 0  # set at build
+        # what build decides, as one record (detaug/runtime/build_plan.py); before build, the
+        # figures the arguments fix (the properties below read it)
+        self.build_plan = _build_plan.unbuilt(self.seed, self.device_memory_budget, self._settings())
+        # the output slots as launches are made (runtime/gpu/output_budget.py), from the record
+        self._output_budget = OutputBudget(self.build_plan)
+        self._out_stream = None
         self._decode_service = None
-        self.has_device_stage = False  # after build: some op runs on the GPU
-        self.plan_ahead = False  # after build: launches are planned ahead (detaug/runtime/gpu/plan_ahead.py)
-        self._paths_only = set()
-        self._levels, self._fan_out = {}, 1  # multi-sample ops (set at build)
+        self._cuda_warm = None  # the CUDA context made in the background at build (startup.py)
+        self._decoded_keep = None  # decoded images a GPU decoder keeps (ops/gpu_decode.py keep_queue)
+        self._paths_only = frozenset()
         self._ready = collections.deque()  # batches split off a multi-batch launch, not yet handed out
         self.graph = _graph.Graph()
         self._outputs = None
         self._built = False
         self._epoch, self._batch = 0, 0
+        self.schedule = None  # the epoch schedule (core/sharding.py), made at build
+        self._fingerprint = None  # the dataset's (runtime/run_state.py), once asked
         self._submitted = None
         self._executor = None
-        self._fed = {}
-        # see _count_skips; "startup": the start-up timeline (detaug/runtime/startup.py), set
+        self.dali = _dali.DaliFacade(self)  # DALI's semantics around this engine
+        # see SkipCount.count; "startup": the start-up timeline (detaug/runtime/startup.py), set
         # at build and completed by the first batch
         self.stats = {"skipped": 0, "skipped_files": [], "batches": 0, "startup": []}
         self._startup = _startup.Timeline()
-        self._skips_seen = set()  # (epoch, path) of the files counted
+        self._streams = []
+        self._retries = RetryPolicy(on_error)  # on_error='skip' (runtime/retries.py)
+        self._skips = SkipCount(self.stats)  # bad files, once per epoch, in stats
         self._stream = None
-        self.last_event = None  # cupy Event recorded after the last batch's device work
-        self._handed = HeldOutputs()  # batches handed out, kept until the caller's work on them ran
-        self._consumers = {}  # name -> () -> a stream the caller queues work on (see consume_on)
+        # batches handed out, kept until the caller's work on them ran (runtime/gpu/handout.py)
+        self._handout = HandOut(device_id)
         self._lock = threading.Lock()
         self._cursor_lock = threading.RLock()  # run/next/reset/state: one caller at a time
         _fork.track(self)  # reset in a forked child (runtime/fork.py)
@@ -225,11 +221,7 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
         ``batch_size``, is the batch's number of samples (one random draw each). ``layout``
         (DALI's, e.g. "HWC") is checked against what the source's consumers take."""
         name = node.op.name if isinstance(node, _graph.DataNode) else str(node)
-        if layout is not None:
-            from .ops.sources import LaidOut
-
-            data = LaidOut(data, layout)
-        self._fed.setdefault(name, []).append(data)
+        self.dali.feed_input(name, data, layout)
 
     # ---- build ------------------------------------------------------------------------------
     def build(self) -> "Pipeline":
@@ -261,15 +253,14 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
             sources = [op for op in self.graph.ops if op.schema.kind == "source"]
             if not sources:
                 raise ValueError("the pipeline has no reader or external source")
+        settings = self._settings()
         if any(op.gpu_decode for op in self._needed_ops()):
             # a GPU decoder: its decode processes start now, while the readers index
-            self._mixed_decode = True
-            self._device_ops = [op for op in self._needed_ops() if op.device != "cpu"]
             with tl.phase("build.gpu_check"):  # (imports cupy)
                 self._check_gpu()
             if _startup.early():
                 with tl.phase("build.decode_processes.spawn"):
-                    self._spawn_decode_service()
+                    self._spawn_decode_service(self.device_memory_budget, settings)
             # this process's CUDA context, then the kernels used before, in a background thread
             self._cuda_warm = _startup.warm_gpu(self.device_id or 0, tl) if _startup.early() else None
         with tl.phase("build.readers"):
@@ -278,48 +269,35 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
             sizes = {s.size for s in self._sources.values() if s.size is not None}
             if len(sizes) > 1:
                 raise ValueError(f"the pipeline's readers have different sizes {sorted(sizes)}")
-            _run_state.check_epoch_has_batches(self)  # a ValueError that says why
+            self.schedule = self._make_schedule()  # the epoch schedule: the seed's first part
+            _run_state.check_epoch_has_batches(self, self.schedule)  # a ValueError that says why
         tl.begin("build.plan")
         from .runtime import partners
 
-        partners.setup(self)  # multi-sample ops: the level of each op, the fan-out
-        self._host_ops = [op for op in self._needed_ops() if op.device == "cpu"]
-        self._device_ops = [op for op in self._needed_ops() if op.device != "cpu"]
-        self.has_device_stage = bool(self._device_ops)
-        self._mixed_decode = any(op.gpu_decode for op in self._device_ops)
-        if self.has_device_stage and not tl.has("build.gpu_check"):
+        needed = self._needed_ops()
+        sized = self._driver.size is not None
+        # multi-sample ops: the level of each op, the fan-out, the decoders' level
+        levels, fan_out, decode_level = partners.setup(needed, self._outputs, sized)
+        if any(op.device != "cpu" for op in needed) and not tl.has("build.gpu_check"):
             with tl.phase("build.gpu_check"):  # (imports cupy)
                 self._check_gpu()
-        self._setup_plan_ahead()
-        if self._batches_per_launch_arg is None and self.has_device_stage and self._driver.size is not None:
-            from .runtime.gpu import memory_plan
-
-            b = self._batch_bytes()  # a launch's outputs, where the graph fixes them
-            self.batches_per_launch = memory_plan.batches_per_launch(
-                self.device_memory_budget, self.plan_ahead, b and b.outputs, b.working if b else 0)
+        # everything build decides, at once; BudgetError where the least it runs with exceeds
+        # the budget (before any decode process is given a plan)
+        plan = _build_plan.decide(needed, self._outputs, self._sources, seed=self.seed,
+                                  budget=self.device_memory_budget, settings=settings,
+                                  levels=levels, fan_out=fan_out, decode_level=decode_level,
+                                  sized=sized)
         tl.end("build.plan")
-        if self._mixed_decode:
+        self.build_plan, self._output_budget = plan, OutputBudget(plan)
+        if plan.decode is not None:
             with tl.phase("build.decode_processes"):
-                self._start_decode_service()
-        if self._prefetch_arg is None and self._decode_service is not None:
-            # enough launches in flight to hold every ring slot of the queue
-            self.prefetch_queue_depth = max(DECODE_PROCESS_PREFETCH, self.decode_slots)
-        # the device stage's two phases: decode (runs ahead), then what makes the outputs (waits
-        # for an output slot)
-        last = max((k + 1 for k, op in enumerate(self._device_ops) if op.gpu_decode), default=0)
-        self._device_ops_a, self._device_ops_b = self._device_ops[:last], self._device_ops[last:]
-        if not self._device_workers_arg:
-            # a device worker holds its launch through the decode: one per launch in flight
-            self.device_workers = min(self.prefetch_queue_depth,
-                                      max(MAX_DEVICE_WORKERS, self.decode_slots
-                                          if self._decode_service is not None else 0))
-        self.host_processes = self._resolve_host_processes()
-        self._check_memory_budget()  # BudgetError where the least it runs with exceeds the budget
+                self._start_decode_service(plan.decode)
+            self._paths_only = plan.paths_only
         if self.has_device_stage:
             tl.begin("build.cuda")
             import cupy as cp
 
-            if getattr(self, "_cuda_warm", None) is not None:
+            if self._cuda_warm is not None:
                 self._cuda_warm.wait()  # (the context made meanwhile, or failed: made here)
             cp.cuda.Device(self.device_id or 0).use()
             # one stream per device worker: batches' host-side launch work overlaps, and each
@@ -336,39 +314,12 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
         logging.getLogger("detaug").info("pipeline built: %s", self.device_summary)
 
     def _needed_ops(self):
-        """The ops the outputs need, in a topological order (inputs first; build's implicit
-        uploads are appended to the graph after the ops that consume them)."""
-        order, seen = [], set()
-
-        def visit(op):
-            if op.id in seen:
-                return
-            seen.add(op.id)
-            for i in op.inputs:
-                visit(i.op)
-            for a in op.arg_inputs.values():
-                visit(a.op)
-            order.append(op)
-
-        for o in self._outputs:
-            visit(o.op)
-        return order
+        """The ops the outputs need, inputs first (graph/trace.py ``needed_ops``)."""
+        return _graph.needed_ops(self._outputs)
 
     def _validate(self):
-        """Data moves cpu -> mixed -> gpu only; a gpu op's cpu inputs are uploaded once (an
-        implicit mixed '_upload' op), and its per-sample arguments stay on the host."""
-        with self:
-            for op in list(self.graph.ops):
-                for k, inp in enumerate(op.inputs):
-                    if op.device == "cpu" and inp.device == "gpu":
-                        raise ValueError(f"{op.name} runs on the cpu but its input {inp.name} is on "
-                                         "the gpu: data moves cpu -> mixed -> gpu only")
-                    if op.device == "gpu" and inp.device == "cpu" and not op.schema.has("upload"):
-                        op.inputs[k] = inp.gpu()
-                for k, a in op.arg_inputs.items():
-                    if a.device != "cpu":
-                        raise ValueError(f"{op.name}: per-sample argument {k!r} must come from a "
-                                         "cpu op (random draws are made on the host)")
+        """Data moves cpu -> mixed -> gpu only (graph/trace.py ``validate``)."""
+        _graph.validate(self.graph)
 
     # ---- running ------------------------------------------------------------------------------
     def _executor_ready(self):
@@ -426,11 +377,12 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
 
         Outputs that are not image or box batches come as DALI's TensorLists that are also
         detaug's values (an ndarray or list subclass; docs/dali.md, "Outputs of pipe.run()");
-        DALI's API-type check applies."""
-        self._check_api_type("BASIC")
-        return self._dali_run_outputs(self._run())
+        DALI's API-type check applies (its facade: detaug/dali/pipeline_api.py)."""
+        return self.dali.run()
 
     def _run(self) -> tuple:
+        """The engine's next batch, going on into the next epoch where the driving source wraps
+        around (a reader): no DALI semantics (``run()`` adds them)."""
         try:
             return self._next_of_epoch()
         except StopIteration:
@@ -447,12 +399,12 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
             if not ex.queue or ex.queue[0][0][0] != self._epoch:
                 raise StopIteration
             (epoch, b, _), (outs, event, skips, sizes, made_on) = ex.pop()
-            self._count_skips(skips, epoch)
+            self._skips.count(skips, epoch)
             parts = split_batches(outs, sizes) if len(sizes) > 1 else [outs]
             self._ready.extend((b + k, part, event, made_on) for k, part in enumerate(parts))
         b, outs, event, made_on = self._ready.popleft()
         self._batch = b + 1
-        self._hand_out(outs, event, made_on)
+        self._handout.hand_out(outs, event, made_on)
         self.stats["batches"] += 1
         if not self._startup.has("first_batch"):
             self._first_batch_out()
@@ -517,8 +469,8 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
         result = ex.run_now(key, prepared)
         if self.has_device_stage:
             result = self._run_device(result, ex.pool)
-        self._hand_out(result[0], result[1], result[4])
-        self._count_skips(result[2], key[0])
+        self._handout.hand_out(result[0], result[1], result[4])
+        self._skips.count(result[2], key[0])
         if not self._startup.has("first_batch"):
             self._first_batch_out()
         return result[0]
@@ -539,6 +491,82 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
         """DALI's name for ``batch_size`` (programs written for DALI read it)."""
         return self.batch_size
 
+    @property
+    def last_event(self):
+        """The cupy Event recorded after the last batch's device work (None: no GPU stage)."""
+        return self._handout.last_event
+
+    @property
+    def output_slots(self) -> int:
+        """Launches whose outputs may exist at once (set at build, then from the first launch)."""
+        return self._output_budget.slots
+
+    @property
+    def output_slots_peak(self) -> int:
+        """The most launches whose outputs existed at once (as seen when batches are handed out)."""
+        return self._output_budget.peak
+
+    def consume_on(self, name: str, stream_of) -> None:
+        """Register a stream the caller queues work on handed-out batches on, besides cupy's
+        current one (``HandOut.consume_on``: the torch adapter registers torch's as "torch")."""
+        self._handout.consume_on(name, stream_of)
+
+    # ---- what build decided, read off its record (build_plan: detaug/runtime/build_plan.py) ---
+    has_device_stage = _build_plan.Decided("has_device_stage", "After build: some op runs on the GPU.")
+    plan_ahead = _build_plan.Decided(
+        "plan_ahead", "After build: launches are planned ahead (detaug/runtime/gpu/plan_ahead.py).")
+    batches_per_launch = _build_plan.Decided("batches_per_launch", "Batches run through the graph together.")
+    prefetch_queue_depth = _build_plan.Decided("prefetch_queue_depth", "Launches in flight.")
+    device_workers = _build_plan.Decided("device_workers", "Threads that run the device stage.")
+    host_processes = _build_plan.Decided("host_processes", "Host worker processes (0: threads).")
+    memory_plan = _build_plan.Decided(
+        "decode", "After build, for a pipeline with decode processes: the DecodePlan chosen.")
+    decode_slots = _build_plan.Decided(
+        "decode_slots", "Launches decoding or holding decoded images at once.")
+
+    def _make_schedule(self, shard_policy=None) -> Schedule:
+        """The schedule part (core/sharding.py) for the driving source, the seed, the batch size
+        and the policies (``shard_policy``: another than the pipeline's, for a check)."""
+        return Schedule(self._driver, self.seed, self.batch_size, self.last_batch_policy,
+                        self.shard_policy if shard_policy is None else shard_policy)
+
+    def _settings(self) -> _build_plan.Settings:
+        """The arguments build reads, as given."""
+        return _build_plan.Settings(
+            batch_size=self.batch_size, num_threads=self.num_threads,
+            prefetch_queue_depth=self._prefetch_arg, device_workers=self._device_workers_arg,
+            batches_per_launch=self._batches_per_launch_arg, decode_processes=self.decode_processes,
+            decode_buffer_mb=self.decode_buffer_mb, host_processes=self._host_processes_arg)
+
+    # ---- DALI's names, handed to the facade (detaug/dali/pipeline_api.py) --------------------
+    @property
+    def dali_outputs(self) -> bool:
+        """True (default): ``run()`` gives DALI's TensorLists, which are detaug's values too
+        (detaug/dali/outputs.py); False: detaug's plain values."""
+        return self.dali.outputs
+
+    @dali_outputs.setter
+    def dali_outputs(self, value: bool) -> None:
+        self.dali.outputs = value
+
+    def enable_api_check(self, enable: bool) -> None:
+        """DALI's switch: False lets ``run()`` and a DALI iterator share this pipeline."""
+        self.dali.api.enable(enable)
+
+    def save_graph_to_dot_file(self, path: str) -> None:
+        """The graph in Graphviz dot (``DaliFacade.save_graph_to_dot_file``)."""
+        self.dali.save_graph_to_dot_file(path)
+
+    def serialize(self) -> bytes:
+        """The parameters and traced graph as data only (``DaliFacade.serialize``)."""
+        return self.dali.serialize()
+
+    @classmethod
+    def deserialize(cls, data: bytes, **overrides) -> "Pipeline":
+        """A pipeline rebuilt from :meth:`serialize`'s bytes, ``overrides`` replacing parameters;
+        anything else refused by name (detaug/dali/pipeline_api.py ``deserialize``)."""
+        return _dali.deserialize(cls, data, **overrides)
+
     def close(self) -> None:
         """Stop the worker threads and decode processes. Under the cursor lock, as ``run``: a
         close from another thread lets the batch in flight be handed out first, and the next
@@ -549,23 +577,24 @@ class Pipeline(_run_state.RunState, Sharding, Retries, BatchMaking, DeviceStage,
             if self._executor is not None:
                 self._executor.shutdown()
                 self._executor = None
-            self._let_go_handed()
+            self._handout.let_go()
             self._release_device_buffers(sync=True)
             if self._decode_service is not None:
                 self._decode_service.close()
                 self._decode_service = None
-                self._paths_only = set()  # a later run reads and decodes in this process
+                self._paths_only = frozenset()  # a later run reads and decodes in this process
 
     def __del__(self):
         # never join threads from a finaliser: the garbage collector may run it inside thread
         # start-up or shutdown, holding the locks a join needs (seen: a deadlock); nor in a fork
         if not _fork.owned_here(self):  # that did not adopt it (runtime/fork.py)
             return
-        ex = getattr(self, "_executor", None)
+        # (owned here: its __init__ ran to the end, where _fork.track is, so every attribute is set)
+        ex = self._executor
         if ex is not None:
             ex.shutdown(wait=False)
         self._release_device_buffers(sync=False)
-        svc = getattr(self, "_decode_service", None)
+        svc = self._decode_service
         if svc is not None:
             svc.stop()
 

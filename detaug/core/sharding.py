@@ -1,9 +1,10 @@
-"""The epoch schedule and the sharding of a pipeline (a mixin of :class:`detaug.pipeline.Pipeline`):
-which records each batch of an epoch takes on this shard (the keyed shuffle, the shard's part under
-its shard policy, DALI's ``pad_last_batch`` and ``stick_to_shard=False``), the epoch's size and
-batch count, the fitting of a launch's schedule to the batches fed to an external source,
-``set_shard`` / ``shard_info``, and the default device of a process of a distributed run
-(:func:`_local_rank`). The arithmetic is detaug/core/schedule.py's; this mixin applies it to the
+"""The epoch schedule and the sharding of a pipeline: :class:`Schedule`, a part the pipeline holds,
+constructed with the seed and what else it reads: which records each batch of an epoch takes on
+this shard (the keyed shuffle, the shard's part under its shard policy, DALI's ``pad_last_batch``
+and ``stick_to_shard=False``), the epoch's size and batch count, the fitting of a launch's
+schedule to the batches fed to an external source; and :class:`Sharding`, the pipeline's public methods over it (``set_shard`` / ``shard_info``,
+``epoch_size``, ``len``); and the default device of a process of a distributed run
+(:func:`_local_rank`). The arithmetic is detaug/core/schedule.py's; the schedule applies it to the
 pipeline's driving reader."""
 from __future__ import annotations
 
@@ -16,33 +17,90 @@ from . import schedule as _schedule
 from .rng import epoch_permutation
 
 
-class Sharding:
-    """Epochs, batches and shards of :class:`~detaug.pipeline.Pipeline` (its state: ``_driver``,
-    ``_sources``, ``seed``, ``batch_size``, ``last_batch_policy``, ``shard_*``; ``end_epoch``
-    also ``_epoch``, ``_ready`` and ``_executor``'s queue)."""
+class Schedule:
+    """The epoch schedule of a pipeline's driving source (a part the pipeline holds, made at
+    build and again by ``set_shard``): which records each batch of an epoch takes on this shard,
+    from what it is given: the source (its size, shuffle, shard and DALI's sharding arguments),
+    the ``seed`` of the keyed shuffle, the batch size and the two policies."""
+
+    def __init__(self, driver, seed: int, batch_size: int, last_batch_policy: str,
+                 shard_policy: str):
+        self.driver, self.seed = driver, int(seed)
+        self.batch_size, self.last_batch_policy = int(batch_size), last_batch_policy
+        self.shard_policy = shard_policy
 
     # ---- epochs and batches ------------------------------------------------------------------
-    def _shard_order(self, epoch):
-        src = self._driver
+    def shard_order(self, epoch):
+        src = self.driver
         n = src.size
         order = epoch_permutation(self.seed, epoch, n) if src.shuffle else np.arange(n, dtype=np.int64)
         sid, ns = src.shard
         sid = (sid + epoch) % ns if getattr(src, "moves_shards", False) else sid  # DALI's stick_to_shard=False
-        return order[_schedule.shard_positions(n, sid, ns, self._shard_policy_of(src))]
+        return order[_schedule.shard_positions(n, sid, ns, self.policy_of(src))]
 
-    def _epoch_samples(self) -> int:
+    def epoch_samples(self) -> int:
         """Samples of the shard's epoch: its size, or with a reader's ``pad_last_batch`` (DALI's)
         the largest shard's, every shard then having as many batches."""
-        if getattr(self._driver, "pad_last_batch", False):
-            return _schedule.shard_size(self._driver.size, *self._driver.shard, "pad")
+        if getattr(self.driver, "pad_last_batch", False):
+            return _schedule.shard_size(self.driver.size, *self.driver.shard, "pad")
         return self.shard_size()
 
-    def _shard_policy_of(self, src) -> str:
+    def policy_of(self, src) -> str:
         """A reader given DALI's sharding arguments (``pad_last_batch``, ``stick_to_shard``)
         shards as DALI does ('uneven': its padding is its own); others by the pipeline's policy."""
         if getattr(src, "dali_sharding", False):
             return "uneven"
         return self.shard_policy
+
+    def shard_size(self) -> int:
+        return _schedule.shard_size(self.driver.size, *self.driver.shard,
+                                    self.policy_of(self.driver))
+
+    def batches_per_epoch(self) -> int:
+        """Batches per epoch on this shard (a sized source)."""
+        return _schedule.batches_per_epoch(self.epoch_samples(), self.batch_size, self.last_batch_policy)
+
+    def indices(self, epoch, batch_index, count=1):
+        """(record indices, positions in the shard order, batch sizes) of batches
+        ``batch_index .. batch_index + count - 1`` of ``epoch``, concatenated."""
+        order = self.shard_order(epoch)
+        n = self.epoch_samples()
+        pos, sizes = _schedule.batch_positions(n, batch_index, count, self.batch_size,
+                                               self.last_batch_policy)
+        if getattr(self.driver, "pad_last_batch", False) and len(order):
+            # DALI's pad_last_batch: what follows the shard's last sample repeats it (the
+            # launch's batches are consecutive: only the epoch's last may be short)
+            pos = np.minimum(batch_index * self.batch_size + np.arange(len(pos)), len(order) - 1)
+        return order[pos], pos, sizes
+
+    def batches(self, epoch, batch_index, count):
+        """(record indices, positions, batch sizes) that the schedule gives batches
+        ``batch_index .. batch_index + count - 1``: :meth:`indices` for a sized source, else
+        :func:`schedule.unsized_indices` (no positions)."""
+        if self.driver.size is not None:
+            return self.indices(epoch, batch_index, count)
+        idx, sizes = _schedule.unsized_indices(batch_index, count, self.batch_size)
+        return idx, None, sizes
+
+    def fit_to_fed(self, key, idx, pos, sizes, fed):
+        """:func:`schedule.fit_to_fed` for the launch ``key``, its error naming the source."""
+        name, fed_sizes = fed
+        epoch, b = key[0], key[1]
+        sized = (f", size={self.driver.size}, last_batch_policy={self.last_batch_policy!r}"
+                 if self.driver.size is not None else "")
+
+        def where(j, n, room):
+            return (f"{name}: batch {b + j} of epoch {epoch} was fed {n} samples, more than the "
+                    f"{room} the schedule has room for (batch_size={self.batch_size}{sized}): "
+                    "feed at most that many per batch")
+
+        return _schedule.fit_to_fed(idx, pos, sizes, fed_sizes, where)
+
+
+class Sharding:
+    """The public epoch and shard methods of :class:`~detaug.pipeline.Pipeline`, over its
+    :class:`Schedule` (``schedule``, made at build; ``set_shard`` makes it anew). ``end_epoch``
+    also moves the pipeline's cursor (``_epoch``, ``_ready``, ``_executor``'s queue)."""
 
     def epoch_size(self, name: str | None = None) -> int | dict | None:
         """Number of records the reader holds (all shards), as DALI's ``epoch_size``."""
@@ -57,15 +115,14 @@ class Sharding:
 
     def shard_size(self) -> int:
         self.build()
-        return _schedule.shard_size(self._driver.size, *self._driver.shard,
-                                    self._shard_policy_of(self._driver))
+        return self.schedule.shard_size()
 
     def __len__(self) -> int:
         """Batches per epoch on this shard."""
         self.build()
         if self._driver.size is None:
             raise TypeError("this pipeline's source has no size: give external_source a size")
-        return _schedule.batches_per_epoch(self._epoch_samples(), self.batch_size, self.last_batch_policy)
+        return self.schedule.batches_per_epoch()
 
     def end_epoch(self) -> None:
         """End the current epoch where it stands and move on to the next, keeping what is in
@@ -86,57 +143,6 @@ class Sharding:
                 pass
         self.reset()
 
-    def _indices(self, epoch, batch_index, count=1):
-        """(record indices, positions in the shard order, batch sizes) of batches
-        ``batch_index .. batch_index + count - 1`` of ``epoch``, concatenated."""
-        order = self._shard_order(epoch)
-        n = self._epoch_samples()
-        pos, sizes = _schedule.batch_positions(n, batch_index, count, self.batch_size,
-                                               self.last_batch_policy)
-        if getattr(self._driver, "pad_last_batch", False) and len(order):
-            # DALI's pad_last_batch: what follows the shard's last sample repeats it (the
-            # launch's batches are consecutive: only the epoch's last may be short)
-            pos = np.minimum(batch_index * self.batch_size + np.arange(len(pos)), len(order) - 1)
-        return order[pos], pos, sizes
-
-    def _schedule(self, epoch, batch_index, count):
-        """(record indices, positions, batch sizes) that the schedule gives batches
-        ``batch_index .. batch_index + count - 1``: :meth:`_indices` for a sized source, else
-        :func:`schedule.unsized_indices` (no positions)."""
-        if self._driver.size is not None:
-            return self._indices(epoch, batch_index, count)
-        idx, sizes = _schedule.unsized_indices(batch_index, count, self.batch_size)
-        return idx, None, sizes
-
-    def _fed_sizes(self, prepared):
-        """(source name, samples per batch) of the sources fed whole batches (an iterable or
-        ``feed_input``), which must agree; None when no source is fed."""
-        found = None
-        for op_id, payload in prepared.items():
-            sizes = payload.get("sizes") if isinstance(payload, dict) else None
-            if sizes is None:
-                continue
-            name = self.graph.ops[op_id].name
-            if found is not None and list(sizes) != found[1]:
-                raise ValueError(f"external sources {found[0]!r} and {name!r} were fed batches of "
-                                 f"different sizes ({found[1]} and {list(sizes)} samples)")
-            found = found or (name, list(sizes))
-        return found
-
-    def _fit_to_fed(self, key, idx, pos, sizes, fed):
-        """:func:`schedule.fit_to_fed` for the launch ``key``, its error naming the source."""
-        name, fed_sizes = fed
-        epoch, b = key[0], key[1]
-        sized = (f", size={self._driver.size}, last_batch_policy={self.last_batch_policy!r}"
-                 if self._driver.size is not None else "")
-
-        def where(j, n, room):
-            return (f"{name}: batch {b + j} of epoch {epoch} was fed {n} samples, more than the "
-                    f"{room} the schedule has room for (batch_size={self.batch_size}{sized}): "
-                    "feed at most that many per batch")
-
-        return _schedule.fit_to_fed(idx, pos, sizes, fed_sizes, where)
-
     def set_shard(self, shard_id: int, num_shards: int, shard_policy: str | None = None) -> None:
         """Shard the readers that have no shard_id / num_shards of their own (the PyTorch
         iterator does this from torch.distributed); restarts the current epoch's iteration.
@@ -151,6 +157,7 @@ class Sharding:
                 a = self.graph.ops[op_id].args
                 if a.get("shard_id") is None and a.get("num_shards") is None:
                     src.shard = (self.shard_id, self.num_shards)
+            self.schedule = self._make_schedule()
             self._start(self._epoch, 0)
 
     @property

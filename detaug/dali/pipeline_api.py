@@ -1,13 +1,18 @@
-"""DALI's Pipeline API about a pipeline's definition rather than its running (a mixin of
-:class:`detaug.pipeline.Pipeline`): the tuning arguments DALI programs pass that change nothing
-here (:data:`DALI_PIPELINE_HINTS`, accepted with a warning; ``enable_checkpointing=True``
-refused), and the traced graph's export: ``serialize`` / ``deserialize`` (detaug/runtime/persist.py's
-format) and ``save_graph_to_dot_file`` (Graphviz)."""
+"""DALI's side of a pipeline, kept apart from the engine: the tuning arguments DALI programs pass
+that change nothing here (:data:`DALI_PIPELINE_HINTS`, accepted with a warning;
+``enable_checkpointing=True`` refused), and :class:`DaliFacade`, which holds the engine (a
+:class:`detaug.pipeline.Pipeline`) and gives it DALI's semantics: ``run()``'s outputs as DALI's
+TensorLists, DALI's check against mixing ``run()`` with an iterator (:class:`ApiTypeCheck`), the
+batches given by ``feed_input``, and the traced graph's export: ``serialize`` / ``deserialize``
+(detaug/runtime/persist.py's format) and ``save_graph_to_dot_file`` (Graphviz). The engine's own
+next batch (``Pipeline._run``) carries none of these; the pipeline's public methods of the same
+names hand over to its facade."""
 from __future__ import annotations
 
 import contextlib
 import inspect
 import warnings
+import weakref
 
 from ..runtime import persist as _persist
 from . import outputs as _outputs
@@ -43,87 +48,119 @@ def _check_dali_tuning(kwargs):
                       "value here", stacklevel=3)
 
 
-class DaliApi:
-    """The graph export of :class:`~detaug.pipeline.Pipeline` (DALI's names), DALI's check
-    against mixing ``run()`` with an iterator, and the DALI form of ``run()``'s outputs."""
+class ApiTypeCheck:
+    """DALI's check against mixing ``run()`` ('BASIC') with a DALI iterator ('ITERATOR') on one
+    pipeline: the first to use it fixes its API type; the other then raises RuntimeError."""
 
-    # True: run() gives DALI's TensorLists, which are detaug's values too (dali/outputs.py);
-    # False: detaug's plain values
-    dali_outputs = True
-    _api_type = None        # DALI's PipelineAPIType in use: 'BASIC' (run()) or 'ITERATOR'
-    _skip_api_check = False
-    _in_api_scope = False
+    def __init__(self):
+        self.api_type = None    # DALI's PipelineAPIType in use: 'BASIC' (run()) or 'ITERATOR'
+        self.skip = False       # enable_api_check(False)
+        self.in_scope = False   # inside an iterator's step (its run() calls are let through)
 
-    # ---- DALI's API-type check ----------------------------------------------------------------
-    def enable_api_check(self, enable: bool) -> None:
-        """DALI's switch: False lets ``run()`` and a DALI iterator share this pipeline (the
+    def enable(self, enable: bool) -> None:
+        """DALI's switch: False lets ``run()`` and a DALI iterator share the pipeline (the
         iterator then starts where ``run()`` left the epoch: docs/dali.md)."""
-        self._skip_api_check = not enable
+        self.skip = not enable
 
-    def _check_api_type(self, kind: str) -> None:
+    def check(self, kind: str) -> None:
         """As DALI: the first of ``run()`` ('BASIC') and a DALI iterator ('ITERATOR') to use the
         pipeline fixes its API type; the other then raises RuntimeError."""
-        if self._skip_api_check or self._in_api_scope:
+        if self.skip or self.in_scope:
             return
-        if self._api_type is None:
-            self._api_type = kind
-        elif self._api_type != kind:
+        if self.api_type is None:
+            self.api_type = kind
+        elif self.api_type != kind:
             raise RuntimeError(f"Mixing pipeline API type. Currently used: PipelineAPIType."
-                               f"{self._api_type}, but trying to use PipelineAPIType.{kind} (as "
+                               f"{self.api_type}, but trying to use PipelineAPIType.{kind} (as "
                                "DALI: use a fresh pipeline for the iterator, or call "
                                "pipe.enable_api_check(False))")
 
     @contextlib.contextmanager
-    def _api_scope(self, kind: str):
+    def scope(self, kind: str):
         """Checks ``kind`` once, then lets the calls inside through (an iterator's run())."""
-        self._check_api_type(kind)
-        self._in_api_scope = True
+        self.check(kind)
+        self.in_scope = True
         try:
             yield
         finally:
-            self._in_api_scope = False
+            self.in_scope = False
 
-    def _dali_run_outputs(self, outs) -> tuple:
-        """``run()``'s outputs as DALI's TensorLists (dali/outputs.py)."""
-        self.build()
-        return _outputs.run_outputs(self, outs)
+
+class DaliFacade:
+    """DALI's semantics around an engine (a :class:`~detaug.pipeline.Pipeline`, held by a weak
+    reference: the engine holds its facade, and the facade does not keep it alive). It owns the
+    API-type check (``api``), the switch of ``run()``'s outputs (``outputs``: True gives DALI's
+    TensorLists, which are detaug's values too, dali/outputs.py; False detaug's plain values) and
+    the batches fed to external sources (``fed``: source name -> batches, taken by the engine's
+    host stage in order)."""
+
+    def __init__(self, engine):
+        self._engine = weakref.ref(engine)
+        self.api = ApiTypeCheck()
+        self.outputs = True
+        self.fed = {}
+
+    @property
+    def engine(self):
+        return self._engine()
+
+    def run(self) -> tuple:
+        """DALI's ``run()``: the API-type check, the engine's next batch (going on into the next
+        epoch at a reader's end), its outputs as DALI's TensorLists."""
+        self.api.check("BASIC")
+        engine = self.engine
+        outs = engine._run()
+        engine.build()
+        return _outputs.run_outputs(engine, outs)  # (its rule reads the engine's dali_outputs)
+
+    def feed_input(self, name: str, data, layout: str | None = None) -> None:
+        """Queue ``data`` (one batch) for the external source ``name``; ``layout`` (DALI's, e.g.
+        "HWC") is checked against what the source's consumers take."""
+        if layout is not None:
+            from ..ops.sources import LaidOut
+
+            data = LaidOut(data, layout)
+        self.fed.setdefault(name, []).append(data)
 
     # ---- graph export -----------------------------------------------------------------------
     def save_graph_to_dot_file(self, path: str) -> None:
         """Write the graph in Graphviz dot: one box per op (name, device), one edge per input."""
-        self.build()
-        _persist.save_dot(path, self._needed_ops(), self._outputs)
+        engine = self.engine
+        engine.build()
+        _persist.save_dot(path, engine._needed_ops(), engine._outputs)
 
     def serialize(self) -> bytes:
-        """The pipeline's parameters and traced graph as data only: UTF-8 JSON, arrays as arrays
+        """The engine's parameters and traced graph as data only: UTF-8 JSON, arrays as arrays
         (detaug/runtime/persist.py), so that ``deserialize`` runs no code. A value that is not
         data, such as an external source's callable or generator, raises TypeError naming its op
         and argument."""
-        self.build()
-        params = dict(batch_size=self.batch_size, num_threads=self.num_threads,
-                      device_id=self._device_id_arg, seed=self.seed,
-                      prefetch_queue_depth=self._prefetch_arg,
-                      last_batch_policy=self.last_batch_policy, shard_id=self.shard_id,
-                      num_shards=self.num_shards, on_error=self.on_error,
-                      device_workers=self._device_workers_arg,
-                      batches_per_launch=self._batches_per_launch_arg,
-                      decode_processes=self.decode_processes, decode_buffer_mb=self.decode_buffer_mb,
-                      host_processes=self._host_processes_arg,
-                      device_memory_budget=self._budget_arg,
-                      shard_policy=self.shard_policy)  # exec_*: no effect, not kept
-        return _persist.dumps(params, self.graph.ops, self._outputs)
+        p = self.engine
+        p.build()
+        params = dict(batch_size=p.batch_size, num_threads=p.num_threads,
+                      device_id=p._device_id_arg, seed=p.seed,
+                      prefetch_queue_depth=p._prefetch_arg,
+                      last_batch_policy=p.last_batch_policy, shard_id=p.shard_id,
+                      num_shards=p.num_shards, on_error=p.on_error,
+                      device_workers=p._device_workers_arg,
+                      batches_per_launch=p._batches_per_launch_arg,
+                      decode_processes=p.decode_processes, decode_buffer_mb=p.decode_buffer_mb,
+                      host_processes=p._host_processes_arg,
+                      device_memory_budget=p._budget_arg,
+                      shard_policy=p.shard_policy)  # exec_*: no effect, not kept
+        return _persist.dumps(params, p.graph.ops, p._outputs)
 
-    @classmethod
-    def deserialize(cls, data: bytes, **overrides) -> DaliApi:  # a Pipeline (cls)
-        """A pipeline rebuilt from :meth:`serialize`'s bytes (``overrides`` replace parameters).
-        Anything else is refused with ``persist.GraphFormatError`` (a ValueError): a pickle (it
-        could run code), bytes that are not the format, an op, argument or parameter that this
-        version does not have, an op missing an argument, no outputs, or a parameter of another
-        kind than this version writes (``batch_size: 2.7``, NaN, a string), named."""
-        known = {name for c in cls.__mro__ if "__init__" in vars(c) and c is not object
-                 for name, p in inspect.signature(c.__init__).parameters.items()
-                 if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)} - {"self"}
-        params, rebuild = _persist.loads(data, known, _PARAM_KINDS)
-        pipe = cls(**{**params, **overrides})
-        pipe.set_outputs(*rebuild(pipe.graph))
-        return pipe
+
+def deserialize(cls, data: bytes, **overrides):
+    """A pipeline of class ``cls`` rebuilt from :meth:`DaliFacade.serialize`'s bytes
+    (``overrides`` replace parameters). Anything else is refused with ``persist.GraphFormatError``
+    (a ValueError): a pickle (it could run code), bytes that are not the format, an op, argument
+    or parameter that this version does not have, an op missing an argument, no outputs, or a
+    parameter of another kind than this version writes (``batch_size: 2.7``, NaN, a string),
+    named."""
+    known = {name for c in cls.__mro__ if "__init__" in vars(c) and c is not object
+             for name, p in inspect.signature(c.__init__).parameters.items()
+             if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)} - {"self"}
+    params, rebuild = _persist.loads(data, known, _PARAM_KINDS)
+    pipe = cls(**{**params, **overrides})
+    pipe.set_outputs(*rebuild(pipe.graph))
+    return pipe

@@ -386,3 +386,44 @@ def call_op(name: str, inputs, kwargs: dict):
     if names:
         return dict(zip(names, op.outputs))
     return op.outputs[0] if n == 1 else tuple(op.outputs)
+
+
+def needed_ops(outputs) -> list:
+    """The ops the ``outputs`` (DataNodes) need, in a topological order (inputs first; build's
+    implicit uploads are appended to the graph after the ops that consume them)."""
+    order, seen = [], set()
+
+    def visit(op):
+        if op.id in seen:
+            return
+        seen.add(op.id)
+        for i in op.inputs:
+            visit(i.op)
+        for a in op.arg_inputs.values():
+            visit(a.op)
+        order.append(op)
+
+    for o in outputs:
+        visit(o.op)
+    return order
+
+
+def validate(graph) -> None:
+    """Data moves cpu -> mixed -> gpu only; a gpu op's cpu inputs are uploaded once (an
+    implicit mixed '_upload' op, made in ``graph``), and its per-sample arguments stay on the
+    host."""
+    push(graph)
+    try:
+        for op in list(graph.ops):
+            for k, inp in enumerate(op.inputs):
+                if op.device == "cpu" and inp.device == "gpu":
+                    raise ValueError(f"{op.name} runs on the cpu but its input {inp.name} is on "
+                                     "the gpu: data moves cpu -> mixed -> gpu only")
+                if op.device == "gpu" and inp.device == "cpu" and not op.schema.has("upload"):
+                    op.inputs[k] = inp.gpu()
+            for k, a in op.arg_inputs.items():
+                if a.device != "cpu":
+                    raise ValueError(f"{op.name}: per-sample argument {k!r} must come from a "
+                                     "cpu op (random draws are made on the host)")
+    finally:
+        pop()

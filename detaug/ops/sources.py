@@ -24,7 +24,7 @@ _SHARDING = {"random_shuffle": False, "shard_id": None, "num_shards": None}
 # epoch, shard_id + epoch; None, not given: DALI's default False where the shards have one
 # length, else the shard stays: _Source.moves_shards); pad_last_batch=True or stick_to_shard given
 # makes the reader's shards DALI's ('uneven'), whatever the pipeline's shard_policy
-# (Sharding._shard_policy_of). random_shuffle's initial_fill (the size of DALI's
+# (Schedule.policy_of). random_shuffle's initial_fill (the size of DALI's
 # shuffle buffer) is accepted: detaug's shuffle is a full permutation of the epoch. The others tune
 # DALI's I/O and change no value.
 _DALI_READER = {"initial_fill": 1024, "pad_last_batch": False, "stick_to_shard": None,
@@ -153,7 +153,7 @@ def _code_streams(ctx, data):
     """Parsed code streams for the GPU decoder, made here in the reader's (host-stage) thread
     when the pipeline decodes on the GPU: nvImageCodec then decodes faster and the parsing is
     off the device stage (benchmarks/RESULTS.md)."""
-    if not getattr(ctx.pipeline, "_mixed_decode", False) or getattr(ctx, "planning", False):
+    if not ctx.pipeline.build_plan.mixed_decode or getattr(ctx, "planning", False):
         return None  # (a launch planned ahead parses them where it decodes: detaug/runtime/gpu/plan_ahead.py)
     from .gpu_decode import code_streams
 
@@ -641,7 +641,7 @@ class _External(_Source):
     def _next_batch(self):
         """The next fed batch, or None when the iterable is spent."""
         if self.source is None:
-            fed = self.pipe._fed.get(self.op.name) or []
+            fed = self.pipe.dali.fed.get(self.op.name) or []
             if not fed:
                 raise RuntimeError(f"{self.op.name}: no data fed; call pipe.feed_input() in iter_setup()")
             data = fed.pop(0)

@@ -4,18 +4,17 @@ schedule's sample indices, and the ops run in order on it (each multi-sample op 
 its level, detaug/runtime/partners.py), on the host or, for device ops, on the launch's stream."""
 from __future__ import annotations
 
-import os
-
 from ..core.errors import NotFed as _NotFed
 from ..core.errors import SampleError
 from ..graph import trace as _graph
 from ..graph.arg_check import check_per_sample
 from .context import BatchContext
+from .retries import RetryPolicy
 
 
 class BatchMaking:
-    """The host stage and the op loop of a launch ``key = (epoch, first batch, batch count)``, and
-    how many host worker processes make launches."""
+    """The host stage and the op loop of a launch ``key = (epoch, first batch, batch count)``
+    (how many host worker processes make launches: detaug/runtime/build_plan.py)."""
 
     def _prepare(self, key):
         """Every source's data for the launch ``key = (epoch, first batch, batch count)``, in
@@ -25,34 +24,59 @@ class BatchMaking:
             self.iter_setup()
         hungry = [self.graph.ops[i].name for i, s in self._sources.items()
                   if getattr(s, "fed", False) and getattr(s, "source", True) is None
-                  and len(self._fed.get(self.graph.ops[i].name) or ()) < key[2]]
+                  and len(self.dali.fed.get(self.graph.ops[i].name) or ()) < key[2]]
         if hungry:  # nothing taken: the launch waits for feed_input (see _fill_queue)
             raise _NotFed(f"{hungry[0]}: no data fed; call pipe.feed_input() before run() or in "
                           "iter_setup()")
         return {op_id: s.prepare(key) for op_id, s in self._sources.items()}
 
+    def _fed_sizes(self, prepared):
+        """(source name, samples per batch) of the sources fed whole batches (an iterable or
+        ``feed_input``), which must agree; None when no source is fed."""
+        found = None
+        for op_id, payload in prepared.items():
+            sizes = payload.get("sizes") if isinstance(payload, dict) else None
+            if sizes is None:
+                continue
+            name = self.graph.ops[op_id].name
+            if found is not None and list(sizes) != found[1]:
+                raise ValueError(f"external sources {found[0]!r} and {name!r} were fed batches of "
+                                 f"different sizes ({found[1]} and {list(sizes)} samples)")
+            found = found or (name, list(sizes))
+        return found
+
     def _make_ctx(self, key, prepared, pool, indices=None, ctx_type=BatchContext):
-        """The batch context of a launch: the schedule's sample indices (:meth:`_schedule`), cut
-        to the fed batches' lengths where a source is fed (:meth:`_fit_to_fed`); ``indices``
+        """The batch context of a launch: the schedule's sample indices (``Schedule.batches``),
+        cut to the fed batches' lengths where a source is fed (``Schedule.fit_to_fed``); ``indices``
         (a retry's) replace the indices, and a replaced sample's position is its record's place
         in the epoch order. Every random op draws once per sample of it."""
         epoch, b, count = key
-        idx, pos, sizes = self._schedule(epoch, b, count)
+        schedule = self.schedule
+        idx, pos, sizes = schedule.batches(epoch, b, count)
         fed = self._fed_sizes(prepared)
         if fed is not None:
-            idx, pos, sizes = self._fit_to_fed(key, idx, pos, sizes, fed)
+            idx, pos, sizes = schedule.fit_to_fed(key, idx, pos, sizes, fed)
         if indices is not None:  # a retry's
-            idx, pos = indices, self._replaced_positions(epoch, idx, pos, indices)
-        ctx = ctx_type(self, epoch, b, idx, pos, self._stream, pool)
+            idx, pos = indices, RetryPolicy.replaced_positions(schedule, epoch, idx, pos, indices)
+        ctx = ctx_type(self, epoch, b, idx, pos, self._stream, pool, schedule)
         ctx.prepared, ctx.sizes = prepared, sizes
         return ctx
 
+    def _with_retries(self, key, prepared, pool, stage, indices=None, stream=None, skips=None,
+                      walks=None, ctx_type=BatchContext):
+        """``stage`` run on the launch ``key``'s batch context under the pipeline's retry policy
+        (detaug/runtime/retries.py: a bad sample replaced by the next record of the order)."""
+        return self._retries.run(
+            key, lambda ix: self._make_ctx(key, prepared, pool, ix, ctx_type), stage,
+            self._retire_leases, self.schedule, indices, stream, skips, walks)
+
     def _run_ops(self, ctx, ops):
-        if not self._levels:
+        levels = self.build_plan.levels
+        if not levels:
             return self._run_level(ctx, ops)
         try:
             for op in ops:  # each op sees the samples of its level (runtime/partners.py)
-                ctx.use_level(self._levels.get(op.id, ()))
+                ctx.use_level(levels.get(op.id, ()))
                 self._run_level(ctx, (op,))
         except SampleError as e:  # a partner's bad file: the schedule's sample that owns it
             if e.position is not None:
@@ -94,50 +118,23 @@ class BatchMaking:
                                      inputs[0] if inputs else None)
 
     def _host_stage(self, key, prepared, pool):
-        """The host ops of a launch (bad samples replaced: Retries): its batch context."""
-        return self._with_retries(key, prepared, pool, lambda c: self._run_ops(c, self._host_ops))
+        """The host ops of a launch (bad samples replaced: RetryPolicy): its batch context."""
+        return self._with_retries(key, prepared, pool, lambda c: self._run_ops(c, self.build_plan.host_ops))
 
     def _run_whole(self, ctx):
         """A launch's every op, host and device, in this process (a retried GPU launch)."""
-        self._run_ops(ctx, self._host_ops)
-        self._run_ops(ctx, self._device_ops)
+        self._run_ops(ctx, self.build_plan.host_ops)
+        self._run_ops(ctx, self.build_plan.device_ops)
 
     def _run_host_job(self, key, prepared):
         """The host stage of a launch in a host worker process (single-threaded there): a CPU
         pipeline's outputs, or a GPU pipeline's plan (detaug/runtime/gpu/plan_ahead.py)."""
         out = self._run_host(key, prepared, None)
-        return out[2] if self.has_device_stage else out
+        return out[2] if self.build_plan.has_device_stage else out
 
     def _run_host(self, key, prepared, pool):
-        if self.has_device_stage and self.plan_ahead:
+        bp = self.build_plan
+        if bp.has_device_stage and bp.plan_ahead:
             return key, prepared, self._plan_or_not(key, prepared, pool)
         ctx = self._host_stage(key, prepared, pool)
-        return (key, prepared, ctx) if self.has_device_stage else self._collect(ctx)
-
-    def _resolve_host_processes(self) -> int:
-        """The number of host worker processes (see ``host_processes``); 0 runs the host stage in
-        threads. A pipeline with a GPU stage keeps threads (its decode has processes of its own)."""
-        from . import host_workers
-        from .gpu import plan_ahead
-
-        n = self._host_processes_arg
-        if n is None:
-            env = os.environ.get("DETAUG_HOST_PROCESSES")
-            default = (plan_ahead.default_processes() if self.has_device_stage
-                       else self.num_threads if self.num_threads > 1 else 0)
-            n = int(env) if env not in (None, "") else default
-        n = max(0, int(n))
-        if n and self.has_device_stage and not self.plan_ahead:
-            if self._host_processes_arg:
-                raise ValueError("host_processes: this GPU pipeline cannot be planned ahead on the "
-                                 "host (its images are not decoded from files by decode processes, "
-                                 "or an op before the warp reads pixels: detaug/runtime/gpu/plan_ahead.py); "
-                                 "leave it unset")
-            return 0
-        why = host_workers.unavailable() if n else None
-        if why:
-            if self._host_processes_arg:
-                raise ValueError(f"host_processes={n}: {why}; leave it unset to run the host "
-                                 "stage in threads")
-            return 0
-        return n
+        return (key, prepared, ctx) if bp.has_device_stage else self._collect(ctx)

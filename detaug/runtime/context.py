@@ -17,10 +17,13 @@ from .partners import LaunchLevels, expands
 
 
 class BatchContext:
-    """Everything an op's apply step may look at for one batch."""
+    """Everything an op's apply step may look at for one batch. ``schedule``: the pipeline's
+    epoch schedule (detaug/core/sharding.py), whose seed keys every draw."""
 
-    def __init__(self, pipeline, epoch, batch_index, sample_index, positions, stream, pool):
+    def __init__(self, pipeline, epoch, batch_index, sample_index, positions, stream, pool,
+                 schedule):
         self.pipeline, self.epoch, self.batch_index = pipeline, epoch, batch_index
+        self.schedule, self.seed = schedule, schedule.seed
         self.sample_index = np.asarray(sample_index, np.int64)
         self.positions = positions
         self.stream, self.pool = stream, pool
@@ -37,7 +40,7 @@ class BatchContext:
         """This launch's :class:`~detaug.runtime.partners.LaunchLevels` (made on first use, at
         level ``()``, from the schedule's samples and batches)."""
         if self._levels is None:
-            self._levels = LaunchLevels(self.pipeline, self.epoch, self.sample_index,
+            self._levels = LaunchLevels(self.pipeline.graph, self.schedule, self.epoch, self.sample_index,
                                         self.positions, getattr(self, "sizes", None))
         return self._levels
 
@@ -82,7 +85,7 @@ class BatchContext:
 
     def rng(self, op) -> SampleRNG:
         seed = op.args.get("seed")
-        return SampleRNG(self.pipeline.seed if seed is None else seed, op.rng_id, self.epoch,
+        return SampleRNG(self.seed if seed is None else seed, op.rng_id, self.epoch,
                          self.sample_index)
 
     def materialize(self, value, **epilogue):

@@ -259,7 +259,7 @@ class Executor:
             if seq is not None:
                 self.slots.release(seq)
                 self.decode_slots.release(seq)
-                self.p._after_launch_out()
+                self.p._output_budget.after_launch_out(self.slots)
 
     def clear(self):
         """Drop every queued launch, once each has finished or been cancelled (their failures

@@ -82,6 +82,7 @@ def after_fork_in_child(pipe) -> None:
     stopped, joined, freed or sent to: its executor and host workers are abandoned as they are."""
     pipe._lock = threading.Lock()
     pipe._cursor_lock = threading.RLock()
+    pipe._skips.after_fork()
     timeline = getattr(pipe, "_startup", None)
     if timeline is not None and hasattr(timeline, "_lock"):
         timeline._lock = threading.Lock()

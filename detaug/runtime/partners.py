@@ -132,31 +132,32 @@ def fan_out(ops, levels) -> int:
     return max([1] + [samples_per_output(path, by_id) for path in set(levels.values())])
 
 
-def setup(pipe):
-    """At build: ``pipe._levels`` (:func:`plan_levels`), ``pipe._fan_out`` (:func:`fan_out`) and
-    ``pipe._decode_level`` (the level of its decoders, whose planned GPU decode maps a bad file to
-    its owner: detaug/runtime/gpu/plan_ahead.py); a multi-sample op over the epoch needs random access."""
-    needed = pipe._needed_ops()
+def setup(needed, outputs, sized) -> tuple:
+    """At build, for the needed ops (inputs first) and the outputs of a pipeline whose source is
+    ``sized`` or not: (levels (:func:`plan_levels`), fan-out (:func:`fan_out`), the level of its
+    decoders (whose planned GPU decode maps a bad file to its owner:
+    detaug/runtime/gpu/plan_ahead.py; None where they are at several)), which go into the build's
+    record (detaug/runtime/build_plan.py); a multi-sample op over the epoch needs random access."""
     for op in needed:
         expands(op)  # checks the mode
-    pipe._levels = plan_levels(needed, pipe._outputs)
-    pipe._fan_out = fan_out(needed, pipe._levels)
-    decoders = {pipe._levels.get(op.id, ()) for op in needed if op.schema.has("decoder")}
-    pipe._decode_level = decoders.pop() if len(decoders) == 1 else None
-    if pipe._levels and pipe._driver.size is None:
+    levels = plan_levels(needed, outputs)
+    decoders = {levels.get(op.id, ()) for op in needed if op.schema.has("decoder")}
+    decode_level = decoders.pop() if len(decoders) == 1 else None
+    if levels and not sized:
         multi = next(op for op in needed if expands(op))
         raise ValueError(f"{multi.name}: its partners are drawn from the epoch's records (or a "
                          "pool of its recent batches), so the source needs random access: a "
                          "reader, or external_source with a per-sample callable and size= (or "
                          "draw them from the batch: partners='batch')")
+    return levels, fan_out(needed, levels), decode_level
 
 
 def decoded_per_batch(pipe, epoch, batch_index) -> int:
     """The source images batch ``batch_index`` of ``epoch`` decodes (the samples at each
     decoder's level): what the benchmarks count as decoded images."""
-    idx, pos, sizes = pipe._schedule(epoch, batch_index, 1)
-    lv = LaunchLevels(pipe, epoch, idx, pos, sizes)
-    paths = {pipe._levels.get(op.id, ()) for op in pipe._needed_ops()
+    idx, pos, sizes = pipe.schedule.batches(epoch, batch_index, 1)
+    lv = LaunchLevels(pipe.graph, pipe.schedule, epoch, idx, pos, sizes)
+    paths = {pipe.build_plan.levels.get(op.id, ()) for op in pipe._needed_ops()
              if op.schema.has("decoder")}
     return sum(len(lv.get(p).sample_index) for p in paths)
 
@@ -168,9 +169,10 @@ class _Level:
         self.sample_index, self.positions, self.owner = sample_index, positions, owner
 
 
-def _rng(pipe, op, epoch, sample_index):
-    seed = op.args.get("seed")
-    return SampleRNG(pipe.seed if seed is None else seed, op.rng_id, epoch, sample_index)
+def _rng(seed, op, epoch, sample_index):
+    """``op``'s keyed stream (its own ``seed`` argument, else the pipeline's ``seed``)."""
+    own = op.args.get("seed")
+    return SampleRNG(seed if own is None else own, op.rng_id, epoch, sample_index)
 
 
 def _draw(op, rng, pool_sizes):
@@ -185,11 +187,13 @@ def _draw(op, rng, pool_sizes):
 
 class LaunchLevels:
     """The samples of every level of one launch (computed on first use, then kept), and the
-    groups of the ops drawing from their batch. ``batch_sizes``: the launch's batches (the
-    schedule's), which bound those pools; None: one batch."""
+    groups of the ops drawing from their batch, from the traced ``graph`` and the pipeline's
+    ``schedule`` (detaug/core/sharding.py: its seed keys the partners' draws, its shard order
+    holds the pools). ``batch_sizes``: the launch's batches (the schedule's), which bound those
+    pools; None: one batch."""
 
-    def __init__(self, pipeline, epoch, sample_index, positions, batch_sizes=None):
-        self.pipeline, self.epoch = pipeline, epoch
+    def __init__(self, graph, schedule, epoch, sample_index, positions, batch_sizes=None):
+        self.graph, self.schedule, self.epoch = graph, schedule, epoch
         idx = np.asarray(sample_index, np.int64)
         self._levels = {(): _Level(idx, positions, np.arange(len(idx), dtype=np.int64))}
         sizes = list(batch_sizes) if batch_sizes is not None else []
@@ -204,12 +208,12 @@ class LaunchLevels:
         lv = self._levels.get(path)
         if lv is None:
             parent = self.get(path[:-1])
-            op = self.pipeline.graph.ops[path[-1]]
+            op = self.graph.ops[path[-1]]
             if mode_of(op) == "pool":
                 lv = self._levels[path] = self._pool_level(op, path, parent)
                 return lv
-            n = int(self.pipeline._driver.size)
-            groups, picks = _draw(op, _rng(self.pipeline, op, self.epoch, parent.sample_index),
+            n = int(self.schedule.driver.size)
+            groups, picks = _draw(op, _rng(self.schedule.seed, op, self.epoch, parent.sample_index),
                                   np.full(len(parent.sample_index), n))
             owner_of = np.repeat(np.arange(len(groups) - 1), np.diff(groups))
             first = picks < 0
@@ -228,13 +232,13 @@ class LaunchLevels:
         if parent.positions is None:
             raise ValueError(f"{op.name}: partners='pool' draws from the batches before a "
                              "sample's own: it needs a source of known size")
-        pipe = self.pipeline
-        order = np.asarray(pipe._shard_order(self.epoch), np.int64)
-        bsz, k = int(pipe.batch_size), pool_batches(op)
+        schedule = self.schedule
+        order = np.asarray(schedule.shard_order(self.epoch), np.int64)
+        bsz, k = int(schedule.batch_size), pool_batches(op)
         pos = np.asarray(parent.positions, np.int64)
         start = np.maximum(pos // bsz - k, 0) * bsz
         stop = np.minimum((pos // bsz + 1) * bsz, len(order))
-        groups, picks = _draw(op, _rng(pipe, op, self.epoch, parent.sample_index), stop - start)
+        groups, picks = _draw(op, _rng(schedule.seed, op, self.epoch, parent.sample_index), stop - start)
         owner_of = np.repeat(np.arange(len(groups) - 1), np.diff(groups))
         first = picks < 0
         member_pos = np.where(first, pos[owner_of], start[owner_of] + np.maximum(picks, 0))
@@ -257,7 +261,7 @@ class LaunchLevels:
             order = np.argsort(batch, kind="stable")  # each batch's samples, in order
             counts = np.bincount(batch)
             starts = np.concatenate([[0], np.cumsum(counts)])[batch]
-            groups, picks = _draw(op, _rng(self.pipeline, op, self.epoch, lv.sample_index),
+            groups, picks = _draw(op, _rng(self.schedule.seed, op, self.epoch, lv.sample_index),
                                   counts[batch])
             owner_of = np.repeat(np.arange(len(groups) - 1), np.diff(groups))
             own = np.arange(len(lv.sample_index))[owner_of]

@@ -90,15 +90,15 @@ class RunState:
         reader's, unless it has a shard of its own), everything put back after."""
         src = self._driver
         args = self.graph.ops[src.op.id].args
-        saved = src.shard, self.shard_policy
+        saved = src.shard
         try:
             if args.get("shard_id") is None and args.get("num_shards") is None:
                 src.shard = (shard_id, num_shards)
             if shard_policy is not None:
-                self.shard_policy = _schedule.check_shard_policy(shard_policy, "shard_policy")
-            check_epoch_has_batches(self)
+                shard_policy = _schedule.check_shard_policy(shard_policy, "shard_policy")
+            check_epoch_has_batches(self, self._make_schedule(shard_policy))
         finally:
-            src.shard, self.shard_policy = saved
+            src.shard = saved
 
     def end_epoch(self) -> None:
         """Sharding's ``end_epoch`` under the cursor lock."""
@@ -152,34 +152,35 @@ def serialised(method):
 
 
 # ---- the epoch's size ----------------------------------------------------------------------------
-def _shard_records(pipe) -> tuple:
+def _shard_records(schedule) -> tuple:
     """(records of the dataset, shard id, shard count, shard policy, records of this shard's
-    epoch) of the driving source, which has a size."""
-    src = pipe._driver
+    epoch) of the schedule's driving source, which has a size."""
+    src = schedule.driver
     sid, ns = src.shard
-    policy = pipe._shard_policy_of(src)
-    # DALI's pad_last_batch pads every shard to the largest shard's length (Sharding._epoch_samples)
+    policy = schedule.policy_of(src)
+    # DALI's pad_last_batch pads every shard to the largest shard's length (Schedule.epoch_samples)
     n = _schedule.shard_size(src.size, sid, ns,
                              _schedule.PAD if getattr(src, "pad_last_batch", False) else policy)
     return src.size, sid, ns, policy, n
 
 
-def batches_per_epoch(pipe) -> int | None:
-    """Batches of an epoch on this shard, or None for a source without a size."""
-    if pipe._driver.size is None:
+def batches_per_epoch(schedule) -> int | None:
+    """Batches of an epoch on the schedule's shard, or None for a source without a size."""
+    if schedule.driver.size is None:
         return None
-    n = _shard_records(pipe)[-1]
-    return _schedule.batches_per_epoch(n, pipe.batch_size, pipe.last_batch_policy)
+    n = _shard_records(schedule)[-1]
+    return _schedule.batches_per_epoch(n, schedule.batch_size, schedule.last_batch_policy)
 
 
-def check_epoch_has_batches(pipe) -> None:
-    """ValueError if an epoch of this shard would hold no batch (a run would give a bare
-    StopIteration, a training loop would silently run on nothing)."""
-    if pipe._driver.size is None or batches_per_epoch(pipe):
+def check_epoch_has_batches(pipe, schedule) -> None:
+    """ValueError if an epoch of ``schedule``'s shard would hold no batch (a run would give a
+    bare StopIteration, a training loop would silently run on nothing); ``pipe`` names the
+    reader and what it skipped."""
+    if schedule.driver.size is None or batches_per_epoch(schedule):
         return
-    size, sid, ns, policy, n = _shard_records(pipe)
-    bs, last = pipe.batch_size, pipe.last_batch_policy
-    name = pipe.graph.ops[pipe._driver.op.id].name
+    size, sid, ns, policy, n = _shard_records(schedule)
+    bs, last = schedule.batch_size, schedule.last_batch_policy
+    name = pipe.graph.ops[schedule.driver.op.id].name
     if size == 0:
         dropped = len(pipe.stats.get("reader_skipped") or ())
         why = ("the dataset has no records" + (f" ({dropped} entries were skipped when it was read: "
@@ -219,7 +220,7 @@ def record_keys(src) -> list | None:
 def fingerprint(pipe) -> dict:
     """``{"records": the dataset's size (None: unsized), "keys": a hash of its record keys (None
     where the source has no records, e.g. a per-sample callable)}``, computed once."""
-    cached = getattr(pipe, "_fingerprint", None)
+    cached = pipe._fingerprint
     if cached is None:
         keys = record_keys(pipe._driver)
         digest = None
@@ -232,11 +233,12 @@ def fingerprint(pipe) -> dict:
 def state_of(pipe) -> dict:
     """The pipeline's state: where the iteration stands and what identifies the run (plain ints,
     strings and lists: it goes into a JSON or torch checkpoint as it is)."""
-    src = pipe._driver
-    return {"format": STATE_FORMAT, "epoch": pipe._epoch, "batch": pipe._batch, "seed": pipe.seed,
-            "batch_size": pipe.batch_size, "shard": list(src.shard),
-            "shard_policy": pipe._shard_policy_of(src), "last_batch_policy": pipe.last_batch_policy,
-            "batches_per_epoch": batches_per_epoch(pipe), "dataset": fingerprint(pipe)}
+    schedule = pipe.schedule
+    src = schedule.driver
+    return {"format": STATE_FORMAT, "epoch": pipe._epoch, "batch": pipe._batch,
+            "seed": schedule.seed, "batch_size": schedule.batch_size, "shard": list(src.shard),
+            "shard_policy": schedule.policy_of(src), "last_batch_policy": schedule.last_batch_policy,
+            "batches_per_epoch": batches_per_epoch(schedule), "dataset": fingerprint(pipe)}
 
 
 def _refuse(what, saved, now, hint=""):
@@ -248,7 +250,7 @@ def check_state(pipe, state: dict, any_shard: bool = False) -> tuple:
     """(epoch, batch) of ``state`` once it is known to come from this run (see
     ``Pipeline.load_state_dict``); a ValueError names the first value that differs, with both."""
     epoch, batch = check_fields(state)
-    for key, now in (("seed", pipe.seed), ("batch_size", pipe.batch_size)):
+    for key, now in (("seed", pipe.schedule.seed), ("batch_size", pipe.schedule.batch_size)):
         if state.get(key) != now:
             _refuse(key, state.get(key), now)
     fmt = state.get("format")
@@ -259,7 +261,7 @@ def check_state(pipe, state: dict, any_shard: bool = False) -> tuple:
                          f"({STATE_FORMAT})")
     else:
         _check_run(pipe, state, any_shard, batch)
-    bpe = batches_per_epoch(pipe)
+    bpe = batches_per_epoch(pipe.schedule)
     if bpe is not None and batch > bpe:
         raise ValueError(f"load_state_dict: the state is at batch {batch} of epoch {epoch}, past "
                          f"the {bpe} batches of this pipeline's epoch")

@@ -101,22 +101,22 @@ def test_dali_tuning_arguments_warn_and_refusals_name_the_argument():
 
 
 def test_the_api_type_check():
-    api = PA.DaliApi()
-    api._check_api_type("BASIC")
-    api._check_api_type("BASIC")
+    api = PA.ApiTypeCheck()
+    api.check("BASIC")
+    api.check("BASIC")
     with pytest.raises(RuntimeError, match=r"Mixing pipeline API type. Currently used: "
                                            r"PipelineAPIType.BASIC, but trying to use "
                                            r"PipelineAPIType.ITERATOR"):
-        api._check_api_type("ITERATOR")
-    with api._api_scope("BASIC"):
-        api._check_api_type("ITERATOR")  # inside an iterator's scope: let through
-    api.enable_api_check(False)
-    api._check_api_type("ITERATOR")
-    fresh = PA.DaliApi()
+        api.check("ITERATOR")
+    with api.scope("BASIC"):
+        api.check("ITERATOR")  # inside an iterator's scope: let through
+    api.enable(False)
+    api.check("ITERATOR")
+    fresh = PA.ApiTypeCheck()
     with pytest.raises(RuntimeError, match="Mixing"):
-        with fresh._api_scope("ITERATOR"):
+        with fresh.scope("ITERATOR"):
             pass
-        fresh._check_api_type("BASIC")
+        fresh.check("BASIC")
 
 
 def test_serialize_round_trip_overrides_and_a_hand_edited_parameter(tmp_path):

@@ -1,5 +1,5 @@
-"""Pipeline is made of mixins (run state, sharding, retries, batch making, device stage, planning
-ahead, DALI's API, the hand-out): a method name defined in two of them silently hides one (a
+"""Pipeline still mixes in some of its methods (run state, sharding, batch making, device stage,
+planning ahead; the schedule, retries, hand-out and DALI's facade are parts it holds): a method name defined in two of them silently hides one (a
 merge once gave DeviceStage and PlanAhead each a ``_decode_plan``, and every planned GPU launch
 called the wrong one). Overrides are allowed only where named here and where they call super()."""
 import inspect

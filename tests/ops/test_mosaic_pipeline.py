@@ -87,7 +87,7 @@ def test_decoded_images_per_batch():
     pipe.build()
     mixup = next(op for op in pipe.graph.ops if op.schema.name == "mixup")
     for b in range(3):
-        idx = pipe._indices(0, b)[0]
+        idx = pipe.schedule.indices(0, b)[0]
         blended = int((SampleRNG(1234, mixup.rng_id, 0, idx).uniform(1)[:, 0] < 0.5).sum())
         assert decoded_per_batch(pipe, 0, b) == 4 * (len(idx) + blended)
     pool = yolo_pipe(partners="batch", host_processes=0)

@@ -1,5 +1,5 @@
-"""detaug.runtime.batch_making (how a Pipeline makes a launch's batches): the number of host worker
-processes it resolves (argument, DETAUG_HOST_PROCESSES, the default from num_threads, refusals
+"""detaug.runtime.batch_making (how a Pipeline makes a launch's batches) and build_plan: the number of
+host worker processes build decides (argument, DETAUG_HOST_PROCESSES, the default from num_threads, refusals
 where workers cannot run), iter_setup called once per batch of a launch so that feed_input gives
 each batch its own data, and a fed source with nothing fed named in the error."""
 import numpy as np
@@ -7,8 +7,7 @@ import pytest
 
 from detaug import Pipeline, fn
 from detaug.core.errors import NotFed
-from detaug.runtime import host_workers
-from detaug.runtime.batch_making import BatchMaking
+from detaug.runtime import build_plan, host_workers
 from helpers import close_pipelines, track  # noqa: F401  (autouse fixture)
 
 
@@ -39,15 +38,15 @@ def test_host_processes_resolved_from_threads_and_environment(monkeypatch, threa
 
 
 def test_default_is_one_worker_per_thread_where_workers_can_run(monkeypatch):
-    assert issubclass(Pipeline, BatchMaking)  # the mixin these rules live in
     monkeypatch.delenv("DETAUG_HOST_PROCESSES", raising=False)
     monkeypatch.setattr(host_workers, "unavailable", lambda: None)
     p = counting_pipe(num_threads=3)
-    assert p._resolve_host_processes() == 3  # before build: workers are only counted here
+    # decided at build from the arguments (detaug/runtime/build_plan.py)
+    assert build_plan.host_processes(p._settings(), False, False) == 3
     monkeypatch.setenv("DETAUG_HOST_PROCESSES", "2")
-    assert p._resolve_host_processes() == 2
+    assert build_plan.host_processes(p._settings(), False, False) == 2
     monkeypatch.setenv("DETAUG_HOST_PROCESSES", "-4")  # clamped
-    assert p._resolve_host_processes() == 0
+    assert build_plan.host_processes(p._settings(), False, False) == 0
 
 
 def test_workers_that_cannot_run_are_refused_when_asked_for_else_threads(monkeypatch):
@@ -55,8 +54,9 @@ def test_workers_that_cannot_run_are_refused_when_asked_for_else_threads(monkeyp
     monkeypatch.setattr(host_workers, "unavailable", lambda: "no fork here")
     p = counting_pipe(num_threads=2, host_processes=2)
     with pytest.raises(ValueError, match=r"host_processes=2: no fork here; leave it unset"):
-        p._resolve_host_processes()
-    assert counting_pipe(num_threads=2)._resolve_host_processes() == 0  # the default falls back
+        p.build()
+    p = counting_pipe(num_threads=2)  # the default falls back
+    assert build_plan.host_processes(p._settings(), False, False) == 0
 
 
 class Fed(Pipeline):

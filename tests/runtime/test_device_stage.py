@@ -8,6 +8,7 @@ import pytest
 from detaug import Pipeline, fn
 from detaug.core import backend
 from detaug.core.backend import DeviceUnavailableError
+from detaug.runtime import build_plan
 from detaug.runtime.gpu import device_stage
 from helpers import COCO, close_pipelines, track  # noqa: F401  (autouse fixture)
 
@@ -73,11 +74,11 @@ def test_a_cpu_pipeline_needs_no_gpu_and_says_where_it_runs(monkeypatch):
 
 def test_environment_overrides_are_integers_or_none(monkeypatch):
     monkeypatch.delenv("DETAUG_DECODE_THREADS", raising=False)
-    assert device_stage._env("DETAUG_DECODE_THREADS") is None
+    assert build_plan._env("DETAUG_DECODE_THREADS") is None
     monkeypatch.setenv("DETAUG_DECODE_THREADS", "")
-    assert device_stage._env("DETAUG_DECODE_THREADS") is None
+    assert build_plan._env("DETAUG_DECODE_THREADS") is None
     monkeypatch.setenv("DETAUG_DECODE_THREADS", "3")
-    assert device_stage._env("DETAUG_DECODE_THREADS") == 3
+    assert build_plan._env("DETAUG_DECODE_THREADS") == 3
 
 
 def as_numpy(batch):

@@ -1,6 +1,7 @@
 """A pipeline that has run once, used in a child of os.fork (the child once hung forever;
 a dropped pipeline's __del__ ran in later pipelines' forked workers): a CPU pipeline works in
 the child from the same cursor and gives the parent's batches; a GPU one raises by name."""
+import dataclasses
 import os
 import pickle
 import select
@@ -138,9 +139,11 @@ def test_gpu_pipeline_in_a_fork_raises_by_name(monkeypatch):
     child, instead of hanging or crashing. (Faked on the host: the flag the reset reads.)"""
     pipe = _pipe(0)
     pipe.build()  # (not run: no thread of it reads the flag meanwhile)
-    monkeypatch.setattr(pipe, "has_device_stage", True)
+    built = pipe.build_plan  # (a record with a device op: what has_device_stage reads)
+    monkeypatch.setattr(pipe, "build_plan", dataclasses.replace(built, device_ops=built.host_ops[:1]))
+    assert pipe.has_device_stage
     got = in_child(lambda: pipe.run())
-    monkeypatch.setattr(pipe, "has_device_stage", False)
+    monkeypatch.setattr(pipe, "build_plan", built)
     assert got[0] == "error" and got[1] == "ForkedPipelineError", got
     assert "spawn" in got[2] and str(os.getpid()) in got[2]
     np.testing.assert_array_equal(_arrays(pipe.run())[0], _arrays(_pipe(0).run())[0])

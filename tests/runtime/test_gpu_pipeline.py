@@ -278,8 +278,8 @@ def test_memory_stable_over_1000_batches():
                 fut.result()
             gc.collect()
             cp.cuda.runtime.deviceSynchronize()
-            pipe._handed.poll()  # every batch handed out was dropped: none is held
-            assert len(pipe._handed) == 0
+            pipe._handout.held.poll()  # every batch handed out was dropped: none is held
+            assert len(pipe._handout.held) == 0
             pool.free_all_blocks()  # count memory in use, not the pool's cache of free blocks
             marks[k] = (pool.used_bytes(), pool.total_bytes(), cp.cuda.runtime.memGetInfo()[0],
                         backend._RING.count)
@@ -294,7 +294,7 @@ def test_memory_stable_over_1000_batches():
     # predecessor's
     # block may still be held, and the pool then keeps a partly used chunk of that size (seen:
     # 20 MiB = one launch of these outputs, rounded to 2 MiB pages, between the marks)
-    launch = -(-pipe._launch_out_bytes // 2**21) * 2**21
+    launch = -(-pipe._output_budget.launch_bytes // 2**21) * 2**21
     assert marks[1000][2] >= marks[100][2] - launch
     # pinned staging buffers are reused: a handful, however many batches (thousands of uploads)
     assert marks[1000][3] - marks[100][3] <= 2  # (the ring is process-wide: earlier tests fill it)
@@ -320,7 +320,7 @@ def test_output_pool_caches_at_most_one_launch_more_than_in_use():
     for _, fut, _ in pipe._executor.queue:
         fut.result()
     cp.cuda.runtime.deviceSynchronize()
-    launch, used, held = pipe._launch_out_bytes, pool.used_bytes(), pool.total_bytes()
+    launch, used, held = pipe._output_budget.launch_bytes, pool.used_bytes(), pool.total_bytes()
     print(f"\noutput slots {pipe.output_slots}, launch {launch / 2**20:.0f} MiB: pool in use "
           f"{used / 2**20:.0f} MiB, held {held / 2**20:.0f} MiB")
     assert pipe.output_slots == 6 and prev is not None
@@ -415,7 +415,7 @@ def _pool_in_use(pipe):
     _settle(pipe)
     cp.cuda.runtime.deviceSynchronize()
     gc.collect()
-    pipe._handed.poll()
+    pipe._handout.held.poll()
     pool = cp.get_default_memory_pool()
     return pool.used_bytes(), pool.total_bytes()
 
@@ -451,7 +451,7 @@ def _step_behind(pipe, it, ahead=False, sleep_s=0.5):
     quiet = cp.cuda.Event()  # the output stream's own work up to now has run (a host wait)
     quiet.record(pipe._out_stream)
     quiet.synchronize()
-    pipe._handed.poll()
+    pipe._handout.held.poll()
     out_ev = cp.cuda.Event()
     out_ev.record(pipe._out_stream)
     for _ in range(6):
@@ -499,12 +499,12 @@ def test_a_dropped_batch_is_not_reused_while_the_callers_queued_work_may_read_it
         (used0, held0), (used1, held1) = pools
         assert used1 - used0 < batch_bytes, f"the pool's bytes in use grew from {used0} to {used1}"
         assert held1 - held0 < batch_bytes, f"the pool grew from {held0} to {held1} bytes"
-        assert len(pipe._handed) == 0  # every dropped batch let go
+        assert len(pipe._handout.held) == 0  # every dropped batch let go
         pipe.close()
     # the control: without the hold, the output stream does not wait for the step
     pipe = _bench_pipe(8, depth=6, device_workers=1)
     pipe.build()
-    pipe._handed = _NoHold()
+    pipe._handout.held = _NoHold()
     r = _step_behind(pipe, _warm_iter(pipe))
     print(f"not held: busy {r['busy']}, ordered {r['ordered']}, mean abs diff "
           f"{float((r['before'] - r['after']).abs().mean()):.3f} (nonzero where the pool gave "
@@ -639,7 +639,7 @@ def test_decode_process_defaults_follow_the_budget_and_give_the_same_batches(mon
     got = _epochs(pipe)
     _assert_same_epochs(threads, got)
     # outputs of 8 x 3 x 96 x 128 float32 plus padded boxes: small, so every launch in flight
-    assert pipe._launch_out_bytes >= 8 * 3 * 96 * 128 * 4
+    assert pipe._output_budget.launch_bytes >= 8 * 3 * 96 * 128 * 4
     assert pipe.output_slots == pipe.prefetch_queue_depth
     assert 1 <= pipe.output_slots_peak <= pipe.output_slots
     big = _coco_decode_pipe(None, batches_per_launch=None, prefetch=None)

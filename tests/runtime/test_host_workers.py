@@ -344,24 +344,21 @@ def test_no_worker_left_after_close_error_ctrl_c_or_kill(tmp_path):
 
 
 def test_host_processes_default_and_refusals(monkeypatch):
+    from detaug.runtime.build_plan import host_processes
+
     monkeypatch.delenv("DETAUG_HOST_PROCESSES", raising=False)
-    pipe = detaug.Pipeline(batch_size=2, num_threads=4)
-    pipe.has_device_stage = False
-    assert pipe._resolve_host_processes() == 4
-    pipe.has_device_stage = True  # a GPU pipeline that cannot be planned ahead keeps threads
-    assert pipe._resolve_host_processes() == 0
-    pipe.plan_ahead = True  # one that can: its workers plan (1 to 3, one per four cores)
+    settings = detaug.Pipeline(batch_size=2, num_threads=4)._settings()
+    assert host_processes(settings, False, False) == 4
+    # a GPU pipeline that cannot be planned ahead keeps threads
+    assert host_processes(settings, True, False) == 0
+    # one that can: its workers plan (1 to 3, one per four cores)
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
-    assert pipe._resolve_host_processes() == 3
+    assert host_processes(settings, True, True) == 3
     monkeypatch.setattr(os, "cpu_count", lambda: 4)
-    assert pipe._resolve_host_processes() == 1
-    pipe.plan_ahead = False
-    assert detaug.Pipeline(batch_size=2, num_threads=1)._resolve_host_processes() == 0
+    assert host_processes(settings, True, True) == 1
+    assert host_processes(detaug.Pipeline(batch_size=2, num_threads=1)._settings(), False, False) == 0
     monkeypatch.setenv("DETAUG_HOST_PROCESSES", "0")
-    pipe = detaug.Pipeline(batch_size=2, num_threads=4)
-    pipe.has_device_stage = False
-    assert pipe._resolve_host_processes() == 0
-    pipe = detaug.Pipeline(batch_size=2, num_threads=2, host_processes=2)
-    pipe.has_device_stage = True
+    assert host_processes(settings, False, False) == 0
+    asked = detaug.Pipeline(batch_size=2, num_threads=2, host_processes=2)._settings()
     with pytest.raises(ValueError, match="cannot be planned ahead"):
-        pipe._resolve_host_processes()
+        host_processes(asked, True, False)

@@ -2,6 +2,7 @@
 output slots: pure arithmetic and threading, checked on the CPU against hand-computed values;
 the plan sized by a launch's real bytes (on the CPU with a stand-in for the decode
 processes); and, ``gpu``-marked, the RetinaNet pipeline within the default budget on a device."""
+import dataclasses
 import gc
 import os
 import sys
@@ -414,7 +415,7 @@ def test_build_fits_retinanet_batch_16_at_the_default_budget(data, fake_gpu):
     (procs, threads, ring), = fake_gpu
     # two launches of 501 MB and the pool's slack (one 398 MB block of one-hot labels: measured
     # on an H100, output_sizes.pool_slack) leave room for one decode process of 2 threads
-    b = pipe._batch_bytes()
+    b = pipe.build_plan.batch_bytes
     assert b.working == 16 * ANCHORS_640 * 81 * 4
     assert (procs, threads) == (1, 2)
     assert pipe.memory_plan.bytes + 2 * b.outputs + b.working <= 2_000_000_000
@@ -439,31 +440,30 @@ def test_build_plain_pipeline_keeps_its_plan(data, fake_gpu):
     assert [(p, t) for p, t, _ in fake_gpu] == [(3, 2)]
 
 
-def test_outputs_measured_on_the_first_launch_are_checked_then(data):
+def test_outputs_measured_on_the_first_launch_are_checked_then():
     """Where the graph does not fix a launch's bytes, the first launch's measured outputs set
     the output slots, and a launch that cannot fit twice beside the decode side is refused
-    then, with the figure."""
+    then, with the figure (the pipeline's part: runtime/gpu/output_budget.py)."""
+    from detaug.runtime.build_plan import BuildPlan
     from detaug.runtime.executor import OutputSlots
+    from detaug.runtime.gpu.output_budget import OutputBudget
 
-    class Ex:
-        slots = OutputSlots(1)
-
-        def shutdown(self, wait=True):
-            pass
-
-    pipe = bench_gpu.make_det_pipe(data, "mixed", batch_size=8, seed=0)
-    pipe._static_bytes = None  # (as for a resize to each image's aspect)
-    pipe._executor, pipe._decode_bytes, pipe.prefetch_queue_depth = Ex(), 500_000_000, 12
-    pipe._launch_out_bytes = 200_000_000
-    pipe._after_launch_out()
+    # what build decided: outputs not known (as for a resize to each image's aspect)
+    plan = BuildPlan(seed=0, budget=2_000_000_000, decode_bytes=500_000_000, prefetch_queue_depth=12)
+    slots, budget = OutputSlots(1), OutputBudget(plan)
+    budget.after_launch_out(slots)  # nothing measured yet: nothing changes
+    assert budget.slots == 1 and slots.n == 1
+    budget.measured(150_000_000)
+    budget.measured(200_000_000)  # the most a launch took
+    budget.measured(100_000_000)
+    budget.after_launch_out(slots)
     # (2,000 - 500 - 200) // 200 = 6 launches of outputs at once
-    assert pipe.output_slots == 6 and Ex.slots.n == 6
-    pipe._budget_checked = False
-    pipe._launch_out_bytes = 800_000_000  # 500 + 2 x 800 = 2,100 MB > 2,000
+    assert budget.slots == 6 and slots.n == 6 and budget.launch_bytes == 200_000_000
+    budget = OutputBudget(plan)
+    budget.measured(800_000_000)  # 500 + 2 x 800 = 2,100 MB > 2,000
     with pytest.raises(mp.BudgetError, match="2,100 MB") as e:
-        pipe._after_launch_out()
+        budget.after_launch_out(slots)
     assert e.value.need == 2_100_000_000
-    pipe._executor = None
 
 
 def test_build_refuses_in_thread_decode_too(data, fake_gpu):
@@ -546,10 +546,10 @@ def test_retinanet_within_the_default_budget(gpu_data, batch_size, monkeypatch):
         pool = cp.get_default_memory_pool()
         assert drop <= budget, (
             f"{drop / 1e6:,.0f} MB over {BATCHES} batches at a {budget / 1e6:,.0f} MB budget; "
-            f"plan {pipe.memory_plan.describe()}, launch outputs {pipe._launch_out_bytes / 1e6:,.0f}"
+            f"plan {pipe.memory_plan.describe()}, launch outputs {pipe._output_budget.launch_bytes / 1e6:,.0f}"
             f" MB, output slots {pipe.output_slots} (peak {pipe.output_slots_peak}), cupy pool "
             f"{pool.total_bytes() / 1e6:,.0f} MB ({pool.used_bytes() / 1e6:,.0f} in use), "
-            f"batches held at once {pipe._handed.peak}")
+            f"batches held at once {pipe._handout.held.peak}")
     finally:
         pipe.close()
 

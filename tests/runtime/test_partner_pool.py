@@ -71,9 +71,9 @@ def test_pool_random_access_resume_launches_and_workers(coco_small):
 def read_per_batch(pipe, epoch, b):
     """The samples the source reads for batch ``b`` (those of its level): what a decoder there
     would decode (``partners.decoded_per_batch`` counts the decoders' levels alike)."""
-    idx, pos, sizes = pipe._schedule(epoch, b, 1)
+    idx, pos, sizes = pipe.schedule.batches(epoch, b, 1)
     src = next(op for op in pipe._needed_ops() if op.schema.kind == "source")
-    return len(LaunchLevels(pipe, epoch, idx, pos, sizes).get(pipe._levels.get(src.id, ()))
+    return len(LaunchLevels(pipe.graph, pipe.schedule, epoch, idx, pos, sizes).get(pipe.build_plan.levels.get(src.id, ()))
                .sample_index)
 
 
@@ -100,7 +100,7 @@ def test_every_partner_lies_in_its_window(k):
     n, bsz = 40, 4
     pipe = flat_pipe(n, bsz, k, mixup=True)
     pipe.build()
-    pos_of = np.argsort(pipe._shard_order(0))  # record -> its place in epoch 0's order
+    pos_of = np.argsort(pipe.schedule.shard_order(0))  # record -> its place in epoch 0's order
     earlier = 0
     for b in range(n // bsz):
         _, bx = pipe.run_batch(b)
@@ -120,7 +120,7 @@ def test_decodes_are_the_distinct_positions_drawn(k):
     pipe = flat_pipe(n, bsz, k)
     pipe.build()
     mosaic = next(op for op in pipe.graph.ops if op.schema.name == "mosaic")
-    order = pipe._shard_order(0)
+    order = pipe.schedule.shard_order(0)
     for b in range(n // bsz):
         pos = np.arange(b * bsz, (b + 1) * bsz)
         u = SampleRNG(5, mosaic.rng_id, 0, order[pos]).uniform(4)
@@ -139,7 +139,7 @@ def test_memory_plan_counts_the_windows():
     for partners, k, want in (("epoch", 1, 8), ("pool", 1, 3), ("pool", 2, 5), ("pool", 5, 8)):
         pipe = flat_pipe(20, 4, k, partners=partners, mixup=True)
         pipe.build()
-        assert pipe._fan_out == want, (partners, k)
+        assert pipe.build_plan.fan_out == want, (partners, k)
 
 
 def test_bad_pool_arguments_are_refused():
@@ -159,7 +159,7 @@ def test_spread_of_partners_over_an_epoch():
     for partners, k in (("batch", 1), ("pool", 1), ("pool", 3), ("epoch", 1)):
         pipe = flat_pipe(n, bsz, k, partners=partners)
         pipe.build()
-        pos_of = np.argsort(pipe._shard_order(0))
+        pos_of = np.argsort(pipe.schedule.shard_order(0))
         drawn, dist = set(), []
         for b in range(n // bsz):
             _, bx = pipe.run_batch(b)

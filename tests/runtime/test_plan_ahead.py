@@ -269,7 +269,7 @@ def test_a_launch_planned_without_a_gpu_equals_the_cpu_pipeline(fake_gpu, monkey
     gpu = Pipeline(batch_size=6, seed=5, device_id=0, host_processes=0, decode_processes=1)
     _det_graph(gpu, "mixed")
     gpu.build()
-    assert gpu.plan_ahead and gpu._rest_ops == [] and gpu._paths_only
+    assert gpu.plan_ahead and gpu.build_plan.ahead.rest_ops == () and gpu._paths_only
     backend.set_cpu_warp("reference")
     try:
         cpu = Pipeline(batch_size=6, seed=5, num_threads=1, host_processes=0)
@@ -395,7 +395,7 @@ def test_planned_in_processes_in_threads_and_unplanned_agree(monkeypatch):
     box math runs in the GPU kernels, planned in their NumPy twins)."""
     procs = _pipe(monkeypatch, True, host_processes=2)
     assert procs.plan_ahead and procs.host_processes == 2
-    assert [op.schema.name for op in procs._rest_ops] == []
+    assert [op.schema.name for op in procs.build_plan.ahead.rest_ops] == []
     ref = _epochs(procs)
     threads = _pipe(monkeypatch, True, host_processes=0)
     assert threads.plan_ahead and threads.host_processes == 0
@@ -430,7 +430,7 @@ def test_ops_that_cannot_be_planned_run_after_the_decode(monkeypatch, extra):
     """A colour op mid-chain (it reads pixels) or a RetinaNet encoder on the GPU: the ops up to
     it are planned, it and what follows run after the decode, with the batches of no planning."""
     pipe = _pipe(monkeypatch, True, host_processes=2, extra=extra)
-    rest = [op.schema.name for op in pipe._rest_ops]
+    rest = [op.schema.name for op in pipe.build_plan.ahead.rest_ops]
     if extra == "colour":
         assert set(rest) == {"brightness_contrast", "resize", "prune_boxes", "normalize", "pad_boxes"}
     else:

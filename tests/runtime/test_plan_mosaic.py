@@ -103,8 +103,8 @@ def test_mosaic_mixup_plan_and_equal_the_cpu_pipeline(kernels, monkeypatch, part
     cpu = Pipeline(batch_size=3, seed=11, num_threads=1, host_processes=0)
     try:
         # every device op planned: the device thread decodes, launches and uploads
-        assert gpu.plan_ahead and gpu._rest_ops == [] and gpu._param_ops == []
-        assert {"mosaic", "mixup"} <= {op.schema.name for op in gpu._plan_ops}
+        assert gpu.plan_ahead and gpu.build_plan.ahead.rest_ops == () and gpu.build_plan.ahead.param_ops == ()
+        assert {"mosaic", "mixup"} <= {op.schema.name for op in gpu.build_plan.ahead.plan_ops}
         _graph(cpu, "cpu", partners)
         for epoch, b in ((0, 2), (1, 1)):
             plan = plan_without_cupy(gpu, (epoch, b, 1))  # a worker never imports cupy
@@ -140,13 +140,13 @@ def test_the_yolo_recipe_plans_mosaic_and_mixup(kernels, monkeypatch, partners):
     pipe = bench.detaug_pipe(COCO, 32, 4, "gpu", 0, partners, 0.5)
     try:
         pipe.build()
-        planned = [op.schema.name for op in pipe._plan_ops]
+        planned = [op.schema.name for op in pipe.build_plan.ahead.plan_ops]
         assert pipe.plan_ahead
         assert {"mosaic", "affine", "crop", "mixup"} <= set(planned), planned
-        assert [op.schema.name for op in pipe._param_ops] == ["hsv"]
-        assert all(op.schema.name not in ("mosaic", "mixup", "affine") for op in pipe._rest_ops)
+        assert [op.schema.name for op in pipe.build_plan.ahead.param_ops] == ["hsv"]
+        assert all(op.schema.name not in ("mosaic", "mixup", "affine") for op in pipe.build_plan.ahead.rest_ops)
         plan = plan_without_cupy(pipe, (0, 1, 1))
-        hsv = pipe._param_ops[0]
+        hsv = pipe.build_plan.ahead.param_ops[0]
         mixed = plan.values[(hsv.inputs[0].op.id, hsv.inputs[0].index)]
         assert isinstance(mixed.raw, DeferredLaunch) and mixed.sizes().tolist() == [[32, 32]] * 4
     finally:

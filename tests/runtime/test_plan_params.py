@@ -84,7 +84,7 @@ def gpu_pipe(monkeypatch):
 def test_planned_parameters_equal_the_whole_run(gpu_pipe, monkeypatch):
     gpu = gpu_pipe
     assert gpu.plan_ahead
-    assert sorted(op.schema.name for op in gpu._param_ops) == sorted(PLANNED)
+    assert sorted(op.schema.name for op in gpu.build_plan.ahead.param_ops) == sorted(PLANNED)
     cpu = Pipeline(batch_size=5, seed=9, num_threads=1, host_processes=0)
     _graph(cpu, "cpu")
     made = {}
@@ -106,7 +106,7 @@ def test_planned_parameters_equal_the_whole_run(gpu_pipe, monkeypatch):
             made.clear()
             cpu.run_batch(b, epoch=epoch)
             assert len(made) == len(PLANNED) + len(UNPLANNED)
-            for op in gpu._param_ops:
+            for op in gpu.build_plan.ahead.param_ops:
                 _same(plan.values[(op.id, PARAMS)], made[op.rng_id], f"{op.name} {key}")
     finally:
         cpu.close()
@@ -127,7 +127,7 @@ def test_planning_ahead_off_plans_no_parameters(monkeypatch):
     _graph(pipe, "mixed")
     pipe.build()
     try:
-        assert not pipe.plan_ahead and pipe._param_ops == []
-        assert {op.schema.name for op in pipe._rest_ops} >= set(PLANNED) | set(UNPLANNED)
+        assert not pipe.plan_ahead and pipe.build_plan.ahead.param_ops == ()
+        assert {op.schema.name for op in pipe.build_plan.ahead.rest_ops} >= set(PLANNED) | set(UNPLANNED)
     finally:
         pipe.close()

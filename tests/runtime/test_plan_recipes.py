@@ -68,7 +68,7 @@ def test_a_recipe_plans_and_equals_the_cpu_pipeline(emulated_kernels, monkeypatc
     backend.set_cpu_warp("reference")
     cpu = Pipeline(batch_size=6, seed=5, num_threads=1, host_processes=0)
     try:
-        assert gpu.plan_ahead and gpu._rest_ops == []
+        assert gpu.plan_ahead and gpu.build_plan.ahead.rest_ops == ()
         _graph(cpu, "cpu", chain)
         for epoch, b in ((0, 0), (0, 2), (1, 1)):
             key = (epoch, b, 1)

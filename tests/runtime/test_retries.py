@@ -1,10 +1,9 @@
-"""detaug.runtime.retries (on_error='skip') on a stand-in pipeline whose epoch order is given:
+"""detaug.runtime.retries (on_error='skip'): the retry policy given a stand-in epoch order:
 a failing sample is replaced by the next record of the order (wrapping), the batch is run again,
 a walk that comes back to where it began raises naming the batch, epoch and file, 'raise' (or a
 fault with no position) re-raises the sample's error, a replacement takes its record's place in
 the order, and each bad file is counted and warned about once per epoch. Then a real pipeline
 over files with one corrupt image."""
-import threading
 import warnings
 from types import SimpleNamespace
 
@@ -12,30 +11,33 @@ import numpy as np
 import pytest
 
 from detaug.core.errors import SampleError
-from detaug.runtime.retries import Retries
+from detaug.runtime.retries import RetryPolicy, SkipCount
 
 from helpers import images_of
 
 ORDER = np.array([3, 1, 4, 0, 2])
 
 
-class Stand(Retries):
+class Stand:
+    """The retry policy with what a pipeline hands it: a schedule (the epoch order), a way to
+    make a batch context, and one to give back what a failed attempt held."""
+
     def __init__(self, on_error="skip", order=ORDER, first=(1, 4)):
-        self.on_error, self.order, self.first = on_error, np.asarray(order), np.asarray(first)
-        self._lock, self._skips_seen = threading.Lock(), set()
-        self.stats = {"skipped": 0, "skipped_files": [], "batches": 0}
+        self.policy = RetryPolicy(on_error)
+        self.schedule = SimpleNamespace(shard_order=lambda epoch: np.asarray(order))
+        self.first = np.asarray(first)
         self.made, self.retired = [], 0
 
-    def _shard_order(self, epoch):
-        return self.order
-
-    def _make_ctx(self, key, prepared, pool, indices, ctx_type):
+    def make_ctx(self, indices):
         idx = self.first if indices is None else np.asarray(indices)
         self.made.append(idx.tolist())
         return SimpleNamespace(sample_index=idx.copy(), positions=np.arange(len(idx)), stream=None)
 
-    def _retire_leases(self, ctx):
+    def retire(self, ctx):
         self.retired += 1
+
+    def run(self, key, stage):
+        return self.policy.run(key, self.make_ctx, stage, self.retire, self.schedule)
 
 
 def failing_on(*bad):
@@ -48,11 +50,11 @@ def failing_on(*bad):
 
 def test_a_failing_sample_is_replaced_by_the_next_record_of_the_order():
     p = Stand()
-    ctx = p._with_retries((0, 5), None, None, failing_on(1))
+    ctx = p.run((0, 5), failing_on(1))
     assert p.made == [[1, 4], [4, 4]] and p.retired == 1
     assert ctx.sample_index.tolist() == [4, 4] and ctx.skips == [("f1.jpg", "corrupt 1")]
     p = Stand(first=(0, 2))  # 2 is last in the order: its walk wraps to 3, then 1
-    ctx = p._with_retries((0, 5), None, None, failing_on(2, 3))
+    ctx = p.run((0, 5), failing_on(2, 3))
     assert p.made == [[0, 2], [0, 3], [0, 1]] and ctx.walks == {1: 2}
     assert [s[0] for s in ctx.skips] == ["f2.jpg", "f3.jpg"]
 
@@ -61,7 +63,7 @@ def test_a_walk_back_to_its_start_raises_naming_batch_epoch_and_file():
     p = Stand()
     with pytest.raises(RuntimeError, match=r"batch 5 of epoch 2: every record of the epoch order "
                                            r"failed to load, nothing is left to replace f\d.jpg"):
-        p._with_retries((2, 5), None, None, failing_on(0, 1, 2, 3, 4))
+        p.run((2, 5), failing_on(0, 1, 2, 3, 4))
 
 
 @pytest.mark.parametrize("on_error,position", [("raise", 0), ("skip", None)])
@@ -71,23 +73,23 @@ def test_raise_or_no_position_re_raises_the_sample_error(on_error, position):
     def stage(ctx):
         raise SampleError("bad bytes", position, "x.jpg")
     with pytest.raises(SampleError, match="bad bytes"):
-        p._with_retries((0, 0), None, None, stage)
+        p.run((0, 0), stage)
 
 
 def test_a_replacement_takes_its_records_place_in_the_order():
     p = Stand()
-    got = p._replaced_positions(0, [1, 4], [1, 2], [0, 4])
+    got = RetryPolicy.replaced_positions(p.schedule, 0, [1, 4], [1, 2], [0, 4])
     assert got.tolist() == [3, 2]  # record 0 is 4th (position 3) of ORDER; 4 keeps its place
-    assert p._replaced_positions(0, [1, 4], None, [0, 4]) is None
+    assert RetryPolicy.replaced_positions(p.schedule, 0, [1, 4], None, [0, 4]) is None
 
 
 def test_skips_are_counted_and_warned_once_per_epoch():
-    p = Stand()
+    p = SkipCount({"skipped": 0, "skipped_files": [], "batches": 0})
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        p._count_skips([("a.jpg", "bad"), ("b.jpg", "worse"), ("a.jpg", "bad")], 0)
-        p._count_skips([("a.jpg", "bad")], 0)
-        p._count_skips([("a.jpg", "bad")], 1)
+        p.count([("a.jpg", "bad"), ("b.jpg", "worse"), ("a.jpg", "bad")], 0)
+        p.count([("a.jpg", "bad")], 0)
+        p.count([("a.jpg", "bad")], 1)
     assert [str(x.message) for x in w] == ["skipping a.jpg: bad", "skipping b.jpg: worse",
                                            "skipping a.jpg: bad"]
     assert p.stats["skipped"] == 3

@@ -128,7 +128,7 @@ def test_a_retry_gives_a_replaced_sample_its_records_place(seed):
         pipe.set_outputs(fn.external_source(source=lambda info: np.zeros((2, 2, 3), np.uint8),
                                             batch=False, size=11))
     pipe.build()
-    order = pipe._shard_order(1)
+    order = pipe.schedule.shard_order(1)
     ctx = pipe._make_ctx((1, 1, 1), {}, None)
     assert list(ctx.positions) == [4, 5, 6, 7] and list(ctx.sample_index) == list(order[4:8])
     indices = ctx.sample_index.copy()

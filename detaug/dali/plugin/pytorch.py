@@ -69,7 +69,7 @@ def _reader_shard_size(pipe, reader_name, policy) -> int:
                 raise ValueError(f"reader_name={reader_name!r} names a source without a size")
             if src.pad_last_batch and policy == "fill":
                 return -(-src.size // src.shard[1]), src
-            return schedule.shard_size(src.size, *src.shard, pipe._shard_policy_of(src)), src
+            return schedule.shard_size(src.size, *src.shard, pipe.schedule.policy_of(src)), src
     names = [pipe.graph.ops[i].name for i in pipe._sources]
     raise ValueError(f"reader_name={reader_name!r}: the pipeline has no reader of that name "
                      f"(its sources: {names}); give the reader name=")
@@ -101,7 +101,7 @@ class DALIGenericIterator(DetaugIterator):
                  last_batch_policy=LastBatchPolicy.FILL, prepare_first_batch=True):
         pipes = list(pipelines) if isinstance(pipelines, (list, tuple)) else [pipelines]
         for p in pipes:  # as DALI: a pipeline already driven by run() is refused
-            p._check_api_type("ITERATOR")
+            p.dali.api.check("ITERATOR")
         policy = _policy(last_batch_policy, fill_last_batch)
         if reader_name is not None and size not in (-1, None):
             raise ValueError("give size or reader_name, not both (as in DALI)")
@@ -128,7 +128,7 @@ class DALIGenericIterator(DetaugIterator):
     def __next__(self):
         with contextlib.ExitStack() as scope:
             for p in self.pipes:
-                scope.enter_context(p._api_scope("ITERATOR"))
+                scope.enter_context(p.dali.api.scope("ITERATOR"))
             out = super().__next__()
         return [out] if isinstance(out, dict) else out
 

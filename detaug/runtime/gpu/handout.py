@@ -188,10 +188,18 @@ class HeldOutputs:
 
 
 class HandOut:
-    """The hand-out methods of Pipeline (which holds ``_handed``, ``_consumers``,
-    ``device_id`` and ``last_event``)."""
+    """The hand-out of a pipeline's batches on device ``device_id`` (a part the pipeline holds):
+    ``held`` (the :class:`HeldOutputs` of the batches handed out), ``consumers`` (the streams the
+    caller registered: ``consume_on``) and ``last_event`` (the event of the last batch handed
+    out)."""
 
-    def _hand_out(self, outs, event, made_on):
+    def __init__(self, device_id, held: HeldOutputs | None = None):
+        self.device_id = device_id
+        self.held = HeldOutputs() if held is None else held
+        self.consumers = {}  # name -> () -> a stream the caller queues work on (see consume_on)
+        self.last_event = None  # cupy Event recorded after the last batch's device work
+
+    def hand_out(self, outs, event, made_on):
         """A batch goes to the caller: ``last_event`` is its event, and the caller's current
         stream (cupy's, in this thread) waits for it on the device, so that cupy work on the
         outputs, a .get() included, is ordered after the kernels that made them (output slots
@@ -203,8 +211,8 @@ class HandOut:
             import cupy as cp
 
             with cp.cuda.Device(self.device_id or 0):
-                self._handed.poll()
-                self._handed.hold(outs, self._caller_streams(), made_on)
+                self.held.poll()
+                self.held.hold(outs, self.caller_streams(), made_on)
                 cp.cuda.get_current_stream().wait_event(event)
 
     def consume_on(self, name: str, stream_of) -> None:
@@ -213,22 +221,22 @@ class HandOut:
         its handle (an int). A batch's memory goes back to the pool only after the work queued
         there before the caller dropped the batch has run. The torch adapter registers torch's
         current stream under the name "torch"; registering a name again replaces it."""
-        self._consumers[name] = stream_of
+        self.consumers[name] = stream_of
 
-    def _caller_streams(self) -> list:
+    def caller_streams(self) -> list:
         import cupy as cp
 
-        return [cp.cuda.get_current_stream().ptr, *(f() for f in list(self._consumers.values()))]
+        return [cp.cuda.get_current_stream().ptr, *(f() for f in list(self.consumers.values()))]
 
-    def _let_go_handed(self):
+    def let_go(self):
         """At close: every batch held goes, after the work the caller queued on them has run.
         Also once every batch was let go already: their blocks are in the pool behind waits of
         this pipeline's streams, which close destroys, so the caller's work is waited for here."""
-        if self._handed.peak:
+        if self.held.peak:
             import cupy as cp
 
             with cp.cuda.Device(self.device_id or 0):
                 try:
-                    self._handed.drain(self._caller_streams())
+                    self.held.drain(self.caller_streams())
                 except cp.cuda.runtime.CUDARuntimeError:  # a stream of the caller's is gone
                     cp.cuda.runtime.deviceSynchronize()  # (the workers are stopped: nothing reuses)

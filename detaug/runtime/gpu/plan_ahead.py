@@ -28,6 +28,7 @@ launches do depends only on the data, never on the settings.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from ...core.batch import BoxBatch, ImageBatch, PaddedBoxes
@@ -54,12 +55,13 @@ def _keys_of(op):
     return [(v.op.id, v.index) for v in [*op.inputs, *op.arg_inputs.values()]]
 
 
-def plan_output_warps(pipe, ctx):
-    """The warps that make the planned outputs with a pending chain (what the output stage
+def plan_output_warps(ahead, outputs, ctx):
+    """The warps that make the planned ``outputs`` with a pending chain (what the output stage
     would run: ``materialize`` without epilogue), planned here, so that the device thread only
-    launches them; an output that an unplanned op reads too is left as it is."""
-    read = {k for op in pipe._rest_ops for k in _keys_of(op)}
-    for node in pipe._outputs:
+    launches them; an output that an unplanned op (``ahead.rest_ops``) reads too is left as it
+    is."""
+    read = {k for op in ahead.rest_ops for k in _keys_of(op)}
+    for node in outputs:
         k = (node.op.id, node.index)
         v = ctx.values.get(k)
         if (k not in read and isinstance(v, ImageBatch) and v.geometry is not None
@@ -90,71 +92,92 @@ class _PlanContext(BatchContext):
 
     planning = True
 
-    def __init__(self, pipeline, epoch, batch_index, sample_index, positions, stream, pool):
-        super().__init__(pipeline, epoch, batch_index, sample_index, positions, None, pool)
+    def __init__(self, pipeline, epoch, batch_index, sample_index, positions, stream, pool,
+                 schedule):
+        super().__init__(pipeline, epoch, batch_index, sample_index, positions, None, pool,
+                         schedule)
+
+
+@dataclasses.dataclass(frozen=True)
+class Ahead:
+    """Which device ops of a pipeline plan on the host (``plan_ops``), which run here after the
+    decode (``rest_ops``), the device ops left whose parameters are planned (``param_ops``) and
+    the values a plan carries (``plan_keys``); ``on``: launches are planned ahead."""
+    on: bool = False
+    plan_ops: tuple = ()
+    rest_ops: tuple = ()
+    param_ops: tuple = ()
+    plan_keys: tuple = ()
+    planned_ids: frozenset = frozenset()
+
+
+NOT_AHEAD = Ahead()
+
+
+def choose(host_ops, device_ops, outputs, mixed_decode) -> Ahead:
+    """At build (detaug/runtime/build_plan.py): the :class:`Ahead` of a pipeline whose ops are
+    ``host_ops`` and ``device_ops`` (topological order) and whose outputs are ``outputs``.
+    Planning ahead is on where the images are decoded on the GPU (device='mixed', by decode
+    processes or here) and the decode can be planned; DETAUG_PLAN_AHEAD=0 turns it off
+    (comparisons, debugging)."""
+    if not mixed_decode or os.environ.get("DETAUG_PLAN_AHEAD", "1") == "0":
+        return Ahead(rest_ops=tuple(device_ops))
+    host_ids = {op.id for op in host_ops}
+    planned = set()
+    for op in device_ops:  # topological order: inputs first
+        if _static_plannable(op) and all(k[0] in host_ids or k[0] in planned for k in _keys_of(op)):
+            planned.add(op.id)
+    decodes = [op for op in device_ops if op.id in planned and op.schema.has("decoder")]
+    if not decodes:
+        return Ahead(rest_ops=tuple(device_ops))
+    plan_ops = [op for op in device_ops if op.id in planned]
+    rest_ops = [op for op in device_ops if op.id not in planned]
+    # the device ops left that declare a host plan (their parameters from their arguments
+    # and draws: colour, photometric, blur, noise) are planned too: the device thread only
+    # launches them
+    known = host_ids | planned
+    param_ops = [op for op in rest_ops if op.schema.host_plan is not None
+                 and all(v.op.id in host_ids for v in op.arg_inputs.values())
+                 and (not op.schema.has("plan_reads_images") or
+                      (op.inputs and op.inputs[0].op.id in known))]
+    keys = {k for op in rest_ops for k in _keys_of(op)}
+    keys |= {(o.op.id, o.index) for o in outputs}
+    plan_keys = (sorted(k for k in keys if k[0] in known)
+                 + [(op.id, PARAMS) for op in param_ops])
+    return Ahead(True, tuple(plan_ops), tuple(rest_ops), tuple(param_ops), tuple(plan_keys),
+                 frozenset(planned))
 
 
 class PlanAhead:
-    """The plan-ahead methods of Pipeline (which holds the state they use)."""
-
-    def _setup_plan_ahead(self):
-        """At build: which device ops plan on the host (``_plan_ops``), which run here after the
-        decode (``_rest_ops``), and the values a plan carries. Planning ahead is on where the
-        images are decoded on the GPU (device='mixed', by decode processes or here) and the
-        decode can be planned; DETAUG_PLAN_AHEAD=0 turns it off (comparisons, debugging)."""
-        self.plan_ahead = False
-        self._plan_ops, self._rest_ops, self._plan_keys = [], list(self._device_ops), []
-        self._param_ops = []
-        if not self._mixed_decode or os.environ.get("DETAUG_PLAN_AHEAD", "1") == "0":
-            return
-        host_ids = {op.id for op in self._host_ops}
-        planned = set()
-        for op in self._device_ops:  # topological order: inputs first
-            if _static_plannable(op) and all(k[0] in host_ids or k[0] in planned for k in _keys_of(op)):
-                planned.add(op.id)
-        decodes = [op for op in self._device_ops if op.id in planned and op.schema.has("decoder")]
-        if not decodes:
-            return
-        self._plan_ops = [op for op in self._device_ops if op.id in planned]
-        self._rest_ops = [op for op in self._device_ops if op.id not in planned]
-        # the device ops left that declare a host plan (their parameters from their arguments
-        # and draws: colour, photometric, blur, noise) are planned too: the device thread only
-        # launches them
-        known = host_ids | planned
-        self._param_ops = [op for op in self._rest_ops if op.schema.host_plan is not None
-                           and all(v.op.id in host_ids for v in op.arg_inputs.values())
-                           and (not op.schema.has("plan_reads_images") or
-                                (op.inputs and op.inputs[0].op.id in known))]
-        keys = {k for op in self._rest_ops for k in _keys_of(op)}
-        keys |= {(o.op.id, o.index) for o in self._outputs}
-        self._plan_keys = (sorted(k for k in keys if k[0] in known)
-                           + [(op.id, PARAMS) for op in self._param_ops])
-        self._planned_ids = planned
-        self.plan_ahead = True
+    """The plan-ahead methods of Pipeline (which holds the state they use; what build decided,
+    :class:`Ahead`, is its ``build_plan.ahead``)."""
 
     # ---- the host side (a worker process or a thread) ------------------------------------------
     def _plan_launch(self, key, prepared, pool, indices=None, skips=None, walks=None):
         """The :class:`LaunchPlan` of ``key``: the host ops and the plannable device ops, bad
-        files replaced under on_error='skip' (Pipeline._with_retries). NotPlannable where it
+        files replaced under on_error='skip' (runtime/retries.py). NotPlannable where it
         cannot be planned."""
+        bp = self.build_plan
+
         def stage(ctx):
-            self._run_ops(ctx, self._host_ops)
-            self._run_ops(ctx, self._plan_ops)
-            self._plan_params(ctx, self._param_ops)
-            plan_output_warps(self, ctx)
+            self._run_ops(ctx, bp.host_ops)
+            self._run_ops(ctx, bp.ahead.plan_ops)
+            self._plan_params(ctx, bp.ahead.param_ops)
+            plan_output_warps(bp.ahead, self._outputs, ctx)
 
         ctx = self._with_retries(key, prepared, pool, stage, indices, skips=skips, walks=walks,
                                  ctx_type=_PlanContext)
-        return LaunchPlan(ctx, self._plan_keys)
+        return LaunchPlan(ctx, bp.ahead.plan_keys)
 
     def _plan_params(self, ctx, ops):
         """The parameters of ``ops`` (each declares a host plan: OpSchema.host_plan) into
         ``ctx.values``, each at its level (runtime/partners.py), from the same draws the op
         would make when it runs (runtime/batch_making.py: ``_params_of``)."""
+        levels = self.build_plan.levels
         try:
             for op in ops:
-                if self._levels:
-                    ctx.use_level(self._levels.get(op.id, ()))
+                if levels:
+                    ctx.use_level(levels.get(op.id, ()))
                 first = op.inputs[0] if op.inputs else None
                 images = ctx.values.get((first.op.id, first.index)) if first is not None else None
                 try:
@@ -163,7 +186,7 @@ class PlanAhead:
                 except NotPlannable:  # (sizes not known without pixels): made where it runs
                     pass
         finally:
-            if self._levels:
+            if levels:
                 ctx.use_level(())
 
     def _plan_or_not(self, key, prepared, pool):
@@ -179,7 +202,7 @@ class PlanAhead:
         replaced as the host stage replaces one, and the launch re-planned here."""
         while True:
             ctx = BatchContext(self, plan.epoch, plan.batch_index, plan.sample_index,
-                               plan.positions, stream, pool)
+                               plan.positions, stream, pool, self.schedule)
             ctx.prepared, ctx.sizes, ctx.skips, ctx.walks = prepared, plan.sizes, plan.skips, plan.walks
             try:
                 admit.decode()  # a ring slot, in launch order
@@ -190,11 +213,11 @@ class PlanAhead:
                 self._to_output_stream(ctx, admit)
                 with ctx.on_stream():
                     self._realize(ctx, plan, decoded)
-                self._run_ops(ctx, self._rest_ops)
+                self._run_ops(ctx, self.build_plan.ahead.rest_ops)
                 break
             except SampleError as e:
                 self._retire_leases(ctx)  # the next attempt decodes again
-                indices = self._replacement(key, ctx, e, ctx.walks)
+                indices = self._retries.replacement(self.schedule, key, ctx, e, ctx.walks)
                 try:
                     plan = self._plan_launch(key, prepared, pool, indices, ctx.skips, ctx.walks)
                 except NotPlannable:  # (a replacement of unknown size) the whole launch here
@@ -220,11 +243,12 @@ class PlanAhead:
         try:
             return self._decode_plan(ctx, plan)
         except SampleError as e:
-            if self._levels and e.position is not None:
-                if self._decode_level is None:  # decoders at several levels: no one owner
+            bp = self.build_plan
+            if bp.levels and e.position is not None:
+                if bp.decode_level is None:  # decoders at several levels: no one owner
                     e.position = None
                 else:
-                    e.position = ctx.owner(e.position, self._decode_level)
+                    e.position = ctx.owner(e.position, bp.decode_level)
             raise
 
     def _decode_plan(self, ctx, plan) -> dict:
@@ -240,9 +264,9 @@ class PlanAhead:
         as they are."""
         from ...core.backend import upload_many
 
-        host, todo, made = [], [], {}
+        host, todo, made, planned_ids = [], [], {}, self.build_plan.ahead.planned_ids
         for k, v in plan.values.items():
-            if k[0] not in self._planned_ids:
+            if k[0] not in planned_ids:
                 ctx.values[k] = v
             elif isinstance(v, ImageBatch) and is_planned(v.raw):
                 # its decode, or its launches (each once: core/deferred.py), the chain kept

@@ -1,0 +1,307 @@
+"""What a pipeline decides at build, decided once, as one record.
+
+:func:`decide` takes the traced graph (the ops the outputs need, inputs first, and the outputs),
+the sources made at build (their sizes and the annotated image sizes), the seed, the device
+memory budget and the user's settings (:class:`Settings`), and returns a :class:`BuildPlan`: the
+host/device op split, which device ops are planned ahead on the host and what a plan carries
+(detaug/runtime/gpu/plan_ahead.py: :func:`~detaug.runtime.gpu.plan_ahead.choose`), the launch size
+(``batches_per_launch``), a launch's device bytes (detaug/runtime/gpu/output_sizes.py), the memory
+plan of the decode side (detaug/runtime/gpu/memory_plan.py), the queue's depth, the device workers,
+the host worker processes and the output slots at build. The record is frozen: the parts of the
+pipeline receive it and read what they need; nothing is set on the pipeline step by step, so no
+step depends on another having run first. A pipeline that cannot run within its budget is
+refused here (``BudgetError``, with the figure it needs), before any decode process is given its
+plan. Pure arithmetic on the graph, the sizes and the environment's overrides: nothing starts.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+
+from .gpu import memory_plan, output_sizes
+from .gpu import plan_ahead as _plan_ahead
+
+# default prefetch_queue_depth (launches in flight) of pipelines that decode in decode processes:
+# each launch holds a device worker while its files are decoded, so the decoders idle with few
+# launches in flight (6 ran faster than 4 with 3 processes). 12: training
+# RetinaNet (bench_train, batch 16, 2 GB) fed with 12 in flight ran at 0.989 and 0.998 of a batch
+# kept on the GPU, with 6 at 0.962 and 0.981 (same call; 0.918-0.960 in two calls before). The
+# outputs in flight stay within the memory budget (output slots); the device workers stay 6
+DECODE_PROCESS_PREFETCH = 12
+MAX_DEVICE_WORKERS = 6  # default device_workers: min(prefetch depth, this)
+
+
+def _env(name):  # an override from the environment, or None
+    return int(os.environ[name]) if os.environ.get(name) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The pipeline's arguments that build reads, as the user gave them (None: decided here)."""
+    batch_size: int = 1
+    num_threads: int = 1
+    prefetch_queue_depth: int | None = None
+    device_workers: int | None = None
+    batches_per_launch: int | None = None
+    decode_processes: int | None = None
+    decode_buffer_mb: int | None = None
+    host_processes: int | None = None
+
+    @property
+    def depth(self) -> int:
+        """The queue's depth where build does not choose it."""
+        return 2 if self.prefetch_queue_depth is None else max(1, int(self.prefetch_queue_depth))
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildPlan:
+    """What build decided (see the module). The figures of a pipeline without a GPU stage are
+    the defaults."""
+    seed: int
+    budget: int                           # device memory budget, bytes
+    host_ops: tuple = ()
+    device_ops: tuple = ()
+    device_ops_a: tuple = ()              # the device stage's decode phase (runs ahead)
+    device_ops_b: tuple = ()              # what makes the outputs (waits for an output slot)
+    mixed_decode: bool = False            # a GPU decoder (decoders.image device='mixed')
+    # multi-sample ops (detaug/runtime/partners.py): the level of each op (op id -> path), the
+    # most source samples an output sample needs, the level of the decoders (None: several)
+    levels: types.MappingProxyType = dataclasses.field(
+        default_factory=lambda: types.MappingProxyType({}))
+    fan_out: int = 1
+    decode_level: tuple | None = ()
+    ahead: _plan_ahead.Ahead = _plan_ahead.NOT_AHEAD
+    batches_per_launch: int = 1
+    batch_bytes: output_sizes.LaunchBytes | None = None  # one batch's, where the graph fixes them
+    decode: memory_plan.DecodePlan | None = None  # the decode processes' plan (None: none)
+    decode_bytes: int = 0                 # what the decode side takes
+    decode_slots: int = 1 << 30           # launches decoding or holding decoded images at once
+    prefetch_queue_depth: int = 2
+    device_workers: int = MAX_DEVICE_WORKERS
+    host_processes: int = 0
+    output_slots: int = 1                 # launches whose outputs may exist at once, at build
+    paths_only: frozenset = frozenset()   # readers that hand over paths (decode processes read)
+
+    @property
+    def has_device_stage(self) -> bool:
+        return bool(self.device_ops)
+
+    @property
+    def plan_ahead(self) -> bool:
+        return self.ahead.on
+
+    def launch_bytes(self):
+        """(outputs, working) of one launch (``batches_per_launch`` batches); outputs None
+        where not known at build."""
+        b = self.batch_bytes
+        if b is None:
+            return None, 0
+        return b.outputs * self.batches_per_launch, b.working * self.batches_per_launch
+
+
+class Decided:
+    """A pipeline's figure read off its record (``pipe.build_plan``): the pipeline keeps no copy
+    of what build decided."""
+
+    def __init__(self, field: str, doc: str):
+        self.field, self.__doc__ = field, doc
+
+    def __get__(self, pipe, owner=None):
+        return self if pipe is None else getattr(pipe.build_plan, self.field)
+
+    def __set__(self, pipe, value):
+        raise AttributeError(f"{self.field} is decided at build (pipe.build_plan, "
+                             "detaug/runtime/build_plan.py): give it to the Pipeline's constructor")
+
+
+def unbuilt(seed: int, budget: int, settings: Settings) -> BuildPlan:
+    """The record of a pipeline not built yet: no ops, the figures its arguments fix."""
+    depth = settings.depth
+    return BuildPlan(
+        seed=int(seed), budget=int(budget), prefetch_queue_depth=depth,
+        device_workers=int(settings.device_workers or min(depth, MAX_DEVICE_WORKERS)),
+        batches_per_launch=(1 if settings.batches_per_launch is None
+                            else max(1, int(settings.batches_per_launch))))
+
+
+def decoded_sizes(ops, sources, any_decoder=False):
+    """(N, 2) annotated heights and widths of the images a GPU decoder decodes (any
+    decoder's with ``any_decoder``), where the reader feeding it knows them (None
+    otherwise): the decode rings and the memory plan are sized from them."""
+    for op in ops:
+        if op.schema.has("decode_service") and (any_decoder or op.gpu_decode) and op.inputs:
+            src = sources.get(op.inputs[0].op.id)
+            sizes = getattr(src, "sizes", None)
+            if sizes is not None and len(sizes):
+                return sizes
+    return None
+
+
+def decode_side_plan(budget, settings, sizes, images, cap=None):
+    """The memory plan's decode processes, threads and ring for launches of ``images``
+    images of ``sizes`` (None: unknown), the decode side within ``cap`` bytes (None: the
+    plan's share of the budget) of ``budget``; None where decode processes are off."""
+    n = settings.decode_processes if settings.decode_processes is not None else _env("DETAUG_DECODE_PROCESSES")
+    if n is not None and int(n) <= 0:
+        return None
+    launch = memory_plan.launch_image_bytes(sizes, 3, images)
+    return memory_plan.plan_decode(
+        budget, launch,
+        processes=None if n is None else int(n),
+        threads=_env("DETAUG_DECODE_THREADS"),
+        ring_bytes=None if settings.decode_buffer_mb is None else settings.decode_buffer_mb << 20,
+        cap=cap)
+
+
+def _refuse_over_budget(budget, batch_bytes, batches, decode_bytes, decode_what, fixed_decode):
+    """BudgetError where the least this pipeline runs with exceeds its budget."""
+    if batch_bytes is None:
+        return  # known after the first launch (runtime/gpu/output_budget.py)
+    parts = [(n, b * batches) for n, b in batch_bytes.parts]
+    memory_plan.check_budget(budget, decode_bytes, decode_what, batch_bytes.outputs * batches,
+                             batch_bytes.working * batches, parts, batches, fixed_decode)
+
+
+def _decode_processes_plan(budget, settings, sizes, images, batch_bytes, batches):
+    """The decode processes' plan, refused where it cannot fit (the figure given being the one
+    the plan at that budget needs); None where decode processes are off."""
+    out, work = (None, 0) if batch_bytes is None else (batch_bytes.outputs * batches,
+                                                       batch_bytes.working * batches)
+    plan = decode_side_plan(budget, settings, sizes, images,
+                            cap=memory_plan.decode_cap(budget, out, work))
+    if plan is None:
+        return None
+    fixed = (settings.decode_processes is not None or _env("DETAUG_DECODE_PROCESSES") is not None
+             or settings.decode_buffer_mb is not None)
+    # refuse what cannot fit (processes started early are closed by build: nothing is kept)
+    try:
+        _refuse_over_budget(budget, batch_bytes, batches, plan.bytes, plan.describe(), fixed)
+    except memory_plan.BudgetError as e:
+        if fixed:
+            raise
+        # the figure to give is the one the plan at that budget needs (its ring may be
+        # larger there: memory_plan.ring_launches): planned again at e.need, checked again
+        again = decode_side_plan(e.need, settings, sizes, images,
+                                 cap=memory_plan.decode_cap(e.need, out, work))
+        _refuse_over_budget(budget, batch_bytes, batches,
+                            max(again.bytes, plan.bytes), again.describe(), fixed)
+        raise
+    return plan
+
+
+def _paths_only(ops, outputs) -> frozenset:
+    """Readers whose encoded output only feeds GPU decoders hand over paths: the decode
+    processes read the files themselves."""
+    found = set()
+    outs = {(o.op.id, o.index) for o in outputs}
+    for op in ops:
+        if op.schema.kind != "source" or (op.id, 0) in outs:
+            continue
+        users = [u for u in ops for i in u.inputs if (i.op.id, i.index) == (op.id, 0)]
+        users += [u for u in ops for a in u.arg_inputs.values() if (a.op.id, a.index) == (op.id, 0)]
+        if users and all(u.gpu_decode for u in users):
+            found.add(op.id)
+    return frozenset(found)
+
+
+def host_processes(settings, has_device_stage, plan_ahead) -> int:
+    """The number of host worker processes (see ``host_processes``); 0 runs the host stage in
+    threads. A pipeline with a GPU stage keeps threads (its decode has processes of its own)."""
+    from . import host_workers
+
+    n = settings.host_processes
+    if n is None:
+        env = os.environ.get("DETAUG_HOST_PROCESSES")
+        default = (_plan_ahead.default_processes() if has_device_stage
+                   else settings.num_threads if settings.num_threads > 1 else 0)
+        n = int(env) if env not in (None, "") else default
+    n = max(0, int(n))
+    if n and has_device_stage and not plan_ahead:
+        if settings.host_processes:
+            raise ValueError("host_processes: this GPU pipeline cannot be planned ahead on the "
+                             "host (its images are not decoded from files by decode processes, "
+                             "or an op before the warp reads pixels: detaug/runtime/gpu/plan_ahead.py); "
+                             "leave it unset")
+        return 0
+    why = host_workers.unavailable() if n else None
+    if why:
+        if settings.host_processes:
+            raise ValueError(f"host_processes={n}: {why}; leave it unset to run the host "
+                             "stage in threads")
+        return 0
+    return n
+
+
+def decide(ops, outputs, sources, *, seed: int, budget: int, settings: Settings,
+           levels=None, fan_out: int = 1, decode_level=(), sized: bool = True) -> BuildPlan:
+    """The :class:`BuildPlan` of the graph whose needed ops (inputs first) are ``ops`` and whose
+    outputs are ``outputs``, read by ``sources`` (op id -> the source made at build), for
+    ``seed`` and the device memory ``budget`` (bytes). ``levels`` / ``fan_out``: the
+    multi-sample ops' levels and the most source samples an output sample needs
+    (detaug/runtime/partners.py: ``setup``), with the decoders' level; ``sized``: the driving
+    source has a size. Raises BudgetError
+    where the pipeline cannot run within the budget, ValueError for host processes it cannot
+    have."""
+    ops, levels = list(ops), levels or {}
+    host_ops = tuple(op for op in ops if op.device == "cpu")
+    device_ops = tuple(op for op in ops if op.device != "cpu")
+    mixed_decode = any(op.gpu_decode for op in device_ops)
+    ahead = _plan_ahead.choose(host_ops, device_ops, outputs, mixed_decode)
+    batch_bytes = None
+    if device_ops:  # a launch's outputs, where the graph fixes them
+        batch_bytes = output_sizes.batch_bytes(ops, outputs, decoded_sizes(ops, sources, True),
+                                               settings.batch_size, levels)
+    bpl = 1 if settings.batches_per_launch is None else max(1, int(settings.batches_per_launch))
+    if settings.batches_per_launch is None and device_ops and sized:
+        b = batch_bytes
+        bpl = memory_plan.batches_per_launch(budget, ahead.on, b and b.outputs,
+                                             b.working if b else 0)
+    images = settings.batch_size * bpl * fan_out  # partners too
+    decode = None
+    if mixed_decode:
+        decode = _decode_processes_plan(budget, settings, decoded_sizes(ops, sources), images,
+                                        batch_bytes, bpl)
+    depth = settings.depth
+    decode_slots = 1 << 30
+    if decode is not None:
+        # launches whose decode may be under way or held at once: what the rings hold (in
+        # launch order, so the launch due next always finds a slot: Executor)
+        decode_slots = decode.processes * decode.launches
+        if settings.prefetch_queue_depth is None:
+            # enough launches in flight to hold every ring slot of the queue
+            depth = max(DECODE_PROCESS_PREFETCH, decode_slots)
+    # the device stage's two phases: decode (runs ahead), then what makes the outputs (waits
+    # for an output slot)
+    last = max((k + 1 for k, op in enumerate(device_ops) if op.gpu_decode), default=0)
+    workers = int(settings.device_workers or 0)
+    if not workers:
+        # a device worker holds its launch through the decode: one per launch in flight
+        workers = min(depth, max(MAX_DEVICE_WORKERS, decode_slots if decode is not None else 0))
+    procs = host_processes(settings, bool(device_ops), ahead.on)
+    decode_bytes, slots = 0, 1
+    if device_ops:
+        out, work = (None, 0) if batch_bytes is None else (batch_bytes.outputs * bpl,
+                                                           batch_bytes.working * bpl)
+        if decode is not None:  # (checked already) the slots at the final depth
+            decode_bytes = decode.bytes
+        else:
+            # a GPU pipeline without decode processes: its decode side is the decoders of the
+            # device-stage threads (decode_processes=0) or nothing (CPU decode)
+            what = "decode on the CPU"
+            if mixed_decode:
+                launch = memory_plan.launch_image_bytes(decoded_sizes(ops, sources), 3, images)
+                decode_bytes = memory_plan.in_thread_decode_bytes(workers, launch)
+                what = (f"decode in {workers} device-stage threads (device_workers), "
+                        f"~{decode_bytes / 1e6:,.0f} MB")
+            _refuse_over_budget(budget, batch_bytes, bpl, decode_bytes, what, False)
+        if out is not None:
+            slots = memory_plan.output_slots(budget, decode_bytes, out, depth, work)
+    return BuildPlan(
+        seed=int(seed), budget=int(budget), host_ops=host_ops, device_ops=device_ops,
+        levels=types.MappingProxyType(dict(levels)), fan_out=int(fan_out), decode_level=decode_level,
+        device_ops_a=device_ops[:last], device_ops_b=device_ops[last:], mixed_decode=mixed_decode,
+        ahead=ahead, batches_per_launch=bpl, batch_bytes=batch_bytes, decode=decode,
+        decode_bytes=decode_bytes, decode_slots=decode_slots, prefetch_queue_depth=depth,
+        device_workers=workers, host_processes=procs, output_slots=slots,
+        paths_only=_paths_only(ops, outputs) if decode is not None else frozenset())
