@@ -156,12 +156,15 @@ def test_resize_then_slice_and_crop_mirror_normalize(cpu_warp):
                              cpu_warp)
         # the fused slice against the materialised resize's window: the same pixels but at
         # halves (the twin's sample points come through other matrices: a tie may round
-        # either way) or by 1 level (OpenCV: cv2.resize for the whole image, warpAffine for
-        # the window)
+        # either way); OpenCV resizes the whole image with cv2.resize and the window with
+        # warpAffine, each within 1 level of the exact value, so up to 2 apart
         d = np.abs(np.asarray(sliced.at(k), np.int64) - np.asarray(resized.at(k))[y0:y1, x0:x1])
         win = ref[y0:y1, x0:x1]
         tie = np.abs(win - np.floor(win) - 0.5) < 1e-6
-        assert d.max() <= 1 and (cpu_warp == "opencv" or (tie | (d == 0)).all())
+        if cpu_warp == "opencv":
+            assert d.max() <= 2 and d.mean() < 0.5
+        else:
+            assert d.max() <= 1 and (tie | (d == 0)).all()
         cx, cy = dali_crop_anchor(0.35, 23 - 9), dali_crop_anchor(0.7, 19 - 7)
         want = (np.clip(np.floor(ref[cy:cy + 7, cx:cx + 9] + 0.5), 0, 255)[:, ::-1] - mean) / std
         got = np.asarray(cmn.at(k), np.float64)
