@@ -228,9 +228,9 @@ def pixel_exact(m, tol=1e-9) -> np.ndarray:
 
 def _copied_canvases(ops, comp) -> np.ndarray:
     """(K, B) whether canvas k needs no tap clamp: op k copies pixels (``pixel_exact``) and so
-    does everything after it (canvas k -> output). Running the ops one by one, nothing then
-    resamples canvas k, and op k's own window cuts nothing it samples: its edge is never read
-    beyond. (A resampling op's canvas clamps: a crop and a resize in one matrix replicates the
+    does everything after it (canvas k -> output). Running the ops one by one, op k reads its
+    input at pixel centres only and nothing resamples canvas k, so no tap is ever taken beyond
+    its edge. (A resampling op's canvas clamps: a crop and a resize in one matrix replicates the
     window's edge; so does a canvas that a later op resamples.)"""
     with np.errstate(divide="ignore", invalid="ignore"):
         tail = np.matmul(comp[-1][None], np.linalg.inv(comp))
@@ -317,7 +317,8 @@ def valid_region(source_sizes, ops, composed, sizes, fills, fill):
     clamp_rect = rect.copy()  # the canvases that are resampled only (_copied_canvases)
     copied = _copied_canvases(np.stack(ops), np.stack(composed)) if ops else None
     # canvas k (the output of op k) is cut by op k + 1; the last canvas is the output itself,
-    # which no sample point leaves: it only joins the rect (for the clamp)
+    # which no sample point leaves: it joins the rect, and the clamp where op k resamples (a
+    # crop and a resize in one matrix)
     for k in range(len(ops)):
         size_k = np.asarray(sizes[k], np.float64)
         last = k == len(ops) - 1
