@@ -3,8 +3,8 @@ the pixels of the resized image copied from DALI's integer window, although deta
 two into one warp. Checked against a float64 reference written from the documented rules, not
 from the warp's code: the resize separable, each output pixel the mean of ``n = ceil(in / out)``
 bilinear samples per axis (pixel centres at +0.5, taps clamped to the image; DALI's INTERP_LINEAR
-where it enlarges), rounded half up; the window's anchor DALI's ``roundf(pos * (in - crop))`` in
-float32 (crop) or ``llround`` of the float32 arguments times the extent in double (slice)."""
+where it enlarges), rounded half up; the window's anchor DALI's ``round(pos * (in - crop))``
+(crop) or ``llround(start * extent)`` (slice), its float32 arguments taken in double."""
 from __future__ import annotations
 
 import numpy as np
@@ -52,9 +52,9 @@ def resize_ref(img: np.ndarray, oh: int, ow: int) -> np.ndarray:
 
 
 def dali_crop_anchor(pos: float, margin: int) -> int:
-    """DALI's CropAttr: std::roundf(float pos * (in - crop)), halves away from zero."""
-    v = np.float32(pos) * np.float32(margin)
-    return int(np.sign(v) * np.floor(abs(v) + np.float32(0.5)))
+    """DALI's CropAttr: std::round(double(float pos) * (in - crop)), halves away from zero."""
+    v = float(np.float32(pos)) * margin
+    return int(np.sign(v) * np.floor(abs(v) + 0.5))
 
 
 def dali_slice_window(rel_start: float, rel_shape: float, extent: int) -> tuple[int, int]:
@@ -120,15 +120,15 @@ def _check_crop(cases, warp):
 
 
 def test_resize_then_crop_fixed(cpu_warp):
-    """Shrinking (2 taps) and enlarging (1 tap); DALI's float32 anchor: 0.35 * 90 is 31.5 in
-    float32 (window at 32) and 31.499999999999996 in float64 (it would be 31)."""
+    """Shrinking (2 taps) and enlarging (1 tap); DALI's float32 position: 0.7 * 5 is 3.5 in
+    double (the window would start at 4), 0.7f * 5 is 3.4999999 (it starts at 3)."""
     rng = np.random.default_rng(0)
     a = rng.integers(0, 256, (37, 53, 3), dtype=np.uint8)
     b = rng.integers(0, 256, (13, 17, 3), dtype=np.uint8)
     c = rng.integers(0, 256, (40, 160, 3), dtype=np.uint8)
     _check_crop([(a, (21, 29), (10, 12), (0.3, 0.6)), (b, (30, 41), (16, 20), (0.5, 0.35)),
-                 (c, (20, 102), (8, 12), (0.35, 1.0))], cpu_warp)
-    assert dali_crop_anchor(0.35, 90) == 32
+                 (c, (20, 17), (8, 12), (0.7, 1.0))], cpu_warp)
+    assert dali_crop_anchor(0.7, 5) == 3 and dali_crop_anchor(0.5, 5) == 3
 
 
 def test_resize_then_crop_fresh(cpu_warp):
