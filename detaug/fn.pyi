@@ -592,7 +592,7 @@ def crop(images: Any, boxes: Any = ..., /, *, crop: tuple[float, float] | None |
         crop: (float, float) | None = None [per-sample]: the window's (height, width) in pixels (or crop_h / crop_w)
         crop_h: float | None = None [per-sample]: the window's height in pixels
         crop_w: float | None = None [per-sample]: the window's width in pixels
-        crop_pos_x: float = 0.5 [per-sample]: horizontal anchor in [0, 1]: x0 = round(pos * (W - crop_w)), halves away from zero (DALI's rounding)
+        crop_pos_x: float = 0.5 [per-sample]: horizontal anchor in [0, 1]: x0 = round(pos * (W - crop_w)), pos in float32, halves away from zero (DALI's rounding)
         crop_pos_y: float = 0.5 [per-sample]: vertical anchor in [0, 1]: y0 = round(pos * (H - crop_h))
         window: (x0, y0, x1, y1) | None = None [per-sample]: the window in pixels, rounded (instead of crop and crop_pos_x/y); may reach outside the image
         fill: float | sequence = 0.0: value of the pixels outside the source image (one value or one per channel)

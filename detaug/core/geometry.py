@@ -213,15 +213,44 @@ def _canvas_in_source(comp, sizes):
     return np.minimum(e0, e1), np.maximum(e0, e1)
 
 
-def _axis_rect(rect, rect_fill, comp, sizes, src):
+def pixel_exact(m, tol=1e-9) -> np.ndarray:
+    """(...,) whether the affine matrices ``m`` (..., 3, 3) move pixels without resampling: a
+    linear part of +-1 / 0 with one unit per row (flips, quarter turns) and integer offsets, so
+    pixel centres map onto pixel centres (a crop, a flip, a paste at an integral place)."""
+    m = np.asarray(m, np.float64)
+    a, t = m[..., :2, :2], m[..., :2, 2]
+    ra = np.round(a)
+    unit = ((np.abs(a - ra) <= tol).all((-2, -1)) & (np.abs(ra).sum(-1) == 1).all(-1)
+            & (np.abs(ra).sum(-2) == 1).all(-1))
+    whole = (np.abs(t - np.round(t)) <= tol * (1.0 + np.abs(t))).all(-1)
+    return unit & whole & (m[..., 2, 0] == 0) & (m[..., 2, 1] == 0) & (m[..., 2, 2] == 1)
+
+
+def _copied_canvases(ops, comp) -> np.ndarray:
+    """(K, B) whether canvas k needs no tap clamp: op k copies pixels (``pixel_exact``) and so
+    does everything after it (canvas k -> output). Running the ops one by one, op k reads its
+    input at pixel centres only and nothing resamples canvas k, so no tap is ever taken beyond
+    its edge. (A resampling op's canvas clamps: a crop and a resize in one matrix replicates the
+    window's edge; so does a canvas that a later op resamples.)"""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tail = np.matmul(comp[-1][None], np.linalg.inv(comp))
+    return pixel_exact(ops) & pixel_exact(tail)
+
+
+def _axis_rect(rect, rect_fill, ops, comp, sizes, src):
     """valid_region of a chain whose composed matrices are all axis-aligned, with one fill:
-    the source rect intersected with every canvas mapped back, (K, B) at once."""
+    the source rect intersected with every canvas mapped back, (K, B) at once; the clamp's rect
+    with the canvases that are resampled (not ``_copied_canvases``) only."""
     b, c = rect_fill.shape
     lo, hi = _canvas_in_source(comp, sizes)
+    copied = _copied_canvases(ops, comp)[..., None]
+    clo = np.maximum(rect[:, 0::2], np.where(copied, -np.inf, lo).max(0))
+    chi = np.minimum(rect[:, 1::2], np.where(copied, np.inf, hi).min(0))
     lo = np.maximum(rect[:, 0::2], lo.max(0))
     hi = np.minimum(rect[:, 1::2], hi.min(0))
     rect = np.stack([lo, hi], -1).reshape(b, 4)
-    return (rect, rect_fill, clamp_of_rect(rect, src), np.zeros((b, 0, 4)), np.zeros((b, 0, c)),
+    clamp = clamp_of_rect(np.stack([clo, chi], -1).reshape(b, 4), src)
+    return (rect, rect_fill, clamp, np.zeros((b, 0, 4)), np.zeros((b, 0, c)),
             np.zeros(b, np.int64))
 
 
@@ -239,8 +268,12 @@ def valid_region(source_sizes, ops, composed, sizes, fills, fill):
       resize, letterbox, zoom-out and quarter turns, in any composition). A sample point
       ``(x, y)`` is inside iff ``x_lo <= x < x_hi and y_lo <= y < y_hi``. Its ``rect_fill``
       (B, C) is the fill outside it. ``clamp`` (B, 4) int64 ``[cx0, cx1, cy0, cy1]``: the source
-      columns / rows whose centres lie in the rect (within the image); bilinear taps are clamped
-      to them, so a crop's edge replicates as the cropped image's edge would.
+      columns / rows whose centres lie in the rect of the source and of the canvases that are
+      resampled (within the image); bilinear taps are clamped to them, so a crop's edge
+      replicates as the cropped image's edge would when a later op resamples it. A canvas that
+      is copied to the output (``_copied_canvases``: a crop, flip or paste with nothing but
+      such copies after it) does not clamp: a resize followed by a crop reads the taps of the
+      resize beyond the window, as the resized image's pixels are made.
     * ``slabs`` (B, S, 4) ``[a, b, c, r]`` in OUTPUT coordinates for the other canvases (after a
       free rotation or shear): a point ``(ox, oy)`` is inside iff ``0 <= (a ox + b oy) + c < r``;
       ``slab_fill`` (B, S, C); ``nslab`` (B,) of them are used, in priority order: the first
@@ -250,8 +283,9 @@ def valid_region(source_sizes, ops, composed, sizes, fills, fill):
       e oy) + f) < r`` (the perspective divide); the 4-column form is returned when every slab
       is affine.
 
-    Every axis-aligned canvas joins the rect, the output canvas too (a crop followed by a resize
-    clamps the resize's taps to the crop, as running them one by one does). Other canvases need
+    Every axis-aligned canvas joins the rect, the output canvas too; the clamp takes those that
+    are resampled (a crop followed by a resize clamps the resize's taps to the crop, as running
+    them one by one does; a crop and a resize in one op's matrix too). Other canvases need
     a slab only where they can cut something: canvas k is redundant when the next op maps it
     onto a superset of the next canvas (a flip, a resize, a crop inside it). When the chain's
     fills differ, only canvases below the first slab and of the source's fill join the rect
@@ -274,13 +308,17 @@ def valid_region(source_sizes, ops, composed, sizes, fills, fill):
                 np.array_equal(f, rect_fill) for f in fills):
             # the common chains (crop, flip, resize, pad, letterbox, zoom-out; one fill): every
             # canvas joins the rect, all at once
-            return _axis_rect(rect, rect_fill, comp, np.asarray(sizes, np.float64), src)
+            return _axis_rect(rect, rect_fill, np.stack(ops), comp, np.asarray(sizes, np.float64),
+                              src)
     final_inv = np.linalg.inv(composed[-1]) if ops else np.tile(np.eye(3), (b, 1, 1))
     slab_rows, slab_fill, slab_use = [], [], []
     all_same = all(np.array_equal(f, rect_fill) for f in fills)
     merging = np.ones(b, bool)  # per sample: still below the first slab / other fill
+    clamp_rect = rect.copy()  # the canvases that are resampled only (_copied_canvases)
+    copied = _copied_canvases(np.stack(ops), np.stack(composed)) if ops else None
     # canvas k (the output of op k) is cut by op k + 1; the last canvas is the output itself,
-    # which no sample point leaves: it only joins the rect (for the clamp)
+    # which no sample point leaves: it joins the rect, and the clamp where op k resamples (a
+    # crop and a resize in one matrix)
     for k in range(len(ops)):
         size_k = np.asarray(sizes[k], np.float64)
         last = k == len(ops) - 1
@@ -302,6 +340,9 @@ def valid_region(source_sizes, ops, composed, sizes, fills, fill):
             sel = to_rect[:, None]
             rect[:, 0::2] = np.where(sel, np.maximum(rect[:, 0::2], lo), rect[:, 0::2])
             rect[:, 1::2] = np.where(sel, np.minimum(rect[:, 1::2], hi), rect[:, 1::2])
+            sel = (to_rect & ~copied[k])[:, None]
+            clamp_rect[:, 0::2] = np.where(sel, np.maximum(clamp_rect[:, 0::2], lo), clamp_rect[:, 0::2])
+            clamp_rect[:, 1::2] = np.where(sel, np.minimum(clamp_rect[:, 1::2], hi), clamp_rect[:, 1::2])
         if to_slab.any():
             r = ck @ final_inv  # output -> canvas k (projective where a perspective follows k)
             for ax in (0, 1):
@@ -309,7 +350,7 @@ def valid_region(source_sizes, ops, composed, sizes, fills, fill):
                 slab_fill.append(fill_k)
                 slab_use.append(to_slab)
         merging &= ~to_slab
-    clamp = clamp_of_rect(rect, src)
+    clamp = clamp_of_rect(clamp_rect, src)
     if not slab_rows:
         return rect, rect_fill, clamp, np.zeros((b, 0, 4)), np.zeros((b, 0, c)), np.zeros(b, np.int64)
     # priority: the latest canvas first; each sample's used slabs moved to the front

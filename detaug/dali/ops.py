@@ -345,8 +345,9 @@ def slice_windows(op, sizes, anchor, shape, args):
     if order not in ((1, 0), (0, 1)):
         raise ValueError(f"{op.name}: axes/axis_names {axes!r}: detaug slices images along H and "
                          "W: (1, 0) / 'WH' or (0, 1) / 'HW'")
-    a = np.asarray(anchor, np.float64).reshape(len(sizes), -1)
-    s = np.asarray(shape, np.float64).reshape(len(sizes), -1)
+    # DALI's arguments are float32, multiplied in double: float32 first (0.35 is not 0.35f)
+    a = np.asarray(anchor, np.float32).astype(np.float64).reshape(len(sizes), -1)
+    s = np.asarray(shape, np.float32).astype(np.float64).reshape(len(sizes), -1)
     if a.shape[1] != 2 or s.shape[1] != 2:
         raise ValueError(f"{op.name}: anchor and shape need 2 values per sample")
     ext = sizes[:, list(order)].astype(np.float64)   # extents in the order of the anchor's values

@@ -114,8 +114,8 @@ ARG_DOCS = {
         "crop": ("(float, float) | None", "the window's (height, width) in pixels (or crop_h / crop_w)"),
         "crop_h": ("float | None", "the window's height in pixels"),
         "crop_w": ("float | None", "the window's width in pixels"),
-        "crop_pos_x": ("float", "horizontal anchor in [0, 1]: x0 = round(pos * (W - crop_w)), "
-                                "halves away from zero (DALI's rounding)"),
+        "crop_pos_x": ("float", "horizontal anchor in [0, 1]: x0 = round(pos * (W - crop_w)), pos "
+                                "in float32, halves away from zero (DALI's rounding)"),
         "crop_pos_y": ("float", "vertical anchor in [0, 1]: y0 = round(pos * (H - crop_h))"),
         "window": ("(x0, y0, x1, y1) | None", "the window in pixels, rounded (instead of crop and "
                                               "crop_pos_x/y); may reach outside the image"),

@@ -174,9 +174,15 @@ def round_half_away(x):
     return np.sign(x) * np.floor(np.abs(x) + 0.5)
 
 
+def _f32(x):
+    """A float argument as DALI holds it: rounded to float32, then taken in double."""
+    return np.asarray(x, np.float32).astype(np.float64)
+
+
 def crop_plan(args, sizes):
-    """Integer crop windows: anchor = round(pos * (in - crop)) (DALI's crop_pos_x/y), so that a
-    crop moves pixels exactly; a window reaching past the image is filled with ``fill``."""
+    """Integer crop windows: anchor = round(pos * (in - crop)) with ``pos`` in float32 (DALI's
+    crop_pos_x/y), so that a crop moves pixels exactly; a window reaching past the image is
+    filled with ``fill``."""
     b = len(sizes)
     if args.get("window") is not None:
         w = np.asarray(args["window"], np.float64).reshape(-1, 4)
@@ -188,9 +194,11 @@ def crop_plan(args, sizes):
         px = per_sample(args.get("crop_pos_x", 0.5), b)
         py = per_sample(args.get("crop_pos_y", 0.5), b)
         # DALI's rounding (std::round: halves away from zero), not NumPy's to-even: a crop of
-        # an odd margin at crop_pos 0.5 starts at the upper half pixel, as DALI's does
-        x0 = round_half_away(px * (sizes[:, 1] - cw))
-        y0 = round_half_away(py * (sizes[:, 0] - ch))
+        # an odd margin at crop_pos 0.5 starts at the upper half pixel, as DALI's does; the
+        # position is DALI's float32 argument, multiplied in double (0.7 * 5 is 3.5, but
+        # 0.7f * 5 is 3.4999999: the window starts at 3)
+        x0 = round_half_away(_f32(px) * (sizes[:, 1] - cw))
+        y0 = round_half_away(_f32(py) * (sizes[:, 0] - ch))
     cw, ch = np.maximum(cw, 1), np.maximum(ch, 1)
     return G.translate(-x0, -y0), np.stack([ch, cw], -1)
 

@@ -252,10 +252,12 @@ def test_resize_per_sample_and_slice_rel(run_port):
         assert (rh, rw) == (round(h * k), round(w * k))
         x0, y0 = int(np.floor(0.25 * rw + 0.5)), int(np.floor(0.1 * rh + 0.5))
         x1, y1 = int(np.floor(0.75 * rw + 0.5)), int(np.floor(0.7 * rh + 0.5))
-        # the window's pixels: the fused resize + slice warp differs from the materialised
-        # resize by a few levels in ~2% of pixels (a known difference, not yet explained)
+        # the window's pixels: the fused resize + slice warp copies the materialised resize's
+        # window (OpenCV, the CPU default, resizes the whole image with cv2.resize and the
+        # window with warpAffine, each within 1 level of the exact value; tests/dali/
+        # test_resize_crop.py checks both against a float64 reference)
         diff = np.abs(sliced.at(s).astype(int) - resized.at(s)[y0:y1, x0:x1])
-        assert diff.max() <= 8 and (diff > 0).mean() < 0.05
+        assert diff.max() <= 2 and (diff > 0).mean() < 0.05
         np.testing.assert_array_equal(g["hw"].at(s), [[y1 - y0, x1 - x0, 3]] * 2)
         b = g["boxes"].at(s).reshape(-1, 2)
         np.testing.assert_allclose(g["flipped"].at(s), np.c_[1 - b[:, 0], b[:, 1]], atol=1e-6)
