@@ -121,8 +121,9 @@ def test_pixels_of_planned_images_cannot_be_read():
 
 
 def test_which_ops_plan_on_the_host():
-    """Geometric, box and normalising ops plan; colour ops and encoders do not; a GPU decode
-    plans for RGB and GRAY, DALI's normalize only with its mean and std given."""
+    """Geometric, box and normalising ops plan, colour ops where they give uint8 (their launch
+    deferred); encoders do not; a GPU decode plans for RGB and GRAY, DALI's normalize only
+    with its mean and std given."""
     from detaug import Pipeline
 
     pipe = Pipeline(batch_size=2)
@@ -134,12 +135,14 @@ def test_which_ops_plan_on_the_host():
         norm = fn.normalize(rgb, mean=[1, 2, 3], std=[4, 5, 6])
         stats = fn.normalize(rgb)
         bc = fn.brightness_contrast(rgb)
+        twist = fn.color_twist(rgb, dtype="float32")
         enc_ = fn.retinanet_encode(boxes, num_classes=3)
     op = lambda node: node.op  # noqa: E731
     assert _static_plannable(op(rgb)) and not _static_plannable(op(bgr))
     assert not _static_plannable(op(host))
     assert _static_plannable(op(norm)) and not _static_plannable(op(stats))
-    assert not _static_plannable(op(bc)) and not _static_plannable(op(enc_[0]))
+    assert _static_plannable(op(bc)) and not _static_plannable(op(twist))
+    assert not _static_plannable(op(enc_[0]))
     assert all(schema_of(n).plans is True for n in ("flip", "random_iou_crop", "pad_boxes",
                                                     "prune_boxes", "_upload"))
 
