@@ -145,7 +145,7 @@ class DeviceStage:
             processes=None if n is None else int(n),
             threads=_env("DETAUG_DECODE_THREADS"),
             ring_bytes=None if self.decode_buffer_mb is None else self.decode_buffer_mb << 20,
-            cap=cap)
+            cap=cap, early=getattr(self._decode_service, "early", None) is not None)
 
     def _spawn_decode_service(self):
         """At build, before the readers index: start the decode processes the plan will most
