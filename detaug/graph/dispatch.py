@@ -100,7 +100,9 @@ class KernelLaunch:
     (core/deferred.py's launch): the kernel registered for (op, 'gpu') called as :func:`launch`
     calls it, ``kernel(images, *params, stream=, **static)``, on the images once made (a list
     of their views). The op keeps its input's shapes and uint8 pixels (an op that changes them
-    does not declare that it plans); :meth:`run` checks what the kernel made against them."""
+    does not declare that it plans); :meth:`run` checks what the kernel made against them. The
+    images go to the kernel as one dense array where they lie packed one after another (a
+    launch's dense output: as the op would be handed them made at once), else as a list."""
 
     __slots__ = ("name", "params", "static", "B", "shapes", "out_dtype", "dense")
 
@@ -119,10 +121,26 @@ class KernelLaunch:
     def run(self, inputs, stream=None):
         """The kernel on ``inputs[0]`` (a DeviceImages: the images, made): its output."""
         fn, _ = get_kernel(self.name, "gpu")
-        out = fn(inputs[0].as_list(), *self.params, stream=stream, **self.static)
+        out = fn(_batch_of(inputs[0]), *self.params, stream=stream, **self.static)
         got = [tuple(int(v) for v in a.shape) for a in out]
         if got != self.shapes or any(a.dtype != self.out_dtype for a in out[:1]):
             raise RuntimeError(f"{self.name}: its kernel made images of shapes {got[:3]}..., "
                                f"{self.shapes[:3]}... were planned (an op that plans ahead keeps "
                                "its input's shapes and uint8 pixels)")
         return out
+
+
+def _batch_of(d):
+    """The images of ``d`` (a DeviceImages) as one dense (B, H, W, C) cupy array where they
+    share one shape and lie packed one after another, else as a list of cupy views."""
+    n = len(d)
+    if n and bool((d.shapes == d.shapes[0]).all()):
+        h, w, c = (int(v) for v in d.shapes[0])
+        size = h * w * c
+        if bool((d.pitches == w * c).all()) and bool(
+                (d.ptrs == d.ptrs[0] + np.arange(n, dtype=np.uint64) * np.uint64(size)).all()):
+            import cupy as cp
+
+            mem = cp.cuda.UnownedMemory(int(d.ptrs[0]), n * size, d.owners, d.device_id)
+            return cp.ndarray((n, h, w, c), np.uint8, cp.cuda.MemoryPointer(mem, 0))
+    return d.as_list()
