@@ -86,7 +86,7 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
             exist at once follow from it (detaug/runtime/gpu/memory_plan.py; ``pipe.memory_plan`` says what
             was chosen), sized by what a launch's outputs take (read off the graph where it fixes
             them: RetinaNet targets are 31 MB an image at 640 x 640). Where one decode process,
-            one launch being made and the one the caller holds exceed it, build raises
+            one launch being made and the two the caller holds exceed it, build raises
             ``BudgetError`` (a ValueError) with the figure needed. Larger budgets buy
             throughput: '8GB' is the high-throughput setting.
         decode_processes: for a GPU decoder (decoders.image device='mixed'): worker processes

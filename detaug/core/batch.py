@@ -284,6 +284,12 @@ class ImageBatch(TensorListMethods):
         return _identity_geometry(self.source_sizes(), self.channels)
 
     @property
+    def pixel_type(self) -> np.dtype:
+        """The images' element type, read without their pixels (planned images too): uint8
+        for an empty batch."""
+        return np.dtype(_images_dtype(self.raw)) if self.batch_size else np.dtype(np.uint8)
+
+    @property
     def is_float(self) -> bool:
         """Whether the stored pixels are float32 (host images only: device images are uint8)."""
         return (self.batch_size > 0 and not isinstance(self.raw, DeviceImages)

@@ -169,7 +169,9 @@ class OpSchema:
             Every op that runs on the device declares one (tests/ops/test_declarations.py).
         plans: whether its device variant plans on the host ahead of the launch (planning ahead:
             runtime/gpu/plan_ahead.py): True, False, or ``plans(args, device) -> bool`` where it
-            depends on the arguments. Every op that runs on the device declares it.
+            depends on the arguments. Every op that runs on the device declares it. An op whose
+            body computes its kernel's arguments and calls graph/dispatch.py's ``launch`` plans
+            where its output keeps its input's shapes and uint8 pixels (the launch is deferred).
         roles: what the engine treats it as (:data:`ROLES`), instead of knowing it by name.
         draws: its random draws per sample, in the order they are drawn from its keyed stream
             (:class:`Draw`): drawn before its body runs and handed to it as ``impl(ctx, op,

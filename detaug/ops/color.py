@@ -269,14 +269,25 @@ def _typed(op, img, dtype, maps):
     return ImageBatch(np.stack(outs) if img.is_dense else outs, img.device, img.layout)
 
 
+def plans_uint8(a, device) -> bool:
+    """The planning of a colour op whose GPU body is one kernel over the images (its launch
+    planned ahead: graph/dispatch.py's KernelLaunch): where it gives uint8 (dtype None or uint8;
+    a float output is made where it runs)."""
+    from ..core import types as _t
+
+    try:
+        return a.get("dtype") is None or _t.to_numpy_type(a["dtype"]) == np.uint8
+    except (TypeError, ValueError, KeyError):  # refused when the op runs
+        return False
+
+
 def _plain_uint8(img, dtype) -> bool:
     from ..core import types as _t
 
-    return (dtype is None or _t.to_numpy_type(dtype) == np.uint8) and \
-        all(getattr(a, "dtype", None) == np.uint8 for a in (img.data[:1] if len(img.data) else []))
+    return (dtype is None or _t.to_numpy_type(dtype) == np.uint8) and img.pixel_type == np.uint8
 
 
-@register("brightness_contrast", rule=S.same_canvas, plans=False,
+@register("brightness_contrast", rule=S.same_canvas, plans=plans_uint8,
           host_plan=_per_sample_args("brightness", "contrast", "brightness_shift"),
           devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
           args={"brightness": 1.0, "contrast": 1.0, "contrast_center": 128.0, "dtype": None,
@@ -305,7 +316,7 @@ def brightness_contrast(ctx, op, inputs, args, params):
 
 
 declare_ranges("hsv", hue=finite(), saturation=nonneg(), value=nonneg())
-@register("hsv", rule=S.same_canvas, plans=False,
+@register("hsv", rule=S.same_canvas, plans=plans_uint8,
           host_plan=_per_sample_args("hue", "saturation", "value"), devices=("cpu", "gpu"),
           inputs=(1, 1), kind="color",
           args={"hue": 0.0, "saturation": 1.0, "value": 1.0, "dtype": None},

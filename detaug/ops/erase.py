@@ -27,7 +27,7 @@ from .registry import Draw, register
 from ..graph.arg_check import declare_ranges, Num, byte, count, finite, nonneg, positive, prob
 
 ERASE = dict(devices=("cpu", "gpu"), inputs=(1, 2), kind="other", outputs=lambda n, a: n,
-             rule=S.same_canvas, plans=False,
+             rule=S.same_canvas, plans=True,
              input_names=("images", "boxes"),
              output_spec="same inputs: uint8 images (same sizes) and boxes (dropped or flagged)")
 ATTEMPTS = 10  # torchvision's RandomErasing tries 10 rectangles, then leaves the image as it is

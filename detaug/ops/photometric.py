@@ -17,7 +17,7 @@ from ..graph.dispatch import launch, register_kernel
 from ..core import shapes as S
 from ..core.batch import ImageBatch
 from ..kernels import photometric as kp
-from .color import _DTYPES, _dtype
+from .color import _DTYPES, _dtype, plans_uint8
 from .geometry import pair, per_sample
 from .registry import Draw, register
 from ..graph.arg_check import declare_ranges, Num, count, finite, nonneg, prob
@@ -43,9 +43,7 @@ def _rgb_images(ctx, op, v) -> ImageBatch:
 
 
 def _image_dtype(img: ImageBatch):
-    if not img.batch_size:
-        return np.dtype(np.uint8)
-    return np.dtype(img.data.dtype if img.is_dense else img.data[0].dtype)
+    return img.pixel_type
 
 
 _STAGED = ("photometric_distort", "grayscale")  # one staged kernel (kernels/photometric.py)
@@ -110,7 +108,7 @@ def _distort_plan(op, args, draws, b, images=None):
     return kp.photometric_params(b, flags, *factors, perm=perm)
 
 
-@register("photometric_distort", rule=S.same_canvas, plans=False, host_plan=_distort_plan,
+@register("photometric_distort", rule=S.same_canvas, plans=True, host_plan=_distort_plan,
           draws=tuple(Draw(n) for n in (
               "apply_brightness", "brightness", "apply_contrast", "contrast", "apply_saturation",
               "saturation", "apply_hue", "hue", "contrast_first", "apply_permute", "permutation")),
@@ -148,7 +146,12 @@ def _grayscale_plan(op, args, draws, b, images=None):
 
 
 declare_ranges("grayscale", p=prob(), num_output_channels=count(1, 3))
-@register("grayscale", rule=_grayscale_rule, plans=False, host_plan=_grayscale_plan,
+def _plans_grayscale(a, device) -> bool:
+    """Planned ahead where it keeps 3 channels (a planned launch keeps its input's shapes)."""
+    return a.get("num_output_channels") == 3
+
+
+@register("grayscale", rule=_grayscale_rule, plans=_plans_grayscale, host_plan=_grayscale_plan,
           draws=(Draw("apply"),), devices=("cpu", "gpu"), inputs=(1, 1), kind="color",
           args={"p": 1.0, "num_output_channels": 3},
           per_sample=("p",),
@@ -239,7 +242,7 @@ def _register_dali(name, params, doc, image_type=True):
     args = {k: _DEFAULTS[k] for k in params}
     args.update({"dtype": None, **({"image_type": "RGB"} if image_type else {}), "preserve": False,
                  "bytes_per_sample_hint": 0})
-    register(name, rule=_linear_rule, plans=False, devices=("cpu", "gpu"), inputs=(1, 1),
+    register(name, rule=_linear_rule, plans=plans_uint8, devices=("cpu", "gpu"), inputs=(1, 1),
              kind="color", args=args,
              per_sample=tuple(k for k in params), hints=_DALI_HINTS,
              arg_docs={k: _DOCS[k] for k in args if k in _DOCS},

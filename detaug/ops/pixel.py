@@ -22,7 +22,9 @@ from .geometry import per_sample
 from .registry import Draw, register
 from ..graph.arg_check import choice, declare_kinds, declare_ranges, MAX_SIDE, byte, count, finite, nonneg, positive, prob
 
-PIXEL = dict(devices=("cpu", "gpu"), inputs=(1, 1), kind="color", rule=S.same_canvas, plans=False,
+# plans: their GPU bodies are one kernel over the images (graph/dispatch.py's launch), planned
+# ahead where the images are
+PIXEL = dict(devices=("cpu", "gpu"), inputs=(1, 1), kind="color", rule=S.same_canvas, plans=True,
              output_spec="uint8 images, same sizes")
 
 
@@ -31,7 +33,7 @@ def pixel_images(ctx, op, v) -> ImageBatch:
     if not isinstance(v, ImageBatch):
         raise TypeError(f"{op.name}: takes images, got {type(v).__name__}")
     img = M.images(v, ctx)
-    if img.layout != "HWC" or any(a.dtype != np.uint8 for a in list(img.data[:1])):  # no copy: cupy too
+    if img.layout != "HWC" or img.pixel_type != np.uint8:  # (no pixel read: planned images too)
         raise ValueError(f"{op.name}: takes uint8 HWC images; put normalize after it")
     return img
 

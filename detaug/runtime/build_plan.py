@@ -138,10 +138,12 @@ def decoded_sizes(ops, sources, any_decoder=False):
     return None
 
 
-def decode_side_plan(budget, settings, sizes, images, cap=None):
+def decode_side_plan(budget, settings, sizes, images, cap=None, early=False):
     """The memory plan's decode processes, threads and ring for launches of ``images``
     images of ``sizes`` (None: unknown), the decode side within ``cap`` bytes (None: the
-    plan's share of the budget) of ``budget``; None where decode processes are off."""
+    plan's share of the budget) of ``budget``; ``early``: this process decodes the first
+    launches while the processes come up (memory_plan.plan_decode); None where decode
+    processes are off."""
     n = settings.decode_processes if settings.decode_processes is not None else _env("DETAUG_DECODE_PROCESSES")
     if n is not None and int(n) <= 0:
         return None
@@ -151,7 +153,7 @@ def decode_side_plan(budget, settings, sizes, images, cap=None):
         processes=None if n is None else int(n),
         threads=_env("DETAUG_DECODE_THREADS"),
         ring_bytes=None if settings.decode_buffer_mb is None else settings.decode_buffer_mb << 20,
-        cap=cap)
+        cap=cap, early=early)
 
 
 def _refuse_over_budget(budget, batch_bytes, batches, decode_bytes, decode_what, fixed_decode):
@@ -168,8 +170,14 @@ def _decode_processes_plan(budget, settings, sizes, images, batch_bytes, batches
     the plan at that budget needs); None where decode processes are off."""
     out, work = (None, 0) if batch_bytes is None else (batch_bytes.outputs * batches,
                                                        batch_bytes.working * batches)
+    from . import startup
+    from .gpu import early_decode
+
+    # the processes started early come with this process's decoder for the first launches
+    # (device_stage._spawn_decode_service): its buffers count beside theirs
+    early = startup.early() and early_decode.enabled()
     plan = decode_side_plan(budget, settings, sizes, images,
-                            cap=memory_plan.decode_cap(budget, out, work))
+                            cap=memory_plan.decode_cap(budget, out, work), early=early)
     if plan is None:
         return None
     fixed = (settings.decode_processes is not None or _env("DETAUG_DECODE_PROCESSES") is not None
@@ -183,7 +191,7 @@ def _decode_processes_plan(budget, settings, sizes, images, batch_bytes, batches
         # the figure to give is the one the plan at that budget needs (its ring may be
         # larger there: memory_plan.ring_launches): planned again at e.need, checked again
         again = decode_side_plan(e.need, settings, sizes, images,
-                                 cap=memory_plan.decode_cap(e.need, out, work))
+                                 cap=memory_plan.decode_cap(e.need, out, work), early=early)
         _refuse_over_budget(budget, batch_bytes, batches,
                             max(again.bytes, plan.bytes), again.describe(), fixed)
         raise

@@ -287,6 +287,17 @@ def dev(a):
     return np.asarray(a).view(FakeDeviceArray)
 
 
+def _unowned_memory(ptr, size, owner, device_id=0):
+    """cupy.cuda.UnownedMemory: host memory at ``ptr`` (a DeviceImages' views are made of it)."""
+    return types.SimpleNamespace(ptr=int(ptr), size=int(size), owner=owner)
+
+
+def _memory_pointer(mem, offset):
+    """cupy.cuda.MemoryPointer: a buffer over the host memory ``mem`` describes, which
+    ``cupy.ndarray(shape, dtype, pointer, strides=)`` (the fake's FakeDeviceArray) views."""
+    return (ctypes.c_ubyte * max(mem.size - int(offset), 1)).from_address(mem.ptr + int(offset))
+
+
 class _FakeCupy(types.ModuleType):
     """cupy's array functions as NumPy ones returning fake device arrays; ``empty`` is filled
     with 77 so that what a kernel fails to write shows."""
@@ -297,7 +308,9 @@ class _FakeCupy(types.ModuleType):
         super().__init__("cupy")
         stream = contextlib.nullcontext()
         self.cuda = types.SimpleNamespace(get_current_stream=lambda: stream,
-                                          Device=lambda *a: types.SimpleNamespace(id=0))
+                                          Device=lambda *a: types.SimpleNamespace(id=0),
+                                          UnownedMemory=_unowned_memory,
+                                          MemoryPointer=_memory_pointer)
 
     def empty(self, shape, dtype=np.float64):
         return dev(np.full(shape, 77, dtype))

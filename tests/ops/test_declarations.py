@@ -66,6 +66,8 @@ def _graph():
 def test_planning_follows_the_declaration(monkeypatch):
     pipe, ops = _graph()
     hsv = next(op for op in ops if op.schema.name == "hsv")
+    assert _static_plannable(hsv)  # (it gives uint8: its launch is deferred)
+    monkeypatch.setattr(hsv, "schema", dataclasses.replace(hsv.schema, plans=lambda a, d: a["hue"] > 50))
     assert not _static_plannable(hsv)
     monkeypatch.setattr(hsv, "schema", dataclasses.replace(hsv.schema, plans=lambda a, d: a["hue"] > 5))
     assert _static_plannable(hsv)

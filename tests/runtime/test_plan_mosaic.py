@@ -22,6 +22,8 @@ from helpers.warp import _build_emulation
 from detaug import Pipeline, fn  # noqa: E402
 from detaug.core.batch import DeferredWarp  # noqa: E402
 from detaug.core.deferred import DeferredLaunch, planned_sources, realize  # noqa: E402
+from detaug.core.batch import DeviceImages  # noqa: E402
+from detaug.kernels import color as KC  # noqa: E402
 from detaug.kernels import compose as K  # noqa: E402
 from detaug.kernels import warp as W  # noqa: E402
 from detaug.kernels import warp_canvas as WC  # noqa: E402
@@ -44,7 +46,8 @@ class _Kernels:
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory):
     return _Kernels(_build_emulation(tmp_path_factory),
-                    emu.build(tmp_path_factory.mktemp("compose_cu"), "compose.cu"))
+                    emu.build(tmp_path_factory.mktemp("compose_cu"), "compose.cu"),
+                    emu.build(tmp_path_factory.mktemp("color_cu"), "color.cu"))
 
 
 def _graph(pipe, device, partners):
@@ -68,7 +71,7 @@ def _graph(pipe, device, partners):
 def _gpu_stand_ins(monkeypatch, kernels):
     from detaug.runtime.gpu import decode_proc
 
-    fake = emu.install_fake_cupy(monkeypatch, kernels, W, WC, K)
+    fake = emu.install_fake_cupy(monkeypatch, kernels, W, WC, K, KC)
     fake.cuda.Device = lambda i=0: types.SimpleNamespace(use=lambda: None, id=0)
     fake.cuda.Stream = lambda non_blocking=True: types.SimpleNamespace(ptr=0)
     monkeypatch.setattr(Pipeline, "_check_gpu", lambda self: None)
@@ -131,24 +134,65 @@ def test_mosaic_mixup_plan_and_equal_the_cpu_pipeline(kernels, monkeypatch, part
 
 
 @pytest.mark.parametrize("partners", ["batch", "epoch", "pool"])
-def test_the_yolo_recipe_plans_mosaic_and_mixup(kernels, monkeypatch, partners):
-    """benchmarks/bench_yolo.py's recipe: mosaic, the affine and perspective, the crop, the
-    pruning, mixup plan on the host; hsv's coefficients too (its kernel runs on the device,
-    then flip and letterbox, whose input it makes). Fails when mosaic or mixup stops planning."""
+def test_the_yolo_recipe_plans_every_device_op(kernels, monkeypatch, partners):
+    """benchmarks/bench_yolo.py's recipe plans whole on the host: mosaic, the affine and
+    perspective, the crop, the pruning, mixup, hsv (its kernel a deferred launch:
+    graph/dispatch.py's KernelLaunch), the flip and letterbox on its output, the box padding; no
+    device op is left to the device thread. Through hsv, the flip and the letterbox, the planned
+    launches make the bytes that the same ops make run at once on the made images (as with
+    DETAUG_PLAN_AHEAD=0: the same bodies, the same draws), with warp.cu, compose.cu and color.cu
+    emulated. Fails when an op of the recipe stops planning."""
+    from detaug.core.batch import ImageBatch
+    from detaug.graph import materialize as M
+    from detaug.graph.dispatch import KernelLaunch
+    from detaug.runtime.gpu.plan_ahead import _PlanContext
+
     bench = load_benchmark("bench_yolo")
     _gpu_stand_ins(monkeypatch, kernels)
     pipe = bench.detaug_pipe(COCO, 32, 4, "gpu", 0, partners, 0.5)
     try:
         pipe.build()
         planned = [op.schema.name for op in pipe.build_plan.ahead.plan_ops]
-        assert pipe.plan_ahead
-        assert {"mosaic", "affine", "crop", "mixup"} <= set(planned), planned
-        assert [op.schema.name for op in pipe.build_plan.ahead.param_ops] == ["hsv"]
-        assert all(op.schema.name not in ("mosaic", "mixup", "affine") for op in pipe.build_plan.ahead.rest_ops)
-        plan = plan_without_cupy(pipe, (0, 1, 1))
-        hsv = pipe.build_plan.ahead.param_ops[0]
-        mixed = plan.values[(hsv.inputs[0].op.id, hsv.inputs[0].index)]
-        assert isinstance(mixed.raw, DeferredLaunch) and mixed.sizes().tolist() == [[32, 32]] * 4
+        ahead = pipe.build_plan.ahead
+        assert pipe.plan_ahead and ahead.rest_ops == () and ahead.param_ops == ()
+        assert {"decoders.image", "mosaic", "affine", "crop", "mixup", "hsv", "flip",
+                "letterbox", "prune_boxes", "pad_boxes"} <= set(planned), planned
+        plan = plan_without_cupy(pipe, (0, 1, 1))  # the launch a worker sends: pickled whole
+        out = plan.values[(pipe._outputs[0].op.id, pipe._outputs[0].index)].raw
+        assert isinstance(out, DeferredWarp) and isinstance(out.source.launch, KernelLaunch)
+        # the planned values of one launch, kept to run its last ops both ways
+        key = (1, 0, 1)
+        ctx = pipe._with_retries(key, pipe._prepare(key), None, lambda c: (
+            pipe._run_ops(c, pipe.build_plan.host_ops), pipe._run_ops(c, pipe.build_plan.ahead.plan_ops)),
+            ctx_type=_PlanContext)
+        by_name = {op.schema.name: op for op in pipe.build_plan.ahead.plan_ops}
+        hsv, letterbox = by_name["hsv"], by_name["letterbox"]
+        mixed = (hsv.inputs[0].op.id, hsv.inputs[0].index)
+        decoded = {}
+        for src in planned_sources(ctx.values[(letterbox.id, 0)].raw):
+            from detaug.ops.decode import decode_pillow
+            from detaug.ops.sources import read_files
+
+            decoded[id(src)] = DeviceImages.from_arrays(
+                [emu.dev(decode_pillow(b)) for b in read_files(src.enc.paths)])
+        kernels.calls.clear()
+        later = np.asarray(realize(M.images(ctx.values[(letterbox.id, 0)], ctx).raw, decoded,
+                                   None, {}))
+        # the canvases, the affine's warp, the blend, hsv, the flip and letterbox's warp
+        assert [c.split("_")[0] for c in kernels.calls] == ["warp", "warp", "compose", "hsv",
+                                                            "warp"]
+        # now: the same ops on the blend made, in a context that does not plan
+        ctx.values[mixed] = ImageBatch(realize(ctx.values[mixed].raw, decoded, None, {}), "gpu")
+        ctx.planning = False
+        ops = list(ahead.plan_ops)
+        tail = ops[ops.index(hsv):ops.index(letterbox) + 1]
+        assert [op.schema.name for op in tail] == ["hsv", "flip", "letterbox"]
+        kernels.calls.clear()
+        pipe._run_ops(ctx, tail)
+        now = np.asarray(M.images(ctx.values[(letterbox.id, 0)], ctx).raw)
+        assert [c.split("_")[0] for c in kernels.calls] == ["hsv", "warp"]
+        assert later.shape == now.shape == (4, 32, 32, 3)
+        np.testing.assert_array_equal(later, now)
     finally:
         pipe.close()
 

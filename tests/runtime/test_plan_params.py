@@ -1,9 +1,11 @@
-"""Planning ahead carries the parameters of the device ops that declare a host plan (colour,
-photometric, blur, noise: OpSchema.host_plan), so that a device thread only launches them: a GPU
-pipeline's launch planned on a machine without a GPU (its build's GPU parts stood in for) holds
-each such op's parameters, they survive the pickle a worker sends, and they equal bit for bit
-the parameters the same op makes when the whole graph runs in this process (the CPU pipeline
-of the same definition), for batches of two epochs."""
+"""Planning ahead plans the device ops that declare a host plan (colour, photometric, blur,
+noise, erasing: OpSchema.host_plan): where their input is planned, their launch is deferred
+(graph/dispatch.py's KernelLaunch, holding the kernel's arguments), else their parameters travel
+with the plan; either way a device thread only launches them. A GPU pipeline's launch planned on
+a machine without a GPU (its build's GPU parts stood in for) holds them, they survive the pickle
+a worker sends, and they equal bit for bit the arguments the same ops hand their kernels (and
+the parameters they make) when the whole graph runs in this process (the CPU pipeline of the
+same definition), for batches of two epochs."""
 from __future__ import annotations
 
 import os
@@ -19,12 +21,17 @@ from helpers import cuda_emulation as emu
 from helpers.cases import NoDecodeService
 
 from detaug import Pipeline, fn  # noqa: E402
+from detaug.core.batch import DeferredWarp  # noqa: E402
+from detaug.core.deferred import sources_of  # noqa: E402
+from detaug.graph.dispatch import KernelLaunch  # noqa: E402
 from detaug.graph.trace import PARAMS  # noqa: E402
 
-PLANNED = ("random_erasing", "jitter", "hsv", "brightness_contrast", "photometric_distort", "grayscale",
-           "gaussian_blur", "noise", "noise.gaussian", "noise.salt_and_pepper", "noise.shot")
-# reads its input's sizes, and its input is made on the device: made where it runs
-UNPLANNED = ("erase",)
+# their launches deferred (their input planned)
+DEFERRED = ("random_erasing", "jitter", "hsv", "brightness_contrast", "photometric_distort",
+            "grayscale", "gaussian_blur", "noise", "noise.gaussian", "noise.salt_and_pepper",
+            "noise.shot", "erase")
+# its parameters planned, its launch made on the device (its input, a float colour twist, is)
+PARAMS_ONLY = ("photometric_distort",)
 
 
 def _graph(pipe, device):
@@ -48,7 +55,8 @@ def _graph(pipe, device):
         img = fn.noise.salt_and_pepper(img, prob=0.02)
         img = fn.noise.shot(img, factor=u(range=(5, 30)))
         img = fn.erase(img, anchor=(0.2, 0.3), shape=(0.3, 0.2), normalized=True)
-        pipe.set_outputs(img, fn.pad_boxes(boxes, max_boxes=24), jittered)
+        floats = fn.photometric_distort(fn.color_twist(img, hue=u(range=(-9, 9)), dtype="float32"))
+        pipe.set_outputs(img, fn.pad_boxes(boxes, max_boxes=24), jittered, floats)
 
 
 def _same(a, b, where):
@@ -81,31 +89,64 @@ def gpu_pipe(monkeypatch):
     pipe.close()
 
 
+def _kernel_launches(raw, found):
+    """name -> KernelLaunch of the deferred kernel launches under ``raw``."""
+    stack = [raw]
+    while stack:
+        r = stack.pop()
+        if isinstance(r, DeferredWarp):
+            if isinstance(r.launch, KernelLaunch):
+                assert r.launch.name not in found
+                found[r.launch.name] = r.launch
+            stack.extend(sources_of(r))
+    return found
+
+
 def test_planned_parameters_equal_the_whole_run(gpu_pipe, monkeypatch):
     gpu = gpu_pipe
     assert gpu.plan_ahead
-    assert sorted(op.schema.name for op in gpu.build_plan.ahead.param_ops) == sorted(PLANNED)
+    assert set(DEFERRED) <= {op.schema.name for op in gpu.build_plan.ahead.plan_ops}
+    assert [op.schema.name for op in gpu.build_plan.ahead.param_ops] == list(PARAMS_ONLY)
+    assert [op.schema.name for op in gpu.build_plan.ahead.rest_ops] == ["color_twist", *PARAMS_ONLY]
     cpu = Pipeline(batch_size=5, seed=9, num_threads=1, host_processes=0)
     _graph(cpu, "cpu")
-    made = {}
+    made, handed = {}, {}
+    from detaug.graph import dispatch
     from detaug.runtime import batch_making
 
-    whole = batch_making.BatchMaking._params_of
+    whole, kernel_of = batch_making.BatchMaking._params_of, dispatch.get_kernel
 
     def recording(ctx, op, args, inputs):
         params = whole(ctx, op, args, inputs)
         made[op.rng_id] = params
         return params
 
+    def recording_kernel(name, device):  # what the CPU run hands each kernel
+        fn, be = kernel_of(name, device)
+
+        def rec(images, *params, **static):  # (the first of an op's name: the deferred one)
+            handed.setdefault(name, (params, static))
+            return fn(images, *params, **static)
+        return rec, be
+
     monkeypatch.setattr(batch_making.BatchMaking, "_params_of", staticmethod(recording))
+    monkeypatch.setattr(dispatch, "get_kernel", recording_kernel)
     try:
         for epoch, b in ((0, 0), (0, 3), (1, 2)):
             key = (epoch, b, 1)
             plan = pickle.loads(pickle.dumps(gpu._plan_launch(key, gpu._prepare(key), None),
                                              protocol=5))
+            launches = {}
+            for o in gpu._outputs:
+                _kernel_launches(getattr(plan.values.get((o.op.id, o.index)), "raw", None),
+                                 launches)
+            assert sorted(launches) == sorted(DEFERRED)
             made.clear()
+            handed.clear()
             cpu.run_batch(b, epoch=epoch)
-            assert len(made) == len(PLANNED) + len(UNPLANNED)
+            assert len(made) == len(DEFERRED) + len(PARAMS_ONLY)
+            for name, kl in launches.items():
+                _same((kl.params, kl.static), handed[name], f"{name} {key}")
             for op in gpu.build_plan.ahead.param_ops:
                 _same(plan.values[(op.id, PARAMS)], made[op.rng_id], f"{op.name} {key}")
     finally:
@@ -128,6 +169,6 @@ def test_planning_ahead_off_plans_no_parameters(monkeypatch):
     pipe.build()
     try:
         assert not pipe.plan_ahead and pipe.build_plan.ahead.param_ops == ()
-        assert {op.schema.name for op in pipe.build_plan.ahead.rest_ops} >= set(PLANNED) | set(UNPLANNED)
+        assert {op.schema.name for op in pipe.build_plan.ahead.rest_ops} >= set(DEFERRED) | set(PARAMS_ONLY)
     finally:
         pipe.close()

@@ -15,16 +15,24 @@ follow, unless set explicitly:
   ahead (a launch's outputs are alive together until the last of its batches is consumed);
 * the output slots (:func:`output_slots`): the number of launches whose outputs may exist at
   once (made and not yet handed out, or being made, each with its ops' working memory); the rest
-  of the budget, less one launch for the batch the caller holds. Sized at build from the
+  of the budget, less :data:`CALLER_LAUNCHES` launches for the batches the caller holds (the one
+  in use, and in a for loop the one before it, still bound while ``next()`` makes the next
+  batch). Sized at build from the
   outputs' bytes where the graph fixes them (detaug/runtime/gpu/output_sizes.py: an image
   resized to a fixed canvas, RetinaNet targets, whose anchor count follows from the canvas),
   and from what the first launch's outputs really take once it is made.
 
 Where a launch's outputs are large, the decode side gets less (:func:`decode_cap`): one launch
-being made and the one the caller holds come first. Where even the least the pipeline runs
+being made and those the caller holds come first. Where even the least the pipeline runs
 with (:func:`minimum_bytes`: one decode process of one decoder thread, one launch being made,
-the one the caller holds) exceeds the budget, build refuses with :class:`BudgetError`, naming
+those the caller holds) exceeds the budget, build refuses with :class:`BudgetError`, naming
 the figure it would need and the settings that change it (:func:`check_budget`).
+
+While the decode processes come up, this process's own decoder decodes the first launches
+(detaug/runtime/gpu/early_decode.py): one decoder and up to ``MAX_IN_FLIGHT`` launches of
+decoded images, beside the processes' contexts and rings and the first launches' outputs; the
+decode side is planned at the larger of that and its steady state (:func:`plan_decode`'s
+``early``), which with partners drawn over the epoch (8 images a launch's sample) is the larger.
 
 The per-process costs are measured constants (H100, CUDA 13,
 nvImageCodec 0.7-0.9): a process's CUDA context 551 MB, 272 MB once its stack reservation is
@@ -54,6 +62,11 @@ RING_SLOTS = RING_LAUNCHES + 1        # ring slots: one more, for batches made o
 FALLBACK_IMAGE_BYTES = 1024 * 1024 * 3  # per image, where the reader does not know the sizes
 MIN_RING = 64 << 20
 MAX_DECODE_PROCESSES, MAX_DECODE_THREADS = 3, 2
+# launches of outputs the caller holds while the next is made: the batch in use and, in the
+# for-loop idiom (``for b in pipe`` / ``out = pipe.run()`` in a loop, DALI's iterator), the one
+# before it, still bound during ``next()`` (measured: the benchmark pipeline's pool held 3
+# launches of outputs, 944 MB of 315 MB launches, in that idiom: benchmarks/RESULTS.md)
+CALLER_LAUNCHES = 2
 # decode in the device-stage threads (decode_processes=0): each thread's nvImageCodec decoder
 # with the images it decodes into (182 MB measured with its own images, above), and the decoded
 # images kept IN_THREAD_KEEP launches (detaug/ops/gpu_decode.py keep_queue) besides those in use
@@ -75,8 +88,9 @@ class DecodePlan:
     processes: int
     threads: int        # decoder threads per process
     ring_bytes: int     # per process
-    bytes: int          # what the decode side is planned to take in all
+    bytes: int          # what the decode side is planned to take in all (its peak)
     launches: int = RING_LAUNCHES  # launches of the queue each process's ring holds at once
+    early: int = 0      # this process's early decoder while the processes come up (0: none)
 
     @property
     def slots(self) -> int:
@@ -84,8 +98,10 @@ class DecodePlan:
         return self.launches + 1
 
     def describe(self) -> str:
+        early = (f", the first launches' decoder here {self.early / 1e6:,.0f} MB while they "
+                 "come up" if self.early else "")
         return (f"{self.processes} decode process(es) x {self.threads} decoder thread(s), "
-                f"{self.ring_bytes / 2**20:.0f} MiB ring each, ~{self.bytes / 1e6:,.0f} MB")
+                f"{self.ring_bytes / 2**20:.0f} MiB ring each{early}, ~{self.bytes / 1e6:,.0f} MB")
 
 
 def budget_from(value) -> int:
@@ -131,17 +147,29 @@ def ring_launches(budget: int) -> int:
     return BIG_RING_LAUNCHES if budget >= BIG_BUDGET else RING_LAUNCHES
 
 
+def early_decoder_bytes(launch_bytes: int) -> int:
+    """This process's early decoder (detaug/runtime/gpu/early_decode.py) at its most: one
+    decoder and ``MAX_IN_FLIGHT`` launches of decoded images (``launch_bytes`` each)."""
+    from .early_decode import MAX_IN_FLIGHT
+
+    return DECODER_BYTES + MAX_IN_FLIGHT * int(launch_bytes)
+
+
 def plan_decode(budget: int, launch_bytes: int, processes=None, threads=None,
-                ring_bytes=None, cap=None) -> DecodePlan:
+                ring_bytes=None, cap=None, early=False) -> DecodePlan:
     """Decode processes, decoder threads and ring size from the budget. The largest
     processes x threads (processes first: they do not share a GIL) whose cost fits ``cap``
     (default DECODE_SHARE of the budget; :func:`decode_cap` where the outputs are known); at
     least one process with one thread, whatever the budget. Explicit ``processes`` /
-    ``threads`` / ``ring_bytes`` are kept as given."""
+    ``threads`` / ``ring_bytes`` are kept as given. A process costs its context, its decoder
+    threads and its ring; with ``early`` (this process decodes the first launches while the
+    processes come up), the decoders' part is at least :func:`early_decoder_bytes` (the
+    processes' contexts and rings are up by then, their decoders not yet)."""
     launches = ring_launches(budget)
     ring = int(ring_bytes) if ring_bytes else max(MIN_RING, (launches + 1) * int(launch_bytes))
     ring = -(-ring // (1 << 20)) << 20
-    cost = lambda p, t: p * (CONTEXT_BYTES + t * DECODER_BYTES + ring)
+    first = early_decoder_bytes(launch_bytes) if early else 0
+    cost = lambda p, t: p * (CONTEXT_BYTES + ring) + max(p * t * DECODER_BYTES, first)
     cands = [(p, t) for p in range(MAX_DECODE_PROCESSES, 0, -1) for t in range(MAX_DECODE_THREADS, 0, -1)
              if (processes is None or p == processes) and (threads is None or t == threads)]
     if not cands:  # an explicit value beyond the table: as given
@@ -150,7 +178,7 @@ def plan_decode(budget: int, launch_bytes: int, processes=None, threads=None,
     fits = [c for c in cands if cost(*c) <= cap]
     # the most decoders, then the most processes
     p, t = max(fits, key=lambda c: (c[0] * c[1], c[0])) if fits else min(cands, key=lambda c: cost(*c))
-    return DecodePlan(p, t, ring, cost(p, t), launches)
+    return DecodePlan(p, t, ring, cost(p, t), launches, first)
 
 
 def batches_per_launch(budget: int, planned: bool = False, batch_bytes: int | None = None,
@@ -169,8 +197,8 @@ def batches_per_launch(budget: int, planned: bool = False, batch_bytes: int | No
 
 def minimum_outputs(launch_bytes: int, working: int = 0) -> int:
     """The outputs' part of the least a pipeline runs with: one launch being made (its outputs
-    and its ops' working memory) and the one the caller holds."""
-    return 2 * max(0, int(launch_bytes)) + max(0, int(working))
+    and its ops' working memory) and the :data:`CALLER_LAUNCHES` the caller holds."""
+    return (1 + CALLER_LAUNCHES) * max(0, int(launch_bytes)) + max(0, int(working))
 
 
 def decode_cap(budget: int, launch_bytes: int | None, working: int = 0) -> float:
@@ -219,16 +247,17 @@ def check_budget(budget: int, decode_bytes: int, decode_what: str, launch_bytes:
         f"device_memory_budget {budget / 1e9:.2f} GB cannot hold this GPU pipeline: the least it "
         f"runs with is {_mb(need)}: the decode side ({decode_what}), one launch being made "
         f"({batches} batch(es) of outputs: {_mb(launch_bytes)}" + (f" = {what}" if what else "")
-        + f"; its ops' working memory {_mb(working)}) and the launch the caller holds "
-        f"({_mb(launch_bytes)}). Set " + "; or ".join(fixes) + ".", need)
+        + f"; its ops' working memory {_mb(working)}) and the {CALLER_LAUNCHES} launches the "
+        f"caller holds (the batch in use and the one before it: {_mb(launch_bytes)} each). Set "
+        + "; or ".join(fixes) + ".", need)
 
 
 def output_slots(budget: int, decode_bytes: int, launch_output_bytes: int, depth: int,
                  working: int = 0) -> int:
     """Launches whose outputs may exist at once: what the budget leaves after the decode side,
-    less one launch for the batch the caller holds, in launches of outputs and working memory
-    (each launch being made holds both); at least 1, at most ``depth`` (the launches in
-    flight)."""
-    room = budget - decode_bytes - max(0, launch_output_bytes)
+    less the :data:`CALLER_LAUNCHES` launches the caller holds, in launches of outputs and
+    working memory (each launch being made holds both); at least 1, at most ``depth`` (the
+    launches in flight)."""
+    room = budget - decode_bytes - CALLER_LAUNCHES * max(0, launch_output_bytes)
     n = room // max(1, launch_output_bytes + max(0, working))
     return int(max(1, min(depth, n)))

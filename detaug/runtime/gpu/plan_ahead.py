@@ -18,7 +18,7 @@ checks them), so the whole plan can be made before the decode, from the reader's
 * **run** (:meth:`PlanAhead._run_planned`, a device thread of this process): the decode request
   (admitted in launch order), then, in an output slot: one warp launch per planned warp, one
   upload of every box array, the device ops that could not be planned (a RetinaNet encoder, a
-  colour op), and the batch's event.
+  colour op whose input is made on the device), and the batch's event.
 
 The results are the same whether a launch is planned in a worker, in a thread, or re-planned
 here after a bad file is replaced: the same functions on the same keyed draws. A launch that

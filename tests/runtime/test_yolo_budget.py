@@ -1,0 +1,93 @@
+"""The YOLO recipe of benchmarks/bench_yolo.py (mosaic, affine + perspective, mixup, hsv, flip,
+letterbox 640, batch 64) within its device memory budget, for each partner mode: built at the
+default budget, or refused there with the figure it needs and built at that figure, it then
+holds it over a for loop (the previous batch bound while the next is made), the whole device
+counted (cudaMemGetInfo: its decode processes too). ``gpu``-marked: run on a device."""
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from helpers import load_benchmark
+
+BATCHES = 12
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def yolo_data(tmp_path_factory):
+    bench_gpu = load_benchmark("bench_gpu")
+    root = str(tmp_path_factory.mktemp("yolo"))
+    bench_gpu.make_dataset(root, 256, 2)
+    return root
+
+
+def _async_pool_reserved() -> int:
+    """Bytes CUDA's default stream-ordered pool of this process holds (the early decoder's
+    buffers come from it), or -1 where cupy does not say."""
+    import cupy as cp
+
+    rt = cp.cuda.runtime
+    try:
+        pool = rt.deviceGetDefaultMemPool(cp.cuda.Device().id)
+        return int(rt.memPoolGetAttribute(pool, rt.cudaMemPoolAttrReservedMemCurrent))
+    except Exception:  # (an older cupy: the figure is a diagnostic only)
+        return -1
+
+
+def _free(sync=True):
+    import cupy as cp
+
+    if sync:
+        cp.cuda.runtime.deviceSynchronize()
+    return cp.cuda.runtime.memGetInfo()[0]
+
+
+@pytest.mark.parametrize("partners", ["batch", "pool", "epoch"])
+def test_the_yolo_recipe_holds_its_budget(yolo_data, partners, monkeypatch):
+    import cupy as cp
+
+    from detaug.runtime.gpu import memory_plan
+
+    monkeypatch.delenv("DETAUG_DEVICE_MEMORY_BUDGET", raising=False)
+    bench = load_benchmark("bench_yolo")
+    cp.zeros(1).sum()
+    gc.collect()
+    cp.get_default_memory_pool().free_all_blocks()
+    before = _free()
+    budget = memory_plan.DEFAULT_BUDGET
+    pipe = bench.detaug_pipe(yolo_data, 640, 64, "gpu", 0, partners, 0.5)
+    try:
+        pipe.build()
+    except memory_plan.BudgetError as e:
+        pipe.close()
+        budget = e.need
+        pipe = bench.detaug_pipe(yolo_data, 640, 64, "gpu", 0, partners, 0.5, budget=budget)
+        pipe.build()
+    lowest = built = _free()
+    try:
+        assert pipe.plan_ahead and pipe.build_plan.ahead.rest_ops == ()
+        out = None
+        for _ in range(BATCHES):  # the for-loop idiom: ``out`` bound while the next is made
+            out = pipe.run()
+            assert len(out[0]) == 64
+            lowest = min(lowest, _free(sync=False))
+        del out
+        lowest = min(lowest, _free())
+        drop = before - lowest
+        pool = cp.get_default_memory_pool()
+        # what the lead needs to place an excess: the drop after build (decode processes up),
+        # this process's cupy pool and stream-ordered pool, the slots and batches held
+        print(f"partners={partners}: {drop / 1e6:,.0f} MB at a {budget / 1e6:,.0f} MB budget "
+              f"({(before - built) / 1e6:,.0f} MB after build; this process's stream-ordered "
+              f"pool {_async_pool_reserved() / 1e6:,.0f} MB); "
+              f"plan {pipe.memory_plan.describe()}, launch outputs "
+              f"{pipe._launch_out_bytes / 1e6:,.0f} MB, working "
+              f"{pipe._launch_bytes()[1] / 1e6:,.0f} MB, output slots {pipe.output_slots} (peak "
+              f"{pipe.output_slots_peak}), cupy pool {pool.total_bytes() / 1e6:,.0f} MB "
+              f"({pool.used_bytes() / 1e6:,.0f} in use), batches held at once {pipe._handed.peak}")
+        assert drop <= budget, (drop, budget)
+    finally:
+        pipe.close()
