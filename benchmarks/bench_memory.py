@@ -61,7 +61,7 @@ CONTEXTS = [
 # iterates as a for loop does (the previous batch still bound while the next is asked for: the
 # caller holds two batches then); the others drop each batch before asking for the next
 ROWS = [
-    ("defaults", "defaults (2 GB budget)", {}, {}, False, 64),
+    ("defaults", "defaults (2.3 GB budget)", {}, {}, False, 64),
     ("defaults-for", "defaults, for-loop idiom (previous batch bound during next())", {}, {}, False, 64),
     ("1x2", "decode_processes=1 (2 threads)", {"decode_processes": 1}, {}, False, 64),
     ("1x3", "decode_processes=1, 3 threads", {"decode_processes": 1}, {"DETAUG_DECODE_THREADS": "3"}, False, 64),

@@ -20,7 +20,7 @@ horizontal flip -> resize 640 x 640 -> drop boxes under 1 px -> normalise, float
 * (a) one batch made once by the detaug pipeline and kept on the GPU: the upper bound. Measured
   first and again last (A/B/A: the GPU's clock drifts); the ratios are to the mean of the two.
 * (b) the detaug GPU pipeline (``bench_gpu.make_det_pipe``, decode ``mixed``) at its defaults
-  (the 2 GB device memory budget: the low-memory setting),
+  (the default 2.3 GB device memory budget: the low-memory setting),
   through ``DetaugIterator(pipe, output_map=("images", "boxes"), boxes_format="list",
   auto_reset=True)``: the pipeline's own batches of 16.
 * (c) the same at the high-throughput setting: ``device_memory_budget="8GB"``.

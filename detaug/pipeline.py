@@ -81,7 +81,7 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
         device_memory_budget: device memory (bytes, or a string such as '2GB') that a pipeline
             with a GPU stage may take besides what this process already holds: its decode
             processes (context, decoders, ring buffers) and its output batches in flight.
-            Default 2 GB (DETAUG_DEVICE_MEMORY_BUDGET). The decode processes and their decoder
+            Default 2.3 GB (DETAUG_DEVICE_MEMORY_BUDGET). The decode processes and their decoder
             threads, the rings, ``batches_per_launch`` and the number of launches whose outputs
             exist at once follow from it (detaug/runtime/gpu/memory_plan.py; ``pipe.memory_plan`` says what
             was chosen), sized by what a launch's outputs take (read off the graph where it fixes
@@ -92,7 +92,7 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
         decode_processes: for a GPU decoder (decoders.image device='mixed'): worker processes
             that read and decode the files (nvImageCodec) into a device buffer shared with this
             process, so that the decoder never waits for this process's GIL (detaug/runtime/gpu/decode_proc.py
-            says why). Default: from the budget (2 at 2 GB, 3 at 8 GB), or
+            says why). Default: from the budget (2 at 2.3 GB, 3 at 8 GB), or
             DETAUG_DECODE_PROCESSES; 0 decodes in the device-stage threads.
         decode_buffer_mb: device buffer of each decode process, in MiB. Default: room for the
             launches of decoded images it holds (2, or 4 from 6 GB on) plus one, sized from the
