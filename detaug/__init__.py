@@ -46,7 +46,8 @@ ops.__getattr__ = _ops_getattr
 
 from . import fn  # noqa: E402,F811  (the object above; IDEs read this import: detaug/fn.pyi)
 from . import types  # noqa: E402  (detaug.types, as nvidia.dali.types: `import detaug as dali`)
-from .pipeline import Pipeline, pipeline_def  # noqa: E402
+from .pipeline import Pipeline  # noqa: E402
+from .pipeline_factory import pipeline_def  # noqa: E402
 from . import math, tfrecord  # noqa: E402,F401  (nvidia.dali.math / .tfrecord: `dali.math.min`)
 
 _startup.import_ended()
