@@ -39,6 +39,25 @@ def _check(tile_shapes, origins, groups, canvas, fill, weights, mode):
         raise ValueError(f"mode must be 'first' or 'weighted', got {mode!r}")
     shapes = np.asarray(tile_shapes, np.int64).reshape(-1, 3)
     t = len(shapes)
+    origins, groups, canvas = check_layout(t, origins, groups, canvas)
+    b = len(canvas)
+    chans = set(shapes[:, 2].tolist())
+    if len(chans) > 1:
+        raise ValueError(f"all tiles must have the same channel count, got {sorted(chans)}")
+    c = chans.pop() if chans else 3
+    fill = check_fill(fill, b, c)
+    w = np.full(t, ONE, np.int64) if weights is None else np.asarray(weights, np.int64).reshape(t)
+    if mode == "weighted":
+        sums = np.add.reduceat(w, groups[:-1]) if t else np.zeros(0, np.int64)
+        sums = np.where(np.diff(groups) > 0, sums, ONE)
+        if np.any(w < 0) or np.any(sums != ONE):
+            raise ValueError(f"weights must be non-negative and sum to {ONE} per sample")
+    return origins, groups, canvas, fill.astype(np.int32), w, c
+
+
+def check_layout(t, origins, groups, canvas):
+    """Validated (origins (T, 2), groups (B + 1,), canvas (B, 2)) int64 of ``t`` tiles: the
+    groups cut the tiles in order, every canvas has a positive size."""
     origins = np.asarray(origins, np.int64).reshape(-1, 2)
     groups = np.asarray(groups, np.int64).reshape(-1)
     canvas = np.asarray(canvas, np.int64).reshape(-1, 2)
@@ -49,21 +68,16 @@ def _check(tile_shapes, origins, groups, canvas, fill, weights, mode):
         raise ValueError(f"groups must be ({b + 1},) non-decreasing from 0 to {t}, got {groups}")
     if np.any(canvas < 1):
         raise ValueError(f"canvas sizes must be positive, got {canvas.tolist()}")
-    chans = set(shapes[:, 2].tolist())
-    if len(chans) > 1:
-        raise ValueError(f"all tiles must have the same channel count, got {sorted(chans)}")
-    c = chans.pop() if chans else 3
+    return origins, groups, canvas
+
+
+def check_fill(fill, b, c):
+    """``fill`` as (B, C) float64 values of uint8 canvases (a scalar, (C,) or (B, C))."""
     fill = np.asarray(fill, np.float64)
     fill = np.broadcast_to(fill.reshape(b, -1) if fill.ndim == 2 else fill, (b, c))
     if np.any(fill != np.round(fill)) or np.any((fill < 0) | (fill > 255)):
         raise ValueError("fill must be integers in 0..255 (uint8 canvases)")
-    w = np.full(t, ONE, np.int64) if weights is None else np.asarray(weights, np.int64).reshape(t)
-    if mode == "weighted":
-        sums = np.add.reduceat(w, groups[:-1]) if t else np.zeros(0, np.int64)
-        sums = np.where(np.diff(groups) > 0, sums, ONE)
-        if np.any(w < 0) or np.any(sums != ONE):
-            raise ValueError(f"weights must be non-negative and sum to {ONE} per sample")
-    return origins, groups, canvas, fill.astype(np.int32), w, c
+    return fill
 
 
 def _shapes(tiles):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.backend import upload_many
-from .compose import compose_numpy
+from .compose import check_fill, check_layout, compose_numpy
 from .warp import _OPTIONS, WarpLaunch, _device_inputs, warp_numpy
 from .warp_spec import _prepare
 
@@ -26,17 +26,8 @@ def _places(tile_sizes, origins, groups, canvas, fill, channels):
     """Validated (tile sizes (T, 2), origins (T, 2), groups (B + 1,), canvas (B, 2), fill (B, C)
     uint8 values, owner (T,)): every tile inside its canvas, the tiles of a canvas disjoint."""
     tiles = np.asarray(tile_sizes, np.int64).reshape(-1, 2)
-    t = len(tiles)
-    origins = np.asarray(origins, np.int64).reshape(-1, 2)
-    groups = np.asarray(groups, np.int64).reshape(-1)
-    canvas = np.asarray(canvas, np.int64).reshape(-1, 2)
+    origins, groups, canvas = check_layout(len(tiles), origins, groups, canvas)
     b = len(canvas)
-    if origins.shape != (t, 2):
-        raise ValueError(f"origins must be ({t}, 2), got {origins.shape}")
-    if groups.shape != (b + 1,) or groups[0] != 0 or groups[-1] != t or np.any(np.diff(groups) < 0):
-        raise ValueError(f"groups must be ({b + 1},) non-decreasing from 0 to {t}, got {groups}")
-    if np.any(canvas < 1):
-        raise ValueError(f"canvas sizes must be positive, got {canvas.tolist()}")
     owner = np.repeat(np.arange(b), np.diff(groups))
     x0, y0 = origins[:, 0], origins[:, 1]
     if np.any(origins < 0) or np.any(x0 + tiles[:, 1] > canvas[owner, 1]) or np.any(
@@ -52,10 +43,7 @@ def _places(tile_sizes, origins, groups, canvas, fill, channels):
                  | (tiles[a].min(1) == 0) | (tiles[c].min(1) == 0))
         if not apart.all():
             raise ValueError("the tiles of a canvas must be disjoint")
-    fill = np.broadcast_to(np.asarray(fill, np.float64).reshape(b, -1)
-                           if np.ndim(fill) == 2 else np.asarray(fill, np.float64), (b, channels))
-    if np.any(fill != np.round(fill)) or np.any((fill < 0) | (fill > 255)):
-        raise ValueError("fill must be integers in 0..255 (uint8 canvases)")
+    fill = check_fill(fill, b, channels)
     return tiles, origins, groups, canvas, fill.astype(np.uint8), owner
 
 

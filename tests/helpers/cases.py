@@ -173,6 +173,31 @@ class NoDecodeService:
         pass
 
 
+def stand_in_gpu(monkeypatch, kernels=None, *modules, plan_ahead=True):
+    """A GPU pipeline built and planned on a machine without a GPU: cupy faked over the emulated
+    ``kernels`` of ``modules`` (helpers.cuda_emulation), no GPU check, the decode processes stood
+    in for (:class:`NoDecodeService`), no early decoder, DETAUG_PLAN_AHEAD as ``plan_ahead``
+    says. Returns the fake cupy."""
+    import types
+
+    from detaug import Pipeline
+    from detaug.runtime.gpu import decode_proc
+
+    from . import cuda_emulation as emu
+
+    fake = emu.install_fake_cupy(monkeypatch, kernels, *modules)
+    fake.cuda.Device = lambda i=0: types.SimpleNamespace(use=lambda: None, id=0)
+    fake.cuda.Stream = lambda non_blocking=True: types.SimpleNamespace(ptr=0)
+    monkeypatch.setattr(Pipeline, "_check_gpu", lambda self: None)
+    monkeypatch.setattr(decode_proc, "DecodeService", NoDecodeService)
+    monkeypatch.setenv("DETAUG_EARLY_DECODE", "0")
+    if plan_ahead:
+        monkeypatch.delenv("DETAUG_PLAN_AHEAD", raising=False)
+    else:
+        monkeypatch.setenv("DETAUG_PLAN_AHEAD", "0")
+    return fake
+
+
 def plan_without_cupy(pipe, key):
     """``pipe``'s LaunchPlan of launch ``key``, planned with cupy unimportable (a planning worker
     never imports it), through a pickle as a worker sends it."""

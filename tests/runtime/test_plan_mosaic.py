@@ -9,14 +9,13 @@ benchmarks/bench_yolo.py plans mosaic and mixup and everything between them."""
 from __future__ import annotations
 
 import os
-import types
 
 import numpy as np
 import pytest
 
 from helpers import COCO, fresh_seed, load_benchmark
 from helpers import cuda_emulation as emu
-from helpers.cases import NoDecodeService, plan_without_cupy
+from helpers.cases import plan_without_cupy, stand_in_gpu
 from helpers.warp import _build_emulation
 
 from detaug import Pipeline, fn  # noqa: E402
@@ -69,15 +68,7 @@ def _graph(pipe, device, partners):
 
 
 def _gpu_stand_ins(monkeypatch, kernels):
-    from detaug.runtime.gpu import decode_proc
-
-    fake = emu.install_fake_cupy(monkeypatch, kernels, W, WC, K, KC)
-    fake.cuda.Device = lambda i=0: types.SimpleNamespace(use=lambda: None, id=0)
-    fake.cuda.Stream = lambda non_blocking=True: types.SimpleNamespace(ptr=0)
-    monkeypatch.setattr(Pipeline, "_check_gpu", lambda self: None)
-    monkeypatch.setattr(decode_proc, "DecodeService", NoDecodeService)
-    monkeypatch.setenv("DETAUG_EARLY_DECODE", "0")
-    monkeypatch.delenv("DETAUG_PLAN_AHEAD", raising=False)
+    stand_in_gpu(monkeypatch, kernels, W, WC, K, KC)
 
 
 def _made(raw):

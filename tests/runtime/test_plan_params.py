@@ -11,14 +11,12 @@ from __future__ import annotations
 import os
 import pickle
 import sys
-import types
 
 import numpy as np
 import pytest
 
 from helpers import COCO
-from helpers import cuda_emulation as emu
-from helpers.cases import NoDecodeService
+from helpers.cases import stand_in_gpu
 
 from detaug import Pipeline, fn  # noqa: E402
 from detaug.core.batch import DeferredWarp  # noqa: E402
@@ -73,15 +71,7 @@ def _same(a, b, where):
 
 @pytest.fixture
 def gpu_pipe(monkeypatch):
-    from detaug.runtime.gpu import decode_proc
-
-    fake = emu.install_fake_cupy(monkeypatch, None)
-    fake.cuda.Device = lambda i=0: types.SimpleNamespace(use=lambda: None, id=0)
-    fake.cuda.Stream = lambda non_blocking=True: types.SimpleNamespace(ptr=0)
-    monkeypatch.setattr(Pipeline, "_check_gpu", lambda self: None)
-    monkeypatch.setattr(decode_proc, "DecodeService", NoDecodeService)
-    monkeypatch.setenv("DETAUG_EARLY_DECODE", "0")
-    monkeypatch.delenv("DETAUG_PLAN_AHEAD", raising=False)
+    stand_in_gpu(monkeypatch)
     pipe = Pipeline(batch_size=5, seed=9, device_id=0, host_processes=0, decode_processes=1)
     _graph(pipe, "mixed")
     pipe.build()
@@ -155,15 +145,7 @@ def test_planned_parameters_equal_the_whole_run(gpu_pipe, monkeypatch):
 
 def test_planning_ahead_off_plans_no_parameters(monkeypatch):
     """DETAUG_PLAN_AHEAD=0: every device op runs in the device thread, parameters and all."""
-    from detaug.runtime.gpu import decode_proc
-
-    fake = emu.install_fake_cupy(monkeypatch, None)
-    fake.cuda.Device = lambda i=0: types.SimpleNamespace(use=lambda: None, id=0)
-    fake.cuda.Stream = lambda non_blocking=True: types.SimpleNamespace(ptr=0)
-    monkeypatch.setattr(Pipeline, "_check_gpu", lambda self: None)
-    monkeypatch.setattr(decode_proc, "DecodeService", NoDecodeService)
-    monkeypatch.setenv("DETAUG_EARLY_DECODE", "0")
-    monkeypatch.setenv("DETAUG_PLAN_AHEAD", "0")
+    stand_in_gpu(monkeypatch, plan_ahead=False)
     pipe = Pipeline(batch_size=5, seed=9, device_id=0, host_processes=0, decode_processes=1)
     _graph(pipe, "mixed")
     pipe.build()

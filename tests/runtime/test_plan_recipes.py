@@ -7,14 +7,12 @@ two epochs."""
 from __future__ import annotations
 
 import os
-import types
 
 import numpy as np
 import pytest
 
 from helpers import COCO
-from helpers import cuda_emulation as emu
-from helpers.cases import NoDecodeService, plan_without_cupy
+from helpers.cases import plan_without_cupy, stand_in_gpu
 from helpers.warp import MEAN, STD, _build_emulation
 
 from detaug import Pipeline, fn  # noqa: E402
@@ -53,15 +51,8 @@ def test_a_recipe_plans_and_equals_the_cpu_pipeline(emulated_kernels, monkeypatc
     from detaug.core import backend
     from detaug.ops.decode import decode_pillow
     from detaug.ops.sources import read_files
-    from detaug.runtime.gpu import decode_proc
 
-    fake = emu.install_fake_cupy(monkeypatch, emulated_kernels, W)
-    fake.cuda.Device = lambda i=0: types.SimpleNamespace(use=lambda: None, id=0)
-    fake.cuda.Stream = lambda non_blocking=True: types.SimpleNamespace(ptr=0)
-    monkeypatch.setattr(Pipeline, "_check_gpu", lambda self: None)
-    monkeypatch.setattr(decode_proc, "DecodeService", NoDecodeService)
-    monkeypatch.setenv("DETAUG_EARLY_DECODE", "0")
-    monkeypatch.delenv("DETAUG_PLAN_AHEAD", raising=False)
+    stand_in_gpu(monkeypatch, emulated_kernels, W)
     gpu = Pipeline(batch_size=6, seed=5, device_id=0, host_processes=0, decode_processes=1)
     _graph(gpu, "mixed", chain)
     gpu.build()
