@@ -28,7 +28,8 @@ its parts; a loss that is not finite stops it. ``--dry-run`` needs only detaug a
 
 Run:
     python examples/keypointrcnn_torchvision.py                           # 20 steps at 320 px
-    python examples/keypointrcnn_torchvision.py --device cpu --iters 2 --size 128 --batch-size 2 --proposals 64
+    python examples/keypointrcnn_torchvision.py --device cpu --iters 2 --size 128 \
+        --batch-size 2 --proposals 64
 """
 from __future__ import annotations
 

@@ -28,7 +28,8 @@ the iterator and prints what the model would receive).
 
 Run:
     python examples/maskrcnn_torchvision.py                               # 20 steps at 320 px
-    python examples/maskrcnn_torchvision.py --device cpu --iters 2 --size 128 --batch-size 2 --proposals 64
+    python examples/maskrcnn_torchvision.py --device cpu --iters 2 --size 128 \
+        --batch-size 2 --proposals 64
 """
 from __future__ import annotations
 
