@@ -173,7 +173,7 @@ def main(argv=None):
     if not args.dry_run:
         try:
             import torchvision  # noqa: F401
-        except ImportError:
+        except (ImportError, RuntimeError):  # RuntimeError: installed, its C++ ops do not load
             sys.exit("this example needs torchvision (pip install 'detaug[torchvision]'; with a CPU "
                      "torch, docs/install.md's two steps); "
                      "--dry-run runs the data part without it")

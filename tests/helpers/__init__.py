@@ -150,3 +150,15 @@ def load_benchmark(name):
         os.environ.clear()
         os.environ.update(env)
     return mod
+
+
+def torchvision_or_skip():
+    """torchvision, imported; the test is skipped where it is absent, or installed but unable to
+    import (PyPI's wheel links the CUDA build of torch: on a CPU torch its C++ operators fail to
+    load and ``import torchvision`` raises RuntimeError)."""
+    if importlib.util.find_spec("torchvision") is None:
+        pytest.skip("torchvision is not installed")
+    try:
+        return importlib.import_module("torchvision")
+    except (ImportError, RuntimeError) as e:
+        pytest.skip(f"torchvision does not import here ({type(e).__name__}: {e})")
