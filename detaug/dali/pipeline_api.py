@@ -117,7 +117,7 @@ class DaliFacade:
         """Queue ``data`` (one batch) for the external source ``name``; ``layout`` (DALI's, e.g.
         "HWC") is checked against what the source's consumers take."""
         if layout is not None:
-            from ..ops.sources import LaidOut
+            from ..ops.external_source import LaidOut
 
             data = LaidOut(data, layout)
         self.fed.setdefault(name, []).append(data)

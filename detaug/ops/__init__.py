@@ -5,8 +5,9 @@ The class API lives on this module, as DALI's ``ops``: ``ops.Flip``, ``ops.reade
 with ``detaug.fn``, once every op is registered: detaug's families here and DALI's ops under
 their own names in ``detaug/dali/ops.py`` (a layer above this one).
 """
-from . import (boxes, color, crops, decode, displace, erase, geometry, multi,  # noqa: F401
-               photometric, pixel, rand, recipes_geometry, sources, targets, tfrecord)  # (registration)
+from . import (boxes, color, crops, decode, displace, erase, external_source,  # noqa: F401
+               geometry, multi, photometric, pixel, rand, recipes_geometry, sources, targets,
+               tfrecord)  # (registration)
 from .registry import REGISTRY, op_table
 
 __all__ = ["fn", "REGISTRY", "op_table"]
