@@ -374,8 +374,7 @@ def main(argv=None):
         print(json.dumps(_load(*args.child)))
         return
     if args.tight_boxes:
-        tight_main(args)
-        return
+        return tight_main(args)
     data = args.data or tempfile.mkdtemp(prefix="bench_readers_")
     rng = np.random.default_rng(0)
     sets = []
