@@ -35,7 +35,7 @@ of the median CPU seconds. Ratios are against the first loader of the set.
 ``--tight-boxes`` (CPU, no timing): how much tighter ``readers.coco(polygons=True,
 tight_boxes=True)`` makes the boxes after a rotation or shear, on real COCO polygons
 (``--tight-data``, default examples/data/coco-mini: every image with an annotation, each of
-its boxes). Per mode (``TIGHT_MODES``: ``fn.rotate`` keeping the size, the angle drawn
+its boxes). Per mode (``tight_modes()``: ``fn.rotate`` keeping the size, the angle drawn
 uniformly in a range of magnitudes with a random sign; ``fn.affine`` with shear only), two
 pipelines of one seed and one graph, ``tight_boxes=False`` and ``True``, over
 ``--tight-epochs`` epochs (new draws each): box by box, the area ratio tight / corners' box,
@@ -243,7 +243,7 @@ def measure(loaders, path, repeat):
 INSIDE_TOL = 0.05  # px: boxes are float32, COCO's coordinates are rounded to 0.01
 
 
-def _tight_modes():
+def tight_modes():
     """``(name, chain(images, boxes) -> (images, boxes))`` for the ``--tight-boxes`` table."""
     from detaug import fn
 
@@ -260,8 +260,6 @@ def _tight_modes():
     return [rotate(0.0, 10.0), rotate(10.0, 30.0), rotate(30.0, 90.0),
             ("affine shear_x, shear_y +-20 deg", shear)]
 
-
-TIGHT_MODES = _tight_modes
 
 
 def tight_box_pairs(annotations, image_root, chain, *, epochs=1, seed=0, batch_size=16):
@@ -282,13 +280,14 @@ def tight_box_pairs(annotations, image_root, chain, *, epochs=1, seed=0, batch_s
             pipe.set_outputs(chain(fn.decoders.image(enc), boxes)[1])
         rows = []
         for e in range(epochs):
-            for b in range(-(-n // batch_size)):
-                got = pipe.run_batch(b, e)[0].per_sample()[:n - b * batch_size]  # no padding
-                rows += got
+            for b in range(-(-n // batch_size)):  # the last batch's padding samples cut off
+                rows += pipe.run_batch(b, e)[0].per_sample()[:n - b * batch_size]
         pipe.close()
         out[tight] = rows
-    cat = lambda rows, k: np.concatenate([np.asarray(r[k], np.float64).reshape(len(r["boxes"]), -1)
-                                          for r in rows]) if rows else np.zeros((0, 4))
+
+    def cat(rows, key):
+        return np.concatenate([np.asarray(r[key], np.float64).reshape(len(r["boxes"]), -1)
+                               for r in rows]) if rows else np.zeros((0, 4))
     assert np.array_equal(cat(out[False], "annotation_id"), cat(out[True], "annotation_id"))
     poly = [np.asarray(r["polygons"]).reshape(len(r["boxes"]), -1) for r in out[True]]
     moved = np.concatenate([~np.isnan(p).all(1) for p in poly]) if poly else np.zeros(0, bool)
@@ -303,7 +302,9 @@ def tight_box_stats(corner, tight, moved):
     outside = float(np.max(np.concatenate([corner[:, :2] - tight[:, :2],
                                            tight[:, 2:] - corner[:, 2:]], 1), initial=0.0))
     c, t = corner[moved], tight[moved]
-    area = lambda b: np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
+
+    def area(b):
+        return np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
     lo, hi = np.maximum(c[:, :2], t[:, :2]), np.minimum(c[:, 2:], t[:, 2:])
     inter = np.prod(np.clip(hi - lo, 0, None), 1)
     ac, at = area(c), area(t)
@@ -335,7 +336,7 @@ def tight_main(args):
           ">= 10 % smaller | kept corners' box (no polygon left) | max outside (px) |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     rows = []
-    for name, chain in TIGHT_MODES():
+    for name, chain in tight_modes():
         r = tight_box_stats(*tight_box_pairs(ann, root, chain, epochs=args.tight_epochs,
                                              seed=args.seed))
         assert r["outside"] <= INSIDE_TOL, (name, r)  # every tight box inside its corners' box
