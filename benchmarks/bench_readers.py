@@ -2,6 +2,8 @@
 
     python benchmarks/bench_readers.py [--coco 10000,100000,1000000] [--voc 10000,100000]
                                        [--repeat 3] [--data DIR] [--json FILE]
+    python benchmarks/bench_readers.py --tight-boxes [--tight-data DIR] [--tight-epochs 4]
+                                       [--seed 0] [--json FILE]
 
 COCO: for each size N, one instances JSON of N box-only annotations on N/7 images (COCO's ratio)
 over 80 categories with non-contiguous ids (as COCO's 1..90), each annotation with COCO's keys
@@ -29,6 +31,17 @@ and peak RSS of that process (``VmHWM``: the ``ru_maxrss`` of a fresh process, s
 ``_peak_mb``), which includes the interpreter and imports (``base`` = its RSS before the load).
 Best of ``--repeat`` for each figure (wall, CPU and RSS separately), and in brackets the ratio
 of the median CPU seconds. Ratios are against the first loader of the set.
+
+``--tight-boxes`` (CPU, no timing): how much tighter ``readers.coco(polygons=True,
+tight_boxes=True)`` makes the boxes after a rotation or shear, on real COCO polygons
+(``--tight-data``, default examples/data/coco-mini: every image with an annotation, each of
+its boxes). Per mode (``tight_modes()``: ``fn.rotate`` keeping the size, the angle drawn
+uniformly in a range of magnitudes with a random sign; ``fn.affine`` with shear only), two
+pipelines of one seed and one graph, ``tight_boxes=False`` and ``True``, over
+``--tight-epochs`` epochs (new draws each): box by box, the area ratio tight / corners' box,
+their IoU, the share at least 10 % smaller (ratio <= 0.9). Boxes with no polygon left (crowds'
+RLE, or every polygon cut off the canvas) keep the corners' box: counted, not in the ratios.
+Every tight box lies inside its corners' box (asserted, to ``INSIDE_TOL`` px).
 """
 from __future__ import annotations
 
@@ -227,6 +240,117 @@ def measure(loaders, path, repeat):
     return results
 
 
+INSIDE_TOL = 0.05  # px: boxes are float32, COCO's coordinates are rounded to 0.01
+
+
+def tight_modes():
+    """``(name, chain(images, boxes) -> (images, boxes))`` for the ``--tight-boxes`` table."""
+    from detaug import fn
+
+    def rotate(lo, hi):
+        def chain(img, boxes):
+            sign = fn.random.coin_flip() * 2 - 1
+            angle = fn.random.uniform(range=(lo, hi)) * sign
+            return fn.rotate(img, boxes, angle=angle, expand=False)
+        return f"rotate, angle +-({lo:g} to {hi:g}) deg", chain
+
+    def shear(img, boxes):
+        return fn.affine(img, boxes, shear_x=fn.random.uniform(range=(-20.0, 20.0)),
+                         shear_y=fn.random.uniform(range=(-20.0, 20.0)))
+    return [rotate(0.0, 10.0), rotate(10.0, 30.0), rotate(30.0, 90.0),
+            ("affine shear_x, shear_y +-20 deg", shear)]
+
+
+
+def tight_box_pairs(annotations, image_root, chain, *, epochs=1, seed=0, batch_size=16):
+    """Run ``chain`` in two pipelines (``tight_boxes`` False / True, one seed) over every image
+    of ``annotations`` with a box, ``epochs`` times: ``(corner (N, 4), tight (N, 4), moved
+    (N,) bool)`` float64, row for row (asserted: the same annotation ids); ``moved``: the box
+    had polygons left, so that tight_boxes replaced it."""
+    from detaug import Pipeline, fn
+    from readers.coco_instances import read_coco_shapes
+
+    n = len(read_coco_shapes(annotations, image_root, polygons=True, skip_empty=True))
+    out = {}
+    for tight in (False, True):
+        pipe = Pipeline(batch_size=batch_size, num_threads=1, seed=seed)
+        with pipe:
+            enc, boxes = fn.readers.coco(file_root=image_root, annotations_file=annotations,
+                                         polygons=True, tight_boxes=tight, skip_empty=True)
+            pipe.set_outputs(chain(fn.decoders.image(enc), boxes)[1])
+        rows = []
+        for e in range(epochs):
+            for b in range(-(-n // batch_size)):  # the last batch's padding samples cut off
+                rows += pipe.run_batch(b, e)[0].per_sample()[:n - b * batch_size]
+        pipe.close()
+        out[tight] = rows
+
+    def cat(rows, key):
+        return np.concatenate([np.asarray(r[key], np.float64).reshape(len(r["boxes"]), -1)
+                               for r in rows]) if rows else np.zeros((0, 4))
+    assert np.array_equal(cat(out[False], "annotation_id"), cat(out[True], "annotation_id"))
+    poly = [np.asarray(r["polygons"]).reshape(len(r["boxes"]), -1) for r in out[True]]
+    moved = np.concatenate([~np.isnan(p).all(1) for p in poly]) if poly else np.zeros(0, bool)
+    return cat(out[False], "boxes"), cat(out[True], "boxes"), moved
+
+
+def tight_box_stats(corner, tight, moved):
+    """The table's figures over the ``moved`` boxes: area ratio tight / corners' (mean,
+    median), mean IoU, share with ratio <= 0.9, count; ``kept`` the boxes not moved; ``outside``
+    the largest distance (px) by which a tight box leaves its corners' box."""
+    corner, tight = np.asarray(corner, np.float64), np.asarray(tight, np.float64)
+    outside = float(np.max(np.concatenate([corner[:, :2] - tight[:, :2],
+                                           tight[:, 2:] - corner[:, 2:]], 1), initial=0.0))
+    c, t = corner[moved], tight[moved]
+
+    def area(b):
+        return np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
+    lo, hi = np.maximum(c[:, :2], t[:, :2]), np.minimum(c[:, 2:], t[:, 2:])
+    inter = np.prod(np.clip(hi - lo, 0, None), 1)
+    ac, at = area(c), area(t)
+    ok = ac > 0
+    ratio = at[ok] / ac[ok]
+    iou = inter[ok] / (ac + at - inter)[ok]
+    nan = float("nan")
+    return {"boxes": int(ok.sum()), "kept": int((~moved).sum()), "degenerate": int((~ok).sum()),
+            "ratio_mean": float(ratio.mean()) if len(ratio) else nan,
+            "ratio_median": float(np.median(ratio)) if len(ratio) else nan,
+            "iou_mean": float(iou.mean()) if len(iou) else nan,
+            "smaller_10": float(np.mean(ratio <= 0.9)) if len(ratio) else nan,
+            "outside": outside}
+
+
+def tight_main(args):
+    """The ``--tight-boxes`` table (module docstring)."""
+    ann = os.path.join(args.tight_data, "annotations.json")
+    root = os.path.join(args.tight_data, "images")
+    with open(ann) as f:
+        anns = json.load(f)["annotations"]
+    no_poly = sum(not (isinstance(a.get("segmentation"), list) and a["segmentation"])
+                  for a in anns)
+    crowd = sum(bool(a.get("iscrowd")) for a in anns)
+    print(f"tight_boxes on {ann}: {len({a['image_id'] for a in anns})} images with annotations, "
+          f"{len(anns)} annotations, {no_poly} without a polygon ({crowd} crowds): they keep "
+          f"their corners' box; {args.tight_epochs} epochs per mode, seed {args.seed}")
+    print("| mode | boxes | mean area ratio tight / corners | median | mean IoU | "
+          ">= 10 % smaller | kept corners' box (no polygon left) | max outside (px) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    rows = []
+    for name, chain in tight_modes():
+        r = tight_box_stats(*tight_box_pairs(ann, root, chain, epochs=args.tight_epochs,
+                                             seed=args.seed))
+        assert r["outside"] <= INSIDE_TOL, (name, r)  # every tight box inside its corners' box
+        rows.append({"mode": name} | r)
+        print(f"| {name} | {r['boxes']:,} | {r['ratio_mean']:.3f} | {r['ratio_median']:.3f} | "
+              f"{r['iou_mean']:.3f} | {100 * r['smaller_10']:.1f} % | {r['kept']} | "
+              f"{r['outside']:.3f} |", flush=True)
+    print(f"every tight box inside its corners' box (to {INSIDE_TOL} px)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return rows
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--coco", default="10000,100000,1000000",
@@ -239,11 +363,19 @@ def main(argv=None):
     p.add_argument("--data", default=None, help="folder for the generated sets (kept; reused "
                                                 "when already there). Default: a temporary one")
     p.add_argument("--json", default=None, help="write the rows here too")
+    p.add_argument("--tight-boxes", action="store_true",
+                   help="instead: the tight_boxes table on real COCO polygons (docstring)")
+    p.add_argument("--tight-data", default=os.path.join(REPO, "examples", "data", "coco-mini"),
+                   help="folder with annotations.json and images/ (--tight-boxes)")
+    p.add_argument("--tight-epochs", type=int, default=4, help="epochs per mode (--tight-boxes)")
+    p.add_argument("--seed", type=int, default=0, help="pipeline seed (--tight-boxes)")
     p.add_argument("--child", nargs=2, metavar=("LOADER", "PATH"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         print(json.dumps(_load(*args.child)))
         return
+    if args.tight_boxes:
+        return tight_main(args)
     data = args.data or tempfile.mkdtemp(prefix="bench_readers_")
     rng = np.random.default_rng(0)
     sets = []
