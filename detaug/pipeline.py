@@ -2,13 +2,14 @@
 
 The parts it holds, each constructed with what it reads: what build decided, one frozen record
 (``build_plan``: detaug/runtime/build_plan.py, from the graph, the seed and the budget); the
-epoch schedule (``schedule``: detaug/core/sharding.py, with the seed); on_error='skip'
-(``_retries``, ``_skips``: detaug/runtime/retries.py); the hand-out hold (``_handout``:
-detaug/runtime/gpu/handout.py); DALI's semantics (``dali``: ``run()``'s TensorLists, the API-type
-check, ``feed_input``, the graph's export; detaug/dali/pipeline_api.py), a facade that wraps the
-engine. Its mixins (methods over the pipeline's state): the run's identity and its lock
-(detaug/runtime/run_state.py), the public shard methods (detaug/core/sharding.py), making a
-launch's batches (detaug/runtime/batch_making.py), the GPU stage
+cursor and the run's identity (``_run_state``: detaug/runtime/run_state.py, given the schedule by
+``state_dict`` and ``load_state_dict``); the default shard, the shard policy and the epoch
+schedule made from them with the seed (``_sharding``, ``schedule``: detaug/core/sharding.py);
+on_error='skip' (``_retries``, ``_skips``: detaug/runtime/retries.py); the hand-out hold
+(``_handout``: detaug/runtime/gpu/handout.py); DALI's semantics (``dali``: ``run()``'s
+TensorLists, the API-type check, ``feed_input``, the graph's export;
+detaug/dali/pipeline_api.py), a facade that wraps the engine. Its mixins (methods over the
+pipeline's state): making a launch's batches (detaug/runtime/batch_making.py), the GPU stage
 (detaug/runtime/gpu/device_stage.py), planning ahead (detaug/runtime/gpu/plan_ahead.py)."""
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ import threading
 from typing import Any
 
 from .graph import trace as _graph
-from .core import schedule as _schedule
 from .core.batch import split_batches
 from .dali import pipeline_api as _dali
 from .dali.pipeline_api import _check_dali_tuning
@@ -35,12 +35,12 @@ from .runtime import build_plan as _build_plan
 from .runtime import run_state as _run_state
 from .runtime import startup as _startup
 from .runtime import fork as _fork
-from .core.sharding import Schedule, Sharding, _local_rank
+from .core.sharding import Sharding, _local_rank
 
 _POLICIES = ("fill", "drop", "partial")
 
 
-class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhead):
+class Pipeline(BatchMaking, DeviceStage, PlanAhead):
     """A graph of ops producing batches.
 
     Args:
@@ -146,8 +146,10 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
             prefetch_queue_depth = max(int(v) for v in prefetch_queue_depth.values())
         self._prefetch_arg, self._device_workers_arg = prefetch_queue_depth, device_workers
         self.last_batch_policy, self.on_error = last_batch_policy, on_error
-        self.shard_id, self.num_shards = int(shard_id), int(num_shards)
-        self.shard_policy = _schedule.check_shard_policy(shard_policy, "shard_policy")
+        # the default shard, the shard policy and the epoch schedule made from them at build
+        # (core/sharding.py)
+        self._sharding = Sharding(self.seed, self.batch_size, last_batch_policy, shard_id,
+                                  num_shards, shard_policy)
         self._batches_per_launch_arg = batches_per_launch
         self.decode_processes = decode_processes
         self.decode_buffer_mb = None if decode_buffer_mb is None else int(decode_buffer_mb)
@@ -170,9 +172,7 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
         self.graph = _graph.Graph()
         self._outputs = None
         self._built = False
-        self._epoch, self._batch = 0, 0
-        self.schedule = None  # the epoch schedule (core/sharding.py), made at build
-        self._fingerprint = None  # the dataset's (runtime/run_state.py), once asked
+        self._run_state = _run_state.RunState()  # the cursor and the run's identity
         self._submitted = None
         self._executor = None
         self.dali = _dali.DaliFacade(self)  # DALI's semantics around this engine
@@ -267,8 +267,11 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
             sizes = {s.size for s in self._sources.values() if s.size is not None}
             if len(sizes) > 1:
                 raise ValueError(f"the pipeline's readers have different sizes {sorted(sizes)}")
-            self.schedule = self._make_schedule()  # the epoch schedule: the seed's first part
-            _run_state.check_epoch_has_batches(self, self.schedule)  # a ValueError that says why
+            # the epoch schedule (the seed's first part); a ValueError that says why where an
+            # epoch would hold no batch
+            self._sharding.bind(((self.graph.ops[i].name, s, _own_shard(self.graph.ops[i].args))
+                                 for i, s in self._sources.items()),
+                                skipped=len(self.stats.get("reader_skipped") or ()))
         tl.begin("build.plan")
         from .runtime import partners
 
@@ -326,7 +329,7 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
         with self._lock:
             if self._executor is None:
                 self._executor = Executor(self)
-                self._submitted = (self._epoch, self._batch)
+                self._submitted = (self._run_state.epoch, self._run_state.batch)
         return self._executor
 
     def _fill_queue(self, need=False):
@@ -339,13 +342,14 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
         per = 1 if self.has_device_stage else max(1, self.host_processes)
         while len(ex.queue) < self.prefetch_queue_depth * per:
             e, b = self._submitted
+            epoch = self._run_state.epoch
             if limit is not None and b >= limit:
                 # sized sources prefetch on into the next epoch, as deep as within an epoch (kept
                 # if reset() follows): the queue never runs dry at an epoch's end
                 e, b = e + 1, 0
-                if limit == 0 or e > self._epoch + 1:
+                if limit == 0 or e > epoch + 1:
                     break
-            elif e != self._epoch and (limit is None or e > self._epoch + 1):
+            elif e != epoch and (limit is None or e > epoch + 1):
                 break
             count = 1 if limit is None else min(self.batches_per_launch, limit - b)
             try:
@@ -394,14 +398,14 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
         if not self._ready:
             self._fill_queue(need=True)
             ex = self._executor
-            if not ex.queue or ex.queue[0][0][0] != self._epoch:
+            if not ex.queue or ex.queue[0][0][0] != self._run_state.epoch:
                 raise StopIteration
             (epoch, b, _), (outs, event, skips, sizes, made_on) = ex.pop()
             self._skips.count(skips, epoch)
             parts = split_batches(outs, sizes) if len(sizes) > 1 else [outs]
             self._ready.extend((b + k, part, event, made_on) for k, part in enumerate(parts))
         b, outs, event, made_on = self._ready.popleft()
-        self._batch = b + 1
+        self._run_state.handed_out(b)
         self._handout.hand_out(outs, event, made_on)
         self.stats["batches"] += 1
         if not self._startup.has("first_batch"):
@@ -428,16 +432,17 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
     def reset(self) -> None:
         """Move on to the next epoch (new shuffle). Batches of it already prefetched are kept."""
         ex = self._executor
-        if not self._ready and ex is not None and ex.queue and ex.queue[0][0][:2] == (self._epoch + 1, 0):
-            self._epoch, self._batch = self._epoch + 1, 0
+        nxt = self._run_state.epoch + 1
+        if not self._ready and ex is not None and ex.queue and ex.queue[0][0][:2] == (nxt, 0):
+            self._run_state.move_to(nxt, 0)
             return
-        self._start(self._epoch + 1, 0)
+        self._start(nxt, 0)
 
     def _start(self, epoch, batch):
         self._ready.clear()
         if self._executor is not None:
             self._executor.clear()
-        self._epoch, self._batch = epoch, batch
+        self._run_state.move_to(epoch, batch)
         self._submitted = (epoch, batch)
         if self._built:
             for s in self._sources.values():
@@ -462,7 +467,7 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
     def _run_batch(self, batch_index, epoch):
         ex = self._executor_ready()
         with self._cursor_lock:
-            key = (self._epoch if epoch is None else epoch, batch_index, 1)
+            key = (self._run_state.epoch if epoch is None else epoch, batch_index, 1)
             prepared = self._prepare(key)
         result = ex.run_now(key, prepared)
         if self.has_device_stage:
@@ -473,6 +478,91 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
             self._first_batch_out()
         return result[0]
 
+    # ---- the cursor and the shards, handed to their parts (runtime/run_state.py, core/sharding.py)
+    @_run_state.serialised
+    def end_epoch(self) -> None:
+        """End the current epoch where it stands and move on to the next, keeping what is in
+        flight of the next: the next ``run()`` (or ``next()``) gives the next epoch's first batch.
+
+        Dropped: this epoch's batches split off a launch and not handed out, and its queued
+        launches, each taken off the queue's head as ``run()`` takes it (waited for, its output
+        slots released, so that the launches after it are admitted in order; its failure is
+        nobody's) and thrown away. Then ``reset()`` finds the next epoch's first launch at the
+        head of the queue and keeps the queue, where on its own it would clear it and make those
+        launches again. At an epoch's end it is ``reset()``."""
+        self._ready.clear()
+        ex = self._executor
+        while ex is not None and ex.queue and ex.queue[0][0][0] == self._run_state.epoch:
+            try:
+                ex.pop()
+            except Exception:  # noqa: BLE001 - a failure of a batch nobody will see
+                pass
+        self.reset()
+
+    @_run_state.serialised
+    def set_shard(self, shard_id: int, num_shards: int, shard_policy: str | None = None) -> None:
+        """Shard the readers that have no shard_id / num_shards of their own (the PyTorch
+        iterator does this from torch.distributed); restarts the current epoch's iteration.
+        ``shard_policy``: None keeps the pipeline's (see the class). A shard whose epoch would
+        hold no batch is refused as at build, before anything changes."""
+        if self._sharding.set_shard(shard_id, num_shards, shard_policy):
+            self._start(self._run_state.epoch, 0)
+
+    @_run_state.serialised
+    def state_dict(self) -> dict:
+        """Where the iteration stands (resuming from it gives exactly the next batch), and what
+        identifies the run: the dataset's fingerprint (record count, a hash of the records' ids
+        and file names), the shard and shard count, the shard policy, the last-batch policy and
+        the batches per epoch. Plain ints, strings and lists (for a JSON or torch checkpoint)."""
+        self.build()
+        return self._run_state.state(self.schedule)
+
+    @_run_state.serialised
+    def load_state_dict(self, state: dict, *, any_shard: bool = False) -> None:
+        """Resume at ``state``'s batch. A state of another run is refused (ValueError naming both
+        values): another seed, batch size, dataset (record count or keys), shard, shard count,
+        shard policy, last-batch policy or number of batches per epoch. ``any_shard=True`` takes
+        another rank's state of a data-parallel run (every rank is at the same step; the torch
+        iterator passes it): the shard id may differ, and at an epoch's start also the shard
+        count and policy (the shards are cut anew). A state saved before fingerprints (no
+        ``format``) is checked for what it holds, with a warning. A source fed whole batches (an
+        iterable, ``feed_input``) cannot be rewound: resuming it mid-epoch raises (at an epoch's
+        start the iterable is iterated again from its beginning). A state whose fields are not
+        of the kinds ``state_dict`` writes (``epoch=1.9``, a string, a shard of ``3``) is a
+        :class:`StateDictError` (a ValueError) naming the field."""
+        self.build()
+        fed = [self.graph.ops[i].name for i, s in self._sources.items() if getattr(s, "fed", False)]
+        self._start(*self._run_state.resume_point(state, self.schedule,
+                                                  (self.shard_id, self.num_shards), any_shard, fed))
+
+    def epoch_size(self, name: str | None = None) -> int | dict | None:
+        """Number of records the reader holds (all shards), as DALI's ``epoch_size``."""
+        return self.build()._sharding.epoch_size(name)
+
+    def shard_size(self) -> int:
+        return self.build().schedule.shard_size()
+
+    def __len__(self) -> int:
+        """Batches per epoch on this shard."""
+        return self.build()._sharding.batches_per_epoch()
+
+    @property
+    def shard_info(self) -> dict:
+        """The driving reader's sharding: shard_id, num_shards, random_shuffle."""
+        return self.build()._sharding.shard_info
+
+    @property
+    def schedule(self):
+        """The epoch schedule (core/sharding.py ``Schedule``; None before build)."""
+        return self._sharding.schedule
+
+    shard_id = property(lambda self: self._sharding.shard_id,
+                        doc="The default shard of the readers without one of their own.")
+    num_shards = property(lambda self: self._sharding.num_shards,
+                          doc="The default shard count of the readers without one of their own.")
+    shard_policy = property(lambda self: self._sharding.shard_policy,
+                            doc="How shards of different sizes are evened out (see the class).")
+
     @property
     def class_names(self) -> list | None:
         """The reader's class names (label -> name), or None for sources without classes."""
@@ -482,7 +572,7 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
 
     @property
     def epoch(self) -> int:
-        return self._epoch
+        return self._run_state.epoch
 
     @property
     def max_batch_size(self) -> int:
@@ -521,12 +611,6 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
         "decode", "After build, for a pipeline with decode processes: the DecodePlan chosen.")
     decode_slots = _build_plan.Decided(
         "decode_slots", "Launches decoding or holding decoded images at once.")
-
-    def _make_schedule(self, shard_policy=None) -> Schedule:
-        """The schedule part (core/sharding.py) for the driving source, the seed, the batch size
-        and the policies (``shard_policy``: another than the pipeline's, for a check)."""
-        return Schedule(self._driver, self.seed, self.batch_size, self.last_batch_policy,
-                        self.shard_policy if shard_policy is None else shard_policy)
 
     def _settings(self) -> _build_plan.Settings:
         """The arguments build reads, as given."""
@@ -595,3 +679,8 @@ class Pipeline(_run_state.RunState, Sharding, BatchMaking, DeviceStage, PlanAhea
         svc = self._decode_service
         if svc is not None:
             svc.stop()
+
+
+def _own_shard(args) -> bool:
+    """Whether a reader was given a shard of its own (``set_shard`` leaves it)."""
+    return args.get("shard_id") is not None or args.get("num_shards") is not None

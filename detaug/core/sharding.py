@@ -2,8 +2,10 @@
 constructed with the seed and what else it reads: which records each batch of an epoch takes on
 this shard (the keyed shuffle, the shard's part under its shard policy, DALI's ``pad_last_batch``
 and ``stick_to_shard=False``), the epoch's size and batch count, the fitting of a launch's
-schedule to the batches fed to an external source; and :class:`Sharding`, the pipeline's public methods over it (``set_shard`` / ``shard_info``,
-``epoch_size``, ``len``); and the default device of a process of a distributed run
+schedule to the batches fed to an external source; :class:`Sharding`, the part that holds the
+pipeline's default shard and shard policy and makes the schedule from them (what ``set_shard``,
+``shard_info``, ``epoch_size`` and ``len`` hand over to), with the check that an epoch holds a
+batch (:func:`check_epoch_has_batches`); and the default device of a process of a distributed run
 (:func:`_local_rank`). The arithmetic is detaug/core/schedule.py's; the schedule applies it to the
 pipeline's driving reader."""
 from __future__ import annotations
@@ -98,74 +100,148 @@ class Schedule:
 
 
 class Sharding:
-    """The public epoch and shard methods of :class:`~detaug.pipeline.Pipeline`, over its
-    :class:`Schedule` (``schedule``, made at build; ``set_shard`` makes it anew). ``end_epoch``
-    also moves the pipeline's cursor (``_epoch``, ``_ready``, ``_executor``'s queue)."""
+    """The pipeline's sharding, a part it holds: the default shard (``shard_id``, ``num_shards``)
+    and ``shard_policy`` of the readers that have no shard of their own, and the epoch
+    :class:`Schedule` made from them with the ``seed``, ``batch_size`` and ``last_batch_policy``
+    it is constructed with. :meth:`bind` gives it the sources at build (and makes the schedule);
+    :meth:`set_shard` shards them anew and makes the schedule again. It moves no cursor: the
+    pipeline restarts its epoch where :meth:`set_shard` says the shards changed."""
+
+    def __init__(self, seed: int, batch_size: int, last_batch_policy: str, shard_id: int = 0,
+                 num_shards: int = 1, shard_policy: str = "pad"):
+        self._seed, self._batch_size, self._last = int(seed), int(batch_size), last_batch_policy
+        self.shard_id, self.num_shards = int(shard_id), int(num_shards)
+        self.shard_policy = _schedule.check_shard_policy(shard_policy, "shard_policy")
+        self.schedule = None  # made by bind()
+        self._sources, self._free, self._skipped = [], (), 0
+
+    def bind(self, sources, skipped: int = 0) -> Schedule:
+        """At build: ``sources``, (reader name, source, whether it was given a shard of its own:
+        set_shard leaves it) for each, the driving one first, and the number of entries the
+        readers skipped when they were read (named where an epoch would be empty). Makes the
+        schedule and refuses (:func:`check_epoch_has_batches`) an epoch that would hold no
+        batch."""
+        sources = list(sources)
+        self._sources = [(name, src) for name, src, _ in sources]
+        self._free = tuple(src for _, src, own in sources if not own)
+        self._skipped = int(skipped)
+        self.schedule = None
+        schedule = self._make()
+        self._check(schedule)
+        self.schedule = schedule
+        return schedule
+
+    @property
+    def driver(self):
+        return self._sources[0][1]
+
+    def _make(self, shard_policy=None) -> Schedule:
+        return Schedule(self.driver, self._seed, self._batch_size, self._last,
+                        self.shard_policy if shard_policy is None else shard_policy)
+
+    def _check(self, schedule) -> None:
+        check_epoch_has_batches(schedule, self._sources[0][0], self._skipped)
 
     def epoch_size(self, name: str | None = None) -> int | dict | None:
         """Number of records the reader holds (all shards), as DALI's ``epoch_size``."""
-        self.build()
         if name is None:
-            return {op.name: s.size for op_id, s in self._sources.items()
-                    for op in [self.graph.ops[op_id]]} if len(self._sources) > 1 else self._driver.size
-        for op_id, s in self._sources.items():
-            if self.graph.ops[op_id].name == name:
+            return ({n: s.size for n, s in self._sources} if len(self._sources) > 1
+                    else self.driver.size)
+        for n, s in self._sources:
+            if n == name:
                 return s.size
         raise KeyError(f"no reader named {name!r}")
 
-    def shard_size(self) -> int:
-        self.build()
-        return self.schedule.shard_size()
-
-    def __len__(self) -> int:
-        """Batches per epoch on this shard."""
-        self.build()
-        if self._driver.size is None:
+    def batches_per_epoch(self) -> int:
+        """Batches per epoch on this shard; TypeError for a source without a size."""
+        if self.driver.size is None:
             raise TypeError("this pipeline's source has no size: give external_source a size")
         return self.schedule.batches_per_epoch()
 
-    def end_epoch(self) -> None:
-        """End the current epoch where it stands and move on to the next, keeping what is in
-        flight of the next: the next ``run()`` (or ``next()``) gives the next epoch's first batch.
-
-        Dropped: this epoch's batches split off a launch and not handed out, and its queued
-        launches, each taken off the queue's head as ``run()`` takes it (waited for, its output
-        slots released, so that the launches after it are admitted in order; its failure is
-        nobody's) and thrown away. Then ``reset()`` finds the next epoch's first launch at the
-        head of the queue and keeps the queue, where on its own it would clear it and make those
-        launches again. At an epoch's end it is ``reset()``."""
-        self._ready.clear()
-        ex = self._executor
-        while ex is not None and ex.queue and ex.queue[0][0][0] == self._epoch:
-            try:
-                ex.pop()
-            except Exception:  # noqa: BLE001 - a failure of a batch nobody will see
-                pass
-        self.reset()
-
-    def set_shard(self, shard_id: int, num_shards: int, shard_policy: str | None = None) -> None:
-        """Shard the readers that have no shard_id / num_shards of their own (the PyTorch
-        iterator does this from torch.distributed); restarts the current epoch's iteration.
-        ``shard_policy``: None keeps the pipeline's (see the class)."""
+    def set_shard(self, shard_id: int, num_shards: int, shard_policy: str | None = None) -> bool:
+        """Shard the readers that have no shard of their own; ``shard_policy``: None keeps the
+        current one. Once bound, a shard whose epoch would hold no batch is refused as at build,
+        before anything changes. True where the sources were sharded anew (bound: the caller
+        restarts its epoch)."""
         if not 0 <= int(shard_id) < int(num_shards):
             raise ValueError(f"shard_id {shard_id} not in [0, {num_shards})")
+        sid, ns = int(shard_id), int(num_shards)
         if shard_policy is not None:
-            self.shard_policy = _schedule.check_shard_policy(shard_policy, "shard_policy")
-        self.shard_id, self.num_shards = int(shard_id), int(num_shards)
-        if self._built:
-            for op_id, src in self._sources.items():
-                a = self.graph.ops[op_id].args
-                if a.get("shard_id") is None and a.get("num_shards") is None:
-                    src.shard = (self.shard_id, self.num_shards)
-            self.schedule = self._make_schedule()
-            self._start(self._epoch, 0)
+            shard_policy = _schedule.check_shard_policy(shard_policy, "shard_policy")
+        if self.schedule is not None:
+            self._check_shard(sid, ns, shard_policy)
+        if shard_policy is not None:
+            self.shard_policy = shard_policy
+        self.shard_id, self.num_shards = sid, ns
+        if self.schedule is None:
+            return False
+        for src in self._free:
+            src.shard = (sid, ns)
+        self.schedule = self._make()
+        return True
+
+    def _check_shard(self, shard_id, num_shards, shard_policy):
+        """:func:`check_epoch_has_batches` for the shard ``set_shard`` would set (the driving
+        reader's, unless it has a shard of its own), everything put back after."""
+        src = self.driver
+        saved = src.shard
+        try:
+            if any(s is src for s in self._free):
+                src.shard = (shard_id, num_shards)
+            self._check(self._make(shard_policy))
+        finally:
+            src.shard = saved
 
     @property
     def shard_info(self) -> dict:
         """The driving reader's sharding: shard_id, num_shards, random_shuffle."""
-        self.build()
-        sid, ns = self._driver.shard
-        return {"shard_id": sid, "num_shards": ns, "random_shuffle": self._driver.shuffle}
+        sid, ns = self.driver.shard
+        return {"shard_id": sid, "num_shards": ns, "random_shuffle": self.driver.shuffle}
+
+
+# ---- the epoch's size ----------------------------------------------------------------------------
+def _shard_records(schedule) -> tuple:
+    """(records of the dataset, shard id, shard count, shard policy, records of this shard's
+    epoch) of the schedule's driving source, which has a size."""
+    src = schedule.driver
+    sid, ns = src.shard
+    policy = schedule.policy_of(src)
+    # DALI's pad_last_batch pads every shard to the largest shard's length (Schedule.epoch_samples)
+    n = _schedule.shard_size(src.size, sid, ns,
+                             _schedule.PAD if getattr(src, "pad_last_batch", False) else policy)
+    return src.size, sid, ns, policy, n
+
+
+def batches_per_epoch(schedule) -> int | None:
+    """Batches of an epoch on the schedule's shard, or None for a source without a size."""
+    if schedule.driver.size is None:
+        return None
+    n = _shard_records(schedule)[-1]
+    return _schedule.batches_per_epoch(n, schedule.batch_size, schedule.last_batch_policy)
+
+
+def check_epoch_has_batches(schedule, name: str, skipped: int = 0) -> None:
+    """ValueError if an epoch of ``schedule``'s shard would hold no batch (a run would give a
+    bare StopIteration, a training loop would silently run on nothing); ``name``: the driving
+    reader's, ``skipped``: the entries the readers dropped when they were read."""
+    if schedule.driver.size is None or batches_per_epoch(schedule):
+        return
+    size, sid, ns, policy, n = _shard_records(schedule)
+    bs, last = schedule.batch_size, schedule.last_batch_policy
+    if size == 0:
+        why = ("the dataset has no records" + (f" ({skipped} entries were skipped when it was read: "
+                                               "pipe.stats['reader_skipped'])" if skipped else ""))
+    elif n == 0:
+        why = (f"shard {sid} of {ns} holds none of the dataset's {size} records under "
+               f"shard_policy={policy!r} (more shards than records): use shard_policy='pad' (a "
+               "short shard repeats records) or fewer shards")
+    else:
+        why = (f"shard {sid} of {ns} holds {n} records, fewer than batch_size={bs}, and "
+               f"last_batch_policy={last!r} drops an incomplete batch: use 'partial' or 'fill', "
+               "or a smaller batch_size")
+    raise ValueError(f"{name}: an epoch would have no batch (dataset of {size} records, shard "
+                     f"{sid} of {ns} with shard_policy={policy!r} holding {n}, batch_size={bs}, "
+                     f"last_batch_policy={last!r}): {why}")
 
 
 def _local_rank():

@@ -1,11 +1,12 @@
-"""What identifies a run of a pipeline, and the one-caller-at-a-time rule of its cursor.
+"""Where a run of a pipeline stands, what identifies it, and the one-caller-at-a-time rule of its
+cursor.
 
+- :class:`RunState`: the part the pipeline holds for its cursor (epoch, batch) and the dataset's
+  fingerprint; ``state_dict`` and ``load_state_dict`` hand over to it with the schedule.
 - :func:`serialised`: the methods that move or read the iteration cursor (``run``, ``next``,
   ``reset``, ``end_epoch``, ``state_dict``, ``load_state_dict``, ``set_shard``) take the
   pipeline's cursor lock, so that concurrent callers are served one at a time: every batch is
   handed out exactly once, in order (the order in which the callers' calls take the lock).
-- :func:`check_epoch_has_batches`: an epoch that would have no batch is refused at ``build()``
-  (or ``set_shard``), naming the dataset size, the shard, the batch size and the policies.
 - :func:`state_of` / :func:`check_state`: a state carries the dataset's fingerprint (record count
   and a hash of the record keys), the shard and shard count, the shard policy and the batches per
   epoch beside the position, seed and batch size; loading a state of another run is refused with
@@ -18,7 +19,7 @@ import hashlib
 import os
 import warnings
 
-from ..core import schedule as _schedule
+from ..core.sharding import batches_per_epoch
 
 STATE_FORMAT = 2  # states before it ("format" absent) held epoch, batch, seed, batch_size, shard
 
@@ -73,71 +74,49 @@ def check_fields(state) -> tuple:
 
 
 class RunState:
-    """The cursor's state methods of :class:`~detaug.pipeline.Pipeline` (before its ``Sharding``
-    in the bases: ``set_shard`` and ``end_epoch`` here take the cursor lock, the pipeline's
-    ``_cursor_lock``, around Sharding's)."""
+    """Where the iteration stands and what identifies the run, a part the pipeline holds: the
+    cursor (``epoch``, ``batch``: the next batch handed out) and the dataset's fingerprint
+    (computed once, when a state is first asked). What it reads is given: the schedule (seed,
+    batch size, shard, policies, the driving source) to :meth:`state` and :meth:`resume_point`."""
 
-    def set_shard(self, shard_id: int, num_shards: int, shard_policy: str | None = None) -> None:
-        """Sharding's ``set_shard`` under the cursor lock; a shard whose epoch would hold no
-        batch is refused as at build, before anything changes."""
-        with self._cursor_lock:
-            if self._built and 0 <= int(shard_id) < int(num_shards):
-                self._check_shard(int(shard_id), int(num_shards), shard_policy)
-            super().set_shard(shard_id, num_shards, shard_policy)
+    def __init__(self):
+        self.epoch, self.batch = 0, 0
+        self._fingerprint = None
 
-    def _check_shard(self, shard_id, num_shards, shard_policy):
-        """:func:`check_epoch_has_batches` for the shard ``set_shard`` would set (the driving
-        reader's, unless it has a shard of its own), everything put back after."""
-        src = self._driver
-        args = self.graph.ops[src.op.id].args
-        saved = src.shard
-        try:
-            if args.get("shard_id") is None and args.get("num_shards") is None:
-                src.shard = (shard_id, num_shards)
-            if shard_policy is not None:
-                shard_policy = _schedule.check_shard_policy(shard_policy, "shard_policy")
-            check_epoch_has_batches(self, self._make_schedule(shard_policy))
-        finally:
-            src.shard = saved
+    def move_to(self, epoch: int, batch: int) -> None:
+        """The cursor at ``batch`` of ``epoch``."""
+        self.epoch, self.batch = int(epoch), int(batch)
 
-    def end_epoch(self) -> None:
-        """Sharding's ``end_epoch`` under the cursor lock."""
-        with self._cursor_lock:
-            super().end_epoch()
+    def handed_out(self, batch_index: int) -> None:
+        """Batch ``batch_index`` of the current epoch was handed out: the next is the one after."""
+        self.batch = batch_index + 1
 
-    def state_dict(self) -> dict:
-        """Where the iteration stands (resuming from it gives exactly the next batch), and what
-        identifies the run: the dataset's fingerprint (record count, a hash of the records' ids
-        and file names), the shard and shard count, the shard policy, the last-batch policy and
-        the batches per epoch. Plain ints, strings and lists (for a JSON or torch checkpoint)."""
-        with self._cursor_lock:
-            self.build()
-            return state_of(self)
+    def fingerprint(self, driver) -> dict:
+        """``{"records": the dataset's size (None: unsized), "keys": a hash of its record keys
+        (None where the source has no records, e.g. a per-sample callable)}``, computed once."""
+        if self._fingerprint is None:
+            self._fingerprint = fingerprint(driver)
+        return dict(self._fingerprint)
 
-    def load_state_dict(self, state: dict, *, any_shard: bool = False) -> None:
-        """Resume at ``state``'s batch. A state of another run is refused (ValueError naming both
-        values): another seed, batch size, dataset (record count or keys), shard, shard count,
-        shard policy, last-batch policy or number of batches per epoch. ``any_shard=True`` takes
-        another rank's state of a data-parallel run (every rank is at the same step; the torch
-        iterator passes it): the shard id may differ, and at an epoch's start also the shard
-        count and policy (the shards are cut anew). A state saved before fingerprints (no
-        ``format``) is checked for what it holds, with a warning. A source fed whole batches (an
-        iterable, ``feed_input``) cannot be rewound: resuming it mid-epoch raises (at an epoch's
-        start the iterable is iterated again from its beginning). A state whose fields are not
-        of the kinds ``state_dict`` writes (``epoch=1.9``, a string, a shard of ``3``) is a
-        :class:`StateDictError` (a ValueError) naming the field."""
-        with self._cursor_lock:
-            self.build()
-            epoch, batch = check_state(self, state, any_shard)
-            fed = [self.graph.ops[i].name for i, s in self._sources.items()
-                   if getattr(s, "fed", False)]
-            if fed and batch > 0:
-                raise ValueError(f"cannot resume at batch {batch} of epoch {epoch}: external "
-                                 f"source {fed[0]!r} is fed whole batches (an iterable or "
-                                 "feed_input), which cannot be rewound to a batch; resume at an "
-                                 "epoch's start, or use a reader or a per-sample callable "
-                                 "(batch=False)")
-            self._start(epoch, batch)
+    def state(self, schedule) -> dict:
+        """The state ``Pipeline.state_dict`` gives (:func:`state_of`)."""
+        return state_of(schedule, self.epoch, self.batch, self.fingerprint(schedule.driver))
+
+    def resume_point(self, state: dict, schedule, default_shard, any_shard: bool = False,
+                     fed=()) -> tuple:
+        """(epoch, batch) to resume ``state`` at, once it is known to come from this run
+        (:func:`check_state`; ``default_shard``: the pipeline's (shard_id, num_shards), which a
+        state of the format before fingerprints gave). ``fed``: the names of the sources fed
+        whole batches, which cannot be rewound: a ValueError where ``state`` is mid-epoch."""
+        epoch, batch = check_state(state, self.state(schedule), schedule, default_shard, any_shard)
+        fed = list(fed)
+        if fed and batch > 0:
+            raise ValueError(f"cannot resume at batch {batch} of epoch {epoch}: external "
+                             f"source {fed[0]!r} is fed whole batches (an iterable or "
+                             "feed_input), which cannot be rewound to a batch; resume at an "
+                             "epoch's start, or use a reader or a per-sample callable "
+                             "(batch=False)")
+        return epoch, batch
 
 
 def serialised(method):
@@ -149,53 +128,6 @@ def serialised(method):
             return method(self, *args, **kwargs)
 
     return under_lock
-
-
-# ---- the epoch's size ----------------------------------------------------------------------------
-def _shard_records(schedule) -> tuple:
-    """(records of the dataset, shard id, shard count, shard policy, records of this shard's
-    epoch) of the schedule's driving source, which has a size."""
-    src = schedule.driver
-    sid, ns = src.shard
-    policy = schedule.policy_of(src)
-    # DALI's pad_last_batch pads every shard to the largest shard's length (Schedule.epoch_samples)
-    n = _schedule.shard_size(src.size, sid, ns,
-                             _schedule.PAD if getattr(src, "pad_last_batch", False) else policy)
-    return src.size, sid, ns, policy, n
-
-
-def batches_per_epoch(schedule) -> int | None:
-    """Batches of an epoch on the schedule's shard, or None for a source without a size."""
-    if schedule.driver.size is None:
-        return None
-    n = _shard_records(schedule)[-1]
-    return _schedule.batches_per_epoch(n, schedule.batch_size, schedule.last_batch_policy)
-
-
-def check_epoch_has_batches(pipe, schedule) -> None:
-    """ValueError if an epoch of ``schedule``'s shard would hold no batch (a run would give a
-    bare StopIteration, a training loop would silently run on nothing); ``pipe`` names the
-    reader and what it skipped."""
-    if schedule.driver.size is None or batches_per_epoch(schedule):
-        return
-    size, sid, ns, policy, n = _shard_records(schedule)
-    bs, last = schedule.batch_size, schedule.last_batch_policy
-    name = pipe.graph.ops[schedule.driver.op.id].name
-    if size == 0:
-        dropped = len(pipe.stats.get("reader_skipped") or ())
-        why = ("the dataset has no records" + (f" ({dropped} entries were skipped when it was read: "
-                                               "pipe.stats['reader_skipped'])" if dropped else ""))
-    elif n == 0:
-        why = (f"shard {sid} of {ns} holds none of the dataset's {size} records under "
-               f"shard_policy={policy!r} (more shards than records): use shard_policy='pad' (a "
-               "short shard repeats records) or fewer shards")
-    else:
-        why = (f"shard {sid} of {ns} holds {n} records, fewer than batch_size={bs}, and "
-               f"last_batch_policy={last!r} drops an incomplete batch: use 'partial' or 'fill', "
-               "or a smaller batch_size")
-    raise ValueError(f"{name}: an epoch would have no batch (dataset of {size} records, shard "
-                     f"{sid} of {ns} with shard_policy={policy!r} holding {n}, batch_size={bs}, "
-                     f"last_batch_policy={last!r}): {why}")
 
 
 # ---- the state -----------------------------------------------------------------------------------
@@ -217,28 +149,25 @@ def record_keys(src) -> list | None:
     return [f"{t}\x1f{os.path.basename(str(p))}" for t, p in zip(tags, paths)]
 
 
-def fingerprint(pipe) -> dict:
+def fingerprint(driver) -> dict:
     """``{"records": the dataset's size (None: unsized), "keys": a hash of its record keys (None
-    where the source has no records, e.g. a per-sample callable)}``, computed once."""
-    cached = pipe._fingerprint
-    if cached is None:
-        keys = record_keys(pipe._driver)
-        digest = None
-        if keys is not None:
-            digest = hashlib.sha256("\n".join(keys).encode("utf-8", "surrogatepass")).hexdigest()[:16]
-        cached = pipe._fingerprint = {"records": pipe._driver.size, "keys": digest}
-    return dict(cached)
+    where the source has no records, e.g. a per-sample callable)}`` of the driving source."""
+    keys = record_keys(driver)
+    digest = None
+    if keys is not None:
+        digest = hashlib.sha256("\n".join(keys).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return {"records": driver.size, "keys": digest}
 
 
-def state_of(pipe) -> dict:
-    """The pipeline's state: where the iteration stands and what identifies the run (plain ints,
-    strings and lists: it goes into a JSON or torch checkpoint as it is)."""
-    schedule = pipe.schedule
+def state_of(schedule, epoch: int, batch: int, dataset: dict) -> dict:
+    """The pipeline's state at ``batch`` of ``epoch`` on ``schedule``, ``dataset`` its
+    fingerprint: where the iteration stands and what identifies the run (plain ints, strings and
+    lists: it goes into a JSON or torch checkpoint as it is)."""
     src = schedule.driver
-    return {"format": STATE_FORMAT, "epoch": pipe._epoch, "batch": pipe._batch,
+    return {"format": STATE_FORMAT, "epoch": epoch, "batch": batch,
             "seed": schedule.seed, "batch_size": schedule.batch_size, "shard": list(src.shard),
             "shard_policy": schedule.policy_of(src), "last_batch_policy": schedule.last_batch_policy,
-            "batches_per_epoch": batches_per_epoch(schedule), "dataset": fingerprint(pipe)}
+            "batches_per_epoch": batches_per_epoch(schedule), "dataset": dict(dataset)}
 
 
 def _refuse(what, saved, now, hint=""):
@@ -246,30 +175,30 @@ def _refuse(what, saved, now, hint=""):
                      f"has {now!r}{hint}")
 
 
-def check_state(pipe, state: dict, any_shard: bool = False) -> tuple:
-    """(epoch, batch) of ``state`` once it is known to come from this run (see
-    ``Pipeline.load_state_dict``); a ValueError names the first value that differs, with both."""
+def check_state(state: dict, now: dict, schedule, default_shard, any_shard: bool = False) -> tuple:
+    """(epoch, batch) of ``state`` once it is known to come from this run, whose state is
+    ``now`` on ``schedule`` (see ``Pipeline.load_state_dict``; ``default_shard``: the pipeline's
+    (shard_id, num_shards)); a ValueError names the first value that differs, with both."""
     epoch, batch = check_fields(state)
-    for key, now in (("seed", pipe.schedule.seed), ("batch_size", pipe.schedule.batch_size)):
-        if state.get(key) != now:
-            _refuse(key, state.get(key), now)
+    for key, value in (("seed", schedule.seed), ("batch_size", schedule.batch_size)):
+        if state.get(key) != value:
+            _refuse(key, state.get(key), value)
     fmt = state.get("format")
     if fmt is None:
-        _check_old(pipe, state, any_shard)
+        _check_old(state, list(default_shard), any_shard)
     elif fmt != STATE_FORMAT:
         raise ValueError(f"load_state_dict: state format {fmt!r} is not one this version reads "
                          f"({STATE_FORMAT})")
     else:
-        _check_run(pipe, state, any_shard, batch)
-    bpe = batches_per_epoch(pipe.schedule)
+        _check_run(state, now, any_shard, batch)
+    bpe = batches_per_epoch(schedule)
     if bpe is not None and batch > bpe:
         raise ValueError(f"load_state_dict: the state is at batch {batch} of epoch {epoch}, past "
                          f"the {bpe} batches of this pipeline's epoch")
     return epoch, batch
 
 
-def _check_run(pipe, state, any_shard, batch):
-    now = state_of(pipe)
+def _check_run(state, now, any_shard, batch):
     saved_ds, ds = state.get("dataset") or {}, now["dataset"]
     if saved_ds.get("records") != ds["records"]:
         _refuse("a dataset of records", saved_ds.get("records"), ds["records"],
@@ -299,11 +228,10 @@ def _check_run(pipe, state, any_shard, batch):
         _refuse("last_batch_policy", state.get("last_batch_policy"), now["last_batch_policy"])
 
 
-def _check_old(pipe, state, any_shard):
+def _check_old(state, now, any_shard):
     """A state of the format before fingerprints: what it holds is checked (the shard it gave as
-    the pipeline's ``(shard_id, num_shards)``), and a warning says what cannot be."""
+    the pipeline's ``(shard_id, num_shards)``, ``now``), and a warning says what cannot be."""
     saved = list(state.get("shard") or ())
-    now = [pipe.shard_id, pipe.num_shards]
     if saved and not any_shard and saved != now:
         _refuse("[shard_id, num_shards]", saved, now)
     if saved and any_shard and int(state["batch"]) > 0 and saved[1:] != now[1:]:

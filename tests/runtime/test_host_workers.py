@@ -318,7 +318,7 @@ def test_no_worker_left_after_close_error_ctrl_c_or_kill(tmp_path):
         pipe.run()
         print("looping", flush=True)
         while True:
-            pipe.run() if pipe._batch < len(pipe) else pipe.reset()
+            pipe.run() if pipe.state_dict()["batch"] < len(pipe) else pipe.reset()
     """))
     for mode in ("raise", "sigint", "sigkill"):
         proc = subprocess.Popen([sys.executable, str(script), mode], stdout=subprocess.PIPE,
