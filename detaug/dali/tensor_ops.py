@@ -14,21 +14,10 @@ from PIL import Image
 from ..core import types as _types
 from ..core.batch import EncodedBatch, ImageBatch
 from ..ops.registry import register
-from .tensors import batch_of, samples_of
+from .tensors import arg_rows, batch_of, samples_of
 from ..graph import arg_check as AC
 
 HOST = dict(devices=("cpu",), kind="other")
-
-
-def _arg_rows(v, b, width, name, op):
-    """A scalar / vector argument, or one per sample, as (B, width) float64."""
-    a = np.asarray(v, np.float64)
-    if a.size == width:
-        return np.broadcast_to(a.reshape(1, width), (b, width))
-    if a.size == b * width:
-        return a.reshape(b, width)
-    raise ValueError(f"{op.name}: {name} needs {width} value(s) or {width} per sample, got "
-                     f"shape {a.shape}")
 
 
 # ---- box_encoder ---------------------------------------------------------------------------------
@@ -136,14 +125,14 @@ def coord_transform(ctx, op, inputs, args):
         if args["MT"] is not None:
             if args["M"] is not None or args["T"] is not None:
                 raise ValueError(f"{op.name}: MT cannot be given with M or T (as DALI)")
-            mt = _arg_rows(args["MT"], b, nd * (nd + 1), "MT", op)[s].reshape(nd, nd + 1)
+            mt = arg_rows(args["MT"], b, nd * (nd + 1), "MT", op)[s].reshape(nd, nd + 1)
             m, t = mt[:, :nd], mt[:, nd]
         else:
             mv = np.asarray(1.0 if args["M"] is None else args["M"], np.float64)
             m = (np.eye(nd) * float(mv.reshape(-1)[0]) if mv.size == 1
-                 else _arg_rows(mv, b, nd * nd, "M", op)[s].reshape(nd, nd))
+                 else arg_rows(mv, b, nd * nd, "M", op)[s].reshape(nd, nd))
             tv = np.asarray(0.0 if args["T"] is None else args["T"], np.float64)
-            t = np.full(nd, float(tv.reshape(-1)[0])) if tv.size == 1 else _arg_rows(tv, b, nd, "T", op)[s]
+            t = np.full(nd, float(tv.reshape(-1)[0])) if tv.size == 1 else arg_rows(tv, b, nd, "T", op)[s]
         dt = np.float32 if args["dtype"] is None else _types.to_numpy_type(args["dtype"])
         out.append((p @ m.T + t).astype(dt))
     return batch_of(out)

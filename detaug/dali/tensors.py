@@ -24,3 +24,15 @@ def batch_of(arrays: list):
     if arrays and all(a.shape == arrays[0].shape and a.dtype == arrays[0].dtype for a in arrays):
         return np.stack(arrays)
     return list(arrays)
+
+
+def arg_rows(v, b, width, name, op, what=""):
+    """A scalar / vector argument, or one per sample, as (B, width) float64; ``what`` qualifies
+    the count in the error (e.g. " (2-D transforms)")."""
+    a = np.asarray(v, np.float64)
+    if a.size == width:
+        return np.broadcast_to(a.reshape(1, width), (b, width))
+    if a.size == b * width:
+        return a.reshape(b, width)
+    raise ValueError(f"{op.name}: {name} needs {width} value(s){what} or {width} per sample, got "
+                     f"shape {a.shape}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.registry import register
-from .tensors import samples_of
+from .tensors import arg_rows, samples_of
 from ..graph import arg_check as AC
 
 TRANSFORM = dict(devices=("cpu",), inputs=(0, 1), kind="other", input_names=("input",))
@@ -17,13 +17,7 @@ ORDER_DOC = {"reverse_order": "apply this transform before the input's (default:
 
 
 def _rows(v, b, width, name, op):
-    a = np.asarray(v, np.float64)
-    if a.size == width:
-        return np.broadcast_to(a.reshape(1, width), (b, width))
-    if a.size == b * width:
-        return a.reshape(b, width)
-    raise ValueError(f"{op.name}: {name} needs {width} value(s) (2-D transforms) or {width} per "
-                     f"sample, got shape {a.shape}")
+    return arg_rows(v, b, width, name, op, " (2-D transforms)")
 
 
 def _homog(m23):

@@ -203,3 +203,19 @@ def mosaic4_placement(q, single, xc, yc, w, h, s):
     y1a, y2a = (max(yc - h, 0), yc) if q < 2 else (yc, min(yc + h, 2 * s))
     return (x1a, y1a, x2a, y2a, w - (x2a - x1a) if q % 2 == 0 else 0,
             h - (y2a - y1a) if q < 2 else 0)
+
+
+def mosaic_batch_draws(pipe, n, s, p):
+    """Per output sample of ``pipe``'s mosaic (partners='batch', batch of ``n``, tile size ``s``,
+    probability ``p``), from the op's keyed draws (ops/multi.py: applied, 3 partners, then the
+    centre): its members (itself first, then its partners; itself alone where not applied) and
+    its integer canvas centre (xc, yc)."""
+    from detaug.core.rng import SampleRNG
+
+    op = next(o for o in pipe.graph.ops if o.schema.name == "mosaic")
+    u = SampleRNG(pipe.seed, op.rng_id, 0, np.arange(n)).uniform(6)
+    lo = -(-s // 2)
+    members = [[k] + [min(int(v * n), n - 1) for v in u[k, 1:4]] if u[k, 0] < p else [k]
+               for k in range(n)]
+    centres = [tuple(int(lo + v * (2 * s - 2 * lo)) for v in u[k, 4:6]) for k in range(n)]
+    return members, centres

@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 
 from detaug import Pipeline, fn
-from detaug.core.rng import SampleRNG
 from helpers import run_graph
-from helpers.geometry import mosaic4_placement
+from helpers.geometry import mosaic4_placement, mosaic_batch_draws
 
 FI = np.array([0, 2, 1, 4, 3])
 
@@ -52,14 +51,10 @@ def test_mosaic_keypoints_and_obb_against_reference(flip, resize, p, rng):
         pipe.set_outputs(*fn.mosaic(img, bx, size=s, resize=resize, partners="batch",
                                     probability=p))
     _, out = pipe.run()
-    op = next(o for o in pipe.graph.ops if o.schema.name == "mosaic")
-    u = SampleRNG(pipe.seed, op.rng_id, 0, np.arange(n)).uniform(6)
+    draws = mosaic_batch_draws(pipe, n, s, p)
     pipe.close()
-    lo = -(-s // 2)
     live = dropped = 0
-    for k, got in enumerate(out.per_sample()):
-        members = [k] + [min(int(v * n), n - 1) for v in u[k, 1:4]] if u[k, 0] < p else [k]
-        xc, yc = (int(lo + v * (2 * s - 2 * lo)) for v in u[k, 4:6])
+    for k, (got, members, (xc, yc)) in enumerate(zip(out.per_sample(), *draws)):
         assert list(got["labels"]) == [10 * r + i for r in members for i in range(3)]
         row = 0
         for q, r in enumerate(members):

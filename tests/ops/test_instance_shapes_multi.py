@@ -11,7 +11,8 @@ import pytest
 
 from detaug import fn
 from helpers import run_graph
-from helpers.geometry import dense_polygons_of, mosaic4_placement, polygons_of_row
+from helpers.geometry import (dense_polygons_of, mosaic4_placement, mosaic_batch_draws,
+                              polygons_of_row)
 
 COLOURS = (40, 80, 160, 220)
 
@@ -147,7 +148,6 @@ def test_mosaic_polygons_against_reference(resize, p, rng):
     its tile, in float64 (groups and centres from the op's keyed draws, as test_mosaic_mixup's
     reference takes them); a polygon wholly cut away leaves its instance's other ones."""
     from detaug import Pipeline
-    from detaug.core.rng import SampleRNG
 
     n, s = 4, 24
     sizes = [(int(rng.integers(12, 40)), int(rng.integers(12, 40))) for _ in range(n)]
@@ -171,14 +171,10 @@ def test_mosaic_polygons_against_reference(resize, p, rng):
         pipe.set_outputs(*fn.mosaic(img, bx, size=s, resize=resize, partners="batch",
                                     probability=p))
     _, out = pipe.run()
-    op = next(o for o in pipe.graph.ops if o.schema.name == "mosaic")
-    u = SampleRNG(pipe.seed, op.rng_id, 0, np.arange(n)).uniform(6)
+    draws = mosaic_batch_draws(pipe, n, s, p)
     pipe.close()
-    lo = -(-s // 2)
     compared = mosaics = 0
-    for k, got in enumerate(out.per_sample()):
-        members = [k] + [int(v * n) for v in u[k, 1:4]] if u[k, 0] < p else [k]
-        xc, yc = (int(lo + v * (2 * s - 2 * lo)) for v in u[k, 4:6])
+    for k, (got, members, (xc, yc)) in enumerate(zip(out.per_sample(), *draws)):
         mosaics += len(members) == 4
         want = {}
         for q, r in enumerate(members):

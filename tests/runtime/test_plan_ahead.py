@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 
 import numpy as np
 import pytest
@@ -25,7 +24,7 @@ from detaug.runtime.gpu.plan_ahead import _static_plannable
 from helpers import COCO
 from helpers import close_pipelines, to_np, track  # noqa: F401  (autouse fixture)
 from helpers import cuda_emulation as emu
-from helpers.cases import plan_without_cupy
+from helpers.cases import plan_without_cupy, stand_in_gpu
 from helpers.warp import MEAN, STD, _build_emulation, rand_image
 
 
@@ -208,27 +207,6 @@ def test_planned_decode_checks_what_the_decode_made():
         gd.decode_batch(ctx, enc, "BGR", None)
 
 
-class _NoDecodeService:
-    """Stands in for decode_proc.DecodeService at build: planning only needs to know that the
-    pipeline's files are decoded by decode processes."""
-
-    def __init__(self, *args):
-        self.workers, self.threads = [], 1
-        self.connected = args[2] is not None  # (no ring size: started early, see configure)
-
-    def configure(self, processes, ring_bytes, threads, slots, warm_first=False):
-        self.threads = threads
-
-    def connect(self):
-        self.connected = True
-
-    def stop(self):
-        pass
-
-    def close(self):
-        pass
-
-
 def _det_graph(pipe, device):
     import os
 
@@ -248,27 +226,18 @@ def _det_graph(pipe, device):
                          fn.pad_boxes(boxes, max_boxes=24))
 
 
-def test_a_launch_planned_without_a_gpu_equals_the_cpu_pipeline(fake_gpu, monkeypatch):
+def test_a_launch_planned_without_a_gpu_equals_the_cpu_pipeline(emulated_kernels, monkeypatch):
     """The GPU pipeline's plan made on a machine without a GPU (its build's GPU parts stood in
     for): it pickles and unpickles whole (what a worker sends); its padded boxes, labels and
     counts equal the CPU pipeline's bit for bit (both are the NumPy twins); its planned warp, run
     by warp.cu's kernel (emulated) on the images decoded by Pillow, gives the CPU pipeline's
     pixels (the float64 twin) within 1e-3, for batches of two epochs."""
-    import types
-
     from detaug import Pipeline
     from detaug.core import backend
-    from detaug.runtime.gpu import decode_proc
     from detaug.ops.decode import decode_pillow
     from detaug.ops.sources import read_files
 
-    cuda = sys.modules["cupy"].cuda
-    cuda.Device = lambda i=0: types.SimpleNamespace(use=lambda: None, id=0)
-    cuda.Stream = lambda non_blocking=True: types.SimpleNamespace(ptr=0)
-    monkeypatch.setattr(Pipeline, "_check_gpu", lambda self: None)
-    monkeypatch.setattr(decode_proc, "DecodeService", _NoDecodeService)
-    monkeypatch.setenv("DETAUG_EARLY_DECODE", "0")  # (no decoder of this process: no GPU here)
-    monkeypatch.delenv("DETAUG_PLAN_AHEAD", raising=False)
+    stand_in_gpu(monkeypatch, emulated_kernels, W)
     gpu = Pipeline(batch_size=6, seed=5, device_id=0, host_processes=0, decode_processes=1)
     _det_graph(gpu, "mixed")
     gpu.build()
