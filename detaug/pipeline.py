@@ -90,7 +90,7 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
         decode_processes: for a GPU decoder (decoders.image device='mixed'): worker processes
             that read and decode the files (nvImageCodec) into a device buffer shared with this
             process, so that the decoder never waits for this process's GIL (detaug/runtime/gpu/decode_proc.py
-            says why). Default: from the budget (2 at 2.3 GB, 3 at 8 GB), or
+            says why). Default: from the budget (2 or 3 at 2.3 GB, as the outputs leave room; 3 at 8 GB), or
             DETAUG_DECODE_PROCESSES; 0 decodes in the device-stage threads.
         decode_buffer_mb: device buffer of each decode process, in MiB. Default: room for the
             launches of decoded images it holds (2, or 4 from 6 GB on) plus one, sized from the

@@ -10,6 +10,7 @@ import pytest
 from detaug import Pipeline, fn
 from detaug.core import backend
 from detaug.runtime.gpu.decode_proc import _Lease
+from detaug.runtime.gpu.memory_plan import DEFAULT_BUDGET
 from detaug.kernels import launch as L
 from helpers import COCO, VOC
 from helpers import close_pipelines, run_graph, to_np, track  # noqa: F401  (autouse fixture)
@@ -625,16 +626,18 @@ def test_decode_processes_give_the_same_batches(k):
 
 
 def test_decode_process_defaults_follow_the_budget_and_give_the_same_batches(monkeypatch):
-    """With every default (a 2 GB budget), a GPU-decoding pipeline runs two decode processes
-    with two decoder threads each, 12 launches in flight (6 device workers), 1 batch per launch, its output slots set from
-    the first launch's measured size, and gives the batches of the in-thread decode; an 8 GB
-    budget runs 3 processes and 12 launches in flight, with the same batches."""
+    """With every default (the 2.3 GB budget), this small pipeline (96 x 128 outputs) runs three
+    decode processes with two decoder threads each, 12 launches in flight (6 device workers), 1
+    batch per launch, its output slots set from the first launch's measured size, and gives the
+    batches of the in-thread decode; a 2 GB budget leaves room for two processes only, and an
+    8 GB budget runs 3 processes and 12 launches in flight, with the same batches."""
     pytest.importorskip("nvidia.nvimgcodec")
     for v in ("DETAUG_DECODE_PROCESSES", "DETAUG_DECODE_THREADS", "DETAUG_DEVICE_MEMORY_BUDGET"):
         monkeypatch.delenv(v, raising=False)
     threads = _epochs(_coco_decode_pipe(0))
     pipe = _coco_decode_pipe(None, batches_per_launch=None, prefetch=None).build()
-    assert (len(pipe._decode_service.workers), pipe._decode_service.threads) == (2, 2)
+    assert pipe.device_memory_budget == DEFAULT_BUDGET
+    assert (len(pipe._decode_service.workers), pipe._decode_service.threads) == (3, 2)
     assert (pipe.prefetch_queue_depth, pipe.device_workers, pipe.batches_per_launch) == (12, 6, 1)
     got = _epochs(pipe)
     _assert_same_epochs(threads, got)
@@ -642,6 +645,11 @@ def test_decode_process_defaults_follow_the_budget_and_give_the_same_batches(mon
     assert pipe._output_budget.launch_bytes >= 8 * 3 * 96 * 128 * 4
     assert pipe.output_slots == pipe.prefetch_queue_depth
     assert 1 <= pipe.output_slots_peak <= pipe.output_slots
+    two = _coco_decode_pipe(None, batches_per_launch=None, prefetch=None)
+    two.device_memory_budget = 2_000_000_000
+    two.build()
+    assert (len(two._decode_service.workers), two._decode_service.threads) == (2, 2)
+    two.close()
     big = _coco_decode_pipe(None, batches_per_launch=None, prefetch=None)
     big.device_memory_budget = 8_000_000_000
     big.build()
