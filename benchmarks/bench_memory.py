@@ -43,6 +43,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import gpu_common  # noqa: E402,F401  (puts the repository on sys.path)
+from detaug.runtime.gpu.allocator import device_pool, free_cached  # noqa: E402
+
 MB = 1e6
 
 # (name, environment, setup): what a context child does before READY
@@ -111,7 +114,7 @@ def child_context(spec, data):  # pragma: no cover - GPU
                                  params=decode_params("RGB"), cuda_stream=s.ptr)
             s.synchronize()
             del out
-    cp.get_default_memory_pool().free_all_blocks()
+    free_cached(0)
     rt.deviceSynchronize()
     print("READY", flush=True)
     sys.stdin.readline()
@@ -174,7 +177,7 @@ def child_pipeline(row, data, seconds):  # pragma: no cover - GPU
     cp.cuda.runtime.deviceSynchronize()
     el = time.perf_counter() - t0
     lowest = min(lowest, _free())
-    pool = cp.get_default_memory_pool()
+    pool = device_pool(0)
     plan = pipe.memory_plan
     svc = pipe._decode_service
     res.update(img_s=n / el, batches=k, drop=f0 - lowest, pool_total=pool.total_bytes(),
@@ -326,7 +329,7 @@ def soak(argv=None):
     cp.cuda.Device(0).use()
     bg.free_gpu_memory()
     before = bg.device_free_bytes()
-    pool = cp.get_default_memory_pool()
+    pool = device_pool(0)
     pipe = bg.make_det_pipe(args.data, "mixed", batch_size=args.batch_size,
                             num_threads=os.cpu_count(), device_id=0, seed=0,
                             **json.loads(args.pipe_kwargs))

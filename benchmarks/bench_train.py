@@ -73,6 +73,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 import bench_gpu as bg  # noqa: E402  (puts the repository on sys.path; imports no GPU library)
+from detaug.runtime.gpu.allocator import device_pool  # noqa: E402
 
 HIGH_THROUGHPUT = {"device_memory_budget": "8GB"}
 ROWS = []
@@ -262,7 +263,7 @@ class DetaugFeeder:
         outputs, and the output slots (now / the most admitted at once)."""
         import cupy as cp
 
-        pool, p = cp.get_default_memory_pool(), self.pipe
+        pool, p = device_pool(0), self.pipe
         plan = getattr(p, "memory_plan", None)
         return dict(pool_used_mb=pool.used_bytes() / bg.MB, pool_held_mb=pool.total_bytes() / bg.MB,
                     decode_plan_mb=(plan.bytes / bg.MB) if plan is not None else None,

@@ -24,6 +24,7 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 from detaug.core.backend import gpu_available  # noqa: E402,F401  (bench_gpu's; imports no GPU library)
 from detaug.ops.gpu_decode import decode_params  # noqa: E402,F401  (detaug's own decode settings)
+from detaug.runtime.gpu.allocator import free_cached  # noqa: E402  (both pools a pipeline allocates from)
 MEAN = (123.675, 116.28, 103.53)  # pixel units (ImageNet mean * 255)
 STD = (58.395, 57.12, 57.375)
 SIZE = 640
@@ -117,7 +118,7 @@ def free_gpu_memory():
         import cupy
 
         cupy.cuda.runtime.deviceSynchronize()
-        cupy.get_default_memory_pool().free_all_blocks()
+        free_cached(0)
         cupy.get_default_pinned_memory_pool().free_all_blocks()
     if "torch" in sys.modules:
         with contextlib.suppress(BaseException):

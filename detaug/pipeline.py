@@ -28,6 +28,7 @@ from .runtime.gpu.plan_ahead import PlanAhead
 from .core.errors import NotFed as _NotFed
 from .runtime.executor import Executor
 from .runtime.gpu.handout import HandOut
+from .runtime.gpu import allocator
 from .runtime.gpu.output_budget import OutputBudget
 from .runtime.retries import RetryPolicy, SkipCount
 from .runtime.batch_making import BatchMaking
@@ -181,6 +182,7 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
         self.stats = {"skipped": 0, "skipped_files": [], "batches": 0, "startup": []}
         self._startup = _startup.Timeline()
         self._streams = []
+        self._device_alloc = None  # the device threads' allocator: runtime/gpu/allocator.py
         self._retries = RetryPolicy(on_error)  # on_error='skip' (runtime/retries.py)
         self._skips = SkipCount(self.stats)  # bad files, once per epoch, in stats
         self._stream = None
@@ -307,6 +309,7 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
             self._stream = self._streams[0]
             # the one stream every launch's outputs are made on: Pipeline._to_output_stream
             self._out_stream = cp.cuda.Stream(non_blocking=True)
+            self._device_alloc = allocator.device_allocator(self.device_id or 0)
             tl.end("build.cuda")
         if self._decode_service is not None and not self._decode_service.connected:
             self._connect_decode_service(tl)  # (their handshakes)

@@ -191,6 +191,7 @@ def stand_in_gpu(monkeypatch, kernels=None, *modules, plan_ahead=True):
     monkeypatch.setattr(Pipeline, "_check_gpu", lambda self: None)
     monkeypatch.setattr(decode_proc, "DecodeService", NoDecodeService)
     monkeypatch.setenv("DETAUG_EARLY_DECODE", "0")
+    monkeypatch.setenv("DETAUG_DEVICE_ALLOCATOR", "pool")  # (the fake has no stream-ordered pool)
     if plan_ahead:
         monkeypatch.delenv("DETAUG_PLAN_AHEAD", raising=False)
     else:

@@ -9,6 +9,7 @@ import pytest
 
 from detaug import Pipeline, fn
 from detaug.core import backend
+from detaug.runtime.gpu.allocator import device_pool
 from detaug.runtime.gpu.decode_proc import _Lease
 from detaug.runtime.gpu.memory_plan import DEFAULT_BUDGET
 from detaug.kernels import launch as L
@@ -270,7 +271,7 @@ def test_memory_stable_over_1000_batches():
 
     # one batch in flight, one worker: the same number of batches alive at both marks
     pipe = _bench_pipe(4, h=64, w=80, depth=1)
-    pool = cp.get_default_memory_pool()
+    pool = device_pool(0)
     marks = {}
     for k in range(1, 1001):
         pipe.run()
@@ -309,7 +310,7 @@ def test_output_pool_caches_at_most_one_launch_more_than_in_use():
     import cupy as cp
 
     gc.collect()
-    pool = cp.get_default_memory_pool()
+    pool = device_pool(0)
     pool.free_all_blocks()
     # one device worker: one launch's intermediates at a time (several workers' could be cached
     # together); the old stream per slot still cached about 6 launches with it
@@ -417,7 +418,7 @@ def _pool_in_use(pipe):
     cp.cuda.runtime.deviceSynchronize()
     gc.collect()
     pipe._handout.held.poll()
-    pool = cp.get_default_memory_pool()
+    pool = device_pool(0)
     return pool.used_bytes(), pool.total_bytes()
 
 

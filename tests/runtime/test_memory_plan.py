@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from detaug.runtime.executor import Cancelled, OutputSlots
+from detaug.runtime.gpu.allocator import device_pool, free_cached
 from detaug.runtime.gpu import memory_plan as mp
 from detaug.runtime.gpu import output_sizes
 from helpers import REPO, close_pipelines  # noqa: F401  (autouse fixture)
@@ -555,7 +556,7 @@ def _settle():
 
     cp.zeros(1).sum()
     gc.collect()
-    cp.get_default_memory_pool().free_all_blocks()
+    free_cached(0)
     return _free()
 
 
@@ -596,7 +597,7 @@ def test_retinanet_within_its_budget(gpu_data, batch_size, monkeypatch):
         drop = before - lowest
         import cupy as cp
 
-        pool = cp.get_default_memory_pool()
+        pool = device_pool(0)
         assert drop <= budget, (
             f"{drop / 1e6:,.0f} MB over {BATCHES} batches at a {budget / 1e6:,.0f} MB budget; "
             f"plan {pipe.memory_plan.describe()}, launch outputs {pipe._output_budget.launch_bytes / 1e6:,.0f}"

@@ -10,8 +10,10 @@ import gc
 import pytest
 
 from helpers import load_benchmark
+from detaug.runtime.gpu.allocator import device_pool, free_cached
 
-BATCHES = 12
+
+BATCHES = 200  # cupy's pool grew past the budget after about 100 (runtime/gpu/allocator.py)
 
 pytestmark = pytest.mark.gpu
 
@@ -51,8 +53,7 @@ _OVER = pytest.mark.xfail(strict=True, raises=AssertionError,
                           reason="holds about twice the budget it is built at")
 
 
-@pytest.mark.parametrize("partners", ["batch", pytest.param("pool", marks=_OVER),
-                                      pytest.param("epoch", marks=_OVER)])
+@pytest.mark.parametrize("partners", ["batch", "pool", pytest.param("epoch", marks=_OVER)])
 def test_the_yolo_recipe_holds_its_budget(yolo_data, partners, monkeypatch):
     import cupy as cp
 
@@ -62,7 +63,7 @@ def test_the_yolo_recipe_holds_its_budget(yolo_data, partners, monkeypatch):
     bench = load_benchmark("bench_yolo")
     cp.zeros(1).sum()
     gc.collect()
-    cp.get_default_memory_pool().free_all_blocks()
+    free_cached(0)
     before = _free()
     budget = memory_plan.DEFAULT_BUDGET
     pipe = bench.detaug_pipe(yolo_data, 640, 64, "gpu", 0, partners, 0.5)
@@ -84,7 +85,7 @@ def test_the_yolo_recipe_holds_its_budget(yolo_data, partners, monkeypatch):
         del out
         lowest = min(lowest, _free())
         drop = before - lowest
-        pool = cp.get_default_memory_pool()
+        pool = device_pool(0)
         # what the lead needs to place an excess: the drop after build (decode processes up),
         # this process's cupy pool and stream-ordered pool, the slots and batches held
         print(f"partners={partners}: {drop / 1e6:,.0f} MB at a {budget / 1e6:,.0f} MB budget "

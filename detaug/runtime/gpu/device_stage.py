@@ -10,6 +10,7 @@ from __future__ import annotations
 from ...core.batch import BoxBatch, DeviceImages, ImageBatch
 from .decode_proc import _Lease
 from ...core.errors import SampleError
+from .allocator import allocating
 from .handout import device_arrays
 from .launch_profile import stamp
 from .plan_ahead import LaunchPlan, NotPlanned
@@ -118,7 +119,8 @@ class DeviceStage:
     def _run_device(self, host_result, pool, stream=None, admit=None):
         import cupy as cp
 
-        with cp.cuda.Device(self.device_id or 0):  # the current device is per thread
+        # the current device and the allocator (runtime/gpu/allocator.py) are per thread
+        with cp.cuda.Device(self.device_id or 0), allocating(self._device_alloc):
             return self._run_device_on(host_result, pool, stream, admit or _NO_ADMIT)
 
     def _run_device_on(self, host_result, pool, stream, admit):

@@ -1,8 +1,9 @@
 """Batches handed to the caller, and the ordering that keeps their memory from being reused early.
 
 A GPU pipeline hands its outputs out without a copy: a cupy array, or a torch tensor over it. When
-the caller drops one, its block goes back to cupy's pool, which gives it to a later launch's
-outputs made on the stream the block was allocated on. A training loop whose CPU runs ahead of the
+the caller drops one, its block goes back to the pool the device threads allocate from
+(detaug/runtime/gpu/allocator.py: CUDA's stream-ordered pool, or cupy's), freed in the order of
+the stream it was allocated on, and a later launch's outputs may reuse it. A training loop whose CPU runs ahead of the
 GPU (no sync in the step) still has kernels queued that read the batch: without an ordering, a
 later launch could overwrite it before they run.
 
