@@ -6,11 +6,14 @@ cursor and the run's identity (``_run_state``: detaug/runtime/run_state.py, give
 ``state_dict`` and ``load_state_dict``); the default shard, the shard policy and the epoch
 schedule made from them with the seed (``_sharding``, ``schedule``: detaug/core/sharding.py);
 on_error='skip' (``_retries``, ``_skips``: detaug/runtime/retries.py); the hand-out hold
-(``_handout``: detaug/runtime/gpu/handout.py); DALI's semantics (``dali``: ``run()``'s
-TensorLists, the API-type check, ``feed_input``, the graph's export;
-detaug/dali/pipeline_api.py), a facade that wraps the engine. Its mixins (methods over the
-pipeline's state): making a launch's batches (detaug/runtime/batch_making.py), the GPU stage
-(detaug/runtime/gpu/device_stage.py), planning ahead (detaug/runtime/gpu/plan_ahead.py)."""
+(``_handout``: detaug/runtime/gpu/handout.py); the device stage (``_device``: the decode
+processes, the CUDA streams, a launch's device work and its outputs;
+detaug/runtime/gpu/device_stage.py); made at build with the record, making a launch's batches
+(``_batches``: detaug/runtime/batch_making.py) and planning launches ahead (``_planner``:
+detaug/runtime/gpu/plan_ahead.py); DALI's semantics (``dali``: ``run()``'s TensorLists, the
+API-type check, ``feed_input``, the graph's export; detaug/dali/pipeline_api.py), a facade that
+wraps the engine. The executor (detaug/runtime/executor.py) runs launches through
+``_run_host`` / ``_run_host_job`` and the parts."""
 from __future__ import annotations
 
 import collections
@@ -23,7 +26,7 @@ from .graph import trace as _graph
 from .core.batch import split_batches
 from .dali import pipeline_api as _dali
 from .dali.pipeline_api import _check_dali_tuning
-from .runtime.gpu.device_stage import DeviceStage
+from .runtime.gpu.device_stage import DeviceStage, OnDevice, check_gpu
 from .runtime.gpu.plan_ahead import PlanAhead
 from .core.errors import NotFed as _NotFed
 from .runtime.executor import Executor
@@ -40,7 +43,7 @@ from .core.sharding import Sharding, _local_rank
 _POLICIES = ("fill", "drop", "partial")
 
 
-class Pipeline(BatchMaking, DeviceStage, PlanAhead):
+class Pipeline:
     """A graph of ops producing batches.
 
     Args:
@@ -163,11 +166,6 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
         self.build_plan = _build_plan.unbuilt(self.seed, self.device_memory_budget, self._settings())
         # the output slots as launches are made (runtime/gpu/output_budget.py), from the record
         self._output_budget = OutputBudget(self.build_plan)
-        self._out_stream = None
-        self._decode_service = None
-        self._cuda_warm = None  # the CUDA context made in the background at build (startup.py)
-        self._decoded_keep = None  # decoded images a GPU decoder keeps (ops/gpu_decode.py keep_queue)
-        self._paths_only = frozenset()
         self._ready = collections.deque()  # batches split off a multi-batch launch, not yet handed out
         self.graph = _graph.Graph()
         self._outputs = None
@@ -180,12 +178,13 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
         # at build and completed by the first batch
         self.stats = {"skipped": 0, "skipped_files": [], "batches": 0, "startup": []}
         self._startup = _startup.Timeline()
-        self._streams = []
         self._retries = RetryPolicy(on_error)  # on_error='skip' (runtime/retries.py)
         self._skips = SkipCount(self.stats)  # bad files, once per epoch, in stats
-        self._stream = None
         # batches handed out, kept until the caller's work on them ran (runtime/gpu/handout.py)
         self._handout = HandOut(device_id)
+        # the decode processes, the streams, a launch's device work (runtime/gpu/device_stage.py)
+        self._device = DeviceStage(device_id, self._startup, self._handout)
+        self._batches = self._planner = None  # made at build, with the record
         self._lock = threading.Lock()
         self._cursor_lock = threading.RLock()  # run/next/reset/state: one caller at a time
         _fork.track(self)  # reset in a forked child (runtime/fork.py)
@@ -232,9 +231,7 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
         try:
             self._build(tl)
         except BaseException:
-            if self._decode_service is not None:  # (started early: they exit, their memory freed)
-                self._decode_service.close()
-                self._decode_service = None
+            self._device.close_decode_service()  # (started early: they exit, their memory freed)
             raise
         finally:
             tl.end("build")
@@ -258,9 +255,8 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
                 self._check_gpu()
             if _startup.early():
                 with tl.phase("build.decode_processes.spawn"):
-                    self._spawn_decode_service(self.device_memory_budget, settings)
-            # this process's CUDA context, then the kernels used before, in a background thread
-            self._cuda_warm = _startup.warm_gpu(self.device_id or 0, tl) if _startup.early() else None
+                    self._device.spawn_decode_service(self.device_memory_budget, settings)
+            self._device.warm_cuda(tl)  # this process's CUDA context, in a background thread
         with tl.phase("build.readers"):
             self._sources = {op.id: op.schema.impl(op, self) for op in sources}
             self._driver = self._sources[sources[0].id]
@@ -290,29 +286,18 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
                                   sized=sized)
         tl.end("build.plan")
         self.build_plan, self._output_budget = plan, OutputBudget(plan)
-        if plan.decode is not None:
-            with tl.phase("build.decode_processes"):
-                self._start_decode_service(plan.decode)
-            self._paths_only = plan.paths_only
-        if self.has_device_stage:
-            tl.begin("build.cuda")
-            import cupy as cp
-
-            if self._cuda_warm is not None:
-                self._cuda_warm.wait()  # (the context made meanwhile, or failed: made here)
-            cp.cuda.Device(self.device_id or 0).use()
-            # one stream per device worker: batches' host-side launch work overlaps, and each
-            # batch's kernels stay in order on its own stream
-            self._streams = [cp.cuda.Stream(non_blocking=True) for _ in range(self.device_workers)]
-            self._stream = self._streams[0]
-            # the one stream every launch's outputs are made on: Pipeline._to_output_stream
-            self._out_stream = cp.cuda.Stream(non_blocking=True)
-            tl.end("build.cuda")
-        if self._decode_service is not None and not self._decode_service.connected:
-            self._connect_decode_service(tl)  # (their handshakes)
+        self._device.start(plan, tl)  # its decode processes, CUDA streams, their handshakes
+        self._batches = BatchMaking(self, self.graph, self._sources, plan, self._sharding,
+                                    self._retries, self.dali.fed, self.iter_setup, self._device.stream)
+        self._planner = PlanAhead(plan, self._outputs, self._batches)
+        self._device.bind(self._batches, self._planner, self._outputs, self._output_budget)
         self._built = True
-        self.device_summary = self._summarize_devices()
+        self.device_summary = self._device.summary()
         logging.getLogger("detaug").info("pipeline built: %s", self.device_summary)
+
+    def _check_gpu(self):
+        """GPU ops where no GPU can run them: one line saying what is missing (``check_gpu``)."""
+        check_gpu(self._needed_ops())
 
     def _needed_ops(self):
         """The ops the outputs need, inputs first (graph/trace.py ``needed_ops``)."""
@@ -362,6 +347,22 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
                 self._submitted = (e + 1, 0)  # an iterable source is spent: the epoch ends
                 break
             self._submitted = (e, b + count)
+
+    def _run_host(self, key, prepared, pool):
+        """The host stage of the launch ``key`` (the executor's, in a thread or, through
+        ``_run_host_job``, a host worker): a GPU pipeline's plan (planned ahead) or batch context,
+        with the key and ``prepared``; a CPU pipeline's outputs."""
+        bp = self.build_plan
+        if bp.has_device_stage and bp.plan_ahead:
+            return key, prepared, self._planner.plan_or_not(key, prepared, pool)
+        ctx = self._batches.host_stage(key, prepared, pool)
+        return (key, prepared, ctx) if bp.has_device_stage else self._device.collect(ctx)
+
+    def _run_host_job(self, key, prepared):
+        """The host stage of a launch in a host worker process (single-threaded there): a CPU
+        pipeline's outputs, or a GPU pipeline's plan (detaug/runtime/gpu/plan_ahead.py)."""
+        out = self._run_host(key, prepared, None)
+        return out[2] if self.build_plan.has_device_stage else out
 
     @_run_state.serialised
     def run(self) -> tuple:
@@ -468,10 +469,10 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
         ex = self._executor_ready()
         with self._cursor_lock:
             key = (self._run_state.epoch if epoch is None else epoch, batch_index, 1)
-            prepared = self._prepare(key)
+            prepared = self._batches.prepare(key)
         result = ex.run_now(key, prepared)
         if self.has_device_stage:
-            result = self._run_device(result, ex.pool)
+            result = self._device.run_device(result, ex.pool)
         self._handout.hand_out(result[0], result[1], result[4])
         self._skips.count(result[2], key[0])
         if not self._startup.has("first_batch"):
@@ -612,6 +613,12 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
     decode_slots = _build_plan.Decided(
         "decode_slots", "Launches decoding or holding decoded images at once.")
 
+    # what the device stage holds (runtime/gpu/device_stage.py), read and set there: the ops
+    # (decoders.image, the readers) and the fork check read them off the pipeline
+    _decode_service, _paths_only = OnDevice("decode_service"), OnDevice("paths_only")
+    _decoded_keep, _stream = OnDevice("decoded_keep"), OnDevice("stream")
+    _streams, _out_stream = OnDevice("streams"), OnDevice("out_stream")
+
     def _settings(self) -> _build_plan.Settings:
         """The arguments build reads, as given."""
         return _build_plan.Settings(
@@ -660,11 +667,7 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
                 self._executor.shutdown()
                 self._executor = None
             self._handout.let_go()
-            self._release_device_buffers(sync=True)
-            if self._decode_service is not None:
-                self._decode_service.close()
-                self._decode_service = None
-                self._paths_only = frozenset()  # a later run reads and decodes in this process
+            self._device.close()  # (a later run reads and decodes in this process)
 
     def __del__(self):
         # never join threads from a finaliser: the garbage collector may run it inside thread
@@ -675,10 +678,7 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
         ex = self._executor
         if ex is not None:
             ex.shutdown(wait=False)
-        self._release_device_buffers(sync=False)
-        svc = self._decode_service
-        if svc is not None:
-            svc.stop()
+        self._device.stop()
 
 
 def _own_shard(args) -> bool:

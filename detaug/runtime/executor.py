@@ -155,7 +155,7 @@ class Executor:
     def submit(self, key):
         """Queue the launch ``key = (epoch, first batch, batch count)``; source ops read in order here."""
         try:
-            prepared = self.p._prepare(key)
+            prepared = self.p._batches.prepare(key)
         except NotFed:
             raise
         except Exception as e:
@@ -208,7 +208,7 @@ class Executor:
                 h = host()
                 launch_profile.mark(self.slots, seq, "planned")
                 if seq or timeline.has("first_launch.device"):
-                    return self.p._run_device(h, self.pool, self._local.stream, admit)
+                    return self.p._device.run_device(h, self.pool, self._local.stream, admit)
                 # the first launch's device stage, timed to its end on the device (the caller
                 # waits for that batch in any case)
                 timeline.begin("first_launch.device")
@@ -219,7 +219,7 @@ class Executor:
                     timeline.begin("first_launch.outputs")  # the kernels (their compile or load)
 
                 admit.on_output = decoded
-                out = self.p._run_device(h, self.pool, self._local.stream, admit)
+                out = self.p._device.run_device(h, self.pool, self._local.stream, admit)
                 if out[1] is not None:
                     out[1].synchronize()
                 timeline.end("first_launch.outputs")
