@@ -1,6 +1,6 @@
 """The pipeline's parts get what they read as arguments (docs/design.md, runtime's `build_plan`):
 Pipeline mixes nothing in (its only base is object: the run state, the sharding, the batch making,
-the device stage and planning ahead are parts it holds), no part and no module of the runtime,
+the device stage, planning ahead and the launch queue are parts it holds), no part and no module of the runtime,
 core, graph or ops reads the seed or the device memory budget back from the pipeline (they reach
 the parts through the build's record and the schedule), no part reads an attribute off a
 pipeline, and no part guards an attribute with ``getattr(self, "_...")`` (every attribute a part
@@ -16,12 +16,12 @@ import numpy as np
 from detaug import fn
 from detaug import pipeline as P
 from detaug.core import sharding
-from detaug.runtime import batch_making, run_state
+from detaug.runtime import batch_making, launch_queue, run_state
 from detaug.runtime.gpu import device_stage, plan_ahead
 from helpers import REPO
 
 PARTS = [run_state.RunState, sharding.Sharding, batch_making.BatchMaking,
-         device_stage.DeviceStage, plan_ahead.PlanAhead]
+         device_stage.DeviceStage, plan_ahead.PlanAhead, launch_queue.LaunchQueue]
 READ_BACK = re.compile(r"\b(?:self|pipe|pipeline|self\.pipeline|ctx\.pipeline)\."
                        r"(?:seed|device_memory_budget)\b(?!\s*=[^=])")
 PIPELINE_READ = re.compile(r"\b(?:pipe|pipeline|_pipe)\.\w")  # an attribute read off a pipeline
@@ -83,6 +83,7 @@ def test_the_launch_parts_are_held():
         pipe.set_outputs(fn.external_source(source=lambda info: np.zeros((2, 2, 3), np.uint8),
                                             batch=False, size=4))
     assert isinstance(pipe._device, device_stage.DeviceStage) and pipe._batches is None
+    assert isinstance(pipe._queue, launch_queue.LaunchQueue) and pipe._executor is None
     pipe.build()
     try:
         assert isinstance(pipe._batches, batch_making.BatchMaking)
@@ -92,6 +93,7 @@ def test_the_launch_parts_are_held():
         assert pipe._decode_service is None and pipe._stream is None and pipe._streams == []
         images = pipe.run()[0]  # the parts wired: a batch made through them
         assert [np.asarray(a).shape for a in images.data] == [(2, 2, 3)] * 2
+        assert pipe._executor is pipe._queue.executor is not None
     finally:
         pipe.close()
 

@@ -107,6 +107,15 @@ class DeviceStage:
         return (f"gpu {self.device_id or 0}: {dec}, {n_dev} ops on the GPU, {n_host} on the CPU; "
                 f"device memory budget {bp.budget / 1e9:.2f} GB")
 
+    def start_early(self, budget, settings, tl):
+        """At build, for a GPU decoder, before the readers index: the decode processes
+        (:meth:`spawn_decode_service`, where the start is not deferred: startup.early) and this
+        process's CUDA context (:meth:`warm_cuda`), timed on ``tl``."""
+        if startup.early():
+            with tl.phase("build.decode_processes.spawn"):
+                self.spawn_decode_service(budget, settings)
+        self.warm_cuda(tl)
+
     def spawn_decode_service(self, budget, settings):
         """At build, before the readers index: start the decode processes the plan will most
         likely want for the device memory ``budget`` (bytes) and the pipeline's ``settings``
@@ -161,8 +170,8 @@ class DeviceStage:
     def bind(self, batches, planner, outputs, output_budget):
         """At build, after :meth:`start`: the parts a launch runs with, ``batches`` (its ops,
         contexts and retries: detaug/runtime/batch_making.py) and ``planner`` (planned launches:
-        plan_ahead.py), the pipeline's ``outputs`` and its ``output_budget`` (output_budget.py,
-        told what a launch's outputs took)."""
+        detaug/runtime/gpu/plan_ahead.py), the pipeline's ``outputs`` and its ``output_budget``
+        (detaug/runtime/gpu/output_budget.py, told what a launch's outputs took)."""
         self._batches, self._planner = batches, planner
         self._outputs, self._output_budget = outputs, output_budget
 
