@@ -2,33 +2,30 @@
 
 The parts it holds, each constructed with what it reads: what build decided, one frozen record
 (``build_plan``: detaug/runtime/build_plan.py, from the graph, the seed and the budget); the
-cursor and the run's identity (``_run_state``: detaug/runtime/run_state.py, given the schedule by
-``state_dict`` and ``load_state_dict``); the default shard, the shard policy and the epoch
-schedule made from them with the seed (``_sharding``, ``schedule``: detaug/core/sharding.py);
-on_error='skip' (``_retries``, ``_skips``: detaug/runtime/retries.py); the hand-out hold
-(``_handout``: detaug/runtime/gpu/handout.py); DALI's semantics (``dali``: ``run()``'s
-TensorLists, the API-type check, ``feed_input``, the graph's export;
-detaug/dali/pipeline_api.py), a facade that wraps the engine. Its mixins (methods over the
-pipeline's state): making a launch's batches (detaug/runtime/batch_making.py), the GPU stage
-(detaug/runtime/gpu/device_stage.py), planning ahead (detaug/runtime/gpu/plan_ahead.py)."""
+cursor and the run's identity (``_run_state``: detaug/runtime/run_state.py); the default shard,
+the shard policy and the epoch schedule made from them with the seed (``_sharding``,
+``schedule``: detaug/core/sharding.py); on_error='skip' (``_retries``, ``_skips``:
+detaug/runtime/retries.py); the launches in flight (``_queue``: detaug/runtime/launch_queue.py);
+the hand-out hold (``_handout``: detaug/runtime/gpu/handout.py); the device stage (``_device``:
+decode processes, streams, a launch's device work; detaug/runtime/gpu/device_stage.py); made at
+build with the record, making a launch's batches (``_batches``: detaug/runtime/batch_making.py)
+and planning launches ahead (``_planner``: detaug/runtime/gpu/plan_ahead.py); DALI's semantics
+(``dali``: detaug/dali/pipeline_api.py), a facade that wraps the engine."""
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import threading
 from typing import Any
 
 from .graph import trace as _graph
-from .core.batch import split_batches
 from .dali import pipeline_api as _dali
 from .dali.pipeline_api import _check_dali_tuning
-from .runtime.gpu.device_stage import DeviceStage
+from .runtime.gpu.device_stage import DeviceStage, OnDevice, check_gpu
 from .runtime.gpu.plan_ahead import PlanAhead
-from .core.errors import NotFed as _NotFed
 from .runtime.executor import Executor
+from .runtime.launch_queue import LaunchQueue
 from .runtime.gpu.handout import HandOut
-from .runtime.gpu import allocator
 from .runtime.gpu.output_budget import OutputBudget
 from .runtime.retries import RetryPolicy, SkipCount
 from .runtime.batch_making import BatchMaking
@@ -41,7 +38,7 @@ from .core.sharding import Sharding, _local_rank
 _POLICIES = ("fill", "drop", "partial")
 
 
-class Pipeline(BatchMaking, DeviceStage, PlanAhead):
+class Pipeline:
     """A graph of ops producing batches.
 
     Args:
@@ -139,12 +136,7 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
             raise ValueError(f"batch_size and num_threads must be at least 1, got batch_size="
                              f"{batch_size}, num_threads={num_threads}")
         self.seed = int.from_bytes(os.urandom(4), "little") if seed in (None, -1) else int(seed)
-        if isinstance(prefetch_queue_depth, dict):  # DALI's separated queues: the deeper one
-            unknown = set(prefetch_queue_depth) - {"cpu_size", "gpu_size"}
-            if unknown:
-                raise ValueError(f"prefetch_queue_depth: unknown keys {sorted(unknown)} (DALI's "
-                                 "are 'cpu_size' and 'gpu_size')")
-            prefetch_queue_depth = max(int(v) for v in prefetch_queue_depth.values())
+        prefetch_queue_depth = _dali.prefetch_depth(prefetch_queue_depth)  # (DALI's dict: one)
         self._prefetch_arg, self._device_workers_arg = prefetch_queue_depth, device_workers
         self.last_batch_policy, self.on_error = last_batch_policy, on_error
         # the default shard, the shard policy and the epoch schedule made from them at build
@@ -164,31 +156,24 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
         self.build_plan = _build_plan.unbuilt(self.seed, self.device_memory_budget, self._settings())
         # the output slots as launches are made (runtime/gpu/output_budget.py), from the record
         self._output_budget = OutputBudget(self.build_plan)
-        self._out_stream = None
-        self._decode_service = None
-        self._cuda_warm = None  # the CUDA context made in the background at build (startup.py)
-        self._decoded_keep = None  # decoded images a GPU decoder keeps (ops/gpu_decode.py keep_queue)
-        self._paths_only = frozenset()
-        self._ready = collections.deque()  # batches split off a multi-batch launch, not yet handed out
         self.graph = _graph.Graph()
         self._outputs = None
         self._built = False
         self._run_state = _run_state.RunState()  # the cursor and the run's identity
-        self._submitted = None
-        self._executor = None
         self.dali = _dali.DaliFacade(self)  # DALI's semantics around this engine
         # see SkipCount.count; "startup": the start-up timeline (detaug/runtime/startup.py), set
         # at build and completed by the first batch
         self.stats = {"skipped": 0, "skipped_files": [], "batches": 0, "startup": []}
         self._startup = _startup.Timeline()
-        self._streams = []
-        self._device_alloc = None  # the device threads' allocator: runtime/gpu/allocator.py
         self._retries = RetryPolicy(on_error)  # on_error='skip' (runtime/retries.py)
         self._skips = SkipCount(self.stats)  # bad files, once per epoch, in stats
-        self._stream = None
+        # the launches in flight and the batches split off them (runtime/launch_queue.py)
+        self._queue = LaunchQueue(self._run_state, self._skips)
         # batches handed out, kept until the caller's work on them ran (runtime/gpu/handout.py)
         self._handout = HandOut(device_id)
-        self._lock = threading.Lock()
+        # the decode processes, the streams, a launch's device work (runtime/gpu/device_stage.py)
+        self._device = DeviceStage(device_id, self._startup, self._handout)
+        self._batches = self._planner = None  # made at build, with the record
         self._cursor_lock = threading.RLock()  # run/next/reset/state: one caller at a time
         _fork.track(self)  # reset in a forked child (runtime/fork.py)
 
@@ -234,9 +219,7 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
         try:
             self._build(tl)
         except BaseException:
-            if self._decode_service is not None:  # (started early: they exit, their memory freed)
-                self._decode_service.close()
-                self._decode_service = None
+            self._device.close_decode_service()  # (started early: they exit, their memory freed)
             raise
         finally:
             tl.end("build")
@@ -249,7 +232,7 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
                 with self:
                     out = self.define_graph()
                 self.set_outputs(*(out if isinstance(out, (tuple, list)) else (out,)))
-            self._validate()
+            _graph.validate(self.graph)  # data moves cpu -> mixed -> gpu only
             sources = [op for op in self.graph.ops if op.schema.kind == "source"]
             if not sources:
                 raise ValueError("the pipeline has no reader or external source")
@@ -258,11 +241,7 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
             # a GPU decoder: its decode processes start now, while the readers index
             with tl.phase("build.gpu_check"):  # (imports cupy)
                 self._check_gpu()
-            if _startup.early():
-                with tl.phase("build.decode_processes.spawn"):
-                    self._spawn_decode_service(self.device_memory_budget, settings)
-            # this process's CUDA context, then the kernels used before, in a background thread
-            self._cuda_warm = _startup.warm_gpu(self.device_id or 0, tl) if _startup.early() else None
+            self._device.start_early(self.device_memory_budget, settings, tl)
         with tl.phase("build.readers"):
             self._sources = {op.id: op.schema.impl(op, self) for op in sources}
             self._driver = self._sources[sources[0].id]
@@ -292,79 +271,39 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
                                   sized=sized)
         tl.end("build.plan")
         self.build_plan, self._output_budget = plan, OutputBudget(plan)
-        if plan.decode is not None:
-            with tl.phase("build.decode_processes"):
-                self._start_decode_service(plan.decode)
-            self._paths_only = plan.paths_only
-        if self.has_device_stage:
-            tl.begin("build.cuda")
-            import cupy as cp
-
-            if self._cuda_warm is not None:
-                self._cuda_warm.wait()  # (the context made meanwhile, or failed: made here)
-            cp.cuda.Device(self.device_id or 0).use()
-            # one stream per device worker: batches' host-side launch work overlaps, and each
-            # batch's kernels stay in order on its own stream
-            self._streams = [cp.cuda.Stream(non_blocking=True) for _ in range(self.device_workers)]
-            self._stream = self._streams[0]
-            # the one stream every launch's outputs are made on: Pipeline._to_output_stream
-            self._out_stream = cp.cuda.Stream(non_blocking=True)
-            self._device_alloc = allocator.device_allocator(self.device_id or 0)
-            tl.end("build.cuda")
-        if self._decode_service is not None and not self._decode_service.connected:
-            self._connect_decode_service(tl)  # (their handshakes)
+        self._device.start(plan, tl)  # its decode processes, CUDA streams, their handshakes
+        self._batches = BatchMaking(self, self.graph, self._sources, plan, self._sharding,
+                                    self._retries, self.dali.fed, self.iter_setup, self._device.stream)
+        self._planner = PlanAhead(plan, self._outputs, self._batches)
+        self._device.bind(self._batches, self._planner, self._outputs, self._output_budget)
         self._built = True
-        self.device_summary = self._summarize_devices()
+        self.device_summary = self._device.summary()
         logging.getLogger("detaug").info("pipeline built: %s", self.device_summary)
+
+    def _check_gpu(self):
+        """GPU ops where no GPU can run them: one line saying what is missing (``check_gpu``)."""
+        check_gpu(self._needed_ops())
 
     def _needed_ops(self):
         """The ops the outputs need, inputs first (graph/trace.py ``needed_ops``)."""
         return _graph.needed_ops(self._outputs)
 
-    def _validate(self):
-        """Data moves cpu -> mixed -> gpu only (graph/trace.py ``validate``)."""
-        _graph.validate(self.graph)
-
     # ---- running ------------------------------------------------------------------------------
     def _executor_ready(self):
         _fork.check_usable(self)
         self.build()
-        with self._lock:
-            if self._executor is None:
-                self._executor = Executor(self)
-                self._submitted = (self._run_state.epoch, self._run_state.batch)
-        return self._executor
+        return self._queue.executor_ready(lambda: Executor(self))
+
+    _executor = property(lambda self: self._queue.executor, doc="The executor (None: not run yet).")
 
     def _fill_queue(self, need=False):
-        """Keep the launches in flight; ``need``: run() waits on the queue's head, so a
-        feed_input source with nothing fed is an error rather than a pause."""
-        ex = self._executor_ready()
+        """Keep the launches in flight (``LaunchQueue.fill``; ``need``: run() waits)."""
+        self._executor_ready()
         limit = len(self) if self._driver.size is not None else None
         # host processes of a CPU pipeline keep ``depth`` launches each (a GPU pipeline's device
         # stage, in this process, is what the depth bounds)
         per = 1 if self.has_device_stage else max(1, self.host_processes)
-        while len(ex.queue) < self.prefetch_queue_depth * per:
-            e, b = self._submitted
-            epoch = self._run_state.epoch
-            if limit is not None and b >= limit:
-                # sized sources prefetch on into the next epoch, as deep as within an epoch (kept
-                # if reset() follows): the queue never runs dry at an epoch's end
-                e, b = e + 1, 0
-                if limit == 0 or e > epoch + 1:
-                    break
-            elif e != epoch and (limit is None or e > epoch + 1):
-                break
-            count = 1 if limit is None else min(self.batches_per_launch, limit - b)
-            try:
-                submitted = ex.submit((e, b, count))
-            except _NotFed:
-                if ex.queue or self._ready or not need:
-                    break  # a feed_input source is fed as run() is called: prefetch no further
-                raise
-            if not submitted:
-                self._submitted = (e + 1, 0)  # an iterable source is spent: the epoch ends
-                break
-            self._submitted = (e, b + count)
+        self._queue.fill(need, limit, self.prefetch_queue_depth * per, self.batches_per_launch)
 
     @_run_state.serialised
     def run(self) -> tuple:
@@ -398,31 +337,14 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
 
     def _next_of_epoch(self):
         """The next batch of the current epoch; StopIteration at its end."""
-        if not self._ready:
-            self._fill_queue(need=True)
-            ex = self._executor
-            if not ex.queue or ex.queue[0][0][0] != self._run_state.epoch:
-                raise StopIteration
-            (epoch, b, _), (outs, event, skips, sizes, made_on) = ex.pop()
-            self._skips.count(skips, epoch)
-            parts = split_batches(outs, sizes) if len(sizes) > 1 else [outs]
-            self._ready.extend((b + k, part, event, made_on) for k, part in enumerate(parts))
-        b, outs, event, made_on = self._ready.popleft()
+        b, outs, event, made_on = self._queue.take(lambda: self._fill_queue(need=True))
         self._run_state.handed_out(b)
         self._handout.hand_out(outs, event, made_on)
         self.stats["batches"] += 1
         if not self._startup.has("first_batch"):
-            self._first_batch_out()
+            self.stats["startup"] = self._startup.first_batch()
         self._fill_queue()
         return outs
-
-    def _first_batch_out(self):
-        """The first batch is out: ``first_batch`` (build() called -> here) ends the timeline."""
-        tl = self._startup
-        start = tl.start_of("build")
-        if start is not None:
-            tl.record("first_batch", start, _startup.now())
-        self.stats["startup"] = tl.as_list()
 
     def __iter__(self):
         return self
@@ -434,19 +356,14 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
     @_run_state.serialised
     def reset(self) -> None:
         """Move on to the next epoch (new shuffle). Batches of it already prefetched are kept."""
-        ex = self._executor
         nxt = self._run_state.epoch + 1
-        if not self._ready and ex is not None and ex.queue and ex.queue[0][0][:2] == (nxt, 0):
+        if self._queue.holds_next_epoch():
             self._run_state.move_to(nxt, 0)
             return
         self._start(nxt, 0)
 
     def _start(self, epoch, batch):
-        self._ready.clear()
-        if self._executor is not None:
-            self._executor.clear()
-        self._run_state.move_to(epoch, batch)
-        self._submitted = (epoch, batch)
+        self._queue.restart(epoch, batch)  # nothing in flight, the cursor at (epoch, batch)
         if self._built:
             for s in self._sources.values():
                 getattr(s, "restart", lambda epoch: None)(epoch)
@@ -471,14 +388,14 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
         ex = self._executor_ready()
         with self._cursor_lock:
             key = (self._run_state.epoch if epoch is None else epoch, batch_index, 1)
-            prepared = self._prepare(key)
+            prepared = self._batches.prepare(key)
         result = ex.run_now(key, prepared)
         if self.has_device_stage:
-            result = self._run_device(result, ex.pool)
+            result = self._device.run_device(result, ex.pool)
         self._handout.hand_out(result[0], result[1], result[4])
         self._skips.count(result[2], key[0])
         if not self._startup.has("first_batch"):
-            self._first_batch_out()
+            self.stats["startup"] = self._startup.first_batch()
         return result[0]
 
     # ---- the cursor and the shards, handed to their parts (runtime/run_state.py, core/sharding.py)
@@ -493,13 +410,7 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
         nobody's) and thrown away. Then ``reset()`` finds the next epoch's first launch at the
         head of the queue and keeps the queue, where on its own it would clear it and make those
         launches again. At an epoch's end it is ``reset()``."""
-        self._ready.clear()
-        ex = self._executor
-        while ex is not None and ex.queue and ex.queue[0][0][0] == self._run_state.epoch:
-            try:
-                ex.pop()
-            except Exception:  # noqa: BLE001 - a failure of a batch nobody will see
-                pass
+        self._queue.drop_epoch()
         self.reset()
 
     @_run_state.serialised
@@ -615,6 +526,12 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
     decode_slots = _build_plan.Decided(
         "decode_slots", "Launches decoding or holding decoded images at once.")
 
+    # what the device stage holds (runtime/gpu/device_stage.py), read and set there: the ops
+    # (decoders.image, the readers) and the fork check read them off the pipeline
+    _decode_service, _paths_only = OnDevice("decode_service"), OnDevice("paths_only")
+    _decoded_keep, _stream = OnDevice("decoded_keep"), OnDevice("stream")
+    _streams, _out_stream = OnDevice("streams"), OnDevice("out_stream")
+
     def _settings(self) -> _build_plan.Settings:
         """The arguments build reads, as given."""
         return _build_plan.Settings(
@@ -659,15 +576,9 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
         if not _fork.owned_here(self):  # a fork's copy: the parent's threads and processes
             return
         with self._cursor_lock:
-            if self._executor is not None:
-                self._executor.shutdown()
-                self._executor = None
+            self._queue.shutdown()
             self._handout.let_go()
-            self._release_device_buffers(sync=True)
-            if self._decode_service is not None:
-                self._decode_service.close()
-                self._decode_service = None
-                self._paths_only = frozenset()  # a later run reads and decodes in this process
+            self._device.close()  # (a later run reads and decodes in this process)
 
     def __del__(self):
         # never join threads from a finaliser: the garbage collector may run it inside thread
@@ -675,13 +586,8 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
         if not _fork.owned_here(self):  # that did not adopt it (runtime/fork.py)
             return
         # (owned here: its __init__ ran to the end, where _fork.track is, so every attribute is set)
-        ex = self._executor
-        if ex is not None:
-            ex.shutdown(wait=False)
-        self._release_device_buffers(sync=False)
-        svc = self._decode_service
-        if svc is not None:
-            svc.stop()
+        self._queue.shutdown(wait=False)
+        self._device.stop()
 
 
 def _own_shard(args) -> bool:

@@ -48,6 +48,18 @@ def _check_dali_tuning(kwargs):
                       "value here", stacklevel=3)
 
 
+def prefetch_depth(value):
+    """``prefetch_queue_depth`` as given, or of DALI's separated queues (a dict of 'cpu_size'
+    and 'gpu_size') the deeper one."""
+    if not isinstance(value, dict):
+        return value
+    unknown = set(value) - {"cpu_size", "gpu_size"}
+    if unknown:
+        raise ValueError(f"prefetch_queue_depth: unknown keys {sorted(unknown)} (DALI's "
+                         "are 'cpu_size' and 'gpu_size')")
+    return max(int(v) for v in value.values())
+
+
 class ApiTypeCheck:
     """DALI's check against mixing ``run()`` ('BASIC') with a DALI iterator ('ITERATOR') on one
     pipeline: the first to use it fixes its API type; the other then raises RuntimeError."""

@@ -268,7 +268,7 @@ class _External(_Source):
     def _positions(ctx):
         """Each sample's place in the epoch order (the callable's ``idx_in_epoch``). A sample
         that replaces a skipped one (``on_error='skip'``) is the next record of the order: it
-        has that record's own place (``Pipeline._make_ctx``), so that the callable is asked for
+        has that record's own place (``BatchMaking.make_ctx``), so that the callable is asked for
         another sample (asked for the same place again, it gave the same bad sample until the
         whole order failed)."""
         return np.asarray(ctx.positions, np.int64)

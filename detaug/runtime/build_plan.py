@@ -174,7 +174,7 @@ def _decode_processes_plan(budget, settings, sizes, images, batch_bytes, batches
     from .gpu import early_decode
 
     # the processes started early come with this process's decoder for the first launches
-    # (device_stage._spawn_decode_service): its buffers count beside theirs
+    # (DeviceStage.spawn_decode_service): its buffers count beside theirs
     early = startup.early() and early_decode.enabled()
     plan = decode_side_plan(budget, settings, sizes, images,
                             cap=memory_plan.decode_cap(budget, out, work), early=early)

@@ -31,7 +31,7 @@ class BatchContext:
         self.values = {}
         self.batch_size = len(self.sample_index)
         # decode-process leases of this batch's images: given the batch's final event in
-        # Pipeline._collect, so that releasing them needs no CUDA call (see decode_proc._Lease)
+        # DeviceStage.collect, so that releasing them needs no CUDA call (see decode_proc._Lease)
         self.leases = []
         self._levels = None  # the samples of each level (multi-sample ops: partners.py)
         self.level = ()

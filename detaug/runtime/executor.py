@@ -102,8 +102,15 @@ class _Admit:
 
 
 class Executor:
+    """Makes a built pipeline's launches: the host stage in threads or host worker processes,
+    the device stage in device threads, handed back in submission order (:meth:`pop`). A launch
+    runs through the parts the pipeline holds, taken here once (its build's record, the batch
+    making, planning ahead and the device stage)."""
+
     def __init__(self, pipeline):
         self.p = pipeline
+        self._plan, self._batches = pipeline.build_plan, pipeline._batches
+        self._planner, self._device = pipeline._planner, pipeline._device
         self.queue = collections.deque()
         self.workers = self.pool = self.batch_pool = self.device_pool = None
         self.first_pools = None  # (launch thread, sample threads) of the first launch, see submit
@@ -121,7 +128,7 @@ class Executor:
             # plan its launches: detaug/runtime/gpu/plan_ahead.py; they make no CUDA call). Held: the first
             # launch is made here, in threads over every core, before the workers take any
             with timeline.phase("run.host_workers"):
-                self.workers = HostWorkers(pipeline.host_processes, pipeline._run_host_job,
+                self.workers = HostWorkers(pipeline.host_processes, self.run_host_job,
                                            hold=startup.early()
                                            and not timeline.has("first_launch.host"))
             if self.workers.holding:
@@ -155,7 +162,7 @@ class Executor:
     def submit(self, key):
         """Queue the launch ``key = (epoch, first batch, batch count)``; source ops read in order here."""
         try:
-            prepared = self.p._prepare(key)
+            prepared = self._batches.prepare(key)
         except NotFed:
             raise
         except Exception as e:
@@ -193,7 +200,7 @@ class Executor:
         else:
             first = not self._first_made and not timeline.has("first_launch.host")
             self._first_made = True
-            fut = self.batch_pool.submit(self._first_host if first else self.p._run_host, key,
+            fut = self.batch_pool.submit(self._first_host if first else self.run_host, key,
                                          prepared, self.pool)
             host = fut.result
         seq = None
@@ -208,7 +215,7 @@ class Executor:
                 h = host()
                 launch_profile.mark(self.slots, seq, "planned")
                 if seq or timeline.has("first_launch.device"):
-                    return self.p._run_device(h, self.pool, self._local.stream, admit)
+                    return self._device.run_device(h, self.pool, self._local.stream, admit)
                 # the first launch's device stage, timed to its end on the device (the caller
                 # waits for that batch in any case)
                 timeline.begin("first_launch.device")
@@ -219,7 +226,7 @@ class Executor:
                     timeline.begin("first_launch.outputs")  # the kernels (their compile or load)
 
                 admit.on_output = decoded
-                out = self.p._run_device(h, self.pool, self._local.stream, admit)
+                out = self._device.run_device(h, self.pool, self._local.stream, admit)
                 if out[1] is not None:
                     out[1].synchronize()
                 timeline.end("first_launch.outputs")
@@ -230,12 +237,28 @@ class Executor:
         self.queue.append((key, fut, seq))
         return True
 
+    def run_host(self, key, prepared, pool):
+        """The host stage of the launch ``key`` (in a thread, or through :meth:`run_host_job` in a
+        host worker): a GPU pipeline's plan (planned ahead) or batch context, with the key and
+        ``prepared``; a CPU pipeline's outputs."""
+        bp = self._plan
+        if bp.has_device_stage and bp.plan_ahead:
+            return key, prepared, self._planner.plan_or_not(key, prepared, pool)
+        ctx = self._batches.host_stage(key, prepared, pool)
+        return (key, prepared, ctx) if bp.has_device_stage else self._device.collect(ctx)
+
+    def run_host_job(self, key, prepared):
+        """The host stage of a launch in a host worker process (single-threaded there): a CPU
+        pipeline's outputs, or a GPU pipeline's plan (detaug/runtime/gpu/plan_ahead.py)."""
+        out = self.run_host(key, prepared, None)
+        return out[2] if self._plan.has_device_stage else out
+
     def _first_host(self, key, prepared, pool):
         """The first launch's host stage, in this process (timed: ``first_launch.host``)."""
         timeline = self.p._startup
         timeline.begin("first_launch.host")
         try:
-            return self.p._run_host(key, prepared, pool)
+            return self.run_host(key, prepared, pool)
         finally:
             timeline.end("first_launch.host")
 
@@ -294,7 +317,7 @@ class Executor:
                 self._release_workers()  # random access first: no launch of this process to wait for
             result = self.workers.submit(key, prepared).result()
             return (key, prepared, result) if self.p.has_device_stage else result
-        return self.p._run_host(key, prepared, self.pool)
+        return self.run_host(key, prepared, self.pool)
 
     def shutdown(self, wait=True):
         if wait:

@@ -80,16 +80,14 @@ def check_usable(pipe) -> None:
 def after_fork_in_child(pipe) -> None:
     """Reset ``pipe`` in a forked child (see the module's docstring). Nothing of the parent's is
     stopped, joined, freed or sent to: its executor and host workers are abandoned as they are."""
-    pipe._lock = threading.Lock()
     pipe._cursor_lock = threading.RLock()
     pipe._skips.after_fork()
     timeline = getattr(pipe, "_startup", None)
     if timeline is not None and hasattr(timeline, "_lock"):
         timeline._lock = threading.Lock()
-    ex, pipe._executor = pipe._executor, None
+    ex = pipe._queue.after_fork()  # (a new lock, nothing in flight)
     if ex is not None and ex.workers is not None:
         ex.workers.abandon()
-    pipe._ready.clear()  # made in the parent for its cursor; the child makes them again
     gpu = pipe.has_device_stage or pipe._decode_service is not None or pipe._stream is not None
     if gpu:
         pipe._fork_error = (

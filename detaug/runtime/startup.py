@@ -168,6 +168,14 @@ class Timeline:
         finally:
             self.end(name)
 
+    def first_batch(self) -> list:
+        """The first batch is out: ``first_batch`` (build() called -> now) ends the timeline,
+        once (where build began). Returns :meth:`as_list`."""
+        start = self.start_of("build")
+        if start is not None:
+            self.record("first_batch", start, now())
+        return self.as_list()
+
     def as_list(self) -> list:
         """The phases that ended, in the order they began (see the module's docstring)."""
         with self._lock:

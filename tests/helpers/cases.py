@@ -207,7 +207,7 @@ def plan_without_cupy(pipe, key):
     saved = sys.modules["cupy"]
     sys.modules["cupy"] = None
     try:
-        plan = pipe._plan_launch(key, pipe._prepare(key), None)
+        plan = pipe._planner.plan_launch(key, pipe._batches.prepare(key), None)
     finally:
         sys.modules["cupy"] = saved
     return pickle.loads(pickle.dumps(plan, protocol=5))

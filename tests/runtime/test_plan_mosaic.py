@@ -153,8 +153,9 @@ def test_the_yolo_recipe_plans_every_device_op(kernels, monkeypatch, partners):
         assert isinstance(out, DeferredWarp) and isinstance(out.source.launch, KernelLaunch)
         # the planned values of one launch, kept to run its last ops both ways
         key = (1, 0, 1)
-        ctx = pipe._with_retries(key, pipe._prepare(key), None, lambda c: (
-            pipe._run_ops(c, pipe.build_plan.host_ops), pipe._run_ops(c, pipe.build_plan.ahead.plan_ops)),
+        bm = pipe._batches
+        ctx = bm.with_retries(key, bm.prepare(key), None, lambda c: (
+            bm.run_ops(c, pipe.build_plan.host_ops), bm.run_ops(c, pipe.build_plan.ahead.plan_ops)),
             ctx_type=_PlanContext)
         by_name = {op.schema.name: op for op in pipe.build_plan.ahead.plan_ops}
         hsv, letterbox = by_name["hsv"], by_name["letterbox"]
@@ -179,7 +180,7 @@ def test_the_yolo_recipe_plans_every_device_op(kernels, monkeypatch, partners):
         tail = ops[ops.index(hsv):ops.index(letterbox) + 1]
         assert [op.schema.name for op in tail] == ["hsv", "flip", "letterbox"]
         kernels.calls.clear()
-        pipe._run_ops(ctx, tail)
+        bm.run_ops(ctx, tail)
         now = np.asarray(M.images(ctx.values[(letterbox.id, 0)], ctx).raw)
         assert [c.split("_")[0] for c in kernels.calls] == ["hsv", "warp"]
         assert later.shape == now.shape == (4, 32, 32, 3)

@@ -124,7 +124,7 @@ def test_planned_parameters_equal_the_whole_run(gpu_pipe, monkeypatch):
     try:
         for epoch, b in ((0, 0), (0, 3), (1, 2)):
             key = (epoch, b, 1)
-            plan = pickle.loads(pickle.dumps(gpu._plan_launch(key, gpu._prepare(key), None),
+            plan = pickle.loads(pickle.dumps(gpu._planner.plan_launch(key, gpu._batches.prepare(key), None),
                                              protocol=5))
             launches = {}
             for o in gpu._outputs:

@@ -121,7 +121,7 @@ def test_bad_sample_in_an_iterable_batch_under_skip_on_the_gpu_is_a_named_error_
 
 @pytest.mark.parametrize("seed", [0, fresh_seed()])
 def test_a_retry_gives_a_replaced_sample_its_records_place(seed):
-    """Pipeline._make_ctx with a retry's indices: a replaced sample's position is its record's
+    """BatchMaking.make_ctx with a retry's indices: a replaced sample's position is its record's
     place in the (shuffled) epoch order; the other samples keep theirs."""
     pipe = Pipeline(batch_size=4, num_threads=1, seed=seed, host_processes=0)
     with pipe:
@@ -129,11 +129,11 @@ def test_a_retry_gives_a_replaced_sample_its_records_place(seed):
                                             batch=False, size=11))
     pipe.build()
     order = pipe.schedule.shard_order(1)
-    ctx = pipe._make_ctx((1, 1, 1), {}, None)
+    ctx = pipe._batches.make_ctx((1, 1, 1), {}, None)
     assert list(ctx.positions) == [4, 5, 6, 7] and list(ctx.sample_index) == list(order[4:8])
     indices = ctx.sample_index.copy()
     indices[1], indices[3] = order[9], order[10]  # two samples replaced by later records
-    retry = pipe._make_ctx((1, 1, 1), {}, None, indices)
+    retry = pipe._batches.make_ctx((1, 1, 1), {}, None, indices)
     assert list(retry.positions) == [4, 9, 6, 10]
     assert list(retry.sample_index) == list(indices)
     pipe.close()

@@ -49,7 +49,7 @@ def enabled() -> bool:
 class EarlyLease(_Lease):
     """The buffer of one request decoded here, owned until it is retired (the batch's event:
     its images' last use), as a decode process's ring region is (so a graph that outputs the
-    decoded images hands out copies, as with the decode processes: DeviceStage._collect). A
+    decoded images hands out copies, as with the decode processes: DeviceStage.collect). A
     lease dropped without being retired makes no CUDA call (the garbage collector may drop it
     anywhere): its buffer is freed at the next request or at close."""
 

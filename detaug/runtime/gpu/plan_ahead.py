@@ -1,6 +1,6 @@
 """Planning ahead: a GPU pipeline's host work as a pure function of the launch, run in host
-worker processes; this process keeps only the device work (a mixin of
-:class:`detaug.pipeline.Pipeline`).
+worker processes; this process keeps only the device work (:class:`PlanAhead`, a part the
+pipeline holds, made at build with the build's record, the outputs and the batch making part).
 
 The device ops of a detection pipeline mostly plan on the host: geometric ops compose matrices
 from image sizes, random draws and boxes (detaug/core/batch.py), box ops are small array math, and the
@@ -8,14 +8,14 @@ one warp that ends a chain is a kernel launch whose metadata is all host arrays.
 decode and that launch need the GPU. The decoded sizes are the annotated sizes (the decode
 checks them), so the whole plan can be made before the decode, from the reader's data alone:
 
-* **plan** (:meth:`PlanAhead._plan_launch`, in a host worker process, or a thread): the host
+* **plan** (:meth:`PlanAhead.plan_launch`, in a host worker process, or a thread): the host
   ops, then the device ops that plan on the host (each declares it: ``OpSchema.plans``, read
   by :func:`_static_plannable`) with the images a
   :class:`~detaug.core.batch.PlannedImages` (shapes, no pixels), the boxes on the host (the NumPy
   twins of the box kernels) and the warp a :class:`~detaug.core.batch.DeferredWarp` (the launch's
   metadata, :func:`~detaug.kernels.warp.plan_warp`). What the rest of the graph and the outputs
   need travels as a :class:`LaunchPlan`, arrays in shared memory (detaug/runtime/host_workers.py).
-* **run** (:meth:`PlanAhead._run_planned`, a device thread of this process): the decode request
+* **run** (:meth:`PlanAhead.run_planned`, a device thread of this process): the decode request
   (admitted in launch order), then, in an output slot: one warp launch per planned warp, one
   upload of every box array, the device ops that could not be planned (a RetinaNet encoder, a
   colour op whose input is made on the device), and the batch's event.
@@ -34,6 +34,7 @@ import os
 from ...core.batch import BoxBatch, ImageBatch, PaddedBoxes
 from ...core.deferred import is_planned, planned_sources, realize
 from ...graph.trace import PARAMS
+from ..batch_making import retire_leases
 from ..context import BatchContext
 from ...core.errors import NotPlannable, SampleError
 from .launch_profile import stamp
@@ -149,31 +150,37 @@ def choose(host_ops, device_ops, outputs, mixed_decode) -> Ahead:
 
 
 class PlanAhead:
-    """The plan-ahead methods of Pipeline (which holds the state they use; what build decided,
-    :class:`Ahead`, is its ``build_plan.ahead``)."""
+    """Planning a pipeline's launches ahead and running them planned, a part the pipeline holds:
+    made at build with what it reads, the build's record ``plan`` (which ops plan:
+    :class:`Ahead`, its ``ahead``; the ops of each stage; the multi-sample levels), the
+    pipeline's ``outputs`` and the ``batches`` part (detaug/runtime/batch_making.py) that runs
+    the ops, makes the batch contexts and replaces bad samples."""
+
+    def __init__(self, plan, outputs, batches):
+        self.plan, self.outputs, self.batches = plan, outputs, batches
 
     # ---- the host side (a worker process or a thread) ------------------------------------------
-    def _plan_launch(self, key, prepared, pool, indices=None, skips=None, walks=None):
+    def plan_launch(self, key, prepared, pool, indices=None, skips=None, walks=None):
         """The :class:`LaunchPlan` of ``key``: the host ops and the plannable device ops, bad
         files replaced under on_error='skip' (runtime/retries.py). NotPlannable where it
         cannot be planned."""
-        bp = self.build_plan
+        bp, bm = self.plan, self.batches
 
         def stage(ctx):
-            self._run_ops(ctx, bp.host_ops)
-            self._run_ops(ctx, bp.ahead.plan_ops)
+            bm.run_ops(ctx, bp.host_ops)
+            bm.run_ops(ctx, bp.ahead.plan_ops)
             self._plan_params(ctx, bp.ahead.param_ops)
-            plan_output_warps(bp.ahead, self._outputs, ctx)
+            plan_output_warps(bp.ahead, self.outputs, ctx)
 
-        ctx = self._with_retries(key, prepared, pool, stage, indices, skips=skips, walks=walks,
-                                 ctx_type=_PlanContext)
+        ctx = bm.with_retries(key, prepared, pool, stage, indices, skips=skips, walks=walks,
+                              ctx_type=_PlanContext)
         return LaunchPlan(ctx, bp.ahead.plan_keys)
 
     def _plan_params(self, ctx, ops):
         """The parameters of ``ops`` (each declares a host plan: OpSchema.host_plan) into
         ``ctx.values``, each at its level (runtime/partners.py), from the same draws the op
         would make when it runs (runtime/batch_making.py: ``_params_of``)."""
-        levels = self.build_plan.levels
+        levels = self.plan.levels
         try:
             for op in ops:
                 if levels:
@@ -189,20 +196,23 @@ class PlanAhead:
             if levels:
                 ctx.use_level(())
 
-    def _plan_or_not(self, key, prepared, pool):
+    def plan_or_not(self, key, prepared, pool):
+        """The :class:`LaunchPlan` of ``key``, or :class:`NotPlanned` saying why not."""
         try:
-            return self._plan_launch(key, prepared, pool)
+            return self.plan_launch(key, prepared, pool)
         except NotPlannable as e:
             return NotPlanned(str(e))
 
     # ---- the device side (this process) --------------------------------------------------------
-    def _run_planned(self, key, prepared, plan, pool, stream, admit):
+    def run_planned(self, key, prepared, plan, pool, stream, admit, device):
         """Decode, warp and upload a planned launch, run the device ops that were not planned,
-        collect its outputs. A bad file (a decode error, a size other than annotated) is
-        replaced as the host stage replaces one, and the launch re-planned here."""
+        collect its outputs (on ``device``, the pipeline's device stage: its output stream and
+        its collection). A bad file (a decode error, a size other than annotated) is replaced
+        as the host stage replaces one, and the launch re-planned here."""
+        bm = self.batches
         while True:
-            ctx = BatchContext(self, plan.epoch, plan.batch_index, plan.sample_index,
-                               plan.positions, stream, pool, self.schedule)
+            ctx = bm.context(BatchContext, plan.epoch, plan.batch_index, plan.sample_index,
+                             plan.positions, stream, pool, bm.schedule)
             ctx.prepared, ctx.sizes, ctx.skips, ctx.walks = prepared, plan.sizes, plan.skips, plan.walks
             try:
                 admit.decode()  # a ring slot, in launch order
@@ -210,21 +220,21 @@ class PlanAhead:
                     decoded = self._decode_planned_of(ctx, plan)
                 stamp(admit, "decoded")
                 admit()  # an output slot, in launch order
-                self._to_output_stream(ctx, admit)
+                device.to_output_stream(ctx, admit)
                 with ctx.on_stream():
                     self._realize(ctx, plan, decoded)
-                self._run_ops(ctx, self.build_plan.ahead.rest_ops)
+                bm.run_ops(ctx, self.plan.ahead.rest_ops)
                 break
             except SampleError as e:
-                self._retire_leases(ctx)  # the next attempt decodes again
-                indices = self._retries.replacement(self.schedule, key, ctx, e, ctx.walks)
+                retire_leases(ctx)  # the next attempt decodes again
+                indices = bm.replacement(key, ctx, e)
                 try:
-                    plan = self._plan_launch(key, prepared, pool, indices, ctx.skips, ctx.walks)
+                    plan = self.plan_launch(key, prepared, pool, indices, ctx.skips, ctx.walks)
                 except NotPlannable:  # (a replacement of unknown size) the whole launch here
-                    ctx = self._with_retries(key, prepared, pool, self._run_whole, indices,
-                                             stream=ctx.stream, skips=ctx.skips, walks=ctx.walks)
+                    ctx = bm.with_retries(key, prepared, pool, bm.run_whole, indices,
+                                          stream=ctx.stream, skips=ctx.skips, walks=ctx.walks)
                     break
-        out = self._collect(ctx)
+        out = device.collect(ctx)
         stamp(admit, "made")
         admit.decoded()  # its decoded images are retired: the next launch may decode
         return out
@@ -243,7 +253,7 @@ class PlanAhead:
         try:
             return self._decode_plan(ctx, plan)
         except SampleError as e:
-            bp = self.build_plan
+            bp = self.plan
             if bp.levels and e.position is not None:
                 if bp.decode_level is None:  # decoders at several levels: no one owner
                     e.position = None
@@ -264,7 +274,7 @@ class PlanAhead:
         as they are."""
         from ...core.backend import upload_many
 
-        host, todo, made, planned_ids = [], [], {}, self.build_plan.ahead.planned_ids
+        host, todo, made, planned_ids = [], [], {}, self.plan.ahead.planned_ids
         for k, v in plan.values.items():
             if k[0] not in planned_ids:
                 ctx.values[k] = v
