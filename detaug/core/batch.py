@@ -54,6 +54,9 @@ class Geometry:
         steps: the ops of the chain, in order.
         antialias: False when an op of the chain asked for no antialiasing (``antialias=False``):
             the chain's one warp then samples each output pixel once.
+        filter: 'box' (detaug's warp: the mean of bilinear samples where the chain shrinks) or
+            'triangle' (an op of the chain asked for DALI's resampling filter: its samples whose
+            map is axis-aligned take it, kernels/resample.py; the others the warp).
     """
 
     matrices: np.ndarray
@@ -62,8 +65,10 @@ class Geometry:
     source_sizes: np.ndarray
     steps: tuple = ()
     antialias: bool = True
+    filter: str = "box"
 
-    def then(self, m_op, sizes, fill=None, box_mode=None, antialias=True) -> "Geometry":
+    def then(self, m_op, sizes, fill=None, box_mode=None, antialias=True,
+             filter=None) -> "Geometry":
         fill = self.fill if fill is None else np.broadcast_to(
             np.asarray(fill, np.float64).reshape(len(sizes), -1), self.fill.shape).copy()
         sizes = np.asarray(sizes, np.int64).reshape(-1, 2)
@@ -71,7 +76,8 @@ class Geometry:
         composed = np.matmul(m_op, self.matrices)
         step = Step(m_op, composed, sizes, fill, box_mode == "ellipse")
         return Geometry(composed, sizes, fill, self.source_sizes, self.steps + (step,),
-                        self.antialias and bool(antialias))
+                        self.antialias and bool(antialias),
+                        "triangle" if "triangle" in (filter, self.filter) else "box")
 
     def valid_region(self):
         """The part of the output that holds source content: see :func:`geometry.valid_region`."""

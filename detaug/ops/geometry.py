@@ -110,7 +110,7 @@ def pair(value, name):
     return v
 
 
-def apply_geometry(ctx, op, inputs, plan, fill=None, box_mode=None, antialias=True):
+def apply_geometry(ctx, op, inputs, plan, fill=None, box_mode=None, antialias=True, filter=None):
     """Shared body of every geometric op.
 
     ``plan(sizes (B, 2) int (H, W), boxes: BoxBatch | None) -> (matrices (B, 3, 3),
@@ -118,6 +118,8 @@ def apply_geometry(ctx, op, inputs, plan, fill=None, box_mode=None, antialias=Tr
     Inputs: (images[, boxes]) or (boxes,) alone (then the boxes' canvas gives the sizes).
     ``antialias=False`` turns supersampling off for the fused warp of the chain this op joins
     (:attr:`detaug.core.batch.Geometry.antialias`): one bilinear sample per output pixel.
+    ``filter='triangle'`` gives the chain DALI's resampling filter
+    (:attr:`detaug.core.batch.Geometry.filter`, kernels/resample.py).
     """
     images = next((i for i in inputs if isinstance(i, ImageBatch)), None)
     boxes = next((i for i in inputs if isinstance(i, BoxBatch)), None)
@@ -136,7 +138,8 @@ def apply_geometry(ctx, op, inputs, plan, fill=None, box_mode=None, antialias=Tr
             f = None if fill is None else np.broadcast_to(
                 np.asarray(fill, np.float64).reshape(len(sizes), -1) if np.ndim(fill) == 2
                 else np.asarray(fill, np.float64), (len(sizes), v.channels))
-            outs.append(v.with_geometry(v.pending().then(m, out_sizes, f, antialias=antialias)))
+            outs.append(v.with_geometry(v.pending().then(m, out_sizes, f, antialias=antialias,
+                                                         filter=filter)))
         else:
             reg = G.canvas_region(m, v.content_region(), out_sizes)
             b = v.with_geometry(v.pending().then(m, out_sizes, box_mode=box_mode)).replace(region=reg)
@@ -313,7 +316,17 @@ def resize(ctx, op, inputs, args):
         out = resize_sizes(args, sizes)
         return G.scale(out[:, 1] / sizes[:, 1], out[:, 0] / sizes[:, 0]), out, None
 
-    return apply_geometry(ctx, op, inputs, plan, antialias=bool(args["antialias"]))
+    return apply_geometry(ctx, op, inputs, plan, antialias=bool(args["antialias"]),
+                          filter=resize_filter(inputs, args))
+
+
+def resize_filter(inputs, args) -> str:
+    """DALI's triangle filter (kernels/resample.py) for DALI's form of the resize: images alone
+    (DALI's resize takes one input), or any of DALI's filter arguments given; detaug's box-aware
+    form (images with their boxes) keeps detaug's warp ('box')."""
+    dali = (not any(isinstance(v, BoxBatch) for v in inputs)
+            or any(args.get(k) is not None for k in ("interp_type", "min_filter", "mag_filter")))
+    return "triangle" if dali else "box"
 
 
 declare_ranges("letterbox", size=side(), fill=finite(form='seq'))

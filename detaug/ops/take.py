@@ -17,7 +17,7 @@ def take_geometry(g: Geometry | None, idx) -> Geometry | None:
     steps = tuple(Step(s.matrix[idx], s.composed[idx], s.sizes[idx], s.fill[idx], s.ellipse)
                   for s in g.steps)
     return Geometry(g.matrices[idx], g.sizes[idx], g.fill[idx], g.source_sizes[idx], steps,
-                    g.antialias)
+                    g.antialias, g.filter)
 
 
 def take_images(images: ImageBatch, idx) -> ImageBatch:
