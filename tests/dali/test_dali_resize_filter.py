@@ -1,0 +1,154 @@
+"""Which filter a resize takes in a pipeline: DALI's form (``fn.resize(images)`` / ``ops.Resize``,
+images alone, or any of DALI's filter arguments) DALI's triangle (kernels/resample.py), checked
+against a float64 model of DALI's filter; detaug's box-aware form (``fn.resize(images, boxes)``)
+detaug's warp, unchanged; ``antialias=False`` one bilinear sample, unchanged; both CPU warps;
+the GPU pipeline against the CPU one."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import detaug.fn as fn
+import detaug.ops as ops
+import detaug.types as types
+from detaug import pipeline_def
+from detaug.core import backend
+from detaug.kernels import warp as W
+from helpers import fresh_seed, run_graph, to_np
+
+
+@pytest.fixture(params=("opencv", "reference"))
+def cpu_warp(request):
+    before = backend.cpu_warp()
+    backend.set_cpu_warp(request.param)
+    yield request.param
+    backend.set_cpu_warp(before)
+
+
+def _axis(n_in: int, n_out: int) -> np.ndarray:
+    """(n_out, n_in): DALI's triangle, radius max(1, in / out), centres at +0.5, normalised,
+    taps clamped to the image."""
+    s = n_in / n_out
+    r = max(1.0, s)
+    w = np.zeros((n_out, n_in))
+    for i in range(n_out):
+        t = (i + 0.5) * s
+        ps = np.arange(int(np.floor(t - 0.5 - r)), int(np.ceil(t - 0.5 + r)) + 1)
+        k = np.maximum(0.0, 1.0 - np.abs(ps + 0.5 - t) / r)
+        np.add.at(w[i], np.clip(ps, 0, n_in - 1), k / k.sum())
+    return w
+
+
+def dali_resize(img, oh, ow):
+    return np.einsum("ij,jkc,lk->ilc", _axis(img.shape[0], oh), img.astype(np.float64),
+                     _axis(img.shape[1], ow), optimize=True)
+
+
+def _assert_rounded(out, ref):
+    want = np.clip(np.floor(ref + 0.5), 0, 255)
+    tie = np.abs(ref - np.floor(ref) - 0.5) < 1e-6
+    ok = (out == want) | (tie & (np.abs(out - ref) <= 0.5 + 1e-6))
+    assert ok.all(), (np.argwhere(~ok)[:5], out[~ok][:5], ref[~ok][:5])
+
+
+def _scale(ih, iw, oh, ow):
+    return np.diag([ow / iw, oh / ih, 1.0])[None]
+
+
+def _images(rng, n=3):
+    return [rng.integers(0, 256, (int(h), int(w), 3), dtype=np.uint8)
+            for h, w in rng.integers(20, 70, (n, 2))]
+
+
+def test_dali_form_takes_dalis_filter(cpu_warp):
+    """fn.resize(images) (and a per-sample resize_shorter) at about half size and at 0.37x."""
+    rng = np.random.default_rng(fresh_seed())
+    imgs = _images(rng)
+    boxes = [np.zeros((0, 4))] * len(imgs)
+    half, short = run_graph(imgs, boxes, lambda i, b: (fn.resize(i, size=(17, 23)),
+                                                       fn.resize(i, resize_shorter=9)))
+    for k, img in enumerate(imgs):
+        _assert_rounded(np.asarray(half.at(k)), dali_resize(img, 17, 23))
+        h, w = img.shape[:2]
+        s = 9 / min(h, w)
+        oh, ow = int(round(h * s)), int(round(w * s))
+        got = np.asarray(short.at(k))
+        assert got.shape == (oh, ow, 3)
+        _assert_rounded(got, dali_resize(img, oh, ow))
+
+
+def test_class_api_and_filter_arguments(cpu_warp):
+    """ops.Resize (DALI's older API) and fn.resize(images, boxes, interp_type=INTERP_LINEAR) (a
+    DALI filter argument given) take DALI's filter too."""
+    rng = np.random.default_rng(fresh_seed())
+    imgs = _images(rng, 2)
+    boxes = [np.array([[1.0, 2.0, 10.0, 12.0]])] * 2
+    resize = ops.Resize(resize_x=11, resize_y=13)
+    a, b, _ = run_graph(imgs, boxes, lambda i, bx: (
+        resize(i), *fn.resize(i, bx, size=(13, 11), interp_type=types.INTERP_LINEAR)))
+    for k, img in enumerate(imgs):
+        ref = dali_resize(img, 13, 11)
+        _assert_rounded(np.asarray(a.at(k)), ref)
+        _assert_rounded(np.asarray(b.at(k)), ref)
+
+
+def test_detaug_form_and_antialias_false_keep_the_warp():
+    """fn.resize(images, boxes) is detaug's box-aware op: detaug's warp (the mean of bilinear
+    samples), as before; antialias=False (either form) samples once, as before."""
+    rng = np.random.default_rng(fresh_seed())
+    imgs = [rng.integers(0, 256, (30, 44, 3), dtype=np.uint8) for _ in range(2)]
+    boxes = [np.array([[3.0, 4.0, 20.0, 25.0]])] * 2
+    before = backend.cpu_warp()
+    backend.set_cpu_warp("reference")
+    try:
+        own, _, plain = run_graph(imgs, boxes, lambda i, b: (
+            *fn.resize(i, b, size=(13, 17)), fn.resize(i, size=(13, 17), antialias=False)))
+    finally:
+        backend.set_cpu_warp(before)
+    m = _scale(30, 44, 13, 17)
+    for k, img in enumerate(imgs):
+        np.testing.assert_array_equal(np.asarray(own.at(k)), W.warp_numpy([img], m, [[13, 17]])[0])
+        np.testing.assert_array_equal(np.asarray(plain.at(k)),
+                                      W.warp_numpy([img], m, [[13, 17]], antialias=False)[0])
+    assert not np.array_equal(np.asarray(own.at(0)),
+                              np.clip(np.floor(dali_resize(imgs[0], 13, 17) + 0.5), 0, 255))
+
+
+def test_resize_then_mirror_normalize_float():
+    """The filter joins the fused chain: resize, then crop_mirror_normalize (crop, mirror,
+    normalise to float) gives the triangle's value mirrored and normalised (not rounded)."""
+    rng = np.random.default_rng(fresh_seed())
+    img = rng.integers(0, 256, (41, 33, 3), dtype=np.uint8)
+
+    @pipeline_def(batch_size=1, num_threads=1, device_id=None, seed=3)
+    def pipe():
+        i = fn.external_source(source=lambda: [img], layout="HWC")
+        r = fn.resize(i, resize_x=15, resize_y=19)
+        return fn.crop_mirror_normalize(r, crop=(19, 15), mirror=1, mean=[1.0, 2.0, 3.0],
+                                        std=[2.0, 2.0, 2.0], output_layout="HWC",
+                                        dtype=types.FLOAT)
+
+    p = pipe()
+    p.build()
+    (out,) = p.run()
+    want = (dali_resize(img, 19, 15)[:, ::-1] - [1.0, 2.0, 3.0]) / 2.0
+    np.testing.assert_allclose(np.asarray(out.at(0)), want, atol=1e-4)
+
+
+@pytest.mark.gpu
+def test_gpu_pipeline_equals_cpu():
+    """The DALI form on the GPU (resample.cu, one launch) = the CPU pipeline within a level; the
+    box-aware form as before (the warp's own parity)."""
+    rng = np.random.default_rng(fresh_seed())
+    imgs = _images(rng, 4)
+    boxes = [np.array([[1.0, 1.0, 9.0, 9.0]])] * 4
+
+    def graph(i, b):
+        return fn.resize(i, size=(21, 19)), fn.flip(fn.resize(i, resize_shorter=12), horizontal=1)
+
+    cpu = run_graph(imgs, boxes, graph)
+    gpu = run_graph(imgs, boxes, graph, device="gpu")
+    for c, g in zip(cpu, gpu):
+        for k in range(len(imgs)):
+            d = np.abs(to_np(g.at(k)).astype(int) - np.asarray(c.at(k)).astype(int))
+            assert d.max() <= 1 and (d > 0).mean() < 1e-2
