@@ -21,12 +21,15 @@ GEO = dict(devices=("cpu", "gpu"), inputs=(1, 2), kind="geometric",
 
 # ---- output rules (detaug/core/shapes.py): the sizes each op's outputs take, from its inputs' ----
 def window_hw(a):
-    """A fixed crop window's (h, w) from crop / crop_h and crop_w, or None."""
-    if S.pair(a.get("crop")):
-        return S.pair(a["crop"])
-    if a.get("crop_h") is not None and a.get("crop_w") is not None:
-        return S.pair((a["crop_h"], a["crop_w"]))
-    return None
+    """A fixed crop window's (h, w) from crop / crop_h and crop_w, each DALI's float32 argument
+    truncated as its crop takes it (``static_cast<int>``), at least 1; or None."""
+    v = a.get("crop") if S.pair(a.get("crop")) else None
+    if v is None and a.get("crop_h") is not None and a.get("crop_w") is not None:
+        v = (a["crop_h"], a["crop_w"]) if S.pair((a["crop_h"], a["crop_w"])) else None
+    if v is None:
+        return None
+    v = (v, v) if np.ndim(v) == 0 else v
+    return tuple(max(int(np.float32(x)), 1) for x in v)
 
 
 @S.image_rule
@@ -166,8 +169,9 @@ def _crop_size(args, sizes):
     b = len(sizes)
     if args.get("crop") is not None:
         return pair_per_sample(args["crop"], b, "crop")
-    ch = args.get("crop_h") or sizes[:, 0]
-    cw = args.get("crop_w") or sizes[:, 1]
+    # (a per-sample crop_h / crop_w is an array: `or` would ask for its truth value)
+    ch = args["crop_h"] if _given(args.get("crop_h")) else sizes[:, 0]
+    cw = args["crop_w"] if _given(args.get("crop_w")) else sizes[:, 1]
     return per_sample(ch, b), per_sample(cw, b)
 
 
@@ -193,7 +197,8 @@ def crop_plan(args, sizes):
         x0, y0 = np.round(w[:, 0]), np.round(w[:, 1])
         cw, ch = np.round(w[:, 2]) - x0, np.round(w[:, 3]) - y0
     else:
-        ch, cw = (np.round(v) for v in _crop_size(args, sizes))
+        # DALI's crop size is its float32 argument truncated (static_cast<int>), not rounded
+        ch, cw = (np.trunc(_f32(v)) for v in _crop_size(args, sizes))
         px = per_sample(args.get("crop_pos_x", 0.5), b)
         py = per_sample(args.get("crop_pos_y", 0.5), b)
         # DALI's rounding (std::round: halves away from zero), not NumPy's to-even: a crop of
@@ -206,7 +211,7 @@ def crop_plan(args, sizes):
     return G.translate(-x0, -y0), np.stack([ch, cw], -1)
 
 
-# a crop narrower than a pixel keeps one (its sides round to the nearest, at least 1)
+# a crop narrower than a pixel keeps one (its sides truncated as DALI's, at least 1)
 declare_ranges("crop", crop=positive(MAX_SIDE, size=True, form='pair'),
                crop_h=positive(MAX_SIDE, size=True), crop_w=positive(MAX_SIDE, size=True),
                crop_pos_x=prob(), crop_pos_y=prob(),

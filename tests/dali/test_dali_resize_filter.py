@@ -114,6 +114,26 @@ def test_detaug_form_and_antialias_false_keep_the_warp():
                               np.clip(np.floor(dali_resize(imgs[0], 13, 17) + 0.5), 0, 255))
 
 
+def test_random_resized_crop_of_images_alone():
+    """fn.random_resized_crop of images alone (DALI's form) resamples its window with DALI's
+    filter; given boxes, detaug's warp. A window forced to the whole image (area 1, the image's
+    own aspect) makes it a plain resize."""
+    rng = np.random.default_rng(fresh_seed())
+    img = rng.integers(0, 256, (32, 48, 3), dtype=np.uint8)
+    boxes = [np.array([[2.0, 2.0, 30.0, 20.0]])]
+    kw = dict(size=(11, 13), random_area=(1.0, 1.0), random_aspect_ratio=(1.5, 1.5))
+    before = backend.cpu_warp()
+    backend.set_cpu_warp("reference")
+    try:
+        alone, own, _ = run_graph([img], boxes, lambda i, b: (
+            fn.random_resized_crop(i, **kw), *fn.random_resized_crop(i, b, **kw)))
+    finally:
+        backend.set_cpu_warp(before)
+    _assert_rounded(np.asarray(alone.at(0)), dali_resize(img, 11, 13))
+    np.testing.assert_array_equal(np.asarray(own.at(0)),
+                                  W.warp_numpy([img], _scale(32, 48, 11, 13), [[11, 13]])[0])
+
+
 def test_resize_then_mirror_normalize_float():
     """The filter joins the fused chain: resize, then crop_mirror_normalize (crop, mirror,
     normalise to float) gives the triangle's value mirrored and normalised (not rounded)."""
