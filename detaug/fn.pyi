@@ -1831,7 +1831,7 @@ def resize(images: Any, boxes: Any = ..., /, *, size: tuple[int, int] | None | D
         max_size: float | None = None [per-sample]: cap on the longer side after resize_shorter (torchvision's max_size)
         keep_aspect: bool = False: with size: scale by the smaller ratio so the image fits inside size
         antialias: bool = True: low-pass filter when shrinking (area-averaging as Pillow's / torchvision's antialias); False samples bilinearly
-        interp_type: types.DALIInterpType | None = None: DALI's filter: INTERP_LINEAR (bilinear, antialiased when shrinking unless antialias=False) or INTERP_TRIANGULAR (antialiased); the others raise
+        interp_type: types.DALIInterpType | None = None: DALI's filter: INTERP_LINEAR (bilinear, antialiased when shrinking unless antialias=False) or INTERP_TRIANGULAR (antialiased); the others raise. Images alone (DALI's form) or any filter argument given: DALI's triangle filter of radius in / out; with boxes, detaug's mean of bilinear samples
         min_filter: types.DALIInterpType | None = None: DALI's filter when shrinking (as interp_type)
         mag_filter: types.DALIInterpType | None = None: DALI's filter when enlarging (as interp_type)
         mode: str = 'default': DALI's: 'default' / 'stretch', 'not_larger' (keep_aspect), 'not_smaller' (cover both sizes)

@@ -21,7 +21,7 @@ window reaching past the image). The filter is separable: ``out(i, j) = sum_r wy
 wx[j, s] src(rows[i, r], cols[j, s])``; then the epilogue of the warp (normalise, a uint8 output
 ``clip(floor(v + 0.5), 0, 255)`` as DALI's CPU resize rounds, layout). The twin computes in
 float64; the kernel in float32 with the same weights (within a grey level of the twin where
-the float64 value lies within ~1e-4 of a rounding boundary; tests/kernels/test_resample.py).
+the float64 value lies within ~1e-4 of a rounding boundary; tests/dali/test_triangle_filter.py).
 """
 from __future__ import annotations
 

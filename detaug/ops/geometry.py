@@ -282,7 +282,10 @@ declare_ranges("resize", size=Num(0, MAX_SIDE, form='pair', size=True),
                       "max_size"),
           arg_docs={"interp_type": "DALI's filter: INTERP_LINEAR (bilinear, antialiased when "
                                    "shrinking unless antialias=False) or INTERP_TRIANGULAR "
-                                   "(antialiased); the others raise",
+                                   "(antialiased); the others raise. Images alone (DALI's "
+                                   "form) or any filter argument given: DALI's triangle filter "
+                                   "of radius in / out; with boxes, detaug's mean of bilinear "
+                                   "samples",
                     "mode": "DALI's: 'default' / 'stretch', 'not_larger' (keep_aspect), "
                             "'not_smaller' (cover both sizes)"},
           doc="resize to size=(h, w) (stretch, or keep_aspect), resize_shorter/longer, max_size")
