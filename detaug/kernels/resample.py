@@ -29,6 +29,7 @@ import math
 
 import numpy as np
 
+from ..core.backend import upload_many
 from .warp import _device_inputs, _finish, launch_warp, plan_warp, warp_numpy
 from .warp_spec import _allocate_numpy, _is_dense, _out_shape, _prepare, _proj_rows
 
@@ -164,7 +165,6 @@ class ResampleLaunch:
         as planned); nothing is copied back. A dense array, or a list of views of one buffer."""
         import cupy as cp
 
-        from ..core.backend import upload_many
         from .launch import get_kernel, launch
 
         if self.B == 0:

@@ -8,12 +8,14 @@ fresh random images, the GPU kernel against the twin, and one launch per batch."
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
 
 from detaug.kernels import resample as R
 from detaug.kernels import warp as W
+from helpers import cuda_emulation as emu
 from helpers import fresh_seed
 
 
@@ -167,6 +169,41 @@ def test_mixed_batch_takes_each_filter_per_sample():
     _assert_u8(out[0], dali_resize(imgs[0], 10, 12))
     _assert_u8(out[2], dali_resize(imgs[2], 10, 12))
     np.testing.assert_array_equal(out[1], W.warp_numpy([imgs[1]], rot[None], [[10, 12]])[0])
+
+
+@pytest.fixture(scope="module")
+def resample_cu(tmp_path_factory):
+    """resample.cu as host C++; its kernels are made by a macro: names and output types from
+    its uses (the float16 store is not emulated)."""
+    with open(f"{emu.KERNEL_DIR}/resample.cu") as f:
+        uses = re.findall(r"^DETAUG_RESAMPLE_KERNEL\((\w+), \d, ([\w ]+), \w+\)", f.read(), re.M)
+    head = ["const unsigned long long*", "const long long*", "const int*", "const float*",
+            "const float*"]
+    return emu.build(tmp_path_factory.mktemp("resample_cu"), "resample.cu",
+                     signatures={name: head + [f"{t}*"] for name, t in uses})
+
+
+def test_cuda_source_on_the_cpu(resample_cu, monkeypatch):
+    """resample.cu compiled by g++ (tests/helpers/cuda_emulation.py) through resample_cupy's own
+    host code: one launch, the twin's uint8 values within a level (float32 sums), float32
+    within 1e-3, normalised CHW; a ragged batch and a dense one."""
+    resample_cu.calls.clear()
+    emu.install_fake_cupy(monkeypatch, resample_cu, R)
+    rng = np.random.default_rng(fresh_seed())
+    for C, dense in ((3, False), (1, True)):
+        imgs, mats, sizes = _gpu_case(rng, 3, C, dense)
+        got = R.resample_cupy([emu.dev(i) for i in imgs], mats, sizes, fill=5.0)
+        want = R.resample_numpy(imgs, mats, sizes, fill=5.0)
+        for g, w in zip(got, want):
+            d = np.abs(np.asarray(g).astype(int) - w.astype(int))
+            assert d.max() <= 1 and (d > 0).mean() < 5e-3
+        got = R.resample_cupy([emu.dev(i) for i in imgs], mats, sizes, mean=[2.0] * C,
+                              std=[3.0] * C, out_dtype=np.float32, layout="CHW")
+        want = R.resample_numpy(imgs, mats, sizes, mean=[2.0] * C, std=[3.0] * C,
+                                out_dtype=np.float32, layout="CHW")
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(np.asarray(g), w, atol=1e-3)
+    assert len(resample_cu.calls) == 4  # one launch a batch
 
 
 # ---- GPU ------------------------------------------------------------------------------------
