@@ -120,11 +120,13 @@ def _filtered(batch: ImageBatch, ctx, g, kwargs, tri, layout) -> ImageBatch:
             out = ln.launch(ptrs, pitches, stream)
             del keep  # freed in stream order, after the launch
         return ImageBatch(out, batch.device, layout, None)
-    twin = warp.warp_numpy if backend.cpu_warp() == "reference" else warp.warp_cv2
+    # the CPU backend: the twins ('reference'), else OpenCV's warp and the filter in float32
+    ref = backend.cpu_warp() == "reference"
     n = batch.batch_size
     out = _chunks(ctx, lambda lo, hi: resample.filtered_numpy(
-        batch.data[lo:hi], g.matrices[lo:hi], g.sizes[lo:hi], tri[lo:hi], warp_fn=twin,
-        **_rows(kwargs, lo, hi)), n)
+        batch.data[lo:hi], g.matrices[lo:hi], g.sizes[lo:hi], tri[lo:hi],
+        warp_fn=warp.warp_numpy if ref else warp.warp_cv2,
+        precision=np.float64 if ref else np.float32, **_rows(kwargs, lo, hi)), n)
     if n and (g.sizes == g.sizes[0]).all():
         out = np.concatenate([np.asarray(o) for o in out if len(o)])
     else:
