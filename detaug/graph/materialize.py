@@ -113,7 +113,8 @@ def _filtered(batch: ImageBatch, ctx, g, kwargs, tri, layout) -> ImageBatch:
             return ImageBatch(DeferredWarp(batch.raw, ln), batch.device, layout, None)
         import cupy as cp
 
-        stream = getattr(ctx, "stream", None) or cp.cuda.get_current_stream()
+        stream = getattr(ctx, "stream", None)
+        stream = stream if stream is not None else cp.cuda.get_current_stream()
         with stream:
             keep, ptrs = warp._device_inputs(cp, batch.raw)
             pitches = batch.raw.pitches if hasattr(batch.raw, "pitches") else None

@@ -274,3 +274,52 @@ def test_gpu_mixed_batch_matches_host(cp):
     want = R.filtered_numpy(imgs, mats, [[12, 14]] * 3, tri, **kw)
     d = np.abs(got.astype(int) - want.astype(int))
     assert got.shape == (3, 12, 14, 3) and d.max() <= 1 and (d > 0).mean() < 2e-2
+
+
+def test_planned_ahead_gpu_launch_equals_the_cpu_pipeline(resample_cu, monkeypatch):
+    """A GPU pipeline (decoders.image(device='mixed'), then DALI's resize of the images alone and
+    a mirror) planned ahead on a machine without a GPU: its planned launch is DALI's filter (a
+    ResampleLaunch, pickled as a worker sends it), and run by resample.cu (emulated) on the
+    images Pillow decodes it gives the CPU pipeline's pixels (the float64 twin) within a level."""
+    import os
+
+    from detaug import Pipeline
+    from detaug import fn
+    from detaug.core import backend
+    from detaug.core.batch import DeferredWarp
+    from detaug.ops.decode import decode_pillow
+    from detaug.ops.sources import read_files
+    from helpers import COCO
+    from helpers.cases import plan_without_cupy, stand_in_gpu
+
+    def graph(pipe, device):
+        with pipe:
+            enc, _ = fn.readers.coco(file_root=os.path.join(COCO, "images"),
+                                     annotations_file=os.path.join(COCO, "annotations.json"),
+                                     random_shuffle=True)
+            img = fn.flip(fn.resize(fn.decoders.image(enc, device=device), size=(37, 45)),
+                          horizontal=fn.random.coin_flip())
+            pipe.set_outputs(img)
+
+    stand_in_gpu(monkeypatch, resample_cu, R)
+    gpu = Pipeline(batch_size=3, seed=5, device_id=0, host_processes=0, decode_processes=1)
+    graph(gpu, "mixed")
+    gpu.build()
+    assert gpu.plan_ahead
+    before = backend.cpu_warp()
+    backend.set_cpu_warp("reference")
+    cpu = Pipeline(batch_size=3, seed=5, num_threads=1, host_processes=0)
+    try:
+        graph(cpu, "cpu")
+        plan = plan_without_cupy(gpu, (0, 1, 1))
+        (ref,) = cpu.run_batch(1, epoch=0)
+        warp = plan.values[(gpu._outputs[0].op.id, gpu._outputs[0].index)].raw
+        assert isinstance(warp, DeferredWarp) and isinstance(warp.launch, R.ResampleLaunch)
+        pixels = [decode_pillow(buf) for buf in read_files(warp.source.enc.paths)]
+        got = warp.launch.launch([p.ctypes.data for p in pixels])
+        d = np.abs(np.asarray(got).astype(int) - np.asarray(ref.data).astype(int))
+        assert got.shape == (3, 37, 45, 3) and d.max() <= 1 and (d > 0).mean() < 5e-3
+    finally:
+        backend.set_cpu_warp(before)
+        gpu.close()
+        cpu.close()
