@@ -28,6 +28,9 @@ class Step:
         sizes: (B, 2) int64 (H, W) of the op's output canvas.
         fill: (B, C) float64, what the op puts where its output lies outside its input.
         ellipse: the op's boxes take the box of their inscribed ellipse (else of the corners).
+        roi: the op resamples a region of its input as DALI's resize of a region of interest
+            does: its taps read beyond the region (clamped at its input's edges only), so its
+            canvas does not clamp them (:func:`detaug.core.geometry.valid_region`).
     """
 
     matrix: np.ndarray
@@ -35,6 +38,7 @@ class Step:
     sizes: np.ndarray
     fill: np.ndarray
     ellipse: bool = False
+    roi: bool = False
 
 
 @dataclass(frozen=True)
@@ -68,13 +72,13 @@ class Geometry:
     filter: str = "box"
 
     def then(self, m_op, sizes, fill=None, box_mode=None, antialias=True,
-             filter=None) -> "Geometry":
+             filter=None, roi=False) -> "Geometry":
         fill = self.fill if fill is None else np.broadcast_to(
             np.asarray(fill, np.float64).reshape(len(sizes), -1), self.fill.shape).copy()
         sizes = np.asarray(sizes, np.int64).reshape(-1, 2)
         m_op = np.broadcast_to(np.asarray(m_op, np.float64), self.matrices.shape)
         composed = np.matmul(m_op, self.matrices)
-        step = Step(m_op, composed, sizes, fill, box_mode == "ellipse")
+        step = Step(m_op, composed, sizes, fill, box_mode == "ellipse", bool(roi))
         return Geometry(composed, sizes, fill, self.source_sizes, self.steps + (step,),
                         self.antialias and bool(antialias),
                         "triangle" if "triangle" in (filter, self.filter) else "box")
@@ -83,7 +87,8 @@ class Geometry:
         """The part of the output that holds source content: see :func:`geometry.valid_region`."""
         return G.valid_region(self.source_sizes, [s.matrix for s in self.steps],
                               [s.composed for s in self.steps], [s.sizes for s in self.steps],
-                              [s.fill for s in self.steps], self.fill)
+                              [s.fill for s in self.steps], self.fill,
+                              roi=[s.roi for s in self.steps])
 
     def box_stages(self):
         """(matrices (K, B, 3, 3), clip rectangles (K, B, 4), modes) of the chain for the box

@@ -171,6 +171,8 @@ def random_resized_crop(ctx, op, inputs, args, draws):
         return m, np.tile([oh, ow], (len(sizes), 1)), None
 
     # images alone (DALI's form of the op): DALI's triangle filter over the window, as its
-    # resize of the ROI; with boxes (detaug's form) detaug's warp
-    return apply_geometry(ctx, op, inputs, plan, antialias=bool(args["antialias"]),
-                          filter=resize_filter(inputs, args))
+    # resize of the ROI (taps beyond the window); with boxes (detaug's form) detaug's warp,
+    # its taps clamped to the window (a crop, then a resize)
+    filt = resize_filter(inputs, args)
+    return apply_geometry(ctx, op, inputs, plan, antialias=bool(args["antialias"]), filter=filt,
+                          roi=filt == "triangle")

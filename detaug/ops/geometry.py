@@ -113,7 +113,8 @@ def pair(value, name):
     return v
 
 
-def apply_geometry(ctx, op, inputs, plan, fill=None, box_mode=None, antialias=True, filter=None):
+def apply_geometry(ctx, op, inputs, plan, fill=None, box_mode=None, antialias=True, filter=None,
+                   roi=False):
     """Shared body of every geometric op.
 
     ``plan(sizes (B, 2) int (H, W), boxes: BoxBatch | None) -> (matrices (B, 3, 3),
@@ -122,7 +123,9 @@ def apply_geometry(ctx, op, inputs, plan, fill=None, box_mode=None, antialias=Tr
     ``antialias=False`` turns supersampling off for the fused warp of the chain this op joins
     (:attr:`detaug.core.batch.Geometry.antialias`): one bilinear sample per output pixel.
     ``filter='triangle'`` gives the chain DALI's resampling filter
-    (:attr:`detaug.core.batch.Geometry.filter`, kernels/resample.py).
+    (:attr:`detaug.core.batch.Geometry.filter`, kernels/resample.py); ``roi=True`` marks the op
+    a resampling of a region of interest (:attr:`detaug.core.batch.Step.roi`: its canvas
+    clamps no tap).
     """
     images = next((i for i in inputs if isinstance(i, ImageBatch)), None)
     boxes = next((i for i in inputs if isinstance(i, BoxBatch)), None)
@@ -142,10 +145,11 @@ def apply_geometry(ctx, op, inputs, plan, fill=None, box_mode=None, antialias=Tr
                 np.asarray(fill, np.float64).reshape(len(sizes), -1) if np.ndim(fill) == 2
                 else np.asarray(fill, np.float64), (len(sizes), v.channels))
             outs.append(v.with_geometry(v.pending().then(m, out_sizes, f, antialias=antialias,
-                                                         filter=filter)))
+                                                         filter=filter, roi=roi)))
         else:
             reg = G.canvas_region(m, v.content_region(), out_sizes)
-            b = v.with_geometry(v.pending().then(m, out_sizes, box_mode=box_mode)).replace(region=reg)
+            b = v.with_geometry(v.pending().then(m, out_sizes, box_mode=box_mode,
+                                                 roi=roi)).replace(region=reg)
             outs.append(b.drop(keep) if keep is not None else b)
     return tuple(outs)
 
@@ -236,7 +240,14 @@ def _given(v) -> bool:
 
 
 def resize_sizes(args, sizes):
-    """Output (H, W) per sample, rounded to integers (the matrix then scales exactly onto them).
+    """Output (H, W) per sample, rounded to integers (the matrix then scales exactly onto them):
+    :func:`requested_sizes` rounded, at least 1."""
+    return np.maximum(np.round(requested_sizes(args, sizes)), 1)
+
+
+def requested_sizes(args, sizes):
+    """Output (H, W) per sample as asked, before rounding (a float: ``resize_shorter=256`` of a
+    375 x 500 image asks for 341.33 columns).
     ``resize_shorter``, ``resize_longer``, ``resize_x``, ``resize_y`` and ``max_size`` may be
     per-sample (a (B,) array: DALI's tensor arguments, e.g. ``fn.random.uniform(...)``)."""
     h, w = sizes[:, 0].astype(np.float64), sizes[:, 1].astype(np.float64)
@@ -265,7 +276,7 @@ def resize_sizes(args, sizes):
         oh, ow = h * s, w * s
     else:
         raise ValueError("resize needs size=, resize_shorter=, resize_longer= or resize_x/resize_y")
-    return np.maximum(np.round(np.stack([oh, ow], -1)), 1)
+    return np.stack([oh, ow], -1)
 
 
 declare_kinds("resize", mode=choice("default", "stretch", "not_larger", "not_smaller"))
@@ -277,7 +288,8 @@ declare_ranges("resize", size=Num(0, MAX_SIDE, form='pair', size=True),
           args={"size": None, "resize_shorter": None, "resize_longer": None,
                                  "resize_x": None, "resize_y": None, "max_size": None,
                                  "keep_aspect": False, "antialias": True, "interp_type": None,
-                                 "min_filter": None, "mag_filter": None, "mode": "default"},
+                                 "min_filter": None, "mag_filter": None, "mode": "default",
+                                 "subpixel_scale": None},
           per_sample=("size", "resize_shorter", "resize_longer", "resize_x", "resize_y",
                       "max_size"),
           arg_docs={"interp_type": "DALI's filter: INTERP_LINEAR (bilinear, antialiased when "
@@ -287,7 +299,11 @@ declare_ranges("resize", size=Num(0, MAX_SIDE, form='pair', size=True),
                                    "of radius in / out; with boxes, detaug's mean of bilinear "
                                    "samples",
                     "mode": "DALI's: 'default' / 'stretch', 'not_larger' (keep_aspect), "
-                            "'not_smaller' (cover both sizes)"},
+                            "'not_smaller' (cover both sizes)",
+                    "subpixel_scale": "DALI's: a fractional output size keeps its scale (the "
+                                      "input region moved about its centre) instead of "
+                                      "scaling onto the rounded size; default: True in "
+                                      "DALI's form (images alone), False with boxes"},
           doc="resize to size=(h, w) (stretch, or keep_aspect), resize_shorter/longer, max_size")
 def resize(ctx, op, inputs, args):
     from ..core import types
@@ -320,12 +336,34 @@ def resize(ctx, op, inputs, args):
     elif mode == "not_smaller":
         args = {**args, "keep_aspect": "cover"}
 
+    filt = resize_filter(inputs, args)
+    sub = args["subpixel_scale"]
+    sub = filt == "triangle" if sub is None else bool(sub)
+
     def plan(sizes, boxes):
-        out = resize_sizes(args, sizes)
-        return G.scale(out[:, 1] / sizes[:, 1], out[:, 0] / sizes[:, 0]), out, None
+        req = requested_sizes(args, sizes)
+        out = np.maximum(np.round(req), 1)
+        return (subpixel_matrix(sizes, req, out) if sub else
+                G.scale(out[:, 1] / sizes[:, 1], out[:, 0] / sizes[:, 0])), out, None
 
     return apply_geometry(ctx, op, inputs, plan, antialias=bool(args["antialias"]),
-                          filter=resize_filter(inputs, args))
+                          filter=filt, roi=filt == "triangle")
+
+
+def subpixel_matrix(sizes, req, out):
+    """(B, 3, 3): DALI's ``subpixel_scale=True`` resize of (H, W) ``sizes`` asked for the
+    fractional ``req`` (B, 2) and made ``out`` (rounded): the scale ``req / in`` kept, the input
+    region moved about its centre by ``adj = out / req`` (clamped to 10, as DALI's
+    CalculateSampleParams), so output ``o`` samples input ``in / 2 + (o - out / 2) * in * adj /
+    out``. Where ``req`` is ``out`` (within 1e-6) it is the plain ``scale(out / in)``."""
+    sizes, req, out = (np.asarray(v, np.float64) for v in (sizes, req, out))
+    adj = np.minimum(out / np.maximum(req, 1e-300), 10.0)
+    k = out / (sizes * adj)  # output pixels per input pixel
+    t = out / 2 - k * sizes / 2
+    exact = np.abs(req - out) <= 1e-6
+    k = np.where(exact, out / sizes, k)
+    t = np.where(exact, 0.0, t)
+    return G.translate(t[:, 1], t[:, 0]) @ G.scale(k[:, 1], k[:, 0])
 
 
 def resize_filter(inputs, args) -> str:

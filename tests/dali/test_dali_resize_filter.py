@@ -25,23 +25,28 @@ def cpu_warp(request):
     backend.set_cpu_warp(before)
 
 
-def _axis(n_in: int, n_out: int) -> np.ndarray:
-    """(n_out, n_in): DALI's triangle, radius max(1, in / out), centres at +0.5, normalised,
-    taps clamped to the image."""
-    s = n_in / n_out
+def _axis(n_in: int, n_out: int, req: float | None = None) -> np.ndarray:
+    """(n_out, n_in): DALI's triangle, centres at +0.5, normalised, taps clamped to the image.
+    ``req``: the size asked for (fractional: DALI's subpixel_scale moves the input region
+    ``[0, in]`` about its centre by ``adj = out / req`` and resizes that region, radius its
+    extent / out); None: the image onto ``n_out``."""
+    adj = 1.0 if req is None else min(n_out / req, 10.0)
+    lo = n_in / 2 * (1 - adj)
+    s = n_in * adj / n_out
     r = max(1.0, s)
     w = np.zeros((n_out, n_in))
     for i in range(n_out):
-        t = (i + 0.5) * s
+        t = lo + (i + 0.5) * s
         ps = np.arange(int(np.floor(t - 0.5 - r)), int(np.ceil(t - 0.5 + r)) + 1)
         k = np.maximum(0.0, 1.0 - np.abs(ps + 0.5 - t) / r)
         np.add.at(w[i], np.clip(ps, 0, n_in - 1), k / k.sum())
     return w
 
 
-def dali_resize(img, oh, ow):
-    return np.einsum("ij,jkc,lk->ilc", _axis(img.shape[0], oh), img.astype(np.float64),
-                     _axis(img.shape[1], ow), optimize=True)
+def dali_resize(img, oh, ow, req=None):
+    rh, rw = (None, None) if req is None else req
+    return np.einsum("ij,jkc,lk->ilc", _axis(img.shape[0], oh, rh), img.astype(np.float64),
+                     _axis(img.shape[1], ow, rw), optimize=True)
 
 
 def _assert_rounded(out, ref):
@@ -63,20 +68,25 @@ def _images(rng, n=3):
 
 
 def test_dali_form_takes_dalis_filter(cpu_warp):
-    """fn.resize(images) (and a per-sample resize_shorter) at about half size and at 0.37x."""
+    """fn.resize(images) at about half size; resize_shorter=9 (a fractional longer side: DALI's
+    subpixel_scale, its default, keeps the scale 9 / shorter and moves the input region about
+    its centre); subpixel_scale=False scales the image onto the rounded size."""
     rng = np.random.default_rng(fresh_seed())
     imgs = _images(rng)
     boxes = [np.zeros((0, 4))] * len(imgs)
-    half, short = run_graph(imgs, boxes, lambda i, b: (fn.resize(i, size=(17, 23)),
-                                                       fn.resize(i, resize_shorter=9)))
+    half, short, plain = run_graph(imgs, boxes, lambda i, b: (
+        fn.resize(i, size=(17, 23)), fn.resize(i, resize_shorter=9),
+        fn.resize(i, resize_shorter=9, subpixel_scale=False)))
     for k, img in enumerate(imgs):
         _assert_rounded(np.asarray(half.at(k)), dali_resize(img, 17, 23))
         h, w = img.shape[:2]
         s = 9 / min(h, w)
-        oh, ow = int(round(h * s)), int(round(w * s))
+        req = (h * s, w * s)
+        oh, ow = (int(v) for v in np.round(req))
         got = np.asarray(short.at(k))
         assert got.shape == (oh, ow, 3)
-        _assert_rounded(got, dali_resize(img, oh, ow))
+        _assert_rounded(got, dali_resize(img, oh, ow, req))
+        _assert_rounded(np.asarray(plain.at(k)), dali_resize(img, oh, ow))
 
 
 def test_class_api_and_filter_arguments(cpu_warp):
