@@ -146,6 +146,44 @@ def test_random_resized_crop_of_images_alone():
                                   W.warp_numpy([img], _scale(32, 48, 11, 13), [[11, 13]])[0])
 
 
+def _window_axis(n_in, x0, cw, n_out, clamp_to_window=False):
+    """(n_out, n_in): DALI's triangle over the window [x0, x0 + cw) resized to n_out, taps
+    clamped to the image (DALI's region of interest) or to the window."""
+    s = cw / n_out
+    r = max(1.0, s)
+    lo, hi = (x0, x0 + cw - 1) if clamp_to_window else (0, n_in - 1)
+    w = np.zeros((n_out, n_in))
+    for i in range(n_out):
+        t = x0 + (i + 0.5) * s
+        ps = np.arange(int(np.floor(t - 0.5 - r)), int(np.ceil(t - 0.5 + r)) + 1)
+        k = np.maximum(0.0, 1.0 - np.abs(ps + 0.5 - t) / r)
+        np.add.at(w[i], np.clip(ps, lo, hi), k / k.sum())
+    return w
+
+
+def test_random_resized_crop_window_reads_beyond_it():
+    """random_resized_crop of images alone resamples its window as DALI's resize of a region of
+    interest: taps beyond the window's edge read the image there (not the window's edge
+    replicated). The window (a quarter of the area, the image's aspect) is found among all its
+    places by the output."""
+    rng = np.random.default_rng(fresh_seed())
+    img = rng.integers(0, 256, (24, 32, 3), dtype=np.uint8)
+    (out,) = run_graph([img], [np.zeros((0, 4))], lambda i, b: (fn.random_resized_crop(
+        i, size=(5, 7), random_area=(0.25, 0.25), random_aspect_ratio=(4 / 3, 4 / 3)),))
+    got = np.asarray(out.at(0)).astype(np.float64)
+    x = img.astype(np.float64)
+
+    def model(x0, y0, clamp):
+        return np.einsum("ij,jkc,lk->ilc", _window_axis(24, y0, 12, 5, clamp), x,
+                         _window_axis(32, x0, 16, 7, clamp))
+
+    places = [(x0, y0) for x0 in range(17) for y0 in range(13)]
+    found = [p for p in places if np.abs(got - model(*p, False)).max() <= 0.5 + 1e-3]
+    assert len(found) == 1
+    # the window is smaller than the image: some edge has pixels beyond it, which it read
+    assert np.abs(got - model(*found[0], True)).max() > 1
+
+
 def test_resize_then_mirror_normalize_float():
     """The filter joins the fused chain: resize, then crop_mirror_normalize (crop, mirror,
     normalise to float) gives the triangle's value mirrored and normalised (not rounded)."""
