@@ -1814,7 +1814,7 @@ def reshape(data: Any, shape_input: Any = ..., /, *, shape: int | tuple | None |
     Functional form: fn.reshape; class form: ops.Reshape
     """
 
-def resize(images: Any, boxes: Any = ..., /, *, size: tuple[int, int] | None | DataNode = None, resize_shorter: float | None | DataNode = None, resize_longer: float | None | DataNode = None, resize_x: float | None | DataNode = None, resize_y: float | None | DataNode = None, max_size: float | None | DataNode = None, keep_aspect: bool = False, antialias: bool = True, interp_type: Any | None = None, min_filter: Any | None = None, mag_filter: Any | None = None, mode: str = 'default', subpixel_scale: Any = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def resize(images: Any, boxes: Any = ..., /, *, size: tuple[int, int] | None | DataNode = None, resize_shorter: float | None | DataNode = None, resize_longer: float | None | DataNode = None, resize_x: float | None | DataNode = None, resize_y: float | None | DataNode = None, max_size: float | None | DataNode = None, keep_aspect: bool = False, antialias: bool = True, interp_type: Any | None = None, min_filter: Any | None = None, mag_filter: Any | None = None, mode: str = 'default', subpixel_scale: bool | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Resize to size=(h, w) (stretch, or keep_aspect), resize_shorter/longer, max_size.
     
@@ -1835,7 +1835,7 @@ def resize(images: Any, boxes: Any = ..., /, *, size: tuple[int, int] | None | D
         min_filter: types.DALIInterpType | None = None: DALI's filter when shrinking (as interp_type)
         mag_filter: types.DALIInterpType | None = None: DALI's filter when enlarging (as interp_type)
         mode: str = 'default': DALI's: 'default' / 'stretch', 'not_larger' (keep_aspect), 'not_smaller' (cover both sizes)
-        subpixel_scale:  = None: DALI's: a fractional output size keeps its scale (the input region moved about its centre) instead of scaling onto the rounded size; default: True in DALI's form (images alone), False with boxes
+        subpixel_scale: bool | None = None: DALI's: a fractional output size keeps its scale (the input region moved about its centre) instead of scaling onto the rounded size; default: True in DALI's form (images alone), False with boxes
     
     Common keywords (every op):
         device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'

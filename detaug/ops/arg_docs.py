@@ -134,6 +134,7 @@ ARG_DOCS = {
         "mag_filter": ("types.DALIInterpType | None", "DALI's filter when enlarging (as interp_type)"),
         "interp_type": ("types.DALIInterpType | None", ""),
         "mode": ("str", ""),
+        "subpixel_scale": ("bool | None", ""),
     },
     "letterbox": {
         "size": ("(int, int)", "output (height, width); the image is scaled to fit inside, aspect kept"),

@@ -279,7 +279,8 @@ def requested_sizes(args, sizes):
     return np.stack([oh, ow], -1)
 
 
-declare_kinds("resize", mode=choice("default", "stretch", "not_larger", "not_smaller"))
+declare_kinds("resize", mode=choice("default", "stretch", "not_larger", "not_smaller"),
+              subpixel_scale=BOOL)
 declare_ranges("resize", size=Num(0, MAX_SIDE, form='pair', size=True),
                resize_shorter=Num(0, MAX_SIDE, size=True), resize_longer=Num(0, MAX_SIDE,
                size=True), resize_x=Num(0, MAX_SIDE, size=True), resize_y=Num(0, MAX_SIDE,
