@@ -197,9 +197,9 @@ class PlannedImages(DeviceImages):
 
 class DeferredWarp:
     """The warp that ends a planned chain (:func:`detaug.kernels.warp.plan_warp`), waiting for
-    its source images: ``source`` (a :class:`PlannedImages`) and ``launch`` (a WarpLaunch). The
-    raw data of an ImageBatch while a launch is planned ahead; made into pixels by
-    ``Pipeline._realize``."""
+    its source images: ``source`` (a :class:`PlannedImages`) and ``launch`` (a WarpLaunch, or
+    kernels/resample.py's launches: ``run``, ``B``, ``shapes``, ``out_dtype``). The raw data of
+    an ImageBatch while a launch is planned ahead; made into pixels by ``Pipeline._realize``."""
 
     __slots__ = ("source", "launch")
 
