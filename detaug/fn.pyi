@@ -1748,7 +1748,7 @@ def random_resized_crop(images: Any, boxes: Any = ..., /, *, size: tuple[int, in
         random_area: (float, float) = (0.08, 1.0): range of the window's area relative to the image's
         random_aspect_ratio: (float, float) = (0.75, 1.3333333333333333): range of the window's width / height
         num_attempts: int = 10: windows tried per sample before the centre crop fallback
-        antialias: bool = True: low-pass filter when shrinking (area-averaging as Pillow's / torchvision's antialias); False samples bilinearly
+        antialias: bool = True: low-pass filter when shrinking (area-averaging as Pillow's / torchvision's antialias; DALI's triangle filter where the op is DALI's form: images alone); False samples bilinearly
     
     Common keywords (every op):
         device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
@@ -1814,7 +1814,7 @@ def reshape(data: Any, shape_input: Any = ..., /, *, shape: int | tuple | None |
     Functional form: fn.reshape; class form: ops.Reshape
     """
 
-def resize(images: Any, boxes: Any = ..., /, *, size: tuple[int, int] | None | DataNode = None, resize_shorter: float | None | DataNode = None, resize_longer: float | None | DataNode = None, resize_x: float | None | DataNode = None, resize_y: float | None | DataNode = None, max_size: float | None | DataNode = None, keep_aspect: bool = False, antialias: bool = True, interp_type: Any | None = None, min_filter: Any | None = None, mag_filter: Any | None = None, mode: str = 'default', device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+def resize(images: Any, boxes: Any = ..., /, *, size: tuple[int, int] | None | DataNode = None, resize_shorter: float | None | DataNode = None, resize_longer: float | None | DataNode = None, resize_x: float | None | DataNode = None, resize_y: float | None | DataNode = None, max_size: float | None | DataNode = None, keep_aspect: bool = False, antialias: bool = True, interp_type: Any | None = None, min_filter: Any | None = None, mag_filter: Any | None = None, mode: str = 'default', subpixel_scale: bool | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     Resize to size=(h, w) (stretch, or keep_aspect), resize_shorter/longer, max_size.
     
@@ -1830,11 +1830,12 @@ def resize(images: Any, boxes: Any = ..., /, *, size: tuple[int, int] | None | D
         resize_y: float | None = None [per-sample]: output height (DALI); alone, the width keeps the aspect ratio
         max_size: float | None = None [per-sample]: cap on the longer side after resize_shorter (torchvision's max_size)
         keep_aspect: bool = False: with size: scale by the smaller ratio so the image fits inside size
-        antialias: bool = True: low-pass filter when shrinking (area-averaging as Pillow's / torchvision's antialias); False samples bilinearly
-        interp_type: types.DALIInterpType | None = None: DALI's filter: INTERP_LINEAR (bilinear, antialiased when shrinking unless antialias=False) or INTERP_TRIANGULAR (antialiased); the others raise
+        antialias: bool = True: low-pass filter when shrinking (area-averaging as Pillow's / torchvision's antialias; DALI's triangle filter where the op is DALI's form: images alone); False samples bilinearly
+        interp_type: types.DALIInterpType | None = None: DALI's filter: INTERP_LINEAR (bilinear, antialiased when shrinking unless antialias=False) or INTERP_TRIANGULAR (antialiased); the others raise. Images alone (DALI's form) or any filter argument given: DALI's triangle filter of radius in / out; with boxes, detaug's mean of bilinear samples
         min_filter: types.DALIInterpType | None = None: DALI's filter when shrinking (as interp_type)
         mag_filter: types.DALIInterpType | None = None: DALI's filter when enlarging (as interp_type)
         mode: str = 'default': DALI's: 'default' / 'stretch', 'not_larger' (keep_aspect), 'not_smaller' (cover both sizes)
+        subpixel_scale: bool | None = None: DALI's: a fractional output size keeps its scale (the input region moved about its centre) instead of scaling onto the rounded size; default: True in DALI's form (images alone), False with boxes
     
     Common keywords (every op):
         device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'

@@ -28,6 +28,9 @@ class Step:
         sizes: (B, 2) int64 (H, W) of the op's output canvas.
         fill: (B, C) float64, what the op puts where its output lies outside its input.
         ellipse: the op's boxes take the box of their inscribed ellipse (else of the corners).
+        roi: the op resamples a region of its input as DALI's resize of a region of interest
+            does: its taps read beyond the region (clamped at its input's edges only), so its
+            canvas does not clamp them (:func:`detaug.core.geometry.valid_region`).
     """
 
     matrix: np.ndarray
@@ -35,6 +38,7 @@ class Step:
     sizes: np.ndarray
     fill: np.ndarray
     ellipse: bool = False
+    roi: bool = False
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,9 @@ class Geometry:
         steps: the ops of the chain, in order.
         antialias: False when an op of the chain asked for no antialiasing (``antialias=False``):
             the chain's one warp then samples each output pixel once.
+        filter: 'box' (detaug's warp: the mean of bilinear samples where the chain shrinks) or
+            'triangle' (an op of the chain asked for DALI's resampling filter: its samples whose
+            map is axis-aligned take it, kernels/resample.py; the others the warp).
     """
 
     matrices: np.ndarray
@@ -62,22 +69,26 @@ class Geometry:
     source_sizes: np.ndarray
     steps: tuple = ()
     antialias: bool = True
+    filter: str = "box"
 
-    def then(self, m_op, sizes, fill=None, box_mode=None, antialias=True) -> "Geometry":
+    def then(self, m_op, sizes, fill=None, box_mode=None, antialias=True,
+             filter=None, roi=False) -> "Geometry":
         fill = self.fill if fill is None else np.broadcast_to(
             np.asarray(fill, np.float64).reshape(len(sizes), -1), self.fill.shape).copy()
         sizes = np.asarray(sizes, np.int64).reshape(-1, 2)
         m_op = np.broadcast_to(np.asarray(m_op, np.float64), self.matrices.shape)
         composed = np.matmul(m_op, self.matrices)
-        step = Step(m_op, composed, sizes, fill, box_mode == "ellipse")
+        step = Step(m_op, composed, sizes, fill, box_mode == "ellipse", bool(roi))
         return Geometry(composed, sizes, fill, self.source_sizes, self.steps + (step,),
-                        self.antialias and bool(antialias))
+                        self.antialias and bool(antialias),
+                        "triangle" if "triangle" in (filter, self.filter) else "box")
 
     def valid_region(self):
         """The part of the output that holds source content: see :func:`geometry.valid_region`."""
         return G.valid_region(self.source_sizes, [s.matrix for s in self.steps],
                               [s.composed for s in self.steps], [s.sizes for s in self.steps],
-                              [s.fill for s in self.steps], self.fill)
+                              [s.fill for s in self.steps], self.fill,
+                              roi=[s.roi for s in self.steps])
 
     def box_stages(self):
         """(matrices (K, B, 3, 3), clip rectangles (K, B, 4), modes) of the chain for the box
@@ -186,9 +197,9 @@ class PlannedImages(DeviceImages):
 
 class DeferredWarp:
     """The warp that ends a planned chain (:func:`detaug.kernels.warp.plan_warp`), waiting for
-    its source images: ``source`` (a :class:`PlannedImages`) and ``launch`` (a WarpLaunch). The
-    raw data of an ImageBatch while a launch is planned ahead; made into pixels by
-    ``PlanAhead._realize``."""
+    its source images: ``source`` (a :class:`PlannedImages`) and ``launch`` (a WarpLaunch, or
+    kernels/resample.py's launches: ``run``, ``B``, ``shapes``, ``out_dtype``). The raw data of
+    an ImageBatch while a launch is planned ahead; made into pixels by ``PlanAhead._realize``."""
 
     __slots__ = ("source", "launch")
 

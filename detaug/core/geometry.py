@@ -226,24 +226,28 @@ def pixel_exact(m, tol=1e-9) -> np.ndarray:
     return unit & whole & (m[..., 2, 0] == 0) & (m[..., 2, 1] == 0) & (m[..., 2, 2] == 1)
 
 
-def _copied_canvases(ops, comp) -> np.ndarray:
-    """(K, B) whether canvas k needs no tap clamp: op k copies pixels (``pixel_exact``) and so
-    does everything after it (canvas k -> output). Running the ops one by one, op k reads its
-    input at pixel centres only and nothing resamples canvas k, so no tap is ever taken beyond
-    its edge. (A resampling op's canvas clamps: a crop and a resize in one matrix replicates the
-    window's edge; so does a canvas that a later op resamples.)"""
+def _copied_canvases(ops, comp, roi=None) -> np.ndarray:
+    """(K, B) whether canvas k needs no tap clamp: op k copies pixels (``pixel_exact``), or
+    resamples a region of interest (``roi[k]``: DALI's resize reads beyond its region), and
+    everything after it copies (canvas k -> output). Running the ops one by one, nothing then
+    resamples canvas k, so no tap is ever taken beyond its edge. (A resampling op's canvas
+    clamps: a crop and a resize in one matrix replicates the window's edge; so does a canvas
+    that a later op resamples.)"""
     with np.errstate(divide="ignore", invalid="ignore"):
         tail = np.matmul(comp[-1][None], np.linalg.inv(comp))
-    return pixel_exact(ops) & pixel_exact(tail)
+    own = pixel_exact(ops)
+    if roi is not None:
+        own = own | np.asarray(roi, bool).reshape(-1, 1)
+    return own & pixel_exact(tail)
 
 
-def _axis_rect(rect, rect_fill, ops, comp, sizes, src):
+def _axis_rect(rect, rect_fill, ops, comp, sizes, src, roi=None):
     """valid_region of a chain whose composed matrices are all axis-aligned, with one fill:
     the source rect intersected with every canvas mapped back, (K, B) at once; the clamp's rect
     with the canvases that are resampled (not ``_copied_canvases``) only."""
     b, c = rect_fill.shape
     lo, hi = _canvas_in_source(comp, sizes)
-    copied = _copied_canvases(ops, comp)[..., None]
+    copied = _copied_canvases(ops, comp, roi)[..., None]
     clo = np.maximum(rect[:, 0::2], np.where(copied, -np.inf, lo).max(0))
     chi = np.minimum(rect[:, 1::2], np.where(copied, np.inf, hi).min(0))
     lo = np.maximum(rect[:, 0::2], lo.max(0))
@@ -254,7 +258,7 @@ def _axis_rect(rect, rect_fill, ops, comp, sizes, src):
             np.zeros(b, np.int64))
 
 
-def valid_region(source_sizes, ops, composed, sizes, fills, fill):
+def valid_region(source_sizes, ops, composed, sizes, fills, fill, roi=None):
     """Where the output of a fused chain holds source content, as the kernels test it.
 
     Running the ops one by one, op k samples its input canvas and puts its ``fill`` wherever
@@ -297,6 +301,8 @@ def valid_region(source_sizes, ops, composed, sizes, fills, fill):
         sizes: per op (B, 2) (H, W) of its output canvas.
         fills: per op (B, C): its fill.
         fill: (B, C) the fill where the chain has no op.
+        roi: per op, whether it resamples a region of interest (its canvas then clamps no tap
+            unless a later op resamples it; ``_copied_canvases``); default none does.
     """
     src = np.asarray(source_sizes, np.float64).reshape(-1, 2)
     b, c = fill.shape
@@ -309,13 +315,13 @@ def valid_region(source_sizes, ops, composed, sizes, fills, fill):
             # the common chains (crop, flip, resize, pad, letterbox, zoom-out; one fill): every
             # canvas joins the rect, all at once
             return _axis_rect(rect, rect_fill, np.stack(ops), comp, np.asarray(sizes, np.float64),
-                              src)
+                              src, roi)
     final_inv = np.linalg.inv(composed[-1]) if ops else np.tile(np.eye(3), (b, 1, 1))
     slab_rows, slab_fill, slab_use = [], [], []
     all_same = all(np.array_equal(f, rect_fill) for f in fills)
     merging = np.ones(b, bool)  # per sample: still below the first slab / other fill
     clamp_rect = rect.copy()  # the canvases that are resampled only (_copied_canvases)
-    copied = _copied_canvases(np.stack(ops), np.stack(composed)) if ops else None
+    copied = _copied_canvases(np.stack(ops), np.stack(composed), roi) if ops else None
     # canvas k (the output of op k) is cut by op k + 1; the last canvas is the output itself,
     # which no sample point leaves: it joins the rect, and the clamp where op k resamples (a
     # crop and a resize in one matrix)

@@ -54,8 +54,9 @@ class DALIDataType(_StrEnum):
 
 
 class DALIInterpType(_StrEnum):
-    """Interpolation filters; detaug's warp has bilinear (with antialiasing where the chain shrinks
-    the image): ops map INTERP_LINEAR and INTERP_TRIANGULAR to it and raise for the others."""
+    """Interpolation filters: ops map INTERP_LINEAR and INTERP_TRIANGULAR to bilinear with
+    antialiasing where the chain shrinks the image (DALI's triangle filter in DALI's resize,
+    kernels/resample.py; detaug's warp elsewhere) and raise for the others."""
 
     INTERP_NN = "nn"
     INTERP_LINEAR = "linear"
@@ -107,8 +108,8 @@ def image_type(value) -> str:
 
 def interp_type(value, op_name="resize", arg="interp_type") -> str:
     """Map DALI's interp_type to detaug's filter: 'linear' (bilinear) or 'triangular' (bilinear
-    with antialiasing, which detaug's warp applies where it shrinks). Others raise, naming what
-    detaug has."""
+    with antialiasing where the image shrinks: DALI's triangle in its resize, detaug's warp
+    elsewhere). Others raise, naming what detaug has."""
     v = str(value.value if isinstance(value, DALIInterpType) else value).lower()
     v = {"interp_linear": "linear", "interp_triangular": "triangular", "interp_nn": "nn",
          "interp_cubic": "cubic", "interp_lanczos3": "lanczos3"}.get(v, v)

@@ -17,6 +17,7 @@ from ..core.batch import BoxBatch, DeferredWarp, ImageBatch
 from ..core.deferred import is_planned, stand_in
 from ..core.instances import SHAPE_FIELDS, shapes_clipped, shapes_through, tight_boxes
 from ..kernels import boxes as kb
+from ..kernels import resample
 from ..kernels import shapes as ks
 from ..kernels import warp
 
@@ -52,6 +53,9 @@ def images(batch: ImageBatch, ctx, *, mean=None, std=None, dtype=None, layout=No
     g, kwargs = warp_arguments(batch, mean=mean, std=std, dtype=dtype, layout=layout,
                                antialias=antialias)
     n = batch.batch_size
+    tri = _triangle(g, kwargs)
+    if tri is not None and into is None:
+        return _filtered(batch, ctx, g, kwargs, tri, layout)
     if is_planned(batch.raw):
         # planned ahead (detaug/runtime/gpu/plan_ahead.py): the launch is planned here, run once
         # its source is made (decoded, or made by the launches planned before it: core/deferred.py)
@@ -84,6 +88,50 @@ def images(batch: ImageBatch, ctx, *, mean=None, std=None, dtype=None, layout=No
         chunks = _chunks(ctx, lambda lo, hi: warp.warp_cv2(batch.data[lo:hi], g.matrices[lo:hi],
                                                            g.sizes[lo:hi], **_rows(kwargs, lo, hi)), n)
         out = [o for chunk in chunks for o in chunk]
+    return ImageBatch(out, batch.device, layout, None)
+
+
+def _triangle(g, kwargs):
+    """(B,) bool: the samples that take DALI's triangle filter (a chain that asked for it,
+    antialiased, where the sample's map is axis-aligned: kernels/resample.py), or None when
+    none does."""
+    if g.filter != "triangle" or not kwargs["antialias"]:
+        return None
+    tri = resample.triangle_samples(g.matrices, kwargs["region"][4])
+    return tri if tri.any() else None
+
+
+def _filtered(batch: ImageBatch, ctx, g, kwargs, tri, layout) -> ImageBatch:
+    """:func:`images` for a chain with DALI's filter on the samples ``tri`` and the warp on the
+    others (one launch each on the GPU; planned ahead like the warp)."""
+    rkw = {k: v for k, v in kwargs.items() if k != "antialias"}
+    if is_planned(batch.raw) or batch.device == "gpu":
+        src = stand_in(batch.raw) if is_planned(batch.raw) else batch.raw
+        ln = (resample.plan_resample(src, g.matrices, g.sizes, **rkw) if tri.all()
+              else resample.MixedLaunch(src, g.matrices, g.sizes, tri, kwargs))
+        if is_planned(batch.raw):
+            return ImageBatch(DeferredWarp(batch.raw, ln), batch.device, layout, None)
+        import cupy as cp
+
+        stream = getattr(ctx, "stream", None)
+        stream = stream if stream is not None else cp.cuda.get_current_stream()
+        with stream:
+            keep, ptrs = warp._device_inputs(cp, batch.raw)
+            pitches = batch.raw.pitches if hasattr(batch.raw, "pitches") else None
+            out = ln.launch(ptrs, pitches, stream)
+            del keep  # freed in stream order, after the launch
+        return ImageBatch(out, batch.device, layout, None)
+    # the CPU backend: the twins ('reference'), else OpenCV's warp and the filter in float32
+    ref = backend.cpu_warp() == "reference"
+    n = batch.batch_size
+    out = _chunks(ctx, lambda lo, hi: resample.filtered_numpy(
+        batch.data[lo:hi], g.matrices[lo:hi], g.sizes[lo:hi], tri[lo:hi],
+        warp_fn=warp.warp_numpy if ref else warp.warp_cv2,
+        precision=np.float64 if ref else np.float32, **_rows(kwargs, lo, hi)), n)
+    if n and (g.sizes == g.sizes[0]).all():
+        out = np.concatenate([np.asarray(o) for o in out if len(o)])
+    else:
+        out = [o for chunk in out for o in chunk]
     return ImageBatch(out, batch.device, layout, None)
 
 

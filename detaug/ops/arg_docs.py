@@ -56,7 +56,8 @@ SHARED = {
     "normalized_anchor": ("bool", "the anchor is relative to the image size (True) or in pixels"),
     "normalized_shape": ("bool", "the shape is relative to the image size (True) or in pixels"),
     "antialias": ("bool", "low-pass filter when shrinking (area-averaging as Pillow's / "
-                          "torchvision's antialias); False samples bilinearly"),
+                          "torchvision's antialias; DALI's triangle filter where the op is "
+                          "DALI's form: images alone); False samples bilinearly"),
     "output_type": ("str", "colour space of the decoded image: 'RGB' (or types.RGB); 'BGR' and "
                            "'GRAY' as DALI's"),
 }
@@ -133,6 +134,7 @@ ARG_DOCS = {
         "mag_filter": ("types.DALIInterpType | None", "DALI's filter when enlarging (as interp_type)"),
         "interp_type": ("types.DALIInterpType | None", ""),
         "mode": ("str", ""),
+        "subpixel_scale": ("bool | None", ""),
     },
     "letterbox": {
         "size": ("(int, int)", "output (height, width); the image is scaled to fit inside, aspect kept"),

@@ -11,7 +11,7 @@ import numpy as np
 from ..graph import materialize as M
 from ..core import geometry as G
 from ..core import shapes as S
-from .geometry import GEO, apply_geometry, fixed_size_rule, pair
+from .geometry import GEO, apply_geometry, fixed_size_rule, pair, resize_filter
 from .registry import Draw, register
 from ..graph.arg_check import declare_ranges, Num, count, positive, side
 
@@ -170,4 +170,9 @@ def random_resized_crop(ctx, op, inputs, args, draws):
         m = G.scale(ow / cw, oh / ch) @ G.translate(-win[:, 0], -win[:, 1])
         return m, np.tile([oh, ow], (len(sizes), 1)), None
 
-    return apply_geometry(ctx, op, inputs, plan, antialias=bool(args["antialias"]))
+    # images alone (DALI's form of the op): DALI's triangle filter over the window, as its
+    # resize of the ROI (taps beyond the window); with boxes (detaug's form) detaug's warp,
+    # its taps clamped to the window (a crop, then a resize)
+    filt = resize_filter(inputs, args)
+    return apply_geometry(ctx, op, inputs, plan, antialias=bool(args["antialias"]), filter=filt,
+                          roi=filt == "triangle")

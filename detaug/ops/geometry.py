@@ -21,12 +21,15 @@ GEO = dict(devices=("cpu", "gpu"), inputs=(1, 2), kind="geometric",
 
 # ---- output rules (detaug/core/shapes.py): the sizes each op's outputs take, from its inputs' ----
 def window_hw(a):
-    """A fixed crop window's (h, w) from crop / crop_h and crop_w, or None."""
-    if S.pair(a.get("crop")):
-        return S.pair(a["crop"])
-    if a.get("crop_h") is not None and a.get("crop_w") is not None:
-        return S.pair((a["crop_h"], a["crop_w"]))
-    return None
+    """A fixed crop window's (h, w) from crop / crop_h and crop_w, each DALI's float32 argument
+    truncated as its crop takes it (``static_cast<int>``), at least 1; or None."""
+    v = a.get("crop") if S.pair(a.get("crop")) else None
+    if v is None and a.get("crop_h") is not None and a.get("crop_w") is not None:
+        v = (a["crop_h"], a["crop_w"]) if S.pair((a["crop_h"], a["crop_w"])) else None
+    if v is None:
+        return None
+    v = (v, v) if np.ndim(v) == 0 else v
+    return tuple(max(int(np.float32(x)), 1) for x in v)
 
 
 @S.image_rule
@@ -110,7 +113,8 @@ def pair(value, name):
     return v
 
 
-def apply_geometry(ctx, op, inputs, plan, fill=None, box_mode=None, antialias=True):
+def apply_geometry(ctx, op, inputs, plan, fill=None, box_mode=None, antialias=True, filter=None,
+                   roi=False):
     """Shared body of every geometric op.
 
     ``plan(sizes (B, 2) int (H, W), boxes: BoxBatch | None) -> (matrices (B, 3, 3),
@@ -118,6 +122,10 @@ def apply_geometry(ctx, op, inputs, plan, fill=None, box_mode=None, antialias=Tr
     Inputs: (images[, boxes]) or (boxes,) alone (then the boxes' canvas gives the sizes).
     ``antialias=False`` turns supersampling off for the fused warp of the chain this op joins
     (:attr:`detaug.core.batch.Geometry.antialias`): one bilinear sample per output pixel.
+    ``filter='triangle'`` gives the chain DALI's resampling filter
+    (:attr:`detaug.core.batch.Geometry.filter`, kernels/resample.py); ``roi=True`` marks the op
+    a resampling of a region of interest (:attr:`detaug.core.batch.Step.roi`: its canvas
+    clamps no tap).
     """
     images = next((i for i in inputs if isinstance(i, ImageBatch)), None)
     boxes = next((i for i in inputs if isinstance(i, BoxBatch)), None)
@@ -136,10 +144,12 @@ def apply_geometry(ctx, op, inputs, plan, fill=None, box_mode=None, antialias=Tr
             f = None if fill is None else np.broadcast_to(
                 np.asarray(fill, np.float64).reshape(len(sizes), -1) if np.ndim(fill) == 2
                 else np.asarray(fill, np.float64), (len(sizes), v.channels))
-            outs.append(v.with_geometry(v.pending().then(m, out_sizes, f, antialias=antialias)))
+            outs.append(v.with_geometry(v.pending().then(m, out_sizes, f, antialias=antialias,
+                                                         filter=filter, roi=roi)))
         else:
             reg = G.canvas_region(m, v.content_region(), out_sizes)
-            b = v.with_geometry(v.pending().then(m, out_sizes, box_mode=box_mode)).replace(region=reg)
+            b = v.with_geometry(v.pending().then(m, out_sizes, box_mode=box_mode,
+                                                 roi=roi)).replace(region=reg)
             outs.append(b.drop(keep) if keep is not None else b)
     return tuple(outs)
 
@@ -163,8 +173,9 @@ def _crop_size(args, sizes):
     b = len(sizes)
     if args.get("crop") is not None:
         return pair_per_sample(args["crop"], b, "crop")
-    ch = args.get("crop_h") or sizes[:, 0]
-    cw = args.get("crop_w") or sizes[:, 1]
+    # (a per-sample crop_h / crop_w is an array: `or` would ask for its truth value)
+    ch = args["crop_h"] if _given(args.get("crop_h")) else sizes[:, 0]
+    cw = args["crop_w"] if _given(args.get("crop_w")) else sizes[:, 1]
     return per_sample(ch, b), per_sample(cw, b)
 
 
@@ -190,7 +201,8 @@ def crop_plan(args, sizes):
         x0, y0 = np.round(w[:, 0]), np.round(w[:, 1])
         cw, ch = np.round(w[:, 2]) - x0, np.round(w[:, 3]) - y0
     else:
-        ch, cw = (np.round(v) for v in _crop_size(args, sizes))
+        # DALI's crop size is its float32 argument truncated (static_cast<int>), not rounded
+        ch, cw = (np.trunc(_f32(v)) for v in _crop_size(args, sizes))
         px = per_sample(args.get("crop_pos_x", 0.5), b)
         py = per_sample(args.get("crop_pos_y", 0.5), b)
         # DALI's rounding (std::round: halves away from zero), not NumPy's to-even: a crop of
@@ -203,7 +215,7 @@ def crop_plan(args, sizes):
     return G.translate(-x0, -y0), np.stack([ch, cw], -1)
 
 
-# a crop narrower than a pixel keeps one (its sides round to the nearest, at least 1)
+# a crop narrower than a pixel keeps one (its sides truncated as DALI's, at least 1)
 declare_ranges("crop", crop=positive(MAX_SIDE, size=True, form='pair'),
                crop_h=positive(MAX_SIDE, size=True), crop_w=positive(MAX_SIDE, size=True),
                crop_pos_x=prob(), crop_pos_y=prob(),
@@ -228,7 +240,14 @@ def _given(v) -> bool:
 
 
 def resize_sizes(args, sizes):
-    """Output (H, W) per sample, rounded to integers (the matrix then scales exactly onto them).
+    """Output (H, W) per sample, rounded to integers (the matrix then scales exactly onto them):
+    :func:`requested_sizes` rounded, at least 1."""
+    return np.maximum(np.round(requested_sizes(args, sizes)), 1)
+
+
+def requested_sizes(args, sizes):
+    """Output (H, W) per sample as asked, before rounding (a float: ``resize_shorter=256`` of a
+    375 x 500 image asks for 341.33 columns).
     ``resize_shorter``, ``resize_longer``, ``resize_x``, ``resize_y`` and ``max_size`` may be
     per-sample (a (B,) array: DALI's tensor arguments, e.g. ``fn.random.uniform(...)``)."""
     h, w = sizes[:, 0].astype(np.float64), sizes[:, 1].astype(np.float64)
@@ -257,10 +276,11 @@ def resize_sizes(args, sizes):
         oh, ow = h * s, w * s
     else:
         raise ValueError("resize needs size=, resize_shorter=, resize_longer= or resize_x/resize_y")
-    return np.maximum(np.round(np.stack([oh, ow], -1)), 1)
+    return np.stack([oh, ow], -1)
 
 
-declare_kinds("resize", mode=choice("default", "stretch", "not_larger", "not_smaller"))
+declare_kinds("resize", mode=choice("default", "stretch", "not_larger", "not_smaller"),
+              subpixel_scale=BOOL)
 declare_ranges("resize", size=Num(0, MAX_SIDE, form='pair', size=True),
                resize_shorter=Num(0, MAX_SIDE, size=True), resize_longer=Num(0, MAX_SIDE,
                size=True), resize_x=Num(0, MAX_SIDE, size=True), resize_y=Num(0, MAX_SIDE,
@@ -269,14 +289,22 @@ declare_ranges("resize", size=Num(0, MAX_SIDE, form='pair', size=True),
           args={"size": None, "resize_shorter": None, "resize_longer": None,
                                  "resize_x": None, "resize_y": None, "max_size": None,
                                  "keep_aspect": False, "antialias": True, "interp_type": None,
-                                 "min_filter": None, "mag_filter": None, "mode": "default"},
+                                 "min_filter": None, "mag_filter": None, "mode": "default",
+                                 "subpixel_scale": None},
           per_sample=("size", "resize_shorter", "resize_longer", "resize_x", "resize_y",
                       "max_size"),
           arg_docs={"interp_type": "DALI's filter: INTERP_LINEAR (bilinear, antialiased when "
                                    "shrinking unless antialias=False) or INTERP_TRIANGULAR "
-                                   "(antialiased); the others raise",
+                                   "(antialiased); the others raise. Images alone (DALI's "
+                                   "form) or any filter argument given: DALI's triangle filter "
+                                   "of radius in / out; with boxes, detaug's mean of bilinear "
+                                   "samples",
                     "mode": "DALI's: 'default' / 'stretch', 'not_larger' (keep_aspect), "
-                            "'not_smaller' (cover both sizes)"},
+                            "'not_smaller' (cover both sizes)",
+                    "subpixel_scale": "DALI's: a fractional output size keeps its scale (the "
+                                      "input region moved about its centre) instead of "
+                                      "scaling onto the rounded size; default: True in "
+                                      "DALI's form (images alone), False with boxes"},
           doc="resize to size=(h, w) (stretch, or keep_aspect), resize_shorter/longer, max_size")
 def resize(ctx, op, inputs, args):
     from ..core import types
@@ -309,11 +337,43 @@ def resize(ctx, op, inputs, args):
     elif mode == "not_smaller":
         args = {**args, "keep_aspect": "cover"}
 
-    def plan(sizes, boxes):
-        out = resize_sizes(args, sizes)
-        return G.scale(out[:, 1] / sizes[:, 1], out[:, 0] / sizes[:, 0]), out, None
+    filt = resize_filter(inputs, args)
+    sub = args["subpixel_scale"]
+    sub = filt == "triangle" if sub is None else bool(sub)
 
-    return apply_geometry(ctx, op, inputs, plan, antialias=bool(args["antialias"]))
+    def plan(sizes, boxes):
+        req = requested_sizes(args, sizes)
+        out = np.maximum(np.round(req), 1)
+        return (subpixel_matrix(sizes, req, out) if sub else
+                G.scale(out[:, 1] / sizes[:, 1], out[:, 0] / sizes[:, 0])), out, None
+
+    return apply_geometry(ctx, op, inputs, plan, antialias=bool(args["antialias"]),
+                          filter=filt, roi=filt == "triangle")
+
+
+def subpixel_matrix(sizes, req, out):
+    """(B, 3, 3): DALI's ``subpixel_scale=True`` resize of (H, W) ``sizes`` asked for the
+    fractional ``req`` (B, 2) and made ``out`` (rounded): the scale ``req / in`` kept, the input
+    region moved about its centre by ``adj = out / req`` (clamped to 10, as DALI's
+    CalculateSampleParams), so output ``o`` samples input ``in / 2 + (o - out / 2) * in * adj /
+    out``. Where ``req`` is ``out`` (within 1e-6) it is the plain ``scale(out / in)``."""
+    sizes, req, out = (np.asarray(v, np.float64) for v in (sizes, req, out))
+    adj = np.minimum(out / np.maximum(req, 1e-300), 10.0)
+    k = out / (sizes * adj)  # output pixels per input pixel
+    t = out / 2 - k * sizes / 2
+    exact = np.abs(req - out) <= 1e-6
+    k = np.where(exact, out / sizes, k)
+    t = np.where(exact, 0.0, t)
+    return G.translate(t[:, 1], t[:, 0]) @ G.scale(k[:, 1], k[:, 0])
+
+
+def resize_filter(inputs, args) -> str:
+    """DALI's triangle filter (kernels/resample.py) for DALI's form of the resize: images alone
+    (DALI's resize takes one input), or any of DALI's filter arguments given; detaug's box-aware
+    form (images with their boxes) keeps detaug's warp ('box')."""
+    dali = (not any(isinstance(v, BoxBatch) for v in inputs)
+            or any(args.get(k) is not None for k in ("interp_type", "min_filter", "mag_filter")))
+    return "triangle" if dali else "box"
 
 
 declare_ranges("letterbox", size=side(), fill=finite(form='seq'))

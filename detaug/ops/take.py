@@ -14,10 +14,11 @@ def take_geometry(g: Geometry | None, idx) -> Geometry | None:
     """The chain of the samples ``idx`` (every per-sample array of every step indexed)."""
     if g is None:
         return None
-    steps = tuple(Step(s.matrix[idx], s.composed[idx], s.sizes[idx], s.fill[idx], s.ellipse)
+    steps = tuple(Step(s.matrix[idx], s.composed[idx], s.sizes[idx], s.fill[idx], s.ellipse,
+                       s.roi)
                   for s in g.steps)
     return Geometry(g.matrices[idx], g.sizes[idx], g.fill[idx], g.source_sizes[idx], steps,
-                    g.antialias)
+                    g.antialias, g.filter)
 
 
 def take_images(images: ImageBatch, idx) -> ImageBatch:

@@ -518,8 +518,9 @@ def test_tfrecord_features_dict(tmp_path):
 
 def test_tensor_arguments_of_resize_and_crop(rng):
     """DALI's tensor arguments: resize's size and crop's crop (crop_mirror_normalize's too) as
-    per-sample DataNodes: each sample gets its own extents (rounded), and the crop is the
-    window at crop_pos 0.5 (DALI's rounding: halves up)."""
+    per-sample DataNodes: each sample gets its own extents (resize's rounded, crop's truncated
+    as DALI's CropAttr), and the crop is the window at crop_pos 0.5 (DALI's rounding: halves
+    up)."""
     import detaug.fn as fn
     from detaug.pipeline import Pipeline
 
@@ -535,7 +536,7 @@ def test_tensor_arguments_of_resize_and_crop(rng):
     r, sz, cr, c, cm = pipe.run()
     for k in range(3):
         assert r.at(k).shape == (round(float(sz.at(k)[0])), round(float(sz.at(k)[1])), 3)
-        ch, cw = (int(np.round(v)) for v in c.at(k))
+        ch, cw = (int(v) for v in c.at(k))
         y0 = int(np.floor(0.5 * (60 - ch) + 0.5))
         x0 = int(np.floor(0.5 * (80 - cw) + 0.5))
         np.testing.assert_array_equal(cr.at(k), imgs[k][y0:y0 + ch, x0:x0 + cw])

@@ -1,9 +1,9 @@
 """DALI's resize followed by a crop (fn.crop, fn.slice, fn.crop_mirror_normalize with a window):
 the pixels of the resized image copied from DALI's integer window, although detaug fuses the
 two into one warp. Checked against a float64 reference written from the documented rules, not
-from the warp's code: the resize separable, each output pixel the mean of ``n = ceil(in / out)``
-bilinear samples per axis (pixel centres at +0.5, taps clamped to the image; DALI's INTERP_LINEAR
-where it enlarges), rounded half up; the window's anchor DALI's ``round(pos * (in - crop))``
+from the kernels' code: the resize separable, DALI's triangle filter of radius ``max(1, in /
+out)`` per axis (pixel centres at +0.5, weights normalised, taps clamped to the image; DALI's
+INTERP_LINEAR where it enlarges), rounded half up; the window's anchor DALI's ``round(pos * (in - crop))``
 (crop) or ``llround(start * extent)`` (slice), its float32 arguments taken in double."""
 from __future__ import annotations
 
@@ -30,18 +30,18 @@ def cpu_warp(request):
 
 
 def _axis_weights(n_in: int, n_out: int) -> np.ndarray:
-    """(n_out, n_in) float64: output pixel i is the mean of n bilinear samples at input points
-    (i + (a + 0.5) / n) * n_in / n_out, each tap clamped to [0, n_in - 1]."""
+    """(n_out, n_in) float64: DALI's triangle filter (antialias=True, INTERP_LINEAR): output
+    pixel i centred at t = (i + 0.5) * n_in / n_out weighs input pixel p by max(0, 1 - |p + 0.5
+    - t| / R), R = max(1, n_in / n_out), normalised to sum 1, taps clamped to [0, n_in - 1]
+    (enlarging: R = 1, bilinear)."""
     s = n_in / n_out
-    n = int(min(max(np.ceil(s - 1e-3), 1), 8))
+    r = max(1.0, s)
     w = np.zeros((n_out, n_in))
     for i in range(n_out):
-        for a in range(n):
-            u = (i + (a + 0.5) / n) * s - 0.5
-            j = int(np.floor(u))
-            f = u - j
-            w[i, min(max(j, 0), n_in - 1)] += (1 - f) / n
-            w[i, min(max(j + 1, 0), n_in - 1)] += f / n
+        t = (i + 0.5) * s
+        ps = np.arange(int(np.floor(t - 0.5 - r)), int(np.ceil(t - 0.5 + r)) + 1)
+        k = np.maximum(0.0, 1.0 - np.abs(ps + 0.5 - t) / r)
+        np.add.at(w[i], np.clip(ps, 0, n_in - 1), k / k.sum())
     return w
 
 

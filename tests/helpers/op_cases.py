@@ -225,7 +225,7 @@ CASES = {
         "resize_y": With(16, size=None, resize_x=10), "max_size": With(40, size=None, resize_shorter=36),
         "keep_aspect": True, "antialias": False, "interp_type": types.INTERP_NN,
         "min_filter": types.INTERP_CUBIC, "mag_filter": With(types.INTERP_CUBIC, size=(80, 80)),
-        "mode": "not_larger"}),
+        "mode": "not_larger", "subpixel_scale": With(True, size=None, resize_shorter=13)}),
     "letterbox": (_images_boxes, {"size": (32, 32)}, {"size": (24, 40), "fill": 0.0, "center": False}),
     "rotate": (_images_boxes, {"angle": 30.0}, {
         "angle": 45.0, "expand": True, "fill": 7.0, "box_mode": "ellipse",

@@ -99,7 +99,8 @@ def test_decoder_hints_change_no_pixel():
 def test_resize_antialias_off_is_one_bilinear_sample_per_pixel():
     """antialias=False on a 4x shrink: each output pixel is the bilinear sample at its centre's
     preimage (x = 4 j + 2 lies between input pixels 4j+1 and 4j+2: their mean); with antialias
-    the mean of 4 x 4 taps."""
+    (images alone: DALI's form) DALI's triangle of radius 4: input pixels 4j-2 .. 4j+5 weigh
+    (1, 3, 5, 7, 7, 5, 3, 1) / 32 per axis, the edge replicated."""
     img = RNG.integers(0, 256, (8, 8, 3), dtype=np.uint8)
     (on,) = _feed([[img]], lambda i: fn.resize(i, size=(2, 2)))
     (off,) = _feed([[img]], lambda i: fn.resize(i, size=(2, 2), antialias=False))
@@ -108,9 +109,12 @@ def test_resize_antialias_off_is_one_bilinear_sample_per_pixel():
                         / 4 + 0.5)
     # OpenCV's bilinear weights are fixed point (1/32): within one level of the float64 value
     np.testing.assert_allclose(np.asarray(off.data[0]), want_off, atol=1)
-    # antialiased: 4 taps per axis at 4j + 0.5 + k (k < 4), i.e. exactly the input pixels
-    want_on = np.floor(x.reshape(2, 4, 2, 4, 3).mean((1, 3)) + 0.5)
-    np.testing.assert_allclose(np.asarray(on.data[0]), want_on, atol=1)
+    tri = np.array([1, 3, 5, 7, 7, 5, 3, 1]) / 32.0
+    wax = np.zeros((2, 8))
+    for j in range(2):
+        np.add.at(wax[j], np.clip(np.arange(4 * j - 2, 4 * j + 6), 0, 7), tri)
+    want_on = np.floor(np.einsum("ij,jkc,lk->ilc", wax, x, wax) + 0.5)
+    np.testing.assert_allclose(np.asarray(on.data[0]), want_on, atol=1e-9)
     assert np.abs(np.asarray(on.data[0]).astype(int) - np.asarray(off.data[0])).max() > 10
 
 
