@@ -1120,6 +1120,27 @@ def image_decoder_slice(encoded: Any, anchor: Any, shape: Any, /, *, output_type
     Functional form: fn.image_decoder_slice; class form: ops.ImageDecoderSlice
     """
 
+def instance_masks(boxes: Any, /, *, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    Rasterise each box's polygons (readers.coco(polygons=True)) to a mask on its canvas, as COCO does (pycocotools); after the last geometric op.
+    
+    Inputs (positional only, 1):
+        boxes: BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
+    
+    Arguments: none of its own.
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'instance_masks_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output; BoxBatch with the field masks (N, H, W) uint8 0/1: each box's polygons on its sample's canvas, (H, W) the batch's largest canvas
+    
+    Functional form: fn.instance_masks; class form: ops.InstanceMasks
+    """
+
 def jitter(images: Any, /, *, nDegree: int = 2, fill_value: float | Sequence[Any] = 0.0, interp_type: Any | None = None, mask: int | DataNode = 1, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     DALI's jitter: each pixel replaced by a random neighbour within nDegree // 2.
