@@ -26,7 +26,9 @@ def _masks_rule(ins, args):
     return S.Out((S.Boxes(canvas, box_bytes=int(hw[0]) * int(hw[1])),))
 
 
-@register("instance_masks", devices=("cpu", "gpu"), inputs=(1, 1), kind="box", plans=True,
+# plans=False: planned ahead, it would rasterise in the host worker and upload every mask; it
+# runs where the batch is, on the device from the moved polygons
+@register("instance_masks", devices=("cpu", "gpu"), inputs=(1, 1), kind="box", plans=False,
           rule=_masks_rule,
           output_spec="BoxBatch with the field masks (N, H, W) uint8 0/1: each box's polygons "
                       "on its sample's canvas, (H, W) the batch's largest canvas",
