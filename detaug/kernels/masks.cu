@@ -114,3 +114,20 @@ extern "C" __global__ void polygon_masks(
     if (bit && hi >= 0) sweep(col, out_w, lo, hi, h);
   }
 }
+
+// DALI's pixelwise masks from the boxes' masks: one thread per (sample, pixel) of the
+// (B, out_h, out_w) label map; each pixel takes the largest value[i] of the kept boxes i of its
+// sample (rows offsets[b]..offsets[b + 1] of masks) whose mask covers it, 0 where none does.
+extern "C" __global__ void masks_to_labels(
+    const unsigned char* __restrict__ masks, const long long* __restrict__ offsets,
+    const int* __restrict__ value, long long b, int out_h, int out_w, int* __restrict__ out) {
+  const long long plane = (long long)out_h * out_w, total = b * plane;
+  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+       t += (long long)gridDim.x * blockDim.x) {
+    const long long s = t / plane, px = t - s * plane;
+    int best = 0;
+    for (long long i = offsets[s]; i < offsets[s + 1]; ++i)
+      if (masks[i * plane + px] && value[i] > best) best = value[i];
+    out[t] = best;
+  }
+}

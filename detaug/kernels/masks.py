@@ -63,3 +63,40 @@ def polygon_masks_cupy(dense, canvas, out_hw=None, *, stream=None):
         launch(get_kernel(_SRC, "polygon_masks", _OPTIONS), grid, (_BLOCK, 1, 1), args,
                stream=s, name="polygon_masks")
     return out
+
+
+def masks_to_labels_numpy(masks, offsets, value):
+    """DALI's pixelwise masks: (B, H, W) int32, each pixel the largest ``value`` (N,) int32 (0
+    for a dropped box) of its sample's boxes (rows ``offsets[b]:offsets[b + 1]`` of ``masks``
+    (N, H, W)) whose mask covers it, 0 where none does (DALI paints the labels in ascending
+    order, so the highest wins)."""
+    masks = np.asarray(masks)
+    off = np.asarray(offsets, np.int64)
+    out = np.zeros((len(off) - 1, *masks.shape[1:]), np.int32)
+    painted = masks.astype(np.int32) * np.asarray(value, np.int32).reshape(-1, 1, 1)
+    sample = np.repeat(np.arange(len(off) - 1), np.diff(off))
+    np.maximum.at(out, sample, painted)
+    return out
+
+
+def masks_to_labels_cupy(masks, offsets, value, *, stream=None):
+    """cupy twin of :func:`masks_to_labels_numpy`: one thread per (sample, pixel), one launch;
+    ``offsets`` host metadata, ``value`` a device array or host array (uploaded with it)."""
+    import cupy as cp
+
+    off = np.ascontiguousarray(np.asarray(offsets, np.int64))
+    s = stream if stream is not None else cp.cuda.get_current_stream()
+    with s:
+        masks = cp.ascontiguousarray(cp.asarray(masks).astype(cp.uint8, copy=False))
+        b, (h, w) = len(off) - 1, masks.shape[1:]
+        out = cp.empty((b, h, w), cp.int32)
+        if out.size == 0:
+            return out
+        val = (cp.ascontiguousarray(value.astype(cp.int32, copy=False))
+               if isinstance(value, cp.ndarray) else upload(np.asarray(value, np.int32), s))
+        args = (masks, upload(off, s), val, np.int64(b), np.int32(h), np.int32(w), out)
+        total = b * h * w
+        grid = (max(1, min((total + _BLOCK - 1) // _BLOCK, _MAX_GRID)), 1, 1)
+        launch(get_kernel(_SRC, "masks_to_labels", _OPTIONS), grid, (_BLOCK, 1, 1), args,
+               stream=s, name="masks_to_labels")
+    return out

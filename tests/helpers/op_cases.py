@@ -306,7 +306,7 @@ CASES = {
     "clip_boxes": (_moved_boxes, {}, {}),
     "box_convert": (_boxes, {}, {"fmt": "xywh", "normalized": True}),
     "pad_boxes": (_boxes, {}, {"max_boxes": 5, "fill": With(-1.0, max_boxes=4)}),
-    "instance_masks": (_polygon_boxes, {}, {}),
+    "instance_masks": (_polygon_boxes, {}, {"pixelwise": True}),
     "retinanet_encode": (_letterboxed_boxes, {"num_classes": 3}, {
         "num_classes": 4, "sizes": (16, 32, 64, 128, 256), "strides": (4, 8, 16, 32, 64),
         "ratios": (1.0,), "scales": (1.0,), "positive_overlap": 0.3, "negative_overlap": 0.2,

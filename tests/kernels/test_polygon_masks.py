@@ -149,6 +149,24 @@ def test_emulated_kernel_on_coco_and_overflow(emulated):
         km.polygon_masks_numpy(dense, hw)
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_emulated_label_map_equals_twin(emulated, seed):
+    """masks_to_labels: the highest value of a sample's covering boxes (a sample without boxes
+    is 0); the twin checked against painting in ascending order."""
+    rng = np.random.default_rng(seed)
+    masks = (rng.random((7, 9, 11)) < 0.4).astype(np.uint8)
+    offsets, value = np.array([0, 3, 3, 7]), rng.integers(0, 5, 7).astype(np.int32)
+    want = km.masks_to_labels_numpy(masks, offsets, value)
+    for b in range(3):
+        ref = np.zeros((9, 11), np.int32)
+        for i in sorted(range(offsets[b], offsets[b + 1]), key=lambda i: value[i]):
+            ref[masks[i] != 0] = value[i]
+        np.testing.assert_array_equal(want[b], ref)
+    got = km.masks_to_labels_cupy(emu.dev(masks), offsets, emu.dev(value))
+    np.testing.assert_array_equal(np.asarray(got), want)
+    assert emulated.calls == ["masks_to_labels"]
+
+
 def test_shapes_are_checked():
     with pytest.raises(ValueError, match="smaller than a box's canvas"):
         km.polygon_masks_numpy(np.full((1, 2, 2), np.nan), [[5, 5]], (4, 5))

@@ -60,13 +60,14 @@ def _graph(i, b):
     i, b = fn.resize(i, b, resize_shorter=fn.random.uniform(range=(30, 50)))
     i, b = fn.crop(i, b, crop=(32, 40))
     b = fn.prune_boxes(b, min_size=2.0)
-    return i, fn.instance_masks(b), fn.pad_boxes(fn.instance_masks(b))
+    return i, fn.instance_masks(b), fn.pad_boxes(fn.instance_masks(b)), \
+        fn.instance_masks(b, pixelwise=True)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_masks_are_pycocotools_of_the_moved_polygons(seed):
     imgs, boxes, fields = _inputs(np.random.default_rng(seed))
-    img, masked, padded = run_graph(imgs, boxes, _graph, fields=fields, seed=seed)
+    img, masked, padded, _ = run_graph(imgs, boxes, _graph, fields=fields, seed=seed)
     for s, d in enumerate(masked.per_sample()):
         hw = tuple(int(v) for v in masked.canvas[s])
         assert d["masks"].shape == (len(d["boxes"]),) + hw and d["masks"].dtype == np.uint8
@@ -77,6 +78,29 @@ def test_masks_are_pycocotools_of_the_moved_polygons(seed):
         n = int(padded["counts"][s])
         np.testing.assert_array_equal(padded["masks"][s, :n], d["masks"])
         assert not padded["masks"][s, n:].any()
+
+
+def test_pixelwise_is_dalis_label_map():
+    """pixelwise=True: each pixel the label + 1 of the highest-labelled kept box covering it,
+    0 elsewhere and outside a sample's canvas: painted here in ascending label order."""
+    imgs, boxes, fields = _inputs(np.random.default_rng(3))
+    labels = [np.array([2, 0, 1, 2]) for _ in boxes]
+
+    def graph(i, b):
+        i, b = fn.rotate(i, b, angle=fn.random.uniform(range=(-25, 25)), expand=True)
+        b = fn.prune_boxes(b, min_size=2.0)
+        return fn.instance_masks(b), fn.instance_masks(b, pixelwise=True)
+
+    masked, label_map = run_graph(imgs, boxes, graph, labels=labels, fields=fields, seed=3)
+    assert label_map.dtype == np.int32 and label_map.shape[-1] == 1
+    assert label_map.shape[1:3] == tuple(masked.canvas.max(0))
+    for s, d in enumerate(masked.per_sample()):
+        want = np.zeros(label_map.shape[1:3], np.int32)
+        for k in np.argsort(d["labels"], kind="stable"):
+            h, w = d["masks"][k].shape
+            want[:h, :w][d["masks"][k] != 0] = d["labels"][k] + 1
+        np.testing.assert_array_equal(label_map[s, ..., 0], want)
+    assert len(np.unique(label_map)) > 2
 
 
 def test_a_geometric_op_after_the_masks_and_boxes_without_polygons_are_refused():
@@ -118,12 +142,16 @@ def test_device_path_equals_the_cpu(kernels_cu, monkeypatch, seed):
     g = g.then(G.linear_about(G.rotation_linear(rng.uniform(-30, 30, 3)), centre, centre), hw)
     g = g.then(G.translate(-rng.uniform(0, 9, 3), -rng.uniform(0, 9, 3)), np.tile([28, 44], (3, 1)))
     op = types.SimpleNamespace(name="instance_masks_0")
-    want = instance_masks(None, op, [host.with_geometry(g)], {})
+    want = instance_masks(None, op, [host.with_geometry(g)], {"pixelwise": False})
     dev = host.on_device([emu.dev(a) for a in host.device_arrays()])
-    got = instance_masks(None, op, [dev.with_geometry(g)], {})
+    got = instance_masks(None, op, [dev.with_geometry(g)], {"pixelwise": False})
     np.testing.assert_array_equal(np.asarray(got.fields["masks"]), want.fields["masks"])
     assert want.fields["masks"].any()
     assert masks_cu.calls == ["polygon_masks"]
+    want = instance_masks(None, op, [host.with_geometry(g)], {"pixelwise": True})
+    got = instance_masks(None, op, [dev.with_geometry(g)], {"pixelwise": True})
+    np.testing.assert_array_equal(np.asarray(got), want)
+    assert masks_cu.calls[1:] == ["polygon_masks", "masks_to_labels"]
 
 
 def _stack_dense(rows):
@@ -164,3 +192,4 @@ def test_pipeline_masks_gpu_equal_cpu(seed):
     for want, got in zip(cpu[1].per_sample(), gpu[1].per_sample()):
         np.testing.assert_array_equal(got["masks"], want["masks"])
     np.testing.assert_array_equal(gpu[2]["masks"].get(), cpu[2]["masks"])
+    np.testing.assert_array_equal(gpu[3].get(), cpu[3])
