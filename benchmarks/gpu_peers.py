@@ -484,7 +484,8 @@ class TVSegDataset:
         if self.tf is None:
             s = (self.size, self.size)
             self.tf = v2.Compose([v2.ScaleJitter(s, scale_range=(0.1, 2.0)),
-                                  v2.RandomCrop(s, pad_if_needed=True, fill=128),
+                                  v2.RandomCrop(s, pad_if_needed=True,
+                                                fill={tv_tensors.Image: 128, "others": 0}),
                                   v2.RandomHorizontalFlip(), v2.SanitizeBoundingBoxes(min_size=1)])
         path, h, w, anns = self.items[i]
         img = io.decode_jpeg(io.read_file(path), mode=io.ImageReadMode.RGB)
