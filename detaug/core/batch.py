@@ -453,8 +453,9 @@ class BoxBatch:
 
     def per_sample(self) -> list:
         """Host list of dicts {'boxes', 'labels', <fields>} of the valid boxes of each sample
-        (``masks`` (n, H, W) on the sample's own canvas). On the GPU this copies to the host: output stage only (a pipeline's outputs are
-        materialised; a batch with a pending chain is refused)."""
+        (``masks`` (n, H, W) on the sample's own canvas). On the GPU this copies to the host:
+        output stage only (a pipeline's outputs are materialised; a batch with a pending chain
+        is refused)."""
         if self.geometry is not None:
             raise ValueError("per_sample takes materialised boxes (a pipeline output); these "
                              "have a pending geometric chain")
