@@ -178,6 +178,10 @@ def test_the_memory_plan_counts_the_masks_from_the_rule():
     assert got.outputs == 4 * (64 * 80 * 3 + box + 3 * 64 * 80 + box)
     unknown = output_sizes.batch_bytes(ops, outs, [[100, 120]], 4)
     assert dict(unknown.parts)[outs[1].name] == 4 * (box + output_sizes.BOXES_UNKNOWN * 64 * 80)
+    with pipe:  # padded: every slot of max_boxes holds a mask
+        padded = fn.pad_boxes(fn.instance_masks(boxes), max_boxes=5)
+    got = output_sizes.batch_bytes(list(pipe.graph.ops), [padded], [[100, 120]], 4)
+    assert got.outputs == 4 * 5 * (32 + 64 * 80)
     reader = types.SimpleNamespace(offsets=np.array([0, 2, 2, 7]))
     assert build_plan.boxes_per_sample({1: object(), 2: reader}) == pytest.approx(7 / 3)
 
