@@ -3,6 +3,14 @@ torchvision.transforms.v2 (GPU, and a CPU DataLoader) and kornia; plus the fused
 
     python benchmarks/bench_gpu.py [--num-images 1024] [--batch-size 64] [--only ...] [--json F]
     python benchmarks/bench_gpu.py --cpu-smoke      # plumbing test on a machine without a GPU
+    python benchmarks/bench_gpu.py --seg [--cpu-smoke]   # the instance-segmentation recipe
+
+``--seg`` (gpu_common.run_seg): COCO-like JPEGs with polygons, large-scale jitter (0.1-2.0 of
+``--seg-size`` 1024, crop and pad to it) + flip, masks from the polygons at the output
+(``fn.instance_masks``), batch 16, as the torch adapter's list targets: detaug with masks and
+boxes only (their cost ratio), torchvision v2 (``tv_tensors.Mask``, ``ScaleJitter`` +
+``RandomCrop(pad_if_needed)`` + flip, pycocotools masks per image) in a DataLoader of
+``--seg-workers`` (15); a short table.
 
 The pipeline, per image: decode JPEG -> random IoU crop (SSD) -> random horizontal flip ->
 resize to 640x640 -> drop boxes under 1 px -> normalize to float32 CHW; batches of 64.
@@ -40,13 +48,6 @@ Sections (each in its own try/except: one failure never loses the others; each b
    (``detaug.kernels.warp.warp_cupy``: crop + flip + resize + normalize + CHW in one launch),
    200 calls timed with CUDA events, and the same calls with the stream's queue pre-filled
    (kernel time without host gaps); bandwidth vs a 1 GiB device-to-device copy.
-``--seg``: the instance-segmentation recipe instead (gpu_common.run_seg): ``--num-images`` COCO-like
-JPEGs with polygons (each box one or two star-shaped polygons), large-scale jitter (scale
-0.1-2.0 of ``--seg-size`` 1024, crop and pad to it) + flip, masks rasterised from the polygons at
-the output (``fn.instance_masks``), batch 16, through the torch adapter's list targets; detaug
-with masks and with boxes only (the masks / boxes cost ratio), torchvision v2 (``tv_tensors.Mask``,
-``ScaleJitter`` + ``RandomCrop(pad_if_needed)`` + flip, masks decoded per image with
-pycocotools) in a DataLoader of ``--seg-workers`` (15); a short table.
 
 5. a table (name, img/s, detaug / engine, device memory (MB), notes), device, CPU count,
    versions, detaug against the two ceilings and its memory; JSON to ``--json`` or
@@ -399,7 +400,7 @@ ALL = ("tv_cpu", "detaug", "retinanet", "ceiling", "ceiling_asarray", "ceiling_m
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seg", action="store_true", help="the instance-segmentation recipe (above)")
-    ap.add_argument("--seg-size", type=int, default=None, help="--seg canvas (1024; 256 smoke)")
+    ap.add_argument("--seg-size", type=int, help="--seg canvas (1024; 256 smoke)")
     ap.add_argument("--seg-workers", type=int, default=15, help="--seg torchvision workers")
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="no GPU: small data, detaug on the CPU backend, peers where importable")
@@ -513,14 +514,10 @@ def main(argv=None):
     if root is None:
         tmp = tempfile.mkdtemp(prefix="detaug_bench_gpu_")
         root = args.data = tmp
-    if args.seg:
-        try:
-            return run_seg(args, smoke, gpu)
-        finally:
-            if tmp and not args.keep_data:
-                shutil.rmtree(tmp, ignore_errors=True)
     recs = blobs = None
     try:
+        if args.seg:
+            return run_seg(args, smoke, gpu)
         try:
             make_dataset(root, args.num_images, args.gen_workers)
             recs, blobs = load_records(root)
