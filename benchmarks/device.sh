@@ -195,8 +195,10 @@ part_firstdecode() {
 }
 
 part_seg() {
-  timeout 120 python3 -m pytest -m gpu -q -rf --tb=short -p no:cacheprovider \
-    tests/kernels/test_polygon_masks.py tests/ops/test_instance_masks.py 2>&1 | quiet | tail -4
+  timeout 150 python3 -m pytest -m gpu -q -rf --tb=short -p no:cacheprovider -k mask \
+    tests/kernels/test_polygon_masks.py tests/ops/test_instance_masks.py tests/ops/test_output_rules.py \
+    tests/frontends/test_torch_masks_gpu.py tests/frontends/test_torch_instance_targets_gpu.py \
+    2>&1 | quiet | tail -6
   timeout 400 python3 benchmarks/bench_gpu.py --seg --data /tmp/seg_data --keep-data \
     --num-images "${SEG_IMAGES:-512}" --min-seconds 10 --max-seconds 20 --peer-seconds 15 \
     2>&1 | quiet > "$OUT/bench_seg.log"

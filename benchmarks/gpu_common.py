@@ -428,8 +428,8 @@ def run_seg(args, smoke, gpu):
           " | img/s | notes |\n|---|---:|---|")
     for r in ROWS:
         v = r.get("img_s")
-        print(f"| {r['name']} | {'-' if v is None else f'{v:,.1f}'} | "
-              f"{r.get('notes') or r.get('error') or r.get('skipped') or ''} |")
+        note = " ".join(str(r.get("notes") or r.get("error") or r.get("skipped") or "").split())
+        print(f"| {r['name']} | {'-' if v is None else f'{v:,.1f}'} | {note[:200]} |")
     if m and b:
         print(f"| masks / boxes cost per image (target <= 2x) | {b / m:.2f}x | |")
     if m and tv:
