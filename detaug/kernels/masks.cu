@@ -40,7 +40,10 @@ __device__ bool edge_pass(long long x0, long long y0, long long x1, long long y1
     *v = va < vb ? va : vb;
     return true;
   }
-  // walked along y: step t at fine row ys + t, its column moves one at a time, monotonically
+  // walked along y: step t at fine row ys + t, its column moves one at a time, monotonically,
+  // within [min(xs, xe), max(xs, xe) + 1] (the cast truncates toward zero): most threads' columns
+  // lie outside, and leave before the division
+  if (target + 1 < (xs < xe ? xs : xe) || target > (xs < xe ? xe : xs) + 1) return false;
   const double s = __ddiv_rn((double)(xe - xs), (double)dy);
   const long long u0 = walk_at((double)xs, s, 0), u1 = walk_at((double)xs, s, dy);
   const long long lo_u = u0 < u1 ? u0 : u1, hi_u = u0 < u1 ? u1 : u0;
