@@ -3,6 +3,14 @@ torchvision.transforms.v2 (GPU, and a CPU DataLoader) and kornia; plus the fused
 
     python benchmarks/bench_gpu.py [--num-images 1024] [--batch-size 64] [--only ...] [--json F]
     python benchmarks/bench_gpu.py --cpu-smoke      # plumbing test on a machine without a GPU
+    python benchmarks/bench_gpu.py --seg [--cpu-smoke]   # the instance-segmentation recipe
+
+``--seg`` (gpu_common.run_seg): COCO-like JPEGs with polygons, large-scale jitter (0.1-2.0 of
+``--seg-size`` 1024, crop and pad to it) + flip, masks from the polygons at the output
+(``fn.instance_masks``), batch 16, as the torch adapter's list targets: detaug with masks and
+boxes only (their cost ratio), torchvision v2 (``tv_tensors.Mask``, ``ScaleJitter`` +
+``RandomCrop(pad_if_needed)`` + flip, pycocotools masks per image) in a DataLoader of
+``--seg-workers`` (15); a short table.
 
 The pipeline, per image: decode JPEG -> random IoU crop (SSD) -> random horizontal flip ->
 resize to 640x640 -> drop boxes under 1 px -> normalize to float32 CHW; batches of 64.
@@ -40,6 +48,7 @@ Sections (each in its own try/except: one failure never loses the others; each b
    (``detaug.kernels.warp.warp_cupy``: crop + flip + resize + normalize + CHW in one launch),
    200 calls timed with CUDA events, and the same calls with the stream's queue pre-filled
    (kernel time without host gaps); bandwidth vs a 1 GiB device-to-device copy.
+
 5. a table (name, img/s, detaug / engine, device memory (MB), notes), device, CPU count,
    versions, detaug against the two ceilings and its memory; JSON to ``--json`` or
    ``$OUT/bench_gpu.json``.
@@ -65,7 +74,7 @@ import traceback
 
 from gpu_common import (EXTRA, MB, MEAN, ROWS, SIZE, STD, T_START, _version, build_within_budget,
     device_free_bytes, free_gpu_memory, gpu_available, load_records, log, make_dataset, over_budget, preload_nvjpeg,
-    section, skip, tree_cpu_seconds)
+    run_seg, section, skip, tree_cpu_seconds)
 from gpu_ceilings import (OUTPUT_KINDS, _outputs_label, bench_decode_ceiling,
     bench_decode_ceiling_mp, bench_warp)
 from gpu_peers import (DALI_CONFIGS, bench_dali, bench_kornia, bench_tv_cpu, bench_tv_gpu, best_row,
@@ -390,6 +399,9 @@ ALL = ("tv_cpu", "detaug", "retinanet", "ceiling", "ceiling_asarray", "ceiling_m
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seg", action="store_true", help="the instance-segmentation recipe (above)")
+    ap.add_argument("--seg-size", type=int, help="--seg canvas (1024; 256 smoke)")
+    ap.add_argument("--seg-workers", type=int, default=15, help="--seg torchvision workers")
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="no GPU: small data, detaug on the CPU backend, peers where importable")
     ap.add_argument("--num-images", type=int, default=None, help="default 1024 (128 with --cpu-smoke)")
@@ -462,6 +474,8 @@ def main(argv=None):
     dflt = dict(num_images=(128, 1024), batch_size=(16, 64), min_seconds=(2.0, 10.0),
                 max_seconds=(6.0, 20.0), ceiling_seconds=(2.0, 6.0), peer_seconds=(3.0, 12.0),
                 budget=(600.0, 220.0))
+    if args.seg:  # 1024 px, batch 16 (smoke: 256 px, batch 4)
+        dflt.update(num_images=(24, 512), batch_size=(4, 16), seg_size=(256, 1024))
     for k, (a, b) in dflt.items():
         if getattr(args, k) is None:
             setattr(args, k, a if smoke else b)
@@ -499,9 +513,11 @@ def main(argv=None):
     root = args.data
     if root is None:
         tmp = tempfile.mkdtemp(prefix="detaug_bench_gpu_")
-        root = tmp
+        root = args.data = tmp
     recs = blobs = None
     try:
+        if args.seg:
+            return run_seg(args, smoke, gpu)
         try:
             make_dataset(root, args.num_images, args.gen_workers)
             recs, blobs = load_records(root)

@@ -42,6 +42,10 @@
 #           (DETAUG_EARLY_DECODE=0), alternated, then 2 memory runs each (device memory after the
 #           first batch and after 40); its GPU tests and those of the decode processes, the
 #           start-up and planning ahead; about 120 s
+#   seg     the instance-segmentation recipe (bench_gpu.py --seg): SEG_IMAGES (512) COCO-like JPEGs
+#           with polygons in /tmp/seg_data, large-scale jitter of 1024 + flip, masks rasterised at the
+#           output, batch 16: detaug GPU with masks and with boxes only (the masks / boxes ratio),
+#           torchvision v2 in a DataLoader of 15 workers; its GPU tests first; about 150 s
 #   multinode  two GPUs (kind nvidia-h100-x2): two machines simulated on one host, as
 #           docs/training.md's multi-machine lines: two torchrun launches (--nnodes=2, c10d
 #           rendezvous on localhost), one GPU each through CUDA_VISIBLE_DEVICES=0 / =1 (LOCAL_RANK
@@ -53,13 +57,13 @@
 # Each part fits in one 600 s device call; logs and JSON go to $OUT. Knobs: SECONDS_PER_ROW (6),
 # PAIRS (3), SOAK_BATCHES (20000), TRAIN_BUDGET (250), NS ("2 4 8 15"), ITERS (100), TEST_S (300),
 # WORKERS ("2,15"), BATCHES (8; yolo), MIN_SECONDS (15; yolo), STARTUP_PROCS (3), STARTUP_SECONDS (8),
-# STARTUP_WORKERS ("2,8"), DALI_CONFIGS (gpu_peers.DALI_CONFIGS; startup, gpu), GPU_ONLY (gpu),
+# STARTUP_WORKERS ("2,8"), SEG_IMAGES (512; seg), DALI_CONFIGS (gpu_peers.DALI_CONFIGS; startup, gpu), GPU_ONLY (gpu),
 # RUNS (5; timeline), MN_SIZE (320), MN_ARGS, MN_TIMEOUT (80 s a launch; multinode).
 # Data: 1,024 COCO-like JPEGs (bench_gpu.make_dataset) in /tmp/bench_data, made once.
 set -u
 source .ci/device_setup.sh >/dev/null 2>&1 || { echo "device setup failed"; exit 1; }
 DATA=/tmp/bench_data
-[ $# -gt 0 ] || { sed -n '2,58p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,62p' "$0"; exit 2; }
 
 part_tests() {
   timeout "${TEST_S:-300}" python3 -m pytest -m gpu -q -rf --tb=short -p no:cacheprovider tests \
@@ -190,6 +194,17 @@ part_firstdecode() {
   grep -E "^FAILED|^ERROR|passed|failed|Segmentation" "$OUT/firstdecode_tests.log" | cut -c1-300 | tail -20
 }
 
+part_seg() {
+  timeout 150 python3 -m pytest -m gpu -q -rf --tb=short -p no:cacheprovider -k mask \
+    tests/kernels/test_polygon_masks.py tests/ops/test_instance_masks.py tests/ops/test_output_rules.py \
+    tests/frontends/test_torch_masks_gpu.py tests/frontends/test_torch_instance_targets_gpu.py \
+    2>&1 | quiet | tail -6
+  timeout 400 python3 benchmarks/bench_gpu.py --seg --data /tmp/seg_data --keep-data \
+    --num-images "${SEG_IMAGES:-512}" --min-seconds 10 --max-seconds 20 --peer-seconds 15 \
+    2>&1 | quiet > "$OUT/bench_seg.log"
+  grep -E "^\||FAILED" "$OUT/bench_seg.log" | cut -c1-300
+}
+
 part_multinode() {
   nvidia-smi -L
   local d=/tmp/multinode ex=$PWD/examples/retinanet_ddp.py tag n port
@@ -221,7 +236,7 @@ part_multinode() {
 
 for part in "$@"; do
   if ! declare -F "part_$part" >/dev/null; then
-    echo "unknown part '$part': choose from tests gpu pairs train soak cpu yolo memory timeline ddp startup firstdecode multinode"; exit 2
+    echo "unknown part '$part': choose from tests gpu pairs train soak cpu yolo memory timeline ddp startup firstdecode seg multinode"; exit 2
   fi
   echo "##### $part"
   "part_$part"

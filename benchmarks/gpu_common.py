@@ -308,3 +308,131 @@ def load_records(root):
 
 
 # ---------------------------------------------------------------------------- 2. detaug
+
+
+# ---------------------------------------------------------------------------- instance segmentation
+# bench_gpu.py --seg: the instance-segmentation recipe (large-scale jitter of 1024 + flip, masks
+# rasterised from COCO polygons at the output), detaug with masks and with boxes only, beside
+# torchvision v2 in a DataLoader (gpu_peers.bench_tv_seg).
+def _polygon_in(rng, x, y, w, h):
+    """A star-shaped polygon of 8-20 vertices inside the box (x, y, w, h): COCO's flat list."""
+    k = int(rng.integers(8, 21))
+    ang = np.sort(rng.uniform(0, 2 * np.pi, k))
+    rad = rng.uniform(0.45, 1.0, k)
+    px = x + w / 2 + np.cos(ang) * rad * w / 2
+    py = y + h / 2 + np.sin(ang) * rad * h / 2
+    return [round(float(v), 2) for v in np.stack([px, py], 1).reshape(-1)]
+
+
+def make_seg_dataset(root, n, workers, seed=0):
+    """:func:`make_dataset`'s images, each box an object with one or two polygons inside it
+    (its ``segmentation``; the ``bbox`` the polygons' enclosing box, as COCO's)."""
+    make_dataset(root, n, workers, seed)
+    ann = os.path.join(root, "annotations.json")
+    with open(ann) as f:
+        d = json.load(f)
+    if d["annotations"] and "segmentation" in d["annotations"][0]:
+        return root
+    rng = np.random.default_rng([seed, 7])
+    for a in d["annotations"]:
+        x, y, w, h = a["bbox"]
+        polys = [_polygon_in(rng, x, y, w, h)]
+        if rng.random() < 0.3:  # a second part, as an occluded COCO object has
+            polys.append(_polygon_in(rng, x + w * 0.6, y + h * 0.6, w * 0.4, h * 0.4))
+        pts = np.concatenate([np.reshape(p, (-1, 2)) for p in polys])
+        lo, hi = pts.min(0), pts.max(0)
+        a["segmentation"] = polys
+        a["bbox"] = [round(float(v), 2) for v in (*lo, *(hi - lo))]
+        a["area"] = round(float(np.prod(hi - lo)), 2)
+    with open(ann, "w") as f:
+        json.dump(d, f)
+    return root
+
+
+def make_seg_pipe(root, device, masks=True, batch_size=16, size=1024, **kw):
+    """The recipe: COCO reader (polygons), decode, ``scale_jitter`` (scale 0.1-2.0 of ``size``,
+    crop and pad to size x size), horizontal flip, boxes under 1 px dropped, then the masks
+    (``fn.instance_masks``) or boxes only."""
+    from detaug import Pipeline, fn
+
+    gpu = device == "gpu"
+    pipe = Pipeline(batch_size=batch_size, num_threads=kw.pop("num_threads", 4), seed=0,
+                    device_id=0 if gpu else None, **kw)
+    with pipe:
+        enc, boxes = fn.readers.coco(file_root=os.path.join(root, "images"),
+                                     annotations_file=os.path.join(root, "annotations.json"),
+                                     polygons=masks, random_shuffle=True)
+        img = fn.decoders.image(enc, device="mixed" if gpu else "cpu")
+        img, boxes = fn.scale_jitter(img, boxes, size=(size, size), scale_range=(0.1, 2.0))
+        img, boxes = fn.flip(img, boxes, horizontal=fn.random.coin_flip())
+        boxes = fn.prune_boxes(boxes, min_size=1.0)
+        pipe.set_outputs(img, fn.instance_masks(boxes) if masks else boxes)
+    return pipe
+
+
+def bench_detaug_seg(args, root, device, masks):
+    """img/s of :func:`make_seg_pipe` through the torch adapter (list targets: each image's
+    boxes, labels and, with ``masks``, its (n, H, W) uint8 masks), as a training loop takes it."""
+    from detaug.adapters.torch import DetaugIterator
+
+    sync = lambda: None  # noqa: E731
+    if device == "gpu":
+        import cupy as cp
+
+        sync = cp.cuda.Device().synchronize
+    pipe = make_seg_pipe(root, device, masks, args.batch_size, args.seg_size)
+    it = DetaugIterator(pipe, output_map=["images", "targets"], boxes_format="list",
+                        auto_reset=True)
+    stats = {"instances": 0, "images": 0}
+
+    def step():
+        try:
+            b = next(it)
+        except StopIteration:  # an epoch's end (auto_reset: the next epoch follows)
+            b = next(it)
+        stats["images"] += len(b["targets"])
+        for t in b["targets"]:
+            stats["instances"] += len(t["boxes"])
+            if masks:
+                assert t["masks"].shape[1:] == (args.seg_size, args.seg_size)
+        return len(b["targets"])
+
+    n, secs, k = timed(step, warmup=args.warmup, min_s=args.min_seconds, max_s=args.max_seconds,
+                       sync=sync)
+    pipe.close()
+    return {"name": f"detaug {device.upper()}, " + ("masks" if masks else "boxes only"),
+            "img_s": n / secs, "images": n, "seconds": round(secs, 2),
+            "notes": f"{k} batches of {args.batch_size}, {stats['instances'] / max(stats['images'], 1):.1f} "
+                     "boxes/img"}
+
+
+def run_seg(args, smoke, gpu):
+    """bench_gpu --seg: data, detaug masks / boxes rows, torchvision v2 (if importable), and
+    the short table: img/s, the masks / boxes cost ratio, detaug / torchvision."""
+    from gpu_peers import bench_tv_seg
+
+    root = make_seg_dataset(args.data, args.num_images, args.gen_workers)
+    device = "gpu" if gpu else "cpu"
+    tv_name = f"torchvision v2 DataLoader ({args.seg_workers} workers), masks"
+    if _version("torchvision") is None:  # first: its workers fork before CUDA starts here
+        skip(tv_name, "torchvision not importable")
+    else:
+        section(tv_name, bench_tv_seg, args, root, args.seg_workers)
+    for masks in (True, False):
+        section(f"detaug {device}, {'masks' if masks else 'boxes only'}", bench_detaug_seg,
+                args, root, device, masks)
+    by = {r["name"]: r.get("img_s") for r in ROWS}
+    m = by.get(f"detaug {device.upper()}, masks")
+    b = by.get(f"detaug {device.upper()}, boxes only")
+    tv = by.get(tv_name)
+    print(f"\n| seg recipe ({args.seg_size} px, batch {args.batch_size}{', CPU smoke' if smoke else ''})"
+          " | img/s | notes |\n|---|---:|---|")
+    for r in ROWS:
+        v = r.get("img_s")
+        note = " ".join(str(r.get("notes") or r.get("error") or r.get("skipped") or "").split())
+        print(f"| {r['name']} | {'-' if v is None else f'{v:,.1f}'} | {note[:200]} |")
+    if m and b:
+        print(f"| masks / boxes cost per image (target <= 2x) | {b / m:.2f}x | |")
+    if m and tv:
+        print(f"| detaug masks / torchvision v2 (target >= 10x) | {m / tv:.2f}x | |")
+    return 0 if m else 1

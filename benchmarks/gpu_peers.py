@@ -451,3 +451,85 @@ def bench_kornia(args, recs, blobs, gpu):
 
 
 # ---------------------------------------------------------------------------- 4. warp alone
+
+
+# ---------------------------------------------------------------------------- instance segmentation
+class TVSegDataset:
+    """torchvision v2's instance-segmentation recipe per sample, CPU: read, decode, each
+    annotation's polygons decoded to a mask (pycocotools, as torchvision's detection reference
+    does), then ``ScaleJitter(size, (0.1, 2.0))``, ``RandomCrop(size, pad_if_needed)`` (crop and
+    pad to size), ``RandomHorizontalFlip``, ``SanitizeBoundingBoxes`` on Image, BoundingBoxes
+    and Mask together."""
+
+    def __init__(self, root, size):
+        with open(os.path.join(root, "annotations.json")) as f:
+            d = json.load(f)
+        by_image = {}
+        for a in d["annotations"]:
+            by_image.setdefault(a["image_id"], []).append(a)
+        self.items = [(os.path.join(root, "images", im["file_name"]), im["height"], im["width"],
+                       by_image.get(im["id"], [])) for im in d["images"]]
+        self.size, self.tf = size, None
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        import numpy as np
+        import torch
+        from pycocotools import mask as coco_mask
+        from torchvision import io, tv_tensors
+        from torchvision.transforms import v2
+
+        if self.tf is None:
+            s = (self.size, self.size)
+            self.tf = v2.Compose([v2.ScaleJitter(s, scale_range=(0.1, 2.0)),
+                                  v2.RandomCrop(s, pad_if_needed=True,
+                                                fill={tv_tensors.Image: 128, "others": 0}),
+                                  v2.RandomHorizontalFlip(), v2.SanitizeBoundingBoxes(min_size=1)])
+        path, h, w, anns = self.items[i]
+        img = io.decode_jpeg(io.read_file(path), mode=io.ImageReadMode.RGB)
+        masks = np.zeros((len(anns), h, w), np.uint8)
+        for k, a in enumerate(anns):
+            masks[k] = coco_mask.decode(coco_mask.merge(coco_mask.frPyObjects(a["segmentation"], h, w)))
+        xywh = torch.tensor([a["bbox"] for a in anns], dtype=torch.float32).reshape(-1, 4)
+        target = {"boxes": tv_tensors.BoundingBoxes(xywh, format="XYWH", canvas_size=(h, w)),
+                  "masks": tv_tensors.Mask(torch.from_numpy(masks)),
+                  "labels": torch.tensor([a["category_id"] for a in anns], dtype=torch.int64)}
+        return self.tf(tv_tensors.Image(img), target)
+
+
+def _seg_collate(batch):
+    return tuple(zip(*batch))
+
+
+def bench_tv_seg(args, root, workers):
+    """:class:`TVSegDataset` in a DataLoader of ``workers`` processes, batches of
+    ``args.batch_size`` as lists (images of one size, targets with masks)."""
+    import torch
+    from torch.utils.data import DataLoader, RandomSampler
+
+    from gpu_common import timed
+
+    ds = TVSegDataset(root, args.seg_size)
+    sampler = RandomSampler(ds, replacement=False, num_samples=len(ds) * 1000,
+                            generator=torch.Generator().manual_seed(0))
+    loader = DataLoader(ds, batch_size=args.batch_size, sampler=sampler, num_workers=workers,
+                        collate_fn=_seg_collate, worker_init_fn=_tv_worker_init,
+                        prefetch_factor=2 if workers else None, drop_last=True)
+    it = iter(loader)
+
+    def step():
+        imgs, targets = next(it)
+        assert all(t["masks"].shape[-2:] == (args.seg_size, args.seg_size) for t in targets)
+        return len(imgs)
+
+    try:
+        n, secs, k = timed(step, warmup=max(2, workers), min_s=args.peer_seconds,
+                           max_s=args.peer_seconds * 2)
+    finally:
+        del it, loader
+        gc.collect()
+    return {"name": f"torchvision v2 DataLoader ({workers} workers), masks", "img_s": n / secs,
+            "images": n, "seconds": round(secs, 2),
+            "notes": f"decode + pycocotools masks + v2 on the CPU; {k} batches"}

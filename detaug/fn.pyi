@@ -1120,6 +1120,28 @@ def image_decoder_slice(encoded: Any, anchor: Any, shape: Any, /, *, output_type
     Functional form: fn.image_decoder_slice; class form: ops.ImageDecoderSlice
     """
 
+def instance_masks(boxes: Any, /, *, pixelwise: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    """
+    Rasterise each box's polygons (readers.coco(polygons=True)) to a mask on its canvas, as COCO does (pycocotools); after the last geometric op.
+    
+    Inputs (positional only, 1):
+        boxes: BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
+    
+    Arguments (keyword only):
+        pixelwise: bool = False: DALI's pixelwise_masks instead: (B, H, W, 1) int32, each pixel the label + 1 (DALI's labels) of the highest-labelled kept box covering it, 0 where none does
+    
+    Common keywords (every op):
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
+        name: str | None = None: this op's name in the graph and in error messages (default 'instance_masks_<index>')
+        seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
+    
+    Devices: cpu, gpu
+    
+    Returns: one output; BoxBatch with the field masks (N, H, W) uint8 0/1: each box's polygons on its sample's canvas, (H, W) the batch's largest canvas; with pixelwise a (B, H, W, 1) int32 label map (0 outside a sample's canvas)
+    
+    Functional form: fn.instance_masks; class form: ops.InstanceMasks
+    """
+
 def jitter(images: Any, /, *, nDegree: int = 2, fill_value: float | Sequence[Any] = 0.0, interp_type: Any | None = None, mask: int | DataNode = 1, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
     DALI's jitter: each pixel replaced by a random neighbour within nDegree // 2.

@@ -377,7 +377,8 @@ class DetaugIterator:
 
     def _boxbatch_output(self, pipe, name, bb, event) -> dict:
         if self.boxes_format == "list":
-            return {name: _box_list(bb, self.label_offset, event)}
+            stream = _torch_stream_for_cupy(pipe) if bb.device == "gpu" else None
+            return {name: _box_list(bb, self.label_offset, event, stream)}
         from ..kernels import boxes as kb
 
         valid, counts = _host_valid(bb, event)
@@ -463,27 +464,43 @@ def _host_valid(bb: BoxBatch, event=None):
     return valid, np.bincount(sample[valid], minlength=bb.batch_size)
 
 
-def _box_list(bb: BoxBatch, label_offset: int, event=None) -> list:
+def _box_list(bb: BoxBatch, label_offset: int, event=None, stream=None) -> list:
     """B dicts of the valid boxes, labels (+offset) and fields of each sample; views when no box
-    was dropped, one gather (indices computed on the host) otherwise."""
+    was dropped, one gather (indices computed on the host) otherwise. Boxes with polygons and
+    no ``masks`` field (fn.instance_masks) get their masks here, made as that op makes them:
+    on the device in one launch on ``stream`` (torch's), on the host with pycocotools."""
     torch = _torch()
     valid, counts = _host_valid(bb, event)
+    fields = dict(bb.fields)
+    if "polygons" in fields and "masks" not in fields:  # torchvision's Mask R-CNN takes masks
+        fields["masks"] = _output_masks(bb, valid, stream)
     cols = {"boxes": _tensor(bb.boxes).to(torch.float32),
             "labels": _tensor(bb.labels).to(torch.int64) + label_offset,
             **{k: _tensor(_polygons_trimmed(v, event) if k == "polygons" else v)
-               for k, v in bb.fields.items()}}
+               for k, v in fields.items()}}
     if not valid.all():
         idx = torch.from_numpy(np.nonzero(valid)[0]).to(cols["boxes"].device, non_blocking=True)
         cols = {k: v.index_select(0, idx) for k, v in cols.items()}
     split = {k: torch.split(v, counts.tolist()) for k, v in cols.items()}
     out = [{k: split[k][s] for k in cols} for s in range(bb.batch_size)]
-    if "polygons" in cols:  # torchvision's Mask R-CNN takes masks: made on the final canvas
-        from ..core.instances import polygon_masks
-
+    if "masks" in cols:  # planes of the batch's largest canvas: each sample's own canvas
         for d, (h, w) in zip(out, bb.canvas.tolist()):
-            d["masks"] = torch.from_numpy(polygon_masks(d["polygons"].cpu().numpy(), h, w)).to(
-                d["boxes"].device)
+            d["masks"] = d["masks"][:, :h, :w]
     return out
+
+
+def _output_masks(bb: BoxBatch, valid, stream=None):
+    """(N, H, W) uint8 masks of every box's polygons on its sample's canvas (H, W the largest
+    canvas), zeros for the dropped boxes on the host (kernels/masks.py)."""
+    from ..kernels import masks as km
+
+    per_box = np.repeat(bb.canvas, np.diff(bb.offsets), axis=0)
+    out_hw = tuple(int(v) for v in bb.canvas.max(0)) if bb.batch_size else (0, 0)
+    rows = bb.fields["polygons"]
+    if backend.is_device_array(rows):
+        return km.polygon_masks_cupy(rows, per_box, out_hw, stream=stream)
+    rows = np.where(valid[:, None, None], rows, np.nan) if len(rows) else rows
+    return km.polygon_masks_coco(rows, per_box, out_hw)
 
 
 def _polygons_trimmed(rows, event=None):

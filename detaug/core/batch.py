@@ -463,9 +463,10 @@ class BoxBatch:
                         self.fmt, self.region)
 
     def per_sample(self) -> list:
-        """Host list of dicts {'boxes', 'labels', <fields>} of the valid boxes of each sample.
-        On the GPU this copies to the host: output stage only (a pipeline's outputs are
-        materialised; a batch with a pending chain is refused)."""
+        """Host list of dicts {'boxes', 'labels', <fields>} of the valid boxes of each sample
+        (``masks`` (n, H, W) on the sample's own canvas). On the GPU this copies to the host:
+        output stage only (a pipeline's outputs are materialised; a batch with a pending chain
+        is refused)."""
         if self.geometry is not None:
             raise ValueError("per_sample takes materialised boxes (a pipeline output); these "
                              "have a pending geometric chain")
@@ -481,6 +482,9 @@ class BoxBatch:
             keep = valid[lo:hi]
             d = {"boxes": boxes[lo:hi][keep], "labels": labels[lo:hi][keep]}
             d.update({k: v[lo:hi][keep] for k, v in fields.items()})
+            if "masks" in d:  # planes of the batch's largest canvas: the sample's own canvas
+                h, w = (int(v) for v in b.canvas[s])
+                d["masks"] = d["masks"][:, :h, :w]
             out.append(d)
         return out
 

@@ -188,23 +188,6 @@ def dense_polygons(points, poly_offsets, box_offsets) -> np.ndarray:
     return out
 
 
-def polygon_masks(dense, height, width) -> np.ndarray:
-    """(n, H, W) uint8 0/1 masks of the boxes' polygons (a :func:`dense_polygons` field,
-    (n, P, 2)) on an H x W canvas, each box's polygons rasterised and merged as COCO does
-    (pycocotools' ``frPyObjects`` and ``merge``: the masks COCO's evaluation compares with);
-    a box without a polygon gives zeros."""
-    from pycocotools import mask as coco_mask
-
-    pts, off, boff = ragged_polygons(dense)
-    out = np.zeros((len(boff) - 1, int(height), int(width)), np.uint8)
-    for i in range(len(out)):
-        polys = [pts[off[j]:off[j + 1]].reshape(-1).tolist() for j in range(boff[i], boff[i + 1])]
-        if polys:
-            rles = coco_mask.frPyObjects(polys, int(height), int(width))
-            out[i] = coco_mask.decode(coco_mask.merge(rles))
-    return out
-
-
 def ragged_polygons(dense):
     """``(points, poly_offsets, box_offsets)`` of a :func:`dense_polygons` field."""
     d = np.asarray(dense, np.float64)

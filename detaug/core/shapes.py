@@ -35,7 +35,10 @@ class Img:
 
 @dataclasses.dataclass(frozen=True)
 class Boxes:
+    """Boxes with the canvas of their images; ``box_bytes``: what each box carries beyond its
+    row (an instance mask: its canvas's pixels), counted per box the reader gives a sample."""
     canvas: Img | None
+    box_bytes: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

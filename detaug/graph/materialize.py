@@ -175,6 +175,9 @@ def prune(b: BoxBatch, ctx=None, *, clip=True, min_size=0.0, min_area=0.0,
     final clip (earlier ops always clip). A dropped box keeps its row with its valid flag
     cleared, so that its labels and fields go with it."""
     b.require_xyxy()
+    if b.geometry is not None and "masks" in b.fields:
+        raise ValueError("a geometric op after fn.instance_masks: the masks are made on the "
+                         "final canvas; move fn.instance_masks after the last geometric op")
     mats, canvases, modes = b.pending().box_stages()
     kw = dict(mode=modes, clip=clip, min_size=min_size, min_area=min_area,
               min_visibility=min_visibility, valid=b.valid)

@@ -6,8 +6,8 @@ with ``detaug.fn``, once every op is registered: detaug's families here and DALI
 their own names in ``detaug/dali/ops.py`` (a layer above this one).
 """
 from . import (boxes, color, crops, decode, displace, erase, external_source,  # noqa: F401
-               geometry, multi, photometric, pixel, rand, recipes_geometry, sources, targets,
-               tfrecord)  # (registration)
+               geometry, instance_masks, multi, photometric, pixel, rand, recipes_geometry,
+               sources, targets, tfrecord)  # (registration)
 from .registry import REGISTRY, op_table
 
 __all__ = ["fn", "REGISTRY", "op_table"]

@@ -19,6 +19,8 @@ import dataclasses
 import os
 import types
 
+import numpy as np
+
 from .gpu import memory_plan, output_sizes
 from .gpu import plan_ahead as _plan_ahead
 
@@ -135,6 +137,16 @@ def decoded_sizes(ops, sources, any_decoder=False):
             sizes = getattr(src, "sizes", None)
             if sizes is not None and len(sizes):
                 return sizes
+    return None
+
+
+def boxes_per_sample(sources):
+    """The mean boxes a sample of the first source that packs boxes (``offsets`` (N + 1,):
+    a detection reader's), or None."""
+    for src in sources.values():
+        off = getattr(src, "offsets", None)
+        if isinstance(off, np.ndarray) and off.ndim == 1 and len(off) > 1:
+            return float(off[-1] - off[0]) / (len(off) - 1)
     return None
 
 
@@ -259,7 +271,8 @@ def decide(ops, outputs, sources, *, seed: int, budget: int, settings: Settings,
     batch_bytes = None
     if device_ops:  # a launch's outputs, where the graph fixes them
         batch_bytes = output_sizes.batch_bytes(ops, outputs, decoded_sizes(ops, sources, True),
-                                               settings.batch_size, levels)
+                                               settings.batch_size, levels,
+                                               boxes_per_sample(sources))
     bpl = 1 if settings.batches_per_launch is None else max(1, int(settings.batches_per_launch))
     if settings.batches_per_launch is None and device_ops and sized:
         b = batch_bytes

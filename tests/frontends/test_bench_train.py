@@ -171,7 +171,7 @@ def test_device_runner_parts_are_documented_and_parse():
     assert subprocess.run(["bash", "-n", path], capture_output=True).returncode == 0
     text = open(path, encoding="utf-8").read()
     parts = re.findall(r"^part_(\w+)\(\) \{", text, re.M)
-    assert parts == ["tests", "gpu", "pairs", "train", "soak", "cpu", "yolo", "memory", "timeline", "ddp", "startup", "firstdecode", "multinode"], parts
+    assert parts == ["tests", "gpu", "pairs", "train", "soak", "cpu", "yolo", "memory", "timeline", "ddp", "startup", "firstdecode", "seg", "multinode"], parts
     header = text.split("\nset -u", 1)[0]
     for p in parts:
         assert re.search(rf"^#   {p}\s", header, re.M), f"device.sh's header does not describe {p!r}"

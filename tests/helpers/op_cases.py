@@ -201,6 +201,14 @@ def _masks(op, args):
                  lambda i, p, v: op(i, p, v, **args))
 
 
+def _polygon_boxes(op, args):
+    """The boxes with one polygon each (dense rows: core/instances.py dense_polygons)."""
+    polys = [np.array([[[6, 6], [38, 8], [20, 29], [np.nan, np.nan]],
+                       [[31, 11], [57, 12], [44, 37], [np.nan, np.nan]]])] * 2
+    dicts = [dict(d, polygons=p) for d, p in zip(_box_dicts(), polys)]
+    return _feed([IMAGES, dicts], lambda i, b: op(fn.flip(i, b, horizontal=1)[1], **args))
+
+
 # thresholds that a first attempt often misses
 HARD = {"thresholds": (0.3, 0.5, 0.7), "scaling": (0.2, 0.6), "allow_no_crop": False}
 
@@ -298,6 +306,7 @@ CASES = {
     "clip_boxes": (_moved_boxes, {}, {}),
     "box_convert": (_boxes, {}, {"fmt": "xywh", "normalized": True}),
     "pad_boxes": (_boxes, {}, {"max_boxes": 5, "fill": With(-1.0, max_boxes=4)}),
+    "instance_masks": (_polygon_boxes, {}, {"pixelwise": True}),
     "retinanet_encode": (_letterboxed_boxes, {"num_classes": 3}, {
         "num_classes": 4, "sizes": (16, 32, 64, 128, 256), "strides": (4, 8, 16, 32, 64),
         "ratios": (1.0,), "scales": (1.0,), "positive_overlap": 0.3, "negative_overlap": 0.2,

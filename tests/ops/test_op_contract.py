@@ -40,8 +40,9 @@ KEEPS_IMAGE_DTYPE = {"flip", "affine", "crop", "resize", "letterbox", "rotate", 
                      "photometric_distort", "grayscale", "color_twist", "brightness", "contrast",
                      "saturation", "hue", "mosaic", "mixup"}
 # ops whose output shape depends on the batch by definition (padded to the batch's largest
-# sample): a sample alone is compared with the same region of its padded version
-BATCH_SHAPED = {"pad"}
+# sample): a sample alone is compared with the same region of its padded version (the
+# polygons field is as wide as the batch's longest box: instance_masks' case carries it)
+BATCH_SHAPED = {"pad", "instance_masks"}
 # ops run as sources elsewhere (no input to modify, no per-op case): tests/ops/test_op_args.py SOURCES
 NOT_HERE = oa.SOURCES
 

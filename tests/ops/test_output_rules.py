@@ -46,11 +46,14 @@ CASES = {
     "prune_boxes": [dict(min_size=2.0)], "clip_boxes": [dict()], "box_convert": [dict(fmt="xywh")],
     "pad_boxes": [dict(max_boxes=12), dict()],
     "retinanet_encode": [dict(num_classes=5, sizes=(16, 32), strides=(8, 16), scales=(1.0,))],
+    "instance_masks": [dict(), dict(pixelwise=True)],
     "decoders.image": [dict(), dict(output_type="GRAY")],
     "decoders.image_random_crop": [dict()],
 }
 SAME_SIZE = {"retinanet_encode"}  # it needs one canvas a batch
-TAKES_BOXES_ONLY = {"prune_boxes", "clip_boxes", "box_convert", "pad_boxes", "retinanet_encode"}
+TAKES_BOXES_ONLY = {"prune_boxes", "clip_boxes", "box_convert", "pad_boxes", "retinanet_encode",
+                    "instance_masks"}
+WITH_POLYGONS = {"instance_masks"}  # its boxes carry polygons: each box's own rectangle
 DECODES = {"decoders.image", "decoders.image_random_crop"}
 THREE_INPUTS = {"slice", "decoders.image_slice"}  # (anchor and shape inputs: rule 'unknown')
 
@@ -89,7 +92,13 @@ def _run(name, args, images, boxes, encoded, gpu=False):
     def src(info):
         i = info.idx_in_epoch
         img = _png(images[i]) if encoded else images[i]
-        return img, {"boxes": boxes[i], "labels": np.arange(len(boxes[i]))}
+        d = {"boxes": boxes[i], "labels": np.arange(len(boxes[i]))}
+        if name in WITH_POLYGONS:
+            b = boxes[i].astype(np.float64)
+            corners = np.stack([b[:, [0, 1]], b[:, [2, 1]], b[:, [2, 3]], b[:, [0, 3]],
+                                np.full((len(b), 2), np.nan)], 1)
+            d["polygons"] = corners.reshape(len(b), 5, 2)
+        return img, d
 
     pipe = Pipeline(batch_size=N, num_threads=1, seed=3, device_id=0 if gpu else None)
     with pipe:
@@ -137,6 +146,9 @@ def _check(rule, v, where):
         assert isinstance(v, BoxBatch), where
         if rule.canvas is not None and rule.canvas.hw is not None:
             assert (_host(v.canvas) == np.asarray(rule.canvas.hw)).all(), where
+        if rule.box_bytes:  # what each box carries besides its row (a mask), at most
+            masks = _host(v.fields["masks"])
+            assert masks[0].nbytes <= rule.box_bytes if len(masks) else True, where
     elif isinstance(rule, S.Array):
         if isinstance(v, PaddedBoxes):  # padded rows: within the declared bytes
             assert sum(_host(a).nbytes for a in v.values()) / N <= rule.sample_bytes, where

@@ -16,7 +16,10 @@ reads it; all of them count, since a launch keeps every value of its graph until
 are collected (runtime/context.py: ``BatchContext.values``). An op's rule adds what it holds
 while it runs (a mosaic's tiles), per output sample; ops under a multi-sample op count once per
 member (a mixup's partners upstream of it). Decoded images are the decode side's (the ring of a
-decode process). Boxes and small arrays are counted at ``BOX_BYTES`` a sample."""
+decode process). Boxes and small arrays are counted at ``BOX_BYTES`` a sample; boxes whose rule
+says each carries more (``Boxes.box_bytes``: an instance mask) add that for each box the reader
+gives a sample on average (``boxes_per_sample``; :data:`BOXES_UNKNOWN` where the reader does not
+say), since such a field has a row for every box of the batch, dropped or not."""
 from __future__ import annotations
 
 import dataclasses
@@ -26,6 +29,7 @@ import numpy as np
 from ...core.shapes import Array, Boxes, Encoded, Img, Out  # noqa: F401 (their home was here)
 
 BOX_BYTES = 100 * 32   # per sample and box output: 100 boxes of 32 bytes (coordinates, label, ...)
+BOXES_UNKNOWN = 8      # boxes a sample where the reader does not say (COCO's mean is 7.3)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,11 +58,12 @@ def _multiplier(op, levels, by_id) -> int:
     return samples_per_output(levels.get(op.id, ()), by_id)
 
 
-def batch_bytes(ops, outputs, sizes_hw, batch_size, levels=None):
+def batch_bytes(ops, outputs, sizes_hw, batch_size, levels=None, boxes_per_sample=None):
     """:class:`LaunchBytes` of one batch of ``batch_size`` (None where some output's size is not
     known before the graph runs). ``ops``: the needed ops, inputs first; ``outputs``: the
     pipeline's output DataNodes; ``sizes_hw``: the reader's (N, 2) annotated sizes (None:
-    unknown); ``levels``: multi-sample levels (detaug/runtime/partners.py). Decoded images are
+    unknown); ``levels``: multi-sample levels (detaug/runtime/partners.py);
+    ``boxes_per_sample``: the reader's mean boxes a sample (None: unknown). Decoded images are
     the decode side's (memory_plan counts them), not the launch's."""
     levels, by_id = levels or {}, {op.id: op for op in ops}
     top = None
@@ -97,7 +102,8 @@ def batch_bytes(ops, outputs, sizes_hw, batch_size, levels=None):
         elif isinstance(v, Array):
             nb = v.sample_bytes
         elif isinstance(v, Boxes):
-            nb = BOX_BYTES
+            per = BOXES_UNKNOWN if boxes_per_sample is None else boxes_per_sample
+            nb = BOX_BYTES + int(np.ceil(per * v.box_bytes))
         else:
             nb = None
         if nb is None:

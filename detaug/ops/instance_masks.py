@@ -1,0 +1,88 @@
+"""Instance masks made at the output: each box's polygons rasterised on its canvas as COCO
+makes them (pycocotools' ``frPyObjects``, ``merge`` and ``decode``; core/polygon_fill.py).
+
+On the GPU one launch for every box of the batch (kernels/masks.cu), reading the moved
+polygons where they are: no copy to the host in the graph. The masks ride the BoxBatch as the
+per-box field ``masks`` (N, H, W) uint8, so that a box dropped drops its mask, padding pads it
+(0) and the torch adapter's list targets hand it over as torchvision's ``masks``."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core import shapes as S
+from ..core.batch import BoxBatch
+from ..graph import materialize as M
+from ..kernels import masks as km
+from .registry import register
+
+
+# boxes a sample whose masks a label map is made from, held while it runs (COCO's mean is 7.3)
+LABEL_MAP_BOXES = 8
+
+
+def _masks_rule(ins, args):
+    """Boxes on their input's canvas, each carrying a mask of that canvas's pixels (uint8); with
+    ``pixelwise`` an int32 label map of the canvas, made from such masks (held while it runs)."""
+    boxes = ins[0] if ins and isinstance(ins[0], S.Boxes) else None
+    canvas = boxes.canvas if boxes is not None else None
+    hw = None if canvas is None else (canvas.hw or canvas.bound)
+    if hw is None:
+        return S.Out((None,))
+    px = int(hw[0]) * int(hw[1])
+    if args.get("pixelwise"):
+        return S.Out((S.Array(4 * px),), working=LABEL_MAP_BOXES * px)
+    return S.Out((S.Boxes(canvas, box_bytes=px),))
+
+
+# plans=False: planned ahead, it would rasterise in the host worker and upload every mask; it
+# runs where the batch is, on the device from the moved polygons
+@register("instance_masks", devices=("cpu", "gpu"), inputs=(1, 1), kind="box", plans=False,
+          rule=_masks_rule, args={"pixelwise": False},
+          arg_docs={"pixelwise": "DALI's pixelwise_masks instead: (B, H, W, 1) int32, each pixel "
+                                 "the label + 1 (DALI's labels) of the highest-labelled kept box "
+                                 "covering it, 0 where none does"},
+          output_spec="BoxBatch with the field masks (N, H, W) uint8 0/1: each box's polygons "
+                      "on its sample's canvas, (H, W) the batch's largest canvas; with pixelwise "
+                      "a (B, H, W, 1) int32 label map (0 outside a sample's canvas)",
+          doc="rasterise each box's polygons (readers.coco(polygons=True)) to a mask on its "
+              "canvas, as COCO does (pycocotools); after the last geometric op")
+def instance_masks(ctx, op, inputs, args):
+    b = inputs[0]
+    if not isinstance(b, BoxBatch):
+        raise TypeError(f"{op.name}: takes boxes (a BoxBatch from a reader), got "
+                        f"{type(b).__name__}")
+    if "polygons" not in b.fields:
+        raise ValueError(f"{op.name}: the boxes carry no polygons; read them with "
+                         "readers.coco(..., polygons=True)")
+    b = M.boxes(b, ctx)  # the polygons moved through the pending chain, clipped to the canvas
+    per_box = np.repeat(b.canvas, np.diff(b.offsets), axis=0)
+    out_hw = tuple(int(v) for v in b.canvas.max(0)) if b.batch_size else (0, 0)
+    if b.device == "gpu":
+        masks = km.polygon_masks_cupy(b.fields["polygons"], per_box, out_hw,
+                                      stream=getattr(ctx, "stream", None))
+    else:
+        masks = km.polygon_masks_coco(b.fields["polygons"], per_box, out_hw)
+    if args["pixelwise"]:
+        return _label_map(b, masks, ctx)
+    # the host copy (planning's) keeps its fields: nothing on the host reads a mask
+    return b.replace(fields={**b.fields, "masks": masks})
+
+
+def _label_map(b: BoxBatch, masks, ctx):
+    """(B, H, W, 1) int32: DALI's pixelwise masks from the boxes' masks (kernels/masks.py
+    ``masks_to_labels``), a dropped box painting nothing."""
+    if b.device == "gpu":
+        import cupy as cp
+
+        stream = getattr(ctx, "stream", None)
+        with stream if stream is not None else cp.cuda.get_current_stream():
+            value = (b.labels + 1).astype(cp.int32)
+            if b.valid is not None:
+                value = cp.where(b.valid, value, 0).astype(cp.int32)
+            out = km.masks_to_labels_cupy(masks, b.offsets, value, stream=stream)
+    else:
+        value = (np.asarray(b.labels) + 1).astype(np.int32)
+        if b.valid is not None:
+            value = np.where(b.valid, value, 0).astype(np.int32)
+        out = km.masks_to_labels_numpy(masks, b.offsets, value)
+    return out[..., None]
