@@ -113,6 +113,12 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
             process, as a DataLoader's ``prefetch_factor``: N processes keep N x depth launches
             in flight (batches come out in order, so a worker must not wait for the one whose
             launch is due).
+        decode_cache_mb: decoded images each process making launches keeps for the launches
+            after it, in MiB (detaug/runtime/decode_cache.py), for CPU decoders; 0: none. Results
+            are the same for any value (keyed by the files' bytes: it only saves decodes).
+            Default (None): for a decoder whose images feed a pool of partners
+            (``partners='pool'``), one launch's pool of the largest annotated image, at most
+            512 MiB a process; none elsewhere. Counted in ``pipe.build_plan.host_cache_bytes``.
     """
 
     device_summary = None  # after build(): where the pipeline runs, in one line
@@ -125,7 +131,7 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
                  decode_buffer_mb: int | None = None, host_processes: int | None = None,
                  exec_pipelined: bool = True, exec_async: bool = True,
                  device_memory_budget: int | float | str | None = None, shard_policy: str = "pad",
-                 **dali_tuning: Any) -> None:
+                 decode_cache_mb: int | None = None, **dali_tuning: Any) -> None:
         _check_dali_tuning(dali_tuning)
         if last_batch_policy not in _POLICIES:
             raise ValueError(f"last_batch_policy must be one of {_POLICIES}")
@@ -158,6 +164,7 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
         self.device_memory_budget = memory_plan.budget_from(device_memory_budget)
         self._budget_arg = device_memory_budget
         self._host_processes_arg = host_processes
+        self.decode_cache_mb = None if decode_cache_mb is None else int(decode_cache_mb)
         # what build decides, as one record (detaug/runtime/build_plan.py); before build, the
         # figures the arguments fix (the properties below read it)
         self.build_plan = _build_plan.unbuilt(self.seed, self.device_memory_budget, self._settings())
@@ -618,7 +625,8 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
             batch_size=self.batch_size, num_threads=self.num_threads,
             prefetch_queue_depth=self._prefetch_arg, device_workers=self._device_workers_arg,
             batches_per_launch=self._batches_per_launch_arg, decode_processes=self.decode_processes,
-            decode_buffer_mb=self.decode_buffer_mb, host_processes=self._host_processes_arg)
+            decode_buffer_mb=self.decode_buffer_mb, host_processes=self._host_processes_arg,
+            decode_cache_mb=self.decode_cache_mb)
 
     # ---- DALI's names, handed to the facade (detaug/dali/pipeline_api.py) --------------------
     @property

@@ -185,7 +185,7 @@ class Executor:
                 return True
             host = fut.result
         elif self.workers is not None:
-            fut = self.workers.submit(key, prepared)
+            fut = self.workers.submit(key, prepared, self._group(key))
             if self.device_pool is None:
                 self.queue.append((key, fut, None))
                 return True
@@ -229,6 +229,14 @@ class Executor:
             fut = self.device_pool.submit(device_work)
         self.queue.append((key, fut, seq))
         return True
+
+    def _group(self, key):
+        """The run of consecutive launches that one host worker makes (``worker_run`` of the
+        build plan; None: any worker): ``(epoch, first batch // batches in a run)``."""
+        bp = self.p.build_plan
+        if bp.worker_run <= 1:
+            return None
+        return key[0], key[1] // (bp.worker_run * max(1, bp.batches_per_launch))
 
     def _first_host(self, key, prepared, pool):
         """The first launch's host stage, in this process (timed: ``first_launch.host``)."""
