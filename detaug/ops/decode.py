@@ -402,7 +402,8 @@ def decoder_declaration() -> dict:
 
 
 @register("decoders.image", rule=decoded_rule, plans=plans_decode,
-          roles={"decoder", "decode_service"}, devices=("cpu", "mixed"), inputs=(1, 2),
+          roles={"decoder", "decode_service", "decode_cache"}, devices=("cpu", "mixed"),
+          inputs=(1, 2),
           outputs=lambda n, a: n, kind="other", rewrite=_cpu_only_forms,
           args={"output_type": "RGB", "reduce": 1, **decoder_declaration()},
           aliases=("image_decoder", "host_decoder", "nv_jpeg_decoder"),

@@ -20,12 +20,13 @@ first (an image larger than that is not kept). Images a batch in flight still ho
 until it is done with them, as without the cache. Each forked process starts empty (the entries
 and the lock of its parent are dropped at the first use after the fork).
 
-Size (:func:`plan`, recorded in the build plan: ``BuildPlan.decode_cache``, per process and op,
-and ``host_cache_bytes``): the pipeline's ``decode_cache_mb`` (MiB a process, 0 off), else by
-default, for a CPU ``decoders.image`` whose images feed a pool: the images of one launch's pool,
-``samples_per_output x batch_size x batches_per_launch`` of the reader's largest annotated
-image (:data:`UNKNOWN_IMAGE_BYTES` where sizes are unknown), at most :data:`AUTO_CAP` bytes;
-0 (off) elsewhere, where launches share no decoded image.
+Which decoders: those on the CPU that declare the role ``decode_cache`` (their output a pure
+function of the bytes and scalar arguments). Size (:func:`plan`, recorded in the build plan:
+``BuildPlan.decode_cache``, per process and op, and ``host_cache_bytes``): the pipeline's
+``decode_cache_mb`` (MiB a process, 0 off), else by default, for a decoder whose images feed a
+pool: the images of one launch's pool, ``samples_per_output x batch_size x batches_per_launch``
+of the reader's largest annotated image (:data:`UNKNOWN_IMAGE_BYTES` where sizes are unknown),
+at most :data:`AUTO_CAP` bytes; 0 (off) elsewhere, where launches share no decoded image.
 """
 from __future__ import annotations
 
@@ -41,7 +42,6 @@ from . import partners as _partners
 
 AUTO_CAP = 512 << 20  # bytes per process and decoder, the most the default takes
 UNKNOWN_IMAGE_BYTES = 3 << 20  # an image's bytes where the reader does not know its size
-_DECODER = "decoders.image"
 
 
 class DecodeCache:
@@ -143,14 +143,14 @@ def _image_bytes(op, sources) -> int:
 
 def plan(ops, sources, levels, batch_size: int, batches_per_launch: int,
          setting_mb: int | None) -> dict:
-    """``{op id: bytes}``: each CPU ``decoders.image``'s cache in a process (module
+    """``{op id: bytes}``: each CPU decoder's cache in a process (module
     docstring); ``setting_mb``: the pipeline's ``decode_cache_mb`` (None: the default)."""
     if setting_mb is not None and int(setting_mb) < 0:
         raise ValueError(f"decode_cache_mb must be >= 0 (0: no cache), got {setting_mb!r}")
     by_id = {op.id: op for op in ops}
     out = {}
     for op in ops:
-        if op.schema.name != _DECODER or op.device != "cpu":
+        if not op.schema.has("decode_cache") or op.device != "cpu":
             continue
         if setting_mb is not None:
             if int(setting_mb):
