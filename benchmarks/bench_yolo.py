@@ -401,7 +401,7 @@ def profile_detaug(args, root, partners):
             object.__setattr__(schema, "impl", clock.wrap(name, schema.impl))
     try:
         pipe = detaug_pipe(root, args.size, args.batch_size, "cpu", 0, partners, args.mixup,
-                           reduce=args.reduce)
+                           reduce=args.reduce, decode_cache_mb=args.decode_cache_mb)
         pipe.build()
         pipe.run()  # warm-up (and the prefetched batches it starts)
         clock.t.clear()
@@ -550,8 +550,8 @@ def main(argv=None):
     ap.add_argument("--data", default=None, help="data folder (default: a temporary one)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--decode-cache-mb", type=int, default=None,
-                    help="detaug cpu rows: the pipeline's decode_cache_mb (0: no cache; "
-                         "default: the pipeline's)")
+                    help="detaug cpu rows and profile: the pipeline's decode_cache_mb (0: no "
+                         "cache; default: the pipeline's)")
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="tiny run on the CPU: 32 images of 160, batches of 4, 2 timed")
     args = ap.parse_args(argv)

@@ -5,6 +5,9 @@ the pipeline definition and the launch key ``(epoch, first batch, count)``: ever
 keyed by the sample (detaug/core/rng.py). So it can run in any process. A :class:`HostWorkers` forks N
 processes that each hold the built pipeline (fork copies it: nothing is pickled, lambdas in an
 external source work, and so does a notebook). Each runs one launch at a time, single-threaded.
+A launch goes to the worker that owes the fewest, or, given a group (a run of consecutive
+launches, :meth:`HostWorkers.submit`), to the worker that took the group's first launch, whose
+caches then serve the rest (detaug/runtime/decode_cache.py); where a launch runs changes no value.
 
 Results do not travel as pickles. A worker pickles its result with protocol 5: the arrays go
 out of band, and their bytes are copied once into a *slot*, an anonymous shared-memory file

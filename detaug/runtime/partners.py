@@ -37,7 +37,11 @@ index)``. Its ``partners`` argument says from where:
   consecutive batches of the shuffled order (random records still; over the epoch every record
   is drawn from, as with 'batch'), where 'epoch' draws any record. Its samples per output in the
   memory plan: at most 1 + (the k of each pool op on the way), the windows' union
-  (:func:`samples_per_output`).
+  (:func:`samples_per_output`). Across launches, the earlier batches' samples were decoded by
+  the launches of those batches: a CPU decoder feeding a pool keeps its decoded images for the
+  next launch made in the same process (detaug/runtime/decode_cache.py, which also gives each
+  host worker runs of consecutive launches), so that what a launch decodes approaches its own
+  batch; the draws, hence the batches, are the same with or without it.
 
 Nothing depends on the launch or the order: batch ``i`` made on its own, a resumed run, any
 number of workers and either device read and draw the same (a pool is the batch, never the
