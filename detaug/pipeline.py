@@ -53,7 +53,8 @@ class Pipeline(BatchMaking, DeviceStage, PlanAhead):
         prefetch_queue_depth: launches in flight (host stage of k+1.. while k is consumed; a
             launch is ``batches_per_launch`` batches). Default (None): 12 for a pipeline that
             decodes in decode processes (their decode runs that far ahead; the launches whose
-            outputs exist at once are bounded by ``device_memory_budget``), else 2.
+            outputs exist at once are bounded by ``device_memory_budget``), 3 for a CPU
+            pipeline whose host workers keep a decode cache (``decode_cache_mb``), else 2.
         last_batch_policy: 'fill' (pad the last batch by wrapping around the shard's order),
             'drop' (drop an incomplete last batch) or 'partial' (a smaller last batch).
         shard_id, num_shards: default sharding for readers that do not set their own.

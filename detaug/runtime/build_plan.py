@@ -304,6 +304,8 @@ def decide(ops, outputs, sources, *, seed: int, budget: int, settings: Settings,
     procs = host_processes(settings, bool(device_ops), ahead.on)
     caches = decode_cache.plan(ops, sources, levels, settings.batch_size, bpl,
                                settings.decode_cache_mb)
+    if caches and procs > 1 and not device_ops and settings.prefetch_queue_depth is None:
+        depth = max(depth, decode_cache.RUN_DEPTH)  # runs of launches: decode_cache.worker_run
     decode_bytes, slots = 0, 1
     if device_ops:
         out, work = (None, 0) if batch_bytes is None else (batch_bytes.outputs * bpl,

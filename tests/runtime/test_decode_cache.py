@@ -68,7 +68,8 @@ def test_same_batches_with_the_cache_on_and_off(coco_small):
     same(host(resumed.run()), ref[2])
     for workers in (1, 2):
         many = yolo_pipe(coco_small, host_processes=workers, num_threads=workers)
-        assert many.build().build_plan.worker_run == (2 if workers > 1 else 1)
+        plan = many.build().build_plan
+        assert (plan.worker_run, plan.prefetch_queue_depth) == ((2, 3) if workers > 1 else (1, 2))
         assert many.build_plan.host_cache_bytes == workers * sum(many.build_plan.decode_cache.values())
         for i in range(5):
             same(host(many.run()), ref[i])
