@@ -23,9 +23,11 @@ Rows:
   each with ``--partners``: 'epoch' (partners read and decoded from the whole epoch: 4 decodes a
   mosaic, about 6 per output) and 'batch' (partners from the output's own batch: 1 decode per
   output) and 'pool' (partners from the output's batch and the one before it in the epoch order,
-  each drawn image decoded once: about 2 decodes per output). Decoded images per second are
-  counted from the keyed draws
-  (``detaug.runtime.partners.decoded_per_batch``).
+  each drawn image decoded once: about 2 drawn per output, about 1.5 decoded with the decode
+  cache: detaug/runtime/decode_cache.py; ``--decode-cache-mb 0`` turns it off). Decoded images
+  per second are counted on the CPU (every ``decode._decode_one`` of the process and its host
+  workers: the cache's hits are not decodes), and the images drawn (``drawn``, from the keyed
+  draws: ``detaug.runtime.partners.decoded_per_batch``) beside them; on the GPU the drawn.
 
 Timing, the same for every row (:func:`timed_window`): warm-up batches (the loader's prefetch
 depth plus ``--warmup``), then a window of at least ``--min-seconds`` and ``--batches`` (over

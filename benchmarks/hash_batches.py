@@ -5,9 +5,9 @@ that must not move a value (a refactor) compares between two trees.
         [--batches 4] [--gpu] [--cpu-warp reference]
 
 Pipelines: bench_gpu.py's detection pipeline (make_det_pipe, device='cpu') and its RetinaNet
-variant; bench_yolo.py's YOLO recipe on the CPU with partners 'batch', 'epoch' and 'pool'; and a chain of
-the colour, pixel and erasing ops (each with its random draws) that the benchmark pipelines do
-not use. One line per pipeline: its name and the hex digest of every output array of every batch
+variant; bench_yolo.py's YOLO recipe on the CPU with partners 'batch', 'epoch' and 'pool' (its
+decode cache on); and a chain of the colour, pixel and erasing ops (each with its random draws)
+that the benchmark pipelines do not use. One line per pipeline: its name and the hex digest of every output array of every batch
 (values, shapes and dtypes), in order.
 """
 from __future__ import annotations
