@@ -123,6 +123,13 @@ def cache_for(pipeline, op) -> DecodeCache | None:
     return cache
 
 
+def drop(pipeline) -> None:
+    """Forget ``pipeline``'s caches in this process (its executor is shut down: a closed
+    pipeline holds no decoded image; a later run starts empty)."""
+    with _CACHES_LOCK:
+        _CACHES.pop(pipeline, None)
+
+
 def caches_of(pipeline) -> dict:
     """``{op id: DecodeCache}`` made so far in this process (tests, benchmarks)."""
     return dict(_CACHES.get(pipeline, {}))

@@ -16,7 +16,7 @@ import collections
 import concurrent.futures as cf
 import threading
 
-from . import startup
+from . import decode_cache, startup
 from .gpu import launch_profile
 from ..core.errors import NotFed
 
@@ -314,3 +314,4 @@ class Executor:
         for pool in (self.batch_pool, self.device_pool, self.pool, *(self.first_pools or ())):
             if pool is not None:
                 pool.shutdown(wait=wait, cancel_futures=True)
+        decode_cache.drop(self.p)  # this process's decoded images go with its launches

@@ -180,6 +180,8 @@ def test_a_pipeline_cache_is_bounded_by_its_setting(coco_small):
         pipe.run()
     cache, = decode_cache.caches_of(pipe).values()
     assert cache.capacity == 1 << 20 and 0 < cache.bytes <= 1 << 20 and cache.hits > 0
+    pipe.close()
+    assert not decode_cache.caches_of(pipe)  # a closed pipeline holds no decoded image
 
 
 def test_a_hit_checks_its_own_records_annotated_size():
