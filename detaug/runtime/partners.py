@@ -157,8 +157,9 @@ def setup(needed, outputs, sized) -> tuple:
 
 
 def decoded_per_batch(pipe, epoch, batch_index) -> int:
-    """The source images batch ``batch_index`` of ``epoch`` decodes (the samples at each
-    decoder's level): what the benchmarks count as decoded images."""
+    """The source images batch ``batch_index`` of ``epoch`` decodes without a decode cache (the
+    samples at each decoder's level; detaug/runtime/decode_cache.py saves the repeats): what the
+    benchmarks count as images drawn."""
     idx, pos, sizes = pipe.schedule.batches(epoch, batch_index, 1)
     lv = LaunchLevels(pipe.graph, pipe.schedule, epoch, idx, pos, sizes)
     paths = {pipe.build_plan.levels.get(op.id, ()) for op in pipe._needed_ops()
