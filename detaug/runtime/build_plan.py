@@ -9,9 +9,8 @@ host/device op split, which device ops are planned ahead on the host and what a 
 plan of the decode side (detaug/runtime/gpu/memory_plan.py), the queue's depth, the device workers,
 the host worker processes, the CPU decoders' caches of decoded images in host memory
 (detaug/runtime/decode_cache.py: ``decode_cache``, ``host_cache_bytes``) and the output slots at
-build. The record is frozen: the parts of the
-pipeline receive it and read what they need; nothing is set on the pipeline step by step, so no
-step depends on another having run first. A pipeline that cannot run within its budget is
+build. The record is frozen: the parts of the pipeline receive it and read what they need;
+nothing is set on the pipeline step by step, so no step depends on another having run first. A pipeline that cannot run within its budget is
 refused here (``BudgetError``, with the figure it needs), before any decode process is given its
 plan. Pure arithmetic on the graph, the sizes and the environment's overrides: nothing starts.
 """
