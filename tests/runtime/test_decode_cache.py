@@ -121,7 +121,8 @@ def test_host_workers_decode_fewer_images_with_the_cache(coco_small, monkeypatch
     got = {}
     for mb in (0, None):
         counter.value = 0
-        pipe = yolo_pipe(coco_small, host_processes=2, num_threads=2, decode_cache_mb=mb)
+        pipe = yolo_pipe(coco_small, host_processes=2, num_threads=2, decode_cache_mb=mb,
+                         prefetch_queue_depth=3)  # (the same launches in flight either way)
         for _ in range(12):
             pipe.run()
         pipe.close()
