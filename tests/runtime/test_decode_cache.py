@@ -97,7 +97,11 @@ def counting(monkeypatch):
     return counter
 
 
-def test_each_image_is_decoded_once_with_a_cache_that_holds_them(coco_small, monkeypatch):
+@pytest.mark.parametrize("mb", [64, None])
+def test_each_image_is_decoded_once_with_a_cache_that_holds_them(coco_small, monkeypatch, mb):
+    """Launches made in order in one process: each drawn image decoded once, with a large
+    cache and with the default (one launch's pool: the next launch's earlier positions are all
+    among the last launch's decodes, partners.py)."""
     n = 6
     counter = counting(monkeypatch)
     off = yolo_pipe(coco_small, host_processes=0, decode_cache_mb=0)
@@ -107,7 +111,7 @@ def test_each_image_is_decoded_once_with_a_cache_that_holds_them(coco_small, mon
         off.run_batch(b)
     assert counter.value == sum(len(d) for d in drawn)  # every drawn image, every launch
     counter.value = 0
-    on = yolo_pipe(coco_small, host_processes=0, decode_cache_mb=64)
+    on = yolo_pipe(coco_small, host_processes=0, decode_cache_mb=mb)
     for b in range(n):
         on.run_batch(b)
     distinct = len(set(np.concatenate(drawn).tolist()))
