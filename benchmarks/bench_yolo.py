@@ -23,9 +23,11 @@ Rows:
   each with ``--partners``: 'epoch' (partners read and decoded from the whole epoch: 4 decodes a
   mosaic, about 6 per output) and 'batch' (partners from the output's own batch: 1 decode per
   output) and 'pool' (partners from the output's batch and the one before it in the epoch order,
-  each drawn image decoded once: about 2 decodes per output). Decoded images per second are
-  counted from the keyed draws
-  (``detaug.runtime.partners.decoded_per_batch``).
+  each drawn image decoded once: about 2 drawn per output, about 1.5 decoded with the decode
+  cache: detaug/runtime/decode_cache.py; ``--decode-cache-mb 0`` turns it off). Decoded images
+  per second are counted on the CPU (every ``decode._decode_one`` of the process and its host
+  workers: the cache's hits are not decodes), and the images drawn (``drawn``, from the keyed
+  draws: ``detaug.runtime.partners.decoded_per_batch``) beside them; on the GPU the drawn.
 
 Timing, the same for every row (:func:`timed_window`): warm-up batches (the loader's prefetch
 depth plus ``--warmup``), then a window of at least ``--min-seconds`` and ``--batches`` (over
@@ -240,13 +242,15 @@ def shutdown_ultralytics(loader):
 
 # ---------------------------------------------------------------------------- detaug
 def detaug_pipe(root, size, batch, device, workers, partners, mixup, seed=0, budget=None,
-                reduce=1):
+                reduce=1, decode_cache_mb=None):
     from detaug import fn, pipeline_def
 
     gpu = device == "gpu"
     kw = dict(device_id=0) if gpu else dict(host_processes=workers)
     if budget is not None:
         kw["device_memory_budget"] = budget
+    if decode_cache_mb is not None:
+        kw["decode_cache_mb"] = decode_cache_mb
 
     @pipeline_def(batch_size=batch, num_threads=max(1, workers), seed=seed, **kw)
     def yolo():
@@ -278,10 +282,30 @@ def detaug_pipe(root, size, batch, device, workers, partners, mixup, seed=0, bud
     return yolo()
 
 
+def counted_decodes():
+    """A counter of detaug's CPU decodes across this process and its forked host workers (a
+    shared value, inherited at fork): every ``decode._decode_one``, so a decoded image that the
+    decode cache gave back is not counted. Returns (counter, undo)."""
+    from detaug.ops import decode
+
+    counter = mp.get_context("fork").Value("q", 0, lock=True)
+    one = decode._decode_one
+
+    def counted(*a, **kw):
+        with counter.get_lock():
+            counter.value += 1
+        return one(*a, **kw)
+
+    decode._decode_one = counted
+    return counter, lambda: setattr(decode, "_decode_one", one)
+
+
 def bench_detaug(args, root, device, workers, partners):
     from detaug.runtime.partners import decoded_per_batch
 
     name = f"detaug {device}, partners={partners}" + (f", {workers} workers" if device == "cpu" else "")
+    if args.decode_cache_mb is not None and device == "cpu":
+        name += f", decode_cache_mb={args.decode_cache_mb}"
     free0 = None
     if device == "gpu":
         import cupy as cp
@@ -289,9 +313,12 @@ def bench_detaug(args, root, device, workers, partners):
         free0 = int(cp.cuda.runtime.memGetInfo()[0])
     from gpu_common import build_within_budget
 
+    counter, undo = counted_decodes() if device == "cpu" else (None, None)
     pipe, refused, _ = build_within_budget(
         lambda budget: detaug_pipe(root, args.size, args.batch_size, device, workers, partners,
-                                   args.mixup, budget=budget), say=lambda m: log(f"{name}: {m}"))
+                                   args.mixup, budget=budget,
+                                   decode_cache_mb=args.decode_cache_mb),
+        say=lambda m: log(f"{name}: {m}"))
     if refused:
         name += f" ({refused})"
     try:
@@ -314,19 +341,27 @@ def bench_detaug(args, root, device, workers, partners):
 
         def mark():
             start["at"] = len(done)
+            start["decoded"] = counter.value if counter is not None else 0
 
         n, nb, dt, warm = timed_window(one, depth, args, sync=sync, on_start=mark)
-        decoded = sum(decoded_per_batch(pipe, e, b) for e, b in done[start["at"]:])
-        extra = {}
+        drawn = sum(decoded_per_batch(pipe, e, b) for e, b in done[start["at"]:])
+        # counted on the CPU (the cache's hits left out); on the GPU the images drawn
+        decoded = counter.value - start["decoded"] if counter is not None else drawn
+        extra = {"drawn_s": drawn / dt if dt > 0 else None,
+                 "host_cache_mb": pipe.build_plan.host_cache_bytes / MB}
         if free0 is not None:
             import cupy as cp
 
             extra["device_mb"] = (free0 - int(cp.cuda.runtime.memGetInfo()[0])) / MB
     finally:
         pipe.close()
+        if undo is not None:
+            undo()
     valid_row(name, n, nb, dt, warm, decoded, workers=workers, partners=partners,
-              notes=f"depth {depth}; {PERSPECTIVE_NOTE}"
-              + (f"; device memory {extra['device_mb']:.0f} MB" if extra else ""), **extra)
+              notes=f"depth {depth}; {PERSPECTIVE_NOTE}; drawn {extra['drawn_s'] or 0:.1f}/s; "
+                    f"decode caches {extra['host_cache_mb']:.0f} MB"
+              + (f"; device memory {extra['device_mb']:.0f} MB" if "device_mb" in extra else ""),
+              **extra)
 
 
 # ---------------------------------------------------------------------------- profile
@@ -368,7 +403,7 @@ def profile_detaug(args, root, partners):
             object.__setattr__(schema, "impl", clock.wrap(name, schema.impl))
     try:
         pipe = detaug_pipe(root, args.size, args.batch_size, "cpu", 0, partners, args.mixup,
-                           reduce=args.reduce)
+                           reduce=args.reduce, decode_cache_mb=args.decode_cache_mb)
         pipe.build()
         pipe.run()  # warm-up (and the prefetched batches it starts)
         clock.t.clear()
@@ -516,6 +551,9 @@ def main(argv=None):
                     help="warm-up batches beyond the loader's prefetch depth")
     ap.add_argument("--data", default=None, help="data folder (default: a temporary one)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--decode-cache-mb", type=int, default=None,
+                    help="detaug cpu rows and profile: the pipeline's decode_cache_mb (0: no "
+                         "cache; default: the pipeline's)")
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="tiny run on the CPU: 32 images of 160, batches of 4, 2 timed")
     args = ap.parse_args(argv)

@@ -5,9 +5,9 @@ that must not move a value (a refactor) compares between two trees.
         [--batches 4] [--gpu] [--cpu-warp reference]
 
 Pipelines: bench_gpu.py's detection pipeline (make_det_pipe, device='cpu') and its RetinaNet
-variant; bench_yolo.py's YOLO recipe on the CPU with partners 'batch' and 'epoch'; and a chain of
-the colour, pixel and erasing ops (each with its random draws) that the benchmark pipelines do
-not use. One line per pipeline: its name and the hex digest of every output array of every batch
+variant; bench_yolo.py's YOLO recipe on the CPU with partners 'batch', 'epoch' and 'pool' (its
+decode cache on); and a chain of the colour, pixel and erasing ops (each with its random draws)
+that the benchmark pipelines do not use. One line per pipeline: its name and the hex digest of every output array of every batch
 (values, shapes and dtypes), in order.
 """
 from __future__ import annotations
@@ -135,6 +135,7 @@ def main(argv=None):
                                                      device_id=did),
         "yolo_batch": lambda: bench_yolo.detaug_pipe(args.data, 320, bs, dev, 2, "batch", 0.5),
         "yolo_epoch": lambda: bench_yolo.detaug_pipe(args.data, 320, bs, dev, 2, "epoch", 0.5),
+        "yolo_pool": lambda: bench_yolo.detaug_pipe(args.data, 320, bs, dev, 2, "pool", 0.5),
         "ops": lambda: ops_pipe(args.data, bs, gpu),
         "geometry": lambda: geometry_pipe(args.data, bs, gpu),
     }

@@ -51,7 +51,8 @@ class Pipeline:
         prefetch_queue_depth: launches in flight (host stage of k+1.. while k is consumed; a
             launch is ``batches_per_launch`` batches). Default (None): 12 for a pipeline that
             decodes in decode processes (their decode runs that far ahead; the launches whose
-            outputs exist at once are bounded by ``device_memory_budget``), else 2.
+            outputs exist at once are bounded by ``device_memory_budget``), 3 for a CPU
+            pipeline whose host workers keep a decode cache (``decode_cache_mb``), else 2.
         last_batch_policy: 'fill' (pad the last batch by wrapping around the shard's order),
             'drop' (drop an incomplete last batch) or 'partial' (a smaller last batch).
         shard_id, num_shards: default sharding for readers that do not set their own.
@@ -85,11 +86,10 @@ class Pipeline:
             one launch being made and the two the caller holds exceed it, build raises
             ``BudgetError`` (a ValueError) with the figure needed. Larger budgets buy
             throughput: '8GB' is the high-throughput setting.
-        decode_processes: for a GPU decoder (decoders.image device='mixed'): worker processes
-            that read and decode the files (nvImageCodec) into a device buffer shared with this
-            process, so that the decoder never waits for this process's GIL (detaug/runtime/gpu/decode_proc.py
-            says why). Default: from the budget (2 or 3 at 2.3 GB, as the outputs leave room; 3 at 8 GB), or
-            DETAUG_DECODE_PROCESSES; 0 decodes in the device-stage threads.
+        decode_processes: for a GPU decoder: processes that read and decode the files into a
+            device buffer shared with this one, away from its GIL (runtime/gpu/decode_proc.py).
+            Default: from the budget (2 or 3 at 2.3 GB, as the outputs leave room; 3 at 8 GB),
+            or DETAUG_DECODE_PROCESSES; 0 decodes in the device-stage threads.
         decode_buffer_mb: device buffer of each decode process, in MiB. Default: room for the
             launches of decoded images it holds (2, or 4 from 6 GB on) plus one, sized from the
             annotated image sizes where the reader knows them (else 3 MB an image).
@@ -109,8 +109,11 @@ class Pipeline:
             the DETAUG_HOST_PROCESSES environment variable overrides the default. Results are
             the same for any value. With host processes ``prefetch_queue_depth`` counts per
             process, as a DataLoader's ``prefetch_factor``: N processes keep N x depth launches
-            in flight (batches come out in order, so a worker must not wait for the one whose
-            launch is due).
+            in flight (batches come out in order: a worker must not wait for the one due).
+        decode_cache_mb: MiB of decoded images a launch-making process keeps for later launches
+            (CPU decoders; detaug/runtime/decode_cache.py; keyed by the files' bytes, so results
+            are the same for any value). Default: one launch's pool of the largest annotated image
+            (at most 512 MiB) for decoders feeding ``partners='pool'``, else 0 (none).
     """
 
     device_summary = None  # after build(): where the pipeline runs, in one line
@@ -123,7 +126,7 @@ class Pipeline:
                  decode_buffer_mb: int | None = None, host_processes: int | None = None,
                  exec_pipelined: bool = True, exec_async: bool = True,
                  device_memory_budget: int | float | str | None = None, shard_policy: str = "pad",
-                 **dali_tuning: Any) -> None:
+                 decode_cache_mb: int | None = None, **dali_tuning: Any) -> None:
         _check_dali_tuning(dali_tuning)
         if last_batch_policy not in _POLICIES:
             raise ValueError(f"last_batch_policy must be one of {_POLICIES}")
@@ -151,6 +154,7 @@ class Pipeline:
         self.device_memory_budget = memory_plan.budget_from(device_memory_budget)
         self._budget_arg = device_memory_budget
         self._host_processes_arg = host_processes
+        self.decode_cache_mb = None if decode_cache_mb is None else int(decode_cache_mb)
         # what build decides, as one record (detaug/runtime/build_plan.py); before build, the
         # figures the arguments fix (the properties below read it)
         self.build_plan = _build_plan.unbuilt(self.seed, self.device_memory_budget, self._settings())
@@ -538,7 +542,8 @@ class Pipeline:
             batch_size=self.batch_size, num_threads=self.num_threads,
             prefetch_queue_depth=self._prefetch_arg, device_workers=self._device_workers_arg,
             batches_per_launch=self._batches_per_launch_arg, decode_processes=self.decode_processes,
-            decode_buffer_mb=self.decode_buffer_mb, host_processes=self._host_processes_arg)
+            decode_buffer_mb=self.decode_buffer_mb, host_processes=self._host_processes_arg,
+            decode_cache_mb=self.decode_cache_mb)
 
     # ---- DALI's names, handed to the facade (detaug/dali/pipeline_api.py) --------------------
     @property

@@ -30,7 +30,8 @@ _PARAM_KINDS = {"batch_size": _COUNT, "num_threads": _COUNT, "shard_id": _COUNT,
                 "seed": ((int, None), 2**64 - 1), "device_id": _OPT_COUNT, "device_workers": _OPT_COUNT,
                 "prefetch_queue_depth": (int, dict, None), "batches_per_launch": _OPT_COUNT,
                 "decode_processes": _OPT_COUNT, "decode_buffer_mb": _OPT_COUNT,
-                "host_processes": _OPT_COUNT, "device_memory_budget": (int, float, str, None),
+                "host_processes": _OPT_COUNT, "decode_cache_mb": _OPT_COUNT,
+                "device_memory_budget": (int, float, str, None),
                 "last_batch_policy": (str,), "on_error": (str,), "shard_policy": (str,),
                 "exec_pipelined": (bool,), "exec_async": (bool,)}
 
@@ -157,6 +158,7 @@ class DaliFacade:
                       batches_per_launch=p._batches_per_launch_arg,
                       decode_processes=p.decode_processes, decode_buffer_mb=p.decode_buffer_mb,
                       host_processes=p._host_processes_arg,
+                      decode_cache_mb=p.decode_cache_mb,
                       device_memory_budget=p._budget_arg,
                       shard_policy=p.shard_policy)  # exec_*: no effect, not kept
         return _persist.dumps(params, p.graph.ops, p._outputs)

@@ -251,6 +251,9 @@ ROLES = {
                       "makes the pipeline a GPU-decode one",
     "warp_epilogue": "fused into the warp that ends a geometric chain (it never holds an image "
                      "of its own after one)",
+    "decode_cache": "a decoder whose CPU output is a pure function of the encoded bytes and its "
+                    "scalar arguments (no draw, no per-sample argument): it keeps decoded images "
+                    "in the cache that detaug/runtime/decode_cache.py plans",
     "upload": "moves a value from the host to the device",
     "plan_reads_images": "its host plan reads its image input's sizes and channels (no pixel): "
                          "planned ahead only where that input is known ahead",

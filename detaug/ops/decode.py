@@ -262,6 +262,18 @@ def _decode_one(enc, k, output_type, reduce=1):
     return arr
 
 
+def _decode_kept(cache, enc, k, output_type, reduce=1):
+    """Sample ``k`` decoded, or found in ``cache`` (keyed by its bytes and the decode's
+    arguments: the same pixels; detaug/runtime/decode_cache.py), its annotated size checked
+    either way."""
+    key = cache.key(enc.data[k], output_type, reduce)
+    arr = cache.get(key)
+    if arr is None:
+        return cache.put(key, _decode_one(enc, k, output_type, reduce))
+    _check_size(arr, enc, k, reduce)
+    return arr
+
+
 def as_encoded(op, v, sample_index=None) -> EncodedBatch:
     """Encoded images from a reader, or as DALI's external sources give them: a list of 1-D uint8
     arrays of the files' bytes (of any lengths), or a (B, L) uint8 array (one file a row).
@@ -390,7 +402,8 @@ def decoder_declaration() -> dict:
 
 
 @register("decoders.image", rule=decoded_rule, plans=plans_decode,
-          roles={"decoder", "decode_service"}, devices=("cpu", "mixed"), inputs=(1, 2),
+          roles={"decoder", "decode_service", "decode_cache"}, devices=("cpu", "mixed"),
+          inputs=(1, 2),
           outputs=lambda n, a: n, kind="other", rewrite=_cpu_only_forms,
           args={"output_type": "RGB", "reduce": 1, **decoder_declaration()},
           aliases=("image_decoder", "host_decoder", "nv_jpeg_decoder"),
@@ -425,7 +438,12 @@ def decode_image(ctx, op, inputs, args):
     try:
         if op.device == "mixed":  # (fed bytes are decoded here: the GPU decode's errors come now)
             return gpu_decode.decode_batch(ctx, enc, out_type, _decode_one)
-        images = ctx.map_samples(lambda k: _decode_one(enc, k, out_type, r), len(enc))
+        cache = getattr(ctx, "decode_cache", None)
+        cache = cache(op) if cache is not None else None
+        if cache is None:
+            images = ctx.map_samples(lambda k: _decode_one(enc, k, out_type, r), len(enc))
+        else:
+            images = ctx.map_samples(lambda k: _decode_kept(cache, enc, k, out_type, r), len(enc))
     except SampleError as e:
         fed = id(inputs[0]) in getattr(ctx, "fed_values", ())  # set by external_source
         if not fed or ctx.pipeline.on_error != "skip":

@@ -7,9 +7,10 @@ host/device op split, which device ops are planned ahead on the host and what a 
 (detaug/runtime/gpu/plan_ahead.py: :func:`~detaug.runtime.gpu.plan_ahead.choose`), the launch size
 (``batches_per_launch``), a launch's device bytes (detaug/runtime/gpu/output_sizes.py), the memory
 plan of the decode side (detaug/runtime/gpu/memory_plan.py), the queue's depth, the device workers,
-the host worker processes and the output slots at build. The record is frozen: the parts of the
-pipeline receive it and read what they need; nothing is set on the pipeline step by step, so no
-step depends on another having run first. A pipeline that cannot run within its budget is
+the host worker processes, the CPU decoders' caches of decoded images in host memory
+(detaug/runtime/decode_cache.py: ``decode_cache``, ``host_cache_bytes``) and the output slots at
+build. The record is frozen: the parts of the pipeline receive it and read what they need;
+nothing is set on the pipeline step by step, so no step depends on another having run first. A pipeline that cannot run within its budget is
 refused here (``BudgetError``, with the figure it needs), before any decode process is given its
 plan. Pure arithmetic on the graph, the sizes and the environment's overrides: nothing starts.
 """
@@ -21,6 +22,7 @@ import types
 
 import numpy as np
 
+from . import decode_cache
 from .gpu import memory_plan, output_sizes
 from .gpu import plan_ahead as _plan_ahead
 
@@ -49,6 +51,7 @@ class Settings:
     decode_processes: int | None = None
     decode_buffer_mb: int | None = None
     host_processes: int | None = None
+    decode_cache_mb: int | None = None
 
     @property
     def depth(self) -> int:
@@ -84,6 +87,11 @@ class BuildPlan:
     host_processes: int = 0
     output_slots: int = 1                 # launches whose outputs may exist at once, at build
     paths_only: frozenset = frozenset()   # readers that hand over paths (decode processes read)
+    # CPU decoders' caches of decoded images (detaug/runtime/decode_cache.py): op id -> bytes a
+    # process; and the launches in a row each host worker makes (decode_cache.worker_run)
+    decode_cache: types.MappingProxyType = dataclasses.field(
+        default_factory=lambda: types.MappingProxyType({}))
+    worker_run: int = 1
 
     @property
     def has_device_stage(self) -> bool:
@@ -92,6 +100,12 @@ class BuildPlan:
     @property
     def plan_ahead(self) -> bool:
         return self.ahead.on
+
+    @property
+    def host_cache_bytes(self) -> int:
+        """The most bytes the decode caches hold, over every process making launches (each
+        host worker, or this process where there are none)."""
+        return sum(self.decode_cache.values()) * max(1, self.host_processes)
 
     def launch_bytes(self):
         """(outputs, working) of one launch (``batches_per_launch`` batches); outputs None
@@ -300,6 +314,10 @@ def decide(ops, outputs, sources, *, seed: int, budget: int, settings: Settings,
         # a device worker holds its launch through the decode: one per launch in flight
         workers = min(depth, max(MAX_DEVICE_WORKERS, decode_slots if decode is not None else 0))
     procs = host_processes(settings, bool(device_ops), ahead.on)
+    caches = decode_cache.plan(ops, sources, levels, settings.batch_size, bpl,
+                               settings.decode_cache_mb)
+    if caches and procs > 1 and not device_ops and settings.prefetch_queue_depth is None:
+        depth = max(depth, decode_cache.RUN_DEPTH)  # runs of launches: decode_cache.worker_run
     decode_bytes, slots = 0, 1
     if device_ops:
         out, work = (None, 0) if batch_bytes is None else (batch_bytes.outputs * bpl,
@@ -325,4 +343,6 @@ def decide(ops, outputs, sources, *, seed: int, budget: int, settings: Settings,
         ahead=ahead, batches_per_launch=bpl, batch_bytes=batch_bytes, decode=decode,
         decode_bytes=decode_bytes, decode_slots=decode_slots, prefetch_queue_depth=depth,
         device_workers=workers, host_processes=procs, output_slots=slots,
-        paths_only=_paths_only(ops, outputs) if decode is not None else frozenset())
+        paths_only=_paths_only(ops, outputs) if decode is not None else frozenset(),
+        decode_cache=types.MappingProxyType(caches),
+        worker_run=decode_cache.worker_run(caches, procs, depth))

@@ -13,6 +13,7 @@ import numpy as np
 from ..graph import materialize as _materialize
 from ..graph.trace import DataNode
 from ..core.rng import SampleRNG
+from .decode_cache import cache_for
 from .partners import LaunchLevels, expands
 
 
@@ -70,6 +71,11 @@ class BatchContext:
         self.levels().get(path)
         # a pool's level holds each position once: its groups name members by place
         return self._levels.groups[path], self._levels.pool_gather.get(path)
+
+    def decode_cache(self, op):
+        """The cache of decoded images that the decoder ``op`` keeps in this process across
+        launches (detaug/runtime/decode_cache.py), or None."""
+        return cache_for(self.pipeline, op)
 
     def on_stream(self):
         """The batch's stream as cupy's current one (nothing without one). Device work of the

@@ -16,7 +16,7 @@ import collections
 import concurrent.futures as cf
 import threading
 
-from . import startup
+from . import decode_cache, startup
 from .gpu import launch_profile
 from ..core.errors import NotFed
 
@@ -192,7 +192,7 @@ class Executor:
                 return True
             host = fut.result
         elif self.workers is not None:
-            fut = self.workers.submit(key, prepared)
+            fut = self.workers.submit(key, prepared, self._group(key))
             if self.device_pool is None:
                 self.queue.append((key, fut, None))
                 return True
@@ -252,6 +252,14 @@ class Executor:
         pipeline's outputs, or a GPU pipeline's plan (detaug/runtime/gpu/plan_ahead.py)."""
         out = self.run_host(key, prepared, None)
         return out[2] if self._plan.has_device_stage else out
+
+    def _group(self, key):
+        """The run of consecutive launches that one host worker makes (``worker_run`` of the
+        build plan; None: any worker): ``(epoch, first batch // batches in a run)``."""
+        bp = self._plan
+        if bp.worker_run <= 1:
+            return None
+        return key[0], key[1] // (bp.worker_run * max(1, bp.batches_per_launch))
 
     def _first_host(self, key, prepared, pool):
         """The first launch's host stage, in this process (timed: ``first_launch.host``)."""
@@ -329,3 +337,4 @@ class Executor:
         for pool in (self.batch_pool, self.device_pool, self.pool, *(self.first_pools or ())):
             if pool is not None:
                 pool.shutdown(wait=wait, cancel_futures=True)
+        decode_cache.drop(self.p)  # this process's decoded images go with its launches

@@ -5,6 +5,9 @@ the pipeline definition and the launch key ``(epoch, first batch, count)``: ever
 keyed by the sample (detaug/core/rng.py). So it can run in any process. A :class:`HostWorkers` forks N
 processes that each hold the built pipeline (fork copies it: nothing is pickled, lambdas in an
 external source work, and so does a notebook). Each runs one launch at a time, single-threaded.
+A launch goes to the worker that owes the fewest, or, given a group (a run of consecutive
+launches, :meth:`HostWorkers.submit`), to the worker that took the group's first launch, whose
+caches then serve the rest (detaug/runtime/decode_cache.py); where a launch runs changes no value.
 
 Results do not travel as pickles. A worker pickles its result with protocol 5: the arrays go
 out of band, and their bytes are copied once into a *slot*, an anonymous shared-memory file
@@ -344,6 +347,7 @@ class HostWorkers:
         # hold: tasks submitted wait here until release() (the executor makes the first launch
         # in this process's threads, on every core, and lets the workers start after it)
         self._held = [] if hold else None
+        self._groups = collections.OrderedDict()  # group -> its worker (submit)
         self.workers = []
         parent_ends = []
         with _forking() as cv2_loaded:
@@ -366,8 +370,11 @@ class HostWorkers:
     def pids(self):
         return [w.proc.pid for w in self.workers]
 
-    def submit(self, key, prepared) -> cf.Future:
-        """Run ``key`` on the worker that owes the fewest results."""
+    def submit(self, key, prepared, group=None) -> cf.Future:
+        """Run ``key`` on the worker that owes the fewest results, or where ``group`` (any
+        hashable: a run of consecutive launches) is given, on the worker that took the group's
+        first launch while it lives (its caches then serve the group's later launches:
+        detaug/runtime/decode_cache.py). Which worker runs a launch changes no value."""
         fut = cf.Future()
         with self._lock:
             if self._closed:
@@ -375,7 +382,13 @@ class HostWorkers:
             live = [w for w in self.workers if w.dead is None]
             if not live:
                 raise WorkerDied(self.workers[0].dead)
-            w = min(live, key=lambda w: len(w.pending))
+            w = self._groups.get(group) if group is not None else None
+            if w is None or w.dead is not None:
+                w = min(live, key=lambda w: len(w.pending))
+                if group is not None:
+                    self._groups[group] = w
+                    while len(self._groups) > 2 * len(self.workers):  # the recent groups
+                        self._groups.popitem(last=False)
             tid = next(self._ids)
             if not w.pending:
                 w.heard = time.monotonic()  # the stall clock runs while a worker owes work

@@ -37,7 +37,11 @@ index)``. Its ``partners`` argument says from where:
   consecutive batches of the shuffled order (random records still; over the epoch every record
   is drawn from, as with 'batch'), where 'epoch' draws any record. Its samples per output in the
   memory plan: at most 1 + (the k of each pool op on the way), the windows' union
-  (:func:`samples_per_output`).
+  (:func:`samples_per_output`). Across launches, the earlier batches' samples were decoded by
+  the launches of those batches: a CPU decoder feeding a pool keeps its decoded images for the
+  next launch made in the same process (detaug/runtime/decode_cache.py, which also gives each
+  host worker runs of consecutive launches), so that what a launch decodes approaches its own
+  batch; the draws, hence the batches, are the same with or without it.
 
 Nothing depends on the launch or the order: batch ``i`` made on its own, a resumed run, any
 number of workers and either device read and draw the same (a pool is the batch, never the
@@ -153,8 +157,9 @@ def setup(needed, outputs, sized) -> tuple:
 
 
 def decoded_per_batch(pipe, epoch, batch_index) -> int:
-    """The source images batch ``batch_index`` of ``epoch`` decodes (the samples at each
-    decoder's level): what the benchmarks count as decoded images."""
+    """The source images batch ``batch_index`` of ``epoch`` decodes without a decode cache (the
+    samples at each decoder's level; detaug/runtime/decode_cache.py saves the repeats): what the
+    benchmarks count as images drawn."""
     idx, pos, sizes = pipe.schedule.batches(epoch, batch_index, 1)
     lv = LaunchLevels(pipe.graph, pipe.schedule, epoch, idx, pos, sizes)
     paths = {pipe.build_plan.levels.get(op.id, ()) for op in pipe._needed_ops()
