@@ -85,6 +85,23 @@ def _assert_same(a, b):
         np.testing.assert_array_equal(u, v)
 
 
+def host_batch(batch):
+    """An (images, boxes) batch as NumPy: the images one by one, the boxes per sample."""
+    img, bx = batch
+    return [np.asarray(a) for a in img.data], bx.per_sample()
+
+
+def assert_same_host_batch(a, b):
+    """Two :func:`host_batch` results hold the same pixels and the same per-sample fields."""
+    assert len(a[0]) == len(b[0])
+    for x, y in zip(a[0], b[0]):
+        np.testing.assert_array_equal(x, y)
+    for x, y in zip(a[1], b[1]):
+        assert x.keys() == y.keys()
+        for key in x:
+            np.testing.assert_array_equal(x[key], y[key])
+
+
 def close(got, ref, tol=1):
     d = np.abs(np.asarray(got, np.float64) - ref)
     assert d.shape == np.shape(ref)

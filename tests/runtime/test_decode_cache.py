@@ -18,6 +18,7 @@ from detaug.ops import decode
 from detaug.runtime import decode_cache, host_workers
 from detaug.runtime.partners import LaunchLevels
 from helpers import close_pipelines, fresh_seed, track  # noqa: F401 (fixture)
+from helpers.cases import assert_same_host_batch, host_batch
 
 
 def yolo_pipe(root, partners="pool", **kw):
@@ -35,45 +36,30 @@ def yolo_pipe(root, partners="pool", **kw):
     return track(p())
 
 
-def host(batch):
-    img, bx = batch
-    return [np.asarray(a) for a in img.data], bx.per_sample()
-
-
-def same(a, b):
-    assert len(a[0]) == len(b[0])
-    for x, y in zip(a[0], b[0]):
-        np.testing.assert_array_equal(x, y)
-    for x, y in zip(a[1], b[1]):
-        assert x.keys() == y.keys()
-        for key in x:
-            np.testing.assert_array_equal(x[key], y[key])
-
-
 def test_same_batches_with_the_cache_on_and_off(coco_small):
     off = yolo_pipe(coco_small, host_processes=0, decode_cache_mb=0)
-    ref = [host(off.run()) for _ in range(5)]
+    ref = [host_batch(off.run()) for _ in range(5)]
     assert not off.build_plan.decode_cache
     on = yolo_pipe(coco_small, host_processes=0, num_threads=2)  # the default: on for a pool
     assert on.build().build_plan.decode_cache and on.build_plan.host_cache_bytes > 0
     for i in range(5):
-        same(host(on.run()), ref[i])
+        assert_same_host_batch(host_batch(on.run()), ref[i])
     for i in (4, 0, 3, 1, 2):  # random access on a warm cache
-        same(host(on.run_batch(i)), ref[i])
+        assert_same_host_batch(host_batch(on.run_batch(i)), ref[i])
     first = yolo_pipe(coco_small, host_processes=0)
     first.run()
     first.run()
     resumed = yolo_pipe(coco_small, host_processes=0)
     resumed.load_state_dict(first.state_dict())
-    same(host(resumed.run()), ref[2])
+    assert_same_host_batch(host_batch(resumed.run()), ref[2])
     for workers in (1, 2):
         many = yolo_pipe(coco_small, host_processes=workers, num_threads=workers)
         plan = many.build().build_plan
         assert (plan.worker_run, plan.prefetch_queue_depth) == ((2, 3) if workers > 1 else (1, 2))
         assert many.build_plan.host_cache_bytes == workers * sum(many.build_plan.decode_cache.values())
         for i in range(5):
-            same(host(many.run()), ref[i])
-        same(host(many.run_batch(1)), ref[1])
+            assert_same_host_batch(host_batch(many.run()), ref[i])
+        assert_same_host_batch(host_batch(many.run_batch(1)), ref[1])
 
 
 def decoder_records(pipe, epoch, b):

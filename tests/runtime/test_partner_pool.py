@@ -13,6 +13,7 @@ from detaug import Pipeline, fn, pipeline_def
 from detaug.core.rng import SampleRNG
 from detaug.runtime.partners import LaunchLevels
 from helpers import close_pipelines, track  # noqa: F401 (fixture)
+from helpers.cases import assert_same_host_batch, host_batch
 
 
 def yolo_pipe(root, partners="pool", k=1, **kw):
@@ -32,40 +33,25 @@ def yolo_pipe(root, partners="pool", k=1, **kw):
     return track(p())
 
 
-def host(batch):
-    img, bx = batch
-    return [np.asarray(a) for a in img.data], bx.per_sample()
-
-
-def same(a, b):
-    assert len(a[0]) == len(b[0])
-    for x, y in zip(a[0], b[0]):
-        np.testing.assert_array_equal(x, y)
-    for x, y in zip(a[1], b[1]):
-        assert x.keys() == y.keys()
-        for key in x:
-            np.testing.assert_array_equal(x[key], y[key])
-
-
 def test_pool_random_access_resume_launches_and_workers(coco_small):
     pipe = yolo_pipe(coco_small, host_processes=0)
-    seq = [host(pipe.run()) for _ in range(4)]
+    seq = [host_batch(pipe.run()) for _ in range(4)]
     other = yolo_pipe(coco_small, host_processes=0)
     for i in (3, 0, 2, 1):
-        same(host(other.run_batch(i)), seq[i])
+        assert_same_host_batch(host_batch(other.run_batch(i)), seq[i])
     first = yolo_pipe(coco_small, host_processes=0)
     first.run()
     first.run()
     resumed = yolo_pipe(coco_small, host_processes=0)
     resumed.load_state_dict(first.state_dict())
-    same(host(resumed.run()), seq[2])
-    same(host(resumed.run()), seq[3])
+    assert_same_host_batch(host_batch(resumed.run()), seq[2])
+    assert_same_host_batch(host_batch(resumed.run()), seq[3])
     grouped = yolo_pipe(coco_small, host_processes=0, batches_per_launch=3)
     for i in range(4):
-        same(host(grouped.run()), seq[i])
+        assert_same_host_batch(host_batch(grouped.run()), seq[i])
     many = yolo_pipe(coco_small, host_processes=2, num_threads=2)
     for i in range(4):
-        same(host(many.run()), seq[i])
+        assert_same_host_batch(host_batch(many.run()), seq[i])
 
 
 def read_per_batch(pipe, epoch, b):
@@ -195,7 +181,7 @@ def test_pool_cpu_equals_gpu(coco_small):
     cpu = yolo_pipe(coco_small, host_processes=0)
     gpu = yolo_pipe(coco_small, device_id=0)
     for i in (0, 2, 1):
-        a, (gi, gb) = host(cpu.run_batch(i)), gpu.run_batch(i)
+        a, (gi, gb) = host_batch(cpu.run_batch(i)), gpu.run_batch(i)
         g = [np.asarray(x.get()) for x in gi.data], gb.per_sample()
         for x, y in zip(a[0], g[0]):
             assert np.abs(x.astype(int) - y.astype(int)).mean() < 1.0
