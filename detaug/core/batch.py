@@ -464,7 +464,7 @@ class BoxBatch:
 
     def per_sample(self) -> list:
         """Host list of dicts {'boxes', 'labels', <fields>} of the valid boxes of each sample
-        (``masks`` (n, H, W) on the sample's own canvas). On the GPU this copies to the host:
+        (``masks`` and ``bitmasks`` (n, H, W) on the sample's own canvas). On the GPU this copies to the host:
         output stage only (a pipeline's outputs are materialised; a batch with a pending chain
         is refused)."""
         if self.geometry is not None:
@@ -482,9 +482,10 @@ class BoxBatch:
             keep = valid[lo:hi]
             d = {"boxes": boxes[lo:hi][keep], "labels": labels[lo:hi][keep]}
             d.update({k: v[lo:hi][keep] for k, v in fields.items()})
-            if "masks" in d:  # planes of the batch's largest canvas: the sample's own canvas
-                h, w = (int(v) for v in b.canvas[s])
-                d["masks"] = d["masks"][:, :h, :w]
+            for k in ("masks", "bitmasks"):  # planes of the batch's largest canvas: the sample's own
+                if k in d:
+                    h, w = (int(v) for v in b.canvas[s])
+                    d[k] = d[k][:, :h, :w]
             out.append(d)
         return out
 
@@ -556,6 +557,11 @@ def concat_boxes(records_boxes, records_labels, records_fields, canvas) -> BoxBa
             width = max(p.shape[1] for p in parts)
             parts = [np.pad(np.asarray(p, np.float64), ((0, 0), (0, width - p.shape[1]), (0, 0)),
                             constant_values=np.nan) for p in parts]
+        if name == "bitmasks" and parts:  # planes of each batch's largest canvas: the largest
+            parts = [p if p.ndim == 3 else np.zeros((len(p), 0, 0), np.uint8) for p in parts]
+            h, w = (max(p.shape[k] for p in parts) for k in (1, 2))
+            parts = [np.pad(np.asarray(p, np.uint8), ((0, 0), (0, h - p.shape[1]),
+                                                      (0, w - p.shape[2]))) for p in parts]
         fields[name] = np.concatenate(parts) if parts else np.zeros(0, np.int64)
     return BoxBatch(boxes, labels, offsets, canvas, "cpu", fields)
 

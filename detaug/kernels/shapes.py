@@ -203,9 +203,9 @@ def polygons_transform_cupy(rows, sample, matrices, sizes, *, stream=None, capac
 
 def shaped_fill(name, dtype):
     """The pad value of a field with per-box shape: keypoints 0 (COCO's unlabelled point),
-    masks 0 (no pixel), other floats NaN (a polygon row or corner that is not there: the NaN rows that already end
+    masks and bitmasks 0 (no pixel), other floats NaN (a polygon row or corner that is not there: the NaN rows that already end
     each polygon), integers -1, bools False."""
-    if name in ("keypoints", "masks"):
+    if name in ("keypoints", "masks", "bitmasks"):
         return 0
     if np.issubdtype(dtype, np.floating):
         return np.nan

@@ -17,7 +17,7 @@ are collected (runtime/context.py: ``BatchContext.values``). An op's rule adds w
 while it runs (a mosaic's tiles), per output sample; ops under a multi-sample op count once per
 member (a mixup's partners upstream of it). Decoded images are the decode side's (the ring of a
 decode process). Boxes and small arrays are counted at ``BOX_BYTES`` a sample; boxes whose rule
-says each carries more (``Boxes.box_bytes``: an instance mask) add that for each box the reader
+says each carries more (``Boxes.bytes_per_box``: an instance mask) add that for each box the reader
 gives a sample on average (``boxes_per_sample``; :data:`BOXES_UNKNOWN` where the reader does not
 say), since such a field has a row for every box of the batch, dropped or not."""
 from __future__ import annotations
@@ -42,8 +42,11 @@ class LaunchBytes:
 
 def _outputs_of(op, ins, top) -> Out:
     """``op``'s outputs by its declared rule (detaug/core/shapes.py); a source's encoded
-    images are bounded by the reader's annotated sizes, its other outputs are boxes."""
+    images are bounded by the reader's annotated sizes, its other outputs are boxes (a source
+    that declares a rule is given that bound as its one input)."""
     if op.schema.kind == "source":
+        if op.schema.rule is not None:
+            return op.schema.rule((Encoded(top),), {**op.schema.args, **op.args})
         return Out((Encoded(top),) + (Boxes(None),) * (len(op.outputs) - 1))
     if op.schema.kind == "random" or op.schema.rule is None:
         return Out(())
@@ -103,7 +106,8 @@ def batch_bytes(ops, outputs, sizes_hw, batch_size, levels=None, boxes_per_sampl
             nb = v.sample_bytes
         elif isinstance(v, Boxes):
             per = BOXES_UNKNOWN if boxes_per_sample is None else boxes_per_sample
-            nb = BOX_BYTES + int(np.ceil(per * v.box_bytes))
+            each = v.bytes_per_box()
+            nb = None if each is None else BOX_BYTES + int(np.ceil(per * each))
         else:
             nb = None
         if nb is None:
