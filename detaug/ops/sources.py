@@ -403,7 +403,8 @@ register("readers.voc", devices=("cpu",), inputs=(0, 0), outputs=2, kind="source
                "on_error": "raise", "bitmasks": False, **_SHARDING},
          rule=reader_rule,
          arg_docs={"bitmasks": BITMASKS_DOC + " (VOC: SegmentationObject/<id>.png where the "
-                               "image has one, else zeros)"},
+                               "image has one, else zeros; a bad box is then an error whatever "
+                               "on_error: the PNG's indices follow the XML's objects)"},
          output_spec="(encoded bytes, BoxBatch with labels + difficult/truncated)",
          doc="Pascal VOC XML (lxml, no entity expansion): encoded images and their boxes")(_voc_reader)
 
