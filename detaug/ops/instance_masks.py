@@ -81,7 +81,13 @@ def union_masks(b: BoxBatch, valid=None, stream=None):
         return bits
     rows = b.fields["polygons"]
     if b.device == "gpu":
-        return km.polygon_masks_cupy(rows, per_box, out_hw, stream=stream)
+        import cupy as cp
+
+        masks = km.polygon_masks_cupy(rows, per_box, out_hw, stream=stream)
+        if bits is not None:
+            with stream if stream is not None else cp.cuda.get_current_stream():
+                masks |= bits
+        return masks
     if valid is not None and len(rows):
         rows = np.where(np.asarray(valid, bool)[:, None, None], rows, np.nan)
     masks = km.polygon_masks_coco(rows, per_box, out_hw)
@@ -91,10 +97,13 @@ def union_masks(b: BoxBatch, valid=None, stream=None):
 
 
 def fit_planes(planes, hw):
-    """(N, H, W) planes cut or zero-padded at the bottom and right to ``hw``."""
-    planes = np.asarray(planes)[:, :int(hw[0]), :int(hw[1])]
+    """(N, H, W) planes (host or device) cut or zero-padded at the bottom and right to ``hw``."""
+    from ..core.backend import is_device_array, xp_for
+
+    xp = xp_for("gpu" if is_device_array(planes) else "cpu")
+    planes = planes[:, :int(hw[0]), :int(hw[1])]
     pad = ((0, 0), (0, int(hw[0]) - planes.shape[1]), (0, int(hw[1]) - planes.shape[2]))
-    return np.pad(planes, pad) if any(p[1] for p in pad) else planes
+    return xp.pad(planes, pad) if any(p[1] for p in pad) else planes
 
 
 def _label_map(b: BoxBatch, masks, ctx):

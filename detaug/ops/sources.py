@@ -199,8 +199,7 @@ class _DetectionReader(_Source):
 
 BITMASKS_DOC = ("detaug's outputs: the boxes carry the field bitmasks (N, H, W) uint8 0/1, each "
                 "box's mask on its image's canvas (H, W the batch's largest), moved by the "
-                "geometric ops with nearest sampling and dropped with their boxes; CPU "
-                "pipelines only")
+                "geometric ops with nearest sampling and dropped with their boxes")
 
 
 def reader_rule(ins, args):
@@ -480,10 +479,6 @@ def _upload(ctx, op, inputs, args):
     from ..core.backend import upload, upload_many
 
     v = inputs[0]
-    if isinstance(v, BoxBatch) and "bitmasks" in v.fields:
-        raise ValueError(f"{op.name}: the boxes' field 'bitmasks' (readers.coco / readers.voc "
-                         "with bitmasks=True) rides CPU pipelines only: no GPU op moves bitmap "
-                         "masks yet; run the ops after the reader on the CPU (device='cpu')")
     if getattr(ctx, "planning", False):  # planned ahead: boxes stay on the host until realised
         if isinstance(v, (BoxBatch, EncodedBatch)):
             return v

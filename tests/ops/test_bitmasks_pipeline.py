@@ -11,16 +11,15 @@
 - the COCO sample's objects written twice, as polygons and as a crowd RLE: through a random
   chain and a mosaic both copies stay or go together and the warped RLE mask matches the
   moved polygons rasterised (fn.instance_masks; the torch adapter's masks);
-- the memory plan counts a mask per box on the boxes' canvas; a GPU pipeline refuses them.
+- the memory plan counts a mask per box on the boxes' canvas (the GPU path:
+  tests/ops/test_bitmasks_gpu.py).
 """
 import os
-import types
 
 import numpy as np
 import pytest
 
 from detaug import Pipeline, fn
-from detaug.core.batch import BoxBatch
 from detaug.core.instances import warp_bitmasks
 from detaug.runtime.gpu import output_sizes
 from helpers import COCO, fresh_seed, run_graph
@@ -334,13 +333,3 @@ def test_memory_plan_counts_a_mask_per_box():
         padded = fn.pad_boxes(boxes, max_boxes=5)
     got = output_sizes.batch_bytes(list(pipe.graph.ops), [padded], [[100, 120]], 4)
     assert got.outputs == 4 * 5 * (32 + 64 * 80)
-
-
-def test_gpu_upload_refuses_bitmasks():
-    from detaug.ops.sources import _upload
-
-    b = BoxBatch(np.zeros((1, 4), np.float32), np.zeros(1, np.int64), np.array([0, 1]),
-                 np.array([[4, 4]]), "cpu", {"bitmasks": np.zeros((1, 4, 4), np.uint8)})
-    op = types.SimpleNamespace(name="_upload_2")
-    with pytest.raises(ValueError, match=r"_upload_2: the boxes' field 'bitmasks'.*CPU"):
-        _upload(types.SimpleNamespace(planning=False, stream=None), op, [b], {})
