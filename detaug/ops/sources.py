@@ -204,12 +204,13 @@ BITMASKS_DOC = ("detaug's outputs: the boxes carry the field bitmasks (N, H, W) 
 
 def reader_rule(ins, args):
     """A detection reader's outputs for the memory plan: the encoded images (``ins[0]``, the
-    annotated sizes' bound) and boxes, which carry a mask of their canvas each with
+    annotated sizes' bound) and boxes on that bound, which carry a mask of it each with
     ``bitmasks``."""
     enc = ins[0] if ins else S.Encoded(None)
     if dali_coco(args):
         return S.Out((enc,) + (S.Boxes(None),) * (dali_coco_outputs(args) - 1))
-    return S.Out((enc, S.Boxes(None, masks=bool(args.get("bitmasks")))))
+    canvas = S.Img(None, enc.bound) if enc.bound is not None else None
+    return S.Out((enc, S.Boxes(canvas, masks=bool(args.get("bitmasks")))))
 
 
 def dali_coco(args) -> bool:

@@ -329,6 +329,9 @@ def test_memory_plan_counts_a_mask_per_box():
     box = output_sizes.BOX_BYTES
     assert dict(got.parts)[outs[1].name] == 4 * (box + 3 * 64 * 80)
     assert dict(got.parts)[outs[2].name] == 4 * (box + 3 * 64 * 80)  # united, not added
+    # held while instance_masks runs: the boxes' moved masks it reads (nothing else is held:
+    # the resize's image and boxes are fused into the chain)
+    assert got.working == 4 * 3 * 64 * 80
     with pipe:
         padded = fn.pad_boxes(boxes, max_boxes=5)
     got = output_sizes.batch_bytes(list(pipe.graph.ops), [padded], [[100, 120]], 4)
