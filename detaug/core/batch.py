@@ -14,7 +14,7 @@ import numpy as np
 
 from . import backend
 from . import geometry as G
-from .instances import trim_polygons
+from .instances import same_widths, trim_polygons
 from .tensor_list import Layout, TensorListMethods
 
 
@@ -482,10 +482,8 @@ class BoxBatch:
             keep = valid[lo:hi]
             d = {"boxes": boxes[lo:hi][keep], "labels": labels[lo:hi][keep]}
             d.update({k: v[lo:hi][keep] for k, v in fields.items()})
-            for k in ("masks", "bitmasks"):  # planes of the batch's largest canvas: the sample's own
-                if k in d:
-                    h, w = (int(v) for v in b.canvas[s])
-                    d[k] = d[k][:, :h, :w]
+            h, w = (int(v) for v in b.canvas[s])  # masks: planes of the batch's largest canvas
+            d.update({k: d[k][:, :h, :w] for k in ("masks", "bitmasks") if k in d})
             out.append(d)
         return out
 
@@ -552,16 +550,7 @@ def concat_boxes(records_boxes, records_labels, records_fields, canvas) -> BoxBa
     for name in sorted(names):
         parts = [np.asarray(f[name]) if name in f else np.zeros(n, np.int64)
                  for f, n in zip(records_fields, counts)]
-        if name == "polygons" and parts:  # dense per sample (NaN-ended rows): to the longest
-            parts = [p if p.ndim == 3 else np.full((len(p), 0, 2), np.nan) for p in parts]
-            width = max(p.shape[1] for p in parts)
-            parts = [np.pad(np.asarray(p, np.float64), ((0, 0), (0, width - p.shape[1]), (0, 0)),
-                            constant_values=np.nan) for p in parts]
-        if name == "bitmasks" and parts:  # planes of each batch's largest canvas: the largest
-            parts = [p if p.ndim == 3 else np.zeros((len(p), 0, 0), np.uint8) for p in parts]
-            h, w = (max(p.shape[k] for p in parts) for k in (1, 2))
-            parts = [np.pad(np.asarray(p, np.uint8), ((0, 0), (0, h - p.shape[1]),
-                                                      (0, w - p.shape[2]))) for p in parts]
+        parts = same_widths(name, parts)
         fields[name] = np.concatenate(parts) if parts else np.zeros(0, np.int64)
     return BoxBatch(boxes, labels, offsets, canvas, "cpu", fields)
 

@@ -194,6 +194,22 @@ def dense_polygons(points, poly_offsets, box_offsets) -> np.ndarray:
     return out
 
 
+def same_widths(name, parts):
+    """Samples' parts of a dense per-box field made one width, to be concatenated: polygons
+    (n, P, 2) to the longest P with NaN rows, bitmasks (n, H, W) to the largest planes with 0
+    (bottom and right); other fields as they are. A part without the field (a sample that has
+    no such box, its (n,) zeros) becomes an empty-width one."""
+    if not parts or name not in ("polygons", "bitmasks"):
+        return parts
+    fill, dtype = (np.nan, np.float64) if name == "polygons" else (0, np.uint8)
+    empty = (0, 2) if name == "polygons" else (0, 0)
+    parts = [np.asarray(p, dtype) if p.ndim == 3 else np.full((len(p), *empty), fill, dtype)
+             for p in parts]
+    most = np.max([p.shape[1:] for p in parts], 0)
+    return [np.pad(p, [(0, 0)] + [(0, int(m - d)) for m, d in zip(most, p.shape[1:])],
+                   constant_values=fill) for p in parts]
+
+
 def ragged_polygons(dense):
     """``(points, poly_offsets, box_offsets)`` of a :func:`dense_polygons` field."""
     d = np.asarray(dense, np.float64)
