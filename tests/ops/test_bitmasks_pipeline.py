@@ -98,6 +98,53 @@ def test_warp_bitmasks_against_float64_reference(seed):
     assert differ <= max(1, total // 10000), (differ, total)
 
 
+def test_warp_bitmasks_on_coco_masks_against_float64_reference(tmp_path):
+    """The COCO sample's objects as crowd RLEs, decoded per batch (rle_planes) and warped by
+    a random chain that first shrinks each image 12 times: equal to the reference on
+    pycocotools' decode of the same RLE."""
+    from pycocotools import mask as coco_mask
+
+    from detaug.core.instances import rle_planes
+    from readers.coco_instances import read_coco_shapes
+
+    rng = np.random.default_rng(fresh_seed())
+    ds = read_coco_shapes(_twice_coco(tmp_path, images=3), ROOT, bitmasks=True)
+    recs = ds.records
+    src = np.array([[r.height, r.width] for r in recs])
+    runs = [r.fields["rle"] for r in recs]
+    sample = np.repeat(np.arange(len(recs)), [len(x) for x in runs])
+    counts = np.concatenate([x.counts for x in runs])
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    values = np.concatenate([x.values for x in runs])
+    planes = rle_planes(values, offsets, src[sample], src.max(0))
+    mats, sizes = np.zeros((2, len(recs), 3, 3)), np.zeros((2, len(recs), 2), np.int64)
+    for j, (h, w) in enumerate(src):
+        small = np.array([h // 12, w // 12])
+        rot, _ = _random_step(rng, small)
+        mats[0, j], sizes[0, j] = rot @ np.diag([1 / 12, 1 / 12, 1]), small
+        mats[1, j], sizes[1, j] = _random_step(rng, small)
+    got = warp_bitmasks(planes, sample, src, mats, sizes)
+    differ = total = compared = 0
+    for i, s in enumerate(sample):
+        if not counts[i]:
+            assert not got[i].any()
+            continue
+        h, w = src[s]
+        rle = {"size": [int(h), int(w)], "counts": runs[s][i - _first_row(runs, s)].tolist()}
+        decoded = coco_mask.decode(coco_mask.frPyObjects(rle, int(h), int(w)))
+        want = reference_warp(decoded, mats[:, s], sizes[:, s], (h, w))
+        hh, ww = sizes[-1, s]
+        differ += int((got[i, :hh, :ww] != want).sum())
+        total += want.size
+        compared += 1
+    assert compared >= 3 and differ <= max(1, total // 10000), (differ, total)
+
+
+def _first_row(runs, s):
+    """The first box row of sample ``s`` among the samples' ragged fields ``runs``."""
+    return sum(len(x) for x in runs[:s])
+
+
 def _hand_flip(w, h, horizontal, vertical):
     m = np.eye(3)
     if horizontal:
