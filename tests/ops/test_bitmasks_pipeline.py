@@ -326,7 +326,7 @@ def _pairs_agree(targets, min_area=400):
 @pytest.mark.parametrize("kind", ["chain", "mosaic"])
 def test_coco_rle_copies_follow_their_polygons(tmp_path, kind):
     ann = _twice_coco(tmp_path, images=4)
-    pipe = Pipeline(batch_size=4, num_threads=1, seed=fresh_seed())
+    pipe = Pipeline(batch_size=4, num_threads=1, seed=fresh_seed(), prefetch_queue_depth=1)
     with pipe:
         enc, boxes = fn.readers.coco(file_root=ROOT, annotations_file=ann, polygons=True,
                                      bitmasks=True)
@@ -351,7 +351,7 @@ def test_torch_targets_masks_unite_polygons_and_bitmasks(tmp_path):
     from detaug.adapters.torch import DetaugIterator
 
     ann = _twice_coco(tmp_path, images=2)
-    pipe = Pipeline(batch_size=2, num_threads=1, seed=fresh_seed())
+    pipe = Pipeline(batch_size=2, num_threads=1, seed=fresh_seed(), prefetch_queue_depth=1)
     with pipe:
         enc, boxes = fn.readers.coco(file_root=ROOT, annotations_file=ann, polygons=True,
                                      bitmasks=True)

@@ -78,7 +78,7 @@ def crowd_coco(folder, every=3, plain=True):
 
 
 def _boxes(ann, n=16, **kw):
-    pipe = Pipeline(batch_size=n, num_threads=1, seed=0)
+    pipe = Pipeline(batch_size=n, num_threads=1, seed=0, prefetch_queue_depth=1)
     with pipe:
         _, boxes = fn.readers.coco(file_root=ROOT, annotations_file=ann, **kw)
         pipe.set_outputs(boxes)
