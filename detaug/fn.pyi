@@ -1122,7 +1122,7 @@ def image_decoder_slice(encoded: Any, anchor: Any, shape: Any, /, *, output_type
 
 def instance_masks(boxes: Any, /, *, pixelwise: bool = False, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
-    Rasterise each box's polygons (readers.coco(polygons=True)) to a mask on its canvas, as COCO does (pycocotools); after the last geometric op.
+    Rasterise each box's polygons (readers.coco(polygons=True)) to a mask on its canvas, as COCO does (pycocotools), united with its bitmap mask (readers.coco / readers.voc(bitmasks=True)); after the last geometric op.
     
     Inputs (positional only, 1):
         boxes: BoxBatch: xyxy boxes with labels and fields, from a reader or a box op; transformed with the images
@@ -1137,7 +1137,7 @@ def instance_masks(boxes: Any, /, *, pixelwise: bool = False, device: str | None
     
     Devices: cpu, gpu
     
-    Returns: one output; BoxBatch with the field masks (N, H, W) uint8 0/1: each box's polygons on its sample's canvas, (H, W) the batch's largest canvas; with pixelwise a (B, H, W, 1) int32 label map (0 outside a sample's canvas)
+    Returns: one output; BoxBatch with the field masks (N, H, W) uint8 0/1: each box's polygons on its sample's canvas, united with its bitmasks, (H, W) the batch's largest canvas (the field bitmasks is consumed); with pixelwise a (B, H, W, 1) int32 label map (0 outside a sample's canvas)
     
     Functional form: fn.instance_masks; class form: ops.InstanceMasks
     """
@@ -3292,7 +3292,7 @@ class readers:
     """fn.readers.*"""
 
     @staticmethod
-    def coco(*, file_root: str | None = None, annotations_file: str | None = None, skip_empty: bool = False, include_iscrowd: bool = True, size_threshold: float | None = None, categories: Sequence[Any] | None = None, keep_original_ids: bool = False, on_error: str = 'raise', keypoints: bool = False, polygons: bool = False, tight_boxes: bool = False, random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, ltrb: bool | None = None, ratio: bool | None = None, image_ids: bool | None = None, avoid_class_remapping: bool | None = None, polygon_masks: bool | None = None, pixelwise_masks: bool | None = None, initial_fill: Any = None, pad_last_batch: bool | None = None, stick_to_shard: bool | None = None, shuffle_after_epoch: bool | None = None, read_ahead: Any = None, lazy_init: Any = None, prefetch_queue_depth: Any = None, dont_use_mmap: Any = None, skip_cached_images: Any = None, tensor_init_bytes: Any = None, bytes_per_sample_hint: Any = None, preserve: Any = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    def coco(*, file_root: str | None = None, annotations_file: str | None = None, skip_empty: bool = False, include_iscrowd: bool = True, size_threshold: float | None = None, categories: Sequence[Any] | None = None, keep_original_ids: bool = False, on_error: str = 'raise', keypoints: bool = False, polygons: bool = False, tight_boxes: bool = False, bitmasks: bool = False, random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, ltrb: bool | None = None, ratio: bool | None = None, image_ids: bool | None = None, avoid_class_remapping: bool | None = None, polygon_masks: bool | None = None, pixelwise_masks: bool | None = None, initial_fill: Any = None, pad_last_batch: bool | None = None, stick_to_shard: bool | None = None, shuffle_after_epoch: bool | None = None, read_ahead: Any = None, lazy_init: Any = None, prefetch_queue_depth: Any = None, dont_use_mmap: Any = None, skip_cached_images: Any = None, tensor_init_bytes: Any = None, bytes_per_sample_hint: Any = None, preserve: Any = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
         """
         COCO instances JSON: encoded images and their boxes.
         
@@ -3308,8 +3308,9 @@ class readers:
             keep_original_ids: bool = False: labels are the COCO category ids instead of 0-based indices
             on_error: str = 'raise': 'raise' (stop at the first bad file or annotation, naming it) or 'skip' (leave it out, counted in pipe.stats)
             keypoints: bool = False: detaug's outputs: the boxes carry the fields keypoints (N, K, 3) [x, y, v] (COCO's pixel indices + 0.5) and keypoint_flip (N, K), which the geometric ops move (CPU)
-            polygons: bool = False: detaug's outputs: the boxes carry the field polygons (N, P, 2) float64, each polygon followed by a NaN row, moved and clipped by the geometric ops (CPU); crowd RLE masks are not carried (counted in the dataset's dropped)
+            polygons: bool = False: detaug's outputs: the boxes carry the field polygons (N, P, 2) float64, each polygon followed by a NaN row, moved and clipped by the geometric ops (CPU); crowd RLE masks are not carried unless bitmasks=True (else counted in the dataset's dropped)
             tight_boxes: bool = False: with polygons=True: after the geometric ops each box is the enclosing box of its polygons (tighter than its corners' box under rotations), where it has any left; min_size and visibility are judged on the corners' box
+            bitmasks: bool = False: detaug's outputs: the boxes carry the field bitmasks (N, H, W) uint8 0/1, each box's mask on its image's canvas (H, W the batch's largest), moved by the geometric ops with nearest sampling and dropped with their boxes (COCO: the RLE annotations, crowds'; a box with polygons has a zero mask here: fn.instance_masks and the torch adapter's masks take the union of both)
             random_shuffle: bool = False: shuffle the records every epoch (keyed by seed and epoch: the same seed gives the same order)
             shard_id: int | None = None: this process's shard, 0 <= shard_id < num_shards (None: the pipeline's shard_id)
             num_shards: int | None = None: split the records into this many shards (None: the pipeline's num_shards)
@@ -3420,7 +3421,7 @@ class readers:
         """
 
     @staticmethod
-    def voc(*, root: str | None = None, split: str = 'trainval', classes: Sequence[Any] | str | None = None, skip_difficult: bool = False, on_error: str = 'raise', random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    def voc(*, root: str | None = None, split: str = 'trainval', classes: Sequence[Any] | str | None = None, skip_difficult: bool = False, on_error: str = 'raise', bitmasks: bool = False, random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
         """
         Pascal VOC XML (lxml, no entity expansion): encoded images and their boxes.
         
@@ -3432,6 +3433,7 @@ class readers:
             classes: sequence | str | None = None: class names (label i is classes[i]), or the path of a class list file, one name a line (as write_voc's classes.txt; readers.read_voc_classes); None: the 20 VOC classes; 'discover': sorted names found
             skip_difficult: bool = False: leave out objects marked difficult=1 (counted)
             on_error: str = 'raise': 'raise' (stop at the first bad file or annotation, naming it) or 'skip' (leave it out, counted in pipe.stats)
+            bitmasks: bool = False: detaug's outputs: the boxes carry the field bitmasks (N, H, W) uint8 0/1, each box's mask on its image's canvas (H, W the batch's largest), moved by the geometric ops with nearest sampling and dropped with their boxes (VOC: SegmentationObject/<id>.png where the image has one, else zeros; a bad box is then an error whatever on_error: the PNG's indices follow the XML's objects)
             random_shuffle: bool = False: shuffle the records every epoch (keyed by seed and epoch: the same seed gives the same order)
             shard_id: int | None = None: this process's shard, 0 <= shard_id < num_shards (None: the pipeline's shard_id)
             num_shards: int | None = None: split the records into this many shards (None: the pipeline's num_shards)

@@ -242,23 +242,27 @@ def dali_masks(records, labels, polygons, ratio):
 
 
 def read_coco_shapes(annotations_file, image_root, *, keypoints=False, polygons=False,
-                     tight_boxes=False, **options):
-    """:func:`read_coco_instances` for a pipeline (readers.coco(keypoints=, polygons=)): the
-    ``keypoints`` field with each box's mirror pairing as ``keypoint_flip`` (N, K), and/or the
-    ``polygons`` field (with ``tight_boxes``, the field ``tight_box`` (N,) uint8 1: the boxes
-    follow their polygons through the ops); RLE masks (crowds') are not carried: their count is
-    in ``Dataset.dropped``."""
-    ds = read_coco_instances(annotations_file, image_root, segmentation=polygons,
+                     tight_boxes=False, bitmasks=False, **options):
+    """:func:`read_coco_instances` for a pipeline (readers.coco(keypoints=, polygons=,
+    bitmasks=)): the ``keypoints`` field with each box's mirror pairing as ``keypoint_flip``
+    (N, K), and/or the ``polygons`` field (with ``tight_boxes``, the field ``tight_box`` (N,)
+    uint8 1: the boxes follow their polygons through the ops), and/or the ``rle`` field (the
+    RLE annotations' masks, crowds' in COCO's own files: a pipeline makes them the per-box
+    bitmap masks ``bitmasks``). Without ``bitmasks`` RLE masks are not carried: their count is
+    in ``Dataset.dropped``; without ``polygons`` the polygons are not read."""
+    ds = read_coco_instances(annotations_file, image_root, segmentation=polygons or bitmasks,
                              keypoints=keypoints, **options)
     fi = np.asarray(ds.instances.get("flip_index", []), np.int64)
     rle = 0
     for r in ds.records:
         if "keypoints" in r.fields:
             r.fields["keypoint_flip"] = np.tile(fi, (r.num_boxes, 1))
-        if "rle" in r.fields:
+        if not polygons:
+            r.fields.pop("polygons", None)
+        if "rle" in r.fields and not bitmasks:
             rle += int(np.count_nonzero(r.fields.pop("rle").counts))
         if tight_boxes:
             r.fields["tight_box"] = np.ones(r.num_boxes, np.uint8)
     if rle:
-        ds.dropped["RLE masks (a pipeline carries polygons only)"] = rle
+        ds.dropped["RLE masks (bitmasks=False: a pipeline carries polygons only)"] = rle
     return ds

@@ -82,7 +82,8 @@ def to_tf_dataset(pipeline: Any, *, output_map: tuple = ("images", "targets"), x
 def _spec(tf, tree, fixed_boxes, key=None):
     """``tf.TensorSpec``s of a batch: batch dimension None; other dimensions as in the probe
     batch, except a box dimension padded per batch (None unless ``max_boxes`` fixed it) and
-    the polygons' point dimension (padded per batch, whatever ``max_boxes``)."""
+    the polygons' point dimension (padded per batch, whatever ``max_boxes``) and the masks'
+    planes (each batch's largest canvas)."""
     if isinstance(tree, dict):
         return {k: _spec(tf, v, fixed_boxes, k) for k, v in tree.items()}
     if isinstance(tree, (tuple, list)):
@@ -93,4 +94,6 @@ def _spec(tf, tree, fixed_boxes, key=None):
         shape[1] = None  # padded to each batch's largest box count
     if key == "polygons" and len(shape) > 2:
         shape[2] = None  # each batch's longest box of polygons (ops/instance_fields.pad_fields)
+    if key in ("masks", "bitmasks") and len(shape) > 3:
+        shape[2] = shape[3] = None  # planes of each batch's largest canvas
     return tf.TensorSpec(shape=shape, dtype=tf.as_dtype(a.dtype))

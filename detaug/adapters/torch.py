@@ -472,8 +472,9 @@ def _box_list(bb: BoxBatch, label_offset: int, event=None, stream=None) -> list:
     torch = _torch()
     valid, counts = _host_valid(bb, event)
     fields = dict(bb.fields)
-    if "polygons" in fields and "masks" not in fields:  # torchvision's Mask R-CNN takes masks
-        fields["masks"] = _output_masks(bb, valid, stream)
+    if ("polygons" in fields or "bitmasks" in fields) and "masks" not in fields:
+        fields["masks"] = _output_masks(bb, valid, stream)  # torchvision's Mask R-CNN takes masks
+    fields.pop("bitmasks", None)  # (in masks now)
     cols = {"boxes": _tensor(bb.boxes).to(torch.float32),
             "labels": _tensor(bb.labels).to(torch.int64) + label_offset,
             **{k: _tensor(_polygons_trimmed(v, event) if k == "polygons" else v)
@@ -491,16 +492,11 @@ def _box_list(bb: BoxBatch, label_offset: int, event=None, stream=None) -> list:
 
 def _output_masks(bb: BoxBatch, valid, stream=None):
     """(N, H, W) uint8 masks of every box's polygons on its sample's canvas (H, W the largest
-    canvas), zeros for the dropped boxes on the host (kernels/masks.py)."""
-    from ..kernels import masks as km
+    canvas), united with its bitmap mask (``bitmasks``), as fn.instance_masks makes them; the
+    dropped boxes' polygons not rasterised on the host (ops/instance_masks.py)."""
+    from ..ops.instance_masks import union_masks
 
-    per_box = np.repeat(bb.canvas, np.diff(bb.offsets), axis=0)
-    out_hw = tuple(int(v) for v in bb.canvas.max(0)) if bb.batch_size else (0, 0)
-    rows = bb.fields["polygons"]
-    if backend.is_device_array(rows):
-        return km.polygon_masks_cupy(rows, per_box, out_hw, stream=stream)
-    rows = np.where(valid[:, None, None], rows, np.nan) if len(rows) else rows
-    return km.polygon_masks_coco(rows, per_box, out_hw)
+    return union_masks(bb, valid, stream)
 
 
 def _polygons_trimmed(rows, event=None):

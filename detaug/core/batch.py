@@ -14,7 +14,7 @@ import numpy as np
 
 from . import backend
 from . import geometry as G
-from .instances import trim_polygons
+from .instances import same_widths, trim_polygons
 from .tensor_list import Layout, TensorListMethods
 
 
@@ -464,7 +464,7 @@ class BoxBatch:
 
     def per_sample(self) -> list:
         """Host list of dicts {'boxes', 'labels', <fields>} of the valid boxes of each sample
-        (``masks`` (n, H, W) on the sample's own canvas). On the GPU this copies to the host:
+        (``masks`` and ``bitmasks`` (n, H, W) on the sample's own canvas). On the GPU this copies to the host:
         output stage only (a pipeline's outputs are materialised; a batch with a pending chain
         is refused)."""
         if self.geometry is not None:
@@ -482,9 +482,8 @@ class BoxBatch:
             keep = valid[lo:hi]
             d = {"boxes": boxes[lo:hi][keep], "labels": labels[lo:hi][keep]}
             d.update({k: v[lo:hi][keep] for k, v in fields.items()})
-            if "masks" in d:  # planes of the batch's largest canvas: the sample's own canvas
-                h, w = (int(v) for v in b.canvas[s])
-                d["masks"] = d["masks"][:, :h, :w]
+            h, w = (int(v) for v in b.canvas[s])  # masks: planes of the batch's largest canvas
+            d.update({k: d[k][:, :h, :w] for k in ("masks", "bitmasks") if k in d})
             out.append(d)
         return out
 
@@ -551,11 +550,7 @@ def concat_boxes(records_boxes, records_labels, records_fields, canvas) -> BoxBa
     for name in sorted(names):
         parts = [np.asarray(f[name]) if name in f else np.zeros(n, np.int64)
                  for f, n in zip(records_fields, counts)]
-        if name == "polygons" and parts:  # dense per sample (NaN-ended rows): to the longest
-            parts = [p if p.ndim == 3 else np.full((len(p), 0, 2), np.nan) for p in parts]
-            width = max(p.shape[1] for p in parts)
-            parts = [np.pad(np.asarray(p, np.float64), ((0, 0), (0, width - p.shape[1]), (0, 0)),
-                            constant_values=np.nan) for p in parts]
+        parts = same_widths(name, parts)
         fields[name] = np.concatenate(parts) if parts else np.zeros(0, np.int64)
     return BoxBatch(boxes, labels, offsets, canvas, "cpu", fields)
 

@@ -25,6 +25,8 @@ mapped op by op and cut at every canvas in turn, as boxes are (fusion never chan
   theorem), so that it is an oriented box again and encloses all of the object's content;
 - masks: sampled nearest through the inverse of the composed matrix (the source pixel whose
   area holds the output pixel's centre), 0 wherever the centre left an intermediate canvas.
+  In a batch a box's bitmap mask is a plane of the batch's largest canvas with its sample's
+  canvas at the top left (the field ``bitmasks``, made from run lengths by :func:`rle_planes`).
 """
 from __future__ import annotations
 
@@ -106,14 +108,15 @@ def transform_keypoints(keypoints, sample, matrices, sizes, flip_index=None) -> 
 
 # per-box fields of a BoxBatch that the chain moves (shapes_through): dense, one row a box, so
 # that every op that drops, takes or regroups boxes carries them as it carries labels
-SHAPE_FIELDS = ("keypoints", "obb", "polygons")
+SHAPE_FIELDS = ("keypoints", "obb", "polygons", "bitmasks")
 
 
 def shapes_through(fields, sample, geometry) -> dict:
-    """``fields`` with ``keypoints`` (N, K, 3), ``obb`` (N, 4, 2) and ``polygons`` (N, P, 2,
-    :func:`dense_polygons`) moved through the pending chain ``geometry`` (core.batch.Geometry:
-    its ``steps`` and composed ``matrices``); ``keypoint_flip`` (N, K), where present, is each
-    box's mirror pairing. Other fields are returned as they are (the same arrays)."""
+    """``fields`` with ``keypoints`` (N, K, 3), ``obb`` (N, 4, 2), ``polygons`` (N, P, 2,
+    :func:`dense_polygons`) and ``bitmasks`` (N, H, W, :func:`warp_bitmasks`) moved through the
+    pending chain ``geometry`` (core.batch.Geometry: its ``steps``, composed ``matrices`` and
+    ``source_sizes``); ``keypoint_flip`` (N, K), where present, is each box's mirror pairing.
+    Other fields are returned as they are (the same arrays)."""
     out = dict(fields)
     if not geometry.steps:
         return out
@@ -127,6 +130,9 @@ def shapes_through(fields, sample, geometry) -> dict:
     if "polygons" in fields:
         moved = transform_polygons(*ragged_polygons(fields["polygons"]), sample, mats, sizes)
         out["polygons"] = dense_polygons(*moved)
+    if "bitmasks" in fields:
+        out["bitmasks"] = warp_bitmasks(fields["bitmasks"], sample, geometry.source_sizes,
+                                        mats, sizes)
     return out
 
 
@@ -186,6 +192,22 @@ def dense_polygons(points, poly_offsets, box_offsets) -> np.ndarray:
     col = np.repeat(within, counts) + (np.arange(len(pts)) - np.repeat(off[:-1], counts))
     out[owner, col] = pts
     return out
+
+
+def same_widths(name, parts):
+    """Samples' parts of a dense per-box field made one width, to be concatenated: polygons
+    (n, P, 2) to the longest P with NaN rows, bitmasks (n, H, W) to the largest planes with 0
+    (bottom and right); other fields as they are. A part without the field (a sample that has
+    no such box, its (n,) zeros) becomes an empty-width one."""
+    if not parts or name not in ("polygons", "bitmasks"):
+        return parts
+    fill, dtype = (np.nan, np.float64) if name == "polygons" else (0, np.uint8)
+    empty = (0, 2) if name == "polygons" else (0, 0)
+    parts = [np.asarray(p, dtype) if p.ndim == 3 else np.full((len(p), *empty), fill, dtype)
+             for p in parts]
+    most = np.max([p.shape[1:] for p in parts], 0)
+    return [np.pad(p, [(0, 0)] + [(0, int(m - d)) for m, d in zip(most, p.shape[1:])],
+                   constant_values=fill) for p in parts]
 
 
 def ragged_polygons(dense):
@@ -447,3 +469,75 @@ def warp_masks(masks, matrices, sizes, source_size) -> np.ndarray:
     iy = np.floor(src[k, 1]).astype(np.int64)
     out[:, k] = masks[:, iy, ix] != 0
     return out.reshape(len(masks), h_out, w_out)
+
+
+def warp_bitmasks(planes, sample, source_sizes, matrices, sizes) -> np.ndarray:
+    """The per-box bitmap masks of a batch through its chain (:func:`warp_masks`, nearest).
+
+    Args:
+        planes: (N, H, W) uint8: box ``i``'s mask on its sample's source canvas
+            ``source_sizes[sample[i]]``, at the plane's top left (H, W at least every canvas).
+        sample: (N,) int, the sample of each box; source_sizes: (B, 2) ``(H, W)``.
+        matrices, sizes: the chain, (S, B, 3, 3) and (S, B, 2).
+
+    Returns:
+        (N, H', W') uint8 0/1, each on its sample's last canvas at the top left, (H', W') the
+        largest last canvas; 0 elsewhere. A box whose mask is empty stays empty unwarped.
+    """
+    m, s = _chain(matrices, sizes)
+    planes = np.asarray(planes)
+    sample = np.asarray(sample, np.int64).reshape(-1)
+    src = np.asarray(source_sizes, np.int64).reshape(-1, 2)
+    last = s[-1]
+    h_out, w_out = (int(v) for v in last.max(0)) if len(last) else (0, 0)
+    out = np.zeros((len(planes), h_out, w_out), np.uint8)
+    some = planes.reshape(len(planes), -1).any(1) if planes.size else np.zeros(len(planes), bool)
+    # one call per sample that has a mask: each sample has its own chain and canvases
+    for b in np.unique(sample[some]):
+        rows = np.flatnonzero(some & (sample == b))
+        (h, w), (h2, w2) = src[b], last[b]
+        out[rows, :h2, :w2] = warp_masks(planes[rows, :h, :w], m[:, b], s[:, b], (h, w))
+    return out
+
+
+def rle_planes(runs, offsets, canvas, plane) -> np.ndarray:
+    """Boxes' COCO run-length masks decoded into planes, all boxes at once.
+
+    Args:
+        runs: (R,) run lengths; box ``i`` owns ``runs[offsets[i]:offsets[i + 1]]``: COCO's
+            rule, column-major over its canvas, alternately 0s and 1s starting with 0s; no runs:
+            no mask (zeros).
+        offsets: (N + 1,); canvas: (N, 2) ``(h, w)`` of each box's image; plane: ``(H, W)``,
+            at least every canvas.
+
+    Returns:
+        (N, H, W) uint8 0/1, each mask at its plane's top left (pycocotools' ``decode``).
+
+    Raises:
+        ValueError naming the box whose runs do not cover its canvas exactly.
+    """
+    runs = np.asarray(runs, np.int64).reshape(-1)
+    off = np.asarray(offsets, np.int64).reshape(-1)
+    canvas = np.asarray(canvas, np.int64).reshape(-1, 2)
+    n = len(off) - 1
+    out = np.zeros((n, int(plane[0]), int(plane[1])), np.uint8)
+    counts = np.diff(off)
+    if not len(runs):
+        return out
+    csum = np.concatenate([[0], np.cumsum(runs)])
+    total = csum[off[1:]] - csum[off[:-1]]
+    bad = (counts > 0) & (total != canvas[:, 0] * canvas[:, 1])
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"box {i}: its run lengths sum to {int(total[i])}, not its image's "
+                         f"{int(canvas[i, 0])} x {int(canvas[i, 1])}")
+    owner = np.repeat(np.arange(n), counts)
+    start = csum[:-1] - csum[off[:-1]][owner]  # each run's first pixel in its box
+    ones = ((np.arange(len(runs)) - off[:-1][owner]) % 2 == 1) & (runs > 0)
+    r_owner, r_start, r_len = owner[ones], start[ones], runs[ones]
+    within = np.arange(int(r_len.sum())) - np.repeat(np.cumsum(r_len) - r_len, r_len)
+    pix = np.repeat(r_start, r_len) + within
+    pix_owner = np.repeat(r_owner, r_len)
+    col, row = np.divmod(pix, canvas[pix_owner, 0])
+    out[pix_owner, row, col] = 1
+    return out

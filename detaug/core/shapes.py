@@ -36,9 +36,25 @@ class Img:
 @dataclasses.dataclass(frozen=True)
 class Boxes:
     """Boxes with the canvas of their images; ``box_bytes``: what each box carries beyond its
-    row (an instance mask: its canvas's pixels), counted per box the reader gives a sample."""
+    row (an instance mask: its canvas's pixels), counted per box the reader gives a sample;
+    ``masks``: each box carries a bitmap mask of its canvas that moves with it (a reader's
+    ``bitmasks``), counted by :meth:`bytes_per_box` on whatever canvas the boxes are on."""
     canvas: Img | None
     box_bytes: int = 0
+    masks: bool = False
+
+    def bytes_per_box(self):
+        """``box_bytes``, plus a mask of the canvas (1 byte a pixel) where ``masks``; None
+        where that canvas is not known."""
+        if not self.masks:
+            return self.box_bytes
+        hw = None if self.canvas is None else (self.canvas.hw or self.canvas.bound)
+        return None if hw is None else self.box_bytes + int(hw[0]) * int(hw[1])
+
+    def on(self, canvas: Img | None) -> "Boxes":
+        """These boxes moved to ``canvas`` (a geometric op's output): their masks go along, a
+        mask made for the old canvas (``box_bytes``) does not."""
+        return Boxes(canvas, 0, self.masks)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +105,7 @@ def within(img: Img, hw) -> Img:
 def follow(ins, new: Img | None) -> Out:
     """The outputs of an op whose outputs follow its inputs one to one: each image input becomes
     ``new``, each boxes input boxes on ``new``'s canvas, anything else unknown."""
-    return Out(tuple(new if isinstance(v, Img) else Boxes(new) if isinstance(v, Boxes) else None
+    return Out(tuple(new if isinstance(v, Img) else v.on(new) if isinstance(v, Boxes) else None
                      for v in ins))
 
 

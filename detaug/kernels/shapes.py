@@ -203,9 +203,9 @@ def polygons_transform_cupy(rows, sample, matrices, sizes, *, stream=None, capac
 
 def shaped_fill(name, dtype):
     """The pad value of a field with per-box shape: keypoints 0 (COCO's unlabelled point),
-    masks 0 (no pixel), other floats NaN (a polygon row or corner that is not there: the NaN rows that already end
+    masks and bitmasks 0 (no pixel), other floats NaN (a polygon row or corner that is not there: the NaN rows that already end
     each polygon), integers -1, bools False."""
-    if name in ("keypoints", "masks"):
+    if name in ("keypoints", "masks", "bitmasks"):
         return 0
     if np.issubdtype(dtype, np.floating):
         return np.nan
@@ -261,8 +261,8 @@ def pad_shaped_cupy(fields, index, *, stream=None):
 
 def shapes_through_cupy(fields, sample, geometry, *, stream=None):
     """GPU twin of :func:`detaug.core.instances.shapes_through`: ``fields`` with keypoints,
-    oriented boxes and polygons (device arrays) moved through the pending chain ``geometry``,
-    one launch per shape kind. Returns ``(fields, tight)``: tight (N, 4) the enclosing box of
+    oriented boxes, polygons and bitmap masks (device arrays) moved through the pending chain
+    ``geometry``, one launch per shape kind. Returns ``(fields, tight)``: tight (N, 4) the enclosing box of
     each box's moved polygons (NaN where none is left; None without polygons)."""
     out = dict(fields)
     if not geometry.steps:
@@ -283,6 +283,8 @@ def shapes_clipped_cupy(fields, sample, canvas, *, stream=None):
 
 def _move(out, sample, mats, sizes, composed, stream):
     tight = None
+    if "bitmasks" in out and composed is not None:  # (no chain: the canvas leaves them as they are)
+        out["bitmasks"] = bitmasks_warp_cupy(out["bitmasks"], sample, mats, sizes, stream=stream)
     if "keypoints" in out:
         out["keypoints"] = keypoints_transform_cupy(out["keypoints"], sample, mats, sizes,
                                                     out.get("keypoint_flip"), stream=stream)
@@ -329,6 +331,34 @@ def masks_warp_cupy(masks, matrices, sizes, *, stream=None):
     thread per output pixel; a sample's masks share its pixel's source point). ``masks``: B
     C-contiguous uint8 device arrays (n_b, H_b, W_b); returns B device arrays, views of one
     buffer."""
+    return _masks_warp(masks, matrices, sizes, stream)[1]
+
+
+def bitmasks_warp_cupy(planes, sample, matrices, sizes, *, stream=None):
+    """GPU twin of :func:`detaug.core.instances.warp_bitmasks`, wired onto the kernel of
+    :func:`masks_warp_cupy` (one launch for the batch).
+
+    Each sample's rows of ``planes`` (N, H, W), one contiguous block, go in whole: the kernel
+    tests a source point against the plane, where the reference tests it against the sample's
+    canvas, and the plane is 0 past the canvas (every producer of the field leaves it so), so
+    both give 0 there. The chain closes with an identity step onto the largest last canvas
+    (H', W'), which makes the sample's own last canvas an intermediate one that the kernel tests,
+    and the output buffer the dense (N, H', W') field.
+    """
+    m, sz = _chain(matrices, sizes)
+    b = m.shape[1]
+    counts = np.bincount(np.asarray(sample, np.int64), minlength=b)
+    off = np.concatenate([[0], np.cumsum(counts)])
+    plane = sz[-1].max(0) if b else np.zeros(2, np.int64)
+    m = np.concatenate([m, np.tile(np.eye(3), (1, b, 1, 1))])
+    sz = np.concatenate([sz, np.tile(plane, (1, b, 1))])
+    buf, _ = _masks_warp([planes[off[k]:off[k + 1]] for k in range(b)], m, sz, stream)
+    return buf.reshape(int(off[-1]), int(plane[0]), int(plane[1]))
+
+
+def _masks_warp(masks, matrices, sizes, stream):
+    """(buffer, views) of :func:`masks_warp_cupy`: the B outputs are views of the buffer, in
+    order."""
     m, sz = _chain(matrices, sizes)
     b = m.shape[1]
     if len(masks) != b:
@@ -354,7 +384,7 @@ def masks_warp_cupy(masks, matrices, sizes, *, stream=None):
                for k in range(b)]
         pix = np.concatenate([[0], np.cumsum(out_hw[:, 0] * out_hw[:, 1] * (counts > 0))])
         if pix[-1] == 0:
-            return out
+            return buf, out
         meta = np.stack([counts, [a.shape[1] for a in masks], [a.shape[2] for a in masks],
                          out_hw[:, 0], out_hw[:, 1]], 1).astype(np.int64)
         ptrs = np.array([[a.data.ptr for a in masks], [int(buf.data.ptr) + int(starts[k])
@@ -368,4 +398,4 @@ def masks_warp_cupy(masks, matrices, sizes, *, stream=None):
                 np.int32(len(partial) - 1))
         launch(get_kernel(_SRC, "masks_warp", _OPTIONS), _grid(int(pix[-1])), (_BLOCK, 1, 1),
                args, stream=s, name="masks_warp")
-    return out
+    return buf, out

@@ -21,9 +21,11 @@ BOX_ROW_BYTES = 32  # a padded box row: 4 coordinates, label, fields
 
 def _padded_rule(ins, a):
     """(max_boxes or 100) rows of ``BOX_ROW_BYTES`` per sample, and of what each box carries
-    besides (``Boxes.box_bytes``: a mask)."""
+    besides (``Boxes.bytes_per_box``: a mask); unknown where that is."""
     n = a.get("max_boxes")
-    extra = ins[0].box_bytes if ins and isinstance(ins[0], S.Boxes) else 0
+    extra = ins[0].bytes_per_box() if ins and isinstance(ins[0], S.Boxes) else 0
+    if extra is None:
+        return S.Out((None,))
     return S.Out((S.Array((int(n) if n else 100) * (BOX_ROW_BYTES + extra)),))
 
 

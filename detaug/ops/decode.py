@@ -343,7 +343,7 @@ def decoded_rule(ins, a):
     img = S.Img(None, bound, ch, 1)
     if len(ins) < 2:
         return S.Out((img,))
-    return S.Out((img, S.Boxes(img) if isinstance(ins[1], S.Boxes) else None))
+    return S.Out((img, ins[1].on(img) if isinstance(ins[1], S.Boxes) else None))
 
 
 def _reduced_boxes(op, boxes, images, r):
@@ -364,6 +364,12 @@ def _reduced_boxes(op, boxes, images, r):
                          f"{len(boxes.offsets) - 1} samples")
     if r == 1:
         return boxes.replace(canvas=canvas)
+    from ..core.instances import SHAPE_FIELDS
+
+    shaped = [k for k in SHAPE_FIELDS if k in boxes.fields]
+    if shaped:  # only the boxes are scaled here: the shapes would stay on the full grid
+        raise ValueError(f"{op.name}: reduce={r} scales the boxes only; the field(s) {shaped} "
+                         "cannot follow (decode at full size, then resize)")
     scaled = (np.asarray(boxes.boxes, np.float64) / r).astype(np.float32)
     return boxes.replace(boxes=scaled, canvas=canvas)
 

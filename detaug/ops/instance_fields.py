@@ -1,15 +1,16 @@
-"""A reader's ragged instance fields (readers/segments.py ``Ragged``: polygons) kept apart
-from its dataset-wide packed boxes and made dense per batch (core/instances.py
-``dense_polygons``), so that the BoxBatch holds only dense per-box fields, which every op
-carries as it carries labels."""
+"""A reader's ragged instance fields (readers/segments.py ``Ragged``: polygons, run-length
+masks) kept apart from its dataset-wide packed boxes and made dense per batch (core/instances.py
+``dense_polygons``, ``rle_planes``), so that the BoxBatch holds only dense per-box fields, which
+every op carries as it carries labels."""
 from __future__ import annotations
 
 import numpy as np
 
-from ..core.instances import dense_polygons, trim_polygons
+from ..core.instances import dense_polygons, rle_planes, trim_polygons
 from ..kernels import shapes as ks
 
-CARRIED = ("polygons",)  # the ragged fields a pipeline carries (masks: not yet)
+# the ragged fields a pipeline carries, and the dense per-box field each becomes in a batch
+CARRIED = {"polygons": "polygons", "rle": "bitmasks"}
 
 
 def split_ragged(records):
@@ -18,8 +19,8 @@ def split_ragged(records):
     name). A RecordTable (read_coco's columns) has none: returned as it is, no record made.
 
     Raises:
-        ValueError naming a ragged field that a pipeline does not carry (an RLE mask), rather
-        than pass it through unmoved.
+        ValueError naming a ragged field that a pipeline does not carry, rather than pass it
+        through unmoved.
     """
     if hasattr(records, "packed") or not len(records):
         return records, {}
@@ -43,12 +44,21 @@ def split_ragged(records):
     return out, ragged
 
 
-def batch_fields(ragged, rows) -> dict:
-    """The dense per-box fields of the packed ``rows`` of a batch."""
+def batch_fields(ragged, rows, canvas) -> dict:
+    """The dense per-box fields of the packed ``rows`` of a batch: ``polygons`` (N, P, 2)
+    float64 (NaN-ended rows), and from ``rle`` the field ``bitmasks`` (N, H, W) uint8 0/1, each
+    box's mask on its image's canvas ``canvas`` (N, 2) ``(h, w)`` at the top left of a plane of
+    the batch's largest canvas (zeros: no mask)."""
     out = {}
+    canvas = np.asarray(canvas, np.int64).reshape(-1, 2)
     for name, values in ragged.items():
         sub = values.take(np.asarray(rows, np.int64))
-        out[name] = dense_polygons(sub.values.values, sub.values.offsets, sub.offsets)
+        if name == "rle":
+            plane = canvas.max(0) if len(canvas) else (0, 0)
+            out[CARRIED[name]] = rle_planes(sub.values, sub.offsets, canvas, plane)
+        else:
+            out[CARRIED[name]] = dense_polygons(sub.values.values, sub.values.offsets,
+                                                sub.offsets)
     return out
 
 

@@ -1,5 +1,7 @@
 """Instance masks made at the output: each box's polygons rasterised on its canvas as COCO
-makes them (pycocotools' ``frPyObjects``, ``merge`` and ``decode``; core/polygon_fill.py).
+makes them (pycocotools' ``frPyObjects``, ``merge`` and ``decode``; core/polygon_fill.py),
+united with the box's bitmap mask where the reader gives one (``bitmasks``: moved through the
+geometric ops with the boxes; a box holding both gets the pixels of either).
 
 On the GPU one launch for every box of the batch (kernels/masks.cu), reading the moved
 polygons where they are: no copy to the host in the graph. The masks ride the BoxBatch as the
@@ -42,30 +44,66 @@ def _masks_rule(ins, args):
                                  "the label + 1 (DALI's labels) of the highest-labelled kept box "
                                  "covering it, 0 where none does"},
           output_spec="BoxBatch with the field masks (N, H, W) uint8 0/1: each box's polygons "
-                      "on its sample's canvas, (H, W) the batch's largest canvas; with pixelwise "
-                      "a (B, H, W, 1) int32 label map (0 outside a sample's canvas)",
+                      "on its sample's canvas, united with its bitmasks, (H, W) the batch's "
+                      "largest canvas (the field bitmasks is consumed); with pixelwise a (B, H, "
+                      "W, 1) int32 label map (0 outside a sample's canvas)",
           doc="rasterise each box's polygons (readers.coco(polygons=True)) to a mask on its "
-              "canvas, as COCO does (pycocotools); after the last geometric op")
+              "canvas, as COCO does (pycocotools), united with its bitmap mask (readers.coco / "
+              "readers.voc(bitmasks=True)); after the last geometric op")
 def instance_masks(ctx, op, inputs, args):
     b = inputs[0]
     if not isinstance(b, BoxBatch):
         raise TypeError(f"{op.name}: takes boxes (a BoxBatch from a reader), got "
                         f"{type(b).__name__}")
-    if "polygons" not in b.fields:
-        raise ValueError(f"{op.name}: the boxes carry no polygons; read them with "
-                         "readers.coco(..., polygons=True)")
-    b = M.boxes(b, ctx)  # the polygons moved through the pending chain, clipped to the canvas
-    per_box = np.repeat(b.canvas, np.diff(b.offsets), axis=0)
-    out_hw = tuple(int(v) for v in b.canvas.max(0)) if b.batch_size else (0, 0)
-    if b.device == "gpu":
-        masks = km.polygon_masks_cupy(b.fields["polygons"], per_box, out_hw,
-                                      stream=getattr(ctx, "stream", None))
-    else:
-        masks = km.polygon_masks_coco(b.fields["polygons"], per_box, out_hw)
+    if "polygons" not in b.fields and "bitmasks" not in b.fields:
+        raise ValueError(f"{op.name}: the boxes carry no polygons and no bitmap masks; read "
+                         "them with readers.coco(..., polygons=True) or bitmasks=True")
+    b = M.boxes(b, ctx)  # the shapes moved through the pending chain, clipped to the canvas
+    masks = union_masks(b, stream=getattr(ctx, "stream", None))
     if args["pixelwise"]:
         return _label_map(b, masks, ctx)
     # the host copy (planning's) keeps its fields: nothing on the host reads a mask
-    return b.replace(fields={**b.fields, "masks": masks})
+    fields = {k: v for k, v in b.fields.items() if k != "bitmasks"}
+    return b.replace(fields={**fields, "masks": masks})
+
+
+def union_masks(b: BoxBatch, valid=None, stream=None):
+    """(N, H, W) uint8 0/1 of a materialised BoxBatch: each box's polygons rasterised on its
+    sample's canvas (kernels/masks.py), united with its ``bitmasks`` row, (H, W) the batch's
+    largest canvas; ``valid`` (N,) bool on the host: the polygons of the other boxes are not
+    rasterised (their rows come out zero unless a bitmap mask fills them)."""
+    per_box = np.repeat(b.canvas, np.diff(b.offsets), axis=0)
+    out_hw = tuple(int(v) for v in b.canvas.max(0)) if b.batch_size else (0, 0)
+    bits = b.fields.get("bitmasks")
+    if bits is not None:  # planes of at least every canvas: cut to the largest
+        bits = fit_planes(bits, out_hw)
+    if "polygons" not in b.fields:
+        return bits
+    rows = b.fields["polygons"]
+    if b.device == "gpu":
+        import cupy as cp
+
+        masks = km.polygon_masks_cupy(rows, per_box, out_hw, stream=stream)
+        if bits is not None:
+            with stream if stream is not None else cp.cuda.get_current_stream():
+                masks |= bits
+        return masks
+    if valid is not None and len(rows):
+        rows = np.where(np.asarray(valid, bool)[:, None, None], rows, np.nan)
+    masks = km.polygon_masks_coco(rows, per_box, out_hw)
+    if bits is not None:  # the same plane: the batch's largest canvas
+        masks |= bits
+    return masks
+
+
+def fit_planes(planes, hw):
+    """(N, H, W) planes (host or device) cut or zero-padded at the bottom and right to ``hw``."""
+    from ..core.backend import is_device_array, xp_for
+
+    xp = xp_for("gpu" if is_device_array(planes) else "cpu")
+    planes = planes[:, :int(hw[0]), :int(hw[1])]
+    pad = ((0, 0), (0, int(hw[0]) - planes.shape[1]), (0, int(hw[1]) - planes.shape[2]))
+    return xp.pad(planes, pad) if any(p[1] for p in pad) else planes
 
 
 def _label_map(b: BoxBatch, masks, ctx):

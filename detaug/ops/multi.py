@@ -99,7 +99,8 @@ def _mosaic_rule(ins, a):
     if s is None or img is None:
         return S.Out((None,) + ((S.Boxes(None),) if len(ins) > 1 else ()))
     canvas = S.Img((2 * s[0], 2 * s[1]), None, img.channels, 1)
-    return S.Out((canvas,) + ((S.Boxes(canvas),) if len(ins) > 1 else ()), 0)
+    boxes = ins[1] if len(ins) > 1 and isinstance(ins[1], S.Boxes) else S.Boxes(None)
+    return S.Out((canvas,) + ((boxes.on(canvas),) if len(ins) > 1 else ()), 0)
 
 
 def _mosaic_partners(op, rng, pool_sizes):

@@ -193,8 +193,24 @@ class _DetectionReader(_Source):
         sizes = self.sizes[idx]
         boxes = BoxBatch(self.boxes[rows], self.labels[rows], out_off, sizes, "cpu",
                          {**{k: v[rows] for k, v in self.fields.items()},
-                          **batch_fields(self.ragged, rows)})
+                          **batch_fields(self.ragged, rows, np.repeat(sizes, counts, axis=0))})
         return EncodedBatch(data, paths, sizes, streams), boxes
+
+
+BITMASKS_DOC = ("detaug's outputs: the boxes carry the field bitmasks (N, H, W) uint8 0/1, each "
+                "box's mask on its image's canvas (H, W the batch's largest), moved by the "
+                "geometric ops with nearest sampling and dropped with their boxes")
+
+
+def reader_rule(ins, args):
+    """A detection reader's outputs for the memory plan: the encoded images (``ins[0]``, the
+    annotated sizes' bound) and boxes on that bound, which carry a mask of it each with
+    ``bitmasks``."""
+    enc = ins[0] if ins else S.Encoded(None)
+    if dali_coco(args):
+        return S.Out((enc,) + (S.Boxes(None),) * (dali_coco_outputs(args) - 1))
+    canvas = S.Img(None, enc.bound) if enc.bound is not None else None
+    return S.Out((enc, S.Boxes(canvas, masks=bool(args.get("bitmasks")))))
 
 
 def dali_coco(args) -> bool:
@@ -273,20 +289,22 @@ def _coco_reader(op, pipe):
     dali_coco_outputs(a)
     threshold = a["size_threshold"] if a["size_threshold"] is not None else (0.1 if dali else 0.0)
     keep_ids = bool(a["keep_original_ids"] or a.get("avoid_class_remapping"))
-    if dali and (a.get("keypoints") or a.get("polygons")):
-        raise ValueError("readers.coco: keypoints= / polygons= ride detaug's BoxBatch output; "
+    if dali and (a.get("keypoints") or a.get("polygons") or a.get("bitmasks")):
+        raise ValueError("readers.coco: keypoints= / polygons= / bitmasks= ride detaug's "
+                         "BoxBatch output; "
                          "with DALI's arguments (ltrb, ratio, image_ids, ...) the outputs are "
                          "DALI's: use polygon_masks= or pixelwise_masks= there")
     if dali and (a.get("polygon_masks") or a.get("pixelwise_masks")):
         from readers.coco_instances import read_coco_masks as read_coco  # noqa: F811
-    elif not dali and (a.get("keypoints") or a.get("polygons")):
+    elif not dali and (a.get("keypoints") or a.get("polygons") or a.get("bitmasks")):
         from functools import partial
 
         from readers.coco_instances import read_coco_shapes
 
         read_coco = partial(read_coco_shapes, keypoints=bool(a.get("keypoints")),  # noqa: F811
                             polygons=bool(a.get("polygons")),
-                            tight_boxes=bool(a.get("tight_boxes")))
+                            tight_boxes=bool(a.get("tight_boxes")),
+                            bitmasks=bool(a.get("bitmasks")))
     elif a.get("tight_boxes"):
         raise ValueError("readers.coco: tight_boxes=True needs polygons=True (the boxes follow "
                          "their polygons)")
@@ -303,6 +321,8 @@ def _voc_reader(op, pipe):
     from readers.voc import read_voc
 
     a = op.args
+    if a["bitmasks"]:
+        from readers.voc_masks import read_voc_instances as read_voc  # noqa: F811
     ds = read_voc(a["root"], split=a["split"], classes=a["classes"],
                   skip_difficult=a["skip_difficult"], on_error=a["on_error"])
     return _DetectionReader(op, pipe, ds)
@@ -323,7 +343,9 @@ register("readers.coco", devices=("cpu",), inputs=(0, 0), kind="source",
          args={"file_root": None, "annotations_file": None, "skip_empty": False,
                "include_iscrowd": True, "size_threshold": None, "categories": None,
                "keep_original_ids": False, "on_error": "raise", "keypoints": False,
-               "polygons": False, "tight_boxes": False, **_SHARDING, **_COCO_DALI},
+               "polygons": False, "tight_boxes": False, "bitmasks": False, **_SHARDING,
+               **_COCO_DALI},
+         rule=reader_rule,
          hints=_DALI_READER_HINTS,
          output_spec="(encoded bytes, BoxBatch with labels + iscrowd/annotation_id); given any "
                      "of DALI's own arguments (ltrb=, ratio=, image_ids=, pad_last_batch=, ...), "
@@ -337,7 +359,10 @@ register("readers.coco", devices=("cpu",), inputs=(0, 0), kind="source",
                    "polygons": "detaug's outputs: the boxes carry the field polygons (N, P, 2) "
                                "float64, each polygon followed by a NaN row, moved and clipped "
                                "by the geometric ops (CPU); crowd RLE masks are not carried "
-                               "(counted in the dataset's dropped)",
+                               "unless bitmasks=True (else counted in the dataset's dropped)",
+                   "bitmasks": BITMASKS_DOC + " (COCO: the RLE annotations, crowds'; a box "
+                               "with polygons has a zero mask here: fn.instance_masks and the "
+                               "torch adapter's masks take the union of both)",
                    "tight_boxes": "with polygons=True: after the geometric ops each box is the "
                                   "enclosing box of its polygons (tighter than its corners' box "
                                   "under rotations), where it has any left; min_size and "
@@ -375,7 +400,11 @@ declare_kinds("readers.voc", root=STR, classes=STRS)
 declare_ranges("readers.voc", shard_id=count(0), num_shards=count(1))
 register("readers.voc", devices=("cpu",), inputs=(0, 0), outputs=2, kind="source",
          args={"root": None, "split": "trainval", "classes": None, "skip_difficult": False,
-               "on_error": "raise", **_SHARDING},
+               "on_error": "raise", "bitmasks": False, **_SHARDING},
+         rule=reader_rule,
+         arg_docs={"bitmasks": BITMASKS_DOC + " (VOC: SegmentationObject/<id>.png where the "
+                               "image has one, else zeros; a bad box is then an error whatever "
+                               "on_error: the PNG's indices follow the XML's objects)"},
          output_spec="(encoded bytes, BoxBatch with labels + difficult/truncated)",
          doc="Pascal VOC XML (lxml, no entity expansion): encoded images and their boxes")(_voc_reader)
 

@@ -450,6 +450,7 @@ ELSEWHERE = {
     "keypoints": "tests/ops/test_instance_shapes_pipeline.py",
     "polygons": "tests/ops/test_instance_shapes_pipeline.py",
     "tight_boxes": "tests/ops/test_instance_shapes_pipeline.py",
+    "bitmasks": "tests/ops/test_bitmasks_pipeline.py, tests/readers/test_bitmasks_reader.py",
     "pad_last_batch": "tests/dali/test_dali_semantics.py (the shard's last sample repeated)",
     "stick_to_shard": "tests/dali/test_dali_semantics.py (shards move on every epoch)",
     "file_filters": "tests/dali/test_dali_semantics.py", "case_sensitive_filter": "tests/dali/test_dali_semantics.py",

@@ -17,9 +17,11 @@ are collected (runtime/context.py: ``BatchContext.values``). An op's rule adds w
 while it runs (a mosaic's tiles), per output sample; ops under a multi-sample op count once per
 member (a mixup's partners upstream of it). Decoded images are the decode side's (the ring of a
 decode process). Boxes and small arrays are counted at ``BOX_BYTES`` a sample; boxes whose rule
-says each carries more (``Boxes.box_bytes``: an instance mask) add that for each box the reader
+says each carries more (``Boxes.bytes_per_box``: an instance mask) add that for each box the reader
 gives a sample on average (``boxes_per_sample``; :data:`BOXES_UNKNOWN` where the reader does not
-say), since such a field has a row for every box of the batch, dropped or not."""
+say), since such a field has a row for every box of the batch, dropped or not; boxes whose
+masks move with them (``Boxes.masks``: a reader's bitmap masks) count them too where another
+op reads them (held as an image is held: not inside a fused chain)."""
 from __future__ import annotations
 
 import dataclasses
@@ -42,8 +44,11 @@ class LaunchBytes:
 
 def _outputs_of(op, ins, top) -> Out:
     """``op``'s outputs by its declared rule (detaug/core/shapes.py); a source's encoded
-    images are bounded by the reader's annotated sizes, its other outputs are boxes."""
+    images are bounded by the reader's annotated sizes, its other outputs are boxes (a source
+    that declares a rule is given that bound as its one input)."""
     if op.schema.kind == "source":
+        if op.schema.rule is not None:
+            return op.schema.rule((Encoded(top),), {**op.schema.args, **op.args})
         return Out((Encoded(top),) + (Boxes(None),) * (len(op.outputs) - 1))
     if op.schema.kind == "random" or op.schema.rule is None:
         return Out(())
@@ -66,6 +71,7 @@ def batch_bytes(ops, outputs, sizes_hw, batch_size, levels=None, boxes_per_sampl
     ``boxes_per_sample``: the reader's mean boxes a sample (None: unknown). Decoded images are
     the decode side's (memory_plan counts them), not the launch's."""
     levels, by_id = levels or {}, {op.id: op for op in ops}
+    per_sample = BOXES_UNKNOWN if boxes_per_sample is None else boxes_per_sample
     top = None
     if sizes_hw is not None and len(sizes_hw):
         hw = np.asarray(sizes_hw, np.int64).reshape(-1, 2)
@@ -84,14 +90,19 @@ def batch_bytes(ops, outputs, sizes_hw, batch_size, levels=None, boxes_per_sampl
             if v is None:
                 continue
             vals[(op.id, k)] = v
+            users = consumers.get((op.id, k), [])
+            # a geometric op's image read only by geometric ops (and the ops fused into
+            # the warp) is never made: the chain is one warp; so are its boxes' masks
+            fused = op.schema.kind == "geometric" and all(
+                u.schema.kind == "geometric" or u.schema.has("warp_epilogue") for u in users)
             if isinstance(v, Img) and not op.schema.has("decoder"):
-                users = consumers.get((op.id, k), [])
-                # a geometric op's image read only by geometric ops (and the ops fused into
-                # the warp) is never made: the chain is one warp
-                fused = op.schema.kind == "geometric" and all(
-                    u.schema.kind == "geometric" or u.schema.has("warp_epilogue") for u in users)
                 if users and not fused and v.sample_bytes() is not None:
                     held.append(v.sample_bytes() * mult)
+            elif isinstance(v, Boxes) and v.masks and users and not fused and \
+                    op.outputs[k].device != "cpu":
+                each = v.bytes_per_box()  # (a mask per box that another op reads)
+                if each is not None:
+                    held.append(int(np.ceil(per_sample * each)) * mult)
     parts, total = [], 0
     for node in outputs:
         v = vals.get((node.op.id, node.index))
@@ -102,8 +113,8 @@ def batch_bytes(ops, outputs, sizes_hw, batch_size, levels=None, boxes_per_sampl
         elif isinstance(v, Array):
             nb = v.sample_bytes
         elif isinstance(v, Boxes):
-            per = BOXES_UNKNOWN if boxes_per_sample is None else boxes_per_sample
-            nb = BOX_BYTES + int(np.ceil(per * v.box_bytes))
+            each = v.bytes_per_box()
+            nb = None if each is None else BOX_BYTES + int(np.ceil(per_sample * each))
         else:
             nb = None
         if nb is None:
