@@ -159,7 +159,8 @@ def test_hand_checked_rotate_pad_boxes_and_voc():
         f"(boxes, /, *, max_boxes: int | None = None, fill: float = 0.0, {common})")
     assert str(inspect.signature(fn.readers.voc)) == (
         "(*, root: str = None, split: str = 'trainval', classes: sequence | str | None = None, "
-        "skip_difficult: bool = False, on_error: str = 'raise', random_shuffle: bool = False, "
+        "skip_difficult: bool = False, on_error: str = 'raise', bitmasks: bool = False, "
+        "random_shuffle: bool = False, "
         f"shard_id: int | None = None, num_shards: int | None = None, {common})")
     assert str(inspect.signature(ops.readers.VOC)) == str(inspect.signature(fn.readers.voc))
     text = pydoc.render_doc(fn.rotate, renderer=pydoc.plaintext)
