@@ -167,7 +167,7 @@ def upload_many(arrays, stream=None):
         starts.append(total)
         total += -(-a.nbytes // 16) * 16
     stream = stream if stream is not None else cp.cuda.get_current_stream()
-    with stream:  # cupy's pool keys a block by the stream current at allocation
+    with stream:  # cupy's pools reuse a block in the order of the stream current at allocation
         dev = cp.empty(max(total, 16), cp.uint8)
     if total:
         cap, mem = _RING.take(total)

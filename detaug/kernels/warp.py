@@ -557,8 +557,8 @@ def launch_warp(wl: WarpLaunch, ptrs, pitches=None, stream=None):
         out_arg = flat.view(cp.uint16) if wl.out_dtype == np.float16 else flat
         launch(get_kernel("warp.cu", plan["name"], _OPTIONS), plan["grid"], plan["block"],
                args + (out_arg,), stream=stream, name=plan["name"])
-        # the metadata may be freed now: cupy's pool hands memory out again in stream order,
-        # after this launch has read it
+        # the metadata may be freed now: cupy's pools (the default one and the stream-ordered
+        # one) hand memory out again in stream order, after this launch has read it
         del args
         if wl.dense:
             return flat.reshape((wl.B,) + wl.shapes[0])

@@ -79,9 +79,10 @@ class BatchContext:
 
     def on_stream(self):
         """The batch's stream as cupy's current one (nothing without one). Device work of the
-        batch runs under it: cupy's pool keys a block by the stream current at its allocation,
-        and a handed-out batch's blocks are reused only behind waits of the streams it was made
-        on (detaug/runtime/gpu/handout.py)."""
+        batch runs under it: a block is freed in the order of the stream current at its
+        allocation (the stream-ordered pool frees it there; cupy's default pool keys it by that
+        stream: detaug/runtime/gpu/allocator.py), and a handed-out batch's blocks are reused only
+        behind waits of the streams it was made on (detaug/runtime/gpu/handout.py)."""
         return contextlib.nullcontext() if self.stream is None else self.stream
 
     def args_of(self, op) -> dict:

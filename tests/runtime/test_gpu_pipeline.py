@@ -303,10 +303,12 @@ def test_memory_stable_over_1000_batches():
 
 
 def test_output_pool_caches_at_most_one_launch_more_than_in_use():
-    """cupy's pool keeps freed blocks per stream, and a launch's outputs are allocated before the
-    caller drops the batch its slot held. Made on one stream per output slot, the pool held as
-    many launches again as were in use (bench_train at 8 GB, launches of 4 batches: 7.6 GB held
-    for 3.8 GB in use); on the one output stream, no more than was in use at once."""
+    """A launch's outputs are allocated before the caller drops the batch its slot held, and
+    cupy's default pool keeps freed blocks per stream: made on one stream per output slot, that
+    pool held as many launches again as were in use (bench_train at 8 GB, launches of 4 batches:
+    7.6 GB held for 3.8 GB in use); on the one output stream, no more than was in use at once.
+    The same bound holds for the pool the device threads allocate from now (the stream-ordered
+    one, or cupy's with DETAUG_DEVICE_ALLOCATOR=pool: runtime/gpu/allocator.py)."""
     import cupy as cp
 
     gc.collect()
@@ -408,7 +410,7 @@ def _take(pipe, it):
 
 
 def _pool_in_use(pipe):
-    """(bytes in use, bytes held) of cupy's pool once the GPU is idle, the queue's launches
+    """(bytes in use, bytes held) of the device threads' pool once the GPU is idle, the queue's launches
     made and every batch the caller dropped let go."""
     import cupy as cp
     import torch
@@ -467,7 +469,7 @@ def _step_behind(pipe, it, ahead=False, sleep_s=0.5):
 
 
 def test_a_dropped_batch_is_not_reused_while_the_callers_queued_work_may_read_it():
-    """Zero-copy batches go back to cupy's pool when the caller drops them; the pipeline keeps
+    """Zero-copy batches go back to the device threads' pool when the caller drops them; the pipeline keeps
     each one's memory until the caller has dropped it and then lets it go only behind a wait of
     the output stream, on the device, for an event recorded on torch's stream, so a later launch
     that reuses the block runs after a queued training step that still reads it, also when the

@@ -601,7 +601,7 @@ def test_retinanet_within_its_budget(gpu_data, batch_size, monkeypatch):
         assert drop <= budget, (
             f"{drop / 1e6:,.0f} MB over {BATCHES} batches at a {budget / 1e6:,.0f} MB budget; "
             f"plan {pipe.memory_plan.describe()}, launch outputs {pipe._output_budget.launch_bytes / 1e6:,.0f}"
-            f" MB, output slots {pipe.output_slots} (peak {pipe.output_slots_peak}), cupy pool "
+            f" MB, output slots {pipe.output_slots} (peak {pipe.output_slots_peak}), device threads' pool "
             f"{pool.total_bytes() / 1e6:,.0f} MB ({pool.used_bytes() / 1e6:,.0f} in use), "
             f"batches held at once {pipe._handout.held.peak}")
     finally:

@@ -13,7 +13,7 @@ from helpers import load_benchmark
 from detaug.runtime.gpu.allocator import device_pool, free_cached
 
 
-BATCHES = 200  # cupy's pool grew past the budget after about 100 (runtime/gpu/allocator.py)
+BATCHES = 200  # cupy's default pool grew past the budget after about 100 (runtime/gpu/allocator.py)
 
 pytestmark = pytest.mark.gpu
 
@@ -84,14 +84,15 @@ def test_the_yolo_recipe_holds_its_budget(yolo_data, partners, monkeypatch):
         drop = before - lowest
         pool = device_pool(0)
         # what the lead needs to place an excess: the drop after build (decode processes up),
-        # this process's cupy pool and stream-ordered pool, the slots and batches held
+        # the device threads' pool (allocator.device_pool) and CUDA's default stream-ordered
+        # pool, the slots and batches held
         print(f"partners={partners}: {drop / 1e6:,.0f} MB at a {budget / 1e6:,.0f} MB budget "
               f"({(before - built) / 1e6:,.0f} MB after build; this process's stream-ordered "
               f"pool {_async_pool_reserved() / 1e6:,.0f} MB); "
               f"plan {pipe.memory_plan.describe()}, launch outputs "
               f"{(pipe._output_budget.launch_bytes or 0) / 1e6:,.0f} MB, working "
               f"{pipe.build_plan.launch_bytes()[1] / 1e6:,.0f} MB, output slots "
-              f"{pipe.output_slots} (peak {pipe.output_slots_peak}), cupy pool "
+              f"{pipe.output_slots} (peak {pipe.output_slots_peak}), device threads' pool "
               f"{pool.total_bytes() / 1e6:,.0f} MB ({pool.used_bytes() / 1e6:,.0f} in use), "
               f"batches held at once {pipe._handout.held.peak}")
         assert drop <= budget, (drop, budget)

@@ -263,13 +263,16 @@ class DeviceStage:
 
     def to_output_stream(self, ctx, admit):
         """Move an admitted launch onto the output stream (after its decode, by an event).
-        cupy's pool keeps freed blocks per stream, and a launch's outputs are allocated before
-        the batch its slot held is dropped by the caller: made on each device worker's stream,
-        the outputs left up to one cached block per worker (2 GB over the budget on the
-        benchmark), and on one stream per output slot, one per slot (the pool held twice the
-        outputs in use: 7.6 GB for 3.8 GB at 8 GB with launches of 4 batches). On
-        one stream it holds no more blocks than were in use at once (the output slots' and the
-        batches the caller still holds). What one stream costs: stage b kernels of different
+        Why one stream: a launch's outputs are allocated before the batch its slot held is
+        dropped by the caller, and cupy's default pool (which the device threads allocated from
+        before the stream-ordered pool, runtime/gpu/allocator.py, and still do with
+        ``DETAUG_DEVICE_ALLOCATOR=pool``) keeps freed blocks per stream: made on each device
+        worker's stream, the outputs left up to one cached block per worker (2 GB over the budget
+        on the benchmark), and on one stream per output slot, one per slot (the pool held twice
+        the outputs in use: 7.6 GB for 3.8 GB at 8 GB with launches of 4 batches). On one stream
+        it holds no more blocks than were in use at once (the output slots' and the batches the
+        caller still holds); the stream-ordered pool shares freed memory across streams, and
+        frees each block in the order of the stream it was allocated on. What one stream costs: stage b kernels of different
         launches no longer overlap on the GPU, and a launch's event (with its leases' release)
         comes after the kernels that launches before it queued there (they are handed out in
         that order anyway). In-thread GPU decode keeps its thread's stream (its decoder frees on
@@ -324,8 +327,8 @@ class DeviceStage:
             for lease in ctx.leases:  # the images' last use: their regions go back after it
                 lease.retire(ev)
             self._output_budget.measured(_device_bytes(outs))
-            # the streams its outputs were allocated on: cupy's pool reuses a freed block only
-            # for allocations on the stream it was made on (detaug/runtime/gpu/handout.py)
+            # the streams its outputs were allocated on: a freed block goes back to the pool in
+            # the order of the stream it was made on (detaug/runtime/gpu/handout.py)
             made_on = tuple(dict.fromkeys(s.ptr for s in [*ctx.earlier_streams, ctx.stream]))
             return tuple(outs), ev, ctx.skips, ctx.sizes, made_on
         return tuple(outs), None, ctx.skips, ctx.sizes, None

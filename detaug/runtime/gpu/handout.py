@@ -14,9 +14,11 @@ alive, and so does a view of it), all the work it queued on the batch is queued:
 :meth:`HeldOutputs.poll`, an event is recorded on the streams the caller used when it got the batch
 (cupy's current stream, and those adapters register through ``Pipeline.consume_on``: torch's
 current stream), the stream the batch's outputs were made on waits for those events on the
-device (``cudaStreamWaitEvent``), and only then does the memory go back to the pool. cupy's pool
-hands a freed block out again only to allocations on the stream it was allocated on, so whatever
-reuses it is queued behind that wait: it cannot run before the caller's work on the batch has.
+device (``cudaStreamWaitEvent``), and only then does the memory go back to the pool. Either pool
+frees a block in the order of the stream it was allocated on (the stream-ordered pool frees it on
+that stream; cupy's default pool hands it out again only to allocations on that stream), so
+whatever reuses it is queued behind that wait: it cannot run before the caller's work on the batch
+has.
 No host thread waits for the device (``close()`` aside), and the block serves the next launch at
 once (the pool does not grow by a batch).
 

@@ -129,11 +129,13 @@ SLACK_MIN = 16 * 2**20  # outputs from this size on count for the pool's fragmen
 
 
 def pool_slack(parts) -> int:
-    """What cupy's pool holds besides the live outputs where a batch has several large outputs
-    of different sizes: it serves a request from a larger freed block by splitting it, so the
-    blocks freed by one launch do not all fit the next one's requests and the pool grows by one
-    block of the largest output. Measured (H100, tests/runtime/test_memory_plan.py): the RetinaNet
-    input at batch 16 (outputs of 79, 25 and 398 MB a batch) pooled 1,401 MB for two launches of
-    501 MB. One large output (the benchmark pipeline's image batch) splits nothing: no slack."""
+    """What the pool holds besides the live outputs where a batch has several large outputs of
+    different sizes: cupy's default pool serves a request from a larger freed block by splitting
+    it, so the blocks freed by one launch do not all fit the next one's requests and the pool
+    grows by one block of the largest output. Measured with cupy's default pool, before the
+    device threads allocated from the stream-ordered pool (runtime/gpu/allocator.py), and kept
+    for both (H100, tests/runtime/test_memory_plan.py): the RetinaNet input at batch 16 (outputs
+    of 79, 25 and 398 MB a batch) pooled 1,401 MB for two launches of 501 MB. One large output
+    (the benchmark pipeline's image batch) splits nothing: no slack."""
     large = sorted(b for _, b in parts if b >= SLACK_MIN)
     return large[-1] if len(large) >= 2 else 0
