@@ -351,3 +351,23 @@ def install_fake_cupy(monkeypatch, emulation: Emulation, *modules):
             monkeypatch.setattr(m, "upload_many",
                                 lambda arrays, stream=None: [dev(np.array(a)) for a in arrays])
     return fake
+
+
+def build_shape_kernels(tmp_path_factory):
+    """shapes.cu and boxes.cu (its synchronising ``pad_boxes`` threaded), built for a module's
+    tests: what the box materialisation of instance fields and their padding launch."""
+    return (build(tmp_path_factory.mktemp("shapes_cu"), "shapes.cu"),
+            build(tmp_path_factory.mktemp("boxes_cu"), "boxes.cu", threaded={"pad_boxes"}))
+
+
+def install_shape_kernels(monkeypatch, kernels):
+    """Run detaug.kernels.boxes' and detaug.kernels.shapes' cupy code on ``kernels`` (from
+    :func:`build_shape_kernels`). Returns the shapes.cu emulation, its recorded calls cleared."""
+    from detaug.kernels import boxes as kb
+    from detaug.kernels import shapes as ks
+
+    shapes_cu, boxes_cu = kernels
+    shapes_cu.calls.clear()
+    install_fake_cupy(monkeypatch, boxes_cu, kb)
+    install_fake_cupy(monkeypatch, shapes_cu, ks)
+    return shapes_cu

@@ -24,17 +24,12 @@ SEEDS = [7, fresh_seed()]
 
 @pytest.fixture(scope="module")
 def kernels_cu(tmp_path_factory):
-    return (emu.build(tmp_path_factory.mktemp("shapes_cu"), "shapes.cu"),
-            emu.build(tmp_path_factory.mktemp("boxes_cu"), "boxes.cu", threaded={"pad_boxes"}))
+    return emu.build_shape_kernels(tmp_path_factory)
 
 
 @pytest.fixture
 def emulated(kernels_cu, monkeypatch):
-    shapes_cu, boxes_cu = kernels_cu
-    shapes_cu.calls.clear()
-    emu.install_fake_cupy(monkeypatch, boxes_cu, kb)
-    emu.install_fake_cupy(monkeypatch, shapes_cu, ks)
-    return shapes_cu
+    return emu.install_shape_kernels(monkeypatch, kernels_cu)
 
 
 def _batch(rng, sizes):
