@@ -4,8 +4,9 @@ A pool of partners (``partners='pool'``, detaug/runtime/partners.py) draws a bat
 from the batches before it, which the launches of those batches decoded already. Within one
 launch a drawn position is decoded once; this cache carries decoded images from one launch to
 the next made in the same process, so that a process making consecutive launches decodes each
-image about once (the host workers give a process runs of consecutive launches:
-:func:`worker_run`, detaug/runtime/host_workers.py).
+image about once (the host workers give a process runs of consecutive launches: their length
+is :func:`worker_run`, the routing ``HostWorkers.submit(group=)`` in
+detaug/runtime/host_workers.py).
 
 It can only save work, never change a value: an entry is keyed by the SHA-256 of the encoded
 bytes with the decode's arguments (``output_type``, ``reduce``), so the same key is the same
