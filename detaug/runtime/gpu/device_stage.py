@@ -323,7 +323,7 @@ class DeviceStage:
             ev = cp.cuda.Event(block=True, disable_timing=True)
             ev.record(ctx.stream)
             for s in ctx.earlier_streams:  # scratch made there (a BGR copy) and read on ctx.stream
-                s.wait_event(ev)  # goes back to that stream's pool: reused there after the reads
+                s.wait_event(ev)  # freed in that stream's order: reused after the reads
             for lease in ctx.leases:  # the images' last use: their regions go back after it
                 lease.retire(ev)
             self._output_budget.measured(_device_bytes(outs))
