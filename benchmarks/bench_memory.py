@@ -19,8 +19,9 @@ MB of 10^6 bytes, each measured in a process of its own so that no cache carries
 2. pipelines: one child per row builds ``bench_gpu.make_det_pipe`` (the benchmark pipeline) with
    the row's settings and measures, from after its own context is up: the drop after build, after
    the first batch and its lowest free bytes over ``--seconds`` of batches (img/s over the same
-   window, the GPU synchronised at its ends), and its cupy pool (the outputs in flight and the
-   batches the caller holds: total and in use), the hand-out hold's peak (batches held at once),
+   window, the GPU synchronised at its ends), and the pool its device threads allocate from
+   (detaug/runtime/gpu/allocator.py: the outputs in flight and the batches the caller holds:
+   total and in use), the hand-out hold's peak (batches held at once),
    the output slots and the memory plan. What the decode side takes is the drop less the pool.
    Rows: the defaults; 1 decode process with 2, 3 and 4 decoder threads; 2 processes of 1 thread;
    decode in the device-stage threads (decode_processes=0); the RetinaNet input at batch 16. The
@@ -291,7 +292,7 @@ def main(argv=None):
     parts = args.only.split(",")
     if "pipelines" in parts:  # first: its children start before this process holds a context
         print("| pipeline | img/s | device MB | after build | decode side (procs x threads) | "
-              "cupy pool total / used | launch outputs | output slots, hold | planned decode |")
+              "device pool total / used | launch outputs | output slots, hold | planned decode |")
         print("|---|---:|---:|---:|---|---|---:|---|---:|")
         result["pipelines"] = measure_pipelines(args.data, args)
         ok = [r for r in result["pipelines"] if r.get("img_s")]
@@ -311,7 +312,7 @@ def main(argv=None):
 
 def soak(argv=None):
     """The soak (``bench_memory.py soak ...``): the bench_gpu pipeline run for --batches batches
-    across epochs; device memory (pipeline and decode processes, whole device) and cupy's pool at
+    across epochs; device memory (pipeline and decode processes, whole device) and the device threads' pool at
     batch --mark and at the last batch; img/s over the batches after the mark. One markdown row;
     $OUT/bench_soak.json when OUT is set."""
     import bench_gpu as bg

@@ -37,7 +37,7 @@ the device memory the row takes: the drop of ``cudaMemGetInfo``'s free bytes (th
 the feeder's decode processes count) from before the model and the feeder are made to the end of
 the timed steps, in MB of 10^6 bytes, and the part of it outside torch's caching allocator
 (the growth of ``torch.cuda.memory_reserved`` taken off): roughly the feeder's own (for the
-detaug rows: its decode processes, cupy's pool, its kernels). The one batch of (a) is made before
+detaug rows: its decode processes, its device threads' pool, its kernels). The one batch of (a) is made before
 every row and is not counted. Recorded too: the time the loop spent in the feeder's ``next()``
 per step, and the training loop thread's CPU time per step. A first untimed model (two steps on
 batch (a)) loads CUDA's libraries and kernels, so that no row's memory or time includes that
@@ -259,8 +259,9 @@ class DetaugFeeder:
 
     def memory(self) -> dict:
         """Where this process's device memory of the pipeline is, in MB (for a row that takes
-        more than its budget): cupy's pool (in use / held), the decode plan, the launch's
-        outputs, and the output slots (now / the most admitted at once)."""
+        more than its budget): its device threads' pool (in use / held: runtime/gpu/allocator.py),
+        the decode plan, the launch's outputs, and the output slots (now / the most admitted at
+        once)."""
         import cupy as cp
 
         pool, p = device_pool(0), self.pipe
