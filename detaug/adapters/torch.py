@@ -466,9 +466,10 @@ def _host_valid(bb: BoxBatch, event=None):
 
 def _box_list(bb: BoxBatch, label_offset: int, event=None, stream=None) -> list:
     """B dicts of the valid boxes, labels (+offset) and fields of each sample; views when no box
-    was dropped, one gather (indices computed on the host) otherwise. Boxes with polygons and
-    no ``masks`` field (fn.instance_masks) get their masks here, made as that op makes them:
-    on the device in one launch on ``stream`` (torch's), on the host with pycocotools."""
+    was dropped, one gather (indices computed on the host) otherwise. Boxes with polygons or
+    bitmap masks (``bitmasks``) and no ``masks`` field (fn.instance_masks) get their masks here,
+    made as that op makes them: on the device on ``stream`` (torch's), on the host with
+    pycocotools; ``bitmasks`` is then folded into ``masks``."""
     torch = _torch()
     valid, counts = _host_valid(bb, event)
     fields = dict(bb.fields)
