@@ -70,8 +70,9 @@ def instance_masks(ctx, op, inputs, args):
 def union_masks(b: BoxBatch, valid=None, stream=None):
     """(N, H, W) uint8 0/1 of a materialised BoxBatch: each box's polygons rasterised on its
     sample's canvas (kernels/masks.py), united with its ``bitmasks`` row, (H, W) the batch's
-    largest canvas; ``valid`` (N,) bool on the host: the polygons of the other boxes are not
-    rasterised (their rows come out zero unless a bitmap mask fills them)."""
+    largest canvas; ``valid`` (N,) bool on the host: on a host batch the polygons of the other
+    boxes are not rasterised (their rows come out zero unless a bitmap mask fills them); a
+    device batch rasterises every row in its one launch (the caller drops the rows)."""
     per_box = np.repeat(b.canvas, np.diff(b.offsets), axis=0)
     out_hw = tuple(int(v) for v in b.canvas.max(0)) if b.batch_size else (0, 0)
     bits = b.fields.get("bitmasks")
