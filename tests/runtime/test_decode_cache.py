@@ -4,7 +4,6 @@ no batch (cache on and off, threads and 1 or 2 host workers, random access, resu
 exactly the repeated decodes (counted against the keyed draws), and it stays within its bound
 (a reference LRU on fresh random images)."""
 import collections
-import multiprocessing as mp
 import os
 import time
 
@@ -17,7 +16,7 @@ from detaug.core.errors import SampleError
 from detaug.ops import decode
 from detaug.runtime import decode_cache, host_workers
 from detaug.runtime.partners import LaunchLevels
-from helpers import close_pipelines, fresh_seed, track  # noqa: F401 (fixture)
+from helpers import close_pipelines, fresh_seed, load_benchmark, track  # noqa: F401 (fixture)
 from helpers.cases import assert_same_host_batch, host_batch
 
 
@@ -71,15 +70,12 @@ def decoder_records(pipe, epoch, b):
 
 
 def counting(monkeypatch):
-    counter = mp.get_context("fork").Value("q", 0, lock=True)  # (forked workers share it)
-    one = decode._decode_one
-
-    def counted(*a, **kw):
-        with counter.get_lock():
-            counter.value += 1
-        return one(*a, **kw)
-
-    monkeypatch.setattr(decode, "_decode_one", counted)
+    """The count of CPU decodes that benchmarks/bench_yolo.py reports (``counted_decodes``: a
+    value the forked workers share), undone at the test's end."""
+    counter, undo = load_benchmark("bench_yolo").counted_decodes()
+    counted = decode._decode_one
+    undo()
+    monkeypatch.setattr(decode, "_decode_one", counted)  # the original back at the test's end
     return counter
 
 
