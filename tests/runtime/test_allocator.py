@@ -23,11 +23,6 @@ def test_mode_reads_the_environment(monkeypatch):
         allocator.mode()
 
 
-def test_allocating_none_leaves_the_thread_alone():
-    with allocator.allocating(None):
-        pass  # (no cupy needed: nothing is set)
-
-
 def _pipe():
     pipe = Pipeline(batch_size=8, num_threads=2, seed=5, device_id=0, prefetch_queue_depth=2)
     with pipe:
