@@ -36,3 +36,19 @@ def arg_rows(v, b, width, name, op, what=""):
         return a.reshape(b, width)
     raise ValueError(f"{op.name}: {name} needs {width} value(s){what} or {width} per sample, got "
                      f"shape {a.shape}")
+
+
+def tensors_of(op, v, what="input"):
+    """A batch of plain tensors in its own form, on its own device: a dense (B, ...) array
+    (NumPy or cupy) as it is, a list of per-sample arrays as a list (host ones as NumPy)."""
+    if isinstance(v, (ImageBatch, BoxBatch)):
+        samples_of(op, v, what)  # (raises: a plain tensor batch is needed)
+    if isinstance(v, (list, tuple)):
+        return [a if _on_device(a) else np.asarray(a) for a in v]
+    if isinstance(v, np.ndarray) or (_on_device(v) and getattr(v, "ndim", 0) >= 1):
+        return v
+    raise TypeError(f"{op.name}: {what} must be a batch of arrays, got {type(v).__name__}")
+
+
+def _on_device(a) -> bool:
+    return type(a).__module__.split(".")[0] == "cupy"
