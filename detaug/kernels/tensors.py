@@ -6,11 +6,12 @@ is elementwise or a gather, so both give the same values (float32 IoUs and offse
 points cast once).
 
 A batch is a dense ``(B, ...)`` array or a list of per-sample arrays (a ragged batch). Kernels
-work on the whole batch at once: ragged samples are *packed* (rows of every sample one after
-another, with host ``counts``) where each row is independent, and *padded* to the batch's
-largest count where a sample's rows meet (box_encoder's matching). Counts, offsets and
-per-sample parameters are host arrays (they come from shapes and arguments, never from the
-device): they go up with :func:`to_xp`, and nothing comes back to the host.
+work on the whole batch at once: ragged samples are *packed* (the rows of every sample one
+after another, with host ``counts``), each row's parameters gathered by its sample; where a
+sample's rows meet (box_encoder's best box of each anchor) the reduction runs over box slots,
+every sample at once (:func:`box_encoder_xp`). Counts, offsets and per-sample parameters are
+host arrays (they come from shapes and arguments, never from the device): they go up with
+:func:`to_xp`, and nothing comes back to the host.
 """
 from __future__ import annotations
 
@@ -75,22 +76,6 @@ def unpack(values, counts, dense: bool):
 def sample_of_rows(counts) -> np.ndarray:
     """(N,) int32: the sample each packed row belongs to."""
     return np.repeat(np.arange(len(counts), dtype=np.int32), counts)
-
-
-def pad(xp, batch, fill=0):
-    """(padded (B, n_max, ...), counts (B,)) of a dense or ragged batch of rows."""
-    if not isinstance(batch, (list, tuple)):
-        return batch, counts_of(batch)
-    values, counts = pack(xp, batch)
-    b, n = len(counts), int(counts.max()) if len(counts) else 0
-    out = xp.full((b, n) + values.shape[1:], fill, values.dtype)
-    if len(values):
-        rows = sample_of_rows(counts)
-        slots = np.arange(len(rows), dtype=np.int32) - np.repeat(np.cumsum(counts) - counts,
-                                                                  counts).astype(np.int32)
-        rows, slots = to_xp(xp, rows, slots)
-        out[rows, slots] = values
-    return out, counts
 
 
 def host_values_xp(xp, values):
@@ -186,9 +171,20 @@ def iou_xp(xp, boxes, anchors):
     return xp.where(ok, inter / xp.where(ok, union, 1), 0).astype(xp.float32)
 
 
+def _slot_table(counts):
+    """The rows of box slot ``j`` of every sample that has one, for ``j`` in 0..n_max-1: (the
+    samples (K,), their rows (K,), host offsets (n_max + 1,)) with each slot's entries together."""
+    starts = np.cumsum(counts) - counts
+    n = int(counts.max()) if len(counts) else 0
+    samples = [np.nonzero(counts > j)[0] for j in range(n)]
+    offsets = np.cumsum([0] + [len(a) for a in samples])
+    samples = np.concatenate(samples) if samples else np.zeros(0, np.int64)
+    slots = np.repeat(np.arange(n), np.diff(offsets))
+    return samples.astype(np.int64), (starts[samples] + slots).astype(np.int64), offsets
+
+
 def box_encoder_xp(xp, boxes, labels, anchors, criteria, offset, means, stds):
-    """DALI's BoxEncoder over a batch (SSD, arXiv 1512.02325, as MLPerf's), samples padded to
-    the batch's largest box count.
+    """DALI's BoxEncoder over a batch (SSD, arXiv 1512.02325, as MLPerf's).
 
     Per sample: IoU of every box with every anchor; each box's best anchor (the last of equal
     ones) gets IoU 2, so that every box keeps an anchor; each anchor takes its best box (the
@@ -197,38 +193,51 @@ def box_encoder_xp(xp, boxes, labels, anchors, criteria, offset, means, stds):
     label 0; with ``offset``, the matched box as ``((c_box - c_anchor) / wh_anchor -
     means[:2]) / stds[:2]`` and ``(log(wh_box / wh_anchor) - means[2:]) / stds[2:]``, an
     unmatched anchor as zeros. (DALI multiplies box and anchor by its ``scale`` first, which
-    cancels in these ratios.) Padded rows have IoU -1: they never match.
+    cancels in these ratios.)
+
+    The boxes of the batch are packed (N rows): the IoUs are (N, m), each box's best anchor a
+    row's argmax. Each anchor's best box within its sample is a segmented argmax, taken box
+    slot by box slot (slot j: the j-th box of every sample that has one, all at once), keeping
+    the later box on ties: no atomics (the same result on either device, in any order of
+    threads) and work in proportion to the boxes, not to the batch's largest count.
 
     Args: boxes: dense (B, n, 4) or a list of (n_s, 4) ltrb; labels: the same counts, (n_s,) or
     (n_s, 1); anchors (m, 4) ltrb, means / stds (4,) float32 host arrays.
     Returns ((B, m, 4) float32, (B, m) int32)."""
-    anchors, means, stds = to_xp(xp, np.asarray(anchors, np.float32).reshape(-1, 4),
-                                 np.asarray(means, np.float32), np.asarray(stds, np.float32))
     if not isinstance(boxes, (list, tuple)):
         boxes = boxes.reshape(boxes.shape[0], -1, 4)
         labels = labels.reshape(labels.shape[0], -1)
     else:
         boxes = [s.reshape(-1, 4) for s in boxes]
         labels = [s.reshape(-1) for s in labels]
-    bx, counts = pad(xp, boxes)
-    lab, lcounts = pad(xp, labels)
+    bx, counts = pack(xp, boxes)
+    lab, lcounts = pack(xp, labels)
     if (lcounts != counts).any():
         raise ValueError("a sample has a different number of labels than of boxes")
-    bx = bx.astype(xp.float32)
-    b, n, m = len(counts), bx.shape[1], len(anchors)
+    act, rows, offsets = _slot_table(counts)
+    anchors, means, stds, act, rows = to_xp(
+        xp, np.asarray(anchors, np.float32).reshape(-1, 4), np.asarray(means, np.float32),
+        np.asarray(stds, np.float32), act, rows)
+    b, m = len(counts), len(anchors)
     anchors_c = _center_wh(xp, anchors)
-    if n == 0 or b == 0:
+    if not len(bx):
         out = xp.zeros((b, m, 4), xp.float32) if offset else xp.broadcast_to(
             anchors_c, (b, m, 4)).copy()
         return out, xp.zeros((b, m), xp.int32)
-    (valid,) = to_xp(xp, np.arange(n)[None, :] < counts[:, None])
-    ious = xp.where(valid[:, :, None], iou_xp(xp, bx, anchors), xp.float32(-1))
-    best_anchor = m - 1 - xp.argmax(ious[:, :, ::-1], 2)                      # (B, n)
-    bi, ii = xp.meshgrid(xp.arange(b), xp.arange(n), indexing="ij")
-    ious[bi, ii, best_anchor] = xp.where(valid, xp.float32(2), xp.float32(-1))
-    best_box = n - 1 - xp.argmax(ious[:, ::-1, :], 1)                         # (B, m)
-    matched = xp.take_along_axis(ious, best_box[:, None, :], 1)[:, 0] > criteria
-    box_c = xp.take_along_axis(_center_wh(xp, bx), best_box[:, :, None], 1)   # (B, m, 4)
+    bx = bx.reshape(-1, 4).astype(xp.float32)
+    ious = iou_xp(xp, bx, anchors)                                            # (N, m)
+    best_anchor = m - 1 - xp.argmax(ious[:, ::-1], 1)
+    ious[xp.arange(len(bx)), best_anchor] = 2.0
+    best_iou = xp.full((b, m), -1, xp.float32)  # a sample without boxes matches nothing
+    best_row = xp.zeros((b, m), xp.int64)
+    for j in range(len(offsets) - 1):
+        a, r = act[offsets[j]:offsets[j + 1]], rows[offsets[j]:offsets[j + 1]]
+        vals, cur = ious[r], best_iou[a]
+        take = vals >= cur                                  # >=: the later box wins a tie
+        best_iou[a] = xp.where(take, vals, cur)
+        best_row[a] = xp.where(take, r[:, None], best_row[a])
+    matched = best_iou > criteria
+    box_c = _center_wh(xp, bx)[best_row]                                      # (B, m, 4)
     anc = xp.broadcast_to(anchors_c, box_c.shape)
     if offset:
         box_c = xp.where(matched[:, :, None], box_c, anc)  # unmatched: no log of 0
@@ -238,7 +247,7 @@ def box_encoder_xp(xp, boxes, labels, anchors, criteria, offset, means, stds):
         out = xp.where(matched[:, :, None], (enc - means) / stds, xp.float32(0))
     else:
         out = xp.where(matched[:, :, None], box_c, anc)
-    out_labels = xp.where(matched, xp.take_along_axis(lab, best_box, 1), 0).astype(xp.int32)
+    out_labels = xp.where(matched, lab.reshape(-1)[best_row], 0).astype(xp.int32)
     return out.astype(xp.float32), out_labels
 
 
