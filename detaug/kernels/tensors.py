@@ -39,11 +39,18 @@ def on_device(fn):
 def to_xp(xp, *arrays):
     """Host arrays as ``xp`` arrays: themselves for NumPy, ONE upload for cupy (on the current
     stream)."""
+    arrays = [np.asarray(a) for a in arrays]
     if xp is np:
-        return [np.asarray(a) for a in arrays]
+        return arrays
     import cupy as cp
 
-    return upload_many([np.asarray(a) for a in arrays], cp.cuda.get_current_stream())
+    full = [k for k, a in enumerate(arrays) if a.size]  # (empty ones need no copy)
+    out = [cp.empty(a.shape, a.dtype) for a in arrays]
+    if full:
+        for k, d in zip(full, upload_many([arrays[k] for k in full],
+                                          cp.cuda.get_current_stream())):
+            out[k] = d
+    return out
 
 
 def counts_of(batch) -> np.ndarray:
@@ -162,8 +169,8 @@ def iou_xp(xp, boxes, anchors):
     """(..., n, m) float32 IoU of ltrb ``boxes`` (..., n, 4) with ltrb ``anchors`` (m, 4), as
     DALI's BoundingBox (0 where the union is empty)."""
     b, a = boxes[..., :, None, :], anchors
-    iw = xp.clip(xp.minimum(b[..., 2], a[..., 2]) - xp.maximum(b[..., 0], a[..., 0]), 0, None)
-    ih = xp.clip(xp.minimum(b[..., 3], a[..., 3]) - xp.maximum(b[..., 1], a[..., 1]), 0, None)
+    iw = xp.maximum(xp.minimum(b[..., 2], a[..., 2]) - xp.maximum(b[..., 0], a[..., 0]), 0)
+    ih = xp.maximum(xp.minimum(b[..., 3], a[..., 3]) - xp.maximum(b[..., 1], a[..., 1]), 0)
     inter = iw * ih
     union = ((b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])
              + (a[..., 2] - a[..., 0]) * (a[..., 3] - a[..., 1]) - inter)
