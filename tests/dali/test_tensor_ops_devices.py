@@ -198,6 +198,40 @@ def test_ragged_device_outputs_are_held_until_dropped():
     assert device_arrays([[a, b], c]) == [a, b, c]
 
 
+def test_the_device_variants_host_code_through_a_stand_in_cupy(monkeypatch):
+    """The 'gpu' kernels' own code (on the stream, parameters uploaded in one copy, empty ones
+    made, ragged samples as device views) run with tests/helpers/cuda_emulation.py's stand-in
+    cupy (NumPy behind cupy's names, uploads as identities): the NumPy kernels' values."""
+    from helpers import cuda_emulation as emu
+
+    data = _samples(11)
+    anchors = _anchors(np.random.default_rng(3))
+    boxes, labels, pts = ([d[k] for d in data] for k in range(3))
+    want = [kt.box_encoder_xp(np, boxes, labels, anchors, 0.3, off, np.float32(KW["means"]),
+                              np.float32(KW["stds"])) for off in (False, True)]
+    flips, centres = np.array([[1, 0], [0, 1], [1, 1], [0, 0], [1, 1]], bool), np.full((B, 2), .3)
+    m, t = np.random.default_rng(4).uniform(-1, 1, (B, 2, 2)), np.full((B, 2), 0.5)
+    want_flip, want_move = (kt.coord_flip_xp(np, pts, flips, centres),
+                            kt.coord_transform_xp(np, pts, m, t, np.float32))
+    want_cat = kt.join_xp(np, [boxes, boxes], 0, False)
+    emu.install_fake_cupy(monkeypatch, None, kt)
+    dev = [[emu.dev(a) for a in col] for col in (boxes, labels, pts)]
+    for off, (w_out, w_lab) in zip((False, True), want):
+        out, lab = kt.box_encoder_cupy(dev[0], dev[1], anchors, 0.3, off,
+                                       np.float32(KW["means"]), np.float32(KW["stds"]))
+        assert isinstance(out, emu.FakeDeviceArray)
+        np.testing.assert_array_equal(lab, w_lab)
+        np.testing.assert_array_equal(out, w_out)
+    for got, w in ((kt.coord_flip_cupy(dev[2], flips, centres), want_flip),
+                   (kt.coord_transform_cupy(dev[2], m, t, np.float32), want_move),
+                   (kt.join_cupy([dev[0], dev[0]], 0, False), want_cat)):
+        assert isinstance(got, list) and len(got) == B
+        for g, ws in zip(got, w):
+            np.testing.assert_array_equal(g, ws)
+    shapes = kt.host_values_cupy(np.array([[1, 2], [3, 4]]))
+    assert isinstance(shapes, emu.FakeDeviceArray) and shapes.tolist() == [[1, 2], [3, 4]]
+
+
 # ---- the device ------------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("seed", [7, fresh_seed()])
