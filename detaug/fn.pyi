@@ -2072,7 +2072,7 @@ def slice(images: Any, anchor: Any = ..., shape_: Any = ..., /, *, axes: tuple =
 
 def sphere(images: Any, /, *, interp_type: Any | None = None, fill_value: float = 0.0, mask: int | DataNode = 1, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
-    DALI's sphere: output pixel centre c samples the input at mid + (c - mid) * |c - mid| / d (mid the image's centre, d = int(max(W, H) / 2)); images only, CPU only.
+    DALI's sphere: output pixel centre c samples the input at mid + (c - mid) * |c - mid| / d (mid the image's centre, d = int(max(W, H) / 2)); images only.
     
     Inputs (positional only, 1):
         images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
@@ -2083,11 +2083,11 @@ def sphere(images: Any, /, *, interp_type: Any | None = None, fill_value: float 
         mask: int = 1 [per-sample]: DALI's: 1 applies it to the sample, 0 copies it (per sample)
     
     Common keywords (every op):
-        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
         name: str | None = None: this op's name in the graph and in error messages (default 'sphere_<index>')
         seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
     
-    Devices: cpu
+    Devices: cpu, gpu
     
     Returns: one output; images of the input's dtype, same sizes
     
@@ -2286,7 +2286,7 @@ def warp_affine(images: Any, boxes: Any = ..., /, *, matrix: Sequence[float] | N
 
 def water(images: Any, /, *, ampl_x: float = 10.0, ampl_y: float = 10.0, freq_x: float = 0.04908738521234052, freq_y: float = 0.04908738521234052, phase_x: float = 0.0, phase_y: float = 0.0, interp_type: Any | None = None, fill_value: float = 0.0, mask: int | DataNode = 1, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
-    DALI's water: output pixel (x, y) samples the input at (x + ampl_x * sin(freq_x * y + phase_x), y + ampl_y * cos(freq_y * x + phase_y)); images only, CPU only.
+    DALI's water: output pixel (x, y) samples the input at (x + ampl_x * sin(freq_x * y + phase_x), y + ampl_y * cos(freq_y * x + phase_y)); images only.
     
     Inputs (positional only, 1):
         images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
@@ -2303,11 +2303,11 @@ def water(images: Any, /, *, ampl_x: float = 10.0, ampl_y: float = 10.0, freq_x:
         mask: int = 1 [per-sample]: DALI's: 1 applies it to the sample, 0 copies it (per sample)
     
     Common keywords (every op):
-        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
         name: str | None = None: this op's name in the graph and in error messages (default 'water_<index>')
         seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
     
-    Devices: cpu
+    Devices: cpu, gpu
     
     Returns: one output; images of the input's dtype, same sizes
     

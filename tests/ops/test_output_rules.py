@@ -49,6 +49,7 @@ CASES = {
     "instance_masks": [dict(), dict(pixelwise=True)],
     "decoders.image": [dict(), dict(output_type="GRAY")],
     "decoders.image_random_crop": [dict()],
+    "water": [dict(), dict(interp_type="INTERP_LINEAR")], "sphere": [dict()],
 }
 SAME_SIZE = {"retinanet_encode"}  # it needs one canvas a batch
 TAKES_BOXES_ONLY = {"prune_boxes", "clip_boxes", "box_convert", "pad_boxes", "retinanet_encode",
