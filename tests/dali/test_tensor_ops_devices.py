@@ -264,3 +264,25 @@ def test_box_encoder_kernel_on_the_device_equals_the_twin(cp, rng):
                                   np.float32(KW["stds"]))
         np.testing.assert_array_equal(dev[1].get(), host[1])
         np.testing.assert_allclose(dev[0].get(), host[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_a_ragged_batch_goes_up_in_one_copy_and_casts_on_the_device(cp):
+    """``.gpu()`` of a ragged host batch: a list of device arrays (views of one upload) that
+    DALI's cast and transpose take on the device too."""
+    data = _samples(3)
+    pipe = Pipeline(batch_size=B, num_threads=1, seed=1, device_id=0)
+    with pipe:
+        pts = fn.external_source(source=lambda si: data[si.idx_in_epoch][2], batch=False, size=B)
+        up = pts.gpu()
+        pipe.set_outputs(up, fn.cast(up, dtype="float64"), fn.transpose(up, perm=(1, 0)))
+    pipe.dali_outputs = False
+    try:
+        up, cast, tr = pipe.run()
+    finally:
+        pipe.close()
+    for s, (_, _, p) in enumerate(data):
+        assert isinstance(up[s], cp.ndarray)
+        np.testing.assert_array_equal(up[s].get(), p)
+        assert cast[s].dtype == cp.float64 and (cast[s].get() == p).all()
+        np.testing.assert_array_equal(tr[s].get(), p.T)
