@@ -1,5 +1,7 @@
-"""DALI's tensor lists on the host, as DALI's ops on plain tensors take and give them: a batch is
-a (B, ...) NumPy array (a dense batch) or a list of per-sample arrays (a ragged one)."""
+"""DALI's tensor lists as DALI's ops on plain tensors take and give them: a batch is a (B, ...)
+array (a dense batch: NumPy on the host, cupy on the device) or a list of per-sample arrays (a
+ragged one). ``samples_of`` / ``batch_of`` serve the host-only ops; ``tensors_of`` keeps a
+batch's form and device for the ops that run on both (dali/tensor_ops.py)."""
 from __future__ import annotations
 
 import numpy as np
