@@ -156,11 +156,11 @@ def box_encoder(bboxes: Any, labels: Any, /, *, anchors: Sequence[float] | None 
         stds: sequence of float = (1.0, 1.0, 1.0, 1.0): [x y w h] dividing the offsets
     
     Common keywords (every op):
-        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
         name: str | None = None: this op's name in the graph and in error messages (default 'box_encoder_<index>')
         seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
     
-    Devices: cpu
+    Devices: cpu, gpu
     
     Returns: 2 outputs (a tuple); per sample: encoded boxes (anchors, 4) float32 (centre form [cx, cy, w, h] or offsets), labels (anchors,) int32 (0: background)
     
@@ -316,11 +316,11 @@ def cat(input0: Any, input1: Any = ..., input2: Any = ..., input3: Any = ..., in
         axis_name: str | None = None: not supported
     
     Common keywords (every op):
-        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
         name: str | None = None: this op's name in the graph and in error messages (default 'cat_<index>')
         seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
     
-    Devices: cpu
+    Devices: cpu, gpu
     
     Returns: one output; per sample, the inputs' samples joined along axis
     
@@ -544,11 +544,11 @@ def coord_flip(coords: Any, /, *, layout: str | None = None, flip_x: int | DataN
         center_z: float = 0.5 [per-sample]: the mirror's z
     
     Common keywords (every op):
-        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
         name: str | None = None: this op's name in the graph and in error messages (default 'coord_flip_<index>')
         seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
     
-    Devices: cpu
+    Devices: cpu, gpu
     
     Returns: one output; per sample (n, ndim) points, same dtype
     
@@ -569,11 +569,11 @@ def coord_transform(coords: Any, /, *, M: Sequence[float] | DataNode | None = No
         dtype: str | None = None: output type (default float32)
     
     Common keywords (every op):
-        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
         name: str | None = None: this op's name in the graph and in error messages (default 'coord_transform_<index>')
         seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
     
-    Devices: cpu
+    Devices: cpu, gpu
     
     Returns: one output; per sample (n, ndim) points: out = M @ p + T
     
@@ -1812,7 +1812,7 @@ def random_shortest_size(images: Any, boxes: Any = ..., /, *, min_size: int | Se
 
 def reshape(data: Any, shape_input: Any = ..., /, *, shape: int | tuple | None | DataNode = None, rel_shape: Sequence[float] | DataNode | None = None, layout: Any = None, src_dims: Sequence[int] | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
-    DALI's reshape: each sample's elements in a new shape (shape=, rel_shape=, src_dims= or a second input).
+    DALI's reshape: each sample's elements in a new shape (shape=, rel_shape=, src_dims= or a second input, on the host).
     
     Inputs (positional only, 1 to 2):
         data: the output of another op
@@ -1825,11 +1825,11 @@ def reshape(data: Any, shape_input: Any = ..., /, *, shape: int | tuple | None |
         src_dims: sequence of int = None: the input dims to keep, in order (-1 inserts a unit dim)
     
     Common keywords (every op):
-        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
         name: str | None = None: this op's name in the graph and in error messages (default 'reshape_<index>')
         seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
     
-    Devices: cpu
+    Devices: cpu, gpu
     
     Returns: one output; per sample, the same elements in the new shape
     
@@ -2015,7 +2015,7 @@ def select_masks(mask_ids: Any, polygons: Any, vertices: Any, /, *, reindex_mask
 
 def shapes(data: Any, /, *, dtype: str | None = 'int64', device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
-    DALI's shapes: each sample's shape as a 1-D tensor (images: [H, W, C]).
+    DALI's shapes: each sample's shape as a 1-D tensor (images: [H, W, C]), on the device of its input.
     
     Inputs (positional only, 1):
         data: the output of another op
@@ -2024,11 +2024,11 @@ def shapes(data: Any, /, *, dtype: str | None = 'int64', device: str | None = No
         dtype: str | None = 'int64': output type (DALI's default INT64)
     
     Common keywords (every op):
-        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
         name: str | None = None: this op's name in the graph and in error messages (default 'shapes_<index>')
         seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
     
-    Devices: cpu
+    Devices: cpu, gpu
     
     Returns: one output; (B, ndim) each sample's shape
     
@@ -2072,7 +2072,7 @@ def slice(images: Any, anchor: Any = ..., shape_: Any = ..., /, *, axes: tuple =
 
 def sphere(images: Any, /, *, interp_type: Any | None = None, fill_value: float = 0.0, mask: int | DataNode = 1, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
-    DALI's sphere: output pixel centre c samples the input at mid + (c - mid) * |c - mid| / d (mid the image's centre, d = int(max(W, H) / 2)); images only, CPU only.
+    DALI's sphere: output pixel centre c samples the input at mid + (c - mid) * |c - mid| / d (mid the image's centre, d = int(max(W, H) / 2)); images only.
     
     Inputs (positional only, 1):
         images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
@@ -2083,11 +2083,11 @@ def sphere(images: Any, /, *, interp_type: Any | None = None, fill_value: float 
         mask: int = 1 [per-sample]: DALI's: 1 applies it to the sample, 0 copies it (per sample)
     
     Common keywords (every op):
-        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
         name: str | None = None: this op's name in the graph and in error messages (default 'sphere_<index>')
         seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
     
-    Devices: cpu
+    Devices: cpu, gpu
     
     Returns: one output; images of the input's dtype, same sizes
     
@@ -2193,11 +2193,11 @@ def stack(input0: Any, input1: Any = ..., input2: Any = ..., input3: Any = ..., 
         axis_name: str | None = None: not supported
     
     Common keywords (every op):
-        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
         name: str | None = None: this op's name in the graph and in error messages (default 'stack_<index>')
         seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
     
-    Devices: cpu
+    Devices: cpu, gpu
     
     Returns: one output; per sample, the inputs' samples stacked along a new axis
     
@@ -2286,7 +2286,7 @@ def warp_affine(images: Any, boxes: Any = ..., /, *, matrix: Sequence[float] | N
 
 def water(images: Any, /, *, ampl_x: float = 10.0, ampl_y: float = 10.0, freq_x: float = 0.04908738521234052, freq_y: float = 0.04908738521234052, phase_x: float = 0.0, phase_y: float = 0.0, interp_type: Any | None = None, fill_value: float = 0.0, mask: int | DataNode = 1, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
     """
-    DALI's water: output pixel (x, y) samples the input at (x + ampl_x * sin(freq_x * y + phase_x), y + ampl_y * cos(freq_y * x + phase_y)); images only, CPU only.
+    DALI's water: output pixel (x, y) samples the input at (x + ampl_x * sin(freq_x * y + phase_x), y + ampl_y * cos(freq_y * x + phase_y)); images only.
     
     Inputs (positional only, 1):
         images: ImageBatch: uint8 HWC images (ragged), from fn.decoders.image or an image op
@@ -2303,11 +2303,11 @@ def water(images: Any, /, *, ampl_x: float = 10.0, ampl_y: float = 10.0, freq_x:
         mask: int = 1 [per-sample]: DALI's: 1 applies it to the sample, 0 copies it (per sample)
     
     Common keywords (every op):
-        device: str | None = None: 'cpu' only; None runs on 'cpu'
+        device: str | None = None: one of 'cpu', 'gpu'; None runs on 'gpu' when an input is on the GPU, else on 'cpu'
         name: str | None = None: this op's name in the graph and in error messages (default 'water_<index>')
         seed: int | None = None: this op's random seed (used by ops that draw random values); None derives it from the pipeline's seed
     
-    Devices: cpu
+    Devices: cpu, gpu
     
     Returns: one output; images of the input's dtype, same sizes
     

@@ -20,6 +20,7 @@ from ..graph import materialize as M
 from ..core import geometry as G
 from ..core import shapes as S
 from ..core import types as _types
+from ..core.backend import is_device_array
 from ..core.batch import BoxBatch, ImageBatch
 from ..ops.geometry import GEO, apply_geometry, per_sample, round_half_away
 from ..ops.decode import (DECODER_HINTS, check_decoder_args, decoded_rule, decoder_declaration,
@@ -504,8 +505,8 @@ def cast(ctx, op, inputs, args):
         v = M.images(v, ctx)
         data = v.data.astype(dt) if v.is_dense else [a.astype(dt) for a in v.data]
         return ImageBatch(data, v.device, v.layout)
-    if isinstance(v, list):
-        return [np.asarray(a).astype(dt) for a in v]
+    if isinstance(v, list):  # a ragged batch, on the host or (uploaded) on the device
+        return [(a if is_device_array(a) else np.asarray(a)).astype(dt) for a in v]
     return v.astype(dt)
 
 
@@ -538,8 +539,9 @@ def transpose(ctx, op, inputs, args):
         return ImageBatch(data, v.device, layout)
     if not perm:
         raise ValueError(f"{op.name}: perm is required")
-    if isinstance(v, list):
-        return [np.ascontiguousarray(np.transpose(a, perm)) for a in v]
+    if isinstance(v, list):  # a ragged batch, on the host or (uploaded) on the device
+        return [a.transpose(perm).copy() if is_device_array(a)
+                else np.ascontiguousarray(np.transpose(a, perm)) for a in v]
     xp = np if isinstance(v, np.ndarray) else __import__("cupy")
     return xp.ascontiguousarray(xp.transpose(v, (0,) + tuple(p + 1 for p in perm)))
 

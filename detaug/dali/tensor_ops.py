@@ -1,79 +1,74 @@
 """DALI's ops on plain per-sample tensors that DALI's detection examples use around the image
 ops: SSD's ``box_encoder``, ``coord_transform`` / ``coord_flip``, ``peek_image_shape`` /
 ``shapes``, ``cat`` / ``stack`` / ``reshape`` and ``constant`` (a Python value given where DALI
-takes an input). Host only ('cpu'); a batch is a (B, ...) array or a list of per-sample arrays
-(dali/ops.py's ``samples_of`` / ``batch_of``), as DALI's TensorListCPU.
+takes an input). A batch is a (B, ...) array or a list of per-sample arrays (dali/ops.py's
+``samples_of`` / ``batch_of``), as DALI's TensorList. ``box_encoder``, ``coord_flip``,
+``coord_transform``, ``cat``, ``stack``, ``reshape`` and ``shapes`` run on 'cpu' and 'gpu' (a GPU
+pipeline's batches on the device: cupy arrays, or lists of them): their bodies read host
+arguments and shapes only and call their kernel for the batch's device (graph/dispatch.py;
+detaug/kernels/tensors.py: one function over NumPy or cupy), so nothing comes back to the host.
 """
 from __future__ import annotations
+
+import functools
 
 import io
 
 import numpy as np
 from PIL import Image
 
+from ..core import shapes as S
 from ..core import types as _types
+from ..core.backend import is_device_array
 from ..core.batch import EncodedBatch, ImageBatch
+from ..graph.dispatch import kernel, register_kernel
+from ..kernels import tensors as kt
 from ..ops.registry import register
-from .tensors import arg_rows, batch_of, samples_of
+from .tensors import arg_rows, batch_of, samples_of, tensors_of
 from ..graph import arg_check as AC
 
 HOST = dict(devices=("cpu",), kind="other")
 
 
+def _one_unknown(ins, args) -> S.Out:
+    """One output whose sizes are known once the op runs (a tensor's shape is its data's)."""
+    return S.Out((None,))
+
+
+def _encoded_rule(ins, args) -> S.Out:
+    """box_encoder: (anchors, 4) float32 and (anchors,) int32 per sample."""
+    if args.get("anchors") is None:
+        return S.Out((None, None))
+    m = int(np.size(args["anchors"])) // 4
+    return S.Out((S.Array(16 * m), S.Array(4 * m)))
+
+
+# on the host and on the device, the same kernel over NumPy or cupy (kernels/tensors.py)
+TENSOR = dict(devices=("cpu", "gpu"), kind="other", plans=False)
+for _names, _fn, _gpu in ((("box_encoder",), kt.box_encoder_xp, kt.box_encoder_cupy),
+                          (("coord_flip",), kt.coord_flip_xp, kt.coord_flip_cupy),
+                          (("coord_transform",), kt.coord_transform_xp, kt.coord_transform_cupy),
+                          (("cat", "stack"), kt.join_xp, kt.join_cupy),
+                          (("shapes",), kt.host_values_xp, kt.host_values_cupy),
+                          (("reshape",), kt.dense_if_equal_xp, kt.dense_if_equal_cupy)):
+    register_kernel(_names, "cpu", functools.partial(_fn, np))
+    register_kernel(_names, "gpu", _gpu)
+
+
 # ---- box_encoder ---------------------------------------------------------------------------------
-def _iou(boxes, anchors):
-    """(n, m) IoU of ltrb boxes with ltrb anchors, float32 as DALI's BoundingBox."""
-    b, a = boxes[:, None, :], anchors[None, :, :]
-    iw = np.clip(np.minimum(b[..., 2], a[..., 2]) - np.maximum(b[..., 0], a[..., 0]), 0, None)
-    ih = np.clip(np.minimum(b[..., 3], a[..., 3]) - np.maximum(b[..., 1], a[..., 1]), 0, None)
-    inter = iw * ih
-    union = ((b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])
-             + (a[..., 2] - a[..., 0]) * (a[..., 3] - a[..., 1]) - inter)
-    return np.where(union > 0, inter / np.where(union > 0, union, 1), 0).astype(np.float32)
-
-
-def _center_wh(ltrb):
-    return np.stack([(ltrb[:, 0] + ltrb[:, 2]) / 2, (ltrb[:, 1] + ltrb[:, 3]) / 2,
-                     ltrb[:, 2] - ltrb[:, 0], ltrb[:, 3] - ltrb[:, 1]], 1)
-
-
 def box_encoder_one(boxes, labels, anchors, criteria, offset, means, stds):
-    """DALI's BoxEncoder for one sample (SSD, arXiv 1512.02325, as MLPerf's).
-
-    IoU of every box with every anchor; each box's best anchor (the last of equal ones) gets IoU
-    2, so that every box keeps an anchor; each anchor takes its best box (the last of equal
-    ones) when that IoU is > ``criteria``. Output per anchor: the matched box in centre form
-    [cx, cy, w, h] and its label, an unmatched anchor itself in centre form and label 0; with
-    ``offset``, the matched box as ``((c_box - c_anchor) / wh_anchor - means[:2]) / stds[:2]``
-    and ``(log(wh_box / wh_anchor) - means[2:]) / stds[2:]``, an unmatched anchor as zeros.
-    (DALI multiplies box and anchor by its ``scale`` first, which cancels in these ratios.)
-    Returns ((m, 4) float32, (m,) int32)."""
-    m = len(anchors)
-    anchors_c = _center_wh(anchors)
-    out = np.zeros((m, 4), np.float32) if offset else anchors_c.astype(np.float32)
-    out_labels = np.zeros(m, np.int32)
-    if not len(boxes):
-        return out, out_labels
-    ious = _iou(boxes, anchors)
-    best_anchor = m - 1 - np.argmax(ious[:, ::-1], 1)
-    ious[np.arange(len(boxes)), best_anchor] = 2.0
-    best_box = len(boxes) - 1 - np.argmax(ious[::-1, :], 0)
-    matched = ious[best_box, np.arange(m)] > criteria
-    box_c = _center_wh(boxes)[best_box[matched]].astype(np.float32)
-    anc = anchors_c[matched].astype(np.float32)
-    if offset:
-        enc = np.concatenate([(box_c[:, :2] - anc[:, :2]) / anc[:, 2:],
-                              np.log(box_c[:, 2:] / anc[:, 2:])], 1)
-        out[matched] = (enc - means) / stds
-    else:
-        out[matched] = box_c
-    out_labels[matched] = np.asarray(labels).reshape(-1)[best_box[matched]]
-    return out, out_labels
+    """DALI's BoxEncoder for one sample: :func:`~detaug.kernels.tensors.box_encoder_xp` on a
+    batch of one (its docstring states the encoding). Returns ((m, 4) float32, (m,) int32)."""
+    out, lab = kt.box_encoder_xp(np, [np.asarray(boxes, np.float32).reshape(-1, 4)],
+                                 [np.asarray(labels).reshape(-1)], anchors, criteria, offset,
+                                 means, stds)
+    return out[0], lab[0]
 
 
 AC.declare_ranges("box_encoder", anchors=AC.finite(form="seq"), criteria=AC.prob(),
                   means=AC.finite(form="seq"), stds=AC.positive(form="seq"))
-@register("box_encoder", **HOST, inputs=(2, 2), outputs=2, input_names=("bboxes", "labels"),
+@register("box_encoder", **TENSOR, rule=_encoded_rule, inputs=(2, 2), outputs=2,
+          input_names=("bboxes", "labels"),
           args={"anchors": None, "criteria": 0.5, "offset": False, "scale": 1.0,
                 "means": (0.0, 0.0, 0.0, 0.0), "stds": (1.0, 1.0, 1.0, 1.0)},
           hints={"scale": "DALI multiplies box and anchor by it before the offsets, which cancels "
@@ -95,17 +90,20 @@ def box_encoder(ctx, op, inputs, args):
     stds = np.asarray(args["stds"], np.float32).reshape(4)
     if (stds == 0).any():
         raise ValueError(f"{op.name}: stds must not be 0")
-    boxes = samples_of(op, inputs[0], "bboxes")
-    labels = samples_of(op, inputs[1], "labels")
-    outs = [box_encoder_one(np.asarray(b, np.float32).reshape(-1, 4), lab, anchors,
-                            float(args["criteria"]), bool(args["offset"]), means, stds) for b, lab in zip(boxes, labels)]
-    return np.stack([o[0] for o in outs]), np.stack([o[1] for o in outs])
+    boxes, labels = tensors_of(op, inputs[0], "bboxes"), tensors_of(op, inputs[1], "labels")
+    if len(boxes) != len(labels):
+        raise ValueError(f"{op.name}: bboxes and labels have different batch sizes")
+    try:
+        return kernel(ctx, op, op.device)(boxes, labels, anchors, float(args["criteria"]),
+                                          bool(args["offset"]), means, stds)
+    except ValueError as e:
+        raise ValueError(f"{op.name}: {e}") from None
 
 
 # ---- coordinates -----------------------------------------------------------------------------------
 AC.declare_ranges("coord_transform", M=AC.finite(form="seq"), T=AC.finite(form="seq"),
                   MT=AC.finite(form="seq"))
-@register("coord_transform", **HOST, inputs=(1, 1), input_names=("coords",),
+@register("coord_transform", **TENSOR, rule=_one_unknown, inputs=(1, 1), input_names=("coords",),
           args={"M": None, "T": None, "MT": None, "dtype": None}, per_sample=("M", "T", "MT"),
           arg_docs={"M": "the matrix (ndim x ndim; a scalar scales), or one per sample",
                     "T": "the translation (ndim; a scalar for all), or one per sample",
@@ -115,27 +113,37 @@ AC.declare_ranges("coord_transform", M=AC.finite(form="seq"), T=AC.finite(form="
           doc="DALI's coord_transform: points (n, ndim) per sample mapped by an affine matrix, "
               "out = M @ p + T (MT = [M | T])")
 def coord_transform(ctx, op, inputs, args):
-    pts = samples_of(op, inputs[0], "coords")
+    pts = tensors_of(op, inputs[0], "coords")
     b = len(pts)
-    out = []
-    for s, p in enumerate(pts):
-        p = np.asarray(p, np.float64)
-        nd = p.shape[-1] if p.ndim else 1
-        p = p.reshape(-1, nd)
-        if args["MT"] is not None:
-            if args["M"] is not None or args["T"] is not None:
-                raise ValueError(f"{op.name}: MT cannot be given with M or T (as DALI)")
-            mt = arg_rows(args["MT"], b, nd * (nd + 1), "MT", op)[s].reshape(nd, nd + 1)
-            m, t = mt[:, :nd], mt[:, nd]
-        else:
-            mv = np.asarray(1.0 if args["M"] is None else args["M"], np.float64)
-            m = (np.eye(nd) * float(mv.reshape(-1)[0]) if mv.size == 1
-                 else arg_rows(mv, b, nd * nd, "M", op)[s].reshape(nd, nd))
-            tv = np.asarray(0.0 if args["T"] is None else args["T"], np.float64)
-            t = np.full(nd, float(tv.reshape(-1)[0])) if tv.size == 1 else arg_rows(tv, b, nd, "T", op)[s]
-        dt = np.float32 if args["dtype"] is None else _types.to_numpy_type(args["dtype"])
-        out.append((p @ m.T + t).astype(dt))
-    return batch_of(out)
+    shapes = [p.shape for p in pts] if isinstance(pts, list) else [pts.shape[1:]] * b
+    nds = {s[-1] if len(s) else 1 for s in shapes}
+    if len(nds) > 1:
+        raise ValueError(f"{op.name}: the samples' points have different dimensions {sorted(nds)}")
+    nd = nds.pop() if nds else 1
+    if isinstance(pts, list):  # each sample's points as rows (n, nd): views
+        pts = [p.reshape(-1, nd) for p in pts]
+    else:
+        pts = pts.reshape(b, -1, nd)
+    m, t = _affine_rows(op, args, b, nd)
+    dt = np.float32 if args["dtype"] is None else _types.to_numpy_type(args["dtype"])
+    return kernel(ctx, op, op.device)(pts, m, t, dt)
+
+
+def _affine_rows(op, args, b, nd):
+    """coord_transform's (B, nd, nd) matrices and (B, nd) translations, float64, from M / T
+    or MT (scalars, one for all, or one per sample)."""
+    if args["MT"] is not None:
+        if args["M"] is not None or args["T"] is not None:
+            raise ValueError(f"{op.name}: MT cannot be given with M or T (as DALI)")
+        mt = arg_rows(args["MT"], b, nd * (nd + 1), "MT", op).reshape(b, nd, nd + 1)
+        return np.ascontiguousarray(mt[:, :, :nd]), np.ascontiguousarray(mt[:, :, nd])
+    mv = np.asarray(1.0 if args["M"] is None else args["M"], np.float64)
+    m = (np.broadcast_to(np.eye(nd) * float(mv.reshape(-1)[0]), (b, nd, nd)) if mv.size == 1
+         else arg_rows(mv, b, nd * nd, "M", op).reshape(b, nd, nd))
+    tv = np.asarray(0.0 if args["T"] is None else args["T"], np.float64)
+    t = (np.full((b, nd), float(tv.reshape(-1)[0])) if tv.size == 1
+         else arg_rows(tv, b, nd, "T", op))
+    return m, t
 
 
 REGISTRY_DEFAULTS = {"flip_x": 1, "flip_y": 0, "flip_z": 0, "center_x": 0.5, "center_y": 0.5,
@@ -145,7 +153,7 @@ REGISTRY_DEFAULTS = {"flip_x": 1, "flip_y": 0, "flip_z": 0, "center_x": 0.5, "ce
 AC.declare_ranges("coord_flip", flip_x=AC.count(0, 1), flip_y=AC.count(0, 1),
                   flip_z=AC.count(0, 1), center_x=AC.finite(), center_y=AC.finite(),
                   center_z=AC.finite())
-@register("coord_flip", **HOST, inputs=(1, 1), input_names=("coords",),
+@register("coord_flip", **TENSOR, rule=_one_unknown, inputs=(1, 1), input_names=("coords",),
           args={"layout": None, **REGISTRY_DEFAULTS},
           per_sample=("flip_x", "flip_y", "flip_z", "center_x", "center_y", "center_z"),
           arg_docs={"layout": "the order of the coordinates ('xy' by default for 2-D points)",
@@ -155,27 +163,37 @@ AC.declare_ranges("coord_flip", flip_x=AC.count(0, 1), flip_y=AC.count(0, 1),
           output_spec="per sample (n, ndim) points, same dtype",
           doc="DALI's coord_flip: mirror normalised points, x -> 2 * center_x - x where flip_x")
 def coord_flip(ctx, op, inputs, args):
-    pts = samples_of(op, inputs[0], "coords")
+    pts = tensors_of(op, inputs[0], "coords")
     b = len(pts)
-    out = []
-    for s, p in enumerate(pts):
-        p = np.array(p, copy=True)
-        nd = p.shape[-1]
-        layout = args["layout"] or "xyz"[:nd]
-        if len(layout) != nd or set(layout) - set("xyz"):
-            raise ValueError(f"{op.name}: layout {layout!r} does not fit {nd}-D points")
-        for name in set("xyz") - set(layout):
-            for k in (f"flip_{name}", f"center_{name}"):  # silently unused: refused
-                if np.any(np.asarray(args[k]) != REGISTRY_DEFAULTS[k]):
-                    raise ValueError(f"{op.name}: {k} is given but the points have no {name} "
-                                     f"coordinate (layout {layout!r})")
-        for axis, name in enumerate(layout):
-            if np.asarray(args[f"flip_{name}"]).reshape(-1)[s % np.size(args[f"flip_{name}"])]:
-                c = np.asarray(args[f"center_{name}"], np.float64).reshape(-1)
-                c = c[s % len(c)]
-                p[..., axis] = (2 * c - p[..., axis]).astype(p.dtype)
-        out.append(p)
-    return batch_of(out) if isinstance(inputs[0], np.ndarray) else out
+    nds = {p.shape[-1] for p in pts} if isinstance(pts, list) else {pts.shape[-1]} if b else set()
+    if not nds:
+        return pts
+    if len(nds) > 1:
+        raise ValueError(f"{op.name}: the samples' points have different dimensions {sorted(nds)}")
+    nd = nds.pop()
+    layout = args["layout"] or "xyz"[:nd]
+    if len(layout) != nd or set(layout) - set("xyz"):
+        raise ValueError(f"{op.name}: layout {layout!r} does not fit {nd}-D points")
+    for name in set("xyz") - set(layout):
+        for k in (f"flip_{name}", f"center_{name}"):  # silently unused: refused
+            if np.any(np.asarray(args[k]) != REGISTRY_DEFAULTS[k]):
+                raise ValueError(f"{op.name}: {k} is given but the points have no {name} "
+                                 f"coordinate (layout {layout!r})")
+    flips = np.stack([_per_sample(args[f"flip_{n}"], b) != 0 for n in layout], 1)
+    centers = np.stack([_per_sample(args[f"center_{n}"], b) for n in layout], 1)
+    if isinstance(pts, list):  # each sample's points as rows (n, nd): views
+        shapes = [p.shape for p in pts]
+        out = kernel(ctx, op, op.device)([p.reshape(-1, nd) for p in pts], flips, centers)
+        return [o.reshape(s) for o, s in zip(out, shapes)]
+    out = kernel(ctx, op, op.device)(pts.reshape(b, -1, nd), flips, centers)
+    return out.reshape(pts.shape)
+
+
+def _per_sample(v, b) -> np.ndarray:
+    """(B,) float64 of a scalar argument or its per-sample values (sample s takes s mod their
+    count, as before)."""
+    a = np.asarray(v, np.float64).reshape(-1)
+    return a[np.arange(b) % len(a)]
 
 
 # ---- shapes ---------------------------------------------------------------------------------------
@@ -211,66 +229,66 @@ def peek_image_shape(ctx, op, inputs, args):
     return shapes.astype(_types.to_numpy_type(args["dtype"]))
 
 
-@register("shapes", **HOST, inputs=(1, 1), input_names=("data",), args={"dtype": "int64"},
+@register("shapes", **TENSOR, rule=_one_unknown, inputs=(1, 1), input_names=("data",),
+          args={"dtype": "int64"},
           arg_docs={"dtype": "output type (DALI's default INT64)"},
           output_spec="(B, ndim) each sample's shape",
-          doc="DALI's shapes: each sample's shape as a 1-D tensor (images: [H, W, C])")
+          doc="DALI's shapes: each sample's shape as a 1-D tensor (images: [H, W, C]), on the "
+              "device of its input")
 def shapes(ctx, op, inputs, args):
     v = inputs[0]
     dt = _types.to_numpy_type(args["dtype"])
-    if isinstance(v, ImageBatch):
-        sizes = v.sizes()
-        c = np.array([a.shape[-1] if v.layout == "HWC" else a.shape[0] for a in
-                      (v.data if not v.is_dense else list(v.data))], np.int64)
-        hw = np.concatenate([sizes, c[:, None]], 1)
-        return (hw if v.layout == "HWC" else hw[:, [2, 0, 1]]).astype(dt)
-    return batch_of([np.array(np.shape(s), dt) for s in samples_of(op, v, "data")])
+    if isinstance(v, ImageBatch):  # from the sizes the batch holds on the host: no pixel read
+        raw = v.raw
+        stored = (raw.shapes if hasattr(raw, "ptrs") else raw.launch.shapes
+                  if hasattr(raw, "launch") else [a.shape for a in raw])
+        c = np.array([s[-1] if v.layout == "HWC" else s[0] for s in stored], np.int64)
+        hw = np.concatenate([v.sizes().reshape(-1, 2), c.reshape(-1, 1)], 1)
+        out = (hw if v.layout == "HWC" else hw[:, [2, 0, 1]]).astype(dt)
+    else:
+        t = tensors_of(op, v, "data")
+        dims = [a.shape for a in t] if isinstance(t, list) else [t.shape[1:]] * len(t)
+        out = batch_of([np.array(d, dt) for d in dims])
+    return kernel(ctx, op, op.device)(out)
 
 
 # ---- cat / stack / reshape / constant ----------------------------------------------------------------
-def _axis(op, args, ndim):
+def _joined(ctx, op, inputs, args, new_axis):
     if args["axis_name"] is not None:
         raise NotImplementedError(f"{op.name}: axis_name= needs layouts; give axis=")
-    return int(args["axis"])
-
-
-def _joined(op, inputs, args, fn_):
-    cols = [samples_of(op, v, f"input {k}") for k, v in enumerate(inputs)]
+    cols = [tensors_of(op, v, f"input {k}") for k, v in enumerate(inputs)]
     if len({len(c) for c in cols}) > 1:
         raise ValueError(f"{op.name}: the inputs have different batch sizes")
-    out = []
-    for parts in zip(*cols):
-        parts = [np.asarray(p) for p in parts]
-        try:
-            out.append(fn_(parts, axis=_axis(op, args, parts[0].ndim)))
-        except ValueError as e:
-            raise ValueError(f"{op.name}: {e}") from None
-    return batch_of(out)
+    try:
+        return kernel(ctx, op, op.device)(cols, int(args["axis"]), new_axis)
+    except (ValueError, IndexError) as e:  # (NumPy's and cupy's words for shapes that differ)
+        raise ValueError(f"{op.name}: {e}") from None
 
 
 AC.declare_ranges("cat", axis=AC.count(-64, 64))
-@register("cat", **HOST, inputs=(1, 64), input_names=("input0",),
+@register("cat", **TENSOR, rule=_one_unknown, inputs=(1, 64), input_names=("input0",),
           args={"axis": 0, "axis_name": None},
           arg_docs={"axis": "the axis the samples are joined along", "axis_name": "not supported"},
           output_spec="per sample, the inputs' samples joined along axis",
           doc="DALI's cat: join the inputs' samples along an existing axis, per sample")
 def cat(ctx, op, inputs, args):
-    return _joined(op, inputs, args, np.concatenate)
+    return _joined(ctx, op, inputs, args, False)
 
 
 AC.declare_ranges("stack", axis=AC.count(-64, 64))
-@register("stack", **HOST, inputs=(1, 64), input_names=("input0",),
+@register("stack", **TENSOR, rule=_one_unknown, inputs=(1, 64), input_names=("input0",),
           args={"axis": 0, "axis_name": None},
           arg_docs={"axis": "the new axis", "axis_name": "not supported"},
           output_spec="per sample, the inputs' samples stacked along a new axis",
           doc="DALI's stack: stack the inputs' samples along a new axis, per sample")
 def stack(ctx, op, inputs, args):
-    return _joined(op, inputs, args, np.stack)
+    return _joined(ctx, op, inputs, args, True)
 
 
 AC.declare_ranges("reshape", shape=AC.count(-1, AC.MAX_PIXELS, form="seq"),
                   rel_shape=AC.finite(form="seq"), src_dims=AC.count(-1, 64, form="seq"))
-@register("reshape", **HOST, inputs=(1, 2), input_names=("data", "shape_input"),
+@register("reshape", **TENSOR, rule=_one_unknown, inputs=(1, 2),
+          input_names=("data", "shape_input"),
           args={"shape": None, "rel_shape": None, "layout": None, "src_dims": None},
           per_sample=("shape", "rel_shape"),
           hints={"layout": "DALI's layout name of the output; detaug's plain tensors carry none"},
@@ -279,37 +297,46 @@ AC.declare_ranges("reshape", shape=AC.count(-1, AC.MAX_PIXELS, form="seq"),
                     "src_dims": "the input dims to keep, in order (-1 inserts a unit dim)"},
           output_spec="per sample, the same elements in the new shape",
           doc="DALI's reshape: each sample's elements in a new shape (shape=, rel_shape=, "
-              "src_dims= or a second input)")
+              "src_dims= or a second input, on the host)")
 def reshape(ctx, op, inputs, args):
-    data = samples_of(op, inputs[0], "data")
+    data = tensors_of(op, inputs[0], "data")
     b = len(data)
     given = inputs[1] if len(inputs) == 2 else args["shape"]
-    out = []
-    for s, a in enumerate(data):
-        a = np.asarray(a)
-        if args["src_dims"] is not None:
-            dims = [int(d) for d in args["src_dims"]]
-            keep = [d for d in dims if d >= 0]
-            if sorted(set(range(a.ndim)) - set(keep)) and any(a.shape[d] != 1 for d in
-                                                               set(range(a.ndim)) - set(keep)):
-                raise ValueError(f"{op.name}: src_dims {dims} drops a dim of extent > 1")
-            shape = [a.shape[d] if d >= 0 else 1 for d in dims]
-        elif given is not None:
-            g = np.asarray(given)
-            g = g[s] if g.ndim == 2 or (isinstance(given, list) and g.dtype == object) else g
-            shape = [int(x) for x in np.asarray(g).reshape(-1)]
-        elif args["rel_shape"] is not None:
-            r = np.asarray(args["rel_shape"], np.float64)
-            r = r[s] if r.ndim == 2 else r
-            shape = [int(np.floor(a.shape[k] * x)) if x >= 0 else -1 for k, x in enumerate(r)]
-        else:
-            raise ValueError(f"{op.name}: give shape=, rel_shape=, src_dims= or a shape input")
-        try:
-            out.append(a.reshape(shape))
-        except ValueError:
-            raise ValueError(f"{op.name}: sample {s} of shape {a.shape} cannot take the shape "
-                             f"{shape}") from None
-    return batch_of(out)
+    if is_device_array(given) or (isinstance(given, list) and any(map(is_device_array, given))):
+        raise ValueError(f"{op.name}: a shape input on the GPU would be read back to the host; "
+                         "give the shape as an argument (shape=, rel_shape=, src_dims=; per "
+                         "sample from a host op)")
+    in_shapes = [a.shape for a in data] if isinstance(data, list) else [data.shape[1:]] * b
+    shapes = [_new_shape(op, args, given, s, sh) for s, sh in enumerate(in_shapes)]
+    for s, (sh, new) in enumerate(zip(in_shapes, shapes)):
+        n, known = int(np.prod(sh)), [d for d in new if d != -1]
+        if (len(known) == len(new) and int(np.prod(new)) != n) or sum(d == -1 for d in new) > 1 \
+                or (len(known) < len(new) and (int(np.prod(known)) == 0 or n % int(np.prod(known)))):
+            raise ValueError(f"{op.name}: sample {s} of shape {tuple(sh)} cannot take the shape "
+                             f"{new}")
+    if not isinstance(data, list) and all(sh == shapes[0] for sh in shapes):
+        return data.reshape((b,) + tuple(shapes[0]))  # one view of the whole batch
+    views = [a.reshape(sh) for a, sh in zip(list(data), shapes)]
+    return kernel(ctx, op, op.device)(views)
+
+
+def _new_shape(op, args, given, s, in_shape) -> list:
+    """Sample ``s``'s new shape (a -1 left for its reshape to infer)."""
+    if args["src_dims"] is not None:
+        dims = [int(d) for d in args["src_dims"]]
+        dropped = set(range(len(in_shape))) - {d for d in dims if d >= 0}
+        if any(in_shape[d] != 1 for d in dropped):
+            raise ValueError(f"{op.name}: src_dims {dims} drops a dim of extent > 1")
+        return [in_shape[d] if d >= 0 else 1 for d in dims]
+    if given is not None:
+        g = np.asarray(given)
+        g = g[s] if g.ndim == 2 or (isinstance(given, list) and g.dtype == object) else g
+        return [int(x) for x in np.asarray(g).reshape(-1)]
+    if args["rel_shape"] is not None:
+        r = np.asarray(args["rel_shape"], np.float64)
+        r = r[s] if r.ndim == 2 else r
+        return [int(np.floor(in_shape[k] * x)) if x >= 0 else -1 for k, x in enumerate(r)]
+    raise ValueError(f"{op.name}: give shape=, rel_shape=, src_dims= or a shape input")
 
 
 AC.declare_ranges("constant", fdata=AC.finite(form="seq"), idata=AC.finite(form="seq"),

@@ -1,5 +1,7 @@
-"""DALI's tensor lists on the host, as DALI's ops on plain tensors take and give them: a batch is
-a (B, ...) NumPy array (a dense batch) or a list of per-sample arrays (a ragged one)."""
+"""DALI's tensor lists as DALI's ops on plain tensors take and give them: a batch is a (B, ...)
+array (a dense batch: NumPy on the host, cupy on the device) or a list of per-sample arrays (a
+ragged one). ``samples_of`` / ``batch_of`` serve the host-only ops; ``tensors_of`` keeps a
+batch's form and device for the ops that run on both (dali/tensor_ops.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -36,3 +38,19 @@ def arg_rows(v, b, width, name, op, what=""):
         return a.reshape(b, width)
     raise ValueError(f"{op.name}: {name} needs {width} value(s){what} or {width} per sample, got "
                      f"shape {a.shape}")
+
+
+def tensors_of(op, v, what="input"):
+    """A batch of plain tensors in its own form, on its own device: a dense (B, ...) array
+    (NumPy or cupy) as it is, a list of per-sample arrays as a list (host ones as NumPy)."""
+    if isinstance(v, (ImageBatch, BoxBatch)):
+        samples_of(op, v, what)  # (raises: a plain tensor batch is needed)
+    if isinstance(v, (list, tuple)):
+        return [a if _on_device(a) else np.asarray(a) for a in v]
+    if isinstance(v, np.ndarray) or (_on_device(v) and getattr(v, "ndim", 0) >= 1):
+        return v
+    raise TypeError(f"{op.name}: {what} must be a batch of arrays, got {type(v).__name__}")
+
+
+def _on_device(a) -> bool:
+    return type(a).__module__.split(".")[0] == "cupy"

@@ -12,13 +12,22 @@ kernels/imgproc/sampler.h), computed in float32 as DALI's CPU operator does:
   takes ``fill`` (each tap on its own); uint8 results are rounded half up and clamped, float32
   results kept as they are.
 
-NumPy only: these ops run on the host (``device='cpu'``).
+The NumPy twins run on the host; on the device ``displace.cu`` makes a batch in one launch
+(:func:`water_cupy`, :func:`sphere_cupy`), with the twin's float32 operations in its order.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..core.backend import upload_many
+from .launch import get_kernel, launch
+
 F32 = np.float32
+_SRC = "displace.cu"
+_OPTIONS = ("-std=c++17", "--fmad=false")
+_BLOCK = 256
+_MAX_GRID_X = 1024
+_MAX_GRID_Y = 65535
 
 
 def _grid(h: int, w: int):
@@ -97,3 +106,51 @@ def sphere_numpy(images, linear, masks, fills) -> list:
         sx, sy = sphere_points(im.shape[0], im.shape[1])
         out.append(sample(im, sx, sy, linear, f))
     return out
+
+
+# ----------------------------------------------------------------------------- cupy
+def _displace_cupy(images, mode, params, linear, masks, fills, stream):
+    """One launch of displace.cu's ``displace`` over ``images`` (a dense (B, H, W, C) cupy array
+    or a list of (H, W, C) ones, uint8 or float32): outputs of the same form, dtype and sizes."""
+    import cupy as cp
+
+    s = stream if stream is not None else cp.cuda.get_current_stream()
+    with s:
+        dense = not isinstance(images, (list, tuple))
+        items = [cp.ascontiguousarray(im) for im in (list(images) if not dense or len(images)
+                                                      else [])]
+        if dense:
+            out = cp.empty(images.shape, images.dtype)
+            outs = [out[i] for i in range(out.shape[0])]
+        else:
+            outs = [cp.empty(im.shape, im.dtype) for im in items]
+            out = outs
+        b = len(items)
+        if b == 0 or max(int(im.size) for im in items) == 0:
+            return out
+        if len({im.dtype for im in items}) > 1 or any(
+                im.dtype not in (np.uint8, np.float32) or im.ndim != 3 for im in items):
+            raise ValueError("water / sphere: uint8 or float32 HWC images, one dtype a batch")
+        meta = np.array([[*im.shape, int(m)] for im, m in zip(items, masks)], np.int64)
+        fills = np.ascontiguousarray(np.asarray(fills, np.float32).reshape(b, -1))
+        ptrs = np.array([[im.data.ptr for im in items], [o.data.ptr for o in outs]], np.uint64)
+        d = upload_many([ptrs, meta, np.ascontiguousarray(np.asarray(params, F32).reshape(b, 6)),
+                         fills], s)
+        most = max(int(im.size) for im in items)
+        grid = (max(1, min((most + _BLOCK - 1) // _BLOCK, _MAX_GRID_X)), min(b, _MAX_GRID_Y), 1)
+        launch(get_kernel(_SRC, "displace", _OPTIONS), grid, (_BLOCK, 1, 1),
+               (d[0][0], d[0][1], d[1], d[2], d[3], np.int32(fills.shape[1]), np.int32(mode),
+                np.int32(bool(linear)), np.int32(items[0].dtype == np.uint8), np.int32(b)),
+               stream=s, name="displace")
+    return out
+
+
+def water_cupy(images, params, linear, masks, fills, *, stream=None):
+    """The device variant of :func:`water_numpy` (one launch)."""
+    return _displace_cupy(images, 0, params, linear, masks, fills, stream)
+
+
+def sphere_cupy(images, linear, masks, fills, *, stream=None):
+    """The device variant of :func:`sphere_numpy` (one launch)."""
+    b = len(images)
+    return _displace_cupy(images, 1, np.zeros((b, 6), F32), linear, masks, fills, stream)

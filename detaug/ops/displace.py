@@ -2,8 +2,9 @@
 image bulged onto a sphere). Each output pixel samples the input at a point computed from its
 own indices (detaug/kernels/displace.py), not through a matrix, so the ops run on their own
 (a pending geometric chain is run first) and take images only: a box cannot follow a
-non-affine warp exactly, and a boxes input is refused by name. Host only (``device='cpu'``),
-uint8 or float32 HWC images, sizes and dtype kept.
+non-affine warp exactly, and a boxes input is refused by name. On the host (the NumPy twins)
+and on the device (``displace.cu``, one launch per batch), uint8 or float32 HWC images, sizes
+and dtype kept.
 """
 from __future__ import annotations
 
@@ -20,11 +21,10 @@ from ..kernels import displace as kd
 from .geometry import per_sample
 from .registry import register
 
-GPU = ("runs on the CPU only (DALI's water and sphere run on both; detaug has no CUDA kernel for "
-       "them): apply it to CPU images (fn.decoders.image(device='cpu'))")
-
 register_kernel("water", "cpu", kd.water_numpy)
 register_kernel("sphere", "cpu", kd.sphere_numpy)
+register_kernel("water", "gpu", kd.water_cupy)
+register_kernel("sphere", "gpu", kd.sphere_cupy)
 
 
 def _images_only(name):
@@ -81,9 +81,9 @@ COMMON_DOCS = {"interp_type": "DALI's: INTERP_NN (default: the pixel at floor of
                "fill_value": "DALI's: the value of a sample tap outside the image (0..255 on "
                              "uint8 images)",
                "mask": "DALI's: 1 applies it to the sample, 0 copies it (per sample)"}
-COMMON = dict(devices=("cpu",), inputs=(1, 1), kind="color", rule=S.same_canvas, plans=False,
-              output_spec="images of the input's dtype, same sizes", per_sample=("mask",),
-              unavailable={"gpu": GPU})
+COMMON = dict(devices=("cpu", "gpu"), inputs=(1, 1), kind="color", rule=S.same_canvas,
+              plans=False, output_spec="images of the input's dtype, same sizes",
+              per_sample=("mask",))
 
 declare_ranges("water", ampl_x=finite(), ampl_y=finite(), freq_x=finite(), freq_y=finite(),
                phase_x=finite(), phase_y=finite(), fill_value=finite(), mask=count(0, 1))
@@ -99,7 +99,7 @@ declare_ranges("water", ampl_x=finite(), ampl_y=finite(), freq_x=finite(), freq_
                     "phase_x": "DALI's: phase (radians) of the wave moving x",
                     "phase_y": "DALI's: phase (radians) of the wave moving y", **COMMON_DOCS},
           doc="DALI's water: output pixel (x, y) samples the input at (x + ampl_x * sin(freq_x * y "
-              "+ phase_x), y + ampl_y * cos(freq_y * x + phase_y)); images only, CPU only")
+              "+ phase_x), y + ampl_y * cos(freq_y * x + phase_y)); images only")
 def water(ctx, op, inputs, args):
     img, linear, masks, fills = _common(ctx, op, inputs[0], args)
     p = np.array([[args[k] for k in ("ampl_x", "ampl_y", "freq_x", "freq_y", "phase_x", "phase_y")]],
@@ -114,8 +114,7 @@ declare_ranges("sphere", fill_value=finite(), mask=count(0, 1))
 @register("sphere", **COMMON, rewrite=_images_only("sphere"), args=dict(COMMON_ARGS),
           arg_docs=COMMON_DOCS,
           doc="DALI's sphere: output pixel centre c samples the input at mid + (c - mid) * "
-              "|c - mid| / d (mid the image's centre, d = int(max(W, H) / 2)); images only, "
-              "CPU only")
+              "|c - mid| / d (mid the image's centre, d = int(max(W, H) / 2)); images only")
 def sphere(ctx, op, inputs, args):
     img, linear, masks, fills = _common(ctx, op, inputs[0], args)
     return launch(ctx, op, img, linear, masks, fills, per_sample=(1, 2))

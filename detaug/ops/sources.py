@@ -494,4 +494,6 @@ def _upload(ctx, op, inputs, args):
         return ImageBatch(data, "gpu", v.layout, v.geometry)
     if isinstance(v, EncodedBatch):
         return v
+    if isinstance(v, (list, tuple)):  # a ragged tensor batch: its samples in one staged copy
+        return upload_many([np.asarray(a) for a in v], ctx.stream)
     return upload(np.asarray(v), ctx.stream)

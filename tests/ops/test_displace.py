@@ -1,6 +1,6 @@
 """DALI's water and sphere (detaug/ops/displace.py): hand-computed pixels, a float64 reference
 written here from DALI's documented rules (per pixel, with math.sin / math.cos), the mask, the
-fill, and the refusals (boxes, the GPU, other filters)."""
+fill, and the refusals (boxes, other filters)."""
 import math
 
 import numpy as np
@@ -127,8 +127,6 @@ def test_refusals():
             fn.water(img, boxes)
         with pytest.raises(TypeError, match="sphere: takes images only"):
             fn.sphere(img, boxes)
-        with pytest.raises(NotImplementedError, match="sphere: device 'gpu'.*CPU only"):
-            fn.sphere(img, device="gpu")
         with pytest.raises(ValueError, match="water.*ampl_x"):
             fn.water(img, ampl_x=float("nan"))
     img = np.zeros((4, 4, 3), np.uint8)

@@ -57,6 +57,9 @@ def device_arrays(outs) -> list:
         elif isinstance(v, dict) or hasattr(v, "items"):
             for a in v.values():
                 add(a)
+        elif isinstance(v, (list, tuple)):  # a ragged tensor batch: its samples
+            for a in v:
+                add(a)
         else:
             add(v)
     return arrays
