@@ -9,6 +9,8 @@ per-box field ``masks`` (N, H, W) uint8, so that a box dropped drops its mask, p
 (0) and the torch adapter's list targets hand it over as torchvision's ``masks``."""
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from ..core import shapes as S
@@ -76,8 +78,11 @@ def union_masks(b: BoxBatch, valid=None, stream=None):
     per_box = np.repeat(b.canvas, np.diff(b.offsets), axis=0)
     out_hw = tuple(int(v) for v in b.canvas.max(0)) if b.batch_size else (0, 0)
     bits = b.fields.get("bitmasks")
-    if bits is not None:  # planes of at least every canvas: cut to the largest
-        bits = fit_planes(bits, out_hw)
+    if bits is not None:  # planes of at least every canvas: cut to the largest, on the device
+        # on the stream the masks are made on
+        on = stream if b.device == "gpu" and stream is not None else contextlib.nullcontext()
+        with on:
+            bits = fit_planes(bits, out_hw)
     if "polygons" not in b.fields:
         return bits
     rows = b.fields["polygons"]

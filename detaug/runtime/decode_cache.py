@@ -125,8 +125,9 @@ def cache_for(pipeline, op) -> DecodeCache | None:
 
 
 def drop(pipeline) -> None:
-    """Forget ``pipeline``'s caches in this process (its executor is shut down: a closed
-    pipeline holds no decoded image; a later run starts empty)."""
+    """Forget ``pipeline``'s caches in this process: its executor is shut down (a closed
+    pipeline holds no decoded image; a later run starts empty), or its host workers take over
+    after the first launch was made here (they make every launch after it)."""
     with _CACHES_LOCK:
         _CACHES.pop(pipeline, None)
 

@@ -276,6 +276,7 @@ class Executor:
         pools, self.first_pools = self.first_pools, None
         if self.workers is not None:
             self.workers.release()
+            decode_cache.drop(self.p)  # the first launch's decoded images: the workers make the rest
         if pools is not None:
             for pool in pools:
                 pool.shutdown(wait=False)

@@ -58,6 +58,9 @@ def test_same_batches_with_the_cache_on_and_off(coco_small):
         assert many.build_plan.host_cache_bytes == workers * sum(many.build_plan.decode_cache.values())
         for i in range(5):
             assert_same_host_batch(host_batch(many.run()), ref[i])
+        # the workers make every launch after the first: this process keeps no cache beside
+        # theirs (host_cache_bytes counts the workers' alone)
+        assert decode_cache.caches_of(many) == {}
         assert_same_host_batch(host_batch(many.run_batch(1)), ref[1])
 
 
