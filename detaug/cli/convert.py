@@ -15,8 +15,12 @@ Instance shapes: ``yolo-seg``, ``yolo-pose`` and ``yolo-obb`` are YOLO folders o
 Ultralytics' segment, pose and oriented-box labels (pose: ``kpt_shape`` / ``flip_idx`` in
 ``data.yaml``), ``dota`` a DOTA folder (``images/``, ``labelTxt/``, its 15 classes unless
 ``--classes``); a COCO source read for one of them (or from one to COCO) keeps its polygons, RLE
-masks and keypoints. Where the target cannot hold the source's masks, keypoints or oriented
-boxes the run is refused, unless ``--drop-masks``. An instance of several polygons goes to
+masks and keypoints. A VOC source with ``SegmentationObject/`` has each object's mask read
+from its PNG (a bad box is then an error even with ``--skip-bad``: the PNG's indices follow
+the XML's objects), written to COCO as RLE. Bitmap masks (COCO RLE, crowds' among them; VOC's)
+go to COCO only. Where the target cannot hold the source's masks, keypoints or oriented boxes
+the run is refused, naming what and how many, unless ``--drop-masks`` (or ``--skip-crowd``,
+for crowds' masks); what it leaves out is counted in the summary. An instance of several polygons goes to
 ``yolo-seg`` as one, merged as Ultralytics' converter merges it (``merge_multi_segment``;
 counted in the summary: not round-trip exact).
 
@@ -127,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefix", help="TFRecord target: shard file prefix (default: --split, "
                                     "else 'train')")
     p.add_argument("--drop-masks", action="store_true",
-                   help="where the target cannot hold the source's polygon / RLE masks, "
+                   help="where the target cannot hold the source's polygon / bitmap masks, "
                         "keypoints or oriented boxes, write the boxes without them (counted in "
                         "the summary) instead of refusing")
     p.add_argument("--dry-run", action="store_true",
@@ -299,8 +303,13 @@ def read(args):
         return read_tfrecord(args.src, label_map=label_map, on_error=on_error,
                              progress=_progress("reading", args))
     if args.src_format == "voc":
-        return read_voc(args.src, split=args.split or "trainval", classes=voc_class_list(args),
-                        on_error=on_error, progress=_progress("reading", args))
+        options = {"split": args.split or "trainval", "classes": voc_class_list(args),
+                   "on_error": on_error, "progress": _progress("reading", args)}
+        if os.path.isdir(os.path.join(args.src, "SegmentationObject")):
+            from readers.voc_masks import read_voc_instances
+
+            return read_voc_instances(args.src, **options)  # each object's mask: ``rle``
+        return read_voc(args.src, **options)
     classes = class_list(args.classes)
     return read_yolo(args.src, split=args.split, on_error=on_error,
                      progress=_progress("reading", args),
@@ -346,7 +355,7 @@ def apply_policies(dataset, args):
               "convert to COCO or YOLO"
         raise DatasetError(_class_source(args), f"{fault} ({fix})")
     check_image_headers(dataset, "skip" if args.skip_bad else "raise")
-    lines = instance_formats.check_held(dataset, args)
+    lines = []
     emptied = 0
     for name, flag, what in (("iscrowd", args.skip_crowd, "crowd boxes (iscrowd=1)"),
                              ("difficult", args.skip_difficult, "difficult boxes")):
@@ -362,7 +371,8 @@ def apply_policies(dataset, args):
     if emptied:
         lines.append(f"images left with no boxes by --skip-crowd / --skip-difficult: {emptied} "
                      "(written without boxes)")
-    return lines
+    # after the options: a crowd left out by --skip-crowd takes its RLE mask with it
+    return instance_formats.check_held(dataset, args) + lines
 
 
 def summary(dataset, report, args, folder=None, policy_lines=()):

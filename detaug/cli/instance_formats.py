@@ -14,7 +14,7 @@ _TASK = {"yolo-seg": "segment", "yolo-pose": "pose", "yolo-obb": "obb"}
 # the instance fields (readers/segments.py) each target holds
 HELD = {"coco": {"polygons", "rle", "keypoints"}, "yolo-seg": {"polygons"},
         "yolo-pose": {"keypoints"}, "yolo-obb": {"obb"}, "dota": {"obb"}}
-_NAMES = {"polygons": "polygon masks", "rle": "RLE masks", "keypoints": "keypoints",
+_NAMES = {"polygons": "polygon masks", "rle": "bitmap masks", "keypoints": "keypoints",
           "obb": "oriented boxes"}
 
 
@@ -72,7 +72,12 @@ def write(dataset, args, dst, common):
 def check_held(dataset, args) -> list:
     """Refuse a source whose instance fields the target cannot hold (DatasetError naming the
     source, what and how many), unless ``--drop-masks``: then take them off the records and
-    return the summary lines that count them."""
+    return the summary lines that count them.
+
+    Bitmap masks are the ``rle`` field (COCO RLE read by an instance reader, a VOC source's
+    ``SegmentationObject`` masks) or, for a COCO source read by the plain reader (COCO to COCO,
+    VOC, YOLO or TFRecord), the RLE objects among the ``segmentation`` extras; only COCO holds
+    them. A VOC source's masks going to COCO are counted in the returned lines."""
     held = HELD.get(args.dst_format, set())
     found = {}
     for record in dataset.records:
@@ -80,18 +85,46 @@ def check_held(dataset, args) -> list:
             values = record.fields.get(name)
             if values is not None and name not in held:
                 found[name] = found.get(name, 0) + _count(name, values)
+        if "rle" not in held:
+            found["rle"] = found.get("rle", 0) + len(_rle_extras(record))
     found = {k: v for k, v in found.items() if v}
+    lines = _masks_written(dataset, args) if "rle" in held else []
     if not found:
-        return []
+        return lines
     what = ", ".join(f"{_NAMES[k]} of {v} boxes" for k, v in found.items())
+    why = " (this converter writes no SegmentationObject PNGs)" \
+        if args.dst_format == "voc" and "rle" in found else ""
     if not args.drop_masks:
-        raise DatasetError(args.src, f"{args.dst_format} cannot hold the {what}: give "
+        raise DatasetError(args.src, f"{args.dst_format} cannot hold the {what}{why}: give "
                                      "--drop-masks to write the boxes without them, or choose a "
                                      "target that holds them")
-    for record in dataset.records:
+    records = dataset.records
+    for k, record in enumerate(records):
         for name in found:
             record.fields.pop(name, None)
-    return [f"{_NAMES[k]} left out (--drop-masks): {v} boxes" for k, v in found.items()]
+        rle = _rle_extras(record)
+        if rle:  # assigned back: a reader's record table makes its records anew on each read
+            segs = [None if i in rle else s for i, s in enumerate(record.extra["segmentation"])]
+            extra = dict(record.extra, segmentation=segs)
+            if all(s is None for s in segs):
+                del extra["segmentation"]
+            record.extra = extra
+            records[k] = record
+    return lines + [f"{_NAMES[k]} left out (--drop-masks): {v} boxes" for k, v in found.items()]
+
+
+def _rle_extras(record) -> set:
+    """The boxes whose ``segmentation`` extra (a plain COCO read) is an RLE object."""
+    segs = record.extra.get("segmentation")
+    return {i for i, s in enumerate(segs) if isinstance(s, dict)} if segs else set()
+
+
+def _masks_written(dataset, args) -> list:
+    """The summary line of a VOC source's object masks written as COCO RLE."""
+    if args.src_format != "voc":
+        return []
+    n = sum(_count("rle", r.fields["rle"]) for r in dataset.records if "rle" in r.fields)
+    return [f"object masks (SegmentationObject) written as COCO RLE: {n} boxes"] if n else []
 
 
 def _count(name, values):

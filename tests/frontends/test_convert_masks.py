@@ -1,0 +1,156 @@
+"""detaug-convert with bitmap masks: COCO RLE (crowds') to COCO unchanged; a VOC source's
+SegmentationObject masks to COCO RLE (pycocotools' encoding, equal pixel for pixel through the
+reader's ``bitmasks``); every target without bitmaps refuses naming the source, the count and
+--drop-masks, or with --drop-masks (or --skip-crowd for crowds) writes the boxes and counts
+what it left out."""
+import json
+import os
+
+import numpy as np
+from PIL import Image
+from pycocotools import mask as coco_mask
+
+from detaug import Pipeline, fn
+from detaug.cli.convert import main
+from helpers import COCO
+from helpers.reader_files import voc_xml, write_voc
+from readers.coco_instances import read_coco_shapes
+from readers.segments import rle_decode, rle_from_string
+
+IMAGES = os.path.join(COCO, "images")
+
+
+def crowd_coco(folder, every=5):
+    """The COCO sample with every ``every``-th polygon object rewritten as a crowd RLE (the
+    mask pycocotools makes of its polygons), the first of them as plain counts, the others
+    compressed. Returns (json path, {annotation id: mask})."""
+    with open(os.path.join(COCO, "annotations.json")) as f:
+        doc = json.load(f)
+    sizes = {im["id"]: (im["height"], im["width"]) for im in doc["images"]}
+    want = {}
+    for k, a in enumerate(doc["annotations"]):
+        if k % every or not isinstance(a["segmentation"], list):
+            continue
+        h, w = sizes[a["image_id"]]
+        rle = coco_mask.merge(coco_mask.frPyObjects(a["segmentation"], h, w))
+        want[a["id"]] = coco_mask.decode(rle)
+        counts = rle["counts"].decode("ascii")
+        if len(want) == 1:
+            counts = [int(v) for v in rle_from_string(counts)]
+        a["segmentation"], a["iscrowd"] = {"size": [h, w], "counts": counts}, 1
+    os.makedirs(str(folder), exist_ok=True)
+    path = os.path.join(str(folder), "crowd.json")
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    return path, want
+
+
+def _run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_coco_crowd_rle_to_coco_is_exact(tmp_path, capsys):
+    path, want = crowd_coco(tmp_path / "src")
+    code, out, err = _run(capsys, path, tmp_path / "out", "--from", "coco", "--to", "coco",
+                          "--image-root", IMAGES)
+    assert code == 0, err
+    back = os.path.join(tmp_path, "out", "annotations.json")
+    src, got = (json.load(open(p))["annotations"] for p in (path, back))
+    assert len(got) == len(src)  # (grouped by image: compared by id)
+    assert {a["id"]: (a["segmentation"], a["iscrowd"], a["area"]) for a in got} == \
+        {a["id"]: (a["segmentation"], a["iscrowd"], a["area"]) for a in src}
+    assert any(isinstance(a["segmentation"].get("counts"), list) for a in got
+               if isinstance(a["segmentation"], dict))  # plain counts stay plain
+    ds = read_coco_shapes(back, os.path.join(tmp_path, "out", "images"), bitmasks=True)
+    seen = 0
+    for r in ds.records:
+        for i, ann_id in enumerate(r.fields["annotation_id"].tolist()):
+            if ann_id in want:
+                np.testing.assert_array_equal(rle_decode(r.fields["rle"][i], r.height, r.width),
+                                              want[ann_id])
+                seen += 1
+    assert seen == len(want) >= 10
+
+
+def _voc_with_masks(tmp_path, rng):
+    """Two VOC images: ``a`` with a SegmentationObject PNG of random object indices (and VOC's
+    255 outline), ``b`` without one. Returns (root, index array of a, object count of a)."""
+    n = int(rng.integers(2, 5))
+    objects = [("dog" if k % 2 else "cat", 1 + k, 2 + k, 60 + k, 50 + k) for k in range(n)]
+    root = write_voc(tmp_path / "voc", {"a": voc_xml("a.jpg", (100, 80), objects),
+                                        "b": voc_xml("b.jpg", (60, 50), objects[:1])},
+                     {"a.jpg": (100, 80), "b.jpg": (60, 50)})
+    index = rng.integers(0, n + 1, (80, 100))
+    index[rng.random((80, 100)) < 0.1] = 255
+    index[:, :3] = 0  # object 1 never touches the first columns: its runs start with zeros
+    os.makedirs(os.path.join(root, "SegmentationObject"))
+    im = Image.fromarray(index.astype(np.uint8), "P")
+    im.putpalette([0, 0, 0] + [128, 0, 0] * n + [0] * (768 - 3 - 3 * n))
+    im.save(os.path.join(root, "SegmentationObject", "a.png"))
+    return root, index, n
+
+
+def test_voc_segmentation_object_to_coco_rle(tmp_path, rng, capsys):
+    root, index, n = _voc_with_masks(tmp_path, rng)
+    code, out, err = _run(capsys, root, tmp_path / "coco", "--from", "voc", "--to", "coco",
+                          "--classes", "cat,dog")
+    assert code == 0, err
+    assert f"object masks (SegmentationObject) written as COCO RLE: {n} boxes" in out
+    doc = json.load(open(tmp_path / "coco" / "annotations.json"))
+    name = {im["id"]: im["file_name"] for im in doc["images"]}
+    anns_a = [a for a in doc["annotations"] if name[a["image_id"]] == "a.jpg"]
+    anns_b = [a for a in doc["annotations"] if name[a["image_id"]] == "b.jpg"]
+    assert len(anns_a) == n and len(anns_b) == 1 and "segmentation" not in anns_b[0]
+    for k, a in enumerate(anns_a):
+        mask = (index == k + 1).astype(np.uint8)
+        ref = coco_mask.encode(np.asfortranarray(mask))  # the format's own encoder
+        assert a["segmentation"] == {"size": [80, 100], "counts": ref["counts"].decode()}
+        assert a["area"] == float(mask.sum()) and a["iscrowd"] == 0
+    # back through the pipeline reader's bitmasks: each object's mask pixel for pixel
+    pipe = Pipeline(batch_size=2, num_threads=1, seed=0, prefetch_queue_depth=1)
+    with pipe:
+        _, boxes = fn.readers.coco(file_root=str(tmp_path / "coco" / "images"),
+                                   annotations_file=str(tmp_path / "coco" / "annotations.json"),
+                                   bitmasks=True)
+        pipe.set_outputs(boxes)
+    (batch,) = pipe.run()
+    pipe.close()
+    a, b = batch.per_sample()  # the file's order: a, then b
+    assert a["bitmasks"].shape == (n, 80, 100)
+    for k in range(n):
+        np.testing.assert_array_equal(a["bitmasks"][k], index == k + 1)
+    assert b["bitmasks"].shape == (1, 50, 60) and not b["bitmasks"].any()
+
+
+def test_bitmap_masks_refused_or_dropped_and_counted(tmp_path, rng, capsys):
+    path, want = crowd_coco(tmp_path / "src")
+    crowds = len(want)
+    for to in ("yolo", "voc", "yolo-seg", "tfrecord"):
+        code, out, err = _run(capsys, path, tmp_path / to, "--from", "coco", "--to", to,
+                              "--image-root", IMAGES)
+        assert code == 2, (to, out)
+        assert f"{path}: {to} cannot hold the bitmap masks of {crowds} boxes" in err, err
+        assert "--drop-masks" in err and not os.path.exists(tmp_path / to)
+    assert "writes no SegmentationObject PNGs" in _run(
+        capsys, path, tmp_path / "v", "--from", "coco", "--to", "voc", "--image-root", IMAGES)[2]
+    code, out, err = _run(capsys, path, tmp_path / "yolo", "--from", "coco", "--to", "yolo",
+                          "--image-root", IMAGES, "--drop-masks")
+    assert code == 0, err
+    assert f"bitmap masks left out (--drop-masks): {crowds} boxes" in out
+    folder = tmp_path / "yolo" / "labels"
+    lines = sum(len(open(folder / f).readlines()) for f in os.listdir(folder))
+    assert lines == len(json.load(open(path))["annotations"])  # every box kept, crowds too
+    code, out, err = _run(capsys, path, tmp_path / "seg", "--from", "coco", "--to", "yolo-seg",
+                          "--image-root", IMAGES, "--skip-crowd", "--dry-run")
+    assert code == 0, err  # the crowds left out with their masks: nothing to refuse
+    assert f"dropped by option: crowd boxes (iscrowd=1) (--skip-crowd): {crowds}" in out
+    assert "bitmap masks" not in out
+    root, _, n = _voc_with_masks(tmp_path, rng)
+    code, out, err = _run(capsys, root, tmp_path / "vy", "--from", "voc", "--to", "yolo",
+                          "--classes", "cat,dog")
+    assert code == 2 and f"{root}: yolo cannot hold the bitmap masks of {n} boxes" in err, err
+    code, out, err = _run(capsys, root, tmp_path / "vy", "--from", "voc", "--to", "yolo",
+                          "--classes", "cat,dog", "--drop-masks")
+    assert code == 0 and f"bitmap masks left out (--drop-masks): {n} boxes" in out, err
