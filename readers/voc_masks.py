@@ -14,7 +14,7 @@ import numpy as np
 from ._common import ErrorSink, open_image
 from .errors import DatasetError
 from .records import trusted_record
-from .segments import Ragged, rle_encode
+from .segments import Ragged, rle_decode, rle_encode
 from .voc import read_voc
 
 VOID = 255
@@ -89,3 +89,72 @@ def object_runs(png, n, width, height) -> list:
         raise DatasetError(png, f"object index {int(past[0])} but the annotation has {n} "
                                 "objects")
     return [rle_encode(index == k + 1) for k in range(n)]
+
+
+def object_index(record):
+    """(H, W) uint8 SegmentationObject indices of a record's ``rle`` masks: object ``k``'s
+    pixels ``k + 1``, 0 elsewhere; None where no box has a mask.
+
+    Raises:
+        DatasetError naming the image: two objects' masks overlap, or more than 254 objects
+        (a PNG gives each pixel one object, 255 being VOC's outline).
+    """
+    rle = record.fields.get("rle")
+    if rle is None or not rle.counts.any():
+        return None
+    n, h, w = record.num_boxes, int(record.height), int(record.width)
+    if n >= VOID:
+        raise DatasetError(record.path, f"{n} objects with masks: a SegmentationObject PNG "
+                                        f"holds {VOID - 1} at most")
+    index = np.zeros((h, w), np.uint8)
+    for k in np.flatnonzero(rle.counts):
+        mask = rle_decode(rle[k], h, w).astype(bool)
+        under = index[mask]
+        if under.any():
+            raise DatasetError(record.path, f"the masks of objects {int(under.max())} and "
+                                            f"{k + 1} overlap: a SegmentationObject PNG gives "
+                                            "each pixel one object")
+        index[mask] = k + 1
+    return index
+
+
+def write_object_pngs(records, stems, root, split, dry_run=False) -> int:
+    """Write ``SegmentationObject/<stem>.png`` (VOC's palette) for each record with a mask
+    (:func:`object_index`) and the ids of those images to ``ImageSets/Segmentation/<split>.txt``;
+    return how many images have one. VOC's 255 outline is not written: the reader counts it as
+    no object's, so the masks read back are the same."""
+    from PIL import Image
+
+    written = []
+    for record, stem in zip(records, stems):
+        index = object_index(record)
+        if index is None:
+            continue
+        written.append(stem)
+        if not dry_run:
+            os.makedirs(os.path.join(root, "SegmentationObject"), exist_ok=True)
+            im = Image.frombytes("P", (index.shape[1], index.shape[0]), index.tobytes())
+            im.putpalette(_PALETTE)
+            im.save(os.path.join(root, "SegmentationObject", stem + ".png"))
+    if written and not dry_run:
+        folder = os.path.join(root, "ImageSets", "Segmentation")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, f"{split}.txt"), "w", encoding="utf-8") as f:
+            f.writelines(s + "\n" for s in written)
+    return len(written)
+
+
+def _voc_palette() -> list:
+    """VOC's colour map (its devkit's ``VOClabelcolormap``): index bits spread over R, G, B."""
+    out = []
+    for i in range(256):
+        rgb, c = [0, 0, 0], i
+        for j in range(8):
+            for ch in range(3):
+                rgb[ch] |= ((c >> ch) & 1) << (7 - j)
+            c >>= 3
+        out += rgb
+    return out
+
+
+_PALETTE = _voc_palette()

@@ -28,7 +28,7 @@ from .instance_writers import (coco_categories_keypoints, coco_instance_keys, in
 COCO_DECIMALS = 4
 YOLO_DECIMALS = 6
 # Per-box fields each target stores (anything else is reported as not held).
-_HELD_FIELDS = {"coco": None, "voc": {"difficult", "truncated"}, "yolo": set()}
+_HELD_FIELDS = {"coco": None, "voc": {"difficult", "truncated", "rle"}, "yolo": set()}
 # Keys that COCO entries model; extra keys of the same name are never written over them.
 _COCO_IMAGE_KEYS = {"id", "file_name", "width", "height"}
 _COCO_ANNOTATION_KEYS = {"id", "image_id", "category_id", "bbox", "iscrowd", "segmentation"}
@@ -227,7 +227,8 @@ def write_voc(dataset, root, *, split="trainval", link=False, progress=None,
         and lists of text, as the VOC reader gives: ``<source>``, ``<segmented>``, ``<pose>``,
         ``<part>``, ...) are written back as elements; others (numbers such as COCO's ``area``
         or ``license``) are counted under ``not_held``. ``<pose>`` defaults to Unspecified;
-        ``<depth>`` is the band count of the image header (1 for grayscale).
+        ``<depth>`` is the band count of the image header (1 for grayscale). Masks (the
+        ``rle`` field, readers/voc_masks.py) go to ``SegmentationObject/<id>.png``.
     """
     _check_labels(dataset)
     _check_class_names(dataset, "voc", os.path.join(os.fspath(root), "classes.txt"))
@@ -266,6 +267,10 @@ def write_voc(dataset, root, *, split="trainval", link=False, progress=None,
     report.images = len(stems)
     if widened:
         report.notes.append(f"{widened} boxes under 1 px widened to 1 px by integer rounding")
+    if any("rle" in r.fields for r in dataset.records):
+        from .voc_masks import write_object_pngs
+
+        write_object_pngs(dataset.records, stems, root, split, dry_run)
     _unheld_common(dataset, report, "voc")
     return report
 

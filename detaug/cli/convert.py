@@ -17,8 +17,8 @@ Ultralytics' segment, pose and oriented-box labels (pose: ``kpt_shape`` / ``flip
 ``--classes``); a COCO source read for one of them (or from one to COCO) keeps its polygons, RLE
 masks and keypoints. A VOC source with ``SegmentationObject/`` has each object's mask read
 from its PNG (a bad box is then an error even with ``--skip-bad``: the PNG's indices follow
-the XML's objects), written to COCO as RLE. Bitmap masks (COCO RLE, crowds' among them; VOC's)
-go to COCO only. Where the target cannot hold the source's masks, keypoints or oriented boxes
+the XML's objects), written to COCO as RLE, to VOC as SegmentationObject PNGs again. Bitmap
+masks (COCO RLE, crowds' among them; VOC's) go to no other target. Where the target cannot hold the source's masks, keypoints or oriented boxes
 the run is refused, naming what and how many, unless ``--drop-masks`` (or ``--skip-crowd``,
 for crowds' masks); what it leaves out is counted in the summary. An instance of several polygons goes to
 ``yolo-seg`` as one, merged as Ultralytics' converter merges it (``merge_multi_segment``;

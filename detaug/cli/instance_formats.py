@@ -12,7 +12,7 @@ from readers.errors import DatasetError
 FORMATS = ("yolo-seg", "yolo-pose", "yolo-obb", "dota")
 _TASK = {"yolo-seg": "segment", "yolo-pose": "pose", "yolo-obb": "obb"}
 # the instance fields (readers/segments.py) each target holds
-HELD = {"coco": {"polygons", "rle", "keypoints"}, "yolo-seg": {"polygons"},
+HELD = {"coco": {"polygons", "rle", "keypoints"}, "voc": {"rle"}, "yolo-seg": {"polygons"},
         "yolo-pose": {"keypoints"}, "yolo-obb": {"obb"}, "dota": {"obb"}}
 _NAMES = {"polygons": "polygon masks", "rle": "bitmap masks", "keypoints": "keypoints",
           "obb": "oriented boxes"}
@@ -76,8 +76,10 @@ def check_held(dataset, args) -> list:
 
     Bitmap masks are the ``rle`` field (COCO RLE read by an instance reader, a VOC source's
     ``SegmentationObject`` masks) or, for a COCO source read by the plain reader (COCO to COCO,
-    VOC, YOLO or TFRecord), the RLE objects among the ``segmentation`` extras; only COCO holds
-    them. A VOC source's masks going to COCO are counted in the returned lines."""
+    VOC, YOLO or TFRecord), the RLE objects among the ``segmentation`` extras: COCO holds
+    both, VOC the field (its SegmentationObject PNGs, where no two masks overlap) and not a
+    COCO file's RLE (a crowd's mask lies over its people's). A VOC source's masks are
+    counted in the returned lines."""
     held = HELD.get(args.dst_format, set())
     found = {}
     for record in dataset.records:
@@ -85,14 +87,14 @@ def check_held(dataset, args) -> list:
             values = record.fields.get(name)
             if values is not None and name not in held:
                 found[name] = found.get(name, 0) + _count(name, values)
-        if "rle" not in held:
+        if args.dst_format != "coco":
             found["rle"] = found.get("rle", 0) + len(_rle_extras(record))
     found = {k: v for k, v in found.items() if v}
     lines = _masks_written(dataset, args) if "rle" in held else []
     if not found:
         return lines
     what = ", ".join(f"{_NAMES[k]} of {v} boxes" for k, v in found.items())
-    why = " (this converter writes no SegmentationObject PNGs)" \
+    why = " (SegmentationObject PNGs are written from a VOC source's masks only)" \
         if args.dst_format == "voc" and "rle" in found else ""
     if not args.drop_masks:
         raise DatasetError(args.src, f"{args.dst_format} cannot hold the {what}{why}: give "
@@ -120,11 +122,12 @@ def _rle_extras(record) -> set:
 
 
 def _masks_written(dataset, args) -> list:
-    """The summary line of a VOC source's object masks written as COCO RLE."""
+    """The summary line of a VOC source's object masks written (COCO: as RLE)."""
     if args.src_format != "voc":
         return []
     n = sum(_count("rle", r.fields["rle"]) for r in dataset.records if "rle" in r.fields)
-    return [f"object masks (SegmentationObject) written as COCO RLE: {n} boxes"] if n else []
+    how = "as COCO RLE" if args.dst_format == "coco" else "as SegmentationObject PNGs"
+    return [f"object masks (SegmentationObject) written {how}: {n} boxes"] if n else []
 
 
 def _count(name, values):

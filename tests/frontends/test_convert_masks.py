@@ -1,12 +1,13 @@
 """detaug-convert with bitmap masks: COCO RLE (crowds') to COCO unchanged; a VOC source's
 SegmentationObject masks to COCO RLE (pycocotools' encoding, equal pixel for pixel through the
-reader's ``bitmasks``); every target without bitmaps refuses naming the source, the count and
---drop-masks, or with --drop-masks (or --skip-crowd for crowds) writes the boxes and counts
-what it left out."""
+reader's ``bitmasks``) and to VOC's SegmentationObject PNGs again; every target without bitmaps
+refuses naming the source, the count and --drop-masks, or with --drop-masks (or --skip-crowd
+for crowds) writes the boxes and counts what it left out."""
 import json
 import os
 
 import numpy as np
+import pytest
 from PIL import Image
 from pycocotools import mask as coco_mask
 
@@ -15,7 +16,10 @@ from detaug.cli.convert import main
 from helpers import COCO
 from helpers.reader_files import voc_xml, write_voc
 from readers.coco_instances import read_coco_shapes
-from readers.segments import rle_decode, rle_from_string
+from readers.errors import DatasetError
+from readers.segments import Ragged, rle_decode, rle_encode, rle_from_string
+from readers.voc_masks import read_voc_instances
+from readers.writers import write_voc as write_voc_tree
 
 IMAGES = os.path.join(COCO, "images")
 
@@ -84,7 +88,7 @@ def _voc_with_masks(tmp_path, rng):
                      {"a.jpg": (100, 80), "b.jpg": (60, 50)})
     index = rng.integers(0, n + 1, (80, 100))
     index[rng.random((80, 100)) < 0.1] = 255
-    index[:, :3] = 0  # object 1 never touches the first columns: its runs start with zeros
+    index[0, 0] = 1  # object 1 covers the first pixel: its runs start with a zero-length run
     os.makedirs(os.path.join(root, "SegmentationObject"))
     im = Image.fromarray(index.astype(np.uint8), "P")
     im.putpalette([0, 0, 0] + [128, 0, 0] * n + [0] * (768 - 3 - 3 * n))
@@ -133,7 +137,7 @@ def test_bitmap_masks_refused_or_dropped_and_counted(tmp_path, rng, capsys):
         assert code == 2, (to, out)
         assert f"{path}: {to} cannot hold the bitmap masks of {crowds} boxes" in err, err
         assert "--drop-masks" in err and not os.path.exists(tmp_path / to)
-    assert "writes no SegmentationObject PNGs" in _run(
+    assert "SegmentationObject PNGs are written from a VOC source's masks only" in _run(
         capsys, path, tmp_path / "v", "--from", "coco", "--to", "voc", "--image-root", IMAGES)[2]
     code, out, err = _run(capsys, path, tmp_path / "yolo", "--from", "coco", "--to", "yolo",
                           "--image-root", IMAGES, "--drop-masks")
@@ -154,3 +158,36 @@ def test_bitmap_masks_refused_or_dropped_and_counted(tmp_path, rng, capsys):
     code, out, err = _run(capsys, root, tmp_path / "vy", "--from", "voc", "--to", "yolo",
                           "--classes", "cat,dog", "--drop-masks")
     assert code == 0 and f"bitmap masks left out (--drop-masks): {n} boxes" in out, err
+
+
+def test_voc_segmentation_object_to_voc(tmp_path, rng, capsys):
+    """VOC -> VOC writes each image's SegmentationObject PNG again (VOC's palette; its 255
+    outline, no object's, written as 0): the masks read back are the source's."""
+    root, index, n = _voc_with_masks(tmp_path, rng)
+    code, out, err = _run(capsys, root, tmp_path / "v2", "--from", "voc", "--to", "voc",
+                          "--classes", "cat,dog")
+    assert code == 0, err
+    assert f"object masks (SegmentationObject) written as SegmentationObject PNGs: {n} boxes" \
+        in out and "not written as such" not in out
+    png = Image.open(tmp_path / "v2" / "SegmentationObject" / "a.png")
+    assert png.mode == "P" and png.getpalette()[3:6] == [128, 0, 0]  # VOC's colour 1
+    np.testing.assert_array_equal(np.asarray(png), np.where(index == 255, 0, index))
+    assert not os.path.exists(tmp_path / "v2" / "SegmentationObject" / "b.png")
+    assert (tmp_path / "v2" / "ImageSets" / "Segmentation" / "trainval.txt").read_text() == "a\n"
+    src = read_voc_instances(root, classes=["cat", "dog"])
+    back = read_voc_instances(tmp_path / "v2", classes=["cat", "dog"])
+    for a, b in zip(src.records, back.records):
+        assert a.fields["rle"] == b.fields["rle"]
+        np.testing.assert_array_equal(a.boxes, b.boxes)
+
+
+def test_overlapping_masks_are_refused_for_voc(tmp_path):
+    """Two objects' masks over one pixel: a SegmentationObject PNG cannot hold them."""
+    root, index, n = _voc_with_masks(tmp_path, np.random.default_rng(5))
+    ds = read_voc_instances(root, classes=["cat", "dog"])
+    r = ds.records[0]
+    runs = [r.fields["rle"][k] for k in range(n)]
+    runs[1] = rle_encode((index == 1) | (index == 2))  # object 2's mask takes object 1's
+    r.fields["rle"] = Ragged.from_lists(runs, np.uint32)
+    with pytest.raises(DatasetError, match=r"a\.jpg: the masks of objects 1 and 2 overlap"):
+        write_voc_tree(ds, str(tmp_path / "out"), dry_run=True)
