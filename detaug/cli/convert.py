@@ -415,6 +415,10 @@ def convert(args):
     try:  # every path read, links resolved: the root-folder check above misses a link into DST
         extra = [(f, os.path.realpath(f)) for f in (args.classes,)
                  if f and f != "discover" and os.path.isfile(f)]  # a class list file read
+        masks = os.path.join(args.src, "SegmentationObject")
+        if args.src_format == "voc" and os.path.isdir(masks):  # each object PNG read
+            pngs = (os.path.join(masks, f"{r.image_id}.png") for r in dataset.records)
+            extra += [(f, os.path.realpath(f)) for f in pngs if os.path.isfile(f)]
         check_overlap(args.dst, dst, source_folders(roots), read_paths(dataset) + extra)
     except Overlap as exc:
         raise UsageError(str(exc)) from None

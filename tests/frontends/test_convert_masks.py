@@ -191,3 +191,18 @@ def test_overlapping_masks_are_refused_for_voc(tmp_path):
     r.fields["rle"] = Ragged.from_lists(runs, np.uint32)
     with pytest.raises(DatasetError, match=r"a\.jpg: the masks of objects 1 and 2 overlap"):
         write_voc_tree(ds, str(tmp_path / "out"), dry_run=True)
+
+
+def test_a_mask_png_linked_into_the_destination_is_refused(tmp_path, rng, capsys):
+    """--overwrite would remove what DST held: a SegmentationObject PNG that is a link into
+    it is a file the converter reads, refused as the images are."""
+    root, _, _ = _voc_with_masks(tmp_path, rng)
+    dst = tmp_path / "dst"
+    os.makedirs(dst)
+    png = os.path.join(root, "SegmentationObject", "a.png")
+    os.replace(png, dst / "a.png")
+    os.symlink(dst / "a.png", png)
+    code, _, err = _run(capsys, root, dst, "--from", "voc", "--to", "coco", "--classes",
+                        "cat,dog", "--overwrite")
+    assert code == 2 and f"source file {png} resolves to" in err, err
+    assert os.path.isfile(dst / "a.png")
