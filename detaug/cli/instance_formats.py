@@ -75,11 +75,12 @@ def check_held(dataset, args) -> list:
     return the summary lines that count them.
 
     Bitmap masks are the ``rle`` field (COCO RLE read by an instance reader, a VOC source's
-    ``SegmentationObject`` masks) or, for a COCO source read by the plain reader (COCO to COCO,
-    VOC, YOLO or TFRecord), the RLE objects among the ``segmentation`` extras: COCO holds
-    both, VOC the field (its SegmentationObject PNGs, where no two masks overlap) and not a
-    COCO file's RLE (a crowd's mask lies over its people's). A VOC source's masks are
-    counted in the returned lines."""
+    ``SegmentationObject`` masks), refused as every instance field is, or, for a COCO source
+    read by the plain reader (COCO to COCO, VOC, YOLO or TFRecord: box targets), the RLE
+    objects among the ``segmentation`` extras: written by COCO, and by the box targets counted
+    in the returned lines (not written), as a COCO file's polygons are; VOC holds the field
+    (its SegmentationObject PNGs, where no two masks overlap), not a COCO file's RLE (a crowd's
+    mask lies over its people's). A VOC source's masks written are counted too."""
     held = HELD.get(args.dst_format, set())
     found = {}
     for record in dataset.records:
@@ -87,31 +88,23 @@ def check_held(dataset, args) -> list:
             values = record.fields.get(name)
             if values is not None and name not in held:
                 found[name] = found.get(name, 0) + _count(name, values)
-        if args.dst_format != "coco":
-            found["rle"] = found.get("rle", 0) + len(_rle_extras(record))
+    crowd_rle = 0 if args.dst_format == "coco" else sum(len(_rle_extras(r))
+                                                        for r in dataset.records)
     found = {k: v for k, v in found.items() if v}
     lines = _masks_written(dataset, args) if "rle" in held else []
+    if crowd_rle:  # a box target: the boxes written, their COCO RLE masks counted
+        lines.append(f"bitmap masks (COCO RLE) not written ({args.dst_format} holds boxes): "
+                     f"{crowd_rle} boxes")
     if not found:
         return lines
     what = ", ".join(f"{_NAMES[k]} of {v} boxes" for k, v in found.items())
-    why = " (SegmentationObject PNGs are written from a VOC source's masks only)" \
-        if args.dst_format == "voc" and "rle" in found else ""
     if not args.drop_masks:
-        raise DatasetError(args.src, f"{args.dst_format} cannot hold the {what}{why}: give "
+        raise DatasetError(args.src, f"{args.dst_format} cannot hold the {what}: give "
                                      "--drop-masks to write the boxes without them, or choose a "
                                      "target that holds them")
-    records = dataset.records
-    for k, record in enumerate(records):
+    for record in dataset.records:
         for name in found:
             record.fields.pop(name, None)
-        rle = _rle_extras(record)
-        if rle:  # assigned back: a reader's record table makes its records anew on each read
-            segs = [None if i in rle else s for i, s in enumerate(record.extra["segmentation"])]
-            extra = dict(record.extra, segmentation=segs)
-            if all(s is None for s in segs):
-                del extra["segmentation"]
-            record.extra = extra
-            records[k] = record
     return lines + [f"{_NAMES[k]} left out (--drop-masks): {v} boxes" for k, v in found.items()]
 
 

@@ -131,18 +131,16 @@ def test_voc_segmentation_object_to_coco_rle(tmp_path, rng, capsys):
 def test_bitmap_masks_refused_or_dropped_and_counted(tmp_path, rng, capsys):
     path, want = crowd_coco(tmp_path / "src")
     crowds = len(want)
-    for to in ("yolo", "voc", "yolo-seg", "tfrecord"):
+    for to in ("yolo", "voc", "tfrecord"):  # box targets: the boxes written, the masks counted
         code, out, err = _run(capsys, path, tmp_path / to, "--from", "coco", "--to", to,
                               "--image-root", IMAGES)
-        assert code == 2, (to, out)
-        assert f"{path}: {to} cannot hold the bitmap masks of {crowds} boxes" in err, err
-        assert "--drop-masks" in err and not os.path.exists(tmp_path / to)
-    assert "SegmentationObject PNGs are written from a VOC source's masks only" in _run(
-        capsys, path, tmp_path / "v", "--from", "coco", "--to", "voc", "--image-root", IMAGES)[2]
-    code, out, err = _run(capsys, path, tmp_path / "yolo", "--from", "coco", "--to", "yolo",
-                          "--image-root", IMAGES, "--drop-masks")
-    assert code == 0, err
-    assert f"bitmap masks left out (--drop-masks): {crowds} boxes" in out
+        assert code == 0, (to, err)
+        assert f"bitmap masks (COCO RLE) not written ({to} holds boxes): {crowds} boxes" in out
+    code, out, err = _run(capsys, path, tmp_path / "yolo-seg", "--from", "coco", "--to",
+                          "yolo-seg", "--image-root", IMAGES)
+    assert code == 2, out
+    assert f"{path}: yolo-seg cannot hold the bitmap masks of {crowds} boxes" in err, err
+    assert "--drop-masks" in err and not os.path.exists(tmp_path / "yolo-seg")
     folder = tmp_path / "yolo" / "labels"
     lines = sum(len(open(folder / f).readlines()) for f in os.listdir(folder))
     assert lines == len(json.load(open(path))["annotations"])  # every box kept, crowds too

@@ -276,25 +276,21 @@ def test_coco_mini_to_coco_keeps_every_key(tmp_path, coco):
 
 def test_coco_to_voc_and_yolo_name_what_they_cannot_hold(tmp_path, capsys):
     src, _ = _coco_source(tmp_path)
-    assert main([str(src), str(tmp_path / "y"), "--from", "coco", "--to", "yolo"]) == 2
-    assert "yolo cannot hold the bitmap masks of 1 boxes" in capsys.readouterr().err
-    assert main([str(src), str(tmp_path / "y"), "--from", "coco", "--to", "yolo",
-                 "--drop-masks"]) == 0
+    assert main([str(src), str(tmp_path / "y"), "--from", "coco", "--to", "yolo"]) == 0
     out = capsys.readouterr().out
-    for line in ("area on annotations: 3 not written",
-                 "bitmap masks left out (--drop-masks): 1 boxes",
-                 "segmentation on annotations: 1 not written",  # the polygon "license on images: 1 not written",
+    for line in ("area on annotations: 3 not written", "license on images: 1 not written",
                  "coco_url on images: 1 not written", "info: 1 not written",
                  "licenses: 1 not written", "supercategory on categories: 2 not written",
                  "score_note on annotations: 1 not written",
+                 "bitmap masks (COCO RLE) not written (yolo holds boxes): 1 boxes",
                  "crowd boxes (iscrowd=1): 1 written as boxes (--skip-crowd leaves them out)"):
         assert line in out, line
     assert len((tmp_path / "y" / "labels" / "a.txt").read_text().splitlines()) == 2
-    assert main([str(src), str(tmp_path / "v"), "--from", "coco", "--to", "voc",
-                 "--drop-masks"]) == 0
+    assert main([str(src), str(tmp_path / "v"), "--from", "coco", "--to", "voc"]) == 0
     out = capsys.readouterr().out
     # text keys are written as VOC elements, numbers are named
     assert "license on images: 1 not written" in out and "coco_url on images" not in out
+    assert "bitmap masks (COCO RLE) not written (voc holds boxes): 1 boxes" in out
     xml = (tmp_path / "v" / "Annotations" / "a.xml").read_text()
     assert "<coco_url>http://x/a.jpg</coco_url>" in xml and "<score_note>" not in xml
 
