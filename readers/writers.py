@@ -227,7 +227,7 @@ def write_voc(dataset, root, *, split="trainval", link=False, progress=None,
         and lists of text, as the VOC reader gives: ``<source>``, ``<segmented>``, ``<pose>``,
         ``<part>``, ...) are written back as elements; others (numbers such as COCO's ``area``
         or ``license``) are counted under ``not_held``. ``<pose>`` defaults to Unspecified;
-        ``<depth>`` is the band count of the image header; masks (``rle``) go to PNGs.
+        ``<depth>``: the header's band count; masks (``rle``): ``SegmentationObject/<id>.png``.
     """
     _check_labels(dataset)
     _check_class_names(dataset, "voc", os.path.join(os.fspath(root), "classes.txt"))
