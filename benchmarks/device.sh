@@ -44,7 +44,7 @@
 #           start-up and planning ahead; about 120 s
 #   seg     the instance-segmentation recipe (bench_gpu.py --seg): SEG_IMAGES (512) COCO-like JPEGs
 #           with polygons in /tmp/seg_data, large-scale jitter of 1024 + flip, masks rasterised at the
-#           output, batch 16: detaug GPU with masks and with boxes only (the masks / boxes ratio),
+#           output, batch 16: detaug GPU with masks, polygons only, boxes only (the cost's split),
 #           torchvision v2 in a DataLoader of 15 workers; its GPU tests first; about 150 s
 #   multinode  two GPUs (kind nvidia-h100-x2): two machines simulated on one host, as
 #           docs/training.md's multi-machine lines: two torchrun launches (--nnodes=2, c10d

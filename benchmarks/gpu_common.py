@@ -349,10 +349,15 @@ def make_seg_dataset(root, n, workers, seed=0):
     return root
 
 
-def make_seg_pipe(root, device, masks=True, batch_size=16, size=1024, **kw):
-    """The recipe: COCO reader (polygons), decode, ``scale_jitter`` (scale 0.1-2.0 of ``size``,
-    crop and pad to size x size), horizontal flip, boxes under 1 px dropped, then the masks
-    (``fn.instance_masks``) or boxes only."""
+SEG_MODES = ("masks", "polygons", "boxes")  # the rows: what the pipeline reads and gives
+
+
+def make_seg_pipe(root, device, mode="masks", batch_size=16, size=1024, **kw):
+    """The recipe: COCO reader, decode, ``scale_jitter`` (scale 0.1-2.0 of ``size``, crop and
+    pad to size x size), horizontal flip, boxes under 1 px dropped; ``mode`` 'masks': the
+    polygons read, moved and rasterised (``fn.instance_masks``); 'polygons': read and moved,
+    not rasterised (the rasteriser's share is the difference); 'boxes': boxes only."""
+    masks = mode != "boxes"
     from detaug import Pipeline, fn
 
     gpu = device == "gpu"
@@ -366,21 +371,31 @@ def make_seg_pipe(root, device, masks=True, batch_size=16, size=1024, **kw):
         img, boxes = fn.scale_jitter(img, boxes, size=(size, size), scale_range=(0.1, 2.0))
         img, boxes = fn.flip(img, boxes, horizontal=fn.random.coin_flip())
         boxes = fn.prune_boxes(boxes, min_size=1.0)
-        pipe.set_outputs(img, fn.instance_masks(boxes) if masks else boxes)
+        pipe.set_outputs(img, fn.instance_masks(boxes) if mode == "masks" else boxes)
     return pipe
 
 
-def bench_detaug_seg(args, root, device, masks):
+def bench_detaug_seg(args, root, device, mode):
     """img/s of :func:`make_seg_pipe` through the torch adapter (list targets: each image's
-    boxes, labels and, with ``masks``, its (n, H, W) uint8 masks), as a training loop takes it."""
+    boxes, labels and, for 'masks', its (n, H, W) uint8 masks), as a training loop takes it;
+    on the GPU the device memory taken (the drop of free memory from before the build to the
+    lowest seen after each batch's sync)."""
     from detaug.adapters.torch import DetaugIterator
 
-    sync = lambda: None  # noqa: E731
+    masks = mode == "masks"
+    sync, free = (lambda: None), None  # noqa: E731
     if device == "gpu":
         import cupy as cp
 
-        sync = cp.cuda.Device().synchronize
-    pipe = make_seg_pipe(root, device, masks, args.batch_size, args.seg_size)
+        free_gpu_memory()
+        low = [int(cp.cuda.runtime.memGetInfo()[0])] * 2  # (before the build, lowest since)
+
+        def sync():
+            cp.cuda.Device().synchronize()
+            low[1] = min(low[1], int(cp.cuda.runtime.memGetInfo()[0]))
+
+        free = low
+    pipe = make_seg_pipe(root, device, mode, args.batch_size, args.seg_size)
     it = DetaugIterator(pipe, output_map=["images", "targets"], boxes_format="list",
                         auto_reset=True)
     stats = {"instances": 0, "images": 0}
@@ -400,10 +415,14 @@ def bench_detaug_seg(args, root, device, masks):
     n, secs, k = timed(step, warmup=args.warmup, min_s=args.min_seconds, max_s=args.max_seconds,
                        sync=sync)
     pipe.close()
-    return {"name": f"detaug {device.upper()}, " + ("masks" if masks else "boxes only"),
-            "img_s": n / secs, "images": n, "seconds": round(secs, 2),
+    mb = None if free is None else (free[0] - free[1]) / MB
+    return {"name": f"detaug {device.upper()}, {SEG_NAMES[mode]}", "img_s": n / secs, "images": n,
+            "seconds": round(secs, 2), "device_mb": mb,
             "notes": f"{k} batches of {args.batch_size}, {stats['instances'] / max(stats['images'], 1):.1f} "
-                     "boxes/img"}
+                     "boxes/img" + ("" if mb is None else f", device {mb:,.0f} MB")}
+
+
+SEG_NAMES = {"masks": "masks", "polygons": "polygons moved, no masks", "boxes": "boxes only"}
 
 
 def run_seg(args, smoke, gpu):
@@ -418,9 +437,8 @@ def run_seg(args, smoke, gpu):
         skip(tv_name, "torchvision not importable")
     else:
         section(tv_name, bench_tv_seg, args, root, args.seg_workers)
-    for masks in (True, False):
-        section(f"detaug {device}, {'masks' if masks else 'boxes only'}", bench_detaug_seg,
-                args, root, device, masks)
+    for mode in SEG_MODES:
+        section(f"detaug {device}, {SEG_NAMES[mode]}", bench_detaug_seg, args, root, device, mode)
     by = {r["name"]: r.get("img_s") for r in ROWS}
     m = by.get(f"detaug {device.upper()}, masks")
     b = by.get(f"detaug {device.upper()}, boxes only")
@@ -431,8 +449,13 @@ def run_seg(args, smoke, gpu):
         v = r.get("img_s")
         note = " ".join(str(r.get("notes") or r.get("error") or r.get("skipped") or "").split())
         print(f"| {r['name']} | {'-' if v is None else f'{v:,.1f}'} | {note[:200]} |")
+    pm = by.get(f"detaug {device.upper()}, {SEG_NAMES['polygons']}")
     if m and b:
         print(f"| masks / boxes cost per image (target <= 2x) | {b / m:.2f}x | |")
+    if m and b and pm:  # where the masks' time goes: the polygons' journey, then the rasteriser
+        print(f"| ms a batch over boxes only: polygons moved / rasterised | "
+              f"{1e3 * args.batch_size * (1 / pm - 1 / b):.2f} / "
+              f"{1e3 * args.batch_size * (1 / m - 1 / pm):.2f} | |")
     if m and tv:
         print(f"| detaug masks / torchvision v2 (target >= 10x) | {m / tv:.2f}x | |")
     return 0 if m else 1
