@@ -30,8 +30,7 @@ import math
 
 import numpy as np
 
-from ..core.backend import upload_many
-from .warp import _device_inputs, _finish, launch_warp, plan_warp, warp_numpy
+from .warp import _device_inputs, _finish, launch_flat, launch_warp, plan_warp, warp_numpy
 from .warp_spec import _allocate_numpy, _is_dense, _out_shape, _prepare, _proj_rows
 
 _BLOCK = 256
@@ -165,9 +164,7 @@ class ResampleLaunch:
     def launch(self, ptrs, pitches=None, stream=None):
         """ONE kernel launch on images at ``ptrs`` (B,), rows ``pitches`` bytes apart (default:
         as planned); nothing is copied back. A dense array, or a list of views of one buffer."""
-        import cupy as cp
-
-        from .launch import get_kernel, launch
+        from .launch import get_kernel
 
         if self.B == 0:
             return []
@@ -176,19 +173,9 @@ class ResampleLaunch:
         if pitches is not None and not np.array_equal(pitches, meta_i[:, 0]):
             meta_i = meta_i.copy()
             meta_i[:, 0] = pitches
-        offsets = plan["offsets"]
-        stream = stream if stream is not None else cp.cuda.get_current_stream()
-        with stream:
-            args = tuple(upload_many([np.asarray(ptrs, np.uint64), meta_i, plan["idx"], plan["wt"],
-                                      plan["meta_f"]], stream))
-            flat = cp.empty(int(offsets[-1]), dtype=self.out_dtype)
-            out_arg = flat.view(cp.uint16) if self.out_dtype == np.float16 else flat
-            launch(get_kernel("resample.cu", plan["name"]), plan["grid"], plan["block"],
-                   args + (out_arg,), stream=stream, name=plan["name"])
-            del args  # freed in stream order, after the launch has read them
-            if self.dense:
-                return flat.reshape((self.B,) + self.shapes[0])
-            return [flat[offsets[b]:offsets[b + 1]].reshape(self.shapes[b]) for b in range(self.B)]
+        return launch_flat(get_kernel("resample.cu", plan["name"]), plan,
+                           [np.asarray(ptrs, np.uint64), meta_i, plan["idx"], plan["wt"],
+                            plan["meta_f"]], self, stream)
 
 
 def plan_resample(images, matrices, out_sizes, *, fill=0.0, mean=None, std=None,

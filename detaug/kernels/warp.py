@@ -535,9 +535,7 @@ def launch_warp(wl: WarpLaunch, ptrs, pitches=None, stream=None):
     """The device half of :func:`warp_cupy`: the planned launch on images at ``ptrs`` (B,) whose
     rows are ``pitches`` (B,) bytes apart (default: as planned). ONE kernel launch; nothing is
     copied back. The output: one dense array, or a list of views into one flat buffer."""
-    import cupy as cp
-
-    from .launch import get_kernel, launch
+    from .launch import get_kernel
 
     if wl.B == 0:
         return []
@@ -548,21 +546,31 @@ def launch_warp(wl: WarpLaunch, ptrs, pitches=None, stream=None):
         meta_i[:, 2] = pitches
         if int(meta_i[:, 2].max()) >= 2**31:
             raise ValueError("an input image row is too large for 32-bit indexing")
+    kernel = get_kernel("warp.cu", plan["name"], _OPTIONS)
+    return launch_flat(kernel, plan, [np.asarray(ptrs, dtype=np.uint64), meta_i, plan["inv"],
+                                      plan["meta_f"]], wl, stream)
+
+
+def launch_flat(kernel, plan, host_args, spec, stream=None):
+    """ONE launch of ``kernel`` on ``host_args`` (uploaded in one copy on ``stream``) into one
+    flat output of ``spec.out_dtype``: dense ``(spec.B,) + spec.shapes[0]`` or one view a
+    sample. The warp's and the resampling's device half (kernels/resample.py)."""
+    import cupy as cp
+
+    from .launch import launch
+
     offsets = plan["offsets"]
     stream = stream if stream is not None else cp.cuda.get_current_stream()
     with stream:
-        args = tuple(upload_many([np.asarray(ptrs, dtype=np.uint64), meta_i, plan["inv"],
-                                  plan["meta_f"]], stream))
-        flat = cp.empty(int(offsets[-1]), dtype=wl.out_dtype)
-        out_arg = flat.view(cp.uint16) if wl.out_dtype == np.float16 else flat
-        launch(get_kernel("warp.cu", plan["name"], _OPTIONS), plan["grid"], plan["block"],
-               args + (out_arg,), stream=stream, name=plan["name"])
-        # the metadata may be freed now: cupy's pools (the default one and the stream-ordered
-        # one) hand memory out again in stream order, after this launch has read it
-        del args
-        if wl.dense:
-            return flat.reshape((wl.B,) + wl.shapes[0])
-        return [flat[offsets[b]:offsets[b + 1]].reshape(wl.shapes[b]) for b in range(wl.B)]
+        args = tuple(upload_many(host_args, stream))
+        flat = cp.empty(int(offsets[-1]), dtype=spec.out_dtype)
+        out_arg = flat.view(cp.uint16) if spec.out_dtype == np.float16 else flat
+        launch(kernel, plan["grid"], plan["block"], args + (out_arg,), stream=stream,
+               name=plan["name"])
+        del args  # freed in stream order (either pool), after this launch has read it
+        if spec.dense:
+            return flat.reshape((spec.B,) + spec.shapes[0])
+        return [flat[offsets[b]:offsets[b + 1]].reshape(spec.shapes[b]) for b in range(spec.B)]
 
 
 def warp_cupy(images, matrices, out_sizes, *, fill=0.0, antialias=True, max_taps=8,

@@ -205,7 +205,7 @@ def test_cuda_source_on_the_cpu(resample_cu, monkeypatch):
     host code: one launch, the twin's uint8 values (but next to a half, float32 sums), float32
     within 1e-3, normalised CHW; a ragged batch and a dense one."""
     resample_cu.calls.clear()
-    emu.install_fake_cupy(monkeypatch, resample_cu, R)
+    emu.install_fake_cupy(monkeypatch, resample_cu, R, W)  # (W: the launch half they share)
     rng = np.random.default_rng(fresh_seed())
     for C, dense in ((3, False), (1, True)):
         imgs, mats, sizes = _gpu_case(rng, 3, C, dense)
@@ -317,7 +317,7 @@ def test_planned_ahead_gpu_launch_equals_the_cpu_pipeline(resample_cu, monkeypat
             pipe.set_outputs(img, fn.crop_mirror_normalize(img, mean=0.0, std=1.0,
                                                            dtype=types.FLOAT, output_layout="HWC"))
 
-    stand_in_gpu(monkeypatch, resample_cu, R)
+    stand_in_gpu(monkeypatch, resample_cu, R, W)
     gpu = Pipeline(batch_size=3, seed=5, device_id=0, host_processes=0, decode_processes=1)
     graph(gpu, "mixed")
     gpu.build()

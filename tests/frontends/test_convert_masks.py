@@ -14,39 +14,14 @@ from pycocotools import mask as coco_mask
 from detaug import Pipeline, fn
 from detaug.cli.convert import main
 from helpers import COCO
-from helpers.reader_files import voc_xml, write_voc
+from helpers.reader_files import crowd_coco, voc_xml, write_voc
 from readers.coco_instances import read_coco_shapes
 from readers.errors import DatasetError
-from readers.segments import Ragged, rle_decode, rle_encode, rle_from_string
+from readers.segments import Ragged, rle_decode, rle_encode
 from readers.voc_masks import read_voc_instances
 from readers.writers import write_voc as write_voc_tree
 
 IMAGES = os.path.join(COCO, "images")
-
-
-def crowd_coco(folder, every=5):
-    """The COCO sample with every ``every``-th polygon object rewritten as a crowd RLE (the
-    mask pycocotools makes of its polygons), the first of them as plain counts, the others
-    compressed. Returns (json path, {annotation id: mask})."""
-    with open(os.path.join(COCO, "annotations.json")) as f:
-        doc = json.load(f)
-    sizes = {im["id"]: (im["height"], im["width"]) for im in doc["images"]}
-    want = {}
-    for k, a in enumerate(doc["annotations"]):
-        if k % every or not isinstance(a["segmentation"], list):
-            continue
-        h, w = sizes[a["image_id"]]
-        rle = coco_mask.merge(coco_mask.frPyObjects(a["segmentation"], h, w))
-        want[a["id"]] = coco_mask.decode(rle)
-        counts = rle["counts"].decode("ascii")
-        if len(want) == 1:
-            counts = [int(v) for v in rle_from_string(counts)]
-        a["segmentation"], a["iscrowd"] = {"size": [h, w], "counts": counts}, 1
-    os.makedirs(str(folder), exist_ok=True)
-    path = os.path.join(str(folder), "crowd.json")
-    with open(path, "w") as f:
-        json.dump(doc, f)
-    return path, want
 
 
 def _run(capsys, *argv):
@@ -56,7 +31,7 @@ def _run(capsys, *argv):
 
 
 def test_coco_crowd_rle_to_coco_is_exact(tmp_path, capsys):
-    path, want = crowd_coco(tmp_path / "src")
+    path, want = crowd_coco(tmp_path / "src", every=5)
     code, out, err = _run(capsys, path, tmp_path / "out", "--from", "coco", "--to", "coco",
                           "--image-root", IMAGES)
     assert code == 0, err
@@ -129,7 +104,7 @@ def test_voc_segmentation_object_to_coco_rle(tmp_path, rng, capsys):
 
 
 def test_bitmap_masks_refused_or_dropped_and_counted(tmp_path, rng, capsys):
-    path, want = crowd_coco(tmp_path / "src")
+    path, want = crowd_coco(tmp_path / "src", every=5)
     crowds = len(want)
     for to in ("yolo", "voc", "tfrecord"):  # box targets: the boxes written, the masks counted
         code, out, err = _run(capsys, path, tmp_path / to, "--from", "coco", "--to", to,

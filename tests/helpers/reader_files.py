@@ -48,6 +48,36 @@ def write_coco(folder, images, annotations, categories=None, make_files=True):
     return path, image_dir
 
 
+def crowd_coco(folder, every, plain=True):
+    """The COCO sample with every ``every``-th polygon object rewritten as a crowd RLE (its
+    polygons merged by pycocotools: the mask COCO's tools give it), compressed; with ``plain``
+    the first of them as an uncompressed counts list. Writes ``folder``/crowd.json; returns
+    (its path, {annotation id: mask})."""
+    from pycocotools import mask as coco_mask
+
+    from readers.segments import rle_from_string
+
+    with open(os.path.join(COCO_MINI, "annotations.json")) as f:
+        doc = json.load(f)
+    sizes = {im["id"]: (im["height"], im["width"]) for im in doc["images"]}
+    want = {}
+    for k, a in enumerate(doc["annotations"]):
+        if k % every or not isinstance(a["segmentation"], list):
+            continue
+        h, w = sizes[a["image_id"]]
+        rle = coco_mask.merge(coco_mask.frPyObjects(a["segmentation"], h, w))
+        want[a["id"]] = coco_mask.decode(rle)
+        counts = rle["counts"].decode("ascii")
+        if plain and len(want) == 1:
+            counts = [int(v) for v in rle_from_string(counts)]
+        a["segmentation"], a["iscrowd"] = {"size": [h, w], "counts": counts}, 1
+    os.makedirs(str(folder), exist_ok=True)
+    path = os.path.join(str(folder), "crowd.json")
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    return path, want
+
+
 def image(i, width=100, height=80, name=None):
     return {"id": i, "file_name": name or f"{i:04d}.jpg", "width": width, "height": height}
 

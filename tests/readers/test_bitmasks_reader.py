@@ -3,7 +3,6 @@ lengths decoded into the per-box field ``bitmasks`` (core/instances.py ``rle_pla
 at once) equal pycocotools' ``decode`` of the same RLE, on fresh random RLEs and on the COCO
 sample's objects written as crowd RLEs (compressed strings and plain count lists); VOC's
 SegmentationObject indices come out as each object's mask."""
-import json
 import os
 
 import numpy as np
@@ -14,7 +13,7 @@ from pycocotools import mask as coco_mask
 from detaug import Pipeline, fn
 from detaug.core.instances import rle_planes
 from helpers import COCO, fresh_seed
-from helpers.reader_files import voc_xml, write_voc
+from helpers.reader_files import crowd_coco, voc_xml, write_voc
 from readers.segments import rle_from_string
 
 ROOT = os.path.join(COCO, "images")
@@ -53,30 +52,6 @@ def test_rle_planes_refuse_runs_that_miss_the_canvas():
         rle_planes([12, 5, 6], [0, 1, 3], [[3, 4], [3, 4]], (3, 4))
 
 
-def crowd_coco(folder, every=3, plain=True):
-    """The COCO sample with every ``every``-th polygon object rewritten as a crowd RLE (its
-    polygons merged by pycocotools: the mask COCO's tools give it), compressed; with ``plain``
-    the first of them as an uncompressed counts list. Returns (json path, {ann id: mask})."""
-    with open(os.path.join(COCO, "annotations.json")) as f:
-        doc = json.load(f)
-    sizes = {im["id"]: (im["height"], im["width"]) for im in doc["images"]}
-    want = {}
-    for k, a in enumerate(doc["annotations"]):
-        if k % every or not isinstance(a["segmentation"], list):
-            continue
-        h, w = sizes[a["image_id"]]
-        rle = coco_mask.merge(coco_mask.frPyObjects(a["segmentation"], h, w))
-        want[a["id"]] = coco_mask.decode(rle)
-        counts = rle["counts"].decode("ascii")
-        if plain and len(want) == 1:
-            counts = [int(v) for v in rle_from_string(counts)]
-        a["segmentation"], a["iscrowd"] = {"size": [h, w], "counts": counts}, 1
-    path = os.path.join(str(folder), "crowd.json")
-    with open(path, "w") as f:
-        json.dump(doc, f)
-    return path, want
-
-
 def _boxes(ann, n=16, **kw):
     pipe = Pipeline(batch_size=n, num_threads=1, seed=0, prefetch_queue_depth=1)
     with pipe:
@@ -90,7 +65,7 @@ def _boxes(ann, n=16, **kw):
 def test_coco_crowd_masks_are_pycocotools(tmp_path):
     """No op: each crowd box's bitmask is pycocotools' decode of its RLE on its image, every
     other box's is empty; the plane is the batch's largest canvas, cut per sample."""
-    ann, want = crowd_coco(tmp_path)
+    ann, want = crowd_coco(tmp_path, every=3)
     out = _boxes(ann, bitmasks=True)
     assert out.fields["bitmasks"].shape[1:] == tuple(out.canvas.max(0))
     seen = 0
@@ -109,7 +84,7 @@ def test_coco_crowd_masks_are_pycocotools(tmp_path):
 def test_without_bitmasks_rle_is_counted_as_dropped(tmp_path):
     from readers.coco_instances import read_coco_shapes
 
-    ann, want = crowd_coco(tmp_path)
+    ann, want = crowd_coco(tmp_path, every=3)
     ds = read_coco_shapes(ann, ROOT, polygons=True)
     assert sum(ds.dropped.values()) == sum(int(m.size > 0) for m in want.values())
     both = read_coco_shapes(ann, ROOT, polygons=True, bitmasks=True)
@@ -123,7 +98,7 @@ def test_without_bitmasks_rle_is_counted_as_dropped(tmp_path):
 
 
 def test_dali_mode_refuses_bitmasks(tmp_path):
-    ann, _ = crowd_coco(tmp_path)
+    ann, _ = crowd_coco(tmp_path, every=3)
     pipe = Pipeline(batch_size=2, num_threads=1, seed=0)
     with pytest.raises(ValueError, match="bitmasks="):
         with pipe:
