@@ -245,7 +245,8 @@ def test_tensor_ops_on_the_gpu_equal_the_cpu(seed):
         assert type(c) is type(g), name
         for cs, gs in zip(_rows(c), _rows(g)):
             assert cs.dtype == gs.dtype and cs.shape == gs.shape, name
-            if name == "enc":
+            if name in ("enc", "flat"):  # (flat: enc reshaped; the device's log / divide may
+                # round a last bit differently from NumPy's)
                 np.testing.assert_allclose(gs, cs, rtol=1e-5, atol=1e-6, err_msg=name)
             else:
                 np.testing.assert_array_equal(gs, cs, err_msg=name)
