@@ -2,9 +2,9 @@
 resize resamples the first's image (rounded to uint8), not the source through one composed
 scale (ops/geometry.resamples_apart). Checked against a float64 model of DALI's triangle filter
 (helpers.dali_refs): hand-computed cases; fresh random chains (resize, resize; resize, crop,
-resize; resize, flip, resize; random_resized_crop, resize; DALI's filter argument with boxes)
-on both CPU warps, where the second step is checked against the model applied to the pipeline's
-own first step; detaug's box-aware chains stay one warp; the GPU path planned ahead (resample.cu
+resize; resize, flip, resize; random_resized_crop, resize; resize, rotate; DALI's filter
+argument with boxes) on both CPU warps, where the second step is checked against the model
+applied to the pipeline's own first step; detaug's box-aware chains stay one warp; the GPU path planned ahead (resample.cu
 emulated, two chained launches) and on the device (``gpu``-marked)."""
 from __future__ import annotations
 
@@ -136,6 +136,20 @@ def test_random_resized_crop_then_resize():
         (r := fn.random_resized_crop(i, **kw)), fn.resize(r, size=(7, 9))))
     _assert_rounded(np.asarray(first.at(0)), dali_resize(img, 16, 24))
     _assert_rounded(np.asarray(out.at(0)), dali_resize(np.asarray(first.at(0)), 7, 9))
+
+
+def test_a_rotation_after_the_resize_warps_its_image(cpu_warp):
+    """fn.resize(images) then fn.rotate(angle=) (detaug's canvas): the rotation warps the
+    resize's image (DALI's filter, rounded), exactly as the rotation run on that image alone."""
+    rng = np.random.default_rng(fresh_seed())
+    img = rng.integers(0, 256, (30, 40, 3), dtype=np.uint8)
+    angle = float(rng.uniform(10, 80))
+    r, rot = run_graph([img], [np.zeros((0, 4))], lambda i, b: (
+        (r := fn.resize(i, size=(15, 21))), fn.rotate(r, angle=angle, expand=False)))
+    _assert_rounded(np.asarray(r.at(0)), dali_resize(img, 15, 21))
+    (alone,) = run_graph([np.asarray(r.at(0))], [np.zeros((0, 4))], lambda i, b: (
+        fn.rotate(i, angle=angle, expand=False),))
+    np.testing.assert_array_equal(np.asarray(rot.at(0)), np.asarray(alone.at(0)))
 
 
 def test_filter_argument_with_boxes_filters_twice_and_boxes_follow():
