@@ -83,11 +83,6 @@ class Geometry:
                         self.antialias and bool(antialias),
                         "triangle" if "triangle" in (filter, self.filter) else "box")
 
-    def resamples(self) -> bool:
-        """Whether an op of the chain resamples (its map is not :func:`geometry.axis_copy` for
-        some sample: a resize, a rotation, a quarter turn, a subpixel shift)."""
-        return any(not G.axis_copy(s.matrix).all() for s in self.steps)
-
     def valid_region(self):
         """The part of the output that holds source content: see :func:`geometry.valid_region`."""
         return G.valid_region(self.source_sizes, [s.matrix for s in self.steps],
