@@ -226,6 +226,13 @@ def pixel_exact(m, tol=1e-9) -> np.ndarray:
     return unit & whole & (m[..., 2, 0] == 0) & (m[..., 2, 1] == 0) & (m[..., 2, 2] == 1)
 
 
+def axis_copy(m, tol=1e-9) -> np.ndarray:
+    """(...,) whether the matrices ``m`` (..., 3, 3) copy pixels and keep the axes: ``pixel_exact``
+    without a quarter turn (a crop, a flip, a paste at an integral place)."""
+    m = np.asarray(m, np.float64)
+    return pixel_exact(m, tol) & (np.abs(m[..., 0, 1]) <= tol) & (np.abs(m[..., 1, 0]) <= tol)
+
+
 def _copied_canvases(ops, comp, roi=None) -> np.ndarray:
     """(K, B) whether canvas k needs no tap clamp: op k copies pixels (``pixel_exact``), or
     resamples a region of interest (``roi[k]``: DALI's resize reads beyond its region), and

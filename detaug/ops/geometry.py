@@ -141,6 +141,8 @@ def apply_geometry(ctx, op, inputs, plan, fill=None, box_mode=None, antialias=Tr
     outs = []
     for v in inputs:
         if isinstance(v, ImageBatch):
+            if resamples_apart(v.geometry, m, filter):
+                v = M.images(v, ctx)
             f = None if fill is None else np.broadcast_to(
                 np.asarray(fill, np.float64).reshape(len(sizes), -1) if np.ndim(fill) == 2
                 else np.asarray(fill, np.float64), (len(sizes), v.channels))
@@ -152,6 +154,20 @@ def apply_geometry(ctx, op, inputs, plan, fill=None, box_mode=None, antialias=Tr
                                                  roi=roi)).replace(region=reg)
             outs.append(b.drop(keep) if keep is not None else b)
     return tuple(outs)
+
+
+def resamples_apart(g, m, filter) -> bool:
+    """Whether an op of matrices ``m`` (B, 3, 3) asking for ``filter`` resamples the image that
+    the pending chain ``g`` makes instead of joining it: where DALI's filter is involved (the
+    chain's or the op's, :attr:`detaug.core.batch.Geometry.filter`) and both resample (the op's
+    map and a step of the chain are not :func:`detaug.core.geometry.axis_copy` for some sample:
+    the chain's image is then made first, for every sample). DALI's resize filters its own
+    input, so two resizes filter twice, the second the first's rounded image, and a rotation
+    after a resize reads the resized image: one composed map would filter once. detaug's own
+    chains (no op asking for DALI's filter) stay one warp."""
+    if g is None or "triangle" not in (filter, g.filter) or G.axis_copy(m).all():
+        return False
+    return any(not G.axis_copy(s.matrix).all() for s in g.steps)
 
 
 # ---- flip -------------------------------------------------------------------------------------

@@ -480,12 +480,17 @@ def _upload(ctx, op, inputs, args):
     from ..core.backend import upload, upload_many
 
     v = inputs[0]
-    if getattr(ctx, "planning", False):  # planned ahead: boxes stay on the host until realised
+    if getattr(ctx, "planning", False):
+        # planned ahead: boxes and plain tensors stay on the host until the launch is realised
+        # (runtime/gpu/plan_ahead.py uploads them there, in its one copy, as the arrays below);
+        # host images cannot stand in for device ones in the planned chain
         if isinstance(v, (BoxBatch, EncodedBatch)):
             return v
-        from ..core.errors import NotPlannable
+        if isinstance(v, ImageBatch):
+            from ..core.errors import NotPlannable
 
-        raise NotPlannable(f"{op.name}: an upload of {type(v).__name__}")
+            raise NotPlannable(f"{op.name}: an upload of host images")
+        return [np.asarray(a) for a in v] if isinstance(v, (list, tuple)) else np.asarray(v)
     if isinstance(v, BoxBatch):
         return v.to_device(ctx)
     if isinstance(v, ImageBatch):

@@ -15,6 +15,7 @@ from detaug import pipeline_def
 from detaug.core import backend
 from detaug.kernels import warp as W
 from helpers import fresh_seed, run_graph, to_np
+from helpers.dali_refs import dali_resize
 
 
 @pytest.fixture(params=("opencv", "reference"))
@@ -23,30 +24,6 @@ def cpu_warp(request):
     backend.set_cpu_warp(request.param)
     yield request.param
     backend.set_cpu_warp(before)
-
-
-def _axis(n_in: int, n_out: int, req: float | None = None) -> np.ndarray:
-    """(n_out, n_in): DALI's triangle, centres at +0.5, normalised, taps clamped to the image.
-    ``req``: the size asked for (fractional: DALI's subpixel_scale moves the input region
-    ``[0, in]`` about its centre by ``adj = out / req`` and resizes that region, radius its
-    extent / out); None: the image onto ``n_out``."""
-    adj = 1.0 if req is None else min(n_out / req, 10.0)
-    lo = n_in / 2 * (1 - adj)
-    s = n_in * adj / n_out
-    r = max(1.0, s)
-    w = np.zeros((n_out, n_in))
-    for i in range(n_out):
-        t = lo + (i + 0.5) * s
-        ps = np.arange(int(np.floor(t - 0.5 - r)), int(np.ceil(t - 0.5 + r)) + 1)
-        k = np.maximum(0.0, 1.0 - np.abs(ps + 0.5 - t) / r)
-        np.add.at(w[i], np.clip(ps, 0, n_in - 1), k / k.sum())
-    return w
-
-
-def dali_resize(img, oh, ow, req=None):
-    rh, rw = (None, None) if req is None else req
-    return np.einsum("ij,jkc,lk->ilc", _axis(img.shape[0], oh, rh), img.astype(np.float64),
-                     _axis(img.shape[1], ow, rw), optimize=True)
 
 
 def _assert_rounded(out, ref):

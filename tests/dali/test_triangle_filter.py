@@ -8,7 +8,6 @@ fresh random images, the GPU kernel against the twin, and one launch per batch."
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import pytest
@@ -17,6 +16,7 @@ from detaug.kernels import resample as R
 from detaug.kernels import warp as W
 from helpers import cuda_emulation as emu
 from helpers import fresh_seed
+from helpers.warp import build_resample_emulation
 
 
 def dali_axis(n_in: int, n_out: int, scale: float | None = None, origin: float = 0.0,
@@ -190,14 +190,7 @@ def test_mixed_batch_takes_each_filter_per_sample():
 
 @pytest.fixture(scope="module")
 def resample_cu(tmp_path_factory):
-    """resample.cu as host C++; its kernels are made by a macro: names and output types from
-    its uses (the float16 store is not emulated)."""
-    with open(f"{emu.KERNEL_DIR}/resample.cu") as f:
-        uses = re.findall(r"^DETAUG_RESAMPLE_KERNEL\((\w+), \d, ([\w ]+), \w+\)", f.read(), re.M)
-    head = ["const unsigned long long*", "const long long*", "const int*", "const float*",
-            "const float*"]
-    return emu.build(tmp_path_factory.mktemp("resample_cu"), "resample.cu",
-                     signatures={name: head + [f"{t}*"] for name, t in uses})
+    return build_resample_emulation(tmp_path_factory)
 
 
 def test_cuda_source_on_the_cpu(resample_cu, monkeypatch):

@@ -228,3 +228,87 @@ def plan_without_cupy(pipe, key):
     finally:
         sys.modules["cupy"] = saved
     return pickle.loads(pickle.dumps(plan, protocol=5))
+
+
+class _Event:
+    done = True
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def record(self, stream=None):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def query(self):
+        return True
+
+
+class _Stream:
+    ptr = 0
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def wait_event(self, event):
+        pass
+
+    def synchronize(self):
+        pass
+
+
+class _Device(_Stream):
+    def __init__(self, device_id=0):
+        self.id = device_id
+
+    def use(self):
+        pass
+
+
+class _Lease(list):
+    """The decoded images a decode service lends (the arrays, kept alive)."""
+
+    def retire(self, event):
+        pass
+
+
+def _set(self, host, stream=None):  # cupy's ndarray.set: a host-to-device copy
+    np.copyto(self.view(np.ndarray), np.asarray(host).reshape(self.shape))
+
+
+def device_stage_stand_in(monkeypatch, kernels=None, *modules, plan_ahead=True):
+    """:func:`stand_in_gpu`, and what a pipeline's device stage runs on stood in for too:
+    events, streams and devices that do nothing (the emulation runs one launch at a time),
+    host staging buffers, ``ndarray.set`` a host copy, and the decode (planned or not) made by
+    Pillow on the host. Returns the fake cupy."""
+    from detaug.core import backend
+    from detaug.core.batch import DeviceImages
+    from detaug.ops import gpu_decode
+    from detaug.ops.decode import decode_pillow
+    from detaug.ops.sources import read_files
+
+    from . import cuda_emulation as emu
+
+    fake = stand_in_gpu(monkeypatch, kernels, *modules, plan_ahead=plan_ahead)
+    fake.cuda.Event, fake.cuda.Stream, fake.cuda.Device = _Event, _Stream, _Device
+    fake.cuda.get_current_stream = _Stream
+    fake.cuda.alloc_pinned_memory = bytearray
+    monkeypatch.setattr(emu.FakeDeviceArray, "set", _set, raising=False)
+    monkeypatch.setattr(backend, "_RING", backend._PinnedRing())  # its staging buffers: host ones
+    def made(paths):
+        images = DeviceImages.from_arrays([emu.dev(decode_pillow(b)) for b in read_files(paths)])
+        images.owners = _Lease(images.owners)
+        return images
+
+    monkeypatch.setattr(gpu_decode, "decode_planned", lambda ctx, src: made(src.enc.paths))
+    monkeypatch.setattr(NoDecodeService, "decode", lambda self, paths, output_type, chunk, stream:
+                        (made(paths), []), raising=False)  # (a launch run unplanned)
+    return fake

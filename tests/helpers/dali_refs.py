@@ -1,5 +1,6 @@
-"""References of DALI's tensor ops, written out from DALI's BoxEncoder rules as plain float64 loops (shared by the
-box_encoder tests on the host and on the device)."""
+"""References of DALI's ops written out in float64: the BoxEncoder rules as plain loops (shared by
+the box_encoder tests on the host and on the device), and the triangle filter of DALI's resize
+(the pipeline tests of the resize's filter, one resize and several)."""
 import numpy as np
 
 
@@ -39,3 +40,37 @@ def encode_ref(boxes, labels, anchors, criteria=0.5, offset=False, scale=2.0, me
                 out[j] = cwh(boxes[best])
             lab[j] = labels[best]
     return out, lab
+
+
+def triangle_axis(n_in: int, n_out: int, req: float | None = None) -> np.ndarray:
+    """(n_out, n_in) float64: one axis of DALI's resize (antialiased linear = its triangle):
+    output ``i`` centred at input ``t = (i + 0.5) * in / out``, input ``p`` weighed
+    ``max(0, 1 - |p + 0.5 - t| / R)``, ``R = max(1, in / out)``, normalised, taps clamped to
+    the image. ``req``: the size asked for (fractional: DALI's subpixel_scale moves the input
+    region ``[0, in]`` about its centre by ``adj = out / req`` and resizes that region, radius
+    its extent / out); None: the image onto ``n_out``."""
+    adj = 1.0 if req is None else min(n_out / req, 10.0)
+    lo = n_in / 2 * (1 - adj)
+    s = n_in * adj / n_out
+    r = max(1.0, s)
+    w = np.zeros((n_out, n_in))
+    for i in range(n_out):
+        t = lo + (i + 0.5) * s
+        ps = np.arange(int(np.floor(t - 0.5 - r)), int(np.ceil(t - 0.5 + r)) + 1)
+        k = np.maximum(0.0, 1.0 - np.abs(ps + 0.5 - t) / r)
+        np.add.at(w[i], np.clip(ps, 0, n_in - 1), k / k.sum())
+    return w
+
+
+def dali_resize(img, oh: int, ow: int, req=None) -> np.ndarray:
+    """(oh, ow, C) float64, not rounded: DALI's resize of the HWC ``img`` (``req``: the
+    fractional (h, w) asked for, see :func:`triangle_axis`)."""
+    rh, rw = (None, None) if req is None else req
+    return np.einsum("ij,jkc,lk->ilc", triangle_axis(img.shape[0], oh, rh),
+                     np.asarray(img, np.float64), triangle_axis(img.shape[1], ow, rw),
+                     optimize=True)
+
+
+def dali_u8(ref) -> np.ndarray:
+    """A float resize's uint8 image as DALI's CPU resize makes it: + 0.5, truncated, clamped."""
+    return np.clip(np.floor(np.asarray(ref, np.float64) + 0.5), 0, 255).astype(np.uint8)

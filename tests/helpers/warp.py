@@ -1,7 +1,8 @@
 """The warp kernel tests' shared draws and the CPU emulation of warp.cu (tests/kernels/test_warp.py,
 test_warp_region.py, test_warp_projective.py; tests/runtime/test_plan_ahead.py): random images,
-affine matrices, axis-aligned cases and fused-chain regions; warp.cu built as host C++ and run
-with warp_cupy's own launch plan; the GPU cases' host copy and tolerances."""
+affine matrices, axis-aligned cases and fused-chain regions; warp.cu and resample.cu (DALI's
+triangle filter) built as host C++ and run with their own launch plans; the GPU cases' host
+copy and tolerances."""
 from __future__ import annotations
 
 import os
@@ -60,6 +61,17 @@ def _build_emulation(tmp_path_factory, *defines):
     return emu.build(tmp_path_factory.mktemp("warp_cu"), "warp.cu",
                      defines=(f"DETAUG_WARP_PPL={W._PIX_PER_LANE}", *defines),
                      signatures=_warp_signatures())
+
+
+def build_resample_emulation(tmp_path_factory):
+    """resample.cu as host C++; its kernels are made by a macro: names and output types from
+    its uses (the float16 store is not emulated)."""
+    with open(f"{emu.KERNEL_DIR}/resample.cu") as f:
+        uses = re.findall(r"^DETAUG_RESAMPLE_KERNEL\((\w+), \d, ([\w ]+), \w+\)", f.read(), re.M)
+    head = ["const unsigned long long*", "const long long*", "const int*", "const float*",
+            "const float*"]
+    return emu.build(tmp_path_factory.mktemp("resample_cu"), "resample.cu",
+                     signatures={name: head + [f"{t}*"] for name, t in uses})
 
 
 @pytest.fixture(scope="module")

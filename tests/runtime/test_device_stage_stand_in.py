@@ -14,61 +14,13 @@ import pytest
 from detaug import Pipeline, fn
 from detaug.kernels import warp as W
 from helpers import COCO, to_np
-from helpers import cuda_emulation as emu
-from helpers.cases import stand_in_gpu
+from helpers.cases import device_stage_stand_in
 from helpers.warp import MEAN, STD, _build_emulation
 
 
 @pytest.fixture(scope="module")
 def emulated_kernels(tmp_path_factory):
     return _build_emulation(tmp_path_factory)
-
-
-class _Event:
-    done = True
-
-    def __init__(self, *args, **kwargs):
-        pass
-
-    def record(self, stream=None):
-        pass
-
-    def synchronize(self):
-        pass
-
-    def query(self):
-        return True
-
-
-class _Stream:
-    ptr = 0
-
-    def __init__(self, *args, **kwargs):
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def wait_event(self, event):
-        pass
-
-    def synchronize(self):
-        pass
-
-
-class _Device(_Stream):
-    def __init__(self, device_id=0):
-        self.id = device_id
-
-    def use(self):
-        pass
-
-
-def _set(self, host, stream=None):  # cupy's ndarray.set: a host-to-device copy
-    np.copyto(self.view(np.ndarray), np.asarray(host).reshape(self.shape))
 
 
 def _graph(pipe, device):
@@ -94,19 +46,8 @@ def _same(got, ref):
 
 def test_a_planned_pipeline_runs_through_its_device_stage(emulated_kernels, monkeypatch):
     from detaug.core import backend
-    from detaug.core.batch import DeviceImages
-    from detaug.ops import gpu_decode
-    from detaug.ops.decode import decode_pillow
-    from detaug.ops.sources import read_files
 
-    fake = stand_in_gpu(monkeypatch, emulated_kernels, W)
-    fake.cuda.Event, fake.cuda.Stream, fake.cuda.Device = _Event, _Stream, _Device
-    fake.cuda.get_current_stream = _Stream
-    fake.cuda.alloc_pinned_memory = bytearray
-    monkeypatch.setattr(emu.FakeDeviceArray, "set", _set, raising=False)
-    monkeypatch.setattr(backend, "_RING", backend._PinnedRing())  # its staging buffers: host ones
-    monkeypatch.setattr(gpu_decode, "decode_planned", lambda ctx, src: DeviceImages.from_arrays(
-        [emu.dev(decode_pillow(b)) for b in read_files(src.enc.paths)]))
+    device_stage_stand_in(monkeypatch, emulated_kernels, W)
     # one launch in flight, one device thread: the emulation runs one launch at a time
     gpu = Pipeline(batch_size=4, seed=7, device_id=0, host_processes=0, decode_processes=1,
                    prefetch_queue_depth=1, device_workers=1)

@@ -17,8 +17,9 @@ checks them), so the whole plan can be made before the decode, from the reader's
   need travels as a :class:`LaunchPlan`, arrays in shared memory (detaug/runtime/host_workers.py).
 * **run** (:meth:`PlanAhead.run_planned`, a device thread of this process): the decode request
   (admitted in launch order), then, in an output slot: one warp launch per planned warp, one
-  upload of every box array, the device ops that could not be planned (a RetinaNet encoder, a
-  colour op whose input is made on the device), and the batch's event.
+  upload of every box array and plain tensor (a ``.gpu()`` of labels, say), the device ops that
+  could not be planned (a RetinaNet encoder, a colour op whose input is made on the device),
+  and the batch's event.
 
 The results are the same whether a launch is planned in a worker, in a thread, or re-planned
 here after a bad file is replaced: the same functions on the same keyed draws. A launch that
@@ -270,8 +271,9 @@ class PlanAhead:
         """The planned values on the device, into ``ctx.values``: planned images are their
         decoded images (the pending chain kept), a deferred warp or launch runs (one launch
         each, after those it reads: core/deferred.py), and every
-        host array of the planned box values goes up in ONE copy. Values of the host ops stay
-        as they are."""
+        host array of the planned box values and of the planned uploads of plain tensors (an
+        array, or a list of them: a ragged batch) goes up in ONE copy. Values of the host ops
+        stay as they are."""
         from ...core.backend import upload_many
 
         host, todo, made, planned_ids = [], [], {}, self.plan.ahead.planned_ids
@@ -293,6 +295,11 @@ class PlanAhead:
             elif hasattr(v, "__array_interface__"):
                 todo.append((k, v, None, len(host), 1))
                 host.append(v)
+            elif isinstance(v, list) and v and all(hasattr(a, "__array_interface__") for a in v):
+                # a ragged tensor batch (an upload planned: its samples, each a view as the
+                # upload makes them)
+                todo.append((k, v, None, len(host), len(v)))
+                host.extend(v)
             else:
                 ctx.values[k] = v
         dev = upload_many(host, ctx.stream) if host else []
@@ -302,5 +309,7 @@ class PlanAhead:
                 ctx.values[k] = v.on_device(d)
             elif isinstance(v, PaddedBoxes):
                 ctx.values[k] = PaddedBoxes(zip(names, d))
+            elif isinstance(v, list):
+                ctx.values[k] = list(d)
             else:
                 ctx.values[k] = d[0]
