@@ -2,8 +2,8 @@
 
     python benchmarks/bench_readers.py [--coco 10000,100000,1000000] [--voc 10000,100000]
                                        [--repeat 3] [--data DIR] [--json FILE]
-    python benchmarks/bench_readers.py --tight-boxes [--tight-data DIR] [--tight-epochs 4]
-                                       [--seed 0] [--json FILE]
+    python benchmarks/bench_readers.py --tight-boxes [--tight-masks] [--tight-data DIR]
+                                       [--tight-epochs 4] [--seed 0] [--json FILE]
 
 COCO: for each size N, one instances JSON of N box-only annotations on N/7 images (COCO's ratio)
 over 80 categories with non-contiguous ids (as COCO's 1..90), each annotation with COCO's keys
@@ -39,9 +39,16 @@ its boxes). Per mode (``tight_modes()``: ``fn.rotate`` keeping the size, the ang
 uniformly in a range of magnitudes with a random sign; ``fn.affine`` with shear only), two
 pipelines of one seed and one graph, ``tight_boxes=False`` and ``True``, over
 ``--tight-epochs`` epochs (new draws each): box by box, the area ratio tight / corners' box,
-their IoU, the share at least 10 % smaller (ratio <= 0.9). Boxes with no polygon left (crowds'
-RLE, or every polygon cut off the canvas) keep the corners' box: counted, not in the ratios.
-Every tight box lies inside its corners' box (asserted, to ``INSIDE_TOL`` px).
+their IoU (mean, median), the share at least 10 % smaller (ratio <= 0.9). Boxes with no polygon
+left (crowds' RLE, or every polygon cut off the canvas) keep the corners' box: counted, not in
+the ratios. Every tight box lies inside its corners' box (asserted, to ``INSIDE_TOL`` px).
+``--tight-masks`` adds, per mode, the boxes from masks: the same file with each polygon object's
+mask in COCO's RLE (``rle_copy``: pycocotools, the mask COCO defines), a third pipeline with
+``bitmasks=True, tight_boxes=True`` (each box the box of its mask's pixels after the nearest
+warp), against the corners' box and against the polygons' tight box; boxes whose mask lost every
+pixel keep the corners' box (counted). Pixel boxes are not bounded by the corners' box: a mask
+pixel whose centre lies inside the object reaches up to half a pixel beyond it (and COCO's
+rasterisation a little more), shown in ``max outside``.
 """
 from __future__ import annotations
 
@@ -262,42 +269,88 @@ def tight_modes():
 
 
 
-def tight_box_pairs(annotations, image_root, chain, *, epochs=1, seed=0, batch_size=16):
+def _chain_rows(annotations, image_root, chain, n, *, epochs, seed, batch_size, **reader):
+    """The per-sample output rows (BoxBatch.per_sample) of ``chain`` after one
+    ``fn.readers.coco(**reader)`` over the ``n`` images of ``annotations`` with a box, epoch
+    after epoch (the last batch's padding samples cut off)."""
+    from detaug import Pipeline, fn
+
+    pipe = Pipeline(batch_size=batch_size, num_threads=1, seed=seed)
+    with pipe:
+        enc, boxes = fn.readers.coco(file_root=image_root, annotations_file=annotations,
+                                     skip_empty=True, **reader)
+        pipe.set_outputs(chain(fn.decoders.image(enc), boxes)[1])
+    rows = []
+    for e in range(epochs):
+        for b in range(-(-n // batch_size)):
+            rows += pipe.run_batch(b, e)[0].per_sample()[:n - b * batch_size]
+    pipe.close()
+    return rows
+
+
+def _cat(rows, key):
+    return np.concatenate([np.asarray(r[key], np.float64).reshape(len(r["boxes"]), -1)
+                           for r in rows]) if rows else np.zeros((0, 4))
+
+
+def tight_box_pairs(annotations, image_root, chain, *, epochs=1, seed=0, batch_size=16,
+                    ids=False):
     """Run ``chain`` in two pipelines (``tight_boxes`` False / True, one seed) over every image
     of ``annotations`` with a box, ``epochs`` times: ``(corner (N, 4), tight (N, 4), moved
     (N,) bool)`` float64, row for row (asserted: the same annotation ids); ``moved``: the box
-    had polygons left, so that tight_boxes replaced it."""
-    from detaug import Pipeline, fn
+    had polygons left, so that tight_boxes replaced it. With ``ids`` the annotation ids (N,)
+    follow."""
     from readers.coco_instances import read_coco_shapes
 
     n = len(read_coco_shapes(annotations, image_root, polygons=True, skip_empty=True))
-    out = {}
-    for tight in (False, True):
-        pipe = Pipeline(batch_size=batch_size, num_threads=1, seed=seed)
-        with pipe:
-            enc, boxes = fn.readers.coco(file_root=image_root, annotations_file=annotations,
-                                         polygons=True, tight_boxes=tight, skip_empty=True)
-            pipe.set_outputs(chain(fn.decoders.image(enc), boxes)[1])
-        rows = []
-        for e in range(epochs):
-            for b in range(-(-n // batch_size)):  # the last batch's padding samples cut off
-                rows += pipe.run_batch(b, e)[0].per_sample()[:n - b * batch_size]
-        pipe.close()
-        out[tight] = rows
-
-    def cat(rows, key):
-        return np.concatenate([np.asarray(r[key], np.float64).reshape(len(r["boxes"]), -1)
-                               for r in rows]) if rows else np.zeros((0, 4))
-    assert np.array_equal(cat(out[False], "annotation_id"), cat(out[True], "annotation_id"))
+    kw = dict(epochs=epochs, seed=seed, batch_size=batch_size, polygons=True)
+    out = {t: _chain_rows(annotations, image_root, chain, n, tight_boxes=t, **kw)
+           for t in (False, True)}
+    assert np.array_equal(_cat(out[False], "annotation_id"), _cat(out[True], "annotation_id"))
     poly = [np.asarray(r["polygons"]).reshape(len(r["boxes"]), -1) for r in out[True]]
     moved = np.concatenate([~np.isnan(p).all(1) for p in poly]) if poly else np.zeros(0, bool)
-    return cat(out[False], "boxes"), cat(out[True], "boxes"), moved
+    got = _cat(out[False], "boxes"), _cat(out[True], "boxes"), moved
+    return got + (_cat(out[True], "annotation_id").reshape(-1),) if ids else got
+
+
+def rle_copy(annotations, out_path):
+    """``annotations`` rewritten with each polygon object's ``segmentation`` as its mask in
+    COCO's compressed RLE (pycocotools ``merge(frPyObjects(...))``: the mask COCO's tools make
+    of the polygons), ``iscrowd`` kept; written to ``out_path``."""
+    from pycocotools import mask as coco_mask
+
+    with open(annotations) as f:
+        doc = json.load(f)
+    sizes = {im["id"]: (im["height"], im["width"]) for im in doc["images"]}
+    for a in doc["annotations"]:
+        if isinstance(a.get("segmentation"), list) and a["segmentation"]:
+            h, w = sizes[a["image_id"]]
+            rle = coco_mask.merge(coco_mask.frPyObjects(a["segmentation"], h, w))
+            a["segmentation"] = {"size": [h, w], "counts": rle["counts"].decode("ascii")}
+    with open(out_path, "w") as f:
+        json.dump(doc, f)
+    return out_path
+
+
+def tight_mask_boxes(annotations, image_root, chain, *, epochs=1, seed=0, batch_size=16):
+    """``chain`` once more over ``annotations`` read with ``bitmasks=True, tight_boxes=True``
+    (each box follows its warped mask): ``(boxes (N, 4) float64, moved (N,) bool, annotation
+    ids (N,))``, ``moved`` where the box's mask kept a pixel. With :func:`rle_copy`'s file the
+    rows line up with :func:`tight_box_pairs`' on the original one (same seed, same graph)."""
+    from readers.coco_instances import read_coco_shapes
+
+    n = len(read_coco_shapes(annotations, image_root, bitmasks=True, skip_empty=True))
+    rows = _chain_rows(annotations, image_root, chain, n, epochs=epochs, seed=seed,
+                       batch_size=batch_size, bitmasks=True, tight_boxes=True)
+    moved = [np.asarray(r["bitmasks"]).reshape(len(r["boxes"]), -1).any(1) for r in rows]
+    moved = np.concatenate(moved) if moved else np.zeros(0, bool)
+    return _cat(rows, "boxes"), moved, _cat(rows, "annotation_id").reshape(-1)
 
 
 def tight_box_stats(corner, tight, moved):
     """The table's figures over the ``moved`` boxes: area ratio tight / corners' (mean,
-    median), mean IoU, share with ratio <= 0.9, count; ``kept`` the boxes not moved; ``outside``
-    the largest distance (px) by which a tight box leaves its corners' box."""
+    median), IoU (mean, median), share with ratio <= 0.9, count; ``kept`` the boxes not moved;
+    ``outside`` the largest distance (px) by which a tight box leaves its corners' box."""
     corner, tight = np.asarray(corner, np.float64), np.asarray(tight, np.float64)
     outside = float(np.max(np.concatenate([corner[:, :2] - tight[:, :2],
                                            tight[:, 2:] - corner[:, 2:]], 1), initial=0.0))
@@ -316,6 +369,7 @@ def tight_box_stats(corner, tight, moved):
             "ratio_mean": float(ratio.mean()) if len(ratio) else nan,
             "ratio_median": float(np.median(ratio)) if len(ratio) else nan,
             "iou_mean": float(iou.mean()) if len(iou) else nan,
+            "iou_median": float(np.median(iou)) if len(iou) else nan,
             "smaller_10": float(np.mean(ratio <= 0.9)) if len(ratio) else nan,
             "outside": outside}
 
@@ -332,19 +386,36 @@ def tight_main(args):
     print(f"tight_boxes on {ann}: {len({a['image_id'] for a in anns})} images with annotations, "
           f"{len(anns)} annotations, {no_poly} without a polygon ({crowd} crowds): they keep "
           f"their corners' box; {args.tight_epochs} epochs per mode, seed {args.seed}")
-    print("| mode | boxes | mean area ratio tight / corners | median | mean IoU | "
-          ">= 10 % smaller | kept corners' box (no polygon left) | max outside (px) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    if args.tight_masks:
+        print("with --tight-masks: the same file with each polygon object's mask as COCO's RLE "
+              "(pycocotools), read with bitmasks=True, tight_boxes=True: rows ', masks' (the "
+              "warped mask's box against the corners' box) and ', masks vs polygons' (against "
+              "the polygons' tight box: ratio mask / polygon box)")
+        rle = rle_copy(ann, os.path.join(tempfile.mkdtemp(prefix="tight_rle_"), "rle.json"))
+    print("| mode | boxes | mean area ratio tight / corners | median | mean IoU | median IoU | "
+          ">= 10 % smaller | kept corners' box (no polygon / mask pixel left) | "
+          "max outside (px) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     rows = []
-    for name, chain in tight_modes():
-        r = tight_box_stats(*tight_box_pairs(ann, root, chain, epochs=args.tight_epochs,
-                                             seed=args.seed))
-        assert r["outside"] <= INSIDE_TOL, (name, r)  # every tight box inside its corners' box
+
+    def row(name, r):
         rows.append({"mode": name} | r)
         print(f"| {name} | {r['boxes']:,} | {r['ratio_mean']:.3f} | {r['ratio_median']:.3f} | "
-              f"{r['iou_mean']:.3f} | {100 * r['smaller_10']:.1f} % | {r['kept']} | "
-              f"{r['outside']:.3f} |", flush=True)
-    print(f"every tight box inside its corners' box (to {INSIDE_TOL} px)")
+              f"{r['iou_mean']:.3f} | {r['iou_median']:.3f} | {100 * r['smaller_10']:.1f} % | "
+              f"{r['kept']} | {r['outside']:.3f} |", flush=True)
+    for name, chain in tight_modes():
+        kw = dict(epochs=args.tight_epochs, seed=args.seed)
+        corner, tight, moved, poly_ids = tight_box_pairs(ann, root, chain, ids=True, **kw)
+        r = tight_box_stats(corner, tight, moved)
+        assert r["outside"] <= INSIDE_TOL, (name, r)  # every tight box inside its corners' box
+        row(name, r)
+        if args.tight_masks:
+            masked, has, ids = tight_mask_boxes(rle, root, chain, **kw)
+            assert np.array_equal(ids, poly_ids)  # row for row
+            row(f"{name}, masks", tight_box_stats(corner, masked, has))
+            row(f"{name}, masks vs polygons", tight_box_stats(tight, masked, has & moved))
+    print(f"every tight box inside its corners' box (to {INSIDE_TOL} px)"
+          + (" (polygons'; masks': max outside above)" if args.tight_masks else ""))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
@@ -368,6 +439,8 @@ def main(argv=None):
     p.add_argument("--tight-data", default=os.path.join(REPO, "examples", "data", "coco-mini"),
                    help="folder with annotations.json and images/ (--tight-boxes)")
     p.add_argument("--tight-epochs", type=int, default=4, help="epochs per mode (--tight-boxes)")
+    p.add_argument("--tight-masks", action="store_true",
+                   help="with --tight-boxes: also the boxes of the objects' masks (docstring)")
     p.add_argument("--seed", type=int, default=0, help="pipeline seed (--tight-boxes)")
     p.add_argument("--child", nargs=2, metavar=("LOADER", "PATH"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)

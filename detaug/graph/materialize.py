@@ -189,7 +189,7 @@ def prune(b: BoxBatch, ctx=None, *, clip=True, min_size=0.0, min_area=0.0,
     host = b._host_later(lambda h: prune(h, None, clip=clip, min_size=min_size, min_area=min_area,
                                          min_visibility=min_visibility))
     fields, tight = _shapes(b, ctx, clip)
-    if b.geometry is not None and fields is not b.fields:  # moved shapes; a box asked to (tight_box) follows its polygons
+    if b.geometry is not None and fields is not b.fields:  # moved shapes; a box asked to (tight_box) follows its polygons and mask
         out = (ks.tight_boxes_cupy(out, fields, tight, stream=getattr(ctx, "stream", None))
                if b.device == "gpu" else tight_boxes(out, fields))
     return b.replace(boxes=out, valid=keep, geometry=None, host=host, fields=fields)
@@ -201,7 +201,7 @@ def _shapes(b: BoxBatch, ctx=None, clip=True):
     kernels/shapes.py on the GPU); with no chain and ``clip``, keypoints and polygons cut to the
     current canvas as a chain's last canvas cuts them (the reader's shapes may overhang the
     image as its boxes may). ``tight``: on the GPU, each box's enclosing box of its moved
-    polygons (or None)."""
+    polygons and (where ``tight_box`` asks) mask pixels, or None."""
     if (b.geometry is None and not clip) or not set(SHAPE_FIELDS) & set(b.fields):
         return b.fields, None
     if b.geometry is None and not {"keypoints", "polygons"} & set(b.fields):

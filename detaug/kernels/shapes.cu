@@ -450,3 +450,68 @@ extern "C" __global__ void masks_warp(
       d[m * plane_out + p] = ok ? (s[m * plane + iy * w + ix] != 0) : 0;
   }
 }
+
+// ------------------------------------------------------------------------- mask boxes
+// One block of MASK_BOX_THREADS threads per mask (grid-stride over the N masks of planes
+// (N, H, W) uint8): each thread scans its share of the plane, 4 pixels a load where words is
+// set (the plane's size and address are multiples of 4), and keeps the first and last flat
+// index of a nonzero pixel and its least and greatest column; the block reduces them in shared
+// memory. box (N, 4): [j_min, i_min, j_max + 1, i_max + 1] (instances.mask_boxes: pixel (i, j)
+// covers [j, j + 1] x [i, i + 1]), nan_value for an empty mask.
+#define MASK_BOX_THREADS 256
+__device__ __forceinline__ void mask_box_take(long long q, long long w, long long& first,
+                                              long long& last, long long& cmin,
+                                              long long& cmax) {
+  if (first < 0) first = q;  // a thread meets its pixels in increasing order
+  last = q;
+  const long long c = q % w;
+  cmin = c < cmin ? c : cmin;
+  cmax = c > cmax ? c : cmax;
+}
+
+extern "C" __global__ void __launch_bounds__(MASK_BOX_THREADS) mask_boxes(
+    const unsigned char* __restrict__ planes, long long n, long long h, long long w, int words,
+    double nan_value, double* __restrict__ box) {
+  __shared__ long long red[4][MASK_BOX_THREADS];
+  const long long plane = h * w;
+  const int t = threadIdx.x;
+  for (long long m = blockIdx.x; m < n; m += gridDim.x) {
+    const unsigned char* p = planes + m * plane;
+    long long first = -1, last = -1, cmin = w, cmax = -1;
+    if (words) {
+      const unsigned int* q = (const unsigned int*)p;
+      for (long long k = t; k < plane / 4; k += blockDim.x) {
+        const unsigned int v = q[k];
+        if (v == 0u) continue;
+        for (int b = 0; b < 4; ++b)  // little-endian: byte b is pixel 4 k + b
+          if ((v >> (8 * b)) & 0xffu) mask_box_take(4 * k + b, w, first, last, cmin, cmax);
+      }
+    } else {
+      for (long long k = t; k < plane; k += blockDim.x)
+        if (p[k]) mask_box_take(k, w, first, last, cmin, cmax);
+    }
+    red[0][t] = first < 0 ? plane : first;
+    red[1][t] = last;
+    red[2][t] = cmin;
+    red[3][t] = cmax;
+    __syncthreads();
+    for (int half = MASK_BOX_THREADS / 2; half > 0; half >>= 1) {
+      if (t < half) {
+        const int o = t + half;
+        red[0][t] = red[0][o] < red[0][t] ? red[0][o] : red[0][t];
+        red[1][t] = red[1][o] > red[1][t] ? red[1][o] : red[1][t];
+        red[2][t] = red[2][o] < red[2][t] ? red[2][o] : red[2][t];
+        red[3][t] = red[3][o] > red[3][t] ? red[3][o] : red[3][t];
+      }
+      __syncthreads();
+    }
+    if (t == 0) {
+      const bool any = red[1][0] >= 0;
+      box[4 * m + 0] = any ? (double)red[2][0] : nan_value;
+      box[4 * m + 1] = any ? (double)(red[0][0] / w) : nan_value;
+      box[4 * m + 2] = any ? (double)(red[3][0] + 1) : nan_value;
+      box[4 * m + 3] = any ? (double)(red[1][0] / w + 1) : nan_value;
+    }
+    __syncthreads();  // red is read before the next mask overwrites it
+  }
+}

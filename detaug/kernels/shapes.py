@@ -1,5 +1,5 @@
-"""Instance-shape kernels: keypoints, oriented boxes and polygons through a chain, shaped-field
-padding.
+"""Instance-shape kernels: keypoints, oriented boxes, polygons and bitmap masks through a chain,
+the boxes of masks (tight boxes), shaped-field padding.
 
 Every function has a NumPy twin ``<name>_numpy`` (core/instances.py, the CPU path, is the
 reference: the twins call it) and a cupy version ``<name>_cupy`` with the same arguments plus
@@ -36,6 +36,7 @@ OVERFLOW = ref.POLYGON_OVERFLOW  # the first point (OVERFLOW, -OVERFLOW) of a ro
 polygon_width, trim_polygons = ref.polygon_width, ref.trim_polygons
 _LEVEL_BYTES = 48  # sizeof(Level) in shapes.cu: 4 doubles, 4 ints
 _PENDING_BYTES = 24  # sizeof(Pending): 2 doubles, 2 ints
+MASK_BOX_THREADS = 256  # the block of shapes.cu mask_boxes (its reduction's width)
 
 
 def _grid(total: int) -> tuple:
@@ -263,7 +264,9 @@ def shapes_through_cupy(fields, sample, geometry, *, stream=None):
     """GPU twin of :func:`detaug.core.instances.shapes_through`: ``fields`` with keypoints,
     oriented boxes, polygons and bitmap masks (device arrays) moved through the pending chain
     ``geometry``, one launch per shape kind. Returns ``(fields, tight)``: tight (N, 4) the enclosing box of
-    each box's moved polygons (NaN where none is left; None without polygons)."""
+    each box's moved polygons, united with its moved mask's box where the field ``tight_box``
+    asks for tight boxes (:func:`mask_boxes_cupy`); NaN where none is left, None without
+    either."""
     out = dict(fields)
     if not geometry.steps:
         return out, None
@@ -293,12 +296,15 @@ def _move(out, sample, mats, sizes, composed, stream):
     if "polygons" in out:
         out["polygons"], tight = polygons_transform_cupy(out["polygons"], sample, mats, sizes,
                                                          stream=stream)
+    if "bitmasks" in out and composed is not None and "tight_box" in out:
+        tight = ref.union_boxes(mask_boxes_cupy(out["bitmasks"], stream=stream), tight)
     return out, tight
 
 
 def tight_boxes_cupy(boxes, fields, tight, *, stream=None):
     """GPU twin of :func:`detaug.core.instances.tight_boxes`: each box whose ``tight_box``
-    field is set and that has moved polygons left takes their enclosing box ``tight``."""
+    field is set and that has a moved polygon or mask pixel left takes the enclosing box
+    ``tight`` of them (:func:`shapes_through_cupy`)."""
     if tight is None or "tight_box" not in fields:
         return boxes
     cp, s = _cupy_stream(stream)
@@ -308,6 +314,35 @@ def tight_boxes_cupy(boxes, fields, tight, *, stream=None):
 
 
 # ----------------------------------------------------------------------------- masks
+
+
+def mask_boxes_numpy(planes):
+    """(N, 4) float64 box of each mask's nonzero pixels (planes (N, H, W)), NaN where empty:
+    :func:`detaug.core.instances.mask_boxes`."""
+    return ref.mask_boxes(planes)
+
+
+def mask_boxes_cupy(planes, *, stream=None):
+    """cupy twin of :func:`mask_boxes_numpy`: one launch for the batch, a block of
+    ``MASK_BOX_THREADS`` threads per mask reducing its plane (shapes.cu ``mask_boxes``)."""
+    cp, s = _cupy_stream(stream)
+    with s:
+        m = cp.ascontiguousarray(cp.asarray(planes).astype(cp.uint8, copy=False))
+        if m.ndim != 3:
+            raise ValueError(f"masks must be (N, H, W), got {tuple(m.shape)}")
+        n, h, w = (int(v) for v in m.shape)
+        box = cp.empty((n, 4), cp.float64)
+        if n == 0:
+            return box
+        if h * w == 0:
+            box.fill(np.nan)
+            return box
+        words = (h * w) % 4 == 0 and m.data.ptr % 4 == 0
+        args = (m, np.int64(n), np.int64(h), np.int64(w), np.int32(words), np.float64(np.nan),
+                box)
+        launch(get_kernel(_SRC, "mask_boxes", _OPTIONS), (min(n, _MAX_GRID), 1, 1),
+               (MASK_BOX_THREADS, 1, 1), args, stream=s, name="mask_boxes")
+    return box
 
 
 def masks_warp_numpy(masks, matrices, sizes):

@@ -202,6 +202,13 @@ BITMASKS_DOC = ("detaug's outputs: the boxes carry the field bitmasks (N, H, W) 
                 "geometric ops with nearest sampling and dropped with their boxes")
 
 
+TIGHT_DOC = ("after the geometric ops each box is the enclosing box of its moved polygons and "
+             "the pixels of its moved bitmask (pixel (i, j) covers [j, j + 1] x [i, i + 1]), "
+             "tighter than its corners' box under rotations and shears; a box with no polygon "
+             "and no mask pixel left keeps its corners' box; min_size and visibility are judged "
+             "on the corners' box")
+
+
 def reader_rule(ins, args):
     """A detection reader's outputs for the memory plan: the encoded images (``ins[0]``, the
     annotated sizes' bound) and boxes on that bound, which carry a mask of it each with
@@ -306,8 +313,8 @@ def _coco_reader(op, pipe):
                             tight_boxes=bool(a.get("tight_boxes")),
                             bitmasks=bool(a.get("bitmasks")))
     elif a.get("tight_boxes"):
-        raise ValueError("readers.coco: tight_boxes=True needs polygons=True (the boxes follow "
-                         "their polygons)")
+        raise ValueError("readers.coco: tight_boxes=True needs polygons=True or bitmasks=True "
+                         "(the boxes follow their polygons and masks)")
     ds = read_coco(a["annotations_file"], a["file_root"], skip_empty=a["skip_empty"],
                    include_iscrowd=a["include_iscrowd"], size_threshold=threshold,
                    categories=a["categories"], keep_original_ids=keep_ids,
@@ -321,10 +328,16 @@ def _voc_reader(op, pipe):
     from readers.voc import read_voc
 
     a = op.args
+    if a["tight_boxes"] and not a["bitmasks"]:
+        raise ValueError("readers.voc: tight_boxes=True needs bitmasks=True (the boxes follow "
+                         "their masks)")
     if a["bitmasks"]:
         from readers.voc_masks import read_voc_instances as read_voc  # noqa: F811
     ds = read_voc(a["root"], split=a["split"], classes=a["classes"],
                   skip_difficult=a["skip_difficult"], on_error=a["on_error"])
+    if a["tight_boxes"]:
+        for r in ds.records:  # (read_voc_instances' records: a list, fields their own)
+            r.fields["tight_box"] = np.ones(r.num_boxes, np.uint8)
     return _DetectionReader(op, pipe, ds)
 
 
@@ -363,10 +376,7 @@ register("readers.coco", devices=("cpu",), inputs=(0, 0), kind="source",
                    "bitmasks": BITMASKS_DOC + " (COCO: the RLE annotations, crowds'; a box "
                                "with polygons has a zero mask here: fn.instance_masks and the "
                                "torch adapter's masks take the union of both)",
-                   "tight_boxes": "with polygons=True: after the geometric ops each box is the "
-                                  "enclosing box of its polygons (tighter than its corners' box "
-                                  "under rotations), where it has any left; min_size and "
-                                  "visibility are judged on the corners' box",
+                   "tight_boxes": "with polygons=True and/or bitmasks=True: " + TIGHT_DOC,
                    "ltrb": "DALI's mode: boxes [l, t, r, b] (True) or [x, y, w, h] (False)",
                    "ratio": "DALI's mode: boxes divided by the image's width and height",
                    **{k: "DALI's argument: giving it (any value) selects DALI's outputs; "
@@ -400,11 +410,12 @@ declare_kinds("readers.voc", root=STR, classes=STRS)
 declare_ranges("readers.voc", shard_id=count(0), num_shards=count(1))
 register("readers.voc", devices=("cpu",), inputs=(0, 0), outputs=2, kind="source",
          args={"root": None, "split": "trainval", "classes": None, "skip_difficult": False,
-               "on_error": "raise", "bitmasks": False, **_SHARDING},
+               "on_error": "raise", "bitmasks": False, "tight_boxes": False, **_SHARDING},
          rule=reader_rule,
          arg_docs={"bitmasks": BITMASKS_DOC + " (VOC: SegmentationObject/<id>.png where the "
                                "image has one, else zeros; a bad box is then an error whatever "
-                               "on_error: the PNG's indices follow the XML's objects)"},
+                               "on_error: the PNG's indices follow the XML's objects)",
+                   "tight_boxes": "with bitmasks=True: " + TIGHT_DOC},
          output_spec="(encoded bytes, BoxBatch with labels + difficult/truncated)",
          doc="Pascal VOC XML (lxml, no entity expansion): encoded images and their boxes")(_voc_reader)
 

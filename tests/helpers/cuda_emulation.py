@@ -354,9 +354,10 @@ def install_fake_cupy(monkeypatch, emulation: Emulation, *modules):
 
 
 def build_shape_kernels(tmp_path_factory):
-    """shapes.cu and boxes.cu (its synchronising ``pad_boxes`` threaded), built for a module's
-    tests: what the box materialisation of instance fields and their padding launch."""
-    return (build(tmp_path_factory.mktemp("shapes_cu"), "shapes.cu"),
+    """shapes.cu (its synchronising ``mask_boxes`` threaded) and boxes.cu (its ``pad_boxes``),
+    built for a module's tests: what the box materialisation of instance fields and their
+    padding launch."""
+    return (build(tmp_path_factory.mktemp("shapes_cu"), "shapes.cu", threaded={"mask_boxes"}),
             build(tmp_path_factory.mktemp("boxes_cu"), "boxes.cu", threaded={"pad_boxes"}))
 
 

@@ -297,7 +297,7 @@ def test_signatures_are_read_from_the_source():
     with open(f"{emu.KERNEL_DIR}/shapes.cu") as f:
         sig = emu.kernel_signatures(f.read())
     assert set(sig) == {"keypoints_transform", "obb_transform", "polygons_transform",
-                        "pad_shaped", "masks_warp"}
+                        "pad_shaped", "masks_warp", "mask_boxes"}
 
 
 # ----------------------------------------------------------------------------- GPU
