@@ -3309,7 +3309,7 @@ class readers:
             on_error: str = 'raise': 'raise' (stop at the first bad file or annotation, naming it) or 'skip' (leave it out, counted in pipe.stats)
             keypoints: bool = False: detaug's outputs: the boxes carry the fields keypoints (N, K, 3) [x, y, v] (COCO's pixel indices + 0.5) and keypoint_flip (N, K), which the geometric ops move (CPU)
             polygons: bool = False: detaug's outputs: the boxes carry the field polygons (N, P, 2) float64, each polygon followed by a NaN row, moved and clipped by the geometric ops (CPU); crowd RLE masks are not carried unless bitmasks=True (else counted in the dataset's dropped)
-            tight_boxes: bool = False: with polygons=True: after the geometric ops each box is the enclosing box of its polygons (tighter than its corners' box under rotations), where it has any left; min_size and visibility are judged on the corners' box
+            tight_boxes: bool = False: with polygons=True and/or bitmasks=True: after the geometric ops each box is the enclosing box of its moved polygons and the pixels of its moved bitmask (a mask pixel (i, j) covers [j, j + 1] x [i, i + 1]), tighter than its corners' box under rotations and shears; a box with none left keeps its corners' box; min_size and visibility are judged on the corners' box
             bitmasks: bool = False: detaug's outputs: the boxes carry the field bitmasks (N, H, W) uint8 0/1, each box's mask on its image's canvas (H, W the batch's largest), moved by the geometric ops with nearest sampling and dropped with their boxes (COCO: the RLE annotations, crowds'; a box with polygons has a zero mask here: fn.instance_masks and the torch adapter's masks take the union of both)
             random_shuffle: bool = False: shuffle the records every epoch (keyed by seed and epoch: the same seed gives the same order)
             shard_id: int | None = None: this process's shard, 0 <= shard_id < num_shards (None: the pipeline's shard_id)
@@ -3421,7 +3421,7 @@ class readers:
         """
 
     @staticmethod
-    def voc(*, root: str | None = None, split: str = 'trainval', classes: Sequence[Any] | str | None = None, skip_difficult: bool = False, on_error: str = 'raise', bitmasks: bool = False, random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
+    def voc(*, root: str | None = None, split: str = 'trainval', classes: Sequence[Any] | str | None = None, skip_difficult: bool = False, on_error: str = 'raise', bitmasks: bool = False, tight_boxes: bool = False, random_shuffle: bool = False, shard_id: int | None = None, num_shards: int | None = None, device: str | None = None, name: str | None = None, seed: int | None = None) -> Any:
         """
         Pascal VOC XML (lxml, no entity expansion): encoded images and their boxes.
         
@@ -3434,6 +3434,7 @@ class readers:
             skip_difficult: bool = False: leave out objects marked difficult=1 (counted)
             on_error: str = 'raise': 'raise' (stop at the first bad file or annotation, naming it) or 'skip' (leave it out, counted in pipe.stats)
             bitmasks: bool = False: detaug's outputs: the boxes carry the field bitmasks (N, H, W) uint8 0/1, each box's mask on its image's canvas (H, W the batch's largest), moved by the geometric ops with nearest sampling and dropped with their boxes (VOC: SegmentationObject/<id>.png where the image has one, else zeros; a bad box is then an error whatever on_error: the PNG's indices follow the XML's objects)
+            tight_boxes: bool = False: with bitmasks=True: after the geometric ops each box is the enclosing box of the pixels of its moved bitmask (a mask pixel (i, j) covers [j, j + 1] x [i, i + 1]), tighter than its corners' box under rotations and shears; a box with none left keeps its corners' box; min_size and visibility are judged on the corners' box
             random_shuffle: bool = False: shuffle the records every epoch (keyed by seed and epoch: the same seed gives the same order)
             shard_id: int | None = None: this process's shard, 0 <= shard_id < num_shards (None: the pipeline's shard_id)
             num_shards: int | None = None: split the records into this many shards (None: the pipeline's num_shards)

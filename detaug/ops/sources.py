@@ -202,11 +202,12 @@ BITMASKS_DOC = ("detaug's outputs: the boxes carry the field bitmasks (N, H, W) 
                 "geometric ops with nearest sampling and dropped with their boxes")
 
 
-TIGHT_DOC = ("after the geometric ops each box is the enclosing box of its moved polygons and "
-             "the pixels of its moved bitmask (pixel (i, j) covers [j, j + 1] x [i, i + 1]), "
-             "tighter than its corners' box under rotations and shears; a box with no polygon "
-             "and no mask pixel left keeps its corners' box; min_size and visibility are judged "
-             "on the corners' box")
+def tight_doc(shapes: str) -> str:
+    """The ``tight_boxes`` argument's doc for a reader whose boxes carry ``shapes``."""
+    return (f"after the geometric ops each box is the enclosing box of {shapes} (a mask pixel "
+            "(i, j) covers [j, j + 1] x [i, i + 1]), tighter than its corners' box under "
+            "rotations and shears; a box with none left keeps its corners' box; min_size and "
+            "visibility are judged on the corners' box")
 
 
 def reader_rule(ins, args):
@@ -376,7 +377,8 @@ register("readers.coco", devices=("cpu",), inputs=(0, 0), kind="source",
                    "bitmasks": BITMASKS_DOC + " (COCO: the RLE annotations, crowds'; a box "
                                "with polygons has a zero mask here: fn.instance_masks and the "
                                "torch adapter's masks take the union of both)",
-                   "tight_boxes": "with polygons=True and/or bitmasks=True: " + TIGHT_DOC,
+                   "tight_boxes": "with polygons=True and/or bitmasks=True: " + tight_doc(
+                       "its moved polygons and the pixels of its moved bitmask"),
                    "ltrb": "DALI's mode: boxes [l, t, r, b] (True) or [x, y, w, h] (False)",
                    "ratio": "DALI's mode: boxes divided by the image's width and height",
                    **{k: "DALI's argument: giving it (any value) selects DALI's outputs; "
@@ -415,7 +417,8 @@ register("readers.voc", devices=("cpu",), inputs=(0, 0), outputs=2, kind="source
          arg_docs={"bitmasks": BITMASKS_DOC + " (VOC: SegmentationObject/<id>.png where the "
                                "image has one, else zeros; a bad box is then an error whatever "
                                "on_error: the PNG's indices follow the XML's objects)",
-                   "tight_boxes": "with bitmasks=True: " + TIGHT_DOC},
+                   "tight_boxes": "with bitmasks=True: " + tight_doc(
+                       "the pixels of its moved bitmask")},
          output_spec="(encoded bytes, BoxBatch with labels + difficult/truncated)",
          doc="Pascal VOC XML (lxml, no entity expansion): encoded images and their boxes")(_voc_reader)
 

@@ -449,7 +449,7 @@ ELSEWHERE = {
     "polygon_masks": "tests/dali/test_coco_masks.py", "pixelwise_masks": "tests/dali/test_coco_masks.py",
     "keypoints": "tests/ops/test_instance_shapes_pipeline.py",
     "polygons": "tests/ops/test_instance_shapes_pipeline.py",
-    "tight_boxes": "tests/ops/test_instance_shapes_pipeline.py",
+    "tight_boxes": "tests/ops/test_instance_shapes_pipeline.py, tests/ops/test_tight_mask_boxes.py",
     "bitmasks": "tests/ops/test_bitmasks_pipeline.py, tests/readers/test_bitmasks_reader.py",
     "pad_last_batch": "tests/dali/test_dali_semantics.py (the shard's last sample repeated)",
     "stick_to_shard": "tests/dali/test_dali_semantics.py (shards move on every epoch)",

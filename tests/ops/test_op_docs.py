@@ -160,7 +160,7 @@ def test_hand_checked_rotate_pad_boxes_and_voc():
     assert str(inspect.signature(fn.readers.voc)) == (
         "(*, root: str = None, split: str = 'trainval', classes: sequence | str | None = None, "
         "skip_difficult: bool = False, on_error: str = 'raise', bitmasks: bool = False, "
-        "random_shuffle: bool = False, "
+        "tight_boxes: bool = False, random_shuffle: bool = False, "
         f"shard_id: int | None = None, num_shards: int | None = None, {common})")
     assert str(inspect.signature(ops.readers.VOC)) == str(inspect.signature(fn.readers.voc))
     text = pydoc.render_doc(fn.rotate, renderer=pydoc.plaintext)
