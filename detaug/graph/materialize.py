@@ -189,7 +189,8 @@ def prune(b: BoxBatch, ctx=None, *, clip=True, min_size=0.0, min_area=0.0,
     host = b._host_later(lambda h: prune(h, None, clip=clip, min_size=min_size, min_area=min_area,
                                          min_visibility=min_visibility))
     fields, tight = _shapes(b, ctx, clip)
-    if b.geometry is not None and fields is not b.fields:  # moved shapes; a box asked to (tight_box) follows its polygons and mask
+    # moved shapes: a box that asks (tight_box) follows its polygons and mask
+    if b.geometry is not None and fields is not b.fields:
         out = (ks.tight_boxes_cupy(out, fields, tight, stream=getattr(ctx, "stream", None))
                if b.device == "gpu" else tight_boxes(out, fields))
     return b.replace(boxes=out, valid=keep, geometry=None, host=host, fields=fields)

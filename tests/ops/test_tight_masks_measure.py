@@ -49,7 +49,8 @@ def test_mask_boxes_of_a_turned_coco_mask(tmp_path, seed):
     np.testing.assert_allclose(boxes[0], [y0 + 5, 55 - x1, y1 + 5, 55 - x0], atol=1e-4)
     corner, tight, _ = bench.tight_box_pairs(path, root, _turn, batch_size=1)
     np.testing.assert_array_equal(boxes[1], corner[1])  # no mask pixel: the corners' box
-    assert np.abs(boxes[0] - tight[0]).max() <= 1.0  # within a pixel of the polygon's box
+    # COCO's mask never reaches a pixel past its polygon's box (a thin spike may leave no pixel)
+    assert (boxes[0, :2] >= tight[0, :2] - 1).all() and (boxes[0, 2:] <= tight[0, 2:] + 1).all()
 
 
 def test_tight_masks_table_prints(tmp_path, capsys, monkeypatch):
