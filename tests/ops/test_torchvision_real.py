@@ -17,11 +17,20 @@ counter-clockwise: ``angle=-a``. detaug makes a point that leaves the canvas ``(
 oriented box) that leaves the canvas: compared are the objects detaug keeps, by label, and
 every object torchvision keeps fully inside is among them. Oriented boxes are compared as closed
 polygons (any start, either direction), with ``clamping_mode=None``: detaug never clips them.
-Masks: exact where torchvision moves whole pixels (flips, pad, crop, ``nearest-exact``
-resize); where it samples through ``grid_sample`` in float32 (affine, perspective, rotation) at
-most 0.5% of an object's pixels may differ, each on an edge of the mask in one of the two.
-A perspective turns a rectangle into a quadrilateral: detaug keeps the smallest rectangle that
-encloses it (core/instances.py); there the test checks the enclosure.
+Masks: exact where torchvision moves whole pixels (flips, pad, crop); ``nearest-exact`` resize
+exact but on the output rows and columns whose centre maps back exactly onto a source pixel
+edge (float rounding picks the pixel there); where torchvision samples through ``grid_sample``
+in float32 (affine, perspective, rotation) at most 0.5% of an object's pixels may differ, each
+on an edge of the mask in one of the two.
+
+Where torchvision 0.29 parts from itself (docs/conventions.md): with ``expand=True`` its
+keypoint and box kernels put the turned image's extent at 0 while its mask kernel centres the
+image on the rounded canvas; detaug's points follow the pixels, so they are compared with
+torchvision's moved by half the rounding (and its masks with torchvision's as they are). A
+perspective turns a rectangle into a quadrilateral, which torchvision's box kernel makes a
+parallelogram and detaug the smallest rectangle enclosing it (core/instances.py): the test
+checks that detaug's rectangle encloses the corners through torchvision's homography (its
+keypoint kernel) with at most twice their area.
 """
 import json
 import os
