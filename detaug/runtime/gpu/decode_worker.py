@@ -140,17 +140,39 @@ class DecodeRequest:
         self.shapes[k] = (a.shape[0], a.shape[1], a.shape[2] if a.ndim == 3 else 1)
 
 
+def _plan_waiting(conn):
+    """The message a decode process started early has been sent already (``("ring", ...)`` or
+    ``("stop",)``), or None: read before its CUDA context, so that a process the plan does not
+    want exits without one (a context with its decoders is hundreds of MB, held until the
+    process has exited: memory no plan counts)."""
+    try:
+        return conn.recv() if conn.poll() else None
+    except (EOFError, OSError):  # the pipeline's process went away
+        return ("stop",)
+
+
 def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cover - runs in the child process (GPU)
     """A decode process: ``threads`` decoder threads (each with its own nvImageCodec decoder and
     streams: one decodes while another reads its files or waits for the device), a receiving
     thread (requests and frees), replies sent under a lock, in any order. ``ring_bytes`` None:
     started early, it waits for ``("ring", ring_bytes, threads, slots)`` after its imports and
     CUDA context (DecodeService.configure)."""
+    planned = None
+    if ring_bytes is None:  # started early: the plan may have come while this process started
+        planned = _plan_waiting(conn)
+        if planned is not None and planned[0] != "ring":
+            conn.close()  # stopped before its CUDA context: it takes no device memory
+            return
     import cupy as cp
     from nvidia import nvimgcodec
 
     from ...ops.gpu_decode import decode_chunks, warm_up
 
+    if ring_bytes is None and planned is None:  # (the imports took a second or two)
+        planned = _plan_waiting(conn)
+        if planned is not None and planned[0] != "ring":
+            conn.close()
+            return
     rt = cp.cuda.runtime
     cp.cuda.Device(device_id).use()
     cp.cuda.runtime.free(0)  # the context
@@ -203,7 +225,7 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
     warm_first = False
     if ring_bytes is None:  # started early: the ring's size comes once the readers have indexed
         try:
-            m = conn.recv()
+            m = planned if planned is not None else conn.recv()
         except (EOFError, OSError):
             return
         if m[0] != "ring":
