@@ -106,3 +106,48 @@ def test_a_process_stopped_before_its_context_makes_no_cuda_call(monkeypatch):
     ours.close()
     decode_worker._worker(theirs, 0, None, 2, 3)
     assert theirs.closed
+
+
+def test_configure_stops_the_processes_the_plan_does_not_want_and_close_reaps_them(monkeypatch):
+    """DecodeService.configure: the processes past the plan's number are sent stop, kept (named
+    in ``pids()`` while they live) and joined at close, where one still alive is terminated."""
+    from detaug.runtime.gpu import decode_proc
+
+    class Proc:
+        def __init__(self, pid):
+            self.pid, self.exitcode, self.joined, self.terminated = pid, None, 0, False
+
+        def join(self, timeout=None):
+            self.joined += 1
+            if self.pid != 12:  # (12 hangs at its exit)
+                self.exitcode = 0
+
+        def terminate(self):
+            self.terminated = True
+
+    pids = iter(range(10, 20))
+
+    class Worker:
+        def __init__(self, mp_ctx, device_id, ring_bytes, threads=1, slots=3):
+            self.proc, self.sent, self.alive = Proc(next(pids)), [], False
+
+        def configure(self, ring_bytes, threads, slots, warm_first=False):
+            self.sent.append("stop" if ring_bytes is None else ("ring", ring_bytes, threads))
+
+        def send(self, msg):
+            self.sent.append(msg[0])
+
+        def unmap(self):
+            pass
+
+    monkeypatch.setattr(decode_proc, "_Worker", Worker)
+    svc = decode_proc.DecodeService(3, 0, None, 2)  # started early: no ring yet
+    first, *rest = svc.workers
+    svc.configure(1, 64 << 20, 2, 3)
+    assert svc.workers == [first] and svc.stopped == rest
+    assert first.sent == [("ring", 64 << 20, 2)] and [w.sent for w in rest] == [["stop"], ["stop"]]
+    assert svc.pids() == {10: "decode process", 11: "decode process stopped by the plan",
+                          12: "decode process stopped by the plan"}
+    svc.close()
+    assert [w.proc.joined for w in rest] == [1, 1] and [w.proc.terminated for w in rest] == [False, True]
+    assert svc.workers == [] and svc.stopped == []

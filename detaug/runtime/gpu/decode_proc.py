@@ -404,8 +404,10 @@ class DecodeService:
             wait = lambda: w.proc.join(timeout=10)  # noqa: E731
             for step in ((wait, w.unmap) if w.alive else (w.unmap, wait)):
                 step()
-        for w in self.stopped:
+        for w in self.stopped:  # (long gone, as a rule: stopped at build)
             w.proc.join(timeout=10)
+            if w.proc.exitcode is None:
+                w.proc.terminate()  # it holds nothing the pipeline needs
         self.workers, self.stopped = [], []
 
     def pids(self) -> dict:
