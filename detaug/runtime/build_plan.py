@@ -235,12 +235,15 @@ def early_guess(ops, outputs, budget, settings):
     plan's (a process started early takes its CUDA context and decoders at once, and one that
     the plan then stops holds them until it has exited, memory no plan counts); None where
     decode processes are off; one process of one decoder thread (the least any plan has) where
-    the guess would refuse the budget. ``ops``: the needed ops, inputs first."""
+    the guess would refuse the budget (or the graph fails here: build raises it in its
+    order). ``ops``: the needed ops, inputs first."""
     from . import partners
 
+    if decode_side_plan(budget, settings, GUESS_SIZES, 1) is None:
+        return None  # decode processes off
     ops = list(ops)
-    levels = partners.plan_levels(ops, outputs)
     try:
+        levels = partners.plan_levels(ops, outputs)
         host = tuple(op for op in ops if op.device == "cpu")
         device = tuple(op for op in ops if op.device != "cpu")
         ahead = _plan_ahead.choose(host, device, outputs, True)
@@ -249,8 +252,8 @@ def early_guess(ops, outputs, budget, settings):
         bpl = _launch_batches(settings, budget, ahead.on, batch_bytes, True)
         images = settings.batch_size * bpl * partners.fan_out(ops, levels)
         return _decode_processes_plan(budget, settings, GUESS_SIZES, images, batch_bytes, bpl)
-    except memory_plan.BudgetError:
-        return memory_plan.DecodePlan(1, 1, 0, 0)
+    except Exception:  # noqa: BLE001 - refused here (or a graph error, which decide raises in
+        return memory_plan.DecodePlan(1, 1, 0, 0)  # its order): the least any plan has
 
 
 def _launch_batches(settings, budget, planned, batch_bytes, sized) -> int:
