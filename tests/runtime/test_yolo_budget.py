@@ -61,9 +61,9 @@ def _processes(pipe) -> str:
         roles.update({pid: "host worker" for pid in ex.workers.pids})
     out = []
     for row in rows:
-        if "," in row:
-            pid, mib = (int(x) for x in row.split(","))
-            out.append(f"{roles.get(pid, 'other')} {mib:,} MiB")
+        pid, _, mib = row.partition(",")
+        if pid.strip().isdigit():  # (a container may give [N/A] for the memory)
+            out.append(f"{roles.get(int(pid), 'other')} {mib.strip()} MiB")
     return f"{len(out)} processes: " + ", ".join(out)
 
 
