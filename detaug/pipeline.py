@@ -245,7 +245,8 @@ class Pipeline:
             # a GPU decoder: its decode processes start now, while the readers index
             with tl.phase("build.gpu_check"):  # (imports cupy)
                 self._check_gpu()
-            self._device.start_early(self.device_memory_budget, settings, tl)
+            self._device.start_early(_build_plan.early_guess(  # (the plan they most likely get)
+                self._needed_ops(), self._outputs, self.device_memory_budget, settings), tl)
         with tl.phase("build.readers"):
             self._sources = {op.id: op.schema.impl(op, self) for op in sources}
             self._driver = self._sources[sources[0].id]

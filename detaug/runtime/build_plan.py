@@ -224,6 +224,48 @@ def _decode_processes_plan(budget, settings, sizes, images, batch_bytes, batches
     return plan
 
 
+GUESS_SIZES = ((480, 640),)  # (H, W) of the images a guess made before the readers index assumes
+
+
+def early_guess(ops, outputs, budget, settings):
+    """Before the readers index (image sizes unknown: :data:`GUESS_SIZES`, COCO's typical size):
+    the decode processes' plan that :func:`decide` will most likely give, worked out as it works
+    it out (the launch's images with the multi-sample ops' fan-out, the decode side capped by
+    the launch's outputs and working memory), so that the processes started early are the
+    plan's (a process started early takes its CUDA context and decoders at once, and one that
+    the plan then stops holds them until it has exited, memory no plan counts); None where
+    decode processes are off; one process of one decoder thread (the least any plan has) where
+    the guess would refuse the budget (or the graph fails here: build raises it in its
+    order). ``ops``: the needed ops, inputs first."""
+    from . import partners
+
+    if decode_side_plan(budget, settings, GUESS_SIZES, 1) is None:
+        return None  # decode processes off
+    ops = list(ops)
+    try:
+        levels = partners.plan_levels(ops, outputs)
+        host = tuple(op for op in ops if op.device == "cpu")
+        device = tuple(op for op in ops if op.device != "cpu")
+        ahead = _plan_ahead.choose(host, device, outputs, True)
+        batch_bytes = output_sizes.batch_bytes(ops, outputs, GUESS_SIZES, settings.batch_size,
+                                               levels, None)
+        bpl = _launch_batches(settings, budget, ahead.on, batch_bytes, True)
+        images = settings.batch_size * bpl * partners.fan_out(ops, levels)
+        return _decode_processes_plan(budget, settings, GUESS_SIZES, images, batch_bytes, bpl)
+    except Exception:  # noqa: BLE001 - refused here (or a graph error, which decide raises in
+        return memory_plan.DecodePlan(1, 1, 0, 0)  # its order): the least any plan has
+
+
+def _launch_batches(settings, budget, planned, batch_bytes, sized) -> int:
+    """Batches per launch: the setting, else :func:`memory_plan.batches_per_launch`."""
+    if settings.batches_per_launch is not None:
+        return max(1, int(settings.batches_per_launch))
+    if not sized:
+        return 1
+    b = batch_bytes
+    return memory_plan.batches_per_launch(budget, planned, b and b.outputs, b.working if b else 0)
+
+
 def _paths_only(ops, outputs) -> frozenset:
     """Readers whose encoded output only feeds GPU decoders hand over paths: the decode
     processes read the files themselves."""
@@ -287,11 +329,7 @@ def decide(ops, outputs, sources, *, seed: int, budget: int, settings: Settings,
         batch_bytes = output_sizes.batch_bytes(ops, outputs, decoded_sizes(ops, sources, True),
                                                settings.batch_size, levels,
                                                boxes_per_sample(sources))
-    bpl = 1 if settings.batches_per_launch is None else max(1, int(settings.batches_per_launch))
-    if settings.batches_per_launch is None and device_ops and sized:
-        b = batch_bytes
-        bpl = memory_plan.batches_per_launch(budget, ahead.on, b and b.outputs,
-                                             b.working if b else 0)
+    bpl = _launch_batches(settings, budget, ahead.on, batch_bytes, bool(device_ops) and sized)
     images = settings.batch_size * bpl * fan_out  # partners too
     decode = None
     if mixed_decode:

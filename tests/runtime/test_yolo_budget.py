@@ -39,6 +39,34 @@ def _async_pool_reserved() -> int:
         return -1
 
 
+def _processes(pipe) -> str:
+    """The processes holding device memory (nvidia-smi's compute apps), each with its role: this
+    process, the pipeline's decode processes (and those started early that the plan stopped),
+    its host workers (forked after this process's CUDA: they should hold none), or other; ''
+    where nvidia-smi cannot say."""
+    import os
+    import subprocess
+
+    try:
+        rows = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                               "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                              timeout=20, check=True).stdout.split("\n")
+    except Exception:  # noqa: BLE001 (a diagnostic only)
+        return ""
+    roles = {os.getpid(): "this process"}
+    svc = pipe._decode_service
+    roles.update(svc.pids() if svc is not None else {})
+    ex = pipe._executor
+    if ex is not None and ex.workers is not None:
+        roles.update({pid: "host worker" for pid in ex.workers.pids})
+    out = []
+    for row in rows:
+        pid, _, mib = row.partition(",")
+        if pid.strip().isdigit():  # (a container may give [N/A] for the memory)
+            out.append(f"{roles.get(int(pid), 'other')} {mib.strip()} MiB")
+    return f"{len(out)} processes: " + ", ".join(out)
+
+
 def _free(sync=True):
     import cupy as cp
 
@@ -74,13 +102,16 @@ def test_the_yolo_recipe_holds_its_budget(yolo_data, partners, monkeypatch):
     lowest = built = _free()
     try:
         assert pipe.plan_ahead and pipe.build_plan.ahead.rest_ops == ()
-        out = None
-        for _ in range(BATCHES):  # the for-loop idiom: ``out`` bound while the next is made
+        out, early = None, ""
+        for k in range(BATCHES):  # the for-loop idiom: ``out`` bound while the next is made
             out = pipe.run()
             assert len(out[0]) == 64
             lowest = min(lowest, _free(sync=False))
+            if k == 11:  # while the decode processes come up (the first launches decoded here)
+                early = _processes(pipe)
         del out
         lowest = min(lowest, _free())
+        late = _processes(pipe)
         drop = before - lowest
         pool = device_pool(0)
         # what the lead needs to place an excess: the drop after build (decode processes up),
@@ -94,7 +125,8 @@ def test_the_yolo_recipe_holds_its_budget(yolo_data, partners, monkeypatch):
               f"{pipe.build_plan.launch_bytes()[1] / 1e6:,.0f} MB, output slots "
               f"{pipe.output_slots} (peak {pipe.output_slots_peak}), device threads' pool "
               f"{pool.total_bytes() / 1e6:,.0f} MB ({pool.used_bytes() / 1e6:,.0f} in use), "
-              f"batches held at once {pipe._handout.held.peak}")
+              f"batches held at once {pipe._handout.held.peak}; after 12 batches {early}; "
+              f"after {BATCHES} {late}")
         assert drop <= budget, (drop, budget)
     finally:
         pipe.close()

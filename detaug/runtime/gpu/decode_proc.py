@@ -254,6 +254,7 @@ class DecodeService:
 
         self._mp = multiprocessing.get_context("spawn")
         self.device_id = device_id
+        self.stopped = []  # processes started early that the plan did not want (configure)
         self.threads, self.slots = int(threads), int(slots)
         self.connected = ring_bytes is not None  # (else connect() once configured)
         self.workers = [_Worker(self._mp, device_id, int(ring_bytes) if self.connected else None,
@@ -275,6 +276,7 @@ class DecodeService:
         self.threads, self.slots, n = int(threads), int(slots), int(processes)
         for k, w in enumerate(self.workers):
             w.configure(*((ring_bytes, threads, slots, warm_first) if k < n else (None, 0, 0)))
+        self.stopped += self.workers[n:]  # (joined at close: decode_worker._plan_waiting)
         self.workers = self.workers[:n] + [_Worker(self._mp, self.device_id, int(ring_bytes), self.threads,
                                                    self.slots) for _ in range(n - len(self.workers))]
 
@@ -402,5 +404,17 @@ class DecodeService:
             wait = lambda: w.proc.join(timeout=10)  # noqa: E731
             for step in ((wait, w.unmap) if w.alive else (w.unmap, wait)):
                 step()
-        self.workers = []
+        for w in self.stopped:  # (long gone, as a rule: stopped at build)
+            w.proc.join(timeout=10)
+            if w.proc.exitcode is None:
+                w.proc.terminate()  # it holds nothing the pipeline needs
+        self.workers, self.stopped = [], []
+
+    def pids(self) -> dict:
+        """``{pid: role}`` of the processes started (decode processes, and those started early
+        that the plan stopped, while they live): diagnostics."""
+        out = {w.proc.pid: "decode process" for w in self.workers if w.proc.pid is not None}
+        out.update({w.proc.pid: "decode process stopped by the plan" for w in self.stopped
+                    if w.proc.pid is not None and w.proc.exitcode is None})
+        return out
 

@@ -140,17 +140,46 @@ class DecodeRequest:
         self.shapes[k] = (a.shape[0], a.shape[1], a.shape[2] if a.ndim == 3 else 1)
 
 
+def _plan_waiting(conn):
+    """The message a decode process started early has been sent already (``("ring", ...)`` or
+    ``("stop",)``), or None: read before its CUDA context, so that a process the plan does not
+    want exits without one (a context with its decoders is hundreds of MB, held until the
+    process has exited: memory no plan counts)."""
+    try:
+        return conn.recv() if conn.poll() else None
+    except (EOFError, OSError):  # the pipeline's process went away
+        return ("stop",)
+
+
 def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cover - runs in the child process (GPU)
     """A decode process: ``threads`` decoder threads (each with its own nvImageCodec decoder and
     streams: one decodes while another reads its files or waits for the device), a receiving
     thread (requests and frees), replies sent under a lock, in any order. ``ring_bytes`` None:
     started early, it waits for ``("ring", ring_bytes, threads, slots)`` after its imports and
-    CUDA context (DecodeService.configure)."""
+    CUDA context (DecodeService.configure), and a ``("stop",)`` that came before them ends it
+    without a context (:func:`_plan_waiting`)."""
+    # started early (ring_bytes None), the plan may come while this process starts: a process
+    # the plan stops leaves before its CUDA context where it can (before its imports, after
+    # them: a second or two), else before its decoders
+    planned = [None]
+
+    def stopped() -> bool:
+        if ring_bytes is None and planned[0] is None:
+            planned[0] = _plan_waiting(conn)
+        if planned[0] is not None and planned[0][0] != "ring":
+            conn.close()
+            return True
+        return False
+
+    if stopped():
+        return
     import cupy as cp
     from nvidia import nvimgcodec
 
     from ...ops.gpu_decode import decode_chunks, warm_up
 
+    if stopped():
+        return
     rt = cp.cuda.runtime
     cp.cuda.Device(device_id).use()
     cp.cuda.runtime.free(0)  # the context
@@ -158,6 +187,8 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
     # H100 at the default 1 KiB); nothing here needs a stack up front (the driver grows it for a
     # kernel that does): 549 -> 272 MB per process, the same decode rate and pixels
     rt.deviceSetLimit(getattr(rt, "cudaLimitStackSize", 0), 0)
+    if stopped():
+        return
     # DETAUG_DECODE_CPU_THREADS: nvImageCodec's CPU threads per decoder (0 = one per core).
     # Default 4: one per core (16 threads for each of up to 6 decoders on 16 cores) took 35-70 MB
     # more device memory per process and ran no faster than 2; 4 ran faster than 2 in each of 4
@@ -203,7 +234,7 @@ def _worker(conn, device_id, ring_bytes, threads=1, slots=3):  # pragma: no cove
     warm_first = False
     if ring_bytes is None:  # started early: the ring's size comes once the readers have indexed
         try:
-            m = conn.recv()
+            m = planned[0] if planned[0] is not None else conn.recv()
         except (EOFError, OSError):
             return
         if m[0] != "ring":

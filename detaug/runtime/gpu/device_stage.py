@@ -14,7 +14,6 @@ from .allocator import allocating, device_allocator
 from .handout import device_arrays
 from .launch_profile import stamp
 from .plan_ahead import LaunchPlan, NotPlanned
-from .. import build_plan as _build_plan
 from .. import startup
 from ..batch_making import retire_leases
 
@@ -82,7 +81,7 @@ class DeviceStage:
     (``streams``: one per device worker; ``stream``: the first; ``out_stream``: the outputs'),
     the ids of the readers whose files the decode processes read (``paths_only``) and the
     decoded images a GPU decoder keeps (``decoded_keep``: ops/gpu_decode.py keep_queue). At build
-    it is given the budget and settings (:meth:`spawn_decode_service`), the build's record
+    it is given the guessed decode plan (:meth:`spawn_decode_service`), the build's record
     (:meth:`start`) and then the parts it runs launches with (:meth:`bind`)."""
 
     def __init__(self, device_id, timeline, handout):
@@ -109,26 +108,24 @@ class DeviceStage:
         return (f"gpu {self.device_id or 0}: {dec}, {n_dev} ops on the GPU, {n_host} on the CPU; "
                 f"device memory budget {bp.budget / 1e9:.2f} GB")
 
-    def start_early(self, budget, settings, tl):
-        """At build, for a GPU decoder, before the readers index: the decode processes
-        (:meth:`spawn_decode_service`, where the start is not deferred: startup.early) and this
-        process's CUDA context (:meth:`warm_cuda`), timed on ``tl``."""
+    def start_early(self, guess, tl):
+        """At build, for a GPU decoder, before the readers index: the decode processes of
+        ``guess`` (:meth:`spawn_decode_service`, where the start is not deferred: startup.early)
+        and this process's CUDA context (:meth:`warm_cuda`), timed on ``tl``."""
         if startup.early():
             with tl.phase("build.decode_processes.spawn"):
-                self.spawn_decode_service(budget, settings)
+                self.spawn_decode_service(guess)
         self.warm_cuda(tl)
 
-    def spawn_decode_service(self, budget, settings):
-        """At build, before the readers index: start the decode processes the plan will most
-        likely want for the device memory ``budget`` (bytes) and the pipeline's ``settings``
-        (sizes unknown yet), so that their start (interpreter, imports, CUDA context: seconds)
+    def spawn_decode_service(self, guess):
+        """At build, before the readers index: start the decode processes of ``guess`` (the
+        plan build will most likely make, its image sizes guessed: build_plan.early_guess; None:
+        none start early), so that their start (interpreter, imports, CUDA context: seconds)
         overlaps the index, the plan and this process's CUDA; :meth:`start` gives them their
-        rings (and corrects their number)."""
+        rings (and corrects their number: a process stopped then, before its CUDA context where
+        the plan comes first, exits: decode_worker.py)."""
         from . import decode_proc
 
-        # the guess: images of 640 x 480 (COCO's typical size; the benchmark's): a plan for
-        # other sizes stops the processes too many or starts those missing (configure)
-        guess = _build_plan.decode_side_plan(budget, settings, ((480, 640),), settings.batch_size)
         if guess is not None and startup.early():
             self.decode_service = decode_proc.DecodeService(guess.processes, self.device_id or 0, None,
                                                             guess.threads)
