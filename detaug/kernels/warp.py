@@ -35,6 +35,7 @@ import math
 
 import numpy as np
 
+from ..core import recycle
 from ..core.backend import upload_many
 from ..core.batch import DeviceImages
 # the points outside a warp's region (the twin's and the OpenCV path's fill)
@@ -330,7 +331,10 @@ def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layou
                                             interpolation=cv2.INTER_LINEAR))
                 full = plane(dst)  # the whole resize, in place: read by the image's other tiles
             else:
-                full = cv2.resize(plane(img), (fw, fh), interpolation=cv2.INTER_LINEAR)
+                # (into a kept buffer: a fresh one a tile faulted its pages in every batch)
+                full = recycle.empty((fh, fw) + plane(img).shape[2:], img.dtype)
+                _put(full, cv2.resize(plane(img), (fw, fh), dst=full,
+                                      interpolation=cv2.INTER_LINEAR))
                 np.copyto(plane(dst), full[rows, cols])
             if resized is not None and img is spec.images[b]:
                 resized[key] = full
