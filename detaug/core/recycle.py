@@ -36,7 +36,7 @@ import numpy as np
 MIN_BYTES = 256 << 10  # smaller arrays: np.empty
 FREE_BYTES = 2 << 30  # free mappings kept by a process, at most
 MAX_AGE = 512  # a free mapping not taken by the next MAX_AGE arrays made here is unmapped
-_GRANULE = 2 << 20  # mapping sizes rounded up to whole 2 MiB (a transparent huge page),
+_GRANULE = 2 << 20  # mapping sizes rounded up to whole 2 MiB,
 _SMALL_GRANULE = 64 << 10  # or below 2 MiB to whole 64 KiB
 _PRIVATE = getattr(mmap, "MAP_PRIVATE", None)
 _ANON = getattr(mmap, "MAP_ANONYMOUS", None)
@@ -60,9 +60,9 @@ def empty(shape, dtype=np.uint8) -> np.ndarray:
     size = -(-n // g) * g
     mm = _take(size)
     if mm is None:
+        # (no MADV_HUGEPAGE: where THP is 'madvise', its faults compact memory, and the system
+        # time of a worker process making 'epoch' partners rose 7x with it)
         mm = mmap.mmap(-1, size, flags=_PRIVATE | _ANON)
-        if hasattr(mm, "madvise") and hasattr(mmap, "MADV_HUGEPAGE"):
-            mm.madvise(mmap.MADV_HUGEPAGE)  # fewer faults the first time (where THP is on)
     base = np.frombuffer(mm, dtype, n // dtype.itemsize)
     fin = weakref.finalize(base, _give_back, mm)
     fin.atexit = False
