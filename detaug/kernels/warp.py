@@ -210,6 +210,20 @@ def _unit_steps(m_idx, src_hw, out_hw):
     return tuple(out)
 
 
+def _copy_steps(cv2, src, take, dst, plane):
+    """``dst[...] = src[take]`` (``take``: :func:`_unit_steps`' slices); a reversed axis (a flip)
+    by ``cv2.flip`` of the window read forwards (NumPy copies a reversed axis of HWC pixels a
+    byte at a time: 5-10x slower)."""
+    flips = [t.step < 0 for t in take]
+    if not any(flips) or src.dtype not in (np.uint8, np.float32) or src.shape[2] > 4:
+        np.copyto(dst, src[take])
+        return
+    forward = tuple(slice(t.start + t.step * (n - 1), t.start + 1) if f else t
+                    for t, f, n in zip(take, flips, dst.shape[:2]))
+    code = -1 if all(flips) else (0 if flips[0] else 1)
+    _put(plane(dst), cv2.flip(plane(src[forward]), code, dst=plane(dst)))
+
+
 def _resize_window(m_full, img_hw, out_hw, clamp):
     """((full H, full W), (rows, cols), inside) where an inverse index map ``m_full`` (on the
     whole image) is cv2.resize's (``x_src = (x + 0.5) sx - 0.5``, edges replicated) onto a full
@@ -300,7 +314,7 @@ def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layou
     if direct and not outside:
         take = _unit_steps(m_idx, src.shape[:2], (h, w))
         if take is not None:  # a flip, an integer crop or paste: the pixels themselves
-            np.copyto(dst, src[take])
+            _copy_steps(cv2, src, take, dst, plane)
             return
         m_full = m_idx.copy()
         m_full[0, 2] += cx0
