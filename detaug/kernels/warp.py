@@ -43,8 +43,8 @@ from .warp_region import _fill_outside, _inside_masks, _slab_inside, _source_poi
 # the host preparation shared by the three implementations (detaug/kernels/warp_spec.py)
 from .warp_spec import _Spec, _allocate_numpy, _is_dense, _out_shape, _prepare, taps_for
 from . import resize_lines as RL
-# the OpenCV path's exact shortcuts: flips by cv2.flip, the constant border where no tap meets it
-from .warp_fast import _constant_border_holds, _copy_steps, _put, _taps_inside
+# the OpenCV path's flips by cv2.flip, and its in-place finish
+from .warp_copy import _copy_steps, _put
 _BLOCK = 256
 _PIX_PER_LANE = 16  # output pixels per lane (a warp covers 32 * 16 consecutive output pixels)
 _OPTIONS = ("-std=c++17", f"-DDETAUG_WARP_PPL={_PIX_PER_LANE}")  # warp.cu's compile options
@@ -334,18 +334,14 @@ def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layou
             if clamped is not None:
                 RL.fix_clamped(plane(dst), plane(img), (fh, fw), (rows, cols), clamped)
             return
-    # no tap near the window's edge: the border reads nothing, and BORDER_CONSTANT is 3x faster
-    border = (cv2.BORDER_CONSTANT if not outside and _taps_inside(m_idx, (nx * w, ny * h),
-                                                                  src.shape[:2])
-              and _constant_border_holds() else cv2.BORDER_REPLICATE)
     if direct:
         target = plane(dst)
         _put(target, warp(plane(src), m_idx, (w, h), dst=target, flags=flags,
-                          borderMode=border))
+                          borderMode=cv2.BORDER_REPLICATE))
         big = dst
     else:
         big = warp(plane(src), m_idx, (nx * w, ny * h), flags=flags,
-                   borderMode=border)  # (H, W) where C == 1
+                   borderMode=cv2.BORDER_REPLICATE)  # (H, W) where C == 1
     if outside:
         _fill_outside(big, inv, nx, ny, spec, b, fills)
     if direct:
