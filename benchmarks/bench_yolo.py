@@ -36,8 +36,9 @@ epochs), at most ``--max-seconds``; a window under 1 s or of no image makes the 
 down the graceful way (``_shutdown_workers``), before the next row starts.
 
 ``--only profile`` (:func:`profile`): no loader; the recipe step by step in one thread, each of
-detaug's CPU ops (per ``--partners``) beside each of Ultralytics' steps, in thread CPU ms per
-output image, over ``--batches`` batches of ``--batch-size``.
+detaug's CPU ops (per ``--partners``) and the making of its outputs (the flip and letterbox
+left pending) beside each of Ultralytics' steps and its collate_fn, in thread CPU ms per output
+image, over ``--batches`` batches of ``--batch-size``.
 
 Printed per row: img/s, decoded source images/s, the ratio to Ultralytics at the same worker count
 (and to its largest N), and on the GPU the device memory taken (the drop of ``cudaMemGetInfo``'s
@@ -74,7 +75,7 @@ T0 = time.perf_counter()
 HSV_GAINS = (0.015, 0.7, 0.4)  # Ultralytics' hsv_h, hsv_s, hsv_v
 MIN_WINDOW_S = 1.0  # a shorter timed window is reported as invalid
 PERSPECTIVE = 0.0005  # Ultralytics' perspective: P[2, 0], P[2, 1] ~ U(-p, p)
-PERSPECTIVE_NOTE = f"perspective {PERSPECTIVE}"
+PERSPECTIVE_NOTE, OUTPUT_STEP = f"perspective {PERSPECTIVE}", "outputs (pending flip, letterbox)"
 
 
 def log(msg):
@@ -231,9 +232,8 @@ def bench_ultralytics(args, root, names, workers):
 
 def shutdown_ultralytics(loader):
     """Stop the DataLoader's workers the graceful way (torch's ``_shutdown_workers``: its pin
-    thread is joined before the workers go, so no batch is half sent), then drop it. Its own
-    ``InfiniteDataLoader.__del__`` terminates the workers first, which can cut a tensor's fd
-    hand-over in the pin thread (the ConnectionResetError in ``rebuild_storage_fd``)."""
+    thread joined first, no batch half sent; its ``__del__`` terminates the workers first, which
+    can cut a tensor's fd hand-over: ConnectionResetError in ``rebuild_storage_fd``)."""
     inner = getattr(loader, "iterator", None)
     if inner is not None and hasattr(inner, "_shutdown_workers"):
         inner._shutdown_workers()
@@ -393,14 +393,16 @@ class StepClock:
 
 def profile_detaug(args, root, partners):
     """{op: ms per output image} of detaug's CPU recipe, every op's impl timed in this thread
-    (no worker process, one host thread; ops run one batch at a time), and the images made."""
+    (no worker process, one host thread; ops run one batch at a time) and the outputs' making
+    (``OUTPUT_STEP``: the flip and letterbox left pending run there), and the images made."""
     from detaug.graph.trace import REGISTRY
-
+    from detaug.runtime.gpu.device_stage import DeviceStage
     clock, saved = StepClock(), {}
     for name, schema in REGISTRY.items():
         if schema.impl is not None and schema.kind != "source":
             saved[name] = schema.impl
             object.__setattr__(schema, "impl", clock.wrap(name, schema.impl))
+    collect, DeviceStage.collect = DeviceStage.collect, clock.wrap(OUTPUT_STEP, DeviceStage.collect)
     try:
         pipe = detaug_pipe(root, args.size, args.batch_size, "cpu", 0, partners, args.mixup,
                            reduce=args.reduce, decode_cache_mb=args.decode_cache_mb)
@@ -412,6 +414,7 @@ def profile_detaug(args, root, partners):
             pipe.run()
         pipe.close()
     finally:
+        DeviceStage.collect = collect
         for name, impl in saved.items():
             object.__setattr__(REGISTRY[name], "impl", impl)
     # each call of an op makes one batch of outputs (a launch is one batch here), whichever
@@ -422,8 +425,8 @@ def profile_detaug(args, root, partners):
 
 def profile_ultralytics(args, root, names):
     """{step: ms per output image} of Ultralytics' dataset in this process: imread, the rest of
-    load_image (its resize) and each transform, nested calls (MixUp's own mosaic) in their own
-    step."""
+    load_image (its resize), each transform, nested calls (MixUp's own mosaic) in their own
+    step, and its collate_fn on each batch."""
     import ultralytics.data.base as ul_base
     from ultralytics.cfg import get_cfg
     from ultralytics.data import build_yolo_dataset
@@ -454,11 +457,12 @@ def profile_ultralytics(args, root, names):
                     ts[k] = _TimedStep(clock.wrap(type(t).__name__, t.__call__), t)
 
         walk(ds.transforms)
+        collate = clock.wrap("collate (collate_fn)", ds.collate_fn)
         ds[0]
         clock.t.clear()
         images = args.batches * args.batch_size
-        for i in range(images):
-            ds[i % len(ds)]
+        for b in range(args.batches):
+            collate([ds[(b * args.batch_size + i) % len(ds)] for i in range(args.batch_size)])
     finally:
         ul_base.imread = imread
     return {k: 1e3 * v / images for k, v in clock.t.items()}, images
@@ -466,7 +470,6 @@ def profile_ultralytics(args, root, names):
 
 class _TimedStep:
     """A transform whose call is timed; its attributes (MixUp's pre_transform...) its own."""
-
     def __init__(self, call, inner):
         self._call, self._inner = call, inner
 
@@ -538,19 +541,16 @@ def main(argv=None):
                     help="profile only: detaug's CPU decode at 1/reduce (2, 4, 8; not the pixels "
                          "of a full decode): for sources much larger than --size")
     ap.add_argument("--workers", default="2,15", help="worker counts (Ultralytics, detaug cpu)")
-    ap.add_argument("--partners", default="epoch,batch,pool",
-                    help="detaug's partners: epoch, batch, pool")
+    ap.add_argument("--partners", default="epoch,batch,pool", help="detaug's: epoch, batch, pool")
     ap.add_argument("--only", default="ultralytics,cpu,gpu",
                     help="rows: ultralytics, cpu, gpu; profile: the per-op CPU profile")
     ap.add_argument("--batches", type=int, default=20, help="timed batches a row (at least)")
-    ap.add_argument("--min-seconds", type=float, default=10.0,
-                    help="timed window a row (at least; and --batches)")
+    ap.add_argument("--min-seconds", type=float, default=10.0, help="timed window a row, at least")
     ap.add_argument("--max-seconds", type=float, default=40.0,
                     help="the timed window stops here even short of --batches")
-    ap.add_argument("--warmup", type=int, default=3,
-                    help="warm-up batches beyond the loader's prefetch depth")
+    ap.add_argument("--warmup", type=int, default=3, help="warm-up batches beyond the prefetched")
     ap.add_argument("--data", default=None, help="data folder (default: a temporary one)")
-    ap.add_argument("--json", default=None)
+    ap.add_argument("--json", default=None, help="rows to this file (default: $OUT/, if set)")
     ap.add_argument("--decode-cache-mb", type=int, default=None,
                     help="detaug cpu rows and profile: the pipeline's decode_cache_mb (0: no "
                          "cache; default: the pipeline's)")
@@ -558,9 +558,8 @@ def main(argv=None):
                     help="tiny run on the CPU: 32 images of 160, batches of 4, 2 timed")
     args = ap.parse_args(argv)
     if args.cpu_smoke:
-        args.num_images, args.batch_size, args.size = 32, 4, 160
-        args.batches, args.warmup, args.workers = 2, 1, "0,2"
-        args.min_seconds, args.max_seconds = 1.0, 5.0
+        args.num_images, args.batch_size, args.size, args.batches, args.warmup = 32, 4, 160, 2, 1
+        args.workers, args.min_seconds, args.max_seconds = "0,2", 1.0, 5.0
         args.only = args.only.replace(",gpu", "").replace("gpu", "")
     workers = [int(w) for w in args.workers.split(",") if w.strip()]
     only = set(args.only.split(","))
@@ -589,7 +588,6 @@ def main(argv=None):
                 guarded(f"detaug cpu {p} {n}", bench_detaug, args, root, "cpu", n, p)
     if "gpu" in only:
         from detaug.core.backend import gpu_available
-
         if not gpu_available():
             row("detaug gpu", img_s=None, skipped="no GPU")
         else:

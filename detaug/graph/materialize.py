@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core import backend
+from ..core import backend, recycle
 from ..core.batch import BoxBatch, DeferredWarp, ImageBatch
 from ..core.deferred import is_planned, stand_in
 from ..core.instances import SHAPE_FIELDS, shapes_clipped, shapes_through, tight_boxes
@@ -79,7 +79,7 @@ def images(batch: ImageBatch, ctx, *, mean=None, std=None, dtype=None, layout=No
         h, w = (int(v) for v in g.sizes[0])
         c = batch.channels
         shape = (n,) + ((c, h, w) if layout == "CHW" else (h, w, c))
-        out = np.empty(shape, np.dtype(dtype or np.uint8))
+        out = recycle.empty(shape, np.dtype(dtype or np.uint8))
         _chunks(ctx, lambda lo, hi: warp.warp_cv2(batch.data[lo:hi], g.matrices[lo:hi], g.sizes[lo:hi],
                                                   out=out[lo:hi], **_rows(kwargs, lo, hi)), n)
     else:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core import recycle
 from ..core.backend import upload
 
 from .launch import get_kernel, launch
@@ -146,7 +147,7 @@ def hsv_numpy(images, hue, saturation, value):
     mats = hsv_matrices(_per_sample(np, hue, b, np.float64), _per_sample(np, saturation, b, np.float64),
                         _per_sample(np, value, b, np.float64)).astype(np.float64)
     if dense:  # rounded straight into the batch (no per-sample arrays stacked afterwards)
-        out = np.empty_like(images)
+        out = recycle.empty(images.shape, images.dtype)
         scratch = {}
         for i, im in enumerate(items):
             _hsv_one(mats[i], im, out[i], scratch)

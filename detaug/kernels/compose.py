@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core import recycle
 from ..core.backend import upload_many
 from ..core.batch import DeviceImages
 from .launch import get_kernel, launch
@@ -106,7 +107,8 @@ def compose_numpy(tiles, origins, groups, canvas, fill, *, weights=None, mode="f
                                                  weights, mode)
     dense = len(canvas) and bool(np.all(canvas == canvas[0]))
     # one buffer for a dense batch, written in place (fresh pages are slow to fault in: once)
-    buf = np.empty((len(canvas), int(canvas[0, 0]), int(canvas[0, 1]), c), np.uint8) if dense else None
+    buf = (recycle.empty((len(canvas), int(canvas[0, 0]), int(canvas[0, 1]), c), np.uint8)
+           if dense else None)
     outs = []
     for b in range(len(canvas)):
         h, wd = (int(v) for v in canvas[b])
@@ -176,7 +178,7 @@ def canvas_numpy(canvas, fill, covered=None):
     c = fill.shape[1]
     dense = len(canvas) and bool(np.all(canvas == canvas[0]))
     if dense:
-        buf = np.empty((len(canvas), int(canvas[0, 0]), int(canvas[0, 1]), c), np.uint8)
+        buf = recycle.empty((len(canvas), int(canvas[0, 0]), int(canvas[0, 1]), c), np.uint8)
     else:
         buf = [np.empty((int(h), int(w), c), np.uint8) for h, w in canvas]
     for b in range(len(canvas)):

@@ -35,6 +35,7 @@ import math
 
 import numpy as np
 
+from ..core import recycle
 from ..core.backend import upload_many
 from ..core.batch import DeviceImages
 # the points outside a warp's region (the twin's and the OpenCV path's fill)
@@ -42,6 +43,8 @@ from .warp_region import _fill_outside, _inside_masks, _slab_inside, _source_poi
 # the host preparation shared by the three implementations (detaug/kernels/warp_spec.py)
 from .warp_spec import _Spec, _allocate_numpy, _is_dense, _out_shape, _prepare, taps_for
 from . import resize_lines as RL
+# the OpenCV path's flips by cv2.flip, and its in-place finish
+from .warp_copy import _copy_steps, _put
 _BLOCK = 256
 _PIX_PER_LANE = 16  # output pixels per lane (a warp covers 32 * 16 consecutive output pixels)
 _OPTIONS = ("-std=c++17", f"-DDETAUG_WARP_PPL={_PIX_PER_LANE}")  # warp.cu's compile options
@@ -139,13 +142,6 @@ def _index_inverse(inv: np.ndarray, nx: int, ny: int) -> np.ndarray:
     supersampled ``(ny * H, nx * W)`` grid: ``T(-0.5) @ inv(diag(nx, ny, 1) @ M) @ T(+0.5)``."""
     big_inv = inv @ np.diag([1.0 / nx, 1.0 / ny, 1.0])
     return _T_MINUS @ big_inv @ _T_PLUS
-
-
-def _put(target: np.ndarray, result: np.ndarray) -> None:
-    """Finish an OpenCV call made with ``dst=target``: OpenCV writes in place when ``target``
-    fits, else it returns a new array, which is copied (and cast) here."""
-    if result.ctypes.data != target.ctypes.data:
-        np.copyto(target, result.reshape(target.shape), casting="unsafe")
 
 
 def _reaches_outside(inv, nx, ny, out_hw, spec, b) -> bool:
@@ -299,7 +295,7 @@ def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layou
     if direct and not outside:
         take = _unit_steps(m_idx, src.shape[:2], (h, w))
         if take is not None:  # a flip, an integer crop or paste: the pixels themselves
-            np.copyto(dst, src[take])
+            _copy_steps(cv2, src, take, dst, plane)
             return
         m_full = m_idx.copy()
         m_full[0, 2] += cx0
@@ -330,7 +326,8 @@ def _cv2_one(cv2, img, inv, nx, ny, out_hw, spec, b, mean, std, out_dtype, layou
                                             interpolation=cv2.INTER_LINEAR))
                 full = plane(dst)  # the whole resize, in place: read by the image's other tiles
             else:
-                full = cv2.resize(plane(img), (fw, fh), interpolation=cv2.INTER_LINEAR)
+                full = recycle.empty((fh, fw) + plane(img).shape[2:], img.dtype)  # kept pages
+                _put(full, cv2.resize(plane(img), (fw, fh), dst=full, interpolation=cv2.INTER_LINEAR))
                 np.copyto(plane(dst), full[rows, cols])
             if resized is not None and img is spec.images[b]:
                 resized[key] = full

@@ -18,6 +18,7 @@ import threading
 
 from . import decode_cache, startup
 from .gpu import launch_profile
+from ..core import recycle
 from ..core.errors import NotFed
 
 
@@ -277,6 +278,7 @@ class Executor:
         if self.workers is not None:
             self.workers.release()
             decode_cache.drop(self.p)  # the first launch's decoded images: the workers make the rest
+            recycle.release()  # and its kept buffers (core/recycle.py)
         if pools is not None:
             for pool in pools:
                 pool.shutdown(wait=False)
@@ -339,3 +341,4 @@ class Executor:
             if pool is not None:
                 pool.shutdown(wait=wait, cancel_futures=True)
         decode_cache.drop(self.p)  # this process's decoded images go with its launches
+        recycle.release()  # and the buffers its launches kept (core/recycle.py)
