@@ -9,17 +9,22 @@ run gets ``device_id=None`` on a machine without CUDA), so this runs anywhere DA
 The rules, per kind of output:
 - integers, strings, shapes, dtypes, sample counts: equal;
 - floats (boxes, matrices, points, normalised images): ``rtol=1e-5, atol=1e-6`` (float32
-  arithmetic done in another order; boxes differ by at most 1.2e-7 here);
+  arithmetic done in another order; boxes differ by at most 1.2e-7 here), ``atol`` given where
+  a value is a difference of larger terms (warp_transforms' matrices);
 - uint8 pixels: equal, except where an op resamples in float32 and rounds (resize, hsv): within
   1 level (DALI's own float32 sums land on the other side of a half now and then,
   docs/dali.md); rotate / warp_affine with ``fill_value``: within 1 level off a 2-pixel band
   along the edge of the filled area and of the image, where detaug takes the fill for a sample
-  point outside the image whole and DALI blends it (docs/dali.md), the band at most 5% of the
+  point outside the image whole and DALI blends it (docs/dali.md), the band at most 10% of the
   pixels;
-- outputs that depend on a random draw (detaug's draws are its keyed streams, not DALI's
-  generator: same distributions, other values): the number of samples, each sample's dtype and
-  number of dimensions. Every output computed from data alone in those programs is still
-  compared by the rules above."""
+- random draws: detaug's come from its keyed streams, not DALI's generator (same distributions,
+  other values), so the DALI run records its draws and the detaug run of the same program
+  takes them (REPLAYED below); outputs whose draws cannot be handed over (a shuffled reader's
+  order, draws made inside DALIGenericIterator's loop) are compared in number of samples, dtype
+  and number of dimensions only;
+- detection_pipeline's select_masks outputs: a sample holding a mask made of several polygons
+  differs in its counts (detaug keeps every polygon, DALI the last one: docs/dali.md); the
+  other samples are compared by the rules above."""
 import importlib.util
 import os
 import re
@@ -36,8 +41,13 @@ needs_dali = pytest.mark.skipif(
 
 DRAWN = "drawn"
 BAND = "band"
+MASKS = "masks"
 
-# per port: {regex over the output's path: rule}; outputs not named get the default rules
+# per port: {regex over the output's path: rule}; outputs not named get the default rules.
+# REPLAYED ports: the DALI run records its random draws (random.uniform, random.coin_flip,
+# random_bbox_crop) and the detaug run takes them (helpers.dali_ports), so that everything
+# computed from them is compared value by value; random_bbox_crop's own window is then DALI's.
+REPLAYED = {"resize_slice", "warp_transforms", "ssd_coco_pipeline", "detection_pipeline"}
 PORTS = {
     "coco_reader": {},
     "external_input": {},
@@ -47,13 +57,17 @@ PORTS = {
     "box_ops": {r"hsv": 1},
     "augmentation_gallery": {r"results\['(resize|hsv)'\]\[1\]": 1,
                              r"results\['(rotate|warp_affine)'\]\[1\]": BAND},
-    "resize_slice": {r"shorter|resized|sliced|hw": DRAWN},
-    "warp_transforms": {r"angle|mt|both|moved|warped": DRAWN},
-    "ssd_coco_pipeline": {r"images|bboxes|labels": DRAWN},
+    "resize_slice": {r"resized|sliced": 1},
+    # the matrices' translations are sums of terms near 100 (the rotation's centre): float32
+    # rounding of those, 7.6e-6 at most here
+    "warp_transforms": {r"warped": BAND, r"mt|both|moved": 2e-5},
+    # shuffle_after_epoch: the reader's order is DALI's own permutation (not replayed)
+    "ssd_coco_pipeline": {r"images": DRAWN},
+    # the loop goes through DALIGenericIterator: the draws are not replayed
     "pytorch_ssd_loader": {r"seen\[\d+\]\[4\]|next_epoch_first|images|boxes|labels|data": DRAWN},
-    "detection_pipeline": {
-        r"outputs\[\d\]\[(0|4|5|6|7|8|9|10|12|13|14)\]|cropped|sel_|out_|slice_|bbox_indices":
-            DRAWN},
+    # select_masks keeps every polygon of a mask, DALI's its last one only (docs/dali.md): a
+    # sample holding a mask in several polygons differs in its polygon and vertex counts
+    "detection_pipeline": {r"outputs\[\d\]\[[4-8]\]|sel_|out_vertices": MASKS},
 }
 
 
@@ -76,7 +90,7 @@ def _band(a):
 
 def _compare_sample(path, ours, theirs, rule):
     assert ours.dtype == theirs.dtype, f"{path}: dtype {ours.dtype} vs DALI's {theirs.dtype}"
-    if rule == DRAWN:
+    if rule == DRAWN or (rule == MASKS and ours.shape[0] != theirs.shape[0]):
         assert ours.ndim == theirs.ndim, f"{path}: {ours.shape} vs DALI's {theirs.shape}"
         return 0.0
     assert ours.shape == theirs.shape, f"{path}: shape {ours.shape} vs DALI's {theirs.shape}"
@@ -85,10 +99,11 @@ def _compare_sample(path, ours, theirs, rule):
         return 0.0
     d = np.abs(ours.astype(np.float64) - theirs.astype(np.float64))
     if ours.dtype.kind == "f":
-        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6, err_msg=path)
+        atol = rule if isinstance(rule, float) else 1e-6
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=atol, err_msg=path)
     elif rule == BAND:
         band = _band(ours) | _band(theirs)
-        assert band.mean() <= 0.05, f"{path}: band {band.mean():.3f} of the image"
+        assert band.mean() <= 0.1, f"{path}: band {band.mean():.3f} of the image"
         assert d.max(-1)[~band].max() <= 1, f"{path}: {d.max(-1)[~band].max()} off the band"
     else:
         tol = rule if isinstance(rule, int) else 0
@@ -117,8 +132,10 @@ def compare(name, ours, theirs):
 @needs_dali
 @pytest.mark.parametrize("name", sorted(PORTS))
 def test_port_gives_dalis_numbers(name):
-    ours = dali_ports.run("detaug", name, REPO)
-    theirs = dali_ports.run("dali", name, REPO)
+    replayed = name in REPLAYED
+    theirs = dali_ports.run("dali", name, REPO, record=replayed)
+    draws = theirs.pop("__draws__", None)
+    ours = dali_ports.run("detaug", name, REPO, replay=draws)
     worst = compare(name, ours, theirs)
     print(name, {k: v for k, v in worst.items() if v})
 
