@@ -42,6 +42,7 @@ needs_dali = pytest.mark.skipif(
 DRAWN = "drawn"
 BAND = "band"
 MASKS = "masks"
+DETAUG_FORM = "detaug's form"
 
 # per port: {regex over the output's path: rule}; outputs not named get the default rules.
 # REPLAYED ports: the DALI run records its random draws (random.uniform, random.coin_flip,
@@ -54,6 +55,10 @@ PORTS = {
     "parallel_external_source": {},
     "expressions": {},
     "tensor_join": {},
+    "external_source_forms": {},
+    # readers.coco given no argument only DALI's reader has returns detaug's own (encoded,
+    # BoxBatch) (docs/dali.md): the boxes and labels DALI gives there have no counterpart
+    "coco_reader_variants": {r"results\['bare'\]\[\d\]\[[12]\]": DETAUG_FORM},
     "box_ops": {r"hsv": 1},
     "augmentation_gallery": {r"results\['(resize|hsv)'\]\[1\]": 1,
                              r"results\['(rotate|warp_affine)'\]\[1\]": BAND},
@@ -114,9 +119,10 @@ def _compare_sample(path, ours, theirs, rule):
 def compare(name, ours, theirs):
     """Assert the rules for every output; returns {path: max difference} for the report."""
     rules = PORTS[name]
-    assert set(ours) == set(theirs), (sorted(set(ours) ^ set(theirs)))
+    unmatched = {p for p in set(ours) ^ set(theirs) if _rule(rules, p) != DETAUG_FORM}
+    assert not unmatched, sorted(unmatched)
     worst = {}
-    for path in sorted(ours):
+    for path in sorted(set(ours) & set(theirs)):
         a, b, rule = ours[path], theirs[path], _rule(rules, path)
         if isinstance(a, list):
             assert isinstance(b, list) and len(a) == len(b), f"{path}: {len(a)} vs {len(b)} samples"

@@ -119,3 +119,30 @@ def test_constant_forms():
     assert wrapped.dtype == np.uint8 and wrapped.at(1).tolist() == [4, 4, 4]  # uint8 wraps
     assert doubled.dtype == np.float32 and doubled.at(0).tolist() == [20.0] * 3
     np.testing.assert_array_equal(cat.at(1), np.tile(np.arange(6.0).reshape(2, 3), 2))
+
+
+def test_external_source_forms(run_port):
+    g = run_port("external_source_forms")
+    for it, (a, b, c, d) in enumerate(g["batches"]):
+        for k in range(3):
+            assert a.at(k).tolist() == [3 * it + k, k, it] and a.at(k).dtype == np.int32
+            np.testing.assert_array_equal(d.at(k), a.at(k) * 2 + 1)
+            np.testing.assert_array_equal(b.at(k), np.full((k + 1, 2), 10 * it + k, np.float32))
+            # cycle="quiet": the two batches, then the first again
+            np.testing.assert_array_equal(c.at(k), np.full((2, 2, 1), (it % 2 + 1) * 7 + k))
+
+
+def test_coco_reader_variants(run_port):
+    g = run_port("coco_reader_variants")
+    ann = json.load(open(g["COCO_ANNOTATIONS"]))
+    by_id = {im["id"]: im for im in ann["images"]}
+    shape, boxes, labels, ids = g["results"]["ltrb_ratio_ids"][0]
+    xywh = g["results"]["xywh_pixels"][0][1]
+    for k in range(8):
+        im = by_id[int(ids.at(k)[0])]
+        assert tuple(shape.at(k)[:2]) == (im["height"], im["width"])
+        anns = [a["bbox"] for a in ann["annotations"] if a["image_id"] == im["id"]]
+        np.testing.assert_allclose(xywh.at(k), anns, rtol=1e-6)
+        w, h = im["width"], im["height"]
+        np.testing.assert_allclose(boxes.at(k), [[x / w, y / h, (x + bw) / w, (y + bh) / h]
+                                                 for x, y, bw, bh in anns], atol=1e-6)
