@@ -163,7 +163,8 @@ for _name, _dt in (("bool", "BOOL"), ("int8", "INT8"), ("int16", "INT16"), ("int
 
 ScalarConstant = Constant
 
-__all__ = ["Constant", "ScalarConstant", "DALIImageType", "DALIDataType", "DALIInterpType", "TensorLayout", "DALITensorLayout",
+__all__ = ["Constant", "ScalarConstant",
+           "DALIImageType", "DALIDataType", "DALIInterpType", "TensorLayout", "DALITensorLayout",
            "PipelineAPIType", "to_numpy_type", "image_type", "interp_type", "layout",
            *DALIImageType.__members__, *DALIDataType.__members__, *DALIInterpType.__members__,
            *TensorLayout.__members__]

@@ -105,7 +105,8 @@ def test_constant_forms():
     import detaug.types as types
     from detaug.pipeline import Pipeline
 
-    assert types.Constant(3).value.dtype == np.int32 and types.Constant(2.5).value.dtype == np.float32
+    assert types.Constant(3).value.dtype == np.int32
+    assert types.Constant(2.5).value.dtype == np.float32
     assert types.Constant(np.arange(3)).value.dtype == np.int32
     assert types.Constant(np.arange(3, dtype=np.uint8)).value.dtype == np.uint8
     assert types.Constant(7).uint8().value.dtype == np.uint8

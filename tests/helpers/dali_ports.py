@@ -109,8 +109,9 @@ def _has_cuda():
 
 
 def _dali_on_cpu():
-    """On a machine without CUDA, DALI's pipelines get ``device_id=None`` (DALI refuses a
-    ``device_id`` there; the ports' ops are all CPU ones): the one adaptation of the DALI run."""
+    """On a machine without CUDA (or with ``DALI_PORTS_CPU`` set), DALI's pipelines get
+    ``device_id=None`` (DALI refuses a ``device_id`` there; the ports' ops are all CPU ones):
+    the one adaptation of the DALI run."""
     from nvidia.dali.pipeline import Pipeline
 
     init = Pipeline.__init__
@@ -203,7 +204,8 @@ def _replay_draws(path):
             batches = [rec[j][min(k, len(rec[j]) - 1)] for j in range(n)]
             return tuple(batches) if n > 1 else batches[0]
 
-        return call_op("external_source", (), {"source": source, "num_outputs": n if n > 1 else None})
+        return call_op("external_source", (), {"source": source,
+                                                "num_outputs": n if n > 1 else None})
 
     registry.call_op = replaying
 
@@ -214,7 +216,7 @@ def _main(framework, name, out):
     if framework == "dali":
         if os.environ.get("DALI_PORTS_RECORD"):
             _record_dali_draws()
-        if not _has_cuda():
+        if not _has_cuda() or os.environ.get("DALI_PORTS_CPU"):
             _dali_on_cpu()
         folder = tempfile.mkdtemp()
         with open(os.path.join(folder, name + ".py"), "w") as f:

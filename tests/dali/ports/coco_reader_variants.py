@@ -1,8 +1,8 @@
 # Variants of DALI's COCO reader tutorial (docs/examples/general/data_loading/coco_reader.ipynb)
 # with the reader arguments DALI's operator reference documents: no argument but the files,
-# xywh pixel boxes, ltrb, ratio, image_ids, skip_empty, size_threshold, sharding with pad_last_batch, and the
-# older fn.coco_reader name, each a pipeline of its own run for two batches (the second goes on
-# past the shard's end). Written here in DALI's API (not a copy of DALI's code); changed: the
+# xywh pixel boxes, ltrb, ratio, image_ids, skip_empty, size_threshold, sharding with
+# pad_last_batch, and the older fn.coco_reader name, each a pipeline of its own run for two
+# batches (the second goes on past the shard's end). Written here in DALI's API (not a copy of DALI's code); changed: the
 # imports, the data (the repository's COCO sample), device "cpu".
 from detaug.pipeline import Pipeline
 import detaug.fn as fn
@@ -29,8 +29,8 @@ for name, args in VARIANTS.items():
 
 old = Pipeline(batch_size=4, num_threads=2, device_id=0)
 with old:
-    encoded, boxes, labels = fn.coco_reader(file_root=COCO_IMAGES, annotations_file=COCO_ANNOTATIONS,
-                                            ratio=True)
+    encoded, boxes, labels = fn.coco_reader(file_root=COCO_IMAGES,
+                                            annotations_file=COCO_ANNOTATIONS, ratio=True)
     old.set_outputs(fn.decoders.image(encoded, device="cpu"), boxes, labels)
 old.build()
 results["coco_reader_name"] = old.run()
