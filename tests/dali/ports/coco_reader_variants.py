@@ -2,8 +2,8 @@
 # with the reader arguments DALI's operator reference documents: no argument but the files,
 # xywh pixel boxes, ltrb, ratio, image_ids, skip_empty, size_threshold, sharding with
 # pad_last_batch, and the older fn.coco_reader name, each a pipeline of its own run for two
-# batches (the second goes on past the shard's end). Written here in DALI's API (not a copy of DALI's code); changed: the
-# imports, the data (the repository's COCO sample), device "cpu".
+# batches (the second goes on past the shard's end). Written here in DALI's API (not a copy of
+# DALI's code); changed: the imports, the data (the repository's COCO sample), device "cpu".
 from detaug.pipeline import Pipeline
 import detaug.fn as fn
 
