@@ -238,6 +238,8 @@ class Pipeline:
                 self.set_outputs(*(out if isinstance(out, (tuple, list)) else (out,)))
             _graph.validate(self.graph)  # data moves cpu -> mixed -> gpu only
             sources = [op for op in self.graph.ops if op.schema.kind == "source"]
+            if not sources and self._outputs:  # constants alone, as DALI runs them
+                sources = [_dali.implicit_source(self)]
             if not sources:
                 raise ValueError("the pipeline has no reader or external source")
         settings = self._settings()

@@ -127,7 +127,44 @@ def layout(value) -> str:
     return {"NCHW": "CHW", "NHWC": "HWC"}.get(v, v)
 
 
-__all__ = ["DALIImageType", "DALIDataType", "DALIInterpType", "TensorLayout", "DALITensorLayout",
+class Constant:
+    """DALI's ``types.Constant(value, dtype=None)``: a number or an array that becomes a
+    ``constant`` op where it is used as an input (an operand of DataNode arithmetic, an op's
+    input), so it may be made outside a pipeline, as DALI's. Python ints are int32 and floats
+    float32 (DALI's rule), a NumPy array keeps its type but int64 and float64, made int32 and
+    float32; ``dtype`` (a DALIDataType) or the
+    conversions (``.uint8()``, ``.float32()``, ...) set the type."""
+
+    def __init__(self, value, dtype=None, shape=None, layout=None, device=None, **kwargs):
+        a = np.asarray(value)
+        if shape is not None:
+            a = np.broadcast_to(a, tuple(int(x) for x in np.atleast_1d(shape)))
+        if dtype is None and not isinstance(value, np.ndarray):
+            dtype = {"b": DALIDataType.BOOL, "i": DALIDataType.INT32, "u": DALIDataType.INT32,
+                     "f": DALIDataType.FLOAT}.get(a.dtype.kind)
+        elif dtype is None:  # DALI's: 64-bit arrays made 32-bit
+            dtype = {"int64": DALIDataType.INT32, "float64": DALIDataType.FLOAT}.get(a.dtype.name)
+        self.value = a.astype(to_numpy_type(dtype)) if dtype is not None else a
+        self.dtype, self.layout, self.device = dtype, layout, device
+
+    def __repr__(self) -> str:
+        return f"Constant({self.value.tolist()!r}, dtype={self.value.dtype})"
+
+
+def _conversion(dtype):
+    return lambda self: Constant(self.value, dtype, layout=self.layout, device=self.device)
+
+
+for _name, _dt in (("bool", "BOOL"), ("int8", "INT8"), ("int16", "INT16"), ("int32", "INT32"),
+                   ("int64", "INT64"), ("uint8", "UINT8"), ("uint16", "UINT16"),
+                   ("uint32", "UINT32"), ("uint64", "UINT64"), ("float16", "FLOAT16"),
+                   ("float32", "FLOAT"), ("float64", "FLOAT64")):
+    setattr(Constant, _name, _conversion(getattr(DALIDataType, _dt)))
+
+ScalarConstant = Constant
+
+__all__ = ["Constant", "ScalarConstant",
+           "DALIImageType", "DALIDataType", "DALIInterpType", "TensorLayout", "DALITensorLayout",
            "PipelineAPIType", "to_numpy_type", "image_type", "interp_type", "layout",
            *DALIImageType.__members__, *DALIDataType.__members__, *DALIInterpType.__members__,
            *TensorLayout.__members__]

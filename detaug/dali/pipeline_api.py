@@ -178,3 +178,16 @@ def deserialize(cls, data: bytes, **overrides):
     pipe = cls(**{**params, **overrides})
     pipe.set_outputs(*rebuild(pipe.graph))
     return pipe
+
+
+def implicit_source(pipe):
+    """The source op of a pipeline that has none (DALI runs a pipeline of constants alone): an
+    endless per-batch source of empty samples that drives its batches."""
+    import numpy as np
+
+    from ..graph.trace import call_op
+
+    with pipe:
+        node = call_op("external_source", (), {
+            "source": lambda: [np.zeros(0, np.uint8)] * pipe.batch_size})
+    return node.op

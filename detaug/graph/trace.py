@@ -345,11 +345,19 @@ def _say_hints(schema: OpSchema, kwargs: dict) -> None:
 
 def _constant_node(schema, v):
     """An input as a DataNode: a number, a list / tuple of numbers or a NumPy array becomes a
-    ``constant`` op (as DALI does: ints int32, floats float32); anything else raises."""
+    ``constant`` op (as DALI does: ints int32, floats float32), a ``types.Constant`` one of its
+    type; anything else raises."""
     if isinstance(v, DataNode):
         return v
     import numpy as np
 
+    from ..core.types import Constant
+
+    if isinstance(v, Constant):  # DALI's types.Constant: its own type
+        a = v.value
+        key = "fdata" if a.dtype.kind == "f" else "idata"
+        return call_op("constant", (), {key: a.reshape(-1).tolist(), "shape": list(a.shape),
+                                        "dtype": a.dtype.name})
     if isinstance(v, (int, float, list, tuple, np.ndarray, np.number)) and not isinstance(v, bool):
         a = np.asarray(v)
         if a.dtype.kind in "iu":

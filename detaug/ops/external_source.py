@@ -303,10 +303,18 @@ class _External(_Source):
         return tuple(outs)
 
 
+def _positional_source(inputs, kwargs):
+    """DALI's ``fn.external_source(source)``: ``source`` is its first positional parameter."""
+    if len(inputs) == 1 and "source" not in kwargs:
+        return (), {**kwargs, "source": inputs[0]}
+    return inputs, kwargs
+
+
 declare_kinds("external_source", source=FREE, cycle=FREE, dtype=DTYPES, layout=STRS)
 declare_ranges("external_source", num_outputs=count(1, 1024), size=count(0), ndim=count(0, 8),
                shard_id=count(0), num_shards=count(1))
 register("external_source", devices=("cpu",), inputs=(0, 0), kind="source",
+         rewrite=_positional_source,
          outputs=lambda n, a: a["num_outputs"] or 1,
          args={"source": None, "num_outputs": None, "batch": True, "batch_info": False,
                "size": None, **_SHARDING,
