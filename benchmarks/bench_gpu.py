@@ -8,7 +8,7 @@ torchvision.transforms.v2 (GPU, and a CPU DataLoader) and kornia; plus the fused
 ``--seg`` (gpu_common.run_seg): COCO-like JPEGs with polygons, large-scale jitter (0.1-2.0 of
 ``--seg-size`` 1024, crop and pad to it) + flip, masks from the polygons at the output
 (``fn.instance_masks``), batch 16, as the torch adapter's list targets: detaug with masks, with
-polygons moved only, boxes only (the split of the cost), torchvision v2 (``ScaleJitter`` +
+the polygons rasterised by the adapter instead, boxes only; torchvision v2 (``ScaleJitter`` +
 ``RandomCrop(pad_if_needed)`` + flip, pycocotools masks per image) in a DataLoader of
 ``--seg-workers`` (15); detaug's rows ``--seg-rounds`` (2) times alternated, the best in the
 ratios (a fresh process's first row pays first compiles and cold caches); a short table.
