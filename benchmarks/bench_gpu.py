@@ -10,7 +10,7 @@ torchvision.transforms.v2 (GPU, and a CPU DataLoader) and kornia; plus the fused
 (``fn.instance_masks``), batch 16, as the torch adapter's list targets: detaug with masks, with
 the polygons rasterised by the adapter instead, boxes only; torchvision v2 (``ScaleJitter`` +
 ``RandomCrop(pad_if_needed)`` + flip, pycocotools masks per image) in a DataLoader of
-``--seg-workers`` (15); detaug's rows ``--seg-rounds`` (2) times alternated, the best in the
+``--seg-workers`` (15); detaug's rows ``--seg-passes`` (2) times alternated, the best in the
 ratios (a fresh process's first row pays first compiles and cold caches); a short table.
 
 The pipeline, per image: decode JPEG -> random IoU crop (SSD) -> random horizontal flip ->
@@ -403,7 +403,7 @@ def main(argv=None):
     ap.add_argument("--seg", action="store_true", help="the instance-seg recipe (above)")
     ap.add_argument("--seg-size", type=int, help="--seg canvas (1024; 256 smoke)")
     ap.add_argument("--seg-workers", type=int, default=15, help="--seg torchvision workers")
-    ap.add_argument("--seg-rounds", type=int, default=2, help="--seg detaug rows, alternated (best)")
+    ap.add_argument("--seg-passes", type=int, default=2, help="--seg detaug rows, alternated (best)")
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="no GPU: small data, detaug on the CPU backend, peers where importable")
     ap.add_argument("--num-images", type=int, default=None, help="default 1024 (128 with --cpu-smoke)")

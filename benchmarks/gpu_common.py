@@ -440,12 +440,12 @@ def run_seg(args, smoke, gpu):
         skip(tv_name, "torchvision not importable")
     else:
         section(tv_name, bench_tv_seg, args, root, args.seg_workers)
-    for k in range(max(1, getattr(args, "seg_rounds", 1))):  # alternated: a row's best round
-        for mode in SEG_MODES:  # (the first row of the first round also pays what warms up once)
+    for k in range(max(1, getattr(args, "seg_passes", 1))):  # alternated: a row's best pass
+        for mode in SEG_MODES:  # (the first row of the first pass also pays what warms up once)
             r = section(f"detaug {device}, {SEG_NAMES[mode]}", bench_detaug_seg, args, root,
                         device, mode)
             if r is not None and k:
-                r["notes"] = f"round {k + 1}: " + str(r.get("notes") or r.get("error") or "")
+                r["notes"] = f"pass {k + 1}: " + str(r.get("notes") or r.get("error") or "")
     by = {}
     for r in ROWS:
         by[r["name"]] = max(r.get("img_s") or 0, by.get(r["name"]) or 0) or None
