@@ -23,13 +23,12 @@ Sections (each in its own try/except: one failure never loses the others; each b
    (3-10 random boxes each, the 80 COCO categories with their non-contiguous ids).
 2. detaug: ``fn.readers.coco`` -> ``fn.decoders.image(device="mixed")`` (nvImageCodec) ->
    random_iou_crop -> flip(coin_flip) -> resize(640, 640) -> prune_boxes(min_size=1) ->
-   normalize(CHW) + pad_boxes(max_boxes=64); timed across epochs (``pipe.reset()`` at each end),
-   GPU synchronised at the end. Also: CPU time of the driving thread per batch
-   (``time.thread_time()`` around ``run()``), the in-epoch rate (epoch ends drain the queue), and
-   the device memory of the pipeline with its decode processes: the drop of ``cudaMemGetInfo``'s
-   free bytes (the whole device, every process), sampled in this process, from before the
-   pipeline is built to after ``--mem-batches`` batches (300; warm-up batches count), in MB of
-   10^6 bytes.
+   normalize(CHW) + pad_boxes(max_boxes=64); timed across epochs (``pipe.reset()`` at each end), GPU
+   synchronised at the end. Also: CPU time of the driving thread per batch (``time.thread_time()``
+   around ``run()``), the in-epoch rate (epoch ends drain the queue), and the device memory of the
+   pipeline with its decode processes: the drop of ``cudaMemGetInfo``'s free bytes (the whole
+   device, every process), sampled in this process, from before the pipeline is built to after
+   ``--mem-batches`` batches (300; warm-up batches count), in MB of 10^6 bytes.
 3. peers: (a) nvImageCodec's batched decode alone on the same bytes (preloaded): the one-process
    ceiling; (a'') the machine's decode ceiling: the same work (same decoder settings, batches of
    64) in P spawned processes at once (``--ceiling-processes 1,2,3,4``), each decoding its own
@@ -49,7 +48,6 @@ Sections (each in its own try/except: one failure never loses the others; each b
    (``detaug.kernels.warp.warp_cupy``: crop + flip + resize + normalize + CHW in one launch),
    200 calls timed with CUDA events, and the same calls with the stream's queue pre-filled
    (kernel time without host gaps); bandwidth vs a 1 GiB device-to-device copy.
-
 5. a table (name, img/s, detaug / engine, device memory (MB), notes), device, CPU count,
    versions, detaug against the two ceilings and its memory; JSON to ``--json`` or
    ``$OUT/bench_gpu.json``.

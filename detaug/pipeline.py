@@ -33,7 +33,7 @@ from .runtime import build_plan as _build_plan
 from .runtime import run_state as _run_state
 from .runtime import startup as _startup
 from .runtime import fork as _fork
-from .core.sharding import Sharding, _local_rank
+from .core.sharding import Sharding, _local_rank, own_shard
 
 _POLICIES = ("fill", "drop", "partial")
 
@@ -257,7 +257,7 @@ class Pipeline:
                 raise ValueError(f"the pipeline's readers have different sizes {sorted(sizes)}")
             # the epoch schedule (the seed's first part); a ValueError that says why where an
             # epoch would hold no batch
-            self._sharding.bind(((self.graph.ops[i].name, s, _own_shard(self.graph.ops[i].args))
+            self._sharding.bind(((self.graph.ops[i].name, s, own_shard(self.graph.ops[i].args))
                                  for i, s in self._sources.items()),
                                 skipped=len(self.stats.get("reader_skipped") or ()))
         tl.begin("build.plan")
@@ -596,8 +596,3 @@ class Pipeline:
         # (owned here: its __init__ ran to the end, where _fork.track is, so every attribute is set)
         self._queue.shutdown(wait=False)
         self._device.stop()
-
-
-def _own_shard(args) -> bool:
-    """Whether a reader was given a shard of its own (``set_shard`` leaves it)."""
-    return args.get("shard_id") is not None or args.get("num_shards") is not None

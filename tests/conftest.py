@@ -27,6 +27,63 @@ def cp():
     return cupy
 
 
+@pytest.fixture(params=("opencv", "reference"))
+def cpu_warp(request):
+    """Each test once per CPU warp (``backend.set_cpu_warp``), the one before restored after."""
+    from detaug.core import backend
+
+    before = backend.cpu_warp()
+    backend.set_cpu_warp(request.param)
+    yield request.param
+    backend.set_cpu_warp(before)
+
+
+@pytest.fixture(scope="module")
+def shape_kernels_cu(tmp_path_factory):
+    """shapes.cu and boxes.cu compiled as host C++, once per module
+    (``helpers.cuda_emulation.build_shape_kernels``)."""
+    from helpers import cuda_emulation as emu
+
+    return emu.build_shape_kernels(tmp_path_factory)
+
+
+@pytest.fixture
+def shape_kernels(shape_kernels_cu, monkeypatch):
+    """detaug.kernels.shapes' and .boxes' cupy code run on the emulated kernels for this test;
+    the shapes.cu emulation, its ``calls`` cleared."""
+    from helpers import cuda_emulation as emu
+
+    return emu.install_shape_kernels(monkeypatch, shape_kernels_cu)
+
+
+@pytest.fixture(scope="module")
+def run_port():
+    """``run_port(name)``: the globals of tests/dali/ports/<name>.py run as a script under detaug
+    (once per module; the ports folder on sys.path meanwhile); the ports' pipelines closed after."""
+    import runpy
+    import sys
+
+    from detaug.pipeline import Pipeline
+    from helpers import dali_ports
+
+    ports = os.path.normpath(dali_ports.PORTS)
+    sys.path.insert(0, ports)
+    done = {}
+
+    def run(name):
+        if name not in done:
+            done[name] = runpy.run_path(os.path.join(ports, name + ".py"))
+        return done[name]
+
+    yield run
+    sys.path.remove(ports)
+    for g in done.values():  # the ports' pipelines (and their worker threads) closed
+        for v in list(g.values()) + [p for v in g.values() if isinstance(v, dict)
+                                     for p in v.values()]:
+            if isinstance(v, Pipeline):
+                v.close()
+
+
 @pytest.fixture
 def rng(request):
     """Random inputs from a fixed seed per test (the CRC-32 of its id: the same every run, a

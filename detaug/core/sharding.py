@@ -5,7 +5,8 @@ and ``stick_to_shard=False``), the epoch's size and batch count, the fitting of 
 schedule to the batches fed to an external source; :class:`Sharding`, the part that holds the
 pipeline's default shard and shard policy and makes the schedule from them (what ``set_shard``,
 ``shard_info``, ``epoch_size`` and ``len`` hand over to), with the check that an epoch holds a
-batch (:func:`check_epoch_has_batches`); and the default device of a process of a distributed run
+batch (:func:`check_epoch_has_batches`) and whether a reader keeps a shard of its own
+(:func:`own_shard`); and the default device of a process of a distributed run
 (:func:`_local_rank`). The arithmetic is detaug/core/schedule.py's; the schedule applies it to the
 pipeline's driving reader."""
 from __future__ import annotations
@@ -242,6 +243,11 @@ def check_epoch_has_batches(schedule, name: str, skipped: int = 0) -> None:
     raise ValueError(f"{name}: an epoch would have no batch (dataset of {size} records, shard "
                      f"{sid} of {ns} with shard_policy={policy!r} holding {n}, batch_size={bs}, "
                      f"last_batch_policy={last!r}): {why}")
+
+
+def own_shard(args) -> bool:
+    """Whether a reader's op ``args`` give it a shard of its own (``set_shard`` leaves it)."""
+    return args.get("shard_id") is not None or args.get("num_shards") is not None
 
 
 def _local_rank():

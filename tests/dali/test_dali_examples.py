@@ -5,37 +5,13 @@ float64 references written here (box_encoder from DALI's BoxEncoder rules, trans
 matrices, pixels from Pillow's decode)."""
 import json
 import os
-import runpy
-import sys
 
 import numpy as np
 import pytest
 from PIL import Image
 
+from helpers import COCO
 from helpers.dali_refs import encode_ref
-
-PORTS = os.path.join(os.path.dirname(__file__), "ports")
-
-
-@pytest.fixture(scope="module")
-def run_port():
-    sys.path.insert(0, PORTS)
-    done = {}
-
-    def run(name):
-        if name not in done:
-            done[name] = runpy.run_path(os.path.join(PORTS, name + ".py"))
-        return done[name]
-
-    yield run
-    sys.path.remove(PORTS)
-    from detaug.pipeline import Pipeline
-
-    for g in done.values():  # the ports' pipelines (and their worker threads) closed
-        for v in list(g.values()) + [p for v in g.values() if isinstance(v, dict)
-                                     for p in v.values()]:
-            if isinstance(v, Pipeline):
-                v.close()
 
 
 def _decoded(path):
@@ -416,8 +392,7 @@ def _coco_tfrecords(folder, n):
     from readers.coco import read_coco
     from readers.tfrecord_od import write_tfrecord
 
-    root = os.path.join(PORTS, "..", "..", "..", "examples", "data", "coco-mini")
-    ds = read_coco(os.path.join(root, "annotations.json"), os.path.join(root, "images"))
+    ds = read_coco(os.path.join(COCO, "annotations.json"), os.path.join(COCO, "images"))
     part = copy.copy(ds)
     part.records = [ds.records[k] for k in range(n)]
     write_tfrecord(part, folder, num_shards=1)

@@ -4,28 +4,8 @@ NumPy written here (tests/dali/test_against_dali.py compares them with DALI itse
 installed); and the DALI forms they needed: ``types.Constant``, ``external_source``'s positional
 source, a pipeline of constants alone."""
 import json
-import os
-import runpy
-import sys
 
 import numpy as np
-import pytest
-
-PORTS = os.path.join(os.path.dirname(__file__), "ports")
-
-
-@pytest.fixture(scope="module")
-def run_port():
-    sys.path.insert(0, PORTS)
-    done = {}
-
-    def run(name):
-        if name not in done:
-            done[name] = runpy.run_path(os.path.join(PORTS, name + ".py"))
-        return done[name]
-
-    yield run
-    sys.path.remove(PORTS)
 
 
 def _c_floordiv(a, b):  # C++'s integer division: truncation toward zero

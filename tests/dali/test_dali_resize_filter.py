@@ -15,24 +15,7 @@ from detaug import pipeline_def
 from detaug.core import backend
 from detaug.kernels import warp as W
 from helpers import fresh_seed, run_graph, to_np
-from helpers.dali_refs import dali_resize
-
-
-@pytest.fixture(params=("opencv", "reference"))
-def cpu_warp(request):
-    before = backend.cpu_warp()
-    backend.set_cpu_warp(request.param)
-    yield request.param
-    backend.set_cpu_warp(before)
-
-
-def _assert_rounded(out, ref):
-    """``ref`` rounded half up, but within 1e-3 of a half, either way (the CPU backend's fast
-    path sums in float32, as the kernel does; the twin in float64)."""
-    want = np.clip(np.floor(ref + 0.5), 0, 255)
-    tie = np.abs(ref - np.floor(ref) - 0.5) < 1e-3
-    ok = (out == want) | (tie & (np.abs(out - ref) <= 0.5 + 1e-3))
-    assert ok.all(), (np.argwhere(~ok)[:5], out[~ok][:5], ref[~ok][:5])
+from helpers.dali_refs import assert_rounded, dali_resize
 
 
 def _scale(ih, iw, oh, ow):
@@ -55,15 +38,15 @@ def test_dali_form_takes_dalis_filter(cpu_warp):
         fn.resize(i, size=(17, 23)), fn.resize(i, resize_shorter=9),
         fn.resize(i, resize_shorter=9, subpixel_scale=False)))
     for k, img in enumerate(imgs):
-        _assert_rounded(np.asarray(half.at(k)), dali_resize(img, 17, 23))
+        assert_rounded(np.asarray(half.at(k)), dali_resize(img, 17, 23))
         h, w = img.shape[:2]
         s = 9 / min(h, w)
         req = (h * s, w * s)
         oh, ow = (int(v) for v in np.round(req))
         got = np.asarray(short.at(k))
         assert got.shape == (oh, ow, 3)
-        _assert_rounded(got, dali_resize(img, oh, ow, req))
-        _assert_rounded(np.asarray(plain.at(k)), dali_resize(img, oh, ow))
+        assert_rounded(got, dali_resize(img, oh, ow, req))
+        assert_rounded(np.asarray(plain.at(k)), dali_resize(img, oh, ow))
 
 
 def test_class_api_and_filter_arguments(cpu_warp):
@@ -77,8 +60,8 @@ def test_class_api_and_filter_arguments(cpu_warp):
         resize(i), *fn.resize(i, bx, size=(13, 11), interp_type=types.INTERP_LINEAR)))
     for k, img in enumerate(imgs):
         ref = dali_resize(img, 13, 11)
-        _assert_rounded(np.asarray(a.at(k)), ref)
-        _assert_rounded(np.asarray(b.at(k)), ref)
+        assert_rounded(np.asarray(a.at(k)), ref)
+        assert_rounded(np.asarray(b.at(k)), ref)
 
 
 def test_detaug_form_and_antialias_false_keep_the_warp():
@@ -118,7 +101,7 @@ def test_random_resized_crop_of_images_alone():
             fn.random_resized_crop(i, **kw), *fn.random_resized_crop(i, b, **kw)))
     finally:
         backend.set_cpu_warp(before)
-    _assert_rounded(np.asarray(alone.at(0)), dali_resize(img, 11, 13))
+    assert_rounded(np.asarray(alone.at(0)), dali_resize(img, 11, 13))
     np.testing.assert_array_equal(np.asarray(own.at(0)),
                                   W.warp_numpy([img], _scale(32, 48, 11, 13), [[11, 13]])[0])
 
@@ -203,6 +186,6 @@ def test_gpu_pipeline_equals_cpu():
         f = np.asarray(cpu[2].at(k), np.float64)
         np.testing.assert_allclose(to_np(gpu[2].at(k)), f, atol=1e-3)
         for out in (cpu[0], gpu[0]):
-            _assert_rounded(np.asarray(to_np(out.at(k)), np.float64), f)
+            assert_rounded(np.asarray(to_np(out.at(k)), np.float64), f)
         d = np.abs(to_np(gpu[1].at(k)).astype(int) - np.asarray(cpu[1].at(k)).astype(int))
         assert d.max() <= 1 and (d > 0).mean() < 0.05

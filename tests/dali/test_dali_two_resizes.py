@@ -21,26 +21,8 @@ from detaug.core import backend
 from detaug.kernels import resample as R
 from detaug.kernels import warp as W
 from helpers import COCO, fresh_seed, run_graph, to_np
-from helpers.dali_refs import dali_resize, dali_u8
+from helpers.dali_refs import assert_rounded, dali_resize, dali_u8
 from helpers.warp import build_resample_emulation
-
-
-@pytest.fixture(params=("opencv", "reference"))
-def cpu_warp(request):
-    before = backend.cpu_warp()
-    backend.set_cpu_warp(request.param)
-    yield request.param
-    backend.set_cpu_warp(before)
-
-
-def _assert_rounded(out, ref):
-    """uint8 ``out`` is ``ref`` rounded half up, but within 1e-3 of a half, either way (float32
-    sums: the CPU backend's fast path and the kernel)."""
-    out = np.asarray(out).astype(np.float64)
-    want = np.clip(np.floor(ref + 0.5), 0, 255)
-    tie = np.abs(ref - np.floor(ref) - 0.5) < 1e-3
-    ok = (out == want) | (tie & (np.abs(out - ref) <= 0.5 + 1e-3))
-    assert ok.all(), (np.argwhere(~ok)[:5], out[~ok][:5], ref[~ok][:5])
 
 
 def _row_image(values):
@@ -98,14 +80,14 @@ def _chains(rng, imgs):
         # the first steps: DALI's filter of the image (the crop a window of it, the flip it
         # mirrored), rounded
         ref1 = dali_resize(img, *s1[0])
-        _assert_rounded(a1, ref1)
+        assert_rounded(a1, ref1)
         h1 = s1[1][0]
-        _assert_rounded(c, dali_resize(img, *s1[1])[h1 - cw[0]:, :cw[1]])
-        _assert_rounded(f, dali_resize(img, *s1[2])[:, ::-1])
+        assert_rounded(c, dali_resize(img, *s1[1])[h1 - cw[0]:, :cw[1]])
+        assert_rounded(f, dali_resize(img, *s1[2])[:, ::-1])
         # the second steps: DALI's filter of the first step's image (as made here)
         for first, second, size in ((a1, a2, s2[0]), (c, c2, s2[1]), (f, f2, s2[2])):
             assert second.shape == (*size, 3)
-            _assert_rounded(second, dali_resize(first, *size))
+            assert_rounded(second, dali_resize(first, *size))
         np.testing.assert_array_equal(a2_again, a2)  # (the same chain, not an output's copy)
         # everywhere within a level of the float64 two steps; and not one filter of the
         # composed scale
@@ -134,8 +116,8 @@ def test_random_resized_crop_then_resize():
     kw = dict(size=(16, 24), random_area=(1.0, 1.0), random_aspect_ratio=(1.5, 1.5))
     first, out = run_graph([img], [np.zeros((0, 4))], lambda i, b: (
         (r := fn.random_resized_crop(i, **kw)), fn.resize(r, size=(7, 9))))
-    _assert_rounded(np.asarray(first.at(0)), dali_resize(img, 16, 24))
-    _assert_rounded(np.asarray(out.at(0)), dali_resize(np.asarray(first.at(0)), 7, 9))
+    assert_rounded(np.asarray(first.at(0)), dali_resize(img, 16, 24))
+    assert_rounded(np.asarray(out.at(0)), dali_resize(np.asarray(first.at(0)), 7, 9))
 
 
 def test_a_rotation_after_the_resize_warps_its_image(cpu_warp):
@@ -146,7 +128,7 @@ def test_a_rotation_after_the_resize_warps_its_image(cpu_warp):
     angle = float(rng.uniform(10, 80))
     r, rot = run_graph([img], [np.zeros((0, 4))], lambda i, b: (
         (r := fn.resize(i, size=(15, 21))), fn.rotate(r, angle=angle, expand=False)))
-    _assert_rounded(np.asarray(r.at(0)), dali_resize(img, 15, 21))
+    assert_rounded(np.asarray(r.at(0)), dali_resize(img, 15, 21))
     (alone,) = run_graph([np.asarray(r.at(0))], [np.zeros((0, 4))], lambda i, b: (
         fn.rotate(i, angle=angle, expand=False),))
     np.testing.assert_array_equal(np.asarray(rot.at(0)), np.asarray(alone.at(0)))
@@ -165,8 +147,8 @@ def test_filter_argument_with_boxes_filters_twice_and_boxes_follow():
         return (i1, *fn.resize(i1, b1, size=(7, 8), interp_type=lin))
 
     first, second, boxes = run_graph([img], [box], graph)
-    _assert_rounded(np.asarray(first.at(0)), dali_resize(img, 14, 20))
-    _assert_rounded(np.asarray(second.at(0)), dali_resize(np.asarray(first.at(0)), 7, 8))
+    assert_rounded(np.asarray(first.at(0)), dali_resize(img, 14, 20))
+    assert_rounded(np.asarray(second.at(0)), dali_resize(np.asarray(first.at(0)), 7, 8))
     got = boxes.per_sample()[0]["boxes"]
     np.testing.assert_allclose(got, box * [8 / 40, 7 / 28, 8 / 40, 7 / 28], atol=1e-5)
 
@@ -241,12 +223,12 @@ def test_planned_ahead_two_chained_launches(resample_cu, monkeypatch):
                 np.testing.assert_array_equal(to_np(u), to_np(v))
         decoded = [decode_pillow(buf) for buf in read_files(paths)]
         for k, img in enumerate(decoded):
-            _assert_rounded(a[k], dali_resize(img, 37, 45))
+            assert_rounded(a[k], dali_resize(img, 37, 45))
             ref2 = dali_resize(a[k], 19, 23)
             mirrored = dali_resize(a[k][:, ::-1], 19, 23)
             ok = [np.all(np.abs(b[k] - r) <= 0.5 + 1e-3) for r in (ref2, mirrored)]
             assert any(ok)
-            _assert_rounded(b[k], ref2 if ok[0] else mirrored)
+            assert_rounded(b[k], ref2 if ok[0] else mirrored)
     finally:
         planned.close()
         plain.close()

@@ -8,25 +8,13 @@ INTERP_LINEAR where it enlarges), rounded half up; the window's anchor DALI's ``
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import detaug.fn as fn
 import detaug.types as types
 from detaug import pipeline_def
-from detaug.core import backend
 from detaug.core.batch import _identity_geometry
 from detaug.core import geometry as G
 from helpers import fresh_seed
-
-WARPS = ("opencv", "reference")
-
-
-@pytest.fixture(params=WARPS)
-def cpu_warp(request):
-    before = backend.cpu_warp()
-    backend.set_cpu_warp(request.param)
-    yield request.param
-    backend.set_cpu_warp(before)
 
 
 def _axis_weights(n_in: int, n_out: int) -> np.ndarray:

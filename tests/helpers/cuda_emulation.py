@@ -372,3 +372,17 @@ def install_shape_kernels(monkeypatch, kernels):
     install_fake_cupy(monkeypatch, boxes_cu, kb)
     install_fake_cupy(monkeypatch, shapes_cu, ks)
     return shapes_cu
+
+
+def on_fake_device(batch):
+    """The host BoxBatch ``batch`` with its arrays made fake device arrays (:func:`dev`)."""
+    return batch.on_device([dev(a) for a in batch.device_arrays()])
+
+
+def prune_on_host_and_device(host, geometry, **kw):
+    """``graph.materialize.prune(..., **kw)`` of the host BoxBatch ``host`` with ``geometry``
+    pending, on the host and on fake device arrays: (the host's result, the device's)."""
+    from detaug.graph import materialize as M
+
+    return (M.prune(host.with_geometry(geometry), **kw),
+            M.prune(on_fake_device(host).with_geometry(geometry), **kw))

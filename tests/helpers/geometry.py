@@ -1,7 +1,8 @@
 """What the geometry tests share (tests/graph/test_fusion.py, tests/ops/test_recipes_geometry.py,
-tests/ops/test_ops_geometry.py, tests/kernels/test_warp_projective.py): random smooth images and
-boxes, a chain of ops traced fused or op by op, the comparisons of two runs' pixels (fill masks
-and PSNR away from boundaries) and boxes, and docs/design.md's warp rule in float64."""
+tests/ops/test_ops_geometry.py, tests/kernels/test_warp_projective.py, the torchvision
+comparisons): random smooth images and boxes, a chain of ops traced fused or op by op, the
+comparisons of two runs' pixels (fill masks and PSNR away from boundaries), boxes and keypoints,
+and docs/design.md's warp rule in float64."""
 import math
 
 import numpy as np
@@ -110,6 +111,22 @@ def assert_same_boxes(got, want, ctx):
                 np.testing.assert_array_equal(g[f], w[f], err_msg=f"{ctx}: sample {k}: {f}")
         np.testing.assert_allclose(g["boxes"], w["boxes"], atol=1e-3, rtol=0,
                                    err_msg=f"{ctx}: sample {k}: boxes")
+
+
+def compare_keypoints(got, ref, canvas, atol=1e-3):
+    """Assert ``got`` (K, 3: x, y, visibility; detaug's) equals ``ref`` (K, 2: x, y; another
+    library's, e.g. torchvision's) on ``canvas`` (H, W): the same points within ``atol`` inside the
+    canvas, unlabelled (all zero) in detaug outside; points within ``atol`` of an edge are left
+    out (rounding picks the side). Returns (points compared inside, points compared outside)."""
+    h, w = canvas
+    inside = (ref[:, 0] >= 0) & (ref[:, 0] < w) & (ref[:, 1] >= 0) & (ref[:, 1] < h)
+    near = (np.abs(ref[:, 0]) < atol) | (np.abs(ref[:, 0] - w) < atol) | \
+        (np.abs(ref[:, 1]) < atol) | (np.abs(ref[:, 1] - h) < atol)
+    sure = ~near
+    assert np.array_equal(got[sure, 2] > 0, inside[sure])
+    assert np.abs(got[sure & inside, :2] - ref[sure & inside]).max(initial=0) <= atol
+    assert (got[sure & ~inside] == 0).all()
+    return int((sure & inside).sum()), int((sure & ~inside).sum())
 
 
 def assert_same_pixels(got, want, ctx, border=1, fill=0, psnr_min=PSNR_MIN, max_diff=None):

@@ -12,7 +12,6 @@ import pytest
 from detaug import fn
 from detaug.core import geometry as G
 from detaug.core.batch import BoxBatch, _identity_geometry
-from detaug.graph import materialize as M
 from detaug.kernels import boxes as kb
 from detaug.kernels import shapes as ks
 from detaug.ops.instance_fields import pad_fields
@@ -20,16 +19,6 @@ from helpers import cuda_emulation as emu
 from helpers import fresh_seed, run_graph
 
 SEEDS = [7, fresh_seed()]
-
-
-@pytest.fixture(scope="module")
-def kernels_cu(tmp_path_factory):
-    return emu.build_shape_kernels(tmp_path_factory)
-
-
-@pytest.fixture
-def emulated(kernels_cu, monkeypatch):
-    return emu.install_shape_kernels(monkeypatch, kernels_cu)
 
 
 def _batch(rng, sizes):
@@ -67,22 +56,20 @@ def _chain(rng, sizes):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_bitmasks_warp_on_the_device_equals_the_cpu(emulated, seed):
+def test_bitmasks_warp_on_the_device_equals_the_cpu(shape_kernels, seed):
     rng = np.random.default_rng(seed)
     sizes = [(int(rng.integers(12, 40)), int(rng.integers(12, 40))) for _ in range(4)]
     host = _batch(rng, sizes)
     g = _chain(rng, sizes)
-    want = M.prune(host.with_geometry(g))
-    dev = host.on_device([emu.dev(a) for a in host.device_arrays()])
-    got = M.prune(dev.with_geometry(g))
-    assert emulated.calls == ["masks_warp"]  # one launch for every mask of the batch
+    want, got = emu.prune_on_host_and_device(host, g)
+    assert shape_kernels.calls == ["masks_warp"]  # one launch for every mask of the batch
     np.testing.assert_array_equal(np.asarray(got.fields["bitmasks"]), want.fields["bitmasks"])
     assert want.fields["bitmasks"].any()
     for a, b in zip(got.per_sample(), want.per_sample()):
         np.testing.assert_array_equal(a["bitmasks"], b["bitmasks"])
 
 
-def test_pad_fields_pads_bitmasks_on_the_device(emulated):
+def test_pad_fields_pads_bitmasks_on_the_device(shape_kernels):
     rng = np.random.default_rng(3)
     host = _batch(rng, [(20, 30), (25, 18), (16, 16)])
     keep = np.ones(host.num_boxes, bool)

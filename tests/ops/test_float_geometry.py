@@ -37,14 +37,6 @@ def resize_ref(img, h, w):
     return top * (1 - fy) + bot * fy
 
 
-@pytest.fixture(params=["opencv", "reference"])
-def cpu_warp(request):
-    before = backend.cpu_warp()
-    backend.set_cpu_warp(request.param)
-    yield request.param
-    backend.set_cpu_warp(before)
-
-
 def test_float_resize_flip_crop_match_the_float64_reference(rng, cpu_warp):
     imgs = [rng.uniform(-2.1, 2.6, (int(rng.integers(5, 12)), int(rng.integers(5, 12)), 3))
             .astype(np.float32) for _ in range(3)]

@@ -24,16 +24,6 @@ SEEDS = [11, fresh_seed()]
 FLIP = np.array([0, 2, 1, 3])
 
 
-@pytest.fixture(scope="module")
-def kernels_cu(tmp_path_factory):
-    return emu.build_shape_kernels(tmp_path_factory)
-
-
-@pytest.fixture
-def emulated(kernels_cu, monkeypatch):
-    return emu.install_shape_kernels(monkeypatch, kernels_cu)
-
-
 def _batch(rng, b=3, h=40, w=60):
     """b samples of 5 boxes each with 4 keypoints (a mirror pairing), an oriented box, 0-2
     polygons (some overhanging the image) and tight_box set on every other box."""
@@ -76,10 +66,6 @@ def _chain(rng, b, h=40, w=60):
     return g.then(np.tile(G.scale(72 / 44, 48 / 30), (b, 1, 1)), np.tile([48, 72], (b, 1)))
 
 
-def _on_fake_device(b: BoxBatch) -> BoxBatch:
-    return b.on_device([emu.dev(a) for a in b.device_arrays()])
-
-
 def _assert_same_fields(got, want, trim=True):
     """``trim``: the device's polygons are cut to the CPU's width here (else already cut)."""
     assert set(got) == set(want)
@@ -92,12 +78,11 @@ def _assert_same_fields(got, want, trim=True):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_prune_on_the_device_equals_the_cpu(emulated, seed):
+def test_prune_on_the_device_equals_the_cpu(shape_kernels, seed):
     rng = np.random.default_rng(seed)
     host = _batch(rng)
     g = _chain(rng, host.batch_size)
-    want = M.prune(host.with_geometry(g), min_size=1.0)
-    got = M.prune(_on_fake_device(host).with_geometry(g), min_size=1.0)
+    want, got = emu.prune_on_host_and_device(host, g, min_size=1.0)
     np.testing.assert_array_equal(np.asarray(got.valid), want.valid)
     np.testing.assert_allclose(np.asarray(got.boxes), want.boxes, rtol=0, atol=1e-4)
     _assert_same_fields(got.fields, want.fields)
@@ -105,23 +90,24 @@ def test_prune_on_the_device_equals_the_cpu(emulated, seed):
     for g, w in zip(got.per_sample(), want.per_sample()):  # the CPU's width on the way out
         _assert_same_fields(g, w, trim=False)
     # one launch per shape kind for the whole batch
-    assert sorted(emulated.calls) == ["keypoints_transform", "obb_transform", "polygons_transform"]
+    assert sorted(shape_kernels.calls) == ["keypoints_transform", "obb_transform",
+                                           "polygons_transform"]
     # the tight boxes took their polygons' enclosing box (tighter than the turned corners')
     use = (want.fields["tight_box"] != 0) & ~np.isnan(want.fields["polygons"][:, 0, 0])
     assert use.any()
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_clip_without_a_chain_on_the_device_equals_the_cpu(emulated, seed):
+def test_clip_without_a_chain_on_the_device_equals_the_cpu(shape_kernels, seed):
     host = _batch(np.random.default_rng(seed))
     want = M.prune(host)
-    got = M.prune(_on_fake_device(host))
+    got = M.prune(emu.on_fake_device(host))
     _assert_same_fields(got.fields, want.fields)
-    assert sorted(emulated.calls) == ["keypoints_transform", "polygons_transform"]
+    assert sorted(shape_kernels.calls) == ["keypoints_transform", "polygons_transform"]
 
 
 @pytest.mark.parametrize("max_boxes", [2, 7])
-def test_pad_fields_on_the_device_equals_the_cpu(emulated, max_boxes):
+def test_pad_fields_on_the_device_equals_the_cpu(shape_kernels, max_boxes):
     rng = np.random.default_rng(4)
     b = M.prune(_batch(rng).with_geometry(_chain(rng, 3)))
     fields = {"labels": b.labels, "difficult": rng.random(b.num_boxes) < 0.5, **b.fields}
@@ -136,14 +122,14 @@ def test_pad_fields_on_the_device_equals_the_cpu(emulated, max_boxes):
     assert list(got[1]) == list(want[1])
     for name in want[1]:
         np.testing.assert_array_equal(np.asarray(got[1][name]), want[1][name], err_msg=name)
-    assert emulated.calls == ["pad_shaped"]
+    assert shape_kernels.calls == ["pad_shaped"]
 
 
-def test_an_overflowed_row_is_refused_at_the_output(emulated):
+def test_an_overflowed_row_is_refused_at_the_output(shape_kernels):
     """A box whose clipped polygons did not fit (the marker row) is refused by name where the
     polygons leave the device: per_sample and padding (never a truncated polygon)."""
     host = _batch(np.random.default_rng(2))
-    dev = M.prune(_on_fake_device(host).with_geometry(_chain(np.random.default_rng(3), 3)))
+    dev = M.prune(emu.on_fake_device(host).with_geometry(_chain(np.random.default_rng(3), 3)))
     rows = np.array(dev.fields["polygons"])
     rows[4, 0] = [I.POLYGON_OVERFLOW, -I.POLYGON_OVERFLOW]
     dev = dev.replace(fields=dict(dev.fields, polygons=emu.dev(rows)))

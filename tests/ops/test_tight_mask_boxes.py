@@ -177,16 +177,6 @@ def test_random_masks_give_their_pixels_box(seed):
 
 
 # ----------------------------------------------------------------------------- device
-@pytest.fixture(scope="module")
-def kernels_cu(tmp_path_factory):
-    return emu.build_shape_kernels(tmp_path_factory)
-
-
-@pytest.fixture
-def emulated(kernels_cu, monkeypatch):
-    return emu.install_shape_kernels(monkeypatch, kernels_cu)
-
-
 def _batch(rng, sizes):
     """Samples of 2-4 boxes, each with a random mask (some empty) and 0-1 triangles; every box
     but every third asks for a tight box."""
@@ -225,15 +215,13 @@ def _chain(rng, sizes):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_device_tight_boxes_equal_the_cpu(emulated, seed):
+def test_device_tight_boxes_equal_the_cpu(shape_kernels, seed):
     rng = np.random.default_rng(seed)
     sizes = [(int(rng.integers(16, 40)), int(rng.integers(16, 40))) for _ in range(4)]
     host = _batch(rng, sizes)
     g = _chain(rng, sizes)
-    want = M.prune(host.with_geometry(g))
-    dev = host.on_device([emu.dev(a) for a in host.device_arrays()])
-    got = M.prune(dev.with_geometry(g))
-    assert sorted(emulated.calls) == ["mask_boxes", "masks_warp", "polygons_transform"]
+    want, got = emu.prune_on_host_and_device(host, g)
+    assert sorted(shape_kernels.calls) == ["mask_boxes", "masks_warp", "polygons_transform"]
     np.testing.assert_array_equal(np.asarray(got.boxes), want.boxes)
     # the CPU's boxes themselves: the union of both shapes' boxes where tight_box is set
     moved = I.shapes_through(host.fields, host.sample_index(), g)

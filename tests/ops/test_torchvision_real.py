@@ -41,6 +41,7 @@ import pytest
 
 from detaug import fn
 from helpers import COCO, fresh_seed, images_of, run_graph, torchvision_or_skip
+from helpers.geometry import compare_keypoints
 
 torch = pytest.importorskip("torch")
 ATOL = 1e-3
@@ -132,20 +133,6 @@ def _masks_close(got, ref):
         edge |= (pad[1:-1, :-2] != a) | (pad[1:-1, 2:] != a) | (pad[:-2, 1:-1] != a) | \
             (pad[2:, 1:-1] != a)
     assert not (diff & ~edge).any()
-
-
-def _compare_keypoints(got, ref, canvas):
-    """``got`` (K, 3) detaug's, ``ref`` (K, 2) torchvision's on ``canvas`` (H, W): equal inside,
-    unlabelled in detaug outside (points within 1e-3 px of an edge left out: rounding)."""
-    h, w = canvas
-    inside = (ref[:, 0] >= 0) & (ref[:, 0] < w) & (ref[:, 1] >= 0) & (ref[:, 1] < h)
-    near = (np.abs(ref[:, 0]) < ATOL) | (np.abs(ref[:, 0] - w) < ATOL) | \
-        (np.abs(ref[:, 1]) < ATOL) | (np.abs(ref[:, 1] - h) < ATOL)
-    sure = ~near
-    assert np.array_equal(got[sure, 2] > 0, inside[sure])
-    assert np.abs(got[sure & inside, :2] - ref[sure & inside]).max(initial=0) <= ATOL
-    assert (got[sure & ~inside] == 0).all()
-    return int((sure & inside).sum())
 
 
 def _ties(n, out):
@@ -298,8 +285,8 @@ def test_masks_keypoints_obb_of_coco_objects_equal_torchvision(tv, coco, op, ima
             assert not diff[~mask_rule[1]][:, ~mask_rule[2]].any(), (op, i)
         else:
             _masks_close(got_mask, ref_masks[i])
-        compared += _compare_keypoints(np.asarray(out["keypoints"][row], np.float64),
-                                       ref_kp[i].astype(np.float64), canvas)
+        compared += compare_keypoints(np.asarray(out["keypoints"][row], np.float64),
+                                      ref_kp[i].astype(np.float64), canvas, ATOL)[0]
         got_obb = np.asarray(out["obb"][row], np.float64)
         if obb_rule == "equal":
             assert _same_polygon(got_obb, ref_obb[i]), (got_obb, ref_obb[i])

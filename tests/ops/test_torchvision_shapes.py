@@ -43,6 +43,7 @@ from detaug import fn
 from detaug.core import geometry as G
 from detaug.kernels.shapes import masks_warp_numpy
 from helpers import fresh_seed, run_graph, torchvision_or_skip
+from helpers.geometry import compare_keypoints
 
 torch = pytest.importorskip("torch")
 ATOL = 1e-3
@@ -92,19 +93,6 @@ def _detaug_keypoints(graph, kp, h, w):
     return got["keypoints"][0].astype(np.float64)
 
 
-def _compare_keypoints(got, ref, canvas):
-    """``got`` (K, 3) detaug's, ``ref`` (K, 2) torchvision's on ``canvas`` (H, W)."""
-    h, w = canvas
-    inside = (ref[:, 0] >= 0) & (ref[:, 0] < w) & (ref[:, 1] >= 0) & (ref[:, 1] < h)
-    near = (np.abs(ref[:, 0]) < ATOL) | (np.abs(ref[:, 0] - w) < ATOL) | \
-        (np.abs(ref[:, 1]) < ATOL) | (np.abs(ref[:, 1] - h) < ATOL)
-    sure = ~near
-    assert np.array_equal(got[sure, 2] > 0, inside[sure])
-    assert np.abs(got[sure & inside, :2] - ref[sure & inside]).max(initial=0) <= ATOL
-    assert (got[sure & ~inside] == 0).all()
-    return int((sure & inside).sum()), int((sure & ~inside).sum())
-
-
 def _tv(a):
     return torch.as_tensor(np.asarray(a, np.float32))
 
@@ -114,7 +102,7 @@ def test_keypoints_horizontal_flip(F, rng, h, w):
     kp = _keypoints(rng, h, w)
     got = _detaug_keypoints(lambda i, b: fn.flip(i, b, horizontal=1), kp, h, w)
     ref = F.horizontal_flip_keypoints(_tv(kp[0, :, :2] - 0.5), canvas_size=(h, w)).numpy() + 0.5
-    assert _compare_keypoints(got, ref, (h, w))[0] == len(kp[0])
+    assert compare_keypoints(got, ref, (h, w), ATOL)[0] == len(kp[0])
     assert np.allclose(got[0, :2], [w - 0.5, 0.5])  # fixed: the first pixel's centre
 
 
@@ -125,7 +113,7 @@ def test_keypoints_resize(F, rng, size):
     got = _detaug_keypoints(lambda i, b: fn.resize(i, b, size=size), kp, h, w)
     ref, canvas = F.resize_keypoints(_tv(kp[0, :, :2]), size=list(size), canvas_size=(h, w))
     assert tuple(canvas) == size
-    assert _compare_keypoints(got, ref.numpy().astype(np.float64), size)[0] == len(kp[0])
+    assert compare_keypoints(got, ref.numpy().astype(np.float64), size, ATOL)[0] == len(kp[0])
 
 
 @pytest.mark.parametrize("angle", [30.0, -75.5, 180.0, "random"])
@@ -136,7 +124,7 @@ def test_keypoints_rotate_keep_canvas(F, rng, angle):
     got = _detaug_keypoints(lambda i, b: fn.rotate(i, b, angle=angle, expand=False), kp, h, w)
     ref, canvas = F.rotate_keypoints(_tv(kp[0, :, :2]), canvas_size=(h, w), angle=angle,
                                      expand=False)
-    inside, outside = _compare_keypoints(got, ref.numpy().astype(np.float64), (h, w))
+    inside, outside = compare_keypoints(got, ref.numpy().astype(np.float64), (h, w), ATOL)
     assert inside > 10
     if angle == 30.0:
         assert outside > 0  # corners of a landscape canvas turned 30 degrees leave it
@@ -155,7 +143,7 @@ def test_keypoints_affine(F, rng):
                                                        translate_y=t[1]), kp, h, w)
         ref, _ = F.affine_keypoints(_tv(kp[0, :, :2]), canvas_size=(h, w), angle=-a,
                                     translate=t, scale=s, shear=[0.0, 0.0])
-        assert _compare_keypoints(got, ref.numpy().astype(np.float64), (h, w))[0] > 5
+        assert compare_keypoints(got, ref.numpy().astype(np.float64), (h, w), ATOL)[0] > 5
 
 
 def test_keypoints_crop(F, rng):
@@ -165,7 +153,7 @@ def test_keypoints_crop(F, rng):
     got = _detaug_keypoints(lambda i, b: fn.crop(i, b, window=(x0, y0, x1, y1)), kp, h, w)
     ref, canvas = F.crop_keypoints(_tv(kp[0, :, :2]), top=y0, left=x0, height=y1 - y0,
                                    width=x1 - x0)
-    inside, outside = _compare_keypoints(got, ref.numpy().astype(np.float64), tuple(canvas))
+    inside, outside = compare_keypoints(got, ref.numpy().astype(np.float64), tuple(canvas), ATOL)
     assert inside > 5 and outside > 5
 
 

@@ -24,20 +24,26 @@ def emulated_kernels(tmp_path_factory):
     return _build_emulation(tmp_path_factory)
 
 
-def _pipe(seed):
-    """DALI's form: ragged boxes and labels uploaded with .gpu(), a dense tensor too."""
-    pipe = Pipeline(batch_size=3, seed=seed, device_id=0, host_processes=0, decode_processes=1,
-                    prefetch_queue_depth=1, device_workers=1)
+def _built(pipe, normalize):
+    """``pipe`` built in DALI's form: ragged boxes and labels uploaded with .gpu(), a dense
+    tensor too; the images decoded on the GPU, flipped, cropped (and normalised)."""
     with pipe:
         enc, bb, lab = fn.readers.coco(file_root=os.path.join(COCO, "images"),
                                        annotations_file=os.path.join(COCO, "annotations.json"),
                                        ratio=True, ltrb=True, random_shuffle=True)
         img = fn.decoders.image(enc, device="mixed")
         img = fn.crop(fn.flip(img, horizontal=fn.random.coin_flip()), crop=(24, 32))
-        img = fn.normalize(img, mean=[120.0, 110.0, 100.0], std=[60.0, 60.0, 60.0])
+        if normalize:
+            img = fn.normalize(img, mean=[120.0, 110.0, 100.0], std=[60.0, 60.0, 60.0])
         pipe.set_outputs(img, bb.gpu(), lab.gpu(), fn.random.uniform(range=(0, 9), shape=2).gpu())
     pipe.build()
     return pipe
+
+
+def _pipe(seed):
+    return _built(Pipeline(batch_size=3, seed=seed, device_id=0, host_processes=0,
+                           decode_processes=1, prefetch_queue_depth=1, device_workers=1),
+                  normalize=True)
 
 
 def _host(batch):
@@ -93,17 +99,9 @@ def test_an_uploaded_tensor_keeps_the_launch_planned_on_the_gpu(monkeypatch):
 
     def make(planned, workers):
         monkeypatch.setenv("DETAUG_PLAN_AHEAD", "1" if planned else "0")
-        pipe = Pipeline(batch_size=4, seed=seed, device_id=0, host_processes=workers,
-                        decode_processes=1)
-        with pipe:
-            enc, bb, lab = fn.readers.coco(file_root=os.path.join(COCO, "images"),
-                                           annotations_file=os.path.join(COCO, "annotations.json"),
-                                           ratio=True, ltrb=True, random_shuffle=True)
-            img = fn.decoders.image(enc, device="mixed")
-            img = fn.crop(fn.flip(img, horizontal=fn.random.coin_flip()), crop=(24, 32))
-            pipe.set_outputs(img, bb.gpu(), lab.gpu(), fn.random.uniform(range=(0, 9), shape=2).gpu())
-        pipe.build()
-        return track(pipe)
+        return track(_built(Pipeline(batch_size=4, seed=seed, device_id=0,
+                                     host_processes=workers, decode_processes=1),
+                            normalize=False))
 
     planned, plain = make(True, 2), make(False, None)
     assert planned.plan_ahead and not plain.plan_ahead
