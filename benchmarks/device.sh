@@ -27,7 +27,7 @@
 #           (about 120 s at SECONDS_PER_ROW=6). MEMORY_ONLY picks bench_memory's parts
 #           (contexts,pipelines); MEMORY_ONLY=seg: the seg recipe's memory split, pipeline against
 #           torch adapter (masks, polygons, boxes; each run alone and through DetaugIterator list
-#           targets; SEG_IMAGES in /tmp/seg_data, as seg), about 120 s
+#           targets; SEG_IMAGES in /tmp/seg_data, as seg), about 120 s (estimated, not yet timed)
 #   timeline  time to first batch from fresh processes (bench_startup.py --timeline): the benchmark
 #           pipeline on the GPU (device='mixed') and the CPU, RUNS (5) each with the start-up order
 #           on and off (DETAUG_EARLY_START=0), alternated, after one warm-up; medians and phases
