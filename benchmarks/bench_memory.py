@@ -2,7 +2,8 @@
 to DALI's 1,366 MB at no loss of img/s.
 
     python benchmarks/bench_memory.py [--data DIR] [--num-images 2048] [--seconds 8]
-                                      [--only contexts,pipelines] [--rows defaults,1x3,...] [--json F]
+                                      [--only contexts,pipelines,seg] [--rows defaults,...] [--json F]
+    python benchmarks/bench_memory.py --only seg [--seg-data DIR] [--seg-images 512] [--device cpu]
     python benchmarks/bench_memory.py soak --data DIR [--batches 20000] [--pipe-kwargs JSON]
 
 Every figure is a drop of ``cudaMemGetInfo``'s free bytes (the whole device, every process), in
@@ -29,9 +30,25 @@ MB of 10^6 bytes, each measured in a process of its own so that no cache carries
    while asking, as ``for batch in pipe`` does, so the caller holds two batches at that moment
    (the plan counts one).
    Every setting gives the same batches (the engine's promise); only memory and speed differ.
+3. seg (not among the default parts): the instance-segmentation recipe of ``bench_gpu.py --seg``
+   (``gpu_common.make_seg_pipe``: 1024 px, batch 16, the default budget) in modes masks (in the
+   graph), polygons and boxes, each run alone (``pipe.run()``) and through the torch adapter
+   (``DetaugIterator``, list targets, as ``bench_gpu --seg`` measures it; for polygons the
+   adapter makes the masks), one child a row. Each child measures from after its cupy context:
+   torch's context (adapter rows), the drop after build and its lowest free bytes over the first
+   batch, the warm-up and ``--seconds`` of batches (sampled after every batch and after a final
+   synchronisation), and at the end the parts that allocate: the device threads' pool,
+   cupy's default pool of the caller's thread (where the adapter makes masks),
+   ``torch.cuda.memory_reserved`` (its peak) and ``max_memory_allocated`` (the adapter's
+   gathers), the pipeline's plan as in part 2; what remains is mostly the decode side. The
+   adapter's share of a mode: its adapter row's drop less its run-alone row's. Each batch is
+   dropped before the next is asked for, as ``bench_gpu --seg`` does; a key ending in "-for"
+   keeps it bound (``--rows seg-masks-torch-for``). ``--device cpu`` runs the rows on the CPU:
+   a smoke form of their code, without device figures.
 
 A table per part goes to stdout; everything to ``--json`` (default ``$OUT/bench_memory.json``
-where $OUT is set). Needs cupy, nvImageCodec and a GPU; not part of the test suite.
+where $OUT is set). Needs cupy, nvImageCodec and a GPU (seg rows: torch too); not part of the
+test suite.
 """
 from __future__ import annotations
 
@@ -75,6 +92,27 @@ ROWS = [
     ("retinanet16", "RetinaNet input, batch 16, defaults", {}, {}, True, 16),
     ("retinanet16-for", "RetinaNet input, batch 16, for-loop idiom", {}, {}, True, 16),
 ]
+
+# the seg rows: seg-MODE-WAY, WAY 'run' (pipe.run() alone) or 'torch' (through DetaugIterator's
+# list targets); a key ending in "-for" keeps the previous batch bound while asking for the next
+SEG_WAYS = {"run": "pipe.run() alone", "torch": "DetaugIterator list targets"}
+SEG_ROWS = [f"seg-{m}-{w}" for m in gpu_common.SEG_MODES for w in SEG_WAYS]
+
+
+def _seg_key(key):
+    """(mode, way, keep_previous, label) of a seg row's key; ValueError for another key."""
+    parts = key.split("-")
+    hold = parts[-1] == "for"
+    if hold:
+        parts = parts[:-1]
+    if len(parts) != 3 or parts[0] != "seg" or parts[1] not in gpu_common.SEG_MODES \
+            or parts[2] not in SEG_WAYS:
+        raise ValueError(f"{key!r} is not a seg row: seg-MODE-WAY[-for], MODE one of "
+                         f"{', '.join(gpu_common.SEG_MODES)}, WAY one of {', '.join(SEG_WAYS)}")
+    what = {"masks": "masks in the graph", "boxes": "boxes only", "polygons": "polygons" + (
+        " (the adapter makes the masks)" if parts[2] == "torch" else " (no masks)")}[parts[1]]
+    label = f"seg {what}, {SEG_WAYS[parts[2]]}" + (", for-loop idiom" if hold else "")
+    return parts[1], parts[2], hold, label
 
 
 def _free():
@@ -178,17 +216,122 @@ def child_pipeline(row, data, seconds):  # pragma: no cover - GPU
     cp.cuda.runtime.deviceSynchronize()
     el = time.perf_counter() - t0
     lowest = min(lowest, _free())
-    pool = device_pool(0)
+    res.update(img_s=n / el, batches=k, drop=f0 - lowest, env=env, kwargs=kwargs,
+               **_plan_figures(pipe, True))
+    pipe.close()
+    print("RESULT " + json.dumps(res), flush=True)
+
+
+def _plan_figures(pipe, gpu):
+    """The device threads' pool (total, in use) and the pipeline's plan: the hold's peak, the
+    output slots, one launch's outputs, the decode side planned and the decode processes."""
     plan = pipe.memory_plan
     svc = pipe._decode_service
-    res.update(img_s=n / el, batches=k, drop=f0 - lowest, pool_total=pool.total_bytes(),
-               pool_used=pool.used_bytes(), hold_peak=pipe._handout.held.peak,
-               output_slots=pipe.output_slots, output_slots_peak=pipe.output_slots_peak,
-               launch_out=pipe._output_budget.launch_bytes, plan=plan.describe() if plan else None,
-               planned_decode=pipe.build_plan.decode_bytes,
-               processes=len(svc.workers) if svc is not None else 0,
-               threads=svc.threads if svc is not None else 0,
-               ring=plan.ring_bytes if plan else 0, env=env, kwargs=kwargs)
+    pool = device_pool(pipe.device_id or 0) if gpu else None
+    return dict(pool_total=pool.total_bytes() if gpu else None,
+                pool_used=pool.used_bytes() if gpu else None, hold_peak=pipe._handout.held.peak,
+                output_slots=pipe.output_slots, output_slots_peak=pipe.output_slots_peak,
+                launch_out=pipe._output_budget.launch_bytes, plan=plan.describe() if plan else None,
+                planned_decode=pipe.build_plan.decode_bytes, budget=pipe.device_memory_budget,
+                processes=len(svc.workers) if svc is not None else 0,
+                threads=svc.threads if svc is not None else 0, ring=plan.ring_bytes if plan else 0)
+
+
+def child_seg(key, args):  # pragma: no cover - GPU (--device cpu: no device figures)
+    """One seg row (``_seg_key``) in this process: RESULT json on stdout."""
+    mode, way, keep_previous, label = _seg_key(key)
+    gpu = args.device == "gpu"
+    res = {"row": key, "label": label, "device": args.device}
+    f0 = lowest = None
+    if gpu:
+        import cupy as cp
+
+        cp.cuda.Device(0).use()
+        cp.zeros(1).sum()
+        cp.cuda.runtime.deviceSynchronize()
+        f0 = _free()
+    if way == "torch":
+        import torch
+
+        from detaug.adapters.torch import DetaugIterator
+
+        if gpu:  # torch's own context (its kernels, its allocator): counted in the drop, and apart
+            torch.ones(1, device="cuda").add_(1)
+            torch.cuda.synchronize()
+            res["torch_context"] = f0 - _free()
+    pipe = gpu_common.make_seg_pipe(args.seg_data, args.device, mode, args.batch_size,
+                                    args.seg_size)
+    t = time.perf_counter()
+    try:
+        pipe.build()
+    except ValueError as e:  # BudgetError: the refusal is the row's result
+        res["error"] = str(e)[:300]
+        print("RESULT " + json.dumps(res), flush=True)
+        return
+    res["build_s"] = time.perf_counter() - t
+    if gpu:
+        cp.cuda.runtime.deviceSynchronize()
+        res["after_build"] = f0 - _free()
+    stats = {"images": 0, "instances": 0}
+    if way == "torch":
+        it = DetaugIterator(pipe, output_map=["images", "targets"], boxes_format="list",
+                            auto_reset=True)
+
+        def get():
+            try:
+                b = next(it)
+            except StopIteration:  # an epoch's end (auto_reset: the next epoch follows)
+                b = next(it)
+            stats["images"] += len(b["targets"])
+            stats["instances"] += sum(len(d["boxes"]) for d in b["targets"])
+            return b
+    else:
+        def get():
+            try:
+                return pipe.run()
+            except StopIteration:
+                pipe.reset()
+                return pipe.run()
+
+    def low():  # the lowest free bytes so far (GPU)
+        return min(lowest, _free()) if gpu else None
+
+    if gpu:
+        lowest = _free()
+    out = get()
+    if gpu:
+        cp.cuda.runtime.deviceSynchronize()
+        lowest = low()
+        res["after_first"] = f0 - lowest
+    out = None
+    for _ in range(pipe.prefetch_queue_depth + 3):
+        out = get()
+        out = None
+        lowest = low()
+    n = k = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < args.seconds:
+        if not keep_previous:
+            out = None
+        out = get()  # (with keep_previous the previous batch is let go once this returns)
+        n += args.batch_size
+        k += 1
+        lowest = low()
+    del out
+    if gpu:
+        cp.cuda.runtime.deviceSynchronize()
+        lowest = low()
+    el = time.perf_counter() - t0
+    res.update(img_s=n / el, batches=k, mode=mode, way=way,
+               boxes_per_image=stats["instances"] / stats["images"] if stats["images"] else None,
+               drop=f0 - lowest if gpu else None, **_plan_figures(pipe, gpu))
+    if gpu:
+        cpool = cp.get_default_memory_pool()  # the caller's cupy allocations (adapter's masks)
+        res.update(cupy_pool_total=cpool.total_bytes(), cupy_pool_used=cpool.used_bytes())
+        if way == "torch":
+            res.update(torch_reserved=torch.cuda.memory_reserved(),
+                       torch_reserved_peak=torch.cuda.max_memory_reserved(),
+                       torch_allocated_peak=torch.cuda.max_memory_allocated())
     pipe.close()
     print("RESULT " + json.dumps(res), flush=True)
 
@@ -234,23 +377,60 @@ def measure_contexts(data, args):
     return rows
 
 
-def measure_pipelines(data, args):
+def measure_rows(keys, args, seg=False):
+    """Each row in a child process of its own (``--child-pipeline`` / ``--child-seg``): its
+    RESULT, or the child's last line as the error; a table line each."""
     rows = []
-    keys = args.rows.split(",") if args.rows else [r[0] for r in ROWS]
     for key in keys:
-        env = next(r for r in ROWS if r[0] == key)[3]
+        cmd = [sys.executable, __file__, "--seconds", str(args.seconds)] + (
+            ["--child-seg", key, "--seg-data", args.seg_data, "--device", args.device,
+             "--batch-size", str(args.batch_size), "--seg-size", str(args.seg_size)] if seg
+            else ["--child-pipeline", key, "--data", args.data])
+        env = {} if seg else next(r for r in ROWS if r[0] == key)[3]
         try:
-            proc = subprocess.run([sys.executable, __file__, "--child-pipeline", key, "--data", data,
-                                   "--seconds", str(args.seconds)], capture_output=True, text=True,
-                                  env=_env(env), timeout=args.seconds + 90)
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(env),
+                                  timeout=args.seconds + (120 if seg else 90))
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
             res = json.loads(lines[-1][7:]) if lines else {
                 "row": key, "error": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}
         except subprocess.TimeoutExpired:
             res = {"row": key, "error": "timed out"}
         rows.append(res)
-        print(_row_line(res), flush=True)
+        print((_seg_line if seg else _row_line)(res), flush=True)
     return rows
+
+
+def _seg_line(r):
+    if r.get("error"):
+        return f"| {r.get('label', r['row'])} | error: {r['error']} |"
+    torch_part = ((r.get("torch_reserved_peak") or 0) + (r.get("torch_context") or 0)
+                  if "torch_reserved" in r else 0)
+    other = (r["drop"] - r["pool_total"] - r["cupy_pool_total"] - torch_part
+             if r["drop"] is not None else None)
+    torch_cols = (f"{_mb(r['torch_context'])} | {_mb(r['torch_reserved'])} "
+                  f"({_mb(r['torch_reserved_peak'])}) / {_mb(r['torch_allocated_peak'])}"
+                  if "torch_reserved" in r else "- | -")
+    per = f"{r['boxes_per_image']:.1f}" if r.get("boxes_per_image") is not None else "-"
+    return (f"| {r['label']} | {r['img_s']:,.0f} | {_mb(r['drop'])} | {_mb(r['budget'])} | "
+            f"{_mb(r.get('after_build'))} | {_mb(r['pool_total'])} / {_mb(r['pool_used'])} | "
+            f"{_mb(r.get('cupy_pool_total'))} / {_mb(r.get('cupy_pool_used'))} | {torch_cols} | "
+            f"{_mb(other)} ({r['processes']} x {r['threads']}, ring {_mb(r['ring'])}) | "
+            f"{_mb(r['launch_out'])} | {r['output_slots']} (peak {r['output_slots_peak']}), "
+            f"hold peak {r['hold_peak']} | {_mb(r['planned_decode'])} | {per} |")
+
+
+def _seg_shares(rows):
+    """Per mode: the adapter's row's drop less the run-alone row's (the same hold)."""
+    by = {(r.get("mode"), r.get("way"), r["row"].endswith("-for")): r for r in rows
+          if r.get("drop") is not None}
+    out = []
+    for mode in gpu_common.SEG_MODES:
+        for hold in (False, True):
+            a, b = by.get((mode, "torch", hold)), by.get((mode, "run", hold))
+            if a and b:
+                out.append(f"{mode}{' (for-loop idiom)' if hold else ''} "
+                           f"{(a['drop'] - b['drop']) / MB:+,.0f} MB")
+    return out
 
 
 def _mb(v):
@@ -274,31 +454,68 @@ def main(argv=None):
     ap.add_argument("--data", default="/tmp/bench_data", help="data set folder (made if missing)")
     ap.add_argument("--num-images", type=int, default=1024)
     ap.add_argument("--seconds", type=float, default=8.0, help="timed window of each pipeline row")
-    ap.add_argument("--only", default="contexts,pipelines", help="parts: contexts, pipelines")
-    ap.add_argument("--rows", default=None, help="pipeline rows, comma-separated keys: " +
-                    ",".join(r[0] for r in ROWS))
+    ap.add_argument("--only", default="contexts,pipelines",
+                    help="parts: contexts, pipelines, seg (not a default)")
+    ap.add_argument("--rows", default=None, help="rows of pipelines and seg, comma-separated keys: "
+                    + ",".join(r[0] for r in ROWS) + "; " + ",".join(SEG_ROWS) + " (+ '-for')")
+    ap.add_argument("--seg-data", default="/tmp/seg_data", help="seg: data set (made if missing)")
+    ap.add_argument("--seg-images", type=int, default=512, help="seg: images of the data set")
+    ap.add_argument("--seg-size", type=int, default=1024, help="seg: the canvas")
+    ap.add_argument("--batch-size", type=int, default=16, help="seg: batch size")
+    ap.add_argument("--device", default="gpu", choices=("gpu", "cpu"),
+                    help="seg: cpu runs its rows on the CPU (a smoke run, no device figures)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--child-context", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--child-pipeline", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--child-seg", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child_context:
         return child_context(json.loads(args.child_context), args.data)
     if args.child_pipeline:
         return child_pipeline(args.child_pipeline, args.data, args.seconds)
+    if args.child_seg:
+        return child_seg(args.child_seg, args)
     import bench_gpu
 
-    bench_gpu.make_dataset(args.data, args.num_images, os.cpu_count() or 1)
-    result = {"seconds": args.seconds, "num_images": args.num_images}
     parts = args.only.split(",")
+    if set(parts) - {"contexts", "pipelines", "seg"}:
+        ap.error(f"--only {args.only}: parts are contexts, pipelines, seg")
+    keys = args.rows.split(",") if args.rows else None
+    for key in keys or ():
+        if key not in [r[0] for r in ROWS]:
+            try:
+                _seg_key(key)
+            except ValueError as e:
+                ap.error(f"--rows: {e}")
+    if args.device == "cpu" and parts != ["seg"]:
+        ap.error("--device cpu: only the seg rows run on the CPU (--only seg)")
+    if {"contexts", "pipelines"} & set(parts):
+        bench_gpu.make_dataset(args.data, args.num_images, os.cpu_count() or 1)
+    result = {"seconds": args.seconds, "num_images": args.num_images}
     if "pipelines" in parts:  # first: its children start before this process holds a context
         print("| pipeline | img/s | device MB | after build | decode side (procs x threads) | "
               "device pool total / used | launch outputs | output slots, hold | planned decode |")
         print("|---|---:|---:|---:|---|---|---:|---|---:|")
-        result["pipelines"] = measure_pipelines(args.data, args)
+        result["pipelines"] = measure_rows([k for k in keys if not k.startswith("seg-")] if keys
+                                           else [r[0] for r in ROWS], args)
         ok = [r for r in result["pipelines"] if r.get("img_s")]
         if len(ok) > 1:  # the baseline measured in this run: the first row (the defaults)
             print(f"\nimg/s against {ok[0]['label']} (this run): " + "; ".join(
                 f"{r['label']} {r['img_s'] / ok[0]['img_s']:.2f}x" for r in ok[1:]))
+    if "seg" in parts:  # before this process holds a context, as the pipelines
+        gpu_common.make_seg_dataset(args.seg_data, args.seg_images, os.cpu_count() or 1)
+        print(f"\n| seg row ({args.seg_size} px, batch {args.batch_size}, {args.device}) | img/s | "
+              "device MB | budget | after build | device pool total / used | caller's cupy pool "
+              "total / used | torch context | torch reserved (peak) / peak allocated | other: "
+              "decode side (procs x threads, ring) | launch outputs | output slots, hold | "
+              "planned decode | boxes/img |")
+        print("|---|---:|---:|---:|---:|---|---|---:|---|---|---:|---|---:|---:|")
+        result["seg"] = measure_rows([k for k in keys if k.startswith("seg-")] if keys
+                                     else SEG_ROWS, args, seg=True)
+        shares = _seg_shares(result["seg"])
+        if shares:
+            print("\nthe adapter's share (its row's device MB less pipe.run() alone's): "
+                  + "; ".join(shares))
     if "contexts" in parts:
         print("\n| context variant (one process) | device MB |\n|---|---:|")
         result["contexts"] = measure_contexts(args.data, args)

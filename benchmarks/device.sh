@@ -24,7 +24,10 @@
 #           here; its loader needs nothing else the device image lacks), never a dependency
 #   memory  bench_memory.py: device memory part by part (a context, decoders, rings, outputs in
 #           flight, the hold) and the settings that could reach DALI's 1,366 MB, img/s beside each
-#           (about 120 s at SECONDS_PER_ROW=6)
+#           (about 120 s at SECONDS_PER_ROW=6). MEMORY_ONLY picks bench_memory's parts
+#           (contexts,pipelines); MEMORY_ONLY=seg: the seg recipe's memory split, pipeline against
+#           torch adapter (masks, polygons, boxes; each run alone and through DetaugIterator list
+#           targets; SEG_IMAGES in /tmp/seg_data, as seg), about 120 s (estimated, not yet timed)
 #   timeline  time to first batch from fresh processes (bench_startup.py --timeline): the benchmark
 #           pipeline on the GPU (device='mixed') and the CPU, RUNS (5) each with the start-up order
 #           on and off (DETAUG_EARLY_START=0), alternated, after one warm-up; medians and phases
@@ -57,13 +60,13 @@
 # Each part fits in one 600 s device call; logs and JSON go to $OUT. Knobs: SECONDS_PER_ROW (6),
 # PAIRS (3), SOAK_BATCHES (20000), TRAIN_BUDGET (250), NS ("2 4 8 15"), ITERS (100), TEST_S (300),
 # WORKERS ("2,15"), BATCHES (8; yolo), MIN_SECONDS (15; yolo), STARTUP_PROCS (3), STARTUP_SECONDS (8),
-# STARTUP_WORKERS ("2,8"), SEG_IMAGES (512; seg), DALI_CONFIGS (gpu_peers.DALI_CONFIGS; startup, gpu), GPU_ONLY (gpu),
+# STARTUP_WORKERS ("2,8"), SEG_IMAGES (512; seg, memory), MEMORY_ONLY (memory), DALI_CONFIGS (gpu_peers.DALI_CONFIGS; startup, gpu), GPU_ONLY (gpu),
 # RUNS (5; timeline), MN_SIZE (320), MN_ARGS, MN_TIMEOUT (80 s a launch; multinode).
 # Data: 1,024 COCO-like JPEGs (bench_gpu.make_dataset) in /tmp/bench_data, made once.
 set -u
 source .ci/device_setup.sh >/dev/null 2>&1 || { echo "device setup failed"; exit 1; }
 DATA=/tmp/bench_data
-[ $# -gt 0 ] || { sed -n '2,62p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,65p' "$0"; exit 2; }
 
 part_tests() {
   timeout "${TEST_S:-300}" python3 -m pytest -m gpu -q -rf --tb=short -p no:cacheprovider tests \
@@ -141,9 +144,11 @@ part_yolo() {
 }
 
 part_memory() {
-  bench_data $DATA
-  timeout 300 python3 benchmarks/bench_memory.py --data $DATA --seconds "${SECONDS_PER_ROW:-6}" \
-    --json "$OUT/bench_memory.json" 2>&1 | quiet | grep -E "^\||^img/s against" | cut -c1-400
+  local only=${MEMORY_ONLY:-contexts,pipelines}
+  [ "$only" = seg ] || bench_data $DATA
+  timeout 450 python3 benchmarks/bench_memory.py --data $DATA --seconds "${SECONDS_PER_ROW:-6}" \
+    --only "$only" --seg-images "${SEG_IMAGES:-512}" --json "$OUT/bench_memory.json" 2>&1 | quiet \
+    | grep -E "^\||^img/s against|^the adapter's share" | cut -c1-500
 }
 
 part_timeline() {
