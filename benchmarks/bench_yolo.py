@@ -24,16 +24,13 @@ Rows:
   mosaic, about 6 per output) and 'batch' (partners from the output's own batch: 1 decode per
   output) and 'pool' (partners from the output's batch and the one before it in the epoch order,
   each drawn image decoded once: about 2 drawn per output, about 1.5 decoded with the decode
-  cache: detaug/runtime/decode_cache.py; ``--decode-cache-mb 0`` turns it off). Decoded images
-  per second are counted on the CPU (every ``decode._decode_one`` of the process and its host
-  workers: the cache's hits are not decodes), and the images drawn (``drawn``, from the keyed
-  draws: ``detaug.runtime.partners.decoded_per_batch``) beside them; on the GPU the drawn.
+  cache: detaug/runtime/decode_cache.py; ``--decode-cache-mb 0`` turns it off; a launch of
+  ``--batches-per-launch`` k batches decodes an image drawn twice in it once). Decoded: counted
+  on the CPU (``decode._decode_one``; cache hits are none), on the GPU the drawn (keyed draws).
 
-Timing, the same for every row (:func:`timed_window`): warm-up batches (the loader's prefetch
-depth plus ``--warmup``), then a window of at least ``--min-seconds`` and ``--batches`` (over
-epochs), at most ``--max-seconds``; a window under 1 s or of no image makes the row INVALID
-(and a row that raises is marked FAILED, its error printed). Ultralytics' workers are then shut
-down the graceful way (``_shutdown_workers``), before the next row starts.
+Timing (:func:`timed_window`, every row): warm-up batches (prefetch depth + ``--warmup``), then
+>= ``--min-seconds`` and >= ``--batches`` (over epochs), <= ``--max-seconds``; a window under 1 s
+or of no image: INVALID; a row that raises: FAILED. Ultralytics' workers shut down gracefully.
 
 ``--only profile`` (:func:`profile`): no loader; the recipe step by step in one thread, each of
 detaug's CPU ops (per ``--partners``) and the making of its outputs (the flip and letterbox
@@ -41,10 +38,10 @@ left pending) beside each of Ultralytics' steps and its collate_fn, in thread CP
 image, over ``--batches`` batches of ``--batch-size``.
 
 Printed per row: img/s, decoded source images/s, the ratio to Ultralytics at the same worker count
-(and to its largest N), and on the GPU the device memory taken (the drop of ``cudaMemGetInfo``'s
-free bytes from before the pipeline is built: every process on the device). The data comes from
-bench_gpu's ``make_dataset`` (COCO-like JPEGs about 640 x 480). Ultralytics runs first, before
-this process touches CUDA (its DataLoader workers fork). Not part of the test suite.
+(and to its largest N), on the GPU the device memory taken (the drop of ``cudaMemGetInfo``'s free
+bytes from before the build: every process on the device). Data: bench_gpu's ``make_dataset``
+(COCO-like JPEGs about 640 x 480). Ultralytics runs first, before CUDA starts here (its workers
+fork). Not part of the test suite.
 """
 from __future__ import annotations
 
@@ -64,9 +61,7 @@ import numpy as np  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-for _p in (REPO, HERE):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+sys.path[:0] = [p for p in (REPO, HERE) if p not in sys.path]
 from bench_gpu import make_dataset  # noqa: E402  (the benchmark's COCO-like data)
 
 MB = 1e6
@@ -242,7 +237,7 @@ def shutdown_ultralytics(loader):
 
 # ---------------------------------------------------------------------------- detaug
 def detaug_pipe(root, size, batch, device, workers, partners, mixup, seed=0, budget=None,
-                reduce=1, decode_cache_mb=None):
+                reduce=1, decode_cache_mb=None, batches_per_launch=None):
     from detaug import fn, pipeline_def
 
     gpu = device == "gpu"
@@ -251,6 +246,8 @@ def detaug_pipe(root, size, batch, device, workers, partners, mixup, seed=0, bud
         kw["device_memory_budget"] = budget
     if decode_cache_mb is not None:
         kw["decode_cache_mb"] = decode_cache_mb
+    if batches_per_launch is not None:
+        kw["batches_per_launch"] = batches_per_launch
 
     @pipeline_def(batch_size=batch, num_threads=max(1, workers), seed=seed, **kw)
     def yolo():
@@ -316,8 +313,8 @@ def bench_detaug(args, root, device, workers, partners):
     counter, undo = counted_decodes() if device == "cpu" else (None, None)
     pipe, refused, _ = build_within_budget(
         lambda budget: detaug_pipe(root, args.size, args.batch_size, device, workers, partners,
-                                   args.mixup, budget=budget,
-                                   decode_cache_mb=args.decode_cache_mb),
+                                   args.mixup, budget=budget, decode_cache_mb=args.decode_cache_mb,
+                                   batches_per_launch=args.batches_per_launch),
         say=lambda m: log(f"{name}: {m}"))
     if refused:
         name += f" ({refused})"
@@ -344,7 +341,8 @@ def bench_detaug(args, root, device, workers, partners):
             start["decoded"] = counter.value if counter is not None else 0
 
         n, nb, dt, warm = timed_window(one, depth, args, sync=sync, on_start=mark)
-        drawn = sum(decoded_per_batch(pipe, e, b) for e, b in done[start["at"]:])
+        k = pipe.batches_per_launch  # drawn per launch (a launch decodes an image once), each
+        drawn = sum(decoded_per_batch(pipe, e, b - b % k, k) / k for e, b in done[start["at"]:])
         # counted on the CPU (the cache's hits left out); on the GPU the images drawn
         decoded = counter.value - start["decoded"] if counter is not None else drawn
         extra = {"drawn_s": drawn / dt if dt > 0 else None,
@@ -551,6 +549,7 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=3, help="warm-up batches beyond the prefetched")
     ap.add_argument("--data", default=None, help="data folder (default: a temporary one)")
     ap.add_argument("--json", default=None, help="rows to this file (default: $OUT/, if set)")
+    ap.add_argument("--batches-per-launch", type=int, default=None, help="detaug rows (plan's)")
     ap.add_argument("--decode-cache-mb", type=int, default=None,
                     help="detaug cpu rows and profile: the pipeline's decode_cache_mb (0: no "
                          "cache; default: the pipeline's)")

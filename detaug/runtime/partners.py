@@ -156,11 +156,12 @@ def setup(needed, outputs, sized) -> tuple:
     return levels, fan_out(needed, levels), decode_level
 
 
-def decoded_per_batch(pipe, epoch, batch_index) -> int:
+def decoded_per_batch(pipe, epoch, batch_index, batches=1) -> int:
     """The source images batch ``batch_index`` of ``epoch`` decodes without a decode cache (the
     samples at each decoder's level; detaug/runtime/decode_cache.py saves the repeats): what the
-    benchmarks count as images drawn."""
-    idx, pos, sizes = pipe.schedule.batches(epoch, batch_index, 1)
+    benchmarks count as images drawn. ``batches`` > 1: the launch of that many batches from
+    ``batch_index``, where an image drawn twice in the launch is decoded once."""
+    idx, pos, sizes = pipe.schedule.batches(epoch, batch_index, batches)
     lv = LaunchLevels(pipe.graph, pipe.schedule, epoch, idx, pos, sizes)
     paths = {pipe.build_plan.levels.get(op.id, ()) for op in pipe._needed_ops()
              if op.schema.has("decoder")}
