@@ -13,6 +13,12 @@ other kernel runs its threads in a loop. Float contraction is off (``--fmad=fals
 host arrays stand in for device arrays (``.data.ptr`` answers), uploads are identities, and
 ``launch`` runs the emulation, which checks each scalar argument's width against the kernel's
 parameter type (a host-side ``np.int64`` for an ``int`` parameter is a bug on the GPU too).
+
+The shim keeps a launch's grid, its arguments and its ``__shared__`` memory in globals of the
+compiled library, so one launch runs at a time in the process (:data:`_LAUNCHING`): a GPU gives
+each launch its own, and two pipelines' device threads (each call into the library releases the
+GIL) would otherwise run one launch's blocks with the other's arguments, leaving outputs partly
+unwritten.
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import types
 
 import numpy as np
@@ -34,6 +41,7 @@ import pytest
 from helpers import REPO
 
 KERNEL_DIR = os.path.join(REPO, "detaug", "kernels")
+_LAUNCHING = threading.Lock()  # held while an emulated launch runs (the module docstring says why)
 
 _SHIM = r"""
 #include <algorithm>
@@ -223,8 +231,9 @@ class Emulation:
             raise ValueError(f"{name}: a synchronising kernel needs whole warps, got {block}")
         self.calls.append(name)
         fn = ctypes.cast(getattr(self.lib, "emu_call_" + name), ctypes.c_void_p)
-        self.lib.emu_launch(fn, *(ctypes.c_uint(v) for v in grid + block), ptrs,
-                            ctypes.c_int(int(threaded)))
+        with _LAUNCHING:
+            self.lib.emu_launch(fn, *(ctypes.c_uint(v) for v in grid + block), ptrs,
+                                ctypes.c_int(int(threaded)))
 
 
 def build(tmp_dir, source: str, *, defines=(), signatures=None, threaded=()) -> Emulation:
