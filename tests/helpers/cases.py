@@ -286,7 +286,8 @@ def _set(self, host, stream=None):  # cupy's ndarray.set: a host-to-device copy
 
 def device_stage_stand_in(monkeypatch, kernels=None, *modules, plan_ahead=True):
     """:func:`stand_in_gpu`, and what a pipeline's device stage runs on stood in for too:
-    events, streams and devices that do nothing (the emulation runs one launch at a time),
+    events, streams and devices that do nothing (an emulated kernel has run, in the thread that
+    launched it, before the launch returns; one at a time in the process: cuda_emulation.py),
     host staging buffers, ``ndarray.set`` a host copy, and the decode (planned or not) made by
     Pillow on the host. Returns the fake cupy."""
     from detaug.core import backend

@@ -43,6 +43,16 @@ from helpers import REPO
 KERNEL_DIR = os.path.join(REPO, "detaug", "kernels")
 _LAUNCHING = threading.Lock()  # held while an emulated launch runs (the module docstring says why)
 
+
+def _new_launch_lock():
+    """In a forked child: a lock of its own (one a parent's thread held at the fork stays held)."""
+    global _LAUNCHING
+    _LAUNCHING = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_launch_lock)
+
+
 _SHIM = r"""
 #include <algorithm>
 #include <cmath>
