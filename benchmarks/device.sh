@@ -39,7 +39,10 @@
 #           processes (STARTUP_PROCS (3) per engine, alternated; warm: a second pipeline in the same
 #           process) of detaug and the best DALI configuration; detaug's CPU pipeline against a
 #           DataLoader + albumentations (wheels in .whl) at STARTUP_WORKERS ("2,8") workers;
-#           about 250 s with the 6 default configurations
+#           about 250 s with the 6 default configurations. DALI's wheel (199 MB) is more than a
+#           call carries (64 MiB): its cp312 files as one xz tar (137 MB) with its pure-Python
+#           needs, split in 40 MiB parts, each carried by a call of its own while the machine
+#           stays warm and copied to /tmp, then joined and unpacked into /tmp/site
 #   firstdecode  the first launches decoded in the pipeline's process (runtime/gpu/early_decode.py):
 #           bench_startup.py --timeline on the GPU, RUNS (3) fresh processes with it on and off
 #           (DETAUG_EARLY_DECODE=0), alternated, then 2 memory runs each (device memory after the
