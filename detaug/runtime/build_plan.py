@@ -16,6 +16,7 @@ plan. Pure arithmetic on the graph, the sizes and the environment's overrides: n
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import types
@@ -243,17 +244,38 @@ def early_guess(ops, outputs, budget, settings):
         return None  # decode processes off
     ops = list(ops)
     try:
-        levels = partners.plan_levels(ops, outputs)
-        host = tuple(op for op in ops if op.device == "cpu")
-        device = tuple(op for op in ops if op.device != "cpu")
-        ahead = _plan_ahead.choose(host, device, outputs, True)
-        batch_bytes = output_sizes.batch_bytes(ops, outputs, GUESS_SIZES, settings.batch_size,
-                                               levels, None)
-        bpl = _launch_batches(settings, budget, ahead.on, batch_bytes, True)
-        images = settings.batch_size * bpl * partners.fan_out(ops, levels)
-        return _decode_processes_plan(budget, settings, GUESS_SIZES, images, batch_bytes, bpl)
+        levels, fan_out, _ = partners.setup(ops, outputs, True)
+        return _launch(ops, outputs, budget, settings, levels, fan_out, True,
+                       GUESS_SIZES, GUESS_SIZES, None).decode
     except Exception:  # noqa: BLE001 - refused here (or a graph error, which decide raises in
         return memory_plan.DecodePlan(1, 1, 0, 0)  # its order): the least any plan has
+
+
+def _launch(ops, outputs, budget, settings, levels, fan_out, sized, sizes, gpu_sizes, boxes):
+    """The launch part of the plan, worked out the same for :func:`decide` and
+    :func:`early_guess`: (host ops, device ops, whether a GPU decoder decodes, planning ahead,
+    a batch's device bytes (None: no device op), batches per launch, images a launch decodes,
+    the decode processes' plan (None: none)). ``sizes``: the images' (H, W) a batch's bytes are
+    sized from (any decoder's); ``gpu_sizes``: a GPU decoder's (the decode side);
+    ``boxes``: mean boxes a sample (None: unknown)."""
+    host_ops = tuple(op for op in ops if op.device == "cpu")
+    device_ops = tuple(op for op in ops if op.device != "cpu")
+    mixed_decode = any(op.gpu_decode for op in device_ops)
+    ahead = _plan_ahead.choose(host_ops, device_ops, outputs, mixed_decode)
+    batch_bytes = None
+    if device_ops:  # a launch's outputs, where the graph fixes them
+        batch_bytes = output_sizes.batch_bytes(ops, outputs, sizes, settings.batch_size, levels,
+                                               boxes)
+    bpl = _launch_batches(settings, budget, ahead.on, batch_bytes, bool(device_ops) and sized)
+    images = settings.batch_size * bpl * fan_out  # partners too
+    decode = None
+    if mixed_decode:
+        decode = _decode_processes_plan(budget, settings, gpu_sizes, images, batch_bytes, bpl)
+    return _Launch(host_ops, device_ops, mixed_decode, ahead, batch_bytes, bpl, images, decode)
+
+
+_Launch = collections.namedtuple(
+    "_Launch", "host_ops device_ops mixed_decode ahead batch_bytes bpl images decode")
 
 
 def _launch_batches(settings, budget, planned, batch_bytes, sized) -> int:
@@ -320,21 +342,9 @@ def decide(ops, outputs, sources, *, seed: int, budget: int, settings: Settings,
     where the pipeline cannot run within the budget, ValueError for host processes it cannot
     have."""
     ops, levels = list(ops), levels or {}
-    host_ops = tuple(op for op in ops if op.device == "cpu")
-    device_ops = tuple(op for op in ops if op.device != "cpu")
-    mixed_decode = any(op.gpu_decode for op in device_ops)
-    ahead = _plan_ahead.choose(host_ops, device_ops, outputs, mixed_decode)
-    batch_bytes = None
-    if device_ops:  # a launch's outputs, where the graph fixes them
-        batch_bytes = output_sizes.batch_bytes(ops, outputs, decoded_sizes(ops, sources, True),
-                                               settings.batch_size, levels,
-                                               boxes_per_sample(sources))
-    bpl = _launch_batches(settings, budget, ahead.on, batch_bytes, bool(device_ops) and sized)
-    images = settings.batch_size * bpl * fan_out  # partners too
-    decode = None
-    if mixed_decode:
-        decode = _decode_processes_plan(budget, settings, decoded_sizes(ops, sources), images,
-                                        batch_bytes, bpl)
+    host_ops, device_ops, mixed_decode, ahead, batch_bytes, bpl, images, decode = _launch(
+        ops, outputs, budget, settings, levels, fan_out, sized,
+        decoded_sizes(ops, sources, True), decoded_sizes(ops, sources), boxes_per_sample(sources))
     depth = settings.depth
     decode_slots = 1 << 30
     if decode is not None:
