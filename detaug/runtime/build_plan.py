@@ -89,10 +89,9 @@ class BuildPlan:
     output_slots: int = 1                 # launches whose outputs may exist at once, at build
     paths_only: frozenset = frozenset()   # readers that hand over paths (decode processes read)
     # CPU decoders' caches of decoded images (detaug/runtime/decode_cache.py): op id -> bytes a
-    # process; and the launches in a row each host worker makes (decode_cache.worker_run)
+    # process
     decode_cache: types.MappingProxyType = dataclasses.field(
         default_factory=lambda: types.MappingProxyType({}))
-    worker_run: int = 1
 
     @property
     def has_device_stage(self) -> bool:
@@ -107,6 +106,12 @@ class BuildPlan:
         """The most bytes the decode caches hold, over every process making launches (each
         host worker, or this process where there are none)."""
         return sum(self.decode_cache.values()) * max(1, self.host_processes)
+
+    @property
+    def worker_run(self) -> int:
+        """The launches in a row each host worker makes (:func:`decode_cache.worker_run`)."""
+        return decode_cache.worker_run(self.decode_cache, self.host_processes,
+                                       self.prefetch_queue_depth)
 
     def launch_bytes(self):
         """(outputs, working) of one launch (``batches_per_launch`` batches); outputs None
@@ -392,5 +397,4 @@ def decide(ops, outputs, sources, *, seed: int, budget: int, settings: Settings,
         decode_bytes=decode_bytes, decode_slots=decode_slots, prefetch_queue_depth=depth,
         device_workers=workers, host_processes=procs, output_slots=slots,
         paths_only=_paths_only(ops, outputs) if decode is not None else frozenset(),
-        decode_cache=types.MappingProxyType(caches),
-        worker_run=decode_cache.worker_run(caches, procs, depth))
+        decode_cache=types.MappingProxyType(caches))
