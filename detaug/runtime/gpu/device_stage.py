@@ -89,11 +89,18 @@ class DeviceStage:
         self.decode_service = None
         self.cuda_warm = None  # the CUDA context made in the background at build (startup.py)
         self.decoded_keep = None  # decoded images a GPU decoder keeps (ops/gpu_decode.py keep_queue)
-        self.paths_only = frozenset()
         self.streams, self.stream, self.out_stream = [], None, None
         self.alloc = None  # the device threads' allocator (runtime/gpu/allocator.py), at start
         self.plan = None  # the build's record (start)
         self._batches = self._planner = self._outputs = self._output_budget = None  # (bind)
+
+    @property
+    def paths_only(self) -> frozenset:
+        """The ids of the readers whose files the decode processes read (the plan's, while its
+        decode processes are there; none once closed: a later run reads and decodes here)."""
+        if self.plan is None or self.decode_service is None:
+            return frozenset()
+        return self.plan.paths_only
 
     def summary(self) -> str:
         """Where the pipeline runs, in one line (``pipe.device_summary``), once started."""
@@ -149,7 +156,6 @@ class DeviceStage:
         if plan.decode is not None:
             with tl.phase("build.decode_processes"):
                 self._start_decode_service(plan.decode)
-            self.paths_only = plan.paths_only
         if plan.has_device_stage:
             tl.begin("build.cuda")
             import cupy as cp
@@ -210,9 +216,7 @@ class DeviceStage:
         """Free what decoders keep (after this pipeline's streams' work) and close the decode
         processes: a later run reads and decodes in this process."""
         self.release_device_buffers(sync=True)
-        if self.decode_service is not None:
-            self.close_decode_service()
-            self.paths_only = frozenset()  # a later run reads and decodes in this process
+        self.close_decode_service()  # (paths_only: none then, a later run reads here)
 
     def stop(self):
         """From a finaliser: free what decoders keep and stop the decode processes, joining no
