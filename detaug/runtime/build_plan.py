@@ -170,19 +170,26 @@ def boxes_per_sample(sources):
     return None
 
 
+def _decode_processes(settings):
+    """The decode processes asked for (the setting, else DETAUG_DECODE_PROCESSES; None: from
+    the budget; 0 or fewer: none, decode in the device-stage threads)."""
+    n = settings.decode_processes if settings.decode_processes is not None else _env("DETAUG_DECODE_PROCESSES")
+    return None if n is None else int(n)
+
+
 def decode_side_plan(budget, settings, sizes, images, cap=None, early=False):
     """The memory plan's decode processes, threads and ring for launches of ``images``
     images of ``sizes`` (None: unknown), the decode side within ``cap`` bytes (None: the
     plan's share of the budget) of ``budget``; ``early``: this process decodes the first
     launches while the processes come up (memory_plan.plan_decode); None where decode
     processes are off."""
-    n = settings.decode_processes if settings.decode_processes is not None else _env("DETAUG_DECODE_PROCESSES")
-    if n is not None and int(n) <= 0:
+    n = _decode_processes(settings)
+    if n is not None and n <= 0:
         return None
     launch = memory_plan.launch_image_bytes(sizes, 3, images)
     return memory_plan.plan_decode(
         budget, launch,
-        processes=None if n is None else int(n),
+        processes=n,
         threads=_env("DETAUG_DECODE_THREADS"),
         ring_bytes=None if settings.decode_buffer_mb is None else settings.decode_buffer_mb << 20,
         cap=cap, early=early)
@@ -212,8 +219,7 @@ def _decode_processes_plan(budget, settings, sizes, images, batch_bytes, batches
                             cap=memory_plan.decode_cap(budget, out, work), early=early)
     if plan is None:
         return None
-    fixed = (settings.decode_processes is not None or _env("DETAUG_DECODE_PROCESSES") is not None
-             or settings.decode_buffer_mb is not None)
+    fixed = _decode_processes(settings) is not None or settings.decode_buffer_mb is not None
     # refuse what cannot fit (processes started early are closed by build: nothing is kept)
     try:
         _refuse_over_budget(budget, batch_bytes, batches, plan.bytes, plan.describe(), fixed)
@@ -245,7 +251,8 @@ def early_guess(ops, outputs, budget, settings):
     order). ``ops``: the needed ops, inputs first."""
     from . import partners
 
-    if decode_side_plan(budget, settings, GUESS_SIZES, 1) is None:
+    n = _decode_processes(settings)
+    if n is not None and n <= 0:
         return None  # decode processes off
     ops = list(ops)
     try:
