@@ -184,11 +184,7 @@ def child_pipeline(row, data, seconds):  # pragma: no cover - GPU
     res["after_build"] = f0 - _free()
 
     def get():
-        try:
-            return pipe.run()
-        except StopIteration:
-            pipe.reset()
-            return pipe.run()
+        return gpu_common.next_batch(pipe)
 
     out = get()
     cp.cuda.runtime.deviceSynchronize()
@@ -278,20 +274,10 @@ def child_seg(key, args):  # pragma: no cover - GPU (--device cpu: no device fig
                             auto_reset=True)
 
         def get():
-            try:
-                b = next(it)
-            except StopIteration:  # an epoch's end (auto_reset: the next epoch follows)
-                b = next(it)
-            stats["images"] += len(b["targets"])
-            stats["instances"] += sum(len(d["boxes"]) for d in b["targets"])
-            return b
+            return gpu_common.next_targets(it, stats)
     else:
         def get():
-            try:
-                return pipe.run()
-            except StopIteration:
-                pipe.reset()
-                return pipe.run()
+            return gpu_common.next_batch(pipe)
 
     def low():  # the lowest free bytes so far (GPU)
         return min(lowest, _free()) if gpu else None
