@@ -173,22 +173,11 @@ def child_pipeline(row, data, seconds):  # pragma: no cover - GPU
     t = time.perf_counter()
     pipe = bench_gpu.make_det_pipe(data, "mixed", retinanet, batch_size=bs, device_id=0, seed=0,
                                    **kwargs)
-    try:
-        pipe.build()
-    except ValueError as e:  # BudgetError: the refusal is the row's result
-        res["error"] = str(e)[:300]
-        print("RESULT " + json.dumps(res), flush=True)
+    if not _built(pipe, res, f0, t):
         return
-    res["build_s"] = time.perf_counter() - t
-    cp.cuda.runtime.deviceSynchronize()
-    res["after_build"] = f0 - _free()
 
     def get():
-        try:
-            return pipe.run()
-        except StopIteration:
-            pipe.reset()
-            return pipe.run()
+        return gpu_common.next_batch(pipe)
 
     out = get()
     cp.cuda.runtime.deviceSynchronize()
@@ -220,6 +209,26 @@ def child_pipeline(row, data, seconds):  # pragma: no cover - GPU
                **_plan_figures(pipe, True))
     pipe.close()
     print("RESULT " + json.dumps(res), flush=True)
+
+
+def _built(pipe, res, f0=None, t=None) -> bool:
+    """``pipe`` built, into the row ``res``: ``build_s`` (from ``t``, else from now) and, given
+    ``f0`` (the free device bytes before), ``after_build``. False where the build is refused (a
+    BudgetError: the refusal is the row's result, printed)."""
+    t = time.perf_counter() if t is None else t
+    try:
+        pipe.build()
+    except ValueError as e:
+        res["error"] = str(e)[:300]
+        print("RESULT " + json.dumps(res), flush=True)
+        return False
+    res["build_s"] = time.perf_counter() - t
+    if f0 is not None:
+        import cupy as cp
+
+        cp.cuda.runtime.deviceSynchronize()
+        res["after_build"] = f0 - _free()
+    return True
 
 
 def _plan_figures(pipe, gpu):
@@ -261,37 +270,18 @@ def child_seg(key, args):  # pragma: no cover - GPU (--device cpu: no device fig
             res["torch_context"] = f0 - _free()
     pipe = gpu_common.make_seg_pipe(args.seg_data, args.device, mode, args.batch_size,
                                     args.seg_size)
-    t = time.perf_counter()
-    try:
-        pipe.build()
-    except ValueError as e:  # BudgetError: the refusal is the row's result
-        res["error"] = str(e)[:300]
-        print("RESULT " + json.dumps(res), flush=True)
+    if not _built(pipe, res, f0 if gpu else None):
         return
-    res["build_s"] = time.perf_counter() - t
-    if gpu:
-        cp.cuda.runtime.deviceSynchronize()
-        res["after_build"] = f0 - _free()
     stats = {"images": 0, "instances": 0}
     if way == "torch":
         it = DetaugIterator(pipe, output_map=["images", "targets"], boxes_format="list",
                             auto_reset=True)
 
         def get():
-            try:
-                b = next(it)
-            except StopIteration:  # an epoch's end (auto_reset: the next epoch follows)
-                b = next(it)
-            stats["images"] += len(b["targets"])
-            stats["instances"] += sum(len(d["boxes"]) for d in b["targets"])
-            return b
+            return gpu_common.next_targets(it, stats)
     else:
         def get():
-            try:
-                return pipe.run()
-            except StopIteration:
-                pipe.reset()
-                return pipe.run()
+            return gpu_common.next_batch(pipe)
 
     def low():  # the lowest free bytes so far (GPU)
         return min(lowest, _free()) if gpu else None

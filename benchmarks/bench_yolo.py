@@ -182,15 +182,7 @@ def ultralytics_loader(root, names, size, batch, workers, mixup):
                                  cache=False, rect=False, workers=workers, cutmix=0.0,
                                  copy_paste=0.0))
     data = {"names": dict(enumerate(names)), "nc": len(names), "channels": 3}
-    counter = mp.get_context("fork").Value("q", 0, lock=True)
-    imread = ul_base.imread
-
-    def counted(*a, **kw):
-        with counter.get_lock():
-            counter.value += 1
-        return imread(*a, **kw)
-
-    ul_base.imread = counted
+    counter, _undo = counted_calls(ul_base, "imread")
     ds = build_yolo_dataset(cfg, os.path.join(root, "images"), batch, data, mode="train")
     return build_dataloader(ds, batch, workers, shuffle=True), counter
 
@@ -285,16 +277,22 @@ def counted_decodes():
     decode cache gave back is not counted. Returns (counter, undo)."""
     from detaug.ops import decode
 
+    return counted_calls(decode, "_decode_one")
+
+
+def counted_calls(owner, name):
+    """``owner.name`` replaced by a wrapper that counts its calls across this process and its
+    forked workers (a shared value, inherited at fork). Returns (counter, undo)."""
     counter = mp.get_context("fork").Value("q", 0, lock=True)
-    one = decode._decode_one
+    one = getattr(owner, name)
 
     def counted(*a, **kw):
         with counter.get_lock():
             counter.value += 1
         return one(*a, **kw)
 
-    decode._decode_one = counted
-    return counter, lambda: setattr(decode, "_decode_one", one)
+    setattr(owner, name, counted)
+    return counter, lambda: setattr(owner, name, one)
 
 
 def bench_detaug(args, root, device, workers, partners):

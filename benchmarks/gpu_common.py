@@ -377,6 +377,27 @@ def make_seg_pipe(root, device, mode="masks", batch_size=16, size=1024, **kw):
     return pipe
 
 
+def next_batch(pipe):
+    """The pipeline's next outputs, across an epoch's end (reset: the next epoch's first)."""
+    try:
+        return pipe.run()
+    except StopIteration:
+        pipe.reset()
+        return pipe.run()
+
+
+def next_targets(it, stats):
+    """The torch adapter's next batch (list targets), across an epoch's end (auto_reset: the
+    next epoch follows); its images and boxes added to ``stats`` ('images', 'instances')."""
+    try:
+        b = next(it)
+    except StopIteration:
+        b = next(it)
+    stats["images"] += len(b["targets"])
+    stats["instances"] += sum(len(t["boxes"]) for t in b["targets"])
+    return b
+
+
 def bench_detaug_seg(args, root, device, mode):
     """img/s of :func:`make_seg_pipe` through the torch adapter (list targets: each image's
     boxes, labels and, for 'masks', its (n, H, W) uint8 masks), as a training loop takes it;
@@ -403,13 +424,8 @@ def bench_detaug_seg(args, root, device, mode):
     stats = {"instances": 0, "images": 0}
 
     def step():
-        try:
-            b = next(it)
-        except StopIteration:  # an epoch's end (auto_reset: the next epoch follows)
-            b = next(it)
-        stats["images"] += len(b["targets"])
+        b = next_targets(it, stats)
         for t in b["targets"]:
-            stats["instances"] += len(t["boxes"])
             if masks:
                 assert t["masks"].shape[1:] == (args.seg_size, args.seg_size)
         return len(b["targets"])

@@ -474,7 +474,11 @@ def _box_list(bb: BoxBatch, label_offset: int, event=None, stream=None) -> list:
     valid, counts = _host_valid(bb, event)
     fields = dict(bb.fields)
     if ("polygons" in fields or "bitmasks" in fields) and "masks" not in fields:
-        fields["masks"] = _output_masks(bb, valid, stream)  # torchvision's Mask R-CNN takes masks
+        from ..ops.instance_masks import union_masks
+
+        # torchvision's Mask R-CNN takes masks; the dropped boxes' polygons are not rasterised
+        # on the host
+        fields["masks"] = union_masks(bb, valid, stream)
     fields.pop("bitmasks", None)  # (in masks now)
     cols = {"boxes": _tensor(bb.boxes).to(torch.float32),
             "labels": _tensor(bb.labels).to(torch.int64) + label_offset,
@@ -489,15 +493,6 @@ def _box_list(bb: BoxBatch, label_offset: int, event=None, stream=None) -> list:
         for d, (h, w) in zip(out, bb.canvas.tolist()):
             d["masks"] = d["masks"][:, :h, :w]
     return out
-
-
-def _output_masks(bb: BoxBatch, valid, stream=None):
-    """(N, H, W) uint8 masks of every box's polygons on its sample's canvas (H, W the largest
-    canvas), united with its bitmap mask (``bitmasks``), as fn.instance_masks makes them; the
-    dropped boxes' polygons not rasterised on the host (ops/instance_masks.py)."""
-    from ..ops.instance_masks import union_masks
-
-    return union_masks(bb, valid, stream)
 
 
 def _polygons_trimmed(rows, event=None):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.backend import is_device_array
 from ..core.batch import BoxBatch, ImageBatch
 
 
@@ -46,11 +47,7 @@ def tensors_of(op, v, what="input"):
     if isinstance(v, (ImageBatch, BoxBatch)):
         samples_of(op, v, what)  # (raises: a plain tensor batch is needed)
     if isinstance(v, (list, tuple)):
-        return [a if _on_device(a) else np.asarray(a) for a in v]
-    if isinstance(v, np.ndarray) or (_on_device(v) and getattr(v, "ndim", 0) >= 1):
+        return [a if is_device_array(a) else np.asarray(a) for a in v]
+    if isinstance(v, np.ndarray) or (is_device_array(v) and getattr(v, "ndim", 0) >= 1):
         return v
     raise TypeError(f"{op.name}: {what} must be a batch of arrays, got {type(v).__name__}")
-
-
-def _on_device(a) -> bool:
-    return type(a).__module__.split(".")[0] == "cupy"
