@@ -122,6 +122,14 @@ def boundary_points(points, poly_offsets, heights, widths):
     return q, col, row
 
 
+def plane_size(canvas, out_hw=None) -> tuple:
+    """``(H, W)`` of the mask planes: ``out_hw``, else the largest of the boxes' canvases
+    ``canvas`` (N, 2) (``(0, 0)`` for no box)."""
+    if out_hw is not None:
+        return int(out_hw[0]), int(out_hw[1])
+    return tuple(int(v) for v in canvas.max(0)) if len(canvas) else (0, 0)
+
+
 def polygon_masks_numpy(dense, canvas, out_hw=None) -> np.ndarray:
     """(N, H, W) uint8 0/1 masks of N boxes' polygons, pycocotools' exactly (module docstring):
     each polygon filled even-odd, a box's polygons merged (union).
@@ -137,8 +145,7 @@ def polygon_masks_numpy(dense, canvas, out_hw=None) -> np.ndarray:
     d = np.asarray(dense, np.float64)
     n = len(d)
     hw = np.asarray(canvas, np.int64).reshape(n, 2)
-    big_h, big_w = (int(v) for v in (out_hw if out_hw is not None else
-                                     (hw.max(0) if n else (0, 0))))
+    big_h, big_w = plane_size(hw, out_hw)
     if n and ((hw[:, 0] > big_h).any() or (hw[:, 1] > big_w).any()):
         raise ValueError(f"out_hw {(big_h, big_w)} is smaller than a box's canvas")
     if d.size and (d[:, 0, 0] == POLYGON_OVERFLOW).any():
@@ -168,8 +175,7 @@ def polygon_masks_coco(dense, canvas, out_hw=None) -> np.ndarray:
     pts, off, boff = ragged_polygons(dense)
     n = len(boff) - 1
     hw = np.asarray(canvas, np.int64).reshape(n, 2)
-    big_h, big_w = (int(v) for v in (out_hw if out_hw is not None else
-                                     (hw.max(0) if n else (0, 0))))
+    big_h, big_w = plane_size(hw, out_hw)
     out = np.zeros((n, big_h, big_w), np.uint8)
     for i in np.flatnonzero(np.diff(boff)):
         h, w = (int(v) for v in hw[i])

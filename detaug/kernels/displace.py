@@ -117,8 +117,7 @@ def _displace_cupy(images, mode, params, linear, masks, fills, stream):
     s = stream if stream is not None else cp.cuda.get_current_stream()
     with s:
         dense = not isinstance(images, (list, tuple))
-        items = [cp.ascontiguousarray(im) for im in (list(images) if not dense or len(images)
-                                                      else [])]
+        items = [cp.ascontiguousarray(im) for im in images]
         if dense:
             out = cp.empty(images.shape, images.dtype)
             outs = [out[i] for i in range(out.shape[0])]
@@ -126,7 +125,8 @@ def _displace_cupy(images, mode, params, linear, masks, fills, stream):
             outs = [cp.empty(im.shape, im.dtype) for im in items]
             out = outs
         b = len(items)
-        if b == 0 or max(int(im.size) for im in items) == 0:
+        most = max((int(im.size) for im in items), default=0)
+        if most == 0:
             return out
         if len({im.dtype for im in items}) > 1 or any(
                 im.dtype not in (np.uint8, np.float32) or im.ndim != 3 for im in items):
@@ -136,7 +136,6 @@ def _displace_cupy(images, mode, params, linear, masks, fills, stream):
         ptrs = np.array([[im.data.ptr for im in items], [o.data.ptr for o in outs]], np.uint64)
         d = upload_many([ptrs, meta, np.ascontiguousarray(np.asarray(params, F32).reshape(b, 6)),
                          fills], s)
-        most = max(int(im.size) for im in items)
         grid = (max(1, min((most + _BLOCK - 1) // _BLOCK, _MAX_GRID_X)), min(b, _MAX_GRID_Y), 1)
         launch(get_kernel(_SRC, "displace", _OPTIONS), grid, (_BLOCK, 1, 1),
                (d[0][0], d[0][1], d[1], d[2], d[3], np.int32(fills.shape[1]), np.int32(mode),

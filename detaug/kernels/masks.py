@@ -19,6 +19,7 @@ import numpy as np
 
 from ..core.backend import upload
 from ..core.instances import POLYGON_OVERFLOW
+from ..core.polygon_fill import plane_size
 from ..core.polygon_fill import polygon_masks_coco, polygon_masks_numpy  # noqa: F401 (the twins)
 from .launch import get_kernel, launch
 
@@ -26,12 +27,6 @@ _SRC = "masks.cu"
 _OPTIONS = ("-std=c++17", "--fmad=false")
 _BLOCK = 128
 _MAX_GRID = 65535 * 64
-
-
-def _out_hw(canvas, out_hw):
-    if out_hw is not None:
-        return int(out_hw[0]), int(out_hw[1])
-    return tuple(int(v) for v in canvas.max(0)) if len(canvas) else (0, 0)
 
 
 def polygon_masks_cupy(dense, canvas, out_hw=None, *, stream=None):
@@ -42,7 +37,7 @@ def polygon_masks_cupy(dense, canvas, out_hw=None, *, stream=None):
     import cupy as cp
 
     hw = np.ascontiguousarray(np.asarray(canvas, np.int64).reshape(-1, 2))
-    big_h, big_w = _out_hw(hw, out_hw)
+    big_h, big_w = plane_size(hw, out_hw)
     s = stream if stream is not None else cp.cuda.get_current_stream()
     with s:
         rows = dense if isinstance(dense, cp.ndarray) else upload(np.asarray(dense, np.float64))

@@ -156,9 +156,9 @@ def _fill_spans(sub, lo, hi, exact, value):
         r0, r1 = int(r[0]), int(r[-1]) + 1
         c0 = int(hi[r0:r1].min())
         _put_where(sub[r0:r1, c0:], cols[None, c0:] >= hi[r0:r1, None], row[c0:])
-    if exact is not None:
-        for r, inside in zip(exact[0], exact[1]):
-            sub[r][~inside] = value
+    if exact is not None:  # (rows exact[0], columns outside: one assignment)
+        r, c = np.nonzero(~exact[1])
+        sub[exact[0][r], c] = value
 
 
 def _put_where(sub, mask, row):
