@@ -16,7 +16,6 @@ from detaug.kernels import resample as R
 from detaug.kernels import warp as W
 from helpers import cuda_emulation as emu
 from helpers import fresh_seed
-from helpers.warp import build_resample_emulation
 
 
 def dali_axis(n_in: int, n_out: int, scale: float | None = None, origin: float = 0.0,
@@ -186,11 +185,6 @@ def test_mixed_batch_takes_each_filter_per_sample():
     _assert_u8(out[0], dali_resize(imgs[0], 10, 12))
     _assert_u8(out[2], dali_resize(imgs[2], 10, 12))
     np.testing.assert_array_equal(out[1], W.warp_numpy([imgs[1]], rot[None], [[10, 12]])[0])
-
-
-@pytest.fixture(scope="module")
-def resample_cu(tmp_path_factory):
-    return build_resample_emulation(tmp_path_factory)
 
 
 def test_cuda_source_on_the_cpu(resample_cu, monkeypatch):
