@@ -16,7 +16,7 @@ import pytest
 import detaug.fn as fn
 import detaug.ops as ops
 import detaug.types as types
-from detaug import ImageBatch, Pipeline
+from detaug import Pipeline
 from detaug.core import backend
 from detaug.kernels import resample as R
 from detaug.kernels import warp as W
