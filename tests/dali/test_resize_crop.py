@@ -12,17 +12,10 @@ import numpy as np
 
 import detaug.fn as fn
 import detaug.types as types
-from detaug import pipeline_def
 from detaug.core.batch import _identity_geometry
 from detaug.core import geometry as G
-from helpers import fresh_seed
-from helpers.dali_refs import dali_resize
-
-
-def dali_crop_anchor(pos: float, margin: int) -> int:
-    """DALI's CropAttr: std::round(double(float pos) * (in - crop)), halves away from zero."""
-    v = float(np.float32(pos)) * margin
-    return int(np.sign(v) * np.floor(abs(v) + 0.5))
+from helpers import fresh_seed, run_images
+from helpers.dali_refs import dali_crop_anchor, dali_resize
 
 
 def dali_slice_window(rel_start: float, rel_shape: float, extent: int) -> tuple[int, int]:
@@ -48,17 +41,6 @@ def assert_rounded_equal(out: np.ndarray, ref: np.ndarray, warp: str) -> None:
     assert ok.all(), (np.argwhere(~ok)[:5], out[~ok][:5], ref[~ok][:5])
 
 
-def _run(images, build):
-    @pipeline_def(batch_size=len(images), num_threads=1, device_id=None, seed=1)
-    def pipe():
-        i = fn.external_source(source=lambda: images, layout="HWC")
-        return build(i)
-
-    p = pipe()
-    p.build()
-    return p.run()
-
-
 def _case(rng, shrink: bool):
     ih, iw = (int(v) for v in rng.integers(12, 60, 2))
     k = rng.uniform(0.25, 0.9) if shrink else rng.uniform(1.1, 3.0)
@@ -73,7 +55,7 @@ def _check_crop(cases, warp):
     sizes = [c[1] for c in cases]
     crops = np.array([c[2] for c in cases], np.float32)
     pos = np.array([c[3] for c in cases], np.float32)
-    out = _run(imgs, lambda i: fn.crop(
+    out = run_images(imgs, lambda i: fn.crop(
         fn.resize(i, resize_x=fn.external_source(source=lambda: [np.float32(s[1]) for s in sizes]),
                   resize_y=fn.external_source(source=lambda: [np.float32(s[0]) for s in sizes])),
         crop=fn.external_source(source=lambda: list(crops)),
@@ -112,7 +94,7 @@ def test_resize_then_slice_and_crop_mirror_normalize(cpu_warp):
     imgs = [rng.integers(0, 256, (int(h), int(w), 3), dtype=np.uint8)
             for h, w in rng.integers(16, 48, (2, 2))]
     mean, std = [10.0, 20.0, 30.0], [2.0, 3.0, 4.0]
-    resized, sliced, cmn = _run(imgs, lambda i: (lambda r: (r, fn.slice(
+    resized, sliced, cmn = run_images(imgs, lambda i: (lambda r: (r, fn.slice(
         r, rel_start=(0.25, 0.1), rel_shape=(0.5, 0.6)), fn.crop_mirror_normalize(
         r, crop=(7, 9), crop_pos_x=0.35, crop_pos_y=0.7, mirror=1, mean=mean, std=std,
         output_layout="HWC", dtype=types.FLOAT)))(fn.resize(i, resize_x=23, resize_y=19)))
@@ -147,8 +129,9 @@ def test_a_window_past_the_resized_image_is_filled(cpu_warp):
     clamp is gone)."""
     rng = np.random.default_rng(fresh_seed())
     img = rng.integers(1, 256, (30, 26, 3), dtype=np.uint8)
-    (out,) = _run([img], lambda i: (fn.slice(fn.resize(i, resize_x=13, resize_y=15), start=(-2, -3),
-                                             shape=(17, 19), out_of_bounds_policy="pad"),))
+    (out,) = run_images([img], lambda i: (fn.slice(fn.resize(i, resize_x=13, resize_y=15),
+                                                   start=(-2, -3), shape=(17, 19),
+                                                   out_of_bounds_policy="pad"),))
     got = np.asarray(out.at(0)).astype(np.float64)
     assert got.shape == (19, 17, 3)
     ref = np.zeros((19, 17, 3))
