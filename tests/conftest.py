@@ -57,6 +57,23 @@ def shape_kernels(shape_kernels_cu, monkeypatch):
 
 
 @pytest.fixture(scope="module")
+def masks_cu(tmp_path_factory):
+    """masks.cu (polygons to masks, the label map) compiled as host C++, once per module."""
+    from helpers import cuda_emulation as emu
+
+    return emu.build(tmp_path_factory.mktemp("masks_cu"), "masks.cu")
+
+
+@pytest.fixture(scope="module")
+def resample_cu(tmp_path_factory):
+    """resample.cu compiled as host C++, once per module
+    (``helpers.warp.build_resample_emulation``)."""
+    from helpers.warp import build_resample_emulation
+
+    return build_resample_emulation(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
 def run_port():
     """``run_port(name)``: the globals of tests/dali/ports/<name>.py run as a script under detaug
     (once per module; the ports folder on sys.path meanwhile); the ports' pipelines closed after."""

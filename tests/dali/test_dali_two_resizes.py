@@ -16,13 +16,12 @@ import pytest
 import detaug.fn as fn
 import detaug.ops as ops
 import detaug.types as types
-from detaug import ImageBatch, Pipeline
+from detaug import Pipeline
 from detaug.core import backend
 from detaug.kernels import resample as R
 from detaug.kernels import warp as W
 from helpers import COCO, fresh_seed, run_graph, to_np
 from helpers.dali_refs import assert_rounded, dali_resize, dali_u8
-from helpers.warp import build_resample_emulation
 
 
 def _row_image(values):
@@ -171,11 +170,6 @@ def test_detaug_box_form_stays_one_warp():
 
 
 # ------------------------------------------------------------------------- the GPU path
-@pytest.fixture(scope="module")
-def resample_cu(tmp_path_factory):
-    return build_resample_emulation(tmp_path_factory)
-
-
 def _coco_graph(pipe, device):
     with pipe:
         enc, _ = fn.readers.coco(file_root=os.path.join(COCO, "images"),

@@ -1,48 +1,21 @@
 """DALI's resize followed by a crop (fn.crop, fn.slice, fn.crop_mirror_normalize with a window):
 the pixels of the resized image copied from DALI's integer window, although detaug fuses the
 two into one warp. Checked against a float64 reference written from the documented rules, not
-from the kernels' code: the resize separable, DALI's triangle filter of radius ``max(1, in /
-out)`` per axis (pixel centres at +0.5, weights normalised, taps clamped to the image; DALI's
-INTERP_LINEAR where it enlarges), rounded half up; the window's anchor DALI's ``round(pos * (in - crop))``
-(crop) or ``llround(start * extent)`` (slice), its float32 arguments taken in double."""
+from the kernels' code (``helpers.dali_refs.dali_resize``): the resize separable, DALI's
+triangle filter of radius ``max(1, in / out)`` per axis (pixel centres at +0.5, weights
+normalised, taps clamped to the image; DALI's INTERP_LINEAR where it enlarges), rounded half
+up; the window's anchor DALI's ``round(pos * (in - crop))`` (crop) or ``llround(start *
+extent)`` (slice), its float32 arguments taken in double."""
 from __future__ import annotations
 
 import numpy as np
 
 import detaug.fn as fn
 import detaug.types as types
-from detaug import pipeline_def
 from detaug.core.batch import _identity_geometry
 from detaug.core import geometry as G
-from helpers import fresh_seed
-
-
-def _axis_weights(n_in: int, n_out: int) -> np.ndarray:
-    """(n_out, n_in) float64: DALI's triangle filter (antialias=True, INTERP_LINEAR): output
-    pixel i centred at t = (i + 0.5) * n_in / n_out weighs input pixel p by max(0, 1 - |p + 0.5
-    - t| / R), R = max(1, n_in / n_out), normalised to sum 1, taps clamped to [0, n_in - 1]
-    (enlarging: R = 1, bilinear)."""
-    s = n_in / n_out
-    r = max(1.0, s)
-    w = np.zeros((n_out, n_in))
-    for i in range(n_out):
-        t = (i + 0.5) * s
-        ps = np.arange(int(np.floor(t - 0.5 - r)), int(np.ceil(t - 0.5 + r)) + 1)
-        k = np.maximum(0.0, 1.0 - np.abs(ps + 0.5 - t) / r)
-        np.add.at(w[i], np.clip(ps, 0, n_in - 1), k / k.sum())
-    return w
-
-
-def resize_ref(img: np.ndarray, oh: int, ow: int) -> np.ndarray:
-    """The resized image in float64 (not rounded), (oh, ow, C)."""
-    wy, wx = _axis_weights(img.shape[0], oh), _axis_weights(img.shape[1], ow)
-    return np.einsum("ij,jkc,lk->ilc", wy, img.astype(np.float64), wx, optimize=True)
-
-
-def dali_crop_anchor(pos: float, margin: int) -> int:
-    """DALI's CropAttr: std::round(double(float pos) * (in - crop)), halves away from zero."""
-    v = float(np.float32(pos)) * margin
-    return int(np.sign(v) * np.floor(abs(v) + 0.5))
+from helpers import fresh_seed, run_images
+from helpers.dali_refs import dali_crop_anchor, dali_resize
 
 
 def dali_slice_window(rel_start: float, rel_shape: float, extent: int) -> tuple[int, int]:
@@ -68,17 +41,6 @@ def assert_rounded_equal(out: np.ndarray, ref: np.ndarray, warp: str) -> None:
     assert ok.all(), (np.argwhere(~ok)[:5], out[~ok][:5], ref[~ok][:5])
 
 
-def _run(images, build):
-    @pipeline_def(batch_size=len(images), num_threads=1, device_id=None, seed=1)
-    def pipe():
-        i = fn.external_source(source=lambda: images, layout="HWC")
-        return build(i)
-
-    p = pipe()
-    p.build()
-    return p.run()
-
-
 def _case(rng, shrink: bool):
     ih, iw = (int(v) for v in rng.integers(12, 60, 2))
     k = rng.uniform(0.25, 0.9) if shrink else rng.uniform(1.1, 3.0)
@@ -93,14 +55,14 @@ def _check_crop(cases, warp):
     sizes = [c[1] for c in cases]
     crops = np.array([c[2] for c in cases], np.float32)
     pos = np.array([c[3] for c in cases], np.float32)
-    out = _run(imgs, lambda i: fn.crop(
+    out = run_images(imgs, lambda i: fn.crop(
         fn.resize(i, resize_x=fn.external_source(source=lambda: [np.float32(s[1]) for s in sizes]),
                   resize_y=fn.external_source(source=lambda: [np.float32(s[0]) for s in sizes])),
         crop=fn.external_source(source=lambda: list(crops)),
         crop_pos_x=fn.external_source(source=lambda: list(pos[:, 0])),
         crop_pos_y=fn.external_source(source=lambda: list(pos[:, 1]))))[0]
     for k, (img, (oh, ow), (ch, cw), (px, py)) in enumerate(cases):
-        ref = resize_ref(img, oh, ow)
+        ref = dali_resize(img, oh, ow)
         x0, y0 = dali_crop_anchor(px, ow - cw), dali_crop_anchor(py, oh - ch)
         got = np.asarray(out.at(k)).astype(np.float64)
         assert got.shape == (ch, cw, 3)
@@ -132,12 +94,12 @@ def test_resize_then_slice_and_crop_mirror_normalize(cpu_warp):
     imgs = [rng.integers(0, 256, (int(h), int(w), 3), dtype=np.uint8)
             for h, w in rng.integers(16, 48, (2, 2))]
     mean, std = [10.0, 20.0, 30.0], [2.0, 3.0, 4.0]
-    resized, sliced, cmn = _run(imgs, lambda i: (lambda r: (r, fn.slice(
+    resized, sliced, cmn = run_images(imgs, lambda i: (lambda r: (r, fn.slice(
         r, rel_start=(0.25, 0.1), rel_shape=(0.5, 0.6)), fn.crop_mirror_normalize(
         r, crop=(7, 9), crop_pos_x=0.35, crop_pos_y=0.7, mirror=1, mean=mean, std=std,
         output_layout="HWC", dtype=types.FLOAT)))(fn.resize(i, resize_x=23, resize_y=19)))
     for k, img in enumerate(imgs):
-        ref = resize_ref(img, 19, 23)
+        ref = dali_resize(img, 19, 23)
         x0, x1 = dali_slice_window(0.25, 0.5, 23)
         y0, y1 = dali_slice_window(0.1, 0.6, 19)
         assert_rounded_equal(np.asarray(sliced.at(k)).astype(np.float64), ref[y0:y1, x0:x1],
@@ -167,12 +129,13 @@ def test_a_window_past_the_resized_image_is_filled(cpu_warp):
     clamp is gone)."""
     rng = np.random.default_rng(fresh_seed())
     img = rng.integers(1, 256, (30, 26, 3), dtype=np.uint8)
-    (out,) = _run([img], lambda i: (fn.slice(fn.resize(i, resize_x=13, resize_y=15), start=(-2, -3),
-                                             shape=(17, 19), out_of_bounds_policy="pad"),))
+    (out,) = run_images([img], lambda i: (fn.slice(fn.resize(i, resize_x=13, resize_y=15),
+                                                   start=(-2, -3), shape=(17, 19),
+                                                   out_of_bounds_policy="pad"),))
     got = np.asarray(out.at(0)).astype(np.float64)
     assert got.shape == (19, 17, 3)
     ref = np.zeros((19, 17, 3))
-    ref[3:18, 2:15] = resize_ref(img, 15, 13)
+    ref[3:18, 2:15] = dali_resize(img, 15, 13)
     assert_rounded_equal(got, ref, cpu_warp)
     assert (got[:3] == 0).all() and (got[:, :2] == 0).all() and (got[18:] == 0).all()
 

@@ -16,7 +16,7 @@ from detaug.kernels import resample as R
 from detaug.kernels import warp as W
 from helpers import cuda_emulation as emu
 from helpers import fresh_seed
-from helpers.warp import build_resample_emulation
+from helpers.dali_refs import assert_rounded
 
 
 def dali_axis(n_in: int, n_out: int, scale: float | None = None, origin: float = 0.0,
@@ -73,17 +73,6 @@ def _assert_u8(out, ref):
     tie = np.abs(ref - np.floor(ref) - 0.5) < 1e-6
     ok = (out == want) | (tie & (np.abs(out - ref) <= 0.5 + 1e-6))
     assert ok.all(), (np.argwhere(~ok)[:5], out[~ok][:5], ref[~ok][:5])
-
-
-def _assert_u8_near(got, ref):
-    """uint8 ``got`` (float32 sums: the kernel, the CPU backend) against the twin's float
-    ``ref``: ``ref`` rounded half up, or the other neighbour where ``ref`` lies within 1e-3 of
-    a half (the weights' float32 rounding moves such a value across it)."""
-    got = np.asarray(got).astype(np.float64)
-    want = np.clip(np.floor(ref + 0.5), 0, 255)
-    near = np.abs(ref - np.floor(ref) - 0.5) < 1e-3
-    ok = (got == want) | (near & (np.abs(got - ref) <= 0.5 + 1e-3))
-    assert ok.all(), (np.argwhere(~ok)[:5], got[~ok][:5], ref[~ok][:5])
 
 
 def test_hand_computed():
@@ -188,11 +177,6 @@ def test_mixed_batch_takes_each_filter_per_sample():
     np.testing.assert_array_equal(out[1], W.warp_numpy([imgs[1]], rot[None], [[10, 12]])[0])
 
 
-@pytest.fixture(scope="module")
-def resample_cu(tmp_path_factory):
-    return build_resample_emulation(tmp_path_factory)
-
-
 def test_cuda_source_on_the_cpu(resample_cu, monkeypatch):
     """resample.cu compiled by g++ (tests/helpers/cuda_emulation.py) through resample_cupy's own
     host code: one launch, the twin's uint8 values (but next to a half, float32 sums), float32
@@ -205,7 +189,7 @@ def test_cuda_source_on_the_cpu(resample_cu, monkeypatch):
         got = R.resample_cupy([emu.dev(i) for i in imgs], mats, sizes, fill=5.0)
         want = R.resample_numpy(imgs, mats, sizes, fill=5.0, out_dtype=np.float32)
         for g, w in zip(got, want):
-            _assert_u8_near(g, w.astype(np.float64))
+            assert_rounded(g, w.astype(np.float64))
         got = R.resample_cupy([emu.dev(i) for i in imgs], mats, sizes, mean=[2.0] * C,
                               std=[3.0] * C, out_dtype=np.float32, layout="CHW")
         want = R.resample_numpy(imgs, mats, sizes, mean=[2.0] * C, std=[3.0] * C,
@@ -245,7 +229,7 @@ def test_gpu_matches_twin(cp, C, dense):
     assert launch_counts().get("resample_u8_hwc_c%d" % C, 0) == before + 1  # one launch a batch
     want = R.resample_numpy(imgs, mats, sizes, fill=3.0, out_dtype=np.float32)
     for g, w in zip(got, want):
-        _assert_u8_near(cp.asnumpy(g), w.astype(np.float64))
+        assert_rounded(cp.asnumpy(g), w.astype(np.float64))
     gf = R.resample_cupy(dev, mats, sizes, out_dtype=np.float32)
     wf = R.resample_numpy(imgs, mats, sizes, out_dtype=np.float32)
     for g, w in zip(gf, wf):
@@ -277,8 +261,8 @@ def test_gpu_mixed_batch_matches_host(cp):
     assert got.shape == (3, 12, 14, 3)
     fkw = {**kw, "out_dtype": np.float32}
     want = R.filtered_numpy(imgs, mats, [[12, 14]] * 3, tri, **fkw).astype(np.float64)
-    _assert_u8_near(got[0], want[0])
-    _assert_u8_near(got[2], want[2])
+    assert_rounded(got[0], want[0])
+    assert_rounded(got[2], want[2])
     # the warped sample: warp.cu's own bound against its twin (tests/kernels/test_warp.py)
     assert np.abs(got[1] - want[1]).max() <= 1.0 + 1e-3
 
@@ -327,8 +311,8 @@ def test_planned_ahead_gpu_launch_equals_the_cpu_pipeline(resample_cu, monkeypat
         pixels = [decode_pillow(buf) for buf in read_files(warp.source.enc.paths)]
         got = warp.launch.launch([p.ctypes.data for p in pixels])
         assert got.shape == (3, 37, 45, 3)
-        _assert_u8_near(ref.data, np.asarray(ref_f.data, np.float64))  # the twin's own
-        _assert_u8_near(got, np.asarray(ref_f.data, np.float64))
+        assert_rounded(ref.data, np.asarray(ref_f.data, np.float64))  # the twin's own
+        assert_rounded(got, np.asarray(ref_f.data, np.float64))
     finally:
         backend.set_cpu_warp(before)
         gpu.close()

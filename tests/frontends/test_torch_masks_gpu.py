@@ -3,7 +3,6 @@ boxes to torchvision's targets as CUDA tensors (list: each sample's (n, H, W) on
 padded: (B, M, H, W), 0 past the boxes) and equal the CPU pipeline's. GPU only."""
 import os
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")

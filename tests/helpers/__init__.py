@@ -1,6 +1,7 @@
 """What the tests share (no test module imports another): the repository's paths and sample
 data, this run's fresh seed, the GPU probe, optional modules imported on first use, running a
-graph on given images and boxes, and closing the pipelines a test made.
+graph on given images and boxes (or, in DALI's form, on images alone), and closing the pipelines
+a test made.
 
 Submodules hold the larger shared pieces: ``helpers.reader_files`` (dataset builders and the
 readers' quirk fixtures), ``helpers.fuzz`` (the fuzzers' budget, corpus and mutations),
@@ -18,7 +19,7 @@ import types
 import numpy as np
 import pytest
 
-from detaug import Pipeline, fn
+from detaug import Pipeline, fn, pipeline_def
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO = os.path.dirname(TESTS)
@@ -118,6 +119,18 @@ def run_graph(images, boxes, graph, *, labels=None, fields=None, seed=0, batch_s
     out = pipe.run()
     pipe.close()
     return out
+
+
+def run_images(images, build):
+    """The first batch of a pipeline in DALI's form (``@pipeline_def``, CPU, seed 1, the batch
+    ``images``) whose outputs are ``build(images)``, the images fed as HWC."""
+    @pipeline_def(batch_size=len(images), num_threads=1, device_id=None, seed=1)
+    def pipe():
+        return build(fn.external_source(source=lambda: images, layout="HWC"))
+
+    p = pipe()
+    p.build()
+    return p.run()
 
 
 def to_np(a):

@@ -1,7 +1,7 @@
 """References of DALI's ops written out in float64: the BoxEncoder rules as plain loops (shared by
 the box_encoder tests on the host and on the device), and the triangle filter of DALI's resize
 with the check of a uint8 result against it (the pipeline tests of the resize's filter, one
-resize and several)."""
+resize and several), and the anchor of DALI's crop window."""
 import numpy as np
 
 
@@ -85,3 +85,9 @@ def assert_rounded(out, ref):
     tie = np.abs(ref - np.floor(ref) - 0.5) < 1e-3
     ok = (out == want) | (tie & (np.abs(out - ref) <= 0.5 + 1e-3))
     assert ok.all(), (np.argwhere(~ok)[:5], out[~ok][:5], ref[~ok][:5])
+
+
+def dali_crop_anchor(pos: float, margin: int) -> int:
+    """DALI's CropAttr: std::round(double(float pos) * (in - crop)), halves away from zero."""
+    v = float(np.float32(pos)) * margin
+    return int(np.sign(v) * np.floor(abs(v) + 0.5))

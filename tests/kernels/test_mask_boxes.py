@@ -77,17 +77,9 @@ def test_union_boxes_takes_either_where_one_is_missing():
 
 
 # ----------------------------------------------------------------------------- the kernel
-@pytest.fixture(scope="module")
-def shapes_cu(tmp_path_factory):
-    return emu.build(tmp_path_factory.mktemp("mask_boxes_cu"), "shapes.cu",
-                     threaded={"mask_boxes"})
-
-
 @pytest.fixture
-def emulated(shapes_cu, monkeypatch):
-    shapes_cu.calls.clear()
-    emu.install_fake_cupy(monkeypatch, shapes_cu, ks)
-    return emu.dev, np.asarray, shapes_cu.calls
+def emulated(shape_kernels):
+    return emu.dev, np.asarray, shape_kernels.calls
 
 
 BACKENDS = ["emulated", pytest.param("gpu", marks=pytest.mark.gpu)]

@@ -111,11 +111,6 @@ def test_hand_computed_square_and_union():
 
 
 # ----------------------------------------------------------------------------- the CUDA source
-@pytest.fixture(scope="module")
-def masks_cu(tmp_path_factory):
-    return emu.build(tmp_path_factory.mktemp("masks_cu"), "masks.cu")
-
-
 @pytest.fixture
 def emulated(masks_cu, monkeypatch):
     masks_cu.calls.clear()

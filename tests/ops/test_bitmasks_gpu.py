@@ -13,7 +13,6 @@ from detaug import fn
 from detaug.core import geometry as G
 from detaug.core.batch import BoxBatch, _identity_geometry
 from detaug.kernels import boxes as kb
-from detaug.kernels import shapes as ks
 from detaug.ops.instance_fields import pad_fields
 from helpers import cuda_emulation as emu
 from helpers import fresh_seed, run_graph

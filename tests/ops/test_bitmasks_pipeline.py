@@ -299,6 +299,19 @@ def _twice_coco(folder, images=12):
     return path
 
 
+def _twice_pipe(folder, images):
+    """A pipeline of ``images`` samples a batch over ``_twice_coco(folder, images)`` read with
+    polygons and bitmasks: the pipeline, its decoded images and its boxes (add to its graph
+    under ``with pipe:``)."""
+    ann = _twice_coco(folder, images=images)
+    pipe = Pipeline(batch_size=images, num_threads=1, seed=fresh_seed(), prefetch_queue_depth=1)
+    with pipe:
+        enc, boxes = fn.readers.coco(file_root=ROOT, annotations_file=ann, polygons=True,
+                                     bitmasks=True)
+        img = fn.decoders.image(enc)
+    return pipe, img, boxes
+
+
 def _pairs_agree(targets, min_area=400):
     """Per target dict (boxes, annotation_id, masks): each copy beside its object (both kept
     or both dropped), and its mask close to the object's polygons' (IoU)."""
@@ -325,12 +338,8 @@ def _pairs_agree(targets, min_area=400):
 
 @pytest.mark.parametrize("kind", ["chain", "mosaic"])
 def test_coco_rle_copies_follow_their_polygons(tmp_path, kind):
-    ann = _twice_coco(tmp_path, images=4)
-    pipe = Pipeline(batch_size=4, num_threads=1, seed=fresh_seed(), prefetch_queue_depth=1)
+    pipe, img, boxes = _twice_pipe(tmp_path, 4)
     with pipe:
-        enc, boxes = fn.readers.coco(file_root=ROOT, annotations_file=ann, polygons=True,
-                                     bitmasks=True)
-        img = fn.decoders.image(enc)
         if kind == "chain":
             img, boxes = fn.flip(img, boxes, horizontal=fn.random.coin_flip())
             img, boxes = fn.rotate(img, boxes, angle=fn.random.uniform(range=(-30, 30)),
@@ -350,12 +359,8 @@ def test_torch_targets_masks_unite_polygons_and_bitmasks(tmp_path):
     pytest.importorskip("torch")
     from detaug.adapters.torch import DetaugIterator
 
-    ann = _twice_coco(tmp_path, images=2)
-    pipe = Pipeline(batch_size=2, num_threads=1, seed=fresh_seed(), prefetch_queue_depth=1)
+    pipe, img, boxes = _twice_pipe(tmp_path, 2)
     with pipe:
-        enc, boxes = fn.readers.coco(file_root=ROOT, annotations_file=ann, polygons=True,
-                                     bitmasks=True)
-        img = fn.decoders.image(enc)
         img, boxes = fn.flip(img, boxes, horizontal=1)
         pipe.set_outputs(img, boxes)
     it = DetaugIterator(pipe, output_map=["images", "targets"], boxes_format="list")

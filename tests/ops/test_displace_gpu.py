@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from detaug import Pipeline, fn
+from helpers import to_np
 
 
 def _run(images, device, **kw):
@@ -23,7 +24,7 @@ def _run(images, device, **kw):
         outs = pipe.run()
     finally:
         pipe.close()
-    return [[a.get() if hasattr(a, "get") else np.asarray(a) for a in o.data] for o in outs[:2]]
+    return [[to_np(a) for a in o.data] for o in outs[:2]]
 
 
 @pytest.mark.gpu

@@ -11,9 +11,7 @@ from detaug import Pipeline, fn
 from detaug.core import geometry as G
 from detaug.core import instances as I
 from detaug.core.batch import BoxBatch, _identity_geometry
-from detaug.kernels import boxes as kb
 from detaug.kernels import masks as km
-from detaug.kernels import shapes as ks
 from detaug.ops.instance_masks import instance_masks
 from detaug.runtime import build_plan
 from detaug.runtime.gpu import output_sizes
@@ -113,21 +111,11 @@ def test_a_geometric_op_after_the_masks_and_boxes_without_polygons_are_refused()
 
 
 # ----------------------------------------------------------------------------- the GPU path
-@pytest.fixture(scope="module")
-def kernels_cu(tmp_path_factory):
-    return (emu.build(tmp_path_factory.mktemp("m_shapes"), "shapes.cu"),
-            emu.build(tmp_path_factory.mktemp("m_boxes"), "boxes.cu", threaded={"pad_boxes"}),
-            emu.build(tmp_path_factory.mktemp("m_masks"), "masks.cu"))
-
-
 @pytest.mark.parametrize("seed", SEEDS)
-def test_device_path_equals_the_cpu(kernels_cu, monkeypatch, seed):
+def test_device_path_equals_the_cpu(shape_kernels, masks_cu, monkeypatch, seed):
     """The op on a (fake) device batch with a pending chain: the same masks as the CPU's, made
     by one launch of polygon_masks, and no device array read on the host for them."""
-    shapes_cu, boxes_cu, masks_cu = kernels_cu
-    emu.install_fake_cupy(monkeypatch, boxes_cu, kb)
-    emu.install_fake_cupy(monkeypatch, shapes_cu, ks)
-    emu.install_fake_cupy(monkeypatch, masks_cu, km)
+    emu.install_fake_cupy(monkeypatch, masks_cu, km)  # (shape_kernels: boxes.cu, shapes.cu)
     masks_cu.calls.clear()
     rng = np.random.default_rng(seed)
     imgs, boxes, fields = _inputs(rng, n=3)

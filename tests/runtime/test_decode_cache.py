@@ -72,6 +72,16 @@ def decoder_records(pipe, epoch, b):
     return lv.get(pipe.build_plan.levels.get(dec.id, ())).sample_index
 
 
+def _run_drawn(pipe, n):
+    """Builds ``pipe``, takes the records its decoder reads in each of batches 0..n-1
+    (``decoder_records``), then runs those batches by random access in order; the records."""
+    pipe.build()
+    drawn = [decoder_records(pipe, 0, b) for b in range(n)]
+    for b in range(n):
+        pipe.run_batch(b)
+    return drawn
+
+
 def counting(monkeypatch):
     """The count of CPU decodes that benchmarks/bench_yolo.py reports (``counted_decodes``: a
     value the forked workers share), undone at the test's end."""
@@ -90,10 +100,7 @@ def test_each_image_is_decoded_once_with_a_cache_that_holds_them(coco_small, mon
     n = 6
     counter = counting(monkeypatch)
     off = yolo_pipe(coco_small, host_processes=0, decode_cache_mb=0)
-    off.build()
-    drawn = [decoder_records(off, 0, b) for b in range(n)]
-    for b in range(n):
-        off.run_batch(b)
+    drawn = _run_drawn(off, n)
     assert counter.value == sum(len(d) for d in drawn)  # every drawn image, every launch
     counter.value = 0
     on = yolo_pipe(coco_small, host_processes=0, decode_cache_mb=mb)
@@ -111,10 +118,7 @@ def test_a_host_worker_decodes_each_image_once(coco_small, monkeypatch):
     n = 6
     counter = counting(monkeypatch)
     pipe = yolo_pipe(coco_small, host_processes=1, decode_cache_mb=64)
-    pipe.build()
-    drawn = [decoder_records(pipe, 0, b) for b in range(n)]
-    for b in range(n):
-        pipe.run_batch(b)
+    drawn = _run_drawn(pipe, n)
     assert counter.value == len(set(np.concatenate(drawn).tolist())) < sum(len(d) for d in drawn)
     assert not decode_cache.caches_of(pipe)  # (in the worker, not here)
 

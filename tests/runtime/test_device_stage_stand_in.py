@@ -15,12 +15,7 @@ from detaug import Pipeline, fn
 from detaug.kernels import warp as W
 from helpers import COCO, to_np
 from helpers.cases import device_stage_stand_in
-from helpers.warp import MEAN, STD, _build_emulation
-
-
-@pytest.fixture(scope="module")
-def emulated_kernels(tmp_path_factory):
-    return _build_emulation(tmp_path_factory)
+from helpers.warp import MEAN, STD, emulated_kernels  # noqa: F401 (a fixture)
 
 
 def _graph(pipe, device):

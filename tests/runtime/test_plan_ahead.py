@@ -25,12 +25,7 @@ from helpers import COCO
 from helpers import close_pipelines, to_np, track  # noqa: F401  (autouse fixture)
 from helpers import cuda_emulation as emu
 from helpers.cases import plan_without_cupy, stand_in_gpu
-from helpers.warp import MEAN, STD, _build_emulation, rand_image
-
-
-@pytest.fixture(scope="module")
-def emulated_kernels(tmp_path_factory):
-    return _build_emulation(tmp_path_factory)
+from helpers.warp import MEAN, STD, emulated_kernels, rand_image  # noqa: F401 (a fixture)
 
 
 @pytest.fixture

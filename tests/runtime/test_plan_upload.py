@@ -16,12 +16,7 @@ from detaug.kernels import warp as W
 from detaug.runtime.gpu.plan_ahead import LaunchPlan
 from helpers import COCO, fresh_seed, to_np, track  # noqa: F401  (track: pipelines closed)
 from helpers.cases import device_stage_stand_in
-from helpers.warp import _build_emulation
-
-
-@pytest.fixture(scope="module")
-def emulated_kernels(tmp_path_factory):
-    return _build_emulation(tmp_path_factory)
+from helpers.warp import emulated_kernels  # noqa: F401 (a fixture)
 
 
 def _built(pipe, normalize):
