@@ -141,19 +141,29 @@ def apply_geometry(ctx, op, inputs, plan, fill=None, box_mode=None, antialias=Tr
     outs = []
     for v in inputs:
         if isinstance(v, ImageBatch):
-            if resamples_apart(v.geometry, m, filter):
-                v = M.images(v, ctx)
             f = None if fill is None else np.broadcast_to(
                 np.asarray(fill, np.float64).reshape(len(sizes), -1) if np.ndim(fill) == 2
                 else np.asarray(fill, np.float64), (len(sizes), v.channels))
-            outs.append(v.with_geometry(v.pending().then(m, out_sizes, f, antialias=antialias,
-                                                         filter=filter, roi=roi)))
+            outs.append(join_chain(ctx, v, m, out_sizes, f, antialias=antialias, filter=filter,
+                                   roi=roi))
         else:
             reg = G.canvas_region(m, v.content_region(), out_sizes)
             b = v.with_geometry(v.pending().then(m, out_sizes, box_mode=box_mode,
                                                  roi=roi)).replace(region=reg)
             outs.append(b.drop(keep) if keep is not None else b)
     return tuple(outs)
+
+
+def join_chain(ctx, images: ImageBatch, m, out_sizes, fill=None, antialias=True, filter=None,
+               roi=False) -> ImageBatch:
+    """``images`` with an op of matrices ``m`` (B, 3, 3) to ``out_sizes`` (B, 2) joined to their
+    pending chain (the rest as :meth:`detaug.core.batch.Geometry.then`), or, where
+    :func:`resamples_apart`, starting a new chain on the chain's image, made first. Every op
+    that joins an image chain (the geometric ops, mosaic's tiles) goes through here."""
+    if resamples_apart(images.geometry, m, filter):
+        images = M.images(images, ctx)
+    return images.with_geometry(images.pending().then(m, out_sizes, fill, antialias=antialias,
+                                                      filter=filter, roi=roi))
 
 
 def resamples_apart(g, m, filter) -> bool:

@@ -17,6 +17,7 @@ from ..graph import materialize as M
 from ..graph.dispatch import kernel, register_kernel
 from ..kernels import compose as kc
 from ..core.deferred import is_planned
+from .geometry import join_chain
 from .multi_plan import compose_planned, mosaic_on_device
 from .registry import register
 from .take import take_boxes, take_images
@@ -233,14 +234,12 @@ def mosaic(ctx, op, inputs, args):
                                        bool(args["resize"]))
     b = len(groups) - 1
     canvas = np.full((b, 2), 2 * s, np.int64)
-    chain = images.pending().then(mats, tiles, antialias=bool(args["antialias"]))
-    out = _mosaic_on_canvas(ctx, images.with_geometry(chain), origins, tiles, groups, canvas,
-                            args["fill"])
+    tiled = join_chain(ctx, images, mats, tiles, antialias=bool(args["antialias"]))
+    out = _mosaic_on_canvas(ctx, tiled, origins, tiles, groups, canvas, args["fill"])
     if out is None:  # on the GPU, or planned ahead: the tiles warped into the canvases
-        out = mosaic_on_device(ctx, images.with_geometry(chain), origins, groups, canvas,
-                               args["fill"])
+        out = mosaic_on_device(ctx, tiled, origins, groups, canvas, args["fill"])
     if out is None:
-        warped = M.images(images.with_geometry(chain), ctx)
+        warped = M.images(tiled, ctx)
         out = _compose(ctx, op, warped, origins, groups, canvas, args["fill"])
     if boxes is None:
         return (out,)

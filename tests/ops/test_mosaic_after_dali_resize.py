@@ -1,0 +1,58 @@
+"""A resize in DALI's form (images alone: DALI's triangle filter) followed by fn.mosaic filters as
+DALI's ops run one after the other: the mosaic resizes the resize's image (rounded to uint8), it
+does not join the resize into one composed warp (ops/geometry.resamples_apart, through
+ops/geometry.join_chain). Checked against the two steps run as pipelines of their own: the
+resize alone (itself checked against the float64 model of DALI's filter, helpers.dali_refs),
+then the mosaic fed its images; fixed and fresh random inputs, both CPU warps; on the device
+(``gpu``-marked) the same two ways within the device pipeline."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import detaug.fn as fn
+from helpers import fresh_seed, run_graph, run_images, to_np
+from helpers.dali_refs import assert_rounded, dali_resize
+
+
+def _case(seed):
+    rng = np.random.default_rng(seed)
+    imgs = [rng.integers(0, 256, (int(rng.integers(10, 30)), int(rng.integers(10, 30)), 3),
+                         dtype=np.uint8) for _ in range(4)]
+    rh, rw = (int(v) for v in rng.integers(17, 33, 2))  # longer side over s: the mosaic shrinks
+    return imgs, (rh, rw), int(rng.integers(8, 16))
+
+
+@pytest.mark.parametrize("seed", [3, fresh_seed()])
+def test_resize_then_mosaic_is_the_two_steps_apart(cpu_warp, seed):
+    imgs, size, s = _case(seed)
+    (chained,) = run_images(imgs, lambda i: fn.mosaic(fn.resize(i, size=size), size=s,
+                                                      partners="batch"))
+    (resized,) = run_images(imgs, lambda i: fn.resize(i, size=size))
+    resized = [np.asarray(to_np(resized.at(k))) for k in range(len(imgs))]
+    for img, r in zip(imgs, resized):
+        assert_rounded(r, dali_resize(img, *size))
+    # the mosaic alone on the resized images: the identity flip keeps its random stream's
+    # key (the op's position in the graph, seed 1 in both) as in the chained pipeline
+    (apart,) = run_images(resized, lambda i: fn.mosaic(fn.flip(i, horizontal=0), size=s,
+                                                       partners="batch"))
+    for k in range(len(imgs)):
+        got, want = np.asarray(to_np(chained.at(k))), np.asarray(to_np(apart.at(k)))
+        assert got.shape == want.shape == (2 * s, 2 * s, 3)
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.gpu
+def test_gpu_resize_then_mosaic_is_the_two_steps_apart():
+    """On the device (resample.cu, then the mosaic's canvas warp): the chained pipeline equals
+    the device's resize alone followed by the device's mosaic of its images, bit for bit."""
+    imgs, size, s = _case(fresh_seed())
+    none = [np.zeros((0, 4))] * len(imgs)
+    (chained,) = run_graph(imgs, none, lambda i, b: fn.mosaic(fn.resize(i, size=size), size=s,
+                                                              partners="batch"), device="gpu")
+    (resized,) = run_graph(imgs, none, lambda i, b: fn.resize(i, size=size), device="gpu")
+    resized = [np.asarray(to_np(resized.at(k))) for k in range(len(imgs))]
+    (apart,) = run_graph(resized, none, lambda i, b: fn.mosaic(fn.flip(i, horizontal=0), size=s,
+                                                               partners="batch"), device="gpu")
+    for k in range(len(imgs)):
+        np.testing.assert_array_equal(to_np(chained.at(k)), to_np(apart.at(k)))
