@@ -235,9 +235,13 @@ def mosaic(ctx, op, inputs, args):
     b = len(groups) - 1
     canvas = np.full((b, 2), 2 * s, np.int64)
     tiled = join_chain(ctx, images, mats, tiles, antialias=bool(args["antialias"]))
-    out = _mosaic_on_canvas(ctx, tiled, origins, tiles, groups, canvas, args["fill"])
-    if out is None:  # on the GPU, or planned ahead: the tiles warped into the canvases
-        out = mosaic_on_device(ctx, tiled, origins, groups, canvas, args["fill"])
+    out = None
+    # the canvas warps below apply no DALI filter: a chain that asked for it (a DALI resize the
+    # tiles joined without resampling, resize=False) is made by materialize's filter instead
+    if tiled.geometry is None or tiled.geometry.filter != "triangle":
+        out = _mosaic_on_canvas(ctx, tiled, origins, tiles, groups, canvas, args["fill"])
+        if out is None:  # on the GPU, or planned ahead: the tiles warped into the canvases
+            out = mosaic_on_device(ctx, tiled, origins, groups, canvas, args["fill"])
     if out is None:
         warped = M.images(tiled, ctx)
         out = _compose(ctx, op, warped, origins, groups, canvas, args["fill"])
