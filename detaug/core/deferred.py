@@ -7,7 +7,9 @@ arrays). A :class:`DeferredLaunch` is the same for any other launch whose metada
 plans from sizes and draws alone, over one or more planned values: a mosaic's tiles warped into
 their canvases, a mixup's blend, the samples of a batch taken by index (no launch: pointers).
 Its result may be the source of a later warp, so a chain such as decode -> mosaic -> affine ->
-mixup -> letterbox plans whole, and the device only launches (:func:`realize`).
+mixup -> letterbox plans whole, and the device only launches (:func:`realize`). A plain tensor
+that a planned op puts on the device stays on the host, marked a :class:`HostUpload`: what the
+device side uploads, in the launch's one copy (no other host value of a plan goes up).
 
 A launch object (``DeferredLaunch.launch``) is picklable and holds host arrays only; it answers
 ``B``, ``shapes`` (B (H, W, C) tuples), ``out_dtype``, ``dense`` and ``run(inputs, stream)``,
@@ -30,6 +32,38 @@ class DeferredLaunch(DeferredWarp):
         sources = tuple(sources)
         super().__init__(sources[0] if sources else None, launch)
         self.sources = sources
+
+
+class HostUpload:
+    """A plain tensor planned ahead to go up to the device when its launch is realised: the
+    mark a planning op (an upload, a device op over plain tensors) puts on what must be
+    uploaded. ``arrays``: its host arrays (a tuple); ``ragged``: the value is their list (a
+    ragged batch: each sample a view of the one copy), else the one array."""
+
+    __slots__ = ("arrays", "ragged")
+
+    def __init__(self, value):
+        self.ragged = isinstance(value, (list, tuple))
+        self.arrays = tuple(np.asarray(a) for a in value) if self.ragged else (np.asarray(value),)
+
+    def host(self):
+        """The value as the host holds it (what a planning op reads)."""
+        return list(self.arrays) if self.ragged else self.arrays[0]
+
+    def made(self, device_arrays):
+        """The value on the device from ``device_arrays`` (those of ``arrays``, in order)."""
+        return list(device_arrays) if self.ragged else device_arrays[0]
+
+    def __getstate__(self):  # (slots: no __dict__ to pickle)
+        return self.arrays, self.ragged
+
+    def __setstate__(self, state):
+        self.arrays, self.ragged = state
+
+
+def host_value(v):
+    """``v``, or the host value of a :class:`HostUpload` (what a planning op reads of it)."""
+    return v.host() if isinstance(v, HostUpload) else v
 
 
 def is_planned(raw) -> bool:

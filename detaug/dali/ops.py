@@ -22,6 +22,7 @@ from ..core import shapes as S
 from ..core import types as _types
 from ..core.backend import is_device_array
 from ..core.batch import BoxBatch, ImageBatch
+from ..core.deferred import HostUpload, host_value
 from ..ops.geometry import GEO, apply_geometry, per_sample, round_half_away
 from ..ops.decode import (DECODER_HINTS, check_decoder_args, decoded_rule, decoder_declaration,
                           plans_decode)
@@ -437,6 +438,9 @@ declare_ranges("slice", axes=count(0, 1, form='seq'), fill_values=finite(form='s
               "relative by default, integer ones absolute, in the order of axes: (1, 0) = x, y), "
               "rounded as DALI; out_of_bounds_policy error / pad / trim_to_shape")
 def slice_(ctx, op, inputs, args):
+    planning = getattr(ctx, "planning", False)
+    if planning:  # planned ahead: the plain tensors a device slice reads are on the host
+        inputs = [host_value(v) for v in inputs]
     images = inputs[0]
     if len(inputs) == 2:
         raise TypeError(f"{op.name}: give the anchor and the shape inputs together")
@@ -454,7 +458,9 @@ def slice_(ctx, op, inputs, args):
     if not isinstance(images, ImageBatch):  # a plain tensor batch (dali/tensor_ops.py)
         from .tensor_ops import slice_tensors
 
-        return slice_tensors(op, images, anchor, shape, args)
+        out = slice_tensors(op, images, anchor, shape, args)
+        # planned ahead on the device: uploaded when the launch is realised
+        return HostUpload(out) if planning and op.device != "cpu" else out
     return _slice_images(ctx, op, images, anchor, shape, args)
 
 

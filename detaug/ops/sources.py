@@ -9,6 +9,7 @@ import numpy as np
 
 from ..core import shapes as S
 from ..core.batch import BoxBatch, EncodedBatch, ImageBatch, concat_boxes
+from ..core.deferred import HostUpload
 from ..core.errors import SampleError
 from .arg_docs import SHARED
 from .instance_fields import batch_fields, split_ragged
@@ -496,7 +497,7 @@ def _upload(ctx, op, inputs, args):
     v = inputs[0]
     if getattr(ctx, "planning", False):
         # planned ahead: boxes and plain tensors stay on the host until the launch is realised
-        # (runtime/gpu/plan_ahead.py uploads them there, in its one copy, as the arrays below);
+        # (runtime/gpu/plan_ahead.py uploads them there, in its one copy: a tensor marked so);
         # host images cannot stand in for device ones in the planned chain
         if isinstance(v, (BoxBatch, EncodedBatch)):
             return v
@@ -504,7 +505,7 @@ def _upload(ctx, op, inputs, args):
             from ..core.errors import NotPlannable
 
             raise NotPlannable(f"{op.name}: an upload of host images")
-        return [np.asarray(a) for a in v] if isinstance(v, (list, tuple)) else np.asarray(v)
+        return HostUpload(v)
     if isinstance(v, BoxBatch):
         return v.to_device(ctx)
     if isinstance(v, ImageBatch):

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from detaug import ImageBatch, Pipeline, fn
+from detaug.core.deferred import HostUpload
 from detaug.kernels import warp as W
 from detaug.runtime.gpu.plan_ahead import LaunchPlan
 from helpers import COCO, fresh_seed, to_np, track  # noqa: F401  (track: pipelines closed)
@@ -62,8 +63,10 @@ def test_an_uploaded_tensor_keeps_the_launch_planned(emulated_kernels, monkeypat
         plan = planned._planner.plan_or_not(key, planned._batches.prepare(key), None)
         assert isinstance(plan, LaunchPlan)  # (an upload of a plain tensor was NotPlannable)
         up = [plan.values[(o.op.id, o.index)] for o in planned._outputs[1:]]
-        assert [type(v) for v in up] == [list, list, np.ndarray]  # on the host until realised
-        assert up[2].shape == (3, 2)
+        # on the host until realised, marked for the upload: two ragged batches, one array
+        assert [type(v) for v in up] == [HostUpload] * 3
+        assert [v.ragged for v in up] == [True, True, False]
+        assert up[2].arrays[0].shape == (3, 2)
         for b, epoch in ((1, 0), (4, 1)):
             got, want = _host(planned.run_batch(b, epoch=epoch)), _host(plain.run_batch(b, epoch=epoch))
             assert [len(g) for g in got] == [3] * 4

@@ -17,7 +17,8 @@ checks them), so the whole plan can be made before the decode, from the reader's
   need travels as a :class:`LaunchPlan`, arrays in shared memory (detaug/runtime/host_workers.py).
 * **run** (:meth:`PlanAhead.run_planned`, a device thread of this process): the decode request
   (admitted in launch order), then, in an output slot: one warp launch per planned warp, one
-  upload of every box array and plain tensor (a ``.gpu()`` of labels, say), the device ops that
+  upload of every box array and marked plain tensor (a ``.gpu()`` of labels, say: a
+  :class:`~detaug.core.deferred.HostUpload`), the device ops that
   could not be planned (a RetinaNet encoder, a colour op whose input is made on the device),
   and the batch's event.
 
@@ -33,7 +34,7 @@ import dataclasses
 import os
 
 from ...core.batch import BoxBatch, ImageBatch, PaddedBoxes
-from ...core.deferred import is_planned, planned_sources, realize
+from ...core.deferred import HostUpload, is_planned, planned_sources, realize
 from ...graph.trace import PARAMS
 from ..batch_making import retire_leases
 from ..context import BatchContext
@@ -271,9 +272,9 @@ class PlanAhead:
         """The planned values on the device, into ``ctx.values``: planned images are their
         decoded images (the pending chain kept), a deferred warp or launch runs (one launch
         each, after those it reads: core/deferred.py), and every
-        host array of the planned box values and of the planned uploads of plain tensors (an
-        array, or a list of them: a ragged batch) goes up in ONE copy. Values of the host ops
-        stay as they are."""
+        host array of the planned box values and of the plain tensors the planning marked for
+        upload (a :class:`~detaug.core.deferred.HostUpload`) goes up in ONE copy. Values of the
+        host ops, and any other planned value, stay as they are."""
         from ...core.backend import upload_many
 
         host, todo, made, planned_ids = [], [], {}, self.plan.ahead.planned_ids
@@ -292,15 +293,11 @@ class PlanAhead:
                 names = list(v)
                 todo.append((k, v, names, len(host), len(names)))
                 host.extend(v[n] for n in names)
-            elif hasattr(v, "__array_interface__"):
-                todo.append((k, v, None, len(host), 1))
-                host.append(v)
-            elif isinstance(v, list) and v and all(hasattr(a, "__array_interface__") for a in v):
-                # a ragged tensor batch (an upload planned: its samples, each a view as the
-                # upload makes them)
-                todo.append((k, v, None, len(host), len(v)))
-                host.extend(v)
-            else:
+            elif isinstance(v, HostUpload):  # marked by the planning side: an array, or a
+                # ragged batch's samples (each a view of the one copy, as the upload makes them)
+                todo.append((k, v, None, len(host), len(v.arrays)))
+                host.extend(v.arrays)
+            else:  # any other host value stays as the planning left it
                 ctx.values[k] = v
         dev = upload_many(host, ctx.stream) if host else []
         for k, v, names, at, n in todo:
@@ -309,7 +306,5 @@ class PlanAhead:
                 ctx.values[k] = v.on_device(d)
             elif isinstance(v, PaddedBoxes):
                 ctx.values[k] = PaddedBoxes(zip(names, d))
-            elif isinstance(v, list):
-                ctx.values[k] = list(d)
             else:
-                ctx.values[k] = d[0]
+                ctx.values[k] = v.made(d)
