@@ -140,6 +140,9 @@ def test_configure_stops_the_processes_the_plan_does_not_want_and_close_reaps_th
         def unmap(self):
             pass
 
+        def close_ends(self):
+            self.closed = True
+
     monkeypatch.setattr(decode_proc, "_Worker", Worker)
     svc = decode_proc.DecodeService(3, 0, None, 2)  # started early: no ring yet
     first, *rest = svc.workers
@@ -150,4 +153,5 @@ def test_configure_stops_the_processes_the_plan_does_not_want_and_close_reaps_th
                           12: "decode process stopped by the plan"}
     svc.close()
     assert [w.proc.joined for w in rest] == [1, 1] and [w.proc.terminated for w in rest] == [False, True]
+    assert all(getattr(w, "closed", False) for w in [first, *rest])  # their ends closed
     assert svc.workers == [] and svc.stopped == []

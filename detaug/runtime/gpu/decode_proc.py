@@ -54,6 +54,8 @@ from .decode_worker import N_EVENTS, _worker
 
 # ------------------------------------------------------------------------------ pipeline side
 class _Worker:
+    exited = None  # (pid, exit code) once its process object is closed (close_ends)
+
     def __init__(self, mp, device_id, ring_bytes, threads=1, slots=3):
         """Start the process; :meth:`connect` waits for its handshake (so several start at once).
         ``ring_bytes`` None: :meth:`configure` sends the ring's size later."""
@@ -75,6 +77,8 @@ class _Worker:
                            ("ring", int(ring_bytes), int(threads), int(slots), bool(warm_first)))
         except (OSError, ValueError):
             pass
+        if ring_bytes is None:  # stopped: it answers a stop with nothing (decode_worker.py), so
+            self.conn.close()  # its pipe closes now (the stop stays readable on its end)
 
     def connect(self):
         try:  # before importing cupy here: a worker that cannot start says so wherever it is
@@ -143,15 +147,26 @@ class _Worker:
                 return
 
     def unmap(self):
-        """Close this process's mapping of the worker's ring (once)."""
-        import cupy as cp
-
+        """Close this process's mapping of the worker's ring (once; none before a handshake)."""
         ring, self.ring = getattr(self, "ring", None), None
         if ring is not None:
+            import cupy as cp
+
             try:
                 cp.cuda.runtime.ipcCloseMemHandle(ring)
             except Exception:
                 pass
+
+    def close_ends(self):
+        """Close what this process holds of a stopped or joined worker: its end of the pipe,
+        and the process's sentinel once it has exited (its exit status kept: :meth:`death`)."""
+        reader = getattr(self, "reader", None)
+        if reader is not None and self.proc.exitcode is not None:
+            reader.join(timeout=2)  # (it has met the pipe's end: no recv is left on it)
+        self.conn.close()
+        if self.exited is None and self.proc.exitcode is not None:
+            self.exited = (self.proc.pid, self.proc.exitcode)
+            self.proc.close()
 
     def send(self, msg):
         with self.send_lock:
@@ -162,11 +177,12 @@ class _Worker:
         # its pipe closed: it is exiting. A killed process whose ring this process still maps
         # may not be reaped until the mapping is closed (seen on an H100: not reaped after 8 s;
         # close() closes it), so its exit status may not be known yet
-        self.proc.join(timeout=2)
-        code = self.proc.exitcode
+        if self.exited is None:
+            self.proc.join(timeout=2)
+        pid, code = self.exited or (self.proc.pid, self.proc.exitcode)
         how = (f"killed by signal {-code}" if code is not None and code < 0
                else "exit status not known yet" if code is None else f"exit code {code}")
-        return RuntimeError(f"the GPU decode worker process {self.proc.name} (pid {self.proc.pid}) "
+        return RuntimeError(f"the GPU decode worker process {self.proc.name} (pid {pid}) "
                             f"died ({how}) with request {req} in hand")
 
     def wait(self, req):
@@ -288,6 +304,9 @@ class DecodeService:
         except BaseException:
             for w in self.workers:
                 w.proc.terminate()
+            for w in self.workers:
+                w.proc.join(timeout=10)
+                w.close_ends()
             raise
         self.connected = True
 
@@ -404,10 +423,12 @@ class DecodeService:
             wait = lambda: w.proc.join(timeout=10)  # noqa: E731
             for step in ((wait, w.unmap) if w.alive else (w.unmap, wait)):
                 step()
+            w.close_ends()
         for w in self.stopped:  # (long gone, as a rule: stopped at build)
             w.proc.join(timeout=10)
             if w.proc.exitcode is None:
                 w.proc.terminate()  # it holds nothing the pipeline needs
+            w.close_ends()
         self.workers, self.stopped = [], []
 
     def pids(self) -> dict:
