@@ -534,7 +534,10 @@ def warp_bitmasks(planes, sample, source_sizes, matrices, sizes) -> np.ndarray:
     h_out, w_out = (int(v) for v in last.max(0)) if len(last) else (0, 0)
     out = np.zeros((len(planes), h_out, w_out), np.uint8)
     some = planes.reshape(len(planes), -1).any(1) if planes.size else np.zeros(len(planes), bool)
-    # one call per sample that has a mask: each sample has its own chain and canvases
+    # one call per sample that has a mask: each sample has its own chain and canvases. A batched
+    # form (every sample's map on the largest canvas, one gather) gives the same masks but ran
+    # 3x slower (8 samples x 10 masks 640 x 640: 0.87-0.99 s against 0.28-0.29 s): its gather
+    # needs an index per box and pixel, where a sample's boxes share one
     for b in np.unique(sample[some]):
         rows = np.flatnonzero(some & (sample == b))
         (h, w), (h2, w2) = src[b], last[b]
