@@ -5,15 +5,19 @@ ops/geometry.join_chain). Checked against the two steps run as pipelines of thei
 resize alone (itself checked against the float64 model of DALI's filter, helpers.dali_refs),
 then the mosaic fed its images; fixed and fresh random inputs, both CPU warps, the mosaic
 resizing its tiles or not (``resize=False``: the tiles join the resize's chain, and its one
-warp keeps DALI's filter); on the device
+warp keeps DALI's filter); planned ahead for the GPU (the mosaic's launch reads the resize's
+launch, DALI's filter; no kernels run); on the device
 (``gpu``-marked) the same two ways within the device pipeline."""
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
 
 import detaug.fn as fn
-from helpers import fresh_seed, run_graph, run_images, to_np
+from detaug import Pipeline
+from helpers import COCO, fresh_seed, run_graph, run_images, to_np
 from helpers.dali_refs import assert_rounded, dali_resize
 
 
@@ -52,6 +56,39 @@ def test_resize_then_mosaic_is_the_two_steps_apart(cpu_warp, seed, resize):
     for k in range(len(imgs)):
         got, want = np.asarray(to_np(chained.at(k))), np.asarray(to_np(apart.at(k)))
         _assert_same(got, want, s, resize)
+
+
+def test_planned_ahead_the_mosaic_reads_the_resize_launch(monkeypatch):
+    """A GPU-decode pipeline (stood in for: planned without cupy), DALI's resize then mosaic:
+    the mosaic's canvases are a launch over the resize's own launch (DALI's filter, a
+    ResampleLaunch of the group's decoded images), not one warp of the decoded images."""
+    from detaug.core.batch import DeferredWarp, PlannedImages
+    from detaug.core.deferred import DeferredLaunch
+    from detaug.kernels import resample as R
+    from helpers.cases import plan_without_cupy, stand_in_gpu
+
+    stand_in_gpu(monkeypatch)
+    pipe = Pipeline(batch_size=3, seed=fresh_seed(), device_id=0, host_processes=0,
+                    decode_processes=1, prefetch_queue_depth=1, device_workers=1)
+    with pipe:
+        enc, _ = fn.readers.coco(file_root=os.path.join(COCO, "images"),
+                                 annotations_file=os.path.join(COCO, "annotations.json"))
+        img = fn.resize(fn.decoders.image(enc, device="mixed"), size=(37, 45))
+        pipe.set_outputs(fn.mosaic(img, size=16, partners="batch"))
+    pipe.build()
+    try:
+        assert pipe.plan_ahead
+        plan = plan_without_cupy(pipe, (0, 1, 1))
+        out = plan.values[(pipe._outputs[0].op.id, pipe._outputs[0].index)].raw
+        assert isinstance(out, DeferredLaunch)
+        (tiles,) = out.sources
+        assert isinstance(tiles, DeferredWarp) and isinstance(tiles.launch, R.ResampleLaunch)
+        # (the group's members taken from the batch first: a launch of pointers over the decode)
+        taken = tiles.source
+        assert isinstance(taken, DeferredLaunch) and isinstance(taken.source, PlannedImages)
+        assert [tuple(sh) for sh in tiles.launch.shapes] == [(37, 45, 3)] * 12  # 3 x 4 members
+    finally:
+        pipe.close()
 
 
 @pytest.mark.gpu
