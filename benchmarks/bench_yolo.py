@@ -229,11 +229,11 @@ def shutdown_ultralytics(loader):
 
 # ---------------------------------------------------------------------------- detaug
 def detaug_pipe(root, size, batch, device, workers, partners, mixup, seed=0, budget=None,
-                reduce=1, decode_cache_mb=None, batches_per_launch=None):
+                reduce=1, decode_cache_mb=None, batches_per_launch=None, **pipe_kw):
     from detaug import fn, pipeline_def
 
     gpu = device == "gpu"
-    kw = dict(device_id=0) if gpu else dict(host_processes=workers)
+    kw = dict(device_id=0, **pipe_kw) if gpu else dict(host_processes=workers, **pipe_kw)
     if budget is not None:
         kw["device_memory_budget"] = budget
     if decode_cache_mb is not None:
@@ -312,7 +312,9 @@ def bench_detaug(args, root, device, workers, partners):
     pipe, refused, _ = build_within_budget(
         lambda budget: detaug_pipe(root, args.size, args.batch_size, device, workers, partners,
                                    args.mixup, budget=budget, decode_cache_mb=args.decode_cache_mb,
-                                   batches_per_launch=args.batches_per_launch),
+                                   batches_per_launch=args.batches_per_launch,
+                                   **({} if args.prefetch is None else
+                                      {"prefetch_queue_depth": args.prefetch})),
         say=lambda m: log(f"{name}: {m}"))
     if refused:
         name += f" ({refused})"
@@ -548,6 +550,7 @@ def main(argv=None):
     ap.add_argument("--data", default=None, help="data folder (default: a temporary one)")
     ap.add_argument("--json", default=None, help="rows to this file (default: $OUT/, if set)")
     ap.add_argument("--batches-per-launch", type=int, default=None, help="detaug rows (plan's)")
+    ap.add_argument("--prefetch", type=int, default=None, help="detaug rows' prefetch_queue_depth")
     ap.add_argument("--decode-cache-mb", type=int, default=None,
                     help="detaug cpu rows and profile: the pipeline's decode_cache_mb (0: no "
                          "cache; default: the pipeline's)")
