@@ -313,8 +313,8 @@ def bench_detaug(args, root, device, workers, partners):
         lambda budget: detaug_pipe(root, args.size, args.batch_size, device, workers, partners,
                                    args.mixup, budget=budget, decode_cache_mb=args.decode_cache_mb,
                                    batches_per_launch=args.batches_per_launch,
-                                   **({} if args.prefetch is None else
-                                      {"prefetch_queue_depth": args.prefetch})),
+                                   **dict((k, int(v)) for k, v in (
+                                       kv.split("=") for kv in args.pipe_kw.split(",") if kv))),
         say=lambda m: log(f"{name}: {m}"))
     if refused:
         name += f" ({refused})"
@@ -550,7 +550,8 @@ def main(argv=None):
     ap.add_argument("--data", default=None, help="data folder (default: a temporary one)")
     ap.add_argument("--json", default=None, help="rows to this file (default: $OUT/, if set)")
     ap.add_argument("--batches-per-launch", type=int, default=None, help="detaug rows (plan's)")
-    ap.add_argument("--prefetch", type=int, default=None, help="detaug rows' prefetch_queue_depth")
+    ap.add_argument("--pipe-kw", default="", help="detaug rows' integer Pipeline settings, "
+                    "e.g. prefetch_queue_depth=6,device_workers=12")
     ap.add_argument("--decode-cache-mb", type=int, default=None,
                     help="detaug cpu rows and profile: the pipeline's decode_cache_mb (0: no "
                          "cache; default: the pipeline's)")
