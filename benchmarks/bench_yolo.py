@@ -319,9 +319,10 @@ def bench_detaug(args, root, device, workers, partners):
     if refused:
         name += f" ({refused})"
     try:
-        # launches kept in flight: the depth, times the host processes of a CPU pipeline
-        depth = pipe.prefetch_queue_depth * (1 if pipe.has_device_stage
-                                             else max(1, pipe.host_processes))
+        # batches kept in flight: the depth (launches) times a launch's batches, times the host
+        # processes of a CPU pipeline
+        depth = pipe.prefetch_queue_depth * pipe.batches_per_launch * (
+            1 if pipe.has_device_stage else max(1, pipe.host_processes))
         done = []
 
         def one():
@@ -356,8 +357,8 @@ def bench_detaug(args, root, device, workers, partners):
         if undo is not None:
             undo()
     valid_row(name, n, nb, dt, warm, decoded, workers=workers, partners=partners,
-              notes=f"depth {depth}; {PERSPECTIVE_NOTE}; drawn {extra['drawn_s'] or 0:.1f}/s; "
-                    f"decode caches {extra['host_cache_mb']:.0f} MB"
+              notes=f"depth {depth} batches, {k} a launch; {PERSPECTIVE_NOTE}; "
+                    f"drawn {extra['drawn_s'] or 0:.1f}/s; decode caches {extra['host_cache_mb']:.0f} MB"
               + (f"; device memory {extra['device_mb']:.0f} MB" if "device_mb" in extra else ""),
               **extra)
 

@@ -27,13 +27,15 @@ from . import decode_cache
 from .gpu import memory_plan, output_sizes
 from .gpu import plan_ahead as _plan_ahead
 
-# default prefetch_queue_depth (launches in flight) of pipelines that decode in decode processes:
-# each launch holds a device worker while its files are decoded, so the decoders idle with few
-# launches in flight (6 ran faster than 4 with 3 processes). 12: training
+# default prefetch depth of pipelines that decode in decode processes, in batches (launches of
+# one batch; launches of k batches: launch_depth): each launch holds a device worker while its
+# files are decoded, so the decoders idle with few launches in flight (6 ran faster than 4 with 3
+# processes). 12: training
 # RetinaNet (bench_train, batch 16, 2 GB) fed with 12 in flight ran at 0.989 and 0.998 of a batch
 # kept on the GPU, with 6 at 0.962 and 0.981 (same call; 0.918-0.960 in two calls before). The
 # outputs in flight stay within the memory budget (output slots); the device workers stay 6
 DECODE_PROCESS_PREFETCH = 12
+MIN_LAUNCHES_IN_FLIGHT = 3  # launches of several batches: one decoded, one made, one handed out
 MAX_DEVICE_WORKERS = 6  # default device_workers: min(prefetch depth, this)
 
 
@@ -114,12 +116,12 @@ class BuildPlan:
                                        self.prefetch_queue_depth)
 
     def launch_bytes(self):
-        """(outputs, working) of one launch (``batches_per_launch`` batches); outputs None
-        where not known at build."""
+        """(outputs, working) of one launch (``batches_per_launch`` batches:
+        output_sizes.LaunchBytes.launch); outputs None where not known at build."""
         b = self.batch_bytes
         if b is None:
             return None, 0
-        return b.outputs * self.batches_per_launch, b.working * self.batches_per_launch
+        return b.launch(self.batches_per_launch)
 
 
 class Decided:
@@ -177,11 +179,11 @@ def _decode_processes(settings):
     return None if n is None else int(n)
 
 
-def decode_side_plan(budget, settings, sizes, images, cap=None, early=False):
+def decode_side_plan(budget, settings, sizes, images, cap=None, early=False, batches=1):
     """The memory plan's decode processes, threads and ring for launches of ``images``
-    images of ``sizes`` (None: unknown), the decode side within ``cap`` bytes (None: the
-    plan's share of the budget) of ``budget``; ``early``: this process decodes the first
-    launches while the processes come up (memory_plan.plan_decode); None where decode
+    images of ``sizes`` (None: unknown) in ``batches`` batches, the decode side within ``cap``
+    bytes (None: the plan's share of the budget) of ``budget``; ``early``: this process decodes
+    the first launches while the processes come up (memory_plan.plan_decode); None where decode
     processes are off."""
     n = _decode_processes(settings)
     if n is not None and n <= 0:
@@ -192,7 +194,7 @@ def decode_side_plan(budget, settings, sizes, images, cap=None, early=False):
         processes=n,
         threads=_env("DETAUG_DECODE_THREADS"),
         ring_bytes=None if settings.decode_buffer_mb is None else settings.decode_buffer_mb << 20,
-        cap=cap, early=early)
+        cap=cap, early=early, batches=batches)
 
 
 def _refuse_over_budget(budget, batch_bytes, batches, decode_bytes, decode_what, fixed_decode):
@@ -200,15 +202,15 @@ def _refuse_over_budget(budget, batch_bytes, batches, decode_bytes, decode_what,
     if batch_bytes is None:
         return  # known after the first launch (runtime/gpu/output_budget.py)
     parts = [(n, b * batches) for n, b in batch_bytes.parts]
-    memory_plan.check_budget(budget, decode_bytes, decode_what, batch_bytes.outputs * batches,
-                             batch_bytes.working * batches, parts, batches, fixed_decode)
+    out, work = batch_bytes.launch(batches)
+    memory_plan.check_budget(budget, decode_bytes, decode_what, out, work, parts, batches,
+                             fixed_decode)
 
 
 def _decode_processes_plan(budget, settings, sizes, images, batch_bytes, batches):
     """The decode processes' plan, refused where it cannot fit (the figure given being the one
     the plan at that budget needs); None where decode processes are off."""
-    out, work = (None, 0) if batch_bytes is None else (batch_bytes.outputs * batches,
-                                                       batch_bytes.working * batches)
+    out, work = (None, 0) if batch_bytes is None else batch_bytes.launch(batches)
     from . import startup
     from .gpu import early_decode
 
@@ -216,7 +218,8 @@ def _decode_processes_plan(budget, settings, sizes, images, batch_bytes, batches
     # (DeviceStage.spawn_decode_service): its buffers count beside theirs
     early = startup.early() and early_decode.enabled()
     plan = decode_side_plan(budget, settings, sizes, images,
-                            cap=memory_plan.decode_cap(budget, out, work), early=early)
+                            cap=memory_plan.decode_cap(budget, out, work), early=early,
+                            batches=batches)
     if plan is None:
         return None
     fixed = _decode_processes(settings) is not None or settings.decode_buffer_mb is not None
@@ -229,7 +232,8 @@ def _decode_processes_plan(budget, settings, sizes, images, batch_bytes, batches
         # the figure to give is the one the plan at that budget needs (its ring may be
         # larger there: memory_plan.ring_launches): planned again at e.need, checked again
         again = decode_side_plan(e.need, settings, sizes, images,
-                                 cap=memory_plan.decode_cap(e.need, out, work), early=early)
+                                 cap=memory_plan.decode_cap(e.need, out, work), early=early,
+                                 batches=batches)
         _refuse_over_budget(budget, batch_bytes, batches,
                             max(again.bytes, plan.bytes), again.describe(), fixed)
         raise
@@ -270,6 +274,8 @@ def _launch(ops, outputs, budget, settings, levels, fan_out, sized, sizes, gpu_s
     the decode processes' plan (None: none)). ``sizes``: the images' (H, W) a batch's bytes are
     sized from (any decoder's); ``gpu_sizes``: a GPU decoder's (the decode side);
     ``boxes``: mean boxes a sample (None: unknown)."""
+    from . import partners
+
     host_ops = tuple(op for op in ops if op.device == "cpu")
     device_ops = tuple(op for op in ops if op.device != "cpu")
     mixed_decode = any(op.gpu_decode for op in device_ops)
@@ -278,11 +284,30 @@ def _launch(ops, outputs, budget, settings, levels, fan_out, sized, sizes, gpu_s
     if device_ops:  # a launch's outputs, where the graph fixes them
         batch_bytes = output_sizes.batch_bytes(ops, outputs, sizes, settings.batch_size, levels,
                                                boxes)
-    bpl = _launch_batches(settings, budget, ahead.on, batch_bytes, bool(device_ops) and sized)
-    images = settings.batch_size * bpl * fan_out  # partners too
-    decode = None
-    if mixed_decode:
-        decode = _decode_processes_plan(budget, settings, gpu_sizes, images, batch_bytes, bpl)
+
+    def side(k):
+        """(images a launch of k batches decodes (partners too; a pool's shared once), the
+        decode processes' plan); BudgetError where launches of k batches cannot fit."""
+        per = partners.fan_out(ops, levels, k) if levels else k * fan_out
+        images = settings.batch_size * per
+        if not mixed_decode:
+            return images, None
+        return images, _decode_processes_plan(budget, settings, gpu_sizes, images, batch_bytes, k)
+
+    fits = None
+    if device_ops and sized and batch_bytes is not None and \
+            partners.shares_across_batches(ops, levels):
+        def fits(k):  # the plan with launches of k batches fits the budget
+            try:
+                images, decode = side(k)
+                if decode is None:  # no decode processes: decode_side_bytes refuses it
+                    decode_side_bytes(settings, mixed_decode, gpu_sizes, images, batch_bytes, k,
+                                      budget)
+            except memory_plan.BudgetError:
+                return False
+            return True
+    bpl = _launch_batches(settings, budget, ahead.on, batch_bytes, bool(device_ops) and sized, fits)
+    images, decode = side(bpl)
     return _Launch(host_ops, device_ops, mixed_decode, ahead, batch_bytes, bpl, images, decode)
 
 
@@ -290,14 +315,48 @@ _Launch = collections.namedtuple(
     "_Launch", "host_ops device_ops mixed_decode ahead batch_bytes bpl images decode")
 
 
-def _launch_batches(settings, budget, planned, batch_bytes, sized) -> int:
-    """Batches per launch: the setting, else :func:`memory_plan.batches_per_launch`."""
+def _launch_batches(settings, budget, planned, batch_bytes, sized, fits=None) -> int:
+    """Batches per launch: the setting, else :func:`memory_plan.batches_per_launch` (``fits``:
+    for a pipeline whose launches share a partner pool's samples across batches)."""
     if settings.batches_per_launch is not None:
         return max(1, int(settings.batches_per_launch))
     if not sized:
         return 1
     b = batch_bytes
-    return memory_plan.batches_per_launch(budget, planned, b and b.outputs, b.working if b else 0)
+    return memory_plan.batches_per_launch(budget, planned, b and b.outputs, b.working if b else 0,
+                                          fits=fits)
+
+
+def launch_depth(batches: int) -> int:
+    """The default launches in flight of a pipeline with decode processes, for launches of
+    ``batches`` batches: :data:`DECODE_PROCESS_PREFETCH` batches, in launches, at least
+    :data:`MIN_LAUNCHES_IN_FLIGHT` (what a launch holds on the device is bounded apart, by its
+    ring slot and its output slot)."""
+    return max(MIN_LAUNCHES_IN_FLIGHT, -(-DECODE_PROCESS_PREFETCH // max(1, int(batches))))
+
+
+def _device_workers(settings, depth, decode) -> int:
+    """The device workers: the setting, else one per launch in flight (a device worker holds
+    its launch through the decode), at most MAX_DEVICE_WORKERS or the decode slots."""
+    if settings.device_workers:
+        return int(settings.device_workers)
+    slots = decode.processes * decode.launches if decode is not None else 0
+    return min(depth, max(MAX_DEVICE_WORKERS, slots))
+
+
+def decode_side_bytes(settings, mixed_decode, sizes, images, batch_bytes, batches, budget):
+    """(bytes, what) of the decode side of a GPU pipeline without decode processes: the
+    decoders of the device-stage threads (decode_processes=0), or nothing (CPU decode);
+    BudgetError where the pipeline cannot fit ``budget`` with it."""
+    what, nbytes = "decode on the CPU", 0
+    if mixed_decode:
+        workers = _device_workers(settings, settings.depth, None)
+        launch = memory_plan.launch_image_bytes(sizes, 3, images)
+        nbytes = memory_plan.in_thread_decode_bytes(workers, launch)
+        what = (f"decode in {workers} device-stage threads (device_workers), "
+                f"~{nbytes / 1e6:,.0f} MB")
+    _refuse_over_budget(budget, batch_bytes, batches, nbytes, what, False)
+    return nbytes, what
 
 
 def _paths_only(ops, outputs) -> frozenset:
@@ -365,14 +424,11 @@ def decide(ops, outputs, sources, *, seed: int, budget: int, settings: Settings,
         decode_slots = decode.processes * decode.launches
         if settings.prefetch_queue_depth is None:
             # enough launches in flight to hold every ring slot of the queue
-            depth = max(DECODE_PROCESS_PREFETCH, decode_slots)
+            depth = max(launch_depth(bpl), decode_slots)
     # the device stage's two phases: decode (runs ahead), then what makes the outputs (waits
     # for an output slot)
     last = max((k + 1 for k, op in enumerate(device_ops) if op.gpu_decode), default=0)
-    workers = int(settings.device_workers or 0)
-    if not workers:
-        # a device worker holds its launch through the decode: one per launch in flight
-        workers = min(depth, max(MAX_DEVICE_WORKERS, decode_slots if decode is not None else 0))
+    workers = _device_workers(settings, depth, decode)
     procs = host_processes(settings, bool(device_ops), ahead.on)
     caches = decode_cache.plan(ops, sources, levels, settings.batch_size, bpl,
                                settings.decode_cache_mb)
@@ -380,20 +436,14 @@ def decide(ops, outputs, sources, *, seed: int, budget: int, settings: Settings,
         depth = max(depth, decode_cache.RUN_DEPTH)  # runs of launches: decode_cache.worker_run
     decode_bytes, slots = 0, 1
     if device_ops:
-        out, work = (None, 0) if batch_bytes is None else (batch_bytes.outputs * bpl,
-                                                           batch_bytes.working * bpl)
+        out, work = (None, 0) if batch_bytes is None else batch_bytes.launch(bpl)
         if decode is not None:  # (checked already) the slots at the final depth
             decode_bytes = decode.bytes
         else:
             # a GPU pipeline without decode processes: its decode side is the decoders of the
             # device-stage threads (decode_processes=0) or nothing (CPU decode)
-            what = "decode on the CPU"
-            if mixed_decode:
-                launch = memory_plan.launch_image_bytes(decoded_sizes(ops, sources), 3, images)
-                decode_bytes = memory_plan.in_thread_decode_bytes(workers, launch)
-                what = (f"decode in {workers} device-stage threads (device_workers), "
-                        f"~{decode_bytes / 1e6:,.0f} MB")
-            _refuse_over_budget(budget, batch_bytes, bpl, decode_bytes, what, False)
+            decode_bytes, _ = decode_side_bytes(settings, mixed_decode, decoded_sizes(ops, sources),
+                                                images, batch_bytes, bpl, budget)
         if out is not None:
             slots = memory_plan.output_slots(budget, decode_bytes, out, depth, work)
     return BuildPlan(

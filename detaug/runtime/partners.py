@@ -37,11 +37,14 @@ index)``. Its ``partners`` argument says from where:
   consecutive batches of the shuffled order (random records still; over the epoch every record
   is drawn from, as with 'batch'), where 'epoch' draws any record. Its samples per output in the
   memory plan: at most 1 + (the k of each pool op on the way), the windows' union
-  (:func:`samples_per_output`). Across launches, the earlier batches' samples were decoded by
-  the launches of those batches: a CPU decoder feeding a pool keeps its decoded images for the
-  next launch made in the same process (detaug/runtime/decode_cache.py, which also gives each
-  host worker runs of consecutive launches), so that what a launch decodes approaches its own
-  batch; the draws, hence the batches, are the same with or without it.
+  (:func:`samples_per_output`); in a launch of n consecutive batches, whose windows overlap, n +
+  (those k) batches of them (:func:`samples_in_launch`), so larger launches decode and run
+  fewer samples an output (:func:`shares_across_batches`). Across launches, the earlier
+  batches' samples were decoded by the launches of those batches: a CPU decoder feeding a pool
+  keeps its decoded images for the next launch made in the same process
+  (detaug/runtime/decode_cache.py, which also gives each host worker runs of consecutive
+  launches), so that what a launch decodes approaches its own batch; the draws, hence the
+  batches, are the same with or without it.
 
 Nothing depends on the launch or the order: batch ``i`` made on its own, a resumed run, any
 number of workers and either device read and draw the same (a pool is the batch, never the
@@ -88,17 +91,35 @@ def expands(op) -> bool:
     return mode in ("epoch", "pool")
 
 
-def samples_per_output(path, by_id) -> int:
-    """The most samples a level ``path`` holds per output sample: the product of its ops' group
-    sizes, and where every op on it draws from a pool, at most the union of their windows,
-    1 + the sum of their k (each holds a position once)."""
+def level_shape(path, by_id) -> tuple:
+    """(the product of the group sizes of the ops on level ``path``, the sum of their pools'
+    k where every op on it draws from a pool, else None): what :func:`launch_samples` reads."""
     n = 1
     for op_id in path:
         n *= int(getattr(by_id[op_id].schema.partners, "group_size", 1))
     ops = [by_id[i] for i in path]
     if ops and all(mode_of(op) == "pool" for op in ops):
-        n = min(n, 1 + sum(pool_batches(op) for op in ops))
-    return n
+        return n, sum(pool_batches(op) for op in ops)
+    return n, None
+
+
+def samples_in_launch(shape, batches: int = 1) -> int:
+    """The most samples a level of :func:`level_shape` ``shape`` holds in a launch of
+    ``batches`` consecutive batches, per sample of a batch: ``batches`` times the product of the
+    group sizes, and where every op on it draws from a pool, at most the union of the windows:
+    ``batches`` + the sum of their k (the pools of consecutive batches overlap, and each
+    position is held once however many groups draw it: the launch's positions at that level lie
+    in ``[(j0 - sum k) B, (j0 + batches) B)`` for a launch whose first batch is ``j0``)."""
+    prod, pooled = shape
+    n = int(batches) * prod
+    return n if pooled is None else min(n, int(batches) + pooled)
+
+
+def samples_per_output(path, by_id) -> int:
+    """The most samples a level ``path`` holds per output sample: the product of its ops' group
+    sizes, and where every op on it draws from a pool, at most the union of their windows,
+    1 + the sum of their k (each holds a position once)."""
+    return samples_in_launch(level_shape(path, by_id), 1)
 
 
 def plan_levels(ops, outputs) -> dict:
@@ -129,11 +150,23 @@ def plan_levels(ops, outputs) -> dict:
     return {k: v for k, v in level.items() if v}
 
 
-def fan_out(ops, levels) -> int:
+def fan_out(ops, levels, batches: int = 1) -> int:
     """The most source samples one output sample may need (the product of the group sizes
-    along the deepest level): what a launch's reads and decodes are sized for."""
+    along the deepest level): what a launch's reads and decodes are sized for. ``batches`` > 1:
+    the most a launch of that many batches needs, per sample of a batch (:func:`samples_in_launch`:
+    fewer than ``batches`` times the fan-out where partners are drawn from a pool)."""
     by_id = {op.id: op for op in ops}
-    return max([1] + [samples_per_output(path, by_id) for path in set(levels.values())])
+    return max([int(batches)] + [samples_in_launch(level_shape(path, by_id), batches)
+                                 for path in set(levels.values())])
+
+
+def shares_across_batches(ops, levels) -> bool:
+    """Whether a launch of several batches needs fewer samples than those batches apart (a
+    partner pool reaching into the batches before a sample's own: consecutive batches' pools
+    overlap, so a launch reads, decodes and runs an overlapping position once): larger launches
+    then save decodes and device work (the memory plan's launch size:
+    detaug/runtime/gpu/memory_plan.py ``batches_per_launch``)."""
+    return fan_out(ops, levels, 2) < 2 * fan_out(ops, levels, 1)
 
 
 def setup(needed, outputs, sized) -> tuple:

@@ -12,7 +12,11 @@ follow, unless set explicitly:
   launches of the queue, in launch order, plus one for a batch made by random access); at most
   :data:`DECODE_SHARE` of the budget;
 * ``batches_per_launch``: 1, or 4 from :data:`BIG_BUDGET` on where launches are not planned
-  ahead (a launch's outputs are alive together until the last of its batches is consumed);
+  ahead (a launch's outputs are alive together until the last of its batches is consumed); for
+  a pipeline whose batches share a partner pool's samples, the largest of
+  :data:`SHARED_BATCHES` whose plan fits (a launch of k batches holds those samples once: its
+  working memory and decoded images grow by k + the pools' k batches, not k times a batch's);
+  the ring's launches of the queue are counted in batches (:func:`ring_launches`);
 * the output slots (:func:`output_slots`): the number of launches whose outputs may exist at
   once (made and not yet handed out, or being made, each with its ops' working memory); the rest
   of the budget, less :data:`CALLER_LAUNCHES` launches for the batches the caller holds (the one
@@ -54,6 +58,9 @@ import numpy as np
 DEFAULT_BUDGET = 2_300_000_000        # bytes: the detection pipeline with 2 decode processes of 2 threads and
 #                                       the caller's two batches (2,142 MB measured on an H200)
 BIG_BUDGET = 6_000_000_000            # from here on, launches of 4 batches
+# launches of a pipeline whose batches share a partner pool's images: the largest that fits
+# (measured on the YOLO recipe, 'pool', H200: k = 1, 4, 8 ran 3,556, 8,807, 4,815 img/s)
+SHARED_BATCHES = (4, 2, 1)
 CONTEXT_BYTES = 280_000_000           # one decode process's CUDA context (stack limit 0)
 DECODER_BYTES = 80_000_000            # one decoder thread, warm (it decodes into the ring)
 DECODE_SHARE = 0.75                   # at most this part of the budget for the decode side
@@ -142,10 +149,14 @@ def launch_image_bytes(sizes_hw, channels: int, images_per_launch: int) -> int:
     return int(top.sum() * images_per_launch // k)
 
 
-def ring_launches(budget: int) -> int:
+def ring_launches(budget: int, batches: int = 1) -> int:
     """Launches each decode process holds at once: more in flight keep the decoders busy
-    (measured once launches were planned ahead), where the budget has room for them."""
-    return BIG_RING_LAUNCHES if budget >= BIG_BUDGET else RING_LAUNCHES
+    (measured once launches were planned ahead, with launches of one batch), where the budget
+    has room for them. Counted in batches, for launches of ``batches`` batches: as many
+    launches as hold that many batches, at least :data:`RING_LAUNCHES` (one being decoded while
+    the one before it is made)."""
+    n = BIG_RING_LAUNCHES if budget >= BIG_BUDGET else RING_LAUNCHES
+    return max(RING_LAUNCHES, -(-n // max(1, int(batches))))
 
 
 def early_decoder_bytes(launch_bytes: int) -> int:
@@ -157,7 +168,7 @@ def early_decoder_bytes(launch_bytes: int) -> int:
 
 
 def plan_decode(budget: int, launch_bytes: int, processes=None, threads=None,
-                ring_bytes=None, cap=None, early=False) -> DecodePlan:
+                ring_bytes=None, cap=None, early=False, batches: int = 1) -> DecodePlan:
     """Decode processes, decoder threads and ring size from the budget. The largest
     processes x threads (processes first: they do not share a GIL) whose cost fits ``cap``
     (default DECODE_SHARE of the budget; :func:`decode_cap` where the outputs are known); at
@@ -165,8 +176,9 @@ def plan_decode(budget: int, launch_bytes: int, processes=None, threads=None,
     ``threads`` / ``ring_bytes`` are kept as given. A process costs its context, its decoder
     threads and its ring; with ``early`` (this process decodes the first launches while the
     processes come up), the decoders' part is at least :func:`early_decoder_bytes` (the
-    processes' contexts and rings are up by then, their decoders not yet)."""
-    launches = ring_launches(budget)
+    processes' contexts and rings are up by then, their decoders not yet). ``batches``: a
+    launch's batches (:func:`ring_launches`)."""
+    launches = ring_launches(budget, batches)
     ring = int(ring_bytes) if ring_bytes else max(MIN_RING, (launches + 1) * int(launch_bytes))
     ring = -(-ring // (1 << 20)) << 20
     first = early_decoder_bytes(launch_bytes) if early else 0
@@ -183,12 +195,17 @@ def plan_decode(budget: int, launch_bytes: int, processes=None, threads=None,
 
 
 def batches_per_launch(budget: int, planned: bool = False, batch_bytes: int | None = None,
-                       batch_working: int = 0) -> int:
+                       batch_working: int = 0, fits=None) -> int:
     """1, or 4 from BIG_BUDGET on for a pipeline whose launches are not planned ahead (its
     per-launch host work runs in the pipeline's process: larger launches amortise it), fewer
     where the least a launch of k batches needs (:func:`minimum_outputs`: one being made, one
     held) would take more than half the budget (``batch_bytes``: one batch's outputs, where
-    known at build)."""
+    known at build). ``fits`` (k -> bool: the plan with launches of k batches fits the budget),
+    given for a pipeline whose launches share work across batches (a partner pool reaching
+    into the batches before a sample's own: a launch of k batches decodes and runs an image
+    its batches' pools share once): the largest of :data:`SHARED_BATCHES` that fits, else 1."""
+    if fits is not None:
+        return next((k for k in SHARED_BATCHES if k == 1 or fits(k)), 1)
     k = 4 if budget >= BIG_BUDGET and not planned else 1
     while k > 1 and batch_bytes is not None and \
             minimum_outputs(k * batch_bytes, k * batch_working) > budget // 2:

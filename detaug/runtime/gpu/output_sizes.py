@@ -36,10 +36,28 @@ BOXES_UNKNOWN = 8      # boxes a sample where the reader does not say (COCO's me
 
 @dataclasses.dataclass(frozen=True)
 class LaunchBytes:
-    """One batch's device bytes (a launch of k batches takes k times these)."""
+    """One batch's device bytes; a launch of k batches takes :meth:`launch` (k times these,
+    less where its batches share a partner pool's samples)."""
     outputs: int                 # the batch's outputs
     working: int                 # held besides them while its ops run
     parts: tuple = ()            # (name, bytes) of each output, for messages
+    # the working memory by level: ((level shape: partners.level_shape), bytes a batch holds
+    # per sample of that level a batch's sample has); and the pool's slack (pool_slack)
+    levels: tuple = ()
+    slack: int = 0
+
+    def launch(self, batches: int = 1) -> tuple:
+        """(outputs, working) of a launch of ``batches`` consecutive batches: the outputs
+        ``batches`` times a batch's; the working memory of each level by the samples it holds in
+        such a launch (partners.samples_in_launch: a pool's samples shared by the batches of
+        the launch are held once), the slack ``batches`` times."""
+        from ..partners import samples_in_launch
+
+        k = max(1, int(batches))
+        if not self.levels:
+            return self.outputs * k, self.working * k
+        work = sum(b * samples_in_launch(shape, k) for shape, b in self.levels)
+        return self.outputs * k, work + self.slack * k
 
 
 def _outputs_of(op, ins, top) -> Out:
@@ -56,11 +74,12 @@ def _outputs_of(op, ins, top) -> Out:
     return out if isinstance(out, Out) else Out(tuple(out))
 
 
-def _multiplier(op, levels, by_id) -> int:
-    """Samples of this op per output sample (ops under a mosaic run on 4 samples each)."""
-    from ..partners import samples_per_output
+def _level_shape(op, levels, by_id) -> tuple:
+    """The shape of ``op``'s level (partners.level_shape): its samples per output sample
+    (ops under a mosaic run on 4 samples each), in a launch of one batch or several."""
+    from ..partners import level_shape
 
-    return samples_per_output(levels.get(op.id, ()), by_id)
+    return level_shape(levels.get(op.id, ()), by_id)
 
 
 def batch_bytes(ops, outputs, sizes_hw, batch_size, levels=None, boxes_per_sample=None):
@@ -76,16 +95,17 @@ def batch_bytes(ops, outputs, sizes_hw, batch_size, levels=None, boxes_per_sampl
     if sizes_hw is not None and len(sizes_hw):
         hw = np.asarray(sizes_hw, np.int64).reshape(-1, 2)
         top = (int(hw[:, 0].max()), int(hw[:, 1].max()))
-    vals, held, extra = {}, [], 0
+    vals, by_shape = {}, {}  # level shape -> bytes held per sample of that level
     consumers = {}
     for op in ops:
         for i in op.inputs:
             consumers.setdefault((i.op.id, i.index), []).append(op)
     for op in ops:
         ins = [vals.get((i.op.id, i.index)) for i in op.inputs]
-        mult = _multiplier(op, levels, by_id)
+        shape = _level_shape(op, levels, by_id)
         out = _outputs_of(op, ins, top)
-        extra += mult * out.working
+        held = []
+        by_shape[shape] = by_shape.get(shape, 0) + out.working
         for k, v in enumerate(out.values):
             if v is None:
                 continue
@@ -97,12 +117,13 @@ def batch_bytes(ops, outputs, sizes_hw, batch_size, levels=None, boxes_per_sampl
                 u.schema.kind == "geometric" or u.schema.has("warp_epilogue") for u in users)
             if isinstance(v, Img) and not op.schema.has("decoder"):
                 if users and not fused and v.sample_bytes() is not None:
-                    held.append(v.sample_bytes() * mult)
+                    held.append(v.sample_bytes())
             elif isinstance(v, Boxes) and v.masks and users and not fused and \
                     op.outputs[k].device != "cpu":
                 each = v.bytes_per_box()  # (a mask per box that another op reads)
                 if each is not None:
-                    held.append(int(np.ceil(per_sample * each)) * mult)
+                    held.append(int(np.ceil(per_sample * each)))
+        by_shape[shape] += sum(held)
     parts, total = [], 0
     for node in outputs:
         v = vals.get((node.op.id, node.index))
@@ -121,8 +142,12 @@ def batch_bytes(ops, outputs, sizes_hw, batch_size, levels=None, boxes_per_sampl
             return None
         parts.append((node.name, nb * batch_size))
         total += nb * batch_size
-    work = (sum(held) + extra) * batch_size + pool_slack(parts)
-    return LaunchBytes(total, work, tuple(parts))
+    from ..partners import samples_in_launch
+
+    per_level = tuple((shape, b * batch_size) for shape, b in sorted(by_shape.items(), key=str) if b)
+    slack = pool_slack(parts)
+    work = sum(b * samples_in_launch(shape, 1) for shape, b in per_level) + slack
+    return LaunchBytes(total, work, tuple(parts), per_level, slack)
 
 
 SLACK_MIN = 16 * 2**20  # outputs from this size on count for the pool's fragmentation
