@@ -77,9 +77,12 @@ def _free(sync=True):
 
 # cupy's default pool, which kept freed blocks by stream and size, held 5,116 MB for 'pool' built
 # at 2.5 GB and 5,458 MB for 'epoch' built at 4 GB; the stream-ordered pool
-# (runtime/gpu/allocator.py) holds them: 2,344 MB at 2,409 and 3,734 MB at 3,812 (H200)
-@pytest.mark.parametrize("partners", ["batch", "pool", "epoch"])
-def test_the_yolo_recipe_holds_its_budget(yolo_data, partners, monkeypatch):
+# (runtime/gpu/allocator.py) holds them: 2,344 MB at 2,409 and 3,734 MB at 3,812 (H200).
+# 'pool-k4': launches of 4 batches, whose pools' shared samples the plan holds once
+# (partners.samples_in_launch): built at the figure it needs
+@pytest.mark.parametrize("partners,k", [("batch", None), ("pool", None), ("epoch", None),
+                                        ("pool", 4)], ids=["batch", "pool", "epoch", "pool-k4"])
+def test_the_yolo_recipe_holds_its_budget(yolo_data, partners, k, monkeypatch):
     import cupy as cp
 
     from detaug.runtime.gpu import memory_plan
@@ -91,13 +94,14 @@ def test_the_yolo_recipe_holds_its_budget(yolo_data, partners, monkeypatch):
     free_cached(0)
     before = _free()
     budget = memory_plan.DEFAULT_BUDGET
-    pipe = bench.detaug_pipe(yolo_data, 640, 64, "gpu", 0, partners, 0.5)
+    pipe = bench.detaug_pipe(yolo_data, 640, 64, "gpu", 0, partners, 0.5, batches_per_launch=k)
     try:
         pipe.build()
     except memory_plan.BudgetError as e:
         pipe.close()
         budget = e.need
-        pipe = bench.detaug_pipe(yolo_data, 640, 64, "gpu", 0, partners, 0.5, budget=budget)
+        pipe = bench.detaug_pipe(yolo_data, 640, 64, "gpu", 0, partners, 0.5, budget=budget,
+                                 batches_per_launch=k)
         pipe.build()
     lowest = built = _free()
     try:
@@ -117,7 +121,8 @@ def test_the_yolo_recipe_holds_its_budget(yolo_data, partners, monkeypatch):
         # what the lead needs to place an excess: the drop after build (decode processes up),
         # the device threads' pool (allocator.device_pool) and CUDA's default stream-ordered
         # pool, the slots and batches held
-        print(f"partners={partners}: {drop / 1e6:,.0f} MB at a {budget / 1e6:,.0f} MB budget "
+        print(f"partners={partners}, {pipe.batches_per_launch} a launch: {drop / 1e6:,.0f} MB "
+              f"at a {budget / 1e6:,.0f} MB budget "
               f"({(before - built) / 1e6:,.0f} MB after build; this process's stream-ordered "
               f"pool {_async_pool_reserved() / 1e6:,.0f} MB); "
               f"plan {pipe.memory_plan.describe()}, launch outputs "
