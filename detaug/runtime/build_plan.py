@@ -297,7 +297,7 @@ def _launch(ops, outputs, budget, settings, levels, fan_out, sized, sizes, gpu_s
     fits = None
     if device_ops and sized and batch_bytes is not None and \
             partners.shares_across_batches(ops, levels):
-        def fits(k):  # the plan with launches of k batches fits the budget
+        def fits(k):  # the plan with launches of k batches fits the budget (and its rings)
             try:
                 images, decode = side(k)
                 if decode is None:  # no decode processes: decode_side_bytes refuses it
@@ -305,7 +305,9 @@ def _launch(ops, outputs, budget, settings, levels, fan_out, sized, sizes, gpu_s
                                       budget)
             except memory_plan.BudgetError:
                 return False
-            return True
+            # a ring of decode_buffer_mb: its slots hold a launch of k batches' images
+            return decode is None or decode.ring_bytes // decode.slots >= \
+                memory_plan.launch_image_bytes(gpu_sizes, 3, images)
     bpl = _launch_batches(settings, budget, ahead.on, batch_bytes, bool(device_ops) and sized, fits)
     images, decode = side(bpl)
     return _Launch(host_ops, device_ops, mixed_decode, ahead, batch_bytes, bpl, images, decode)

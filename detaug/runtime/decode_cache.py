@@ -25,8 +25,9 @@ Which decoders: those on the CPU that declare the role ``decode_cache`` (their o
 function of the bytes and scalar arguments). Size (:func:`plan`, recorded in the build plan:
 ``BuildPlan.decode_cache``, per process and op, and ``host_cache_bytes``): the pipeline's
 ``decode_cache_mb`` (MiB a process, 0 off), else by default, for a decoder whose images feed a
-pool: the images of one launch's pool, ``samples_per_output x batch_size x batches_per_launch``
-of the reader's largest annotated image (:data:`UNKNOWN_IMAGE_BYTES` where sizes are unknown),
+pool: the images of one launch's pool, ``samples_in_launch(level, batches_per_launch) x
+batch_size`` (partners.py: ``batches_per_launch`` + the pools' k batches at most) of the reader's
+largest annotated image (:data:`UNKNOWN_IMAGE_BYTES` where sizes are unknown),
 at most :data:`AUTO_CAP` bytes; 0 (off) elsewhere, where launches share no decoded image.
 """
 from __future__ import annotations
@@ -169,8 +170,9 @@ def plan(ops, sources, levels, batch_size: int, batches_per_launch: int,
         path = levels.get(op.id, ())
         if not any(_partners.mode_of(by_id[i]) == "pool" for i in path if i in by_id):
             continue
-        images = (_partners.samples_per_output(path, by_id) * int(batch_size)
-                  * max(1, int(batches_per_launch)))
+        # a launch's samples at that level (its batches' pools overlap: held once)
+        images = _partners.samples_in_launch(_partners.level_shape(path, by_id),
+                                             max(1, int(batches_per_launch))) * int(batch_size)
         out[op.id] = min(AUTO_CAP, images * _image_bytes(op, sources))
     return out
 

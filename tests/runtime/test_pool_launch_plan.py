@@ -244,3 +244,20 @@ def test_ring_depth_and_launch_size_rules():
     asked = []
     mp.batches_per_launch(8e9, True, fits=lambda k: asked.append(k) or k == 1)
     assert asked == [4, 2]  # 1 is never asked: it is the least, refused by build itself
+
+
+def test_a_ring_set_by_hand_bounds_the_launch(data, fake_gpu):
+    """``decode_buffer_mb``: a launch of k batches is taken only where a ring slot (a third of
+    the ring) holds its images: at 20 GB (launches of 4 by the budget alone), a ring whose
+    slots hold the 192 images of k = 1 but not the 256 of k = 2 keeps launches of one batch;
+    one holding the 384 of k = 4 takes 4."""
+    with open(os.path.join(data, "annotations.json")) as f:
+        every = sum(-(-im["height"] * im["width"] * 3 // 256) * 256 for im in json.load(f)["images"])
+    assert _plan(_recipe(data, "pool", budget=20_000_000_000)).batches_per_launch == 4
+    for images, k in ((192, 1), (384, 4)):
+        mib = -(-3 * every * images // 8 // 2**20)  # slots of at least `images` images
+        assert mib * 2**20 // 3 < every * 256 // 8 or k > 1
+        pipe = _recipe(data, "pool", budget=20_000_000_000)
+        pipe.decode_buffer_mb = mib  # (bench_yolo's pipeline takes no decode_buffer_mb)
+        bp = _plan(pipe)
+        assert (bp.batches_per_launch, bp.decode.ring_bytes) == (k, mib << 20), images
