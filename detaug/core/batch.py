@@ -491,7 +491,10 @@ class BoxBatch:
 class PaddedBoxes(dict):
     """Dense boxes: 'boxes' (B, M, 4) float32, 'labels' (B, M) and every field (B, M), padded
     with ``fill`` / -1, plus 'counts' (B,) int32 of real boxes per sample. On the device where
-    the pipeline runs on the GPU."""
+    the pipeline runs on the GPU. ``widths``: where several batches were made together and M is
+    their most boxes, each batch's own M (:func:`split_batches` cuts each to it); else None."""
+
+    widths = None
 
     def per_sample(self) -> list:
         """Host list of dicts {'boxes', 'labels', <fields>} of each sample's real boxes (its
@@ -582,7 +585,9 @@ def split_batches(outs: tuple, sizes) -> list:
         elif isinstance(v, BoxBatch):
             per.append(_split_boxes(v, bounds))
         elif isinstance(v, PaddedBoxes):
-            per.append([PaddedBoxes({k: a[lo:hi] for k, a in v.items()}) for lo, hi in cuts])
+            ws = v.widths or [None] * len(cuts)  # each batch as wide as when made alone
+            per.append([PaddedBoxes({k: a[lo:hi] if k == "counts" else a[lo:hi, :w]
+                                     for k, a in v.items()}) for (lo, hi), w in zip(cuts, ws)])
         elif isinstance(v, EncodedBatch):
             per.append([EncodedBatch(None if v.data is None else v.data[lo:hi], v.paths[lo:hi],
                                      None if v.sizes is None else v.sizes[lo:hi],

@@ -97,8 +97,18 @@ def pad_boxes(ctx, op, inputs, args):
     hv = b.host_view()
     most = kb.max_kept_count_numpy(hv.valid, hv.offsets)
     m = args["max_boxes"]
+    widths = None
     if m is None:
         m = most
+        sizes = getattr(ctx, "sizes", None)
+        if sizes is not None and len(sizes) > 1:
+            # a launch of several batches: each batch is as wide as its own most boxes, as when
+            # made alone (core/batch.split_batches cuts each to its width)
+            o = np.asarray(hv.offsets, np.int64)
+            bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+            widths = tuple(kb.max_kept_count_numpy(
+                None if hv.valid is None else np.asarray(hv.valid)[o[lo]:o[hi]], o[lo:hi + 1] - o[lo])
+                for lo, hi in zip(bounds[:-1], bounds[1:]))
     elif most > m:
         warnings.warn(f"{op.name}: a sample has {most} boxes, more than max_boxes={m}; "
                       "the first max_boxes are kept")
@@ -110,4 +120,6 @@ def pad_boxes(ctx, op, inputs, args):
     else:
         boxes, fields, cnt = pad_fields(b.boxes, fields, b.valid, b.offsets, int(m),
                                         fill=args["fill"])
-    return PaddedBoxes(boxes=boxes, counts=cnt, **fields)
+    out = PaddedBoxes(boxes=boxes, counts=cnt, **fields)
+    out.widths = widths
+    return out

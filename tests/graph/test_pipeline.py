@@ -418,7 +418,8 @@ def test_import_detaug_needs_only_core_dependencies():
 @pytest.mark.parametrize("policy", ["fill", "partial", "drop"])
 def test_batches_per_launch_gives_the_same_batches(policy, voc_small):
     """Running 3 batches through the graph together and splitting them gives exactly the batches
-    of the one-at-a-time pipeline: images, padded boxes, boxes, labels, fields, epochs."""
+    of the one-at-a-time pipeline: images, padded boxes (at a fixed width, and each batch as
+    wide as its own most boxes), boxes, labels, fields, epochs."""
     def make(k):
         pipe = Pipeline(batch_size=6, num_threads=2, seed=21, batches_per_launch=k,
                         last_batch_policy=policy)
@@ -430,7 +431,8 @@ def test_batches_per_launch_gives_the_same_batches(policy, voc_small):
             img, boxes = fn.resize(img, boxes, size=(48, 48))
             boxes = fn.prune_boxes(boxes, min_size=1)
             pipe.set_outputs(fn.normalize(img, mean=100, std=50, output_layout="CHW"), boxes,
-                             fn.pad_boxes(boxes, max_boxes=12), fn.random.uniform(), enc)
+                             fn.pad_boxes(boxes, max_boxes=12), fn.random.uniform(), enc,
+                             fn.pad_boxes(boxes))  # as wide as the batch's own most boxes
         return pipe
 
     one, three = make(1), make(3)
@@ -445,6 +447,9 @@ def test_batches_per_launch_gives_the_same_batches(policy, voc_small):
                 np.testing.assert_array_equal(a[2][k], b[2][k])
             np.testing.assert_array_equal(a[3], b[3])
             assert a[4].paths == b[4].paths
+            assert a[5]["boxes"].shape == b[5]["boxes"].shape
+            for k in a[5]:
+                np.testing.assert_array_equal(a[5][k], b[5][k])
             got += 1
         assert got == len(one) and three.state_dict()["batch"] == len(one)
         with pytest.raises(StopIteration):

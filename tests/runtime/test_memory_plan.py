@@ -622,5 +622,11 @@ def test_retinanet_batch_64_refused_at_the_default_budget(gpu_data, monkeypatch)
         pipe.build()
     # refused, and the decode processes started early closed: nothing held (a few MB of slack
     # for the driver)
-    assert before - _free() < 32_000_000
+    drop = before - _free()
+    import cupy as cp
+
+    assert drop < 32_000_000, (
+        f"{drop:,} bytes held after the refusal: device threads' pool "
+        f"{device_pool(0).total_bytes():,} (in use {device_pool(0).used_bytes():,}), cupy's default "
+        f"pool {cp.get_default_memory_pool().total_bytes():,}, decode service {pipe._decode_service}")
     assert pipe._decode_service is None
