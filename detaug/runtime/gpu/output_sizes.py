@@ -40,6 +40,11 @@ class LaunchBytes:
     outputs: int                 # the batch's outputs
     working: int                 # held besides them while its ops run
     parts: tuple = ()            # (name, bytes) of each output, for messages
+    # a mask plane of its canvas (1 byte a pixel) for each box of the boxes outputs whose boxes
+    # carry shapes no mask was made of yet (core/shapes.py ``Boxes.shapes_to_rasterise``): what
+    # a consumer that makes the masks takes for each batch it holds (memory_plan.ConsumerShare);
+    # not counted where such an output's canvas is not known
+    planes: int = 0
 
 
 def _outputs_of(op, ins, top) -> Out:
@@ -103,11 +108,12 @@ def batch_bytes(ops, outputs, sizes_hw, batch_size, levels=None, boxes_per_sampl
                 each = v.bytes_per_box()  # (a mask per box that another op reads)
                 if each is not None:
                     held.append(int(np.ceil(per_sample * each)) * mult)
-    parts, total = [], 0
+    parts, total, planes = [], 0, 0
     for node in outputs:
         v = vals.get((node.op.id, node.index))
         if node.device == "cpu":
             continue
+        planes += _planes(v, per_sample) * batch_size
         if isinstance(v, Img):
             nb = v.sample_bytes()
         elif isinstance(v, Array):
@@ -122,7 +128,16 @@ def batch_bytes(ops, outputs, sizes_hw, batch_size, levels=None, boxes_per_sampl
         parts.append((node.name, nb * batch_size))
         total += nb * batch_size
     work = (sum(held) + extra) * batch_size + pool_slack(parts)
-    return LaunchBytes(total, work, tuple(parts))
+    return LaunchBytes(total, work, tuple(parts), planes)
+
+
+def _planes(v, per_sample) -> int:
+    """A sample's mask planes of the boxes value ``v`` where a consumer would make them (see
+    ``LaunchBytes.planes``); 0 for anything else or where the canvas is not known."""
+    if not isinstance(v, Boxes) or not v.shapes_to_rasterise() or v.canvas is None:
+        return 0
+    hw = v.canvas.hw or v.canvas.bound
+    return 0 if hw is None else int(np.ceil(per_sample * int(hw[0]) * int(hw[1])))
 
 
 SLACK_MIN = 16 * 2**20  # outputs from this size on count for the pool's fragmentation
