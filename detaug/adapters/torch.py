@@ -547,7 +547,8 @@ def _box_list(bb: BoxBatch, label_offset: int, event=None, pipe=None,
             cols = box_lists.columns(bb, keep, label_offset, stream, may_move, width)
             tensors = {k: _tensor(v) for k, v in cols.items()}
     else:
-        tensors = {k: _tensor(v) for k, v in box_lists.columns(bb, keep, label_offset).items()}
+        cols = box_lists.columns(bb, keep, label_offset, may_move=may_move)
+        tensors = {k: _tensor(v) for k, v in cols.items()}
     split = {k: torch.split(v, counts.tolist()) for k, v in tensors.items()}
     out = [{k: split[k][s] for k in tensors} for s in range(bb.batch_size)]
     if "masks" in tensors:  # planes of the batch's largest canvas: each sample's own canvas
