@@ -38,13 +38,12 @@ with torchrun on one machine or several):
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import warnings
 
 import numpy as np
-
-import contextlib
 
 from ..core import backend
 from ..core.batch import BoxBatch, ImageBatch
