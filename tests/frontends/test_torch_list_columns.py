@@ -108,3 +108,36 @@ def test_masks_of_the_kept_boxes_equal_every_boxs_taken(monkeypatch):
         got = instance_masks.union_masks(bb, keep)
         assert got.dtype == np.uint8 and np.array_equal(got, every[keep])
         assert every.shape[1:] == tuple(bb.canvas.max(0))
+
+
+class _Dev:
+    """A stand-in for a device array where :func:`box_lists.movable` reads one: its type's
+    module (cupy's), its memory's address, shape, strides and sizes."""
+    __module__ = "cupy"
+
+    def __init__(self, ptr, shape, strides, itemsize=1):
+        self.data = type("Ptr", (), {"ptr": ptr})()
+        self.shape, self.strides, self.itemsize = tuple(shape), tuple(strides), itemsize
+        self.size = int(np.prod(shape))
+        self.nbytes = self.size * itemsize
+
+
+def test_only_a_large_array_no_other_output_shares_moves_in_place():
+    mib = box_lists.IN_PLACE_MIN
+    masks = _Dev(10 * mib, (4, mib // 2), (mib // 2, 1))         # 2 MiB, its own
+    other = _Dev(20 * mib, (4, mib // 2), (mib // 2, 1))         # 2 MiB, shared by two outputs
+    inside = _Dev(30 * mib + 64, (2, mib), (mib, 1))             # within ``outer``'s memory
+    outer = _Dev(30 * mib, (4, mib), (mib, 1))
+    back = _Dev(40 * mib + 3 * mib, (4, mib), (-mib, 1))         # reversed rows: [40, 44) MiB
+    after = _Dev(44 * mib, (2, mib), (mib, 1))                   # starts where ``back`` ends
+    small = _Dev(50 * mib, (4, 4), (4, 1))
+    box = np.zeros((4, 4), np.float32)
+
+    def boxes(**fields):
+        return BoxBatch(box, np.zeros(4, np.int64), [0, 4], [[8, 8]], "gpu", fields)
+
+    outs = (boxes(masks=masks, a=other, inner=inside, back=back, small=small),
+            boxes(b=other, outer=outer, after=after))
+    got = box_lists.movable(outs)
+    assert got == {id(masks), id(back), id(after)}
+    assert box_lists.movable((boxes(masks=masks), boxes(masks=masks))) == frozenset()

@@ -142,3 +142,19 @@ def test_torch_and_the_callers_pool_take_nothing(mode):
     assert torch.cuda.max_memory_allocated() == allocated
     assert torch.cuda.memory_reserved() == reserved
     assert cpool.total_bytes() - held <= 1 << 20
+
+
+@pytest.mark.gpu
+def test_in_place_kept_rows_on_the_device_equal_take(monkeypatch):
+    import cupy as cp
+
+    rng = np.random.default_rng(fresh_seed())
+    for chunk in (1, 40, 1 << 20):
+        monkeypatch.setattr(box_lists, "IN_PLACE_CHUNK", chunk)
+        for _ in range(5):
+            n = int(rng.integers(0, 40))
+            a = cp.asarray(rng.integers(0, 255, (n, 3, 5)).astype(np.uint8))
+            keep = np.flatnonzero(rng.random(n) < rng.random())
+            want = cp.asnumpy(a)[keep]
+            got = box_lists.kept(a, keep, cp.asarray(keep), in_place=True)
+            assert got.data.ptr == a.data.ptr and np.array_equal(cp.asnumpy(got), want)
