@@ -43,7 +43,10 @@ MB of 10^6 bytes, each measured in a process of its own so that no cache carries
    gathers), the pipeline's plan as in part 2; what remains is mostly the decode side. The
    adapter's share of a mode: its adapter row's drop less its run-alone row's. Each batch is
    dropped before the next is asked for, as ``bench_gpu --seg`` does; a key ending in "-for"
-   keeps it bound (``--rows seg-masks-torch-for``). ``--device cpu`` runs the rows on the CPU:
+   keeps it bound (``--rows seg-masks-torch-for``). An adapter row's pipeline is built by its
+   ``DetaugIterator``, which declares what it takes (detaug/adapters/torch.py
+   ``consumer_share``): the plan sets that aside from the budget (the budget column shows it),
+   and its build time and "after build" include the iterator's. ``--device cpu`` runs the rows on the CPU:
    a smoke form of their code, without device figures.
 
 A table per part goes to stdout; everything to ``--json`` (default ``$OUT/bench_memory.json``
@@ -211,13 +214,14 @@ def child_pipeline(row, data, seconds):  # pragma: no cover - GPU
     print("RESULT " + json.dumps(res), flush=True)
 
 
-def _built(pipe, res, f0=None, t=None) -> bool:
-    """``pipe`` built, into the row ``res``: ``build_s`` (from ``t``, else from now) and, given
-    ``f0`` (the free device bytes before), ``after_build``. False where the build is refused (a
-    BudgetError: the refusal is the row's result, printed)."""
+def _built(pipe, res, f0=None, t=None, build=None) -> bool:
+    """``pipe`` built (by ``build()`` where given: an iterator that builds it), into the row
+    ``res``: ``build_s`` (from ``t``, else from now) and, given ``f0`` (the free device bytes
+    before), ``after_build``. False where the build is refused (a BudgetError: the refusal is
+    the row's result, printed)."""
     t = time.perf_counter() if t is None else t
     try:
-        pipe.build()
+        (build or pipe.build)()
     except ValueError as e:
         res["error"] = str(e)[:300]
         print("RESULT " + json.dumps(res), flush=True)
@@ -270,12 +274,16 @@ def child_seg(key, args):  # pragma: no cover - GPU (--device cpu: no device fig
             res["torch_context"] = f0 - _free()
     pipe = gpu_common.make_seg_pipe(args.seg_data, args.device, mode, args.batch_size,
                                     args.seg_size)
-    if not _built(pipe, res, f0 if gpu else None):
+    made = []  # the adapter rows' iterator: it builds the pipeline, declaring what it takes
+    build = (lambda: made.append(DetaugIterator(  # noqa: E731
+        pipe, output_map=["images", "targets"], boxes_format="list", auto_reset=True))) \
+        if way == "torch" else None
+    if not _built(pipe, res, f0 if gpu else None, build=build):
         return
     stats = {"images": 0, "instances": 0}
     if way == "torch":
-        it = DetaugIterator(pipe, output_map=["images", "targets"], boxes_format="list",
-                            auto_reset=True)
+        it = made[0]
+        res["adapter_share"] = pipe.build_plan.reserved  # (set aside from the budget)
 
         def get():
             return gpu_common.next_targets(it, stats)
@@ -401,7 +409,8 @@ def _seg_line(r):
                   f"({_mb(r['torch_reserved_peak'])}) / {_mb(r['torch_allocated_peak'])}"
                   if "torch_reserved" in r else "- | -")
     per = f"{r['boxes_per_image']:.1f}" if r.get("boxes_per_image") is not None else "-"
-    return (f"| {r['label']} | {r['img_s']:,.0f} | {_mb(r['drop'])} | {_mb(r['budget'])} | "
+    share = f" ({_mb(r['adapter_share'])} set aside)" if r.get("adapter_share") else ""
+    return (f"| {r['label']} | {r['img_s']:,.0f} | {_mb(r['drop'])} | {_mb(r['budget'])}{share} | "
             f"{_mb(r.get('after_build'))} | {_mb(r['pool_total'])} / {_mb(r['pool_used'])} | "
             f"{_mb(r.get('cupy_pool_total'))} / {_mb(r.get('cupy_pool_used'))} | {torch_cols} | "
             f"{_mb(other)} ({r['processes']} x {r['threads']}, ring {_mb(r['ring'])}) | "
@@ -495,7 +504,7 @@ def main(argv=None):
     if "seg" in parts:  # before this process holds a context, as the pipelines
         gpu_common.make_seg_dataset(args.seg_data, args.seg_images, os.cpu_count() or 1)
         print(f"\n| seg row ({args.seg_size} px, batch {args.batch_size}, {args.device}) | img/s | "
-              "device MB | budget | after build | device pool total / used | caller's cupy pool "
+              "device MB | budget (the adapter's share set aside) | after build | device pool total / used | caller's cupy pool "
               "total / used | torch context | torch reserved (peak) / peak allocated | other: "
               "decode side (procs x threads, ring) | launch outputs | output slots, hold | "
               "planned decode | boxes/img |")

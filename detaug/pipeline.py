@@ -217,15 +217,17 @@ class Pipeline:
         self.dali.feed_input(name, data, layout)
 
     # ---- build ------------------------------------------------------------------------------
-    def build(self) -> "Pipeline":
+    def build(self, consumer=None) -> "Pipeline":
         """Trace the graph, make the sources (readers index here), plan, start the decode
-        processes of a GPU decoder; its phases are timed in ``pipe.stats['startup']``."""
+        processes of a GPU decoder; its phases are timed in ``pipe.stats['startup']``. ``consumer``:
+        what the outputs' consumer takes of the budget (memory_plan.ConsumerShare), set aside first."""
         if self._built:
+            _build_plan.check_consumer(self.build_plan, consumer)
             return self
         tl = self._startup
         tl.begin("build")
         try:
-            self._build(tl)
+            self._build(tl, consumer)
         except BaseException:
             self._device.close_decode_service()  # (started early: they exit, their memory freed)
             raise
@@ -234,7 +236,7 @@ class Pipeline:
             self.stats["startup"] = tl.as_list()
         return self
 
-    def _build(self, tl):
+    def _build(self, tl, consumer=None):
         with tl.phase("build.graph"):
             if self._outputs is None:
                 with self:
@@ -252,7 +254,7 @@ class Pipeline:
             with tl.phase("build.gpu_check"):  # (imports cupy)
                 self._check_gpu()
             self._device.start_early(_build_plan.early_guess(  # (the plan they most likely get)
-                self._needed_ops(), self._outputs, self.device_memory_budget, settings), tl)
+                self._needed_ops(), self._outputs, self.device_memory_budget, settings, consumer), tl)
         with tl.phase("build.readers"):
             self._sources = {op.id: op.schema.impl(op, self) for op in sources}
             self._driver = self._sources[sources[0].id]
@@ -279,7 +281,7 @@ class Pipeline:
         plan = _build_plan.decide(needed, self._outputs, self._sources, seed=self.seed,
                                   budget=self.device_memory_budget, settings=settings,
                                   levels=levels, fan_out=fan_out, decode_level=decode_level,
-                                  sized=sized)
+                                  sized=sized, consumer=consumer)
         tl.end("build.plan")
         self.build_plan, self._output_budget = plan, OutputBudget(plan)
         self._device.start(plan, tl)  # its decode processes, CUDA streams, their handshakes

@@ -5,6 +5,14 @@ host NumPy arrays through ``torch.from_numpy``, device cupy arrays through DLPac
 (``torch.from_dlpack``), after torch's current stream has been made to wait on the pipeline's
 per-batch event, so no host synchronisation is needed.
 
+Device memory: list targets are views of the pipeline's outputs, or of arrays made by cupy on
+torch's current stream from the pipeline's stream-ordered device pool (the valid boxes' small
+columns, the masks made from polygons; detaug/adapters/box_lists.py): torch's caching allocator
+takes nothing for them. What the adapter still takes (torch's CUDA context, the masks it makes
+for the batches the caller holds, its scratch: :func:`consumer_share`) is declared to the
+pipeline's build, which plans within the rest of ``device_memory_budget``; make the iterator
+before building the pipeline (it builds it).
+
 Distributed training (DistributedDataParallel, one process and one pipeline per GPU, launched
 with torchrun on one machine or several):
 
@@ -30,6 +38,7 @@ with torchrun on one machine or several):
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import warnings
@@ -38,13 +47,35 @@ import numpy as np
 
 from ..core import backend
 from ..core.batch import BoxBatch, ImageBatch
-from ..core.instances import trim_polygons
 from ..core.tensor_list import detaug_value
 from ..ops.boxes import PaddedBoxes
 from ..ops.instance_fields import pad_fields
+from ..runtime.gpu.memory_plan import ConsumerShare
 from ..runtime.run_state import StateDictError
+from . import box_lists
 
 _POLICIES = ("fill", "drop", "partial")
+
+# torch's CUDA context on top of cupy's (its kernels, its allocator's first blocks): 96 MB
+# measured on an H200 once torch.ones(1, device="cuda") ran after cupy's context
+# (benchmarks/bench_memory.py --only seg, its "torch context" column)
+TORCH_CONTEXT_BYTES = 100_000_000
+# the small columns gathered for the batches the caller holds (boxes, labels, fields, polygons,
+# the kept indices: a few hundred kB a batch of 100 boxes), rounded up to the pool's blocks
+SMALL_COLUMNS_BYTES = 8 << 20
+
+
+def consumer_share(boxes_format: str) -> ConsumerShare:
+    """The device memory the iterator takes beside a pipeline's outputs, declared to its build
+    (memory_plan.ConsumerShare): torch's CUDA context, the scratch of an in-place compaction
+    (box_lists.IN_PLACE_CHUNK) and the small columns; with list targets the masks it makes of
+    polygons or bitmap masks too (a plane of the canvas a box, for each batch the caller holds).
+    The padded form's padded copies (``pad_fields``) are not counted."""
+    return ConsumerShare(
+        fixed=TORCH_CONTEXT_BYTES + box_lists.IN_PLACE_CHUNK + SMALL_COLUMNS_BYTES,
+        box_planes=boxes_format == "list",
+        what="the torch adapter (torch's CUDA context" + (
+            ", the masks it makes" if boxes_format == "list" else "") + ", its scratch)")
 
 
 def _torch():
@@ -108,11 +139,33 @@ def _torch_stream_ptr(pipe) -> int:
     return torch.cuda.current_stream(pipe.device_id or 0).cuda_stream
 
 
+_external = {}  # (device id, handle) -> cupy's ExternalStream of one of torch's streams
+
+
 def _torch_stream_for_cupy(pipe):
-    """torch's current stream as a cupy stream, for the few kernels run at hand-over."""
+    """torch's current stream as a cupy stream, for the kernels run at hand-over. One object per
+    stream, kept: cupy's stream-ordered allocations free on the stream object they were made on
+    while it lives (else on whatever stream is current when they are freed)."""
     import cupy
 
-    return cupy.cuda.ExternalStream(_torch_stream_ptr(pipe), device_id=pipe.device_id or 0)
+    dev, ptr = pipe.device_id or 0, _torch_stream_ptr(pipe)
+    s = _external.get((dev, ptr))
+    if s is None:
+        s = _external[(dev, ptr)] = cupy.cuda.ExternalStream(ptr, device_id=dev)
+    return s
+
+
+@contextlib.contextmanager
+def _on_device(pipe, stream):
+    """cupy's work in the block on ``stream`` of the pipeline's device, allocating from the
+    pipeline's device pool (detaug/runtime/gpu/allocator.py), not the caller's default pool."""
+    import cupy
+
+    from ..runtime.gpu.allocator import allocating, device_allocator
+
+    dev = pipe.device_id or 0
+    with cupy.cuda.Device(dev), stream, allocating(device_allocator(dev)):
+        yield
 
 
 class DetaugIterator:
@@ -173,8 +226,9 @@ class DetaugIterator:
             raise ValueError(f"output_map has repeated names: {self.output_map}")
         self.boxes_format, self.auto_reset = boxes_format, bool(auto_reset)
         self.label_offset = int(label_offset)
+        share = consumer_share(boxes_format)
         for p in self.pipes:
-            p.build()
+            p.build(consumer=share)  # planned within the budget less what this iterator takes
             if p.has_device_stage:  # its batches are held until torch's queued work ran
                 p.consume_on("torch", functools.partial(_torch_stream_ptr, p))
         self.batch_size = self.pipes[0].batch_size
@@ -362,32 +416,36 @@ class DetaugIterator:
         event = getattr(pipe, "last_event", None)
         _wait_for(pipe, event)
         out = {}
+        may_move = None  # (box_lists.movable of this batch, worked out where a list needs it)
         for name, v in zip(self.output_map, raw):
             if isinstance(v, ImageBatch):
                 out[name] = _images(v)
             elif isinstance(v, PaddedBoxes):
                 out.update(self._padded_output(name, v, event))
             elif isinstance(v, BoxBatch):
-                out.update(self._boxbatch_output(pipe, name, v, event))
+                if may_move is None and self.boxes_format == "list" and v.device == "gpu":
+                    may_move = box_lists.movable(raw)
+                out.update(self._boxbatch_output(pipe, name, v, event, may_move))
             elif isinstance(v, np.ndarray) or backend.is_device_array(v):
                 out[name] = _tensor(v)
             else:
                 raise TypeError(f"output {name!r}: cannot hand a {type(v).__name__} to torch")
         return out
 
-    def _boxbatch_output(self, pipe, name, bb, event) -> dict:
+    def _boxbatch_output(self, pipe, name, bb, event, may_move=None) -> dict:
         if self.boxes_format == "list":
-            stream = _torch_stream_for_cupy(pipe) if bb.device == "gpu" else None
-            return {name: _box_list(bb, self.label_offset, event, stream)}
+            return {name: _box_list(bb, self.label_offset, event, pipe, may_move or frozenset())}
         from ..kernels import boxes as kb
 
         valid, counts = _host_valid(bb, event)
         m = int(counts.max()) if len(counts) else 0
         fields = {"labels": bb.labels, **bb.fields}
         if bb.device == "gpu":
-            padded, fields, cnt = pad_fields(bb.boxes, fields, bb.valid, bb.offsets, m,
-                                             device="gpu", pad=kb.pad_boxes_cupy,
-                                             stream=_torch_stream_for_cupy(pipe))
+            stream = _torch_stream_for_cupy(pipe)
+            with _on_device(pipe, stream):
+                padded, fields, cnt = pad_fields(bb.boxes, fields, bb.valid, bb.offsets, m,
+                                                 device="gpu", pad=kb.pad_boxes_cupy,
+                                                 stream=stream)
         else:
             padded, fields, cnt = pad_fields(bb.boxes, fields, bb.valid, bb.offsets, m)
         return self._padded_output(name, PaddedBoxes(boxes=padded, counts=cnt, **fields), event)
@@ -431,6 +489,20 @@ def _shard_size(pipe):
 _copy_streams = {}  # device id -> the non-blocking stream of the iterator's small host copies
 
 
+def _copy_stream(dev: int, event=None):
+    """The non-blocking stream of the iterator's small host copies on device ``dev``, made to
+    wait (on the device) for ``event``."""
+    import cupy as cp
+
+    s = _copy_streams.get(dev)
+    if s is None:
+        with cp.cuda.Device(dev):
+            s = _copy_streams[dev] = cp.cuda.Stream(non_blocking=True)
+    if event is not None:
+        s.wait_event(event)  # on the device: the copy starts after the batch's kernels
+    return s
+
+
 def _to_host(a, event):
     """Host copy of an output array. A device array is copied on a non-blocking stream of its
     own, made to wait for the batch's event on the device, and the host waits once, for that
@@ -439,15 +511,7 @@ def _to_host(a, event):
     draining its queue at every step (measured: 27 ms per step of RetinaNet)."""
     if not backend.is_device_array(a):
         return np.asarray(a)
-    import cupy as cp
-
-    dev = a.device.id
-    s = _copy_streams.get(dev)
-    if s is None:
-        with cp.cuda.Device(dev):
-            s = _copy_streams[dev] = cp.cuda.Stream(non_blocking=True)
-    if event is not None:
-        s.wait_event(event)  # on the device: the copy starts after the batch's kernels
+    s = _copy_stream(a.device.id, event)
     # get() copies on s and waits for s. Into an array of ours: with CUDA unified memory
     # (CUPY_ENABLE_UMP=1) a get() without out= hands back the device memory itself, unwaited
     return a.get(stream=s, out=np.empty(a.shape, a.dtype))
@@ -464,49 +528,32 @@ def _host_valid(bb: BoxBatch, event=None):
     return valid, np.bincount(sample[valid], minlength=bb.batch_size)
 
 
-def _box_list(bb: BoxBatch, label_offset: int, event=None, stream=None) -> list:
-    """B dicts of the valid boxes, labels (+offset) and fields of each sample; views when no box
-    was dropped, one gather (indices computed on the host) otherwise. Boxes with polygons or
-    bitmap masks (``bitmasks``) and no ``masks`` field (fn.instance_masks) get their masks here,
-    made as that op makes them: on the device on ``stream`` (torch's), on the host with
-    pycocotools; ``bitmasks`` is then folded into ``masks``."""
+def _box_list(bb: BoxBatch, label_offset: int, event=None, pipe=None,
+              may_move=frozenset()) -> list:
+    """B dicts of the valid boxes, labels (+offset) and fields of each sample (Mask R-CNN's
+    ``masks`` made where the boxes carry polygons or bitmap masks and no masks), each a view of
+    one column of the batch (box_lists.columns: the pipeline's own arrays where no box was
+    dropped, else the valid rows, moved in place for the arrays ``may_move`` names, gathered
+    for the others). A device batch's columns are made by cupy on torch's current stream from
+    the pipeline's device pool (``pipe``'s), and cross to torch without a copy."""
     torch = _torch()
     valid, counts = _host_valid(bb, event)
-    fields = dict(bb.fields)
-    if ("polygons" in fields or "bitmasks" in fields) and "masks" not in fields:
-        from ..ops.instance_masks import union_masks
-
-        # torchvision's Mask R-CNN takes masks; the dropped boxes' polygons are not rasterised
-        # on the host
-        fields["masks"] = union_masks(bb, valid, stream)
-    fields.pop("bitmasks", None)  # (in masks now)
-    cols = {"boxes": _tensor(bb.boxes).to(torch.float32),
-            "labels": _tensor(bb.labels).to(torch.int64) + label_offset,
-            **{k: _tensor(_polygons_trimmed(v, event) if k == "polygons" else v)
-               for k, v in fields.items()}}
-    if not valid.all():
-        idx = torch.from_numpy(np.nonzero(valid)[0]).to(cols["boxes"].device, non_blocking=True)
-        cols = {k: v.index_select(0, idx) for k, v in cols.items()}
-    split = {k: torch.split(v, counts.tolist()) for k, v in cols.items()}
-    out = [{k: split[k][s] for k in cols} for s in range(bb.batch_size)]
-    if "masks" in cols:  # planes of the batch's largest canvas: each sample's own canvas
+    keep = None if valid.all() else np.flatnonzero(valid)
+    if bb.device == "gpu":
+        stream = _torch_stream_for_cupy(pipe)
+        with _on_device(pipe, stream):
+            width = _copy_stream(pipe.device_id or 0, event) if "polygons" in bb.fields else None
+            cols = box_lists.columns(bb, keep, label_offset, stream, may_move, width)
+            tensors = {k: _tensor(v) for k, v in cols.items()}
+    else:
+        cols = box_lists.columns(bb, keep, label_offset, may_move=may_move)
+        tensors = {k: _tensor(v) for k, v in cols.items()}
+    split = {k: torch.split(v, counts.tolist()) for k, v in tensors.items()}
+    out = [{k: split[k][s] for k in tensors} for s in range(bb.batch_size)]
+    if "masks" in tensors:  # planes of the batch's largest canvas: each sample's own canvas
         for d, (h, w) in zip(out, bb.canvas.tolist()):
             d["masks"] = d["masks"][:, :h, :w]
     return out
-
-
-def _polygons_trimmed(rows, event=None):
-    """Device polygons cut to the CPU path's width (the GPU leaves NaN rows past it), after the
-    batch's ``event``: one small copy to the host. Host arrays as they are."""
-    if not backend.is_device_array(rows):
-        return rows
-    import cupy
-
-    s = cupy.cuda.get_current_stream()
-    if event is not None:
-        s.wait_event(event)
-    with s:
-        return trim_polygons(rows)
 
 
 def _trim(d: dict, n: int, batch_size: int) -> dict:

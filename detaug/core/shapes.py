@@ -38,10 +38,14 @@ class Boxes:
     """Boxes with the canvas of their images; ``box_bytes``: what each box carries beyond its
     row (an instance mask: its canvas's pixels), counted per box the reader gives a sample;
     ``masks``: each box carries a bitmap mask of its canvas that moves with it (a reader's
-    ``bitmasks``), counted by :meth:`bytes_per_box` on whatever canvas the boxes are on."""
+    ``bitmasks``), counted by :meth:`bytes_per_box` on whatever canvas the boxes are on;
+    ``polygons``: each box carries polygons that move with it (a reader's ``polygons``), a few
+    bytes a box here, but what a consumer may rasterise to a mask of the canvas each
+    (:meth:`shapes_to_rasterise`)."""
     canvas: Img | None
     box_bytes: int = 0
     masks: bool = False
+    polygons: bool = False
 
     def bytes_per_box(self):
         """``box_bytes``, plus a mask of the canvas (1 byte a pixel) where ``masks``; None
@@ -51,10 +55,16 @@ class Boxes:
         hw = None if self.canvas is None else (self.canvas.hw or self.canvas.bound)
         return None if hw is None else self.box_bytes + int(hw[0]) * int(hw[1])
 
+    def shapes_to_rasterise(self) -> bool:
+        """The boxes carry shapes (polygons, bitmap masks) and no mask made of them yet
+        (``box_bytes`` 0): a consumer that hands out masks (the torch adapter's list targets)
+        makes a plane of the canvas for each box."""
+        return (self.polygons or self.masks) and not self.box_bytes
+
     def on(self, canvas: Img | None) -> "Boxes":
-        """These boxes moved to ``canvas`` (a geometric op's output): their masks go along, a
-        mask made for the old canvas (``box_bytes``) does not."""
-        return Boxes(canvas, 0, self.masks)
+        """These boxes moved to ``canvas`` (a geometric op's output): their masks and polygons
+        go along, a mask made for the old canvas (``box_bytes``) does not."""
+        return Boxes(canvas, 0, self.masks, self.polygons)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -69,37 +69,57 @@ def instance_masks(ctx, op, inputs, args):
     return b.replace(fields={**fields, "masks": masks})
 
 
-def union_masks(b: BoxBatch, valid=None, stream=None):
-    """(N, H, W) uint8 0/1 of a materialised BoxBatch: each box's polygons rasterised on its
-    sample's canvas (kernels/masks.py), united with its ``bitmasks`` row, (H, W) the batch's
-    largest canvas; ``valid`` (N,) bool on the host: on a host batch the polygons of the other
-    boxes are not rasterised (their rows come out zero unless a bitmap mask fills them); a
-    device batch rasterises every row in its one launch (the caller drops the rows)."""
+# rows of bitmap masks united with the polygons' masks at once, in bytes: the gathered rows are a
+# temporary of at most this size (not one as large as the masks)
+UNITE_BYTES = 16 << 20
+
+
+def union_masks(b: BoxBatch, keep=None, stream=None):
+    """(K, H, W) uint8 0/1 of a materialised BoxBatch: the masks of the boxes ``keep`` ((K,)
+    ascending box indices, on the host; None: every box, K = N), each box's polygons rasterised
+    on its sample's canvas (kernels/masks.py), united with its ``bitmasks`` row; (H, W) the
+    batch's largest canvas. Only the kept boxes' polygons are rasterised (the rows of a mask do
+    not depend on the other boxes); a device batch in one launch on ``stream``, from the device
+    pool the caller's thread allocates from."""
+    from ..core.backend import upload, xp_for
+
+    dev = b.device == "gpu"
+    xp = xp_for("gpu" if dev else "cpu")
     per_box = np.repeat(b.canvas, np.diff(b.offsets), axis=0)
     out_hw = tuple(int(v) for v in b.canvas.max(0)) if b.batch_size else (0, 0)
-    bits = b.fields.get("bitmasks")
-    if bits is not None:  # planes of at least every canvas: cut to the largest, on the device
-        # on the stream the masks are made on
-        on = stream if b.device == "gpu" and stream is not None else contextlib.nullcontext()
-        with on:
+    bits, rows = b.fields.get("bitmasks"), b.fields.get("polygons")
+    on = stream if dev and stream is not None else contextlib.nullcontext()
+    with on:  # (the device's gathers on the stream the masks are made on)
+        kx = None
+        if keep is not None:
+            keep = np.asarray(keep, np.int64)
+            per_box = per_box[keep]
+            kx = upload(keep, stream) if dev else keep
+        if bits is not None:  # planes of at least every canvas: cut to the largest
             bits = fit_planes(bits, out_hw)
-    if "polygons" not in b.fields:
-        return bits
-    rows = b.fields["polygons"]
-    if b.device == "gpu":
-        import cupy as cp
-
+        if rows is None:
+            return bits if kx is None else xp.take(bits, kx, axis=0)
+        if kx is not None:
+            rows = xp.take(rows, kx, axis=0)
+    if dev:
         masks = km.polygon_masks_cupy(rows, per_box, out_hw, stream=stream)
-        if bits is not None:
-            with stream if stream is not None else cp.cuda.get_current_stream():
-                masks |= bits
-        return masks
-    if valid is not None and len(rows):
-        rows = np.where(np.asarray(valid, bool)[:, None, None], rows, np.nan)
-    masks = km.polygon_masks_coco(rows, per_box, out_hw)
+    else:
+        masks = km.polygon_masks_coco(rows, per_box, out_hw)
     if bits is not None:  # the same plane: the batch's largest canvas
-        masks |= bits
+        with on:
+            _unite(masks, bits, kx, xp)
     return masks
+
+
+def _unite(masks, bits, kx, xp) -> None:
+    """``masks |= bits[kx]`` (``kx`` None: ``bits``), ``bits`` gathered in runs of rows of at most
+    :data:`UNITE_BYTES`."""
+    if kx is None:
+        masks |= bits
+        return
+    per = max(1, UNITE_BYTES // max(1, int(np.prod(masks.shape[1:]))))
+    for j in range(0, len(kx), per):
+        masks[j:j + per] |= xp.take(bits, kx[j:j + per], axis=0)
 
 
 def fit_planes(planes, hw):

@@ -214,12 +214,13 @@ def tight_doc(shapes: str) -> str:
 def reader_rule(ins, args):
     """A detection reader's outputs for the memory plan: the encoded images (``ins[0]``, the
     annotated sizes' bound) and boxes on that bound, which carry a mask of it each with
-    ``bitmasks``."""
+    ``bitmasks`` and polygons with ``polygons``."""
     enc = ins[0] if ins else S.Encoded(None)
     if dali_coco(args):
         return S.Out((enc,) + (S.Boxes(None),) * (dali_coco_outputs(args) - 1))
     canvas = S.Img(None, enc.bound) if enc.bound is not None else None
-    return S.Out((enc, S.Boxes(canvas, masks=bool(args.get("bitmasks")))))
+    return S.Out((enc, S.Boxes(canvas, masks=bool(args.get("bitmasks")),
+                               polygons=bool(args.get("polygons")))))
 
 
 def dali_coco(args) -> bool:

@@ -2,7 +2,9 @@
 
 :func:`decide` takes the traced graph (the ops the outputs need, inputs first, and the outputs),
 the sources made at build (their sizes and the annotated image sizes), the seed, the device
-memory budget and the user's settings (:class:`Settings`), and returns a :class:`BuildPlan`: the
+memory budget, the user's settings (:class:`Settings`) and what the outputs' consumer declared it
+takes of the budget (memory_plan.ConsumerShare: set aside before anything is planned), and
+returns a :class:`BuildPlan`: the
 host/device op split, which device ops are planned ahead on the host and what a plan carries
 (detaug/runtime/gpu/plan_ahead.py: :func:`~detaug.runtime.gpu.plan_ahead.choose`), the launch size
 (``batches_per_launch``), a launch's device bytes (detaug/runtime/gpu/output_sizes.py), the memory
@@ -68,6 +70,10 @@ class BuildPlan:
     the defaults."""
     seed: int
     budget: int                           # device memory budget, bytes
+    # what the outputs' consumer declared it takes beside the pipeline (None: nothing declared),
+    # and its bytes in this graph, set aside from the budget (``room``: what is planned)
+    consumer: memory_plan.ConsumerShare | None = None
+    reserved: int = 0
     host_ops: tuple = ()
     device_ops: tuple = ()
     device_ops_a: tuple = ()              # the device stage's decode phase (runs ahead)
@@ -98,6 +104,17 @@ class BuildPlan:
     @property
     def has_device_stage(self) -> bool:
         return bool(self.device_ops)
+
+    @property
+    def room(self) -> int:
+        """The budget less what the outputs' consumer takes (``reserved``): what the pipeline's
+        decode side and outputs are planned within."""
+        return self.budget - self.reserved
+
+    @property
+    def reserved_what(self) -> str:
+        """Who the reserved bytes are for (messages)."""
+        return self.consumer.what if self.consumer is not None else ""
 
     @property
     def plan_ahead(self) -> bool:
@@ -137,6 +154,23 @@ class Decided:
     def __set__(self, pipe, value):
         raise AttributeError(f"{self.field} is decided at build (pipe.build_plan, "
                              "detaug/runtime/build_plan.py): give it to the Pipeline's constructor")
+
+
+def check_consumer(plan: BuildPlan, consumer) -> None:
+    """A consumer declared to a pipeline built already (``plan``): a warning where its
+    device stage set aside less than ``consumer`` (a memory_plan.ConsumerShare) takes, which
+    then comes on top of the budget (the plan is kept: its decode processes run)."""
+    if consumer is None or not plan.has_device_stage:
+        return
+    need = consumer.bytes(plan.batch_bytes)
+    if need > plan.reserved:
+        import warnings
+
+        warnings.warn(f"the pipeline was built before {consumer.what} declared the device "
+                      f"memory it takes (~{need / 1e6:,.0f} MB; {plan.reserved / 1e6:,.0f} MB set "
+                      "aside): it plans within its whole device_memory_budget and this comes on "
+                      "top; make the iterator before building the pipeline (or build it with "
+                      "build(consumer=...))", stacklevel=3)
 
 
 def unbuilt(seed: int, budget: int, settings: Settings) -> BuildPlan:
@@ -197,45 +231,57 @@ def decode_side_plan(budget, settings, sizes, images, cap=None, early=False, bat
         cap=cap, early=early, batches=batches)
 
 
-def _refuse_over_budget(budget, batch_bytes, batches, decode_bytes, decode_what, fixed_decode):
-    """BudgetError where the least this pipeline runs with exceeds its budget."""
+def _refuse_over_budget(budget, batch_bytes, batches, decode_bytes, decode_what, fixed_decode,
+                        reserved=0, consumer=None):
+    """BudgetError where the least this pipeline runs with and ``reserved`` (what ``consumer``,
+    a memory_plan.ConsumerShare, takes) exceed its budget."""
+    what = consumer.what if consumer is not None else ""
     if batch_bytes is None:
-        return  # known after the first launch (runtime/gpu/output_budget.py)
+        if reserved:  # the outputs are known after the first launch, the consumer's share now
+            memory_plan.check_budget(budget, decode_bytes, decode_what, 0, 0, (), batches,
+                                     fixed_decode, reserved, what)
+        return  # (runtime/gpu/output_budget.py: the rest once the first launch is made)
     parts = [(n, b * batches) for n, b in batch_bytes.parts]
     out, work = batch_bytes.launch(batches)
     memory_plan.check_budget(budget, decode_bytes, decode_what, out, work, parts, batches,
-                             fixed_decode)
+                             fixed_decode, reserved, what)
 
 
-def _decode_processes_plan(budget, settings, sizes, images, batch_bytes, batches):
-    """The decode processes' plan, refused where it cannot fit (the figure given being the one
-    the plan at that budget needs); None where decode processes are off."""
+def _decode_processes_plan(budget, settings, sizes, images, batch_bytes, batches, reserved=0,
+                           consumer=None):
+    """The decode processes' plan within ``budget`` less ``reserved`` (what ``consumer`` takes),
+    refused where it cannot fit (the figure given being the one the plan at that budget needs);
+    None where decode processes are off."""
     out, work = (None, 0) if batch_bytes is None else batch_bytes.launch(batches)
+    room = budget - reserved
     from . import startup
     from .gpu import early_decode
 
     # the processes started early come with this process's decoder for the first launches
     # (DeviceStage.spawn_decode_service): its buffers count beside theirs
     early = startup.early() and early_decode.enabled()
-    plan = decode_side_plan(budget, settings, sizes, images,
-                            cap=memory_plan.decode_cap(budget, out, work), early=early,
+    plan = decode_side_plan(room, settings, sizes, images,
+                            cap=memory_plan.decode_cap(room, out, work), early=early,
                             batches=batches)
     if plan is None:
         return None
     fixed = _decode_processes(settings) is not None or settings.decode_buffer_mb is not None
     # refuse what cannot fit (processes started early are closed by build: nothing is kept)
     try:
-        _refuse_over_budget(budget, batch_bytes, batches, plan.bytes, plan.describe(), fixed)
+        _refuse_over_budget(budget, batch_bytes, batches, plan.bytes, plan.describe(), fixed,
+                            reserved, consumer)
     except memory_plan.BudgetError as e:
         if fixed:
             raise
         # the figure to give is the one the plan at that budget needs (its ring may be
         # larger there: memory_plan.ring_launches): planned again at e.need, checked again
-        again = decode_side_plan(e.need, settings, sizes, images,
-                                 cap=memory_plan.decode_cap(e.need, out, work), early=early,
+        again_room = e.need - reserved
+        again = decode_side_plan(again_room, settings, sizes, images,
+                                 cap=memory_plan.decode_cap(again_room, out, work), early=early,
                                  batches=batches)
         _refuse_over_budget(budget, batch_bytes, batches,
-                            max(again.bytes, plan.bytes), again.describe(), fixed)
+                            max(again.bytes, plan.bytes), again.describe(), fixed, reserved,
+                            consumer)
         raise
     return plan
 
@@ -243,7 +289,7 @@ def _decode_processes_plan(budget, settings, sizes, images, batch_bytes, batches
 GUESS_SIZES = ((480, 640),)  # (H, W) of the images a guess made before the readers index assumes
 
 
-def early_guess(ops, outputs, budget, settings):
+def early_guess(ops, outputs, budget, settings, consumer=None):
     """Before the readers index (image sizes unknown: :data:`GUESS_SIZES`, COCO's typical size):
     the decode processes' plan that :func:`decide` will most likely give, worked out as it works
     it out (the launch's images with the multi-sample ops' fan-out, the decode side capped by
@@ -252,7 +298,7 @@ def early_guess(ops, outputs, budget, settings):
     the plan then stops holds them until it has exited, memory no plan counts); None where
     decode processes are off; one process of one decoder thread (the least any plan has) where
     the guess would refuse the budget (or the graph fails here: build raises it in its
-    order). ``ops``: the needed ops, inputs first."""
+    order). ``ops``: the needed ops, inputs first; ``consumer``: as :func:`decide`'s."""
     from . import partners
 
     n = _decode_processes(settings)
@@ -262,28 +308,32 @@ def early_guess(ops, outputs, budget, settings):
     try:
         levels, fan_out, _ = partners.setup(ops, outputs, True)
         return _launch(ops, outputs, budget, settings, levels, fan_out, True,
-                       GUESS_SIZES, GUESS_SIZES, None).decode
+                       GUESS_SIZES, GUESS_SIZES, None, consumer).decode
     except Exception:  # noqa: BLE001 - refused here (or a graph error, which decide raises in
         return memory_plan.DecodePlan(1, 1, 0, 0)  # its order): the least any plan has
 
 
-def _launch(ops, outputs, budget, settings, levels, fan_out, sized, sizes, gpu_sizes, boxes):
+def _launch(ops, outputs, budget, settings, levels, fan_out, sized, sizes, gpu_sizes, boxes,
+            consumer=None):
     """The launch part of the plan, worked out the same for :func:`decide` and
     :func:`early_guess`: (host ops, device ops, whether a GPU decoder decodes, planning ahead,
     a batch's device bytes (None: no device op), batches per launch, images a launch decodes,
-    the decode processes' plan (None: none)). ``sizes``: the images' (H, W) a batch's bytes are
-    sized from (any decoder's); ``gpu_sizes``: a GPU decoder's (the decode side);
-    ``boxes``: mean boxes a sample (None: unknown)."""
+    the decode processes' plan (None: none), the bytes set aside for ``consumer`` (0 without a
+    device op)). ``sizes``: the images' (H, W) a batch's bytes are sized from (any decoder's);
+    ``gpu_sizes``: a GPU decoder's (the decode side); ``boxes``: mean boxes a sample (None:
+    unknown); ``consumer``: the memory_plan.ConsumerShare declared to build (None: none)."""
     from . import partners
 
     host_ops = tuple(op for op in ops if op.device == "cpu")
     device_ops = tuple(op for op in ops if op.device != "cpu")
     mixed_decode = any(op.gpu_decode for op in device_ops)
     ahead = _plan_ahead.choose(host_ops, device_ops, outputs, mixed_decode)
-    batch_bytes = None
+    batch_bytes, reserved = None, 0
     if device_ops:  # a launch's outputs, where the graph fixes them
         batch_bytes = output_sizes.batch_bytes(ops, outputs, sizes, settings.batch_size, levels,
                                                boxes)
+        reserved = consumer.bytes(batch_bytes) if consumer is not None else 0
+    room = budget - reserved
 
     def side(k):
         """(images a launch of k batches decodes (partners too; a pool's shared once), the
@@ -292,7 +342,8 @@ def _launch(ops, outputs, budget, settings, levels, fan_out, sized, sizes, gpu_s
         images = settings.batch_size * per
         if not mixed_decode:
             return images, None
-        return images, _decode_processes_plan(budget, settings, gpu_sizes, images, batch_bytes, k)
+        return images, _decode_processes_plan(budget, settings, gpu_sizes, images, batch_bytes, k,
+                                              reserved, consumer)
 
     fits = None
     if device_ops and sized and batch_bytes is not None and \
@@ -302,19 +353,20 @@ def _launch(ops, outputs, budget, settings, levels, fan_out, sized, sizes, gpu_s
                 images, decode = side(k)
                 if decode is None:  # no decode processes: decode_side_bytes refuses it
                     decode_side_bytes(settings, mixed_decode, gpu_sizes, images, batch_bytes, k,
-                                      budget)
+                                      budget, reserved, consumer)
             except memory_plan.BudgetError:
                 return False
             # a ring of decode_buffer_mb: its slots hold a launch of k batches' images
             return decode is None or decode.ring_bytes // decode.slots >= \
                 memory_plan.launch_image_bytes(gpu_sizes, 3, images)
-    bpl = _launch_batches(settings, budget, ahead.on, batch_bytes, bool(device_ops) and sized, fits)
+    bpl = _launch_batches(settings, room, ahead.on, batch_bytes, bool(device_ops) and sized, fits)
     images, decode = side(bpl)
-    return _Launch(host_ops, device_ops, mixed_decode, ahead, batch_bytes, bpl, images, decode)
+    return _Launch(host_ops, device_ops, mixed_decode, ahead, batch_bytes, bpl, images, decode,
+                   reserved)
 
 
 _Launch = collections.namedtuple(
-    "_Launch", "host_ops device_ops mixed_decode ahead batch_bytes bpl images decode")
+    "_Launch", "host_ops device_ops mixed_decode ahead batch_bytes bpl images decode reserved")
 
 
 def _launch_batches(settings, budget, planned, batch_bytes, sized, fits=None) -> int:
@@ -346,10 +398,12 @@ def _device_workers(settings, depth, decode) -> int:
     return min(depth, max(MAX_DEVICE_WORKERS, slots))
 
 
-def decode_side_bytes(settings, mixed_decode, sizes, images, batch_bytes, batches, budget):
+def decode_side_bytes(settings, mixed_decode, sizes, images, batch_bytes, batches, budget,
+                      reserved=0, consumer=None):
     """(bytes, what) of the decode side of a GPU pipeline without decode processes: the
     decoders of the device-stage threads (decode_processes=0), or nothing (CPU decode);
-    BudgetError where the pipeline cannot fit ``budget`` with it."""
+    BudgetError where the pipeline cannot fit ``budget`` with it and ``reserved`` (what
+    ``consumer`` takes)."""
     what, nbytes = "decode on the CPU", 0
     if mixed_decode:
         workers = _device_workers(settings, settings.depth, None)
@@ -357,7 +411,7 @@ def decode_side_bytes(settings, mixed_decode, sizes, images, batch_bytes, batche
         nbytes = memory_plan.in_thread_decode_bytes(workers, launch)
         what = (f"decode in {workers} device-stage threads (device_workers), "
                 f"~{nbytes / 1e6:,.0f} MB")
-    _refuse_over_budget(budget, batch_bytes, batches, nbytes, what, False)
+    _refuse_over_budget(budget, batch_bytes, batches, nbytes, what, False, reserved, consumer)
     return nbytes, what
 
 
@@ -405,19 +459,23 @@ def host_processes(settings, has_device_stage, plan_ahead) -> int:
 
 
 def decide(ops, outputs, sources, *, seed: int, budget: int, settings: Settings,
-           levels=None, fan_out: int = 1, decode_level=(), sized: bool = True) -> BuildPlan:
+           levels=None, fan_out: int = 1, decode_level=(), sized: bool = True,
+           consumer=None) -> BuildPlan:
     """The :class:`BuildPlan` of the graph whose needed ops (inputs first) are ``ops`` and whose
     outputs are ``outputs``, read by ``sources`` (op id -> the source made at build), for
-    ``seed`` and the device memory ``budget`` (bytes). ``levels`` / ``fan_out``: the
+    ``seed`` and the device memory ``budget`` (bytes), of which ``consumer`` (a
+    memory_plan.ConsumerShare; None: nothing) is set aside for what consumes the outputs. ``levels`` / ``fan_out``: the
     multi-sample ops' levels and the most source samples an output sample needs
     (detaug/runtime/partners.py: ``setup``), with the decoders' level; ``sized``: the driving
     source has a size. Raises BudgetError
     where the pipeline cannot run within the budget, ValueError for host processes it cannot
     have."""
     ops, levels = list(ops), levels or {}
-    host_ops, device_ops, mixed_decode, ahead, batch_bytes, bpl, images, decode = _launch(
-        ops, outputs, budget, settings, levels, fan_out, sized,
-        decoded_sizes(ops, sources, True), decoded_sizes(ops, sources), boxes_per_sample(sources))
+    host_ops, device_ops, mixed_decode, ahead, batch_bytes, bpl, images, decode, reserved = \
+        _launch(ops, outputs, budget, settings, levels, fan_out, sized,
+                decoded_sizes(ops, sources, True), decoded_sizes(ops, sources),
+                boxes_per_sample(sources), consumer)
+    room = budget - reserved
     depth = settings.depth
     decode_slots = 1 << 30
     if decode is not None:
@@ -445,11 +503,12 @@ def decide(ops, outputs, sources, *, seed: int, budget: int, settings: Settings,
             # a GPU pipeline without decode processes: its decode side is the decoders of the
             # device-stage threads (decode_processes=0) or nothing (CPU decode)
             decode_bytes, _ = decode_side_bytes(settings, mixed_decode, decoded_sizes(ops, sources),
-                                                images, batch_bytes, bpl, budget)
+                                                images, batch_bytes, bpl, budget, reserved, consumer)
         if out is not None:
-            slots = memory_plan.output_slots(budget, decode_bytes, out, depth, work)
+            slots = memory_plan.output_slots(room, decode_bytes, out, depth, work)
     return BuildPlan(
-        seed=int(seed), budget=int(budget), host_ops=host_ops, device_ops=device_ops,
+        seed=int(seed), budget=int(budget), consumer=consumer if device_ops else None,
+        reserved=int(reserved), host_ops=host_ops, device_ops=device_ops,
         levels=types.MappingProxyType(dict(levels)), fan_out=int(fan_out), decode_level=decode_level,
         device_ops_a=device_ops[:last], device_ops_b=device_ops[last:], mixed_decode=mixed_decode,
         ahead=ahead, batches_per_launch=bpl, batch_bytes=batch_bytes, decode=decode,

@@ -8,7 +8,8 @@ readers' quirk fixtures), ``helpers.fuzz`` (the fuzzers' budget, corpus and muta
 ``helpers.cuda_emulation`` (detaug's CUDA sources run on the CPU), ``helpers.warp`` (the warp
 kernels' random cases and emulation), ``helpers.geometry`` (pixel and box comparisons of the
 geometry tests), ``helpers.cases`` (small case tables and builders used by several families),
-``helpers.retinanet_cases`` and ``helpers.voc_reader_before`` (the frozen VOC reader).
+``helpers.retinanet_cases``, ``helpers.voc_reader_before`` (the frozen VOC reader) and
+``helpers.list_targets_before`` (the torch adapter's list targets as it made them before).
 """
 import importlib
 import importlib.util

@@ -20,7 +20,7 @@ import warnings
 
 import numpy as np
 
-from ...adapters.torch import DetaugIterator, shard_from_torch_distributed  # noqa: F401  (re-export)
+from ...adapters.torch import DetaugIterator, consumer_share, shard_from_torch_distributed  # noqa: F401  (re-export)
 from ..outputs import dali_sample_form
 
 
@@ -102,6 +102,8 @@ class DALIGenericIterator(DetaugIterator):
         pipes = list(pipelines) if isinstance(pipelines, (list, tuple)) else [pipelines]
         for p in pipes:  # as DALI: a pipeline already driven by run() is refused
             p.dali.api.check("ITERATOR")
+        for p in pipes:  # built declaring what the iterator takes (before a reader's size is read)
+            p.build(consumer=consumer_share("padded"))
         policy = _policy(last_batch_policy, fill_last_batch)
         if reader_name is not None and size not in (-1, None):
             raise ValueError("give size or reader_name, not both (as in DALI)")

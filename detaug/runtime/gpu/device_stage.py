@@ -112,8 +112,10 @@ class DeviceStage:
         procs = len(self.decode_service.workers) if self.decode_service is not None else 0
         dec = (f"decode on the GPU (nvImageCodec, {procs} decode processes)" if bp.mixed_decode
                else "decode on the CPU")
+        share = (f" ({bp.reserved / 1e9:.2f} GB of it set aside for {bp.reserved_what})"
+                 if bp.reserved else "")
         return (f"gpu {self.device_id or 0}: {dec}, {n_dev} ops on the GPU, {n_host} on the CPU; "
-                f"device memory budget {bp.budget / 1e9:.2f} GB")
+                f"device memory budget {bp.budget / 1e9:.2f} GB{share}")
 
     def start_early(self, guess, tl):
         """At build, for a GPU decoder, before the readers index: the decode processes of

@@ -26,6 +26,11 @@ follow, unless set explicitly:
   resized to a fixed canvas, RetinaNet targets, whose anchor count follows from the canvas),
   and from what the first launch's outputs really take once it is made.
 
+What consumes the outputs may take device memory of its own beside them (an adapter: its
+framework's CUDA context, the masks it makes for each batch): declared to build as a
+:class:`ConsumerShare` (``Pipeline.build(consumer=...)``), it is set aside first, and everything
+here is planned within the rest of the budget (``BuildPlan.room``).
+
 Where a launch's outputs are large, the decode side gets less (:func:`decode_cap`): one launch
 being made and those the caller holds come first. Where even the least the pipeline runs
 with (:func:`minimum_bytes`: one decode process of one decoder thread, one launch being made,
@@ -80,6 +85,25 @@ CALLER_LAUNCHES = 2
 # images kept IN_THREAD_KEEP launches (detaug/ops/gpu_decode.py keep_queue) besides those in use
 IN_THREAD_DECODER_BYTES = 182_000_000
 IN_THREAD_KEEP = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class ConsumerShare:
+    """Device memory that what consumes a pipeline's outputs (an adapter) takes beside them,
+    declared to build so that the pipeline plans within the rest of its budget. ``fixed``: held
+    while it runs (a framework's CUDA context, scratch); ``box_planes``: it makes a mask plane of
+    the canvas for each box that carries shapes (output_sizes ``LaunchBytes.planes``) and keeps
+    them with each batch the caller holds (:data:`CALLER_LAUNCHES`); ``what``: who takes it,
+    for messages."""
+    fixed: int = 0
+    box_planes: bool = False
+    what: str = "the outputs' consumer"
+
+    def bytes(self, batch_bytes=None) -> int:
+        """The share in bytes, given one batch's bytes (``LaunchBytes``; None: not known at
+        build, the planes then not counted)."""
+        planes = batch_bytes.planes if self.box_planes and batch_bytes is not None else 0
+        return int(self.fixed) + CALLER_LAUNCHES * int(planes)
 
 
 class BudgetError(ValueError):
@@ -244,16 +268,20 @@ def _mb(n) -> str:
 
 
 def check_budget(budget: int, decode_bytes: int, decode_what: str, launch_bytes: int,
-                 working: int = 0, parts=(), batches: int = 1, fixed_decode: bool = False) -> None:
-    """Raise :class:`BudgetError` where :func:`minimum_bytes` exceeds ``budget``: the message
-    gives the figure needed, what it is made of, and which settings change it. ``decode_what``
-    describes the decode side (DecodePlan.describe()); ``parts``: (name, bytes) of one launch's
-    outputs; ``batches``: batches per launch; ``fixed_decode``: the decode side was set
-    explicitly (decode_processes / decode_buffer_mb) rather than planned."""
-    need = minimum_bytes(decode_bytes, launch_bytes, working)
+                 working: int = 0, parts=(), batches: int = 1, fixed_decode: bool = False,
+                 reserved: int = 0, reserved_what: str = "") -> None:
+    """Raise :class:`BudgetError` where :func:`minimum_bytes` and ``reserved`` (a
+    :class:`ConsumerShare`'s bytes, ``reserved_what`` its description) exceed ``budget``: the
+    message gives the figure needed, what it is made of, and which settings change it.
+    ``decode_what`` describes the decode side (DecodePlan.describe()); ``parts``: (name, bytes)
+    of one launch's outputs; ``batches``: batches per launch; ``fixed_decode``: the decode side
+    was set explicitly (decode_processes / decode_buffer_mb) rather than planned."""
+    need = minimum_bytes(decode_bytes, launch_bytes, working) + max(0, int(reserved))
     if need <= budget:
         return
     what = ", ".join(f"{n} {_mb(b)}" for n, b in parts) if parts else ""
+    share = (f"what {reserved_what or 'the consumer'} takes beside the pipeline "
+             f"({_mb(reserved)}), " if reserved > 0 else "")
     fixes = [f"device_memory_budget='{-(-need // 10**8) / 10:.1f}GB' or more "
              "(or DETAUG_DEVICE_MEMORY_BUDGET)",
              "a smaller batch_size (a launch's outputs grow with it)"]
@@ -263,8 +291,8 @@ def check_budget(budget: int, decode_bytes: int, decode_what: str, launch_bytes:
         fixes.append("fewer decode_processes or a smaller decode_buffer_mb")
     raise BudgetError(
         f"device_memory_budget {budget / 1e9:.2f} GB cannot hold this GPU pipeline: the least it "
-        f"runs with is {_mb(need)}: the decode side ({decode_what}), one launch being made "
-        f"({batches} batch(es) of outputs: {_mb(launch_bytes)}" + (f" = {what}" if what else "")
+        f"runs with is {_mb(need)}: {share}the decode side ({decode_what}), one launch being "
+        f"made ({batches} batch(es) of outputs: {_mb(launch_bytes)}" + (f" = {what}" if what else "")
         + f"; its ops' working memory {_mb(working)}) and the {CALLER_LAUNCHES} launches the "
         f"caller holds (the batch in use and the one before it: {_mb(launch_bytes)} each). Set "
         + "; or ".join(fixes) + ".", need)

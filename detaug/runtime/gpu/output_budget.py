@@ -4,7 +4,8 @@ build's record (detaug/runtime/build_plan.py: its budget, decode side, launch by
 Build sets the slots where the graph fixes a launch's bytes (``BuildPlan.output_slots``). Once
 launches are made, :meth:`OutputBudget.measured` keeps the most a launch's outputs took, and
 :meth:`OutputBudget.after_launch_out` (a launch was handed out) sets the output slots from the
-budget: what remains after the decode side, less one launch for the batch the caller holds, in
+budget (less what the outputs' consumer declared it takes: ``BuildPlan.room``): what remains
+after the decode side, less the launches for the batches the caller holds, in
 launches of outputs and working memory (detaug/runtime/gpu/memory_plan.py ``output_slots``). A
 pipeline whose outputs were not known at build is refused there (``BudgetError``) if they cannot
 fit."""
@@ -45,8 +46,9 @@ class OutputBudget:
             self._checked = True
             what = bp.decode.describe() if bp.decode is not None else "decode side"
             memory_plan.check_budget(bp.budget, decode, what,
-                                     self.launch_bytes, work, (), bp.batches_per_launch)
-        n = memory_plan.output_slots(bp.budget, decode, self.launch_bytes,
+                                     self.launch_bytes, work, (), bp.batches_per_launch,
+                                     reserved=bp.reserved, reserved_what=bp.reserved_what)
+        n = memory_plan.output_slots(bp.room, decode, self.launch_bytes,
                                      bp.prefetch_queue_depth, work)
         if n != self.slots:
             self.slots = n

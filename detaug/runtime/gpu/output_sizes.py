@@ -45,6 +45,11 @@ class LaunchBytes:
     # per sample of that level a batch's sample has); and the pool's slack (pool_slack)
     levels: tuple = ()
     slack: int = 0
+    # a mask plane of its canvas (1 byte a pixel) for each box of the boxes outputs whose boxes
+    # carry shapes no mask was made of yet (core/shapes.py ``Boxes.shapes_to_rasterise``): what
+    # a consumer that makes the masks takes for each batch it holds (memory_plan.ConsumerShare);
+    # not counted where such an output's canvas is not known
+    planes: int = 0
 
     def launch(self, batches: int = 1) -> tuple:
         """(outputs, working) of a launch of ``batches`` consecutive batches: the outputs
@@ -58,6 +63,7 @@ class LaunchBytes:
             return self.outputs * k, self.working * k
         work = sum(b * samples_in_launch(shape, k) for shape, b in self.levels)
         return self.outputs * k, work + self.slack * k
+
 
 
 def _outputs_of(op, ins, top) -> Out:
@@ -124,11 +130,12 @@ def batch_bytes(ops, outputs, sizes_hw, batch_size, levels=None, boxes_per_sampl
                 if each is not None:
                     held.append(int(np.ceil(per_sample * each)))
         by_shape[shape] += sum(held)
-    parts, total = [], 0
+    parts, total, planes = [], 0, 0
     for node in outputs:
         v = vals.get((node.op.id, node.index))
         if node.device == "cpu":
             continue
+        planes += _planes(v, per_sample) * batch_size
         if isinstance(v, Img):
             nb = v.sample_bytes()
         elif isinstance(v, Array):
@@ -147,7 +154,16 @@ def batch_bytes(ops, outputs, sizes_hw, batch_size, levels=None, boxes_per_sampl
     per_level = tuple((shape, b * batch_size) for shape, b in sorted(by_shape.items(), key=str) if b)
     slack = pool_slack(parts)
     work = sum(b * samples_in_launch(shape, 1) for shape, b in per_level) + slack
-    return LaunchBytes(total, work, tuple(parts), per_level, slack)
+    return LaunchBytes(total, work, tuple(parts), per_level, slack, planes)
+
+
+def _planes(v, per_sample) -> int:
+    """A sample's mask planes of the boxes value ``v`` where a consumer would make them (see
+    ``LaunchBytes.planes``); 0 for anything else or where the canvas is not known."""
+    if not isinstance(v, Boxes) or not v.shapes_to_rasterise() or v.canvas is None:
+        return 0
+    hw = v.canvas.hw or v.canvas.bound
+    return 0 if hw is None else int(np.ceil(per_sample * int(hw[0]) * int(hw[1])))
 
 
 SLACK_MIN = 16 * 2**20  # outputs from this size on count for the pool's fragmentation
