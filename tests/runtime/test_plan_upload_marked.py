@@ -115,3 +115,25 @@ def test_a_device_slice_reads_and_marks_plain_tensors(emulated_kernels, monkeypa
         backend.set_cpu_warp(before)
         planned.close()
         plain.close()
+
+
+def test_realized_padded_boxes_keep_each_batchs_width(monkeypatch):
+    """Padded boxes planned for a launch of several batches come out of ``_realize`` (and a
+    worker's pickle) with each batch's own width, so the split cuts them as when made alone."""
+    from detaug.core.batch import PaddedBoxes, split_batches
+
+    rng = np.random.default_rng(fresh_seed())
+    counts = np.array([1, 3, 0, 2], np.int32)
+    padded = PaddedBoxes(boxes=rng.random((4, 3, 4)).astype(np.float32),
+                         labels=rng.integers(0, 5, (4, 3)), counts=counts)
+    padded.widths = (3, 2)
+    padded = pickle.loads(pickle.dumps(padded, protocol=5))
+    monkeypatch.setattr(backend, "upload_many", lambda arrays, stream: [a.copy() for a in arrays])
+    pa = PlanAhead.__new__(PlanAhead)
+    pa.plan = SimpleNamespace(ahead=SimpleNamespace(planned_ids=frozenset({1})))
+    ctx = SimpleNamespace(values={}, stream=None)
+    pa._realize(ctx, SimpleNamespace(values={(1, 0): padded}), {})
+    first, second = split_batches((ctx.values[(1, 0)],), [2, 2])
+    assert first[0]["boxes"].shape == (2, 3, 4) and second[0]["boxes"].shape == (2, 2, 4)
+    np.testing.assert_array_equal(second[0]["labels"], padded["labels"][2:, :2])
+    np.testing.assert_array_equal(second[0]["counts"], counts[2:])

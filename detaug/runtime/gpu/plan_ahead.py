@@ -306,5 +306,6 @@ class PlanAhead:
                 ctx.values[k] = v.on_device(d)
             elif isinstance(v, PaddedBoxes):
                 ctx.values[k] = PaddedBoxes(zip(names, d))
+                ctx.values[k].widths = v.widths  # (each batch's own width, where several)
             else:
                 ctx.values[k] = v.made(d)
