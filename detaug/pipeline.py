@@ -49,9 +49,8 @@ class Pipeline:
             pipeline per process and GPU), else device 0 for a GPU stage.
         seed: pipeline seed; every random draw is keyed by (seed, op id, epoch, sample index).
         prefetch_queue_depth: launches in flight (host stage of k+1.. while k is consumed; a
-            launch is ``batches_per_launch`` batches). Default (None): 12 batches for a pipeline
-            that decodes in decode processes (12 launches of one batch, 12 / k launches of k
-            batches, at least 3; their decode runs that far ahead; the launches whose
+            launch is ``batches_per_launch`` batches). Default (None): 12 launches for a pipeline
+            that decodes in decode processes (their decode runs that far ahead; the launches whose
             outputs exist at once are bounded by ``device_memory_budget``), 3 for a CPU
             pipeline whose host workers keep a decode cache (``decode_cache_mb``), else 2.
         last_batch_policy: 'fill' (pad the last batch by wrapping around the shard's order),
@@ -74,11 +73,9 @@ class Pipeline:
             pass of every op, one launch per kernel) and hand them out one by one: the per-batch
             Python cost is paid once per group. Results are identical (every draw is keyed by
             the sample); needs a sized source. Default (None): for pipelines with a GPU stage and
-            a sized source, from ``device_memory_budget``: where partners drawn from a pool
-            reach into the batches before a sample's own (``partners='pool'``), the largest of
-            4, 2, 1 that fits the budget (a launch decodes and runs a sample its batches share
-            once); else 4 from 6 GB on for a pipeline whose launches are not planned ahead, else
-            1 (a launch's outputs live together); else 1.
+            a sized source, from ``device_memory_budget``: with a partner pool
+            (``partners='pool'``) the largest of 4, 2, 1 that fits (a sample its batches share
+            is made once), else 4 from 6 GB on where launches are not planned ahead; else 1.
         device_memory_budget: device memory (bytes, or a string such as '2GB') that a pipeline
             with a GPU stage may take besides what this process already holds: its decode
             processes (context, decoders, ring buffers) and its output batches in flight.
