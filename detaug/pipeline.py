@@ -179,7 +179,7 @@ class Pipeline:
         # the decode processes, the streams, a launch's device work (runtime/gpu/device_stage.py)
         self._device = DeviceStage(device_id, self._startup, self._handout)
         self._batches = self._planner = None  # made at build, with the record
-        self._cursor_lock = threading.RLock()  # run/next/reset/state: one caller at a time
+        self._cursor_lock, self._build_lock = threading.RLock(), threading.RLock()  # one caller each
         _fork.track(self)  # reset in a forked child (runtime/fork.py)
 
     # ---- definition -------------------------------------------------------------------------
@@ -215,22 +215,23 @@ class Pipeline:
 
     # ---- build ------------------------------------------------------------------------------
     def build(self, consumer=None) -> "Pipeline":
-        """Trace the graph, make the sources (readers index here), plan, start the decode
-        processes of a GPU decoder; its phases are timed in ``pipe.stats['startup']``. ``consumer``:
-        what the outputs' consumer takes of the budget (memory_plan.ConsumerShare), set aside first."""
-        if self._built:
-            _build_plan.check_consumer(self.build_plan, consumer)
-            return self
-        tl = self._startup
-        tl.begin("build")
-        try:
-            self._build(tl, consumer)
-        except BaseException:
-            self._device.close_decode_service()  # (started early: they exit, their memory freed)
-            raise
-        finally:
-            tl.end("build")
-            self.stats["startup"] = tl.as_list()
+        """Trace the graph, index the readers, plan, start a GPU decoder's decode processes
+        (phases in ``pipe.stats['startup']``); concurrent callers wait for the one building.
+        ``consumer``: what the outputs' consumer takes of the budget (memory_plan.ConsumerShare)."""
+        with self._build_lock:
+            if self._built:
+                _build_plan.check_consumer(self.build_plan, consumer)
+                return self
+            tl = self._startup
+            tl.begin("build")
+            try:
+                self._build(tl, consumer)
+            except BaseException:
+                self._device.close_decode_service()  # (started early: they exit, memory freed)
+                raise
+            finally:
+                tl.end("build")
+                self.stats["startup"] = tl.as_list()
         return self
 
     def _build(self, tl, consumer=None):

@@ -80,7 +80,7 @@ def check_usable(pipe) -> None:
 def after_fork_in_child(pipe) -> None:
     """Reset ``pipe`` in a forked child (see the module's docstring). Nothing of the parent's is
     stopped, joined, freed or sent to: its executor and host workers are abandoned as they are."""
-    pipe._cursor_lock = threading.RLock()
+    pipe._cursor_lock, pipe._build_lock = threading.RLock(), threading.RLock()
     pipe._skips.after_fork()
     timeline = getattr(pipe, "_startup", None)
     if timeline is not None and hasattr(timeline, "_lock"):
