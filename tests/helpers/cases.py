@@ -190,6 +190,45 @@ class NoDecodeService:
         pass
 
 
+class BuildStopped(Exception):
+    """A build reached its plan's decode processes (:func:`plan_stops_build`): what follows
+    needs a GPU."""
+
+
+def plan_stops_build(monkeypatch) -> dict:
+    """build() without a GPU: the GPU check passes; the decode processes started early are
+    stood in for (the record's ``early``: how many), and the plan's stop the build with
+    :class:`BuildStopped`, the pipeline's record made by then (``plans``: each plan's
+    (processes, threads)). Returns the record."""
+    from detaug.core import backend
+    from detaug.runtime.gpu import decode_proc
+
+    log = {"plans": []}
+
+    class Early:
+        def __init__(self, processes):
+            log["early"] = processes
+
+        def configure(self, processes, ring_bytes, threads, slots, warm_first=False):
+            log["plans"].append((processes, threads))
+            raise BuildStopped
+
+        def close(self):
+            pass
+
+        stop = close
+
+    def service(processes, device_id, ring_bytes, threads=1, slots=None):
+        if ring_bytes is None:
+            return Early(processes)
+        log["plans"].append((processes, threads))
+        raise BuildStopped
+
+    monkeypatch.setattr(backend, "gpu_missing", lambda **k: None)
+    monkeypatch.setattr(decode_proc, "DecodeService", service)
+    return log
+
+
 def stand_in_gpu(monkeypatch, kernels=None, *modules, plan_ahead=True):
     """A GPU pipeline built and planned on a machine without a GPU: cupy faked over the emulated
     ``kernels`` of ``modules`` (helpers.cuda_emulation), no GPU check, the decode processes stood

@@ -18,6 +18,7 @@ from detaug.runtime.gpu import memory_plan as mp
 from detaug.runtime.gpu import output_sizes
 from detaug.runtime.gpu.output_budget import OutputBudget
 from helpers import REPO, close_pipelines  # noqa: F401  (autouse fixture)
+from helpers.cases import BuildStopped, plan_stops_build
 
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 import gpu_common  # noqa: E402  (the instance-segmentation recipe of the benchmarks)
@@ -75,10 +76,6 @@ def test_planes_of_the_boxes_a_consumer_rasterises(mode):
         assert dict(b.parts)[pipe._outputs[1].name] == 4 * (output_sizes.BOX_BYTES + 2.5 * MASK)
 
 
-class _Started(Exception):
-    pass
-
-
 @pytest.fixture(scope="module")
 def seg_data(tmp_path_factory):
     return gpu_common.make_seg_dataset(str(tmp_path_factory.mktemp("seg")), 8, 1)
@@ -86,40 +83,15 @@ def seg_data(tmp_path_factory):
 
 @pytest.fixture
 def fake_gpu(monkeypatch):
-    """build() without a GPU: the decode processes record their plan and stop the build."""
-    from detaug.core import backend
-    from detaug.runtime.gpu import decode_proc
-
-    started = []
-
-    class Early:  # started before the readers index: configured at the end of build
-        def __init__(self, processes):
-            self.processes = processes
-
-        def configure(self, processes, ring_bytes, threads, slots, warm_first=False):
-            started.append((processes, threads))
-            raise _Started()
-
-        def close(self):
-            pass
-
-        stop = close
-
-    def service(processes, device_id, ring_bytes, threads=1, slots=None):
-        if ring_bytes is None:
-            return Early(processes)
-        started.append((processes, threads))
-        raise _Started()
-
-    monkeypatch.setattr(backend, "gpu_missing", lambda **k: None)
-    monkeypatch.setattr(decode_proc, "DecodeService", service)
+    """build() without a GPU: the plans of the decode processes recorded; the build stops there."""
+    log = plan_stops_build(monkeypatch)
     for var in ("DETAUG_DEVICE_MEMORY_BUDGET", "DETAUG_DECODE_PROCESSES", "DETAUG_DECODE_THREADS"):
         monkeypatch.delenv(var, raising=False)
-    return started
+    return log["plans"]
 
 
 def _built(pipe, consumer=None):
-    with pytest.raises(_Started):
+    with pytest.raises(BuildStopped):
         pipe.build(consumer=consumer)
     return pipe.build_plan
 
@@ -130,7 +102,7 @@ def test_torch_iterator_declares_its_share_and_the_plan_keeps_within(seg_data, f
     plain = _built(gpu_common.make_seg_pipe(seg_data, "gpu", "polygons"))
     assert plain.reserved == 0 and plain.room == mp.DEFAULT_BUDGET
     pipe = gpu_common.make_seg_pipe(seg_data, "gpu", "polygons")
-    with pytest.raises(_Started):  # (the iterator builds the pipeline, declaring its share)
+    with pytest.raises(BuildStopped):  # (the iterator builds the pipeline, declaring its share)
         torch_adapter.DetaugIterator(pipe, output_map=["images", "targets"], boxes_format="list")
     bp = pipe.build_plan
     b = bp.batch_bytes

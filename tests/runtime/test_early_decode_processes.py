@@ -12,47 +12,21 @@ import sys
 import pytest
 
 from helpers import load_benchmark
+from helpers.cases import BuildStopped, plan_stops_build
 
 bench_gpu = load_benchmark("bench_gpu")
 bench_yolo = load_benchmark("bench_yolo")
 
 
-class _Stop(Exception):
-    """The build reached its decode processes: what follows needs a GPU."""
-
-
 @pytest.fixture
 def started(monkeypatch):
     """build() without a GPU: ``started`` records the processes started early (``early``) and
-    the plan's (``plan``); the build stops at the plan (or the early ones are closed where it is
-    refused)."""
-    from detaug.core import backend
+    each plan's (processes, threads) (``plans``); the build stops at the plan (or the early ones
+    are closed where it is refused)."""
     from detaug.runtime import startup
-    from detaug.runtime.gpu import decode_proc, early_decode
+    from detaug.runtime.gpu import early_decode
 
-    log = {}
-
-    class Early:
-        def __init__(self, processes):
-            log["early"] = processes
-
-        def configure(self, processes, ring_bytes, threads, slots, warm_first=False):
-            log["plan"] = processes
-            raise _Stop
-
-        def close(self):
-            pass
-
-        stop = close
-
-    def service(processes, device_id, ring_bytes, threads=1, slots=None):
-        if ring_bytes is None:
-            return Early(processes)
-        log["plan"] = processes
-        raise _Stop
-
-    monkeypatch.setattr(backend, "gpu_missing", lambda **k: None)
-    monkeypatch.setattr(decode_proc, "DecodeService", service)
+    log = plan_stops_build(monkeypatch)
     monkeypatch.setattr(early_decode, "EarlyDecoder", lambda *a, **k: None)
     monkeypatch.setattr(startup, "warm_gpu", lambda *a, **k: None)
     monkeypatch.delenv("DETAUG_DEVICE_MEMORY_BUDGET", raising=False)
@@ -76,7 +50,8 @@ def test_no_process_is_started_early_that_the_plan_stops(yolo_data, started, par
 
     budget = None
     for _ in range(2):
-        started.clear()
+        started.pop("early", None)
+        started["plans"].clear()
         pipe = bench_yolo.detaug_pipe(yolo_data, 640, 64, "gpu", 0, partners, 0.5, budget=budget)
         try:
             pipe.build()
@@ -85,10 +60,10 @@ def test_no_process_is_started_early_that_the_plan_stops(yolo_data, started, par
             assert started.get("early", 0) <= 1  # (at most the one any plan has, then closed)
             budget = e.need
             continue
-        except _Stop:
+        except BuildStopped:
             break
-    assert "plan" in started and started["plan"] == pipe.build_plan.decode.processes
-    assert 1 <= started["early"] <= started["plan"], started
+    assert started["plans"] and started["plans"][-1][0] == pipe.build_plan.decode.processes
+    assert 1 <= started["early"] <= started["plans"][-1][0], started
 
 
 def test_a_process_stopped_before_its_context_makes_no_cuda_call(monkeypatch):

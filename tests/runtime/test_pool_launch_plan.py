@@ -19,6 +19,7 @@ from detaug.runtime import partners
 from detaug.runtime.gpu import memory_plan as mp
 from detaug.runtime.gpu import output_sizes
 from helpers import REPO, close_pipelines, fresh_seed, load_benchmark, track  # noqa: F401
+from helpers.cases import BuildStopped, plan_stops_build
 
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 import bench_gpu  # noqa: E402  (the benchmark's data and detection pipeline)
@@ -132,36 +133,11 @@ def test_the_recipes_launch_bytes_hand_computed(data):
         assert partners.fan_out(ops, levels, 4) == (6 if shared else 32 if mode == "epoch" else 4)
 
 
-class _Started(Exception):
-    pass
-
-
 @pytest.fixture
 def fake_gpu(monkeypatch):
-    """build() without a GPU: the GPU check passes; the decode processes started early are
-    stood in for; those of the plan stop the build (its record is made by then)."""
-    from detaug.core import backend
-    from detaug.runtime.gpu import decode_proc
-
-    class Early:
-        def __init__(self, processes):
-            pass
-
-        def configure(self, *a, **k):
-            raise _Started()
-
-        def close(self):
-            pass
-
-        stop = close
-
-    def service(processes, device_id, ring_bytes, threads=1, slots=None):
-        if ring_bytes is None:
-            return Early(processes)
-        raise _Started()
-
-    monkeypatch.setattr(backend, "gpu_missing", lambda **k: None)
-    monkeypatch.setattr(decode_proc, "DecodeService", service)
+    """build() without a GPU: the decode processes stood in for; the plan's stop the build (its
+    record is made by then)."""
+    plan_stops_build(monkeypatch)
     for env in ("DETAUG_DEVICE_MEMORY_BUDGET", "DETAUG_DECODE_PROCESSES", "DETAUG_DECODE_THREADS",
                 "DETAUG_PLAN_AHEAD", "DETAUG_EARLY_START", "DETAUG_EARLY_DECODE"):
         monkeypatch.delenv(env, raising=False)
@@ -170,7 +146,7 @@ def fake_gpu(monkeypatch):
 def _plan(pipe):
     try:
         pipe.build()
-    except _Started:
+    except BuildStopped:
         pass
     return pipe.build_plan
 
