@@ -229,11 +229,11 @@ def shutdown_ultralytics(loader):
 
 # ---------------------------------------------------------------------------- detaug
 def detaug_pipe(root, size, batch, device, workers, partners, mixup, seed=0, budget=None,
-                reduce=1, decode_cache_mb=None, batches_per_launch=None, **pipe_kw):
+                reduce=1, decode_cache_mb=None, batches_per_launch=None, **pipe_kwargs):
     from detaug import fn, pipeline_def
 
     gpu = device == "gpu"
-    kw = dict(device_id=0, **pipe_kw) if gpu else dict(host_processes=workers, **pipe_kw)
+    kw = dict(device_id=0, **pipe_kwargs) if gpu else dict(host_processes=workers, **pipe_kwargs)
     if budget is not None:
         kw["device_memory_budget"] = budget
     if decode_cache_mb is not None:
@@ -309,12 +309,11 @@ def bench_detaug(args, root, device, workers, partners):
     from gpu_common import build_within_budget
 
     counter, undo = counted_decodes() if device == "cpu" else (None, None)
+    pipe_kwargs = json.loads(args.pipe_kwargs)
     pipe, refused, _ = build_within_budget(
         lambda budget: detaug_pipe(root, args.size, args.batch_size, device, workers, partners,
                                    args.mixup, budget=budget, decode_cache_mb=args.decode_cache_mb,
-                                   batches_per_launch=args.batches_per_launch,
-                                   **dict((k, int(v)) for k, v in (
-                                       kv.split("=") for kv in args.pipe_kw.split(",") if kv))),
+                                   batches_per_launch=args.batches_per_launch, **pipe_kwargs),
         say=lambda m: log(f"{name}: {m}"))
     if refused:
         name += f" ({refused})"
@@ -551,8 +550,9 @@ def main(argv=None):
     ap.add_argument("--data", default=None, help="data folder (default: a temporary one)")
     ap.add_argument("--json", default=None, help="rows to this file (default: $OUT/, if set)")
     ap.add_argument("--batches-per-launch", type=int, default=None, help="detaug rows (plan's)")
-    ap.add_argument("--pipe-kw", default="", help="detaug rows' integer Pipeline settings, "
-                    "e.g. prefetch_queue_depth=6,device_workers=12")
+    ap.add_argument("--pipe-kwargs", default="{}",
+                    help="more Pipeline arguments for the detaug rows, as JSON, as bench_gpu's "
+                         "(e.g. '{\"prefetch_queue_depth\": 6, \"device_workers\": 12}')")
     ap.add_argument("--decode-cache-mb", type=int, default=None,
                     help="detaug cpu rows and profile: the pipeline's decode_cache_mb (0: no "
                          "cache; default: the pipeline's)")

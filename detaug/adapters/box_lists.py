@@ -20,8 +20,9 @@ import collections
 import numpy as np
 
 from ..core import backend
-from ..core.batch import BoxBatch, ImageBatch
+from ..core.batch import BoxBatch
 from ..core.instances import polygon_width
+from ..runtime.gpu.handout import output_arrays
 
 IN_PLACE_CHUNK = 16 << 20  # bytes: the scratch of one step of an in-place compaction
 IN_PLACE_MIN = 1 << 20     # bytes: a column from this size on is compacted in place where it may
@@ -59,29 +60,12 @@ def _span(a) -> tuple:
     return lo, hi + a.itemsize
 
 
-def _arrays(outs) -> list:
-    """Every array of a batch's outputs, once per place it appears (not de-duplicated)."""
-    found = []
-    for v in outs:
-        if isinstance(v, ImageBatch):
-            found += list(v.data) if isinstance(v.data, list) else [v.data]
-        elif isinstance(v, BoxBatch):
-            found += [v.boxes, v.labels, v.valid, *v.fields.values()]
-        elif hasattr(v, "items"):
-            found += list(v.values())
-        elif isinstance(v, (list, tuple)):
-            found += list(v)
-        else:
-            found.append(v)
-    return [a for a in found if a is not None]
-
-
 def movable(outs) -> frozenset:
     """The ids of the large device arrays (:data:`IN_PLACE_MIN` bytes on) of a batch's outputs
     that may be compacted in place: each appears once among the outputs and shares no memory
     with another array of them (an output given twice, two boxes outputs sharing a field, do not
     move)."""
-    arrays = [a for a in _arrays(outs) if backend.is_device_array(a)]
+    arrays = [a for a in output_arrays(outs) if backend.is_device_array(a)]
     seen = collections.Counter(id(a) for a in arrays)
     spans = {id(a): _span(a) for a in arrays}
     out = set()

@@ -315,15 +315,19 @@ def pad_boxes_cupy(boxes, fields, keep, offsets, max_boxes, *, fill=0.0, field_f
     return padded, out_fields, counts
 
 
+def kept_counts_numpy(keep, offsets) -> np.ndarray:
+    """(B,) int64: the number of kept boxes of each sample (every box where ``keep`` is None)."""
+    o = _host_offsets(offsets)
+    if keep is None:
+        return np.diff(o)
+    csum = np.concatenate([[0], np.cumsum(np.asarray(keep, dtype=bool), dtype=np.int64)])
+    return np.diff(csum[o])
+
+
 def max_kept_count_numpy(keep, offsets) -> int:
     """The largest number of kept boxes of any sample (0 for an empty batch)."""
-    o = _host_offsets(offsets)
-    if o.size == 1:
-        return 0
-    if keep is None:
-        return int(np.diff(o).max())
-    csum = np.concatenate([[0], np.cumsum(np.asarray(keep, dtype=bool), dtype=np.int64)])
-    return int(np.diff(csum[o]).max())
+    counts = kept_counts_numpy(keep, offsets)
+    return int(counts.max()) if counts.size else 0
 
 
 def max_kept_count_cupy(keep, offsets, *, stream=None):

@@ -95,7 +95,8 @@ declare_ranges("pad_boxes", max_boxes=count(0, 1 << 24), fill=finite())
 def pad_boxes(ctx, op, inputs, args):
     b = M.boxes(_boxes(op, inputs[0]), ctx)
     hv = b.host_view()
-    most = kb.max_kept_count_numpy(hv.valid, hv.offsets)
+    counts = kb.kept_counts_numpy(hv.valid, hv.offsets)  # (B,) each sample's kept boxes
+    most = int(counts.max()) if counts.size else 0
     m = args["max_boxes"]
     widths = None
     if m is None:
@@ -104,11 +105,9 @@ def pad_boxes(ctx, op, inputs, args):
         if sizes is not None and len(sizes) > 1:
             # a launch of several batches: each batch is as wide as its own most boxes, as when
             # made alone (core/batch.split_batches cuts each to its width)
-            o = np.asarray(hv.offsets, np.int64)
             bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-            widths = tuple(kb.max_kept_count_numpy(
-                None if hv.valid is None else np.asarray(hv.valid)[o[lo]:o[hi]], o[lo:hi + 1] - o[lo])
-                for lo, hi in zip(bounds[:-1], bounds[1:]))
+            widths = tuple(int(counts[lo:hi].max(initial=0))
+                           for lo, hi in zip(bounds[:-1], bounds[1:]))
     elif most > m:
         warnings.warn(f"{op.name}: a sample has {most} boxes, more than max_boxes={m}; "
                       "the first max_boxes are kept")

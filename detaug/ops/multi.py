@@ -238,7 +238,7 @@ def mosaic(ctx, op, inputs, args):
     out = None
     # the canvas warps below apply no DALI filter: a chain that asked for it (a DALI resize the
     # tiles joined without resampling, resize=False) is made by materialize's filter instead
-    if tiled.geometry is None or tiled.geometry.filter != "triangle":
+    if tiled.geometry.filter != "triangle":  # (join_chain always leaves a chain)
         out = _mosaic_on_canvas(ctx, tiled, origins, tiles, groups, canvas, args["fill"])
         if out is None:  # on the GPU, or planned ahead: the tiles warped into the canvases
             out = mosaic_on_device(ctx, tiled, origins, groups, canvas, args["fill"])

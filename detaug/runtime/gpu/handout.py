@@ -38,30 +38,31 @@ import weakref
 from ...core.batch import BoxBatch, ImageBatch
 
 
-def device_arrays(outs) -> list:
-    """The device arrays of a launch's outputs (images, boxes, padded boxes, arrays), each once."""
-    seen, arrays = set(), []
+def output_arrays(outs) -> list:
+    """Every array of a launch's or a batch's outputs (images, boxes, padded boxes, arrays, the
+    samples of a ragged tensor batch), once per place it appears: not de-duplicated."""
+    found = []
+    for v in outs:
+        if isinstance(v, ImageBatch):
+            found += v.data if isinstance(v.data, list) else [v.data]
+        elif isinstance(v, BoxBatch):
+            found += [v.boxes, v.labels, v.valid, *v.fields.values()]
+        elif hasattr(v, "items"):
+            found += list(v.values())
+        elif isinstance(v, (list, tuple)):  # a ragged tensor batch: its samples
+            found += list(v)
+        else:
+            found.append(v)
+    return [a for a in found if a is not None]
 
-    def add(a):
+
+def device_arrays(outs) -> list:
+    """The device arrays of a launch's outputs (:func:`output_arrays`), each once."""
+    seen, arrays = set(), []
+    for a in output_arrays(outs):
         if hasattr(a, "__cuda_array_interface__") and id(a) not in seen:
             seen.add(id(a))
             arrays.append(a)
-
-    for v in outs:
-        if isinstance(v, ImageBatch):
-            for a in (v.data if isinstance(v.data, list) else [v.data]):
-                add(a)
-        elif isinstance(v, BoxBatch):
-            for a in (v.boxes, v.labels, v.valid, *v.fields.values()):
-                add(a)
-        elif isinstance(v, dict) or hasattr(v, "items"):
-            for a in v.values():
-                add(a)
-        elif isinstance(v, (list, tuple)):  # a ragged tensor batch: its samples
-            for a in v:
-                add(a)
-        else:
-            add(v)
     return arrays
 
 
