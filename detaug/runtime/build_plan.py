@@ -310,14 +310,14 @@ def early_guess(ops, outputs, budget, settings, consumer=None):
         return None  # decode processes off
     ops = list(ops)
     try:
-        levels, fan_out, _ = partners.setup(ops, outputs, True)
-        return _launch(ops, outputs, budget, settings, levels, fan_out, True,
+        levels, _, _ = partners.setup(ops, outputs, True)
+        return _launch(ops, outputs, budget, settings, levels, True,
                        GUESS_SIZES, GUESS_SIZES, None, consumer).decode
     except Exception:  # noqa: BLE001 - refused here (or a graph error, which decide raises in
         return memory_plan.DecodePlan(1, 1, 0, 0)  # its order): the least any plan has
 
 
-def _launch(ops, outputs, budget, settings, levels, fan_out, sized, sizes, gpu_sizes, boxes,
+def _launch(ops, outputs, budget, settings, levels, sized, sizes, gpu_sizes, boxes,
             consumer=None):
     """The launch part of the plan, worked out the same for :func:`decide` and
     :func:`early_guess`: (host ops, device ops, whether a GPU decoder decodes, planning ahead,
@@ -342,8 +342,7 @@ def _launch(ops, outputs, budget, settings, levels, fan_out, sized, sizes, gpu_s
     def side(k):
         """(images a launch of k batches decodes (partners too; a pool's shared once), the
         decode processes' plan); BudgetError where launches of k batches cannot fit."""
-        per = partners.fan_out(ops, levels, k) if levels else k * fan_out
-        images = settings.batch_size * per
+        images = settings.batch_size * partners.fan_out(ops, levels, k)
         if not mixed_decode:
             return images, None
         return images, _decode_processes_plan(budget, settings, gpu_sizes, images, batch_bytes, k,
@@ -476,7 +475,7 @@ def decide(ops, outputs, sources, *, seed: int, budget: int, settings: Settings,
     have."""
     ops, levels = list(ops), levels or {}
     host_ops, device_ops, mixed_decode, ahead, batch_bytes, bpl, images, decode, reserved = \
-        _launch(ops, outputs, budget, settings, levels, fan_out, sized,
+        _launch(ops, outputs, budget, settings, levels, sized,
                 decoded_sizes(ops, sources, True), decoded_sizes(ops, sources),
                 boxes_per_sample(sources), consumer)
     room = budget - reserved
