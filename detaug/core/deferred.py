@@ -54,12 +54,6 @@ class HostUpload:
         """The value on the device from ``device_arrays`` (those of ``arrays``, in order)."""
         return list(device_arrays) if self.ragged else device_arrays[0]
 
-    def __getstate__(self):  # (slots: no __dict__ to pickle)
-        return self.arrays, self.ragged
-
-    def __setstate__(self, state):
-        self.arrays, self.ragged = state
-
 
 def host_value(v):
     """``v``, or the host value of a :class:`HostUpload` (what a planning op reads of it)."""

@@ -230,11 +230,17 @@ def decode_side_plan(budget, settings, sizes, images, cap=None, early=False, bat
         cap=cap, early=early, batches=batches)
 
 
+def _reserved(consumer, batch_bytes) -> int:
+    """The bytes ``consumer`` (a memory_plan.ConsumerShare; None: none) takes beside launches of
+    ``batch_bytes`` (output_sizes.LaunchBytes; None: not known at build)."""
+    return consumer.bytes(batch_bytes) if consumer is not None else 0
+
+
 def _refuse_over_budget(budget, batch_bytes, batches, decode_bytes, decode_what, fixed_decode,
-                        reserved=0, consumer=None):
-    """BudgetError where the least this pipeline runs with and ``reserved`` (what ``consumer``,
-    a memory_plan.ConsumerShare, takes) exceed its budget."""
-    what = consumer.what if consumer is not None else ""
+                        consumer=None):
+    """BudgetError where the least this pipeline runs with and what ``consumer`` (a
+    memory_plan.ConsumerShare) takes exceed its budget."""
+    reserved, what = _reserved(consumer, batch_bytes), consumer.what if consumer is not None else ""
     if batch_bytes is None:
         if reserved:  # the outputs are known after the first launch, the consumer's share now
             memory_plan.check_budget(budget, decode_bytes, decode_what, 0, 0, (), batches,
@@ -246,12 +252,12 @@ def _refuse_over_budget(budget, batch_bytes, batches, decode_bytes, decode_what,
                              fixed_decode, reserved, what)
 
 
-def _decode_processes_plan(budget, settings, sizes, images, batch_bytes, batches, reserved=0,
-                           consumer=None):
-    """The decode processes' plan within ``budget`` less ``reserved`` (what ``consumer`` takes),
-    refused where it cannot fit (the figure given being the one the plan at that budget needs);
-    None where decode processes are off."""
+def _decode_processes_plan(budget, settings, sizes, images, batch_bytes, batches, consumer=None):
+    """The decode processes' plan within ``budget`` less what ``consumer`` takes, refused where
+    it cannot fit (the figure given being the one the plan at that budget needs); None where
+    decode processes are off."""
     out, work = (None, 0) if batch_bytes is None else batch_bytes.launch(batches)
+    reserved = _reserved(consumer, batch_bytes)
     room = budget - reserved
     from . import startup
     from .gpu import early_decode
@@ -268,7 +274,7 @@ def _decode_processes_plan(budget, settings, sizes, images, batch_bytes, batches
     # refuse what cannot fit (processes started early are closed by build: nothing is kept)
     try:
         _refuse_over_budget(budget, batch_bytes, batches, plan.bytes, plan.describe(), fixed,
-                            reserved, consumer)
+                            consumer)
     except memory_plan.BudgetError as e:
         if fixed:
             raise
@@ -279,8 +285,7 @@ def _decode_processes_plan(budget, settings, sizes, images, batch_bytes, batches
                                  cap=memory_plan.decode_cap(again_room, out, work), early=early,
                                  batches=batches)
         _refuse_over_budget(budget, batch_bytes, batches,
-                            max(again.bytes, plan.bytes), again.describe(), fixed, reserved,
-                            consumer)
+                            max(again.bytes, plan.bytes), again.describe(), fixed, consumer)
         raise
     return plan
 
@@ -305,14 +310,14 @@ def early_guess(ops, outputs, budget, settings, consumer=None):
         return None  # decode processes off
     ops = list(ops)
     try:
-        levels, fan_out, _ = partners.setup(ops, outputs, True)
-        return _launch(ops, outputs, budget, settings, levels, fan_out, True,
+        levels, _, _ = partners.setup(ops, outputs, True)
+        return _launch(ops, outputs, budget, settings, levels, True,
                        GUESS_SIZES, GUESS_SIZES, None, consumer).decode
     except Exception:  # noqa: BLE001 - refused here (or a graph error, which decide raises in
         return memory_plan.DecodePlan(1, 1, 0, 0)  # its order): the least any plan has
 
 
-def _launch(ops, outputs, budget, settings, levels, fan_out, sized, sizes, gpu_sizes, boxes,
+def _launch(ops, outputs, budget, settings, levels, sized, sizes, gpu_sizes, boxes,
             consumer=None):
     """The launch part of the plan, worked out the same for :func:`decide` and
     :func:`early_guess`: (host ops, device ops, whether a GPU decoder decodes, planning ahead,
@@ -331,18 +336,17 @@ def _launch(ops, outputs, budget, settings, levels, fan_out, sized, sizes, gpu_s
     if device_ops:  # a launch's outputs, where the graph fixes them
         batch_bytes = output_sizes.batch_bytes(ops, outputs, sizes, settings.batch_size, levels,
                                                boxes)
-        reserved = consumer.bytes(batch_bytes) if consumer is not None else 0
+        reserved = _reserved(consumer, batch_bytes)
     room = budget - reserved
 
     def side(k):
         """(images a launch of k batches decodes (partners too; a pool's shared once), the
         decode processes' plan); BudgetError where launches of k batches cannot fit."""
-        per = partners.fan_out(ops, levels, k) if levels else k * fan_out
-        images = settings.batch_size * per
+        images = settings.batch_size * partners.fan_out(ops, levels, k)
         if not mixed_decode:
             return images, None
         return images, _decode_processes_plan(budget, settings, gpu_sizes, images, batch_bytes, k,
-                                              reserved, consumer)
+                                              consumer)
 
     fits = None
     if device_ops and sized and batch_bytes is not None and \
@@ -352,7 +356,7 @@ def _launch(ops, outputs, budget, settings, levels, fan_out, sized, sizes, gpu_s
                 images, decode = side(k)
                 if decode is None:  # no decode processes: decode_side_bytes refuses it
                     decode_side_bytes(settings, mixed_decode, gpu_sizes, images, batch_bytes, k,
-                                      budget, reserved, consumer)
+                                      budget, consumer)
             except memory_plan.BudgetError:
                 return False
             # a ring of decode_buffer_mb: its slots hold a launch of k batches' images
@@ -399,11 +403,10 @@ def _device_workers(settings, depth, decode) -> int:
 
 
 def decode_side_bytes(settings, mixed_decode, sizes, images, batch_bytes, batches, budget,
-                      reserved=0, consumer=None):
-    """(bytes, what) of the decode side of a GPU pipeline without decode processes: the
+                      consumer=None):
+    """The bytes of the decode side of a GPU pipeline without decode processes: the
     decoders of the device-stage threads (decode_processes=0), or nothing (CPU decode);
-    BudgetError where the pipeline cannot fit ``budget`` with it and ``reserved`` (what
-    ``consumer`` takes)."""
+    BudgetError where the pipeline cannot fit ``budget`` with it and what ``consumer`` takes."""
     what, nbytes = "decode on the CPU", 0
     if mixed_decode:
         workers = _device_workers(settings, settings.depth, None)
@@ -411,8 +414,8 @@ def decode_side_bytes(settings, mixed_decode, sizes, images, batch_bytes, batche
         nbytes = memory_plan.in_thread_decode_bytes(workers, launch)
         what = (f"decode in {workers} device-stage threads (device_workers), "
                 f"~{nbytes / 1e6:,.0f} MB")
-    _refuse_over_budget(budget, batch_bytes, batches, nbytes, what, False, reserved, consumer)
-    return nbytes, what
+    _refuse_over_budget(budget, batch_bytes, batches, nbytes, what, False, consumer)
+    return nbytes
 
 
 def _paths_only(ops, outputs) -> frozenset:
@@ -472,7 +475,7 @@ def decide(ops, outputs, sources, *, seed: int, budget: int, settings: Settings,
     have."""
     ops, levels = list(ops), levels or {}
     host_ops, device_ops, mixed_decode, ahead, batch_bytes, bpl, images, decode, reserved = \
-        _launch(ops, outputs, budget, settings, levels, fan_out, sized,
+        _launch(ops, outputs, budget, settings, levels, sized,
                 decoded_sizes(ops, sources, True), decoded_sizes(ops, sources),
                 boxes_per_sample(sources), consumer)
     room = budget - reserved
@@ -502,8 +505,8 @@ def decide(ops, outputs, sources, *, seed: int, budget: int, settings: Settings,
         else:
             # a GPU pipeline without decode processes: its decode side is the decoders of the
             # device-stage threads (decode_processes=0) or nothing (CPU decode)
-            decode_bytes, _ = decode_side_bytes(settings, mixed_decode, decoded_sizes(ops, sources),
-                                                images, batch_bytes, bpl, budget, reserved, consumer)
+            decode_bytes = decode_side_bytes(settings, mixed_decode, decoded_sizes(ops, sources),
+                                             images, batch_bytes, bpl, budget, consumer)
         if out is not None:
             slots = memory_plan.output_slots(room, decode_bytes, out, depth, work)
     return BuildPlan(

@@ -36,9 +36,9 @@ index)``. Its ``partners`` argument says from where:
   drawn twice is decoded once), and a narrower spread: the partners of a batch come from k + 1
   consecutive batches of the shuffled order (random records still; over the epoch every record
   is drawn from, as with 'batch'), where 'epoch' draws any record. Its samples per output in the
-  memory plan: at most 1 + (the k of each pool op on the way), the windows' union
-  (:func:`samples_per_output`); in a launch of n consecutive batches, whose windows overlap, n +
-  (those k) batches of them (:func:`samples_in_launch`), so larger launches decode and run
+  memory plan: at most 1 + (the k of each pool op on the way), the windows' union; in a launch
+  of n consecutive batches, whose windows overlap, n + (those k) batches of them
+  (:func:`samples_in_launch`, n = 1 for a batch's), so larger launches decode and run
   fewer samples an output (:func:`shares_across_batches`). Across launches, the earlier
   batches' samples were decoded by the launches of those batches: a CPU decoder feeding a pool
   keeps its decoded images for the next launch made in the same process
@@ -93,7 +93,7 @@ def expands(op) -> bool:
 
 def level_shape(path, by_id) -> tuple:
     """(the product of the group sizes of the ops on level ``path``, the sum of their pools'
-    k where every op on it draws from a pool, else None): what :func:`launch_samples` reads."""
+    k where every op on it draws from a pool, else None): what :func:`samples_in_launch` reads."""
     n = 1
     for op_id in path:
         n *= int(getattr(by_id[op_id].schema.partners, "group_size", 1))
@@ -113,13 +113,6 @@ def samples_in_launch(shape, batches: int = 1) -> int:
     prod, pooled = shape
     n = int(batches) * prod
     return n if pooled is None else min(n, int(batches) + pooled)
-
-
-def samples_per_output(path, by_id) -> int:
-    """The most samples a level ``path`` holds per output sample: the product of its ops' group
-    sizes, and where every op on it draws from a pool, at most the union of their windows,
-    1 + the sum of their k (each holds a position once)."""
-    return samples_in_launch(level_shape(path, by_id), 1)
 
 
 def plan_levels(ops, outputs) -> dict:

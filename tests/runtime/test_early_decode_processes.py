@@ -103,8 +103,13 @@ def test_configure_stops_the_processes_the_plan_does_not_want_and_close_reaps_th
     pids = iter(range(10, 20))
 
     class Worker:
+        exited = None  # (its process object never closed here)
+
         def __init__(self, mp_ctx, device_id, ring_bytes, threads=1, slots=3):
             self.proc, self.sent, self.alive = Proc(next(pids)), [], False
+
+        def join(self, timeout):
+            self.proc.join(timeout)
 
         def configure(self, ring_bytes, threads, slots, warm_first=False):
             self.sent.append("stop" if ring_bytes is None else ("ring", ring_bytes, threads))

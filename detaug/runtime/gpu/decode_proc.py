@@ -168,6 +168,12 @@ class _Worker:
             self.exited = (self.proc.pid, self.proc.exitcode)
             self.proc.close()
 
+    def join(self, timeout):
+        """Wait at most ``timeout`` s for the process to exit (it has, once :meth:`close_ends`
+        closed the process object)."""
+        if self.exited is None:
+            self.proc.join(timeout=timeout)
+
     def send(self, msg):
         with self.send_lock:
             self.conn.send(msg)
@@ -177,8 +183,7 @@ class _Worker:
         # its pipe closed: it is exiting. A killed process whose ring this process still maps
         # may not be reaped until the mapping is closed (seen on an H100: not reaped after 8 s;
         # close() closes it), so its exit status may not be known yet
-        if self.exited is None:
-            self.proc.join(timeout=2)
+        self.join(2)
         pid, code = self.exited or (self.proc.pid, self.proc.exitcode)
         how = (f"killed by signal {-code}" if code is not None and code < 0
                else "exit status not known yet" if code is None else f"exit code {code}")
@@ -305,8 +310,8 @@ class DecodeService:
             for w in self.workers:
                 w.proc.terminate()
             for w in self.workers:
-                w.proc.join(timeout=10)
-                w.close_ends()
+                w.join(10)
+                w.close_ends()  # (close() later skips what is closed here)
             raise
         self.connected = True
 
@@ -420,13 +425,13 @@ class DecodeService:
         for w in self.workers:
             # a worker that died first: its ring is unmapped before the wait (a killed process
             # whose memory is still mapped here may not be torn down until it is)
-            wait = lambda: w.proc.join(timeout=10)  # noqa: E731
+            wait = lambda: w.join(10)  # noqa: E731
             for step in ((wait, w.unmap) if w.alive else (w.unmap, wait)):
                 step()
             w.close_ends()
         for w in self.stopped:  # (long gone, as a rule: stopped at build)
-            w.proc.join(timeout=10)
-            if w.proc.exitcode is None:
+            w.join(10)
+            if w.exited is None and w.proc.exitcode is None:
                 w.proc.terminate()  # it holds nothing the pipeline needs
             w.close_ends()
         self.workers, self.stopped = [], []
@@ -434,8 +439,9 @@ class DecodeService:
     def pids(self) -> dict:
         """``{pid: role}`` of the processes started (decode processes, and those started early
         that the plan stopped, while they live): diagnostics."""
-        out = {w.proc.pid: "decode process" for w in self.workers if w.proc.pid is not None}
+        out = {w.proc.pid: "decode process" for w in self.workers
+               if w.exited is None and w.proc.pid is not None}
         out.update({w.proc.pid: "decode process stopped by the plan" for w in self.stopped
-                    if w.proc.pid is not None and w.proc.exitcode is None})
+                    if w.exited is None and w.proc.pid is not None and w.proc.exitcode is None})
         return out
 

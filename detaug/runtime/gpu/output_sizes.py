@@ -80,14 +80,6 @@ def _outputs_of(op, ins, top) -> Out:
     return out if isinstance(out, Out) else Out(tuple(out))
 
 
-def _level_shape(op, levels, by_id) -> tuple:
-    """The shape of ``op``'s level (partners.level_shape): its samples per output sample
-    (ops under a mosaic run on 4 samples each), in a launch of one batch or several."""
-    from ..partners import level_shape
-
-    return level_shape(levels.get(op.id, ()), by_id)
-
-
 def batch_bytes(ops, outputs, sizes_hw, batch_size, levels=None, boxes_per_sample=None):
     """:class:`LaunchBytes` of one batch of ``batch_size`` (None where some output's size is not
     known before the graph runs). ``ops``: the needed ops, inputs first; ``outputs``: the
@@ -95,6 +87,8 @@ def batch_bytes(ops, outputs, sizes_hw, batch_size, levels=None, boxes_per_sampl
     unknown); ``levels``: multi-sample levels (detaug/runtime/partners.py);
     ``boxes_per_sample``: the reader's mean boxes a sample (None: unknown). Decoded images are
     the decode side's (memory_plan counts them), not the launch's."""
+    from ..partners import level_shape, samples_in_launch
+
     levels, by_id = levels or {}, {op.id: op for op in ops}
     per_sample = BOXES_UNKNOWN if boxes_per_sample is None else boxes_per_sample
     top = None
@@ -108,7 +102,7 @@ def batch_bytes(ops, outputs, sizes_hw, batch_size, levels=None, boxes_per_sampl
             consumers.setdefault((i.op.id, i.index), []).append(op)
     for op in ops:
         ins = [vals.get((i.op.id, i.index)) for i in op.inputs]
-        shape = _level_shape(op, levels, by_id)
+        shape = level_shape(levels.get(op.id, ()), by_id)  # (ops under a mosaic: 4 samples)
         out = _outputs_of(op, ins, top)
         held = []
         by_shape[shape] = by_shape.get(shape, 0) + out.working
@@ -149,8 +143,6 @@ def batch_bytes(ops, outputs, sizes_hw, batch_size, levels=None, boxes_per_sampl
             return None
         parts.append((node.name, nb * batch_size))
         total += nb * batch_size
-    from ..partners import samples_in_launch
-
     per_level = tuple((shape, b * batch_size) for shape, b in sorted(by_shape.items(), key=str) if b)
     slack = pool_slack(parts)
     work = sum(b * samples_in_launch(shape, 1) for shape, b in per_level) + slack
