@@ -29,9 +29,10 @@ from . import decode_cache
 from .gpu import memory_plan, output_sizes
 from .gpu import plan_ahead as _plan_ahead
 
-# default prefetch depth of pipelines that decode in decode processes, in launches (of one batch
-# or of several: launch_depth): each launch holds a device worker while its
-# files are decoded, so the decoders idle with few launches in flight (6 ran faster than 4 with 3
+# default prefetch depth of pipelines that decode in decode processes, in launches of any size (a
+# launch's device bytes are bounded apart, by its ring and output slots: 'pool' at 4 batches a
+# launch ran 7,529 img/s with 12 in flight, 6,716 with 3, at 4.9 GB both; H200): each launch
+# holds a device worker while its files are decoded, so the decoders idle with few launches in flight (6 ran faster than 4 with 3
 # processes). 12: training
 # RetinaNet (bench_train, batch 16, 2 GB) fed with 12 in flight ran at 0.989 and 0.998 of a batch
 # kept on the GPU, with 6 at 0.962 and 0.981 (same call; 0.918-0.960 in two calls before). The
@@ -384,15 +385,6 @@ def _launch_batches(settings, budget, planned, batch_bytes, sized, fits=None) ->
                                           fits=fits)
 
 
-def launch_depth(batches: int) -> int:
-    """The default launches in flight of a pipeline with decode processes, for launches of
-    ``batches`` batches: :data:`DECODE_PROCESS_PREFETCH` launches whatever their size. What a
-    launch holds on the device is bounded apart (its ring slot, its output slot), so a deeper
-    queue costs host memory only; measured (H200, YOLO recipe, 'pool', 4 batches a launch, 6 GB,
-    one call): 12 launches 7,529 img/s at 4,906 MB, 3 launches 6,716 at 4,902."""
-    return DECODE_PROCESS_PREFETCH
-
-
 def _device_workers(settings, depth, decode) -> int:
     """The device workers: the setting, else one per launch in flight (a device worker holds
     its launch through the decode), at most MAX_DEVICE_WORKERS or the decode slots."""
@@ -487,7 +479,7 @@ def decide(ops, outputs, sources, *, seed: int, budget: int, settings: Settings,
         decode_slots = decode.processes * decode.launches
         if settings.prefetch_queue_depth is None:
             # enough launches in flight to hold every ring slot of the queue
-            depth = max(launch_depth(bpl), decode_slots)
+            depth = max(DECODE_PROCESS_PREFETCH, decode_slots)
     # the device stage's two phases: decode (runs ahead), then what makes the outputs (waits
     # for an output slot)
     last = max((k + 1 for k, op in enumerate(device_ops) if op.gpu_decode), default=0)

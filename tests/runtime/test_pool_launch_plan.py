@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from detaug import Pipeline, fn
-from detaug.runtime import build_plan as bpm
 from detaug.runtime import partners
 from detaug.runtime.gpu import memory_plan as mp
 from detaug.runtime.gpu import output_sizes
@@ -211,8 +210,6 @@ def test_ring_depth_and_launch_size_rules():
     launch = 384 * 990_000  # a launch of 384 images of about 660 x 500
     p = mp.plan_decode(8_000_000_000, launch, processes=1, threads=2, batches=4)
     assert (p.launches, p.slots, p.ring_bytes) == (2, 3, -(-3 * launch // 2**20) * 2**20)
-    # the depth: 12 launches whatever their size (a launch's device bytes are bounded apart)
-    assert [bpm.launch_depth(k) for k in (1, 2, 3, 4, 8)] == [12, 12, 12, 12, 12]
     # the largest of 4, 2, 1 that fits, for a pipeline that shares across batches
     assert mp.batches_per_launch(2.3e9, True, fits=lambda k: True) == 4
     assert mp.batches_per_launch(2.3e9, True, fits=lambda k: k <= 2) == 2
