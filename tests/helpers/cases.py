@@ -8,8 +8,8 @@ import sys
 
 import numpy as np
 
-from detaug import fn, pipeline_def
-from helpers import REPO, fresh_seed, random_images
+from detaug import Pipeline, fn, pipeline_def
+from helpers import REPO, fresh_seed, random_images, track
 
 # ---------------------------------------------------------------------------------- prune / clip
 PRUNE_CASES = [  # box on a 10 x 10 canvas, identity; (min_size, min_area, min_visibility), kept
@@ -167,6 +167,26 @@ def tv_gaussian_blur(img, kernel_size, sigma):
         for j in range(kx):
             out += k2[i, j] * pad[i:i + h, j:j + w]
     return np.clip(np.round(out), 0, 255)
+
+
+# ------------------------------------------------------------------------ partner pool pipelines
+def flat_pipe(n, batch_size, k, partners="pool", mixup=False, seed=5):
+    """A partner-pool pipeline whose boxes name their records: record i is a 12 x 10 image with
+    one whole-image box labelled i; mosaic of probability 1 (its boxes' labels are its group's
+    records, the sample first), mixup optionally; pool of ``k`` batches."""
+    def src(info):
+        i = info.idx_in_epoch
+        return (np.full((12, 10, 3), i % 250, np.uint8),
+                {"boxes": np.array([[0, 0, 10, 12]], np.float32), "labels": np.array([i])})
+
+    pipe = track(Pipeline(batch_size=batch_size, seed=seed, host_processes=0))
+    with pipe:
+        img, bx = fn.external_source(source=src, batch=False, num_outputs=2, size=n)
+        img, bx = fn.mosaic(img, bx, size=16, partners=partners, pool_batches=k)
+        if mixup:
+            img, bx = fn.mixup(img, bx, probability=0.5, partners=partners, pool_batches=k)
+        pipe.set_outputs(img, bx)
+    return pipe
 
 
 class NoDecodeService:

@@ -9,11 +9,11 @@ import os
 import numpy as np
 import pytest
 
-from detaug import Pipeline, fn, pipeline_def
+from detaug import fn, pipeline_def
 from detaug.core.rng import SampleRNG
 from detaug.runtime.partners import LaunchLevels
 from helpers import close_pipelines, track  # noqa: F401 (fixture)
-from helpers.cases import assert_same_host_batch, host_batch
+from helpers.cases import assert_same_host_batch, flat_pipe, host_batch
 
 
 def yolo_pipe(root, partners="pool", k=1, **kw):
@@ -61,24 +61,6 @@ def read_per_batch(pipe, epoch, b):
     src = next(op for op in pipe._needed_ops() if op.schema.kind == "source")
     return len(LaunchLevels(pipe.graph, pipe.schedule, epoch, idx, pos, sizes).get(pipe.build_plan.levels.get(src.id, ()))
                .sample_index)
-
-
-def flat_pipe(n, batch_size, k, partners="pool", mixup=False, seed=5):
-    """Record i: a 12 x 10 image with one whole-image box labelled i; mosaic of probability 1
-    (its boxes' labels are its group's records, the sample first), mixup optionally."""
-    def src(info):
-        i = info.idx_in_epoch
-        return (np.full((12, 10, 3), i % 250, np.uint8),
-                {"boxes": np.array([[0, 0, 10, 12]], np.float32), "labels": np.array([i])})
-
-    pipe = track(Pipeline(batch_size=batch_size, seed=seed, host_processes=0))
-    with pipe:
-        img, bx = fn.external_source(source=src, batch=False, num_outputs=2, size=n)
-        img, bx = fn.mosaic(img, bx, size=16, partners=partners, pool_batches=k)
-        if mixup:
-            img, bx = fn.mixup(img, bx, probability=0.5, partners=partners, pool_batches=k)
-        pipe.set_outputs(img, bx)
-    return pipe
 
 
 @pytest.mark.parametrize("k", [0, 1, 3])

@@ -13,12 +13,11 @@ import sys
 import numpy as np
 import pytest
 
-from detaug import Pipeline, fn
 from detaug.runtime import partners
 from detaug.runtime.gpu import memory_plan as mp
 from detaug.runtime.gpu import output_sizes
-from helpers import REPO, close_pipelines, fresh_seed, load_benchmark, track  # noqa: F401
-from helpers.cases import BuildStopped, plan_stops_build
+from helpers import REPO, close_pipelines, fresh_seed, load_benchmark  # noqa: F401
+from helpers.cases import BuildStopped, flat_pipe, plan_stops_build
 
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 import bench_gpu  # noqa: E402  (the benchmark's data and detection pipeline)
@@ -37,20 +36,8 @@ def test_samples_in_launch_hand_computed():
 
 
 def _flat(k_pool, bsz, n=48, seed=5, mode="pool"):
-    """Record i: a 6 x 5 image, one box labelled i; mosaic then mixup drawing from ``mode``."""
-    def src(info):
-        i = info.idx_in_epoch
-        return (np.full((6, 5, 3), i % 250, np.uint8),
-                {"boxes": np.array([[0, 0, 5, 6]], np.float32), "labels": np.array([i])})
-
-    pipe = track(Pipeline(batch_size=bsz, seed=seed, host_processes=0))
-    with pipe:
-        img, bx = fn.external_source(source=src, batch=False, num_outputs=2, size=n)
-        img, bx = fn.mosaic(img, bx, size=8, partners=mode, pool_batches=k_pool)
-        img, bx = fn.mixup(img, bx, probability=0.5, partners=mode, pool_batches=k_pool)
-        pipe.set_outputs(img, bx)
-    pipe.build()
-    return pipe
+    """helpers.cases.flat_pipe with mixup, built."""
+    return flat_pipe(n, bsz, k_pool, partners=mode, mixup=True, seed=seed).build()
 
 
 @pytest.mark.parametrize("k_pool", [1, 2])
