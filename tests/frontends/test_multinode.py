@@ -62,32 +62,59 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(dirs, args, timeout=150):
+def _teardown_abort(outs) -> bool:
+    """Both ranks got through the whole script ("rank N: done") and one then aborted in torch's
+    teardown (TEARDOWN_ABORT)."""
+    joined = "\n".join(outs)
+    return len(set(re.findall(r"rank (\d): done", joined))) == 2 and TEARDOWN_ABORT in joined
+
+
+def launch(dirs, args, timeout=150, grace=15):
     """Both machines' torchrun at once, each in its directory and session; their outputs.
-    A launch in which every rank finished and one aborted in torch's teardown runs once more."""
+    A launch in which every rank finished and one aborted in torch's teardown runs once more;
+    the other machine's torchrun, left waiting for its aborted peer, is stopped ``grace`` s
+    after the abort rather than at ``timeout``."""
+    import tempfile
+    import time
+
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1", PYTHONPATH=REPO)
     for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
     for attempt in range(2):
         cmds = node_commands(free_port())
-        procs = [subprocess.Popen(cmd + list(args), cwd=d, env=env, stdout=subprocess.PIPE,
+        logs = [tempfile.TemporaryFile("w+") for _ in cmds]
+        procs = [subprocess.Popen(cmd + list(args), cwd=d, env=env, stdout=f,
                                   stderr=subprocess.STDOUT, text=True, start_new_session=True)
-                 for cmd, d in zip(cmds, dirs)]
-        outs = []
-        try:
-            for p in procs:
-                outs.append(p.communicate(timeout=timeout)[0])
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                if p.poll() is None:
-                    os.killpg(p.pid, signal.SIGKILL)  # this launch's own session
-            for p in procs[len(outs):]:
-                outs.append(p.communicate()[0])
-            pytest.fail("the two-node launch timed out:\n" + "\n----\n".join(outs))
+                 for cmd, d, f in zip(cmds, dirs, logs)]
+
+        def outputs():
+            got = []
+            for f in logs:
+                f.seek(0)
+                got.append(f.read())
+            return got
+
+        t0, aborted_at = time.monotonic(), None
+        while any(p.poll() is None for p in procs):
+            now = time.monotonic()
+            if aborted_at is None and any(p.poll() not in (None, 0) for p in procs) \
+                    and _teardown_abort(outputs()):
+                aborted_at = now
+            if now - t0 > timeout or (aborted_at is not None and now - aborted_at > grace):
+                for p in procs:
+                    if p.poll() is None:
+                        os.killpg(p.pid, signal.SIGKILL)  # this launch's own session
+                for p in procs:
+                    p.wait()
+                if aborted_at is None:
+                    pytest.fail("the two-node launch timed out:\n" + "\n----\n".join(outputs()))
+                break
+            time.sleep(0.2)
+        outs = outputs()
+        for f in logs:
+            f.close()
         rcs = [p.returncode for p in procs]
-        joined = "\n".join(outs)
-        if not any(rcs) or attempt or not (
-                len(re.findall(r"rank \d: done", joined)) == 2 and TEARDOWN_ABORT in joined):
+        if not any(rcs) or attempt or not _teardown_abort(outs):
             return rcs, outs
 
 
