@@ -39,10 +39,12 @@ def test_share_and_refusal_hand_computed():
     plan = BuildPlan(seed=0, budget=2_000_000_000, reserved=300_000_000,
                      decode_bytes=500_000_000, prefetch_queue_depth=12)
     slots, budget = OutputSlots(1), OutputBudget(plan)
-    budget.measured(200_000_000)
+    budget.measured(6 * mp.POOL_CHUNK)  # launches of 201,326,592 bytes (6 of the pool's chunks)
     budget.after_launch_out(slots)
     assert plan.room == 1_700_000_000
-    assert budget.slots == slots.n == (1_700 - 500 - 2 * 200) // 200 == 4
+    # (the caller's 2 launches and the one being freed, in the pool's chunks)
+    chunks = 201_326_592
+    assert budget.slots == slots.n == (1_700_000_000 - 500_000_000 - 3 * chunks) // chunks == 2
 
 
 def test_a_consumer_declared_after_build_is_warned_of():
@@ -112,11 +114,12 @@ def test_torch_iterator_declares_its_share_and_the_plan_keeps_within(seg_data, f
     assert bp.reserved == fixed + 2 * b.planes and bp.room == mp.DEFAULT_BUDGET - bp.reserved
     assert "torch adapter" in bp.consumer.what and "masks it makes" in bp.consumer.what
     # the decode side within the decode share of what is left, the slots after it
-    out = b.outputs
+    out, pool = b.outputs, mp.pool_bytes(b.outputs)  # (as the pool takes them: whole chunks)
     assert bp.decode.bytes <= mp.decode_cap(bp.room, out, b.working) < plain.decode.bytes
-    assert bp.decode.bytes + (2 + bp.output_slots) * out <= bp.room
-    assert bp.output_slots == min(bp.prefetch_queue_depth, (bp.room - bp.decode.bytes - 2 * out)
-                                  // (out + b.working))
+    held = mp.CALLER_LAUNCHES + mp.FREEING_LAUNCHES
+    assert bp.decode.bytes + (held + bp.output_slots) * pool <= bp.room
+    assert bp.output_slots == min(bp.prefetch_queue_depth, (bp.room - bp.decode.bytes - held * pool)
+                                  // (pool + b.working))
     assert [(p, t) for p, t in fake_gpu] == [(plain.decode.processes, plain.decode.threads),
                                              (bp.decode.processes, bp.decode.threads)]
     # boxes only: no masks made, the fixed part alone

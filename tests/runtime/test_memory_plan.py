@@ -15,7 +15,7 @@ from detaug.runtime.executor import Cancelled, OutputSlots
 from detaug.runtime.gpu.allocator import device_pool, free_cached
 from detaug.runtime.gpu import memory_plan as mp
 from detaug.runtime.gpu import output_sizes
-from helpers import REPO, close_pipelines  # noqa: F401  (autouse fixture)
+from helpers import REPO, close_pipelines, fresh_seed  # noqa: F401  (autouse fixture)
 
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 import bench_gpu  # noqa: E402  (the benchmark's pipeline: one definition for tests and benches)
@@ -86,7 +86,9 @@ def test_output_slots_and_batches_per_launch():
     # (8 - 3.8 - 2 x 1.26) // 1.26 = 1
     assert mp.output_slots(8_000_000_000, 3_800_000_000, 1_260_000_000, 6) == 1
     assert mp.output_slots(8_000_000_000, 3_000_000_000, 1_260_000_000, 6) == 1
-    assert mp.output_slots(8_000_000_000, 1_000_000_000, 1_260_000_000, 6) == 3
+    # the pool takes 1.26 GB as 38 chunks of 32 MiB (1,275,068,416 bytes); the caller's two and
+    # the launch being freed: (8 - 1 - 3 x 1.275) // 1.275 = 2
+    assert mp.output_slots(8_000_000_000, 1_000_000_000, 1_260_000_000, 6) == 2
     assert mp.output_slots(10**9, 2 * 10**9, 10**8, 4) == 1  # never below one
     assert mp.batches_per_launch(2_000_000_000) == 1 and mp.batches_per_launch(8e9) == 4
     # planned ahead, a launch's host work is out of the pipeline's process: one batch a launch
@@ -295,9 +297,25 @@ def test_plan_arithmetic_hand_computed():
     assert mp.decode_cap(2_000_000_000, None) == 1_500_000_000
     assert mp.decode_cap(2_000_000_000, 501_000_000) == 497_000_000
     assert mp.decode_cap(2_000_000_000, 100_000_000, 50_000_000) == 1_500_000_000
-    # output slots: (budget - decode - 2 held) // (outputs + working)
-    assert mp.output_slots(8_000_000_000, 2_000_000_000, 1_000_000_000, 12, 500_000_000) == 2
-    assert mp.output_slots(8_000_000_000, 2_000_000_000, 1_000_000_000, 12) == 4
+    # the pool takes a large launch's outputs in whole 32 MiB chunks: 48 MiB takes 64; 1 GB
+    # takes 30 chunks (1,006,632,960 bytes); below a chunk, the bytes themselves
+    assert mp.pool_bytes(48 << 20) == 64 << 20 and mp.pool_bytes(64 << 20) == 64 << 20
+    assert mp.pool_bytes(1_000_000_000) == 30 * 2**25 and mp.pool_bytes(10 << 20) == 10 << 20
+    # output slots: (budget - decode - (2 held + 1 freeing)) // (outputs + working), outputs as
+    # the pool takes them: (6e9 - 3 x 1,006,632,960) // 1,506,632,960 = 1;
+    # // 1,006,632,960 = 2 (4 by bytes, without the launch freeing)
+    assert (mp.CALLER_LAUNCHES, mp.FREEING_LAUNCHES) == (2, 1)
+    assert mp.output_slots(8_000_000_000, 2_000_000_000, 1_000_000_000, 12, 500_000_000) == 1
+    assert mp.output_slots(8_000_000_000, 2_000_000_000, 1_000_000_000, 12) == 2
+    # small launches: 6e9 - 3 x 10 MB leaves 598 launches of 10 MB: the depth bounds them
+    assert mp.output_slots(8_000_000_000, 2_000_000_000, 10_000_000, 12) == 12
+    rng = np.random.default_rng(fresh_seed())
+    for n in rng.integers(1, 4 << 30, 200):
+        got = mp.pool_bytes(int(n))
+        if n < mp.POOL_CHUNK:
+            assert got == n
+        else:
+            assert got % mp.POOL_CHUNK == 0 and n <= got < n + mp.POOL_CHUNK, n
     # batches per launch: 4 at 8 GB unless one launch's minimum passes half the budget
     assert mp.batches_per_launch(8e9, False, 315_000_000) == 4      # 3 x 1.26 GB <= 4 GB
     assert mp.batches_per_launch(8e9, False, 2_004_000_000) == 1    # 3 x 2 x 2.0 GB > 4 GB
@@ -503,8 +521,9 @@ def test_outputs_measured_on_the_first_launch_are_checked_then():
     budget.measured(200_000_000)  # the most a launch took
     budget.measured(100_000_000)
     budget.after_launch_out(slots)
-    # (2,000 - 500 - 2 x 200) // 200 = 5 launches of outputs at once (two in the caller's hands)
-    assert budget.slots == 5 and slots.n == 5 and budget.launch_bytes == 200_000_000
+    # 200 MB take 6 of the pool's 32 MiB chunks (201,326,592 bytes): (2,000 - 500 - 3 x 201.3)
+    # // 201.3 = 4 launches of outputs at once (two in the caller's hands, one being freed)
+    assert budget.slots == 4 and slots.n == 4 and budget.launch_bytes == 200_000_000
     budget = OutputBudget(plan)
     budget.measured(600_000_000)  # 500 + 3 x 600 = 2,300 MB > 2,000
     with pytest.raises(mp.BudgetError, match="2,300 MB") as e:

@@ -21,7 +21,9 @@ follow, unless set explicitly:
   once (made and not yet handed out, or being made, each with its ops' working memory); the rest
   of the budget, less :data:`CALLER_LAUNCHES` launches for the batches the caller holds (the one
   in use, and in a for loop the one before it, still bound while ``next()`` makes the next
-  batch). Sized at build from the
+  batch) and :data:`FREEING_LAUNCHES` that the pool is taking back, each launch counted as the
+  device threads' pool takes it (:func:`pool_bytes`: large ones in whole chunks). Sized at
+  build from the
   outputs' bytes where the graph fixes them (detaug/runtime/gpu/output_sizes.py: an image
   resized to a fixed canvas, RetinaNet targets, whose anchor count follows from the canvas),
   and from what the first launch's outputs really take once it is made.
@@ -80,6 +82,16 @@ MAX_DECODE_PROCESSES, MAX_DECODE_THREADS = 3, 2
 # before it, still bound during ``next()`` (measured: the benchmark pipeline's pool held 3
 # launches of outputs, 944 MB of 315 MB launches, in that idiom: benchmarks/RESULTS.md)
 CALLER_LAUNCHES = 2
+# the device threads' stream-ordered pool (runtime/gpu/allocator.py) grows in chunks of 32 MiB
+# (cupy's MemoryAsyncPool notes; it keeps them: cupy sets no release threshold), so a launch of
+# 48 MiB outputs takes 64 MiB of it; and a batch the caller let go goes back to the pool behind
+# a wait on the caller's streams (runtime/gpu/handout.py) while the next launch already takes
+# its outputs: one launch more held for that (FREEING_LAUNCHES). Measured on the seg recipe's
+# boxes through the torch adapter (48 MiB launches, 2.3 GB, H200): 10 output slots by bytes
+# held 2,330 MB, 7 by chunks 2,174 (2,316 in another run), 6 with the launch freeing 2,082;
+# the pool reserved up to 432 MB more than it had in use at once
+POOL_CHUNK = 32 << 20
+FREEING_LAUNCHES = 1
 # decode in the device-stage threads (decode_processes=0): each thread's nvImageCodec decoder
 # with the images it decodes into (182 MB measured with its own images, above), and the decoded
 # images kept IN_THREAD_KEEP launches (detaug/ops/gpu_decode.py keep_queue) besides those in use
@@ -298,12 +310,22 @@ def check_budget(budget: int, decode_bytes: int, decode_what: str, launch_bytes:
         + "; or ".join(fixes) + ".", need)
 
 
+def pool_bytes(launch_output_bytes: int) -> int:
+    """What a launch's outputs take of the device threads' pool: from :data:`POOL_CHUNK` on, its
+    bytes rounded up to the pool's chunks (a large allocation gets chunks of its own, and the
+    rest of its last chunk serves only smaller ones); below, its bytes."""
+    n = max(0, int(launch_output_bytes))
+    return n if n < POOL_CHUNK or not POOL_CHUNK else -(-n // POOL_CHUNK) * POOL_CHUNK
+
+
 def output_slots(budget: int, decode_bytes: int, launch_output_bytes: int, depth: int,
                  working: int = 0) -> int:
     """Launches whose outputs may exist at once: what the budget leaves after the decode side,
-    less the :data:`CALLER_LAUNCHES` launches the caller holds, in launches of outputs and
-    working memory (each launch being made holds both); at least 1, at most ``depth`` (the
-    launches in flight)."""
-    room = budget - decode_bytes - CALLER_LAUNCHES * max(0, launch_output_bytes)
-    n = room // max(1, launch_output_bytes + max(0, working))
+    less the :data:`CALLER_LAUNCHES` launches the caller holds and the :data:`FREEING_LAUNCHES`
+    the pool has not taken back yet, in launches of outputs (as the pool takes them:
+    :func:`pool_bytes`) and working memory (each launch being made holds both); at least 1, at
+    most ``depth`` (the launches in flight)."""
+    out = pool_bytes(launch_output_bytes)
+    room = budget - decode_bytes - (CALLER_LAUNCHES + FREEING_LAUNCHES) * out
+    n = room // max(1, out + max(0, working))
     return int(max(1, min(depth, n)))
