@@ -124,6 +124,27 @@ def _free():
     return int(cp.cuda.runtime.memGetInfo()[0])
 
 
+# the stream-ordered pool's high marks (cudaMemPoolAttr ReservedMemHigh, UsedMemHigh): what it
+# reserved and had in use at most since they were reset (cupy keeps what it reserved: the first
+# exceeds the second by what the pool holds beyond its peak in use)
+_RESERVED_HIGH, _USED_HIGH = 6, 8
+
+
+def _pool_highs(device_id=0, reset=False):
+    """(reserved high, used high) of the device's current stream-ordered pool, in bytes (reset
+    to now where ``reset``); None where the device threads use cupy's default pool."""
+    import cupy as cp
+
+    if device_pool(device_id) is cp.get_default_memory_pool():
+        return None
+    rt = cp.cuda.runtime
+    h = rt.deviceGetMemPool(device_id)
+    if reset:
+        rt.memPoolSetAttribute(h, _RESERVED_HIGH, 0)
+        rt.memPoolSetAttribute(h, _USED_HIGH, 0)
+    return int(rt.memPoolGetAttribute(h, _RESERVED_HIGH)), int(rt.memPoolGetAttribute(h, _USED_HIGH))
+
+
 # ---- children ---------------------------------------------------------------------------------
 
 def child_context(spec, data):  # pragma: no cover - GPU
@@ -306,6 +327,8 @@ def child_seg(key, args):  # pragma: no cover - GPU (--device cpu: no device fig
         out = get()
         out = None
         lowest = low()
+    if gpu:
+        _pool_highs(pipe.device_id or 0, reset=True)  # the timed window's own high marks
     n = k = 0
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < args.seconds:
@@ -325,7 +348,8 @@ def child_seg(key, args):  # pragma: no cover - GPU (--device cpu: no device fig
                drop=f0 - lowest if gpu else None, **_plan_figures(pipe, gpu))
     if gpu:
         cpool = cp.get_default_memory_pool()  # the caller's cupy allocations (adapter's masks)
-        res.update(cupy_pool_total=cpool.total_bytes(), cupy_pool_used=cpool.used_bytes())
+        res.update(cupy_pool_total=cpool.total_bytes(), cupy_pool_used=cpool.used_bytes(),
+                   pool_highs=_pool_highs(pipe.device_id or 0))
         if way == "torch":
             res.update(torch_reserved=torch.cuda.memory_reserved(),
                        torch_reserved_peak=torch.cuda.max_memory_reserved(),
@@ -410,8 +434,10 @@ def _seg_line(r):
                   if "torch_reserved" in r else "- | -")
     per = f"{r['boxes_per_image']:.1f}" if r.get("boxes_per_image") is not None else "-"
     share = f" ({_mb(r['adapter_share'])} set aside)" if r.get("adapter_share") else ""
+    highs = r.get("pool_highs")
+    highs = f" (high {_mb(highs[0])} / {_mb(highs[1])})" if highs else ""
     return (f"| {r['label']} | {r['img_s']:,.0f} | {_mb(r['drop'])} | {_mb(r['budget'])}{share} | "
-            f"{_mb(r.get('after_build'))} | {_mb(r['pool_total'])} / {_mb(r['pool_used'])} | "
+            f"{_mb(r.get('after_build'))} | {_mb(r['pool_total'])} / {_mb(r['pool_used'])}{highs} | "
             f"{_mb(r.get('cupy_pool_total'))} / {_mb(r.get('cupy_pool_used'))} | {torch_cols} | "
             f"{_mb(other)} ({r['processes']} x {r['threads']}, ring {_mb(r['ring'])}) | "
             f"{_mb(r['launch_out'])} | {r['output_slots']} (peak {r['output_slots_peak']}), "
@@ -504,7 +530,8 @@ def main(argv=None):
     if "seg" in parts:  # before this process holds a context, as the pipelines
         gpu_common.make_seg_dataset(args.seg_data, args.seg_images, os.cpu_count() or 1)
         print(f"\n| seg row ({args.seg_size} px, batch {args.batch_size}, {args.device}) | img/s | "
-              "device MB | budget (the adapter's share set aside) | after build | device pool total / used | caller's cupy pool "
+              "device MB | budget (the adapter's share set aside) | after build | device pool total / used "
+              "(its high marks in the timed window) | caller's cupy pool "
               "total / used | torch context | torch reserved (peak) / peak allocated | other: "
               "decode side (procs x threads, ring) | launch outputs | output slots, hold | "
               "planned decode | boxes/img |")
