@@ -233,13 +233,10 @@ def detaug_pipe(root, size, batch, device, workers, partners, mixup, seed=0, bud
     from detaug import fn, pipeline_def
 
     gpu = device == "gpu"
-    kw = dict(device_id=0, **pipe_kwargs) if gpu else dict(host_processes=workers, **pipe_kwargs)
-    if budget is not None:
-        kw["device_memory_budget"] = budget
-    if decode_cache_mb is not None:
-        kw["decode_cache_mb"] = decode_cache_mb
-    if batches_per_launch is not None:
-        kw["batches_per_launch"] = batches_per_launch
+    kw = dict(device_id=0) if gpu else dict(host_processes=workers)
+    set_here = dict(device_memory_budget=budget, decode_cache_mb=decode_cache_mb,
+                    batches_per_launch=batches_per_launch)
+    kw.update({k: v for k, v in set_here.items() if v is not None}, **pipe_kwargs)
 
     @pipeline_def(batch_size=batch, num_threads=max(1, workers), seed=seed, **kw)
     def yolo():
