@@ -18,6 +18,7 @@ from ..core import recycle
 from ..core.backend import upload
 
 from .launch import get_kernel, launch
+from .warp_copy import _put  # the finish of an OpenCV call made into a target
 
 _SRC = "color.cu"
 _BLOCK = 256
@@ -82,14 +83,6 @@ def _rgb_matrix_f64(m, im):
     import cv2
 
     return cv2.transform(x, np.ascontiguousarray(m, np.float64)).reshape(x.shape)
-
-
-def _put(target, result):
-    """``target`` holding what OpenCV returned for ``dst=target`` (it writes in place when
-    ``target`` fits, and then returns ``target`` itself; else a new array: copied here)."""
-    if result is not target and result.ctypes.data != target.ctypes.data:
-        np.copyto(target, result.reshape(target.shape))
-    return target
 
 
 def _pack_numpy(outs, dense, images):
@@ -236,7 +229,7 @@ def _hsv_strip(m32, eps, im, out, x, y, low):
     # max's scalar is a 4-vector, which a 1 x 1 image takes for a second operand)
     _put(y, cv2.threshold(y, 0.0, 0.0, cv2.THRESH_TOZERO, dst=y)[1])
     _put(low, cv2.convertScaleAbs(y, dst=low, alpha=1.0, beta=-eps))
-    return _put(out, cv2.convertScaleAbs(y, dst=out, alpha=1.0, beta=eps))
+    _put(out, cv2.convertScaleAbs(y, dst=out, alpha=1.0, beta=eps))
 
 
 # ----------------------------------------------------------------------------- cupy

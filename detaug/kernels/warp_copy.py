@@ -1,6 +1,6 @@
 """Pieces of the OpenCV warp path (kernels/warp.py: warp_cv2): a unit-step map with a reversed
 axis (a flip) copied by ``cv2.flip``, its pixels exactly (:func:`_copy_steps`); the finish of an
-OpenCV call made into a target (:func:`_put`)."""
+OpenCV call made into a target (:func:`_put`, the colour kernels' too: kernels/color.py)."""
 from __future__ import annotations
 
 import numpy as np

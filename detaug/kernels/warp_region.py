@@ -179,8 +179,8 @@ _SPAN_WINDOW = 2  # points tested on either side of a bound's estimated crossing
 
 def _row_bounds(inv, spec, b):
     """The bounds of each mask (the rect, then each used slab) as arrays over the K bounds:
-    ``num``, ``den`` (K, 3), ``bound`` (K,), ``lower`` (K,) bool and ``mask`` (K,) (its mask's
-    index): the twin's value ``((num0 ox + num1 oy) + num2) / ((den0 ox + den1 oy) + den2)``,
+    ``num``, ``den`` (K, 3), ``bound`` (K,), ``lower`` (K,) bool and ``owner`` (K,) (its mask's
+    index: 0 the rect, k + 1 slab k): the twin's value ``((num0 ox + num1 oy) + num2) / ((den0 ox + den1 oy) + den2)``,
     and ``value >= bound`` (lower) or ``value < bound``. Where the twin does not divide, ``den``
     is ``(0, 0, 1)``: a divide by 1, exact. An infinite bound is left out (it holds at every
     finite value)."""
@@ -197,7 +197,7 @@ def _row_bounds(inv, spec, b):
     return (np.array([r[0] for r in rows], np.float64).reshape(-1, 3),
             np.array([r[1] for r in rows], np.float64).reshape(-1, 3),
             np.array([r[2] for r in rows], np.float64), np.array([r[3] for r in rows], bool),
-            np.array([r[4] for r in rows], np.int64), 1 + int(spec.nslab[b]))
+            np.array([r[4] for r in rows], np.int64))
 
 
 def _row_spans(inv, gx, oy, spec, b):
@@ -215,7 +215,8 @@ def _row_spans(inv, gx, oy, spec, b):
     A row where this does not hold (the divide not positive at both ends, a value within the
     margin of a bound away from its crossing, more than one change) is tested point by point."""
     n_col, n_row = len(gx), len(oy)
-    num, den, bound, lower, owner, n_mask = _row_bounds(inv, spec, b)
+    num, den, bound, lower, owner = _row_bounds(inv, spec, b)
+    n_mask = 1 + int(spec.nslab[b])
     kb = len(bound)
     step = (gx[-1] - gx[0]) / max(n_col - 1, 1)  # grid spacing: gx[j] ~ gx[0] + j step
     offs = np.arange(-_SPAN_WINDOW - 1, _SPAN_WINDOW + 2)  # guard, window, guard
