@@ -246,13 +246,13 @@ class Pipeline:
                 sources = [_dali.implicit_source(self)]
             if not sources:
                 raise ValueError("the pipeline has no reader or external source")
-        settings = self._settings()
-        if any(op.gpu_decode for op in self._needed_ops()):
+        settings, needed = self._settings(), self._needed_ops()
+        if any(op.gpu_decode for op in needed):
             # a GPU decoder: its decode processes start now, while the readers index
             with tl.phase("build.gpu_check"):  # (imports cupy)
                 self._check_gpu()
             self._device.start_early(_build_plan.early_guess(  # (the plan they most likely get)
-                self._needed_ops(), self._outputs, self.device_memory_budget, settings, consumer), tl)
+                needed, self._outputs, self.device_memory_budget, settings, consumer), tl)
         with tl.phase("build.readers"):
             self._sources = {op.id: op.schema.impl(op, self) for op in sources}
             self._driver = self._sources[sources[0].id]
@@ -267,7 +267,6 @@ class Pipeline:
         tl.begin("build.plan")
         from .runtime import partners
 
-        needed = self._needed_ops()
         sized = self._driver.size is not None
         # multi-sample ops: the level of each op, the fan-out, the decoders' level
         levels, fan_out, decode_level = partners.setup(needed, self._outputs, sized)

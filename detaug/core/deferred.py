@@ -38,7 +38,8 @@ class HostUpload:
     """A plain tensor planned ahead to go up to the device when its launch is realised: the
     mark a planning op (an upload, a device op over plain tensors) puts on what must be
     uploaded. ``arrays``: its host arrays (a tuple); ``ragged``: the value is their list (a
-    ragged batch: each sample a view of the one copy), else the one array."""
+    ragged batch: each sample a view of the one copy), else the one array. Uploaded as a host
+    BoxBatch is (:meth:`device_arrays`, then :meth:`on_device`)."""
 
     __slots__ = ("arrays", "ragged")
 
@@ -50,9 +51,14 @@ class HostUpload:
         """The value as the host holds it (what a planning op reads)."""
         return list(self.arrays) if self.ragged else self.arrays[0]
 
-    def made(self, device_arrays):
-        """The value on the device from ``device_arrays`` (those of ``arrays``, in order)."""
-        return list(device_arrays) if self.ragged else device_arrays[0]
+    def device_arrays(self) -> tuple:
+        """The host arrays an upload takes (``arrays``)."""
+        return self.arrays
+
+    def on_device(self, dev):
+        """The value on the device from ``dev``, the upload of :meth:`device_arrays` (in its
+        order)."""
+        return list(dev) if self.ragged else dev[0]
 
 
 def host_value(v):

@@ -178,9 +178,8 @@ def unbuilt(seed: int, budget: int, settings: Settings) -> BuildPlan:
     depth = settings.depth
     return BuildPlan(
         seed=int(seed), budget=int(budget), prefetch_queue_depth=depth,
-        device_workers=int(settings.device_workers or min(depth, MAX_DEVICE_WORKERS)),
-        batches_per_launch=(1 if settings.batches_per_launch is None
-                            else max(1, int(settings.batches_per_launch))))
+        device_workers=_device_workers(settings, depth, None),
+        batches_per_launch=_launch_batches(settings, budget, False, None, False))
 
 
 def decoded_sizes(ops, sources, any_decoder=False):
@@ -466,10 +465,10 @@ def decide(ops, outputs, sources, *, seed: int, budget: int, settings: Settings,
     where the pipeline cannot run within the budget, ValueError for host processes it cannot
     have."""
     ops, levels = list(ops), levels or {}
+    gpu_sizes = decoded_sizes(ops, sources)
     host_ops, device_ops, mixed_decode, ahead, batch_bytes, bpl, images, decode, reserved = \
-        _launch(ops, outputs, budget, settings, levels, sized,
-                decoded_sizes(ops, sources, True), decoded_sizes(ops, sources),
-                boxes_per_sample(sources), consumer)
+        _launch(ops, outputs, budget, settings, levels, sized, decoded_sizes(ops, sources, True),
+                gpu_sizes, boxes_per_sample(sources), consumer)
     room = budget - reserved
     depth = settings.depth
     decode_slots = 1 << 30
@@ -497,8 +496,8 @@ def decide(ops, outputs, sources, *, seed: int, budget: int, settings: Settings,
         else:
             # a GPU pipeline without decode processes: its decode side is the decoders of the
             # device-stage threads (decode_processes=0) or nothing (CPU decode)
-            decode_bytes = decode_side_bytes(settings, mixed_decode, decoded_sizes(ops, sources),
-                                             images, batch_bytes, bpl, budget, consumer)
+            decode_bytes = decode_side_bytes(settings, mixed_decode, gpu_sizes, images,
+                                             batch_bytes, bpl, budget, consumer)
         if out is not None:
             slots = memory_plan.output_slots(room, decode_bytes, out, depth, work)
     return BuildPlan(

@@ -2,6 +2,7 @@
 threshold cases (ops' boundary tests and the CUDA sources' emulation), the Keras adapter's VOC
 pipeline and batch comparison, the photometric tolerances and fresh inputs, a random mosaic
 compose case, torchvision's Gaussian blur as a float64 reference, and running an example script."""
+import contextlib
 import os
 import subprocess
 import sys
@@ -372,3 +373,27 @@ def device_stage_stand_in(monkeypatch, kernels=None, *modules, plan_ahead=True):
     monkeypatch.setattr(NoDecodeService, "decode", lambda self, paths, output_type, chunk, stream:
                         (made(paths), []), raising=False)  # (a launch run unplanned)
     return fake
+
+
+@contextlib.contextmanager
+def planned_and_plain(monkeypatch, kernels, make):
+    """Two pipelines ``make(seed)`` of one fresh seed on :func:`device_stage_stand_in` (warp.cu
+    emulated by ``kernels``): the first planned ahead, the second not (DETAUG_PLAN_AHEAD=0);
+    yielded with the CPU warp the NumPy reference (what the emulated kernel matches bit for
+    bit), the warp set back and both pipelines closed after."""
+    from detaug.core import backend
+    from detaug.kernels import warp as W
+
+    device_stage_stand_in(monkeypatch, kernels, W)
+    seed = fresh_seed()
+    planned = make(seed)
+    monkeypatch.setenv("DETAUG_PLAN_AHEAD", "0")
+    plain = make(seed)
+    before = backend.cpu_warp()
+    backend.set_cpu_warp("reference")
+    try:
+        yield planned, plain
+    finally:
+        backend.set_cpu_warp(before)
+        planned.close()
+        plain.close()

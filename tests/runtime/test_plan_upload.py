@@ -13,10 +13,9 @@ import pytest
 
 from detaug import ImageBatch, Pipeline, fn
 from detaug.core.deferred import HostUpload
-from detaug.kernels import warp as W
 from detaug.runtime.gpu.plan_ahead import LaunchPlan
 from helpers import COCO, fresh_seed, to_np, track  # noqa: F401  (track: pipelines closed)
-from helpers.cases import device_stage_stand_in
+from helpers.cases import planned_and_plain
 from helpers.warp import emulated_kernels  # noqa: F401 (a fixture)
 
 
@@ -48,15 +47,7 @@ def _host(batch):
 
 
 def test_an_uploaded_tensor_keeps_the_launch_planned(emulated_kernels, monkeypatch):
-    from detaug.core import backend
-
-    device_stage_stand_in(monkeypatch, emulated_kernels, W)
-    seed = fresh_seed()
-    planned = _pipe(seed)
-    monkeypatch.setenv("DETAUG_PLAN_AHEAD", "0")
-    plain = _pipe(seed)
-    backend.set_cpu_warp("reference")
-    try:
+    with planned_and_plain(monkeypatch, emulated_kernels, _pipe) as (planned, plain):
         assert planned.plan_ahead and not plain.plan_ahead
         assert planned.build_plan.ahead.rest_ops == ()  # the uploads are planned ops
         key = (0, 1, 1)
@@ -82,10 +73,6 @@ def test_an_uploaded_tensor_keeps_the_launch_planned(emulated_kernels, monkeypat
             for x, y in zip([to_np(it_planned.at(k)) for k in range(3)],
                             [to_np(it_plain.at(k)) for k in range(3)]):
                 np.testing.assert_array_equal(x, y)
-    finally:
-        backend.set_cpu_warp("opencv")
-        planned.close()
-        plain.close()
 
 
 @pytest.mark.gpu

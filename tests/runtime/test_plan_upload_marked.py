@@ -15,10 +15,9 @@ import numpy as np
 from detaug import ImageBatch, Pipeline, fn
 from detaug.core import backend
 from detaug.core.deferred import HostUpload, host_value
-from detaug.kernels import warp as W
 from detaug.runtime.gpu.plan_ahead import LaunchPlan, PlanAhead
 from helpers import COCO, fresh_seed, to_np, track  # noqa: F401  (track: pipelines closed)
-from helpers.cases import device_stage_stand_in
+from helpers.cases import planned_and_plain
 from helpers.warp import emulated_kernels  # noqa: F401 (a fixture)
 
 
@@ -85,14 +84,7 @@ def _pipe(seed):
 
 
 def test_a_device_slice_reads_and_marks_plain_tensors(emulated_kernels, monkeypatch):
-    device_stage_stand_in(monkeypatch, emulated_kernels, W)
-    seed = fresh_seed()
-    planned = _pipe(seed)
-    monkeypatch.setenv("DETAUG_PLAN_AHEAD", "0")
-    plain = _pipe(seed)
-    before = backend.cpu_warp()
-    backend.set_cpu_warp("reference")
-    try:
+    with planned_and_plain(monkeypatch, emulated_kernels, _pipe) as (planned, plain):
         assert planned.plan_ahead and not plain.plan_ahead
         key = (0, 1, 1)
         plan = planned._planner.plan_or_not(key, planned._batches.prepare(key), None)
@@ -111,10 +103,6 @@ def test_a_device_slice_reads_and_marks_plain_tensors(emulated_kernels, monkeypa
                     assert x.dtype == y.dtype
                     np.testing.assert_array_equal(x, y)
             assert got[0].data[0].shape[:2] != (0, 0)
-    finally:
-        backend.set_cpu_warp(before)
-        planned.close()
-        plain.close()
 
 
 def test_realized_padded_boxes_keep_each_batchs_width(monkeypatch):

@@ -129,6 +129,12 @@ def fake_gpu(monkeypatch):
         monkeypatch.delenv(env, raising=False)
 
 
+def _decoded_bytes(root) -> int:
+    """The decoded bytes of the data set's images (each 256-byte aligned, as the ring holds them)."""
+    with open(os.path.join(root, "annotations.json")) as f:
+        return sum(-(-im["height"] * im["width"] * 3 // 256) * 256 for im in json.load(f)["images"])
+
+
 def _plan(pipe):
     try:
         pipe.build()
@@ -144,8 +150,7 @@ def test_the_pool_recipe_takes_the_largest_launch_that_fits(data, fake_gpu):
     of images), one launch being made (outputs, working) and two the caller holds. The plan
     takes 4 where that fits, else 2, else 1; at the default budget it is refused with k = 1's
     figure, as before."""
-    with open(os.path.join(data, "annotations.json")) as f:
-        every = sum(-(-im["height"] * im["width"] * 3 // 256) * 256 for im in json.load(f)["images"])
+    every = _decoded_bytes(data)
     out = 64 * (IMAGE + output_sizes.BOX_BYTES)
 
     def need(k):
@@ -211,8 +216,7 @@ def test_a_ring_set_by_hand_bounds_the_launch(data, fake_gpu):
     the ring) holds its images: at 20 GB (launches of 4 by the budget alone), a ring whose
     slots hold the 192 images of k = 1 but not the 256 of k = 2 keeps launches of one batch;
     one holding the 384 of k = 4 takes 4."""
-    with open(os.path.join(data, "annotations.json")) as f:
-        every = sum(-(-im["height"] * im["width"] * 3 // 256) * 256 for im in json.load(f)["images"])
+    every = _decoded_bytes(data)
     assert _plan(_recipe(data, "pool", budget=20_000_000_000)).batches_per_launch == 4
     for images, k in ((192, 1), (384, 4)):
         mib = -(-3 * every * images // 8 // 2**20)  # slots of at least `images` images

@@ -107,11 +107,11 @@ def test_the_yolo_recipe_holds_its_budget(yolo_data, partners, k, monkeypatch):
     try:
         assert pipe.plan_ahead and pipe.build_plan.ahead.rest_ops == ()
         out, early = None, ""
-        for k in range(BATCHES):  # the for-loop idiom: ``out`` bound while the next is made
+        for i in range(BATCHES):  # the for-loop idiom: ``out`` bound while the next is made
             out = pipe.run()
             assert len(out[0]) == 64
             lowest = min(lowest, _free(sync=False))
-            if k == 11:  # while the decode processes come up (the first launches decoded here)
+            if i == 11:  # while the decode processes come up (the first launches decoded here)
                 early = _processes(pipe)
         del out
         lowest = min(lowest, _free())

@@ -315,7 +315,7 @@ def pool_bytes(launch_output_bytes: int) -> int:
     bytes rounded up to the pool's chunks (a large allocation gets chunks of its own, and the
     rest of its last chunk serves only smaller ones); below, its bytes."""
     n = max(0, int(launch_output_bytes))
-    return n if n < POOL_CHUNK or not POOL_CHUNK else -(-n // POOL_CHUNK) * POOL_CHUNK
+    return n if n < POOL_CHUNK else -(-n // POOL_CHUNK) * POOL_CHUNK
 
 
 def output_slots(budget: int, decode_bytes: int, launch_output_bytes: int, depth: int,

@@ -56,14 +56,18 @@ class LaunchBytes:
         ``batches`` times a batch's; the working memory of each level by the samples it holds in
         such a launch (partners.samples_in_launch: a pool's samples shared by the batches of
         the launch are held once), the slack ``batches`` times."""
-        from ..partners import samples_in_launch
-
         k = max(1, int(batches))
         if not self.levels:
             return self.outputs * k, self.working * k
-        work = sum(b * samples_in_launch(shape, k) for shape, b in self.levels)
-        return self.outputs * k, work + self.slack * k
+        return self.outputs * k, _working(self.levels, self.slack, k)
 
+
+def _working(levels, slack, batches) -> int:
+    """The working memory of a launch of ``batches`` batches from a batch's ``levels`` and
+    ``slack`` (:class:`LaunchBytes`)."""
+    from ..partners import samples_in_launch
+
+    return sum(b * samples_in_launch(shape, batches) for shape, b in levels) + slack * batches
 
 
 def _outputs_of(op, ins, top) -> Out:
@@ -87,7 +91,7 @@ def batch_bytes(ops, outputs, sizes_hw, batch_size, levels=None, boxes_per_sampl
     unknown); ``levels``: multi-sample levels (detaug/runtime/partners.py);
     ``boxes_per_sample``: the reader's mean boxes a sample (None: unknown). Decoded images are
     the decode side's (memory_plan counts them), not the launch's."""
-    from ..partners import level_shape, samples_in_launch
+    from ..partners import level_shape
 
     levels, by_id = levels or {}, {op.id: op for op in ops}
     per_sample = BOXES_UNKNOWN if boxes_per_sample is None else boxes_per_sample
@@ -145,8 +149,7 @@ def batch_bytes(ops, outputs, sizes_hw, batch_size, levels=None, boxes_per_sampl
         total += nb * batch_size
     per_level = tuple((shape, b * batch_size) for shape, b in sorted(by_shape.items(), key=str) if b)
     slack = pool_slack(parts)
-    work = sum(b * samples_in_launch(shape, 1) for shape, b in per_level) + slack
-    return LaunchBytes(total, work, tuple(parts), per_level, slack, planes)
+    return LaunchBytes(total, _working(per_level, slack, 1), tuple(parts), per_level, slack, planes)
 
 
 def _planes(v, per_sample) -> int:

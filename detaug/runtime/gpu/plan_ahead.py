@@ -285,7 +285,9 @@ class PlanAhead:
                 # its decode, or its launches (each once: core/deferred.py), the chain kept
                 ctx.values[k] = ImageBatch(realize(v.raw, decoded, ctx.stream, made), v.device,
                                            v.layout, v.geometry)
-            elif isinstance(v, BoxBatch) and v.device == "cpu":
+            elif isinstance(v, HostUpload) or (isinstance(v, BoxBatch) and v.device == "cpu"):
+                # a host box batch, or a plain tensor marked by the planning side: an array, or
+                # a ragged batch's samples (each a view of the one copy, as the upload makes them)
                 parts = v.device_arrays()
                 todo.append((k, v, None, len(host), len(parts)))
                 host.extend(parts)
@@ -293,19 +295,13 @@ class PlanAhead:
                 names = list(v)
                 todo.append((k, v, names, len(host), len(names)))
                 host.extend(v[n] for n in names)
-            elif isinstance(v, HostUpload):  # marked by the planning side: an array, or a
-                # ragged batch's samples (each a view of the one copy, as the upload makes them)
-                todo.append((k, v, None, len(host), len(v.arrays)))
-                host.extend(v.arrays)
             else:  # any other host value stays as the planning left it
                 ctx.values[k] = v
         dev = upload_many(host, ctx.stream) if host else []
         for k, v, names, at, n in todo:
             d = dev[at:at + n]
-            if isinstance(v, BoxBatch):
-                ctx.values[k] = v.on_device(d)
-            elif isinstance(v, PaddedBoxes):
+            if isinstance(v, PaddedBoxes):
                 ctx.values[k] = PaddedBoxes(zip(names, d))
                 ctx.values[k].widths = v.widths  # (each batch's own width, where several)
-            else:
-                ctx.values[k] = v.made(d)
+            else:  # a BoxBatch, a HostUpload
+                ctx.values[k] = v.on_device(d)
