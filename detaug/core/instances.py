@@ -161,8 +161,10 @@ def tight_boxes(boxes, fields) -> np.ndarray:
     corners (on COCO's sample polygons turned 30 degrees, 0.63 of its area). A box with no
     polygon and no mask pixel left keeps its corners' box (which the drop rules judged). Others
     are returned as they are."""
+    if "tight_box" not in fields:  # (before the shapes' boxes: a mask's box reads its plane)
+        return boxes
     tight = shape_boxes(fields)
-    if tight is None or "tight_box" not in fields:
+    if tight is None:
         return boxes
     use = (np.asarray(fields["tight_box"]) != 0) & ~np.isnan(tight[:, 0])
     if not use.any():
