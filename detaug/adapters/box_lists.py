@@ -16,12 +16,13 @@ would add a batch of masks for each batch the caller holds; moved in place it ad
 from __future__ import annotations
 
 import collections
+import contextlib
 
 import numpy as np
 
 from ..core import backend
 from ..core.batch import BoxBatch
-from ..core.instances import polygon_width
+from ..core.instances import trim_polygons
 from ..runtime.gpu.handout import output_arrays
 
 IN_PLACE_CHUNK = 16 << 20  # bytes: the scratch of one step of an in-place compaction
@@ -79,16 +80,14 @@ def movable(outs) -> frozenset:
 
 
 def trimmed_polygons(rows, stream=None):
-    """Device polygons cut to the CPU path's width (core/instances.py ``polygon_width``: the
+    """Device polygons cut to the CPU path's width (core/instances.py ``trim_polygons``: the
     GPU leaves NaN rows past it), the width read on ``stream`` (one small copy to the host;
     the adapter's own copy stream, so that no queue of the training loop is waited for). Host
     arrays as they are."""
     if not backend.is_device_array(rows):
         return rows
-    if stream is None:
-        return rows[:, :polygon_width(rows)]
-    with stream:
-        return rows[:, :polygon_width(rows)]
+    with stream if stream is not None else contextlib.nullcontext():
+        return trim_polygons(rows)
 
 
 def columns(bb: BoxBatch, keep, label_offset: int = 0, stream=None, may_move=frozenset(),
