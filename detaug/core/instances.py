@@ -200,7 +200,7 @@ def mask_boxes(planes) -> np.ndarray:
     """(N, 4) float64 box of each mask's nonzero pixels in continuous coordinates: pixel
     ``(i, j)`` covers ``[j, j + 1] x [i, i + 1]``, so a mask's box is ``[j_min, i_min,
     j_max + 1, i_max + 1]``; NaN where the mask is empty. ``planes`` (N, H, W)."""
-    m = np.asarray(planes).reshape(len(planes), *np.shape(planes)[1:]) != 0
+    m = np.asarray(planes) != 0
     n = len(m)
     out = np.full((n, 4), np.nan)
     if not m.size:
