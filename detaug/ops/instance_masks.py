@@ -15,6 +15,7 @@ import numpy as np
 
 from ..core import shapes as S
 from ..core.batch import BoxBatch
+from ..core.polygon_fill import plane_size
 from ..graph import materialize as M
 from ..kernels import masks as km
 from .registry import register
@@ -87,7 +88,7 @@ def union_masks(b: BoxBatch, keep=None, stream=None, kx=None):
     dev = b.device == "gpu"
     xp = xp_for("gpu" if dev else "cpu")
     per_box = np.repeat(b.canvas, np.diff(b.offsets), axis=0)
-    out_hw = tuple(int(v) for v in b.canvas.max(0)) if b.batch_size else (0, 0)
+    out_hw = plane_size(b.canvas)
     bits, rows = b.fields.get("bitmasks"), b.fields.get("polygons")
     on = stream if dev and stream is not None else contextlib.nullcontext()
     with on:  # (the device's gathers on the stream the masks are made on)
