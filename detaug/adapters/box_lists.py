@@ -101,22 +101,21 @@ def columns(bb: BoxBatch, keep, label_offset: int = 0, stream=None, may_move=fro
     compacted in place (:func:`kept`). A device batch's work runs on cupy's current stream,
     which the caller sets to ``stream`` (and its allocator), ``width_stream`` (after the batch's
     event) reading the polygons' width."""
-    dev = bb.device == "gpu"
+    kx = keep
+    if keep is not None and bb.device == "gpu":  # (one upload: the masks' gathers take it too)
+        kx = backend.upload(np.asarray(keep, np.int64), stream)
     fields = dict(bb.fields)
     if ("polygons" in fields or "bitmasks" in fields) and "masks" not in fields:
         from ..ops.instance_masks import union_masks
 
         # torchvision's Mask R-CNN takes masks; only the kept boxes' are made
-        fields["masks"] = made = union_masks(bb, keep, stream)
+        fields["masks"] = made = union_masks(bb, keep, stream, kx)
     else:
         made = None
     fields.pop("bitmasks", None)  # (in masks now)
     if "polygons" in fields:
         fields["polygons"] = trimmed_polygons(fields["polygons"], width_stream)
     cols = {"boxes": bb.boxes, "labels": bb.labels, **fields}
-    kx = keep
-    if keep is not None and dev:
-        kx = backend.upload(np.asarray(keep, np.int64), stream)
     out = {}
     for k, v in cols.items():
         if keep is not None and v is not made:

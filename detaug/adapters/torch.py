@@ -539,14 +539,12 @@ def _box_list(bb: BoxBatch, label_offset: int, event=None, pipe=None,
     torch = _torch()
     valid, counts = _host_valid(bb, event)
     keep = None if valid.all() else np.flatnonzero(valid)
-    if bb.device == "gpu":
-        stream = _torch_stream_for_cupy(pipe)
-        with _on_device(pipe, stream):
-            width = _copy_stream(pipe.device_id or 0, event) if "polygons" in bb.fields else None
-            cols = box_lists.columns(bb, keep, label_offset, stream, may_move, width)
-            tensors = {k: _tensor(v) for k, v in cols.items()}
-    else:
-        cols = box_lists.columns(bb, keep, label_offset, may_move=may_move)
+    dev = bb.device == "gpu"
+    stream = _torch_stream_for_cupy(pipe) if dev else None
+    with _on_device(pipe, stream) if dev else contextlib.nullcontext():
+        width = (_copy_stream(pipe.device_id or 0, event) if dev and "polygons" in bb.fields
+                 else None)
+        cols = box_lists.columns(bb, keep, label_offset, stream, may_move, width)
         tensors = {k: _tensor(v) for k, v in cols.items()}
     split = {k: torch.split(v, counts.tolist()) for k, v in tensors.items()}
     out = [{k: split[k][s] for k in tensors} for s in range(bb.batch_size)]

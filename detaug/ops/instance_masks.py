@@ -75,13 +75,14 @@ def instance_masks(ctx, op, inputs, args):
 UNITE_BYTES = 16 << 20
 
 
-def union_masks(b: BoxBatch, keep=None, stream=None):
+def union_masks(b: BoxBatch, keep=None, stream=None, kx=None):
     """(K, H, W) uint8 0/1 of a materialised BoxBatch: the masks of the boxes ``keep`` ((K,)
     ascending box indices, on the host; None: every box, K = N), each box's polygons rasterised
     on its sample's canvas (kernels/masks.py), united with its ``bitmasks`` row; (H, W) the
     batch's largest canvas. Only the kept boxes' polygons are rasterised (the rows of a mask do
     not depend on the other boxes); a device batch in one launch on ``stream``, from the device
-    pool the caller's thread allocates from."""
+    pool the caller's thread allocates from. ``kx``: ``keep`` (int64) on the batch's device
+    where the caller has it already (default: uploaded here)."""
     from ..core.backend import upload, xp_for
 
     dev = b.device == "gpu"
@@ -91,11 +92,13 @@ def union_masks(b: BoxBatch, keep=None, stream=None):
     bits, rows = b.fields.get("bitmasks"), b.fields.get("polygons")
     on = stream if dev and stream is not None else contextlib.nullcontext()
     with on:  # (the device's gathers on the stream the masks are made on)
-        kx = None
-        if keep is not None:
+        if keep is None:
+            kx = None
+        else:
             keep = np.asarray(keep, np.int64)
             per_box = per_box[keep]
-            kx = upload(keep, stream) if dev else keep
+            if kx is None:
+                kx = upload(keep, stream) if dev else keep
         if bits is not None:  # planes of at least every canvas: cut to the largest
             bits = fit_planes(bits, out_hw)
         if rows is None:
