@@ -295,11 +295,15 @@ def polygon_width(rows) -> int:
     xp = xp_for("gpu" if is_device_array(rows) else "cpu")
     if rows.shape[0] == 0 or rows.shape[1] == 0:
         return 0
-    real = ~xp.isnan(rows[..., 0])
-    last = (real * xp.arange(1, rows.shape[1] + 1)).max()  # up to the last real point
-    over = (rows[:, 0, 0] == POLYGON_OVERFLOW).any()
-    last, over = (int(v) for v in xp.stack([last, over.astype(last.dtype)]).tolist())
-    if over:
+    # one maximum over (N, P) int64 scores: a real point's row number (1..P), or P + 1 on a
+    # box's first row where it carries the overflow marker. One reduction, one value to the
+    # host. On the device no any(): cupy compiles its CUB any() the first time an input takes
+    # that path (two kernels, 2.5 s each on the H200, at the 99th batch of a seg run)
+    p = rows.shape[1]
+    score = ~xp.isnan(rows[..., 0]) * xp.arange(1, p + 1)
+    score[:, 0] = xp.maximum(score[:, 0], (rows[:, 0, 0] == POLYGON_OVERFLOW) * (p + 1))
+    last = int(score.max())
+    if last > p:
         raise RuntimeError("the field 'polygons': a box's polygons, clipped on the GPU, needed "
                            "more rows than kernels/shapes.polygon_capacity gives (a polygon "
                            "that crosses a canvas line many times); run the polygons of this "

@@ -257,3 +257,52 @@ def test_clip_concave_polygons_area_equals_fan_reference(rng):
                 ref += turn * max(area, 0.0)
         got = out[new_off[q]:new_off[q + 1]]
         assert (_area(got) if len(got) >= 3 else 0.0) == pytest.approx(abs(ref), abs=2e-3)
+
+
+def _width_by_loop(rows):
+    """polygon_width's value by a plain loop: the last row (1-based) with a real x in any box,
+    plus the NaN row after it; 0 where none."""
+    last = 0
+    for box in np.asarray(rows, np.float64):
+        for r in range(len(box)):
+            if not np.isnan(box[r, 0]):
+                last = max(last, r + 1)
+    return last + 1 if last else 0
+
+
+def _random_rows(rng, n, p):
+    """(n, p, 2) polygon rows: each box real up to a random row, NaN after (some rows inside
+    NaN too: a separator between polygons)."""
+    rows = rng.random((n, p, 2)) * 100
+    for b in range(n):
+        rows[b, int(rng.integers(0, p + 1)):] = np.nan
+    rows[rng.random((n, p)) < 0.15] = np.nan
+    return rows
+
+
+def test_polygon_width_matches_a_loop_and_names_the_overflow(rng):
+    from detaug.core.instances import POLYGON_OVERFLOW, polygon_width
+
+    assert polygon_width(np.zeros((0, 4, 2))) == 0 and polygon_width(np.zeros((3, 0, 2))) == 0
+    hand = np.full((2, 6, 2), np.nan)
+    hand[0, :2] = 1.0
+    hand[1, 3] = 5.0  # box 1's last real row is row 4 (1-based): width 5
+    assert polygon_width(hand) == 5
+    for _ in range(100):
+        rows = _random_rows(rng, int(rng.integers(1, 6)), int(rng.integers(1, 9)))
+        assert polygon_width(rows) == _width_by_loop(rows)
+        rows[int(rng.integers(0, len(rows))), 0, 0] = POLYGON_OVERFLOW
+        with pytest.raises(RuntimeError, match="'polygons'.*polygon_capacity"):
+            polygon_width(rows)
+
+
+@pytest.mark.gpu
+def test_polygon_width_gpu_equals_host(rng, cp):
+    from detaug.core.instances import POLYGON_OVERFLOW, polygon_width
+
+    for n in [1, 2, 7, 300]:  # one box: its first-row column is contiguous
+        rows = _random_rows(rng, n, int(rng.integers(1, 12)))
+        assert polygon_width(cp.asarray(rows)) == polygon_width(rows) == _width_by_loop(rows)
+        rows[n - 1, 0, 0] = POLYGON_OVERFLOW
+        with pytest.raises(RuntimeError, match="polygon_capacity"):
+            polygon_width(cp.asarray(rows))
