@@ -21,7 +21,7 @@ VOID = 255
 
 
 def read_voc_instances(root, split="trainval", classes=None, *, skip_difficult=False,
-                       on_error="raise", **options):
+                       on_error="raise", tight_boxes=False, **options):
     """:func:`readers.voc.read_voc` with each object's mask from ``SegmentationObject``.
 
     The objects are matched to the PNG's indices by their order in the XML, so every object is
@@ -34,6 +34,9 @@ def read_voc_instances(root, split="trainval", classes=None, *, skip_difficult=F
         on_error: for the masks: a PNG that cannot be read, whose size is not the image's, or
             that holds an index past the image's object count is an error naming it, or under
             ``"skip"`` listed in ``Dataset.skipped`` and the image's boxes left without masks.
+        tight_boxes: each record also gets the field ``tight_box`` (N,) uint8, all ones: a
+            pipeline then makes each box the tight box of its mask after every transform (as
+            ``readers.coco_instances.read_coco``'s).
 
     Returns:
         The Dataset, its records with the ``rle`` field (zero runs where there is no mask);
@@ -52,6 +55,8 @@ def read_voc_instances(root, split="trainval", classes=None, *, skip_difficult=F
             except DatasetError as exc:
                 sink.fault(exc.file, exc.reason)
         fields = dict(record.fields, rle=Ragged.from_lists(runs, np.uint32))
+        if tight_boxes:
+            fields["tight_box"] = np.ones(record.num_boxes, np.uint8)
         out = trusted_record(record.path, record.width, record.height, record.boxes,
                              record.labels, fields, record.image_id, record.extra)
         if skip_difficult and fields["difficult"].any():

@@ -334,13 +334,14 @@ def _voc_reader(op, pipe):
     if a["tight_boxes"] and not a["bitmasks"]:
         raise ValueError("readers.voc: tight_boxes=True needs bitmasks=True (the boxes follow "
                          "their masks)")
+    kw = dict(split=a["split"], classes=a["classes"], skip_difficult=a["skip_difficult"],
+              on_error=a["on_error"])
     if a["bitmasks"]:
-        from readers.voc_masks import read_voc_instances as read_voc  # noqa: F811
-    ds = read_voc(a["root"], split=a["split"], classes=a["classes"],
-                  skip_difficult=a["skip_difficult"], on_error=a["on_error"])
-    if a["tight_boxes"]:
-        for r in ds.records:  # (read_voc_instances' records: a list, fields their own)
-            r.fields["tight_box"] = np.ones(r.num_boxes, np.uint8)
+        from readers.voc_masks import read_voc_instances
+
+        ds = read_voc_instances(a["root"], tight_boxes=a["tight_boxes"], **kw)
+    else:
+        ds = read_voc(a["root"], **kw)
     return _DetectionReader(op, pipe, ds)
 
 

@@ -36,6 +36,16 @@ def test_object_masks_from_indices(tmp_path, rng):
     assert np.array_equal(rle_decode(ds.records[0].fields["rle"][0], 80, 100), index == 1)
 
 
+def test_tight_boxes_mark_every_kept_box(tmp_path, rng):
+    index = rng.integers(0, 3, (80, 100))
+    assert all("tight_box" not in r.fields for r in read_voc_instances(_tree(tmp_path, index)).records)
+    ds = read_voc_instances(_tree(tmp_path / "t", index), tight_boxes=True)
+    assert [r.fields["tight_box"].tolist() for r in ds.records] == [[1, 1], [1]]
+    assert ds.records[0].fields["tight_box"].dtype == np.uint8
+    ds = read_voc_instances(_tree(tmp_path / "d", index), tight_boxes=True, skip_difficult=True)
+    assert [r.fields["tight_box"].tolist() for r in ds.records] == [[1], [1]]  # the cat dropped
+
+
 @pytest.mark.parametrize("index,message", [
     (np.full((80, 100), 3), "object index 3"),
     (np.zeros((60, 100)), "not the annotation's"),
