@@ -250,7 +250,7 @@ def pad_boxes_numpy(boxes, fields, keep, offsets, max_boxes, *, fill=0.0, field_
     cast to the field's dtype like ``astype``; bool fields pad with False unless named in the
     dict). A sample with more than ``max_boxes`` kept boxes keeps its first ``max_boxes``;
     ``counts`` is then ``max_boxes`` and the caller can detect the overflow with
-    :func:`max_kept_count_numpy`.
+    :func:`kept_counts_numpy`.
 
     Args / Shape:
         boxes (N, 4); fields {name: (N,)}; keep (N,) bool or None (all kept);
@@ -322,27 +322,6 @@ def kept_counts_numpy(keep, offsets) -> np.ndarray:
         return np.diff(o)
     csum = np.concatenate([[0], np.cumsum(np.asarray(keep, dtype=bool), dtype=np.int64)])
     return np.diff(csum[o])
-
-
-def max_kept_count_numpy(keep, offsets) -> int:
-    """The largest number of kept boxes of any sample (0 for an empty batch)."""
-    counts = kept_counts_numpy(keep, offsets)
-    return int(counts.max()) if counts.size else 0
-
-
-def max_kept_count_cupy(keep, offsets, *, stream=None):
-    """As :func:`max_kept_count_numpy`, but a 0-d int64 device array: the caller chooses when
-    to bring it to the host (at the output only). Elementwise cupy ops, no custom kernel."""
-    cp, s = _cupy_stream(stream)
-    o = _host_offsets(offsets)
-    with s:
-        if o.size == 1:
-            return cp.zeros((), dtype=cp.int64)
-        if keep is None:
-            return cp.asarray(np.diff(o).max())
-        k = _dev(cp, keep, cp.bool_)
-        csum = cp.concatenate([cp.zeros(1, cp.int64), cp.cumsum(k, dtype=cp.int64)])
-        return cp.diff(csum[cp.asarray(o)]).max()
 
 
 # ----------------------------------------------------------------------------- IoU

@@ -8,7 +8,7 @@ import pytest
 from detaug.kernels.boxes import (
     box_transform_numpy,
     iou_matrix_numpy,
-    max_kept_count_numpy,
+    kept_counts_numpy,
     pad_boxes_numpy,
     sample_index_from_offsets,
     windows_iou_numpy,
@@ -209,7 +209,7 @@ def test_pad_crafted():
                                                       [True, False, False]])
     np.testing.assert_array_equal(counts, [2, 0, 2])
     assert counts.dtype == np.int32
-    assert max_kept_count_numpy(keep, [0, 3, 3, 5]) == 2
+    assert kept_counts_numpy(keep, [0, 3, 3, 5]).tolist() == [2, 0, 2]
 
 
 def test_pad_random_drops_keep_fields_aligned():
@@ -236,7 +236,7 @@ def test_pad_random_drops_keep_fields_aligned():
         np.testing.assert_array_equal(f["score"][b, :len(kept)], score[kept])
         np.testing.assert_array_equal(f["score"][b, len(kept):], -1.0)
     kept_per = [keep[offsets[b]:offsets[b + 1]].sum() for b in range(len(sizes))]
-    assert max_kept_count_numpy(keep, offsets) == max(kept_per)
+    assert kept_counts_numpy(keep, offsets).tolist() == kept_per
 
 
 def test_pad_truncates_to_first_max_boxes_and_keep_none():
@@ -245,7 +245,7 @@ def test_pad_truncates_to_first_max_boxes_and_keep_none():
     np.testing.assert_array_equal(padded[0], boxes[:4])
     np.testing.assert_array_equal(f["l"], [[0, 1, 2, 3]])
     assert counts.tolist() == [4]
-    assert max_kept_count_numpy(None, [0, 6]) == 6  # larger than max_boxes: the caller warns
+    assert kept_counts_numpy(None, [0, 6]).tolist() == [6]  # more than max_boxes: the caller warns
 
 
 def test_pad_fill_values_and_empty():
@@ -258,7 +258,7 @@ def test_pad_fill_values_and_empty():
     assert padded.shape == (2, 2, 4) and counts.tolist() == [0, 0] and (f["l"] == -1).all()
     padded, f, counts = pad_boxes_numpy(np.zeros((0, 4), np.float32), {}, None, [0], 5)
     assert padded.shape == (0, 5, 4) and counts.shape == (0,) and f == {}
-    assert max_kept_count_numpy(None, [0]) == 0
+    assert kept_counts_numpy(None, [0]).shape == (0,)
     padded, _, counts = pad_boxes_numpy(boxes, {}, None, [0, 1], 0)
     assert padded.shape == (1, 0, 4) and counts.tolist() == [0]
 
