@@ -268,8 +268,8 @@ class Pipeline:
         from .runtime import partners
 
         sized = self._driver.size is not None
-        # multi-sample ops: the level of each op, the fan-out, the decoders' level
-        levels, fan_out, decode_level = partners.setup(needed, self._outputs, sized)
+        # multi-sample ops: the level of each op, the decoders' level
+        levels, decode_level = partners.setup(needed, self._outputs, sized)
         if any(op.device != "cpu" for op in needed) and not tl.has("build.gpu_check"):
             with tl.phase("build.gpu_check"):  # (imports cupy)
                 self._check_gpu()
@@ -277,7 +277,7 @@ class Pipeline:
         # the budget (before any decode process is given a plan)
         plan = _build_plan.decide(needed, self._outputs, self._sources, seed=self.seed,
                                   budget=self.device_memory_budget, settings=settings,
-                                  levels=levels, fan_out=fan_out, decode_level=decode_level,
+                                  levels=levels, decode_level=decode_level,
                                   sized=sized, consumer=consumer)
         tl.end("build.plan")
         self.build_plan, self._output_budget = plan, OutputBudget(plan)

@@ -79,11 +79,10 @@ class BuildPlan:
     device_ops_a: tuple = ()              # the device stage's decode phase (runs ahead)
     device_ops_b: tuple = ()              # what makes the outputs (waits for an output slot)
     mixed_decode: bool = False            # a GPU decoder (decoders.image device='mixed')
-    # multi-sample ops (detaug/runtime/partners.py): the level of each op (op id -> path), the
-    # most source samples an output sample needs, the level of the decoders (None: several)
+    # multi-sample ops (detaug/runtime/partners.py): the level of each op (op id -> path) and
+    # the level of the decoders (None: several)
     levels: types.MappingProxyType = dataclasses.field(
         default_factory=lambda: types.MappingProxyType({}))
-    fan_out: int = 1
     decode_level: tuple | None = ()
     ahead: _plan_ahead.Ahead = _plan_ahead.NOT_AHEAD
     batches_per_launch: int = 1
@@ -104,6 +103,14 @@ class BuildPlan:
     @property
     def has_device_stage(self) -> bool:
         return bool(self.device_ops)
+
+    @property
+    def fan_out(self) -> int:
+        """The most source samples an output sample needs (partners.fan_out of the ops and
+        their levels)."""
+        from . import partners
+
+        return partners.fan_out((*self.host_ops, *self.device_ops), self.levels)
 
     @property
     def room(self) -> int:
@@ -310,7 +317,7 @@ def early_guess(ops, outputs, budget, settings, consumer=None):
         return None  # decode processes off
     ops = list(ops)
     try:
-        levels, _, _ = partners.setup(ops, outputs, True)
+        levels, _ = partners.setup(ops, outputs, True)
         return _launch(ops, outputs, budget, settings, levels, True,
                        GUESS_SIZES, GUESS_SIZES, None, consumer).decode
     except Exception:  # noqa: BLE001 - refused here (or a graph error, which decide raises in
@@ -453,14 +460,13 @@ def host_processes(settings, has_device_stage, plan_ahead) -> int:
 
 
 def decide(ops, outputs, sources, *, seed: int, budget: int, settings: Settings,
-           levels=None, fan_out: int = 1, decode_level=(), sized: bool = True,
-           consumer=None) -> BuildPlan:
+           levels=None, decode_level=(), sized: bool = True, consumer=None) -> BuildPlan:
     """The :class:`BuildPlan` of the graph whose needed ops (inputs first) are ``ops`` and whose
     outputs are ``outputs``, read by ``sources`` (op id -> the source made at build), for
     ``seed`` and the device memory ``budget`` (bytes), of which ``consumer`` (a
-    memory_plan.ConsumerShare; None: nothing) is set aside for what consumes the outputs. ``levels`` / ``fan_out``: the
-    multi-sample ops' levels and the most source samples an output sample needs
-    (detaug/runtime/partners.py: ``setup``), with the decoders' level; ``sized``: the driving
+    memory_plan.ConsumerShare; None: nothing) is set aside for what consumes the outputs.
+    ``levels`` / ``decode_level``: the multi-sample ops' levels and the decoders' level
+    (detaug/runtime/partners.py: ``setup``); ``sized``: the driving
     source has a size. Raises BudgetError
     where the pipeline cannot run within the budget, ValueError for host processes it cannot
     have."""
@@ -503,7 +509,7 @@ def decide(ops, outputs, sources, *, seed: int, budget: int, settings: Settings,
     return BuildPlan(
         seed=int(seed), budget=int(budget), consumer=consumer if device_ops else None,
         reserved=int(reserved), host_ops=host_ops, device_ops=device_ops,
-        levels=types.MappingProxyType(dict(levels)), fan_out=int(fan_out), decode_level=decode_level,
+        levels=types.MappingProxyType(dict(levels)), decode_level=decode_level,
         device_ops_a=device_ops[:last], device_ops_b=device_ops[last:], mixed_decode=mixed_decode,
         ahead=ahead, batches_per_launch=bpl, batch_bytes=batch_bytes, decode=decode,
         decode_bytes=decode_bytes, decode_slots=decode_slots, prefetch_queue_depth=depth,

@@ -164,8 +164,7 @@ def shares_across_batches(ops, levels) -> bool:
 
 def setup(needed, outputs, sized) -> tuple:
     """At build, for the needed ops (inputs first) and the outputs of a pipeline whose source is
-    ``sized`` or not: (levels (:func:`plan_levels`), fan-out (:func:`fan_out`), the level of its
-    decoders (whose planned GPU decode maps a bad file to its owner:
+    ``sized`` or not: (levels (:func:`plan_levels`), the level of its decoders (whose planned GPU decode maps a bad file to its owner:
     detaug/runtime/gpu/plan_ahead.py; None where they are at several)), which go into the build's
     record (detaug/runtime/build_plan.py); a multi-sample op over the epoch needs random access."""
     for op in needed:
@@ -179,7 +178,7 @@ def setup(needed, outputs, sized) -> tuple:
                          "pool of its recent batches), so the source needs random access: a "
                          "reader, or external_source with a per-sample callable and size= (or "
                          "draw them from the batch: partners='batch')")
-    return levels, fan_out(needed, levels), decode_level
+    return levels, decode_level
 
 
 def decoded_per_batch(pipe, epoch, batch_index, batches=1) -> int:

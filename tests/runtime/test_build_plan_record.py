@@ -43,8 +43,8 @@ def test_decide_is_a_function_of_its_arguments():
     p = _pipe(5)
     p.build()
     args = (p._needed_ops(), p._outputs, p._sources)
-    levels, fan_out, decode_level = partners.setup(p._needed_ops(), p._outputs, True)
-    kw = dict(levels=levels, fan_out=fan_out, decode_level=decode_level)
+    levels, decode_level = partners.setup(p._needed_ops(), p._outputs, True)
+    kw = dict(levels=levels, decode_level=decode_level)
     one = build_plan.decide(*args, seed=5, budget=p.device_memory_budget, settings=p._settings(), **kw)
     two = build_plan.decide(*args, seed=5, budget=p.device_memory_budget, settings=p._settings(), **kw)
     assert one == two == p.build_plan
